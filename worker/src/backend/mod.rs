@@ -1,1 +1,140 @@
-//! Compute backends.
+//! Compute backends behind one trait.
+//!
+//! The engine thread owns exactly one `Backend`. A backend holds the model's
+//! weights and at most one sequence (KV cache) at a time, and turns token ids
+//! into logits. `cpu` is the plain-Rust f32 reference (the numerical oracle);
+//! `cuda` runs the same graph on the GPU. Nothing outside `backend::cuda`
+//! touches cudarc, the driver or cuBLAS (M0-W-1050).
+
+pub mod cpu;
+mod error;
+
+pub use error::BackendError;
+
+use std::fmt;
+
+/// Which implementation a backend is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    Cpu,
+    Cuda,
+}
+
+impl BackendKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Cpu => "cpu",
+            BackendKind::Cuda => "cuda",
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "cpu" => Ok(BackendKind::Cpu),
+            "cuda" => Ok(BackendKind::Cuda),
+            other => Err(format!("unknown backend {other:?} (expected cuda or cpu)")),
+        }
+    }
+}
+
+/// Facts about the device a backend runs on, fixed after start-up.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct DeviceInfo {
+    pub backend: BackendKind,
+    /// Device name as the driver reports it, or the CPU's description.
+    pub name: String,
+    /// GPU ordinal; `None` on the CPU.
+    pub gpu_device: Option<usize>,
+    /// Compute capability such as `"9.0"`; `None` on the CPU.
+    pub sm: Option<String>,
+    /// CUDA version reported by the driver; `None` on the CPU.
+    pub cuda_runtime_version: Option<String>,
+    /// Total device memory in bytes; `None` on the CPU.
+    pub total_memory_bytes: Option<u64>,
+}
+
+/// Bytes a backend holds on its device, by purpose (M0-W-1011). All zero on the CPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MemoryUse {
+    pub weights: u64,
+    pub kv_cache: u64,
+    pub scratch: u64,
+}
+
+impl MemoryUse {
+    pub fn total(&self) -> u64 {
+        self.weights + self.kv_cache + self.scratch
+    }
+}
+
+/// Which positions of a forward pass the caller wants logits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// Only the last position's `vocab_size` logits.
+    Last,
+    /// Every position's logits, position-major (`n_tokens * vocab_size`).
+    All,
+}
+
+/// Intermediate values of one forward pass at its last position, recorded for
+/// parity logging (EXT-001). Names follow llama.cpp's graph names
+/// (`inp_embd`, `l_out-<layer>`, `result_norm`).
+#[derive(Clone, Debug, Default)]
+pub struct Checkpoints {
+    pub entries: Vec<(String, Vec<f32>)>,
+}
+
+impl Checkpoints {
+    pub fn record(&mut self, name: impl Into<String>, values: &[f32]) {
+        self.entries.push((name.into(), values.to_vec()));
+    }
+}
+
+/// A loaded model on a device, able to run one sequence at a time.
+///
+/// Calls come from the engine thread only. Errors never panic across this
+/// boundary: every failure is a `BackendError`.
+pub trait Backend: Send {
+    /// The device this backend runs on.
+    fn device(&self) -> &DeviceInfo;
+
+    /// Starts a new sequence with room for `capacity` positions, freeing any
+    /// previous one. Fails with `OutOfMemory` when its KV cache cannot be had.
+    fn begin_sequence(&mut self, capacity: usize) -> Result<(), BackendError>;
+
+    /// Number of positions already in the current sequence's KV cache.
+    fn sequence_len(&self) -> usize;
+
+    /// Appends `tokens` to the current sequence (their K/V go into the cache at
+    /// the positions after those already there) and writes the requested logits
+    /// into `out` (resized by the callee). When `checkpoints` is given, the
+    /// backend records its intermediate values at the last position.
+    fn forward(
+        &mut self,
+        tokens: &[u32],
+        logits: Logits,
+        out: &mut Vec<f32>,
+        checkpoints: Option<&mut Checkpoints>,
+    ) -> Result<(), BackendError>;
+
+    /// Frees the current sequence's KV cache and scratch.
+    fn end_sequence(&mut self);
+
+    /// Bytes held on the device now.
+    fn memory_use(&self) -> MemoryUse;
+
+    /// Asks the driver where every weight buffer lives; `Ok(true)` when all
+    /// are plain device memory. Always `Ok(false)` on the CPU, where the
+    /// notion does not apply.
+    fn check_residency(&self) -> Result<bool, BackendError>;
+}

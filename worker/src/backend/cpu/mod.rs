@@ -1,0 +1,1 @@
+//! The plain-Rust f32 reference backend.

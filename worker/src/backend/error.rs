@@ -1,0 +1,23 @@
+//! The backend layer's error type (M0-W-1501).
+
+/// What can go wrong inside a backend. Each kind has a fixed message prefix
+/// and maps to one stable API code (see `engine::ErrorCode`).
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("no usable GPU: {0}")]
+    DeviceNotFound(String),
+    #[error("out of device memory: {needed} bytes needed, {available} bytes free")]
+    OutOfMemory { needed: u64, available: u64 },
+    #[error("invalid device: {0}")]
+    InvalidDevice(String),
+    #[error("model load failed: {0}")]
+    ModelLoadFailed(String),
+    #[error("inference failed: {0}")]
+    InferenceFailed(String),
+    #[error("weights are not resident in device memory: {0}")]
+    VramResidencyFailed(String),
+    #[error("kernel launch failed: {0}")]
+    KernelLaunchFailed(String),
+    #[error("unknown backend error: {0}")]
+    Unknown(String),
+}
