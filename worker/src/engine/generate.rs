@@ -1,0 +1,223 @@
+//! One job's token loop: prefill the prompt, then sample and decode one token
+//! at a time until `max_tokens`, an end-of-generation token or a stop string.
+//!
+//! This is the whole of generation and nothing else: queueing, cancellation
+//! requests, timeouts and transport live in the caller, which answers
+//! `should_abort` between steps and receives each token through `on_token` the
+//! moment it exists.
+
+use std::time::Instant;
+
+use crate::backend::{Backend, BackendError, Checkpoints, Logits};
+use crate::engine::stop::{StopMatcher, StopOutcome};
+use crate::sampling::{top_logprobs, Sampler, SamplingParams, TokenLogprob};
+use crate::tokenizer::{StreamDecoder, Tokenizer};
+
+/// Prompt tokens per forward call during prefill: the abort check runs
+/// between chunks (M0-W-1610), and the CPU backend's scratch stays bounded.
+pub const PREFILL_CHUNK: usize = 256;
+
+/// A validated job, ready to run.
+#[derive(Clone, Debug)]
+pub struct GenerationRequest {
+    pub prompt_tokens: Vec<u32>,
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    pub stop: Vec<String>,
+    /// How many top log-probabilities to report with each token (0: none).
+    pub logprobs: usize,
+}
+
+/// One generated token as the client sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GeneratedToken {
+    /// 0-based, consecutive.
+    pub index: usize,
+    pub id: u32,
+    /// Text released with this token: whole UTF-8 characters only, and never
+    /// text that may still turn out to be part of a stop string.
+    pub text: String,
+    pub logprobs: Option<Vec<TokenLogprob>>,
+}
+
+/// Why generation ended normally.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    MaxTokens,
+    Eos,
+    StopSequence(String),
+}
+
+impl StopReason {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            StopReason::MaxTokens => "max_tokens",
+            StopReason::Eos => "eos",
+            StopReason::StopSequence(_) => "stop_sequence",
+        }
+    }
+}
+
+/// What a finished job reports in its `end` event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerationSummary {
+    pub tokens_in: usize,
+    pub tokens_out: usize,
+    pub first_token_ms: u64,
+    pub decode_time_ms: u64,
+    pub stop_reason: StopReason,
+}
+
+/// Why the caller asked generation to stop early.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AbortReason {
+    Cancelled,
+    Disconnected,
+    Timeout,
+    ShuttingDown,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GenerationError {
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error("generation aborted: {0:?}")]
+    Aborted(AbortReason),
+}
+
+/// One token's parity record (EXT-001): what the backend computed at the step
+/// that produced token `step`.
+#[derive(Clone, Debug)]
+pub struct ParityStep {
+    pub step: usize,
+    pub token_id: u32,
+    pub checkpoints: Checkpoints,
+    pub top_logits: Vec<TokenLogprob>,
+    pub logits: Vec<f32>,
+}
+
+/// The caller's side of a running job.
+pub trait GenerationObserver {
+    /// Asked before every forward call; `Some` ends the job with that reason.
+    fn should_abort(&mut self) -> Option<AbortReason>;
+    /// Receives each token as soon as it is sampled. Returning `Some` ends
+    /// the job (for example: the client has gone away).
+    fn on_token(&mut self, token: GeneratedToken) -> Option<AbortReason>;
+    /// Whether parity records are wanted; when true, `on_parity` gets one per token.
+    fn wants_parity(&self) -> bool {
+        false
+    }
+    fn on_parity(&mut self, _record: ParityStep) {}
+}
+
+/// Runs one job to completion on `backend`. The backend's sequence is
+/// started here and always ended before returning, also on error.
+pub fn generate(
+    backend: &mut dyn Backend,
+    tokenizer: &Tokenizer,
+    req: &GenerationRequest,
+    observer: &mut dyn GenerationObserver,
+) -> Result<GenerationSummary, GenerationError> {
+    let capacity = req.prompt_tokens.len() + req.max_tokens;
+    backend.begin_sequence(capacity)?;
+    let result = run(backend, tokenizer, req, observer);
+    backend.end_sequence();
+    result
+}
+
+fn run(
+    backend: &mut dyn Backend,
+    tokenizer: &Tokenizer,
+    req: &GenerationRequest,
+    observer: &mut dyn GenerationObserver,
+) -> Result<GenerationSummary, GenerationError> {
+    let started = Instant::now();
+    let mut logits = Vec::new();
+    let mut checkpoints = observer.wants_parity().then(Checkpoints::default);
+
+    // Prefill in chunks, checking for an abort between them.
+    for chunk in req.prompt_tokens.chunks(PREFILL_CHUNK) {
+        check_abort(observer)?;
+        if let Some(cp) = checkpoints.as_mut() {
+            cp.entries.clear();
+        }
+        backend.forward(chunk, Logits::Last, &mut logits, checkpoints.as_mut())?;
+    }
+
+    let mut sampler = Sampler::new(req.sampling.clone());
+    let mut stream = StreamDecoder::new();
+    let mut stops = StopMatcher::new(req.stop.clone());
+    let mut generated: Vec<u32> = Vec::with_capacity(req.max_tokens);
+    let mut first_token_ms = 0;
+    let mut decode_started = started;
+
+    let stop_reason = loop {
+        let id = sampler.sample(&logits, &generated);
+        let index = generated.len();
+        generated.push(id);
+        if index == 0 {
+            first_token_ms = started.elapsed().as_millis() as u64;
+            decode_started = Instant::now();
+        }
+        if let Some(cp) = checkpoints.take() {
+            observer.on_parity(ParityStep {
+                step: index,
+                token_id: id,
+                checkpoints: cp,
+                top_logits: top_logprobs(&logits, 10),
+                logits: logits.clone(),
+            });
+            checkpoints = Some(Checkpoints::default());
+        }
+        if tokenizer.is_eog(id) {
+            // The end-of-generation token is never streamed. Text still held
+            // back at this point (a stop-string prefix, or bytes of an
+            // unfinished character) has no token left to travel with and is
+            // dropped: see README, "Streaming".
+            generated.pop();
+            break StopReason::Eos;
+        }
+
+        let is_last = generated.len() >= req.max_tokens;
+        let mut piece = stream.push(tokenizer, id);
+        if is_last {
+            piece.push_str(&stream.finish());
+        }
+        let (mut text, stopped) = match stops.push(&piece) {
+            StopOutcome::Emit(text) => (text, None),
+            StopOutcome::Stopped { emit, stop } => (emit, Some(stop)),
+        };
+        if is_last && stopped.is_none() {
+            // The last token carries whatever was held back.
+            text.push_str(&stops.finish());
+        }
+        let logprobs = (req.logprobs > 0).then(|| top_logprobs(&logits, req.logprobs));
+        if let Some(reason) = observer.on_token(GeneratedToken { index, id, text, logprobs }) {
+            return Err(GenerationError::Aborted(reason));
+        }
+        if let Some(stop) = stopped {
+            break StopReason::StopSequence(stop);
+        }
+        if is_last {
+            break StopReason::MaxTokens;
+        }
+
+        check_abort(observer)?;
+        backend.forward(&[id], Logits::Last, &mut logits, checkpoints.as_mut())?;
+    };
+
+    Ok(GenerationSummary {
+        tokens_in: req.prompt_tokens.len(),
+        tokens_out: generated.len(),
+        first_token_ms,
+        decode_time_ms: decode_started.elapsed().as_millis() as u64,
+        stop_reason,
+    })
+}
+
+fn check_abort(observer: &mut dyn GenerationObserver) -> Result<(), GenerationError> {
+    match observer.should_abort() {
+        Some(reason) => Err(GenerationError::Aborted(reason)),
+        None => Ok(()),
+    }
+}
