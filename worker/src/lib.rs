@@ -6,6 +6,7 @@
 //! streams it. `gguf`, `quant`, `tokenizer` and `model` are what loading needs.
 
 pub mod backend;
+pub mod cli;
 pub mod engine;
 pub mod gguf;
 pub mod model;

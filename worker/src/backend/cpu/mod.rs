@@ -1,1 +1,103 @@
-//! The plain-Rust f32 reference backend.
+//! The plain-Rust f32 reference backend: the numerical oracle that the CUDA
+//! backend and the golden data are compared with. It runs only when asked
+//! for (`--backend cpu`). Weights are read through the GGUF memory map in
+//! their stored format; activations and the KV cache are f32.
+
+mod ops;
+
+use std::sync::Arc;
+
+pub use ops::{dot_f32, CpuBuf, CpuCache, CpuOps, CpuWeight};
+
+use crate::backend::{Backend, BackendError, BackendKind, Checkpoints, DeviceInfo, Logits, MemoryUse};
+use crate::gguf::GgufFile;
+use crate::model::llama::{self, LlamaWeights};
+use crate::model::ModelConfig;
+
+pub struct CpuBackend {
+    cfg: ModelConfig,
+    weights: LlamaWeights<CpuWeight>,
+    cache: Option<CpuCache>,
+    len: usize,
+    device: DeviceInfo,
+}
+
+impl CpuBackend {
+    /// Binds the model's tensors. `on_bytes` is told the size of each tensor
+    /// as it is bound, for load progress.
+    pub fn load(cfg: ModelConfig, file: Arc<GgufFile>, on_bytes: &mut dyn FnMut(u64)) -> Result<Self, BackendError> {
+        let weights = LlamaWeights::load(&cfg, &file, &mut |spec| {
+            on_bytes(spec.info.n_bytes);
+            if spec.rows == 1 {
+                CpuWeight::dense(&file, spec.info, spec.cols)
+            } else {
+                CpuWeight::stored(file.clone(), spec.info, spec.rows, spec.cols)
+            }
+        })?;
+        let device = DeviceInfo {
+            backend: BackendKind::Cpu,
+            name: format!("cpu ({} threads)", rayon::current_num_threads()),
+            gpu_device: None,
+            sm: None,
+            cuda_runtime_version: None,
+            total_memory_bytes: None,
+        };
+        Ok(CpuBackend { cfg, weights, cache: None, len: 0, device })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+}
+
+impl Backend for CpuBackend {
+    fn device(&self) -> &DeviceInfo {
+        &self.device
+    }
+
+    fn begin_sequence(&mut self, capacity: usize) -> Result<(), BackendError> {
+        if capacity == 0 || capacity > self.cfg.context_length {
+            return Err(BackendError::InferenceFailed(format!(
+                "a sequence of {capacity} positions does not fit the context of {}",
+                self.cfg.context_length
+            )));
+        }
+        self.cache = Some(CpuCache::new(self.cfg.n_layer, capacity, self.cfg.kv_dim()));
+        self.len = 0;
+        Ok(())
+    }
+
+    fn sequence_len(&self) -> usize {
+        self.len
+    }
+
+    fn forward(
+        &mut self,
+        tokens: &[u32],
+        logits: Logits,
+        out: &mut Vec<f32>,
+        checkpoints: Option<&mut Checkpoints>,
+    ) -> Result<(), BackendError> {
+        let cache = self
+            .cache
+            .as_mut()
+            .ok_or_else(|| BackendError::InferenceFailed("forward without a sequence".into()))?;
+        llama::forward(&mut CpuOps, &self.cfg, &self.weights, cache, tokens, self.len, logits, out, checkpoints)?;
+        self.len += tokens.len();
+        Ok(())
+    }
+
+    fn end_sequence(&mut self) {
+        self.cache = None;
+        self.len = 0;
+    }
+
+    /// Host memory is not device memory: the CPU backend reports zero (M0-W-1011).
+    fn memory_use(&self) -> MemoryUse {
+        MemoryUse::default()
+    }
+
+    fn check_residency(&self) -> Result<bool, BackendError> {
+        Ok(false)
+    }
+}

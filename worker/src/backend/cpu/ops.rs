@@ -1,0 +1,336 @@
+//! The graph operations in plain Rust, f32 arithmetic, spread over the cores
+//! with rayon. This is the numerical reference the CUDA kernels are checked
+//! against, so each operation is written the obvious way; speed comes only
+//! from parallel rows and dot products the compiler can vectorize.
+
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use crate::backend::BackendError;
+use crate::gguf::{GgufFile, TensorInfo};
+use crate::model::config::RopeStyle;
+use crate::model::ops::{AttentionShape, Ops, RopeParams};
+use crate::quant::{self, GgmlType};
+
+/// A weight as the CPU backend holds it: matrices stay in the file's stored
+/// format (read through the memory map); vectors are decoded to f32 once.
+pub enum CpuWeight {
+    Stored { ty: GgmlType, rows: usize, cols: usize, row_bytes: usize, file: Arc<GgufFile>, info: TensorInfo },
+    Dense { values: Vec<f32> },
+}
+
+impl CpuWeight {
+    pub fn stored(file: Arc<GgufFile>, info: &TensorInfo, rows: usize, cols: usize) -> Result<Self, BackendError> {
+        let ty = info.ggml_type;
+        let row_bytes = ty
+            .bytes_for(cols as u64)
+            .ok_or_else(|| BackendError::ModelLoadFailed(format!("{}: {cols} columns are not whole {ty} blocks", info.name)))?
+            as usize;
+        Ok(CpuWeight::Stored { ty, rows, cols, row_bytes, file, info: info.clone() })
+    }
+
+    pub fn dense(file: &GgufFile, info: &TensorInfo, len: usize) -> Result<Self, BackendError> {
+        let mut values = vec![0.0; len];
+        quant::dequantize(info.ggml_type, file.tensor_data(info), &mut values)
+            .map_err(|e| BackendError::ModelLoadFailed(format!("{}: {e}", info.name)))?;
+        Ok(CpuWeight::Dense { values })
+    }
+
+    fn values(&self) -> &[f32] {
+        match self {
+            CpuWeight::Dense { values } => values,
+            CpuWeight::Stored { .. } => &[],
+        }
+    }
+}
+
+/// A row-major f32 matrix.
+#[derive(Clone, Debug)]
+pub struct CpuBuf {
+    pub rows: usize,
+    pub cols: usize,
+    pub data: Vec<f32>,
+}
+
+impl CpuBuf {
+    fn row(&self, r: usize) -> &[f32] {
+        &self.data[r * self.cols..(r + 1) * self.cols]
+    }
+}
+
+/// One sequence's K and V for every layer, f32, `[capacity, kv_dim]` each.
+pub struct CpuCache {
+    pub capacity: usize,
+    pub kv_dim: usize,
+    pub k: Vec<Vec<f32>>,
+    pub v: Vec<Vec<f32>>,
+}
+
+impl CpuCache {
+    pub fn new(n_layer: usize, capacity: usize, kv_dim: usize) -> Self {
+        CpuCache {
+            capacity,
+            kv_dim,
+            k: (0..n_layer).map(|_| vec![0.0; capacity * kv_dim]).collect(),
+            v: (0..n_layer).map(|_| vec![0.0; capacity * kv_dim]).collect(),
+        }
+    }
+
+    pub fn bytes(&self) -> u64 {
+        (self.k.len() * 2 * self.capacity * self.kv_dim * 4) as u64
+    }
+}
+
+/// Output rows handled by one rayon task in a matrix product.
+const ROWS_PER_TASK: usize = 16;
+
+pub struct CpuOps;
+
+fn shape_error(what: &str) -> BackendError {
+    BackendError::InferenceFailed(format!("shape mismatch in {what}"))
+}
+
+/// f32 dot product with eight independent accumulators, which the compiler
+/// turns into SIMD lanes.
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    debug_assert_eq!(a.len(), b.len());
+    let mut acc = [0.0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut sum: f32 = acc.iter().sum();
+    for (x, y) in ra.iter().zip(rb) {
+        sum += x * y;
+    }
+    sum
+}
+
+impl Ops for CpuOps {
+    type Weight = CpuWeight;
+    type Buf = CpuBuf;
+    type Cache = CpuCache;
+
+    fn buf(&mut self, rows: usize, cols: usize) -> Result<CpuBuf, BackendError> {
+        Ok(CpuBuf { rows, cols, data: vec![0.0; rows * cols] })
+    }
+
+    fn embed(&mut self, table: &CpuWeight, tokens: &[u32], out: &mut CpuBuf) -> Result<(), BackendError> {
+        let CpuWeight::Stored { ty, rows, cols, row_bytes, file, info } = table else {
+            return Err(shape_error("embed: table is not a matrix"));
+        };
+        if out.rows != tokens.len() || out.cols != *cols {
+            return Err(shape_error("embed"));
+        }
+        let data = file.tensor_data(info);
+        for (t, &id) in tokens.iter().enumerate() {
+            let id = id as usize;
+            if id >= *rows {
+                return Err(BackendError::InferenceFailed(format!("token id {id} is outside the vocabulary ({rows})")));
+            }
+            let src = &data[id * row_bytes..(id + 1) * row_bytes];
+            quant::dequantize(*ty, src, &mut out.data[t * cols..(t + 1) * cols])
+                .map_err(|e| BackendError::InferenceFailed(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    fn rms_norm(&mut self, x: &CpuBuf, weight: &CpuWeight, eps: f32, out: &mut CpuBuf) -> Result<(), BackendError> {
+        let w = weight.values();
+        if w.len() != x.cols || out.rows != x.rows || out.cols != x.cols {
+            return Err(shape_error("rms_norm"));
+        }
+        for (xr, or) in x.data.chunks_exact(x.cols).zip(out.data.chunks_exact_mut(x.cols)) {
+            let mean_sq = xr.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / x.cols as f64;
+            let scale = (1.0 / (mean_sq + eps as f64).sqrt()) as f32;
+            for ((o, &v), &g) in or.iter_mut().zip(xr).zip(w) {
+                *o = v * scale * g;
+            }
+        }
+        Ok(())
+    }
+
+    fn matmul(&mut self, x: &CpuBuf, w: &CpuWeight, bias: Option<&CpuWeight>, out: &mut CpuBuf) -> Result<(), BackendError> {
+        let CpuWeight::Stored { ty, rows, cols, row_bytes, file, info } = w else {
+            return Err(shape_error("matmul: weight is not a matrix"));
+        };
+        let (rows, cols, row_bytes, ty) = (*rows, *cols, *row_bytes, *ty);
+        if x.cols != cols || out.rows != x.rows || out.cols != rows {
+            return Err(shape_error(&format!("matmul {}: x {}x{}, w {rows}x{cols}, out {}x{}", info.name, x.rows, x.cols, out.rows, out.cols)));
+        }
+        let data = file.tensor_data(info);
+        let n = x.rows;
+        if n == 1 {
+            // Decode: one dot product per weight row, decoded in registers.
+            let xv = &x.data;
+            out.data.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(chunk, o)| {
+                for (i, slot) in o.iter_mut().enumerate() {
+                    let r = chunk * ROWS_PER_TASK + i;
+                    *slot = quant::vec_dot(ty, &data[r * row_bytes..(r + 1) * row_bytes], xv);
+                }
+            });
+        } else {
+            // Prefill: decode each weight row once, then use it for every token.
+            // Results are gathered as [row][token] and transposed afterwards.
+            let mut by_row = vec![0.0f32; rows * n];
+            by_row.par_chunks_mut(ROWS_PER_TASK * n).enumerate().for_each_init(
+                || vec![0.0f32; cols],
+                |decoded, (chunk, o)| {
+                    for (i, orow) in o.chunks_exact_mut(n).enumerate() {
+                        let r = chunk * ROWS_PER_TASK + i;
+                        quant::dequantize(ty, &data[r * row_bytes..(r + 1) * row_bytes], decoded)
+                            .expect("row size checked at load");
+                        for (t, slot) in orow.iter_mut().enumerate() {
+                            *slot = dot_f32(decoded, x.row(t));
+                        }
+                    }
+                },
+            );
+            for r in 0..rows {
+                for t in 0..n {
+                    out.data[t * rows + r] = by_row[r * n + t];
+                }
+            }
+        }
+        if let Some(b) = bias {
+            let b = b.values();
+            if b.len() != rows {
+                return Err(shape_error("matmul bias"));
+            }
+            for orow in out.data.chunks_exact_mut(rows) {
+                for (o, &bv) in orow.iter_mut().zip(b) {
+                    *o += bv;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn rope(&mut self, x: &mut CpuBuf, p: RopeParams) -> Result<(), BackendError> {
+        if x.cols != p.n_head * p.head_dim || p.n_rot > p.head_dim {
+            return Err(shape_error("rope"));
+        }
+        let half = p.n_rot / 2;
+        // theta_i = pos * scale * base^(-2i / n_rot), computed in f64.
+        let inv_freq: Vec<f64> = (0..half)
+            .map(|i| (p.freq_base as f64).powf(-2.0 * i as f64 / p.n_rot as f64))
+            .collect();
+        for (t, row) in x.data.chunks_exact_mut(x.cols).enumerate() {
+            let pos = (p.start_pos + t) as f64 * p.freq_scale as f64;
+            for head in row.chunks_exact_mut(p.head_dim) {
+                for (i, &f) in inv_freq.iter().enumerate() {
+                    let (sin, cos) = (pos * f).sin_cos();
+                    let (a, b) = match p.style {
+                        RopeStyle::Normal => (2 * i, 2 * i + 1),
+                        RopeStyle::Neox => (i, i + half),
+                    };
+                    let (x0, x1) = (head[a] as f64, head[b] as f64);
+                    head[a] = (x0 * cos - x1 * sin) as f32;
+                    head[b] = (x0 * sin + x1 * cos) as f32;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn attention(
+        &mut self,
+        q: &CpuBuf,
+        k: &CpuBuf,
+        v: &CpuBuf,
+        cache: &mut CpuCache,
+        s: AttentionShape,
+        out: &mut CpuBuf,
+    ) -> Result<(), BackendError> {
+        let (hd, kvd) = (s.head_dim, s.n_head_kv * s.head_dim);
+        if q.cols != s.n_head * hd || k.cols != kvd || v.cols != kvd || cache.kv_dim != kvd || out.cols != q.cols
+            || q.rows != s.n_tokens || out.rows != s.n_tokens
+        {
+            return Err(shape_error("attention"));
+        }
+        let end = s.start_pos + s.n_tokens;
+        if end > cache.capacity {
+            return Err(BackendError::InferenceFailed(format!(
+                "KV cache holds {} positions, {end} needed",
+                cache.capacity
+            )));
+        }
+        let (kc, vc) = (&mut cache.k[s.layer], &mut cache.v[s.layer]);
+        kc[s.start_pos * kvd..end * kvd].copy_from_slice(&k.data);
+        vc[s.start_pos * kvd..end * kvd].copy_from_slice(&v.data);
+        let (kc, vc) = (&cache.k[s.layer], &cache.v[s.layer]);
+
+        let group = s.n_head / s.n_head_kv;
+        let scale = 1.0 / (hd as f32).sqrt();
+        out.data.par_chunks_mut(hd).enumerate().for_each_init(Vec::new, |scores, (idx, o)| {
+            let (t, h) = (idx / s.n_head, idx % s.n_head);
+            let kvh = h / group;
+            let qv = &q.data[t * q.cols + h * hd..t * q.cols + (h + 1) * hd];
+            let n_ctx = s.start_pos + t + 1;
+            scores.clear();
+            scores.extend((0..n_ctx).map(|j| dot_f32(qv, &kc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd]) * scale));
+            let max = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0f64;
+            for sc in scores.iter_mut() {
+                *sc = (*sc - max).exp();
+                sum += *sc as f64;
+            }
+            let inv = (1.0 / sum) as f32;
+            o.fill(0.0);
+            for (j, &p) in scores.iter().enumerate() {
+                let vrow = &vc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd];
+                let p = p * inv;
+                for (oi, &vi) in o.iter_mut().zip(vrow) {
+                    *oi += p * vi;
+                }
+            }
+        });
+        Ok(())
+    }
+
+    fn swiglu(&mut self, gate: &CpuBuf, up: &CpuBuf, out: &mut CpuBuf) -> Result<(), BackendError> {
+        if gate.data.len() != up.data.len() || out.data.len() != up.data.len() {
+            return Err(shape_error("swiglu"));
+        }
+        for ((o, &g), &u) in out.data.iter_mut().zip(&gate.data).zip(&up.data) {
+            *o = g / (1.0 + (-g).exp()) * u;
+        }
+        Ok(())
+    }
+
+    fn add_assign(&mut self, x: &mut CpuBuf, y: &CpuBuf) -> Result<(), BackendError> {
+        if x.data.len() != y.data.len() {
+            return Err(shape_error("add"));
+        }
+        for (a, &b) in x.data.iter_mut().zip(&y.data) {
+            *a += b;
+        }
+        Ok(())
+    }
+
+    fn take_row(&mut self, x: &CpuBuf, row: usize) -> Result<CpuBuf, BackendError> {
+        if row >= x.rows {
+            return Err(shape_error("take_row"));
+        }
+        Ok(CpuBuf { rows: 1, cols: x.cols, data: x.row(row).to_vec() })
+    }
+
+    fn to_host(&mut self, x: &CpuBuf, out: &mut Vec<f32>) -> Result<(), BackendError> {
+        out.clear();
+        out.extend_from_slice(&x.data);
+        Ok(())
+    }
+
+    fn row_to_host(&mut self, x: &CpuBuf, row: usize, out: &mut Vec<f32>) -> Result<(), BackendError> {
+        if row >= x.rows {
+            return Err(shape_error("row_to_host"));
+        }
+        out.clear();
+        out.extend_from_slice(x.row(row));
+        Ok(())
+    }
+}

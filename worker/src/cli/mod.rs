@@ -1,0 +1,3 @@
+//! Command-line entry points.
+
+pub mod generate;

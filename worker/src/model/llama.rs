@@ -1,0 +1,219 @@
+//! The llama family (`llama`, `qwen2`): GGUF tensor names, shapes, and the
+//! forward pass, following llama.cpp's `build_llama` / `build_qwen2` graphs.
+//!
+//! Per layer: RMSNorm, Q/K/V projections (+ biases on qwen2), RoPE in the
+//! architecture's style, causal grouped-query attention over the KV cache,
+//! output projection, residual; RMSNorm, SwiGLU feed-forward, residual.
+//! Then `output_norm` and the LM head (`output`, or the tied `token_embd`).
+
+use crate::backend::{BackendError, Checkpoints, Logits};
+use crate::gguf::{GgufFile, TensorInfo};
+use crate::model::config::ModelConfig;
+use crate::model::ops::{AttentionShape, Ops, RopeParams};
+
+/// One transformer block's weights.
+pub struct LayerWeights<W> {
+    pub attn_norm: W,
+    pub wq: W,
+    pub wk: W,
+    pub wv: W,
+    pub bq: Option<W>,
+    pub bk: Option<W>,
+    pub bv: Option<W>,
+    pub wo: W,
+    pub ffn_norm: W,
+    pub ffn_gate: W,
+    pub ffn_up: W,
+    pub ffn_down: W,
+}
+
+/// All weights of a llama-family model, as handles of a backend's weight type.
+pub struct LlamaWeights<W> {
+    pub token_embd: W,
+    pub layers: Vec<LayerWeights<W>>,
+    pub output_norm: W,
+    /// `None` when the LM head is tied to `token_embd`.
+    pub output: Option<W>,
+}
+
+/// Where a weight's bytes are and what logical shape it has.
+pub struct WeightSpec<'a> {
+    pub info: &'a TensorInfo,
+    /// `[rows, cols]`; a vector is `[1, len]`.
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl<W> LlamaWeights<W> {
+    /// Every tensor name this architecture reads, for checks that nothing is
+    /// left unused (M0-W-1213).
+    pub fn tensor_names(cfg: &ModelConfig, file: &GgufFile) -> Vec<String> {
+        let mut names = vec!["token_embd.weight".to_string(), "output_norm.weight".to_string()];
+        if file.tensor("output.weight").is_some() {
+            names.push("output.weight".into());
+        }
+        for i in 0..cfg.n_layer {
+            for n in ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"] {
+                names.push(format!("blk.{i}.{n}.weight"));
+            }
+            if cfg.architecture.has_qkv_bias() {
+                for n in ["attn_q", "attn_k", "attn_v"] {
+                    names.push(format!("blk.{i}.{n}.bias"));
+                }
+            }
+        }
+        names
+    }
+
+    /// Binds every tensor through `upload`, checking each one's shape first.
+    pub fn load(
+        cfg: &ModelConfig,
+        file: &GgufFile,
+        upload: &mut dyn FnMut(WeightSpec<'_>) -> Result<W, BackendError>,
+    ) -> Result<Self, BackendError> {
+        let mut get = |name: &str, rows: usize, cols: usize| -> Result<W, BackendError> {
+            let info = file
+                .tensor(name)
+                .ok_or_else(|| BackendError::ModelLoadFailed(format!("tensor {name} is missing")))?;
+            let want: &[u64] = if rows == 1 { &[cols as u64] } else { &[cols as u64, rows as u64] };
+            if info.dims != want {
+                return Err(BackendError::ModelLoadFailed(format!(
+                    "tensor {name} has shape {:?}, expected {want:?} (ne0 first)",
+                    info.dims
+                )));
+            }
+            upload(WeightSpec { info, rows, cols })
+        };
+
+        let (d, v, ff) = (cfg.n_embd, cfg.vocab_size, cfg.n_ff);
+        let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
+        let token_embd = get("token_embd.weight", v, d)?;
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for i in 0..cfg.n_layer {
+            let n = |s: &str| format!("blk.{i}.{s}");
+            let bias = cfg.architecture.has_qkv_bias();
+            layers.push(LayerWeights {
+                attn_norm: get(&n("attn_norm.weight"), 1, d)?,
+                wq: get(&n("attn_q.weight"), qd, d)?,
+                wk: get(&n("attn_k.weight"), kvd, d)?,
+                wv: get(&n("attn_v.weight"), kvd, d)?,
+                bq: if bias { Some(get(&n("attn_q.bias"), 1, qd)?) } else { None },
+                bk: if bias { Some(get(&n("attn_k.bias"), 1, kvd)?) } else { None },
+                bv: if bias { Some(get(&n("attn_v.bias"), 1, kvd)?) } else { None },
+                wo: get(&n("attn_output.weight"), d, qd)?,
+                ffn_norm: get(&n("ffn_norm.weight"), 1, d)?,
+                ffn_gate: get(&n("ffn_gate.weight"), ff, d)?,
+                ffn_up: get(&n("ffn_up.weight"), ff, d)?,
+                ffn_down: get(&n("ffn_down.weight"), d, ff)?,
+            });
+        }
+        let output_norm = get("output_norm.weight", 1, d)?;
+        let output = match file.tensor("output.weight") {
+            Some(_) => Some(get("output.weight", v, d)?),
+            None => None,
+        };
+        Ok(LlamaWeights { token_embd, layers, output_norm, output })
+    }
+}
+
+/// Runs `tokens` at positions `start_pos..` through the model, appending
+/// their K/V to `cache`, and writes the requested logits to `out`.
+#[allow(clippy::too_many_arguments)]
+pub fn forward<O: Ops>(
+    ops: &mut O,
+    cfg: &ModelConfig,
+    w: &LlamaWeights<O::Weight>,
+    cache: &mut O::Cache,
+    tokens: &[u32],
+    start_pos: usize,
+    logits: Logits,
+    out: &mut Vec<f32>,
+    mut checkpoints: Option<&mut Checkpoints>,
+) -> Result<(), BackendError> {
+    let n = tokens.len();
+    if n == 0 {
+        return Err(BackendError::InferenceFailed("forward called with no tokens".into()));
+    }
+    let (d, qd, kvd) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim());
+    let last = n - 1;
+    let mut host_row = Vec::new();
+    let mut record = |ops: &mut O, name: &str, x: &O::Buf, cp: &mut Option<&mut Checkpoints>| -> Result<(), BackendError> {
+        if let Some(cp) = cp.as_deref_mut() {
+            ops.row_to_host(x, last, &mut host_row)?;
+            cp.record(name, &host_row);
+        }
+        Ok(())
+    };
+
+    let mut x = ops.buf(n, d)?;
+    ops.embed(&w.token_embd, tokens, &mut x)?;
+    record(ops, "inp_embd", &x, &mut checkpoints)?;
+
+    let mut h = ops.buf(n, d)?;
+    let mut q = ops.buf(n, qd)?;
+    let mut k = ops.buf(n, kvd)?;
+    let mut v = ops.buf(n, kvd)?;
+    let mut attn = ops.buf(n, qd)?;
+    let mut proj = ops.buf(n, d)?;
+    let mut gate = ops.buf(n, cfg.n_ff)?;
+    let mut up = ops.buf(n, cfg.n_ff)?;
+    let mut act = ops.buf(n, cfg.n_ff)?;
+    let rope = |n_head| RopeParams {
+        n_head,
+        head_dim: cfg.head_dim,
+        n_rot: cfg.n_rot,
+        start_pos,
+        freq_base: cfg.rope_freq_base,
+        freq_scale: cfg.rope_freq_scale,
+        style: cfg.rope_style(),
+    };
+
+    for (il, l) in w.layers.iter().enumerate() {
+        ops.rms_norm(&x, &l.attn_norm, cfg.rms_eps, &mut h)?;
+        ops.matmul(&h, &l.wq, l.bq.as_ref(), &mut q)?;
+        ops.matmul(&h, &l.wk, l.bk.as_ref(), &mut k)?;
+        ops.matmul(&h, &l.wv, l.bv.as_ref(), &mut v)?;
+        ops.rope(&mut q, rope(cfg.n_head))?;
+        ops.rope(&mut k, rope(cfg.n_head_kv))?;
+        let shape = AttentionShape {
+            layer: il,
+            start_pos,
+            n_tokens: n,
+            n_head: cfg.n_head,
+            n_head_kv: cfg.n_head_kv,
+            head_dim: cfg.head_dim,
+        };
+        ops.attention(&q, &k, &v, cache, shape, &mut attn)?;
+        ops.matmul(&attn, &l.wo, None, &mut proj)?;
+        ops.add_assign(&mut x, &proj)?;
+
+        ops.rms_norm(&x, &l.ffn_norm, cfg.rms_eps, &mut h)?;
+        ops.matmul(&h, &l.ffn_gate, None, &mut gate)?;
+        ops.matmul(&h, &l.ffn_up, None, &mut up)?;
+        ops.swiglu(&gate, &up, &mut act)?;
+        ops.matmul(&act, &l.ffn_down, None, &mut proj)?;
+        ops.add_assign(&mut x, &proj)?;
+        record(ops, &format!("l_out-{il}"), &x, &mut checkpoints)?;
+    }
+
+    // Only the rows whose logits are wanted go through the final norm and head.
+    let x = match logits {
+        Logits::All => x,
+        Logits::Last if n == 1 => x,
+        Logits::Last => ops.take_row(&x, last)?,
+    };
+    let rows = match logits {
+        Logits::All => n,
+        Logits::Last => 1,
+    };
+    let mut normed = ops.buf(rows, d)?;
+    ops.rms_norm(&x, &w.output_norm, cfg.rms_eps, &mut normed)?;
+    if let Some(cp) = checkpoints.as_deref_mut() {
+        ops.row_to_host(&normed, rows - 1, &mut host_row)?;
+        cp.record("result_norm", &host_row);
+    }
+    let head = w.output.as_ref().unwrap_or(&w.token_embd);
+    let mut result = ops.buf(rows, cfg.vocab_size)?;
+    ops.matmul(&normed, head, None, &mut result)?;
+    ops.to_host(&result, out)
+}

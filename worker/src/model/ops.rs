@@ -1,0 +1,86 @@
+//! The operations a device provides to run an architecture's graph.
+//!
+//! Architecture files (`llama.rs`) describe the forward pass once in terms of
+//! these operations; each backend implements them (`backend::cpu` in plain
+//! Rust, `backend::cuda` with kernels), so both backends run the same graph
+//! (M0-W-1213). Activations are f32 matrices, row-major, one row per token.
+
+use crate::backend::BackendError;
+use crate::model::config::RopeStyle;
+
+/// Shape of one attention call.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionShape {
+    pub layer: usize,
+    /// Position of the first query row; the cache holds `start_pos + n_tokens` entries after the store.
+    pub start_pos: usize,
+    pub n_tokens: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+}
+
+/// Parameters of one RoPE call.
+#[derive(Clone, Copy, Debug)]
+pub struct RopeParams {
+    pub n_head: usize,
+    pub head_dim: usize,
+    pub n_rot: usize,
+    pub start_pos: usize,
+    pub freq_base: f32,
+    pub freq_scale: f32,
+    pub style: RopeStyle,
+}
+
+pub trait Ops {
+    /// A weight tensor as stored in the file (possibly quantized), with its
+    /// logical shape `[rows, cols]` (`cols` = GGUF `ne0`, contiguous).
+    type Weight;
+    /// An f32 activation matrix `[rows, cols]`.
+    type Buf;
+    /// The KV cache of one sequence, all layers.
+    type Cache;
+
+    /// A zeroed activation matrix.
+    fn buf(&mut self, rows: usize, cols: usize) -> Result<Self::Buf, BackendError>;
+
+    /// `out[t] = table[tokens[t]]`, decoding the table's stored format.
+    fn embed(&mut self, table: &Self::Weight, tokens: &[u32], out: &mut Self::Buf) -> Result<(), BackendError>;
+
+    /// `out[t] = x[t] / rms(x[t]) * weight`.
+    fn rms_norm(&mut self, x: &Self::Buf, weight: &Self::Weight, eps: f32, out: &mut Self::Buf) -> Result<(), BackendError>;
+
+    /// `out[t][r] = sum_c x[t][c] * w[r][c]` (+ `bias[r]` when given).
+    fn matmul(&mut self, x: &Self::Buf, w: &Self::Weight, bias: Option<&Self::Weight>, out: &mut Self::Buf) -> Result<(), BackendError>;
+
+    /// Rotates each head of every row in place; row `t` is at position `start_pos + t`.
+    fn rope(&mut self, x: &mut Self::Buf, p: RopeParams) -> Result<(), BackendError>;
+
+    /// Writes rows of K and V into the cache at positions `start_pos..`, then
+    /// computes causal grouped-query attention of `q` over positions
+    /// `0..=start_pos + t` for each row `t`.
+    fn attention(
+        &mut self,
+        q: &Self::Buf,
+        k: &Self::Buf,
+        v: &Self::Buf,
+        cache: &mut Self::Cache,
+        shape: AttentionShape,
+        out: &mut Self::Buf,
+    ) -> Result<(), BackendError>;
+
+    /// `out = silu(gate) * up`, elementwise.
+    fn swiglu(&mut self, gate: &Self::Buf, up: &Self::Buf, out: &mut Self::Buf) -> Result<(), BackendError>;
+
+    /// `x += y`, elementwise.
+    fn add_assign(&mut self, x: &mut Self::Buf, y: &Self::Buf) -> Result<(), BackendError>;
+
+    /// Copies row `row` of `x` into a new one-row matrix.
+    fn take_row(&mut self, x: &Self::Buf, row: usize) -> Result<Self::Buf, BackendError>;
+
+    /// Copies the whole matrix to the host, row-major.
+    fn to_host(&mut self, x: &Self::Buf, out: &mut Vec<f32>) -> Result<(), BackendError>;
+
+    /// Copies row `row` to the host (for checkpoints).
+    fn row_to_host(&mut self, x: &Self::Buf, row: usize, out: &mut Vec<f32>) -> Result<(), BackendError>;
+}

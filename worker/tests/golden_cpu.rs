@@ -1,0 +1,144 @@
+//! The CPU backend against llama.cpp's golden data for the reference model
+//! (testdata/golden, from `../shared/golden`): teacher-forced top-1 and top-10
+//! log-probabilities at the first 8 generated positions of each case, and
+//! free-running greedy generation.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use worker_orcd::backend::Logits;
+use worker_orcd::engine::generate::{generate, AbortReason, GeneratedToken, GenerationObserver, GenerationRequest};
+use worker_orcd::model::{load_model, LoadOptions, LoadedModel};
+use worker_orcd::sampling::{top_logprobs, SamplingParams};
+
+#[derive(Deserialize)]
+struct Golden {
+    cases: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+struct Case {
+    user_message: String,
+    prompt_token_ids: Vec<u32>,
+    generated_token_ids: Vec<u32>,
+    top10_logprobs_first8: Vec<Position>,
+}
+
+#[derive(Deserialize)]
+struct Position {
+    id: u32,
+    top_logprobs: Vec<Candidate>,
+}
+
+#[derive(Deserialize)]
+struct Candidate {
+    id: u32,
+    logprob: f32,
+}
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn golden() -> Golden {
+    let text = std::fs::read_to_string(workspace().join("testdata/golden/greedy.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The reference model, or `None` outside CI when it has not been fetched.
+fn reference_model() -> Option<LoadedModel> {
+    let path = workspace().join(".models/smollm2-135m-instruct-q4_1.gguf");
+    if !path.exists() {
+        assert!(std::env::var_os("CI").is_none(), "CI must fetch the reference model first (ci/fetch-model)");
+        eprintln!("skipping: {} is absent; run ci/fetch-model", path.display());
+        return None;
+    }
+    Some(load_model(&path, &LoadOptions::default(), &mut |_| {}).expect("reference model loads"))
+}
+
+fn log_softmax(logits: &[f32]) -> Vec<f64> {
+    let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
+    logits.iter().map(|&l| l as f64 - max - sum.ln()).collect()
+}
+
+#[test]
+fn teacher_forced_logprobs_match_llama_cpp() {
+    let Some(mut model) = reference_model() else { return };
+    let vocab = model.info.vocab_size;
+    let (mut worst, mut total, mut count, mut top1_ok, mut top1_all) = (0.0f64, 0.0f64, 0usize, 0, 0);
+    for case in golden().cases {
+        let forced = &case.generated_token_ids[..8];
+        let mut tokens = case.prompt_token_ids.clone();
+        tokens.extend_from_slice(&forced[..7]);
+        model.backend.begin_sequence(tokens.len()).unwrap();
+        let mut logits = Vec::new();
+        model.backend.forward(&tokens, Logits::All, &mut logits, None).unwrap();
+        model.backend.end_sequence();
+        assert_eq!(logits.len(), tokens.len() * vocab);
+
+        let first = case.prompt_token_ids.len() - 1;
+        for (i, pos) in case.top10_logprobs_first8.iter().enumerate() {
+            let row = &logits[(first + i) * vocab..(first + i + 1) * vocab];
+            let ours = log_softmax(row);
+            let top1 = top_logprobs(row, 1)[0].id;
+            top1_all += 1;
+            if top1 == pos.id {
+                top1_ok += 1;
+            } else {
+                eprintln!("{:?} position {i}: top-1 {top1}, llama.cpp {}", case.user_message, pos.id);
+            }
+            for c in &pos.top_logprobs {
+                let diff = (ours[c.id as usize] - c.logprob as f64).abs();
+                worst = worst.max(diff);
+                total += diff;
+                count += 1;
+                assert!(
+                    diff <= 0.1,
+                    "{:?} position {i} token {}: ours {:.4}, llama.cpp {:.4}",
+                    case.user_message,
+                    c.id,
+                    ours[c.id as usize],
+                    c.logprob
+                );
+            }
+        }
+    }
+    eprintln!(
+        "teacher forcing: top-1 {top1_ok}/{top1_all}; log-prob difference over {count} listed tokens: max {worst:.4} nats, mean {:.4} nats",
+        total / count as f64
+    );
+    assert_eq!(top1_ok, top1_all, "top-1 must agree at every position");
+}
+
+struct Collect(Vec<u32>);
+
+impl GenerationObserver for Collect {
+    fn should_abort(&mut self) -> Option<AbortReason> {
+        None
+    }
+    fn on_token(&mut self, token: GeneratedToken) -> Option<AbortReason> {
+        self.0.push(token.id);
+        None
+    }
+}
+
+#[test]
+fn free_running_greedy_matches_llama_cpp() {
+    let Some(mut model) = reference_model() else { return };
+    for case in golden().cases {
+        let want: Vec<u32> = case.generated_token_ids.iter().copied().filter(|&id| !model.tokenizer.is_eog(id)).collect();
+        let req = GenerationRequest {
+            prompt_tokens: case.prompt_token_ids.clone(),
+            max_tokens: want.len(),
+            sampling: SamplingParams { temperature: 0.0, ..SamplingParams::default() },
+            stop: Vec::new(),
+            logprobs: 0,
+        };
+        let mut got = Collect(Vec::new());
+        generate(model.backend.as_mut(), &model.tokenizer, &req, &mut got).unwrap();
+        let agree = got.0.iter().zip(&want).take_while(|(a, b)| a == b).count();
+        eprintln!("{:?}: first {agree} of {} tokens agree", case.user_message, want.len());
+        assert!(agree >= 8, "{:?}: only {agree} tokens agree: {:?} vs {:?}", case.user_message, got.0, want);
+    }
+}
