@@ -1,0 +1,377 @@
+//! The graph operations (`model::ops::Ops`) on the GPU, so that
+//! `llama::forward` runs unchanged on either backend.
+//!
+//! Weights are device blocks in their stored format; activations are f32
+//! row-major device matrices taken from the stream-ordered pool; the KV cache
+//! is f16, laid out `[layer][K|V][kv_head][capacity][head_dim]`. Every
+//! operation checks shapes before it launches (M0-W-1431).
+
+use std::sync::Arc;
+
+use cudarc::driver::result as drv;
+use cudarc::driver::sys::CUdeviceptr;
+
+use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
+use crate::backend::cuda::kernels::ATT_MAX_HEAD_DIM;
+use crate::backend::BackendError;
+use crate::model::config::RopeStyle;
+use crate::model::ops::{AttentionShape, Ops, RopeParams};
+use crate::quant::GgmlType;
+
+/// A weight on the device: `rows` rows of `cols` values of `ty`, each row
+/// `row_bytes` bytes, exactly as stored in the file. Vectors (norm weights,
+/// biases) have one row and are f32.
+pub struct CudaWeight {
+    pub(crate) mem: DevBuf,
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub row_bytes: usize,
+}
+
+impl CudaWeight {
+    pub fn ptr(&self) -> CUdeviceptr {
+        self.mem.ptr()
+    }
+}
+
+/// An f32 activation matrix `[rows, cols]` on the device.
+pub struct CudaBuf {
+    pub(crate) mem: DevBuf,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl CudaBuf {
+    pub fn ptr(&self) -> CUdeviceptr {
+        self.mem.ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows * self.cols
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn row_ptr(&self, row: usize) -> CUdeviceptr {
+        self.ptr() + (row * self.cols * 4) as u64
+    }
+}
+
+/// One sequence's KV cache: f16, `[n_layer][2][n_head_kv][capacity][head_dim]`.
+pub struct CudaCache {
+    mem: DevBuf,
+    pub n_layer: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub capacity: usize,
+}
+
+impl CudaCache {
+    /// Bytes a cache of these dimensions takes.
+    pub fn bytes_for(n_layer: usize, n_head_kv: usize, head_dim: usize, capacity: usize) -> u64 {
+        (n_layer * 2 * n_head_kv * capacity * head_dim * 2) as u64
+    }
+
+    /// Allocates a zeroed cache.
+    pub fn new(
+        dev: &Arc<CudaDevice>,
+        n_layer: usize,
+        n_head_kv: usize,
+        head_dim: usize,
+        capacity: usize,
+    ) -> Result<Self, BackendError> {
+        let bytes = Self::bytes_for(n_layer, n_head_kv, head_dim, capacity);
+        let mem = dev.alloc(Purpose::KvCache, bytes)?;
+        mem.zero(bytes)?;
+        Ok(CudaCache { mem, n_layer, n_head_kv, head_dim, capacity })
+    }
+
+    fn plane_bytes(&self) -> u64 {
+        (self.n_head_kv * self.capacity * self.head_dim * 2) as u64
+    }
+
+    /// Device addresses of layer `layer`'s K and V planes.
+    pub fn planes(&self, layer: usize) -> (CUdeviceptr, CUdeviceptr) {
+        let k = self.mem.ptr() + 2 * layer as u64 * self.plane_bytes();
+        (k, k + self.plane_bytes())
+    }
+
+    /// Copies position `pos` of layer `layer`, KV head `head`, to the host
+    /// as f16 bits `(k, v)` (for tests).
+    pub fn read_entry(
+        &self,
+        dev: &CudaDevice,
+        layer: usize,
+        head: usize,
+        pos: usize,
+    ) -> Result<(Vec<u16>, Vec<u16>), BackendError> {
+        let (kp, vp) = self.planes(layer);
+        let off = ((head * self.capacity + pos) * self.head_dim * 2) as u64;
+        let mut k = vec![0u16; self.head_dim];
+        let mut v = vec![0u16; self.head_dim];
+        dev.bind()?;
+        // SAFETY: the ranges lie inside the cache block.
+        unsafe {
+            drv::memcpy_dtoh_async(&mut k, kp + off, dev.cu_stream()).map_err(|e| driver_error("copying K", e))?;
+            drv::memcpy_dtoh_async(&mut v, vp + off, dev.cu_stream()).map_err(|e| driver_error("copying V", e))?;
+        }
+        dev.synchronize()?;
+        Ok((k, v))
+    }
+}
+
+/// The `Ops` implementation over one device.
+pub struct CudaOps {
+    pub(crate) dev: Arc<CudaDevice>,
+}
+
+fn shape_error(what: String) -> BackendError {
+    BackendError::InferenceFailed(format!("shape mismatch in {what}"))
+}
+
+impl CudaOps {
+    pub fn new(dev: Arc<CudaDevice>) -> Self {
+        CudaOps { dev }
+    }
+
+    /// Uploads an f32 host matrix (for tests and small inputs).
+    pub fn upload(&mut self, rows: usize, cols: usize, data: &[f32]) -> Result<CudaBuf, BackendError> {
+        if data.len() != rows * cols {
+            return Err(shape_error(format!("upload: {} values for {rows}x{cols}", data.len())));
+        }
+        let b = self.alloc_buf(rows, cols)?;
+        // SAFETY: the block holds at least `data.len()` f32 values; pageable
+        // host memory is staged before the call returns.
+        unsafe { drv::memcpy_htod_async(b.ptr(), data, self.dev.cu_stream()) }
+            .map_err(|e| driver_error("copying to the device", e))?;
+        Ok(b)
+    }
+
+    fn alloc_buf(&mut self, rows: usize, cols: usize) -> Result<CudaBuf, BackendError> {
+        self.dev.bind()?;
+        let mem = self.dev.alloc_async(Purpose::Scratch, (rows * cols * 4) as u64)?;
+        Ok(CudaBuf { mem, rows, cols })
+    }
+}
+
+impl Ops for CudaOps {
+    type Weight = CudaWeight;
+    type Buf = CudaBuf;
+    type Cache = CudaCache;
+
+    fn buf(&mut self, rows: usize, cols: usize) -> Result<CudaBuf, BackendError> {
+        let b = self.alloc_buf(rows, cols)?;
+        b.mem.zero((rows * cols * 4) as u64)?;
+        Ok(b)
+    }
+
+    fn embed(&mut self, table: &CudaWeight, tokens: &[u32], out: &mut CudaBuf) -> Result<(), BackendError> {
+        if tokens.is_empty() || out.rows != tokens.len() || out.cols != table.cols || table.cols == 0 {
+            return Err(shape_error(format!(
+                "embed: {} tokens, table {}x{}, out {}x{}",
+                tokens.len(),
+                table.rows,
+                table.cols,
+                out.rows,
+                out.cols
+            )));
+        }
+        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= table.rows) {
+            return Err(BackendError::InferenceFailed(format!(
+                "token id {id} is outside the vocabulary ({})",
+                table.rows
+            )));
+        }
+        self.dev.bind()?;
+        let ids = self.dev.alloc_async(Purpose::Scratch, (tokens.len() * 4) as u64)?;
+        // SAFETY: `ids` holds `tokens.len()` u32 values; pageable memory is
+        // staged before the call returns.
+        unsafe { drv::memcpy_htod_async(ids.ptr(), tokens, self.dev.cu_stream()) }
+            .map_err(|e| driver_error("copying token ids", e))?;
+        self.dev.kernels.embed(
+            &self.dev.stream,
+            table.ty,
+            table.ptr(),
+            table.row_bytes,
+            table.rows,
+            table.cols,
+            ids.ptr(),
+            tokens.len(),
+            out.ptr(),
+        )
+    }
+
+    fn rms_norm(&mut self, x: &CudaBuf, weight: &CudaWeight, eps: f32, out: &mut CudaBuf) -> Result<(), BackendError> {
+        if weight.ty != GgmlType::F32 || weight.rows != 1 || weight.cols != x.cols || out.rows != x.rows || out.cols != x.cols || x.is_empty() {
+            return Err(shape_error(format!("rms_norm: x {}x{}, w {}, out {}x{}", x.rows, x.cols, weight.cols, out.rows, out.cols)));
+        }
+        self.dev.bind()?;
+        self.dev.kernels.rms_norm(&self.dev.stream, x.ptr(), weight.ptr(), x.rows, x.cols, eps, out.ptr())
+    }
+
+    fn matmul(&mut self, x: &CudaBuf, w: &CudaWeight, bias: Option<&CudaWeight>, out: &mut CudaBuf) -> Result<(), BackendError> {
+        if x.cols != w.cols || out.rows != x.rows || out.cols != w.rows || x.is_empty() || w.rows == 0 {
+            return Err(shape_error(format!(
+                "matmul: x {}x{}, w {}x{}, out {}x{}",
+                x.rows, x.cols, w.rows, w.cols, out.rows, out.cols
+            )));
+        }
+        if w.ty.bytes_for(w.cols as u64) != Some(w.row_bytes as u64) || w.mem.bytes() < (w.rows * w.row_bytes) as u64 {
+            return Err(shape_error(format!("matmul: weight rows of {} bytes", w.row_bytes)));
+        }
+        let bias_ptr = match bias {
+            Some(b) if b.ty == GgmlType::F32 && b.rows == 1 && b.cols == w.rows => b.ptr(),
+            Some(b) => return Err(shape_error(format!("matmul bias of {} values for {} rows", b.cols, w.rows))),
+            None => 0,
+        };
+        self.dev.bind()?;
+        self.dev.kernels.matmul(
+            &self.dev.stream,
+            w.ty,
+            w.ptr(),
+            w.row_bytes,
+            w.rows,
+            w.cols,
+            x.ptr(),
+            x.rows,
+            bias_ptr,
+            out.ptr(),
+        )
+    }
+
+    fn rope(&mut self, x: &mut CudaBuf, p: RopeParams) -> Result<(), BackendError> {
+        if x.cols != p.n_head * p.head_dim || p.n_rot > p.head_dim || p.n_rot % 2 != 0 || x.is_empty() {
+            return Err(shape_error(format!("rope: x {}x{}, {} heads of {}", x.rows, x.cols, p.n_head, p.head_dim)));
+        }
+        if p.n_rot == 0 {
+            return Ok(());
+        }
+        let style = match p.style {
+            RopeStyle::Normal => 0,
+            RopeStyle::Neox => 1,
+        };
+        self.dev.bind()?;
+        self.dev.kernels.rope(
+            &self.dev.stream,
+            x.ptr(),
+            x.rows,
+            p.n_head,
+            p.head_dim,
+            p.n_rot,
+            p.start_pos,
+            p.freq_base,
+            p.freq_scale,
+            style,
+        )
+    }
+
+    fn attention(
+        &mut self,
+        q: &CudaBuf,
+        k: &CudaBuf,
+        v: &CudaBuf,
+        cache: &mut CudaCache,
+        s: AttentionShape,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        let (hd, kvd) = (s.head_dim, s.n_head_kv * s.head_dim);
+        if s.n_tokens == 0
+            || s.n_head_kv == 0
+            || s.n_head % s.n_head_kv != 0
+            || hd == 0
+            || hd > ATT_MAX_HEAD_DIM
+            || q.cols != s.n_head * hd
+            || k.cols != kvd
+            || v.cols != kvd
+            || q.rows != s.n_tokens
+            || k.rows != s.n_tokens
+            || v.rows != s.n_tokens
+            || out.rows != s.n_tokens
+            || out.cols != q.cols
+            || cache.n_head_kv != s.n_head_kv
+            || cache.head_dim != hd
+            || s.layer >= cache.n_layer
+        {
+            return Err(shape_error(format!("attention: {s:?}")));
+        }
+        let end = s.start_pos + s.n_tokens;
+        if end > cache.capacity {
+            return Err(BackendError::InferenceFailed(format!(
+                "KV cache holds {} positions, {end} needed",
+                cache.capacity
+            )));
+        }
+        let (kc, vc) = cache.planes(s.layer);
+        self.dev.bind()?;
+        let st = &self.dev.stream;
+        self.dev.kernels.kv_store(st, k.ptr(), v.ptr(), s.n_tokens, s.n_head_kv, hd, s.start_pos, cache.capacity, kc, vc)?;
+        let scale = 1.0 / (hd as f32).sqrt();
+        self.dev.kernels.attention(
+            st,
+            q.ptr(),
+            s.n_tokens,
+            s.n_head,
+            s.n_head_kv,
+            hd,
+            s.start_pos,
+            cache.capacity,
+            kc,
+            vc,
+            scale,
+            out.ptr(),
+        )
+    }
+
+    fn swiglu(&mut self, gate: &CudaBuf, up: &CudaBuf, out: &mut CudaBuf) -> Result<(), BackendError> {
+        if gate.len() != up.len() || out.len() != up.len() || up.is_empty() {
+            return Err(shape_error("swiglu".into()));
+        }
+        self.dev.bind()?;
+        self.dev.kernels.swiglu(&self.dev.stream, gate.ptr(), up.ptr(), up.len(), out.ptr())
+    }
+
+    fn add_assign(&mut self, x: &mut CudaBuf, y: &CudaBuf) -> Result<(), BackendError> {
+        if x.len() != y.len() || x.is_empty() {
+            return Err(shape_error("add".into()));
+        }
+        self.dev.bind()?;
+        self.dev.kernels.add_assign(&self.dev.stream, x.ptr(), y.ptr(), x.len())
+    }
+
+    fn take_row(&mut self, x: &CudaBuf, row: usize) -> Result<CudaBuf, BackendError> {
+        if row >= x.rows {
+            return Err(shape_error("take_row".into()));
+        }
+        let out = self.alloc_buf(1, x.cols)?;
+        // SAFETY: both ranges are `cols` f32 values inside their blocks.
+        unsafe { drv::memcpy_dtod_async(out.ptr(), x.row_ptr(row), x.cols * 4, self.dev.cu_stream()) }
+            .map_err(|e| driver_error("copying a row", e))?;
+        Ok(out)
+    }
+
+    fn to_host(&mut self, x: &CudaBuf, out: &mut Vec<f32>) -> Result<(), BackendError> {
+        out.clear();
+        out.resize(x.len(), 0.0);
+        self.dev.bind()?;
+        // SAFETY: `out` holds exactly the block's `len` values.
+        unsafe { drv::memcpy_dtoh_async(out.as_mut_slice(), x.ptr(), self.dev.cu_stream()) }
+            .map_err(|e| driver_error("copying to the host", e))?;
+        self.dev.synchronize()
+    }
+
+    fn row_to_host(&mut self, x: &CudaBuf, row: usize, out: &mut Vec<f32>) -> Result<(), BackendError> {
+        if row >= x.rows {
+            return Err(shape_error("row_to_host".into()));
+        }
+        out.clear();
+        out.resize(x.cols, 0.0);
+        self.dev.bind()?;
+        // SAFETY: one row of `cols` f32 values inside the block.
+        unsafe { drv::memcpy_dtoh_async(out.as_mut_slice(), x.row_ptr(row), self.dev.cu_stream()) }
+            .map_err(|e| driver_error("copying to the host", e))?;
+        self.dev.synchronize()
+    }
+}
