@@ -68,7 +68,9 @@ pub enum GgufError {
         data_len: u64,
     },
 
-    #[error("tensor '{tensor}' data offset {offset} is not a multiple of the alignment {alignment}")]
+    #[error(
+        "tensor '{tensor}' data offset {offset} is not a multiple of the alignment {alignment}"
+    )]
     Misaligned {
         tensor: String,
         offset: u64,

@@ -24,13 +24,34 @@ pub(crate) const GGUF_VERSION: u32 = 3;
 pub(crate) const DEFAULT_ALIGNMENT: u64 = 32;
 pub(crate) const ALIGNMENT_KEY: &str = "general.alignment";
 
-/// Largest tensor count accepted: fewer than 10 000 (M0-W-1210).
-const MAX_TENSORS: u64 = 9_999;
-const MAX_KV: u64 = 65_536;
-const MAX_STRING_LEN: u64 = 16 << 20;
-const MAX_ARRAY_LEN: u64 = 16 << 20;
-/// A top-level array is depth 1; real files never nest at all.
-const MAX_NESTING: usize = 4;
+/// Caps on what a file may claim, so that a hostile file cannot make the
+/// reader allocate or loop beyond a fixed budget. A struct rather than
+/// constants so tests can shrink a cap that would take gigabytes to reach.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// Largest tensor count accepted: fewer than 10 000 (M0-W-1210).
+    pub tensors: u64,
+    pub kv: u64,
+    pub string_len: u64,
+    pub array_len: u64,
+    /// Array elements across all metadata. Each element becomes a 32-byte
+    /// `MetaValue`, so this bounds the heap a file full of u8 arrays could
+    /// claim (~1 GiB), independent of the file's size. Real tokenizers hold
+    /// a few million at most.
+    pub array_elems_total: u64,
+    /// A top-level array is depth 1; real files never nest at all.
+    pub nesting: usize,
+}
+
+pub(crate) const LIMITS: Limits = Limits {
+    tensors: 9_999,
+    kv: 65_536,
+    string_len: 16 << 20,
+    array_len: 16 << 20,
+    array_elems_total: 32 << 20,
+    nesting: 4,
+};
+
 /// ggml's GGML_MAX_DIMS.
 const MAX_DIMS: u32 = 4;
 
@@ -91,10 +112,10 @@ impl GgufFile {
             source,
         };
         let file = File::open(path).map_err(io)?;
-        // SAFETY: the map is read-only and private to this process. Another
-        // process truncating or rewriting the model file while it is served
-        // would change the bytes under us (or SIGBUS); like llama.cpp we
-        // accept that, as model files are not modified in place.
+        // SAFETY: the map is read-only, so we never write through it. Another
+        // process truncating or rewriting the model file while it is mapped
+        // would change the bytes under us (or raise SIGBUS); like llama.cpp
+        // we accept that, as model files are not modified in place.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         Self::from_storage(Storage::Mapped(map))
     }
@@ -165,6 +186,7 @@ impl fmt::Debug for GgufFile {
 struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
+    max_string_len: u64,
 }
 
 /// Describes what was being read, for error messages; only called on failure
@@ -172,8 +194,12 @@ struct Cursor<'a> {
 type What<'w> = &'w dyn Fn() -> String;
 
 impl<'a> Cursor<'a> {
-    fn new(buf: &'a [u8]) -> Self {
-        Cursor { buf, pos: 0 }
+    fn new(buf: &'a [u8], max_string_len: u64) -> Self {
+        Cursor {
+            buf,
+            pos: 0,
+            max_string_len,
+        }
     }
 
     fn offset(&self) -> u64 {
@@ -249,10 +275,10 @@ impl<'a> Cursor<'a> {
     /// A gguf string: u64 byte length, then that many UTF-8 bytes.
     fn string(&mut self, what: What) -> Result<String> {
         let len = self.u64(what)?;
-        if len > MAX_STRING_LEN {
+        if len > self.max_string_len {
             return Err(GgufError::StringTooLong {
                 len,
-                max: MAX_STRING_LEN,
+                max: self.max_string_len,
             });
         }
         let start = self.offset();
@@ -264,7 +290,7 @@ impl<'a> Cursor<'a> {
 }
 
 /// Everything [`GgufFile`] holds except the bytes.
-struct Parsed {
+pub(crate) struct Parsed {
     version: u32,
     metadata: Metadata,
     tensors: Vec<TensorInfo>,
@@ -274,9 +300,13 @@ struct Parsed {
 }
 
 fn parse(buf: &[u8]) -> Result<Parsed> {
-    let mut c = Cursor::new(buf);
-    let (tensor_count, kv_count) = read_header(&mut c)?;
-    let metadata = read_metadata(&mut c, kv_count)?;
+    parse_with(buf, &LIMITS)
+}
+
+pub(crate) fn parse_with(buf: &[u8], limits: &Limits) -> Result<Parsed> {
+    let mut c = Cursor::new(buf, limits.string_len);
+    let (tensor_count, kv_count) = read_header(&mut c, limits)?;
+    let metadata = MetaReader::new(&mut c, limits).read_all(kv_count)?;
     let alignment = read_alignment(&metadata)?;
     let (tensors, index) = read_tensor_infos(&mut c, tensor_count)?;
 
@@ -302,7 +332,7 @@ fn parse(buf: &[u8]) -> Result<Parsed> {
 
 /// Reads magic, version and the two counts; returns (tensor_count, kv_count).
 /// The caps are checked here, before anything is sized from the counts.
-fn read_header(c: &mut Cursor) -> Result<(u64, u64)> {
+fn read_header(c: &mut Cursor, limits: &Limits) -> Result<(u64, u64)> {
     let magic = c.u32(&|| "header magic".into())?;
     if magic != GGUF_MAGIC {
         return Err(GgufError::BadMagic(magic));
@@ -312,93 +342,131 @@ fn read_header(c: &mut Cursor) -> Result<(u64, u64)> {
         return Err(GgufError::UnsupportedVersion(version));
     }
     let tensor_count = c.u64(&|| "header tensor count".into())?;
-    if tensor_count > MAX_TENSORS {
+    if tensor_count > limits.tensors {
         return Err(GgufError::TooMany {
             what: "tensors",
             count: tensor_count,
-            max: MAX_TENSORS,
+            max: limits.tensors,
         });
     }
     let kv_count = c.u64(&|| "header metadata count".into())?;
-    if kv_count > MAX_KV {
+    if kv_count > limits.kv {
         return Err(GgufError::TooMany {
             what: "metadata entries",
             count: kv_count,
-            max: MAX_KV,
+            max: limits.kv,
         });
     }
     Ok((tensor_count, kv_count))
 }
 
-fn read_metadata(c: &mut Cursor, kv_count: u64) -> Result<Metadata> {
-    c.ensure(kv_count.checked_mul(MIN_KV_BYTES), &|| {
-        format!("{kv_count} metadata entries")
-    })?;
-    let mut metadata = Metadata::new();
-    for i in 0..kv_count {
-        let key = c.string(&|| format!("key of metadata entry {i}"))?;
-        let ty = c.u32(&|| format!("value type of key '{key}'"))?;
-        let value = read_value(c, &key, ty, 0)?;
-        metadata.insert(&key, value)?;
-    }
-    Ok(metadata)
+/// Reads the metadata section, counting array elements against the budget.
+struct MetaReader<'c, 'a> {
+    c: &'c mut Cursor<'a>,
+    limits: &'c Limits,
+    array_elems: u64,
 }
 
-/// Reads one value of type `ty`; `depth` is how many arrays enclose it.
-fn read_value(c: &mut Cursor, key: &str, ty: u32, depth: usize) -> Result<MetaValue> {
-    let what: What = &|| format!("value of key '{key}'");
-    Ok(match ty {
-        type_id::U8 => MetaValue::U8(c.u8(what)?),
-        type_id::I8 => MetaValue::I8(c.i8(what)?),
-        type_id::U16 => MetaValue::U16(c.u16(what)?),
-        type_id::I16 => MetaValue::I16(c.i16(what)?),
-        type_id::U32 => MetaValue::U32(c.u32(what)?),
-        type_id::I32 => MetaValue::I32(c.i32(what)?),
-        type_id::U64 => MetaValue::U64(c.u64(what)?),
-        type_id::I64 => MetaValue::I64(c.i64(what)?),
-        type_id::F32 => MetaValue::F32(c.f32(what)?),
-        type_id::F64 => MetaValue::F64(c.f64(what)?),
-        // The spec says 0 or 1; like ggml, any nonzero byte reads as true.
-        type_id::BOOL => MetaValue::Bool(c.u8(what)? != 0),
-        type_id::STRING => MetaValue::String(c.string(what)?),
-        type_id::ARRAY => read_array(c, key, depth + 1)?,
-        _ => {
-            return Err(GgufError::UnknownValueType {
-                key: key.to_owned(),
-                type_id: ty,
-            })
+impl<'c, 'a> MetaReader<'c, 'a> {
+    fn new(c: &'c mut Cursor<'a>, limits: &'c Limits) -> Self {
+        MetaReader {
+            c,
+            limits,
+            array_elems: 0,
         }
-    })
-}
+    }
 
-/// Reads an array's element type, count and elements; `depth` counts this
-/// array (1 for a top-level array).
-fn read_array(c: &mut Cursor, key: &str, depth: usize) -> Result<MetaValue> {
-    if depth > MAX_NESTING {
-        return Err(GgufError::NestingTooDeep { key: key.to_owned() });
+    fn read_all(mut self, kv_count: u64) -> Result<Metadata> {
+        self.c.ensure(kv_count.checked_mul(MIN_KV_BYTES), &|| {
+            format!("{kv_count} metadata entries")
+        })?;
+        let mut metadata = Metadata::new();
+        for i in 0..kv_count {
+            let key = self.c.string(&|| format!("key of metadata entry {i}"))?;
+            let ty = self.c.u32(&|| format!("value type of key '{key}'"))?;
+            let value = self.value(&key, ty, 0)?;
+            metadata.insert(&key, value)?;
+        }
+        Ok(metadata)
     }
-    let elem_ty = c.u32(&|| format!("array element type of key '{key}'"))?;
-    let count = c.u64(&|| format!("array length of key '{key}'"))?;
-    let min_elem = min_encoded_len(elem_ty).ok_or_else(|| GgufError::UnknownValueType {
-        key: key.to_owned(),
-        type_id: elem_ty,
-    })?;
-    if count > MAX_ARRAY_LEN {
-        return Err(GgufError::TooMany {
-            what: "array elements",
-            count,
-            max: MAX_ARRAY_LEN,
-        });
+
+    /// Reads one value of type `ty`; `depth` is how many arrays enclose it.
+    fn value(&mut self, key: &str, ty: u32, depth: usize) -> Result<MetaValue> {
+        let c = &mut *self.c;
+        let what: What = &|| format!("value of key '{key}'");
+        Ok(match ty {
+            type_id::U8 => MetaValue::U8(c.u8(what)?),
+            type_id::I8 => MetaValue::I8(c.i8(what)?),
+            type_id::U16 => MetaValue::U16(c.u16(what)?),
+            type_id::I16 => MetaValue::I16(c.i16(what)?),
+            type_id::U32 => MetaValue::U32(c.u32(what)?),
+            type_id::I32 => MetaValue::I32(c.i32(what)?),
+            type_id::U64 => MetaValue::U64(c.u64(what)?),
+            type_id::I64 => MetaValue::I64(c.i64(what)?),
+            type_id::F32 => MetaValue::F32(c.f32(what)?),
+            type_id::F64 => MetaValue::F64(c.f64(what)?),
+            // The spec says 0 or 1; like ggml, any nonzero byte reads as true.
+            type_id::BOOL => MetaValue::Bool(c.u8(what)? != 0),
+            type_id::STRING => MetaValue::String(c.string(what)?),
+            type_id::ARRAY => self.array(key, depth + 1)?,
+            _ => {
+                return Err(GgufError::UnknownValueType {
+                    key: key.to_owned(),
+                    type_id: ty,
+                })
+            }
+        })
     }
-    c.ensure(count.checked_mul(min_elem), &|| {
-        format!("{count} array elements of key '{key}'")
-    })?;
-    // `count` is bounded by the bytes left, so this allocation is too.
-    let mut items = Vec::with_capacity(count as usize);
-    for _ in 0..count {
-        items.push(read_value(c, key, elem_ty, depth)?);
+
+    /// Reads an array's element type, count and elements; `depth` counts
+    /// this array (1 for a top-level array).
+    fn array(&mut self, key: &str, depth: usize) -> Result<MetaValue> {
+        if depth > self.limits.nesting {
+            return Err(GgufError::NestingTooDeep {
+                key: key.to_owned(),
+            });
+        }
+        let elem_ty = self
+            .c
+            .u32(&|| format!("array element type of key '{key}'"))?;
+        let count = self.c.u64(&|| format!("array length of key '{key}'"))?;
+        let min_elem = min_encoded_len(elem_ty).ok_or_else(|| GgufError::UnknownValueType {
+            key: key.to_owned(),
+            type_id: elem_ty,
+        })?;
+        self.claim_elements(count)?;
+        self.c.ensure(count.checked_mul(min_elem), &|| {
+            format!("{count} array elements of key '{key}'")
+        })?;
+        // `count` is capped and bounded by the bytes left, so this
+        // allocation is too.
+        let mut items = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            items.push(self.value(key, elem_ty, depth)?);
+        }
+        Ok(MetaValue::Array(items))
     }
-    Ok(MetaValue::Array(items))
+
+    /// Checks `count` against the per-array cap and the file-wide budget.
+    fn claim_elements(&mut self, count: u64) -> Result<()> {
+        if count > self.limits.array_len {
+            return Err(GgufError::TooMany {
+                what: "array elements",
+                count,
+                max: self.limits.array_len,
+            });
+        }
+        // Both terms are capped well below u64::MAX: no overflow.
+        self.array_elems += count;
+        if self.array_elems > self.limits.array_elems_total {
+            return Err(GgufError::TooMany {
+                what: "array elements in all metadata",
+                count: self.array_elems,
+                max: self.limits.array_elems_total,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// Fewest bytes one value of a type takes in the file, or `None` for an
@@ -454,7 +522,10 @@ fn read_tensor_info(c: &mut Cursor, i: u64) -> Result<TensorInfo> {
     let what: What = &|| format!("info of tensor '{name}'");
     let n_dims = c.u32(what)?;
     if n_dims > MAX_DIMS {
-        return Err(bad_dims(&name, format!("{n_dims} dimensions, at most {MAX_DIMS} allowed")));
+        return Err(bad_dims(
+            &name,
+            format!("{n_dims} dimensions, at most {MAX_DIMS} allowed"),
+        ));
     }
     let mut dims = Vec::with_capacity(n_dims as usize);
     for _ in 0..n_dims {
@@ -495,14 +566,18 @@ fn element_count(name: &str, dims: &[u64]) -> Result<u64> {
 fn byte_size(name: &str, dims: &[u64], n_elements: u64, ty: GgmlType) -> Result<u64> {
     let ne0 = dims.first().copied().unwrap_or(1);
     let block = ty.block_len() as u64;
-    if ne0 % block != 0 {
+    if !ne0.is_multiple_of(block) {
         return Err(bad_dims(
             name,
             format!("row length {ne0} is not a multiple of the {ty} block length {block}"),
         ));
     }
-    ty.bytes_for(n_elements)
-        .ok_or_else(|| bad_dims(name, format!("byte size of {n_elements} {ty} values overflows u64")))
+    ty.bytes_for(n_elements).ok_or_else(|| {
+        bad_dims(
+            name,
+            format!("byte size of {n_elements} {ty} values overflows u64"),
+        )
+    })
 }
 
 fn bad_dims(name: &str, reason: String) -> GgufError {
@@ -516,14 +591,17 @@ fn bad_dims(name: &str, reason: String) -> GgufError {
 /// no byte with another tensor.
 fn check_placement(tensors: &[TensorInfo], alignment: u64, data_len: u64) -> Result<()> {
     for t in tensors {
-        if t.offset % alignment != 0 {
+        if !t.offset.is_multiple_of(alignment) {
             return Err(GgufError::Misaligned {
                 tensor: t.name.clone(),
                 offset: t.offset,
                 alignment,
             });
         }
-        if t.offset.checked_add(t.n_bytes).is_none_or(|end| end > data_len) {
+        if t.offset
+            .checked_add(t.n_bytes)
+            .is_none_or(|end| end > data_len)
+        {
             return Err(GgufError::TensorOutOfBounds {
                 tensor: t.name.clone(),
                 offset: t.offset,

@@ -6,6 +6,7 @@ use std::path::Path;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use super::reader::{parse_with, Limits, LIMITS};
 use super::*;
 use crate::quant::GgmlType;
 
@@ -19,7 +20,9 @@ fn s(v: &str) -> MetaValue {
 
 /// Deterministic filler bytes for tensor data.
 fn bytes(n: usize, seed: u8) -> Vec<u8> {
-    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 /// One metadata entry of every type, including nested arrays.
@@ -40,7 +43,10 @@ fn all_types() -> Vec<(&'static str, MetaValue)> {
         ("t.str", s("héllo ▁wörld")),
         ("t.empty_str", s("")),
         ("t.strs", MetaValue::Array(vec![s("a"), s(""), s("ccc")])),
-        ("t.f32s", MetaValue::Array(vec![MetaValue::F32(0.5), MetaValue::F32(-1.0)])),
+        (
+            "t.f32s",
+            MetaValue::Array(vec![MetaValue::F32(0.5), MetaValue::F32(-1.0)]),
+        ),
         ("t.empty", MetaValue::Array(vec![])),
         (
             "t.nested",
@@ -140,7 +146,10 @@ fn round_trip_metadata_and_tensors() {
         assert_eq!(t.ggml_type, ty);
         assert_eq!(t.n_elements, dims.iter().product::<u64>());
         assert_eq!(t.n_bytes, n_bytes);
-        assert_eq!(t.offset, next_offset, "{name} placed at the next aligned offset");
+        assert_eq!(
+            t.offset, next_offset,
+            "{name} placed at the next aligned offset"
+        );
         next_offset = (t.offset + n_bytes).next_multiple_of(32);
         assert_eq!(f.tensor_data(t), &bytes(n_bytes as usize, seed)[..]);
     }
@@ -155,7 +164,10 @@ fn round_trip_custom_alignment() {
     w.metadata("after", MetaValue::U8(1));
     let f = parse(w.to_bytes()).unwrap();
     assert_eq!(f.alignment, 256);
-    assert_eq!(f.metadata.get("general.alignment"), Some(&MetaValue::U32(256)));
+    assert_eq!(
+        f.metadata.get("general.alignment"),
+        Some(&MetaValue::U32(256))
+    );
     assert_eq!(f.data_offset % 256, 0);
     for t in &f.tensors {
         assert_eq!(t.offset % 256, 0, "{}", t.name);
@@ -194,7 +206,10 @@ fn file_without_tensors_may_omit_the_final_padding() {
     // Header 24 + key 8+12 + type 4 + string 8+10 = 66, padded to 96.
     assert_eq!(b.len(), 96);
     b.truncate(66);
-    assert_eq!(parse(b).unwrap().metadata.get_str("general.name").unwrap(), "vocab only");
+    assert_eq!(
+        parse(b).unwrap().metadata.get_str("general.name").unwrap(),
+        "vocab only"
+    );
 }
 
 #[test]
@@ -211,7 +226,10 @@ fn file_type_names() {
 fn assert_truncated(r: Result<GgufFile, GgufError>, what_contains: &str) {
     match r {
         Err(GgufError::Truncated { what, .. }) => {
-            assert!(what.contains(what_contains), "'{what}' should mention '{what_contains}'")
+            assert!(
+                what.contains(what_contains),
+                "'{what}' should mention '{what_contains}'"
+            )
         }
         other => panic!("expected Truncated ({what_contains}), got {other:?}"),
     }
@@ -244,7 +262,11 @@ fn named_writer() -> GgufWriter {
 #[test]
 fn truncated_at_named_places() {
     let full = named_writer().to_bytes();
-    let find = |needle: &[u8]| full.windows(needle.len()).position(|w| w == needle).unwrap();
+    let find = |needle: &[u8]| {
+        full.windows(needle.len())
+            .position(|w| w == needle)
+            .unwrap()
+    };
     let cut = |len: usize| parse(full[..len].to_vec());
 
     // Header.
@@ -280,7 +302,10 @@ fn truncated_at_named_places() {
     // Section boundary: tensor table complete, padding missing.
     let table_end = name + 4 + 4 + 16 + 4 + 8;
     let data_offset = parse(full.clone()).unwrap().data_offset as usize;
-    assert!(table_end < data_offset, "the layout has padding to cut into");
+    assert!(
+        table_end < data_offset,
+        "the layout has padding to cut into"
+    );
     assert_truncated(cut(table_end), "padding before the data section");
     assert_truncated(cut(data_offset - 1), "padding before the data section");
 }
@@ -364,7 +389,11 @@ fn too_many_tensors_fails_fast() {
 fn too_many_metadata_entries() {
     assert!(matches!(
         parse(header(3, 0, 65_537)),
-        Err(GgufError::TooMany { what: "metadata entries", count: 65_537, .. })
+        Err(GgufError::TooMany {
+            what: "metadata entries",
+            count: 65_537,
+            ..
+        })
     ));
     assert_truncated(parse(header(3, 0, 65_536)), "65536 metadata entries");
 }
@@ -379,11 +408,17 @@ fn absurd_string_lengths() {
     b.extend([0; 64]);
     assert!(matches!(
         parse(b),
-        Err(GgufError::StringTooLong { len: u64::MAX, max: 16_777_216 })
+        Err(GgufError::StringTooLong {
+            len: u64::MAX,
+            max: 16_777_216
+        })
     ));
     // In a value.
     let b = one_kv(8, &u64::MAX.to_le_bytes(), 64);
-    assert!(matches!(parse(b), Err(GgufError::StringTooLong { len: u64::MAX, .. })));
+    assert!(matches!(
+        parse(b),
+        Err(GgufError::StringTooLong { len: u64::MAX, .. })
+    ));
     // Under the cap but longer than the file.
     let b = one_kv(8, &(1u64 << 20).to_le_bytes(), 64);
     assert_truncated(parse(b), "value of key 'k'");
@@ -394,7 +429,11 @@ fn absurd_array_counts() {
     let b = one_kv(9, &array_header(4, u64::MAX), 64);
     assert!(matches!(
         parse(b),
-        Err(GgufError::TooMany { what: "array elements", count: u64::MAX, .. })
+        Err(GgufError::TooMany {
+            what: "array elements",
+            count: u64::MAX,
+            ..
+        })
     ));
     // 1M u32s need 4 MB; refused before allocating.
     let b = one_kv(9, &array_header(4, 1 << 20), 64);
@@ -405,6 +444,29 @@ fn absurd_array_counts() {
 }
 
 #[test]
+fn array_element_budget_spans_all_metadata() {
+    // The real budget (32 Mi elements) would take gigabytes to reach.
+    let limits = Limits {
+        array_elems_total: 10,
+        ..LIMITS
+    };
+    let mut w = GgufWriter::new();
+    w.metadata("a", MetaValue::Array(vec![MetaValue::U8(0); 6]))
+        .metadata("b", MetaValue::Array(vec![MetaValue::U8(0); 4]));
+    assert!(parse_with(&w.to_bytes(), &limits).is_ok());
+    // Nested arrays count too: one outer element, no inner ones.
+    w.metadata("c", MetaValue::Array(vec![MetaValue::Array(vec![])]));
+    assert!(matches!(
+        parse_with(&w.to_bytes(), &limits),
+        Err(GgufError::TooMany {
+            what: "array elements in all metadata",
+            count: 11,
+            max: 10
+        })
+    ));
+}
+
+#[test]
 fn unknown_value_types() {
     let b = one_kv(13, &[0; 8], 32);
     assert!(matches!(
@@ -412,7 +474,10 @@ fn unknown_value_types() {
         Err(GgufError::UnknownValueType { key, type_id: 13 }) if key == "k"
     ));
     let b = one_kv(9, &array_header(99, 1), 32);
-    assert!(matches!(parse(b), Err(GgufError::UnknownValueType { type_id: 99, .. })));
+    assert!(matches!(
+        parse(b),
+        Err(GgufError::UnknownValueType { type_id: 99, .. })
+    ));
 }
 
 #[test]
@@ -435,7 +500,10 @@ fn invalid_utf8_is_refused() {
     b.extend(2u64.to_le_bytes());
     b.extend([0xc3, 0x28]);
     b.extend([0; 32]);
-    assert!(matches!(parse(b), Err(GgufError::InvalidUtf8 { offset: 32 })));
+    assert!(matches!(
+        parse(b),
+        Err(GgufError::InvalidUtf8 { offset: 32 })
+    ));
 }
 
 #[test]
@@ -453,12 +521,19 @@ fn bad_alignment_values() {
     }
     let mut w = one_tensor_f32("t", 8);
     w.metadata("general.alignment", MetaValue::U32(0));
-    assert!(matches!(parse(w.to_bytes()), Err(GgufError::BadAlignment(0))));
+    assert!(matches!(
+        parse(w.to_bytes()),
+        Err(GgufError::BadAlignment(0))
+    ));
     let mut w = one_tensor_f32("t", 8);
     w.metadata("general.alignment", MetaValue::U64(32));
     assert!(matches!(
         parse(w.to_bytes()),
-        Err(GgufError::WrongType { expected: "u32", found: "u64", .. })
+        Err(GgufError::WrongType {
+            expected: "u32",
+            found: "u64",
+            ..
+        })
     ));
 }
 
@@ -508,7 +583,12 @@ fn offsets_past_the_end() {
         let mut w = one_tensor_f32("t", 8);
         w.raw_tensor("far", &[8], 0, offset);
         match parse(w.to_bytes()) {
-            Err(GgufError::TensorOutOfBounds { tensor, offset: o, size: 32, data_len: 32 }) => {
+            Err(GgufError::TensorOutOfBounds {
+                tensor,
+                offset: o,
+                size: 32,
+                data_len: 32,
+            }) => {
                 assert_eq!((tensor.as_str(), o), ("far", offset))
             }
             other => panic!("offset {offset}: expected TensorOutOfBounds, got {other:?}"),
@@ -541,7 +621,10 @@ fn overlapping_tensors() {
     let mut w = GgufWriter::new();
     w.raw_tensor("b", &[1], 0, 0);
     w.tensor("a", &[8], GgmlType::F32, bytes(32, 0));
-    assert!(matches!(parse(w.to_bytes()), Err(GgufError::TensorOverlap { .. })));
+    assert!(matches!(
+        parse(w.to_bytes()),
+        Err(GgufError::TensorOverlap { .. })
+    ));
 }
 
 #[test]
@@ -622,17 +705,23 @@ fn fuzz_mutations_never_panic() {
         }
     }
     eprintln!("fuzz: {ok} parsed, {err} refused");
-    assert!(ok > 0 && err > 0, "mutations should both keep and break files");
+    assert!(
+        ok > 0 && err > 0,
+        "mutations should both keep and break files"
+    );
 }
 
 // ---------------------------------------------------------------- real model
 
 #[test]
 fn reference_model_smollm2() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../.models/smollm2-135m-instruct-q4_1.gguf");
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../.models/smollm2-135m-instruct-q4_1.gguf");
     if !path.exists() {
-        eprintln!("skipping: {} not present (CI fetches it first)", path.display());
+        eprintln!(
+            "skipping: {} not present (CI fetches it first)",
+            path.display()
+        );
         return;
     }
     let f = GgufFile::open(&path).unwrap();
@@ -643,7 +732,10 @@ fn reference_model_smollm2() {
     assert_eq!(m.get_u64("llama.context_length").unwrap(), 8192);
     assert_eq!(m.get_u64("llama.embedding_length").unwrap(), 576);
     assert_eq!(m.get_u64("llama.block_count").unwrap(), 30);
-    assert_eq!(m.get_str_array("tokenizer.ggml.tokens").unwrap().len(), 49152);
+    assert_eq!(
+        m.get_str_array("tokenizer.ggml.tokens").unwrap().len(),
+        49152
+    );
     let file_type = m.get_u64("general.file_type").unwrap();
     assert_eq!(file_type, 3);
     assert_eq!(file_type_name(file_type as u32), Some("Q4_1"));

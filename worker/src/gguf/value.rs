@@ -316,11 +316,17 @@ mod tests {
         m.insert("s", MetaValue::String("hi".into())).unwrap();
         m.insert(
             "strs",
-            MetaValue::Array(vec![MetaValue::String("a".into()), MetaValue::String("b".into())]),
+            MetaValue::Array(vec![
+                MetaValue::String("a".into()),
+                MetaValue::String("b".into()),
+            ]),
         )
         .unwrap();
-        m.insert("ints", MetaValue::Array(vec![MetaValue::I32(-1), MetaValue::U64(2)]))
-            .unwrap();
+        m.insert(
+            "ints",
+            MetaValue::Array(vec![MetaValue::I32(-1), MetaValue::U64(2)]),
+        )
+        .unwrap();
         m.insert("big", MetaValue::Array(vec![MetaValue::U64(u64::MAX)]))
             .unwrap();
         m
@@ -366,23 +372,39 @@ mod tests {
         ));
         assert!(matches!(
             m.get_str("u"),
-            Err(GgufError::WrongType { expected: "string", found: "u32", .. })
+            Err(GgufError::WrongType {
+                expected: "string",
+                found: "u32",
+                ..
+            })
         ));
         assert!(matches!(
             m.opt_bool("s"),
-            Err(GgufError::WrongType { found: "string", .. })
+            Err(GgufError::WrongType {
+                found: "string",
+                ..
+            })
         ));
         assert!(matches!(
             m.get_str_array("ints"),
-            Err(GgufError::WrongType { found: "array of i32", .. })
+            Err(GgufError::WrongType {
+                found: "array of i32",
+                ..
+            })
         ));
         assert!(matches!(
             m.get_i64_array("big"),
-            Err(GgufError::WrongType { found: "array of u64", .. })
+            Err(GgufError::WrongType {
+                found: "array of u64",
+                ..
+            })
         ));
         assert!(matches!(
             m.get_f32_array("s"),
-            Err(GgufError::WrongType { found: "string", .. })
+            Err(GgufError::WrongType {
+                found: "string",
+                ..
+            })
         ));
     }
 

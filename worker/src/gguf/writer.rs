@@ -127,7 +127,10 @@ impl GgufWriter {
     /// Streams the file to `w`; tensor data is written from the buffers
     /// given, never copied into one big buffer.
     pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
-        let mut w = CountingWriter { inner: w, written: 0 };
+        let mut w = CountingWriter {
+            inner: w,
+            written: 0,
+        };
         let implicit_alignment = self.implicit_alignment_entry();
         let kv_count = self.metadata.len() + usize::from(implicit_alignment.is_some());
 
@@ -164,7 +167,7 @@ impl GgufWriter {
         let explicit = self.metadata.iter().any(|(k, _)| k == ALIGNMENT_KEY);
         // `alignment()` checked that it fits in a u32.
         (self.alignment != DEFAULT_ALIGNMENT && !explicit)
-            .then(|| MetaValue::U32(self.alignment as u32))
+            .then_some(MetaValue::U32(self.alignment as u32))
     }
 
     /// The data-section offset of each tensor entry, in order.
@@ -271,7 +274,10 @@ fn write_tensor_info<W: Write>(
     let (name, dims, type_id) = match entry {
         TensorEntry::Data { name, dims, ty, .. } => (name, dims, ty.id()),
         TensorEntry::Raw {
-            name, dims, type_id, ..
+            name,
+            dims,
+            type_id,
+            ..
         } => (name, dims, *type_id),
     };
     w.string(name)?;
