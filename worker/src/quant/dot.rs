@@ -167,9 +167,37 @@ mod avx2 {
     }
 
     // ---- helpers
+    //
+    // Plain `#[inline(always)]` functions (target features cannot be combined
+    // with `inline(always)`): they are only called from the kernels, which
+    // enable AVX2/FMA/F16C, and are always inlined into them.
 
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
+    /// A `T` at any alignment. Loads and stores go through this instead of the
+    /// `loadu`/`storeu` intrinsics or `read_unaligned`: those carry
+    /// debug-build precondition checks (overlap, null) that halve the speed
+    /// of these loops in the test and dev profiles; a packed field access
+    /// compiles to the same unaligned move with no checks.
+    #[repr(C, packed)]
+    #[derive(Clone, Copy)]
+    struct Unaligned<T: Copy>(T);
+
+    #[inline(always)]
+    unsafe fn ld<T: Copy>(p: *const u8) -> T {
+        (*(p as *const Unaligned<T>)).0
+    }
+
+    #[inline(always)]
+    unsafe fn st<T: Copy>(p: *mut u8, v: T) {
+        (*(p as *mut Unaligned<T>)).0 = v;
+    }
+
+    /// 8 floats at `x`.
+    #[inline(always)]
+    unsafe fn ldx(x: *const f32) -> __m256 {
+        ld(x as *const u8)
+    }
+
+    #[inline(always)]
     unsafe fn hsum(v: __m256) -> f32 {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -178,85 +206,76 @@ mod avx2 {
     }
 
     /// The f16 at `p` (any alignment) as f32.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
+    #[inline(always)]
     unsafe fn f16_at(p: *const u8) -> f32 {
-        let bits = (p as *const u16).read_unaligned();
+        let bits: u16 = ld(p);
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
     }
 
     /// Bytes 0..8 of `v`, zero-extended, as 8 floats.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
+    #[inline(always)]
     unsafe fn u8lo_ps(v: __m128i) -> __m256 {
         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v))
     }
 
     /// Bytes 8..16 of `v`, zero-extended, as 8 floats.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
+    #[inline(always)]
     unsafe fn u8hi_ps(v: __m128i) -> __m256 {
         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(v, v)))
     }
 
     /// Bytes 0..8 of `v`, sign-extended, as 8 floats.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
+    #[inline(always)]
     unsafe fn i8lo_ps(v: __m128i) -> __m256 {
         _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))
     }
 
     /// Bytes 8..16 of `v`, sign-extended, as 8 floats.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
+    #[inline(always)]
     unsafe fn i8hi_ps(v: __m128i) -> __m256 {
         _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(v, v)))
     }
 
     /// 8 signed bytes at `p` as 8 floats.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
+    #[inline(always)]
     unsafe fn i8x8_ps(p: *const i8) -> __m256 {
-        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p as *const __m128i)))
+        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(ld::<i64>(p as *const u8))))
     }
 
     /// 8 unsigned bytes at `p` as 8 floats.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
+    #[inline(always)]
     unsafe fn u8x8_ps(p: *const u8) -> __m256 {
-        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i)))
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(ld::<i64>(p))))
     }
 
     /// Low and high nibbles of 16 bytes: (values 0..16, values 16..32).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
+    #[inline(always)]
     unsafe fn nibbles(v: __m128i) -> (__m128i, __m128i) {
         let m4 = _mm_set1_epi8(0x0F);
         (_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4))
     }
 
     /// `sum(q[i] * x[i])` over 32 values as 8 lanes, `q` given as 4 vectors.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
+    #[inline(always)]
     unsafe fn dot32(q: [__m256; 4], x: *const f32) -> __m256 {
-        let p = _mm256_mul_ps(q[0], _mm256_loadu_ps(x));
-        let p = _mm256_fmadd_ps(q[1], _mm256_loadu_ps(x.add(8)), p);
-        let p = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(x.add(16)), p);
-        _mm256_fmadd_ps(q[3], _mm256_loadu_ps(x.add(24)), p)
+        let p = _mm256_mul_ps(q[0], ldx(x));
+        let p = _mm256_fmadd_ps(q[1], ldx(x.add(8)), p);
+        let p = _mm256_fmadd_ps(q[2], ldx(x.add(16)), p);
+        _mm256_fmadd_ps(q[3], ldx(x.add(24)), p)
     }
 
     /// `sum(x[i])` over 32 values as 8 lanes.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
+    #[inline(always)]
     unsafe fn sum32(x: *const f32) -> __m256 {
-        let a = _mm256_add_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x.add(8)));
-        let b = _mm256_add_ps(_mm256_loadu_ps(x.add(16)), _mm256_loadu_ps(x.add(24)));
+        let a = _mm256_add_ps(ldx(x), ldx(x.add(8)));
+        let b = _mm256_add_ps(ldx(x.add(16)), ldx(x.add(24)));
         _mm256_add_ps(a, b)
     }
 
     // ---- plain types
 
     #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline(never)]
     unsafe fn dot_f32(r: *const u8, x: *const f32, n: usize) -> f32 {
         let r = r as *const f32;
         let mut acc = [_mm256_setzero_ps(); 4];
@@ -264,28 +283,29 @@ mod avx2 {
         while i + 32 <= n {
             for (k, a) in acc.iter_mut().enumerate() {
                 let o = i + 8 * k;
-                *a = _mm256_fmadd_ps(_mm256_loadu_ps(r.add(o)), _mm256_loadu_ps(x.add(o)), *a);
+                *a = _mm256_fmadd_ps(ldx(r.add(o)), ldx(x.add(o)), *a);
             }
             i += 32;
         }
         let mut s =
             hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
         while i < n {
-            s += r.add(i).read_unaligned() * *x.add(i);
+            s += ld::<f32>(r.add(i) as *const u8) * *x.add(i);
             i += 1;
         }
         s
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline(never)]
     unsafe fn dot_f16(r: *const u8, x: *const f32, n: usize) -> f32 {
         let mut acc = [_mm256_setzero_ps(); 4];
         let mut i = 0;
         while i + 32 <= n {
             for (k, a) in acc.iter_mut().enumerate() {
                 let o = i + 8 * k;
-                let w = _mm256_cvtph_ps(_mm_loadu_si128(r.add(2 * o) as *const __m128i));
-                *a = _mm256_fmadd_ps(w, _mm256_loadu_ps(x.add(o)), *a);
+                let w = _mm256_cvtph_ps(ld::<__m128i>(r.add(2 * o)));
+                *a = _mm256_fmadd_ps(w, ldx(x.add(o)), *a);
             }
             i += 32;
         }
@@ -299,22 +319,23 @@ mod avx2 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline(never)]
     unsafe fn dot_bf16(r: *const u8, x: *const f32, n: usize) -> f32 {
         let mut acc = [_mm256_setzero_ps(); 4];
         let mut i = 0;
         while i + 32 <= n {
             for (k, a) in acc.iter_mut().enumerate() {
                 let o = i + 8 * k;
-                let h = _mm256_cvtepu16_epi32(_mm_loadu_si128(r.add(2 * o) as *const __m128i));
+                let h = _mm256_cvtepu16_epi32(ld::<__m128i>(r.add(2 * o)));
                 let w = _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
-                *a = _mm256_fmadd_ps(w, _mm256_loadu_ps(x.add(o)), *a);
+                *a = _mm256_fmadd_ps(w, ldx(x.add(o)), *a);
             }
             i += 32;
         }
         let mut s =
             hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
         while i < n {
-            let bits = (r.add(2 * i) as *const u16).read_unaligned();
+            let bits: u16 = ld(r.add(2 * i));
             s += f32::from_bits((bits as u32) << 16) * *x.add(i);
             i += 1;
         }
@@ -324,13 +345,14 @@ mod avx2 {
     // ---- 32-value blocks
 
     #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline(never)]
     unsafe fn dot_q4_0(r: *const u8, x: *const f32, nb: usize) -> f32 {
         let eight = _mm_set1_epi8(8);
         let mut acc = _mm256_setzero_ps();
         for i in 0..nb {
             let b = r.add(18 * i);
             let xb = x.add(32 * i);
-            let (lo, hi) = nibbles(_mm_loadu_si128(b.add(2) as *const __m128i));
+            let (lo, hi) = nibbles(ld::<__m128i>(b.add(2)));
             let (lo, hi) = (_mm_sub_epi8(lo, eight), _mm_sub_epi8(hi, eight));
             let q = [i8lo_ps(lo), i8hi_ps(lo), i8lo_ps(hi), i8hi_ps(hi)];
             acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(b)), dot32(q, xb), acc);
@@ -339,13 +361,14 @@ mod avx2 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline(never)]
     unsafe fn dot_q4_1(r: *const u8, x: *const f32, nb: usize) -> f32 {
         let mut acc = _mm256_setzero_ps();
         let mut accm = _mm256_setzero_ps();
         for i in 0..nb {
             let b = r.add(20 * i);
             let xb = x.add(32 * i);
-            let (lo, hi) = nibbles(_mm_loadu_si128(b.add(4) as *const __m128i));
+            let (lo, hi) = nibbles(ld::<__m128i>(b.add(4)));
             let q = [u8lo_ps(lo), u8hi_ps(lo), u8lo_ps(hi), u8hi_ps(hi)];
             acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(b)), dot32(q, xb), acc);
             accm = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(b.add(2))), sum32(xb), accm);
@@ -354,16 +377,15 @@ mod avx2 {
     }
 
     /// The four 8-value groups of 5-bit codes of a Q5_0/Q5_1 block.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
+    #[inline(always)]
     unsafe fn q5_codes(qh: *const u8, qs: *const u8) -> [__m256i; 4] {
-        let h = _mm256_set1_epi32((qh as *const i32).read_unaligned());
+        let h = _mm256_set1_epi32(ld::<i32>(qh));
         let one = _mm256_set1_epi32(1);
         let bit = |base: i32| {
             let sh = _mm256_setr_epi32(base, base + 1, base + 2, base + 3, base + 4, base + 5, base + 6, base + 7);
             _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(h, sh), one), 4)
         };
-        let (lo, hi) = nibbles(_mm_loadu_si128(qs as *const __m128i));
+        let (lo, hi) = nibbles(ld::<__m128i>(qs));
         [
             _mm256_or_si256(_mm256_cvtepu8_epi32(lo), bit(0)),
             _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(lo, lo)), bit(8)),
@@ -373,6 +395,7 @@ mod avx2 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline(never)]
     unsafe fn dot_q5_0(r: *const u8, x: *const f32, nb: usize) -> f32 {
         let sixteen = _mm256_set1_epi32(16);
         let mut acc = _mm256_setzero_ps();
@@ -386,6 +409,7 @@ mod avx2 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline(never)]
     unsafe fn dot_q5_1(r: *const u8, x: *const f32, nb: usize) -> f32 {
         let mut acc = _mm256_setzero_ps();
         let mut accm = _mm256_setzero_ps();
@@ -400,6 +424,7 @@ mod avx2 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline(never)]
     unsafe fn dot_q8_0(r: *const u8, x: *const f32, nb: usize) -> f32 {
         let mut acc = _mm256_setzero_ps();
         for i in 0..nb {
@@ -412,12 +437,13 @@ mod avx2 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline(never)]
     unsafe fn dot_mxfp4(r: *const u8, x: *const f32, nb: usize) -> f32 {
-        let table = _mm_loadu_si128(MXFP4_DOUBLED.as_ptr() as *const __m128i);
+        let table = ld::<__m128i>(MXFP4_DOUBLED.as_ptr() as *const u8);
         let mut acc = _mm256_setzero_ps();
         for i in 0..nb {
             let b = r.add(17 * i);
-            let (lo, hi) = nibbles(_mm_loadu_si128(b.add(1) as *const __m128i));
+            let (lo, hi) = nibbles(ld::<__m128i>(b.add(1)));
             let (lo, hi) = (_mm_shuffle_epi8(table, lo), _mm_shuffle_epi8(table, hi));
             let q = [i8lo_ps(lo), i8hi_ps(lo), i8lo_ps(hi), i8hi_ps(hi)];
             acc = _mm256_fmadd_ps(_mm256_set1_ps(e8m0_half(*b)), dot32(q, x.add(32 * i)), acc);
@@ -429,8 +455,7 @@ mod avx2 {
 
     /// Q4_K/Q5_K super-block tail: given the 256 codes in value order, adds
     /// `sum_s d*sc_s*sum(q*x) - dmin*m_s*sum(x)` into the accumulators.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
+    #[inline(always)]
     unsafe fn k_affine_blocks(
         codes: &[u8; 256],
         scales: *const u8,
@@ -451,6 +476,7 @@ mod avx2 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline(never)]
     unsafe fn dot_q4_k(r: *const u8, x: *const f32, nb: usize) -> f32 {
         let m4 = _mm256_set1_epi8(0x0F);
         let mut acc = _mm256_setzero_ps();
@@ -460,10 +486,10 @@ mod avx2 {
             let b = r.add(144 * i);
             let qs = b.add(16);
             for k in 0..4 {
-                let v = _mm256_loadu_si256(qs.add(32 * k) as *const __m256i);
-                let c = codes.as_mut_ptr().add(64 * k) as *mut __m256i;
-                _mm256_storeu_si256(c, _mm256_and_si256(v, m4));
-                _mm256_storeu_si256(c.add(1), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+                let v = ld::<__m256i>(qs.add(32 * k));
+                let c = codes.as_mut_ptr().add(64 * k);
+                st(c, _mm256_and_si256(v, m4));
+                st(c.add(32), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
             }
             let (d, dmin) = (f16_at(b), f16_at(b.add(2)));
             k_affine_blocks(&codes, b.add(4), d, dmin, x.add(256 * i), &mut acc, &mut accm);
@@ -472,6 +498,7 @@ mod avx2 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline(never)]
     unsafe fn dot_q5_k(r: *const u8, x: *const f32, nb: usize) -> f32 {
         let m4 = _mm256_set1_epi8(0x0F);
         let m16 = _mm256_set1_epi8(0x10);
@@ -483,9 +510,9 @@ mod avx2 {
             let qs = b.add(48);
             // Fifth bits: bit 2k of qh[l] for sub-block 2k, bit 2k+1 for 2k+1;
             // shift each pair down to bits 0-1 as k advances.
-            let mut h = _mm256_loadu_si256(b.add(16) as *const __m256i);
+            let mut h = ld::<__m256i>(b.add(16));
             for k in 0..4 {
-                let v = _mm256_loadu_si256(qs.add(32 * k) as *const __m256i);
+                let v = ld::<__m256i>(qs.add(32 * k));
                 let lo = _mm256_or_si256(
                     _mm256_and_si256(v, m4),
                     _mm256_and_si256(_mm256_slli_epi16(h, 4), m16),
@@ -494,9 +521,9 @@ mod avx2 {
                     _mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
                     _mm256_and_si256(_mm256_slli_epi16(h, 3), m16),
                 );
-                let c = codes.as_mut_ptr().add(64 * k) as *mut __m256i;
-                _mm256_storeu_si256(c, lo);
-                _mm256_storeu_si256(c.add(1), hi);
+                let c = codes.as_mut_ptr().add(64 * k);
+                st(c, lo);
+                st(c.add(32), hi);
                 h = _mm256_srli_epi16(h, 2);
             }
             let (d, dmin) = (f16_at(b), f16_at(b.add(2)));
@@ -506,6 +533,7 @@ mod avx2 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline(never)]
     unsafe fn dot_q6_k(r: *const u8, x: *const f32, nb: usize) -> f32 {
         let m4 = _mm256_set1_epi8(0x0F);
         let m30 = _mm256_set1_epi8(0x30);
@@ -516,9 +544,9 @@ mod avx2 {
             let b = r.add(210 * i);
             for half in 0..2 {
                 let ql = b.add(64 * half);
-                let a = _mm256_loadu_si256(ql as *const __m256i);
-                let c = _mm256_loadu_si256(ql.add(32) as *const __m256i);
-                let h = _mm256_loadu_si256(b.add(128 + 32 * half) as *const __m256i);
+                let a = ld::<__m256i>(ql);
+                let c = ld::<__m256i>(ql.add(32));
+                let h = ld::<__m256i>(b.add(128 + 32 * half));
                 let q = [
                     _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30)),
                     _mm256_or_si256(_mm256_and_si256(c, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m30)),
@@ -528,9 +556,9 @@ mod avx2 {
                         _mm256_and_si256(_mm256_srli_epi16(h, 2), m30),
                     ),
                 ];
-                let out = codes.as_mut_ptr().add(128 * half) as *mut __m256i;
+                let out = codes.as_mut_ptr().add(128 * half) as *mut u8;
                 for (k, v) in q.into_iter().enumerate() {
-                    _mm256_storeu_si256(out.add(k), _mm256_sub_epi8(v, m32));
+                    st(out.add(32 * k), _mm256_sub_epi8(v, m32));
                 }
             }
             let d = f16_at(b.add(208));
@@ -539,8 +567,8 @@ mod avx2 {
             for s in 0..16 {
                 let c = codes.as_ptr().add(16 * s);
                 let xs = xb.add(16 * s);
-                let p = _mm256_mul_ps(i8x8_ps(c), _mm256_loadu_ps(xs));
-                let p = _mm256_fmadd_ps(i8x8_ps(c.add(8)), _mm256_loadu_ps(xs.add(8)), p);
+                let p = _mm256_mul_ps(i8x8_ps(c), ldx(xs));
+                let p = _mm256_fmadd_ps(i8x8_ps(c.add(8)), ldx(xs.add(8)), p);
                 let a = &mut acc[s & 1];
                 *a = _mm256_fmadd_ps(_mm256_set1_ps(d * *sc.add(s) as f32), p, *a);
             }
