@@ -258,8 +258,8 @@ impl Block for BlockQ8_0 {
     fn decode(&self, out: &mut [f32]) {
         let out: &mut [f32; QK] = out.try_into().unwrap();
         let d = self.d.to_f32();
-        for i in 0..QK {
-            out[i] = d * self.qs[i] as f32;
+        for (o, &q) in out.iter_mut().zip(&self.qs) {
+            *o = d * q as f32;
         }
     }
 }

@@ -64,7 +64,7 @@ fn expected_bytes(ty: GgmlType, values: usize) -> String {
 
 /// Checks that `bytes` bytes hold exactly `values` values of `ty`.
 fn check_lengths(ty: GgmlType, bytes: usize, values: usize) -> Result<(), QuantError> {
-    if values % ty.block_len() != 0 {
+    if !values.is_multiple_of(ty.block_len()) {
         return Err(QuantError::NotWholeBlocks { ty, values });
     }
     if ty.bytes_for(values as u64) != Some(bytes as u64) {

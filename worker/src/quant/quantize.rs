@@ -18,7 +18,7 @@ use super::{GgmlType, QuantError};
 /// Quantizes `src` to `ty`, returning the stored bytes
 /// (`ty.bytes_for(src.len())` of them). `src.len()` must be whole blocks.
 pub fn quantize(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, QuantError> {
-    if src.len() % ty.block_len() != 0 {
+    if !src.len().is_multiple_of(ty.block_len()) {
         return Err(QuantError::NotWholeBlocks { ty, values: src.len() });
     }
     let bytes = ty
@@ -267,8 +267,8 @@ fn q6_k(x: &[f32]) -> BlockQ6K {
         }
     });
     let mut q = [0u8; QK_K];
-    for s in 0..16 {
-        let istep = inv(df * scales[s] as f32);
+    for (s, &sc) in scales.iter().enumerate() {
+        let istep = inv(df * sc as f32);
         for l in 0..16 {
             let i = 16 * s + l;
             q[i] = ((x[i] * istep).round().clamp(-32.0, 31.0) as i32 + 32) as u8;
