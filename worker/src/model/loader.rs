@@ -135,6 +135,7 @@ pub fn load_model(
                 gpu_device: opts.gpu_device,
                 kv_cache_size_mb: opts.kv_cache_size_mb,
                 upload_chunk_bytes: opts.upload_chunk_bytes,
+                ..Default::default()
             };
             Box::new(crate::backend::cuda::CudaBackend::load(config.clone(), &file, &cuda_opts, &mut |b| marks.advance(b))?)
         }

@@ -129,7 +129,13 @@ unsafe impl Sync for CudaDevice {}
 
 impl CudaDevice {
     /// Sets up GPU `ordinal` (M0-W-1400) and compiles or loads every kernel.
+    /// The memory cap comes from `WORKER_ORCD_VRAM_CAP_BYTES`, if set.
     pub fn new(ordinal: usize) -> Result<Arc<CudaDevice>, BackendError> {
+        Self::with_cap(ordinal, None)
+    }
+
+    /// As [`CudaDevice::new`], with the memory cap given (`None`: from the environment).
+    pub fn with_cap(ordinal: usize, cap: Option<u64>) -> Result<Arc<CudaDevice>, BackendError> {
         // SAFETY: only probes whether the shared library can be opened.
         if !unsafe { sys::is_culib_present() } {
             return Err(BackendError::DeviceNotFound(
@@ -202,11 +208,12 @@ impl CudaDevice {
             None
         };
 
-        let cap = match std::env::var(VRAM_CAP_ENV) {
-            Ok(v) => Some(v.trim().parse::<u64>().map_err(|_| {
+        let cap = match (cap, std::env::var(VRAM_CAP_ENV)) {
+            (Some(c), _) => Some(c),
+            (None, Err(_)) => None,
+            (None, Ok(v)) => Some(v.trim().parse::<u64>().map_err(|_| {
                 BackendError::InvalidDevice(format!("{VRAM_CAP_ENV}={v:?} is not a number of bytes"))
             })?),
-            Err(_) => None,
         };
 
         let kernels = Kernels::load(&ctx, arch)?;

@@ -56,11 +56,13 @@ pub struct CudaLoadOptions {
     pub kv_cache_size_mb: Option<u64>,
     /// Host-to-device copy chunk in bytes (M0-W-1222).
     pub upload_chunk_bytes: usize,
+    /// Test-only cap on device memory; `None`: `WORKER_ORCD_VRAM_CAP_BYTES` if set.
+    pub vram_cap_bytes: Option<u64>,
 }
 
 impl Default for CudaLoadOptions {
     fn default() -> Self {
-        CudaLoadOptions { gpu_device: 0, kv_cache_size_mb: None, upload_chunk_bytes: 1 << 20 }
+        CudaLoadOptions { gpu_device: 0, kv_cache_size_mb: None, upload_chunk_bytes: 1 << 20, vram_cap_bytes: None }
     }
 }
 
@@ -108,7 +110,7 @@ impl CudaBackend {
         opts: &CudaLoadOptions,
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<Self, BackendError> {
-        let dev = CudaDevice::new(opts.gpu_device)?;
+        let dev = CudaDevice::with_cap(opts.gpu_device, opts.vram_cap_bytes)?;
         dev.bind()?;
 
         // Fail fast, before allocating anything, when the model does not fit.

@@ -150,6 +150,24 @@ impl CudaOps {
         Ok(b)
     }
 
+    /// Uploads a weight from its stored bytes (`rows` rows of `cols` values
+    /// of `ty`), synchronously. Vectors must be F32 with one row.
+    pub fn upload_weight(&mut self, ty: GgmlType, rows: usize, cols: usize, bytes: &[u8]) -> Result<CudaWeight, BackendError> {
+        let row_bytes = ty
+            .bytes_for(cols as u64)
+            .ok_or_else(|| shape_error(format!("upload_weight: {cols} values are not whole {ty} blocks")))? as usize;
+        if row_bytes * rows != bytes.len() || rows == 0 || (rows == 1 && ty != GgmlType::F32) {
+            return Err(shape_error(format!("upload_weight: {} bytes for {rows}x{cols} {ty}", bytes.len())));
+        }
+        self.dev.bind()?;
+        let mem = self.dev.alloc(Purpose::Weights, bytes.len() as u64)?;
+        // SAFETY: the block holds `bytes.len()` bytes.
+        unsafe { drv::memcpy_htod_async(mem.ptr(), bytes, self.dev.cu_stream()) }
+            .map_err(|e| driver_error("copying a weight", e))?;
+        self.dev.synchronize()?;
+        Ok(CudaWeight { mem, ty, rows, cols, row_bytes })
+    }
+
     fn alloc_buf(&mut self, rows: usize, cols: usize) -> Result<CudaBuf, BackendError> {
         self.dev.bind()?;
         let mem = self.dev.alloc_async(Purpose::Scratch, (rows * cols * 4) as u64)?;
