@@ -6,15 +6,19 @@
 #include "common.cuh"
 
 // Writes rows t of k and v ([n, n_head_kv * head_dim] f32) to positions
-// start_pos + t of the layer's cache planes, rounded to f16.
+// start_pos + t of the layer's cache planes, rounded to f16. Positions past
+// the capacity are dropped (the host refuses them before launching).
+// start_pos is read from pos_ptr when that is not null (graph replay).
 extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __restrict__ v, int n, int n_head_kv,
-                                    int head_dim, int start_pos, int capacity, u16* __restrict__ k_cache,
-                                    u16* __restrict__ v_cache) {
+                                    int head_dim, int start_pos, const int* __restrict__ pos_ptr, int capacity,
+                                    u16* __restrict__ k_cache, u16* __restrict__ v_cache) {
+    if (pos_ptr) start_pos = *pos_ptr;
     const int kv_dim = n_head_kv * head_dim;
     const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (i64)n * kv_dim) return;
     const int t = (int)(idx / kv_dim), j = (int)(idx % kv_dim);
     const int h = j / head_dim, d = j % head_dim;
+    if (start_pos + t >= capacity) return;
     const i64 dst = ((i64)h * capacity + start_pos + t) * head_dim + d;
     k_cache[dst] = f32_to_f16(k[idx]);
     v_cache[dst] = f32_to_f16(v[idx]);
@@ -26,13 +30,14 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
 // out[t][h] = softmax_j(q[t][h] . K[j] / sqrt(head_dim)) V[j] over positions
 // j = 0..start_pos + t, with K, V from KV head h / (n_head / n_head_kv).
 //
+// start_pos is read from pos_ptr when that is not null (graph replay).
 // One block of ATT_THREADS per (row t, head h). Keys are taken ATT_THREADS at
 // a time: each warp scores keys w, w+4, ... (lanes split the head dims, one
 // butterfly sum per key), then the chunk's softmax weights update a running
 // maximum, sum and output (online softmax). Every sum has a fixed order.
 extern "C" __global__ void __launch_bounds__(ATT_THREADS)
     attention(const float* __restrict__ q, int n, int n_head, int n_head_kv, int head_dim, int start_pos,
-              int capacity, const u16* __restrict__ k_cache, const u16* __restrict__ v_cache, float scale,
+              const int* __restrict__ pos_ptr, int capacity, const u16* __restrict__ k_cache, const u16* __restrict__ v_cache, float scale,
               float* __restrict__ out) {
     __shared__ float qs[ATT_MAX_HEAD_DIM];
     __shared__ float p[ATT_THREADS];
@@ -40,8 +45,9 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
     const int t = blockIdx.x, h = blockIdx.y;
     if (t >= n || h >= n_head) return;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (pos_ptr) start_pos = *pos_ptr;
     const int kvh = h / (n_head / n_head_kv);
-    const int n_ctx = start_pos + t + 1;
+    const int n_ctx = min(start_pos + t + 1, capacity);
     const float* qrow = q + ((i64)t * n_head + h) * head_dim;
     for (int d = tid; d < head_dim; d += ATT_THREADS) qs[d] = qrow[d];
     const u16* kh = k_cache + (i64)kvh * capacity * head_dim;

@@ -5,10 +5,13 @@
 // angle, its sine and cosine and the rotation are computed in double, as the
 // CPU reference does, so large positions lose no precision. Dimensions from
 // n_rot to head_dim are left as they are. One thread per rotated pair.
+// When pos_ptr is not null the start position is read from it (a decode step
+// replayed from a CUDA graph), otherwise start_pos is used.
 #include "common.cuh"
 
 extern "C" __global__ void rope(float* __restrict__ x, int rows, int n_head, int head_dim, int n_rot, int start_pos,
-                                float freq_base, float freq_scale, int style) {
+                                const int* __restrict__ pos_ptr, float freq_base, float freq_scale, int style) {
+    if (pos_ptr) start_pos = *pos_ptr;
     const int half = n_rot / 2;
     const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     const i64 total = (i64)rows * n_head * half;

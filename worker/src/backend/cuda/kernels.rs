@@ -80,6 +80,9 @@ pub enum Kernel {
 
 /// Largest number of activation rows `mv_*` takes (`MV_MAX_TOKENS` in matmul.cu).
 pub const MV_MAX_TOKENS: usize = 8;
+/// Up to this many rows of x, `matmul` runs `mv_*` once per group of
+/// [`MV_MAX_TOKENS`] instead of `gemm_*`.
+pub const MV_LOOP_MAX_TOKENS: usize = 32;
 /// Weight rows per `mv_*` block (`MV_WARPS` in matmul.cu), one warp each.
 const MV_WARPS: u32 = 4;
 /// Output tile of `gemm_*` (`GEMM_BM` x `GEMM_BN`) and its block size.
@@ -218,8 +221,10 @@ impl Kernels {
         unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| launch_error(k, e))
     }
 
-    /// `mv_<ty>` (n <= [`MV_MAX_TOKENS`]) or `gemm_<ty>`:
-    /// `out[t][r] = sum_c x[t][c] * W[r][c] (+ bias[r])`.
+    /// `out[t][r] = sum_c x[t][c] * W[r][c] (+ bias[r])`: `mv_<ty>` over
+    /// groups of up to [`MV_MAX_TOKENS`] rows of x when `n <= MV_LOOP_MAX_TOKENS`
+    /// (short prompts: one warp per weight row keeps every SM busy, and the
+    /// weights stay in L2 between groups), else `gemm_<ty>`.
     /// - `w`: `rows` rows of `row_bytes` bytes, each `cols` values of `ty`
     /// - `x`: `[n, cols]` f32
     /// - `bias`: `[rows]` f32, or 0 for none
@@ -238,6 +243,14 @@ impl Kernels {
         bias: CUdeviceptr,
         out: CUdeviceptr,
     ) -> Result<(), BackendError> {
+        if n > MV_MAX_TOKENS && n <= MV_LOOP_MAX_TOKENS {
+            for t0 in (0..n).step_by(MV_MAX_TOKENS) {
+                let group = MV_MAX_TOKENS.min(n - t0);
+                let (xg, og) = (x + (t0 * cols * 4) as u64, out + (t0 * rows * 4) as u64);
+                self.matmul(s, ty, w, row_bytes, rows, cols, xg, group, bias, og)?;
+            }
+            return Ok(());
+        }
         let (k, cfg) = if n <= MV_MAX_TOKENS {
             let blocks = (rows as u32).div_ceil(MV_WARPS);
             (
@@ -293,6 +306,7 @@ impl Kernels {
     /// row `t` is at position `start_pos + t`.
     /// - `x`: `[rows, n_head * head_dim]` f32
     /// - `style`: 0 adjacent pairs (normal), 1 halves (NEOX)
+    /// - `pos_ptr`: 0, or a device i32 that replaces `start_pos` (graph replay)
     #[allow(clippy::too_many_arguments)]
     pub fn rope(
         &self,
@@ -303,6 +317,7 @@ impl Kernels {
         head_dim: usize,
         n_rot: usize,
         start_pos: usize,
+        pos_ptr: CUdeviceptr,
         freq_base: f32,
         freq_scale: f32,
         style: i32,
@@ -312,7 +327,7 @@ impl Kernels {
         let (rows, n_head, head_dim, n_rot, start_pos) =
             (rows as i32, n_head as i32, head_dim as i32, n_rot as i32, start_pos as i32);
         let mut b = s.launch_builder(self.func(k));
-        b.arg(&x).arg(&rows).arg(&n_head).arg(&head_dim).arg(&n_rot).arg(&start_pos).arg(&freq_base).arg(&freq_scale).arg(&style);
+        b.arg(&x).arg(&rows).arg(&n_head).arg(&head_dim).arg(&n_rot).arg(&start_pos).arg(&pos_ptr).arg(&freq_base).arg(&freq_scale).arg(&style);
         // SAFETY: as for `embed`.
         unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| launch_error(k, e))
     }
@@ -321,6 +336,7 @@ impl Kernels {
     /// - `k`, `v`: `[n, n_head_kv * head_dim]` f32
     /// - `k_cache`, `v_cache`: `[n_head_kv, capacity, head_dim]` f16; rows go
     ///   to positions `start_pos..start_pos + n` (`<= capacity`, checked by the caller)
+    /// - `pos_ptr`: 0, or a device i32 that replaces `start_pos` (graph replay)
     #[allow(clippy::too_many_arguments)]
     pub fn kv_store(
         &self,
@@ -331,6 +347,7 @@ impl Kernels {
         n_head_kv: usize,
         head_dim: usize,
         start_pos: usize,
+        pos_ptr: CUdeviceptr,
         capacity: usize,
         k_cache: CUdeviceptr,
         v_cache: CUdeviceptr,
@@ -340,7 +357,7 @@ impl Kernels {
         let (n, n_head_kv, head_dim, start_pos, capacity) =
             (n as i32, n_head_kv as i32, head_dim as i32, start_pos as i32, capacity as i32);
         let mut b = s.launch_builder(self.func(kern));
-        b.arg(&k).arg(&v).arg(&n).arg(&n_head_kv).arg(&head_dim).arg(&start_pos).arg(&capacity).arg(&k_cache).arg(&v_cache);
+        b.arg(&k).arg(&v).arg(&n).arg(&n_head_kv).arg(&head_dim).arg(&start_pos).arg(&pos_ptr).arg(&capacity).arg(&k_cache).arg(&v_cache);
         // SAFETY: as for `embed`.
         unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| launch_error(kern, e))
     }
@@ -351,6 +368,7 @@ impl Kernels {
     ///   up to `start_pos + n`
     /// - `out`: `[n, n_head * head_dim]` f32
     /// - `head_dim <= ATT_MAX_HEAD_DIM`, `n_head % n_head_kv == 0`
+    /// - `pos_ptr`: 0, or a device i32 that replaces `start_pos` (graph replay)
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &self,
@@ -361,6 +379,7 @@ impl Kernels {
         n_head_kv: usize,
         head_dim: usize,
         start_pos: usize,
+        pos_ptr: CUdeviceptr,
         capacity: usize,
         k_cache: CUdeviceptr,
         v_cache: CUdeviceptr,
@@ -381,6 +400,7 @@ impl Kernels {
             .arg(&n_head_kv)
             .arg(&head_dim)
             .arg(&start_pos)
+            .arg(&pos_ptr)
             .arg(&capacity)
             .arg(&k_cache)
             .arg(&v_cache)

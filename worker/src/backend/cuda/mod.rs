@@ -17,6 +17,7 @@
 //! ends, so after a job the memory in use is back at its post-load value.
 
 mod device;
+mod graph;
 mod kernels;
 mod nvrtc;
 mod ops;
@@ -47,6 +48,9 @@ pub const MIN_KV_POSITIONS: usize = 256;
 /// Test-only (M0-W-1012): when set, the load adds a host-mapped buffer to the
 /// buffers the residency check asks about, so the check fails.
 pub const TEST_HOST_MAPPED_WEIGHT_ENV: &str = "WORKER_ORCD_TEST_HOST_MAPPED_WEIGHT";
+
+/// Set to `0` to run decode steps without CUDA graphs (for comparisons).
+pub const CUDA_GRAPHS_ENV: &str = "WORKER_ORCD_CUDA_GRAPHS";
 
 /// How to set up the backend.
 #[derive(Clone, Debug)]
@@ -86,6 +90,12 @@ pub struct CudaBackend {
     len: usize,
     kv_limit_bytes: Option<u64>,
     upload_stats: UploadStats,
+    graph_host: graph::GraphHost,
+    /// The current sequence's captured decode step.
+    decode_graph: Option<graph::DecodeGraph>,
+    use_graphs: bool,
+    /// Capture failed in this sequence; decode runs eagerly.
+    graph_failed: bool,
 }
 
 // SAFETY: the only non-Send field is the test hook's host pointer, which is
@@ -178,6 +188,8 @@ impl CudaBackend {
             None
         };
         let ops = CudaOps::new(dev.clone());
+        let graph_host = graph::GraphHost::new(&dev, cfg.vocab_size)?;
+        let use_graphs = std::env::var(CUDA_GRAPHS_ENV).map_or(true, |v| v != "0");
         Ok(CudaBackend {
             cfg,
             dev,
@@ -189,6 +201,10 @@ impl CudaBackend {
             len: 0,
             kv_limit_bytes,
             upload_stats,
+            graph_host,
+            decode_graph: None,
+            use_graphs,
+            graph_failed: false,
         })
     }
 
@@ -217,6 +233,52 @@ impl CudaBackend {
     /// The current sequence's KV cache.
     pub fn cache(&self) -> Option<&CudaCache> {
         self.cache.as_ref()
+    }
+
+    /// Whether decode steps replay a captured CUDA graph (default on; off
+    /// with `WORKER_ORCD_CUDA_GRAPHS=0`). Takes effect at the next sequence.
+    pub fn set_decode_graphs(&mut self, on: bool) {
+        self.use_graphs = on;
+    }
+
+    /// Whether the current sequence decodes through a captured graph.
+    pub fn decoding_with_graph(&self) -> bool {
+        self.decode_graph.is_some()
+    }
+
+    /// One decode step through the sequence's graph, capturing it first if
+    /// needed. `Ok(false)` when the graph cannot be used (then run eagerly).
+    fn decode_with_graph(&mut self, token: u32, out: &mut Vec<f32>) -> Result<bool, BackendError> {
+        let cache = self
+            .cache
+            .as_mut()
+            .ok_or_else(|| BackendError::InferenceFailed("forward without a sequence".into()))?;
+        if self.len + 1 > cache.capacity {
+            return Err(BackendError::InferenceFailed(format!(
+                "KV cache holds {} positions, {} needed",
+                cache.capacity,
+                self.len + 1
+            )));
+        }
+        if token as usize >= self.cfg.vocab_size {
+            return Err(BackendError::InferenceFailed(format!(
+                "token id {token} is outside the vocabulary ({})",
+                self.cfg.vocab_size
+            )));
+        }
+        if self.decode_graph.is_none() {
+            match graph::DecodeGraph::capture(&mut self.ops, &self.graph_host, &self.cfg, &self.weights, cache) {
+                Ok(g) => self.decode_graph = Some(g),
+                Err(e) => {
+                    tracing::warn!(error = %e, "capturing the decode graph failed; decoding without it");
+                    self.graph_failed = true;
+                    return Ok(false);
+                }
+            }
+        }
+        let g = self.decode_graph.as_ref().expect("captured above");
+        g.replay(&self.graph_host, token, self.len, out)?;
+        Ok(true)
     }
 }
 
@@ -294,17 +356,25 @@ impl Backend for CudaBackend {
         out: &mut Vec<f32>,
         checkpoints: Option<&mut Checkpoints>,
     ) -> Result<(), BackendError> {
-        let cache = self
-            .cache
-            .as_mut()
-            .ok_or_else(|| BackendError::InferenceFailed("forward without a sequence".into()))?;
+        if self.cache.is_none() {
+            return Err(BackendError::InferenceFailed("forward without a sequence".into()));
+        }
         self.dev.bind()?;
+        if self.use_graphs && !self.graph_failed && tokens.len() == 1 && logits == Logits::Last && checkpoints.is_none() {
+            if self.decode_with_graph(tokens[0], out)? {
+                self.len += 1;
+                return Ok(());
+            }
+        }
+        let cache = self.cache.as_mut().expect("checked above");
         llama::forward(&mut self.ops, &self.cfg, &self.weights, cache, tokens, self.len, logits, out, checkpoints)?;
         self.len += tokens.len();
         Ok(())
     }
 
     fn end_sequence(&mut self) {
+        self.decode_graph = None;
+        self.graph_failed = false;
         self.cache = None;
         self.len = 0;
         if let Err(e) = self.dev.trim_pool() {

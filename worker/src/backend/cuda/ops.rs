@@ -35,16 +35,27 @@ impl CudaWeight {
     }
 }
 
+/// Where an activation matrix lives.
+pub(crate) enum BufMem {
+    /// Its own block from the stream-ordered pool, freed on drop.
+    Owned(DevBuf),
+    /// A slice of a decode graph's arena (see [`GraphCapture`]).
+    Arena(CUdeviceptr),
+}
+
 /// An f32 activation matrix `[rows, cols]` on the device.
 pub struct CudaBuf {
-    pub(crate) mem: DevBuf,
+    pub(crate) mem: BufMem,
     pub rows: usize,
     pub cols: usize,
 }
 
 impl CudaBuf {
     pub fn ptr(&self) -> CUdeviceptr {
-        self.mem.ptr()
+        match &self.mem {
+            BufMem::Owned(b) => b.ptr(),
+            BufMem::Arena(p) => *p,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -123,9 +134,27 @@ impl CudaCache {
     }
 }
 
+/// What `CudaOps` does differently while a decode step is captured into a
+/// CUDA graph: buffers come from a fixed arena (so their addresses are the
+/// same at every replay), the token id and position are read from device
+/// memory that the host rewrites before each replay, and the logits are
+/// copied into pinned host memory without synchronizing.
+pub(crate) struct GraphCapture {
+    /// The arena: start, size, bytes handed out so far.
+    pub arena: CUdeviceptr,
+    pub arena_bytes: u64,
+    pub arena_used: u64,
+    /// Device `[token: u32, position: i32]` of the step.
+    pub step: CUdeviceptr,
+    /// Pinned host memory receiving the logits.
+    pub logits_host: *mut f32,
+    pub logits_cap: usize,
+}
+
 /// The `Ops` implementation over one device.
 pub struct CudaOps {
     pub(crate) dev: Arc<CudaDevice>,
+    pub(crate) capture: Option<GraphCapture>,
 }
 
 fn shape_error(what: String) -> BackendError {
@@ -134,7 +163,12 @@ fn shape_error(what: String) -> BackendError {
 
 impl CudaOps {
     pub fn new(dev: Arc<CudaDevice>) -> Self {
-        CudaOps { dev }
+        CudaOps { dev, capture: None }
+    }
+
+    /// The device position pointer while capturing, else 0.
+    fn pos_ptr(&self) -> CUdeviceptr {
+        self.capture.as_ref().map_or(0, |c| c.step + 4)
     }
 
     /// Uploads an f32 host matrix (for tests and small inputs).
@@ -170,8 +204,24 @@ impl CudaOps {
 
     fn alloc_buf(&mut self, rows: usize, cols: usize) -> Result<CudaBuf, BackendError> {
         self.dev.bind()?;
-        let mem = self.dev.alloc_async(Purpose::Scratch, (rows * cols * 4) as u64)?;
-        Ok(CudaBuf { mem, rows, cols })
+        let bytes = (rows * cols * 4) as u64;
+        if let Some(c) = &mut self.capture {
+            let size = super::device::align_up(bytes);
+            if c.arena_used + size > c.arena_bytes {
+                return Err(BackendError::OutOfMemory { needed: size, available: c.arena_bytes - c.arena_used });
+            }
+            let ptr = c.arena + c.arena_used;
+            c.arena_used += size;
+            return Ok(CudaBuf { mem: BufMem::Arena(ptr), rows, cols });
+        }
+        let mem = self.dev.alloc_async(Purpose::Scratch, bytes)?;
+        Ok(CudaBuf { mem: BufMem::Owned(mem), rows, cols })
+    }
+
+    fn zero(&self, b: &CudaBuf) -> Result<(), BackendError> {
+        // SAFETY: the range is the buffer's own.
+        unsafe { drv::memset_d8_async(b.ptr(), 0, b.len() * 4, self.dev.cu_stream()) }
+            .map_err(|e| driver_error("zeroing device memory", e))
     }
 }
 
@@ -182,7 +232,7 @@ impl Ops for CudaOps {
 
     fn buf(&mut self, rows: usize, cols: usize) -> Result<CudaBuf, BackendError> {
         let b = self.alloc_buf(rows, cols)?;
-        b.mem.zero((rows * cols * 4) as u64)?;
+        self.zero(&b)?;
         Ok(b)
     }
 
@@ -204,6 +254,24 @@ impl Ops for CudaOps {
             )));
         }
         self.dev.bind()?;
+        if let Some(c) = &self.capture {
+            // The token id is written to the step's device slot before each replay.
+            if tokens.len() != 1 {
+                return Err(BackendError::InferenceFailed("a decode graph takes one token".into()));
+            }
+            let step = c.step;
+            return self.dev.kernels.embed(
+                &self.dev.stream,
+                table.ty,
+                table.ptr(),
+                table.row_bytes,
+                table.rows,
+                table.cols,
+                step,
+                1,
+                out.ptr(),
+            );
+        }
         let ids = self.dev.alloc_async(Purpose::Scratch, (tokens.len() * 4) as u64)?;
         // SAFETY: `ids` holds `tokens.len()` u32 values; pageable memory is
         // staged before the call returns.
@@ -280,6 +348,7 @@ impl Ops for CudaOps {
             p.head_dim,
             p.n_rot,
             p.start_pos,
+            self.pos_ptr(),
             p.freq_base,
             p.freq_scale,
             style,
@@ -325,7 +394,8 @@ impl Ops for CudaOps {
         let (kc, vc) = cache.planes(s.layer);
         self.dev.bind()?;
         let st = &self.dev.stream;
-        self.dev.kernels.kv_store(st, k.ptr(), v.ptr(), s.n_tokens, s.n_head_kv, hd, s.start_pos, cache.capacity, kc, vc)?;
+        let pos_ptr = self.pos_ptr();
+        self.dev.kernels.kv_store(st, k.ptr(), v.ptr(), s.n_tokens, s.n_head_kv, hd, s.start_pos, pos_ptr, cache.capacity, kc, vc)?;
         let scale = 1.0 / (hd as f32).sqrt();
         self.dev.kernels.attention(
             st,
@@ -335,6 +405,7 @@ impl Ops for CudaOps {
             s.n_head_kv,
             hd,
             s.start_pos,
+            pos_ptr,
             cache.capacity,
             kc,
             vc,
@@ -374,6 +445,17 @@ impl Ops for CudaOps {
         out.clear();
         out.resize(x.len(), 0.0);
         self.dev.bind()?;
+        if let Some(c) = &self.capture {
+            // Captured: the copy lands in pinned memory when the graph runs.
+            if x.len() > c.logits_cap {
+                return Err(shape_error(format!("to_host: {} values for {} of pinned memory", x.len(), c.logits_cap)));
+            }
+            // SAFETY: the pinned buffer holds `logits_cap >= len` values and
+            // outlives every replay of the graph.
+            let dst = unsafe { std::slice::from_raw_parts_mut(c.logits_host, x.len()) };
+            return unsafe { drv::memcpy_dtoh_async(dst, x.ptr(), self.dev.cu_stream()) }
+                .map_err(|e| driver_error("copying to the host", e));
+        }
         // SAFETY: `out` holds exactly the block's `len` values.
         unsafe { drv::memcpy_dtoh_async(out.as_mut_slice(), x.ptr(), self.dev.cu_stream()) }
             .map_err(|e| driver_error("copying to the host", e))?;
@@ -383,6 +465,9 @@ impl Ops for CudaOps {
     fn row_to_host(&mut self, x: &CudaBuf, row: usize, out: &mut Vec<f32>) -> Result<(), BackendError> {
         if row >= x.rows {
             return Err(shape_error("row_to_host".into()));
+        }
+        if self.capture.is_some() {
+            return Err(BackendError::InferenceFailed("checkpoints are not recorded in a decode graph".into()));
         }
         out.clear();
         out.resize(x.cols, 0.0);

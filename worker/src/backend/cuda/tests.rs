@@ -56,6 +56,17 @@ fn random_vec(rng: &mut ChaCha8Rng, n: usize, scale: f32) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-1.0f32..1.0) * scale).collect()
 }
 
+/// A file or folder of the workspace: beside the crate when built here, or
+/// under the current directory (a checkout elsewhere, such as the GPU machine).
+fn workspace_path(rel: &str) -> std::path::PathBuf {
+    let built = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel);
+    if built.exists() {
+        built
+    } else {
+        std::path::PathBuf::from(rel)
+    }
+}
+
 fn dev() -> Arc<CudaDevice> {
     static DEV: OnceLock<Arc<CudaDevice>> = OnceLock::new();
     DEV.get_or_init(|| CudaDevice::new(0).expect("GPU 0 initialises")).clone()
@@ -125,8 +136,8 @@ fn nvrtc_compiles_every_module_for_sm80_and_sm90() {
         return;
     }
     // Every .cu in cuda/ is a module the worker embeds, and every .cuh a header.
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../cuda");
-    for entry in std::fs::read_dir(&dir).unwrap() {
+    let dir = workspace_path("cuda");
+    for entry in std::fs::read_dir(&dir).into_iter().flatten() {
         let name = entry.unwrap().file_name().into_string().unwrap();
         if name.ends_with(".cu") {
             assert!(Module::ALL.iter().any(|m| m.file_name() == name), "{name} is not embedded as a module");
@@ -225,13 +236,15 @@ fn host_mapped_memory_is_not_device_memory() {
 
 /// Matmul shapes: (rows, cols, tokens). Real SmolLM2 shapes and odd ones.
 fn matmul_shapes(ty: GgmlType) -> Vec<(usize, usize, usize)> {
-    let mut v = vec![
+    let mut v: Vec<(usize, usize, usize)> = vec![
         (576, 576, 1),
         (1536, 576, 1),
         (576, 1536, 1),
         (1536, 576, 7),
         (1536, 576, 64),
         (576, 1536, 13),
+        (1536, 576, 32),
+        (576, 1536, 33),
         (49152, 576, 1),
         (49152, 576, 64),
         (577, 768, 3),
@@ -241,7 +254,8 @@ fn matmul_shapes(ty: GgmlType) -> Vec<(usize, usize, usize)> {
     if ty.block_len() == 1 {
         v.extend([(33, 577, 1), (65, 99, 70), (5, 1, 2)]);
     }
-    v
+    // Rows of the 256-value formats hold whole super-blocks: 576 becomes 768.
+    v.into_iter().map(|(r, c, n)| (r, c.next_multiple_of(ty.block_len()), n)).collect()
 }
 
 #[test]
@@ -284,7 +298,7 @@ fn matmul_is_deterministic_for_every_format() {
     let mut ops = gpu_ops();
     let mut rng = ChaCha8Rng::seed_from_u64(2);
     for ty in GgmlType::ALL {
-        let (rows, cols) = (1536, 576);
+        let (rows, cols) = (1536, 576usize.next_multiple_of(ty.block_len()));
         let w = test_weight(&mut ops, ty, rows, cols, &random_vec(&mut rng, rows * cols, 1.0));
         for n in [1, 5, 64] {
             let x = ops.upload(n, cols, &random_vec(&mut rng, n * cols, 1.0)).unwrap();
@@ -303,7 +317,7 @@ fn embed_matches_cpu_for_every_format() {
     let mut ops = gpu_ops();
     let mut rng = ChaCha8Rng::seed_from_u64(3);
     for ty in GgmlType::ALL {
-        let mut shapes = vec![(49152usize, 576usize), (300, 256)];
+        let mut shapes = vec![(49152usize, 576usize.next_multiple_of(ty.block_len())), (300, 256)];
         if ty.block_len() == 1 {
             shapes.push((17, 577));
         }
@@ -517,7 +531,7 @@ fn swiglu_and_add_match_cpu() {
 
 /// A small random llama-family model with every weight format, written with
 /// `GgufWriter`. `qwen2` adds Q/K/V biases, NEOX RoPE and a tied LM head.
-fn synthetic_model(arch: &str, seed: u64) -> Vec<u8> {
+fn synthetic_model(arch: &str, seed: u64, context: u32) -> Vec<u8> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let (d, n_layer, n_head, n_kv, ff, vocab) = (256usize, 2usize, 4usize, 2usize, 512usize, 384usize);
     let hd = d / n_head;
@@ -525,7 +539,7 @@ fn synthetic_model(arch: &str, seed: u64) -> Vec<u8> {
     let s = |v: &str| MetaValue::String(v.to_string());
     w.metadata("general.architecture", s(arch));
     w.metadata("general.name", s("synthetic"));
-    w.metadata(&format!("{arch}.context_length"), MetaValue::U32(512));
+    w.metadata(&format!("{arch}.context_length"), MetaValue::U32(context));
     w.metadata(&format!("{arch}.embedding_length"), MetaValue::U32(d as u32));
     w.metadata(&format!("{arch}.block_count"), MetaValue::U32(n_layer as u32));
     w.metadata(&format!("{arch}.attention.head_count"), MetaValue::U32(n_head as u32));
@@ -578,7 +592,7 @@ fn synthetic_model(arch: &str, seed: u64) -> Vec<u8> {
 fn reference_model_path() -> Option<std::path::PathBuf> {
     let p = match std::env::var_os("WORKER_ORCD_REFERENCE_MODEL") {
         Some(p) => std::path::PathBuf::from(p),
-        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.models/smollm2-135m-instruct-q4_1.gguf"),
+        None => workspace_path(".models/smollm2-135m-instruct-q4_1.gguf"),
     };
     p.exists().then_some(p)
 }
@@ -627,7 +641,7 @@ fn compare_sequence(cpu: &mut CpuBackend, gpu: &mut CudaBackend, tokens: &[u32],
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
 fn synthetic_models_with_every_format_match_the_cpu_backend() {
     for (arch, seed) in [("llama", 10u64), ("qwen2", 11)] {
-        let file = Arc::new(GgufFile::from_bytes(synthetic_model(arch, seed)).unwrap());
+        let file = Arc::new(GgufFile::from_bytes(synthetic_model(arch, seed, 512)).unwrap());
         let opts = CudaLoadOptions { upload_chunk_bytes: 4096, ..Default::default() };
         let (mut cpu, mut gpu) = both_backends(file.clone(), &opts);
         let vocab = cpu.config().vocab_size as u32;
@@ -662,10 +676,44 @@ fn synthetic_models_with_every_format_match_the_cpu_backend() {
     }
 }
 
+/// Decode steps replayed from the captured graph give the same bits as the
+/// same steps launched one by one.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn graph_decode_is_bit_identical_to_eager_decode() {
+    for arch in ["llama", "qwen2"] {
+        let file = Arc::new(GgufFile::from_bytes(synthetic_model(arch, 30, 512)).unwrap());
+        let cfg = ModelConfig::try_from(&file.metadata).unwrap();
+        let mut gpu = CudaBackend::load(cfg, &file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();
+        let tokens: Vec<u32> = (0..40).map(|i| (i * 37 % 384) as u32).collect();
+        let run = |gpu: &mut CudaBackend, graphs: bool| {
+            gpu.set_decode_graphs(graphs);
+            gpu.begin_sequence(300).unwrap();
+            let mut all = Vec::new();
+            let mut out = Vec::new();
+            gpu.forward(&tokens[..20], Logits::Last, &mut out, None).unwrap();
+            all.extend_from_slice(&out);
+            // Long enough for attention to pass its 128-key chunk.
+            for i in 0..150 {
+                gpu.forward(&[tokens[20 + i % 20]], Logits::Last, &mut out, None).unwrap();
+                all.extend_from_slice(&out);
+            }
+            assert_eq!(gpu.decoding_with_graph(), graphs);
+            gpu.end_sequence();
+            all
+        };
+        let with = run(&mut gpu, true);
+        let without = run(&mut gpu, false);
+        assert!(bits(&with) == bits(&without), "{arch}: graph replay differs from eager decode");
+        let again = run(&mut gpu, true);
+        assert!(bits(&with) == bits(&again), "{arch}: graph replay is not deterministic");
+    }
+}
+
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
 fn memory_accounting_kv_limits_and_vram_cap() {
-    let bytes = synthetic_model("llama", 20);
+    let bytes = synthetic_model("llama", 20, 4096);
     let file = Arc::new(GgufFile::from_bytes(bytes).unwrap());
     let cfg = ModelConfig::try_from(&file.metadata).unwrap();
     let opts = CudaLoadOptions { kv_cache_size_mb: Some(1), ..Default::default() };
@@ -679,8 +727,10 @@ fn memory_accounting_kv_limits_and_vram_cap() {
     assert_eq!(gpu.memory_use().kv_cache, align_up(kv));
     let mut out = Vec::new();
     gpu.forward(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], Logits::All, &mut out, None).unwrap();
-    gpu.forward(&[11], Logits::Last, &mut out, None).unwrap();
     assert_eq!(gpu.memory_use().scratch, 0, "activations are freed when a step ends");
+    gpu.forward(&[11], Logits::Last, &mut out, None).unwrap();
+    assert!(gpu.decoding_with_graph());
+    eprintln!("during decode: {:?} (the decode graph's arena is scratch)", gpu.memory_use());
     gpu.end_sequence();
     assert_eq!(gpu.memory_use(), after_load, "back at the post-load value after a job");
 
@@ -732,8 +782,7 @@ fn reference_model_matches_the_cpu_backend() {
     assert!(gpu.check_residency().unwrap());
     // Real text: the golden prompts and their greedy continuations, joined.
     let golden: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/golden/greedy.json"))
-            .unwrap(),
+        &std::fs::read_to_string(workspace_path("testdata/golden/greedy.json")).unwrap(),
     )
     .unwrap();
     let mut tokens = Vec::new();
@@ -764,14 +813,27 @@ fn reference_model_matches_the_cpu_backend() {
         gpu.forward(&[next], Logits::Last, &mut out, None).unwrap();
         next = argmax(&out) as u32;
     }
-    let t = std::time::Instant::now();
     let steps = 128;
+    let t = std::time::Instant::now();
     for _ in 0..steps {
         gpu.forward(&[next], Logits::Last, &mut out, None).unwrap();
         next = argmax(&out) as u32;
     }
     let dt = t.elapsed().as_secs_f64();
+    assert!(gpu.decoding_with_graph());
     gpu.end_sequence();
+    // The same without graphs, for comparison.
+    gpu.set_decode_graphs(false);
+    gpu.begin_sequence(256).unwrap();
+    gpu.forward(&tokens[..16], Logits::Last, &mut out, None).unwrap();
+    let t = std::time::Instant::now();
+    for _ in 0..steps {
+        gpu.forward(&[next], Logits::Last, &mut out, None).unwrap();
+        next = argmax(&out) as u32;
+    }
+    let dt_eager = t.elapsed().as_secs_f64();
+    gpu.end_sequence();
+    gpu.set_decode_graphs(true);
     let pp = {
         gpu.begin_sequence(512).unwrap();
         let prompt: Vec<u32> = tokens.iter().cycle().take(512).copied().collect();
@@ -785,11 +847,12 @@ fn reference_model_matches_the_cpu_backend() {
         512.0 / s
     };
     eprintln!(
-        "SmolLM2 on {}: prefill 16 tokens (median of 10) {:.2} ms; decode {:.1} tok/s ({:.2} ms/token over {steps}); prefill 512: {:.0} tok/s",
+        "SmolLM2 on {}: prefill 16 tokens (median of 10) {:.2} ms; decode {:.1} tok/s ({:.2} ms/token over {steps}; without graphs {:.1} tok/s); prefill 512: {:.0} tok/s",
         gpu.device().name,
         ttft[ttft.len() / 2],
         steps as f64 / dt,
         dt * 1e3 / steps as f64,
+        steps as f64 / dt_eager,
         pp
     );
 }
