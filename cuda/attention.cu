@@ -25,27 +25,52 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
 }
 
 #define ATT_THREADS 128
+#define ATT_WARPS (ATT_THREADS / 32)
 #define ATT_MAX_HEAD_DIM 256
+#define ATT_DIMS_PER_LANE (ATT_MAX_HEAD_DIM / 32)
+
+// Dot product of q (shared, f32) with one cached f16 row of head_dim values.
+__device__ __forceinline__ float dot_q_k(const float* __restrict__ q, const u16* __restrict__ k, int head_dim) {
+    float s = 0.0f;
+    if ((head_dim & 7) == 0) {
+        for (int d = 0; d < head_dim; d += 8) {
+            const uint4 w = *(const uint4*)(k + d);
+            const u32 ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                s = fmaf(q[d + 2 * i], f16_to_f32((u16)(ws[i] & 0xFFFFu)), s);
+                s = fmaf(q[d + 2 * i + 1], f16_to_f32((u16)(ws[i] >> 16)), s);
+            }
+        }
+    } else {
+        for (int d = 0; d < head_dim; d++) s = fmaf(q[d], f16_to_f32(k[d]), s);
+    }
+    return s;
+}
 
 // out[t][h] = softmax_j(q[t][h] . K[j] / sqrt(head_dim)) V[j] over positions
 // j = 0..start_pos + t, with K, V from KV head h / (n_head / n_head_kv).
-//
 // start_pos is read from pos_ptr when that is not null (graph replay).
+//
 // One block of ATT_THREADS per (row t, head h). Keys are taken ATT_THREADS at
-// a time: each warp scores keys w, w+4, ... (lanes split the head dims, one
-// butterfly sum per key), then the chunk's softmax weights update a running
-// maximum, sum and output (online softmax). Every sum has a fixed order.
+// a time: thread i scores key i of the chunk on its own; the block finds the
+// chunk's maximum and the sum of its weights (online softmax: earlier sums and
+// outputs are rescaled when the maximum grows); then warp w accumulates
+// weight * V over keys w, w + ATT_WARPS, ... with each lane holding dims
+// lane, lane + 32, ... . At the end the warps' outputs are added in warp
+// order. Every sum has a fixed order.
 extern "C" __global__ void __launch_bounds__(ATT_THREADS)
     attention(const float* __restrict__ q, int n, int n_head, int n_head_kv, int head_dim, int start_pos,
-              const int* __restrict__ pos_ptr, int capacity, const u16* __restrict__ k_cache, const u16* __restrict__ v_cache, float scale,
-              float* __restrict__ out) {
-    __shared__ float qs[ATT_MAX_HEAD_DIM];
+              const int* __restrict__ pos_ptr, int capacity, const u16* __restrict__ k_cache,
+              const u16* __restrict__ v_cache, float scale, float* __restrict__ out) {
+    __shared__ __align__(16) float qs[ATT_MAX_HEAD_DIM];
     __shared__ float p[ATT_THREADS];
     __shared__ float red[32];
+    __shared__ float part[ATT_WARPS][ATT_MAX_HEAD_DIM];
     const int t = blockIdx.x, h = blockIdx.y;
     if (t >= n || h >= n_head) return;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     if (pos_ptr) start_pos = *pos_ptr;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int kvh = h / (n_head / n_head_kv);
     const int n_ctx = min(start_pos + t + 1, capacity);
     const float* qrow = q + ((i64)t * n_head + h) * head_dim;
@@ -54,38 +79,44 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
     const u16* vh = v_cache + (i64)kvh * capacity * head_dim;
     __syncthreads();
 
-    float m = NEG_INF, l = 0.0f, o0 = 0.0f, o1 = 0.0f;
+    float m = NEG_INF, l = 0.0f;
+    float o[ATT_DIMS_PER_LANE];
+#pragma unroll
+    for (int k = 0; k < ATT_DIMS_PER_LANE; k++) o[k] = 0.0f;
     for (int base = 0; base < n_ctx; base += ATT_THREADS) {
         const int cnt = min(ATT_THREADS, n_ctx - base);
-        for (int j = warp; j < cnt; j += ATT_THREADS / 32) {
-            const u16* kr = kh + (i64)(base + j) * head_dim;
-            float s = 0.0f;
-            for (int d = lane; d < head_dim; d += 32) s = fmaf(qs[d], f16_to_f32(kr[d]), s);
-            s = warp_sum(s);
-            if (lane == 0) p[j] = s * scale;
-        }
-        __syncthreads();
-        const float sc = tid < cnt ? p[tid] : NEG_INF;
+        const float sc = tid < cnt ? dot_q_k(qs, kh + (i64)(base + tid) * head_dim, head_dim) * scale : NEG_INF;
         const float m_new = fmaxf(m, block_max(sc, red));
         const float alpha = expf(m - m_new);  // 0 on the first chunk (m = -inf)
         const float e = tid < cnt ? expf(sc - m_new) : 0.0f;
-        __syncthreads();
         p[tid] = e;
         l = l * alpha + block_sum(e, red);  // block_sum's barriers also publish p
-        float a0 = 0.0f, a1 = 0.0f;
-        for (int j = 0; j < cnt; j++) {
+#pragma unroll
+        for (int k = 0; k < ATT_DIMS_PER_LANE; k++) o[k] *= alpha;
+        for (int j = warp; j < cnt; j += ATT_WARPS) {
             const u16* vr = vh + (i64)(base + j) * head_dim;
             const float pj = p[j];
-            if (tid < head_dim) a0 = fmaf(pj, f16_to_f32(vr[tid]), a0);
-            if (tid + ATT_THREADS < head_dim) a1 = fmaf(pj, f16_to_f32(vr[tid + ATT_THREADS]), a1);
+#pragma unroll
+            for (int k = 0; k < ATT_DIMS_PER_LANE; k++) {
+                const int d = lane + 32 * k;
+                if (d < head_dim) o[k] = fmaf(pj, f16_to_f32(vr[d]), o[k]);
+            }
         }
-        o0 = o0 * alpha + a0;
-        o1 = o1 * alpha + a1;
         m = m_new;
-        __syncthreads();
+        __syncthreads();  // p is rewritten by the next chunk
     }
+#pragma unroll
+    for (int k = 0; k < ATT_DIMS_PER_LANE; k++) {
+        const int d = lane + 32 * k;
+        if (d < head_dim) part[warp][d] = o[k];
+    }
+    __syncthreads();
     float* orow = out + ((i64)t * n_head + h) * head_dim;
     const float inv = 1.0f / l;
-    if (tid < head_dim) orow[tid] = o0 * inv;
-    if (tid + ATT_THREADS < head_dim) orow[tid + ATT_THREADS] = o1 * inv;
+    for (int d = tid; d < head_dim; d += ATT_THREADS) {
+        float s = 0.0f;
+#pragma unroll
+        for (int w = 0; w < ATT_WARPS; w++) s += part[w][d];
+        orow[d] = s * inv;
+    }
 }

@@ -60,6 +60,32 @@ __device__ __forceinline__ float e8m0_half(u8 e) {
     return e < 2 ? __uint_as_float(0x00200000u << e) : __uint_as_float(((u32)e - 1u) << 23);
 }
 
+// Eight bytes at p as two little-endian words, loaded with the widest access
+// the format's layout guarantees (A = the alignment of p in bytes, given
+// 256-byte aligned tensors and whole-block rows).
+template <int A>
+__device__ __forceinline__ void ld8(const u8* p, u32& lo, u32& hi) {
+    if (A >= 8) {
+        const uint2 v = *(const uint2*)p;
+        lo = v.x;
+        hi = v.y;
+    } else if (A >= 4) {
+        lo = *(const u32*)p;
+        hi = *(const u32*)(p + 4);
+    } else if (A >= 2) {
+        const u16* q = (const u16*)p;
+        lo = (u32)q[0] | ((u32)q[1] << 16);
+        hi = (u32)q[2] | ((u32)q[3] << 16);
+    } else {
+        lo = ld_u32(p);
+        hi = ld_u32(p + 4);
+    }
+}
+
+__device__ __forceinline__ u32 byte_of(u32 lo, u32 hi, int i) {
+    return ((i < 4 ? lo : hi) >> (8 * (i & 3))) & 0xFFu;
+}
+
 template <int T>
 __device__ __forceinline__ void deq8(const u8* __restrict__ row, int c, int cols, float* v) {
     if (T == T_F32) {
@@ -79,42 +105,44 @@ __device__ __forceinline__ void deq8(const u8* __restrict__ row, int c, int cols
         const int bytes = T == T_Q4_0 ? 18 : T == T_Q4_1 ? 20 : T == T_Q5_0 ? 22 : T == T_Q5_1 ? 24 : T == T_Q8_0 ? 34 : 17;
         const u8* b = row + (c >> 2) * bytes;
         const int p = c & 3;  // values 8p..8p+7 of the block
+        u32 lo, hi;
         if (T == T_Q8_0) {
             const float d = f16_to_f32(*(const u16*)b);
-            const i8* qs = (const i8*)(b + 2) + 8 * p;
+            ld8<2>(b + 2 + 8 * p, lo, hi);
 #pragma unroll
-            for (int i = 0; i < 8; i++) v[i] = __fmul_rn(d, (float)qs[i]);
+            for (int i = 0; i < 8; i++) v[i] = __fmul_rn(d, (float)(i8)byte_of(lo, hi, i));
         } else {
             // Nibble source: qs[8(p&1) + i], low nibble for p < 2, high for p >= 2.
             const int qs_off = T == T_Q4_0 ? 2 : T == T_Q4_1 ? 4 : T == T_Q5_0 ? 6 : T == T_Q5_1 ? 8 : 1;
             const u8* qs = b + qs_off + 8 * (p & 1);
+            if (T == T_Q4_0 || T == T_Q5_0) ld8<2>(qs, lo, hi);
+            else if (T == T_Q4_1) ld8<4>(qs, lo, hi);
+            else if (T == T_Q5_1) ld8<8>(qs, lo, hi);
+            else ld8<1>(qs, lo, hi);
             const int sh = (p >> 1) * 4;
             if (T == T_Q4_0) {
                 const float d = f16_to_f32(*(const u16*)b);
 #pragma unroll
-                for (int i = 0; i < 8; i++) v[i] = __fmul_rn(d, (float)((int)((qs[i] >> sh) & 0xF) - 8));
+                for (int i = 0; i < 8; i++) v[i] = __fmul_rn(d, (float)((int)((byte_of(lo, hi, i) >> sh) & 0xF) - 8));
             } else if (T == T_Q4_1) {
                 const float d = f16_to_f32(*(const u16*)b), m = f16_to_f32(*(const u16*)(b + 2));
 #pragma unroll
-                for (int i = 0; i < 8; i++) v[i] = __fadd_rn(__fmul_rn(d, (float)((qs[i] >> sh) & 0xF)), m);
+                for (int i = 0; i < 8; i++) v[i] = __fadd_rn(__fmul_rn(d, (float)((byte_of(lo, hi, i) >> sh) & 0xF)), m);
             } else if (T == T_Q5_0 || T == T_Q5_1) {
-                const u32 qh = ld_u32(b + (T == T_Q5_0 ? 2 : 4));
+                const u32 qh = T == T_Q5_0 ? ((u32)((const u16*)(b + 2))[0] | ((u32)((const u16*)(b + 2))[1] << 16))
+                                           : *(const u32*)(b + 4);
                 const int j0 = 8 * p;  // value index in the block
+                const float d = f16_to_f32(*(const u16*)b);
+                const float m = T == T_Q5_1 ? f16_to_f32(*(const u16*)(b + 2)) : 0.0f;
 #pragma unroll
                 for (int i = 0; i < 8; i++) {
-                    const int q = ((qs[i] >> sh) & 0xF) | (((qh >> (j0 + i)) & 1) << 4);
-                    if (T == T_Q5_0) {
-                        const float d = f16_to_f32(*(const u16*)b);
-                        v[i] = __fmul_rn(d, (float)(q - 16));
-                    } else {
-                        const float d = f16_to_f32(*(const u16*)b), m = f16_to_f32(*(const u16*)(b + 2));
-                        v[i] = __fadd_rn(__fmul_rn(d, (float)q), m);
-                    }
+                    const int q = ((byte_of(lo, hi, i) >> sh) & 0xF) | (((qh >> (j0 + i)) & 1) << 4);
+                    v[i] = T == T_Q5_0 ? __fmul_rn(d, (float)(q - 16)) : __fadd_rn(__fmul_rn(d, (float)q), m);
                 }
             } else {  // MXFP4
                 const float d = e8m0_half(b[0]);
 #pragma unroll
-                for (int i = 0; i < 8; i++) v[i] = __fmul_rn(MXFP4_DOUBLED[(qs[i] >> sh) & 0xF], d);
+                for (int i = 0; i < 8; i++) v[i] = __fmul_rn(MXFP4_DOUBLED[(byte_of(lo, hi, i) >> sh) & 0xF], d);
             }
         }
     } else if (T == T_Q4_K || T == T_Q5_K) {
@@ -127,14 +155,13 @@ __device__ __forceinline__ void deq8(const u8* __restrict__ row, int c, int cols
         const float d = f16_to_f32(*(const u16*)b), dmin = f16_to_f32(*(const u16*)(b + 2));
         float sc, mn;
         k_scale_min(b + 4, 2 * k + hi, d, dmin, &sc, &mn);
-        const u8* qs = b + (T == T_Q4_K ? 16 : 48) + 32 * k + l0;
+        u32 lo, hw, qhl = 0, qhh = 0;
+        ld8<8>(b + (T == T_Q4_K ? 16 : 48) + 32 * k + l0, lo, hw);
+        if (T == T_Q5_K) ld8<8>(b + 16 + l0, qhl, qhh);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            int q = hi ? (qs[i] >> 4) : (qs[i] & 0xF);
-            if (T == T_Q5_K) {
-                const u8 h = b[16 + l0 + i] >> (2 * k + hi);
-                q |= (h & 1) << 4;
-            }
+            int q = (byte_of(lo, hw, i) >> (4 * hi)) & 0xF;
+            if (T == T_Q5_K) q |= ((byte_of(qhl, qhh, i) >> (2 * k + hi)) & 1) << 4;
             v[i] = __fsub_rn(__fmul_rn(sc, (float)q), mn);
         }
     } else if (T == T_Q6_K) {
@@ -143,12 +170,13 @@ __device__ __forceinline__ void deq8(const u8* __restrict__ row, int c, int cols
         const int n = o >> 7, r = o & 127, quarter = r >> 5, l0 = r & 31;
         const float d = f16_to_f32(*(const u16*)(b + 208));
         const float ds = __fmul_rn(d, (float)((const i8*)(b + 192))[o >> 4]);
-        const u8* ql = b + 64 * n + l0 + (quarter & 1) * 32;
-        const u8* qh = b + 128 + 32 * n + l0;
+        u32 ll, lh, hl, hh;
+        ld8<2>(b + 64 * n + l0 + (quarter & 1) * 32, ll, lh);
+        ld8<2>(b + 128 + 32 * n + l0, hl, hh);
         const int sh = (quarter >> 1) * 4;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            const int q = ((ql[i] >> sh) & 0xF) | (((qh[i] >> (2 * quarter)) & 3) << 4);
+            const int q = ((byte_of(ll, lh, i) >> sh) & 0xF) | (((byte_of(hl, hh, i) >> (2 * quarter)) & 3) << 4);
             v[i] = __fmul_rn(ds, (float)(q - 32));
         }
     }

@@ -3,9 +3,9 @@
 //
 // Two kernels per format, both computing every output with one thread or one
 // warp in a fixed order (deterministic, no atomics):
-//   mv_<type>    for up to MV_MAX_TOKENS rows of x (decode): one warp per
-//                weight row, lanes stride over 8-value chunks, decoding in
-//                registers; a butterfly warp sum at the end.
+//   mv_<type>    for up to MV_MAX_TOKENS rows of x (decode): one block per
+//                weight row, threads stride over 8-value chunks, decoding in
+//                registers; butterfly warp sums, then the warps in order.
 //   gemm_<type>  for longer x (prefill): 64x64 output tiles; each 32-wide
 //                slice of K is decoded into shared memory (never a full
 //                dequantized copy of W) and multiplied there in f32.
@@ -13,31 +13,50 @@
 #include "dequant.cuh"
 
 #define MV_MAX_TOKENS 8
-#define MV_WARPS 4
+#define MV_THREADS 128
 
+// Eight activations x[8c..8c+7] (zeros past `left` values), with 16-byte
+// loads when the row allows them.
+__device__ __forceinline__ void load_x8(const float* __restrict__ xp, int left, bool vec, float* xv) {
+    if (vec && left >= 8) {
+        const float4 a = *(const float4*)xp, b = *(const float4*)(xp + 4);
+        xv[0] = a.x; xv[1] = a.y; xv[2] = a.z; xv[3] = a.w;
+        xv[4] = b.x; xv[5] = b.y; xv[6] = b.z; xv[7] = b.w;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) xv[i] = i < left ? xp[i] : 0.0f;
+    }
+}
+
+// One block of MV_THREADS per weight row: thread i takes chunks i, i + 128,
+// ... (so a 576-wide row needs one round of loads), then each warp sums its
+// lanes with a butterfly and the four warp sums are added in warp order.
 template <int T>
 __device__ __forceinline__ void mv_impl(const u8* __restrict__ W, i64 row_bytes, int rows, int cols,
                                         const float* __restrict__ x, int n, const float* __restrict__ bias,
                                         float* __restrict__ out) {
-    const int lane = threadIdx.x & 31;
-    const int r = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    __shared__ float red[MV_THREADS / 32][MV_MAX_TOKENS];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int r = blockIdx.x;
     if (r >= rows) return;
     const u8* wrow = W + (i64)r * row_bytes;
     const int nchunks = (cols + 7) >> 3;
+    const bool vec = (cols & 3) == 0;
     float acc[MV_MAX_TOKENS];
 #pragma unroll
     for (int t = 0; t < MV_MAX_TOKENS; t++) acc[t] = 0.0f;
-    for (int c = lane; c < nchunks; c += 32) {
+    for (int c = tid; c < nchunks; c += MV_THREADS) {
         float w[8];
         deq8<T>(wrow, c, cols, w);
         const int base = 8 * c, left = cols - base;
 #pragma unroll
         for (int t = 0; t < MV_MAX_TOKENS; t++) {
             if (t < n) {
-                const float* xp = x + (i64)t * cols + base;
+                float xv[8];
+                load_x8(x + (i64)t * cols + base, left, vec, xv);
                 float s = acc[t];
 #pragma unroll
-                for (int i = 0; i < 8; i++) s = fmaf(w[i], i < left ? xp[i] : 0.0f, s);
+                for (int i = 0; i < 8; i++) s = fmaf(w[i], xv[i], s);
                 acc[t] = s;
             }
         }
@@ -46,8 +65,15 @@ __device__ __forceinline__ void mv_impl(const u8* __restrict__ W, i64 row_bytes,
     for (int t = 0; t < MV_MAX_TOKENS; t++) {
         if (t < n) {
             const float s = warp_sum(acc[t]);
-            if (lane == 0) out[(i64)t * rows + r] = bias ? s + bias[r] : s;
+            if (lane == 0) red[warp][t] = s;
         }
+    }
+    __syncthreads();
+    if (tid < n) {
+        float s = 0.0f;
+#pragma unroll
+        for (int w = 0; w < MV_THREADS / 32; w++) s += red[w][tid];
+        out[(i64)tid * rows + r] = bias ? s + bias[r] : s;
     }
 }
 
@@ -117,7 +143,7 @@ __device__ __forceinline__ void gemm_impl(const u8* __restrict__ W, i64 row_byte
 }
 
 #define DEF_MATMUL(name, T)                                                                              \
-    extern "C" __global__ void __launch_bounds__(MV_WARPS * 32)                                          \
+    extern "C" __global__ void __launch_bounds__(MV_THREADS)                                             \
         mv_##name(const u8* W, i64 row_bytes, int rows, int cols, const float* x, int n,                 \
                   const float* bias, float* out) {                                                       \
         mv_impl<T>(W, row_bytes, rows, cols, x, n, bias, out);                                           \

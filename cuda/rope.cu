@@ -6,11 +6,14 @@
 // CPU reference does, so large positions lose no precision. Dimensions from
 // n_rot to head_dim are left as they are. One thread per rotated pair.
 // When pos_ptr is not null the start position is read from it (a decode step
-// replayed from a CUDA graph), otherwise start_pos is used.
+// replayed from a CUDA graph), otherwise start_pos is used. inv_freq, when not
+// null, holds freq_base^(-2i / n_rot) for i < n_rot / 2, computed on the host
+// exactly as the CPU reference computes it (saving a pow per thread).
 #include "common.cuh"
 
 extern "C" __global__ void rope(float* __restrict__ x, int rows, int n_head, int head_dim, int n_rot, int start_pos,
-                                const int* __restrict__ pos_ptr, float freq_base, float freq_scale, int style) {
+                                const int* __restrict__ pos_ptr, const double* __restrict__ inv_freq_table,
+                                float freq_base, float freq_scale, int style) {
     if (pos_ptr) start_pos = *pos_ptr;
     const int half = n_rot / 2;
     const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -21,7 +24,8 @@ extern "C" __global__ void rope(float* __restrict__ x, int rows, int n_head, int
     const int t = (int)(idx / ((i64)half * n_head));
     float* head = x + ((i64)t * n_head + h) * head_dim;
     const double pos = (double)(start_pos + t) * (double)freq_scale;
-    const double inv_freq = pow((double)freq_base, -2.0 * (double)i / (double)n_rot);
+    const double inv_freq =
+        inv_freq_table ? inv_freq_table[i] : pow((double)freq_base, -2.0 * (double)i / (double)n_rot);
     double sn, cs;
     sincos(pos * inv_freq, &sn, &cs);
     const int a = style == 0 ? 2 * i : i;

@@ -83,8 +83,8 @@ pub const MV_MAX_TOKENS: usize = 8;
 /// Up to this many rows of x, `matmul` runs `mv_*` once per group of
 /// [`MV_MAX_TOKENS`] instead of `gemm_*`.
 pub const MV_LOOP_MAX_TOKENS: usize = 32;
-/// Weight rows per `mv_*` block (`MV_WARPS` in matmul.cu), one warp each.
-const MV_WARPS: u32 = 4;
+/// Threads per `mv_*` block (`MV_THREADS` in matmul.cu); one block per weight row.
+const MV_THREADS: u32 = 128;
 /// Output tile of `gemm_*` (`GEMM_BM` x `GEMM_BN`) and its block size.
 const GEMM_TILE: u32 = 64;
 const GEMM_THREADS: u32 = 256;
@@ -252,10 +252,10 @@ impl Kernels {
             return Ok(());
         }
         let (k, cfg) = if n <= MV_MAX_TOKENS {
-            let blocks = (rows as u32).div_ceil(MV_WARPS);
+            let blocks = rows as u32;
             (
                 Kernel::MatVec(ty),
-                LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (MV_WARPS * 32, 1, 1), shared_mem_bytes: 0 },
+                LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (MV_THREADS, 1, 1), shared_mem_bytes: 0 },
             )
         } else {
             let gy = (n as u32).div_ceil(GEMM_TILE);
@@ -307,6 +307,7 @@ impl Kernels {
     /// - `x`: `[rows, n_head * head_dim]` f32
     /// - `style`: 0 adjacent pairs (normal), 1 halves (NEOX)
     /// - `pos_ptr`: 0, or a device i32 that replaces `start_pos` (graph replay)
+    /// - `inv_freq`: 0, or `[n_rot / 2]` f64 `freq_base^(-2i / n_rot)`
     #[allow(clippy::too_many_arguments)]
     pub fn rope(
         &self,
@@ -318,6 +319,7 @@ impl Kernels {
         n_rot: usize,
         start_pos: usize,
         pos_ptr: CUdeviceptr,
+        inv_freq: CUdeviceptr,
         freq_base: f32,
         freq_scale: f32,
         style: i32,
@@ -327,7 +329,7 @@ impl Kernels {
         let (rows, n_head, head_dim, n_rot, start_pos) =
             (rows as i32, n_head as i32, head_dim as i32, n_rot as i32, start_pos as i32);
         let mut b = s.launch_builder(self.func(k));
-        b.arg(&x).arg(&rows).arg(&n_head).arg(&head_dim).arg(&n_rot).arg(&start_pos).arg(&pos_ptr).arg(&freq_base).arg(&freq_scale).arg(&style);
+        b.arg(&x).arg(&rows).arg(&n_head).arg(&head_dim).arg(&n_rot).arg(&start_pos).arg(&pos_ptr).arg(&inv_freq).arg(&freq_base).arg(&freq_scale).arg(&style);
         // SAFETY: as for `embed`.
         unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| launch_error(k, e))
     }

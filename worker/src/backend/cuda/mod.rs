@@ -187,7 +187,8 @@ impl CudaBackend {
         } else {
             None
         };
-        let ops = CudaOps::new(dev.clone());
+        let mut ops = CudaOps::new(dev.clone());
+        ops.prepare_rope(cfg.rope_freq_base, cfg.n_rot)?;
         let graph_host = graph::GraphHost::new(&dev, cfg.vocab_size)?;
         let use_graphs = std::env::var(CUDA_GRAPHS_ENV).map_or(true, |v| v != "0");
         Ok(CudaBackend {

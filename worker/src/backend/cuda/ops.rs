@@ -151,10 +151,18 @@ pub(crate) struct GraphCapture {
     pub logits_cap: usize,
 }
 
+/// `freq_base^(-2i / n_rot)` for one (base, n_rot), on the device as f64.
+struct RopeTable {
+    base_bits: u32,
+    n_rot: usize,
+    mem: DevBuf,
+}
+
 /// The `Ops` implementation over one device.
 pub struct CudaOps {
     pub(crate) dev: Arc<CudaDevice>,
     pub(crate) capture: Option<GraphCapture>,
+    rope_tables: Vec<RopeTable>,
 }
 
 fn shape_error(what: String) -> BackendError {
@@ -163,7 +171,26 @@ fn shape_error(what: String) -> BackendError {
 
 impl CudaOps {
     pub fn new(dev: Arc<CudaDevice>) -> Self {
-        CudaOps { dev, capture: None }
+        CudaOps { dev, capture: None, rope_tables: Vec::new() }
+    }
+
+    /// Uploads the RoPE frequencies for (`freq_base`, `n_rot`), computed as
+    /// the CPU reference computes them, so that `rope` need not compute them
+    /// per thread. Without a table the kernel computes them itself.
+    pub fn prepare_rope(&mut self, freq_base: f32, n_rot: usize) -> Result<(), BackendError> {
+        if n_rot < 2 || self.rope_tables.iter().any(|t| t.base_bits == freq_base.to_bits() && t.n_rot == n_rot) {
+            return Ok(());
+        }
+        let table: Vec<f64> =
+            (0..n_rot / 2).map(|i| (freq_base as f64).powf(-2.0 * i as f64 / n_rot as f64)).collect();
+        self.dev.bind()?;
+        let mem = self.dev.alloc(Purpose::Weights, (table.len() * 8) as u64)?;
+        // SAFETY: the block holds the table.
+        unsafe { drv::memcpy_htod_async(mem.ptr(), &table, self.dev.cu_stream()) }
+            .map_err(|e| driver_error("copying the RoPE table", e))?;
+        self.dev.synchronize()?;
+        self.rope_tables.push(RopeTable { base_bits: freq_base.to_bits(), n_rot, mem });
+        Ok(())
     }
 
     /// The device position pointer while capturing, else 0.
@@ -339,6 +366,11 @@ impl Ops for CudaOps {
             RopeStyle::Normal => 0,
             RopeStyle::Neox => 1,
         };
+        let table = self
+            .rope_tables
+            .iter()
+            .find(|t| t.base_bits == p.freq_base.to_bits() && t.n_rot == p.n_rot)
+            .map_or(0, |t| t.mem.ptr());
         self.dev.bind()?;
         self.dev.kernels.rope(
             &self.dev.stream,
@@ -349,6 +381,7 @@ impl Ops for CudaOps {
             p.n_rot,
             p.start_pos,
             self.pos_ptr(),
+            table,
             p.freq_base,
             p.freq_scale,
             style,

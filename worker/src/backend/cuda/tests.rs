@@ -393,11 +393,17 @@ fn rope_matches_cpu_in_both_styles() {
                 let xv = random_vec(&mut rng, rows * n_head * head_dim, 2.0);
                 let mut cpu_x = cpu_buf(rows, n_head * head_dim, xv.clone());
                 CpuOps.rope(&mut cpu_x, p).unwrap();
-                let mut x = ops.upload(rows, n_head * head_dim, &xv).unwrap();
-                ops.rope(&mut x, p).unwrap();
-                let e = rel_err(&host(&mut ops, &x), &cpu_x.data);
-                assert!(e <= 1e-6, "rope {style:?} {n_head}x{head_dim} rot {n_rot} pos {start_pos}: {e:e}");
-                worst = worst.max(e);
+                for with_table in [false, true] {
+                    let mut ops = gpu_ops();
+                    if with_table {
+                        ops.prepare_rope(p.freq_base, n_rot).unwrap();
+                    }
+                    let mut x = ops.upload(rows, n_head * head_dim, &xv).unwrap();
+                    ops.rope(&mut x, p).unwrap();
+                    let e = rel_err(&host(&mut ops, &x), &cpu_x.data);
+                    assert!(e <= 1e-6, "rope {style:?} {n_head}x{head_dim} rot {n_rot} pos {start_pos} table {with_table}: {e:e}");
+                    worst = worst.max(e);
+                }
                 assert_deterministic("rope", || {
                     let mut x = ops.upload(rows, n_head * head_dim, &xv).unwrap();
                     ops.rope(&mut x, p).unwrap();
@@ -419,12 +425,13 @@ fn attention_matches_cpu_over_prefill_and_decode() {
     let mut rng = ChaCha8Rng::seed_from_u64(6);
     let mut worst = 0f64;
     // (n_head, n_head_kv, head_dim, capacity, steps as token counts)
-    let cases: [(usize, usize, usize, usize, &[usize]); 5] = [
+    let cases: [(usize, usize, usize, usize, &[usize]); 6] = [
         (9, 3, 64, 200, &[64, 1, 1, 5, 1]),
         (9, 3, 64, 1100, &[300, 1, 700, 1]),
         (4, 4, 128, 40, &[1, 1, 17, 1]),
         (8, 2, 256, 20, &[9, 1]),
         (6, 1, 80, 33, &[32, 1]),
+        (2, 1, 36, 150, &[140, 1, 2]),
     ];
     for (n_head, n_kv, hd, capacity, steps) in cases {
         let n_layer = 2;
