@@ -27,12 +27,13 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
 #define ATT_THREADS 128
 #define ATT_WARPS (ATT_THREADS / 32)
 #define ATT_MAX_HEAD_DIM 256
-#define ATT_DIMS_PER_LANE (ATT_MAX_HEAD_DIM / 32)
+#define ATT_PAIRS_PER_LANE (ATT_MAX_HEAD_DIM / 64)
 
 // Dot product of q (shared, f32) with one cached f16 row of head_dim values.
 __device__ __forceinline__ float dot_q_k(const float* __restrict__ q, const u16* __restrict__ k, int head_dim) {
     float s = 0.0f;
     if ((head_dim & 7) == 0) {
+#pragma unroll 8
         for (int d = 0; d < head_dim; d += 8) {
             const uint4 w = *(const uint4*)(k + d);
             const u32 ws[4] = {w.x, w.y, w.z, w.w};
@@ -56,9 +57,9 @@ __device__ __forceinline__ float dot_q_k(const float* __restrict__ q, const u16*
 // a time: thread i scores key i of the chunk on its own; the block finds the
 // chunk's maximum and the sum of its weights (online softmax: earlier sums and
 // outputs are rescaled when the maximum grows); then warp w accumulates
-// weight * V over keys w, w + ATT_WARPS, ... with each lane holding dims
-// lane, lane + 32, ... . At the end the warps' outputs are added in warp
-// order. Every sum has a fixed order.
+// weight * V over keys w, w + ATT_WARPS, ... with each lane holding dim
+// pairs lane, lane + 32, ... . At the end the warps' outputs are added in warp
+// order. Every sum has a fixed order. head_dim must be even.
 extern "C" __global__ void __launch_bounds__(ATT_THREADS)
     attention(const float* __restrict__ q, int n, int n_head, int n_head_kv, int head_dim, int start_pos,
               const int* __restrict__ pos_ptr, int capacity, const u16* __restrict__ k_cache,
@@ -79,10 +80,11 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
     const u16* vh = v_cache + (i64)kvh * capacity * head_dim;
     __syncthreads();
 
+    // Lane `lane` accumulates dims 2 * (lane + 32 k) and the one after (head_dim is even).
     float m = NEG_INF, l = 0.0f;
-    float o[ATT_DIMS_PER_LANE];
+    float o[2 * ATT_PAIRS_PER_LANE];
 #pragma unroll
-    for (int k = 0; k < ATT_DIMS_PER_LANE; k++) o[k] = 0.0f;
+    for (int k = 0; k < 2 * ATT_PAIRS_PER_LANE; k++) o[k] = 0.0f;
     for (int base = 0; base < n_ctx; base += ATT_THREADS) {
         const int cnt = min(ATT_THREADS, n_ctx - base);
         const float sc = tid < cnt ? dot_q_k(qs, kh + (i64)(base + tid) * head_dim, head_dim) * scale : NEG_INF;
@@ -92,23 +94,32 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
         p[tid] = e;
         l = l * alpha + block_sum(e, red);  // block_sum's barriers also publish p
 #pragma unroll
-        for (int k = 0; k < ATT_DIMS_PER_LANE; k++) o[k] *= alpha;
+        for (int k = 0; k < 2 * ATT_PAIRS_PER_LANE; k++) o[k] *= alpha;
+        // Unrolled so that several keys' loads are in flight at once.
+#pragma unroll 4
         for (int j = warp; j < cnt; j += ATT_WARPS) {
-            const u16* vr = vh + (i64)(base + j) * head_dim;
+            const u32* vr = (const u32*)(vh + (i64)(base + j) * head_dim);
             const float pj = p[j];
 #pragma unroll
-            for (int k = 0; k < ATT_DIMS_PER_LANE; k++) {
-                const int d = lane + 32 * k;
-                if (d < head_dim) o[k] = fmaf(pj, f16_to_f32(vr[d]), o[k]);
+            for (int k = 0; k < ATT_PAIRS_PER_LANE; k++) {
+                const int d2 = lane + 32 * k;
+                if (2 * d2 < head_dim) {
+                    const u32 w = vr[d2];
+                    o[2 * k] = fmaf(pj, f16_to_f32((u16)(w & 0xFFFFu)), o[2 * k]);
+                    o[2 * k + 1] = fmaf(pj, f16_to_f32((u16)(w >> 16)), o[2 * k + 1]);
+                }
             }
         }
         m = m_new;
         __syncthreads();  // p is rewritten by the next chunk
     }
 #pragma unroll
-    for (int k = 0; k < ATT_DIMS_PER_LANE; k++) {
-        const int d = lane + 32 * k;
-        if (d < head_dim) part[warp][d] = o[k];
+    for (int k = 0; k < ATT_PAIRS_PER_LANE; k++) {
+        const int d2 = lane + 32 * k;
+        if (2 * d2 < head_dim) {
+            part[warp][2 * d2] = o[2 * k];
+            part[warp][2 * d2 + 1] = o[2 * k + 1];
+        }
     }
     __syncthreads();
     float* orow = out + ((i64)t * n_head + h) * head_dim;

@@ -6,6 +6,7 @@
 //   mv_<type>    for up to MV_MAX_TOKENS rows of x (decode): one block per
 //                weight row, threads stride over 8-value chunks, decoding in
 //                registers; butterfly warp sums, then the warps in order.
+//   mvw_<type>   the same with one warp per row, for matrices of many rows.
 //   gemm_<type>  for longer x (prefill): 64x64 output tiles; each 32-wide
 //                slice of K is decoded into shared memory (never a full
 //                dequantized copy of W) and multiplied there in f32.
@@ -74,6 +75,49 @@ __device__ __forceinline__ void mv_impl(const u8* __restrict__ W, i64 row_bytes,
 #pragma unroll
         for (int w = 0; w < MV_THREADS / 32; w++) s += red[w][tid];
         out[(i64)tid * rows + r] = bias ? s + bias[r] : s;
+    }
+}
+
+// One warp per weight row, MV_THREADS / 32 rows per block: for matrices with
+// many rows (the LM head), where a block per row would mean tens of
+// thousands of tiny blocks. The chunk loop is unrolled so that a lane has
+// several chunks' loads in flight.
+template <int T>
+__device__ __forceinline__ void mvw_impl(const u8* __restrict__ W, i64 row_bytes, int rows, int cols,
+                                         const float* __restrict__ x, int n, const float* __restrict__ bias,
+                                         float* __restrict__ out) {
+    const int lane = threadIdx.x & 31;
+    const int r = blockIdx.x * (MV_THREADS / 32) + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    const u8* wrow = W + (i64)r * row_bytes;
+    const int nchunks = (cols + 7) >> 3;
+    const bool vec = (cols & 3) == 0;
+    float acc[MV_MAX_TOKENS];
+#pragma unroll
+    for (int t = 0; t < MV_MAX_TOKENS; t++) acc[t] = 0.0f;
+#pragma unroll 4
+    for (int c = lane; c < nchunks; c += 32) {
+        float w[8];
+        deq8<T>(wrow, c, cols, w);
+        const int base = 8 * c, left = cols - base;
+#pragma unroll
+        for (int t = 0; t < MV_MAX_TOKENS; t++) {
+            if (t < n) {
+                float xv[8];
+                load_x8(x + (i64)t * cols + base, left, vec, xv);
+                float s = acc[t];
+#pragma unroll
+                for (int i = 0; i < 8; i++) s = fmaf(w[i], xv[i], s);
+                acc[t] = s;
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < MV_MAX_TOKENS; t++) {
+        if (t < n) {
+            const float s = warp_sum(acc[t]);
+            if (lane == 0) out[(i64)t * rows + r] = bias ? s + bias[r] : s;
+        }
     }
 }
 
@@ -147,6 +191,11 @@ __device__ __forceinline__ void gemm_impl(const u8* __restrict__ W, i64 row_byte
         mv_##name(const u8* W, i64 row_bytes, int rows, int cols, const float* x, int n,                 \
                   const float* bias, float* out) {                                                       \
         mv_impl<T>(W, row_bytes, rows, cols, x, n, bias, out);                                           \
+    }                                                                                                    \
+    extern "C" __global__ void __launch_bounds__(MV_THREADS)                                             \
+        mvw_##name(const u8* W, i64 row_bytes, int rows, int cols, const float* x, int n,                \
+                   const float* bias, float* out) {                                                      \
+        mvw_impl<T>(W, row_bytes, rows, cols, x, n, bias, out);                                          \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS)                                           \
         gemm_##name(const u8* W, i64 row_bytes, int rows, int cols, const float* x, int n,               \

@@ -7,6 +7,7 @@
 //! result is checked.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUdeviceptr;
@@ -66,8 +67,10 @@ impl Module {
 pub enum Kernel {
     /// `embed_<type>`: rows of a stored table to f32.
     Embed(GgmlType),
-    /// `mv_<type>`: matrix product for up to [`MV_MAX_TOKENS`] rows of x.
+    /// `mv_<type>`: matrix product for up to [`MV_MAX_TOKENS`] rows of x, a block per weight row.
     MatVec(GgmlType),
+    /// `mvw_<type>`: the same with a warp per weight row, for matrices of many rows.
+    MatVecWarp(GgmlType),
     /// `gemm_<type>`: tiled matrix product for any number of rows of x.
     Gemm(GgmlType),
     RmsNorm,
@@ -97,7 +100,7 @@ impl Kernel {
     pub fn all() -> Vec<Kernel> {
         let mut v = Vec::new();
         for t in GgmlType::ALL {
-            v.extend([Kernel::Embed(t), Kernel::MatVec(t), Kernel::Gemm(t)]);
+            v.extend([Kernel::Embed(t), Kernel::MatVec(t), Kernel::MatVecWarp(t), Kernel::Gemm(t)]);
         }
         v.extend([Kernel::RmsNorm, Kernel::Rope, Kernel::KvStore, Kernel::Attention, Kernel::Swiglu, Kernel::AddAssign]);
         v
@@ -106,7 +109,7 @@ impl Kernel {
     pub fn module(self) -> Module {
         match self {
             Kernel::Embed(_) => Module::Embed,
-            Kernel::MatVec(_) | Kernel::Gemm(_) => Module::Matmul,
+            Kernel::MatVec(_) | Kernel::MatVecWarp(_) | Kernel::Gemm(_) => Module::Matmul,
             Kernel::RmsNorm => Module::Norm,
             Kernel::Rope => Module::Rope,
             Kernel::KvStore | Kernel::Attention => Module::Attention,
@@ -120,6 +123,7 @@ impl Kernel {
         match self {
             Kernel::Embed(t) => format!("embed_{}", ty(t)),
             Kernel::MatVec(t) => format!("mv_{}", ty(t)),
+            Kernel::MatVecWarp(t) => format!("mvw_{}", ty(t)),
             Kernel::Gemm(t) => format!("gemm_{}", ty(t)),
             Kernel::RmsNorm => "rms_norm".into(),
             Kernel::Rope => "rope".into(),
@@ -131,9 +135,14 @@ impl Kernel {
     }
 }
 
+/// From this many weight rows on, `matmul` uses `mvw_*` (a warp per row)
+/// rather than `mv_*` (a block per row) for short x.
+pub const MV_WARP_MIN_ROWS: usize = 4096;
+
 /// The loaded kernels of one context.
 pub struct Kernels {
     funcs: HashMap<Kernel, CudaFunction>,
+    mv_warp_min_rows: AtomicUsize,
 }
 
 fn launch_error(k: Kernel, e: cudarc::driver::DriverError) -> BackendError {
@@ -188,7 +197,12 @@ impl Kernels {
             })?;
             funcs.insert(k, f);
         }
-        Ok(Kernels { funcs })
+        Ok(Kernels { funcs, mv_warp_min_rows: AtomicUsize::new(MV_WARP_MIN_ROWS) })
+    }
+
+    /// Changes the row count from which `mvw_*` is used (for tests and benchmarks).
+    pub fn set_mv_warp_min_rows(&self, rows: usize) {
+        self.mv_warp_min_rows.store(rows, Ordering::Relaxed);
     }
 
     fn func(&self, k: Kernel) -> &CudaFunction {
@@ -221,7 +235,8 @@ impl Kernels {
         unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| launch_error(k, e))
     }
 
-    /// `out[t][r] = sum_c x[t][c] * W[r][c] (+ bias[r])`: `mv_<ty>` over
+    /// `out[t][r] = sum_c x[t][c] * W[r][c] (+ bias[r])`: `mv_<ty>` (or
+    /// `mvw_<ty>` from [`MV_WARP_MIN_ROWS`] rows on) over
     /// groups of up to [`MV_MAX_TOKENS`] rows of x when `n <= MV_LOOP_MAX_TOKENS`
     /// (short prompts: one warp per weight row keeps every SM busy, and the
     /// weights stay in L2 between groups), else `gemm_<ty>`.
@@ -251,7 +266,13 @@ impl Kernels {
             }
             return Ok(());
         }
-        let (k, cfg) = if n <= MV_MAX_TOKENS {
+        let (k, cfg) = if n <= MV_MAX_TOKENS && rows >= self.mv_warp_min_rows.load(Ordering::Relaxed) {
+            let blocks = (rows as u32).div_ceil(MV_THREADS / 32);
+            (
+                Kernel::MatVecWarp(ty),
+                LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (MV_THREADS, 1, 1), shared_mem_bytes: 0 },
+            )
+        } else if n <= MV_MAX_TOKENS {
             let blocks = rows as u32;
             (
                 Kernel::MatVec(ty),

@@ -402,6 +402,7 @@ impl Ops for CudaOps {
             || s.n_head_kv == 0
             || s.n_head % s.n_head_kv != 0
             || hd == 0
+            || hd % 2 != 0
             || hd > ATT_MAX_HEAD_DIM
             || q.cols != s.n_head * hd
             || k.cols != kvd

@@ -183,6 +183,7 @@ fn every_kernel_symbol_is_defined_in_its_module() {
         let defined = match k {
             Kernel::Embed(_) => src.contains("embed_##name"),
             Kernel::MatVec(_) => src.contains("mv_##name"),
+            Kernel::MatVecWarp(_) => src.contains("mvw_##name"),
             Kernel::Gemm(_) => src.contains("gemm_##name"),
             _ => src.contains(&format!(" {sym}(")) || src.contains(&format!("\n    {sym}(")),
         };
@@ -272,7 +273,9 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
             let xv = random_vec(&mut rng, n * cols, 1.0);
             let bias_v = random_vec(&mut rng, rows, 1.0);
             let bias = test_weight(&mut ops, GgmlType::F32, 1, rows, &bias_v);
-            for with_bias in [false, true] {
+            for (with_bias, warp_rows) in [(false, 0), (true, 0), (false, usize::MAX), (true, usize::MAX)] {
+                // Every shape through both mv kernels (a warp or a block per row).
+                dev().kernels.set_mv_warp_min_rows(warp_rows);
                 let b = with_bias.then_some(&bias);
                 let mut cpu_out = cpu_buf(n, rows, vec![0.0; n * rows]);
                 CpuOps.matmul(&cpu_buf(n, cols, xv.clone()), &w.cpu, b.map(|b| &b.cpu), &mut cpu_out).unwrap();
@@ -281,12 +284,13 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
                 ops.matmul(&x, &w.gpu, b.map(|b| &b.gpu), &mut out).unwrap();
                 let g = host(&mut ops, &out);
                 let e = rel_err(&g, &cpu_out.data);
-                assert!(e <= 1e-3, "{ty} {rows}x{cols} n={n} bias={with_bias}: relative error {e:e}");
+                assert!(e <= 1e-3, "{ty} {rows}x{cols} n={n} bias={with_bias} mvw from {warp_rows}: relative error {e:e}");
                 worst_ty = worst_ty.max(e);
             }
         }
         worst.push((ty, worst_ty));
     }
+    dev().kernels.set_mv_warp_min_rows(kernels::MV_WARP_MIN_ROWS);
     for (ty, e) in worst {
         eprintln!("matmul {ty:>5}: max relative error {e:.2e}");
     }
@@ -300,7 +304,7 @@ fn matmul_is_deterministic_for_every_format() {
     for ty in GgmlType::ALL {
         let (rows, cols) = (1536, 576usize.next_multiple_of(ty.block_len()));
         let w = test_weight(&mut ops, ty, rows, cols, &random_vec(&mut rng, rows * cols, 1.0));
-        for n in [1, 5, 64] {
+        for n in [1, 5, 20, 64] {
             let x = ops.upload(n, cols, &random_vec(&mut rng, n * cols, 1.0)).unwrap();
             let mut out = ops.buf(n, rows).unwrap();
             assert_deterministic(&format!("matmul {ty} n={n}"), || {
@@ -861,5 +865,161 @@ fn reference_model_matches_the_cpu_backend() {
         dt * 1e3 / steps as f64,
         steps as f64 / dt_eager,
         pp
+    );
+}
+
+/// Times the decode matmul at the LM head's shape (49152 x 576) and a layer's
+/// shape with both mv kernels, and the gemm at prefill shapes.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn matmul_timings() {
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let time = |ops: &mut CudaOps, w: &CudaWeight, x: &CudaBuf, out: &mut CudaBuf| {
+        for _ in 0..20 {
+            ops.matmul(x, w, None, out).unwrap();
+        }
+        dev().synchronize().unwrap();
+        let reps = 200;
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            ops.matmul(x, w, None, out).unwrap();
+        }
+        dev().synchronize().unwrap();
+        t.elapsed().as_secs_f64() * 1e6 / reps as f64
+    };
+    for ty in [GgmlType::Q8_0, GgmlType::Q6K, GgmlType::Q4_1, GgmlType::Q4K, GgmlType::F16] {
+        for (rows, cols) in [(49152usize, 576usize), (1536, 576), (576, 1536)] {
+            let cols = cols.next_multiple_of(ty.block_len());
+            let w = test_weight(&mut ops, ty, rows, cols, &random_vec(&mut rng, rows * cols, 1.0)).gpu;
+            let bytes = (w.rows * w.row_bytes) as f64;
+            let mut line = format!("{ty:>5} {rows:>5}x{cols:<4}");
+            for n in [1usize, 16, 64, 512] {
+                let x = ops.upload(n, cols, &random_vec(&mut rng, n * cols, 1.0)).unwrap();
+                let mut out = ops.buf(n, rows).unwrap();
+                if n == 1 {
+                    for (name, warp_rows) in [("block/row", usize::MAX), ("warp/row", 0)] {
+                        dev().kernels.set_mv_warp_min_rows(warp_rows);
+                        let us = time(&mut ops, &w, &x, &mut out);
+                        line += &format!("  n=1 {name} {us:7.1} us ({:5.0} GB/s)", bytes / us / 1e3);
+                    }
+                    dev().kernels.set_mv_warp_min_rows(kernels::MV_WARP_MIN_ROWS);
+                } else {
+                    let us = time(&mut ops, &w, &x, &mut out);
+                    line += &format!("  n={n} {us:8.1} us ({:6.1} TFLOP/s)", 2.0 * (rows * cols * n) as f64 / us / 1e6);
+                }
+            }
+            eprintln!("{line}");
+        }
+    }
+}
+
+/// A random-weight model of SmolLM2-135M's exact shapes and formats (Q4_1
+/// matrices, Q8_0 tied embedding): speed depends on shapes, not values, so
+/// this times the reference model without carrying its file.
+fn smollm2_shaped_model() -> Vec<u8> {
+    let mut rng = ChaCha8Rng::seed_from_u64(42);
+    let (d, n_layer, n_head, n_kv, ff, vocab) = (576usize, 30usize, 9usize, 3usize, 1536usize, 49152usize);
+    let hd = d / n_head;
+    let mut w = GgufWriter::new();
+    let s = |v: &str| MetaValue::String(v.to_string());
+    w.metadata("general.architecture", s("llama"));
+    w.metadata("general.name", s("smollm2-shaped"));
+    for (k, v) in [
+        ("context_length", 8192u32),
+        ("embedding_length", d as u32),
+        ("block_count", n_layer as u32),
+        ("attention.head_count", n_head as u32),
+        ("attention.head_count_kv", n_kv as u32),
+        ("feed_forward_length", ff as u32),
+        ("vocab_size", vocab as u32),
+        ("rope.dimension_count", hd as u32),
+    ] {
+        w.metadata(&format!("llama.{k}"), MetaValue::U32(v));
+    }
+    w.metadata("llama.attention.layer_norm_rms_epsilon", MetaValue::F32(1e-5));
+    w.metadata("llama.rope.freq_base", MetaValue::F32(100000.0));
+    let q = |rng: &mut ChaCha8Rng, ty: GgmlType, rows: usize, cols: usize| {
+        quantize(ty, &random_vec(rng, rows * cols, 1.5 / (cols as f32).sqrt())).unwrap()
+    };
+    let ones = |n: usize| quantize(GgmlType::F32, &vec![1.0; n]).unwrap();
+    w.tensor("token_embd.weight", &[d as u64, vocab as u64], GgmlType::Q8_0, q(&mut rng, GgmlType::Q8_0, vocab, d));
+    // One layer's weights, repeated: the cost is the same.
+    let layer = [
+        ("attn_q", n_head * hd, d),
+        ("attn_k", n_kv * hd, d),
+        ("attn_v", n_kv * hd, d),
+        ("attn_output", d, n_head * hd),
+        ("ffn_gate", ff, d),
+        ("ffn_up", ff, d),
+        ("ffn_down", d, ff),
+    ]
+    .map(|(name, rows, cols)| (name, rows, cols, q(&mut rng, GgmlType::Q4_1, rows, cols)));
+    for i in 0..n_layer {
+        w.tensor(&format!("blk.{i}.attn_norm.weight"), &[d as u64], GgmlType::F32, ones(d));
+        w.tensor(&format!("blk.{i}.ffn_norm.weight"), &[d as u64], GgmlType::F32, ones(d));
+        for (name, rows, cols, bytes) in &layer {
+            w.tensor(&format!("blk.{i}.{name}.weight"), &[*cols as u64, *rows as u64], GgmlType::Q4_1, bytes.clone());
+        }
+    }
+    w.tensor("output_norm.weight", &[d as u64], GgmlType::F32, ones(d));
+    w.to_bytes()
+}
+
+/// Decode speed, time to first token and prefill speed at SmolLM2-135M's shapes.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn smollm2_shaped_timings() {
+    let file = GgufFile::from_bytes(smollm2_shaped_model()).unwrap();
+    let cfg = ModelConfig::try_from(&file.metadata).unwrap();
+    let t = std::time::Instant::now();
+    let mut gpu = CudaBackend::load(cfg, &file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();
+    let load_ms = t.elapsed().as_secs_f64() * 1e3;
+    let prompt: Vec<u32> = (0..512u32).map(|i| (i * 7919) % 49152).collect();
+    let mut out = Vec::new();
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    let prefill_ms = |gpu: &mut CudaBackend, n: usize, out: &mut Vec<f32>| {
+        let mut v = Vec::new();
+        for _ in 0..7 {
+            gpu.begin_sequence(1024).unwrap();
+            let t = std::time::Instant::now();
+            gpu.forward(&prompt[..n], Logits::Last, out, None).unwrap();
+            v.push(t.elapsed().as_secs_f64() * 1e3);
+            gpu.end_sequence();
+        }
+        median(v)
+    };
+    let p16 = prefill_ms(&mut gpu, 16, &mut out);
+    let p64 = prefill_ms(&mut gpu, 64, &mut out);
+    let p512 = prefill_ms(&mut gpu, 512, &mut out);
+    let mut decode = |gpu: &mut CudaBackend, graphs: bool, start: usize| {
+        gpu.set_decode_graphs(graphs);
+        gpu.begin_sequence(1024).unwrap();
+        gpu.forward(&prompt[..start], Logits::Last, &mut out, None).unwrap();
+        for i in 0..4 {
+            gpu.forward(&[prompt[i]], Logits::Last, &mut out, None).unwrap();
+        }
+        let steps = 128;
+        let t = std::time::Instant::now();
+        for i in 0..steps {
+            gpu.forward(&[prompt[i]], Logits::Last, &mut out, None).unwrap();
+        }
+        let s = t.elapsed().as_secs_f64();
+        gpu.end_sequence();
+        steps as f64 / s
+    };
+    let tg = decode(&mut gpu, true, 16);
+    let tg_long = decode(&mut gpu, true, 512);
+    let tg_eager = decode(&mut gpu, false, 16);
+    gpu.set_decode_graphs(true);
+    eprintln!(
+        "SmolLM2-shaped (Q4_1, Q8_0 embedding) on {}: load {load_ms:.0} ms; prefill 16 tokens {p16:.2} ms, 64: {p64:.2} ms ({:.0} tok/s), 512: {p512:.1} ms ({:.0} tok/s); decode after 16: {tg:.0} tok/s ({:.2} ms/token), after 512: {tg_long:.0} tok/s, without graphs: {tg_eager:.0} tok/s",
+        gpu.device().name,
+        64.0 / p64 * 1e3,
+        512.0 / p512 * 1e3,
+        1e3 / tg
     );
 }
