@@ -24,7 +24,7 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
     v_cache[dst] = f32_to_f16(v[idx]);
 }
 
-#define ATT_THREADS 128
+#define ATT_THREADS 256
 #define ATT_WARPS (ATT_THREADS / 32)
 #define ATT_MAX_HEAD_DIM 256
 #define ATT_PAIRS_PER_LANE (ATT_MAX_HEAD_DIM / 64)
@@ -96,7 +96,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
         for (int k = 0; k < 2 * ATT_PAIRS_PER_LANE; k++) o[k] *= alpha;
         // Unrolled so that several keys' loads are in flight at once.
-#pragma unroll 4
+#pragma unroll 8
         for (int j = warp; j < cnt; j += ATT_WARPS) {
             const u32* vr = (const u32*)(vh + (i64)(base + j) * head_dim);
             const float pj = p[j];

@@ -86,13 +86,16 @@ pub const MV_MAX_TOKENS: usize = 8;
 /// Up to this many rows of x, `matmul` runs `mv_*` once per group of
 /// [`MV_MAX_TOKENS`] instead of `gemm_*`.
 pub const MV_LOOP_MAX_TOKENS: usize = 32;
+/// Up to this many rows of x, `mv_*` groups are also used when `gemm_*`
+/// would have fewer tiles than the GPU has multiprocessors.
+pub const MV_LOOP_SMALL_GRID_MAX_TOKENS: usize = 128;
 /// Threads per `mv_*` block (`MV_THREADS` in matmul.cu); one block per weight row.
 const MV_THREADS: u32 = 128;
 /// Output tile of `gemm_*` (`GEMM_BM` x `GEMM_BN`) and its block size.
 const GEMM_TILE: u32 = 64;
 const GEMM_THREADS: u32 = 256;
 /// Threads per `attention` block and the largest head size it takes.
-const ATT_THREADS: u32 = 128;
+const ATT_THREADS: u32 = 256;
 pub const ATT_MAX_HEAD_DIM: usize = 256;
 
 impl Kernel {
@@ -143,6 +146,7 @@ pub const MV_WARP_MIN_ROWS: usize = 4096;
 pub struct Kernels {
     funcs: HashMap<Kernel, CudaFunction>,
     mv_warp_min_rows: AtomicUsize,
+    sm_count: usize,
 }
 
 fn launch_error(k: Kernel, e: cudarc::driver::DriverError) -> BackendError {
@@ -197,7 +201,11 @@ impl Kernels {
             })?;
             funcs.insert(k, f);
         }
-        Ok(Kernels { funcs, mv_warp_min_rows: AtomicUsize::new(MV_WARP_MIN_ROWS) })
+        let sm_count = ctx
+            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|e| BackendError::KernelLaunchFailed(format!("reading the multiprocessor count: {e:?}")))?
+            as usize;
+        Ok(Kernels { funcs, mv_warp_min_rows: AtomicUsize::new(MV_WARP_MIN_ROWS), sm_count })
     }
 
     /// Changes the row count from which `mvw_*` is used (for tests and benchmarks).
@@ -237,9 +245,10 @@ impl Kernels {
 
     /// `out[t][r] = sum_c x[t][c] * W[r][c] (+ bias[r])`: `mv_<ty>` (or
     /// `mvw_<ty>` from [`MV_WARP_MIN_ROWS`] rows on) over
-    /// groups of up to [`MV_MAX_TOKENS`] rows of x when `n <= MV_LOOP_MAX_TOKENS`
-    /// (short prompts: one warp per weight row keeps every SM busy, and the
-    /// weights stay in L2 between groups), else `gemm_<ty>`.
+    /// groups of up to [`MV_MAX_TOKENS`] rows of x when `n <= MV_LOOP_MAX_TOKENS`,
+    /// or `n <= MV_LOOP_SMALL_GRID_MAX_TOKENS` and `gemm_<ty>` would not fill
+    /// the GPU (short prompts: a block per weight row keeps every SM busy, and
+    /// the weights stay in L2 between groups), else `gemm_<ty>`.
     /// - `w`: `rows` rows of `row_bytes` bytes, each `cols` values of `ty`
     /// - `x`: `[n, cols]` f32
     /// - `bias`: `[rows]` f32, or 0 for none
@@ -258,7 +267,9 @@ impl Kernels {
         bias: CUdeviceptr,
         out: CUdeviceptr,
     ) -> Result<(), BackendError> {
-        if n > MV_MAX_TOKENS && n <= MV_LOOP_MAX_TOKENS {
+        let gemm_blocks = rows.div_ceil(GEMM_TILE as usize) * n.div_ceil(GEMM_TILE as usize);
+        let few_tiles = n <= MV_LOOP_SMALL_GRID_MAX_TOKENS && gemm_blocks < self.sm_count;
+        if n > MV_MAX_TOKENS && (n <= MV_LOOP_MAX_TOKENS || few_tiles) {
             for t0 in (0..n).step_by(MV_MAX_TOKENS) {
                 let group = MV_MAX_TOKENS.min(n - t0);
                 let (xg, og) = (x + (t0 * cols * 4) as u64, out + (t0 * rows * 4) as u64);
