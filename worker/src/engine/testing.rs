@@ -87,8 +87,9 @@ pub struct ScriptedBackend {
     script: Vec<u32>,
     vocab_size: usize,
     step_delay: Duration,
-    /// Forward call (0-based within a sequence) that fails, and how.
+    /// Forward call (0-based within a sequence) that fails, and how; fires once.
     fail_at: Option<(usize, fn() -> BackendError)>,
+    /// Forward call that panics; fires once.
     panic_at: Option<usize>,
     memory: MemoryUse,
     device: DeviceInfo,
@@ -188,10 +189,12 @@ impl Backend for ScriptedBackend {
         }
         if let Some((at, err)) = self.fail_at {
             if at == self.step {
+                self.fail_at = None;
                 return Err(err());
             }
         }
         if self.panic_at == Some(self.step) {
+            self.panic_at = None;
             panic!("scripted panic at step {}", self.step);
         }
         if !self.step_delay.is_zero() {
