@@ -52,7 +52,7 @@ pub fn byte_vocab_spec(chat_template: Option<&str>) -> VocabSpec {
         tokens,
         token_types,
         merges: Vec::new(),
-        scores: Vec::new(),
+        scores: None,
         bos_id: None,
         eos_id: Some(EOS_ID),
         eot_id: Some(IM_END_ID),

@@ -348,7 +348,11 @@ fn check_messages(errs: &mut Collector, messages: Vec<MessageIn>, tokenizer: &To
         return None;
     }
     let Some(template) = tokenizer.chat_template() else {
-        errs.add("messages", "the model has no chat template; send a prompt instead");
+        let why = match tokenizer.chat_template_error() {
+            Some(e) => format!("the model's chat template does not compile ({e}); send a prompt instead"),
+            None => "the model has no chat template; send a prompt instead".to_string(),
+        };
+        errs.add("messages", why);
         return None;
     };
     let messages: Vec<ChatMessage> =
