@@ -60,7 +60,6 @@ fn start_failed(f: StartFailure<'_>) -> ExitCode {
         model_path = %f.model_path,
         vram_needed_bytes = f.vram.map(|v| v.0),
         vram_free_bytes = f.vram.map(|v| v.1),
-        "start-up failed"
     );
     eprintln!("worker-orcd: {}", f.message);
     ExitCode::FAILURE

@@ -104,6 +104,10 @@ impl Engine {
             parity: parts.parity,
             post_load_vram,
         };
+        // The first residency check runs before anyone can ask /health.
+        if worker.residency_interval().is_some() {
+            worker.check_residency();
+        }
         let thread = std::thread::Builder::new().name("engine".into()).spawn(move || worker.run())?;
         Ok(Engine { handle, thread })
     }
@@ -236,8 +240,8 @@ impl Drop for ExitGuard {
 impl EngineThread {
     fn run(mut self) {
         let mut guard = ExitGuard { queue: self.queue.clone(), status: self.status.clone(), normal: false };
-        let interval = self.config.residency_check.filter(|_| self.backend_kind == BackendKind::Cuda);
-        let mut next_check = interval.map(|_| Instant::now());
+        let interval = self.residency_interval();
+        let mut next_check = interval.map(|every| Instant::now() + every);
         loop {
             if let (Some(every), Some(at)) = (interval, next_check) {
                 if Instant::now() >= at {
@@ -259,6 +263,11 @@ impl EngineThread {
         // Dropping the backend frees its memory before the thread ends.
         drop(self.backend);
         drop(self.parity);
+    }
+
+    /// Residency is checked on `cuda` only: on the CPU the notion does not apply.
+    fn residency_interval(&self) -> Option<Duration> {
+        self.config.residency_check.filter(|_| self.backend_kind == BackendKind::Cuda)
     }
 
     fn check_residency(&self) {

@@ -4,7 +4,7 @@
 //! of the worker's API.
 #![doc(hidden)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -78,6 +78,9 @@ pub struct ScriptProbe {
     pub forward_calls: AtomicUsize,
     /// Prompt tokens of each sequence, in order.
     pub prompts: Mutex<Vec<Vec<u32>>>,
+    /// What `check_residency` answers on a scripted `cuda` device.
+    pub resident: AtomicBool,
+    pub residency_checks: AtomicUsize,
 }
 
 /// A fake backend: after a sequence's prompt, the `n`-th forward call's
@@ -140,6 +143,16 @@ impl ScriptedBackend {
 
     pub fn panicking_at(mut self, step: usize) -> Self {
         self.panic_at = Some(step);
+        self
+    }
+
+    /// Poses as a `cuda` device whose weights are resident until the probe says otherwise.
+    pub fn on_cuda(mut self) -> Self {
+        self.device.backend = BackendKind::Cuda;
+        self.device.gpu_device = Some(0);
+        self.device.sm = Some("9.0".into());
+        self.device.cuda_runtime_version = Some("13.0".into());
+        self.probe.resident.store(true, Ordering::SeqCst);
         self
     }
 
@@ -228,7 +241,8 @@ impl Backend for ScriptedBackend {
     }
 
     fn check_residency(&self) -> Result<bool, BackendError> {
-        Ok(false)
+        self.probe.residency_checks.fetch_add(1, Ordering::SeqCst);
+        Ok(self.device.backend == BackendKind::Cuda && self.probe.resident.load(Ordering::SeqCst))
     }
 }
 

@@ -84,17 +84,6 @@ pub async fn execute(
         };
         return Err(refuse(outcome, e.into_error().into()));
     }
-    narrate!(
-        info,
-        "execute_accepted",
-        job_id = %valid.job_id,
-        tokens_in = valid.prompt_tokens.len(),
-        prompt_sha256 = %valid.prompt_sha256,
-        prompt_chars = valid.prompt_chars,
-        seed = valid.sampling.seed,
-        seed_given = valid.seed_given,
-        queue_depth = state.engine.queue_depth(),
-    );
     Ok(sse_response(events))
 }
 

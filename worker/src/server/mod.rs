@@ -132,8 +132,24 @@ pub fn app(state: AppState) -> Router {
         .route("/metrics", get(info::metrics))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
+        .fallback(unknown_route)
+        .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
+}
+
+async fn unknown_route(uri: axum::http::Uri) -> error::ApiError {
+    error::ApiError::with_status(
+        axum::http::StatusCode::NOT_FOUND,
+        crate::engine::JobError::invalid(format!("no route {}", uri.path())),
+    )
+}
+
+async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> error::ApiError {
+    error::ApiError::with_status(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        crate::engine::JobError::invalid(format!("{} does not accept {method}", uri.path())),
+    )
 }
 
 /// How a served life ended.

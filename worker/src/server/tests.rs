@@ -10,13 +10,14 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::backend::{BackendError, BackendKind, DeviceInfo};
+use crate::backend::{Backend, BackendError, MemoryUse};
 use crate::engine::parity::{ParitySender, ParityWriter};
 use crate::engine::runner::EngineParts;
 use crate::engine::testing::{byte_tokenizer, ScriptProbe, ScriptedBackend, BYTE_VOCAB_SIZE};
 use crate::engine::{Engine, EngineConfig, EngineStatus, Outcome};
 
 struct Opts {
+    residency_check: Option<Duration>,
     queue_depth: usize,
     timeout: Duration,
     grace: Duration,
@@ -27,6 +28,7 @@ struct Opts {
 impl Default for Opts {
     fn default() -> Self {
         Opts {
+            residency_check: None,
             queue_depth: 4,
             timeout: Duration::from_secs(60),
             grace: Duration::from_millis(200),
@@ -46,6 +48,7 @@ struct Harness {
 
 async fn start(backend: ScriptedBackend, opts: Opts) -> Harness {
     let probe = backend.probe();
+    let device = backend.device().clone();
     let tokenizer = byte_tokenizer();
     let metrics = Arc::new(Metrics::new(crate::telemetry::metrics::InfoLabels {
         model: "/models/scripted.gguf".into(),
@@ -55,7 +58,11 @@ async fn start(backend: ScriptedBackend, opts: Opts) -> Harness {
         tokenizer_kind: "gguf-bpe".into(),
     }));
     let engine = Engine::start(
-        EngineConfig { queue_depth: opts.queue_depth, inference_timeout: opts.timeout, residency_check: None },
+        EngineConfig {
+            queue_depth: opts.queue_depth,
+            inference_timeout: opts.timeout,
+            residency_check: opts.residency_check,
+        },
         EngineParts {
             backend: Box::new(backend),
             tokenizer: tokenizer.clone(),
@@ -79,14 +86,7 @@ async fn start(backend: ScriptedBackend, opts: Opts) -> Harness {
                 context_length: opts.limits.context_length,
                 tensor_bytes: 0,
             },
-            device: DeviceInfo {
-                backend: BackendKind::Cpu,
-                name: "scripted".into(),
-                gpu_device: None,
-                sm: None,
-                cuda_runtime_version: None,
-                total_memory_bytes: None,
-            },
+            device,
         },
         limits: opts.limits,
         metrics,
@@ -624,6 +624,12 @@ async fn tokenize_and_detokenize_while_a_job_runs() {
         assert_eq!(resp.json::<Value>().await.unwrap()["code"], "INVALID_REQUEST");
     }
     assert_eq!(h.post("/tokenize", json!({"text": "x"})).await.status(), 400);
+    let nowhere = h.client.get(format!("{}/nowhere", h.base)).send().await.unwrap();
+    assert_eq!(nowhere.status(), 404);
+    assert_eq!(nowhere.json::<Value>().await.unwrap()["code"], "INVALID_REQUEST");
+    let wrong = h.client.get(format!("{}/execute", h.base)).send().await.unwrap();
+    assert_eq!(wrong.status(), 405);
+    assert_eq!(wrong.json::<Value>().await.unwrap()["code"], "INVALID_REQUEST");
     drop(s);
     h.shutdown().await;
 }
@@ -684,4 +690,49 @@ async fn parity_logging_changes_nothing_but_the_file() {
         assert_eq!(line["job_id"], "p");
         assert_eq!(line["token_id"], ids(&logged)[n]);
     }
+}
+
+/// M0-W-1012 and M0-W-1320 on a (scripted) `cuda` device: `resident` and
+/// `sm` are reported; a failed residency check turns `/health` unhealthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn residency_checks_drive_health_on_cuda() {
+    let backend = ScriptedBackend::spelling("ab").on_cuda().with_memory(MemoryUse { weights: 1000, kv_cache: 0, scratch: 0 });
+    let opts = Opts { residency_check: Some(Duration::from_millis(50)), ..Opts::default() };
+    let h = start(backend, opts).await;
+    let v = h.get_json("/health").await;
+    assert_eq!(v["status"], "healthy", "{v}");
+    assert_eq!(v["resident"], true);
+    assert_eq!(v["backend"], "cuda");
+    assert_eq!(v["sm"], "9.0");
+    assert_eq!(v["vram_bytes_used"], 1000);
+    h.probe.resident.store(false, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let v = loop {
+        let v = h.get_json("/health").await;
+        if v["status"] == "unhealthy" || Instant::now() > deadline {
+            break v;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(v["status"], "unhealthy", "{v}");
+    assert_eq!(v["resident"], false);
+    assert!(v["reason"].as_str().unwrap().contains("resident"), "{v}");
+    h.probe.resident.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(h.get_json("/health").await["status"], "healthy");
+    assert!(h.probe.residency_checks.load(Ordering::SeqCst) >= 3);
+    h.shutdown().await;
+}
+
+/// M0-W-1501 on `cuda`: a kernel failure in a job is CUDA_ERROR.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn device_failures_on_cuda_are_cuda_errors() {
+    let backend =
+        ScriptedBackend::spelling("abc").on_cuda().failing_at(1, || BackendError::KernelLaunchFailed("k".into()));
+    let h = start(backend, Opts::default()).await;
+    let frames = h.run(json!({"job_id": "k", "prompt": "x"})).await;
+    check_grammar(&frames);
+    assert_eq!(frames.last().unwrap().data["code"], "CUDA_ERROR");
+    assert_eq!(frames.last().unwrap().data["retriable"], false);
+    h.shutdown().await;
 }
