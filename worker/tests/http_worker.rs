@@ -14,6 +14,11 @@ fn job(id: &str, max_tokens: u64) -> Value {
     json!({"job_id": id, "prompt": HAIKU_PROMPT, "max_tokens": max_tokens, "temperature": 0})
 }
 
+/// A 2048-token greedy job that does not end by itself for many seconds.
+fn long_job(id: &str) -> Value {
+    json!({"job_id": id, "prompt": COUNTING_PROMPT, "max_tokens": 2048, "temperature": 0})
+}
+
 /// M0-W-1301, EXT-003: ten clients at once each get a whole stream, one job
 /// at a time, with the same greedy ids.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -44,7 +49,7 @@ async fn ten_concurrent_clients_get_complete_streams() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_running_and_queued_jobs() {
     let Some(w) = Worker::start(&[]).await else { return };
-    let mut long = w.execute(job("long", 2048)).await;
+    let mut long = w.execute(long_job("long")).await;
     long.tokens(5).await;
     let queued = w.execute(job("queued", 8)).await;
     let resp: Value = w.post("/cancel", json!({"job_id": "queued"})).await.json().await.unwrap();
@@ -77,7 +82,7 @@ async fn cancel_running_and_queued_jobs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disconnect_frees_the_engine() {
     let Some(w) = Worker::start(&[]).await else { return };
-    let mut gone = w.execute(job("gone", 2048)).await;
+    let mut gone = w.execute(long_job("gone")).await;
     gone.tokens(3).await;
     drop(gone);
     let t = Instant::now();
@@ -90,11 +95,11 @@ async fn a_disconnect_frees_the_engine() {
 }
 
 /// M0-W-1340: `/shutdown` during a job: 202, new jobs 503, the queued job
-/// CANCELLED (retriable), the running one finishes or is cancelled, exit 0.
+/// CANCELLED (retriable), the running one (no grace) cancelled, exit 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_during_a_job_exits_zero() {
-    let Some(mut w) = Worker::start(&["--shutdown-grace-sec", "1"]).await else { return };
-    let mut running = w.execute(job("running", 2048)).await;
+    let Some(mut w) = Worker::start(&["--shutdown-grace-sec", "0"]).await else { return };
+    let mut running = w.execute(long_job("running")).await;
     running.tokens(2).await;
     let queued = w.execute(job("queued", 8)).await;
     let t = Instant::now();
@@ -118,15 +123,15 @@ async fn shutdown_during_a_job_exits_zero() {
     assert_eq!(phases, vec![json!("begin"), json!("complete")]);
 }
 
-/// M0-W-1340: SIGTERM takes the same path.
+/// M0-W-1340: SIGTERM takes the same path; within its grace the running job finishes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_a_job_exits_zero() {
-    let Some(mut w) = Worker::start(&["--shutdown-grace-sec", "0"]).await else { return };
-    let mut running = w.execute(job("running", 2048)).await;
+    let Some(mut w) = Worker::start(&["--shutdown-grace-sec", "10"]).await else { return };
+    let mut running = w.execute(job("running", 24)).await;
     running.tokens(2).await;
     w.terminate();
     let r = running.all().await;
-    assert_eq!(r.last().unwrap().data["code"], "CANCELLED");
+    assert_eq!(r.last().unwrap().event, "end", "the job finished within its grace: {r:?}");
     let status = w.wait_exit(Duration::from_secs(30)).await;
     assert!(status.success(), "{status:?}");
     assert_eq!(w.events("shutdown")[0]["reason"], "SIGTERM");
@@ -180,7 +185,7 @@ async fn health_fields_and_latency_during_a_job() {
     assert!(h["uptime_seconds"].is_u64());
     assert_eq!(h["busy"], false);
 
-    let mut running = w.execute(job("long", 2048)).await;
+    let mut running = w.execute(long_job("long")).await;
     running.tokens(2).await;
     let mut times = Vec::new();
     for _ in 0..100 {
@@ -357,7 +362,7 @@ async fn golden_tokenizer_cases_round_trip_while_a_job_streams() {
     let golden = workspace_root().join("testdata/golden/tokenize.json");
     let cases: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(golden).unwrap()).unwrap();
     assert_eq!(cases.len(), 66);
-    let mut running = w.execute(job("long", 2048)).await;
+    let mut running = w.execute(long_job("long")).await;
     running.tokens(2).await;
     let t = Instant::now();
     for case in &cases {
@@ -374,4 +379,87 @@ async fn golden_tokenizer_cases_round_trip_while_a_job_streams() {
     assert_eq!(h["busy"], true, "the job was still running");
     w.post("/cancel", json!({"job_id": "long"})).await;
     running.all().await;
+}
+
+/// M0-W-1110: nothing accepts connections before the model is loaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_listens_before_the_model_is_loaded() {
+    let Some(model) = reference_model() else { return };
+    let port = free_port();
+    let mut child = std::process::Command::new(binary())
+        .args(["--worker-id", WORKER_ID, "--gpu-device", "0", "--backend", "cpu"])
+        .arg("--model")
+        .arg(&model)
+        .args(["--port", &port.to_string()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        std::io::BufReader::new(stderr).lines().map_while(Result::ok).collect::<Vec<_>>()
+    });
+    let mut first_accept = None;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let attempt = std::time::SystemTime::now();
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            first_accept = Some(attempt);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let first_accept: chrono::DateTime<chrono::Utc> = first_accept.expect("the worker never listened").into();
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    assert!(child.wait().unwrap().success());
+    let lines = reader.join().unwrap();
+    let loaded = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|r| r["event"] == "model_load_complete")
+        .expect("model_load_complete");
+    let loaded: chrono::DateTime<chrono::Utc> = loaded["timestamp"].as_str().unwrap().parse().unwrap();
+    assert!(first_accept >= loaded, "accepted at {first_accept} before the load completed at {loaded}");
+}
+
+/// `--callback-url`: the ready callback carries worker_id, model_ref, vram_bytes and uri.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ready_callback_is_posted() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/ready", listener.local_addr().unwrap());
+    let received = tokio::spawn(async move {
+        let (mut sock, _) = listener.accept().await.unwrap();
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = sock.read(&mut chunk).await.unwrap();
+            buf.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&buf).to_string();
+            if let Some(head_end) = text.find("\r\n\r\n") {
+                let len: usize = text[..head_end]
+                    .lines()
+                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
+                    .unwrap_or(0);
+                if buf.len() >= head_end + 4 + len {
+                    sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await.unwrap();
+                    return (text[..head_end].to_string(), text[head_end + 4..].to_string());
+                }
+            }
+            if n == 0 {
+                panic!("callback connection closed early");
+            }
+        }
+    });
+    let Some(w) = Worker::start(&["--callback-url", &url]).await else { return };
+    let (head, body) = tokio::time::timeout(Duration::from_secs(10), received).await.unwrap().unwrap();
+    assert!(head.starts_with("POST /ready "), "{head}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["worker_id"], WORKER_ID);
+    assert!(body["model_ref"].as_str().unwrap().ends_with(".gguf"));
+    assert_eq!(body["vram_bytes"], 0);
+    assert_eq!(body["uri"], format!("http://127.0.0.1:{}", w.port));
+    w.wait_for_event("callback", Duration::from_secs(5)).await;
 }

@@ -274,6 +274,21 @@ fn load_failure_message(e: &LoadError, cfg: &ServeConfig) -> String {
 
 /// Step 3 and the serving life: bind, announce, serve, shut down.
 async fn serve(cfg: &ServeConfig, state: AppState, engine: Engine, vram_bytes: u64) -> ExitCode {
+    // Signal handlers go in before the port opens, so a client that can
+    // connect can also stop the worker gracefully.
+    let signals = match Signals::register() {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = tokio::task::spawn_blocking(move || engine.shutdown(Duration::ZERO)).await;
+            return start_failed(StartFailure {
+                code: "INTERNAL",
+                message: format!("cannot install signal handlers: {e}"),
+                flag: None,
+                model_path: cfg.model.display().to_string(),
+                vram: None,
+            });
+        }
+    };
     let addr = SocketAddr::new(cfg.host, cfg.port);
     let listener = match tokio::net::TcpListener::bind(addr).await {
         Ok(l) => l,
@@ -290,7 +305,7 @@ async fn serve(cfg: &ServeConfig, state: AppState, engine: Engine, vram_bytes: u
     };
     let uri = format!("http://{addr}");
     let shutdown = state.shutdown.clone();
-    tokio::spawn(wait_for_signal(shutdown.clone()));
+    tokio::spawn(signals.wait(shutdown.clone()));
     narrate!(info, "ready", vram_bytes, uri = %uri, queue_depth = cfg.queue_depth, "worker ready");
     if let Some(url) = cfg.callback_url.clone() {
         let body = serde_json::json!({
@@ -327,21 +342,26 @@ async fn serve(cfg: &ServeConfig, state: AppState, engine: Engine, vram_bytes: u
     }
 }
 
-async fn wait_for_signal(shutdown: Shutdown) {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    let sigterm = async {
-        match term.as_mut() {
-            Some(s) => {
-                s.recv().await;
-            }
-            None => std::future::pending::<()>().await,
-        }
-    };
-    let reason = tokio::select! {
-        _ = tokio::signal::ctrl_c() => "SIGINT",
-        _ = sigterm => "SIGTERM",
-    };
-    shutdown.trigger(reason);
+/// SIGTERM and SIGINT, registered at once.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn register() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals { term: signal(SignalKind::terminate())?, int: signal(SignalKind::interrupt())? })
+    }
+
+    /// Triggers the shutdown on the first signal.
+    async fn wait(mut self, shutdown: Shutdown) {
+        let reason = tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        };
+        shutdown.trigger(reason);
+    }
 }
 
 fn start_watchdog() {

@@ -7,8 +7,11 @@
 //! a `Content-Type` other than `application/json` → 415; a body over
 //! [`MAX_BODY_BYTES`](super::MAX_BODY_BYTES) → 413.
 
+use axum::body::Body;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, Request, State};
+use axum::middleware::Next;
+use futures::StreamExt;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -50,10 +53,7 @@ impl ApiError {
             JsonRejection::JsonDataError(_) => {
                 (StatusCode::BAD_REQUEST, format!("invalid request body: {}", rejection.body_text()))
             }
-            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("the request body is larger than {} bytes", super::MAX_BODY_BYTES),
-            ),
+            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => return too_large(),
             other => (StatusCode::BAD_REQUEST, format!("unreadable request body: {}", other.body_text())),
         };
         ApiError::with_status(status, JobError::invalid(message))
@@ -80,6 +80,53 @@ impl IntoResponse for ApiError {
         }
         response
     }
+}
+
+fn too_large() -> ApiError {
+    ApiError::with_status(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        JobError::invalid(format!("the request body is larger than {} bytes", super::MAX_BODY_BYTES)),
+    )
+}
+
+/// Reads the whole body before the handler runs, refusing bodies over
+/// [`MAX_BODY_BYTES`](super::MAX_BODY_BYTES) with 413. An oversized body is
+/// still read (and dropped), up to [`MAX_DRAINED_BYTES`](super::MAX_DRAINED_BYTES),
+/// so the client finishes sending and sees the answer instead of a reset.
+/// A refused `/execute` counts as `invalid` in `worker_requests_total`.
+pub async fn limit_body(State(state): State<super::AppState>, req: Request, next: Next) -> Response {
+    let limit = super::MAX_BODY_BYTES as u64;
+    let (parts, body) = req.into_parts();
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let mut oversized = declared.is_some_and(|n| n > limit);
+    let mut kept = Vec::with_capacity(declared.filter(|_| !oversized).unwrap_or(0) as usize);
+    let mut seen = 0u64;
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let Ok(chunk) = chunk else {
+            return ApiError::invalid("the request body could not be read").into_response();
+        };
+        seen += chunk.len() as u64;
+        oversized |= seen > limit;
+        if oversized {
+            if seen > super::MAX_DRAINED_BYTES {
+                break;
+            }
+        } else {
+            kept.extend_from_slice(&chunk);
+        }
+    }
+    if oversized {
+        if parts.uri.path() == "/execute" {
+            state.metrics.request_finished(crate::engine::Outcome::Invalid);
+        }
+        return too_large().into_response();
+    }
+    next.run(Request::from_parts(parts, Body::from(kept))).await
 }
 
 /// `Json<T>` whose rejections are [`ApiError`]s.

@@ -43,6 +43,10 @@ pub use validation::Limits;
 
 /// Largest request body accepted, in bytes (413 above).
 pub const MAX_BODY_BYTES: usize = 1 << 20;
+/// An oversized body is read and discarded up to this many bytes before the
+/// 413 goes out, so the client is not cut off mid-send and can read the
+/// answer; beyond it the connection is closed.
+pub const MAX_DRAINED_BYTES: u64 = 64 << 20;
 
 /// Facts about the served model, fixed at start-up.
 #[derive(Clone, Debug)]
@@ -135,6 +139,7 @@ pub fn app(state: AppState) -> Router {
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), error::limit_body))
         .with_state(state)
 }
 

@@ -18,6 +18,10 @@ pub const WORKER_ID: &str = "0b8b5a63-3c0d-4f6e-9a51-2d6a3f1f9c11";
 pub const HAIKU_PROMPT: &str =
     "<|im_start|>user\nWrite a haiku about the sea.<|im_end|>\n<|im_start|>assistant\n";
 
+/// A raw prompt the model keeps continuing greedily (no EOS for hundreds of
+/// tokens): the long job that tests cancel, disconnect or shut down.
+pub const COUNTING_PROMPT: &str = "Count: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,";
+
 /// Tests that run the model take turns: the CPU backend wants both cores.
 static MODEL_LOCK: Mutex<()> = Mutex::new(());
 
