@@ -106,6 +106,28 @@ fn tiny_encode_merges_and_specials() {
 }
 
 #[test]
+fn bytes_missing_from_the_vocabulary_block_merges_like_llama_cpp() {
+    // SmolLM2 has no token for some bytes (e.g. 0x04). llama.cpp keeps such a byte
+    // as a symbol that never merges and drops it at the end, so its neighbours
+    // stay apart.
+    let mut spec = tiny_spec();
+    spec.tokens[4] = "[no byte 4]".into();
+    spec.tokens.push("!!".into()); // 265
+    spec.token_types.push(token_type::NORMAL);
+    spec.merges.push("! !".into());
+    let t = Tokenizer::from_spec(spec).unwrap();
+    assert_eq!(t.encode("!!", false, false).unwrap(), vec![265]);
+    assert_eq!(
+        t.encode("!\u{4}!", false, false).unwrap(),
+        vec![byte_id(b'!'), byte_id(b'!')]
+    );
+    assert_eq!(
+        t.encode("he\u{4}llo", false, false).unwrap(),
+        vec![256, 257, byte_id(b'o')]
+    );
+}
+
+#[test]
 fn add_special_adds_bos_and_eos_when_asked() {
     let mut spec = tiny_spec();
     spec.add_bos = true;
