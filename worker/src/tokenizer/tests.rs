@@ -401,6 +401,18 @@ fn chat_template_render_messages_as_dicts() {
 }
 
 #[test]
+fn chat_template_backslash_newline_in_strings_continues_the_line() {
+    // jinja2 drops a backslash-newline inside a string literal (Python's line
+    // continuation); text outside tags, raw blocks and comments keep theirs.
+    let src = "{% set s = \"a\\\nb\" %}{{ s }}|{{ 'c\\\r\nd' }}|x\\\ny|{% raw %}{{ \"e\\\nf\" }}{% endraw %}|{# \"g\\\nh\" #}|{{ \"i\\\"j\\\\\" }}";
+    let t = ChatTemplate::new(src, "", "").unwrap();
+    assert_eq!(
+        t.render(&[], false).unwrap(),
+        "ab|cd|x\\\ny|{{ \"e\\\nf\" }}||i\"j\\"
+    );
+}
+
+#[test]
 fn chat_message_serde() {
     let m: ChatMessage = serde_json::from_str(r#"{"role":"user","content":"hi"}"#).unwrap();
     assert_eq!(m, ChatMessage::new("user", "hi"));
