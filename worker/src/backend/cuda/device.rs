@@ -256,6 +256,12 @@ impl CudaDevice {
         self.acct.snapshot()
     }
 
+    /// Changes the weight-row count from which decode matmuls use a warp per
+    /// row instead of a block per row (for tests and benchmarks).
+    pub fn set_mv_warp_min_rows(&self, rows: usize) {
+        self.kernels.set_mv_warp_min_rows(rows);
+    }
+
     pub(crate) fn bind(&self) -> Result<(), BackendError> {
         self.ctx.bind_to_thread().map_err(|e| driver_error("binding the context", e))
     }

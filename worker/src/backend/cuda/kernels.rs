@@ -165,7 +165,8 @@ impl Kernels {
     /// it into `ctx` and looks up every kernel. Modules compile in parallel.
     pub fn load(ctx: &Arc<CudaContext>, arch: (i32, i32)) -> Result<Kernels, BackendError> {
         let cache = KernelCache::from_env();
-        let images: Vec<Result<(Module, Vec<u8>, bool), BackendError>> = std::thread::scope(|s| {
+        type Image = Result<(Module, Vec<u8>, bool), BackendError>;
+        let images: Vec<Image> = std::thread::scope(|s| {
             let handles: Vec<_> = Module::ALL
                 .iter()
                 .map(|&m| {

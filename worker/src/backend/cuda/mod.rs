@@ -361,11 +361,11 @@ impl Backend for CudaBackend {
             return Err(BackendError::InferenceFailed("forward without a sequence".into()));
         }
         self.dev.bind()?;
-        if self.use_graphs && !self.graph_failed && tokens.len() == 1 && logits == Logits::Last && checkpoints.is_none() {
-            if self.decode_with_graph(tokens[0], out)? {
-                self.len += 1;
-                return Ok(());
-            }
+        let graph_step =
+            self.use_graphs && !self.graph_failed && tokens.len() == 1 && logits == Logits::Last && checkpoints.is_none();
+        if graph_step && self.decode_with_graph(tokens[0], out)? {
+            self.len += 1;
+            return Ok(());
         }
         let cache = self.cache.as_mut().expect("checked above");
         llama::forward(&mut self.ops, &self.cfg, &self.weights, cache, tokens, self.len, logits, out, checkpoints)?;

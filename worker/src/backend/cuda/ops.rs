@@ -356,7 +356,7 @@ impl Ops for CudaOps {
     }
 
     fn rope(&mut self, x: &mut CudaBuf, p: RopeParams) -> Result<(), BackendError> {
-        if x.cols != p.n_head * p.head_dim || p.n_rot > p.head_dim || p.n_rot % 2 != 0 || x.is_empty() {
+        if x.cols != p.n_head * p.head_dim || p.n_rot > p.head_dim || !p.n_rot.is_multiple_of(2) || x.is_empty() {
             return Err(shape_error(format!("rope: x {}x{}, {} heads of {}", x.rows, x.cols, p.n_head, p.head_dim)));
         }
         if p.n_rot == 0 {
@@ -400,9 +400,9 @@ impl Ops for CudaOps {
         let (hd, kvd) = (s.head_dim, s.n_head_kv * s.head_dim);
         if s.n_tokens == 0
             || s.n_head_kv == 0
-            || s.n_head % s.n_head_kv != 0
+            || !s.n_head.is_multiple_of(s.n_head_kv)
             || hd == 0
-            || hd % 2 != 0
+            || !hd.is_multiple_of(2)
             || hd > ATT_MAX_HEAD_DIM
             || q.cols != s.n_head * hd
             || k.cols != kvd

@@ -277,7 +277,7 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
             let bias = test_weight(&mut ops, GgmlType::F32, 1, rows, &bias_v);
             for (with_bias, warp_rows) in [(false, 0), (true, 0), (false, usize::MAX), (true, usize::MAX)] {
                 // Every shape through both mv kernels (a warp or a block per row).
-                dev().kernels.set_mv_warp_min_rows(warp_rows);
+                dev().set_mv_warp_min_rows(warp_rows);
                 let b = with_bias.then_some(&bias);
                 let mut cpu_out = cpu_buf(n, rows, vec![0.0; n * rows]);
                 CpuOps.matmul(&cpu_buf(n, cols, xv.clone()), &w.cpu, b.map(|b| &b.cpu), &mut cpu_out).unwrap();
@@ -292,7 +292,7 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
         }
         worst.push((ty, worst_ty));
     }
-    dev().kernels.set_mv_warp_min_rows(kernels::MV_WARP_MIN_ROWS);
+    dev().set_mv_warp_min_rows(kernels::MV_WARP_MIN_ROWS);
     for (ty, e) in worst {
         eprintln!("matmul {ty:>5}: max relative error {e:.2e}");
     }
@@ -901,11 +901,11 @@ fn matmul_timings() {
                 let mut out = ops.buf(n, rows).unwrap();
                 if n == 1 {
                     for (name, warp_rows) in [("block/row", usize::MAX), ("warp/row", 0)] {
-                        dev().kernels.set_mv_warp_min_rows(warp_rows);
+                        dev().set_mv_warp_min_rows(warp_rows);
                         let us = time(&mut ops, &w, &x, &mut out);
                         line += &format!("  n=1 {name} {us:7.1} us ({:5.0} GB/s)", bytes / us / 1e3);
                     }
-                    dev().kernels.set_mv_warp_min_rows(kernels::MV_WARP_MIN_ROWS);
+                    dev().set_mv_warp_min_rows(kernels::MV_WARP_MIN_ROWS);
                 } else {
                     let us = time(&mut ops, &w, &x, &mut out);
                     line += &format!("  n={n} {us:8.1} us ({:6.1} TFLOP/s)", 2.0 * (rows * cols * n) as f64 / us / 1e6);
@@ -1001,13 +1001,13 @@ fn smollm2_shaped_timings() {
         gpu.set_decode_graphs(graphs);
         gpu.begin_sequence(1024).unwrap();
         gpu.forward(&prompt[..start], Logits::Last, &mut out, None).unwrap();
-        for i in 0..4 {
-            gpu.forward(&[prompt[i]], Logits::Last, &mut out, None).unwrap();
+        for &t in &prompt[..4] {
+            gpu.forward(&[t], Logits::Last, &mut out, None).unwrap();
         }
         let steps = 128;
         let t = std::time::Instant::now();
-        for i in 0..steps {
-            gpu.forward(&[prompt[i]], Logits::Last, &mut out, None).unwrap();
+        for &t in &prompt[..steps] {
+            gpu.forward(&[t], Logits::Last, &mut out, None).unwrap();
         }
         let s = t.elapsed().as_secs_f64();
         gpu.end_sequence();
