@@ -227,7 +227,8 @@ fn device_id_equal_to_the_count_is_invalid() {
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
 fn host_mapped_memory_is_not_device_memory() {
-    let _ = dev();
+    // Each test runs on its own thread: make the context current here.
+    dev().bind().unwrap();
     let h = host_mapped_buffer().unwrap();
     assert_eq!(device::memory_type(h.dptr).unwrap(), MemoryKind::Host);
     unsafe { cudarc::driver::sys::cuMemFreeHost(h.host) };
