@@ -23,7 +23,7 @@ pub struct JobQueue {
 
 #[derive(Default)]
 struct State {
-    waiting: VecDeque<Job>,
+    waiting: VecDeque<Box<Job>>,
     running: Option<Running>,
     closed: bool,
 }
@@ -35,15 +35,15 @@ struct Running {
 
 /// Why a job was not queued; the job comes back so its caller can answer.
 pub enum PushError {
-    Full(Job),
-    Closed(Job),
+    Full(Box<Job>),
+    Closed(Box<Job>),
     /// A job with this id is already waiting or running.
-    DuplicateId(Job),
+    DuplicateId(Box<Job>),
 }
 
 /// What the engine gets when it asks for work.
 pub enum Pop {
-    Job(Job),
+    Job(Box<Job>),
     /// Nothing arrived within the timeout.
     Idle,
     /// The queue is closed and empty: the engine should stop.
@@ -53,7 +53,7 @@ pub enum Pop {
 /// What a cancel request found.
 pub enum CancelResult {
     /// The job was waiting; it is out of the queue and the caller ends it.
-    Queued(Job),
+    Queued(Box<Job>),
     /// The job is running; its flag is set and the engine ends it.
     Running,
     /// No such job waiting or running (unknown, or already finished).
@@ -82,6 +82,7 @@ impl JobQueue {
 
     /// Queues a job behind those already waiting.
     pub fn push(&self, job: Job) -> Result<(), PushError> {
+        let job = Box::new(job);
         let mut st = self.lock();
         if st.closed {
             return Err(PushError::Closed(job));
@@ -149,7 +150,7 @@ impl JobQueue {
     }
 
     /// Refuses new jobs from now on and hands back those still waiting.
-    pub fn close(&self) -> Vec<Job> {
+    pub fn close(&self) -> Vec<Box<Job>> {
         let mut st = self.lock();
         st.closed = true;
         let drained = st.waiting.drain(..).collect();
