@@ -69,6 +69,13 @@ fn start_failed(f: StartFailure<'_>) -> ExitCode {
 pub fn run(args: ServeArgs) -> ExitCode {
     logging::init();
     let raw_model = args.model.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+    // Until the configuration is resolved, records carry the raw flags.
+    logging::set_context(LogContext {
+        worker_id: args.worker_id.clone().unwrap_or_default(),
+        model_ref: raw_model.clone(),
+        gpu_device: args.gpu_device.unwrap_or(0) as u64,
+        backend: args.backend.unwrap_or(config::DEFAULT_BACKEND).as_str().into(),
+    });
     let cfg = match config::resolve(args) {
         Ok(cfg) => cfg,
         Err(e @ ConfigError::Missing(_)) => {
