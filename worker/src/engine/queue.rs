@@ -1,6 +1,8 @@
 //! The bounded FIFO between the HTTP side and the engine thread (EXT-003).
 //!
-//! `capacity` counts waiting jobs; the running one has left the queue. One
+//! `capacity` counts waiting jobs; the running one has left the queue (and
+//! while the engine is idle, the job it is about to take counts as running,
+//! so depth 2 accepts three jobs that arrive together). One
 //! mutex guards the waiting list and the running slot, so a cancel and the
 //! engine taking the next job can never both claim the same job: a queued job
 //! is either removed by `cancel` (and ended there) or taken by `pop`.
@@ -92,7 +94,10 @@ impl JobQueue {
         if duplicate {
             return Err(PushError::DuplicateId(job));
         }
-        if st.waiting.len() >= self.capacity {
+        // While nothing runs, the oldest waiting job is about to start and
+        // does not take one of the `capacity` places.
+        let room = self.capacity + usize::from(st.running.is_none());
+        if st.waiting.len() >= room {
             return Err(PushError::Full(job));
         }
         st.waiting.push_back(job);
@@ -240,20 +245,35 @@ mod tests {
     #[test]
     fn fifo_with_bounded_capacity() {
         let q = JobQueue::new(2);
+        // Idle: the first job is about to run, so three fit.
         assert!(q.push(job("a")).is_ok());
         assert!(q.push(job("b")).is_ok());
-        assert!(matches!(q.push(job("c")), Err(PushError::Full(_))));
-        assert_eq!(q.len(), 2);
+        assert!(q.push(job("c")).is_ok());
+        assert!(matches!(q.push(job("d")), Err(PushError::Full(_))));
+        assert_eq!(q.len(), 3);
         assert_eq!(popped_id(&q), "a");
         assert!(q.is_busy());
-        // The running job has left the queue: one place is free again.
-        assert!(q.push(job("c")).is_ok());
+        assert_eq!(q.len(), 2);
+        assert!(matches!(q.push(job("d")), Err(PushError::Full(_))));
         q.finish_running();
         assert_eq!(popped_id(&q), "b");
+        // b runs, c waits: one place is free.
+        assert!(q.push(job("d")).is_ok());
         q.finish_running();
         assert_eq!(popped_id(&q), "c");
         q.finish_running();
+        assert_eq!(popped_id(&q), "d");
+        q.finish_running();
         assert_eq!(popped_id(&q), "idle");
+    }
+
+    #[test]
+    fn depth_zero_runs_one_job_and_queues_none() {
+        let q = JobQueue::new(0);
+        assert!(q.push(job("a")).is_ok());
+        assert!(matches!(q.push(job("b")), Err(PushError::Full(_))));
+        assert_eq!(popped_id(&q), "a");
+        assert!(matches!(q.push(job("b")), Err(PushError::Full(_))));
     }
 
     #[test]
