@@ -156,3 +156,24 @@ async fn yaml_config_under_flags() {
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("colour"), "{stderr}");
 }
+
+/// M0-W-1111: a start that fails on a flag still logs the GPU and model it was given.
+#[test]
+fn the_failure_record_names_gpu_and_model() {
+    let (status, stderr) = run_to_exit(&[
+        "--worker-id",
+        "nope",
+        "--model",
+        "/nowhere/m.gguf",
+        "--gpu-device",
+        "3",
+        "--port",
+        &free_port().to_string(),
+    ]);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    let errors = error_records(&stderr);
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert_eq!(errors[0]["gpu_device"], 3);
+    assert_eq!(errors[0]["model_path"], "/nowhere/m.gguf");
+    assert_eq!(errors[0]["code"], "INVALID_CONFIG");
+}

@@ -385,6 +385,7 @@ async fn golden_tokenizer_cases_round_trip_while_a_job_streams() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_listens_before_the_model_is_loaded() {
     let Some(model) = reference_model() else { return };
+    let _turn = model_turn();
     let port = free_port();
     let mut child = std::process::Command::new(binary())
         .args(["--worker-id", WORKER_ID, "--gpu-device", "0", "--backend", "cpu"])

@@ -29,7 +29,7 @@ use crate::cli::config::{self, ConfigError, ServeArgs, ServeConfig};
 use crate::cli::Cli;
 use crate::engine::parity::{ParitySender, ParityWriter};
 use crate::engine::runner::EngineParts;
-use crate::engine::{Engine, EngineConfig, EngineStatus};
+use crate::engine::{backend_error_code, Engine, EngineConfig, EngineStatus, Phase};
 use crate::model::{load_model, LoadError, LoadOptions, LoadedModel};
 use crate::narrate;
 use crate::server::{AppInner, AppState, Limits, ModelFacts, Shutdown};
@@ -69,6 +69,13 @@ fn start_failed(f: StartFailure<'_>) -> ExitCode {
 pub fn run(args: ServeArgs) -> ExitCode {
     logging::init();
     let raw_model = args.model.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+    // Until the configuration is resolved, records carry the raw flags.
+    logging::set_context(LogContext {
+        worker_id: args.worker_id.clone().unwrap_or_default(),
+        model_ref: raw_model.clone(),
+        gpu_device: args.gpu_device.unwrap_or(0) as u64,
+        backend: args.backend.unwrap_or(config::DEFAULT_BACKEND).as_str().into(),
+    });
     let cfg = match config::resolve(args) {
         Ok(cfg) => cfg,
         Err(e @ ConfigError::Missing(_)) => {
@@ -242,12 +249,21 @@ fn load(cfg: &ServeConfig) -> Result<LoadedModel, ExitCode> {
             Ok(model)
         }
         Err(e) => Err(start_failed(StartFailure {
-            code: e.code(),
+            code: load_failure_code(&e, cfg.backend),
             message: load_failure_message(&e, cfg),
             flag: load_failure_flag(&e),
             model_path,
             vram: e.vram(),
         })),
+    }
+}
+
+/// The code of a failed load: backend errors through the one mapping
+/// (M0-W-1501), the rest as the loader names them.
+fn load_failure_code(e: &LoadError, backend: BackendKind) -> &'static str {
+    match e {
+        LoadError::Backend(err) => backend_error_code(err, backend, Phase::Load).as_str(),
+        other => other.code(),
     }
 }
 

@@ -121,14 +121,21 @@ pub fn backend_error_code(err: &BackendError, backend: BackendKind, phase: Phase
         BackendKind::Cuda => ErrorCode::CudaError,
         BackendKind::Cpu => ErrorCode::Internal,
     };
+    let load_device_failure = match backend {
+        BackendKind::Cuda => ErrorCode::CudaError,
+        BackendKind::Cpu => ErrorCode::ModelLoadFailed,
+    };
     match (phase, err) {
         (Phase::Load, BackendError::OutOfMemory { .. }) => ErrorCode::InsufficientVram,
-        (Phase::Load, BackendError::DeviceNotFound(_))
-        | (Phase::Load, BackendError::InvalidDevice(_))
-        | (Phase::Load, BackendError::ModelLoadFailed(_))
+        // No usable GPU, or the ordinal is out of range: the device's fault, not the file's.
+        (Phase::Load, BackendError::DeviceNotFound(_)) | (Phase::Load, BackendError::InvalidDevice(_)) => {
+            ErrorCode::CudaError
+        }
+        // NVRTC compilation and residency problems while setting up (M0-W-1702).
+        (Phase::Load, BackendError::KernelLaunchFailed(_))
+        | (Phase::Load, BackendError::VramResidencyFailed(_)) => load_device_failure,
+        (Phase::Load, BackendError::ModelLoadFailed(_))
         | (Phase::Load, BackendError::InferenceFailed(_))
-        | (Phase::Load, BackendError::VramResidencyFailed(_))
-        | (Phase::Load, BackendError::KernelLaunchFailed(_))
         | (Phase::Load, BackendError::Unknown(_)) => ErrorCode::ModelLoadFailed,
         (Phase::Job, BackendError::OutOfMemory { .. }) => ErrorCode::VramOom,
         (Phase::Job, BackendError::DeviceNotFound(_))
@@ -274,10 +281,17 @@ mod tests {
             let err = sample(kind);
             let expected = |backend: BackendKind, phase: Phase| -> ErrorCode {
                 let dev = if backend == Cuda { CudaError } else { Internal };
+                let load_dev = if backend == Cuda { CudaError } else { ModelLoadFailed };
                 match (&err, phase) {
                     (BackendError::OutOfMemory { .. }, Load) => InsufficientVram,
                     (BackendError::OutOfMemory { .. }, Job) => VramOom,
-                    (_, Load) => ModelLoadFailed,
+                    (BackendError::DeviceNotFound(_), Load) | (BackendError::InvalidDevice(_), Load) => CudaError,
+                    (BackendError::KernelLaunchFailed(_), Load) | (BackendError::VramResidencyFailed(_), Load) => {
+                        load_dev
+                    }
+                    (BackendError::ModelLoadFailed(_), Load)
+                    | (BackendError::InferenceFailed(_), Load)
+                    | (BackendError::Unknown(_), Load) => ModelLoadFailed,
                     (BackendError::DeviceNotFound(_), Job)
                     | (BackendError::InvalidDevice(_), Job)
                     | (BackendError::InferenceFailed(_), Job)
@@ -297,8 +311,18 @@ mod tests {
                     );
                 }
             }
-            // Messages are fixed prefixes plus detail, never empty.
-            assert!(!err.to_string().is_empty());
+            // Each kind has its fixed message prefix.
+            let prefix = match &err {
+                BackendError::DeviceNotFound(_) => "no usable GPU: ",
+                BackendError::OutOfMemory { .. } => "out of device memory: ",
+                BackendError::InvalidDevice(_) => "invalid device: ",
+                BackendError::ModelLoadFailed(_) => "model load failed: ",
+                BackendError::InferenceFailed(_) => "inference failed: ",
+                BackendError::VramResidencyFailed(_) => "weights are not resident in device memory: ",
+                BackendError::KernelLaunchFailed(_) => "kernel launch failed: ",
+                BackendError::Unknown(_) => "unknown backend error: ",
+            };
+            assert!(err.to_string().starts_with(prefix), "{err}");
         }
         let oom = BackendError::OutOfMemory { needed: 2, available: 1 };
         let e = JobError::from_backend(&oom, Cuda, Job);

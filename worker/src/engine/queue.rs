@@ -1,6 +1,8 @@
 //! The bounded FIFO between the HTTP side and the engine thread (EXT-003).
 //!
-//! `capacity` counts waiting jobs; the running one has left the queue. One
+//! `capacity` counts waiting jobs; the running one has left the queue (and
+//! while the engine is idle, the job it is about to take counts as running,
+//! so depth 2 accepts three jobs that arrive together). One
 //! mutex guards the waiting list and the running slot, so a cancel and the
 //! engine taking the next job can never both claim the same job: a queued job
 //! is either removed by `cancel` (and ended there) or taken by `pop`.
@@ -23,7 +25,7 @@ pub struct JobQueue {
 
 #[derive(Default)]
 struct State {
-    waiting: VecDeque<Job>,
+    waiting: VecDeque<Box<Job>>,
     running: Option<Running>,
     closed: bool,
 }
@@ -35,15 +37,15 @@ struct Running {
 
 /// Why a job was not queued; the job comes back so its caller can answer.
 pub enum PushError {
-    Full(Job),
-    Closed(Job),
+    Full(Box<Job>),
+    Closed(Box<Job>),
     /// A job with this id is already waiting or running.
-    DuplicateId(Job),
+    DuplicateId(Box<Job>),
 }
 
 /// What the engine gets when it asks for work.
 pub enum Pop {
-    Job(Job),
+    Job(Box<Job>),
     /// Nothing arrived within the timeout.
     Idle,
     /// The queue is closed and empty: the engine should stop.
@@ -53,7 +55,7 @@ pub enum Pop {
 /// What a cancel request found.
 pub enum CancelResult {
     /// The job was waiting; it is out of the queue and the caller ends it.
-    Queued(Job),
+    Queued(Box<Job>),
     /// The job is running; its flag is set and the engine ends it.
     Running,
     /// No such job waiting or running (unknown, or already finished).
@@ -82,6 +84,7 @@ impl JobQueue {
 
     /// Queues a job behind those already waiting.
     pub fn push(&self, job: Job) -> Result<(), PushError> {
+        let job = Box::new(job);
         let mut st = self.lock();
         if st.closed {
             return Err(PushError::Closed(job));
@@ -91,7 +94,10 @@ impl JobQueue {
         if duplicate {
             return Err(PushError::DuplicateId(job));
         }
-        if st.waiting.len() >= self.capacity {
+        // While nothing runs, the oldest waiting job is about to start and
+        // does not take one of the `capacity` places.
+        let room = self.capacity + usize::from(st.running.is_none());
+        if st.waiting.len() >= room {
             return Err(PushError::Full(job));
         }
         st.waiting.push_back(job);
@@ -149,7 +155,7 @@ impl JobQueue {
     }
 
     /// Refuses new jobs from now on and hands back those still waiting.
-    pub fn close(&self) -> Vec<Job> {
+    pub fn close(&self) -> Vec<Box<Job>> {
         let mut st = self.lock();
         st.closed = true;
         let drained = st.waiting.drain(..).collect();
@@ -239,20 +245,35 @@ mod tests {
     #[test]
     fn fifo_with_bounded_capacity() {
         let q = JobQueue::new(2);
+        // Idle: the first job is about to run, so three fit.
         assert!(q.push(job("a")).is_ok());
         assert!(q.push(job("b")).is_ok());
-        assert!(matches!(q.push(job("c")), Err(PushError::Full(_))));
-        assert_eq!(q.len(), 2);
+        assert!(q.push(job("c")).is_ok());
+        assert!(matches!(q.push(job("d")), Err(PushError::Full(_))));
+        assert_eq!(q.len(), 3);
         assert_eq!(popped_id(&q), "a");
         assert!(q.is_busy());
-        // The running job has left the queue: one place is free again.
-        assert!(q.push(job("c")).is_ok());
+        assert_eq!(q.len(), 2);
+        assert!(matches!(q.push(job("d")), Err(PushError::Full(_))));
         q.finish_running();
         assert_eq!(popped_id(&q), "b");
+        // b runs, c waits: one place is free.
+        assert!(q.push(job("d")).is_ok());
         q.finish_running();
         assert_eq!(popped_id(&q), "c");
         q.finish_running();
+        assert_eq!(popped_id(&q), "d");
+        q.finish_running();
         assert_eq!(popped_id(&q), "idle");
+    }
+
+    #[test]
+    fn depth_zero_runs_one_job_and_queues_none() {
+        let q = JobQueue::new(0);
+        assert!(q.push(job("a")).is_ok());
+        assert!(matches!(q.push(job("b")), Err(PushError::Full(_))));
+        assert_eq!(popped_id(&q), "a");
+        assert!(matches!(q.push(job("b")), Err(PushError::Full(_))));
     }
 
     #[test]

@@ -290,8 +290,8 @@ impl EngineThread {
         }
     }
 
-    fn run_job(&mut self, job: Job) {
-        let Job { id, request, accepted_at, prompt, cancel, sink } = job;
+    fn run_job(&mut self, job: Box<Job>) {
+        let Job { id, request, accepted_at, prompt, cancel, sink } = *job;
         let job_id: Arc<str> = Arc::from(id.as_str());
         let tokens_in = request.prompt_tokens.len();
         if sink.is_closed() {

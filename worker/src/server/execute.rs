@@ -54,8 +54,12 @@ pub async fn execute(
         return Err(refuse(Outcome::Rejected, JobError::shutting_down().into()));
     }
     let ApiJson(req) = body.map_err(|e| refuse(Outcome::Invalid, e))?;
-    let valid = validate(req, &state.limits, &state.tokenizer, rand::random::<u64>)
-        .map_err(|e| refuse(Outcome::Invalid, JobError::invalid(e.to_string()).into()))?;
+    // Tokenizing a long prompt takes milliseconds: keep it off the async threads.
+    let (tokenizer, limits) = (state.tokenizer.clone(), state.limits);
+    let checked = tokio::task::spawn_blocking(move || validate(req, &limits, &tokenizer, rand::random::<u64>))
+        .await
+        .map_err(|_| refuse(Outcome::Error, JobError::internal("request validation failed").into()))?;
+    let valid = checked.map_err(|e| refuse(Outcome::Invalid, JobError::invalid(e.to_string()).into()))?;
 
     let deadline = headers
         .get("x-deadline")

@@ -736,3 +736,32 @@ async fn device_failures_on_cuda_are_cuda_errors() {
     assert_eq!(frames.last().unwrap().data["retriable"], false);
     h.shutdown().await;
 }
+
+/// EXT-003's check: depth 2, four jobs at once: three accepted and each ends
+/// once; one gets 503 with Retry-After.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_jobs_at_once_with_depth_two() {
+    let backend = ScriptedBackend::spelling("abc").with_delay(Duration::from_millis(20));
+    let h = start(backend, Opts { queue_depth: 2, ..Opts::default() }).await;
+    let posts = (0..4).map(|n| h.execute(json!({"job_id": format!("j{n}"), "prompt": n.to_string()})));
+    let responses = futures::future::join_all(posts).await;
+    let mut streams = Vec::new();
+    let mut refused = 0;
+    for resp in responses {
+        match resp.status().as_u16() {
+            200 => streams.push(SseReader::new(resp).all()),
+            503 => {
+                assert!(resp.headers().contains_key("retry-after"));
+                assert_eq!(resp.json::<Value>().await.unwrap()["code"], "QUEUE_FULL");
+                refused += 1;
+            }
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!((streams.len(), refused), (3, 1));
+    for frames in futures::future::join_all(streams).await {
+        assert_eq!(check_grammar(&frames), "abc");
+    }
+    assert_eq!(h.probe.prompts.lock().unwrap().len(), 3);
+    h.shutdown().await;
+}

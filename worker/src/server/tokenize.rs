@@ -53,9 +53,10 @@ pub async fn tokenize(
             "content: must be at most {MAX_PROMPT_CHARS} characters (got {chars})"
         )));
     }
-    let tokens = state
-        .tokenizer
-        .encode(&req.content, req.add_special, req.parse_special)
+    let tokenizer = state.tokenizer.clone();
+    let tokens = tokio::task::spawn_blocking(move || tokenizer.encode(&req.content, req.add_special, req.parse_special))
+        .await
+        .map_err(|_| ApiError::from(crate::engine::JobError::internal("tokenization failed")))?
         .map_err(|e| ApiError::invalid(format!("content: cannot be tokenized: {e}")))?;
     Ok(Json(TokenizeResponse { tokens }))
 }
@@ -77,9 +78,10 @@ pub async fn detokenize(
         }
         ids.push(t as u32);
     }
-    let content = state
-        .tokenizer
-        .decode(&ids)
+    let tokenizer = state.tokenizer.clone();
+    let content = tokio::task::spawn_blocking(move || tokenizer.decode(&ids))
+        .await
+        .map_err(|_| ApiError::from(crate::engine::JobError::internal("detokenization failed")))?
         .map_err(|e| ApiError::invalid(format!("tokens: cannot be decoded: {e}")))?;
     Ok(Json(DetokenizeResponse { content }))
 }

@@ -4,7 +4,7 @@
 //! Nothing here logs prompts or generated text (M0-W-1902); callers log a
 //! prompt's SHA-256, its length in characters and token counts only.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, RwLock};
 
 use sha2::{Digest, Sha256};
 use tracing_subscriber::EnvFilter;
@@ -18,22 +18,16 @@ pub struct LogContext {
     pub backend: String,
 }
 
-static CONTEXT: OnceLock<LogContext> = OnceLock::new();
-static EMPTY: LogContext = LogContext {
-    worker_id: String::new(),
-    model_ref: String::new(),
-    gpu_device: 0,
-    backend: String::new(),
-};
+static CONTEXT: RwLock<Option<Arc<LogContext>>> = RwLock::new(None);
 
-/// Sets the fixed fields once, as soon as the flags are known. Later calls
-/// are ignored (one worker, one identity).
+/// Sets the fixed fields: first from the raw flags, then again once the
+/// configuration (flags plus YAML) is resolved.
 pub fn set_context(ctx: LogContext) {
-    let _ = CONTEXT.set(ctx);
+    *CONTEXT.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(ctx));
 }
 
-pub fn context() -> &'static LogContext {
-    CONTEXT.get().unwrap_or(&EMPTY)
+pub fn context() -> Arc<LogContext> {
+    CONTEXT.read().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_default()
 }
 
 /// Installs the JSON subscriber on stderr. The level comes from `RUST_LOG`

@@ -22,8 +22,27 @@ pub const HAIKU_PROMPT: &str =
 /// tokens): the long job that tests cancel, disconnect or shut down.
 pub const COUNTING_PROMPT: &str = "Count: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,";
 
-/// Tests that run the model take turns: the CPU backend wants both cores.
-static MODEL_LOCK: Mutex<()> = Mutex::new(());
+/// Tests that run the model take turns, also across processes (nextest runs
+/// each test in its own): the CPU backend wants both cores, and the timing
+/// checks assume it has them. An exclusive `flock` on a file in the temp dir,
+/// released when the worker (and its file) is dropped.
+pub struct ModelTurn {
+    _file: std::fs::File,
+    _local: MutexGuard<'static, ()>,
+}
+
+static LOCAL_TURN: Mutex<()> = Mutex::new(());
+
+pub fn model_turn() -> ModelTurn {
+    use std::os::unix::io::AsRawFd;
+    let local = LOCAL_TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let path = std::env::temp_dir().join("worker-orcd-model-tests.lock");
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).unwrap();
+    // Blocks until no other test process holds the lock.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock {}", path.display());
+    ModelTurn { _file: file, _local: local }
+}
 
 pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
@@ -71,7 +90,7 @@ pub struct Worker {
     pub base: String,
     pub client: reqwest::Client,
     lines: Arc<Mutex<Vec<String>>>,
-    _turn: MutexGuard<'static, ()>,
+    _turn: ModelTurn,
 }
 
 impl Worker {
@@ -83,7 +102,7 @@ impl Worker {
 
     pub async fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Option<Worker> {
         let model = reference_model()?;
-        let turn = MODEL_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        let turn = model_turn();
         let port = free_port();
         let mut cmd = Command::new(binary());
         cmd.args(["--worker-id", WORKER_ID, "--gpu-device", "0", "--backend", "cpu"])
