@@ -102,7 +102,7 @@ impl<'a> ProgressMarks<'a> {
 
     fn advance(&mut self, bytes: u64) {
         self.done = (self.done + bytes).min(self.total);
-        let percent = if self.total == 0 { 100 } else { (self.done * 100 / self.total) as u8 };
+        let percent = (self.done * 100).checked_div(self.total).unwrap_or(100) as u8;
         while self.next_mark <= 100 && percent >= self.next_mark {
             (self.report)(LoadProgress { percent: self.next_mark, bytes_done: self.done, bytes_total: self.total });
             self.next_mark += 25;
