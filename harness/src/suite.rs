@@ -267,3 +267,37 @@ pub async fn run(opts: Options) -> Result<i32> {
 fn first_line(s: &str) -> String {
     s.lines().take(12).collect::<Vec<_>>().join(" / ")
 }
+
+#[cfg(test)]
+mod tests {
+    use cucumber::feature::Ext as _;
+    use cucumber::gherkin::{Feature, GherkinEnv};
+    use cucumber::World as _;
+
+    use crate::world::TestWorld;
+
+    /// Every step of every feature matches exactly one definition (no skipped or ambiguous steps).
+    #[test]
+    fn every_feature_step_has_one_definition() {
+        let steps = TestWorld::collection();
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../features");
+        let mut bad = Vec::new();
+        let mut checked = 0;
+        for file in crate::catalogue::feature_files(&dir).unwrap() {
+            let f = Feature::parse_path(&file, GherkinEnv::default()).unwrap().expand_examples().unwrap();
+            let scenarios = f.scenarios.iter().chain(f.rules.iter().flat_map(|r| r.scenarios.iter()));
+            for sc in scenarios {
+                for st in f.background.iter().flat_map(|b| b.steps.iter()).chain(sc.steps.iter()) {
+                    checked += 1;
+                    match steps.find(st) {
+                        Ok(Some(_)) => {}
+                        Ok(None) => bad.push(format!("{}:{} undefined: {:?} {}", file.display(), st.position.line, st.ty, st.value)),
+                        Err(e) => bad.push(format!("{}:{} ambiguous: {} ({e})", file.display(), st.position.line, st.value)),
+                    }
+                }
+            }
+        }
+        assert!(checked > 400, "only {checked} steps checked");
+        assert!(bad.is_empty(), "{}", bad.join("\n"));
+    }
+}
