@@ -79,7 +79,7 @@ impl GgmlType {
     }
 
     /// Values per block.
-    pub fn block_len(self) -> usize {
+    pub const fn block_len(self) -> usize {
         match self {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
             GgmlType::Q4_0
@@ -93,7 +93,7 @@ impl GgmlType {
     }
 
     /// Bytes per block.
-    pub fn block_bytes(self) -> usize {
+    pub const fn block_bytes(self) -> usize {
         match self {
             GgmlType::F32 => 4,
             GgmlType::F16 | GgmlType::BF16 => 2,
@@ -113,7 +113,7 @@ impl GgmlType {
     /// blocks or the product overflows.
     pub fn bytes_for(self, n: u64) -> Option<u64> {
         let len = self.block_len() as u64;
-        if n % len != 0 {
+        if !n.is_multiple_of(len) {
             return None;
         }
         (n / len).checked_mul(self.block_bytes() as u64)

@@ -1,1 +1,277 @@
-//! (being written)
+//! Token sampling: turns one step's logits into the next token id.
+//!
+//! The pipeline follows M0-W-1421 and runs, on a private copy of the logits,
+//! in this order:
+//!
+//! 1. **temperature** — at `0` the job is greedy: only the repetition penalty
+//!    is applied, then [`argmax`], and no random number is drawn. Otherwise
+//!    every logit is divided by `T`.
+//! 2. **repetition penalty** — llama.cpp's sampler chain (`penalties`
+//!    sampler): for each *distinct* token generated so far in the job, a
+//!    positive logit is divided by the penalty and a non-positive one is
+//!    multiplied by it. Being a pure rescaling of the logit's magnitude it
+//!    commutes with the temperature division, so applying it after step 1 (as
+//!    M0-W-1421 orders it) gives the same numbers as llama.cpp's
+//!    penalty-then-temperature.
+//! 3. **top-k** — keep the `k` largest (0 = off).
+//! 4. **top-p** — in descending probability order, keep the smallest prefix
+//!    whose cumulative softmax probability over the tokens still kept reaches
+//!    `top_p` (at least one token; 1.0 = off).
+//! 5. **min-p** — drop tokens whose probability is below
+//!    `min_p × the top probability` (0 = off).
+//! 6. draw from the softmax of what is left.
+//!
+//! Removed tokens behave as if their logit were −∞: they are simply left out
+//! of the candidate list, and a logit that is NaN (or −∞) is never a candidate.
+//!
+//! **Randomness.** Each job's [`Sampler`] owns a
+//! `rand_chacha::ChaCha20Rng::seed_from_u64(seed)`. This is the single
+//! host-side PRNG of the worker, used the same way whichever backend (CPU or
+//! CUDA) produced the logits, and its stream depends only on the seed. Every
+//! sampled token (temperature > 0) consumes exactly one `f64` uniform draw in
+//! `[0, 1)` (`Rng::random::<f64>()`), taken before anything else, so the
+//! position in the stream is the token's index in the job. The draw `u` picks
+//! a token by inverse CDF over the kept tokens in rank order — logit
+//! descending, ties by lower id — so the result never depends on hash or
+//! iteration order: the chosen token is the first in that order whose
+//! cumulative weight exceeds `u × total`.
+//!
+//! **Cost.** Nothing here sorts the vocabulary. Top-k, top-p and the draw
+//! are all one operation (`select::cut_at_crossing`): in rank order, find the
+//! first token whose cumulative weight (1 per token for top-k,
+//! `exp(logit − top)` otherwise) crosses a target, and keep it and the tokens
+//! ranked above it, unordered. A histogram over logit buckets finds the
+//! bucket holding the crossing, one branch-free pass isolates it, and a
+//! weighted quickselect (`select_nth_unstable_by` by halves) finishes inside
+//! it: linear in the number of candidates, a few cheap passes over a 150k
+//! vocabulary, whether or not a filter is active. All buffers live in the
+//! [`Sampler`] and are reused, so nothing is allocated per token after the
+//! first one. (The cumulative sums are accumulated in f64 per bucket and per
+//! half rather than one token at a time; the choice can differ from a
+//! sequential walk only when `u × total` lies within f64 rounding of a
+//! boundary.)
+
+mod logprobs;
+mod select;
+#[cfg(test)]
+mod tests;
+
+pub use logprobs::{argmax, top_logprobs, TokenLogprob};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use select::{cut_at_crossing, keep_top_k, max_logit, Reach, Scratch, Target};
+
+/// Parameters of one job, already validated by the HTTP layer (ranges:
+/// temperature 0..=2, top_p 0..=1, top_k 0..=vocab (0 = off), min_p 0..=1
+/// (0 = off), repetition_penalty 0..=2 (1 = off)).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct SamplingParams {
+    pub temperature: f32,
+    pub top_k: usize,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub repetition_penalty: f32,
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            seed: 0,
+        }
+    }
+}
+
+/// The sampler of one job: its parameters, its PRNG and its scratch buffers.
+pub struct Sampler {
+    params: SamplingParams,
+    rng: ChaCha20Rng,
+    /// Working copy of the logits (after temperature and penalty).
+    logits: Vec<f32>,
+    /// `exp(logit − top)` by token id; meaningful only for current candidates.
+    weights: Vec<f64>,
+    /// Token ids still kept.
+    cands: Vec<u32>,
+    /// Penalty scratch: all `false` between calls.
+    seen: Vec<bool>,
+    /// Largest working logit of the current token (the top candidate's).
+    top: f32,
+    /// Buffers of `select::cut_at_crossing`.
+    scratch: Scratch,
+}
+
+impl Sampler {
+    pub fn new(params: SamplingParams) -> Self {
+        let rng = ChaCha20Rng::seed_from_u64(params.seed);
+        Sampler {
+            params,
+            rng,
+            logits: Vec::new(),
+            weights: Vec::new(),
+            cands: Vec::new(),
+            seen: Vec::new(),
+            top: f32::NEG_INFINITY,
+            scratch: Scratch::default(),
+        }
+    }
+
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Picks the next token from `logits` (whole vocabulary, untouched: work
+    /// on an internal copy), given the tokens generated so far in this job.
+    ///
+    /// Panics if `logits` is empty. Ids in `generated` outside the vocabulary
+    /// are ignored by the penalty.
+    pub fn sample(&mut self, logits: &[f32], generated: &[u32]) -> u32 {
+        assert!(!logits.is_empty(), "Sampler::sample: empty logits");
+        if self.params.temperature <= 0.0 {
+            return self.greedy(logits, generated);
+        }
+        let u: f64 = self.rng.random();
+        self.prepare(logits, generated);
+        self.filter();
+        // No finite logit left at all: nothing to weigh, fall back to greedy.
+        self.draw(u).unwrap_or_else(|| argmax(logits))
+    }
+
+    /// Temperature 0: penalty, then argmax on the raw values (so NaN never
+    /// wins, exactly as in [`argmax`]); no draw.
+    fn greedy(&mut self, logits: &[f32], generated: &[u32]) -> u32 {
+        self.logits.clear();
+        self.logits.extend_from_slice(logits);
+        self.penalize(generated, |x| x);
+        argmax(&self.logits)
+    }
+
+    /// Steps 1 and 2 for temperature > 0: copy divided by the temperature,
+    /// then the repetition penalty, every value made safe for the softmax.
+    fn prepare(&mut self, logits: &[f32], generated: &[u32]) {
+        let t = self.params.temperature;
+        self.logits.clear();
+        self.logits.extend(logits.iter().map(|&x| sanitize(x / t)));
+        self.penalize(generated, sanitize);
+    }
+
+    /// Penalizes each distinct in-vocabulary id of `generated` once, passing
+    /// the result through `fix`.
+    fn penalize(&mut self, generated: &[u32], fix: fn(f32) -> f32) {
+        let penalty = self.params.repetition_penalty;
+        if penalty == 1.0 {
+            return;
+        }
+        let n = self.logits.len();
+        self.seen.resize(n, false);
+        for id in in_vocab(generated, n) {
+            if !self.seen[id] {
+                self.seen[id] = true;
+                self.logits[id] = fix(penalized(self.logits[id], penalty));
+            }
+        }
+        for id in in_vocab(generated, n) {
+            self.seen[id] = false;
+        }
+    }
+
+    /// Steps 3 to 5: leaves the kept token ids in `cands`, their weights set.
+    fn filter(&mut self) {
+        let n = self.logits.len();
+        self.top = max_logit(&self.logits);
+        self.cands.clear();
+        if self.top == f32::NEG_INFINITY {
+            return; // no finite logit: nothing can be weighed
+        }
+        self.cands.extend(0..n as u32);
+        let k = self.params.top_k;
+        keep_top_k(
+            &mut self.cands,
+            &self.logits,
+            self.top,
+            k,
+            &mut self.scratch,
+        );
+        self.set_weights();
+        self.keep_top_p();
+        self.keep_min_p();
+    }
+
+    /// Sets `weights` to `exp(logit − top)` over the candidates (so the top
+    /// one weighs exactly 1) and drops candidates of weight 0 (−∞ or
+    /// underflow), which could never be drawn.
+    fn set_weights(&mut self) {
+        self.weights.resize(self.logits.len(), 0.0);
+        let (logits, weights, top) = (&self.logits, &mut self.weights, f64::from(self.top));
+        self.cands.retain(|&id| {
+            let w = (f64::from(logits[id as usize]) - top).exp();
+            weights[id as usize] = w;
+            w > 0.0
+        });
+    }
+
+    fn keep_top_p(&mut self) {
+        let top_p = f64::from(self.params.top_p);
+        if top_p < 1.0 {
+            self.cut(Target::Share(top_p), Reach::AtLeast);
+        }
+    }
+
+    /// Weights are relative to the top candidate (weight 1), so the min-p
+    /// test `p < min_p × p_top` is `weight < min_p`.
+    fn keep_min_p(&mut self) {
+        let min_p = f64::from(self.params.min_p);
+        if min_p <= 0.0 {
+            return;
+        }
+        let weights = &self.weights;
+        self.cands.retain(|&id| weights[id as usize] >= min_p);
+    }
+
+    /// Step 6: inverse CDF of the kept tokens' softmax at `u`; `None` when
+    /// no candidate is left (no finite logit).
+    fn draw(&mut self, u: f64) -> Option<u32> {
+        self.cut(Target::Share(u), Reach::Beyond);
+        self.cands.last().copied()
+    }
+
+    /// [`cut_at_crossing`] over the candidates with their softmax weights.
+    fn cut(&mut self, target: Target, reach: Reach) {
+        if self.cands.is_empty() {
+            return;
+        }
+        let weights = &self.weights;
+        let weight = |id: u32| weights[id as usize];
+        let (cands, logits, top) = (&mut self.cands, &self.logits, self.top);
+        cut_at_crossing(cands, logits, top, weight, target, reach, &mut self.scratch);
+    }
+}
+
+/// llama.cpp's repetition penalty on one logit.
+fn penalized(logit: f32, penalty: f32) -> f32 {
+    if logit > 0.0 {
+        logit / penalty
+    } else {
+        logit * penalty
+    }
+}
+
+/// For the softmax path: NaN becomes −∞ (never kept); +∞ becomes `f32::MAX`
+/// so that tokens that overflowed (tiny temperature, penalty 0) share the
+/// mass equally instead of turning the softmax into NaN.
+fn sanitize(x: f32) -> f32 {
+    if x.is_nan() {
+        f32::NEG_INFINITY
+    } else {
+        x.min(f32::MAX)
+    }
+}
+
+fn in_vocab(ids: &[u32], n: usize) -> impl Iterator<Item = usize> + '_ {
+    ids.iter().map(|&id| id as usize).filter(move |&id| id < n)
+}

@@ -1,1 +1,404 @@
-//! (being written)
+//! Tokenizer and chat templates.
+//!
+//! A [`Tokenizer`] is built from a GGUF file's `tokenizer.*` metadata (through a
+//! [`VocabSpec`]) and must give exactly the token ids llama.cpp gives for the same
+//! file; `testdata/golden/` holds llama.cpp's own output to prove it.
+//!
+//! * `gguf-bpe` (`tokenizer.ggml.model = "gpt2"`): GPT-2 style byte-level BPE. The
+//!   merging runs in the `tokenizers` crate; around it this module follows
+//!   llama.cpp's `llama-vocab.cpp`: the pre-tokenizer regexes picked by
+//!   `tokenizer.ggml.pre` (`llm_tokenizer_bpe`), special tokens cut out of the text
+//!   first (`tokenizer_st_partition`: control tokens only with `parse_special`,
+//!   user-defined tokens always), BOS/EOS added per `add_bos`/`add_eos`, the
+//!   end-of-generation set built from the EOS/EOT/EOM ids plus well-known
+//!   end-of-turn token texts, and pieces rendered as `token_to_piece` does
+//!   (byte-level tokens decoded to their bytes, special tokens as their text).
+//! * `gguf-spm` (`"llama"`, SentencePiece) and `hf-json` are not built yet:
+//!   [`TokenizerError::UnsupportedModel`].
+//!
+//! [`StreamDecoder`] turns generated ids into text without ever splitting a UTF-8
+//! character; [`ChatTemplate`] renders `tokenizer.chat_template` as Hugging Face
+//! transformers does.
+
+mod bpe;
+mod chat;
+mod stream;
+mod vocab;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashSet;
+
+pub use chat::{ChatMessage, ChatTemplate};
+pub use stream::StreamDecoder;
+pub use vocab::{token_type, VocabSpec};
+
+use bpe::{Fragment, SpecialToken};
+use vocab::{ATTR_BYTE, ATTR_CONTROL, ATTR_NORMAL, ATTR_UNKNOWN, ATTR_USER_DEFINED};
+
+/// Which tokenizer implementation a [`Tokenizer`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TokenizerKind {
+    /// GGUF `tokenizer.ggml.model = "gpt2"`: byte-level BPE.
+    GgufBpe,
+    /// GGUF `tokenizer.ggml.model = "llama"`: SentencePiece BPE (not built yet).
+    GgufSpm,
+    /// A Hugging Face `tokenizer.json` (not built yet).
+    HfJson,
+}
+
+impl TokenizerKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            TokenizerKind::GgufBpe => "gguf-bpe",
+            TokenizerKind::GgufSpm => "gguf-spm",
+            TokenizerKind::HfJson => "hf-json",
+        }
+    }
+}
+
+impl std::fmt::Display for TokenizerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    #[error("tokenizer metadata key missing: {0}")]
+    MissingKey(String),
+    #[error("unsupported tokenizer model: {0}")]
+    UnsupportedModel(String),
+    #[error("unknown pre-tokenizer (tokenizer.ggml.pre): {0:?}")]
+    UnknownPreTokenizer(String),
+    #[error("cannot build tokenizer: {0}")]
+    Build(String),
+    #[error("cannot encode text: {0}")]
+    Encode(String),
+    #[error("cannot decode tokens: {0}")]
+    Decode(String),
+    #[error("chat template: {0}")]
+    Template(String),
+    #[error("token id {0} is outside the vocabulary")]
+    TokenOutOfRange(u32),
+}
+
+/// A loaded tokenizer. Immutable after loading; share it between jobs (`Send + Sync`).
+pub struct Tokenizer {
+    kind: TokenizerKind,
+    /// Byte-level BPE pipeline; encodes the plain text between special tokens.
+    inner: tokenizers::Tokenizer,
+    /// Token text by id, as stored in the vocabulary.
+    tokens: Vec<String>,
+    /// llama.cpp token attributes by id (`vocab::ATTR_*`).
+    attrs: Vec<u32>,
+    /// The bytes each token stands for, concatenated; token `i` is
+    /// `piece_bytes[piece_offsets[i]..piece_offsets[i + 1]]`.
+    piece_bytes: Vec<u8>,
+    piece_offsets: Vec<usize>,
+    /// Control, unknown and user-defined tokens, longest text first.
+    specials: Vec<SpecialToken>,
+    /// End-of-generation ids, sorted.
+    eog: Vec<u32>,
+    bos_id: Option<u32>,
+    eos_id: Option<u32>,
+    add_bos: bool,
+    add_eos: bool,
+    chat_template: Option<ChatTemplate>,
+    chat_template_error: Option<String>,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("kind", &self.kind)
+            .field("vocab_size", &self.tokens.len())
+            .field("bos_id", &self.bos_id)
+            .field("eos_id", &self.eos_id)
+            .field("eog", &self.eog)
+            .field("add_bos", &self.add_bos)
+            .field("add_eos", &self.add_eos)
+            .field("chat_template", &self.chat_template.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tokenizer {
+    /// Builds a tokenizer from a vocabulary description.
+    pub fn from_spec(spec: VocabSpec) -> Result<Tokenizer, TokenizerError> {
+        let kind = match spec.model.as_str() {
+            "gpt2" => TokenizerKind::GgufBpe,
+            "llama" => {
+                return Err(TokenizerError::UnsupportedModel(
+                    "tokenizer.ggml.model \"llama\" is a SentencePiece vocabulary (gguf-spm), \
+                     which is not supported yet; only \"gpt2\" byte-level BPE (gguf-bpe) is"
+                        .to_string(),
+                ))
+            }
+            other => {
+                return Err(TokenizerError::UnsupportedModel(format!(
+                    "tokenizer.ggml.model {other:?} is not supported; only \"gpt2\" byte-level BPE (gguf-bpe) is"
+                )))
+            }
+        };
+        let n = spec.tokens.len();
+        if n == 0 {
+            return Err(TokenizerError::Build("the vocabulary has no tokens".into()));
+        }
+        if n > u32::MAX as usize {
+            return Err(TokenizerError::Build(format!(
+                "{n} tokens do not fit u32 ids"
+            )));
+        }
+        for id in [
+            spec.bos_id,
+            spec.eos_id,
+            spec.eot_id,
+            spec.eom_id,
+            spec.unk_id,
+            spec.pad_id,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if id as usize >= n {
+                return Err(TokenizerError::TokenOutOfRange(id));
+            }
+        }
+        if spec.add_bos && spec.bos_id.is_none() {
+            return Err(TokenizerError::Build(
+                "add_bos is set but there is no BOS token id".into(),
+            ));
+        }
+        if spec.add_eos && spec.eos_id.is_none() {
+            return Err(TokenizerError::Build(
+                "add_eos is set but there is no EOS token id".into(),
+            ));
+        }
+
+        let pre = bpe::pre_tokenizer_spec(spec.pre.as_deref())?;
+        let derived = vocab::derive(&spec)?;
+
+        // The BPE model wants unique, non-empty token strings; llama.cpp renames
+        // empty ones the same way and refuses duplicates.
+        let mut seen = HashSet::with_capacity(n);
+        let mut model_texts = Vec::with_capacity(n);
+        for (i, t) in spec.tokens.iter().enumerate() {
+            let text = if t.is_empty() {
+                format!("[EMPTY_{i}]")
+            } else {
+                t.clone()
+            };
+            if !seen.insert(text.clone()) {
+                return Err(TokenizerError::Build(format!(
+                    "duplicate token {text:?} at id {i}"
+                )));
+            }
+            model_texts.push(text);
+        }
+        drop(seen);
+
+        let mut specials: Vec<SpecialToken> = derived
+            .attrs
+            .iter()
+            .enumerate()
+            .filter(|(i, &a)| {
+                a & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN) != 0
+                    && !spec.tokens[*i].is_empty()
+            })
+            .map(|(i, &a)| SpecialToken {
+                id: i as u32,
+                text: spec.tokens[i].clone(),
+                control_like: a & (ATTR_CONTROL | ATTR_UNKNOWN) != 0,
+            })
+            .collect();
+        specials.sort_by_key(|s| std::cmp::Reverse(s.text.len()));
+
+        let added: Vec<bpe::AddedSpec<'_>> = specials
+            .iter()
+            .map(|s| bpe::AddedSpec {
+                text: &s.text,
+                special: s.control_like,
+            })
+            .collect();
+        let built = bpe::build(&model_texts, &spec.merges, &pre, &added)?;
+        if built.skipped_merges > 0 {
+            tracing::warn!(
+                skipped = built.skipped_merges,
+                "BPE merges left out: a part or the result is not a token, or the pair repeats"
+            );
+        }
+        drop(added);
+
+        // Bytes per token, as llama.cpp's token_to_piece(special = true) renders them.
+        let u2b = bpe::unicode_to_byte();
+        let mut piece_bytes = Vec::with_capacity(n * 4);
+        let mut piece_offsets = Vec::with_capacity(n + 1);
+        piece_offsets.push(0);
+        for (text, &attr) in spec.tokens.iter().zip(&derived.attrs) {
+            if attr & (ATTR_CONTROL | ATTR_UNKNOWN | ATTR_USER_DEFINED) != 0 {
+                piece_bytes.extend_from_slice(text.as_bytes());
+            } else if attr & ATTR_NORMAL != 0 {
+                piece_bytes.extend_from_slice(&bpe::byte_level_decode(text, &u2b));
+            } else if attr & ATTR_BYTE != 0 {
+                match parse_byte_token(text) {
+                    Some(b) => piece_bytes.push(b),
+                    None => piece_bytes.extend_from_slice(&bpe::byte_level_decode(text, &u2b)),
+                }
+            }
+            // Unused and undefined tokens render as nothing.
+            piece_offsets.push(piece_bytes.len());
+        }
+        piece_bytes.shrink_to_fit();
+
+        let text_of = |id: Option<u32>| id.map(|i| spec.tokens[i as usize].as_str()).unwrap_or("");
+        let (chat_template, chat_template_error) = match &spec.chat_template {
+            None => (None, None),
+            Some(src) => match ChatTemplate::new(src, text_of(spec.bos_id), text_of(spec.eos_id)) {
+                Ok(t) => (Some(t), None),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the model's chat template does not compile");
+                    (None, Some(e.to_string()))
+                }
+            },
+        };
+
+        Ok(Tokenizer {
+            kind,
+            inner: built.tokenizer,
+            tokens: spec.tokens,
+            attrs: derived.attrs,
+            piece_bytes,
+            piece_offsets,
+            specials,
+            eog: derived.eog,
+            bos_id: spec.bos_id,
+            eos_id: spec.eos_id,
+            add_bos: spec.add_bos,
+            add_eos: spec.add_eos,
+            chat_template,
+            chat_template_error,
+        })
+    }
+
+    /// Builds the tokenizer a GGUF file describes (`tokenizer.*` keys).
+    pub fn from_gguf(md: &crate::gguf::Metadata) -> Result<Tokenizer, TokenizerError> {
+        Tokenizer::from_spec(VocabSpec::from_metadata(md)?)
+    }
+
+    pub fn kind(&self) -> TokenizerKind {
+        self.kind
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn bos_id(&self) -> Option<u32> {
+        self.bos_id
+    }
+
+    pub fn eos_id(&self) -> Option<u32> {
+        self.eos_id
+    }
+
+    /// Whether BOS is prepended by `encode(.., add_special = true, ..)`.
+    pub fn add_bos(&self) -> bool {
+        self.add_bos
+    }
+
+    /// Whether generation ends at this token.
+    pub fn is_eog(&self, id: u32) -> bool {
+        self.eog.binary_search(&id).is_ok()
+    }
+
+    /// All end-of-generation ids, ascending.
+    pub fn eog_ids(&self) -> &[u32] {
+        &self.eog
+    }
+
+    /// Text to ids. `add_special`: add BOS/EOS as the vocabulary asks.
+    /// `parse_special`: control-token texts in `text` become those tokens;
+    /// otherwise they are tokenized as plain text (user-defined tokens always match).
+    pub fn encode(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Result<Vec<u32>, TokenizerError> {
+        let mut out = Vec::with_capacity(text.len() / 3 + 2);
+        if add_special && self.add_bos {
+            out.extend(self.bos_id);
+        }
+        for frag in bpe::partition(text, &self.specials, parse_special) {
+            match frag {
+                Fragment::Token(id) => out.push(id),
+                Fragment::Text(s) => {
+                    let enc = self
+                        .inner
+                        .encode_fast(s, false)
+                        .map_err(|e| TokenizerError::Encode(e.to_string()))?;
+                    out.extend_from_slice(enc.get_ids());
+                }
+            }
+        }
+        if add_special && self.add_eos {
+            out.extend(self.eos_id);
+        }
+        Ok(out)
+    }
+
+    /// Ids to text: the tokens' bytes joined, invalid UTF-8 replaced by U+FFFD,
+    /// special tokens as their text.
+    pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
+        let mut bytes = Vec::with_capacity(ids.len() * 4);
+        for &id in ids {
+            bytes.extend_from_slice(
+                self.token_bytes(id)
+                    .ok_or(TokenizerError::TokenOutOfRange(id))?,
+            );
+        }
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// The raw bytes a token stands for (special tokens: their text).
+    pub fn token_bytes(&self, id: u32) -> Option<&[u8]> {
+        let i = id as usize;
+        if i >= self.tokens.len() {
+            return None;
+        }
+        Some(&self.piece_bytes[self.piece_offsets[i]..self.piece_offsets[i + 1]])
+    }
+
+    /// The token's text as stored in the vocabulary (`Ġ` for a space, etc.).
+    pub fn token_text(&self, id: u32) -> Option<&str> {
+        self.tokens.get(id as usize).map(String::as_str)
+    }
+
+    /// Whether the token is a control token (rendered, but not ordinary text).
+    pub fn is_control(&self, id: u32) -> bool {
+        self.attrs
+            .get(id as usize)
+            .is_some_and(|a| a & ATTR_CONTROL != 0)
+    }
+
+    /// The model's chat template, when it has one that compiles.
+    pub fn chat_template(&self) -> Option<&ChatTemplate> {
+        self.chat_template.as_ref()
+    }
+
+    /// Why the model's chat template did not compile, when it did not.
+    pub fn chat_template_error(&self) -> Option<&str> {
+        self.chat_template_error.as_deref()
+    }
+}
+
+/// `<0xNN>` byte tokens.
+fn parse_byte_token(text: &str) -> Option<u8> {
+    let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() != 2 {
+        return None;
+    }
+    u8::from_str_radix(hex, 16).ok()
+}

@@ -1,0 +1,317 @@
+//! Chat templates: a GGUF's `tokenizer.chat_template` (Jinja) rendered with
+//! minijinja the way Hugging Face transformers renders it with jinja2:
+//! `trim_blocks` and `lstrip_blocks` on, trailing newline dropped,
+//! `raise_exception(msg)`, `strftime_now(fmt)`, an HF-style `tojson`, Python string
+//! and dict methods (`.strip()`, `.startswith()`, `.items()`...) through
+//! minijinja-contrib's `pycompat`, and the variables `messages`,
+//! `add_generation_prompt`, `bos_token`, `eos_token` (with `tools` and `documents`
+//! set to none, as transformers passes them).
+
+use minijinja::value::Kwargs;
+use minijinja::{Environment, Error, ErrorKind, State, Value};
+
+use super::TokenizerError;
+
+/// One chat message.
+#[derive(serde::Deserialize, serde::Serialize, Clone, Debug, PartialEq, Eq)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+const TEMPLATE_NAME: &str = "chat_template";
+
+/// A compiled chat template. Compile once per model; render per request.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("bos_token", &self.bos_token)
+            .field("eos_token", &self.eos_token)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChatTemplate {
+    /// Compiles `source`. Syntax errors come back as [`TokenizerError::Template`].
+    pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self, TokenizerError> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_keep_trailing_newline(false);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_formatter(python_formatter);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_filter("tojson", tojson);
+        env.add_template_owned(TEMPLATE_NAME, source.to_string())
+            .map_err(template_error)?;
+        Ok(Self {
+            env,
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+        })
+    }
+
+    /// Renders the conversation; with `add_generation_prompt` the template appends
+    /// the opening of the assistant's turn.
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, TokenizerError> {
+        let tmpl = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map_err(template_error)?;
+        tmpl.render(minijinja::context! {
+            messages => Value::from_serialize(messages),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos_token.as_str(),
+            eos_token => self.eos_token.as_str(),
+            tools => Value::from(()),
+            documents => Value::from(()),
+        })
+        .map_err(template_error)
+    }
+
+    pub fn bos_token(&self) -> &str {
+        &self.bos_token
+    }
+
+    pub fn eos_token(&self) -> &str {
+        &self.eos_token
+    }
+}
+
+fn template_error(e: Error) -> TokenizerError {
+    TokenizerError::Template(e.to_string())
+}
+
+/// `raise_exception(msg)`: the template refuses the conversation.
+fn raise_exception(msg: String) -> Result<Value, Error> {
+    Err(Error::new(ErrorKind::InvalidOperation, msg))
+}
+
+/// `strftime_now(fmt)`: the local time, formatted like Python's `strftime`.
+fn strftime_now(fmt: String) -> Result<Value, Error> {
+    use chrono::format::{Item, StrftimeItems};
+    let items: Vec<Item<'_>> = StrftimeItems::new(&fmt).collect();
+    if items.iter().any(|i| matches!(i, Item::Error)) {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("bad strftime format {fmt:?}"),
+        ));
+    }
+    Ok(Value::from(
+        chrono::Local::now()
+            .format_with_items(items.into_iter())
+            .to_string(),
+    ))
+}
+
+/// Prints `none`, `true` and `false` as Python does (`None`, `True`, `False`).
+fn python_formatter(
+    out: &mut minijinja::Output,
+    state: &State,
+    value: &Value,
+) -> Result<(), Error> {
+    match value.kind() {
+        minijinja::value::ValueKind::None => out.write_str("None").map_err(Error::from),
+        minijinja::value::ValueKind::Bool => out
+            .write_str(if value.is_true() { "True" } else { "False" })
+            .map_err(Error::from),
+        _ => minijinja::escape_formatter(out, state, value),
+    }
+}
+
+/// transformers' `tojson`: Python `json.dumps(x, ensure_ascii=False, indent=indent,
+/// separators=separators, sort_keys=sort_keys)` (so `", "` and `": "` between items,
+/// no HTML escaping, unlike minijinja's built-in filter).
+fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value, Error> {
+    let indent_arg: Option<Value> = match indent {
+        Some(v) => Some(v),
+        None => kwargs.get::<Option<Value>>("indent")?,
+    };
+    let indent = match indent_arg {
+        None => None,
+        Some(v) if v.is_none() || v.is_undefined() => None,
+        Some(v) => {
+            if let Some(n) = v.as_i64() {
+                Some(" ".repeat(n.max(0) as usize))
+            } else if let Some(s) = v.as_str() {
+                Some(s.to_string())
+            } else {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    "tojson: indent must be an int or string",
+                ));
+            }
+        }
+    };
+    let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
+    let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
+    let separators: Option<Vec<String>> = kwargs.get("separators")?;
+    kwargs.assert_all_used()?;
+    let (item_sep, key_sep) = match separators {
+        Some(s) if s.len() == 2 => (s[0].clone(), s[1].clone()),
+        Some(_) => {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "tojson: separators must be a pair",
+            ))
+        }
+        None if indent.is_some() => (",".to_string(), ": ".to_string()),
+        None => (", ".to_string(), ": ".to_string()),
+    };
+    let opts = JsonOpts {
+        indent,
+        item_sep,
+        key_sep,
+        ensure_ascii: ensure_ascii.unwrap_or(false),
+        sort_keys: sort_keys.unwrap_or(false),
+    };
+    let mut out = String::new();
+    write_json(&mut out, value, &opts, 0)?;
+    Ok(Value::from_safe_string(out))
+}
+
+struct JsonOpts {
+    indent: Option<String>,
+    item_sep: String,
+    key_sep: String,
+    ensure_ascii: bool,
+    sort_keys: bool,
+}
+
+fn write_json(out: &mut String, v: &Value, o: &JsonOpts, depth: usize) -> Result<(), Error> {
+    use minijinja::value::ValueKind as K;
+    let newline = |out: &mut String, depth: usize| {
+        if let Some(ind) = &o.indent {
+            out.push('\n');
+            for _ in 0..depth {
+                out.push_str(ind);
+            }
+        }
+    };
+    match v.kind() {
+        K::Undefined | K::None => out.push_str("null"),
+        K::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
+        K::Number => {
+            if v.is_integer() {
+                out.push_str(&v.to_string());
+            } else {
+                let f = f64::try_from(v.clone())?;
+                out.push_str(&python_float(f));
+            }
+        }
+        K::String => write_json_str(out, v.as_str().unwrap_or_default(), o.ensure_ascii),
+        K::Bytes => write_json_str(
+            out,
+            &String::from_utf8_lossy(v.as_bytes().unwrap_or_default()),
+            o.ensure_ascii,
+        ),
+        K::Map => {
+            let mut keys: Vec<Value> = v.try_iter()?.collect();
+            if o.sort_keys {
+                keys.sort();
+            }
+            if keys.is_empty() {
+                out.push_str("{}");
+                return Ok(());
+            }
+            out.push('{');
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(&o.item_sep);
+                }
+                newline(out, depth + 1);
+                match k.as_str() {
+                    Some(s) => write_json_str(out, s, o.ensure_ascii),
+                    None => write_json_str(out, &k.to_string(), o.ensure_ascii),
+                }
+                out.push_str(&o.key_sep);
+                write_json(out, &v.get_item(k)?, o, depth + 1)?;
+            }
+            newline(out, depth);
+            out.push('}');
+        }
+        K::Seq | K::Iterable => {
+            let items: Vec<Value> = v.try_iter()?.collect();
+            if items.is_empty() {
+                out.push_str("[]");
+                return Ok(());
+            }
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(&o.item_sep);
+                }
+                newline(out, depth + 1);
+                write_json(out, item, o, depth + 1)?;
+            }
+            newline(out, depth);
+            out.push(']');
+        }
+        K::Plain | K::Invalid => write_json_str(out, &v.to_string(), o.ensure_ascii),
+        _ => write_json_str(out, &v.to_string(), o.ensure_ascii),
+    }
+    Ok(())
+}
+
+/// Python's `repr` of a float, near enough: always a decimal point or exponent,
+/// `e+NN` for large exponents, `NaN` / `Infinity` as `json.dumps` writes them.
+fn python_float(f: f64) -> String {
+    if f.is_nan() {
+        return "NaN".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        };
+    }
+    let s = format!("{f:?}");
+    match s.find('e') {
+        Some(p) if !s[p + 1..].starts_with('-') => format!("{}e+{}", &s[..p], &s[p + 1..]),
+        _ => s,
+    }
+}
+
+fn write_json_str(out: &mut String, s: &str, ensure_ascii: bool) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 || (ensure_ascii && (c as u32) > 0x7f) => {
+                let mut buf = [0u16; 2];
+                for unit in c.encode_utf16(&mut buf) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}

@@ -1,0 +1,239 @@
+//! llama.cpp's golden vectors for SmolLM2-135M-Instruct (`testdata/golden/`),
+//! checked against the real GGUF file.
+
+use std::path::PathBuf;
+
+use super::super::*;
+
+fn golden_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/golden")
+}
+
+fn model_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.models/smollm2-135m-instruct-q4_1.gguf")
+}
+
+fn read_json(name: &str) -> serde_json::Value {
+    let path = golden_dir().join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The tokenizer of the reference model, or `None` (with a note) when the file is
+/// absent: CI fetches it before the tests, and `reference_model_present_in_ci`
+/// makes sure a CI run never skips silently.
+fn reference_tokenizer() -> Option<Tokenizer> {
+    let path = model_path();
+    if !path.exists() {
+        eprintln!(
+            "note: reference model {} not present; skipping",
+            path.display()
+        );
+        return None;
+    }
+    let file =
+        crate::gguf::GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    Some(Tokenizer::from_gguf(&file.metadata).expect("SmolLM2's tokenizer builds"))
+}
+
+#[test]
+fn reference_model_present_in_ci() {
+    if std::env::var_os("CI").is_some() {
+        assert!(
+            model_path().exists(),
+            "CI is set but the reference model {} is missing (the golden tokenizer tests would skip)",
+            model_path().display()
+        );
+    }
+}
+
+#[test]
+fn golden_tokenize() {
+    let Some(t) = reference_tokenizer() else {
+        return;
+    };
+    let cases = read_json("tokenize.json");
+    let cases = cases.as_array().unwrap();
+    assert_eq!(cases.len(), 66);
+    let mut failures = Vec::new();
+    for c in cases {
+        let text = c["text"].as_str().unwrap();
+        let parse_special = c["parse_special"].as_bool().unwrap();
+        let want: Vec<u32> = c["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        let got = t.encode(text, true, parse_special).unwrap();
+        if got != want {
+            failures.push(format!(
+                "{} (parse_special={parse_special}):\n  want {want:?}\n  got  {got:?}",
+                c["name"]
+            ));
+        }
+        // Decoding gives the text back (special tokens come back as their text too).
+        assert_eq!(t.decode(&got).unwrap(), text, "{}", c["name"]);
+    }
+    eprintln!(
+        "golden tokenize: {}/{} match",
+        cases.len() - failures.len(),
+        cases.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn golden_chat_prompts() {
+    let Some(t) = reference_tokenizer() else {
+        return;
+    };
+    let tmpl = t.chat_template().expect("SmolLM2's template compiles");
+    let greedy = read_json("greedy.json");
+    let cases = greedy["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 4);
+    for c in cases {
+        let user = c["user_message"].as_str().unwrap();
+        let prompt = c["prompt"].as_str().unwrap();
+        let want: Vec<u32> = c["prompt_token_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        let rendered = tmpl
+            .render(&[ChatMessage::new("user", user)], true)
+            .unwrap();
+        assert_eq!(rendered, prompt, "template rendering for {user:?}");
+        assert_eq!(
+            t.encode(prompt, true, true).unwrap(),
+            want,
+            "prompt ids for {user:?}"
+        );
+    }
+    // The alternative renderings llama-server produced (one drops the leading
+    // <|im_start|>, one has no system prompt) tokenize as llama.cpp tokenized them.
+    for a in greedy["alternative_renderings"].as_array().unwrap() {
+        let prompt = a["prompt"].as_str().unwrap();
+        let want: Vec<u32> = a["prompt_token_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(
+            t.encode(prompt, true, true).unwrap(),
+            want,
+            "{}",
+            a["template_rendering"]
+        );
+    }
+}
+
+#[test]
+fn golden_generated_text_streams() {
+    let Some(t) = reference_tokenizer() else {
+        return;
+    };
+    let greedy = read_json("greedy.json");
+    for c in greedy["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(greedy["alternative_renderings"].as_array().unwrap())
+    {
+        let ids: Vec<u32> = c["generated_token_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        let whole = t.decode(&ids).unwrap();
+        let mut s = StreamDecoder::new();
+        let mut streamed: String = ids.iter().map(|&id| s.push(&t, id)).collect();
+        streamed.push_str(&s.finish());
+        assert_eq!(streamed, whole);
+        if c["detokenized_generated_ids_matches_text"].as_bool() == Some(true) {
+            assert_eq!(whole, c["generated_text"].as_str().unwrap());
+        }
+    }
+}
+
+#[test]
+fn smollm2_eog_and_specials() {
+    let Some(t) = reference_tokenizer() else {
+        return;
+    };
+    assert_eq!(t.kind(), TokenizerKind::GgufBpe);
+    assert_eq!(t.vocab_size(), 49152);
+    assert_eq!(t.eog_ids(), &[0, 2]);
+    assert_eq!(t.bos_id(), Some(1));
+    assert_eq!(t.eos_id(), Some(2));
+    assert!(!t.add_bos());
+    assert_eq!(t.token_text(1), Some("<|im_start|>"));
+    assert_eq!(t.token_bytes(198), Some(&b"\n"[..]));
+}
+
+#[test]
+fn smollm2_vocab_spec_from_metadata() {
+    let path = model_path();
+    if !path.exists() {
+        eprintln!(
+            "note: reference model {} not present; skipping",
+            path.display()
+        );
+        return;
+    }
+    let file = crate::gguf::GgufFile::open(&path).unwrap();
+    let spec = VocabSpec::from_metadata(&file.metadata).unwrap();
+    let meta = read_json("metadata.json");
+    let summary = &meta["summary"];
+    assert_eq!(spec.model, "gpt2");
+    assert_eq!(spec.pre.as_deref(), Some("smollm"));
+    assert_eq!(spec.tokens.len(), 49152);
+    assert_eq!(spec.token_types.len(), 49152);
+    assert_eq!(
+        spec.merges.len(),
+        summary["merges_count"].as_u64().unwrap() as usize
+    );
+    assert_eq!(spec.merges[0], "Ġ t");
+    assert_eq!(
+        (spec.bos_id, spec.eos_id, spec.unk_id, spec.pad_id),
+        (Some(1), Some(2), Some(0), Some(2))
+    );
+    assert_eq!((spec.eot_id, spec.eom_id), (None, None));
+    assert!(!spec.add_bos && !spec.add_eos);
+    assert!(spec.scores.is_none());
+    assert_eq!(
+        spec.chat_template.as_deref(),
+        summary["chat_template"].as_str()
+    );
+    // Token types: ids 0..=16 are control, the rest normal (metadata.json lists the non-normal ones).
+    let non_normal = meta["non_normal_tokens(token_type!=1)"].as_array().unwrap();
+    let listed: Vec<(usize, &str, i64)> = non_normal
+        .iter()
+        .map(|t| {
+            (
+                t["id"].as_u64().unwrap() as usize,
+                t["text"].as_str().unwrap(),
+                t["type"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    for (id, text, ty) in &listed {
+        assert_eq!(spec.tokens[*id], *text);
+        assert_eq!(spec.token_types[*id] as i64, *ty);
+    }
+    assert_eq!(
+        spec.token_types
+            .iter()
+            .filter(|&&t| t != token_type::NORMAL)
+            .count(),
+        listed.len()
+    );
+}
