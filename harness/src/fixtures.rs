@@ -33,12 +33,24 @@ pub const NAMES: &[&str] = &[
 ];
 
 /// Builds (once per directory) the named fixture and returns its absolute path.
-/// `synthetic-<preset>` names are delegated to `harness synth-model`.
-pub fn materialize(name: &str, reference: &Path, dir: &Path) -> Result<PathBuf> {
+/// `synthetic-<preset>` names are delegated to `harness synth-model`;
+/// `reference-tokenizer-json` is the reference model with `golden_dir/tokenizer.json` beside it.
+pub fn materialize(name: &str, reference: &Path, golden_dir: &Path, dir: &Path) -> Result<PathBuf> {
     if name == "reference" {
         return Ok(reference.to_path_buf());
     }
     std::fs::create_dir_all(dir)?;
+    if name == "reference-tokenizer-json" {
+        let folder = dir.join(name);
+        std::fs::create_dir_all(&folder)?;
+        let tok = golden_dir.join("tokenizer.json");
+        std::fs::copy(&tok, folder.join("tokenizer.json")).with_context(|| format!("no {} to put beside the model (hf-json goldens)", tok.display()))?;
+        let model = folder.join("model.gguf");
+        if !model.exists() {
+            std::os::unix::fs::symlink(reference, &model)?;
+        }
+        return Ok(model);
+    }
     let out = dir.join(format!("{name}.gguf"));
     if out.exists() {
         return Ok(out);
@@ -110,4 +122,43 @@ fn synthesize(preset: &str, out: &Path) -> Result<()> {
         bail!("harness synth-model wrote no {}", out.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::Kv;
+
+    #[test]
+    fn every_named_fixture_is_broken_as_named() {
+        let dir = std::env::temp_dir().join(format!("harness-fixtures-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut g = Gguf::parse(crate::gguf::tests::tiny()).unwrap();
+        let mut raw = (4u64).to_le_bytes().to_vec();
+        raw.extend_from_slice(b"gpt2");
+        g.kvs.push(Kv { key: "tokenizer.ggml.model".into(), vtype: 8, raw, at: 0 });
+        let reference = dir.join("ref.gguf");
+        std::fs::write(&reference, g.write()).unwrap();
+        let g = Gguf::read(&reference).unwrap();
+        let made = |n: &str| materialize(n, &reference, &dir, &dir.join("out")).unwrap();
+        for name in NAMES {
+            assert!(made(name).is_file(), "{name}");
+        }
+        let bytes = |n: &str| std::fs::read(made(n)).unwrap();
+        assert_eq!(&bytes("bad-magic")[..4], b"GGUX");
+        assert_eq!(Gguf::parse(bytes("gguf-v2")).unwrap().version, 2);
+        assert_eq!(Gguf::parse(bytes("arch-mamba")).unwrap().string("general.architecture").as_deref(), Some("mamba"));
+        assert_eq!(Gguf::parse(bytes("arch-qwen2")).unwrap().u64_value("qwen2.block_count"), Some(7));
+        assert!(Gguf::parse(bytes("missing-block-count")).unwrap().kv("llama.block_count").is_none());
+        assert_eq!(Gguf::parse(bytes("tokenizer-rwkv")).unwrap().string("tokenizer.ggml.model").as_deref(), Some("rwkv"));
+        assert!(bytes("cut-mid-tensor").len() < g.bytes.len());
+        let eof = Gguf::parse(bytes("tensor-past-eof")).unwrap();
+        assert!(eof.tensors.iter().any(|t| t.offset > eof.bytes.len() as u64));
+        let ov = Gguf::parse(bytes("tensor-overlap")).unwrap();
+        assert_eq!(ov.tensors[0].offset, ov.tensors[1].offset);
+        assert_eq!(Gguf::parse(bytes("unknown-type")).unwrap().tensors[0].ttype, 99);
+        assert_eq!(u64::from_le_bytes(bytes("10001-tensors")[8..16].try_into().unwrap()), 10_001);
+        assert!(materialize("no-such", &reference, &dir, &dir.join("out")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

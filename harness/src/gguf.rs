@@ -272,7 +272,7 @@ pub fn patched(bytes: &[u8], at: usize, with: &[u8]) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A tiny valid file: two KVs and two F32 tensors.

@@ -186,7 +186,7 @@ impl TestWorld {
     }
 
     pub fn fixture(&self, name: &str) -> Result<PathBuf> {
-        crate::fixtures::materialize(name, &self.cfg.model, &self.cfg.fixtures_dir)
+        crate::fixtures::materialize(name, &self.cfg.model, &self.cfg.golden_dir, &self.cfg.fixtures_dir)
     }
 
     /// The standard command line: every required flag, a free port, the backend under test.
