@@ -1,2 +1,3 @@
 //! (being written)
+pub mod generate;
 pub mod stop;

@@ -82,6 +82,15 @@ impl CpuCache {
     }
 }
 
+/// Largest head size the attention accepts (stack buffer for one query head).
+pub const MAX_HEAD_DIM: usize = 256;
+
+fn round_f16_into(src: &[f32], dst: &mut [f32]) {
+    for (d, &v) in dst.iter_mut().zip(src) {
+        *d = half::f16::from_f32(v).to_f32();
+    }
+}
+
 /// Output rows handled by one rayon task in a matrix product.
 const ROWS_PER_TASK: usize = 16;
 
@@ -164,6 +173,13 @@ impl Ops for CpuOps {
         }
         let data = file.tensor_data(info);
         let n = x.rows;
+        // Round the activations as ggml does for this weight type, so that the
+        // reference agrees with llama.cpp (see quant::activations).
+        let mut rounded = x.clone();
+        for row in rounded.data.chunks_exact_mut(cols) {
+            quant::round_activations(ty, row);
+        }
+        let x = &rounded;
         if n == 1 {
             // Decode: one dot product per weight row, decoded in registers.
             let xv = &x.data;
@@ -252,6 +268,9 @@ impl Ops for CpuOps {
         {
             return Err(shape_error("attention"));
         }
+        if hd > MAX_HEAD_DIM {
+            return Err(shape_error("attention: head size above 256"));
+        }
         let end = s.start_pos + s.n_tokens;
         if end > cache.capacity {
             return Err(BackendError::InferenceFailed(format!(
@@ -259,9 +278,11 @@ impl Ops for CpuOps {
                 cache.capacity
             )));
         }
+        // The cache holds f16 values, as llama.cpp's (and our CUDA backend's)
+        // f16 KV cache does; they are kept widened to f32 here.
         let (kc, vc) = (&mut cache.k[s.layer], &mut cache.v[s.layer]);
-        kc[s.start_pos * kvd..end * kvd].copy_from_slice(&k.data);
-        vc[s.start_pos * kvd..end * kvd].copy_from_slice(&v.data);
+        round_f16_into(&k.data, &mut kc[s.start_pos * kvd..end * kvd]);
+        round_f16_into(&v.data, &mut vc[s.start_pos * kvd..end * kvd]);
         let (kc, vc) = (&cache.k[s.layer], &cache.v[s.layer]);
 
         let group = s.n_head / s.n_head_kv;
@@ -269,7 +290,11 @@ impl Ops for CpuOps {
         out.data.par_chunks_mut(hd).enumerate().for_each_init(Vec::new, |scores, (idx, o)| {
             let (t, h) = (idx / s.n_head, idx % s.n_head);
             let kvh = h / group;
-            let qv = &q.data[t * q.cols + h * hd..t * q.cols + (h + 1) * hd];
+            // ggml multiplies the f16 cache with queries converted to f16, and
+            // the f16 values with probabilities converted to f16.
+            let mut qv = [0.0f32; MAX_HEAD_DIM];
+            let qv = &mut qv[..hd];
+            round_f16_into(&q.data[t * q.cols + h * hd..t * q.cols + (h + 1) * hd], qv);
             let n_ctx = s.start_pos + t + 1;
             scores.clear();
             scores.extend((0..n_ctx).map(|j| dot_f32(qv, &kc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd]) * scale));
@@ -283,7 +308,7 @@ impl Ops for CpuOps {
             o.fill(0.0);
             for (j, &p) in scores.iter().enumerate() {
                 let vrow = &vc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd];
-                let p = p * inv;
+                let p = half::f16::from_f32(p * inv).to_f32();
                 for (oi, &vi) in o.iter_mut().zip(vrow) {
                     *oi += p * vi;
                 }
