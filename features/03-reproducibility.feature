@@ -37,7 +37,7 @@ Feature: Reproducibility as a test tool
       {"job_id": "w1032-b", "prompt": "The sky is", "max_tokens": 8, "temperature": 0, "seed": 999}
       """
     Then jobs "w1032-a" and "w1032-b" produced the same token ids
-    And the worker's unit tests named "m0_w_1032" pass
+    And the worker's unit tests named "sampling::tests::temperature_" pass
 
   @M0-W-1040 @any
   Scenario: The README documents the limits of reproducibility

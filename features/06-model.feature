@@ -36,7 +36,7 @@ Feature: Reading and placing the model
   Scenario: Header and metadata are read, and a missing key is named
     Given a worker on the reference model
     Then /health field "context_length" is 8192
-    And the worker's unit tests named "m0_w_1211" pass
+    And the worker's unit tests named "gguf::tests::reference_model_smollm2" pass
     When I stop the worker
     And the worker is started on the "missing-block-count" model
     Then the worker exits with code 1 within 30 s

@@ -41,7 +41,7 @@ Feature: GPU engine internals
       {"job_id": "w1421-topk1", "prompt": "Fruits are", "max_tokens": 8, "temperature": 1.5, "top_k": 1, "seed": 7}
       """
     Then jobs "w1421-greedy" and "w1421-topk1" produced the same token ids
-    And the worker's unit tests named "m0_w_1421" pass
+    And the worker's unit tests named "sampling::" pass
 
   @M0-W-1422 @any
   Scenario: A stop string spanning two tokens cuts the stream just before it

@@ -197,7 +197,6 @@ pub async fn run(opts: Options) -> Result<i32> {
     let filter_sel = selection.clone();
     let writer = TestWorld::cucumber()
         .max_concurrent_scenarios(1)
-        .with_default_cli()
         .before(|feature, _rule, scenario, world| {
             async move {
                 let file = feature.path.as_ref().and_then(|p| p.file_name()).map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
@@ -243,6 +242,7 @@ pub async fn run(opts: Options) -> Result<i32> {
         })
         .with_writer(writer::Basic::raw(std::io::stdout(), Coloring::Never, 0).summarized().tee::<TestWorld, _>(writer::JUnit::for_tee(junit, 0)).normalized())
         .fail_on_skipped_with(|_, _, sc| !sc.tags.iter().any(|t| t == "allow-skip"))
+        .with_default_cli()
         .filter_run(workspace.join("features"), move |_, _, sc| filter_sel.plan(&sc.tags) == Plan::Run)
         .await;
 
