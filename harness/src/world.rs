@@ -275,6 +275,14 @@ impl TestWorld {
         Ok(())
     }
 
+    /// Lets a still-running job finish (up to a minute) so checks can read its transcript.
+    pub async fn settle(&mut self, id: &str) -> Result<()> {
+        if self.live.contains_key(id) {
+            self.finish_job(id, Duration::from_secs(60)).await?;
+        }
+        Ok(())
+    }
+
     pub fn transcript(&self, id: &str) -> Result<&Transcript> {
         self.done.get(id).ok_or_else(|| anyhow!("job {id:?} has not finished (running: {}, refused: {})", self.live.contains_key(id), self.refused.iter().any(|(j, _)| j == id)))
     }

@@ -128,6 +128,7 @@ async fn job_records(w: &mut TestWorld, list: String, id: String) -> StepResult 
 
 #[then(regex = r#"^the "execute_end" record of job "([^"]+)" has tokens_in, and tokens_out, decode_time_ms and first_token_ms equal to its end event$"#)]
 async fn execute_end_fields(w: &mut TestWorld, id: String) -> StepResult {
+    w.settle(&id).await?;
     let end = w.transcript(&id)?.first("end").ok_or_else(|| anyhow!("job {id} has no end event"))?.data.clone();
     let log = w.worker()?.log();
     let rec = log.iter().find(|l| l.event() == Some("execute_end") && l.field("job_id").and_then(Value::as_str) == Some(id.as_str())).ok_or_else(|| anyhow!("no execute_end record for {id}"))?;
@@ -158,6 +159,7 @@ async fn log_lacks(w: &mut TestWorld, a: String, b: String) -> StepResult {
 
 #[then(regex = r#"^the worker's log does not contain job "([^"]+)"'s generated text$"#)]
 async fn log_lacks_output(w: &mut TestWorld, id: String) -> StepResult {
+    w.settle(&id).await?;
     let text = w.transcript(&id)?.text();
     let text = text.trim();
     check!(text.chars().count() >= 8, "the job generated too little text ({text:?}) to search for");

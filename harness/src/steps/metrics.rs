@@ -143,6 +143,7 @@ async fn rose(w: &mut TestWorld, selector: String, by: f64) -> StepResult {
 
 #[then(regex = r#"^"(.+)" rose by job "([^"]+)"'s tokens_out$"#)]
 async fn rose_by_tokens(w: &mut TestWorld, selector: String, id: String) -> StepResult {
+    w.settle(&id).await?;
     let t = w.transcript(&id)?;
     let n = t.first("end").and_then(|e| e.data.get("tokens_out")).and_then(serde_json::Value::as_f64).ok_or_else(|| anyhow!("job {id} has no end.tokens_out"))?;
     rose_by(w, &selector, n)

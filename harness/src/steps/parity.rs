@@ -18,6 +18,7 @@ fn path(w: &mut TestWorld, p: &str) -> anyhow::Result<PathBuf> {
 
 #[then(regex = r#"^"([^"]+)" has one parity record per token of job "([^"]+)"$"#)]
 async fn one_per_token(w: &mut TestWorld, file: String, id: String) -> StepResult {
+    w.settle(&id).await?;
     let recs = read_log(&path(w, &file)?)?;
     let ids = w.transcript(&id)?.token_ids();
     let logged: Vec<i64> = recs.iter().map(|r| r.id).collect();

@@ -32,6 +32,7 @@ fn kinds(t: &Transcript) -> String {
 
 #[then(regex = r#"^job "([^"]+)" streamed started, at least 1 token and end$"#)]
 async fn started_tokens_end(w: &mut TestWorld, id: String) -> StepResult {
+    w.settle(&id).await?;
     let t = w.transcript(&id)?;
     let bad = events::check_order(&t.events);
     check!(bad.is_empty(), "job {id}: {}", bad.join("; "));
@@ -52,6 +53,8 @@ fn same_ids(w: &TestWorld, ids: &[String]) -> StepResult {
 
 #[then(regex = r#"^jobs "([^"]+)" and "([^"]+)" produced the same token ids$"#)]
 async fn same_tokens(w: &mut TestWorld, a: String, b: String) -> StepResult {
+    w.settle(&a).await?;
+    w.settle(&b).await?;
     same_ids(w, &[a, b])
 }
 
@@ -76,12 +79,14 @@ fn ended_with_error(w: &TestWorld, id: &str, code: &str) -> anyhow::Result<usize
 
 #[then(regex = r#"^job "([^"]+)" ended with error "([^"]+)"$"#)]
 async fn error_code(w: &mut TestWorld, id: String, code: String) -> StepResult {
+    w.settle(&id).await?;
     ended_with_error(w, &id, &code)?;
     Ok(())
 }
 
 #[then(regex = r#"^job "([^"]+)" ended with error "([^"]+)" after (\d+) tokens$"#)]
 async fn error_after_exactly(w: &mut TestWorld, id: String, code: String, n: usize) -> StepResult {
+    w.settle(&id).await?;
     let got = ended_with_error(w, &id, &code)?;
     check!(got == n, "job {id} streamed {got} tokens before {code}, want {n}");
     Ok(())
@@ -89,6 +94,7 @@ async fn error_after_exactly(w: &mut TestWorld, id: String, code: String, n: usi
 
 #[then(regex = r#"^job "([^"]+)" ended with error "([^"]+)" after at least (\d+) tokens$"#)]
 async fn error_after_at_least(w: &mut TestWorld, id: String, code: String, n: usize) -> StepResult {
+    w.settle(&id).await?;
     let got = ended_with_error(w, &id, &code)?;
     check!(got >= n, "job {id} streamed {got} tokens before {code}, want at least {n}");
     Ok(())
@@ -104,17 +110,21 @@ fn ended_with_end(w: &TestWorld, id: &str) -> StepResult {
 
 #[then(regex = r#"^job "([^"]+)" ended with "end"$"#)]
 async fn ended_end(w: &mut TestWorld, id: String) -> StepResult {
+    w.settle(&id).await?;
     ended_with_end(w, &id)
 }
 
 #[then(regex = r#"^jobs "([^"]+)" and "([^"]+)" ended with "end"$"#)]
 async fn both_ended_end(w: &mut TestWorld, a: String, b: String) -> StepResult {
+    w.settle(&a).await?;
+    w.settle(&b).await?;
     ended_with_end(w, &a)?;
     ended_with_end(w, &b)
 }
 
 #[then(regex = r#"^job "([^"]+)" ended with "end" or error "([^"]+)"$"#)]
 async fn end_or_error(w: &mut TestWorld, id: String, code: String) -> StepResult {
+    w.settle(&id).await?;
     if ended_with_end(w, &id).is_err() {
         ended_with_error(w, &id, &code)?;
     }
@@ -127,6 +137,7 @@ fn retriable_of(v: &Value) -> anyhow::Result<bool> {
 
 #[then(regex = r#"^job "([^"]+)"'s error is (not )?retriable$"#)]
 async fn job_retriable(w: &mut TestWorld, id: String, not: String) -> StepResult {
+    w.settle(&id).await?;
     let e = w.transcript(&id)?.first("error").ok_or_else(|| anyhow!("job {id} has no error event"))?;
     let want = not.is_empty();
     check!(retriable_of(&e.data)? == want, "job {id}'s error {} has retriable != {want}", e.raw_data);
@@ -135,6 +146,7 @@ async fn job_retriable(w: &mut TestWorld, id: String, not: String) -> StepResult
 
 #[then(regex = r#"^job "([^"]+)"'s error has a string code, a string message and a boolean retriable$"#)]
 async fn error_typed(w: &mut TestWorld, id: String) -> StepResult {
+    w.settle(&id).await?;
     let e = w.transcript(&id)?.first("error").ok_or_else(|| anyhow!("job {id} has no error event"))?;
     let bad = events::check_error_body(&e.data);
     check!(bad.is_empty(), "{}: {}", e.raw_data, bad.join("; "));
@@ -143,6 +155,7 @@ async fn error_typed(w: &mut TestWorld, id: String) -> StepResult {
 
 #[then(regex = r#"^job "([^"]+)"'s error message does not contain "([^"]+)"$"#)]
 async fn error_message_clean(w: &mut TestWorld, id: String, text: String) -> StepResult {
+    w.settle(&id).await?;
     let e = w.transcript(&id)?.first("error").ok_or_else(|| anyhow!("job {id} has no error event"))?;
     check!(!e.raw_data.contains(&text), "the error event repeats prompt text: {}", e.raw_data);
     Ok(())
@@ -150,6 +163,8 @@ async fn error_message_clean(w: &mut TestWorld, id: String, text: String) -> Ste
 
 #[then(regex = r#"^job "([^"]+)"'s first token came after job "([^"]+)"'s terminal event$"#)]
 async fn serial(w: &mut TestWorld, second: String, first: String) -> StepResult {
+    w.settle(&second).await?;
+    w.settle(&first).await?;
     let (a, b) = (w.transcript(&first)?, w.transcript(&second)?);
     let a_end = a.arrival(a.terminal().ok_or_else(|| anyhow!("job {first} has no terminal event"))?);
     let b_tok = b.arrival(b.tokens().next().ok_or_else(|| anyhow!("job {second} streamed no token"))?);
@@ -181,6 +196,7 @@ async fn all_ordered(w: &mut TestWorld) -> StepResult {
 
 #[then(regex = r#"^job "([^"]+)" has conformant SSE framing$"#)]
 async fn framing(w: &mut TestWorld, id: String) -> StepResult {
+    w.settle(&id).await?;
     let t = w.transcript(&id)?;
     let bad = events::check_framing(&t.raw);
     check!(bad.is_empty(), "{}", bad.join("\n"));
@@ -190,6 +206,7 @@ async fn framing(w: &mut TestWorld, id: String) -> StepResult {
 
 #[then(regex = r#"^job "([^"]+)"'s tokens arrived spread over its decode time$"#)]
 async fn spread(w: &mut TestWorld, id: String) -> StepResult {
+    w.settle(&id).await?;
     let t = w.transcript(&id)?;
     let toks: Vec<_> = t.tokens().collect();
     check!(toks.len() >= 8, "job {id} streamed only {} tokens; need 8 to judge flushing", toks.len());
@@ -203,6 +220,7 @@ async fn spread(w: &mut TestWorld, id: String) -> StepResult {
 
 #[then(regex = r#"^at temperature 0 every token of job "([^"]+)" is its top log-probability$"#)]
 async fn greedy_is_top(w: &mut TestWorld, id: String) -> StepResult {
+    w.settle(&id).await?;
     let t = w.transcript(&id)?;
     let want = w.requests.get(&id).and_then(|r| r.get("logprobs")).and_then(Value::as_u64).unwrap_or(0) as usize;
     for e in t.tokens() {
@@ -225,6 +243,7 @@ async fn run_conformant(_w: &mut TestWorld) -> StepResult {
 
 #[then(regex = r#"^job "([^"]+)"'s text is exactly "(.*)"$"#)]
 async fn exact_text(w: &mut TestWorld, id: String, text: String) -> StepResult {
+    w.settle(&id).await?;
     let got = w.transcript(&id)?.text();
     check!(got == text, "job {id} streamed {got:?}, want {text:?}");
     Ok(())
@@ -232,6 +251,7 @@ async fn exact_text(w: &mut TestWorld, id: String, text: String) -> StepResult {
 
 #[then(regex = r#"^job "([^"]+)" ended with stop_reason "([^"]+)" and stop_sequence "([^"]+)"$"#)]
 async fn stop_reason(w: &mut TestWorld, id: String, reason: String, seq: String) -> StepResult {
+    w.settle(&id).await?;
     let t = w.transcript(&id)?;
     let end = t.first("end").ok_or_else(|| anyhow!("job {id} has no end event: {}", kinds(t)))?;
     check!(end.data.get("stop_reason").and_then(Value::as_str) == Some(reason.as_str()), "end: {}", end.raw_data);
@@ -241,6 +261,7 @@ async fn stop_reason(w: &mut TestWorld, id: String, reason: String, seq: String)
 
 #[then(regex = r#"^every token text of job "([^"]+)" is whole UTF-8 without U\+FFFD$"#)]
 async fn whole_utf8(w: &mut TestWorld, id: String) -> StepResult {
+    w.settle(&id).await?;
     let t = w.transcript(&id)?;
     check!(t.tokens().count() > 0, "no tokens");
     for e in t.tokens() {
@@ -253,6 +274,7 @@ async fn whole_utf8(w: &mut TestWorld, id: String) -> StepResult {
 
 #[then(regex = r#"^job "([^"]+)"'s first token arrived within (\d+) s$"#)]
 async fn first_token_within(w: &mut TestWorld, id: String, secs: u64) -> StepResult {
+    w.settle(&id).await?;
     let t = w.transcript(&id)?;
     let tok = t.tokens().next().ok_or_else(|| anyhow!("job {id} streamed no token"))?;
     check!(tok.at.as_secs_f64() <= secs as f64, "job {id}'s first token came after {:?}", tok.at);

@@ -82,6 +82,7 @@ async fn decode_from(w: &mut TestWorld, rel: String) -> StepResult {
 
 #[then(regex = r#"^job "([^"]+)"'s joined text equals /detokenize of its token ids$"#)]
 async fn joined_equals_decode(w: &mut TestWorld, id: String) -> StepResult {
+    w.settle(&id).await?;
     let t = w.transcript(&id)?;
     let (ids, text) = (t.token_ids(), t.text());
     check!(!ids.is_empty(), "job {id} streamed no tokens");
