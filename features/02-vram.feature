@@ -50,7 +50,7 @@ Feature: VRAM-only residency (CUDA backend)
     When I remember /health
     And I run the job:
       """
-      {"job_id": "w1021-big", "prompt": "Tell me a long story.", "max_tokens": 2048, "temperature": 0}
+      {"job_id": "w1021-big", "prompt": "Count upward: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "max_tokens": 2048, "temperature": 0}
       """
     Then job "w1021-big" ended with error "VRAM_OOM"
     And within 5 s /health says "healthy"

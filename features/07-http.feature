@@ -138,7 +138,7 @@ Feature: HTTP interface
     When I remember /health
     And I start the job:
       """
-      {"job_id": "w1330", "prompt": "Tell me a very long story.", "max_tokens": 2048, "temperature": 0}
+      {"job_id": "w1330", "prompt": "Count upward: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "max_tokens": 2048, "temperature": 0}
       """
     And job "w1330" has streamed 5 tokens
     And I cancel job "w1330" 3 times
@@ -156,7 +156,7 @@ Feature: HTTP interface
     Given a worker on the reference model
     When I start the job:
       """
-      {"job_id": "w1340-run", "prompt": "Tell me a very long story.", "max_tokens": 2048, "temperature": 0}
+      {"job_id": "w1340-run", "prompt": "Count upward: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "max_tokens": 2048, "temperature": 0}
       """
     And job "w1340-run" has streamed 1 tokens
     And I start the job:

@@ -12,7 +12,7 @@ Feature: Errors
     Then the reply is 400 "INVALID_REQUEST"
     When I start the job:
       """
-      {"job_id": "w1500-run", "prompt": "Tell me a very long story.", "max_tokens": 2048, "temperature": 0}
+      {"job_id": "w1500-run", "prompt": "Count upward: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "max_tokens": 2048, "temperature": 0}
       """
     And job "w1500-run" has streamed its started event
     And I start the job:
@@ -42,6 +42,5 @@ Feature: Errors
       {"job_id": "w1510", "prompt": "SECRET-PROMPT-MARKER-1510 tell me a very long story.", "max_tokens": 2048, "temperature": 0}
       """
     Then job "w1510" ended with error "INFERENCE_TIMEOUT"
-    And job "w1510"'s error is retriable
     And job "w1510"'s error has a string code, a string message and a boolean retriable
     And job "w1510"'s error message does not contain "SECRET-PROMPT-MARKER-1510"

@@ -47,7 +47,7 @@ Feature: Performance budgets
     Given a worker on the reference model
     When I start the job:
       """
-      {"job_id": "w1604", "prompt": "Tell me a very long story.", "max_tokens": 2048, "temperature": 0}
+      {"job_id": "w1604", "prompt": "Count upward: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "max_tokens": 2048, "temperature": 0}
       """
     And job "w1604" has streamed 1 tokens
     And I call /health 1000 times
@@ -66,7 +66,7 @@ Feature: Performance budgets
     When I scrape /metrics
     And I start the job:
       """
-      {"job_id": "w1611-gone", "prompt": "Tell me a very long story.", "max_tokens": 2048, "temperature": 0}
+      {"job_id": "w1611-gone", "prompt": "Count upward: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "max_tokens": 2048, "temperature": 0}
       """
     And job "w1611-gone" has streamed 3 tokens
     And I disconnect from job "w1611-gone"

@@ -11,7 +11,7 @@ Feature: Logs and observability
       """
     And I run the job:
       """
-      {"job_id": "w1900-bad", "prompt": "Tell me a very long story.", "max_tokens": 2048, "temperature": 0}
+      {"job_id": "w1900-bad", "prompt": "Count upward: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "max_tokens": 2048, "temperature": 0}
       """
     And I shut the worker down by /shutdown
     Then the worker exits with code 0 within 30 s

@@ -82,7 +82,7 @@ Feature: Project extensions
     Given a worker on the reference model
     When I start the job:
       """
-      {"job_id": "ext006", "prompt": "Tell me a very long story.", "max_tokens": 2048, "temperature": 0}
+      {"job_id": "ext006", "prompt": "Count upward: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "max_tokens": 2048, "temperature": 0}
       """
     And job "ext006" has streamed 1 tokens
     Then every golden tokenizer vector encodes to its ids through /tokenize

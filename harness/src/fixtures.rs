@@ -82,9 +82,18 @@ pub fn materialize(name: &str, reference: &Path, golden_dir: &Path, dir: &Path) 
             b[..g.data_offset + (last.offset + size / 2) as usize].to_vec()
         }
         "arch-mamba" => edited(&g, |e| e.set_string("general.architecture", "mamba"))?,
+        // qwen2 carries Q/K/V biases (as llama.cpp requires); zero ones keep llama's weights.
         "arch-qwen2" => edited(&g, |e| {
             e.set_string("general.architecture", "qwen2")?;
             e.rename_prefix("llama.", "qwen2.");
+            let blocks = e.u64_value("qwen2.block_count").ok_or_else(|| anyhow!("no block_count"))?;
+            for b in 0..blocks {
+                for m in ["q", "k", "v"] {
+                    let weight = format!("blk.{b}.attn_{m}.weight");
+                    let rows = e.tensors.iter().find(|t| t.name == weight).and_then(|t| t.dims.last().copied()).ok_or_else(|| anyhow!("no {weight}"))?;
+                    e.add_f32_tensor(&format!("blk.{b}.attn_{m}.bias"), &vec![0.0; rows as usize]);
+                }
+            }
             Ok(())
         })?,
         "missing-block-count" => edited(&g, |e| e.remove_key("llama.block_count"))?,
@@ -137,6 +146,11 @@ mod tests {
         let mut raw = (4u64).to_le_bytes().to_vec();
         raw.extend_from_slice(b"gpt2");
         g.kvs.push(Kv { key: "tokenizer.ggml.model".into(), vtype: 8, raw, at: 0 });
+        // One block with Q/K/V weights, so the qwen2 relabelling has something to bias.
+        g.kvs.iter_mut().find(|k| k.key == "llama.block_count").unwrap().raw = 1u32.to_le_bytes().to_vec();
+        g.tensors[0].name = "blk.0.attn_q.weight".into();
+        g.tensors[1].name = "blk.0.attn_k.weight".into();
+        g.add_f32_tensor("blk.0.attn_v.weight", &[0.5; 4]);
         let reference = dir.join("ref.gguf");
         std::fs::write(&reference, g.write()).unwrap();
         let g = Gguf::read(&reference).unwrap();
@@ -148,7 +162,12 @@ mod tests {
         assert_eq!(&bytes("bad-magic")[..4], b"GGUX");
         assert_eq!(Gguf::parse(bytes("gguf-v2")).unwrap().version, 2);
         assert_eq!(Gguf::parse(bytes("arch-mamba")).unwrap().string("general.architecture").as_deref(), Some("mamba"));
-        assert_eq!(Gguf::parse(bytes("arch-qwen2")).unwrap().u64_value("qwen2.block_count"), Some(7));
+        let q = Gguf::parse(bytes("arch-qwen2")).unwrap();
+        assert_eq!(q.u64_value("qwen2.block_count"), Some(1));
+        for m in ["q", "k", "v"] {
+            let b = q.tensors.iter().find(|t| t.name == format!("blk.0.attn_{m}.bias")).expect("bias");
+            assert_eq!(b.dims, [4]);
+        }
         assert!(Gguf::parse(bytes("missing-block-count")).unwrap().kv("llama.block_count").is_none());
         assert_eq!(Gguf::parse(bytes("tokenizer-rwkv")).unwrap().string("tokenizer.ggml.model").as_deref(), Some("rwkv"));
         assert!(bytes("cut-mid-tensor").len() < g.bytes.len());

@@ -43,6 +43,8 @@ pub struct Gguf {
     pub alignment: u64,
     pub data_offset: usize,
     pub bytes: Vec<u8>,
+    /// Tensor data appended after the original data section by `add_tensor`.
+    pub extra_data: Vec<u8>,
 }
 
 const STRING: u32 = 8;
@@ -165,7 +167,7 @@ impl Gguf {
         }
         let alignment = kvs.iter().find(|k| k.key == "general.alignment").map(|k| u32::from_le_bytes(k.raw[..4].try_into().unwrap()) as u64).unwrap_or(32);
         let data_offset = c.p.div_ceil(alignment as usize) * alignment as usize;
-        Ok(Self { version, kvs, tensors, alignment, data_offset, bytes })
+        Ok(Self { version, kvs, tensors, alignment, data_offset, bytes, extra_data: Vec::new() })
     }
 
     pub fn kv(&self, key: &str) -> Option<&Kv> {
@@ -228,7 +230,19 @@ impl Gguf {
         let a = self.alignment as usize;
         out.resize(out.len().div_ceil(a) * a, 0);
         out.extend_from_slice(&self.bytes[self.data_offset..]);
+        out.extend_from_slice(&self.extra_data);
         out
+    }
+
+    /// Appends an F32 tensor (aligned after everything else) with the given values.
+    pub fn add_f32_tensor(&mut self, name: &str, values: &[f32]) {
+        let a = self.alignment as usize;
+        let data_len = self.bytes.len() - self.data_offset;
+        let pad = (data_len + self.extra_data.len()).div_ceil(a) * a - (data_len + self.extra_data.len());
+        self.extra_data.extend(std::iter::repeat_n(0u8, pad));
+        let offset = (data_len + self.extra_data.len()) as u64;
+        self.extra_data.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+        self.tensors.push(TensorInfo { name: name.into(), dims: vec![values.len() as u64], ttype: 0, offset, dims_at: 0, type_at: 0, offset_at: 0 });
     }
 
     pub fn set_string(&mut self, key: &str, value: &str) -> Result<()> {
@@ -320,6 +334,12 @@ pub(crate) mod tests {
         assert_eq!(back.u64_value("qwen2.block_count"), Some(7));
         assert_eq!(&back.bytes[back.data_offset..], &tiny()[g.data_offset..]);
         let mut g = back;
+        g.add_f32_tensor("bias", &[1.0, 2.0]);
+        let with = Gguf::parse(g.write()).unwrap();
+        let t = with.tensors.last().unwrap();
+        assert_eq!((t.name.as_str(), t.dims.as_slice(), t.offset % 32), ("bias", &[2u64][..], 0));
+        let at = with.data_offset + t.offset as usize;
+        assert_eq!(&with.bytes[at..at + 8], &[0, 0, 128, 63, 0, 0, 0, 64]);
         g.remove_key("qwen2.block_count").unwrap();
         assert!(g.remove_key("nope").is_err());
     }

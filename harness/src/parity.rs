@@ -13,12 +13,12 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct Record {
     pub step: u64,
     pub id: i64,
-    #[serde(default)]
     pub checkpoints: BTreeMap<String, Stats>,
     pub logits: Option<Logits>,
 }
@@ -29,17 +29,59 @@ pub struct Stats {
     pub max: f64,
     pub mean: f64,
     pub l2: f64,
-    #[serde(default)]
+    #[serde(default, alias = "first")]
     pub head: Vec<f64>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct Logits {
     pub top: Vec<(i64, f64)>,
     pub min: f64,
     pub max: f64,
     pub mean: f64,
     pub l2: f64,
+}
+
+/// Reads one record. Besides the layout above it accepts the worker's own:
+/// `token_id` for `id`, `checkpoints` as a list of `{name, ...}`, `first` for `head`,
+/// and `top_logits: [{id, logit}]` beside `logits: {min, max, mean, l2}`.
+fn record(v: Value) -> Result<Record> {
+    let num = |x: &Value, k: &str| x.get(k).and_then(Value::as_f64).ok_or_else(|| anyhow!("no number {k}"));
+    let step = v.get("step").and_then(Value::as_u64).ok_or_else(|| anyhow!("no step"))?;
+    let id = v.get("id").or_else(|| v.get("token_id")).and_then(Value::as_i64).ok_or_else(|| anyhow!("no id/token_id"))?;
+    let mut checkpoints = BTreeMap::new();
+    match v.get("checkpoints") {
+        Some(Value::Object(m)) => {
+            for (name, st) in m {
+                checkpoints.insert(name.clone(), serde_json::from_value(st.clone()).with_context(|| format!("checkpoint {name}"))?);
+            }
+        }
+        Some(Value::Array(list)) => {
+            for st in list {
+                let name = st.get("name").and_then(Value::as_str).ok_or_else(|| anyhow!("checkpoint without name"))?;
+                checkpoints.insert(name.to_owned(), serde_json::from_value(st.clone()).with_context(|| format!("checkpoint {name}"))?);
+            }
+        }
+        Some(Value::Null) | None => {}
+        Some(other) => return Err(anyhow!("checkpoints is neither a map nor a list: {other}")),
+    }
+    let logits = match v.get("logits") {
+        Some(l) if l.is_object() => {
+            let pairs = l.get("top").or_else(|| v.get("top_logits")).and_then(Value::as_array).cloned().unwrap_or_default();
+            let top = pairs
+                .iter()
+                .map(|p| match p {
+                    Value::Array(a) => Some((a.first()?.as_i64()?, a.get(1)?.as_f64()?)),
+                    Value::Object(_) => Some((p.get("id")?.as_i64()?, p.get("logit")?.as_f64()?)),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| anyhow!("malformed top logits"))?;
+            Some(Logits { top, min: num(l, "min")?, max: num(l, "max")?, mean: num(l, "mean")?, l2: num(l, "l2")? })
+        }
+        _ => None,
+    };
+    Ok(Record { step, id, checkpoints, logits })
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -114,7 +156,7 @@ pub fn parse_log(text: &str) -> Result<Vec<Record>> {
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(n, l)| serde_json::from_str(l).map_err(|e| anyhow!("line {}: {e}", n + 1)))
+        .map(|(n, l)| serde_json::from_str::<Value>(l).map_err(anyhow::Error::from).and_then(record).map_err(|e| anyhow!("line {}: {e:#}", n + 1)))
         .collect()
 }
 
@@ -230,6 +272,15 @@ mod tests {
         let short = parse_log(&log(3)).unwrap();
         let r = compare(&a, &short, Tolerance::default());
         assert_eq!(r.first_divergence.unwrap().what, "record count");
+    }
+
+    #[test]
+    fn the_workers_own_layout_reads_the_same() {
+        let line = r#"{"job_id":"x","step":0,"token_id":788,"checkpoints":[{"name":"inp_embd","len":576,"min":-1.0,"max":1.0,"mean":0.0,"l2":3.0,"first":[0.5]}],"top_logprobs":[],"top_logits":[{"id":788,"logit":26.9},{"id":504,"logit":26.2}],"logits":{"len":49152,"min":-9.3,"max":26.9,"mean":10.4,"l2":2418.7}}"#;
+        let r = &parse_log(line).unwrap()[0];
+        assert_eq!((r.step, r.id), (0, 788));
+        assert_eq!(r.checkpoints["inp_embd"].head, [0.5]);
+        assert_eq!(r.logits.as_ref().unwrap().top, [(788, 26.9), (504, 26.2)]);
     }
 
     #[test]

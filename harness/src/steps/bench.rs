@@ -20,7 +20,7 @@ use crate::world::TestWorld;
 const SHORT: &str = "Name three colours.";
 
 fn long_job(id: &str) -> Value {
-    json!({"job_id": id, "prompt": "Tell me a very long story.", "max_tokens": 2048, "temperature": 0})
+    json!({"job_id": id, "prompt": "Count upward: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "max_tokens": 2048, "temperature": 0})
 }
 
 fn push(w: &mut TestWorld, key: &str, v: f64) {

@@ -173,7 +173,7 @@ async fn disconnect(w: &mut TestWorld, id: String) -> StepResult {
 /// M0-W-1311: makes one job end in the named way.
 #[when(regex = r#"^a job ends by "([^"]+)"$"#)]
 async fn job_ends_by(w: &mut TestWorld, kind: String) -> StepResult {
-    let long = json!({"job_id": format!("w1311-{kind}"), "prompt": "Tell me a very long story.", "max_tokens": 2048, "temperature": 0});
+    let long = json!({"job_id": format!("w1311-{kind}"), "prompt": "Count upward: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "max_tokens": 2048, "temperature": 0});
     let id = format!("w1311-{kind}");
     match kind.as_str() {
         "max_tokens" => {

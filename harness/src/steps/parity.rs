@@ -60,10 +60,15 @@ async fn doctor(w: &mut TestWorld, at: u64, from: String, to: String) -> StepRes
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let mut v: Value = serde_json::from_str(line)?;
         if v["step"].as_u64() == Some(at) {
+            // Either layout: `logits.top: [[id, logit]]` or `top_logits: [{id, logit}]`.
             if let Some(top) = v["logits"]["top"].as_array_mut() {
                 for pair in top.iter_mut() {
-                    let x = pair[1].as_f64().unwrap_or(0.0);
-                    pair[1] = json!(x + 1.0);
+                    pair[1] = json!(pair[1].as_f64().unwrap_or(0.0) + 1.0);
+                }
+                hit = true;
+            } else if let Some(top) = v["top_logits"].as_array_mut() {
+                for item in top.iter_mut() {
+                    item["logit"] = json!(item["logit"].as_f64().unwrap_or(0.0) + 1.0);
                 }
                 hit = true;
             }
