@@ -67,7 +67,7 @@ fn record(v: Value) -> Result<Record> {
     }
     let logits = match v.get("logits") {
         Some(l) if l.is_object() => {
-            let pairs = l.get("top").or_else(|| v.get("top_logits")).and_then(Value::as_array).cloned().unwrap_or_default();
+            let pairs = l.get("top").filter(|t| !t.is_null()).or_else(|| v.get("top_logits")).and_then(Value::as_array).cloned().unwrap_or_default();
             let top = pairs
                 .iter()
                 .map(|p| match p {
@@ -193,6 +193,9 @@ pub fn compare(a: &[Record], b: &[Record], tol: Tolerance) -> Report {
         }
         unmatched.extend(rb.checkpoints.keys().filter(|k| !ra.checkpoints.contains_key(*k)).cloned());
         if let (Some(la), Some(lb)) = (&ra.logits, &rb.logits) {
+            if la.top.is_empty() != lb.top.is_empty() {
+                push("logits.top present".into(), f64::from(u8::from(!la.top.is_empty())), f64::from(u8::from(!lb.top.is_empty())), 0.0);
+            }
             if let (Some(ta), Some(tb)) = (la.top.first(), lb.top.first()) {
                 push("logits.top[0].id".into(), ta.0 as f64, tb.0 as f64, 0.0);
             }

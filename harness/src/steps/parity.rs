@@ -61,12 +61,12 @@ async fn doctor(w: &mut TestWorld, at: u64, from: String, to: String) -> StepRes
         let mut v: Value = serde_json::from_str(line)?;
         if v["step"].as_u64() == Some(at) {
             // Either layout: `logits.top: [[id, logit]]` or `top_logits: [{id, logit}]`.
-            if let Some(top) = v["logits"]["top"].as_array_mut() {
+            if let Some(top) = v.get_mut("logits").and_then(|l| l.get_mut("top")).and_then(Value::as_array_mut) {
                 for pair in top.iter_mut() {
                     pair[1] = json!(pair[1].as_f64().unwrap_or(0.0) + 1.0);
                 }
                 hit = true;
-            } else if let Some(top) = v["top_logits"].as_array_mut() {
+            } else if let Some(top) = v.get_mut("top_logits").and_then(Value::as_array_mut) {
                 for item in top.iter_mut() {
                     item["logit"] = json!(item["logit"].as_f64().unwrap_or(0.0) + 1.0);
                 }
