@@ -42,8 +42,8 @@ async fn worker_without(w: &mut TestWorld, flag: String) -> StepResult {
 }
 
 #[given(regex = r#"^a worker on the "([^"]+)" model$"#)]
-async fn worker_on_fixture(w: &mut TestWorld, model: String) -> StepResult {
-    let path = w.fixture(&model)?;
+async fn worker_on_fixture(w: &mut TestWorld, model: super::Model) -> StepResult {
+    let path = w.fixture(&model.0)?;
     let l = w.launch(&path)?;
     w.start_ready(l).await?;
     Ok(())
@@ -126,27 +126,27 @@ async fn started_with(w: &mut TestWorld, flags: String) -> StepResult {
 }
 
 #[when(regex = r#"^the worker is started on the "([^"]+)" model$"#)]
-async fn started_on(w: &mut TestWorld, model: String) -> StepResult {
-    let l = w.launch(&w.fixture(&model)?)?;
+async fn started_on(w: &mut TestWorld, model: super::Model) -> StepResult {
+    let l = w.launch(&w.fixture(&model.0)?)?;
     spawn_polling(w, l)
 }
 
 #[when(regex = r#"^the worker is started on the "([^"]+)" model with "(.*)"$"#)]
-async fn started_on_with(w: &mut TestWorld, model: String, flags: String) -> StepResult {
-    let mut l = w.launch(&w.fixture(&model)?)?;
+async fn started_on_with(w: &mut TestWorld, model: super::Model, flags: String) -> StepResult {
+    let mut l = w.launch(&w.fixture(&model.0)?)?;
     l.apply(&w.expand(&flags)?)?;
     spawn_polling(w, l)
 }
 
 #[when(regex = r#"^the worker is started on the "([^"]+)" model without "(.*)"$"#)]
-async fn started_on_without(w: &mut TestWorld, model: String, flag: String) -> StepResult {
-    let mut l = w.launch(&w.fixture(&model)?)?;
+async fn started_on_without(w: &mut TestWorld, model: super::Model, flag: String) -> StepResult {
+    let mut l = w.launch(&w.fixture(&model.0)?)?;
     l.remove(&flag);
     spawn_polling(w, l)
 }
 
 #[when(regex = r#"^the worker is started on the "([^"]+)" model while polling /health$"#)]
-async fn started_polling(w: &mut TestWorld, model: String) -> StepResult {
+async fn started_polling(w: &mut TestWorld, model: super::Model) -> StepResult {
     started_on(w, model).await?;
     let timeout = w.cfg.start_timeout;
     w.worker()?.wait_healthy(timeout).await?;
@@ -156,7 +156,7 @@ async fn started_polling(w: &mut TestWorld, model: String) -> StepResult {
 }
 
 #[when(regex = r#"^the worker is started on the "([^"]+)" model while sampling its memory$"#)]
-async fn started_sampling(w: &mut TestWorld, model: String) -> StepResult {
+async fn started_sampling(w: &mut TestWorld, model: super::Model) -> StepResult {
     started_on(w, model).await?;
     let pid = w.worker()?.pid;
     let client = w.client()?;
@@ -283,8 +283,8 @@ async fn sigterm(w: &mut TestWorld) -> StepResult {
 }
 
 #[when(regex = r"^I shut the worker down by (/shutdown|SIGTERM)$")]
-async fn shut_down(w: &mut TestWorld, how: String) -> StepResult {
-    if how == "SIGTERM" {
+async fn shut_down(w: &mut TestWorld, how: super::Stop) -> StepResult {
+    if how == super::Stop::Sigterm {
         w.worker()?.signal(libc::SIGTERM)?;
     } else {
         let r = w.client()?.raw(reqwest::Method::POST, "/shutdown", None, Vec::new(), &[]).await?;

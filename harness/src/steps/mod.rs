@@ -72,3 +72,57 @@ mod tests {
         assert!(super::quoted_list("none").is_empty());
     }
 }
+
+/// How a scenario stops the worker gracefully.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    Shutdown,
+    Sigterm,
+}
+
+impl std::str::FromStr for Stop {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        match s {
+            "/shutdown" => Ok(Stop::Shutdown),
+            "SIGTERM" => Ok(Stop::Sigterm),
+            other => Err(anyhow::anyhow!("unknown way to stop the worker: {other}")),
+        }
+    }
+}
+
+/// An error code of M0-W-1500, checked when the feature is parsed into a step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Code(pub String);
+
+impl std::str::FromStr for Code {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        if crate::events::ERROR_CODES.contains(&s) {
+            Ok(Code(s.to_owned()))
+        } else {
+            Err(anyhow::anyhow!("{s} is not an error code of M0-W-1500"))
+        }
+    }
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A model fixture name (see `crate::fixtures`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Model(pub String);
+
+impl std::str::FromStr for Model {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        if crate::fixtures::NAMES.contains(&s) || s.starts_with("synthetic-") || s == "reference-tokenizer-json" {
+            Ok(Model(s.to_owned()))
+        } else {
+            Err(anyhow::anyhow!("unknown model fixture {s:?}"))
+        }
+    }
+}

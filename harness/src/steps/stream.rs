@@ -78,24 +78,24 @@ fn ended_with_error(w: &TestWorld, id: &str, code: &str) -> anyhow::Result<usize
 }
 
 #[then(regex = r#"^job "([^"]+)" ended with error "([^"]+)"$"#)]
-async fn error_code(w: &mut TestWorld, id: String, code: String) -> StepResult {
+async fn error_code(w: &mut TestWorld, id: String, code: super::Code) -> StepResult {
     w.settle(&id).await?;
-    ended_with_error(w, &id, &code)?;
+    ended_with_error(w, &id, &code.0)?;
     Ok(())
 }
 
 #[then(regex = r#"^job "([^"]+)" ended with error "([^"]+)" after (\d+) tokens$"#)]
-async fn error_after_exactly(w: &mut TestWorld, id: String, code: String, n: usize) -> StepResult {
+async fn error_after_exactly(w: &mut TestWorld, id: String, code: super::Code, n: usize) -> StepResult {
     w.settle(&id).await?;
-    let got = ended_with_error(w, &id, &code)?;
+    let got = ended_with_error(w, &id, &code.0)?;
     check!(got == n, "job {id} streamed {got} tokens before {code}, want {n}");
     Ok(())
 }
 
 #[then(regex = r#"^job "([^"]+)" ended with error "([^"]+)" after at least (\d+) tokens$"#)]
-async fn error_after_at_least(w: &mut TestWorld, id: String, code: String, n: usize) -> StepResult {
+async fn error_after_at_least(w: &mut TestWorld, id: String, code: super::Code, n: usize) -> StepResult {
     w.settle(&id).await?;
-    let got = ended_with_error(w, &id, &code)?;
+    let got = ended_with_error(w, &id, &code.0)?;
     check!(got >= n, "job {id} streamed {got} tokens before {code}, want at least {n}");
     Ok(())
 }
@@ -123,10 +123,10 @@ async fn both_ended_end(w: &mut TestWorld, a: String, b: String) -> StepResult {
 }
 
 #[then(regex = r#"^job "([^"]+)" ended with "end" or error "([^"]+)"$"#)]
-async fn end_or_error(w: &mut TestWorld, id: String, code: String) -> StepResult {
+async fn end_or_error(w: &mut TestWorld, id: String, code: super::Code) -> StepResult {
     w.settle(&id).await?;
     if ended_with_end(w, &id).is_err() {
-        ended_with_error(w, &id, &code)?;
+        ended_with_error(w, &id, &code.0)?;
     }
     Ok(())
 }
@@ -303,12 +303,12 @@ async fn still_streaming(w: &mut TestWorld, id: String) -> StepResult {
 }
 
 #[then(regex = r#"^(\d+) jobs were accepted and (\d+) refused with (\d+) "([^"]+)" and a Retry-After header$"#)]
-async fn accepted_refused(w: &mut TestWorld, accepted: usize, refused: usize, status: u16, code: String) -> StepResult {
+async fn accepted_refused(w: &mut TestWorld, accepted: usize, refused: usize, status: u16, code: super::Code) -> StepResult {
     check!(w.done.len() == accepted, "{} jobs streamed, want {accepted}", w.done.len());
     check!(w.refused.len() == refused, "{} jobs refused, want {refused}", w.refused.len());
     for (id, r) in &w.refused {
         let v = r.json()?;
-        check!(r.status == status && v.get("code").and_then(Value::as_str) == Some(code.as_str()), "job {id}: {} {}", r.status, r.body);
+        check!(r.status == status && v.get("code").and_then(Value::as_str) == Some(code.0.as_str()), "job {id}: {} {}", r.status, r.body);
         check!(r.header("retry-after").is_some(), "job {id}'s {status} has no Retry-After header");
     }
     Ok(())
@@ -350,7 +350,7 @@ async fn one_terminal(w: &mut TestWorld) -> StepResult {
 // ---- plain replies ----
 
 #[then(regex = r#"^the reply is (\d+) "([^"]+)" naming "([^"]+)"$"#)]
-async fn reply_naming(w: &mut TestWorld, status: u16, code: String, field: String) -> StepResult {
+async fn reply_naming(w: &mut TestWorld, status: u16, code: super::Code, field: String) -> StepResult {
     reply_code(w, status, code).await?;
     let r = w.reply.as_ref().unwrap();
     let v = r.json()?;
@@ -361,11 +361,11 @@ async fn reply_naming(w: &mut TestWorld, status: u16, code: String, field: Strin
 }
 
 #[then(regex = r#"^the reply is (\d+) "([^"]+)"$"#)]
-async fn reply_code(w: &mut TestWorld, status: u16, code: String) -> StepResult {
+async fn reply_code(w: &mut TestWorld, status: u16, code: super::Code) -> StepResult {
     let r = w.reply.as_ref().ok_or_else(|| anyhow!("no plain reply recorded (the request opened a stream?)"))?;
     check!(r.status == status, "reply {} {}, want {status}", r.status, r.body);
     let v = r.json()?;
-    check!(v.get("code").and_then(Value::as_str) == Some(code.as_str()), "reply body {}, want code {code}", r.body);
+    check!(v.get("code").and_then(Value::as_str) == Some(code.0.as_str()), "reply body {}, want code {code}", r.body);
     let bad = events::check_error_body(&v);
     check!(bad.is_empty(), "{}: {}", r.body, bad.join("; "));
     Ok(())
