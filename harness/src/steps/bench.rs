@@ -128,7 +128,7 @@ async fn shutdowns(w: &mut TestWorld, n: usize) -> StepResult {
 #[when(regex = r#"^I run the criterion benchmark "([^"]+)"$"#)]
 async fn criterion(w: &mut TestWorld, name: String) -> StepResult {
     let o = Command::new("cargo")
-        .args(["bench", "-p", "worker-benches", "--", "--output-format", "bencher", &name])
+        .args(["bench", "-p", "worker-benches", "--bench", "*", "--", "--output-format", "bencher", &name])
         .current_dir(&w.cfg.workspace)
         .output()
         .context("running cargo bench")?;
