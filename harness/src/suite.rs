@@ -130,7 +130,7 @@ fn metadata(cfg: &SuiteConfig, opts: &Options) -> Value {
         "harness_version": env!("CARGO_PKG_VERSION"),
         "worker_bin": cfg.worker_bin,
         "worker_version": output_of(Command::new(&cfg.worker_bin).arg("--version")),
-        "commit": git(&["rev-parse", "HEAD"]).map(|c| if dirty { format!("{c}-dirty") } else { c }),
+        "workspace_commit": git(&["rev-parse", "HEAD"]).map(|c| if dirty { format!("{c}-dirty") } else { c }),
         "branch": git(&["rev-parse", "--abbrev-ref", "HEAD"]),
         "model_file": cfg.model,
         "model_sha256": sha256_file(&cfg.model).ok(),
