@@ -13,4 +13,5 @@ pub mod model;
 pub mod quant;
 pub mod sampling;
 pub mod server;
+pub mod telemetry;
 pub mod tokenizer;

@@ -1,20 +1,5 @@
-use clap::{Parser, Subcommand};
+//! The `worker-orcd` binary: see `worker_orcd::cli`.
 
-#[derive(Parser)]
-#[command(name = "worker-orcd", version)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Run the engine once without HTTP.
-    Generate(worker_orcd::cli::generate::GenerateArgs),
-}
-
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
-        Command::Generate(args) => worker_orcd::cli::generate::run(args),
-    }
+fn main() -> std::process::ExitCode {
+    worker_orcd::cli::main()
 }

@@ -4,14 +4,15 @@
 //! free-running greedy generation.
 //!
 //! How close we can be: an independent float64 NumPy forward pass of this
-//! model agrees with this backend (without activation rounding) to 0.003
-//! nats, while llama.cpp's own 8-bit activation arithmetic moves listed
-//! log-probabilities by up to ~0.2 nats and this small model amplifies such
-//! differences chaotically. The CPU backend rounds activations as ggml does
-//! (`quant::activations`), which brings top-1 to 31 of 32, but not bit-exact
-//! agreement. So these tests assert what holds: top-1 agrees except at
-//! positions where llama.cpp itself has a near tie, and log-probabilities stay
-//! within the measured bounds below (a regression guard, reported in full).
+//! model agrees with this backend to 0.003 nats, while llama.cpp quantizes
+//! activations to 8 bits inside its dot products, which moves listed
+//! log-probabilities by up to ~0.2 nats (this small model amplifies rounding).
+//! Emulating that rounding got closer to llama.cpp but made the function
+//! discontinuous, so the CUDA backend could no longer agree with the CPU
+//! reference to 1e-2; the reference stays exact f32. These tests therefore
+//! assert what holds: top-1 agrees except at positions where llama.cpp itself
+//! has a near tie, and log-probabilities stay within the measured bounds
+//! below (a regression guard, reported in full).
 
 use std::path::PathBuf;
 
@@ -25,7 +26,7 @@ use worker_orcd::sampling::{top_logprobs, SamplingParams};
 /// near tie: rounding differences may legitimately swap them.
 const NEAR_TIE_NATS: f64 = 0.25;
 /// Largest and mean allowed |ours − llama.cpp| over all listed tokens
-/// (measured: max 0.574, mean 0.105).
+/// (measured: max 0.578, mean 0.108).
 const MAX_LOGPROB_DIFF: f64 = 0.6;
 const MEAN_LOGPROB_DIFF: f64 = 0.12;
 

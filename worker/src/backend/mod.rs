@@ -7,6 +7,7 @@
 //! touches cudarc, the driver or cuBLAS (M0-W-1050).
 
 pub mod cpu;
+pub mod cuda;
 mod error;
 
 pub use error::BackendError;

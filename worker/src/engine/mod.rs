@@ -1,3 +1,23 @@
-//! (being written)
+//! The engine: one thread that owns the backend and runs one job at a time,
+//! fed by a bounded FIFO queue (EXT-003).
+//!
+//! Built as an actor (after mistral.rs `engine/` and TGI's `queue.rs`): the
+//! HTTP side holds an [`EngineHandle`] and submits [`Job`]s; each job carries
+//! its own event channel, through which the engine streams `token` events and
+//! exactly one terminal event. The engine never waits on the HTTP side, and
+//! the HTTP side never waits on the engine except to hand over a job.
+
+pub mod error;
 pub mod generate;
+pub mod job;
+pub mod parity;
+pub mod queue;
+pub mod runner;
+pub mod status;
 pub mod stop;
+pub mod testing;
+
+pub use error::{backend_error_code, ErrorCode, JobError, Phase};
+pub use job::{Job, JobEvent, JobSink, Outcome};
+pub use runner::{Engine, EngineConfig, EngineHandle, SubmitError};
+pub use status::EngineStatus;

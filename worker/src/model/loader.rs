@@ -131,10 +131,13 @@ pub fn load_model(
     let backend: Box<dyn Backend> = match opts.backend {
         BackendKind::Cpu => Box::new(CpuBackend::load(config.clone(), file.clone(), &mut |b| marks.advance(b))?),
         BackendKind::Cuda => {
-            return Err(BackendError::DeviceNotFound(
-                "this build has no CUDA backend yet; use --backend cpu".into(),
-            )
-            .into())
+            let cuda_opts = crate::backend::cuda::CudaLoadOptions {
+                gpu_device: opts.gpu_device,
+                kv_cache_size_mb: opts.kv_cache_size_mb,
+                upload_chunk_bytes: opts.upload_chunk_bytes,
+                ..Default::default()
+            };
+            Box::new(crate::backend::cuda::CudaBackend::load(config.clone(), &file, &cuda_opts, &mut |b| marks.advance(b))?)
         }
     };
     marks.finish();

@@ -21,7 +21,6 @@
 //! are always read from `&[u8]` with little-endian byte reads, never by
 //! casting the bytes to block structs.
 
-mod activations;
 pub mod blocks;
 mod dequant;
 mod dot;
@@ -32,7 +31,6 @@ pub use blocks::{
     BlockMxfp4, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K,
     BlockQ8_0,
 };
-pub use activations::{round_activations, ActivationFormat};
 pub use dequant::dequantize;
 pub use dot::{vec_dot, vec_dot_portable};
 pub use quantize::quantize;

@@ -218,6 +218,12 @@ pub(crate) fn build(
         pairs.push((a.to_string(), b.to_string()));
     }
 
+    let missing_bytes: String = byte_to_unicode()
+        .iter()
+        .filter(|c| !vocab.contains_key(c.to_string().as_str()))
+        .map(|c| format!("\\x{{{:X}}}", *c as u32))
+        .collect();
+
     let model = BPE::builder()
         .vocab_and_merges(vocab, pairs)
         .ignore_merges(pre.ignore_merges)
@@ -237,6 +243,20 @@ pub(crate) fn build(
     steps.push(PreTokenizerWrapper::ByteLevel(ByteLevel::new(
         false, false, false,
     )));
+    // Bytes whose character is not a token (SmolLM2 lacks 21 of the 256) never
+    // merge with a neighbour in llama.cpp and are dropped from its output;
+    // `tokenizers` would drop them *before* merging and let their neighbours merge
+    // across the gap. So the words are cut there, the byte removed.
+    if !missing_bytes.is_empty() {
+        let re = format!("[{missing_bytes}]");
+        let split = Split::new(
+            SplitPattern::Regex(re.clone()),
+            SplitDelimiterBehavior::Removed,
+            false,
+        )
+        .map_err(|e| TokenizerError::Build(format!("byte split regex {re:?}: {e}")))?;
+        steps.push(PreTokenizerWrapper::Split(split));
+    }
 
     let mut tokenizer = tokenizers::Tokenizer::new(model);
     tokenizer.with_pre_tokenizer(Some(Sequence::new(steps)));

@@ -58,7 +58,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
-        env.add_template_owned(TEMPLATE_NAME, source.to_string())
+        env.add_template_owned(TEMPLATE_NAME, python_line_continuations(source))
             .map_err(template_error)?;
         Ok(Self {
             env,
@@ -96,6 +96,103 @@ impl ChatTemplate {
     pub fn eos_token(&self) -> &str {
         &self.eos_token
     }
+}
+
+/// In jinja2 (as in Python) a backslash at the end of a line inside a string
+/// literal continues the line: both characters vanish. minijinja keeps them, so
+/// they are removed here, inside string literals in `{{ }}` / `{% %}` only
+/// (Mistral's templates write their long default system prompts this way).
+fn python_line_continuations(source: &str) -> String {
+    if !source.contains("\\\n") && !source.contains("\\\r\n") {
+        return source.to_string();
+    }
+    let b = source.as_bytes();
+    let starts = |i: usize, pat: &str| b[i..].starts_with(pat.as_bytes());
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if starts(i, "{#") {
+            // A comment: copied as is.
+            let end = source[i + 2..]
+                .find("#}")
+                .map_or(b.len(), |p| i + 2 + p + 2);
+            out.extend_from_slice(&b[i..end]);
+            i = end;
+        } else if starts(i, "{%") && is_raw_open(&source[i..]) {
+            // {% raw %} ... {% endraw %}: copied as is.
+            let end = find_endraw(&source[i..]).map_or(b.len(), |p| i + p);
+            out.extend_from_slice(&b[i..end]);
+            i = end;
+        } else if starts(i, "{{") || starts(i, "{%") {
+            let close = if b[i + 1] == b'{' { "}}" } else { "%}" };
+            out.extend_from_slice(&b[i..i + 2]);
+            i += 2;
+            let mut quote: Option<u8> = None;
+            while i < b.len() {
+                let c = b[i];
+                match quote {
+                    None if starts(i, close) => {
+                        out.extend_from_slice(close.as_bytes());
+                        i += 2;
+                        break;
+                    }
+                    None => {
+                        if c == b'"' || c == b'\'' {
+                            quote = Some(c);
+                        }
+                        out.push(c);
+                        i += 1;
+                    }
+                    Some(_) if c == b'\\' && starts(i + 1, "\n") => i += 2,
+                    Some(_) if c == b'\\' && starts(i + 1, "\r\n") => i += 3,
+                    Some(_) if c == b'\\' && i + 1 < b.len() => {
+                        // Any other escape, kept (and an escaped quote does not end the string).
+                        out.extend_from_slice(&b[i..i + 2]);
+                        i += 2;
+                    }
+                    Some(q) => {
+                        if c == q {
+                            quote = None;
+                        }
+                        out.push(c);
+                        i += 1;
+                    }
+                }
+            }
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    // Only ASCII bytes were dropped, never part of a multi-byte character.
+    String::from_utf8(out).unwrap_or_else(|_| source.to_string())
+}
+
+/// Whether `s` starts with a `{% raw %}` tag (with any whitespace control).
+fn is_raw_open(s: &str) -> bool {
+    let inner = s[2..].trim_start_matches(['-', '+']).trim_start();
+    inner.strip_prefix("raw").is_some_and(|rest| {
+        rest.trim_start()
+            .trim_start_matches(['-', '+'])
+            .starts_with("%}")
+    })
+}
+
+/// Where the `{% endraw %}` closing a raw block at the start of `s` ends.
+fn find_endraw(s: &str) -> Option<usize> {
+    let mut from = 2;
+    while let Some(p) = s[from..].find("{%") {
+        let at = from + p;
+        let inner = s[at + 2..].trim_start_matches(['-', '+']).trim_start();
+        if let Some(rest) = inner.strip_prefix("endraw") {
+            let rest = rest.trim_start().trim_start_matches(['-', '+']);
+            if rest.starts_with("%}") {
+                return Some(s.len() - rest.len() + 2);
+            }
+        }
+        from = at + 2;
+    }
+    None
 }
 
 fn template_error(e: Error) -> TokenizerError {

@@ -12,7 +12,14 @@
 //!   user-defined tokens always), BOS/EOS added per `add_bos`/`add_eos`, the
 //!   end-of-generation set built from the EOS/EOT/EOM ids plus well-known
 //!   end-of-turn token texts, and pieces rendered as `token_to_piece` does
-//!   (byte-level tokens decoded to their bytes, special tokens as their text).
+//!   (byte-level tokens decoded to their bytes, special tokens as their text;
+//!   no `clean_spaces` post-processing). A byte with no token of its own stops
+//!   merging across it and is dropped, as in llama.cpp.
+//!
+//! Proof: `tests/golden.rs` checks the 66 `testdata/golden/tokenize.json` vectors,
+//! the four chat prompts of `greedy.json` (rendering and ids), and ~950 more
+//! llama.cpp vectors (`testdata/llama_cpp_vectors.json` here) covering seven
+//! `tokenizer.ggml.pre` values.
 //! * `gguf-spm` (`"llama"`, SentencePiece) and `hf-json` are not built yet:
 //!   [`TokenizerError::UnsupportedModel`].
 //!

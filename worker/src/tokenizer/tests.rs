@@ -106,6 +106,28 @@ fn tiny_encode_merges_and_specials() {
 }
 
 #[test]
+fn bytes_missing_from_the_vocabulary_block_merges_like_llama_cpp() {
+    // SmolLM2 has no token for some bytes (e.g. 0x04). llama.cpp keeps such a byte
+    // as a symbol that never merges and drops it at the end, so its neighbours
+    // stay apart.
+    let mut spec = tiny_spec();
+    spec.tokens[4] = "[no byte 4]".into();
+    spec.tokens.push("!!".into()); // 265
+    spec.token_types.push(token_type::NORMAL);
+    spec.merges.push("! !".into());
+    let t = Tokenizer::from_spec(spec).unwrap();
+    assert_eq!(t.encode("!!", false, false).unwrap(), vec![265]);
+    assert_eq!(
+        t.encode("!\u{4}!", false, false).unwrap(),
+        vec![byte_id(b'!'), byte_id(b'!')]
+    );
+    assert_eq!(
+        t.encode("he\u{4}llo", false, false).unwrap(),
+        vec![256, 257, byte_id(b'o')]
+    );
+}
+
+#[test]
 fn add_special_adds_bos_and_eos_when_asked() {
     let mut spec = tiny_spec();
     spec.add_bos = true;
@@ -376,6 +398,18 @@ fn chat_template_render_messages_as_dicts() {
         )
         .unwrap();
     assert_eq!(out, "SYS\nuser:aassistant:b");
+}
+
+#[test]
+fn chat_template_backslash_newline_in_strings_continues_the_line() {
+    // jinja2 drops a backslash-newline inside a string literal (Python's line
+    // continuation); text outside tags, raw blocks and comments keep theirs.
+    let src = "{% set s = \"a\\\nb\" %}{{ s }}|{{ 'c\\\r\nd' }}|x\\\ny|{% raw %}{{ \"e\\\nf\" }}{% endraw %}|{# \"g\\\nh\" #}|{{ \"i\\\"j\\\\\" }}";
+    let t = ChatTemplate::new(src, "", "").unwrap();
+    assert_eq!(
+        t.render(&[], false).unwrap(),
+        "ab|cd|x\\\ny|{{ \"e\\\nf\" }}||i\"j\\"
+    );
 }
 
 #[test]

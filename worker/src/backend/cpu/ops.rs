@@ -173,13 +173,6 @@ impl Ops for CpuOps {
         }
         let data = file.tensor_data(info);
         let n = x.rows;
-        // Round the activations as ggml does for this weight type, so that the
-        // reference agrees with llama.cpp (see quant::activations).
-        let mut rounded = x.clone();
-        for row in rounded.data.chunks_exact_mut(cols) {
-            quant::round_activations(ty, row);
-        }
-        let x = &rounded;
         if n == 1 {
             // Decode: one dot product per weight row, decoded in registers.
             let xv = &x.data;

@@ -237,3 +237,102 @@ fn smollm2_vocab_spec_from_metadata() {
         listed.len()
     );
 }
+
+fn ids_of(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// More vectors from llama.cpp (see the file's `source`): random mixes of
+/// scripts, whitespace, digits, punctuation, emoji and special-token texts, with
+/// SmolLM2's vocabulary under seven pre-tokenizers (`smollm`, `gpt-2`, `llama-bpe`,
+/// `qwen2`, `default`, `falcon`, `bloom`).
+#[test]
+fn llama_cpp_vectors_all_pre_tokenizers() {
+    let path = model_path();
+    if !path.exists() {
+        eprintln!(
+            "note: reference model {} not present; skipping",
+            path.display()
+        );
+        return;
+    }
+    let file = crate::gguf::GgufFile::open(&path).unwrap();
+    let base = VocabSpec::from_metadata(&file.metadata).unwrap();
+    let doc: serde_json::Value =
+        serde_json::from_str(include_str!("../testdata/llama_cpp_vectors.json")).unwrap();
+    let mut by_pre: std::collections::BTreeMap<String, (Tokenizer, usize)> = Default::default();
+    let mut failures = Vec::new();
+    for c in doc["cases"].as_array().unwrap() {
+        let pre = c["pre"].as_str().unwrap();
+        let (t, count) = by_pre.entry(pre.to_string()).or_insert_with(|| {
+            let mut spec = base.clone();
+            spec.pre = Some(pre.to_string());
+            (Tokenizer::from_spec(spec).unwrap(), 0)
+        });
+        *count += 1;
+        let text = c["text"].as_str().unwrap();
+        let parse_special = c["parse_special"].as_bool().unwrap();
+        let want = ids_of(&c["ids"]);
+        let got = t.encode(text, true, parse_special).unwrap();
+        if got != want {
+            failures.push(format!(
+                "pre={pre} parse_special={parse_special} {text:?}\n  want {want:?}\n  got  {got:?}"
+            ));
+        }
+    }
+    let counts: Vec<(&String, usize)> = by_pre.iter().map(|(k, (_, n))| (k, *n)).collect();
+    eprintln!(
+        "llama.cpp vectors per pre-tokenizer: {counts:?}; {} mismatches",
+        failures.len()
+    );
+    assert_eq!(by_pre.len(), 7);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Long runs, as llama.cpp tokenizes them (run-length encoded ids).
+#[test]
+fn long_inputs_match_llama_cpp() {
+    let Some(t) = reference_tokenizer() else {
+        return;
+    };
+    let rle = |runs: &[(u32, usize)]| -> Vec<u32> {
+        runs.iter()
+            .flat_map(|&(id, n)| std::iter::repeat_n(id, n))
+            .collect()
+    };
+    let cases: Vec<(String, Vec<u32>)> = vec![
+        ("a".repeat(10_000), rle(&[(46880, 2500)])),
+        ("1".repeat(5_000), rle(&[(33, 5000)])),
+        (
+            format!("{}a b", " ".repeat(200_000)),
+            rle(&[
+                (40686, 3124),
+                (12427, 1),
+                (1703, 1),
+                (22754, 1),
+                (253, 1),
+                (278, 1),
+            ]),
+        ),
+        (
+            format!("{}a", " ".repeat(3_000)),
+            rle(&[(40686, 46), (12427, 1), (47167, 1), (253, 1)]),
+        ),
+    ];
+    for (text, want) in cases {
+        for parse_special in [true, false] {
+            let got = t.encode(&text, true, parse_special).unwrap();
+            assert!(
+                got == want,
+                "{} chars: got {} ids, want {}",
+                text.len(),
+                got.len(),
+                want.len()
+            );
+        }
+    }
+}

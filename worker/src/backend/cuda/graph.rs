@@ -1,0 +1,184 @@
+//! Decode steps replayed from a CUDA graph.
+//!
+//! A decode step (one token, last-position logits) launches a few hundred
+//! small kernels; launched one by one, the host's launch cost dominates. So
+//! the first decode step of a sequence is captured from the stream into a
+//! graph (running the unchanged `llama::forward` over `CudaOps` in capture
+//! mode, see `ops::GraphCapture`), and every decode step, that one included,
+//! replays it: the host writes the token id and position into pinned memory,
+//! copies them to the step's device slot, launches the graph and waits for
+//! the logits in pinned memory. The kernels are the same as in eager mode,
+//! with the same launch shapes, so the logits are bit-identical.
+//!
+//! The graph holds the addresses of the weights, of this sequence's KV cache
+//! and of its own activation arena, so it lives exactly as long as the
+//! sequence.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::driver::result as drv;
+use cudarc::driver::sys::{self, CUgraphExec};
+
+use crate::backend::cuda::device::{align_up, driver_error, CudaDevice, DevBuf, Purpose};
+use crate::backend::cuda::ops::{CudaCache, CudaOps, CudaWeight, GraphCapture};
+use crate::backend::{BackendError, Logits};
+use crate::model::llama::{self, LlamaWeights};
+use crate::model::ModelConfig;
+
+/// Pinned host memory, freed on drop.
+pub struct Pinned {
+    ptr: *mut u8,
+    bytes: usize,
+    dev: Arc<CudaDevice>,
+}
+
+impl Pinned {
+    pub fn new(dev: &Arc<CudaDevice>, bytes: usize) -> Result<Self, BackendError> {
+        dev.bind()?;
+        // SAFETY: plain pinned allocation, freed in Drop.
+        let ptr = unsafe { drv::malloc_host(bytes.max(1), 0) }
+            .map_err(|e| driver_error("allocating pinned memory", e))? as *mut u8;
+        Ok(Pinned { ptr, bytes, dev: dev.clone() })
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if self.dev.bind().is_ok() {
+            // SAFETY: allocated in `new`; no queued copy uses it (every user
+            // synchronizes before returning).
+            unsafe { drv::free_host(self.ptr as *mut c_void) }.ok();
+        }
+    }
+}
+
+/// Host-side buffers shared by every decode graph of a backend.
+pub struct GraphHost {
+    /// `[token: u32, position: i32]`, copied to the device before each replay.
+    step: Pinned,
+    /// Receives `vocab_size` logits.
+    logits: Pinned,
+    vocab: usize,
+}
+
+// SAFETY: the pinned pointers are owned by this struct and only used by the
+// thread that owns the backend.
+unsafe impl Send for GraphHost {}
+
+impl GraphHost {
+    pub fn new(dev: &Arc<CudaDevice>, vocab: usize) -> Result<Self, BackendError> {
+        Ok(GraphHost { step: Pinned::new(dev, 8)?, logits: Pinned::new(dev, vocab * 4)?, vocab })
+    }
+}
+
+/// One sequence's captured decode step.
+pub struct DecodeGraph {
+    exec: CUgraphExec,
+    /// Activations of the step, then the step's `[token, position]` slot.
+    arena: DevBuf,
+    step_offset: u64,
+    dev: Arc<CudaDevice>,
+}
+
+// SAFETY: the graph handle is owned by this struct and used from one thread at a time.
+unsafe impl Send for DecodeGraph {}
+
+impl Drop for DecodeGraph {
+    fn drop(&mut self) {
+        if self.dev.bind().is_ok() {
+            // SAFETY: no replay is in flight (each one is waited for).
+            unsafe { drv::graph::exec_destroy(self.exec) }.ok();
+        }
+    }
+}
+
+/// Bytes of activations one decode step of `llama::forward` allocates, with slack.
+fn arena_bytes(cfg: &ModelConfig) -> u64 {
+    let (d, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
+    let bufs = [d, d, qd, kvd, kvd, qd, d, ff, ff, ff, d, d, cfg.vocab_size];
+    bufs.iter().map(|&n| align_up(n as u64 * 4)).sum::<u64>() + (64 << 10)
+}
+
+impl DecodeGraph {
+    /// Captures one decode step of `llama::forward` for the sequence whose
+    /// cache is `cache`.
+    pub fn capture(
+        ops: &mut CudaOps,
+        host: &GraphHost,
+        cfg: &ModelConfig,
+        weights: &LlamaWeights<CudaWeight>,
+        cache: &mut CudaCache,
+    ) -> Result<DecodeGraph, BackendError> {
+        let dev = ops.dev.clone();
+        dev.bind()?;
+        let step_offset = arena_bytes(cfg);
+        let arena = dev.alloc(Purpose::Scratch, step_offset + 256)?;
+        ops.capture = Some(GraphCapture {
+            arena: arena.ptr(),
+            arena_bytes: step_offset,
+            arena_used: 0,
+            step: arena.ptr() + step_offset,
+            logits_host: host.logits.as_ptr() as *mut f32,
+            logits_cap: host.vocab,
+        });
+        let stream = dev.cu_stream();
+        // SAFETY: the stream is ours; every call until end_capture only queues work.
+        let begun = unsafe { drv::stream::begin_capture(stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) };
+        let mut dummy = Vec::new();
+        let recorded = begun
+            .map_err(|e| driver_error("beginning a graph capture", e))
+            .and_then(|()| llama::forward(ops, cfg, weights, cache, &[0], 0, Logits::Last, &mut dummy, None));
+        ops.capture = None;
+        // Always end a begun capture, even after an error, so the stream is usable again.
+        let graph = if begun.is_ok() {
+            // SAFETY: ends the capture begun above.
+            Some(unsafe { drv::stream::end_capture(stream) })
+        } else {
+            None
+        };
+        recorded?;
+        let graph = graph
+            .expect("capture began")
+            .map_err(|e| driver_error("ending a graph capture", e))?;
+        // SAFETY: `graph` is a valid captured graph, destroyed once instantiated.
+        let exec = unsafe {
+            let exec = drv::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0));
+            drv::graph::destroy(graph).ok();
+            exec.map_err(|e| driver_error("instantiating the decode graph", e))?
+        };
+        Ok(DecodeGraph { exec, arena, step_offset, dev })
+    }
+
+    /// Runs the step for `token` at `position` and writes the logits to `out`.
+    pub fn replay(&self, host: &GraphHost, token: u32, position: usize, out: &mut Vec<f32>) -> Result<(), BackendError> {
+        self.dev.bind()?;
+        let stream = self.dev.cu_stream();
+        let pos = i32::try_from(position).map_err(|_| BackendError::InferenceFailed("position overflows".into()))?;
+        // SAFETY: the pinned step buffer holds 8 bytes and no copy from it is
+        // in flight (the previous replay was waited for).
+        unsafe {
+            let p = host.step.as_ptr();
+            std::ptr::copy_nonoverlapping(token.to_le_bytes().as_ptr(), p, 4);
+            std::ptr::copy_nonoverlapping(pos.to_le_bytes().as_ptr(), p.add(4), 4);
+            let src = std::slice::from_raw_parts(p as *const u8, 8);
+            drv::memcpy_htod_async(self.arena.ptr() + self.step_offset, src, stream)
+                .map_err(|e| driver_error("copying the step", e))?;
+            drv::graph::launch(self.exec, stream).map_err(|e| driver_error("launching the decode graph", e))?;
+        }
+        self.dev.synchronize()?;
+        out.clear();
+        // SAFETY: the graph wrote `vocab` logits to the pinned buffer and has finished.
+        out.extend_from_slice(unsafe { std::slice::from_raw_parts(host.logits.as_ptr() as *const f32, host.vocab) });
+        debug_assert!(host.logits.bytes() >= host.vocab * 4);
+        Ok(())
+    }
+}

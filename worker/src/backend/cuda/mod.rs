@@ -1,0 +1,402 @@
+//! The CUDA backend: one NVIDIA GPU through the driver API (cudarc, loaded at
+//! run time), kernels from `cuda/*.cu` compiled by NVRTC.
+//!
+//! It mirrors the CPU reference backend (`backend::cpu`): the same
+//! `llama::forward` graph runs over [`CudaOps`]. Weights sit in VRAM in their
+//! stored GGUF format (M0-W-1201) and are decoded inside the kernels; the KV
+//! cache is f16; logits are copied back to the host for sampling.
+//!
+//! Nothing outside this module uses cudarc (M0-W-1050).
+//!
+//! Memory (M0-SYS-2.2.1, M0-W-1011/1020/1021): before any weight is
+//! allocated, the bytes needed (weights, the minimum KV cache, decode scratch)
+//! are compared with the free memory (and the test cap
+//! `WORKER_ORCD_VRAM_CAP_BYTES`); a shortfall is `OutOfMemory`. A sequence's
+//! KV cache is allocated by `begin_sequence` and freed by `end_sequence`;
+//! activations come from the stream-ordered pool and are freed as each step
+//! ends, so after a job the memory in use is back at its post-load value.
+
+mod device;
+mod graph;
+mod kernels;
+mod nvrtc;
+mod ops;
+mod upload;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+pub use device::{align_up, ContextLimits, CudaDevice, MemoryKind, VRAM_CAP_ENV};
+pub use kernels::{Kernel, Module, HEADERS};
+pub use nvrtc::{compile_module, compile_source, nvrtc_available, KernelCache, KERNEL_CACHE_ENV};
+pub use ops::{CudaBuf, CudaCache, CudaOps, CudaWeight};
+pub use upload::UploadStats;
+
+use crate::backend::{Backend, BackendError, Checkpoints, DeviceInfo, Logits, MemoryUse};
+use crate::gguf::GgufFile;
+use crate::model::llama::{self, LlamaWeights};
+use crate::model::ModelConfig;
+use crate::quant::{self, GgmlType};
+use device::{memory_type, Purpose};
+
+/// Positions of KV cache that must fit at load time besides the weights
+/// (the "minimum KV cache" of M0-W-1020), unless the context is shorter.
+pub const MIN_KV_POSITIONS: usize = 256;
+
+/// Test-only (M0-W-1012): when set, the load adds a host-mapped buffer to the
+/// buffers the residency check asks about, so the check fails.
+pub const TEST_HOST_MAPPED_WEIGHT_ENV: &str = "WORKER_ORCD_TEST_HOST_MAPPED_WEIGHT";
+
+/// Set to `0` to run decode steps without CUDA graphs (for comparisons).
+pub const CUDA_GRAPHS_ENV: &str = "WORKER_ORCD_CUDA_GRAPHS";
+
+/// How to set up the backend.
+#[derive(Clone, Debug)]
+pub struct CudaLoadOptions {
+    pub gpu_device: usize,
+    /// Upper bound on one sequence's KV cache in MiB; `None`: no bound beyond the context.
+    pub kv_cache_size_mb: Option<u64>,
+    /// Host-to-device copy chunk in bytes (M0-W-1222).
+    pub upload_chunk_bytes: usize,
+    /// Test-only cap on device memory; `None`: `WORKER_ORCD_VRAM_CAP_BYTES` if set.
+    pub vram_cap_bytes: Option<u64>,
+}
+
+impl Default for CudaLoadOptions {
+    fn default() -> Self {
+        CudaLoadOptions { gpu_device: 0, kv_cache_size_mb: None, upload_chunk_bytes: 1 << 20, vram_cap_bytes: None }
+    }
+}
+
+/// Pinned host memory mapped into the device's address space: a buffer the
+/// residency check must reject (test hook only).
+struct HostMapped {
+    host: *mut std::ffi::c_void,
+    dptr: u64,
+}
+
+/// The GPU backend with a model loaded.
+pub struct CudaBackend {
+    cfg: ModelConfig,
+    dev: Arc<CudaDevice>,
+    ops: CudaOps,
+    weights: LlamaWeights<CudaWeight>,
+    /// Every weight buffer, by tensor name, for the residency check.
+    weight_ptrs: Vec<(String, u64)>,
+    host_mapped: Option<HostMapped>,
+    cache: Option<CudaCache>,
+    len: usize,
+    kv_limit_bytes: Option<u64>,
+    upload_stats: UploadStats,
+    graph_host: graph::GraphHost,
+    /// The current sequence's captured decode step.
+    decode_graph: Option<graph::DecodeGraph>,
+    use_graphs: bool,
+    /// Capture failed in this sequence; decode runs eagerly.
+    graph_failed: bool,
+}
+
+// SAFETY: the only non-Send field is the test hook's host pointer, which is
+// owned by the backend and only freed in Drop.
+unsafe impl Send for CudaBackend {}
+
+/// Bytes the device copy of one tensor takes: matrices as stored, vectors as f32.
+fn device_bytes(info: &crate::gguf::TensorInfo) -> u64 {
+    if info.dims.len() <= 1 {
+        info.n_elements * 4
+    } else {
+        info.n_bytes
+    }
+}
+
+impl CudaBackend {
+    /// Sets up GPU `opts.gpu_device`, checks that the model fits, and uploads
+    /// every weight in its stored format. `on_bytes` is told each chunk copied.
+    pub fn load(
+        cfg: ModelConfig,
+        file: &GgufFile,
+        opts: &CudaLoadOptions,
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<Self, BackendError> {
+        let dev = CudaDevice::with_cap(opts.gpu_device, opts.vram_cap_bytes)?;
+        dev.bind()?;
+
+        // Fail fast, before allocating anything, when the model does not fit.
+        let names = LlamaWeights::<CudaWeight>::tensor_names(&cfg, file);
+        let mut weight_bytes = 0u64;
+        for name in &names {
+            let info = file
+                .tensor(name)
+                .ok_or_else(|| BackendError::ModelLoadFailed(format!("tensor {name} is missing")))?;
+            weight_bytes += align_up(device_bytes(info));
+        }
+        let kv_limit_bytes = opts.kv_cache_size_mb.map(|mb| mb << 20);
+        let per_pos = CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, 1);
+        let mut min_kv = per_pos * cfg.context_length.min(MIN_KV_POSITIONS) as u64;
+        if let Some(limit) = kv_limit_bytes {
+            min_kv = min_kv.min(limit);
+        }
+        let needed = weight_bytes + align_up(min_kv) + decode_scratch_bytes(&cfg);
+        let available = dev.available_bytes()?;
+        if needed > available {
+            return Err(BackendError::OutOfMemory { needed, available });
+        }
+
+        let mut uploader = upload::Uploader::new(dev.clone(), opts.upload_chunk_bytes)?;
+        let mut weight_ptrs = Vec::with_capacity(names.len());
+        let weights = LlamaWeights::load(&cfg, file, &mut |spec| {
+            let info = spec.info;
+            let data = file.tensor_data(info);
+            let w = if spec.rows == 1 {
+                // Vectors (norm weights, biases) are kept as f32; GGUF files
+                // store them as F32, which is uploaded byte for byte.
+                let f32_bytes;
+                let bytes: &[u8] = if info.ggml_type == GgmlType::F32 {
+                    data
+                } else {
+                    let mut v = vec![0f32; spec.cols];
+                    quant::dequantize(info.ggml_type, data, &mut v)
+                        .map_err(|e| BackendError::ModelLoadFailed(format!("{}: {e}", info.name)))?;
+                    f32_bytes = v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+                    &f32_bytes
+                };
+                let mem = dev.alloc(Purpose::Weights, bytes.len() as u64)?;
+                uploader.upload(bytes, mem.ptr(), on_bytes)?;
+                CudaWeight { mem, ty: GgmlType::F32, rows: 1, cols: spec.cols, row_bytes: spec.cols * 4 }
+            } else {
+                let ty = info.ggml_type;
+                let row_bytes = ty.bytes_for(spec.cols as u64).ok_or_else(|| {
+                    BackendError::ModelLoadFailed(format!("{}: {} columns are not whole {ty} blocks", info.name, spec.cols))
+                })? as usize;
+                if row_bytes * spec.rows != data.len() {
+                    return Err(BackendError::ModelLoadFailed(format!("{}: size does not match its shape", info.name)));
+                }
+                let mem = dev.alloc(Purpose::Weights, data.len() as u64)?;
+                uploader.upload(data, mem.ptr(), on_bytes)?;
+                CudaWeight { mem, ty, rows: spec.rows, cols: spec.cols, row_bytes }
+            };
+            weight_ptrs.push((info.name.clone(), w.ptr()));
+            Ok(w)
+        })?;
+        let upload_stats = uploader.finish()?;
+
+        let host_mapped = if std::env::var_os(TEST_HOST_MAPPED_WEIGHT_ENV).is_some() {
+            Some(host_mapped_buffer()?)
+        } else {
+            None
+        };
+        let mut ops = CudaOps::new(dev.clone());
+        ops.prepare_rope(cfg.rope_freq_base, cfg.n_rot)?;
+        let graph_host = graph::GraphHost::new(&dev, cfg.vocab_size)?;
+        let use_graphs = std::env::var(CUDA_GRAPHS_ENV).map_or(true, |v| v != "0");
+        Ok(CudaBackend {
+            cfg,
+            dev,
+            ops,
+            weights,
+            weight_ptrs,
+            host_mapped,
+            cache: None,
+            len: 0,
+            kv_limit_bytes,
+            upload_stats,
+            graph_host,
+            decode_graph: None,
+            use_graphs,
+            graph_failed: false,
+        })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    pub fn cuda_device(&self) -> &Arc<CudaDevice> {
+        &self.dev
+    }
+
+    /// What the weight upload did (copies, largest copy, bytes).
+    pub fn upload_stats(&self) -> UploadStats {
+        self.upload_stats
+    }
+
+    /// Every weight buffer's tensor name and device address.
+    pub fn weight_addresses(&self) -> &[(String, u64)] {
+        &self.weight_ptrs
+    }
+
+    pub fn weights(&self) -> &LlamaWeights<CudaWeight> {
+        &self.weights
+    }
+
+    /// The current sequence's KV cache.
+    pub fn cache(&self) -> Option<&CudaCache> {
+        self.cache.as_ref()
+    }
+
+    /// Whether decode steps replay a captured CUDA graph (default on; off
+    /// with `WORKER_ORCD_CUDA_GRAPHS=0`). Takes effect at the next sequence.
+    pub fn set_decode_graphs(&mut self, on: bool) {
+        self.use_graphs = on;
+    }
+
+    /// Whether the current sequence decodes through a captured graph.
+    pub fn decoding_with_graph(&self) -> bool {
+        self.decode_graph.is_some()
+    }
+
+    /// One decode step through the sequence's graph, capturing it first if
+    /// needed. `Ok(false)` when the graph cannot be used (then run eagerly).
+    fn decode_with_graph(&mut self, token: u32, out: &mut Vec<f32>) -> Result<bool, BackendError> {
+        let cache = self
+            .cache
+            .as_mut()
+            .ok_or_else(|| BackendError::InferenceFailed("forward without a sequence".into()))?;
+        if self.len + 1 > cache.capacity {
+            return Err(BackendError::InferenceFailed(format!(
+                "KV cache holds {} positions, {} needed",
+                cache.capacity,
+                self.len + 1
+            )));
+        }
+        if token as usize >= self.cfg.vocab_size {
+            return Err(BackendError::InferenceFailed(format!(
+                "token id {token} is outside the vocabulary ({})",
+                self.cfg.vocab_size
+            )));
+        }
+        if self.decode_graph.is_none() {
+            match graph::DecodeGraph::capture(&mut self.ops, &self.graph_host, &self.cfg, &self.weights, cache) {
+                Ok(g) => self.decode_graph = Some(g),
+                Err(e) => {
+                    tracing::warn!(error = %e, "capturing the decode graph failed; decoding without it");
+                    self.graph_failed = true;
+                    return Ok(false);
+                }
+            }
+        }
+        let g = self.decode_graph.as_ref().expect("captured above");
+        g.replay(&self.graph_host, token, self.len, out)?;
+        Ok(true)
+    }
+}
+
+/// Scratch one decode step needs (the activations of `llama::forward` for one
+/// token), with slack for the pool's granularity.
+fn decode_scratch_bytes(cfg: &ModelConfig) -> u64 {
+    let floats = 4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 3 * cfg.n_ff + cfg.vocab_size;
+    align_up(floats as u64 * 4) + (4 << 20)
+}
+
+fn host_mapped_buffer() -> Result<HostMapped, BackendError> {
+    use cudarc::driver::sys;
+    let mut host = std::ptr::null_mut();
+    let mut dptr = 0u64;
+    // SAFETY: pinned, device-mapped host allocation of 4 KiB on the bound
+    // context; freed in CudaBackend's Drop.
+    unsafe {
+        sys::cuMemHostAlloc(&mut host, 4096, sys::CU_MEMHOSTALLOC_DEVICEMAP)
+            .result()
+            .map_err(|e| BackendError::VramResidencyFailed(format!("test hook: {e:?}")))?;
+        sys::cuMemHostGetDevicePointer_v2(&mut dptr, host, 0)
+            .result()
+            .map_err(|e| BackendError::VramResidencyFailed(format!("test hook: {e:?}")))?;
+    }
+    Ok(HostMapped { host, dptr })
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        if let Some(h) = self.host_mapped.take() {
+            if self.dev.bind().is_ok() {
+                // SAFETY: allocated by `host_mapped_buffer`, freed once.
+                unsafe { cudarc::driver::sys::cuMemFreeHost(h.host) };
+            }
+        }
+        // M0-W-1401: let queued work finish before buffers are freed.
+        if let Err(e) = self.dev.synchronize() {
+            tracing::error!(error = %e, "synchronizing before teardown failed");
+        }
+    }
+}
+
+impl Backend for CudaBackend {
+    fn device(&self) -> &DeviceInfo {
+        self.dev.info()
+    }
+
+    fn begin_sequence(&mut self, capacity: usize) -> Result<(), BackendError> {
+        if capacity == 0 || capacity > self.cfg.context_length {
+            return Err(BackendError::InferenceFailed(format!(
+                "a sequence of {capacity} positions does not fit the context of {}",
+                self.cfg.context_length
+            )));
+        }
+        self.end_sequence();
+        let bytes = CudaCache::bytes_for(self.cfg.n_layer, self.cfg.n_head_kv, self.cfg.head_dim, capacity);
+        if let Some(limit) = self.kv_limit_bytes {
+            if bytes > limit {
+                return Err(BackendError::OutOfMemory { needed: bytes, available: limit });
+            }
+        }
+        self.cache = Some(CudaCache::new(&self.dev, self.cfg.n_layer, self.cfg.n_head_kv, self.cfg.head_dim, capacity)?);
+        self.len = 0;
+        Ok(())
+    }
+
+    fn sequence_len(&self) -> usize {
+        self.len
+    }
+
+    fn forward(
+        &mut self,
+        tokens: &[u32],
+        logits: Logits,
+        out: &mut Vec<f32>,
+        checkpoints: Option<&mut Checkpoints>,
+    ) -> Result<(), BackendError> {
+        if self.cache.is_none() {
+            return Err(BackendError::InferenceFailed("forward without a sequence".into()));
+        }
+        self.dev.bind()?;
+        let graph_step =
+            self.use_graphs && !self.graph_failed && tokens.len() == 1 && logits == Logits::Last && checkpoints.is_none();
+        if graph_step && self.decode_with_graph(tokens[0], out)? {
+            self.len += 1;
+            return Ok(());
+        }
+        let cache = self.cache.as_mut().expect("checked above");
+        llama::forward(&mut self.ops, &self.cfg, &self.weights, cache, tokens, self.len, logits, out, checkpoints)?;
+        self.len += tokens.len();
+        Ok(())
+    }
+
+    fn end_sequence(&mut self) {
+        self.decode_graph = None;
+        self.graph_failed = false;
+        self.cache = None;
+        self.len = 0;
+        if let Err(e) = self.dev.trim_pool() {
+            tracing::error!(error = %e, "returning scratch memory failed");
+        }
+    }
+
+    fn memory_use(&self) -> MemoryUse {
+        self.dev.memory_use()
+    }
+
+    fn check_residency(&self) -> Result<bool, BackendError> {
+        self.dev.bind()?;
+        let extra = self.host_mapped.as_ref().map(|h| ("test-host-mapped".to_string(), h.dptr));
+        for (name, ptr) in self.weight_ptrs.iter().cloned().chain(extra) {
+            let kind = memory_type(ptr)?;
+            if kind != MemoryKind::Device {
+                tracing::error!(tensor = %name, ptr = format_args!("{ptr:#x}"), kind = ?kind, "weight buffer is not device memory");
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}

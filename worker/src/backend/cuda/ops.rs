@@ -1,0 +1,514 @@
+//! The graph operations (`model::ops::Ops`) on the GPU, so that
+//! `llama::forward` runs unchanged on either backend.
+//!
+//! Weights are device blocks in their stored format; activations are f32
+//! row-major device matrices taken from the stream-ordered pool; the KV cache
+//! is f16, laid out `[layer][K|V][kv_head][capacity][head_dim]`. Every
+//! operation checks shapes before it launches (M0-W-1431).
+
+use std::sync::Arc;
+
+use cudarc::driver::result as drv;
+use cudarc::driver::sys::CUdeviceptr;
+
+use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
+use crate::backend::cuda::kernels::ATT_MAX_HEAD_DIM;
+use crate::backend::BackendError;
+use crate::model::config::RopeStyle;
+use crate::model::ops::{AttentionShape, Ops, RopeParams};
+use crate::quant::GgmlType;
+
+/// A weight on the device: `rows` rows of `cols` values of `ty`, each row
+/// `row_bytes` bytes, exactly as stored in the file. Vectors (norm weights,
+/// biases) have one row and are f32.
+pub struct CudaWeight {
+    pub(crate) mem: DevBuf,
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub row_bytes: usize,
+}
+
+impl CudaWeight {
+    pub fn ptr(&self) -> CUdeviceptr {
+        self.mem.ptr()
+    }
+}
+
+/// Where an activation matrix lives.
+pub(crate) enum BufMem {
+    /// Its own block from the stream-ordered pool, freed on drop.
+    Owned(DevBuf),
+    /// A slice of a decode graph's arena (see [`GraphCapture`]).
+    Arena(CUdeviceptr),
+}
+
+/// An f32 activation matrix `[rows, cols]` on the device.
+pub struct CudaBuf {
+    pub(crate) mem: BufMem,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl CudaBuf {
+    pub fn ptr(&self) -> CUdeviceptr {
+        match &self.mem {
+            BufMem::Owned(b) => b.ptr(),
+            BufMem::Arena(p) => *p,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows * self.cols
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn row_ptr(&self, row: usize) -> CUdeviceptr {
+        self.ptr() + (row * self.cols * 4) as u64
+    }
+}
+
+/// One sequence's KV cache: f16, `[n_layer][2][n_head_kv][capacity][head_dim]`.
+pub struct CudaCache {
+    mem: DevBuf,
+    pub n_layer: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub capacity: usize,
+}
+
+impl CudaCache {
+    /// Bytes a cache of these dimensions takes.
+    pub fn bytes_for(n_layer: usize, n_head_kv: usize, head_dim: usize, capacity: usize) -> u64 {
+        (n_layer * 2 * n_head_kv * capacity * head_dim * 2) as u64
+    }
+
+    /// Allocates a zeroed cache.
+    pub fn new(
+        dev: &Arc<CudaDevice>,
+        n_layer: usize,
+        n_head_kv: usize,
+        head_dim: usize,
+        capacity: usize,
+    ) -> Result<Self, BackendError> {
+        let bytes = Self::bytes_for(n_layer, n_head_kv, head_dim, capacity);
+        let mem = dev.alloc(Purpose::KvCache, bytes)?;
+        mem.zero(bytes)?;
+        Ok(CudaCache { mem, n_layer, n_head_kv, head_dim, capacity })
+    }
+
+    fn plane_bytes(&self) -> u64 {
+        (self.n_head_kv * self.capacity * self.head_dim * 2) as u64
+    }
+
+    /// Device addresses of layer `layer`'s K and V planes.
+    pub fn planes(&self, layer: usize) -> (CUdeviceptr, CUdeviceptr) {
+        let k = self.mem.ptr() + 2 * layer as u64 * self.plane_bytes();
+        (k, k + self.plane_bytes())
+    }
+
+    /// Copies position `pos` of layer `layer`, KV head `head`, to the host
+    /// as f16 bits `(k, v)` (for tests).
+    pub fn read_entry(
+        &self,
+        dev: &CudaDevice,
+        layer: usize,
+        head: usize,
+        pos: usize,
+    ) -> Result<(Vec<u16>, Vec<u16>), BackendError> {
+        let (kp, vp) = self.planes(layer);
+        let off = ((head * self.capacity + pos) * self.head_dim * 2) as u64;
+        let mut k = vec![0u16; self.head_dim];
+        let mut v = vec![0u16; self.head_dim];
+        dev.bind()?;
+        // SAFETY: the ranges lie inside the cache block.
+        unsafe {
+            drv::memcpy_dtoh_async(&mut k, kp + off, dev.cu_stream()).map_err(|e| driver_error("copying K", e))?;
+            drv::memcpy_dtoh_async(&mut v, vp + off, dev.cu_stream()).map_err(|e| driver_error("copying V", e))?;
+        }
+        dev.synchronize()?;
+        Ok((k, v))
+    }
+}
+
+/// What `CudaOps` does differently while a decode step is captured into a
+/// CUDA graph: buffers come from a fixed arena (so their addresses are the
+/// same at every replay), the token id and position are read from device
+/// memory that the host rewrites before each replay, and the logits are
+/// copied into pinned host memory without synchronizing.
+pub(crate) struct GraphCapture {
+    /// The arena: start, size, bytes handed out so far.
+    pub arena: CUdeviceptr,
+    pub arena_bytes: u64,
+    pub arena_used: u64,
+    /// Device `[token: u32, position: i32]` of the step.
+    pub step: CUdeviceptr,
+    /// Pinned host memory receiving the logits.
+    pub logits_host: *mut f32,
+    pub logits_cap: usize,
+}
+
+/// `freq_base^(-2i / n_rot)` for one (base, n_rot), on the device as f64.
+struct RopeTable {
+    base_bits: u32,
+    n_rot: usize,
+    mem: DevBuf,
+}
+
+/// The `Ops` implementation over one device.
+pub struct CudaOps {
+    pub(crate) dev: Arc<CudaDevice>,
+    pub(crate) capture: Option<GraphCapture>,
+    rope_tables: Vec<RopeTable>,
+}
+
+fn shape_error(what: String) -> BackendError {
+    BackendError::InferenceFailed(format!("shape mismatch in {what}"))
+}
+
+impl CudaOps {
+    pub fn new(dev: Arc<CudaDevice>) -> Self {
+        CudaOps { dev, capture: None, rope_tables: Vec::new() }
+    }
+
+    /// Uploads the RoPE frequencies for (`freq_base`, `n_rot`), computed as
+    /// the CPU reference computes them, so that `rope` need not compute them
+    /// per thread. Without a table the kernel computes them itself.
+    pub fn prepare_rope(&mut self, freq_base: f32, n_rot: usize) -> Result<(), BackendError> {
+        if n_rot < 2 || self.rope_tables.iter().any(|t| t.base_bits == freq_base.to_bits() && t.n_rot == n_rot) {
+            return Ok(());
+        }
+        let table: Vec<f64> =
+            (0..n_rot / 2).map(|i| (freq_base as f64).powf(-2.0 * i as f64 / n_rot as f64)).collect();
+        self.dev.bind()?;
+        let mem = self.dev.alloc(Purpose::Weights, (table.len() * 8) as u64)?;
+        // SAFETY: the block holds the table.
+        unsafe { drv::memcpy_htod_async(mem.ptr(), &table, self.dev.cu_stream()) }
+            .map_err(|e| driver_error("copying the RoPE table", e))?;
+        self.dev.synchronize()?;
+        self.rope_tables.push(RopeTable { base_bits: freq_base.to_bits(), n_rot, mem });
+        Ok(())
+    }
+
+    /// The device position pointer while capturing, else 0.
+    fn pos_ptr(&self) -> CUdeviceptr {
+        self.capture.as_ref().map_or(0, |c| c.step + 4)
+    }
+
+    /// Uploads an f32 host matrix (for tests and small inputs).
+    pub fn upload(&mut self, rows: usize, cols: usize, data: &[f32]) -> Result<CudaBuf, BackendError> {
+        if data.len() != rows * cols {
+            return Err(shape_error(format!("upload: {} values for {rows}x{cols}", data.len())));
+        }
+        let b = self.alloc_buf(rows, cols)?;
+        // SAFETY: the block holds at least `data.len()` f32 values; pageable
+        // host memory is staged before the call returns.
+        unsafe { drv::memcpy_htod_async(b.ptr(), data, self.dev.cu_stream()) }
+            .map_err(|e| driver_error("copying to the device", e))?;
+        Ok(b)
+    }
+
+    /// Uploads a weight from its stored bytes (`rows` rows of `cols` values
+    /// of `ty`), synchronously. Vectors must be F32 with one row.
+    pub fn upload_weight(&mut self, ty: GgmlType, rows: usize, cols: usize, bytes: &[u8]) -> Result<CudaWeight, BackendError> {
+        let row_bytes = ty
+            .bytes_for(cols as u64)
+            .ok_or_else(|| shape_error(format!("upload_weight: {cols} values are not whole {ty} blocks")))? as usize;
+        if row_bytes * rows != bytes.len() || rows == 0 || (rows == 1 && ty != GgmlType::F32) {
+            return Err(shape_error(format!("upload_weight: {} bytes for {rows}x{cols} {ty}", bytes.len())));
+        }
+        self.dev.bind()?;
+        let mem = self.dev.alloc(Purpose::Weights, bytes.len() as u64)?;
+        // SAFETY: the block holds `bytes.len()` bytes.
+        unsafe { drv::memcpy_htod_async(mem.ptr(), bytes, self.dev.cu_stream()) }
+            .map_err(|e| driver_error("copying a weight", e))?;
+        self.dev.synchronize()?;
+        Ok(CudaWeight { mem, ty, rows, cols, row_bytes })
+    }
+
+    fn alloc_buf(&mut self, rows: usize, cols: usize) -> Result<CudaBuf, BackendError> {
+        self.dev.bind()?;
+        let bytes = (rows * cols * 4) as u64;
+        if let Some(c) = &mut self.capture {
+            let size = super::device::align_up(bytes);
+            if c.arena_used + size > c.arena_bytes {
+                return Err(BackendError::OutOfMemory { needed: size, available: c.arena_bytes - c.arena_used });
+            }
+            let ptr = c.arena + c.arena_used;
+            c.arena_used += size;
+            return Ok(CudaBuf { mem: BufMem::Arena(ptr), rows, cols });
+        }
+        let mem = self.dev.alloc_async(Purpose::Scratch, bytes)?;
+        Ok(CudaBuf { mem: BufMem::Owned(mem), rows, cols })
+    }
+
+    fn zero(&self, b: &CudaBuf) -> Result<(), BackendError> {
+        // SAFETY: the range is the buffer's own.
+        unsafe { drv::memset_d8_async(b.ptr(), 0, b.len() * 4, self.dev.cu_stream()) }
+            .map_err(|e| driver_error("zeroing device memory", e))
+    }
+}
+
+impl Ops for CudaOps {
+    type Weight = CudaWeight;
+    type Buf = CudaBuf;
+    type Cache = CudaCache;
+
+    fn buf(&mut self, rows: usize, cols: usize) -> Result<CudaBuf, BackendError> {
+        let b = self.alloc_buf(rows, cols)?;
+        self.zero(&b)?;
+        Ok(b)
+    }
+
+    fn embed(&mut self, table: &CudaWeight, tokens: &[u32], out: &mut CudaBuf) -> Result<(), BackendError> {
+        if tokens.is_empty() || out.rows != tokens.len() || out.cols != table.cols || table.cols == 0 {
+            return Err(shape_error(format!(
+                "embed: {} tokens, table {}x{}, out {}x{}",
+                tokens.len(),
+                table.rows,
+                table.cols,
+                out.rows,
+                out.cols
+            )));
+        }
+        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= table.rows) {
+            return Err(BackendError::InferenceFailed(format!(
+                "token id {id} is outside the vocabulary ({})",
+                table.rows
+            )));
+        }
+        self.dev.bind()?;
+        if let Some(c) = &self.capture {
+            // The token id is written to the step's device slot before each replay.
+            if tokens.len() != 1 {
+                return Err(BackendError::InferenceFailed("a decode graph takes one token".into()));
+            }
+            let step = c.step;
+            return self.dev.kernels.embed(
+                &self.dev.stream,
+                table.ty,
+                table.ptr(),
+                table.row_bytes,
+                table.rows,
+                table.cols,
+                step,
+                1,
+                out.ptr(),
+            );
+        }
+        let ids = self.dev.alloc_async(Purpose::Scratch, (tokens.len() * 4) as u64)?;
+        // SAFETY: `ids` holds `tokens.len()` u32 values; pageable memory is
+        // staged before the call returns.
+        unsafe { drv::memcpy_htod_async(ids.ptr(), tokens, self.dev.cu_stream()) }
+            .map_err(|e| driver_error("copying token ids", e))?;
+        self.dev.kernels.embed(
+            &self.dev.stream,
+            table.ty,
+            table.ptr(),
+            table.row_bytes,
+            table.rows,
+            table.cols,
+            ids.ptr(),
+            tokens.len(),
+            out.ptr(),
+        )
+    }
+
+    fn rms_norm(&mut self, x: &CudaBuf, weight: &CudaWeight, eps: f32, out: &mut CudaBuf) -> Result<(), BackendError> {
+        if weight.ty != GgmlType::F32 || weight.rows != 1 || weight.cols != x.cols || out.rows != x.rows || out.cols != x.cols || x.is_empty() {
+            return Err(shape_error(format!("rms_norm: x {}x{}, w {}, out {}x{}", x.rows, x.cols, weight.cols, out.rows, out.cols)));
+        }
+        self.dev.bind()?;
+        self.dev.kernels.rms_norm(&self.dev.stream, x.ptr(), weight.ptr(), x.rows, x.cols, eps, out.ptr())
+    }
+
+    fn matmul(&mut self, x: &CudaBuf, w: &CudaWeight, bias: Option<&CudaWeight>, out: &mut CudaBuf) -> Result<(), BackendError> {
+        if x.cols != w.cols || out.rows != x.rows || out.cols != w.rows || x.is_empty() || w.rows == 0 {
+            return Err(shape_error(format!(
+                "matmul: x {}x{}, w {}x{}, out {}x{}",
+                x.rows, x.cols, w.rows, w.cols, out.rows, out.cols
+            )));
+        }
+        if w.ty.bytes_for(w.cols as u64) != Some(w.row_bytes as u64) || w.mem.bytes() < (w.rows * w.row_bytes) as u64 {
+            return Err(shape_error(format!("matmul: weight rows of {} bytes", w.row_bytes)));
+        }
+        let bias_ptr = match bias {
+            Some(b) if b.ty == GgmlType::F32 && b.rows == 1 && b.cols == w.rows => b.ptr(),
+            Some(b) => return Err(shape_error(format!("matmul bias of {} values for {} rows", b.cols, w.rows))),
+            None => 0,
+        };
+        self.dev.bind()?;
+        self.dev.kernels.matmul(
+            &self.dev.stream,
+            w.ty,
+            w.ptr(),
+            w.row_bytes,
+            w.rows,
+            w.cols,
+            x.ptr(),
+            x.rows,
+            bias_ptr,
+            out.ptr(),
+        )
+    }
+
+    fn rope(&mut self, x: &mut CudaBuf, p: RopeParams) -> Result<(), BackendError> {
+        if x.cols != p.n_head * p.head_dim || p.n_rot > p.head_dim || !p.n_rot.is_multiple_of(2) || x.is_empty() {
+            return Err(shape_error(format!("rope: x {}x{}, {} heads of {}", x.rows, x.cols, p.n_head, p.head_dim)));
+        }
+        if p.n_rot == 0 {
+            return Ok(());
+        }
+        let style = match p.style {
+            RopeStyle::Normal => 0,
+            RopeStyle::Neox => 1,
+        };
+        let table = self
+            .rope_tables
+            .iter()
+            .find(|t| t.base_bits == p.freq_base.to_bits() && t.n_rot == p.n_rot)
+            .map_or(0, |t| t.mem.ptr());
+        self.dev.bind()?;
+        self.dev.kernels.rope(
+            &self.dev.stream,
+            x.ptr(),
+            x.rows,
+            p.n_head,
+            p.head_dim,
+            p.n_rot,
+            p.start_pos,
+            self.pos_ptr(),
+            table,
+            p.freq_base,
+            p.freq_scale,
+            style,
+        )
+    }
+
+    fn attention(
+        &mut self,
+        q: &CudaBuf,
+        k: &CudaBuf,
+        v: &CudaBuf,
+        cache: &mut CudaCache,
+        s: AttentionShape,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        let (hd, kvd) = (s.head_dim, s.n_head_kv * s.head_dim);
+        if s.n_tokens == 0
+            || s.n_head_kv == 0
+            || !s.n_head.is_multiple_of(s.n_head_kv)
+            || hd == 0
+            || !hd.is_multiple_of(2)
+            || hd > ATT_MAX_HEAD_DIM
+            || q.cols != s.n_head * hd
+            || k.cols != kvd
+            || v.cols != kvd
+            || q.rows != s.n_tokens
+            || k.rows != s.n_tokens
+            || v.rows != s.n_tokens
+            || out.rows != s.n_tokens
+            || out.cols != q.cols
+            || cache.n_head_kv != s.n_head_kv
+            || cache.head_dim != hd
+            || s.layer >= cache.n_layer
+        {
+            return Err(shape_error(format!("attention: {s:?}")));
+        }
+        let end = s.start_pos + s.n_tokens;
+        if end > cache.capacity {
+            return Err(BackendError::InferenceFailed(format!(
+                "KV cache holds {} positions, {end} needed",
+                cache.capacity
+            )));
+        }
+        let (kc, vc) = cache.planes(s.layer);
+        self.dev.bind()?;
+        let st = &self.dev.stream;
+        let pos_ptr = self.pos_ptr();
+        self.dev.kernels.kv_store(st, k.ptr(), v.ptr(), s.n_tokens, s.n_head_kv, hd, s.start_pos, pos_ptr, cache.capacity, kc, vc)?;
+        let scale = 1.0 / (hd as f32).sqrt();
+        self.dev.kernels.attention(
+            st,
+            q.ptr(),
+            s.n_tokens,
+            s.n_head,
+            s.n_head_kv,
+            hd,
+            s.start_pos,
+            pos_ptr,
+            cache.capacity,
+            kc,
+            vc,
+            scale,
+            out.ptr(),
+        )
+    }
+
+    fn swiglu(&mut self, gate: &CudaBuf, up: &CudaBuf, out: &mut CudaBuf) -> Result<(), BackendError> {
+        if gate.len() != up.len() || out.len() != up.len() || up.is_empty() {
+            return Err(shape_error("swiglu".into()));
+        }
+        self.dev.bind()?;
+        self.dev.kernels.swiglu(&self.dev.stream, gate.ptr(), up.ptr(), up.len(), out.ptr())
+    }
+
+    fn add_assign(&mut self, x: &mut CudaBuf, y: &CudaBuf) -> Result<(), BackendError> {
+        if x.len() != y.len() || x.is_empty() {
+            return Err(shape_error("add".into()));
+        }
+        self.dev.bind()?;
+        self.dev.kernels.add_assign(&self.dev.stream, x.ptr(), y.ptr(), x.len())
+    }
+
+    fn take_row(&mut self, x: &CudaBuf, row: usize) -> Result<CudaBuf, BackendError> {
+        if row >= x.rows {
+            return Err(shape_error("take_row".into()));
+        }
+        let out = self.alloc_buf(1, x.cols)?;
+        // SAFETY: both ranges are `cols` f32 values inside their blocks.
+        unsafe { drv::memcpy_dtod_async(out.ptr(), x.row_ptr(row), x.cols * 4, self.dev.cu_stream()) }
+            .map_err(|e| driver_error("copying a row", e))?;
+        Ok(out)
+    }
+
+    fn to_host(&mut self, x: &CudaBuf, out: &mut Vec<f32>) -> Result<(), BackendError> {
+        out.clear();
+        out.resize(x.len(), 0.0);
+        self.dev.bind()?;
+        if let Some(c) = &self.capture {
+            // Captured: the copy lands in pinned memory when the graph runs.
+            if x.len() > c.logits_cap {
+                return Err(shape_error(format!("to_host: {} values for {} of pinned memory", x.len(), c.logits_cap)));
+            }
+            // SAFETY: the pinned buffer holds `logits_cap >= len` values and
+            // outlives every replay of the graph.
+            let dst = unsafe { std::slice::from_raw_parts_mut(c.logits_host, x.len()) };
+            return unsafe { drv::memcpy_dtoh_async(dst, x.ptr(), self.dev.cu_stream()) }
+                .map_err(|e| driver_error("copying to the host", e));
+        }
+        // SAFETY: `out` holds exactly the block's `len` values.
+        unsafe { drv::memcpy_dtoh_async(out.as_mut_slice(), x.ptr(), self.dev.cu_stream()) }
+            .map_err(|e| driver_error("copying to the host", e))?;
+        self.dev.synchronize()
+    }
+
+    fn row_to_host(&mut self, x: &CudaBuf, row: usize, out: &mut Vec<f32>) -> Result<(), BackendError> {
+        if row >= x.rows {
+            return Err(shape_error("row_to_host".into()));
+        }
+        if self.capture.is_some() {
+            return Err(BackendError::InferenceFailed("checkpoints are not recorded in a decode graph".into()));
+        }
+        out.clear();
+        out.resize(x.cols, 0.0);
+        self.dev.bind()?;
+        // SAFETY: one row of `cols` f32 values inside the block.
+        unsafe { drv::memcpy_dtoh_async(out.as_mut_slice(), x.row_ptr(row), self.dev.cu_stream()) }
+            .map_err(|e| driver_error("copying to the host", e))?;
+        self.dev.synchronize()
+    }
+}

@@ -1,0 +1,1028 @@
+//! Tests of the CUDA backend.
+//!
+//! - Without a GPU: every `cuda/*.cu` compiles through the worker's own NVRTC
+//!   path for sm_80 and sm_90 when libnvrtc can be loaded (CI loads it from
+//!   the `nvidia-cuda-nvrtc` wheel; with `CI` set, a missing NVRTC fails).
+//! - With a GPU (`#[ignore]`d, run with `--run-ignored all` / `--include-ignored`):
+//!   each kernel against the CPU reference ops at real and odd shapes for
+//!   every weight format, determinism over 50 runs, device set-up, memory
+//!   accounting, residency, and whole models (a synthetic llama/qwen2 with
+//!   every format, and the reference model when present) against the CPU
+//!   backend.
+
+use std::sync::{Arc, OnceLock};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::*;
+use crate::backend::cpu::{CpuBackend, CpuBuf, CpuCache, CpuOps, CpuWeight};
+use crate::backend::Backend;
+use crate::gguf::{GgufFile, GgufWriter, MetaValue};
+use crate::model::config::RopeStyle;
+use crate::model::ops::{AttentionShape, Ops, RopeParams};
+use crate::quant::{quantize, GgmlType};
+
+const GPU: &str = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)";
+
+// ------------------------------------------------------------------ helpers
+
+fn rel_err(gpu: &[f32], cpu: &[f32]) -> f64 {
+    assert_eq!(gpu.len(), cpu.len(), "lengths differ");
+    let (mut num, mut den) = (0f64, 0f64);
+    for (&g, &c) in gpu.iter().zip(cpu) {
+        assert!(g.is_finite(), "GPU value {g} is not finite");
+        num += (g as f64 - c as f64).powi(2);
+        den += (c as f64).powi(2);
+    }
+    if den == 0.0 {
+        num.sqrt()
+    } else {
+        (num / den).sqrt()
+    }
+}
+
+fn argmax(v: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+fn random_vec(rng: &mut ChaCha8Rng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-1.0f32..1.0) * scale).collect()
+}
+
+/// A file or folder of the workspace: beside the crate when built here, or
+/// under the current directory (a checkout elsewhere, such as the GPU machine).
+fn workspace_path(rel: &str) -> std::path::PathBuf {
+    let built = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel);
+    if built.exists() {
+        built
+    } else {
+        std::path::PathBuf::from(rel)
+    }
+}
+
+fn dev() -> Arc<CudaDevice> {
+    static DEV: OnceLock<Arc<CudaDevice>> = OnceLock::new();
+    DEV.get_or_init(|| CudaDevice::new(0).expect("GPU 0 initialises")).clone()
+}
+
+fn gpu_ops() -> CudaOps {
+    CudaOps::new(dev())
+}
+
+/// One weight, both as the CPU backend holds it and on the GPU.
+struct TestWeight {
+    cpu: CpuWeight,
+    gpu: CudaWeight,
+}
+
+fn test_weight(ops: &mut CudaOps, ty: GgmlType, rows: usize, cols: usize, values: &[f32]) -> TestWeight {
+    let bytes = quantize(ty, values).expect("quantizes");
+    let dims: Vec<u64> = if rows == 1 { vec![cols as u64] } else { vec![cols as u64, rows as u64] };
+    let mut w = GgufWriter::new();
+    w.tensor("w", &dims, ty, bytes.clone());
+    let file = Arc::new(GgufFile::from_bytes(w.to_bytes()).expect("valid GGUF"));
+    let info = file.tensor("w").unwrap().clone();
+    let cpu = if rows == 1 {
+        CpuWeight::dense(&file, &info, cols).unwrap()
+    } else {
+        CpuWeight::stored(file.clone(), &info, rows, cols).unwrap()
+    };
+    let gpu = ops.upload_weight(ty, rows, cols, &bytes).expect("uploads");
+    TestWeight { cpu, gpu }
+}
+
+fn cpu_buf(rows: usize, cols: usize, data: Vec<f32>) -> CpuBuf {
+    CpuBuf { rows, cols, data }
+}
+
+fn host(ops: &mut CudaOps, b: &CudaBuf) -> Vec<f32> {
+    let mut v = Vec::new();
+    ops.to_host(b, &mut v).unwrap();
+    v
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Runs `f` 50 times and asserts that every run gives the same bytes
+/// (M0-W-1031).
+fn assert_deterministic(what: &str, mut f: impl FnMut() -> Vec<f32>) {
+    let first = bits(&f());
+    for i in 1..50 {
+        assert!(bits(&f()) == first, "{what}: run {i} differs from run 0");
+    }
+}
+
+// ------------------------------------------------------ without a GPU (CI)
+
+/// Compiles every kernel module with the worker's NVRTC path for sm_80 and
+/// sm_90. Needs only libnvrtc, no GPU.
+#[test]
+fn nvrtc_compiles_every_module_for_sm80_and_sm90() {
+    if !nvrtc_available() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must be able to load libnvrtc (nvidia-cuda-nvrtc wheel, nvidia/cu13/lib on LD_LIBRARY_PATH)"
+        );
+        eprintln!("skipping: libnvrtc cannot be loaded (set LD_LIBRARY_PATH to a folder holding libnvrtc.so)");
+        return;
+    }
+    // Every .cu in cuda/ is a module the worker embeds, and every .cuh a header.
+    let dir = workspace_path("cuda");
+    for entry in std::fs::read_dir(&dir).into_iter().flatten() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if name.ends_with(".cu") {
+            assert!(Module::ALL.iter().any(|m| m.file_name() == name), "{name} is not embedded as a module");
+        } else if name.ends_with(".cuh") {
+            assert!(HEADERS.iter().any(|(h, _)| *h == name), "{name} is not embedded as a header");
+        }
+    }
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = KernelCache::at(Some(cache_dir.path().to_path_buf()));
+    for arch in [(8, 0), (9, 0)] {
+        for m in Module::ALL {
+            let (cubin, from_cache) = cache
+                .load_or_compile(m, arch)
+                .unwrap_or_else(|e| panic!("{} for sm_{}{}: {e}", m.file_name(), arch.0, arch.1));
+            assert!(!from_cache);
+            assert!(cubin.starts_with(b"\x7fELF"), "{} did not give an ELF CUBIN", m.file_name());
+            let (again, from_cache) = cache.load_or_compile(m, arch).unwrap();
+            assert!(from_cache && again == cubin, "the disk cache returns what was stored");
+        }
+    }
+}
+
+#[test]
+fn nvrtc_reports_a_broken_kernel_with_its_log() {
+    if !nvrtc_available() {
+        eprintln!("skipping: libnvrtc cannot be loaded");
+        return;
+    }
+    let src = "#include \"common.cuh\"\nextern \"C\" __global__ void broken(float* x) { x[0] = undefined_name; }\n";
+    match compile_source("broken.cu", src, (9, 0)) {
+        Err(BackendError::KernelLaunchFailed(msg)) => {
+            assert!(msg.contains("undefined_name"), "the NVRTC log names the error: {msg}")
+        }
+        other => panic!("expected a compile error, got {:?}", other.map(|b| b.len())),
+    }
+}
+
+#[test]
+fn every_kernel_symbol_is_defined_in_its_module() {
+    for k in Kernel::all() {
+        let src = k.module().source();
+        let sym = k.symbol();
+        let defined = match k {
+            Kernel::Embed(_) => src.contains("embed_##name"),
+            Kernel::MatVec(_) => src.contains("mv_##name"),
+            Kernel::MatVecWarp(_) => src.contains("mvw_##name"),
+            Kernel::Gemm(_) => src.contains("gemm_##name"),
+            _ => src.contains(&format!(" {sym}(")) || src.contains(&format!("\n    {sym}(")),
+        };
+        assert!(defined, "{sym} is not defined in {}", k.module().file_name());
+    }
+}
+
+// ------------------------------------------------------------ device set-up
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn device_init_reads_facts_and_applies_vram_only_settings() {
+    let _ = GPU;
+    let d = dev();
+    let info = d.info();
+    assert_eq!(info.backend, crate::backend::BackendKind::Cuda);
+    assert!(!info.name.is_empty());
+    assert!(info.sm.is_some() && info.total_memory_bytes.unwrap() > 0);
+    let limits = d.limits();
+    eprintln!("device {} sm {:?}, limits {limits:?}", info.name, info.sm);
+    assert!(limits.prefers_l1, "L1 preferred (M0-W-1010)");
+    assert!(limits.malloc_heap_bytes <= 8 << 20, "heap limit as low as allowed: {}", limits.malloc_heap_bytes);
+    // The probe: a fresh allocation is plain device memory.
+    let b = d.alloc(device::Purpose::Scratch, 1000).unwrap();
+    assert_eq!(device::memory_type(b.ptr()).unwrap(), MemoryKind::Device);
+    assert_eq!(b.ptr() % 256, 0);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn device_id_equal_to_the_count_is_invalid() {
+    let _ = dev();
+    let count = cudarc::driver::result::device::get_count().unwrap() as usize;
+    match CudaDevice::new(count) {
+        Err(BackendError::InvalidDevice(msg)) => assert!(msg.contains(&count.to_string())),
+        Err(e) => panic!("expected InvalidDevice, got {e}"),
+        Ok(_) => panic!("expected InvalidDevice, got a device"),
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn host_mapped_memory_is_not_device_memory() {
+    // Each test runs on its own thread: make the context current here.
+    dev().bind().unwrap();
+    let h = host_mapped_buffer().unwrap();
+    assert_eq!(device::memory_type(h.dptr).unwrap(), MemoryKind::Host);
+    unsafe { cudarc::driver::sys::cuMemFreeHost(h.host) };
+}
+
+// ------------------------------------------------------------------ kernels
+
+/// Matmul shapes: (rows, cols, tokens). Real SmolLM2 shapes and odd ones.
+fn matmul_shapes(ty: GgmlType) -> Vec<(usize, usize, usize)> {
+    let mut v: Vec<(usize, usize, usize)> = vec![
+        (576, 576, 1),
+        (1536, 576, 1),
+        (576, 1536, 1),
+        (1536, 576, 7),
+        (1536, 576, 64),
+        (576, 1536, 13),
+        (1536, 576, 32),
+        (576, 1536, 33),
+        (576, 1536, 100),
+        (1536, 576, 129),
+        (49152, 576, 1),
+        (49152, 576, 64),
+        (577, 768, 3),
+        (191, 256, 65),
+        (3, 512, 9),
+    ];
+    if ty.block_len() == 1 {
+        v.extend([(33, 577, 1), (65, 99, 70), (5, 1, 2)]);
+    }
+    // Rows of the 256-value formats hold whole super-blocks: 576 becomes 768.
+    v.into_iter().map(|(r, c, n)| (r, c.next_multiple_of(ty.block_len()), n)).collect()
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn matmul_matches_cpu_for_every_format_and_shape() {
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let mut worst = Vec::new();
+    for ty in GgmlType::ALL {
+        let mut worst_ty = 0f64;
+        for (rows, cols, n) in matmul_shapes(ty) {
+            let wv = random_vec(&mut rng, rows * cols, 1.0);
+            let w = test_weight(&mut ops, ty, rows, cols, &wv);
+            let xv = random_vec(&mut rng, n * cols, 1.0);
+            let bias_v = random_vec(&mut rng, rows, 1.0);
+            let bias = test_weight(&mut ops, GgmlType::F32, 1, rows, &bias_v);
+            for (with_bias, warp_rows) in [(false, 0), (true, 0), (false, usize::MAX), (true, usize::MAX)] {
+                // Every shape through both mv kernels (a warp or a block per row).
+                dev().set_mv_warp_min_rows(warp_rows);
+                let b = with_bias.then_some(&bias);
+                let mut cpu_out = cpu_buf(n, rows, vec![0.0; n * rows]);
+                CpuOps.matmul(&cpu_buf(n, cols, xv.clone()), &w.cpu, b.map(|b| &b.cpu), &mut cpu_out).unwrap();
+                let x = ops.upload(n, cols, &xv).unwrap();
+                let mut out = ops.buf(n, rows).unwrap();
+                ops.matmul(&x, &w.gpu, b.map(|b| &b.gpu), &mut out).unwrap();
+                let g = host(&mut ops, &out);
+                let e = rel_err(&g, &cpu_out.data);
+                assert!(e <= 1e-3, "{ty} {rows}x{cols} n={n} bias={with_bias} mvw from {warp_rows}: relative error {e:e}");
+                worst_ty = worst_ty.max(e);
+            }
+        }
+        worst.push((ty, worst_ty));
+    }
+    dev().set_mv_warp_min_rows(kernels::MV_WARP_MIN_ROWS);
+    for (ty, e) in worst {
+        eprintln!("matmul {ty:>5}: max relative error {e:.2e}");
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn matmul_is_deterministic_for_every_format() {
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(2);
+    for ty in GgmlType::ALL {
+        let (rows, cols) = (1536, 576usize.next_multiple_of(ty.block_len()));
+        let w = test_weight(&mut ops, ty, rows, cols, &random_vec(&mut rng, rows * cols, 1.0));
+        for n in [1, 5, 20, 64] {
+            let x = ops.upload(n, cols, &random_vec(&mut rng, n * cols, 1.0)).unwrap();
+            let mut out = ops.buf(n, rows).unwrap();
+            assert_deterministic(&format!("matmul {ty} n={n}"), || {
+                ops.matmul(&x, &w.gpu, None, &mut out).unwrap();
+                host(&mut ops, &out)
+            });
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn embed_matches_cpu_for_every_format() {
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    for ty in GgmlType::ALL {
+        let mut shapes = vec![(49152usize, 576usize.next_multiple_of(ty.block_len())), (300, 256)];
+        if ty.block_len() == 1 {
+            shapes.push((17, 577));
+        }
+        for (rows, cols) in shapes {
+            let w = test_weight(&mut ops, ty, rows, cols, &random_vec(&mut rng, rows * cols, 1.0));
+            let tokens: Vec<u32> = [0, rows - 1, 1, rows / 2]
+                .into_iter()
+                .chain((0..60).map(|_| rng.random_range(0..rows)))
+                .map(|t| t as u32)
+                .collect();
+            let mut cpu_out = cpu_buf(tokens.len(), cols, vec![0.0; tokens.len() * cols]);
+            CpuOps.embed(&w.cpu, &tokens, &mut cpu_out).unwrap();
+            let mut out = ops.buf(tokens.len(), cols).unwrap();
+            ops.embed(&w.gpu, &tokens, &mut out).unwrap();
+            let g = host(&mut ops, &out);
+            assert!(bits(&g) == bits(&cpu_out.data), "{ty} {rows}x{cols}: embedding is not bit-exact (err {:e})", rel_err(&g, &cpu_out.data));
+            assert_deterministic(&format!("embed {ty}"), || {
+                ops.embed(&w.gpu, &tokens, &mut out).unwrap();
+                host(&mut ops, &out)
+            });
+        }
+        let w = test_weight(&mut ops, ty, 64, 256, &random_vec(&mut rng, 64 * 256, 1.0));
+        let mut out = ops.buf(1, 256).unwrap();
+        assert!(ops.embed(&w.gpu, &[64], &mut out).is_err(), "an id past the table is refused before launch");
+    }
+    eprintln!("embed: bit-exact with the CPU for every format");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn rms_norm_matches_cpu() {
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    let mut worst = 0f64;
+    for (rows, cols) in [(1, 576), (64, 576), (7, 1536), (3, 577), (2, 4096), (5, 33)] {
+        let wv: Vec<f32> = (0..cols).map(|_| 1.0 + rng.random_range(-0.5f32..0.5)).collect();
+        let w = test_weight(&mut ops, GgmlType::F32, 1, cols, &wv);
+        let xv = random_vec(&mut rng, rows * cols, 3.0);
+        let mut cpu_out = cpu_buf(rows, cols, vec![0.0; rows * cols]);
+        CpuOps.rms_norm(&cpu_buf(rows, cols, xv.clone()), &w.cpu, 1e-5, &mut cpu_out).unwrap();
+        let x = ops.upload(rows, cols, &xv).unwrap();
+        let mut out = ops.buf(rows, cols).unwrap();
+        ops.rms_norm(&x, &w.gpu, 1e-5, &mut out).unwrap();
+        let e = rel_err(&host(&mut ops, &out), &cpu_out.data);
+        assert!(e <= 1e-5, "rms_norm {rows}x{cols}: {e:e}");
+        worst = worst.max(e);
+        assert_deterministic("rms_norm", || {
+            ops.rms_norm(&x, &w.gpu, 1e-5, &mut out).unwrap();
+            host(&mut ops, &out)
+        });
+    }
+    eprintln!("rms_norm: max relative error {worst:.2e}");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn rope_matches_cpu_in_both_styles() {
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let mut worst = 0f64;
+    for style in [RopeStyle::Normal, RopeStyle::Neox] {
+        for (n_head, head_dim, n_rot) in [(9, 64, 64), (3, 64, 64), (4, 128, 64), (2, 80, 80)] {
+            for (rows, start_pos) in [(64, 0), (1, 64), (5, 8000), (3, 100_000)] {
+                let p = RopeParams {
+                    n_head,
+                    head_dim,
+                    n_rot,
+                    start_pos,
+                    freq_base: 100_000.0,
+                    freq_scale: 1.0,
+                    style,
+                };
+                let xv = random_vec(&mut rng, rows * n_head * head_dim, 2.0);
+                let mut cpu_x = cpu_buf(rows, n_head * head_dim, xv.clone());
+                CpuOps.rope(&mut cpu_x, p).unwrap();
+                for with_table in [false, true] {
+                    let mut ops = gpu_ops();
+                    if with_table {
+                        ops.prepare_rope(p.freq_base, n_rot).unwrap();
+                    }
+                    let mut x = ops.upload(rows, n_head * head_dim, &xv).unwrap();
+                    ops.rope(&mut x, p).unwrap();
+                    let e = rel_err(&host(&mut ops, &x), &cpu_x.data);
+                    assert!(e <= 1e-6, "rope {style:?} {n_head}x{head_dim} rot {n_rot} pos {start_pos} table {with_table}: {e:e}");
+                    worst = worst.max(e);
+                }
+                assert_deterministic("rope", || {
+                    let mut x = ops.upload(rows, n_head * head_dim, &xv).unwrap();
+                    ops.rope(&mut x, p).unwrap();
+                    host(&mut ops, &x)
+                });
+            }
+        }
+    }
+    // Position 0 is unchanged by either style; position 1 tells them apart.
+    eprintln!("rope: max relative error {worst:.2e}");
+}
+
+/// Runs the same sequence of attention calls (prefill, then decode steps)
+/// on both backends and compares every output.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn attention_matches_cpu_over_prefill_and_decode() {
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(6);
+    let mut worst = 0f64;
+    // (n_head, n_head_kv, head_dim, capacity, steps as token counts)
+    let cases: [(usize, usize, usize, usize, &[usize]); 6] = [
+        (9, 3, 64, 200, &[64, 1, 1, 5, 1]),
+        (9, 3, 64, 1100, &[300, 1, 700, 1]),
+        (4, 4, 128, 40, &[1, 1, 17, 1]),
+        (8, 2, 256, 20, &[9, 1]),
+        (6, 1, 80, 33, &[32, 1]),
+        (2, 1, 36, 150, &[140, 1, 2]),
+    ];
+    for (n_head, n_kv, hd, capacity, steps) in cases {
+        let n_layer = 2;
+        let mut cpu_cache = CpuCache::new(n_layer, capacity, n_kv * hd);
+        let mut gpu_cache = CudaCache::new(&dev(), n_layer, n_kv, hd, capacity).unwrap();
+        let mut pos = 0;
+        for &n in steps {
+            for layer in 0..n_layer {
+                let s = AttentionShape { layer, start_pos: pos, n_tokens: n, n_head, n_head_kv: n_kv, head_dim: hd };
+                let qv = random_vec(&mut rng, n * n_head * hd, 2.0);
+                let kv = random_vec(&mut rng, n * n_kv * hd, 2.0);
+                let vv = random_vec(&mut rng, n * n_kv * hd, 2.0);
+                let mut cpu_out = cpu_buf(n, n_head * hd, vec![0.0; n * n_head * hd]);
+                CpuOps
+                    .attention(
+                        &cpu_buf(n, n_head * hd, qv.clone()),
+                        &cpu_buf(n, n_kv * hd, kv.clone()),
+                        &cpu_buf(n, n_kv * hd, vv.clone()),
+                        &mut cpu_cache,
+                        s,
+                        &mut cpu_out,
+                    )
+                    .unwrap();
+                let (q, k, v) = (
+                    ops.upload(n, n_head * hd, &qv).unwrap(),
+                    ops.upload(n, n_kv * hd, &kv).unwrap(),
+                    ops.upload(n, n_kv * hd, &vv).unwrap(),
+                );
+                let mut out = ops.buf(n, n_head * hd).unwrap();
+                ops.attention(&q, &k, &v, &mut gpu_cache, s, &mut out).unwrap();
+                let g = host(&mut ops, &out);
+                let e = rel_err(&g, &cpu_out.data);
+                assert!(e <= 1e-2, "attention {n_head}/{n_kv}x{hd} pos {pos} n {n}: {e:e}");
+                worst = worst.max(e);
+                assert_deterministic("attention", || {
+                    ops.attention(&q, &k, &v, &mut gpu_cache, s, &mut out).unwrap();
+                    host(&mut ops, &out)
+                });
+                // The current positions' K/V are in the cache, rounded to f16.
+                let last = pos + n - 1;
+                let (kc, _) = gpu_cache.read_entry(&dev(), layer, n_kv - 1, last).unwrap();
+                let want: Vec<u16> = kv[(n - 1) * n_kv * hd + (n_kv - 1) * hd..][..hd]
+                    .iter()
+                    .map(|&x| half::f16::from_f32(x).to_bits())
+                    .collect();
+                assert_eq!(kc, want, "K of the last position is stored as f16");
+            }
+            pos += n;
+        }
+        // Overflowing the cache is refused before launch.
+        let s = AttentionShape { layer: 0, start_pos: capacity, n_tokens: 1, n_head, n_head_kv: n_kv, head_dim: hd };
+        let q = ops.buf(1, n_head * hd).unwrap();
+        let k = ops.buf(1, n_kv * hd).unwrap();
+        let mut out = ops.buf(1, n_head * hd).unwrap();
+        assert!(ops.attention(&q, &k, &k, &mut gpu_cache, s, &mut out).is_err());
+    }
+    eprintln!("attention (f16 KV): max relative error {worst:.2e}");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn swiglu_and_add_match_cpu() {
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let (mut worst_s, mut worst_a) = (0f64, 0f64);
+    for (rows, cols) in [(1, 1536), (64, 1536), (3, 577), (1, 1)] {
+        let n = rows * cols;
+        let (gv, uv) = (random_vec(&mut rng, n, 8.0), random_vec(&mut rng, n, 2.0));
+        let mut cpu_out = cpu_buf(rows, cols, vec![0.0; n]);
+        CpuOps.swiglu(&cpu_buf(rows, cols, gv.clone()), &cpu_buf(rows, cols, uv.clone()), &mut cpu_out).unwrap();
+        let (g, u) = (ops.upload(rows, cols, &gv).unwrap(), ops.upload(rows, cols, &uv).unwrap());
+        let mut out = ops.buf(rows, cols).unwrap();
+        ops.swiglu(&g, &u, &mut out).unwrap();
+        let e = rel_err(&host(&mut ops, &out), &cpu_out.data);
+        assert!(e <= 1e-6, "swiglu {rows}x{cols}: {e:e}");
+        worst_s = worst_s.max(e);
+        assert_deterministic("swiglu", || {
+            ops.swiglu(&g, &u, &mut out).unwrap();
+            host(&mut ops, &out)
+        });
+
+        let mut cpu_x = cpu_buf(rows, cols, gv.clone());
+        CpuOps.add_assign(&mut cpu_x, &cpu_buf(rows, cols, uv.clone())).unwrap();
+        let mut x = ops.upload(rows, cols, &gv).unwrap();
+        ops.add_assign(&mut x, &u).unwrap();
+        let e = rel_err(&host(&mut ops, &x), &cpu_x.data);
+        assert!(e == 0.0, "add {rows}x{cols}: {e:e}");
+        worst_a = worst_a.max(e);
+        assert_deterministic("add", || {
+            let mut x = ops.upload(rows, cols, &gv).unwrap();
+            ops.add_assign(&mut x, &u).unwrap();
+            host(&mut ops, &x)
+        });
+    }
+    // Shape errors are refused before launch.
+    let a = ops.buf(2, 3).unwrap();
+    let mut b = ops.buf(3, 3).unwrap();
+    assert!(ops.add_assign(&mut b, &a).is_err());
+    assert!(ops.swiglu(&a, &a, &mut b).is_err());
+    eprintln!("swiglu: max relative error {worst_s:.2e}; add: {worst_a:.2e}");
+}
+
+// ------------------------------------------------------------ whole models
+
+/// A small random llama-family model with every weight format, written with
+/// `GgufWriter`. `qwen2` adds Q/K/V biases, NEOX RoPE and a tied LM head.
+fn synthetic_model(arch: &str, seed: u64, context: u32) -> Vec<u8> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let (d, n_layer, n_head, n_kv, ff, vocab) = (256usize, 2usize, 4usize, 2usize, 512usize, 384usize);
+    let hd = d / n_head;
+    let mut w = GgufWriter::new();
+    let s = |v: &str| MetaValue::String(v.to_string());
+    w.metadata("general.architecture", s(arch));
+    w.metadata("general.name", s("synthetic"));
+    w.metadata(&format!("{arch}.context_length"), MetaValue::U32(context));
+    w.metadata(&format!("{arch}.embedding_length"), MetaValue::U32(d as u32));
+    w.metadata(&format!("{arch}.block_count"), MetaValue::U32(n_layer as u32));
+    w.metadata(&format!("{arch}.attention.head_count"), MetaValue::U32(n_head as u32));
+    w.metadata(&format!("{arch}.attention.head_count_kv"), MetaValue::U32(n_kv as u32));
+    w.metadata(&format!("{arch}.feed_forward_length"), MetaValue::U32(ff as u32));
+    w.metadata(&format!("{arch}.attention.layer_norm_rms_epsilon"), MetaValue::F32(1e-5));
+    w.metadata(&format!("{arch}.rope.freq_base"), MetaValue::F32(10000.0));
+    w.metadata(&format!("{arch}.vocab_size"), MetaValue::U32(vocab as u32));
+    let tokens: Vec<MetaValue> = (0..vocab).map(|i| MetaValue::String(format!("t{i}"))).collect();
+    w.metadata("tokenizer.ggml.tokens", MetaValue::Array(tokens));
+
+    let mut types = GgmlType::ALL.iter().copied().cycle();
+    let mut matrix = |w: &mut GgufWriter, name: &str, rows: usize, cols: usize, rng: &mut ChaCha8Rng| {
+        let ty = types.next().unwrap();
+        let v = random_vec(rng, rows * cols, 1.5 / (cols as f32).sqrt());
+        w.tensor(name, &[cols as u64, rows as u64], ty, quantize(ty, &v).unwrap());
+    };
+    let vector = |w: &mut GgufWriter, name: &str, len: usize, base: f32, rng: &mut ChaCha8Rng| {
+        let v: Vec<f32> = (0..len).map(|_| base + rng.random_range(-0.2f32..0.2)).collect();
+        w.tensor(name, &[len as u64], GgmlType::F32, quantize(GgmlType::F32, &v).unwrap());
+    };
+    // The embedding table: every row with a distinct random pattern.
+    let emb: Vec<f32> = random_vec(&mut rng, vocab * d, 1.0);
+    let emb_ty = if arch == "qwen2" { GgmlType::Q8_0 } else { GgmlType::Q6K };
+    w.tensor("token_embd.weight", &[d as u64, vocab as u64], emb_ty, quantize(emb_ty, &emb).unwrap());
+    for i in 0..n_layer {
+        let n = |x: &str| format!("blk.{i}.{x}");
+        vector(&mut w, &n("attn_norm.weight"), d, 1.0, &mut rng);
+        matrix(&mut w, &n("attn_q.weight"), n_head * hd, d, &mut rng);
+        matrix(&mut w, &n("attn_k.weight"), n_kv * hd, d, &mut rng);
+        matrix(&mut w, &n("attn_v.weight"), n_kv * hd, d, &mut rng);
+        if arch == "qwen2" {
+            vector(&mut w, &n("attn_q.bias"), n_head * hd, 0.0, &mut rng);
+            vector(&mut w, &n("attn_k.bias"), n_kv * hd, 0.0, &mut rng);
+            vector(&mut w, &n("attn_v.bias"), n_kv * hd, 0.0, &mut rng);
+        }
+        matrix(&mut w, &n("attn_output.weight"), d, n_head * hd, &mut rng);
+        vector(&mut w, &n("ffn_norm.weight"), d, 1.0, &mut rng);
+        matrix(&mut w, &n("ffn_gate.weight"), ff, d, &mut rng);
+        matrix(&mut w, &n("ffn_up.weight"), ff, d, &mut rng);
+        matrix(&mut w, &n("ffn_down.weight"), d, ff, &mut rng);
+    }
+    vector(&mut w, "output_norm.weight", d, 1.0, &mut rng);
+    if arch != "qwen2" {
+        matrix(&mut w, "output.weight", vocab, d, &mut rng);
+    }
+    w.to_bytes()
+}
+
+fn reference_model_path() -> Option<std::path::PathBuf> {
+    let p = match std::env::var_os("WORKER_ORCD_REFERENCE_MODEL") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => workspace_path(".models/smollm2-135m-instruct-q4_1.gguf"),
+    };
+    p.exists().then_some(p)
+}
+
+/// Loads `file` on both backends.
+fn both_backends(file: Arc<GgufFile>, opts: &CudaLoadOptions) -> (CpuBackend, CudaBackend) {
+    let cfg = ModelConfig::try_from(&file.metadata).expect("config");
+    let cpu = CpuBackend::load(cfg.clone(), file.clone(), &mut |_| {}).expect("CPU load");
+    let gpu = CudaBackend::load(cfg, &file, opts, &mut |_| {}).expect("GPU load");
+    (cpu, gpu)
+}
+
+/// Prefill of `tokens[..n_prompt]` with logits at every position, then
+/// teacher-forced decode of the rest one token at a time: GPU logits vs CPU
+/// logits at every position. Returns the worst relative error.
+fn compare_sequence(cpu: &mut CpuBackend, gpu: &mut CudaBackend, tokens: &[u32], n_prompt: usize, what: &str) -> f64 {
+    let vocab = cpu.config().vocab_size;
+    cpu.begin_sequence(tokens.len()).unwrap();
+    gpu.begin_sequence(tokens.len()).unwrap();
+    let (mut c, mut g) = (Vec::new(), Vec::new());
+    cpu.forward(&tokens[..n_prompt], Logits::All, &mut c, None).unwrap();
+    gpu.forward(&tokens[..n_prompt], Logits::All, &mut g, None).unwrap();
+    assert_eq!(g.len(), n_prompt * vocab);
+    let mut worst = 0f64;
+    let mut check = |g: &[f32], c: &[f32], pos: usize| {
+        let e = rel_err(g, c);
+        assert!(e <= 1e-2, "{what}: position {pos}: relative error {e:e}");
+        assert_eq!(argmax(g), argmax(c), "{what}: position {pos}: argmax differs");
+        worst = worst.max(e);
+    };
+    for p in 0..n_prompt {
+        check(&g[p * vocab..(p + 1) * vocab], &c[p * vocab..(p + 1) * vocab], p);
+    }
+    for (i, &t) in tokens[n_prompt..].iter().enumerate() {
+        cpu.forward(&[t], Logits::Last, &mut c, None).unwrap();
+        gpu.forward(&[t], Logits::Last, &mut g, None).unwrap();
+        check(&g, &c, n_prompt + i);
+    }
+    assert_eq!(gpu.sequence_len(), tokens.len());
+    cpu.end_sequence();
+    gpu.end_sequence();
+    worst
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn synthetic_models_with_every_format_match_the_cpu_backend() {
+    for (arch, seed) in [("llama", 10u64), ("qwen2", 11)] {
+        let file = Arc::new(GgufFile::from_bytes(synthetic_model(arch, seed, 512)).unwrap());
+        let opts = CudaLoadOptions { upload_chunk_bytes: 4096, ..Default::default() };
+        let (mut cpu, mut gpu) = both_backends(file.clone(), &opts);
+        let vocab = cpu.config().vocab_size as u32;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let tokens: Vec<u32> = (0..80).map(|_| rng.random_range(0..vocab)).collect();
+        let e = compare_sequence(&mut cpu, &mut gpu, &tokens, 64, arch);
+        // A prompt longer than mv's batch but not a whole gemm tile, and a short one.
+        let e2 = compare_sequence(&mut cpu, &mut gpu, &tokens[..30], 9, arch);
+        let e3 = compare_sequence(&mut cpu, &mut gpu, &tokens[..12], 3, arch);
+        eprintln!("synthetic {arch}: logits max relative error {:.2e}", e.max(e2).max(e3));
+
+        // Checkpoints record the same names as the CPU backend.
+        let (mut cc, mut gc) = (Checkpoints::default(), Checkpoints::default());
+        let (mut c, mut g) = (Vec::new(), Vec::new());
+        cpu.begin_sequence(8).unwrap();
+        gpu.begin_sequence(8).unwrap();
+        cpu.forward(&tokens[..5], Logits::Last, &mut c, Some(&mut cc)).unwrap();
+        gpu.forward(&tokens[..5], Logits::Last, &mut g, Some(&mut gc)).unwrap();
+        let names = |cp: &Checkpoints| cp.entries.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&gc), names(&cc));
+        for ((name, gv), (_, cv)) in gc.entries.iter().zip(&cc.entries) {
+            let e = rel_err(gv, cv);
+            assert!(e <= 1e-2, "checkpoint {name}: {e:e}");
+        }
+
+        // Every format was uploaded byte for byte, on 256-byte boundaries.
+        let stats = gpu.upload_stats();
+        assert!(stats.max_copy_bytes <= 4096, "no copy over the chunk size: {stats:?}");
+        assert_eq!(stats.total_bytes, file.tensor_bytes_total(), "all tensor bytes copied (vectors are F32)");
+        assert!(gpu.weight_addresses().iter().all(|(_, p)| p % 256 == 0));
+        assert!(gpu.check_residency().unwrap());
+    }
+}
+
+/// Decode steps replayed from the captured graph give the same bits as the
+/// same steps launched one by one.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn graph_decode_is_bit_identical_to_eager_decode() {
+    for arch in ["llama", "qwen2"] {
+        let file = Arc::new(GgufFile::from_bytes(synthetic_model(arch, 30, 512)).unwrap());
+        let cfg = ModelConfig::try_from(&file.metadata).unwrap();
+        let mut gpu = CudaBackend::load(cfg, &file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();
+        let tokens: Vec<u32> = (0..40).map(|i| (i * 37 % 384) as u32).collect();
+        let run = |gpu: &mut CudaBackend, graphs: bool| {
+            gpu.set_decode_graphs(graphs);
+            gpu.begin_sequence(300).unwrap();
+            let mut all = Vec::new();
+            let mut out = Vec::new();
+            gpu.forward(&tokens[..20], Logits::Last, &mut out, None).unwrap();
+            all.extend_from_slice(&out);
+            // Long enough for attention to pass its 128-key chunk.
+            for i in 0..150 {
+                gpu.forward(&[tokens[20 + i % 20]], Logits::Last, &mut out, None).unwrap();
+                all.extend_from_slice(&out);
+            }
+            assert_eq!(gpu.decoding_with_graph(), graphs);
+            gpu.end_sequence();
+            all
+        };
+        let with = run(&mut gpu, true);
+        let without = run(&mut gpu, false);
+        assert!(bits(&with) == bits(&without), "{arch}: graph replay differs from eager decode");
+        let again = run(&mut gpu, true);
+        assert!(bits(&with) == bits(&again), "{arch}: graph replay is not deterministic");
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn memory_accounting_kv_limits_and_vram_cap() {
+    let bytes = synthetic_model("llama", 20, 4096);
+    let file = Arc::new(GgufFile::from_bytes(bytes).unwrap());
+    let cfg = ModelConfig::try_from(&file.metadata).unwrap();
+    let opts = CudaLoadOptions { kv_cache_size_mb: Some(1), ..Default::default() };
+    let mut gpu = CudaBackend::load(cfg.clone(), &file, &opts, &mut |_| {}).unwrap();
+    let after_load = gpu.memory_use();
+    assert!(after_load.weights >= file.tensor_bytes_total(), "{after_load:?}");
+    assert_eq!(after_load.kv_cache + after_load.scratch, 0, "{after_load:?}");
+
+    gpu.begin_sequence(100).unwrap();
+    let kv = CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, 100);
+    assert_eq!(gpu.memory_use().kv_cache, align_up(kv));
+    let mut out = Vec::new();
+    gpu.forward(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], Logits::All, &mut out, None).unwrap();
+    assert_eq!(gpu.memory_use().scratch, 0, "activations are freed when a step ends");
+    gpu.forward(&[11], Logits::Last, &mut out, None).unwrap();
+    assert!(gpu.decoding_with_graph());
+    eprintln!("during decode: {:?} (the decode graph's arena is scratch)", gpu.memory_use());
+    gpu.end_sequence();
+    assert_eq!(gpu.memory_use(), after_load, "back at the post-load value after a job");
+
+    // A sequence whose cache exceeds --kv-cache-size-mb is refused; the next one works.
+    let too_long = (1 << 20) / CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, 1) as usize + 1;
+    assert!(matches!(gpu.begin_sequence(too_long), Err(BackendError::OutOfMemory { .. })));
+    assert_eq!(gpu.memory_use(), after_load);
+    gpu.begin_sequence(16).unwrap();
+    gpu.forward(&[1, 2], Logits::Last, &mut out, None).unwrap();
+    gpu.end_sequence();
+    drop(gpu);
+
+    // Under a cap below the model, the load fails before allocating.
+    let capped = CudaLoadOptions { vram_cap_bytes: Some(file.tensor_bytes_total() / 2), ..Default::default() };
+    match CudaBackend::load(cfg.clone(), &file, &capped, &mut |_| {}) {
+        Err(BackendError::OutOfMemory { needed, available }) => {
+            assert!(needed > available && needed >= file.tensor_bytes_total())
+        }
+        Err(e) => panic!("expected OutOfMemory, got {e}"),
+        Ok(_) => panic!("expected OutOfMemory"),
+    }
+    // Under a cap that fits the model but not a long sequence, the sequence
+    // fails with OutOfMemory and the backend keeps serving.
+    let weights = after_load.weights;
+    let capped = CudaLoadOptions { vram_cap_bytes: Some(weights + (5 << 20)), ..Default::default() };
+    let mut gpu = CudaBackend::load(cfg.clone(), &file, &capped, &mut |_| {}).unwrap();
+    let post = gpu.memory_use();
+    assert!(matches!(gpu.begin_sequence(512), Err(BackendError::OutOfMemory { .. })) || {
+        // The cache fits; then a long prefill must run out.
+        gpu.forward(&vec![1u32; 512], Logits::All, &mut out, None).is_err()
+    });
+    gpu.end_sequence();
+    assert_eq!(gpu.memory_use(), post);
+    gpu.begin_sequence(8).unwrap();
+    gpu.forward(&[1, 2, 3], Logits::Last, &mut out, None).unwrap();
+    gpu.end_sequence();
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn reference_model_matches_the_cpu_backend() {
+    let Some(path) = reference_model_path() else {
+        assert!(std::env::var_os("CI").is_none(), "CI must fetch the reference model");
+        eprintln!("skipping: the reference model is absent");
+        return;
+    };
+    let file = Arc::new(GgufFile::open(&path).unwrap());
+    let (mut cpu, mut gpu) = both_backends(file.clone(), &CudaLoadOptions::default());
+    assert!(gpu.check_residency().unwrap());
+    // Real text: the golden prompts and their greedy continuations, joined.
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(workspace_path("testdata/golden/greedy.json")).unwrap(),
+    )
+    .unwrap();
+    let mut tokens = Vec::new();
+    for case in golden["cases"].as_array().unwrap() {
+        for key in ["prompt_token_ids", "generated_token_ids"] {
+            tokens.extend(case[key].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32));
+        }
+    }
+    assert!(tokens.len() >= 80);
+    let e = compare_sequence(&mut cpu, &mut gpu, &tokens[..80], 64, "SmolLM2");
+    eprintln!("SmolLM2-135M Q4_1: GPU vs CPU logits, 64 prefill + 16 decode positions: max relative error {e:.2e}, same argmax");
+
+    // Timing: time to first token for a 16-token prompt and decode speed.
+    let mut out = Vec::new();
+    let mut ttft = Vec::new();
+    for _ in 0..10 {
+        gpu.begin_sequence(256).unwrap();
+        let t = std::time::Instant::now();
+        gpu.forward(&tokens[..16], Logits::Last, &mut out, None).unwrap();
+        ttft.push(t.elapsed().as_secs_f64() * 1e3);
+        gpu.end_sequence();
+    }
+    ttft.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    gpu.begin_sequence(256).unwrap();
+    gpu.forward(&tokens[..16], Logits::Last, &mut out, None).unwrap();
+    let mut next = argmax(&out) as u32;
+    for _ in 0..8 {
+        gpu.forward(&[next], Logits::Last, &mut out, None).unwrap();
+        next = argmax(&out) as u32;
+    }
+    let steps = 128;
+    let t = std::time::Instant::now();
+    for _ in 0..steps {
+        gpu.forward(&[next], Logits::Last, &mut out, None).unwrap();
+        next = argmax(&out) as u32;
+    }
+    let dt = t.elapsed().as_secs_f64();
+    assert!(gpu.decoding_with_graph());
+    gpu.end_sequence();
+    // The same without graphs, for comparison.
+    gpu.set_decode_graphs(false);
+    gpu.begin_sequence(256).unwrap();
+    gpu.forward(&tokens[..16], Logits::Last, &mut out, None).unwrap();
+    let t = std::time::Instant::now();
+    for _ in 0..steps {
+        gpu.forward(&[next], Logits::Last, &mut out, None).unwrap();
+        next = argmax(&out) as u32;
+    }
+    let dt_eager = t.elapsed().as_secs_f64();
+    gpu.end_sequence();
+    gpu.set_decode_graphs(true);
+    let pp = {
+        gpu.begin_sequence(512).unwrap();
+        let prompt: Vec<u32> = tokens.iter().cycle().take(512).copied().collect();
+        gpu.forward(&prompt, Logits::Last, &mut out, None).unwrap();
+        gpu.end_sequence();
+        gpu.begin_sequence(512).unwrap();
+        let t = std::time::Instant::now();
+        gpu.forward(&prompt, Logits::Last, &mut out, None).unwrap();
+        let s = t.elapsed().as_secs_f64();
+        gpu.end_sequence();
+        512.0 / s
+    };
+    eprintln!(
+        "SmolLM2 on {}: prefill 16 tokens (median of 10) {:.2} ms; decode {:.1} tok/s ({:.2} ms/token over {steps}; without graphs {:.1} tok/s); prefill 512: {:.0} tok/s",
+        gpu.device().name,
+        ttft[ttft.len() / 2],
+        steps as f64 / dt,
+        dt * 1e3 / steps as f64,
+        steps as f64 / dt_eager,
+        pp
+    );
+}
+
+/// Times the decode matmul at the LM head's shape (49152 x 576) and a layer's
+/// shape with both mv kernels, and the gemm at prefill shapes.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn matmul_timings() {
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let time = |ops: &mut CudaOps, w: &CudaWeight, x: &CudaBuf, out: &mut CudaBuf| {
+        for _ in 0..20 {
+            ops.matmul(x, w, None, out).unwrap();
+        }
+        dev().synchronize().unwrap();
+        let reps = 200;
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            ops.matmul(x, w, None, out).unwrap();
+        }
+        dev().synchronize().unwrap();
+        t.elapsed().as_secs_f64() * 1e6 / reps as f64
+    };
+    for ty in [GgmlType::Q8_0, GgmlType::Q6K, GgmlType::Q4_1, GgmlType::Q4K, GgmlType::F16] {
+        for (rows, cols) in [(49152usize, 576usize), (1536, 576), (576, 1536)] {
+            let cols = cols.next_multiple_of(ty.block_len());
+            let w = test_weight(&mut ops, ty, rows, cols, &random_vec(&mut rng, rows * cols, 1.0)).gpu;
+            let bytes = (w.rows * w.row_bytes) as f64;
+            let mut line = format!("{ty:>5} {rows:>5}x{cols:<4}");
+            for n in [1usize, 16, 64, 512] {
+                let x = ops.upload(n, cols, &random_vec(&mut rng, n * cols, 1.0)).unwrap();
+                let mut out = ops.buf(n, rows).unwrap();
+                if n == 1 {
+                    for (name, warp_rows) in [("block/row", usize::MAX), ("warp/row", 0)] {
+                        dev().set_mv_warp_min_rows(warp_rows);
+                        let us = time(&mut ops, &w, &x, &mut out);
+                        line += &format!("  n=1 {name} {us:7.1} us ({:5.0} GB/s)", bytes / us / 1e3);
+                    }
+                    dev().set_mv_warp_min_rows(kernels::MV_WARP_MIN_ROWS);
+                } else {
+                    let us = time(&mut ops, &w, &x, &mut out);
+                    line += &format!("  n={n} {us:8.1} us ({:6.1} TFLOP/s)", 2.0 * (rows * cols * n) as f64 / us / 1e6);
+                }
+            }
+            eprintln!("{line}");
+        }
+    }
+}
+
+/// A random-weight model of SmolLM2-135M's exact shapes and formats (Q4_1
+/// matrices, Q8_0 tied embedding): speed depends on shapes, not values, so
+/// this times the reference model without carrying its file.
+fn smollm2_shaped_model() -> Vec<u8> {
+    let mut rng = ChaCha8Rng::seed_from_u64(42);
+    let (d, n_layer, n_head, n_kv, ff, vocab) = (576usize, 30usize, 9usize, 3usize, 1536usize, 49152usize);
+    let hd = d / n_head;
+    let mut w = GgufWriter::new();
+    let s = |v: &str| MetaValue::String(v.to_string());
+    w.metadata("general.architecture", s("llama"));
+    w.metadata("general.name", s("smollm2-shaped"));
+    for (k, v) in [
+        ("context_length", 8192u32),
+        ("embedding_length", d as u32),
+        ("block_count", n_layer as u32),
+        ("attention.head_count", n_head as u32),
+        ("attention.head_count_kv", n_kv as u32),
+        ("feed_forward_length", ff as u32),
+        ("vocab_size", vocab as u32),
+        ("rope.dimension_count", hd as u32),
+    ] {
+        w.metadata(&format!("llama.{k}"), MetaValue::U32(v));
+    }
+    w.metadata("llama.attention.layer_norm_rms_epsilon", MetaValue::F32(1e-5));
+    w.metadata("llama.rope.freq_base", MetaValue::F32(100000.0));
+    let q = |rng: &mut ChaCha8Rng, ty: GgmlType, rows: usize, cols: usize| {
+        quantize(ty, &random_vec(rng, rows * cols, 1.5 / (cols as f32).sqrt())).unwrap()
+    };
+    let ones = |n: usize| quantize(GgmlType::F32, &vec![1.0; n]).unwrap();
+    w.tensor("token_embd.weight", &[d as u64, vocab as u64], GgmlType::Q8_0, q(&mut rng, GgmlType::Q8_0, vocab, d));
+    // One layer's weights, repeated: the cost is the same.
+    let layer = [
+        ("attn_q", n_head * hd, d),
+        ("attn_k", n_kv * hd, d),
+        ("attn_v", n_kv * hd, d),
+        ("attn_output", d, n_head * hd),
+        ("ffn_gate", ff, d),
+        ("ffn_up", ff, d),
+        ("ffn_down", d, ff),
+    ]
+    .map(|(name, rows, cols)| (name, rows, cols, q(&mut rng, GgmlType::Q4_1, rows, cols)));
+    for i in 0..n_layer {
+        w.tensor(&format!("blk.{i}.attn_norm.weight"), &[d as u64], GgmlType::F32, ones(d));
+        w.tensor(&format!("blk.{i}.ffn_norm.weight"), &[d as u64], GgmlType::F32, ones(d));
+        for (name, rows, cols, bytes) in &layer {
+            w.tensor(&format!("blk.{i}.{name}.weight"), &[*cols as u64, *rows as u64], GgmlType::Q4_1, bytes.clone());
+        }
+    }
+    w.tensor("output_norm.weight", &[d as u64], GgmlType::F32, ones(d));
+    w.to_bytes()
+}
+
+/// Decode speed, time to first token and prefill speed at SmolLM2-135M's shapes.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn smollm2_shaped_timings() {
+    let file = GgufFile::from_bytes(smollm2_shaped_model()).unwrap();
+    let cfg = ModelConfig::try_from(&file.metadata).unwrap();
+    let t = std::time::Instant::now();
+    let mut gpu = CudaBackend::load(cfg, &file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();
+    let load_ms = t.elapsed().as_secs_f64() * 1e3;
+    let prompt: Vec<u32> = (0..512u32).map(|i| (i * 7919) % 49152).collect();
+    let mut out = Vec::new();
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    let prefill_ms = |gpu: &mut CudaBackend, n: usize, out: &mut Vec<f32>| {
+        let mut v = Vec::new();
+        for _ in 0..7 {
+            gpu.begin_sequence(1024).unwrap();
+            let t = std::time::Instant::now();
+            gpu.forward(&prompt[..n], Logits::Last, out, None).unwrap();
+            v.push(t.elapsed().as_secs_f64() * 1e3);
+            gpu.end_sequence();
+        }
+        median(v)
+    };
+    let p16 = prefill_ms(&mut gpu, 16, &mut out);
+    let p64 = prefill_ms(&mut gpu, 64, &mut out);
+    let p512 = prefill_ms(&mut gpu, 512, &mut out);
+    let mut decode = |gpu: &mut CudaBackend, graphs: bool, start: usize| {
+        gpu.set_decode_graphs(graphs);
+        gpu.begin_sequence(1024).unwrap();
+        gpu.forward(&prompt[..start], Logits::Last, &mut out, None).unwrap();
+        for &t in &prompt[..4] {
+            gpu.forward(&[t], Logits::Last, &mut out, None).unwrap();
+        }
+        let steps = 128;
+        let t = std::time::Instant::now();
+        for &t in &prompt[..steps] {
+            gpu.forward(&[t], Logits::Last, &mut out, None).unwrap();
+        }
+        let s = t.elapsed().as_secs_f64();
+        gpu.end_sequence();
+        steps as f64 / s
+    };
+    let tg = decode(&mut gpu, true, 16);
+    let tg_long = decode(&mut gpu, true, 512);
+    let tg_eager = decode(&mut gpu, false, 16);
+    gpu.set_decode_graphs(true);
+    eprintln!(
+        "SmolLM2-shaped (Q4_1, Q8_0 embedding) on {}: load {load_ms:.0} ms; prefill 16 tokens {p16:.2} ms, 64: {p64:.2} ms ({:.0} tok/s), 512: {p512:.1} ms ({:.0} tok/s); decode after 16: {tg:.0} tok/s ({:.2} ms/token), after 512: {tg_long:.0} tok/s, without graphs: {tg_eager:.0} tok/s",
+        gpu.device().name,
+        64.0 / p64 * 1e3,
+        512.0 / p512 * 1e3,
+        1e3 / tg
+    );
+}

@@ -1,0 +1,401 @@
+//! Serve-mode flags (M0-W-1100, M0-W-1101), the optional YAML file
+//! (M0-W-1701) and their checks before anything is loaded.
+//!
+//! Every flag may also be given in `--config FILE.yaml` under its long name
+//! (`worker-id`, `gpu-device`, `max-tokens-out`, ...); a flag on the command
+//! line wins over the file, and an unknown key in the file is an error.
+//! A missing required flag is a usage error (exit 2, like clap's own); a
+//! value that fails its check exits 1 with a message naming the flag.
+
+use std::net::{IpAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::backend::BackendKind;
+use crate::server::validation::MAX_TOKENS_LIMIT;
+
+pub const DEFAULT_HOST: &str = "127.0.0.1";
+pub const DEFAULT_BACKEND: BackendKind = BackendKind::Cuda;
+pub const DEFAULT_MAX_TOKENS_OUT: usize = MAX_TOKENS_LIMIT;
+pub const DEFAULT_INFERENCE_TIMEOUT_SEC: u64 = 300;
+pub const DEFAULT_QUEUE_DEPTH: usize = 8;
+pub const MAX_QUEUE_DEPTH: usize = 4096;
+pub const DEFAULT_RESIDENCY_CHECK_SEC: u64 = 60;
+pub const DEFAULT_SHUTDOWN_GRACE_SEC: u64 = 3;
+pub const DEFAULT_UPLOAD_CHUNK_BYTES: usize = 1 << 20;
+pub const MIN_PORT: u32 = 1024;
+
+/// The serve-mode command line. Everything is optional here so the YAML file
+/// can supply it; required flags are checked after merging.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ServeArgs {
+    /// Worker id, a UUID (required).
+    #[arg(long, value_name = "UUID")]
+    pub worker_id: Option<String>,
+    /// Absolute path of the GGUF model file (required).
+    #[arg(long, value_name = "FILE")]
+    pub model: Option<PathBuf>,
+    /// GPU ordinal, 0 to count-1 (required).
+    #[arg(long, value_name = "N")]
+    pub gpu_device: Option<usize>,
+    /// HTTP port, 1024-65535, must be free (required).
+    #[arg(long)]
+    pub port: Option<u32>,
+    /// Address to listen on [default: 127.0.0.1].
+    #[arg(long, value_name = "IP")]
+    pub host: Option<String>,
+    /// Compute backend: cuda or cpu [default: cuda]. There is no fallback.
+    #[arg(long)]
+    pub backend: Option<BackendKind>,
+    /// When given, POST {worker_id, model_ref, vram_bytes, uri} here once ready (http:// only).
+    #[arg(long, value_name = "URL")]
+    pub callback_url: Option<String>,
+    /// Longest prompt in tokens [default: the model's context length].
+    #[arg(long, value_name = "N")]
+    pub max_tokens_in: Option<usize>,
+    /// Most tokens one job may generate, at most 2048 [default: 2048].
+    #[arg(long, value_name = "N")]
+    pub max_tokens_out: Option<usize>,
+    /// A running job ends with INFERENCE_TIMEOUT after this many seconds [default: 300].
+    #[arg(long, value_name = "SECONDS")]
+    pub inference_timeout_sec: Option<u64>,
+    /// Upper bound of one job's KV cache in MiB [default: computed].
+    #[arg(long, value_name = "MIB")]
+    pub kv_cache_size_mb: Option<u64>,
+    /// Jobs that may wait behind the running one [default: 8].
+    #[arg(long, value_name = "N")]
+    pub queue_depth: Option<usize>,
+    /// Write one JSONL parity record per generated token to this file.
+    #[arg(long, value_name = "FILE")]
+    pub parity_log: Option<PathBuf>,
+    /// Interval of the weight residency check on cuda [default: 60].
+    #[arg(long, value_name = "SECONDS")]
+    pub residency_check_sec: Option<u64>,
+    /// At shutdown, how long the running job may go on before it is cancelled [default: 3].
+    #[arg(long, value_name = "SECONDS")]
+    pub shutdown_grace_sec: Option<u64>,
+    /// Host-to-device copy chunk in bytes [default: 1048576].
+    #[arg(long, value_name = "BYTES")]
+    pub upload_chunk_bytes: Option<usize>,
+    /// YAML file with any of the flags above, keyed by long name.
+    #[arg(long, value_name = "FILE.yaml")]
+    pub config: Option<PathBuf>,
+}
+
+/// The YAML file: the same keys as the long flags.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FileConfig {
+    pub worker_id: Option<String>,
+    pub model: Option<PathBuf>,
+    pub gpu_device: Option<usize>,
+    pub port: Option<u32>,
+    pub host: Option<String>,
+    pub backend: Option<BackendKind>,
+    pub callback_url: Option<String>,
+    pub max_tokens_in: Option<usize>,
+    pub max_tokens_out: Option<usize>,
+    pub inference_timeout_sec: Option<u64>,
+    pub kv_cache_size_mb: Option<u64>,
+    pub queue_depth: Option<usize>,
+    pub parity_log: Option<PathBuf>,
+    pub residency_check_sec: Option<u64>,
+    pub shutdown_grace_sec: Option<u64>,
+    pub upload_chunk_bytes: Option<usize>,
+}
+
+/// The checked configuration the worker runs with.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    pub worker_id: String,
+    pub model: PathBuf,
+    pub gpu_device: usize,
+    pub port: u16,
+    pub host: IpAddr,
+    pub backend: BackendKind,
+    pub callback_url: Option<String>,
+    /// `None`: the model's context length.
+    pub max_tokens_in: Option<usize>,
+    pub max_tokens_out: usize,
+    pub inference_timeout: Duration,
+    pub kv_cache_size_mb: Option<u64>,
+    pub queue_depth: usize,
+    pub parity_log: Option<PathBuf>,
+    pub residency_check: Duration,
+    pub shutdown_grace: Duration,
+    pub upload_chunk_bytes: usize,
+}
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A required flag is missing everywhere: a usage error (exit 2).
+    #[error("the flag {0} is required (on the command line or in --config)")]
+    Missing(&'static str),
+    /// A value failed its check (exit 1).
+    #[error("{flag}: {message}")]
+    Invalid { flag: &'static str, message: String },
+}
+
+fn invalid(flag: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { flag, message: message.into() }
+}
+
+/// Reads the YAML file.
+pub fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| invalid("--config", format!("cannot read {}: {e}", path.display())))?;
+    if text.trim().is_empty() {
+        return Ok(FileConfig::default());
+    }
+    serde_yaml::from_str(&text).map_err(|e| invalid("--config", format!("{}: {e}", path.display())))
+}
+
+/// Merges the file under the flags and checks every value, including that
+/// the model file is readable and the port is free.
+pub fn resolve(args: ServeArgs) -> Result<ServeConfig, ConfigError> {
+    let file = match &args.config {
+        Some(path) => read_file(path)?,
+        None => FileConfig::default(),
+    };
+    let worker_id = args.worker_id.or(file.worker_id).ok_or(ConfigError::Missing("--worker-id"))?;
+    let model = args.model.or(file.model).ok_or(ConfigError::Missing("--model"))?;
+    let gpu_device = args.gpu_device.or(file.gpu_device).ok_or(ConfigError::Missing("--gpu-device"))?;
+    let port = args.port.or(file.port).ok_or(ConfigError::Missing("--port"))?;
+    let host = args.host.or(file.host).unwrap_or_else(|| DEFAULT_HOST.to_string());
+    let backend = args.backend.or(file.backend).unwrap_or(DEFAULT_BACKEND);
+
+    uuid::Uuid::parse_str(&worker_id)
+        .map_err(|e| invalid("--worker-id", format!("{worker_id:?} is not a UUID: {e}")))?;
+    check_model_path(&model)?;
+    let host: IpAddr = match host.as_str() {
+        "localhost" => IpAddr::from([127, 0, 0, 1]),
+        h => h.parse().map_err(|_| invalid("--host", format!("{h:?} is not an IP address")))?,
+    };
+    if !(MIN_PORT..=u16::MAX as u32).contains(&port) {
+        return Err(invalid("--port", format!("{port} is outside {MIN_PORT}-65535")));
+    }
+    let port = port as u16;
+    check_port_free(host, port)?;
+
+    let callback_url = args.callback_url.or(file.callback_url);
+    if let Some(url) = &callback_url {
+        if !url.starts_with("http://") || url.len() <= "http://".len() {
+            return Err(invalid("--callback-url", format!("{url:?} is not an http:// URL (https is not supported)")));
+        }
+    }
+    let max_tokens_in = args.max_tokens_in.or(file.max_tokens_in);
+    if max_tokens_in == Some(0) {
+        return Err(invalid("--max-tokens-in", "must be at least 1"));
+    }
+    let max_tokens_out = args.max_tokens_out.or(file.max_tokens_out).unwrap_or(DEFAULT_MAX_TOKENS_OUT);
+    if !(1..=MAX_TOKENS_LIMIT).contains(&max_tokens_out) {
+        return Err(invalid("--max-tokens-out", format!("{max_tokens_out} is outside 1-{MAX_TOKENS_LIMIT}")));
+    }
+    let timeout_s = args.inference_timeout_sec.or(file.inference_timeout_sec).unwrap_or(DEFAULT_INFERENCE_TIMEOUT_SEC);
+    if timeout_s == 0 {
+        return Err(invalid("--inference-timeout-sec", "must be at least 1"));
+    }
+    let kv_cache_size_mb = args.kv_cache_size_mb.or(file.kv_cache_size_mb);
+    if kv_cache_size_mb == Some(0) {
+        return Err(invalid("--kv-cache-size-mb", "must be at least 1"));
+    }
+    let queue_depth = args.queue_depth.or(file.queue_depth).unwrap_or(DEFAULT_QUEUE_DEPTH);
+    if queue_depth > MAX_QUEUE_DEPTH {
+        return Err(invalid("--queue-depth", format!("{queue_depth} is above {MAX_QUEUE_DEPTH}")));
+    }
+    let parity_log = args.parity_log.or(file.parity_log);
+    if let Some(path) = &parity_log {
+        check_parity_path(path)?;
+    }
+    let residency_s = args.residency_check_sec.or(file.residency_check_sec).unwrap_or(DEFAULT_RESIDENCY_CHECK_SEC);
+    if residency_s == 0 {
+        return Err(invalid("--residency-check-sec", "must be at least 1"));
+    }
+    let grace_s = args.shutdown_grace_sec.or(file.shutdown_grace_sec).unwrap_or(DEFAULT_SHUTDOWN_GRACE_SEC);
+    if grace_s > 20 {
+        return Err(invalid("--shutdown-grace-sec", "must be at most 20 (shutdown must end within 30 s)"));
+    }
+    let upload_chunk_bytes = args.upload_chunk_bytes.or(file.upload_chunk_bytes).unwrap_or(DEFAULT_UPLOAD_CHUNK_BYTES);
+    if upload_chunk_bytes < 4096 {
+        return Err(invalid("--upload-chunk-bytes", "must be at least 4096"));
+    }
+
+    Ok(ServeConfig {
+        worker_id,
+        model,
+        gpu_device,
+        port,
+        host,
+        backend,
+        callback_url,
+        max_tokens_in,
+        max_tokens_out,
+        inference_timeout: Duration::from_secs(timeout_s),
+        kv_cache_size_mb,
+        queue_depth,
+        parity_log,
+        residency_check: Duration::from_secs(residency_s),
+        shutdown_grace: Duration::from_secs(grace_s),
+        upload_chunk_bytes,
+    })
+}
+
+fn check_model_path(path: &Path) -> Result<(), ConfigError> {
+    let shown = path.display();
+    if !path.is_absolute() {
+        return Err(invalid("--model", format!("{shown} is not an absolute path")));
+    }
+    let meta = std::fs::metadata(path).map_err(|e| invalid("--model", format!("{shown}: {e}")))?;
+    if !meta.is_file() {
+        return Err(invalid("--model", format!("{shown} is not a file")));
+    }
+    let is_gguf = path.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+    if !is_gguf {
+        return Err(invalid("--model", format!("{shown} is not a .gguf file")));
+    }
+    std::fs::File::open(path).map_err(|e| invalid("--model", format!("{shown} is not readable: {e}")))?;
+    Ok(())
+}
+
+fn check_port_free(host: IpAddr, port: u16) -> Result<(), ConfigError> {
+    TcpListener::bind((host, port))
+        .map(drop)
+        .map_err(|e| invalid("--port", format!("cannot listen on {host}:{port}: {e}")))
+}
+
+fn check_parity_path(path: &Path) -> Result<(), ConfigError> {
+    if path.is_dir() {
+        return Err(invalid("--parity-log", format!("{} is a directory", path.display())));
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !parent.is_dir() {
+        return Err(invalid("--parity-log", format!("the folder {} does not exist", parent.display())));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixture {
+        dir: tempfile::TempDir,
+        model: PathBuf,
+        port: u32,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("m.gguf");
+        std::fs::write(&model, b"GGUF").unwrap();
+        let port = free_port() as u32;
+        Fixture { dir, model, port }
+    }
+
+    fn free_port() -> u16 {
+        TcpListener::bind(("127.0.0.1", 0)).unwrap().local_addr().unwrap().port()
+    }
+
+    fn args(f: &Fixture) -> ServeArgs {
+        ServeArgs {
+            worker_id: Some("0b8b5a63-3c0d-4f6e-9a51-2d6a3f1f9c11".into()),
+            model: Some(f.model.clone()),
+            gpu_device: Some(0),
+            port: Some(f.port),
+            ..ServeArgs::default()
+        }
+    }
+
+    fn flag_of(r: Result<ServeConfig, ConfigError>) -> &'static str {
+        match r {
+            Err(ConfigError::Invalid { flag, .. }) => flag,
+            Err(ConfigError::Missing(flag)) => flag,
+            Ok(_) => "ok",
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let f = fixture();
+        let c = resolve(args(&f)).unwrap();
+        assert_eq!(c.backend, BackendKind::Cuda);
+        assert_eq!(c.host.to_string(), "127.0.0.1");
+        assert_eq!(c.max_tokens_out, 2048);
+        assert_eq!(c.max_tokens_in, None);
+        assert_eq!(c.inference_timeout, Duration::from_secs(300));
+        assert_eq!(c.queue_depth, DEFAULT_QUEUE_DEPTH);
+        assert_eq!(c.residency_check, Duration::from_secs(60));
+    }
+
+    /// M0-W-1100: each bad value names its flag.
+    #[test]
+    fn bad_values_name_their_flag() {
+        let f = fixture();
+        let busy = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let busy_port = busy.local_addr().unwrap().port() as u32;
+        let not_gguf = f.dir.path().join("m.bin");
+        std::fs::write(&not_gguf, b"x").unwrap();
+        let rows: Vec<(ServeArgs, &str)> = vec![
+            (ServeArgs { worker_id: Some("not-a-uuid".into()), ..args(&f) }, "--worker-id"),
+            (ServeArgs { model: Some(f.dir.path().join("missing.gguf")), ..args(&f) }, "--model"),
+            (ServeArgs { model: Some("relative/m.gguf".into()), ..args(&f) }, "--model"),
+            (ServeArgs { model: Some(f.dir.path().to_path_buf()), ..args(&f) }, "--model"),
+            (ServeArgs { model: Some(not_gguf), ..args(&f) }, "--model"),
+            (ServeArgs { port: Some(80), ..args(&f) }, "--port"),
+            (ServeArgs { port: Some(70000), ..args(&f) }, "--port"),
+            (ServeArgs { port: Some(busy_port), ..args(&f) }, "--port"),
+            (ServeArgs { host: Some("nowhere".into()), ..args(&f) }, "--host"),
+            (ServeArgs { max_tokens_out: Some(0), ..args(&f) }, "--max-tokens-out"),
+            (ServeArgs { max_tokens_out: Some(2049), ..args(&f) }, "--max-tokens-out"),
+            (ServeArgs { max_tokens_in: Some(0), ..args(&f) }, "--max-tokens-in"),
+            (ServeArgs { inference_timeout_sec: Some(0), ..args(&f) }, "--inference-timeout-sec"),
+            (ServeArgs { callback_url: Some("ftp://x".into()), ..args(&f) }, "--callback-url"),
+            (ServeArgs { parity_log: Some("/no/such/dir/p.jsonl".into()), ..args(&f) }, "--parity-log"),
+            (ServeArgs { worker_id: None, ..args(&f) }, "--worker-id"),
+            (ServeArgs { model: None, ..args(&f) }, "--model"),
+            (ServeArgs { gpu_device: None, ..args(&f) }, "--gpu-device"),
+            (ServeArgs { port: None, ..args(&f) }, "--port"),
+        ];
+        for (a, flag) in rows {
+            let shown = format!("{a:?}");
+            assert_eq!(flag_of(resolve(a)), flag, "{shown}");
+        }
+        drop(busy);
+    }
+
+    /// M0-W-1701: the file supplies values, flags win, unknown keys fail.
+    #[test]
+    fn yaml_file_under_flags() {
+        let f = fixture();
+        let other_port = free_port();
+        let path = f.dir.path().join("w.yaml");
+        std::fs::write(
+            &path,
+            format!(
+                "worker-id: 0b8b5a63-3c0d-4f6e-9a51-2d6a3f1f9c11\nmodel: {}\ngpu-device: 0\nport: {}\nmax-tokens-out: 5\nbackend: cpu\n",
+                f.model.display(),
+                other_port
+            ),
+        )
+        .unwrap();
+        let from_file = resolve(ServeArgs { config: Some(path.clone()), ..ServeArgs::default() }).unwrap();
+        assert_eq!(from_file.port, other_port);
+        assert_eq!(from_file.max_tokens_out, 5);
+        assert_eq!(from_file.backend, BackendKind::Cpu);
+        let overridden =
+            resolve(ServeArgs { config: Some(path.clone()), port: Some(f.port), ..ServeArgs::default() }).unwrap();
+        assert_eq!(overridden.port as u32, f.port);
+        assert_eq!(overridden.max_tokens_out, 5);
+
+        std::fs::write(&path, "port: 8080\nbogus-key: 1\n").unwrap();
+        let err = resolve(ServeArgs { config: Some(path.clone()), ..args(&f) }).unwrap_err();
+        assert!(matches!(&err, ConfigError::Invalid { flag: "--config", message } if message.contains("bogus-key")), "{err}");
+        let err = resolve(ServeArgs { config: Some(f.dir.path().join("none.yaml")), ..args(&f) }).unwrap_err();
+        assert!(matches!(err, ConfigError::Invalid { flag: "--config", .. }));
+    }
+}

@@ -1,0 +1,332 @@
+//! Stable error codes (M0-W-1500) and the mapping of backend errors onto them
+//! (M0-W-1501).
+//!
+//! Every failure a client can see is a [`JobError`]: a code, a readable
+//! message (never prompt text) and whether retrying may help. The HTTP layer
+//! turns it into a status and JSON body; the SSE stream sends the same JSON as
+//! its `error` event.
+
+use std::fmt;
+
+use crate::backend::{BackendError, BackendKind};
+
+/// The stable API error codes. Strings and HTTP statuses are part of the API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    InvalidRequest,
+    ModelLoadFailed,
+    InsufficientVram,
+    VramOom,
+    CudaError,
+    InferenceTimeout,
+    Cancelled,
+    Internal,
+    QueueFull,
+    ShuttingDown,
+}
+
+impl ErrorCode {
+    pub const ALL: [ErrorCode; 10] = [
+        ErrorCode::InvalidRequest,
+        ErrorCode::ModelLoadFailed,
+        ErrorCode::InsufficientVram,
+        ErrorCode::VramOom,
+        ErrorCode::CudaError,
+        ErrorCode::InferenceTimeout,
+        ErrorCode::Cancelled,
+        ErrorCode::Internal,
+        ErrorCode::QueueFull,
+        ErrorCode::ShuttingDown,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest => "INVALID_REQUEST",
+            ErrorCode::ModelLoadFailed => "MODEL_LOAD_FAILED",
+            ErrorCode::InsufficientVram => "INSUFFICIENT_VRAM",
+            ErrorCode::VramOom => "VRAM_OOM",
+            ErrorCode::CudaError => "CUDA_ERROR",
+            ErrorCode::InferenceTimeout => "INFERENCE_TIMEOUT",
+            ErrorCode::Cancelled => "CANCELLED",
+            ErrorCode::Internal => "INTERNAL",
+            ErrorCode::QueueFull => "QUEUE_FULL",
+            ErrorCode::ShuttingDown => "SHUTTING_DOWN",
+        }
+    }
+
+    /// HTTP status when the error is answered outside a stream.
+    /// `CANCELLED` uses the non-standard 499 ("client closed request").
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::InvalidRequest => 400,
+            ErrorCode::ModelLoadFailed => 500,
+            ErrorCode::InsufficientVram => 503,
+            ErrorCode::VramOom => 500,
+            ErrorCode::CudaError => 500,
+            ErrorCode::InferenceTimeout => 504,
+            ErrorCode::Cancelled => 499,
+            ErrorCode::Internal => 500,
+            ErrorCode::QueueFull => 503,
+            ErrorCode::ShuttingDown => 503,
+        }
+    }
+
+    /// Whether a client may usefully retry. `CANCELLED` is not retriable when
+    /// the client asked for it; a job dropped by shutdown is retriable and is
+    /// built with [`JobError::cancelled_by_shutdown`].
+    pub fn retriable(self) -> bool {
+        match self {
+            ErrorCode::InvalidRequest => false,
+            ErrorCode::ModelLoadFailed => false,
+            ErrorCode::InsufficientVram => false,
+            ErrorCode::VramOom => false,
+            ErrorCode::CudaError => false,
+            ErrorCode::InferenceTimeout => false,
+            ErrorCode::Cancelled => false,
+            ErrorCode::Internal => false,
+            ErrorCode::QueueFull => true,
+            ErrorCode::ShuttingDown => true,
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for ErrorCode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ErrorCode::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| format!("unknown error code {s:?}"))
+    }
+}
+
+/// When a backend error happened: it maps to different codes at start-up and
+/// inside a job (M0-W-1501).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Load,
+    Job,
+}
+
+/// The API code for a backend error.
+pub fn backend_error_code(err: &BackendError, backend: BackendKind, phase: Phase) -> ErrorCode {
+    // On the CPU a "device" failure is a bug of ours, not the GPU's.
+    let device_failure = match backend {
+        BackendKind::Cuda => ErrorCode::CudaError,
+        BackendKind::Cpu => ErrorCode::Internal,
+    };
+    let load_device_failure = match backend {
+        BackendKind::Cuda => ErrorCode::CudaError,
+        BackendKind::Cpu => ErrorCode::ModelLoadFailed,
+    };
+    match (phase, err) {
+        (Phase::Load, BackendError::OutOfMemory { .. }) => ErrorCode::InsufficientVram,
+        // No usable GPU, or the ordinal is out of range: the device's fault, not the file's.
+        (Phase::Load, BackendError::DeviceNotFound(_)) | (Phase::Load, BackendError::InvalidDevice(_)) => {
+            ErrorCode::CudaError
+        }
+        // NVRTC compilation and residency problems while setting up (M0-W-1702).
+        (Phase::Load, BackendError::KernelLaunchFailed(_))
+        | (Phase::Load, BackendError::VramResidencyFailed(_)) => load_device_failure,
+        (Phase::Load, BackendError::ModelLoadFailed(_))
+        | (Phase::Load, BackendError::InferenceFailed(_))
+        | (Phase::Load, BackendError::Unknown(_)) => ErrorCode::ModelLoadFailed,
+        (Phase::Job, BackendError::OutOfMemory { .. }) => ErrorCode::VramOom,
+        (Phase::Job, BackendError::DeviceNotFound(_))
+        | (Phase::Job, BackendError::InvalidDevice(_))
+        | (Phase::Job, BackendError::InferenceFailed(_))
+        | (Phase::Job, BackendError::VramResidencyFailed(_))
+        | (Phase::Job, BackendError::KernelLaunchFailed(_)) => device_failure,
+        (Phase::Job, BackendError::ModelLoadFailed(_)) | (Phase::Job, BackendError::Unknown(_)) => {
+            ErrorCode::Internal
+        }
+    }
+}
+
+/// A client-visible error: the body of every error answer and of the SSE
+/// `error` event.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct JobError {
+    #[serde(serialize_with = "serialize_code")]
+    pub code: ErrorCode,
+    pub message: String,
+    pub retriable: bool,
+}
+
+fn serialize_code<S: serde::Serializer>(code: &ErrorCode, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(code.as_str())
+}
+
+impl JobError {
+    /// An error with the code's fixed retriable flag.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        JobError { code, message: message.into(), retriable: code.retriable() }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        JobError::new(ErrorCode::InvalidRequest, message)
+    }
+
+    /// The client (or an operator) cancelled the job.
+    pub fn cancelled() -> Self {
+        JobError::new(ErrorCode::Cancelled, "the job was cancelled")
+    }
+
+    /// The worker is shutting down and dropped the job; another worker may run it.
+    pub fn cancelled_by_shutdown() -> Self {
+        JobError {
+            code: ErrorCode::Cancelled,
+            message: "the worker is shutting down; the job was cancelled".into(),
+            retriable: true,
+        }
+    }
+
+    pub fn timeout(limit_s: u64) -> Self {
+        JobError::new(
+            ErrorCode::InferenceTimeout,
+            format!("the job ran longer than the inference timeout of {limit_s} s"),
+        )
+    }
+
+    pub fn queue_full(depth: usize) -> Self {
+        JobError::new(
+            ErrorCode::QueueFull,
+            format!("the job queue is full ({depth} jobs waiting); retry later"),
+        )
+    }
+
+    pub fn shutting_down() -> Self {
+        JobError::new(ErrorCode::ShuttingDown, "the worker is shutting down")
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        JobError::new(ErrorCode::Internal, message)
+    }
+
+    pub fn from_backend(err: &BackendError, backend: BackendKind, phase: Phase) -> Self {
+        JobError::new(backend_error_code(err, backend, phase), err.to_string())
+    }
+
+    /// The JSON body (also the SSE `error` event's data).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("JobError serializes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_strings_statuses_and_retriable_are_pinned() {
+        let table = [
+            (ErrorCode::InvalidRequest, "INVALID_REQUEST", 400, false),
+            (ErrorCode::ModelLoadFailed, "MODEL_LOAD_FAILED", 500, false),
+            (ErrorCode::InsufficientVram, "INSUFFICIENT_VRAM", 503, false),
+            (ErrorCode::VramOom, "VRAM_OOM", 500, false),
+            (ErrorCode::CudaError, "CUDA_ERROR", 500, false),
+            (ErrorCode::InferenceTimeout, "INFERENCE_TIMEOUT", 504, false),
+            (ErrorCode::Cancelled, "CANCELLED", 499, false),
+            (ErrorCode::Internal, "INTERNAL", 500, false),
+            (ErrorCode::QueueFull, "QUEUE_FULL", 503, true),
+            (ErrorCode::ShuttingDown, "SHUTTING_DOWN", 503, true),
+        ];
+        assert_eq!(table.len(), ErrorCode::ALL.len());
+        for (code, s, status, retriable) in table {
+            assert_eq!(code.as_str(), s);
+            assert_eq!(code.http_status(), status, "{s}");
+            assert_eq!(code.retriable(), retriable, "{s}");
+            assert_eq!(s.parse::<ErrorCode>().unwrap(), code);
+        }
+        assert!(JobError::cancelled_by_shutdown().retriable);
+        assert!(!JobError::cancelled().retriable);
+    }
+
+    #[test]
+    fn error_json_has_three_fields() {
+        let v: serde_json::Value = serde_json::from_str(&JobError::queue_full(8).to_json()).unwrap();
+        assert_eq!(v["code"], "QUEUE_FULL");
+        assert_eq!(v["retriable"], true);
+        assert!(v["message"].as_str().unwrap().contains("full"));
+        assert_eq!(v.as_object().unwrap().len(), 3);
+    }
+
+    /// Exhaustive: adding a `BackendError` variant fails to compile here until
+    /// its mapping is decided.
+    #[test]
+    fn every_backend_error_maps_in_both_phases() {
+        fn sample(kind: usize) -> BackendError {
+            match kind {
+                0 => BackendError::DeviceNotFound("x".into()),
+                1 => BackendError::OutOfMemory { needed: 2, available: 1 },
+                2 => BackendError::InvalidDevice("x".into()),
+                3 => BackendError::ModelLoadFailed("x".into()),
+                4 => BackendError::InferenceFailed("x".into()),
+                5 => BackendError::VramResidencyFailed("x".into()),
+                6 => BackendError::KernelLaunchFailed("x".into()),
+                _ => BackendError::Unknown("x".into()),
+            }
+        }
+        use BackendKind::{Cpu, Cuda};
+        use ErrorCode::*;
+        use Phase::{Job, Load};
+        for kind in 0..8 {
+            let err = sample(kind);
+            let expected = |backend: BackendKind, phase: Phase| -> ErrorCode {
+                let dev = if backend == Cuda { CudaError } else { Internal };
+                let load_dev = if backend == Cuda { CudaError } else { ModelLoadFailed };
+                match (&err, phase) {
+                    (BackendError::OutOfMemory { .. }, Load) => InsufficientVram,
+                    (BackendError::OutOfMemory { .. }, Job) => VramOom,
+                    (BackendError::DeviceNotFound(_), Load) | (BackendError::InvalidDevice(_), Load) => CudaError,
+                    (BackendError::KernelLaunchFailed(_), Load) | (BackendError::VramResidencyFailed(_), Load) => {
+                        load_dev
+                    }
+                    (BackendError::ModelLoadFailed(_), Load)
+                    | (BackendError::InferenceFailed(_), Load)
+                    | (BackendError::Unknown(_), Load) => ModelLoadFailed,
+                    (BackendError::DeviceNotFound(_), Job)
+                    | (BackendError::InvalidDevice(_), Job)
+                    | (BackendError::InferenceFailed(_), Job)
+                    | (BackendError::VramResidencyFailed(_), Job)
+                    | (BackendError::KernelLaunchFailed(_), Job) => dev,
+                    (BackendError::ModelLoadFailed(_), Job) | (BackendError::Unknown(_), Job) => {
+                        Internal
+                    }
+                }
+            };
+            for backend in [Cpu, Cuda] {
+                for phase in [Load, Job] {
+                    assert_eq!(
+                        backend_error_code(&err, backend, phase),
+                        expected(backend, phase),
+                        "{err:?} {backend:?} {phase:?}"
+                    );
+                }
+            }
+            // Each kind has its fixed message prefix.
+            let prefix = match &err {
+                BackendError::DeviceNotFound(_) => "no usable GPU: ",
+                BackendError::OutOfMemory { .. } => "out of device memory: ",
+                BackendError::InvalidDevice(_) => "invalid device: ",
+                BackendError::ModelLoadFailed(_) => "model load failed: ",
+                BackendError::InferenceFailed(_) => "inference failed: ",
+                BackendError::VramResidencyFailed(_) => "weights are not resident in device memory: ",
+                BackendError::KernelLaunchFailed(_) => "kernel launch failed: ",
+                BackendError::Unknown(_) => "unknown backend error: ",
+            };
+            assert!(err.to_string().starts_with(prefix), "{err}");
+        }
+        let oom = BackendError::OutOfMemory { needed: 2, available: 1 };
+        let e = JobError::from_backend(&oom, Cuda, Job);
+        assert_eq!(e.code, VramOom);
+        assert!(!e.retriable);
+    }
+}

@@ -1,0 +1,478 @@
+//! The engine thread: takes jobs from the queue one at a time, runs
+//! [`generate`] on the backend it owns, and streams each token to the job's
+//! sink as it is produced (M0-W-1301).
+//!
+//! Between steps the engine asks, in this order: was the job cancelled (by its
+//! client or by shutdown), has the client gone away, has the job run past the
+//! inference timeout (measured from when it starts running, not from when it
+//! was queued)? Each ends the job with its own terminal event and outcome.
+//! While idle and on `cuda`, the thread checks weight residency every
+//! `residency_check` interval (M0-W-1012).
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::backend::{Backend, BackendError, BackendKind};
+use crate::engine::error::{ErrorCode, JobError, Phase};
+use crate::engine::generate::{
+    generate, AbortReason, GeneratedToken, GenerationError, GenerationObserver, ParityStep,
+};
+use crate::engine::job::{CancelFlag, EndEvent, Job, JobEvent, JobSink, LogprobEntry, Outcome, TokenEvent};
+use crate::engine::parity::ParitySender;
+use crate::engine::queue::{CancelResult, JobQueue, Pop, PushError};
+use crate::engine::status::{EngineStatus, Problem};
+use crate::narrate;
+use crate::telemetry::metrics::Metrics;
+use crate::tokenizer::Tokenizer;
+
+/// How the engine runs.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Jobs that may wait behind the running one (EXT-003).
+    pub queue_depth: usize,
+    /// A running job is stopped with `INFERENCE_TIMEOUT` after this long.
+    pub inference_timeout: Duration,
+    /// Interval of the weight residency check; `None` disables it (always on `cpu`).
+    pub residency_check: Option<Duration>,
+}
+
+/// What the engine thread takes ownership of.
+pub struct EngineParts {
+    pub backend: Box<dyn Backend>,
+    pub tokenizer: Arc<Tokenizer>,
+    pub metrics: Arc<Metrics>,
+    pub status: Arc<EngineStatus>,
+    pub parity: Option<ParitySender>,
+}
+
+/// The running engine. Dropping it without [`Engine::shutdown`] leaves the
+/// thread running until the process ends.
+pub struct Engine {
+    handle: EngineHandle,
+    thread: JoinHandle<()>,
+}
+
+/// The HTTP side's view of the engine: cheap to clone, never blocks on a job.
+#[derive(Clone)]
+pub struct EngineHandle {
+    queue: Arc<JobQueue>,
+    status: Arc<EngineStatus>,
+}
+
+/// Why a job was not accepted.
+#[derive(Debug)]
+pub enum SubmitError {
+    QueueFull(JobError),
+    ShuttingDown(JobError),
+    DuplicateId(JobError),
+}
+
+impl SubmitError {
+    pub fn into_error(self) -> JobError {
+        match self {
+            SubmitError::QueueFull(e) | SubmitError::ShuttingDown(e) | SubmitError::DuplicateId(e) => e,
+        }
+    }
+}
+
+/// Where a cancelled job was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CancelState {
+    Queued,
+    Running,
+    NotFound,
+}
+
+impl Engine {
+    /// Starts the engine thread.
+    pub fn start(config: EngineConfig, parts: EngineParts) -> std::io::Result<Engine> {
+        let queue = Arc::new(JobQueue::new(config.queue_depth));
+        let handle = EngineHandle { queue: queue.clone(), status: parts.status.clone() };
+        let backend_kind = parts.backend.device().backend;
+        let post_load_vram = parts.backend.memory_use().total();
+        parts.status.set_vram_bytes_used(post_load_vram);
+        let worker = EngineThread {
+            config,
+            queue,
+            backend: parts.backend,
+            backend_kind,
+            tokenizer: parts.tokenizer,
+            metrics: parts.metrics,
+            status: parts.status,
+            parity: parts.parity,
+            post_load_vram,
+        };
+        // The first residency check runs before anyone can ask /health.
+        if worker.residency_interval().is_some() {
+            worker.check_residency();
+        }
+        let thread = std::thread::Builder::new().name("engine".into()).spawn(move || worker.run())?;
+        Ok(Engine { handle, thread })
+    }
+
+    pub fn handle(&self) -> EngineHandle {
+        self.handle.clone()
+    }
+
+    /// Graceful stop (M0-W-1340): refuses new jobs, ends waiting ones with
+    /// `CANCELLED` (retriable), lets the running job finish within `grace`,
+    /// then cancels it, and waits for the thread, which frees the backend.
+    /// Blocking; returns whether the running job had to be cancelled.
+    pub fn shutdown(self, grace: Duration) -> bool {
+        for job in self.handle.queue.close() {
+            log_unrun(&job, Outcome::Cancelled);
+            job.finish_unrun(Outcome::Cancelled, JobError::cancelled_by_shutdown());
+        }
+        let mut cancelled = false;
+        if !self.handle.queue.wait_idle(grace) {
+            cancelled = true;
+            self.handle.queue.cancel_running(AbortReason::ShuttingDown);
+        }
+        let _ = self.thread.join();
+        cancelled
+    }
+}
+
+impl EngineHandle {
+    /// Queues an accepted job. On refusal the job's stream is discarded
+    /// unopened; the caller answers with the returned error and counts it.
+    pub fn submit(&self, job: Job) -> Result<(), SubmitError> {
+        match self.queue.push(job) {
+            Ok(()) => Ok(()),
+            Err(PushError::Full(job)) => {
+                job.sink.discard();
+                Err(SubmitError::QueueFull(JobError::queue_full(self.queue.capacity())))
+            }
+            Err(PushError::Closed(job)) => {
+                job.sink.discard();
+                Err(SubmitError::ShuttingDown(JobError::shutting_down()))
+            }
+            Err(PushError::DuplicateId(job)) => {
+                job.sink.discard();
+                Err(SubmitError::DuplicateId(JobError::invalid(
+                    "job_id: a job with this id is already queued or running",
+                )))
+            }
+        }
+    }
+
+    /// Cancels a job by id (M0-W-1330). A queued job is ended here, at once;
+    /// a running one is flagged and the engine ends it at its next step.
+    pub fn cancel(&self, job_id: &str) -> CancelState {
+        match self.queue.cancel(job_id) {
+            CancelResult::Queued(job) => {
+                log_unrun(&job, Outcome::Cancelled);
+                job.finish_unrun(Outcome::Cancelled, JobError::cancelled());
+                CancelState::Queued
+            }
+            CancelResult::Running => CancelState::Running,
+            CancelResult::NotFound => CancelState::NotFound,
+        }
+    }
+
+    /// Jobs waiting behind the running one.
+    pub fn queue_depth(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn queue_capacity(&self) -> usize {
+        self.queue.capacity()
+    }
+
+    pub fn busy(&self) -> bool {
+        self.queue.is_busy()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.queue.is_closed()
+    }
+
+    pub fn status(&self) -> &EngineStatus {
+        &self.status
+    }
+}
+
+fn log_unrun(job: &Job, outcome: Outcome) {
+    narrate!(
+        info,
+        "execute_end",
+        job_id = %job.id,
+        outcome = outcome.as_str(),
+        tokens_in = job.request.prompt_tokens.len(),
+        tokens_out = 0u64,
+        "job ended before it ran"
+    );
+}
+
+struct EngineThread {
+    config: EngineConfig,
+    queue: Arc<JobQueue>,
+    backend: Box<dyn Backend>,
+    backend_kind: BackendKind,
+    tokenizer: Arc<Tokenizer>,
+    metrics: Arc<Metrics>,
+    status: Arc<EngineStatus>,
+    parity: Option<ParitySender>,
+    post_load_vram: u64,
+}
+
+/// Closes the queue if the engine thread ends abnormally, so no accepted job
+/// waits forever and `/health` says why.
+struct ExitGuard {
+    queue: Arc<JobQueue>,
+    status: Arc<EngineStatus>,
+    normal: bool,
+}
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        if !self.normal {
+            self.status.set_problem(Problem::Engine, "the engine thread stopped unexpectedly");
+            for job in self.queue.close() {
+                job.finish_unrun(Outcome::Error, JobError::internal("the engine stopped unexpectedly"));
+            }
+        }
+    }
+}
+
+impl EngineThread {
+    fn run(mut self) {
+        let mut guard = ExitGuard { queue: self.queue.clone(), status: self.status.clone(), normal: false };
+        let interval = self.residency_interval();
+        let mut next_check = interval.map(|every| Instant::now() + every);
+        loop {
+            if let (Some(every), Some(at)) = (interval, next_check) {
+                if Instant::now() >= at {
+                    self.check_residency();
+                    next_check = Some(Instant::now() + every);
+                }
+            }
+            let wait = next_check.map(|at| at.saturating_duration_since(Instant::now()));
+            match self.queue.pop(wait) {
+                Pop::Job(job) => {
+                    self.run_job(job);
+                    self.queue.finish_running();
+                }
+                Pop::Idle => {}
+                Pop::Closed => break,
+            }
+        }
+        guard.normal = true;
+        // Dropping the backend frees its memory before the thread ends.
+        drop(self.backend);
+        drop(self.parity);
+    }
+
+    /// Residency is checked on `cuda` only: on the CPU the notion does not apply.
+    fn residency_interval(&self) -> Option<Duration> {
+        self.config.residency_check.filter(|_| self.backend_kind == BackendKind::Cuda)
+    }
+
+    fn check_residency(&self) {
+        match self.backend.check_residency() {
+            Ok(true) => {
+                self.status.set_resident(true);
+                self.status.clear_problem(Problem::Residency);
+            }
+            result => {
+                let message = match result {
+                    Err(e) => e.to_string(),
+                    _ => "a weight buffer is not in device memory".to_string(),
+                };
+                if self.status.resident() || self.status.unhealthy_reason().is_none() {
+                    narrate!(error, "error", code = ErrorCode::CudaError.as_str(), message = %message, critical = true);
+                }
+                self.status.set_resident(false);
+                self.status.set_problem(Problem::Residency, format!("weights not resident: {message}"));
+            }
+        }
+    }
+
+    fn run_job(&mut self, job: Box<Job>) {
+        let Job { id, request, accepted_at, prompt, cancel, sink } = *job;
+        let job_id: Arc<str> = Arc::from(id.as_str());
+        let tokens_in = request.prompt_tokens.len();
+        if sink.is_closed() {
+            narrate!(info, "execute_end", job_id = %id, outcome = "disconnected", tokens_in, tokens_out = 0u64);
+            sink.finish(Outcome::Disconnected, JobEvent::Error(JobError::cancelled()));
+            return;
+        }
+        narrate!(
+            info,
+            "execute_start",
+            job_id = %id,
+            tokens_in,
+            max_tokens = request.max_tokens,
+            prompt_sha256 = %prompt.sha256,
+            prompt_chars = prompt.chars,
+            seed = request.sampling.seed,
+            temperature = request.sampling.temperature as f64,
+            stops = request.stop.len(),
+            logprobs = request.logprobs,
+            queue_ms = accepted_at.elapsed().as_millis() as u64,
+            x_deadline = prompt.deadline.as_deref(),
+        );
+
+        let started = Instant::now();
+        let mut observer = Observer {
+            sink: &sink,
+            cancel: &cancel,
+            deadline: started + self.config.inference_timeout,
+            tokenizer: &self.tokenizer,
+            metrics: &self.metrics,
+            parity: self.parity.as_ref(),
+            job_id: &job_id,
+            started,
+            last_token: None,
+            tokens_sent: 0,
+            first_token_ms: 0,
+        };
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            generate(self.backend.as_mut(), &self.tokenizer, &request, &mut observer)
+        }));
+        let tokens_out = observer.tokens_sent;
+        let first_token_ms = observer.first_token_ms;
+        let run_ms = started.elapsed().as_secs_f64() * 1000.0;
+        self.metrics.observe_inference_ms(run_ms);
+
+        let (outcome, event) = match result {
+            Ok(Ok(summary)) => {
+                narrate!(
+                    info,
+                    "execute_end",
+                    job_id = %id,
+                    outcome = "completed",
+                    tokens_in = summary.tokens_in,
+                    tokens_out = summary.tokens_out,
+                    decode_time_ms = summary.decode_time_ms,
+                    first_token_ms = summary.first_token_ms,
+                    stop_reason = summary.stop_reason.as_str(),
+                );
+                self.metrics.observe_first_token_ms(summary.first_token_ms as f64);
+                (Outcome::Completed, JobEvent::End(EndEvent::from(&summary)))
+            }
+            Ok(Err(GenerationError::Aborted(reason))) => {
+                let (outcome, error) = match reason {
+                    AbortReason::Cancelled => (Outcome::Cancelled, JobError::cancelled()),
+                    AbortReason::ShuttingDown => (Outcome::Cancelled, JobError::cancelled_by_shutdown()),
+                    AbortReason::Timeout => {
+                        (Outcome::Timeout, JobError::timeout(self.config.inference_timeout.as_secs()))
+                    }
+                    AbortReason::Disconnected => {
+                        (Outcome::Disconnected, JobError::new(ErrorCode::Cancelled, "the client disconnected"))
+                    }
+                };
+                if outcome == Outcome::Timeout {
+                    narrate!(error, "error", job_id = %id, code = error.code.as_str(), message = %error.message);
+                }
+                narrate!(
+                    info,
+                    "execute_end",
+                    job_id = %id,
+                    outcome = outcome.as_str(),
+                    tokens_in,
+                    tokens_out,
+                    first_token_ms,
+                    decode_time_ms = run_ms as u64,
+                );
+                (outcome, JobEvent::Error(error))
+            }
+            Ok(Err(GenerationError::Backend(err))) => {
+                let error = JobError::from_backend(&err, self.backend_kind, Phase::Job);
+                if let BackendError::OutOfMemory { .. } = err {
+                    self.status.set_problem(Problem::Memory, format!("a job ran out of device memory: {err}"));
+                }
+                narrate!(error, "error", job_id = %id, code = error.code.as_str(), message = %error.message);
+                narrate!(info, "execute_end", job_id = %id, outcome = "error", tokens_in, tokens_out);
+                (Outcome::Error, JobEvent::Error(error))
+            }
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                // The sequence may still be open; close it so its memory goes.
+                self.backend.end_sequence();
+                let error = JobError::internal("the engine failed while running the job");
+                narrate!(error, "error", job_id = %id, code = error.code.as_str(), message = %format!("engine panic: {what}"));
+                narrate!(info, "execute_end", job_id = %id, outcome = "error", tokens_in, tokens_out);
+                (Outcome::Error, JobEvent::Error(error))
+            }
+        };
+        sink.finish(outcome, event);
+
+        let vram = self.backend.memory_use().total();
+        self.status.set_vram_bytes_used(vram);
+        if vram <= self.post_load_vram {
+            self.status.clear_problem(Problem::Memory);
+        }
+    }
+}
+
+/// The engine's side of one running job.
+struct Observer<'a> {
+    sink: &'a JobSink,
+    cancel: &'a CancelFlag,
+    deadline: Instant,
+    tokenizer: &'a Tokenizer,
+    metrics: &'a Metrics,
+    parity: Option<&'a ParitySender>,
+    job_id: &'a Arc<str>,
+    started: Instant,
+    last_token: Option<Instant>,
+    tokens_sent: usize,
+    first_token_ms: u64,
+}
+
+impl GenerationObserver for Observer<'_> {
+    fn should_abort(&mut self) -> Option<AbortReason> {
+        if let Some(reason) = self.cancel.get() {
+            return Some(reason);
+        }
+        if self.sink.is_closed() {
+            return Some(AbortReason::Disconnected);
+        }
+        if Instant::now() >= self.deadline {
+            return Some(AbortReason::Timeout);
+        }
+        None
+    }
+
+    fn on_token(&mut self, token: GeneratedToken) -> Option<AbortReason> {
+        let logprobs = token.logprobs.map(|list| {
+            list.into_iter()
+                .map(|lp| LogprobEntry {
+                    id: lp.id,
+                    t: self.tokenizer.decode(&[lp.id]).unwrap_or_default(),
+                    logprob: lp.logprob,
+                })
+                .collect()
+        });
+        let event = JobEvent::Token(TokenEvent { t: token.text, i: token.index, id: token.id, logprobs });
+        if !self.sink.send(event) {
+            return Some(AbortReason::Disconnected);
+        }
+        let now = Instant::now();
+        match self.last_token {
+            Some(prev) => self.metrics.observe_inter_token_ms((now - prev).as_secs_f64() * 1000.0),
+            None => self.first_token_ms = (now - self.started).as_millis() as u64,
+        }
+        self.last_token = Some(now);
+        self.tokens_sent += 1;
+        self.metrics.token_generated();
+        None
+    }
+
+    fn wants_parity(&self) -> bool {
+        self.parity.is_some()
+    }
+
+    fn on_parity(&mut self, record: ParityStep) {
+        if let Some(p) = self.parity {
+            p.offer(self.job_id, record);
+        }
+    }
+}

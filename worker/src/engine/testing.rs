@@ -1,0 +1,261 @@
+//! Test doubles for the engine and the HTTP layer (M0-W-1811): a scripted
+//! backend whose logits make a fixed token sequence win, and a tiny
+//! byte-level tokenizer. Public so integration tests can use them; not part
+//! of the worker's API.
+#![doc(hidden)]
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::backend::{Backend, BackendError, BackendKind, Checkpoints, DeviceInfo, Logits, MemoryUse};
+use crate::tokenizer::{Tokenizer, VocabSpec};
+
+/// Ids of the byte tokenizer's special tokens (byte `b` is id `b`).
+pub const EOS_ID: u32 = 256;
+pub const IM_START_ID: u32 = 257;
+pub const IM_END_ID: u32 = 258;
+pub const BYTE_VOCAB_SIZE: usize = 259;
+
+/// A ChatML template, as SmolLM2 ships.
+pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+/// GPT-2's byte-to-unicode map: the token text of byte `b`.
+fn byte_char(b: u8) -> char {
+    let printable = (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+    if printable {
+        return b as char;
+    }
+    // Unprintable bytes map, in order, to U+0100 and up.
+    let mut n = 0u32;
+    for x in 0..b {
+        let p = (b'!'..=b'~').contains(&x) || (0xA1..=0xAC).contains(&x) || (0xAE..=0xFF).contains(&x);
+        if !p {
+            n += 1;
+        }
+    }
+    char::from_u32(0x100 + n).expect("valid char")
+}
+
+/// The vocabulary of [`byte_tokenizer`]: 256 byte tokens (id = byte value,
+/// no merges), then `<|endoftext|>` (EOS), `<|im_start|>`, `<|im_end|>`.
+pub fn byte_vocab_spec(chat_template: Option<&str>) -> VocabSpec {
+    let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_char(b).to_string()).collect();
+    let mut token_types = vec![1; 256];
+    for special in ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] {
+        tokens.push(special.to_string());
+        token_types.push(3);
+    }
+    VocabSpec {
+        model: "gpt2".into(),
+        pre: Some("default".into()),
+        tokens,
+        token_types,
+        merges: Vec::new(),
+        scores: None,
+        bos_id: None,
+        eos_id: Some(EOS_ID),
+        eot_id: Some(IM_END_ID),
+        eom_id: None,
+        unk_id: None,
+        pad_id: None,
+        add_bos: false,
+        add_eos: false,
+        chat_template: chat_template.map(str::to_string),
+    }
+}
+
+/// A byte-level tokenizer with a ChatML template: every byte is one token.
+pub fn byte_tokenizer() -> Arc<Tokenizer> {
+    Arc::new(Tokenizer::from_spec(byte_vocab_spec(Some(CHATML_TEMPLATE))).expect("byte vocabulary is valid"))
+}
+
+/// What a test can observe of a [`ScriptedBackend`] after handing it over.
+#[derive(Debug, Default)]
+pub struct ScriptProbe {
+    pub sequences_begun: AtomicUsize,
+    pub sequences_ended: AtomicUsize,
+    pub forward_calls: AtomicUsize,
+    /// Prompt tokens of each sequence, in order.
+    pub prompts: Mutex<Vec<Vec<u32>>>,
+    /// What `check_residency` answers on a scripted `cuda` device.
+    pub resident: AtomicBool,
+    pub residency_checks: AtomicUsize,
+}
+
+/// A fake backend: after a sequence's prompt, the `n`-th forward call's
+/// logits make `script[n]` the clear winner (then EOS once the script runs
+/// out). Each forward call sleeps `step_delay`.
+pub struct ScriptedBackend {
+    script: Vec<u32>,
+    vocab_size: usize,
+    step_delay: Duration,
+    /// Forward call (0-based within a sequence) that fails, and how; fires once.
+    fail_at: Option<(usize, fn() -> BackendError)>,
+    /// Forward call that panics; fires once.
+    panic_at: Option<usize>,
+    memory: MemoryUse,
+    device: DeviceInfo,
+    step: usize,
+    len: usize,
+    open: bool,
+    probe: Arc<ScriptProbe>,
+}
+
+impl ScriptedBackend {
+    pub fn new(script: Vec<u32>, vocab_size: usize) -> Self {
+        ScriptedBackend {
+            script,
+            vocab_size,
+            step_delay: Duration::ZERO,
+            fail_at: None,
+            panic_at: None,
+            memory: MemoryUse::default(),
+            device: DeviceInfo {
+                backend: BackendKind::Cpu,
+                name: "scripted".into(),
+                gpu_device: None,
+                sm: None,
+                cuda_runtime_version: None,
+                total_memory_bytes: None,
+            },
+            step: 0,
+            len: 0,
+            open: false,
+            probe: Arc::new(ScriptProbe::default()),
+        }
+    }
+
+    /// A script that spells `text` byte by byte (for [`byte_tokenizer`]).
+    pub fn spelling(text: &str) -> Self {
+        ScriptedBackend::new(text.bytes().map(u32::from).collect(), BYTE_VOCAB_SIZE)
+    }
+
+    pub fn with_delay(mut self, delay: Duration) -> Self {
+        self.step_delay = delay;
+        self
+    }
+
+    pub fn failing_at(mut self, step: usize, err: fn() -> BackendError) -> Self {
+        self.fail_at = Some((step, err));
+        self
+    }
+
+    pub fn panicking_at(mut self, step: usize) -> Self {
+        self.panic_at = Some(step);
+        self
+    }
+
+    /// Poses as a `cuda` device whose weights are resident until the probe says otherwise.
+    pub fn on_cuda(mut self) -> Self {
+        self.device.backend = BackendKind::Cuda;
+        self.device.gpu_device = Some(0);
+        self.device.sm = Some("9.0".into());
+        self.device.cuda_runtime_version = Some("13.0".into());
+        self.probe.resident.store(true, Ordering::SeqCst);
+        self
+    }
+
+    pub fn with_memory(mut self, memory: MemoryUse) -> Self {
+        self.memory = memory;
+        self
+    }
+
+    pub fn probe(&self) -> Arc<ScriptProbe> {
+        self.probe.clone()
+    }
+}
+
+impl Backend for ScriptedBackend {
+    fn device(&self) -> &DeviceInfo {
+        &self.device
+    }
+
+    fn begin_sequence(&mut self, capacity: usize) -> Result<(), BackendError> {
+        if capacity == 0 {
+            return Err(BackendError::InferenceFailed("empty sequence".into()));
+        }
+        self.step = 0;
+        self.len = 0;
+        self.open = true;
+        self.probe.sequences_begun.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn sequence_len(&self) -> usize {
+        self.len
+    }
+
+    fn forward(
+        &mut self,
+        tokens: &[u32],
+        _logits: Logits,
+        out: &mut Vec<f32>,
+        checkpoints: Option<&mut Checkpoints>,
+    ) -> Result<(), BackendError> {
+        if !self.open {
+            return Err(BackendError::InferenceFailed("forward without a sequence".into()));
+        }
+        self.probe.forward_calls.fetch_add(1, Ordering::SeqCst);
+        if self.step == 0 {
+            self.probe.prompts.lock().unwrap().push(tokens.to_vec());
+        }
+        if let Some((at, err)) = self.fail_at {
+            if at == self.step {
+                self.fail_at = None;
+                return Err(err());
+            }
+        }
+        if self.panic_at == Some(self.step) {
+            self.panic_at = None;
+            panic!("scripted panic at step {}", self.step);
+        }
+        if !self.step_delay.is_zero() {
+            std::thread::sleep(self.step_delay);
+        }
+        let winner = self.script.get(self.step).copied().unwrap_or(EOS_ID) as usize;
+        out.clear();
+        out.resize(self.vocab_size, 0.0);
+        if winner < self.vocab_size {
+            out[winner] = 20.0;
+        }
+        if let Some(cp) = checkpoints {
+            cp.record("inp_embd", &[self.step as f32; 8]);
+            cp.record("result_norm", &[1.0; 8]);
+        }
+        self.len += tokens.len();
+        self.step += 1;
+        Ok(())
+    }
+
+    fn end_sequence(&mut self) {
+        if self.open {
+            self.probe.sequences_ended.fetch_add(1, Ordering::SeqCst);
+        }
+        self.open = false;
+        self.len = 0;
+    }
+
+    fn memory_use(&self) -> MemoryUse {
+        self.memory
+    }
+
+    fn check_residency(&self) -> Result<bool, BackendError> {
+        self.probe.residency_checks.fetch_add(1, Ordering::SeqCst);
+        Ok(self.device.backend == BackendKind::Cuda && self.probe.resident.load(Ordering::SeqCst))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_chars_are_distinct() {
+        let set: std::collections::HashSet<char> = (0..=255u8).map(byte_char).collect();
+        assert_eq!(set.len(), 256);
+        assert_eq!(byte_char(b'a'), 'a');
+        assert_eq!(byte_char(b' '), '\u{120}');
+        assert_eq!(byte_char(b'\n'), '\u{10A}');
+    }
+}

@@ -1,0 +1,88 @@
+//! `GET /health` (M0-W-1320) and `GET /metrics` (M0-W-1350), both from cached
+//! state: no backend or driver call on the request path (M0-W-1604).
+//!
+//! `/health` always answers 200; `status` says `healthy` or `unhealthy`
+//! (with `reason`). On `cpu`, `resident` is false and does not count.
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+
+use super::AppState;
+use crate::backend::BackendKind;
+use crate::telemetry::metrics::{Snapshot, CONTENT_TYPE};
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Health {
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub worker_id: String,
+    pub model: String,
+    /// `general.name` of the model.
+    pub model_name: String,
+    pub architecture: String,
+    pub resident: bool,
+    pub quant_kind: String,
+    pub vram_bytes_used: u64,
+    pub tokenizer_kind: String,
+    pub vocab_size: usize,
+    pub context_length: Option<usize>,
+    pub uptime_seconds: u64,
+    pub backend: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sm: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cuda_runtime_version: Option<String>,
+    pub queue_depth: usize,
+    pub queue_capacity: usize,
+    pub busy: bool,
+    pub shutting_down: bool,
+}
+
+pub fn health_snapshot(state: &AppState) -> Health {
+    let status = state.engine.status();
+    let on_cuda = state.model.device.backend == BackendKind::Cuda;
+    let mut reason = status.unhealthy_reason();
+    if on_cuda && !status.resident() && reason.is_none() {
+        reason = Some("weights not resident in device memory".into());
+    }
+    let info = &state.model.info;
+    Health {
+        status: if reason.is_none() { "healthy" } else { "unhealthy" }.into(),
+        reason,
+        worker_id: state.model.worker_id.clone(),
+        model: state.model.model_ref.clone(),
+        model_name: info.name.clone(),
+        architecture: info.architecture.clone(),
+        resident: on_cuda && status.resident(),
+        quant_kind: info.quant_kind.clone(),
+        vram_bytes_used: status.vram_bytes_used(),
+        tokenizer_kind: state.tokenizer.kind().as_str().into(),
+        vocab_size: info.vocab_size,
+        context_length: Some(info.context_length),
+        uptime_seconds: state.started.elapsed().as_secs(),
+        backend: state.model.device.backend.as_str().into(),
+        sm: state.model.device.sm.clone(),
+        cuda_runtime_version: state.model.device.cuda_runtime_version.clone(),
+        queue_depth: state.engine.queue_depth(),
+        queue_capacity: state.engine.queue_capacity(),
+        busy: state.engine.busy(),
+        shutting_down: state.shutdown.is_triggered(),
+    }
+}
+
+pub async fn health(State(state): State<AppState>) -> Json<Health> {
+    Json(health_snapshot(&state))
+}
+
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let text = state.metrics.render(Snapshot {
+        vram_bytes: state.engine.status().vram_bytes_used(),
+        queue_depth: state.engine.queue_depth(),
+        busy: state.engine.busy(),
+    });
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], text)
+}

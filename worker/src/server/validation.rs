@@ -1,0 +1,529 @@
+//! `POST /execute` validation (M0-W-1300, M0-W-1302): the raw
+//! [`ExecuteRequest`] becomes a [`ValidExecuteRequest`] with every default
+//! filled in and the prompt tokenized, or a list of errors that each name
+//! their field. The limits are the constants below; the API documentation
+//! quotes them, so change both together.
+//!
+//! Numbers are parsed wider than their valid range (`seed` as i128,
+//! `max_tokens` as i64, ...) so that an out-of-range value gets a message
+//! naming the rule instead of a JSON type error.
+
+use serde::Deserialize;
+
+use crate::engine::generate::GenerationRequest;
+use crate::sampling::SamplingParams;
+use crate::telemetry::logging::sha256_hex;
+use crate::tokenizer::{ChatMessage, Tokenizer};
+
+/// Longest `job_id`, in characters.
+pub const MAX_JOB_ID_CHARS: usize = 256;
+/// Longest `prompt`, and longest total `content` of `messages`, in characters.
+pub const MAX_PROMPT_CHARS: usize = 32_768;
+/// Most entries in `messages`.
+pub const MAX_MESSAGES: usize = 256;
+/// Roles accepted in `messages`.
+pub const CHAT_ROLES: [&str; 3] = ["system", "user", "assistant"];
+/// Upper bound of `max_tokens` (also its default); `--max-tokens-out` may lower it.
+pub const MAX_TOKENS_LIMIT: usize = 2048;
+pub const TEMPERATURE_MAX: f64 = 2.0;
+pub const DEFAULT_TEMPERATURE: f64 = 1.0;
+pub const DEFAULT_TOP_P: f64 = 1.0;
+pub const REPETITION_PENALTY_MAX: f64 = 2.0;
+pub const DEFAULT_REPETITION_PENALTY: f64 = 1.0;
+pub const DEFAULT_MIN_P: f64 = 0.0;
+pub const MAX_STOP_SEQUENCES: usize = 4;
+/// Longest stop string, in tokens of the model's vocabulary.
+pub const MAX_STOP_TOKENS: usize = 32;
+pub const MAX_LOGPROBS: usize = 20;
+
+/// One chat message as the client sends it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MessageIn {
+    pub role: String,
+    pub content: String,
+}
+
+/// The `/execute` body as sent. Unknown fields are refused.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecuteRequest {
+    pub job_id: Option<String>,
+    pub prompt: Option<String>,
+    pub messages: Option<Vec<MessageIn>>,
+    pub max_tokens: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub repetition_penalty: Option<f64>,
+    pub min_p: Option<f64>,
+    pub stop: Option<Vec<String>>,
+    pub seed: Option<i128>,
+    pub logprobs: Option<i64>,
+}
+
+/// The worker's side of the limits.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// `--max-tokens-in`: longest prompt in tokens.
+    pub max_tokens_in: usize,
+    /// `--max-tokens-out`, at most [`MAX_TOKENS_LIMIT`].
+    pub max_tokens_out: usize,
+    pub vocab_size: usize,
+    /// The model's effective context: prompt plus output must fit.
+    pub context_length: usize,
+}
+
+/// A request that passed every rule, ready to queue.
+#[derive(Clone, Debug)]
+pub struct ValidExecuteRequest {
+    pub job_id: String,
+    pub prompt_tokens: Vec<u32>,
+    /// SHA-256 of the prompt text (the rendered template for `messages`).
+    pub prompt_sha256: String,
+    pub prompt_chars: usize,
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    /// Whether the seed came from the client (else the worker picked it).
+    pub seed_given: bool,
+    pub stop: Vec<String>,
+    pub logprobs: usize,
+}
+
+impl ValidExecuteRequest {
+    pub fn generation_request(&self) -> GenerationRequest {
+        GenerationRequest {
+            prompt_tokens: self.prompt_tokens.clone(),
+            max_tokens: self.max_tokens,
+            sampling: self.sampling.clone(),
+            stop: self.stop.clone(),
+            logprobs: self.logprobs,
+        }
+    }
+}
+
+/// One broken rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+/// Every broken rule of one request.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.describe())]
+pub struct ValidationErrors(pub Vec<FieldError>);
+
+impl ValidationErrors {
+    fn describe(&self) -> String {
+        self.0.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join("; ")
+    }
+
+    pub fn fields(&self) -> Vec<&'static str> {
+        self.0.iter().map(|e| e.field).collect()
+    }
+}
+
+struct Collector(Vec<FieldError>);
+
+impl Collector {
+    fn add(&mut self, field: &'static str, message: impl Into<String>) {
+        self.0.push(FieldError { field, message: message.into() });
+    }
+
+    fn range_f64(&mut self, field: &'static str, value: Option<f64>, max: f64, default: f64) -> f32 {
+        match value {
+            None => default as f32,
+            Some(v) if (0.0..=max).contains(&v) => v as f32,
+            Some(v) => {
+                self.add(field, format!("must be between 0 and {max} (got {v})"));
+                default as f32
+            }
+        }
+    }
+}
+
+/// Checks `req` against every rule and the worker's `limits`, renders and
+/// tokenizes its input. `pick_seed` supplies the seed when none was given.
+pub fn validate(
+    req: ExecuteRequest,
+    limits: &Limits,
+    tokenizer: &Tokenizer,
+    pick_seed: impl FnOnce() -> u64,
+) -> Result<ValidExecuteRequest, ValidationErrors> {
+    let mut errs = Collector(Vec::new());
+
+    let job_id = match req.job_id {
+        None => {
+            errs.add("job_id", "is required");
+            String::new()
+        }
+        Some(id) if id.trim().is_empty() => {
+            errs.add("job_id", "must not be empty");
+            id
+        }
+        Some(id) if id.chars().count() > MAX_JOB_ID_CHARS => {
+            errs.add("job_id", format!("must be at most {MAX_JOB_ID_CHARS} characters"));
+            id
+        }
+        Some(id) if id.chars().any(char::is_control) => {
+            errs.add("job_id", "must not contain control characters");
+            id
+        }
+        Some(id) => id,
+    };
+
+    // The text to tokenize, and the field to blame for its length.
+    let input: Option<(&'static str, String)> = match (req.prompt, req.messages) {
+        (Some(_), Some(_)) | (None, None) => {
+            errs.add("prompt/messages", "give exactly one of prompt or messages");
+            None
+        }
+        (Some(prompt), None) => {
+            let chars = prompt.chars().count();
+            if prompt.is_empty() {
+                errs.add("prompt", "must not be empty");
+                None
+            } else if chars > MAX_PROMPT_CHARS {
+                errs.add("prompt", format!("must be at most {MAX_PROMPT_CHARS} characters (got {chars})"));
+                None
+            } else {
+                Some(("prompt", prompt))
+            }
+        }
+        (None, Some(messages)) => check_messages(&mut errs, messages, tokenizer).map(|text| ("messages", text)),
+    };
+
+    let max_tokens_cap = limits.max_tokens_out.min(MAX_TOKENS_LIMIT);
+    let max_tokens = match req.max_tokens {
+        None => None,
+        Some(n) if n >= 1 && n as u64 <= max_tokens_cap as u64 => Some(n as usize),
+        Some(n) => {
+            errs.add("max_tokens", format!("must be between 1 and {max_tokens_cap} (got {n})"));
+            None
+        }
+    };
+    let temperature = errs.range_f64("temperature", req.temperature, TEMPERATURE_MAX, DEFAULT_TEMPERATURE);
+    let top_p = errs.range_f64("top_p", req.top_p, 1.0, DEFAULT_TOP_P);
+    let repetition_penalty =
+        errs.range_f64("repetition_penalty", req.repetition_penalty, REPETITION_PENALTY_MAX, DEFAULT_REPETITION_PENALTY);
+    let min_p = errs.range_f64("min_p", req.min_p, 1.0, DEFAULT_MIN_P);
+    let top_k = match req.top_k {
+        None => 0,
+        Some(k) if k >= 0 && k as u64 <= limits.vocab_size as u64 => k as usize,
+        Some(k) => {
+            errs.add("top_k", format!("must be between 0 and the vocabulary size {} (got {k})", limits.vocab_size));
+            0
+        }
+    };
+    let seed = match req.seed {
+        None => None,
+        Some(s) if (0..=u64::MAX as i128).contains(&s) => Some(s as u64),
+        Some(s) => {
+            errs.add("seed", format!("must be an integer between 0 and {} (got {s})", u64::MAX));
+            None
+        }
+    };
+    let logprobs = match req.logprobs {
+        None => 0,
+        Some(n) if (0..=MAX_LOGPROBS as i64).contains(&n) => n as usize,
+        Some(n) => {
+            errs.add("logprobs", format!("must be between 0 and {MAX_LOGPROBS} (got {n})"));
+            0
+        }
+    };
+    let stop = req.stop.unwrap_or_default();
+    if stop.len() > MAX_STOP_SEQUENCES {
+        errs.add("stop", format!("at most {MAX_STOP_SEQUENCES} stop sequences (got {})", stop.len()));
+    } else {
+        for (i, s) in stop.iter().enumerate() {
+            if s.is_empty() {
+                errs.add("stop", format!("stop sequence {i} is empty"));
+                continue;
+            }
+            match tokenizer.encode(s, false, false) {
+                Ok(ids) if ids.len() <= MAX_STOP_TOKENS => {}
+                Ok(ids) => errs.add(
+                    "stop",
+                    format!("stop sequence {i} is {} tokens long; at most {MAX_STOP_TOKENS}", ids.len()),
+                ),
+                Err(e) => errs.add("stop", format!("stop sequence {i} cannot be tokenized: {e}")),
+            }
+        }
+    }
+
+    // Tokenize only once the cheap rules hold.
+    let mut prompt_tokens = Vec::new();
+    let mut prompt_facts = (String::new(), 0usize);
+    if let (Some((field, text)), true) = (&input, errs.0.is_empty()) {
+        match tokenizer.encode(text, true, true) {
+            Err(e) => errs.add(field, format!("cannot be tokenized: {e}")),
+            Ok(ids) if ids.is_empty() => errs.add(field, "encodes to no tokens"),
+            Ok(ids) if ids.len() > limits.max_tokens_in => errs.add(
+                field,
+                format!("is {} tokens long; the limit (--max-tokens-in) is {}", ids.len(), limits.max_tokens_in),
+            ),
+            Ok(ids) if ids.len() >= limits.context_length => errs.add(
+                field,
+                format!(
+                    "is {} tokens long; the context length is {}, leaving no room to generate",
+                    ids.len(),
+                    limits.context_length
+                ),
+            ),
+            Ok(ids) => {
+                prompt_facts = (sha256_hex(text), text.chars().count());
+                prompt_tokens = ids;
+            }
+        }
+    }
+
+    // Prompt plus output must fit the context: an explicit max_tokens that does
+    // not is refused; the default shrinks to fit.
+    let room = limits.context_length.saturating_sub(prompt_tokens.len());
+    let max_tokens = match max_tokens {
+        Some(n) if !prompt_tokens.is_empty() && n > room => {
+            errs.add(
+                "max_tokens",
+                format!(
+                    "the prompt ({} tokens) plus max_tokens ({n}) exceeds the context length ({})",
+                    prompt_tokens.len(),
+                    limits.context_length
+                ),
+            );
+            n
+        }
+        Some(n) => n,
+        None => max_tokens_cap.min(room.max(1)),
+    };
+
+    if !errs.0.is_empty() {
+        return Err(ValidationErrors(errs.0));
+    }
+    let seed_given = seed.is_some();
+    Ok(ValidExecuteRequest {
+        job_id,
+        prompt_tokens,
+        prompt_sha256: prompt_facts.0,
+        prompt_chars: prompt_facts.1,
+        max_tokens,
+        sampling: SamplingParams {
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            repetition_penalty,
+            seed: seed.unwrap_or_else(pick_seed),
+        },
+        seed_given,
+        stop,
+        logprobs,
+    })
+}
+
+/// Checks `messages` and renders them with the model's chat template.
+fn check_messages(errs: &mut Collector, messages: Vec<MessageIn>, tokenizer: &Tokenizer) -> Option<String> {
+    if messages.is_empty() {
+        errs.add("messages", "must not be empty");
+        return None;
+    }
+    if messages.len() > MAX_MESSAGES {
+        errs.add("messages", format!("at most {MAX_MESSAGES} messages (got {})", messages.len()));
+        return None;
+    }
+    let mut ok = true;
+    let mut chars = 0usize;
+    for (i, m) in messages.iter().enumerate() {
+        if !CHAT_ROLES.contains(&m.role.as_str()) {
+            errs.add("messages", format!("message {i} has unknown role (expected one of {})", CHAT_ROLES.join(", ")));
+            ok = false;
+        }
+        chars += m.content.chars().count();
+    }
+    if chars > MAX_PROMPT_CHARS {
+        errs.add("messages", format!("contents total at most {MAX_PROMPT_CHARS} characters (got {chars})"));
+        ok = false;
+    }
+    if !ok {
+        return None;
+    }
+    let Some(template) = tokenizer.chat_template() else {
+        let why = match tokenizer.chat_template_error() {
+            Some(e) => format!("the model's chat template does not compile ({e}); send a prompt instead"),
+            None => "the model has no chat template; send a prompt instead".to_string(),
+        };
+        errs.add("messages", why);
+        return None;
+    };
+    let messages: Vec<ChatMessage> =
+        messages.into_iter().map(|m| ChatMessage { role: m.role, content: m.content }).collect();
+    match template.render(&messages, true) {
+        Ok(text) => Some(text),
+        Err(e) => {
+            errs.add("messages", format!("the chat template failed: {e}"));
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::testing::{byte_tokenizer, BYTE_VOCAB_SIZE};
+
+    const LIMITS: Limits = Limits { max_tokens_in: 64, max_tokens_out: 2048, vocab_size: BYTE_VOCAB_SIZE, context_length: 128 };
+
+    fn base() -> serde_json::Value {
+        serde_json::json!({"job_id": "j1", "prompt": "hello"})
+    }
+
+    fn run(body: serde_json::Value, limits: &Limits) -> Result<ValidExecuteRequest, ValidationErrors> {
+        let req: ExecuteRequest = serde_json::from_value(body).expect("parses");
+        validate(req, limits, &byte_tokenizer(), || 7)
+    }
+
+    fn with(field: &str, value: serde_json::Value) -> serde_json::Value {
+        let mut b = base();
+        b[field] = value;
+        b
+    }
+
+    #[test]
+    fn defaults_are_filled_in() {
+        let v = run(base(), &LIMITS).unwrap();
+        assert_eq!(v.job_id, "j1");
+        assert_eq!(v.prompt_tokens, b"hello".iter().map(|&b| b as u32).collect::<Vec<_>>());
+        // Default 2048 shrinks to the room left in the 128-token context.
+        assert_eq!(v.max_tokens, 128 - 5);
+        assert_eq!(v.sampling.temperature, 1.0);
+        assert_eq!(v.sampling.top_p, 1.0);
+        assert_eq!(v.sampling.top_k, 0);
+        assert_eq!(v.sampling.min_p, 0.0);
+        assert_eq!(v.sampling.repetition_penalty, 1.0);
+        assert_eq!(v.sampling.seed, 7);
+        assert!(!v.seed_given);
+        assert_eq!(v.logprobs, 0);
+        assert!(v.stop.is_empty());
+        assert_eq!(v.prompt_chars, 5);
+        assert_eq!(v.prompt_sha256, sha256_hex("hello"));
+        let big = Limits { context_length: 8192, max_tokens_in: 8192, ..LIMITS };
+        assert_eq!(run(base(), &big).unwrap().max_tokens, MAX_TOKENS_LIMIT);
+        let capped = Limits { max_tokens_out: 5, ..big };
+        assert_eq!(run(base(), &capped).unwrap().max_tokens, 5);
+    }
+
+    #[test]
+    fn all_fields_pass_through() {
+        let body = serde_json::json!({
+            "job_id": "j", "prompt": "hi", "max_tokens": 10, "temperature": 0.7, "top_p": 0.9,
+            "top_k": 40, "repetition_penalty": 1.1, "min_p": 0.05, "stop": ["\n\n", "END"],
+            "seed": u64::MAX, "logprobs": 20
+        });
+        let v = run(body, &LIMITS).unwrap();
+        assert_eq!(v.max_tokens, 10);
+        assert_eq!(v.sampling.temperature, 0.7);
+        assert_eq!(v.sampling.top_k, 40);
+        assert_eq!(v.sampling.seed, u64::MAX);
+        assert!(v.seed_given);
+        assert_eq!(v.stop, vec!["\n\n".to_string(), "END".to_string()]);
+        assert_eq!(v.logprobs, 20);
+    }
+
+    #[test]
+    fn messages_are_rendered_with_the_template() {
+        let body = serde_json::json!({"job_id": "j", "messages": [{"role": "user", "content": "hi"}]});
+        let v = run(body, &LIMITS).unwrap();
+        let tok = byte_tokenizer();
+        let text = tok.decode(&v.prompt_tokens).unwrap();
+        assert_eq!(text, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+        assert_eq!(v.prompt_sha256, sha256_hex(&text));
+    }
+
+    /// One row per rule: (field to set, value, the field the error must name).
+    #[test]
+    fn each_rule_names_its_field() {
+        let long_prompt = "x".repeat(MAX_PROMPT_CHARS + 1);
+        let rows: Vec<(serde_json::Value, &str)> = vec![
+            (serde_json::json!({"prompt": "hi"}), "job_id"),
+            (with("job_id", "".into()), "job_id"),
+            (with("job_id", "  ".into()), "job_id"),
+            (with("job_id", "x".repeat(MAX_JOB_ID_CHARS + 1).into()), "job_id"),
+            (with("job_id", "a\nb".into()), "job_id"),
+            (serde_json::json!({"job_id": "j"}), "prompt/messages"),
+            (with("messages", serde_json::json!([{"role": "user", "content": "x"}])), "prompt/messages"),
+            (with("prompt", "".into()), "prompt"),
+            (with("prompt", long_prompt.into()), "prompt"),
+            (with("prompt", "x".repeat(65).into()), "prompt"),
+            (serde_json::json!({"job_id": "j", "messages": []}), "messages"),
+            (serde_json::json!({"job_id": "j", "messages": [{"role": "wizard", "content": "x"}]}), "messages"),
+            (with("max_tokens", 0.into()), "max_tokens"),
+            (with("max_tokens", 2049.into()), "max_tokens"),
+            (with("max_tokens", (-1).into()), "max_tokens"),
+            (with("max_tokens", 124.into()), "max_tokens"),
+            (with("temperature", 2.1.into()), "temperature"),
+            (with("temperature", (-0.1).into()), "temperature"),
+            (with("top_p", 1.5.into()), "top_p"),
+            (with("top_k", (BYTE_VOCAB_SIZE as i64 + 1).into()), "top_k"),
+            (with("top_k", (-1).into()), "top_k"),
+            (with("repetition_penalty", 2.5.into()), "repetition_penalty"),
+            (with("min_p", 1.01.into()), "min_p"),
+            (with("stop", serde_json::json!(["a", "b", "c", "d", "e"])), "stop"),
+            (with("stop", serde_json::json!([""])), "stop"),
+            (with("stop", serde_json::json!(["y".repeat(33)])), "stop"),
+            (with("seed", (-1).into()), "seed"),
+            (with("logprobs", 21.into()), "logprobs"),
+            (with("logprobs", (-1).into()), "logprobs"),
+        ];
+        for (body, field) in rows {
+            let shown = body.to_string();
+            let err = run(body, &LIMITS).expect_err(&shown);
+            assert_eq!(err.fields(), vec![field], "{shown}: {err}");
+            assert!(err.to_string().starts_with(field), "{err}");
+        }
+    }
+
+    #[test]
+    fn max_tokens_out_caps_max_tokens() {
+        let limits = Limits { max_tokens_out: 5, ..LIMITS };
+        assert!(run(with("max_tokens", 5.into()), &limits).is_ok());
+        let err = run(with("max_tokens", 6.into()), &limits).unwrap_err();
+        assert_eq!(err.fields(), vec!["max_tokens"]);
+        assert!(err.to_string().contains("between 1 and 5"), "{err}");
+    }
+
+    #[test]
+    fn several_errors_are_reported_together() {
+        let body = serde_json::json!({"job_id": "", "prompt": "x", "temperature": 3, "top_p": 2});
+        let err = run(body, &LIMITS).unwrap_err();
+        assert_eq!(err.fields(), vec!["job_id", "temperature", "top_p"]);
+    }
+
+    #[test]
+    fn errors_never_quote_the_prompt() {
+        let secret = "SECRET-MARKER ".repeat(10);
+        let err = run(with("prompt", secret.into()), &LIMITS).unwrap_err();
+        assert!(!err.to_string().contains("SECRET"), "{err}");
+    }
+
+    #[test]
+    fn missing_template_and_template_failure_are_refused() {
+        use crate::tokenizer::Tokenizer;
+        use crate::engine::testing::byte_vocab_spec;
+        let body = || -> ExecuteRequest {
+            serde_json::from_value(serde_json::json!({"job_id": "j", "messages": [{"role": "user", "content": "x"}]}))
+                .unwrap()
+        };
+        let no_template = Tokenizer::from_spec(byte_vocab_spec(None)).unwrap();
+        let err = validate(body(), &LIMITS, &no_template, || 0).unwrap_err();
+        assert!(err.to_string().contains("no chat template"), "{err}");
+        let failing = Tokenizer::from_spec(byte_vocab_spec(Some("{{ raise_exception('FAIL: bad roles') }}"))).unwrap();
+        let err = validate(body(), &LIMITS, &failing, || 0).unwrap_err();
+        assert_eq!(err.fields(), vec!["messages"]);
+    }
+
+    #[test]
+    fn unknown_fields_and_wrong_types_fail_to_parse() {
+        assert!(serde_json::from_value::<ExecuteRequest>(serde_json::json!({"job_id": "j", "bogus": 1})).is_err());
+        assert!(serde_json::from_value::<ExecuteRequest>(serde_json::json!({"job_id": "j", "max_tokens": "5"})).is_err());
+    }
+}

@@ -1,0 +1,219 @@
+//! The worker's Prometheus metrics (M0-W-1350), exposed by `GET /metrics` in
+//! OpenMetrics text format.
+//!
+//! | name | type | meaning |
+//! |---|---|---|
+//! | `worker_info{model,quant_kind,backend,architecture,tokenizer_kind}` | gauge | always 1; carries the labels |
+//! | `worker_requests_total{outcome}` | counter | `/execute` requests by how they ended: completed, cancelled, disconnected, timeout, error, invalid, rejected |
+//! | `worker_tokens_generated_total` | counter | tokens streamed |
+//! | `worker_inference_duration_ms` | histogram | run time of jobs that ran (queue wait excluded) |
+//! | `worker_first_token_ms` | histogram | job start to first token |
+//! | `worker_inter_token_ms` | histogram | gap between consecutive tokens |
+//! | `worker_vram_bytes` | gauge | device bytes held (0 on cpu) |
+//! | `worker_uptime_seconds` | gauge | seconds since start |
+//! | `worker_queue_depth` | gauge | jobs waiting |
+//! | `worker_busy` | gauge | 1 while a job runs |
+//! | `worker_parity_records_dropped_total` | counter | parity records dropped because the writer was behind |
+
+use std::sync::atomic::AtomicU64;
+use std::time::Instant;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::engine::job::Outcome;
+
+/// The content type of the `/metrics` answer.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InfoLabels {
+    pub model: String,
+    pub quant_kind: String,
+    pub backend: String,
+    pub architecture: String,
+    pub tokenizer_kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+/// Values read at scrape time from cached state.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Snapshot {
+    pub vram_bytes: u64,
+    pub queue_depth: usize,
+    pub busy: bool,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<OutcomeLabels, Counter>,
+    tokens: Counter,
+    inference_ms: Histogram,
+    first_token_ms: Histogram,
+    inter_token_ms: Histogram,
+    vram_bytes: Gauge,
+    uptime_s: Gauge<f64, AtomicU64>,
+    queue_depth: Gauge,
+    busy: Gauge,
+    parity_dropped: Counter,
+    started: Instant,
+}
+
+impl Metrics {
+    pub fn new(info: InfoLabels) -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<OutcomeLabels, Counter>::default();
+        let tokens = Counter::default();
+        let inference_ms = Histogram::new(exponential_buckets(10.0, 2.0, 16));
+        let first_token_ms = Histogram::new(exponential_buckets(1.0, 2.0, 15));
+        let inter_token_ms = Histogram::new(exponential_buckets(1.0, 2.0, 12));
+        let vram_bytes = Gauge::default();
+        let uptime_s = Gauge::<f64, AtomicU64>::default();
+        let queue_depth = Gauge::default();
+        let busy = Gauge::default();
+        let parity_dropped = Counter::default();
+        let info_family = Family::<InfoLabels, Gauge>::default();
+        info_family.get_or_create(&info).set(1);
+
+        registry.register("worker_info", "The served model and backend (always 1)", info_family);
+        registry.register("worker_requests", "Execute requests by outcome", requests.clone());
+        registry.register("worker_tokens_generated", "Tokens streamed to clients", tokens.clone());
+        registry.register(
+            "worker_inference_duration_ms",
+            "Run time of each job that ran, in milliseconds",
+            inference_ms.clone(),
+        );
+        registry.register("worker_first_token_ms", "Job start to first token, in milliseconds", first_token_ms.clone());
+        registry.register("worker_inter_token_ms", "Gap between consecutive tokens, in milliseconds", inter_token_ms.clone());
+        registry.register("worker_vram_bytes", "Device memory held, in bytes (0 on cpu)", vram_bytes.clone());
+        registry.register("worker_uptime_seconds", "Seconds since the worker started", uptime_s.clone());
+        registry.register("worker_queue_depth", "Jobs waiting in the queue", queue_depth.clone());
+        registry.register("worker_busy", "1 while a job runs", busy.clone());
+        registry.register(
+            "worker_parity_records_dropped",
+            "Parity log records dropped because the writer was behind",
+            parity_dropped.clone(),
+        );
+        // Every outcome shows from the start, so a scrape before and after one
+        // job can subtract without missing series.
+        for outcome in Outcome::ALL {
+            let _ = requests.get_or_create(&OutcomeLabels { outcome: outcome.as_str().into() });
+        }
+
+        Metrics {
+            registry,
+            requests,
+            tokens,
+            inference_ms,
+            first_token_ms,
+            inter_token_ms,
+            vram_bytes,
+            uptime_s,
+            queue_depth,
+            busy,
+            parity_dropped,
+            started: Instant::now(),
+        }
+    }
+
+    /// Metrics with empty info labels, for tests.
+    pub fn new_for_tests() -> Self {
+        Metrics::new(InfoLabels::default())
+    }
+
+    pub fn request_finished(&self, outcome: Outcome) {
+        self.requests.get_or_create(&OutcomeLabels { outcome: outcome.as_str().into() }).inc();
+    }
+
+    /// Requests counted with `outcome` so far.
+    pub fn requests(&self, outcome: Outcome) -> u64 {
+        self.requests.get_or_create(&OutcomeLabels { outcome: outcome.as_str().into() }).get()
+    }
+
+    pub fn token_generated(&self) {
+        self.tokens.inc();
+    }
+
+    pub fn tokens_generated(&self) -> u64 {
+        self.tokens.get()
+    }
+
+    pub fn observe_inference_ms(&self, ms: f64) {
+        self.inference_ms.observe(ms);
+    }
+
+    pub fn observe_first_token_ms(&self, ms: f64) {
+        self.first_token_ms.observe(ms);
+    }
+
+    pub fn observe_inter_token_ms(&self, ms: f64) {
+        self.inter_token_ms.observe(ms);
+    }
+
+    /// The counter the parity writer's sender increments.
+    pub fn parity_dropped_counter(&self) -> Counter {
+        self.parity_dropped.clone()
+    }
+
+    pub fn uptime_seconds(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// The OpenMetrics text, with gauges refreshed from `snap`.
+    pub fn render(&self, snap: Snapshot) -> String {
+        self.vram_bytes.set(snap.vram_bytes as i64);
+        self.queue_depth.set(snap.queue_depth as i64);
+        self.busy.set(snap.busy as i64);
+        self.uptime_s.set(self.uptime_seconds());
+        let mut out = String::new();
+        encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_names_every_required_metric() {
+        let m = Metrics::new(InfoLabels {
+            model: "m".into(),
+            quant_kind: "Q4_1".into(),
+            backend: "cpu".into(),
+            architecture: "llama".into(),
+            tokenizer_kind: "gguf-bpe".into(),
+        });
+        m.request_finished(Outcome::Completed);
+        m.token_generated();
+        m.observe_inference_ms(12.0);
+        let text = m.render(Snapshot { vram_bytes: 42, queue_depth: 3, busy: true });
+        for needle in [
+            "worker_vram_bytes 42",
+            "worker_requests_total{outcome=\"completed\"} 1",
+            "worker_requests_total{outcome=\"disconnected\"} 0",
+            "worker_tokens_generated_total 1",
+            "worker_inference_duration_ms_bucket",
+            "worker_inference_duration_ms_count 1",
+            "worker_first_token_ms_bucket",
+            "worker_inter_token_ms_bucket",
+            "worker_uptime_seconds ",
+            "worker_queue_depth 3",
+            "worker_busy 1",
+            "quant_kind=\"Q4_1\"",
+            "worker_parity_records_dropped_total 0",
+            "# EOF",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+    }
+}
