@@ -21,7 +21,7 @@ Feature: Process separation and the backend boundary
   @M0-W-1050 @any
   Scenario: Host layers never touch cudarc and handlers are tested with a mock backend
     Then no source file under "worker/src" outside "worker/src/backend/cuda" mentions "cudarc"
-    And the worker's unit tests named "m0_w_1050" pass
+    And the worker's unit tests named "server::tests::" pass
 
   @M0-W-1051 @cuda
   Scenario: The CUDA backend module's own tests pass on a GPU

@@ -28,11 +28,11 @@ Feature: Errors
     And the reply's error is retriable
     When all jobs end
     Then job "w1500-run" ended with error "INFERENCE_TIMEOUT"
-    And the worker's unit tests named "m0_w_1500" pass
+    And the worker's unit tests named "codes_strings_statuses_and_retriable_are_pinned" pass
 
   @M0-W-1501 @any
   Scenario: Backend error kinds map to fixed messages and codes
-    Then the worker's unit tests named "m0_w_1501" pass
+    Then the worker's unit tests named "every_backend_error_maps_in_both_phases" pass
 
   @M0-W-1510 @any
   Scenario: A failure after the stream opens is an error event with typed fields and no prompt text

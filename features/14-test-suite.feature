@@ -19,7 +19,7 @@ Feature: Test suite
   @M0-W-1811 @any
   Scenario: The host-side unit tests pass on a GPU-less host
     Then all of the worker's unit tests pass on this backend
-    And the worker's unit tests named "m0_w_1811" pass
+    And the worker's unit tests named "server::tests::" pass
 
   @M0-W-1820 @any
   Scenario: End to end: start, execute, rerun identically, report the backend, exit 0
