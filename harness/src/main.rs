@@ -29,9 +29,10 @@ enum Cmd {
         /// Reference model (default: .models/smollm2-135m-instruct-q4_1.gguf).
         #[arg(long)]
         model: Option<PathBuf>,
-        /// Tag expression, e.g. '@any and not @pending' (CI's default) or '@bench'.
-        #[arg(long)]
-        tags: Option<String>,
+        /// Tag expression. The default leaves out the slow `@bench` scenarios (CI runs it so);
+        /// `--tags @bench` runs the budgets, `--tags ''` everything.
+        #[arg(long, default_value = "not @bench")]
+        tags: String,
         /// Proof bundle root (default: $LLORCH_PROOF_DIR, else <workspace>/.proof_bundle).
         #[arg(long)]
         proof_dir: Option<PathBuf>,
@@ -77,6 +78,7 @@ enum Cmd {
 fn main() -> anyhow::Result<()> {
     let code = match Cli::parse().command {
         Cmd::Suite { worker, backend, model, tags, proof_dir, workspace, requirements, budgets, run_pending, start_timeout_s } => {
+            let tags = Some(tags).filter(|t| !t.trim().is_empty());
             let opts = harness::suite::Options { worker, backend, model, tags, proof_dir, workspace, requirements, budgets, run_pending, start_timeout: Duration::from_secs(start_timeout_s) };
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(harness::suite::run(opts))?
