@@ -1,1 +1,104 @@
-fn main() {}
+//! `harness`: the conformance suite runner, coverage check and parity-log comparer.
+//!
+//! - `harness suite [--worker BIN] [--backend cpu|cuda] [--model PATH] [--tags EXPR] [--proof-dir DIR]`
+//! - `harness coverage [--requirements PATH]`
+//! - `harness parity LOG_A LOG_B [--atol X] [--rtol X] [--logit-tol X]`
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "harness", version, about = "Conformance suite for worker-orcd")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Check coverage, run the scenarios against a worker binary, write the proof bundle.
+    Suite {
+        /// Worker binary under test (default: $WORKER_BIN, else the newest target/{release,debug}/worker-orcd).
+        #[arg(long)]
+        worker: Option<PathBuf>,
+        /// Backend to launch the worker with; `@cuda` scenarios need `cuda` and a GPU.
+        #[arg(long, default_value = "cpu")]
+        backend: String,
+        /// Reference model (default: .models/smollm2-135m-instruct-q4_1.gguf).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// Tag expression. The default leaves out the slow `@bench` scenarios (CI runs it so);
+        /// `--tags @bench` runs the budgets, `--tags ''` everything.
+        #[arg(long, default_value = "not @bench")]
+        tags: String,
+        /// Proof bundle root (default: $LLORCH_PROOF_DIR, else <workspace>/.proof_bundle).
+        #[arg(long)]
+        proof_dir: Option<PathBuf>,
+        /// Workspace root (default: found from the current directory).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+        /// Requirement catalogue (default: ../shared/REQUIREMENTS.md, else testdata/REQUIREMENTS.md).
+        #[arg(long)]
+        requirements: Option<PathBuf>,
+        /// Budgets file (default: <workspace>/budgets.yaml).
+        #[arg(long)]
+        budgets: Option<PathBuf>,
+        /// Also run `@pending:<capability>` scenarios selected by --tags (still reported pending).
+        #[arg(long)]
+        run_pending: bool,
+        /// Seconds to wait for a worker to become healthy.
+        #[arg(long, default_value_t = 120)]
+        start_timeout_s: u64,
+    },
+    /// Fail when a requirement has no scenario or a scenario carries an unknown ID.
+    Coverage {
+        #[arg(long)]
+        requirements: Option<PathBuf>,
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+    },
+    /// Compare two parity logs position by position; exit 1 on divergence beyond tolerance.
+    Parity {
+        a: PathBuf,
+        b: PathBuf,
+        #[arg(long, default_value_t = harness::parity::Tolerance::default().atol)]
+        atol: f64,
+        #[arg(long, default_value_t = harness::parity::Tolerance::default().rtol)]
+        rtol: f64,
+        #[arg(long, default_value_t = harness::parity::Tolerance::default().logit_tol)]
+        logit_tol: f64,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let code = match Cli::parse().command {
+        Cmd::Suite { worker, backend, model, tags, proof_dir, workspace, requirements, budgets, run_pending, start_timeout_s } => {
+            let tags = Some(tags).filter(|t| !t.trim().is_empty());
+            let opts = harness::suite::Options { worker, backend, model, tags, proof_dir, workspace, requirements, budgets, run_pending, start_timeout: Duration::from_secs(start_timeout_s) };
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(harness::suite::run(opts))?
+        }
+        Cmd::Coverage { requirements, workspace } => {
+            let ws = harness::suite::find_workspace(workspace.as_deref());
+            let req = harness::suite::requirements_path(&ws, requirements.as_deref());
+            harness::suite::coverage(&ws, &req)?;
+            0
+        }
+        Cmd::Parity { a, b, atol, rtol, logit_tol, json } => {
+            let tol = harness::parity::Tolerance { atol, rtol, logit_tol };
+            let r = harness::parity::compare(&harness::parity::read_log(&a)?, &harness::parity::read_log(&b)?, tol);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", r.human());
+            }
+            i32::from(r.diverged())
+        }
+    };
+    std::process::exit(code);
+}

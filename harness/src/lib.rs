@@ -1,0 +1,21 @@
+//! Conformance suite for worker-orcd: Gherkin features (`features/`) run by
+//! cucumber-rs against a worker binary driven only over HTTP/SSE and signals,
+//! with the proof bundle, requirement matrix, budgets and parity comparer.
+//!
+//! The library half (client, events, stats, budgets, parity) is reusable by
+//! benches; `suite` and `steps` are the runner.
+
+pub mod budgets;
+pub mod catalogue;
+pub mod client;
+pub mod events;
+pub mod fixtures;
+pub mod gguf;
+pub mod matrix;
+pub mod parity;
+pub mod process;
+pub mod proof;
+pub mod stats;
+pub mod steps;
+pub mod suite;
+pub mod world;

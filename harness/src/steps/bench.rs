@@ -1,0 +1,205 @@
+//! Measurements against budgets.yaml (the `@bench` scenarios). Each measuring step
+//! stores its samples under a fixed name; a budget step picks them by description,
+//! summarises them (p50/p95/p99) into the proof bundle and compares with slack.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context};
+use cucumber::{then, when};
+use serde_json::{json, Value};
+
+use super::execute::JOB_TIMEOUT;
+use super::StepResult;
+use crate::check;
+use crate::process::Worker;
+use crate::proof::Recorder;
+use crate::stats::Summary;
+use crate::world::TestWorld;
+
+const SHORT: &str = "Name three colours.";
+
+fn long_job(id: &str) -> Value {
+    json!({"job_id": id, "prompt": "Count upward: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "max_tokens": 2048, "temperature": 0})
+}
+
+fn push(w: &mut TestWorld, key: &str, v: f64) {
+    w.samples.entry(key.to_owned()).or_default().push(v);
+}
+
+#[when(regex = r#"^I time (\d+) cold starts of the worker to "ready"$"#)]
+async fn cold_starts(w: &mut TestWorld, n: usize) -> StepResult {
+    for _ in 0..n {
+        let l = w.launch(&w.cfg.model.clone())?;
+        let mut worker = Worker::spawn(l)?;
+        let ready = worker.wait_log(w.cfg.start_timeout, |l| l.event() == Some("ready")).await?;
+        push(w, "startup_s", ready.at.as_secs_f64());
+        let ev = |name: &str| worker.events(name).into_iter().next();
+        let (start, done) = (ev("model_load_start").ok_or_else(|| anyhow!("no model_load_start"))?, ev("model_load_complete").ok_or_else(|| anyhow!("no model_load_complete"))?);
+        // Prefer the worker's own timestamps; fall back to arrival times.
+        let load = match (start.timestamp(), done.timestamp()) {
+            (Some(a), Some(b)) => (b - a).num_microseconds().unwrap_or(0) as f64 / 1e6,
+            _ => (done.at - start.at).as_secs_f64(),
+        };
+        push(w, "load_s", load);
+        worker.stop(Duration::from_secs(10)).await;
+    }
+    Ok(())
+}
+
+#[when(regex = r"^I run (\d+) sequential jobs of (\d+) tokens on a short prompt$")]
+async fn sequential(w: &mut TestWorld, n: usize, tokens: u64) -> StepResult {
+    let client = w.client()?;
+    for k in 0..n {
+        let req = json!({"job_id": format!("bench-{k}"), "prompt": SHORT, "max_tokens": tokens, "temperature": 0, "seed": k});
+        let t = client.run(&req, JOB_TIMEOUT).await?;
+        Recorder::transcript(&w.scenario, &req, &t);
+        let toks: Vec<_> = t.tokens().collect();
+        let end = t.first("end").ok_or_else(|| anyhow!("job {k} did not end: {:?}", t.terminal().map(|e| &e.raw_data)))?;
+        if let Some(first) = toks.first() {
+            push(w, "first_token_client_ms", first.at.as_secs_f64() * 1e3);
+        }
+        for pair in toks.windows(2) {
+            push(w, "inter_token_ms", (pair[1].at - pair[0].at).as_secs_f64() * 1e3);
+        }
+        if let Some(ms) = end.data.get("first_token_ms").and_then(Value::as_f64) {
+            push(w, "first_token_worker_ms", ms);
+        }
+        let (out, ms) = (end.data.get("tokens_out").and_then(Value::as_f64), end.data.get("decode_time_ms").and_then(Value::as_f64));
+        if let (Some(out), Some(ms)) = (out, ms) {
+            if ms > 0.0 {
+                push(w, "decode_tok_s", out / (ms / 1e3));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[when(regex = r"^I call /health (\d+) times$")]
+async fn health_calls(w: &mut TestWorld, n: usize) -> StepResult {
+    let client = w.client()?;
+    for _ in 0..n {
+        let t = Instant::now();
+        let r = client.get("/health").await?;
+        check!(r.status == 200, "/health answered {}", r.status);
+        push(w, "health_ms", t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(())
+}
+
+#[when(regex = r"^I cancel (\d+) long jobs after (\d+) tokens each$")]
+async fn cancel_many(w: &mut TestWorld, n: usize, after: usize) -> StepResult {
+    let client = w.client()?;
+    for k in 0..n {
+        let id = format!("cancel-{k}");
+        let req = long_job(&id);
+        let job = client.execute(&req).await?.into_stream()?;
+        job.wait_tokens(after, JOB_TIMEOUT).await?;
+        let sent = Instant::now();
+        let r = client.cancel(&id).await?;
+        check!(r.status == 202, "/cancel answered {}", r.status);
+        let t = job.finish(Duration::from_secs(10)).await?;
+        let term = t.terminal().ok_or_else(|| anyhow!("job {id} has no terminal event"))?;
+        push(w, "cancel_ms", t.arrival(term).saturating_duration_since(sent).as_secs_f64() * 1e3);
+        Recorder::transcript(&w.scenario, &req, &t);
+    }
+    Ok(())
+}
+
+#[when(regex = r"^I time (\d+) SIGTERM shutdowns during a long job$")]
+async fn shutdowns(w: &mut TestWorld, n: usize) -> StepResult {
+    for k in 0..n {
+        let l = w.launch(&w.cfg.model.clone())?;
+        let mut worker = Worker::spawn(l)?;
+        worker.wait_healthy(w.cfg.start_timeout).await?;
+        let job = worker.client().execute(&long_job(&format!("term-{k}"))).await?.into_stream()?;
+        job.wait_tokens(2, JOB_TIMEOUT).await?;
+        let sent = Instant::now();
+        worker.signal(libc::SIGTERM)?;
+        let st = worker.wait_exit(Duration::from_secs(60)).await?;
+        let exited = worker.exited_at().ok_or_else(|| anyhow!("the worker did not exit within 60 s of SIGTERM"))?;
+        push(w, "shutdown_ms", exited.saturating_duration_since(sent).as_secs_f64() * 1e3);
+        check!(st.is_some_and(|s| s.success()), "shutdown {k} exited with {st:?}");
+        job.disconnect();
+    }
+    Ok(())
+}
+
+#[when(regex = r#"^I run the criterion benchmark "([^"]+)"$"#)]
+async fn criterion(w: &mut TestWorld, name: String) -> StepResult {
+    let o = Command::new("cargo")
+        .args(["bench", "-p", "worker-benches", "--bench", "*", "--", "--output-format", "bencher", &name])
+        .current_dir(&w.cfg.workspace)
+        .output()
+        .context("running cargo bench")?;
+    let text = format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    check!(o.status.success(), "cargo bench failed: {}", crate::world::tail(&text, 20));
+    // bencher format: `test NAME ... bench:   123,456 ns/iter (+/- 789)`
+    let re = regex::Regex::new(r"test (\S+)\s+\.\.\. bench:\s+([\d,]+) ns/iter").unwrap();
+    let ns: Vec<f64> = re.captures_iter(&text).filter(|c| c[1].contains(&name)).filter_map(|c| c[2].replace(',', "").parse().ok()).collect();
+    check!(!ns.is_empty(), "no benchmark named like {name:?} reported a time:\n{}", crate::world::tail(&text, 20));
+    for v in ns {
+        push(w, "execute_parse_ms", v / 1e6);
+    }
+    Ok(())
+}
+
+/// Which samples a budget step's description names.
+fn samples_for(budget: &str, what: &str) -> anyhow::Result<&'static str> {
+    Ok(match what {
+        "the maximum" if budget == "startup_s" => "startup_s",
+        "the maximum" if budget == "shutdown_ms_max" => "shutdown_ms",
+        "the maximum load time" => "load_s",
+        "the client's time to first token" => "first_token_client_ms",
+        "the worker's first_token_ms" => "first_token_worker_ms",
+        "the median decode rate" => "decode_tok_s",
+        "the gaps between token events" => "inter_token_ms",
+        "the /health latency" => "health_ms",
+        "the time from /cancel to the terminal event" => "cancel_ms",
+        "the benchmark's mean time" => "execute_parse_ms",
+        other => return Err(anyhow!("no samples are called {other:?} for budget {budget}")),
+    })
+}
+
+/// The statistic a budget key asks for.
+fn statistic(budget: &str) -> &'static str {
+    if budget.ends_with("_p95") {
+        "p95"
+    } else if budget.ends_with("_p99") {
+        "p99"
+    } else if budget.starts_with("decode_tok_s_min") {
+        "p50"
+    } else if budget == "execute_parse_ms" {
+        "mean"
+    } else {
+        "max"
+    }
+}
+
+#[then(regex = r#"^the "([^"]+)" budget holds for (.+)$"#)]
+async fn budget_holds(w: &mut TestWorld, budget: String, what: String) -> StepResult {
+    let key = samples_for(&budget, &what)?;
+    let samples = w.samples.get(key).cloned().unwrap_or_default();
+    let summary = Summary::of(&samples).ok_or_else(|| anyhow!("no {key} samples were taken"))?;
+    Recorder::measurement(&w.scenario, key, if key.ends_with("_s") { "s" } else if key == "decode_tok_s" { "tok/s" } else { "ms" }, &samples);
+    let stat = statistic(&budget);
+    let v = w.cfg.budgets.check(&w.cfg.backend, &budget, summary.stat(stat))?;
+    println!("{budget}: {stat} of {} {key} samples = {:.3} (budget {}, {:?}, slack {}; p50 {:.3} p95 {:.3} p99 {:.3})", summary.n, v.measured, v.budget, v.bound, v.slack, summary.p50, summary.p95, summary.p99);
+    let met = v.met;
+    let line = format!("{budget}: {stat} {:.3} against {} ({:?}, slack {})", v.measured, v.budget, v.bound, v.slack);
+    Recorder::verdict(&w.scenario, v);
+    check!(met, "budget missed: {line}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn budget_keys_pick_their_statistic() {
+        assert_eq!(super::statistic("first_token_ms_p95"), "p95");
+        assert_eq!(super::statistic("health_ms_p99"), "p99");
+        assert_eq!(super::statistic("decode_tok_s_min.x"), "p50");
+        assert_eq!(super::statistic("shutdown_ms_max"), "max");
+        assert_eq!(super::statistic("load_s.x"), "max");
+    }
+}
