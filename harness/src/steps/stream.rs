@@ -528,6 +528,9 @@ async fn refused_retriable(w: &mut TestWorld) -> StepResult {
     Ok(())
 }
 
+/// Orders the jobs by when they started producing (first token, else the terminal event),
+/// then checks that none began before the previous one ended, and that this run order
+/// never goes against acceptance order (`started_at`; equal times are a tie).
 #[then(regex = r"^the accepted jobs ran one at a time in the order they were accepted$")]
 async fn fifo(w: &mut TestWorld) -> StepResult {
     let started_at = |t: &Transcript| {
@@ -536,32 +539,25 @@ async fn fifo(w: &mut TestWorld) -> StepResult {
             .and_then(Value::as_str)
             .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
     };
+    let began = |t: &Transcript| t.tokens().next().or(t.terminal()).map(|e| t.arrival(e));
     let mut jobs: Vec<&Transcript> = w.done.values().collect();
+    check!(jobs.len() >= 2, "{} jobs finished; need two to judge", jobs.len());
     for t in &jobs {
-        check!(
-            started_at(t).is_some(),
-            "job {} has no started_at",
-            t.job_id
-        );
+        check!(started_at(t).is_some() && began(t).is_some(), "job {} has no started_at or no token/terminal event", t.job_id);
     }
-    jobs.sort_by_key(|t| started_at(t).unwrap());
+    jobs.sort_by_key(|t| began(t).unwrap());
     for pair in jobs.windows(2) {
         let (a, b) = (pair[0], pair[1]);
-        let a_end = a.arrival(
-            a.terminal()
-                .ok_or_else(|| anyhow!("job {} has no terminal event", a.job_id))?,
-        );
-        let b_first = b.arrival(
-            b.tokens()
-                .next()
-                .ok_or_else(|| anyhow!("job {} streamed no token", b.job_id))?,
-        );
+        let a_end = a.arrival(a.terminal().ok_or_else(|| anyhow!("job {} has no terminal event", a.job_id))?);
+        let b_first = began(b).unwrap();
+        check!(b_first >= a_end, "job {} streamed {:?} before job {} ended: they ran alongside", b.job_id, a_end - b_first, a.job_id);
         check!(
-            b_first >= a_end,
-            "job {} (accepted later) streamed a token {:?} before job {} ended",
+            started_at(a).unwrap() <= started_at(b).unwrap(),
+            "job {} ran before job {}, which was accepted earlier ({} < {})",
+            a.job_id,
             b.job_id,
-            a_end - b_first,
-            a.job_id
+            started_at(b).unwrap(),
+            started_at(a).unwrap()
         );
     }
     Ok(())
