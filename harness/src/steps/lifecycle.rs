@@ -458,7 +458,9 @@ async fn the_start(w: &mut TestWorld, outcome: String) -> StepResult {
         }
         let job = serde_json::json!({"job_id": "start-check", "prompt": "Count: 1, 2, 3,", "max_tokens": 2, "temperature": 0});
         w.post_job(job, &[]).await?;
-        let t = w.finish_job("start-check", Duration::from_secs(120)).await?;
+        let t = w
+            .finish_job("start-check", Duration::from_secs(120))
+            .await?;
         check!(
             t.tokens().count() >= 1 && t.first("end").is_some(),
             "a 2-token job on it did not stream and end: {:?}",

@@ -541,16 +541,33 @@ async fn fifo(w: &mut TestWorld) -> StepResult {
     };
     let began = |t: &Transcript| t.tokens().next().or(t.terminal()).map(|e| t.arrival(e));
     let mut jobs: Vec<&Transcript> = w.done.values().collect();
-    check!(jobs.len() >= 2, "{} jobs finished; need two to judge", jobs.len());
+    check!(
+        jobs.len() >= 2,
+        "{} jobs finished; need two to judge",
+        jobs.len()
+    );
     for t in &jobs {
-        check!(started_at(t).is_some() && began(t).is_some(), "job {} has no started_at or no token/terminal event", t.job_id);
+        check!(
+            started_at(t).is_some() && began(t).is_some(),
+            "job {} has no started_at or no token/terminal event",
+            t.job_id
+        );
     }
     jobs.sort_by_key(|t| began(t).unwrap());
     for pair in jobs.windows(2) {
         let (a, b) = (pair[0], pair[1]);
-        let a_end = a.arrival(a.terminal().ok_or_else(|| anyhow!("job {} has no terminal event", a.job_id))?);
+        let a_end = a.arrival(
+            a.terminal()
+                .ok_or_else(|| anyhow!("job {} has no terminal event", a.job_id))?,
+        );
         let b_first = began(b).unwrap();
-        check!(b_first >= a_end, "job {} streamed {:?} before job {} ended: they ran alongside", b.job_id, a_end - b_first, a.job_id);
+        check!(
+            b_first >= a_end,
+            "job {} streamed {:?} before job {} ended: they ran alongside",
+            b.job_id,
+            a_end - b_first,
+            a.job_id
+        );
         check!(
             started_at(a).unwrap() <= started_at(b).unwrap(),
             "job {} ran before job {}, which was accepted earlier ({} < {})",
