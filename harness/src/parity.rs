@@ -3,6 +3,7 @@
 //! A log is JSONL, one record per generated token:
 //! `{step, id, checkpoints: {name: {min, max, mean, l2, head: [..16]}},
 //!   logits: {top: [[id, logit], ..], min, max, mean, l2}}`.
+//! worker-orcd's own `--parity-log` layout reads the same (see `record`).
 //! Records are matched by `step`. At each step the chosen ids must agree, every
 //! checkpoint present in both logs must agree within `atol + rtol * |reference|`,
 //! the top logit ids must agree, and the logits of ids in both top lists must agree
