@@ -1,7 +1,7 @@
 Feature: VRAM-only residency (CUDA backend)
   Under `cuda` everything lives in device memory and the worker accounts for it
   (REQUIREMENTS.md section 2). Test-only knobs are environment variables the CUDA
-  backend honours: WORKER_ORCD_TEST_VRAM_CAP_BYTES (pretend only this much VRAM is
+  backend honours: WORKER_ORCD_VRAM_CAP_BYTES (pretend only this much VRAM is
   free) and WORKER_ORCD_TEST_HOST_MAPPED_WEIGHT=1 (register one host-mapped buffer
   as a weight), with the residency check interval set by --residency-check-sec.
 
@@ -10,11 +10,11 @@ Feature: VRAM-only residency (CUDA backend)
     Given a worker on the reference model without "--backend"
     Then /health field "backend" is "cuda"
     And /health field "resident" is true
-    And the worker's unit tests named "m0_sys_2_2_1" pass
+    And the worker's unit tests named "host_mapped_memory_is_not_device_memory" pass
 
   @M0-W-1010 @cuda
   Scenario: The context is set up for VRAM-only work
-    Then the worker's unit tests named "m0_w_1010" pass
+    Then the worker's unit tests named "device_init_reads_facts_and_applies_vram_only_settings" pass
 
   @M0-W-1011 @cuda
   Scenario: VRAM in use covers the weights and returns to its post-load value after a job
@@ -37,7 +37,7 @@ Feature: VRAM-only residency (CUDA backend)
 
   @M0-W-1020 @cuda
   Scenario: Too little VRAM at start exits 1 with the four facts logged
-    Given the worker environment "WORKER_ORCD_TEST_VRAM_CAP_BYTES" is "50000000"
+    Given the worker environment "WORKER_ORCD_VRAM_CAP_BYTES" is "50000000"
     When the worker is started on the "reference" model
     Then the worker exits with code 1 within 60 s
     And the worker logged an "error" record with code "INSUFFICIENT_VRAM" and fields "gpu_device", "*need*", "*free*" and the model path
@@ -45,7 +45,7 @@ Feature: VRAM-only residency (CUDA backend)
 
   @M0-W-1021 @cuda
   Scenario: A job that runs out of VRAM fails alone and the worker recovers
-    Given the worker environment "WORKER_ORCD_TEST_VRAM_CAP_BYTES" is "120000000"
+    Given the worker environment "WORKER_ORCD_VRAM_CAP_BYTES" is "120000000"
     And a worker on the reference model
     When I remember /health
     And I run the job:

@@ -23,7 +23,7 @@ Feature: Reproducibility as a test tool
 
   @M0-W-1031 @cuda
   Scenario: Every kernel is bit-identical run to run
-    Then the worker's unit tests named "m0_w_1031" pass
+    Then the worker's unit tests named "deterministic" pass
 
   @M0-W-1032 @any
   Scenario: Temperature 0 is argmax with no draw; temperatures reshape the softmax

@@ -25,7 +25,7 @@ Feature: Process separation and the backend boundary
 
   @M0-W-1051 @cuda
   Scenario: The CUDA backend module's own tests pass on a GPU
-    Then the worker's unit tests named "m0_w_1051" pass
+    Then the worker's unit tests named "backend::cuda::" pass
 
   @M0-W-1052 @any
   Scenario: One generic Backend trait suite passes on each backend

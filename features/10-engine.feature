@@ -4,7 +4,7 @@ Feature: GPU engine internals
 
   @M0-W-1400 @cuda
   Scenario: Context creation compiles every module and refuses device id = count
-    Then the worker's unit tests named "m0_w_1400" pass
+    Then the worker's unit tests named "device_id_equal_to_the_count_is_invalid" pass
     When the worker is started with "--gpu-device {gpu_count}"
     Then the worker exits with code 1 within 30 s
     And the worker's output mentions "device"
@@ -52,7 +52,7 @@ Feature: GPU engine internals
 
   @M0-W-1430 @cuda
   Scenario: Every kernel matches the CPU at synthetic shapes and every .cu compiles
-    Then the worker's unit tests named "m0_w_1430" pass
+    Then the worker's unit tests named "_matches_cpu" pass
 
   @M0-W-1431 @cuda
   Scenario: Kernels and launchers refuse bad sizes; memcheck is clean

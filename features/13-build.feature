@@ -35,4 +35,4 @@ Feature: Build and configuration
   Scenario: Kernels are embedded and compiled at run time, never by a build script
     Then no build script in the workspace mentions "cmake" or "nvcc"
     And every file in "cuda" ending ".cu" is embedded by the worker with include_str!
-    And the worker's unit tests named "m0_w_1702" pass
+    And the worker's unit tests named "nvrtc_compiles_every_module" pass

@@ -48,7 +48,7 @@ Feature: Test suite
 
   @M0-W-1822 @cuda
   Scenario: Every weight format's micro-goldens match the f32 CPU within 1%
-    Then the worker's unit tests named "m0_w_1822" pass
+    Then the worker's unit tests named "matches_cpu_for_every_format" pass
 
   @M0-W-1823 @cuda @pending:gpt-oss
   Scenario: A GPT-OSS-20B-shaped synthetic model loads on one GPU and streams
@@ -81,7 +81,7 @@ Feature: Test suite
 
   @M0-W-1825 @cuda
   Scenario: A job needing more VRAM than is free gets VRAM_OOM and the next job succeeds
-    Given the worker environment "WORKER_ORCD_TEST_VRAM_CAP_BYTES" is "120000000"
+    Given the worker environment "WORKER_ORCD_VRAM_CAP_BYTES" is "120000000"
     And a worker on the reference model
     When I run the job:
       """

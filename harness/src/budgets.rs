@@ -58,8 +58,10 @@ pub struct Verdict {
 
 impl BudgetFile {
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading budgets {}", path.display()))?;
-        let f: BudgetFile = serde_yaml::from_str(&text).with_context(|| format!("parsing budgets {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading budgets {}", path.display()))?;
+        let f: BudgetFile = serde_yaml::from_str(&text)
+            .with_context(|| format!("parsing budgets {}", path.display()))?;
         if !(0.0..1.0).contains(&f.slack) {
             return Err(anyhow!("slack {} is not in [0, 1)", f.slack));
         }
@@ -67,25 +69,38 @@ impl BudgetFile {
     }
 
     pub fn backend(&self, name: &str) -> Result<&Budgets> {
-        self.backends.get(name).ok_or_else(|| anyhow!("budgets file has no entry for backend {name}"))
+        self.backends
+            .get(name)
+            .ok_or_else(|| anyhow!("budgets file has no entry for backend {name}"))
     }
 
     /// Looks a key up (`startup_s`, `load_s.<model>`, `decode_tok_s_min.<model>`, ...) and compares.
     pub fn check(&self, backend: &str, key: &str, measured: f64) -> Result<Verdict> {
         let b = self.backend(backend)?;
-        let (budget, bound) = b.get(key).ok_or_else(|| anyhow!("no budget {key} for backend {backend}"))?;
+        let (budget, bound) = b
+            .get(key)
+            .ok_or_else(|| anyhow!("no budget {key} for backend {backend}"))?;
         let met = match bound {
             Bound::Ceiling => measured <= budget * (1.0 + self.slack),
             Bound::Floor => measured >= budget * (1.0 - self.slack),
         };
-        Ok(Verdict { key: key.to_owned(), measured, budget, bound, slack: self.slack, met })
+        Ok(Verdict {
+            key: key.to_owned(),
+            measured,
+            budget,
+            bound,
+            slack: self.slack,
+            met,
+        })
     }
 }
 
 impl Budgets {
     pub fn get(&self, key: &str) -> Option<(f64, Bound)> {
         use Bound::*;
-        let (head, model) = key.split_once('.').map_or((key, None), |(h, m)| (h, Some(m)));
+        let (head, model) = key
+            .split_once('.')
+            .map_or((key, None), |(h, m)| (h, Some(m)));
         match (head, model) {
             ("load_s", Some(m)) => self.load_s.get(m).map(|v| (*v, Ceiling)),
             ("decode_tok_s_min", Some(m)) => self.decode_tok_s_min.get(m).map(|v| (*v, Floor)),
@@ -119,15 +134,26 @@ backends:
         let f: BudgetFile = serde_yaml::from_str(YAML).unwrap();
         assert!(f.check("cpu", "first_token_ms_p95", 109.0).unwrap().met);
         assert!(!f.check("cpu", "first_token_ms_p95", 111.0).unwrap().met);
-        assert!(f.check("cpu", "decode_tok_s_min.smollm2", 18.5).unwrap().met);
-        assert!(!f.check("cpu", "decode_tok_s_min.smollm2", 17.0).unwrap().met);
+        assert!(
+            f.check("cpu", "decode_tok_s_min.smollm2", 18.5)
+                .unwrap()
+                .met
+        );
+        assert!(
+            !f.check("cpu", "decode_tok_s_min.smollm2", 17.0)
+                .unwrap()
+                .met
+        );
         assert!(f.check("cpu", "load_s.other", 1.0).is_err());
         assert!(f.check("cuda", "startup_s", 1.0).is_err());
     }
 
     #[test]
     fn unknown_keys_are_refused() {
-        assert!(serde_yaml::from_str::<BudgetFile>("backends: { cpu: { first_token_p95: 1 } }").is_err());
+        assert!(
+            serde_yaml::from_str::<BudgetFile>("backends: { cpu: { first_token_p95: 1 } }")
+                .is_err()
+        );
     }
 
     #[test]
@@ -136,7 +162,17 @@ backends:
         let f = BudgetFile::load(&path).unwrap();
         for backend in ["cpu", "cuda"] {
             let b = f.backend(backend).unwrap();
-            for key in ["first_token_ms_p95", "inter_token_ms_p95", "health_ms_p99", "cancel_ms_p95", "startup_s", "shutdown_ms_max", "execute_parse_ms", "load_s.smollm2-135m-instruct-q4_1", "decode_tok_s_min.smollm2-135m-instruct-q4_1"] {
+            for key in [
+                "first_token_ms_p95",
+                "inter_token_ms_p95",
+                "health_ms_p99",
+                "cancel_ms_p95",
+                "startup_s",
+                "shutdown_ms_max",
+                "execute_parse_ms",
+                "load_s.smollm2-135m-instruct-q4_1",
+                "decode_tok_s_min.smollm2-135m-instruct-q4_1",
+            ] {
                 assert!(b.get(key).is_some(), "{backend}: {key} missing");
             }
         }

@@ -40,14 +40,24 @@ pub fn parse_requirements(text: &str) -> Result<Vec<Requirement>> {
         if let Some(s) = line.strip_prefix("## ") {
             section = s.trim().to_owned();
         } else if let Some(c) = head.captures(line) {
-            out.push(Requirement { id: c[1].to_owned(), title: c[2].trim().to_owned(), backend: String::new(), section: section.clone() });
+            out.push(Requirement {
+                id: c[1].to_owned(),
+                title: c[2].trim().to_owned(),
+                backend: String::new(),
+                section: section.clone(),
+            });
         } else if let Some(c) = check.captures(line) {
-            let r = out.last_mut().ok_or_else(|| anyhow!("a Check line before any requirement"))?;
+            let r = out
+                .last_mut()
+                .ok_or_else(|| anyhow!("a Check line before any requirement"))?;
             r.backend = c[1].to_owned();
         }
     }
     if let Some(r) = out.iter().find(|r| r.backend.is_empty()) {
-        return Err(anyhow!("requirement {} has no backend on its Check line", r.id));
+        return Err(anyhow!(
+            "requirement {} has no backend on its Check line",
+            r.id
+        ));
     }
     let mut seen = std::collections::BTreeSet::new();
     if let Some(r) = out.iter().find(|r| !seen.insert(r.id.clone())) {
@@ -58,7 +68,9 @@ pub fn parse_requirements(text: &str) -> Result<Vec<Requirement>> {
 
 /// Is this tag a requirement ID?
 pub fn is_id_tag(tag: &str) -> bool {
-    Regex::new(r"^(M0-SYS|M0-W|EXT)-[0-9]").unwrap().is_match(tag)
+    Regex::new(r"^(M0-SYS|M0-W|EXT)-[0-9]")
+        .unwrap()
+        .is_match(tag)
 }
 
 /// One scenario as written (an outline counts once), with its expansions.
@@ -83,7 +95,11 @@ pub struct Expansion {
 
 impl ScenarioInfo {
     pub fn ids(&self) -> Vec<&str> {
-        self.tags.iter().map(String::as_str).filter(|t| is_id_tag(t)).collect()
+        self.tags
+            .iter()
+            .map(String::as_str)
+            .filter(|t| is_id_tag(t))
+            .collect()
     }
 }
 
@@ -100,11 +116,22 @@ pub fn feature_files(dir: &Path) -> Result<Vec<PathBuf>> {
 pub fn parse_features(dir: &Path) -> Result<Vec<ScenarioInfo>> {
     let mut out = Vec::new();
     for file in feature_files(dir)? {
-        let feature = gherkin::Feature::parse_path(&file, GherkinEnv::default()).map_err(|e| anyhow!("{}: {e}", file.display()))?;
-        let expanded = feature.clone().expand_examples().map_err(|e| anyhow!("{}: {e}", file.display()))?;
+        let feature = gherkin::Feature::parse_path(&file, GherkinEnv::default())
+            .map_err(|e| anyhow!("{}: {e}", file.display()))?;
+        let expanded = feature
+            .clone()
+            .expand_examples()
+            .map_err(|e| anyhow!("{}: {e}", file.display()))?;
         let mut expansions_of: BTreeMap<usize, Vec<Expansion>> = BTreeMap::new();
-        let all_expanded = expanded.scenarios.iter().chain(expanded.rules.iter().flat_map(|r| r.scenarios.iter()));
-        let originals: Vec<&gherkin::Scenario> = feature.scenarios.iter().chain(feature.rules.iter().flat_map(|r| r.scenarios.iter())).collect();
+        let all_expanded = expanded
+            .scenarios
+            .iter()
+            .chain(expanded.rules.iter().flat_map(|r| r.scenarios.iter()));
+        let originals: Vec<&gherkin::Scenario> = feature
+            .scenarios
+            .iter()
+            .chain(feature.rules.iter().flat_map(|r| r.scenarios.iter()))
+            .collect();
         // An expansion belongs to the nearest scenario written at or above its line.
         for sc in all_expanded {
             let owner = originals
@@ -113,7 +140,11 @@ pub fn parse_features(dir: &Path) -> Result<Vec<ScenarioInfo>> {
                 .max_by_key(|o| o.position.line)
                 .map(|o| o.position.line)
                 .unwrap_or(sc.position.line);
-            expansions_of.entry(owner).or_default().push(Expansion { name: sc.name.clone(), line: sc.position.line, tags: sc.tags.clone() });
+            expansions_of.entry(owner).or_default().push(Expansion {
+                name: sc.name.clone(),
+                line: sc.position.line,
+                tags: sc.tags.clone(),
+            });
         }
         for sc in originals {
             out.push(ScenarioInfo {
@@ -148,22 +179,32 @@ pub fn check_coverage(reqs: &[Requirement], scenarios: &[ScenarioInfo]) -> Cover
             problems.push(format!("{at}: carries no requirement ID"));
         }
         if ids.len() > 1 {
-            problems.push(format!("{at}: carries {} requirement IDs {:?}; one scenario per ID", ids.len(), ids));
+            problems.push(format!(
+                "{at}: carries {} requirement IDs {:?}; one scenario per ID",
+                ids.len(),
+                ids
+            ));
         }
         for id in ids {
             match known.get(id) {
                 None => problems.push(format!("{at}: unknown requirement ID {id}")),
                 Some(r) => {
                     *count.entry(id).or_default() += 1;
-                    if !sc.tags.iter().any(|t| *t == r.backend) {
+                    if !sc.tags.contains(&r.backend) {
                         problems.push(format!("{at}: {id} needs the backend tag @{}", r.backend));
                     }
                 }
             }
         }
-        let backends: Vec<&String> = sc.tags.iter().filter(|t| ["any", "cuda", "bench"].contains(&t.as_str())).collect();
+        let backends: Vec<&String> = sc
+            .tags
+            .iter()
+            .filter(|t| ["any", "cuda", "bench"].contains(&t.as_str()))
+            .collect();
         if backends.len() != 1 {
-            problems.push(format!("{at}: needs exactly one scenario-level backend tag, has {backends:?}"));
+            problems.push(format!(
+                "{at}: needs exactly one scenario-level backend tag, has {backends:?}"
+            ));
         }
     }
     for r in reqs {
@@ -173,7 +214,11 @@ pub fn check_coverage(reqs: &[Requirement], scenarios: &[ScenarioInfo]) -> Cover
             _ => {}
         }
     }
-    Coverage { requirements: reqs.len(), scenarios: scenarios.len(), problems }
+    Coverage {
+        requirements: reqs.len(),
+        scenarios: scenarios.len(),
+        problems,
+    }
 }
 
 /// What the suite does with one expansion.
@@ -199,28 +244,43 @@ pub const NO_GPU: &str = "no GPU";
 impl Selection {
     pub fn new(expr: Option<&str>, gpu: bool, run_pending: bool) -> Result<Self> {
         let tags = match expr {
-            Some(e) if !e.trim().is_empty() => Some((e.to_owned(), e.parse::<TagOperation>().map_err(|err| anyhow!("bad --tags {e:?}: {err}"))?)),
+            Some(e) if !e.trim().is_empty() => Some((
+                e.to_owned(),
+                e.parse::<TagOperation>()
+                    .map_err(|err| anyhow!("bad --tags {e:?}: {err}"))?,
+            )),
             _ => None,
         };
-        Ok(Self { tags, gpu, run_pending })
+        Ok(Self {
+            tags,
+            gpu,
+            run_pending,
+        })
     }
 
     /// Pending wins over everything, then "no GPU", then the tag expression.
     pub fn plan(&self, tags: &[String]) -> Plan {
         let mut all: Vec<&str> = tags.iter().map(String::as_str).collect();
-        let caps: Vec<&str> = tags.iter().filter_map(|t| t.strip_prefix("pending:")).collect();
+        let caps: Vec<&str> = tags
+            .iter()
+            .filter_map(|t| t.strip_prefix("pending:"))
+            .collect();
         if !caps.is_empty() {
             all.push("pending");
         }
         let selected = self.tags.as_ref().is_none_or(|(_, op)| op.eval(all.iter()));
-        if !caps.is_empty() && !(self.run_pending && selected) {
+        if !(caps.is_empty() || self.run_pending && selected) {
             return Plan::Pending(caps.join(", "));
         }
         if tags.iter().any(|t| t == "cuda") && !self.gpu {
             return Plan::Skip(NO_GPU.to_owned());
         }
         if !selected {
-            let expr = self.tags.as_ref().map(|(e, _)| e.as_str()).unwrap_or_default();
+            let expr = self
+                .tags
+                .as_ref()
+                .map(|(e, _)| e.as_str())
+                .unwrap_or_default();
             return Plan::Skip(format!("not selected by --tags '{expr}'"));
         }
         Plan::Run
@@ -237,7 +297,14 @@ mod tests {
     fn requirements_are_read_with_backend_and_section() {
         let r = parse_requirements(REQS).unwrap();
         assert_eq!(r.len(), 3);
-        assert_eq!((r[0].id.as_str(), r[0].backend.as_str(), r[0].section.as_str()), ("M0-SYS-6.3.1", "any", "1. One"));
+        assert_eq!(
+            (
+                r[0].id.as_str(),
+                r[0].backend.as_str(),
+                r[0].section.as_str()
+            ),
+            ("M0-SYS-6.3.1", "any", "1. One")
+        );
         assert_eq!(r[2].id, "EXT-003");
         assert!(parse_requirements("### M0-W-1 A\n- Check: none\n").is_err());
     }
@@ -283,7 +350,9 @@ mod tests {
         let sc = parse_features(&dir).unwrap();
         assert_eq!(sc.len(), 1);
         assert_eq!(sc[0].expansions.len(), 3);
-        assert!(sc[0].expansions[2].tags.contains(&"pending:phi3".to_owned()));
+        assert!(sc[0].expansions[2]
+            .tags
+            .contains(&"pending:phi3".to_owned()));
         std::fs::remove_dir_all(dir).unwrap();
     }
 
@@ -293,10 +362,18 @@ mod tests {
         let ci = Selection::new(Some("@any and not @pending"), false, false).unwrap();
         assert_eq!(ci.plan(&t(&["M0-W-1", "any"])), Plan::Run);
         assert_eq!(ci.plan(&t(&["M0-W-1", "cuda"])), Plan::Skip(NO_GPU.into()));
-        assert_eq!(ci.plan(&t(&["M0-W-1", "any", "pending:gpt-oss"])), Plan::Pending("gpt-oss".into()));
-        assert!(matches!(ci.plan(&t(&["M0-W-1", "bench"])), Plan::Skip(r) if r.contains("not selected")));
+        assert_eq!(
+            ci.plan(&t(&["M0-W-1", "any", "pending:gpt-oss"])),
+            Plan::Pending("gpt-oss".into())
+        );
+        assert!(
+            matches!(ci.plan(&t(&["M0-W-1", "bench"])), Plan::Skip(r) if r.contains("not selected"))
+        );
         let all = Selection::new(Some("@pending"), true, true).unwrap();
         assert_eq!(all.plan(&t(&["any", "pending:phi3"])), Plan::Run);
-        assert_eq!(all.plan(&t(&["any"])), Plan::Skip("not selected by --tags '@pending'".into()));
+        assert_eq!(
+            all.plan(&t(&["any"])),
+            Plan::Skip("not selected by --tags '@pending'".into())
+        );
     }
 }

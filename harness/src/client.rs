@@ -81,11 +81,15 @@ impl Transcript {
     }
 
     pub fn token_ids(&self) -> Vec<i64> {
-        self.tokens().filter_map(|e| e.data.get("id").and_then(Value::as_i64)).collect()
+        self.tokens()
+            .filter_map(|e| e.data.get("id").and_then(Value::as_i64))
+            .collect()
     }
 
     pub fn text(&self) -> String {
-        self.tokens().filter_map(|e| e.data.get("t").and_then(Value::as_str)).collect()
+        self.tokens()
+            .filter_map(|e| e.data.get("t").and_then(Value::as_str))
+            .collect()
     }
 
     /// The monotonic instant an event arrived (comparable across jobs).
@@ -99,11 +103,15 @@ impl Transcript {
 
     /// The terminal event (`end` or `error`), if the stream carried one.
     pub fn terminal(&self) -> Option<&Event> {
-        self.events.iter().find(|e| e.kind == "end" || e.kind == "error")
+        self.events
+            .iter()
+            .find(|e| e.kind == "end" || e.kind == "error")
     }
 
     pub fn error_code(&self) -> Option<&str> {
-        self.first("error").and_then(|e| e.data.get("code")).and_then(Value::as_str)
+        self.first("error")
+            .and_then(|e| e.data.get("code"))
+            .and_then(Value::as_str)
     }
 }
 
@@ -117,7 +125,9 @@ pub struct LiveJob {
 
 impl std::fmt::Debug for LiveJob {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LiveJob").field("job_id", &self.job_id).finish()
+        f.debug_struct("LiveJob")
+            .field("job_id", &self.job_id)
+            .finish()
     }
 }
 
@@ -132,7 +142,11 @@ impl LiveJob {
     }
 
     /// Waits until `pred` holds for the events so far; errors after `timeout`.
-    pub async fn wait_until(&self, timeout: Duration, pred: impl Fn(&[Event]) -> bool) -> Result<Vec<Event>> {
+    pub async fn wait_until(
+        &self,
+        timeout: Duration,
+        pred: impl Fn(&[Event]) -> bool,
+    ) -> Result<Vec<Event>> {
         let deadline = Instant::now() + timeout;
         loop {
             {
@@ -143,17 +157,33 @@ impl LiveJob {
             }
             if self.handle.is_finished() {
                 let ev = self.events();
-                return if pred(&ev) { Ok(ev) } else { Err(anyhow!("job {} ended before the awaited condition; events: {}", self.job_id, kinds(&ev))) };
+                return if pred(&ev) {
+                    Ok(ev)
+                } else {
+                    Err(anyhow!(
+                        "job {} ended before the awaited condition; events: {}",
+                        self.job_id,
+                        kinds(&ev)
+                    ))
+                };
             }
             if Instant::now() > deadline {
-                return Err(anyhow!("job {}: condition not met within {:?}; events: {}", self.job_id, timeout, kinds(&self.events())));
+                return Err(anyhow!(
+                    "job {}: condition not met within {:?}; events: {}",
+                    self.job_id,
+                    timeout,
+                    kinds(&self.events())
+                ));
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
 
     pub async fn wait_tokens(&self, n: usize, timeout: Duration) -> Result<Vec<Event>> {
-        self.wait_until(timeout, |ev| ev.iter().filter(|e| e.kind == "token").count() >= n).await
+        self.wait_until(timeout, |ev| {
+            ev.iter().filter(|e| e.kind == "token").count() >= n
+        })
+        .await
     }
 
     /// Waits for the stream to end by itself.
@@ -226,28 +256,55 @@ impl Client {
     }
 
     /// Any request with a raw body; used for the endpoints' JSON calls and for hostile bodies.
-    pub async fn raw(&self, method: reqwest::Method, path: &str, content_type: Option<&str>, body: Vec<u8>, headers: &[(&str, &str)]) -> Result<Reply> {
+    pub async fn raw(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: Vec<u8>,
+        headers: &[(&str, &str)],
+    ) -> Result<Reply> {
         let sent = Instant::now();
-        let mut req = self.http.request(method, format!("{}{}", self.base, path)).timeout(Duration::from_secs(30));
+        let mut req = self
+            .http
+            .request(method, format!("{}{}", self.base, path))
+            .timeout(Duration::from_secs(30));
         if let Some(ct) = content_type {
             req = req.header("content-type", ct);
         }
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let resp = req.body(body).send().await.with_context(|| format!("request to {path}"))?;
+        let resp = req
+            .body(body)
+            .send()
+            .await
+            .with_context(|| format!("request to {path}"))?;
         let status = resp.status().as_u16();
         let headers = header_pairs(resp.headers());
         let body = resp.text().await.unwrap_or_default();
-        Ok(Reply { status, headers, body, elapsed: sent.elapsed() })
+        Ok(Reply {
+            status,
+            headers,
+            body,
+            elapsed: sent.elapsed(),
+        })
     }
 
     pub async fn post_json(&self, path: &str, body: &Value) -> Result<Reply> {
-        self.raw(reqwest::Method::POST, path, Some("application/json"), serde_json::to_vec(body)?, &[]).await
+        self.raw(
+            reqwest::Method::POST,
+            path,
+            Some("application/json"),
+            serde_json::to_vec(body)?,
+            &[],
+        )
+        .await
     }
 
     pub async fn get(&self, path: &str) -> Result<Reply> {
-        self.raw(reqwest::Method::GET, path, None, Vec::new(), &[]).await
+        self.raw(reqwest::Method::GET, path, None, Vec::new(), &[])
+            .await
     }
 
     pub async fn health(&self) -> Result<Value> {
@@ -259,7 +316,8 @@ impl Client {
     }
 
     pub async fn cancel(&self, job_id: &str) -> Result<Reply> {
-        self.post_json("/cancel", &serde_json::json!({ "job_id": job_id })).await
+        self.post_json("/cancel", &serde_json::json!({ "job_id": job_id }))
+            .await
     }
 
     pub async fn shutdown(&self) -> Result<Reply> {
@@ -274,7 +332,12 @@ impl Client {
         Ok(r.body)
     }
 
-    pub async fn tokenize(&self, content: &str, add_special: bool, parse_special: bool) -> Result<Vec<i64>> {
+    pub async fn tokenize(
+        &self,
+        content: &str,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Result<Vec<i64>> {
         let body = serde_json::json!({ "content": content, "add_special": add_special, "parse_special": parse_special });
         let r = self.post_json("/tokenize", &body).await?;
         let v = r.json()?;
@@ -285,12 +348,20 @@ impl Client {
     }
 
     pub async fn detokenize(&self, tokens: &[i64]) -> Result<String> {
-        let r = self.post_json("/detokenize", &serde_json::json!({ "tokens": tokens })).await?;
+        let r = self
+            .post_json("/detokenize", &serde_json::json!({ "tokens": tokens }))
+            .await?;
         let v = r.json()?;
         v.get("content")
             .and_then(Value::as_str)
             .map(str::to_owned)
-            .ok_or_else(|| anyhow!("/detokenize answered {} without content: {}", r.status, r.body))
+            .ok_or_else(|| {
+                anyhow!(
+                    "/detokenize answered {} without content: {}",
+                    r.status,
+                    r.body
+                )
+            })
     }
 
     /// `POST /execute`; a 200 event stream is read in a background task.
@@ -298,8 +369,16 @@ impl Client {
         self.execute_with_headers(body, &[]).await
     }
 
-    pub async fn execute_with_headers(&self, body: &Value, headers: &[(&str, &str)]) -> Result<Execute> {
-        let job_id = body.get("job_id").and_then(Value::as_str).unwrap_or("").to_owned();
+    pub async fn execute_with_headers(
+        &self,
+        body: &Value,
+        headers: &[(&str, &str)],
+    ) -> Result<Execute> {
+        let job_id = body
+            .get("job_id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
         let sent = Instant::now();
         let sent_at = chrono::DateTime::<chrono::Utc>::from(SystemTime::now()).to_rfc3339();
         let mut req = self.http.post(format!("{}/execute", self.base)).json(body);
@@ -308,11 +387,21 @@ impl Client {
         }
         let resp = req.send().await.context("POST /execute")?;
         let status = resp.status().as_u16();
-        let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+        let content_type = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
         if status != 200 || !content_type.starts_with("text/event-stream") {
             let headers = header_pairs(resp.headers());
             let body = resp.text().await.unwrap_or_default();
-            return Ok(Execute::Refused(Reply { status, headers, body, elapsed: sent.elapsed() }));
+            return Ok(Execute::Refused(Reply {
+                status,
+                headers,
+                body,
+                elapsed: sent.elapsed(),
+            }));
         }
         let events = Arc::new(Mutex::new(Vec::new()));
         let raw = Arc::new(Mutex::new(Vec::new()));
@@ -333,7 +422,12 @@ impl Client {
                     Ok(ev) => {
                         let at = sent.elapsed();
                         let data = serde_json::from_str(&ev.data).unwrap_or(Value::Null);
-                        sink.lock().unwrap().push(Event { kind: ev.event, data, raw_data: ev.data, at });
+                        sink.lock().unwrap().push(Event {
+                            kind: ev.event,
+                            data,
+                            raw_data: ev.data,
+                            at,
+                        });
                     }
                     Err(e) => {
                         closed = false;
@@ -344,17 +438,38 @@ impl Client {
             }
             let events = sink.lock().unwrap().clone();
             let raw = raw.lock().unwrap().clone();
-            Ok(Transcript { job_id: id, status, content_type, sent_at, sent, events, raw, closed, transport_error })
+            Ok(Transcript {
+                job_id: id,
+                status,
+                content_type,
+                sent_at,
+                sent,
+                events,
+                raw,
+                closed,
+                transport_error,
+            })
         });
-        Ok(Execute::Stream(LiveJob { job_id, events, handle, sent }))
+        Ok(Execute::Stream(LiveJob {
+            job_id,
+            events,
+            handle,
+            sent,
+        }))
     }
 
     /// Runs one job to its end.
     pub async fn run(&self, body: &Value, timeout: Duration) -> Result<Transcript> {
-        self.execute(body).await?.into_stream()?.finish(timeout).await
+        self.execute(body)
+            .await?
+            .into_stream()?
+            .finish(timeout)
+            .await
     }
 }
 
 fn header_pairs(h: &reqwest::header::HeaderMap) -> Vec<(String, String)> {
-    h.iter().map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned())).collect()
+    h.iter()
+        .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
+        .collect()
 }

@@ -40,11 +40,17 @@ pub fn check_framing(raw: &[u8]) -> Vec<String> {
         if lines.iter().all(|l| l.starts_with(':')) {
             continue;
         }
-        let fields: Vec<&str> = lines.iter().copied().filter(|l| !l.starts_with(':')).collect();
+        let fields: Vec<&str> = lines
+            .iter()
+            .copied()
+            .filter(|l| !l.starts_with(':'))
+            .collect();
         let events: Vec<&str> = fields.iter().filter_map(|l| field(l, "event")).collect();
         let datas: Vec<&str> = fields.iter().filter_map(|l| field(l, "data")).collect();
         if events.len() != 1 || datas.len() != 1 || fields.len() != 2 {
-            bad.push(format!("frame {n}: want one event line and one data line, got {fields:?}"));
+            bad.push(format!(
+                "frame {n}: want one event line and one data line, got {fields:?}"
+            ));
             continue;
         }
         if !EVENT_KINDS.contains(&events[0]) {
@@ -71,17 +77,26 @@ pub fn check_order(events: &[Event]) -> Vec<String> {
     if kinds.first() != Some(&"started") {
         bad.push(format!("first event is not started: {kinds:?}"));
     }
-    let terminals: Vec<usize> = kinds.iter().enumerate().filter(|(_, k)| **k == "end" || **k == "error").map(|(i, _)| i).collect();
+    let terminals: Vec<usize> = kinds
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| **k == "end" || **k == "error")
+        .map(|(i, _)| i)
+        .collect();
     match terminals.as_slice() {
         [] => bad.push(format!("no terminal event: {kinds:?}")),
-        [t] if *t + 1 != kinds.len() => bad.push(format!("events after the terminal event: {kinds:?}")),
+        [t] if *t + 1 != kinds.len() => {
+            bad.push(format!("events after the terminal event: {kinds:?}"))
+        }
         [_] => {}
         _ => bad.push(format!("{} terminal events: {kinds:?}", terminals.len())),
     }
     let middle_end = terminals.first().copied().unwrap_or(kinds.len());
     for k in kinds.iter().take(middle_end).skip(1) {
         if *k != "token" && *k != "metrics" {
-            bad.push(format!("unexpected {k} between started and the terminal event: {kinds:?}"));
+            bad.push(format!(
+                "unexpected {k} between started and the terminal event: {kinds:?}"
+            ));
             break;
         }
     }
@@ -102,8 +117,14 @@ pub fn check_payloads(t: &Transcript) -> Vec<String> {
         match e.kind.as_str() {
             "started" => {
                 want_str(d, "job_id", &at, &mut bad);
-                if d.get("job_id").and_then(Value::as_str).is_some_and(|j| j != t.job_id) {
-                    bad.push(format!("{at}: job_id {} is not the request's {}", d["job_id"], t.job_id));
+                if d.get("job_id")
+                    .and_then(Value::as_str)
+                    .is_some_and(|j| j != t.job_id)
+                {
+                    bad.push(format!(
+                        "{at}: job_id {} is not the request's {}",
+                        d["job_id"], t.job_id
+                    ));
                 }
                 want_str(d, "model", &at, &mut bad);
                 match d.get("started_at").and_then(Value::as_str) {
@@ -135,7 +156,9 @@ pub fn check_payloads(t: &Transcript) -> Vec<String> {
                             want_str(d, "stop_sequence", &at, &mut bad);
                         }
                     }
-                    other => bad.push(format!("{at}: stop_reason {other:?} not in {STOP_REASONS:?}")),
+                    other => bad.push(format!(
+                        "{at}: stop_reason {other:?} not in {STOP_REASONS:?}"
+                    )),
                 }
                 let count = t.tokens().count() as u64;
                 if let Some(n) = d.get("tokens_out").and_then(Value::as_u64) {
@@ -144,7 +167,11 @@ pub fn check_payloads(t: &Transcript) -> Vec<String> {
                     }
                 }
             }
-            "error" => bad.extend(check_error_body(d).into_iter().map(|m| format!("{at}: {m}"))),
+            "error" => bad.extend(
+                check_error_body(d)
+                    .into_iter()
+                    .map(|m| format!("{at}: {m}")),
+            ),
             other => bad.push(format!("{at}: unknown event type {other}")),
         }
     }
@@ -162,7 +189,10 @@ pub fn check_error_body(d: &Value) -> Vec<String> {
         bad.push(format!("message is not a string: {:?}", d.get("message")));
     }
     if !d.get("retriable").is_some_and(Value::is_boolean) {
-        bad.push(format!("retriable is not a boolean: {:?}", d.get("retriable")));
+        bad.push(format!(
+            "retriable is not a boolean: {:?}",
+            d.get("retriable")
+        ));
     }
     bad
 }
@@ -176,7 +206,11 @@ pub fn check_logprobs(lp: &Value) -> Vec<String> {
     let mut prev = f64::INFINITY;
     let mut mass = 0.0;
     for (k, item) in list.iter().enumerate() {
-        let (id, t, p) = (item.get("id").and_then(Value::as_u64), item.get("t").and_then(Value::as_str), item.get("logprob").and_then(Value::as_f64));
+        let (id, t, p) = (
+            item.get("id").and_then(Value::as_u64),
+            item.get("t").and_then(Value::as_str),
+            item.get("logprob").and_then(Value::as_f64),
+        );
         let (Some(_), Some(_), Some(p)) = (id, t, p) else {
             bad.push(format!("logprobs[{k}] lacks id/t/logprob: {item}"));
             continue;
@@ -191,7 +225,9 @@ pub fn check_logprobs(lp: &Value) -> Vec<String> {
         mass += p.exp();
     }
     if mass > 1.0 + 1e-3 {
-        bad.push(format!("probabilities of the listed tokens sum to {mass} > 1"));
+        bad.push(format!(
+            "probabilities of the listed tokens sum to {mass} > 1"
+        ));
     }
     bad
 }
@@ -204,7 +240,10 @@ fn want_str(d: &Value, k: &str, at: &str, bad: &mut Vec<String>) {
 
 fn want_u64(d: &Value, k: &str, at: &str, bad: &mut Vec<String>) {
     if d.get(k).and_then(Value::as_u64).is_none() {
-        bad.push(format!("{at}: {k} is not an unsigned integer: {:?}", d.get(k)));
+        bad.push(format!(
+            "{at}: {k} is not an unsigned integer: {:?}",
+            d.get(k)
+        ));
     }
 }
 
@@ -220,7 +259,10 @@ pub fn check_all(t: &Transcript) -> Vec<String> {
     bad.extend(check_order(&t.events));
     bad.extend(check_payloads(t));
     if !t.closed {
-        bad.push(format!("stream did not close cleanly: {:?}", t.transport_error));
+        bad.push(format!(
+            "stream did not close cleanly: {:?}",
+            t.transport_error
+        ));
     }
     bad
 }
@@ -232,7 +274,12 @@ mod tests {
     use std::time::Duration;
 
     fn ev(kind: &str, data: Value) -> Event {
-        Event { kind: kind.into(), raw_data: data.to_string(), data, at: Duration::ZERO }
+        Event {
+            kind: kind.into(),
+            raw_data: data.to_string(),
+            data,
+            at: Duration::ZERO,
+        }
     }
 
     fn transcript(events: Vec<Event>) -> Transcript {
@@ -240,15 +287,34 @@ mod tests {
         for e in &events {
             raw.push_str(&format!("event: {}\ndata: {}\n\n", e.kind, e.raw_data));
         }
-        Transcript { job_id: "j".into(), status: 200, content_type: "text/event-stream".into(), sent_at: String::new(), sent: std::time::Instant::now(), events, raw: raw.into_bytes(), closed: true, transport_error: None }
+        Transcript {
+            job_id: "j".into(),
+            status: 200,
+            content_type: "text/event-stream".into(),
+            sent_at: String::new(),
+            sent: std::time::Instant::now(),
+            events,
+            raw: raw.into_bytes(),
+            closed: true,
+            transport_error: None,
+        }
     }
 
     fn good() -> Transcript {
         transcript(vec![
-            ev("started", json!({"job_id": "j", "model": "m", "started_at": "2025-01-01T00:00:00Z", "seed": 7})),
-            ev("token", json!({"t": "a", "i": 0, "id": 5, "logprobs": [{"id": 5, "t": "a", "logprob": -0.1}, {"id": 6, "t": "b", "logprob": -3.0}]})),
+            ev(
+                "started",
+                json!({"job_id": "j", "model": "m", "started_at": "2025-01-01T00:00:00Z", "seed": 7}),
+            ),
+            ev(
+                "token",
+                json!({"t": "a", "i": 0, "id": 5, "logprobs": [{"id": 5, "t": "a", "logprob": -0.1}, {"id": 6, "t": "b", "logprob": -3.0}]}),
+            ),
             ev("token", json!({"t": "b", "i": 1, "id": 6})),
-            ev("end", json!({"tokens_out": 2, "decode_time_ms": 3, "first_token_ms": 1, "stop_reason": "max_tokens"})),
+            ev(
+                "end",
+                json!({"tokens_out": 2, "decode_time_ms": 3, "first_token_ms": 1, "stop_reason": "max_tokens"}),
+            ),
         ])
     }
 
@@ -268,8 +334,14 @@ mod tests {
     fn order_flags_events_after_the_terminal_one_and_two_terminals() {
         let mut t = good();
         t.events.push(ev("token", json!({})));
-        assert!(check_order(&t.events).iter().any(|m| m.contains("after the terminal")));
-        let two = vec![ev("started", json!({})), ev("end", json!({})), ev("error", json!({}))];
+        assert!(check_order(&t.events)
+            .iter()
+            .any(|m| m.contains("after the terminal")));
+        let two = vec![
+            ev("started", json!({})),
+            ev("end", json!({})),
+            ev("error", json!({})),
+        ];
         assert!(check_order(&two).iter().any(|m| m.contains("2 terminal")));
         let none = vec![ev("started", json!({})), ev("token", json!({}))];
         assert!(check_order(&none).iter().any(|m| m.contains("no terminal")));
@@ -287,13 +359,22 @@ mod tests {
 
     #[test]
     fn logprobs_must_be_sorted_log_probabilities() {
-        assert!(check_logprobs(&json!([{"id": 1, "t": "x", "logprob": -2.0}, {"id": 2, "t": "y", "logprob": -1.0}]))[0].contains("not sorted"));
+        assert!(check_logprobs(
+            &json!([{"id": 1, "t": "x", "logprob": -2.0}, {"id": 2, "t": "y", "logprob": -1.0}])
+        )[0]
+        .contains("not sorted"));
         assert!(check_logprobs(&json!([{"id": 1, "t": "x", "logprob": 0.5}]))[0].contains("> 0"));
     }
 
     #[test]
     fn error_bodies_need_a_known_code_and_typed_fields() {
-        assert!(check_error_body(&json!({"code": "CANCELLED", "message": "m", "retriable": false})).is_empty());
-        assert_eq!(check_error_body(&json!({"code": "NOPE", "message": 1, "retriable": "no"})).len(), 3);
+        assert!(check_error_body(
+            &json!({"code": "CANCELLED", "message": "m", "retriable": false})
+        )
+        .is_empty());
+        assert_eq!(
+            check_error_body(&json!({"code": "NOPE", "message": 1, "retriable": "no"})).len(),
+            3
+        );
     }
 }

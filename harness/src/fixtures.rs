@@ -44,7 +44,12 @@ pub fn materialize(name: &str, reference: &Path, golden_dir: &Path, dir: &Path) 
         let folder = dir.join(name);
         std::fs::create_dir_all(&folder)?;
         let tok = golden_dir.join("tokenizer.json");
-        std::fs::copy(&tok, folder.join("tokenizer.json")).with_context(|| format!("no {} to put beside the model (hf-json goldens)", tok.display()))?;
+        std::fs::copy(&tok, folder.join("tokenizer.json")).with_context(|| {
+            format!(
+                "no {} to put beside the model (hf-json goldens)",
+                tok.display()
+            )
+        })?;
         let model = folder.join("model.gguf");
         if !model.exists() {
             std::os::unix::fs::symlink(reference, &model)?;
@@ -61,9 +66,16 @@ pub fn materialize(name: &str, reference: &Path, golden_dir: &Path, dir: &Path) 
     }
     let g = Gguf::read(reference)?;
     let b = &g.bytes;
-    let first_kv = g.kvs.first().ok_or_else(|| anyhow!("reference has no metadata"))?;
+    let first_kv = g
+        .kvs
+        .first()
+        .ok_or_else(|| anyhow!("reference has no metadata"))?;
     let (t0, t1) = (&g.tensors[0], &g.tensors[1]);
-    let last = g.tensors.iter().max_by_key(|t| t.offset).ok_or_else(|| anyhow!("no tensors"))?;
+    let last = g
+        .tensors
+        .iter()
+        .max_by_key(|t| t.offset)
+        .ok_or_else(|| anyhow!("no tensors"))?;
     let file_len = b.len() as u64;
     let bytes: Vec<u8> = match name {
         "bad-magic" => patched(b, 0, b"GGUX"),
@@ -86,11 +98,18 @@ pub fn materialize(name: &str, reference: &Path, golden_dir: &Path, dir: &Path) 
         "arch-qwen2" => edited(&g, |e| {
             e.set_string("general.architecture", "qwen2")?;
             e.rename_prefix("llama.", "qwen2.");
-            let blocks = e.u64_value("qwen2.block_count").ok_or_else(|| anyhow!("no block_count"))?;
+            let blocks = e
+                .u64_value("qwen2.block_count")
+                .ok_or_else(|| anyhow!("no block_count"))?;
             for b in 0..blocks {
                 for m in ["q", "k", "v"] {
                     let weight = format!("blk.{b}.attn_{m}.weight");
-                    let rows = e.tensors.iter().find(|t| t.name == weight).and_then(|t| t.dims.last().copied()).ok_or_else(|| anyhow!("no {weight}"))?;
+                    let rows = e
+                        .tensors
+                        .iter()
+                        .find(|t| t.name == weight)
+                        .and_then(|t| t.dims.last().copied())
+                        .ok_or_else(|| anyhow!("no {weight}"))?;
                     e.add_f32_tensor(&format!("blk.{b}.attn_{m}.bias"), &vec![0.0; rows as usize]);
                 }
             }
@@ -124,7 +143,11 @@ fn synthesize(preset: &str, out: &Path) -> Result<()> {
         bail!(
             "synthetic model {preset:?} unavailable: `harness synth-model` failed ({}): {}",
             o.status,
-            String::from_utf8_lossy(&o.stderr).lines().take(5).collect::<Vec<_>>().join(" / ")
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .take(5)
+                .collect::<Vec<_>>()
+                .join(" / ")
         );
     }
     if !out.exists() {
@@ -140,14 +163,24 @@ mod tests {
 
     #[test]
     fn every_named_fixture_is_broken_as_named() {
-        let dir = std::env::temp_dir().join(format!("harness-fixtures-test-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("harness-fixtures-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut g = Gguf::parse(crate::gguf::tests::tiny()).unwrap();
         let mut raw = (4u64).to_le_bytes().to_vec();
         raw.extend_from_slice(b"gpt2");
-        g.kvs.push(Kv { key: "tokenizer.ggml.model".into(), vtype: 8, raw, at: 0 });
+        g.kvs.push(Kv {
+            key: "tokenizer.ggml.model".into(),
+            vtype: 8,
+            raw,
+            at: 0,
+        });
         // One block with Q/K/V weights, so the qwen2 relabelling has something to bias.
-        g.kvs.iter_mut().find(|k| k.key == "llama.block_count").unwrap().raw = 1u32.to_le_bytes().to_vec();
+        g.kvs
+            .iter_mut()
+            .find(|k| k.key == "llama.block_count")
+            .unwrap()
+            .raw = 1u32.to_le_bytes().to_vec();
         g.tensors[0].name = "blk.0.attn_q.weight".into();
         g.tensors[1].name = "blk.0.attn_k.weight".into();
         g.add_f32_tensor("blk.0.attn_v.weight", &[0.5; 4]);
@@ -161,22 +194,50 @@ mod tests {
         let bytes = |n: &str| std::fs::read(made(n)).unwrap();
         assert_eq!(&bytes("bad-magic")[..4], b"GGUX");
         assert_eq!(Gguf::parse(bytes("gguf-v2")).unwrap().version, 2);
-        assert_eq!(Gguf::parse(bytes("arch-mamba")).unwrap().string("general.architecture").as_deref(), Some("mamba"));
+        assert_eq!(
+            Gguf::parse(bytes("arch-mamba"))
+                .unwrap()
+                .string("general.architecture")
+                .as_deref(),
+            Some("mamba")
+        );
         let q = Gguf::parse(bytes("arch-qwen2")).unwrap();
         assert_eq!(q.u64_value("qwen2.block_count"), Some(1));
         for m in ["q", "k", "v"] {
-            let b = q.tensors.iter().find(|t| t.name == format!("blk.0.attn_{m}.bias")).expect("bias");
+            let b = q
+                .tensors
+                .iter()
+                .find(|t| t.name == format!("blk.0.attn_{m}.bias"))
+                .expect("bias");
             assert_eq!(b.dims, [4]);
         }
-        assert!(Gguf::parse(bytes("missing-block-count")).unwrap().kv("llama.block_count").is_none());
-        assert_eq!(Gguf::parse(bytes("tokenizer-rwkv")).unwrap().string("tokenizer.ggml.model").as_deref(), Some("rwkv"));
+        assert!(Gguf::parse(bytes("missing-block-count"))
+            .unwrap()
+            .kv("llama.block_count")
+            .is_none());
+        assert_eq!(
+            Gguf::parse(bytes("tokenizer-rwkv"))
+                .unwrap()
+                .string("tokenizer.ggml.model")
+                .as_deref(),
+            Some("rwkv")
+        );
         assert!(bytes("cut-mid-tensor").len() < g.bytes.len());
         let eof = Gguf::parse(bytes("tensor-past-eof")).unwrap();
-        assert!(eof.tensors.iter().any(|t| t.offset > eof.bytes.len() as u64));
+        assert!(eof
+            .tensors
+            .iter()
+            .any(|t| t.offset > eof.bytes.len() as u64));
         let ov = Gguf::parse(bytes("tensor-overlap")).unwrap();
         assert_eq!(ov.tensors[0].offset, ov.tensors[1].offset);
-        assert_eq!(Gguf::parse(bytes("unknown-type")).unwrap().tensors[0].ttype, 99);
-        assert_eq!(u64::from_le_bytes(bytes("10001-tensors")[8..16].try_into().unwrap()), 10_001);
+        assert_eq!(
+            Gguf::parse(bytes("unknown-type")).unwrap().tensors[0].ttype,
+            99
+        );
+        assert_eq!(
+            u64::from_le_bytes(bytes("10001-tensors")[8..16].try_into().unwrap()),
+            10_001
+        );
         assert!(materialize("no-such", &reference, &dir, &dir.join("out")).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -94,7 +94,11 @@ struct Cur<'a> {
 
 impl Cur<'_> {
     fn take(&mut self, n: usize) -> Result<&[u8]> {
-        let end = self.p.checked_add(n).filter(|e| *e <= self.b.len()).ok_or_else(|| anyhow!("read past end at {}", self.p))?;
+        let end = self
+            .p
+            .checked_add(n)
+            .filter(|e| *e <= self.b.len())
+            .ok_or_else(|| anyhow!("read past end at {}", self.p))?;
         let s = &self.b[self.p..end];
         self.p = end;
         Ok(s)
@@ -151,7 +155,12 @@ impl Gguf {
             let vtype = c.u32()?;
             let start = c.p;
             c.skip_value(vtype)?;
-            kvs.push(Kv { key, vtype, raw: bytes[start..c.p].to_vec(), at });
+            kvs.push(Kv {
+                key,
+                vtype,
+                raw: bytes[start..c.p].to_vec(),
+                at,
+            });
         }
         let mut tensors = Vec::new();
         for _ in 0..n_tensors {
@@ -163,11 +172,31 @@ impl Gguf {
             let ttype = c.u32()?;
             let offset_at = c.p;
             let offset = c.u64()?;
-            tensors.push(TensorInfo { name, dims, ttype, offset, dims_at, type_at, offset_at });
+            tensors.push(TensorInfo {
+                name,
+                dims,
+                ttype,
+                offset,
+                dims_at,
+                type_at,
+                offset_at,
+            });
         }
-        let alignment = kvs.iter().find(|k| k.key == "general.alignment").map(|k| u32::from_le_bytes(k.raw[..4].try_into().unwrap()) as u64).unwrap_or(32);
+        let alignment = kvs
+            .iter()
+            .find(|k| k.key == "general.alignment")
+            .map(|k| u32::from_le_bytes(k.raw[..4].try_into().unwrap()) as u64)
+            .unwrap_or(32);
         let data_offset = c.p.div_ceil(alignment as usize) * alignment as usize;
-        Ok(Self { version, kvs, tensors, alignment, data_offset, bytes, extra_data: Vec::new() })
+        Ok(Self {
+            version,
+            kvs,
+            tensors,
+            alignment,
+            data_offset,
+            bytes,
+            extra_data: Vec::new(),
+        })
     }
 
     pub fn kv(&self, key: &str) -> Option<&Kv> {
@@ -203,7 +232,13 @@ impl Gguf {
 
     /// Sum of every tensor's stored bytes.
     pub fn total_tensor_bytes(&self) -> Result<u64> {
-        self.tensors.iter().map(|t| Self::tensor_bytes(t).ok_or_else(|| anyhow!("tensor {} has unknown type {}", t.name, t.ttype))).sum()
+        self.tensors
+            .iter()
+            .map(|t| {
+                Self::tensor_bytes(t)
+                    .ok_or_else(|| anyhow!("tensor {} has unknown type {}", t.name, t.ttype))
+            })
+            .sum()
     }
 
     /// The file re-serialized from the (possibly edited) KVs and tensor infos.
@@ -238,15 +273,29 @@ impl Gguf {
     pub fn add_f32_tensor(&mut self, name: &str, values: &[f32]) {
         let a = self.alignment as usize;
         let data_len = self.bytes.len() - self.data_offset;
-        let pad = (data_len + self.extra_data.len()).div_ceil(a) * a - (data_len + self.extra_data.len());
+        let pad =
+            (data_len + self.extra_data.len()).div_ceil(a) * a - (data_len + self.extra_data.len());
         self.extra_data.extend(std::iter::repeat_n(0u8, pad));
         let offset = (data_len + self.extra_data.len()) as u64;
-        self.extra_data.extend(values.iter().flat_map(|v| v.to_le_bytes()));
-        self.tensors.push(TensorInfo { name: name.into(), dims: vec![values.len() as u64], ttype: 0, offset, dims_at: 0, type_at: 0, offset_at: 0 });
+        self.extra_data
+            .extend(values.iter().flat_map(|v| v.to_le_bytes()));
+        self.tensors.push(TensorInfo {
+            name: name.into(),
+            dims: vec![values.len() as u64],
+            ttype: 0,
+            offset,
+            dims_at: 0,
+            type_at: 0,
+            offset_at: 0,
+        });
     }
 
     pub fn set_string(&mut self, key: &str, value: &str) -> Result<()> {
-        let kv = self.kvs.iter_mut().find(|k| k.key == key).ok_or_else(|| anyhow!("no key {key}"))?;
+        let kv = self
+            .kvs
+            .iter_mut()
+            .find(|k| k.key == key)
+            .ok_or_else(|| anyhow!("no key {key}"))?;
         let mut raw = Vec::new();
         put_string(&mut raw, value);
         kv.vtype = STRING;
@@ -330,14 +379,20 @@ pub(crate) mod tests {
         g.set_string("general.architecture", "gpt-oss").unwrap();
         g.rename_prefix("llama.", "qwen2.");
         let back = Gguf::parse(g.write()).unwrap();
-        assert_eq!(back.string("general.architecture").as_deref(), Some("gpt-oss"));
+        assert_eq!(
+            back.string("general.architecture").as_deref(),
+            Some("gpt-oss")
+        );
         assert_eq!(back.u64_value("qwen2.block_count"), Some(7));
         assert_eq!(&back.bytes[back.data_offset..], &tiny()[g.data_offset..]);
         let mut g = back;
         g.add_f32_tensor("bias", &[1.0, 2.0]);
         let with = Gguf::parse(g.write()).unwrap();
         let t = with.tensors.last().unwrap();
-        assert_eq!((t.name.as_str(), t.dims.as_slice(), t.offset % 32), ("bias", &[2u64][..], 0));
+        assert_eq!(
+            (t.name.as_str(), t.dims.as_slice(), t.offset % 32),
+            ("bias", &[2u64][..], 0)
+        );
         let at = with.data_offset + t.offset as usize;
         assert_eq!(&with.bytes[at..at + 8], &[0, 0, 128, 63, 0, 0, 0, 64]);
         g.remove_key("qwen2.block_count").unwrap();
@@ -348,8 +403,14 @@ pub(crate) mod tests {
     fn recorded_offsets_point_at_the_fields() {
         let g = Gguf::parse(tiny()).unwrap();
         let t = &g.tensors[1];
-        assert_eq!(u64::from_le_bytes(g.bytes[t.offset_at..t.offset_at + 8].try_into().unwrap()), 32);
-        assert_eq!(u64::from_le_bytes(g.bytes[t.dims_at..t.dims_at + 8].try_into().unwrap()), 4);
+        assert_eq!(
+            u64::from_le_bytes(g.bytes[t.offset_at..t.offset_at + 8].try_into().unwrap()),
+            32
+        );
+        assert_eq!(
+            u64::from_le_bytes(g.bytes[t.dims_at..t.dims_at + 8].try_into().unwrap()),
+            4
+        );
         let p = patched(&g.bytes, t.type_at, &99u32.to_le_bytes());
         assert_eq!(Gguf::parse(p).unwrap().tensors[1].ttype, 99);
     }

@@ -77,21 +77,63 @@ enum Cmd {
 
 fn main() -> anyhow::Result<()> {
     let code = match Cli::parse().command {
-        Cmd::Suite { worker, backend, model, tags, proof_dir, workspace, requirements, budgets, run_pending, start_timeout_s } => {
+        Cmd::Suite {
+            worker,
+            backend,
+            model,
+            tags,
+            proof_dir,
+            workspace,
+            requirements,
+            budgets,
+            run_pending,
+            start_timeout_s,
+        } => {
             let tags = Some(tags).filter(|t| !t.trim().is_empty());
-            let opts = harness::suite::Options { worker, backend, model, tags, proof_dir, workspace, requirements, budgets, run_pending, start_timeout: Duration::from_secs(start_timeout_s) };
-            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let opts = harness::suite::Options {
+                worker,
+                backend,
+                model,
+                tags,
+                proof_dir,
+                workspace,
+                requirements,
+                budgets,
+                run_pending,
+                start_timeout: Duration::from_secs(start_timeout_s),
+            };
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
             rt.block_on(harness::suite::run(opts))?
         }
-        Cmd::Coverage { requirements, workspace } => {
+        Cmd::Coverage {
+            requirements,
+            workspace,
+        } => {
             let ws = harness::suite::find_workspace(workspace.as_deref());
             let req = harness::suite::requirements_path(&ws, requirements.as_deref());
             harness::suite::coverage(&ws, &req)?;
             0
         }
-        Cmd::Parity { a, b, atol, rtol, logit_tol, json } => {
-            let tol = harness::parity::Tolerance { atol, rtol, logit_tol };
-            let r = harness::parity::compare(&harness::parity::read_log(&a)?, &harness::parity::read_log(&b)?, tol);
+        Cmd::Parity {
+            a,
+            b,
+            atol,
+            rtol,
+            logit_tol,
+            json,
+        } => {
+            let tol = harness::parity::Tolerance {
+                atol,
+                rtol,
+                logit_tol,
+            };
+            let r = harness::parity::compare(
+                &harness::parity::read_log(&a)?,
+                &harness::parity::read_log(&b)?,
+                tol,
+            );
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {

@@ -3,6 +3,7 @@
 //! A log is JSONL, one record per generated token:
 //! `{step, id, checkpoints: {name: {min, max, mean, l2, head: [..16]}},
 //!   logits: {top: [[id, logit], ..], min, max, mean, l2}}`.
+//! worker-orcd's own `--parity-log` layout reads the same (see `record`).
 //! Records are matched by `step`. At each step the chosen ids must agree, every
 //! checkpoint present in both logs must agree within `atol + rtol * |reference|`,
 //! the top logit ids must agree, and the logits of ids in both top lists must agree
@@ -46,20 +47,42 @@ pub struct Logits {
 /// `token_id` for `id`, `checkpoints` as a list of `{name, ...}`, `first` for `head`,
 /// and `top_logits: [{id, logit}]` beside `logits: {min, max, mean, l2}`.
 fn record(v: Value) -> Result<Record> {
-    let num = |x: &Value, k: &str| x.get(k).and_then(Value::as_f64).ok_or_else(|| anyhow!("no number {k}"));
-    let step = v.get("step").and_then(Value::as_u64).ok_or_else(|| anyhow!("no step"))?;
-    let id = v.get("id").or_else(|| v.get("token_id")).and_then(Value::as_i64).ok_or_else(|| anyhow!("no id/token_id"))?;
+    let num = |x: &Value, k: &str| {
+        x.get(k)
+            .and_then(Value::as_f64)
+            .ok_or_else(|| anyhow!("no number {k}"))
+    };
+    let step = v
+        .get("step")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| anyhow!("no step"))?;
+    let id = v
+        .get("id")
+        .or_else(|| v.get("token_id"))
+        .and_then(Value::as_i64)
+        .ok_or_else(|| anyhow!("no id/token_id"))?;
     let mut checkpoints = BTreeMap::new();
     match v.get("checkpoints") {
         Some(Value::Object(m)) => {
             for (name, st) in m {
-                checkpoints.insert(name.clone(), serde_json::from_value(st.clone()).with_context(|| format!("checkpoint {name}"))?);
+                checkpoints.insert(
+                    name.clone(),
+                    serde_json::from_value(st.clone())
+                        .with_context(|| format!("checkpoint {name}"))?,
+                );
             }
         }
         Some(Value::Array(list)) => {
             for st in list {
-                let name = st.get("name").and_then(Value::as_str).ok_or_else(|| anyhow!("checkpoint without name"))?;
-                checkpoints.insert(name.to_owned(), serde_json::from_value(st.clone()).with_context(|| format!("checkpoint {name}"))?);
+                let name = st
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| anyhow!("checkpoint without name"))?;
+                checkpoints.insert(
+                    name.to_owned(),
+                    serde_json::from_value(st.clone())
+                        .with_context(|| format!("checkpoint {name}"))?,
+                );
             }
         }
         Some(Value::Null) | None => {}
@@ -67,7 +90,13 @@ fn record(v: Value) -> Result<Record> {
     }
     let logits = match v.get("logits") {
         Some(l) if l.is_object() => {
-            let pairs = l.get("top").filter(|t| !t.is_null()).or_else(|| v.get("top_logits")).and_then(Value::as_array).cloned().unwrap_or_default();
+            let pairs = l
+                .get("top")
+                .filter(|t| !t.is_null())
+                .or_else(|| v.get("top_logits"))
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
             let top = pairs
                 .iter()
                 .map(|p| match p {
@@ -77,11 +106,22 @@ fn record(v: Value) -> Result<Record> {
                 })
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(|| anyhow!("malformed top logits"))?;
-            Some(Logits { top, min: num(l, "min")?, max: num(l, "max")?, mean: num(l, "mean")?, l2: num(l, "l2")? })
+            Some(Logits {
+                top,
+                min: num(l, "min")?,
+                max: num(l, "max")?,
+                mean: num(l, "mean")?,
+                l2: num(l, "l2")?,
+            })
         }
         _ => None,
     };
-    Ok(Record { step, id, checkpoints, logits })
+    Ok(Record {
+        step,
+        id,
+        checkpoints,
+        logits,
+    })
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -93,7 +133,11 @@ pub struct Tolerance {
 
 impl Default for Tolerance {
     fn default() -> Self {
-        Self { atol: 1e-3, rtol: 2e-2, logit_tol: 0.1 }
+        Self {
+            atol: 1e-3,
+            rtol: 2e-2,
+            logit_tol: 0.1,
+        }
     }
 }
 
@@ -134,21 +178,31 @@ impl Report {
             self.records_a, self.records_b, self.steps_compared, self.divergences, self.tolerance.atol, self.tolerance.rtol, self.tolerance.logit_tol
         );
         match &self.first_divergence {
-            Some(d) => s.push_str(&format!("first divergence: step {} {}: {} vs {}\n", d.step, d.what, d.a, d.b)),
+            Some(d) => s.push_str(&format!(
+                "first divergence: step {} {}: {} vs {}\n",
+                d.step, d.what, d.a, d.b
+            )),
             None => s.push_str("no divergence\n"),
         }
         for d in &self.largest {
-            s.push_str(&format!("  step {:>4} {:<40} a={:<14.6} b={:<14.6} excess={:.3}\n", d.step, d.what, d.a, d.b, d.excess));
+            s.push_str(&format!(
+                "  step {:>4} {:<40} a={:<14.6} b={:<14.6} excess={:.3}\n",
+                d.step, d.what, d.a, d.b, d.excess
+            ));
         }
         if !self.unmatched_checkpoints.is_empty() {
-            s.push_str(&format!("checkpoints in one log only: {}\n", self.unmatched_checkpoints.join(", ")));
+            s.push_str(&format!(
+                "checkpoints in one log only: {}\n",
+                self.unmatched_checkpoints.join(", ")
+            ));
         }
         s
     }
 }
 
 pub fn read_log(path: &Path) -> Result<Vec<Record>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     parse_log(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
@@ -156,7 +210,12 @@ pub fn parse_log(text: &str) -> Result<Vec<Record>> {
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(n, l)| serde_json::from_str::<Value>(l).map_err(anyhow::Error::from).and_then(record).map_err(|e| anyhow!("line {}: {e:#}", n + 1)))
+        .map(|(n, l)| {
+            serde_json::from_str::<Value>(l)
+                .map_err(anyhow::Error::from)
+                .and_then(record)
+                .map_err(|e| anyhow!("line {}: {e:#}", n + 1))
+        })
         .collect()
 }
 
@@ -173,8 +232,20 @@ pub fn compare(a: &[Record], b: &[Record], tol: Tolerance) -> Report {
         let Some(rb) = mb.get(step) else { continue };
         steps += 1;
         let mut push = |what: String, x: f64, y: f64, allowed: f64| {
-            let excess = if allowed > 0.0 { (x - y).abs() / allowed } else if x == y { 0.0 } else { f64::INFINITY };
-            diffs.push(Diff { step: *step, what, a: x, b: y, excess });
+            let excess = if allowed > 0.0 {
+                (x - y).abs() / allowed
+            } else if x == y {
+                0.0
+            } else {
+                f64::INFINITY
+            };
+            diffs.push(Diff {
+                step: *step,
+                what,
+                a: x,
+                b: y,
+                excess,
+            });
         };
         push("id".into(), ra.id as f64, rb.id as f64, 0.0);
         for (name, sa) in &ra.checkpoints {
@@ -182,19 +253,44 @@ pub fn compare(a: &[Record], b: &[Record], tol: Tolerance) -> Report {
                 unmatched.insert(name.clone());
                 continue;
             };
-            for (field, x, y) in [("min", sa.min, sb.min), ("max", sa.max, sb.max), ("mean", sa.mean, sb.mean), ("l2", sa.l2, sb.l2)] {
-                push(format!("checkpoint {name}.{field}"), x, y, tol.atol + tol.rtol * x.abs().max(y.abs()));
+            for (field, x, y) in [
+                ("min", sa.min, sb.min),
+                ("max", sa.max, sb.max),
+                ("mean", sa.mean, sb.mean),
+                ("l2", sa.l2, sb.l2),
+            ] {
+                push(
+                    format!("checkpoint {name}.{field}"),
+                    x,
+                    y,
+                    tol.atol + tol.rtol * x.abs().max(y.abs()),
+                );
             }
             for (k, (x, y)) in sa.head.iter().zip(&sb.head).enumerate() {
                 // Head values are single elements: allow relative error against the row's scale.
                 let scale = sa.l2 / (sa.head.len().max(1) as f64).sqrt();
-                push(format!("checkpoint {name}.head[{k}]"), *x, *y, tol.atol + tol.rtol * x.abs().max(y.abs()).max(scale));
+                push(
+                    format!("checkpoint {name}.head[{k}]"),
+                    *x,
+                    *y,
+                    tol.atol + tol.rtol * x.abs().max(y.abs()).max(scale),
+                );
             }
         }
-        unmatched.extend(rb.checkpoints.keys().filter(|k| !ra.checkpoints.contains_key(*k)).cloned());
+        unmatched.extend(
+            rb.checkpoints
+                .keys()
+                .filter(|k| !ra.checkpoints.contains_key(*k))
+                .cloned(),
+        );
         if let (Some(la), Some(lb)) = (&ra.logits, &rb.logits) {
             if la.top.is_empty() != lb.top.is_empty() {
-                push("logits.top present".into(), f64::from(u8::from(!la.top.is_empty())), f64::from(u8::from(!lb.top.is_empty())), 0.0);
+                push(
+                    "logits.top present".into(),
+                    f64::from(u8::from(!la.top.is_empty())),
+                    f64::from(u8::from(!lb.top.is_empty())),
+                    0.0,
+                );
             }
             if let (Some(ta), Some(tb)) = (la.top.first(), lb.top.first()) {
                 push("logits.top[0].id".into(), ta.0 as f64, tb.0 as f64, 0.0);
@@ -204,15 +300,31 @@ pub fn compare(a: &[Record], b: &[Record], tol: Tolerance) -> Report {
                     push(format!("logits[{id}]"), *x, *y, tol.logit_tol);
                 }
             }
-            for (field, x, y) in [("min", la.min, lb.min), ("max", la.max, lb.max), ("mean", la.mean, lb.mean), ("l2", la.l2, lb.l2)] {
-                push(format!("logits.{field}"), x, y, tol.atol + tol.rtol * x.abs().max(y.abs()));
+            for (field, x, y) in [
+                ("min", la.min, lb.min),
+                ("max", la.max, lb.max),
+                ("mean", la.mean, lb.mean),
+                ("l2", la.l2, lb.l2),
+            ] {
+                push(
+                    format!("logits.{field}"),
+                    x,
+                    y,
+                    tol.atol + tol.rtol * x.abs().max(y.abs()),
+                );
             }
         }
     }
     // A log that stops early (or runs on) diverges at the first missing step.
     if a.len() != b.len() {
         let step = last_common.map_or(0, |s| s + 1);
-        diffs.push(Diff { step, what: "record count".into(), a: a.len() as f64, b: b.len() as f64, excess: f64::INFINITY });
+        diffs.push(Diff {
+            step,
+            what: "record count".into(),
+            a: a.len() as f64,
+            b: b.len() as f64,
+            excess: f64::INFINITY,
+        });
     }
     let beyond: Vec<&Diff> = diffs.iter().filter(|d| d.excess > 1.0).collect();
     let first_divergence = beyond.iter().min_by_key(|d| d.step).map(|d| (*d).clone());
@@ -271,7 +383,13 @@ mod tests {
         let a = parse_log(&log(4)).unwrap();
         let mut b = parse_log(&log(4)).unwrap();
         b[2].id = 1;
-        assert_eq!(compare(&a, &b, Tolerance::default()).first_divergence.unwrap().step, 2);
+        assert_eq!(
+            compare(&a, &b, Tolerance::default())
+                .first_divergence
+                .unwrap()
+                .step,
+            2
+        );
         let short = parse_log(&log(3)).unwrap();
         let r = compare(&a, &short, Tolerance::default());
         assert_eq!(r.first_divergence.unwrap().what, "record count");
@@ -289,7 +407,12 @@ mod tests {
     #[test]
     fn small_errors_within_tolerance_pass() {
         let a = parse_log(&log(2)).unwrap();
-        let b = parse_log(&log(2).replace("\"l2\":3.0", "\"l2\":3.03").replace("[101,9.5]", "[101,9.45]")).unwrap();
+        let b = parse_log(
+            &log(2)
+                .replace("\"l2\":3.0", "\"l2\":3.03")
+                .replace("[101,9.5]", "[101,9.45]"),
+        )
+        .unwrap();
         let r = compare(&a, &b, Tolerance::default());
         assert!(!r.diverged(), "{}", r.human());
         assert!(r.largest[0].excess > 0.0);

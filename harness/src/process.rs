@@ -35,12 +35,18 @@ impl LogLine {
         j.get(key)
             .or_else(|| j.get("fields").and_then(|f| f.get(key)))
             .or_else(|| j.get("span").and_then(|f| f.get(key)))
-            .or_else(|| j.get("spans").and_then(Value::as_array).and_then(|s| s.iter().rev().find_map(|sp| sp.get(key))))
+            .or_else(|| {
+                j.get("spans")
+                    .and_then(Value::as_array)
+                    .and_then(|s| s.iter().rev().find_map(|sp| sp.get(key)))
+            })
     }
 
     /// The record's own timestamp (wall clock), when it has one.
     pub fn timestamp(&self) -> Option<chrono::DateTime<chrono::FixedOffset>> {
-        self.field("timestamp").and_then(Value::as_str).and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+        self.field("timestamp")
+            .and_then(Value::as_str)
+            .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
     }
 
     /// Field as a number, also when logged as a string.
@@ -73,7 +79,13 @@ impl Launch {
             None => self.args.push((flag.to_owned(), value)),
         }
         if flag == "--port" {
-            if let Some(p) = self.args.iter().find(|(f, _)| f == "--port").and_then(|(_, v)| v.as_deref()).and_then(|v| v.parse().ok()) {
+            if let Some(p) = self
+                .args
+                .iter()
+                .find(|(f, _)| f == "--port")
+                .and_then(|(_, v)| v.as_deref())
+                .and_then(|v| v.parse().ok())
+            {
                 self.port = p;
             }
         }
@@ -84,7 +96,10 @@ impl Launch {
     }
 
     pub fn get(&self, flag: &str) -> Option<&str> {
-        self.args.iter().find(|(f, _)| f == flag).and_then(|(_, v)| v.as_deref())
+        self.args
+            .iter()
+            .find(|(f, _)| f == flag)
+            .and_then(|(_, v)| v.as_deref())
     }
 
     /// Applies a flag string such as `--max-tokens-out 5 --port 80`.
@@ -115,7 +130,10 @@ impl Launch {
     }
 
     pub fn command_line(&self) -> String {
-        std::iter::once(self.bin.display().to_string()).chain(self.argv()).collect::<Vec<_>>().join(" ")
+        std::iter::once(self.bin.display().to_string())
+            .chain(self.argv())
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 
@@ -166,37 +184,47 @@ pub struct Worker {
 
 impl std::fmt::Debug for Worker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Worker").field("pid", &self.pid).field("cmd", &self.launch.command_line()).finish()
+        f.debug_struct("Worker")
+            .field("pid", &self.pid)
+            .field("cmd", &self.launch.command_line())
+            .finish()
     }
 }
 
 impl Worker {
     pub fn spawn(launch: Launch) -> Result<Self> {
         let mut cmd = Command::new(&launch.bin);
-        cmd.args(launch.argv()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        cmd.args(launch.argv())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
         for (k, v) in &launch.env {
             cmd.env(k, v);
         }
         let spawned = Instant::now();
         let spawned_wall = chrono::Utc::now();
-        let mut child = cmd.spawn().with_context(|| format!("spawning {}", launch.command_line()))?;
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("spawning {}", launch.command_line()))?;
         let pid = child.id().unwrap_or(0);
         let log = Arc::new(Mutex::new(Vec::new()));
-        for (pipe, stderr) in [(child.stdout.take().map(Pipe::Out), false), (child.stderr.take().map(Pipe::Err), true)] {
-            let Some(pipe) = pipe else { continue };
-            let sink = log.clone();
-            tokio::spawn(async move {
-                let mut lines = match pipe {
-                    Pipe::Out(p) => Lines::Out(BufReader::new(p).lines()),
-                    Pipe::Err(p) => Lines::Err(BufReader::new(p).lines()),
-                };
-                while let Ok(Some(text)) = lines.next().await {
-                    let json = serde_json::from_str::<Value>(&text).ok().filter(Value::is_object);
-                    sink.lock().unwrap().push(LogLine { at: spawned.elapsed(), stderr, text, json });
-                }
-            });
+        if let Some(out) = child.stdout.take() {
+            pump(out, false, log.clone(), spawned);
         }
-        Ok(Self { launch, child, pid, spawned, spawned_wall, log, exit: None, exited_at: None })
+        if let Some(err) = child.stderr.take() {
+            pump(err, true, log.clone(), spawned);
+        }
+        Ok(Self {
+            launch,
+            child,
+            pid,
+            spawned,
+            spawned_wall,
+            log,
+            exit: None,
+            exited_at: None,
+        })
     }
 
     pub fn client(&self) -> Client {
@@ -208,16 +236,27 @@ impl Worker {
     }
 
     pub fn log_text(&self) -> String {
-        self.log().iter().map(|l| l.text.as_str()).collect::<Vec<_>>().join("\n")
+        self.log()
+            .iter()
+            .map(|l| l.text.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// Log records whose `event` is `name`.
     pub fn events(&self, name: &str) -> Vec<LogLine> {
-        self.log().into_iter().filter(|l| l.event() == Some(name)).collect()
+        self.log()
+            .into_iter()
+            .filter(|l| l.event() == Some(name))
+            .collect()
     }
 
     /// Waits until a record satisfies `pred`.
-    pub async fn wait_log(&mut self, timeout: Duration, pred: impl Fn(&LogLine) -> bool) -> Result<LogLine> {
+    pub async fn wait_log(
+        &mut self,
+        timeout: Duration,
+        pred: impl Fn(&LogLine) -> bool,
+    ) -> Result<LogLine> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(l) = self.log.lock().unwrap().iter().find(|l| pred(l)) {
@@ -225,7 +264,12 @@ impl Worker {
             }
             if self.try_exit()?.is_some() {
                 tokio::time::sleep(Duration::from_millis(50)).await; // let the pipes drain
-                return self.log().into_iter().find(|l| pred(l)).ok_or_else(|| anyhow!("worker exited ({:?}) before the awaited log record", self.exit));
+                return self.log().into_iter().find(|l| pred(l)).ok_or_else(|| {
+                    anyhow!(
+                        "worker exited ({:?}) before the awaited log record",
+                        self.exit
+                    )
+                });
             }
             if Instant::now() > deadline {
                 return Err(anyhow!("awaited log record not seen within {timeout:?}"));
@@ -263,7 +307,10 @@ impl Worker {
     }
 
     /// Waits for the process to exit; `None` if it is still running after `timeout`.
-    pub async fn wait_exit(&mut self, timeout: Duration) -> Result<Option<std::process::ExitStatus>> {
+    pub async fn wait_exit(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<std::process::ExitStatus>> {
         if self.exit.is_some() {
             return Ok(self.exit);
         }
@@ -289,7 +336,11 @@ impl Worker {
         // SAFETY: kill(2) on our own child's pid; no memory is shared.
         let rc = unsafe { libc::kill(self.pid as libc::pid_t, sig) };
         if rc != 0 {
-            return Err(anyhow!("kill({}, {sig}) failed: {}", self.pid, std::io::Error::last_os_error()));
+            return Err(anyhow!(
+                "kill({}, {sig}) failed: {}",
+                self.pid,
+                std::io::Error::last_os_error()
+            ));
         }
         Ok(())
     }
@@ -311,23 +362,27 @@ impl Worker {
     }
 }
 
-enum Pipe {
-    Out(tokio::process::ChildStdout),
-    Err(tokio::process::ChildStderr),
-}
-
-enum Lines {
-    Out(tokio::io::Lines<BufReader<tokio::process::ChildStdout>>),
-    Err(tokio::io::Lines<BufReader<tokio::process::ChildStderr>>),
-}
-
-impl Lines {
-    async fn next(&mut self) -> std::io::Result<Option<String>> {
-        match self {
-            Lines::Out(l) => l.next_line().await,
-            Lines::Err(l) => l.next_line().await,
+/// Reads one of the child's pipes line by line into the shared log.
+fn pump(
+    pipe: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    stderr: bool,
+    sink: Arc<Mutex<Vec<LogLine>>>,
+    spawned: Instant,
+) {
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(pipe).lines();
+        while let Ok(Some(text)) = lines.next_line().await {
+            let json = serde_json::from_str::<Value>(&text)
+                .ok()
+                .filter(Value::is_object);
+            sink.lock().unwrap().push(LogLine {
+                at: spawned.elapsed(),
+                stderr,
+                text,
+                json,
+            });
         }
-    }
+    });
 }
 
 /// A free TCP port on 127.0.0.1 (bound and released; a race with other
@@ -348,14 +403,37 @@ mod tests {
     use super::*;
 
     fn launch() -> Launch {
-        Launch { bin: "w".into(), args: vec![("--port".into(), Some("1".into())), ("--backend".into(), Some("cpu".into()))], env: vec![], host: "127.0.0.1".into(), port: 1 }
+        Launch {
+            bin: "w".into(),
+            args: vec![
+                ("--port".into(), Some("1".into())),
+                ("--backend".into(), Some("cpu".into())),
+            ],
+            env: vec![],
+            host: "127.0.0.1".into(),
+            port: 1,
+        }
     }
 
     #[test]
     fn flags_replace_defaults_and_append_new_ones() {
         let mut l = launch();
-        l.apply("--port 2 --max-tokens-out 5 --verbose --config \"a b.yaml\"").unwrap();
-        assert_eq!(l.argv(), ["--port", "2", "--backend", "cpu", "--max-tokens-out", "5", "--verbose", "--config", "a b.yaml"]);
+        l.apply("--port 2 --max-tokens-out 5 --verbose --config \"a b.yaml\"")
+            .unwrap();
+        assert_eq!(
+            l.argv(),
+            [
+                "--port",
+                "2",
+                "--backend",
+                "cpu",
+                "--max-tokens-out",
+                "5",
+                "--verbose",
+                "--config",
+                "a b.yaml"
+            ]
+        );
         assert_eq!(l.port, 2);
         l.remove("--backend");
         assert_eq!(l.get("--backend"), None);
@@ -364,13 +442,22 @@ mod tests {
 
     #[test]
     fn log_fields_are_found_in_tracing_layouts() {
-        let line = |s: &str| LogLine { at: Duration::ZERO, stderr: false, text: s.into(), json: serde_json::from_str(s).ok() };
+        let line = |s: &str| LogLine {
+            at: Duration::ZERO,
+            stderr: false,
+            text: s.into(),
+            json: serde_json::from_str(s).ok(),
+        };
         let flat = line(r#"{"event":"ready","worker_id":"w"}"#);
-        let nested = line(r#"{"timestamp":"2025-01-01T00:00:00Z","fields":{"event":"ready"},"spans":[{"worker_id":"w"}]}"#);
+        let nested = line(
+            r#"{"timestamp":"2025-01-01T00:00:00Z","fields":{"event":"ready"},"spans":[{"worker_id":"w"}]}"#,
+        );
         for l in [flat, nested] {
             assert_eq!(l.event(), Some("ready"));
             assert_eq!(l.field("worker_id").and_then(Value::as_str), Some("w"));
         }
-        assert!(line(r#"{"timestamp":"2025-01-01T00:00:00Z"}"#).timestamp().is_some());
+        assert!(line(r#"{"timestamp":"2025-01-01T00:00:00Z"}"#)
+            .timestamp()
+            .is_some());
     }
 }

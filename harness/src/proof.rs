@@ -24,7 +24,11 @@ use crate::stats::Summary;
 pub fn bundle_dir(explicit_root: Option<&Path>, workspace: &Path, kind: &str) -> PathBuf {
     let root = explicit_root
         .map(Path::to_path_buf)
-        .or_else(|| std::env::var_os("LLORCH_PROOF_DIR").filter(|v| !v.is_empty()).map(PathBuf::from))
+        .or_else(|| {
+            std::env::var_os("LLORCH_PROOF_DIR")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
         .unwrap_or_else(|| workspace.join(".proof_bundle"));
     root.join(kind).join(run_id())
 }
@@ -36,7 +40,13 @@ pub fn run_id() -> String {
         std::env::var("LLORCH_RUN_ID")
             .ok()
             .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| format!("{}-{}", chrono::Utc::now().format("%Y%m%dT%H%M%SZ"), std::process::id()))
+            .unwrap_or_else(|| {
+                format!(
+                    "{}-{}",
+                    chrono::Utc::now().format("%Y%m%dT%H%M%SZ"),
+                    std::process::id()
+                )
+            })
     })
     .clone()
 }
@@ -73,7 +83,8 @@ static RECORDER: OnceLock<Mutex<Recorder>> = OnceLock::new();
 impl Recorder {
     /// Opens the bundle directory; the first call wins for the process.
     pub fn open(dir: &Path) -> Result<()> {
-        std::fs::create_dir_all(dir.join("logs")).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::create_dir_all(dir.join("logs"))
+            .with_context(|| format!("creating {}", dir.display()))?;
         let rec = Recorder {
             dir: dir.to_path_buf(),
             transcript: BufWriter::new(File::create(dir.join("transcript.ndjson"))?),
@@ -117,11 +128,25 @@ impl Recorder {
     }
 
     pub fn scenario_finished(scenario: &str, seconds: f64, outcome: &str) {
-        Self::with(|r| r.scenarios.push(ScenarioTiming { scenario: scenario.into(), seconds, outcome: outcome.into() }));
+        Self::with(|r| {
+            r.scenarios.push(ScenarioTiming {
+                scenario: scenario.into(),
+                seconds,
+                outcome: outcome.into(),
+            })
+        });
     }
 
     pub fn measurement(scenario: &str, name: &str, unit: &str, samples: &[f64]) {
-        Self::with(|r| r.measurements.push(Measurement { scenario: scenario.into(), name: name.into(), unit: unit.into(), summary: Summary::of(samples), samples: samples.to_vec() }));
+        Self::with(|r| {
+            r.measurements.push(Measurement {
+                scenario: scenario.into(),
+                name: name.into(),
+                unit: unit.into(),
+                summary: Summary::of(samples),
+                samples: samples.to_vec(),
+            })
+        });
     }
 
     pub fn verdict(scenario: &str, v: Verdict) {
@@ -134,42 +159,90 @@ impl Recorder {
             let list = r.notes.entry(name.into()).or_default();
             list.push(value);
             let path = r.dir.join(format!("{name}.json"));
-            write_json(&path, &Value::Array(list.clone())).ok().map(|_| path)
+            write_json(&path, &Value::Array(list.clone()))
+                .ok()
+                .map(|_| path)
         })
         .flatten()
     }
 
     pub fn worker_log(scenario: &str, text: &str) {
         Self::with(|r| {
-            let file: String = scenario.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).take(100).collect();
+            let file: String = scenario
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .take(100)
+                .collect();
             let _ = std::fs::write(r.dir.join("logs").join(format!("{file}.log")), text);
         });
     }
 
     /// Writes everything collected; `matrix` and `metadata` come from the runner.
-    pub fn finish(metadata: &Value, matrix: &Matrix, readme_extra: &str) -> Result<Option<PathBuf>> {
-        let Some(m) = RECORDER.get() else { return Ok(None) };
+    pub fn finish(
+        metadata: &Value,
+        matrix: &Matrix,
+        readme_extra: &str,
+    ) -> Result<Option<PathBuf>> {
+        let Some(m) = RECORDER.get() else {
+            return Ok(None);
+        };
         let mut r = m.lock().unwrap();
         r.transcript.flush()?;
         r.seeds.flush()?;
         let dir = r.dir.clone();
         write_json(&dir.join("metadata.json"), metadata)?;
-        let verdicts: Vec<Value> = r.verdicts.iter().map(|(s, v)| json!({"scenario": s, "verdict": v})).collect();
-        write_json(&dir.join("timings.json"), &json!({"scenarios": r.scenarios, "measurements": r.measurements, "budgets": verdicts}))?;
+        let verdicts: Vec<Value> = r
+            .verdicts
+            .iter()
+            .map(|(s, v)| json!({"scenario": s, "verdict": v}))
+            .collect();
+        write_json(
+            &dir.join("timings.json"),
+            &json!({"scenarios": r.scenarios, "measurements": r.measurements, "budgets": verdicts}),
+        )?;
         write_json(&dir.join("matrix.json"), &serde_json::to_value(matrix)?)?;
         std::fs::write(dir.join("matrix.md"), matrix.markdown())?;
-        std::fs::write(dir.join("README.md"), readme(metadata, matrix, &r, readme_extra))?;
+        std::fs::write(
+            dir.join("README.md"),
+            readme(metadata, matrix, &r, readme_extra),
+        )?;
         Ok(Some(dir))
     }
 }
 
 fn write_json(path: &Path, v: &Value) -> Result<()> {
-    std::fs::write(path, serde_json::to_string_pretty(v)? + "\n").with_context(|| format!("writing {}", path.display()))
+    std::fs::write(path, serde_json::to_string_pretty(v)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 fn readme(meta: &Value, matrix: &Matrix, r: &Recorder, extra: &str) -> String {
-    let g = |k: &str| meta.get(k).filter(|v| !v.is_null()).map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())).unwrap_or_else(|| "none".into());
-    let missed: Vec<String> = r.verdicts.iter().filter(|(_, v)| !v.met).map(|(s, v)| format!("- {}: {} = {:.3} against {} ({:?}, slack {})", s, v.key, v.measured, v.budget, v.bound, v.slack)).collect();
+    let g = |k: &str| {
+        meta.get(k)
+            .filter(|v| !v.is_null())
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| v.to_string())
+            })
+            .unwrap_or_else(|| "none".into())
+    };
+    let missed: Vec<String> = r
+        .verdicts
+        .iter()
+        .filter(|(_, v)| !v.met)
+        .map(|(s, v)| {
+            format!(
+                "- {}: {} = {:.3} against {} ({:?}, slack {})",
+                s, v.key, v.measured, v.budget, v.bound, v.slack
+            )
+        })
+        .collect();
     format!(
         "# Conformance proof bundle `{run}`\n\n\
          Generated by `harness suite`. Worker `{worker}` ({version}; workspace commit {commit}), backend `{backend}`, \

@@ -60,7 +60,10 @@ mod tests {
     fn nearest_rank_percentiles() {
         let v: Vec<f64> = (1..=100).map(f64::from).collect();
         let s = Summary::of(&v).unwrap();
-        assert_eq!((s.p50, s.p95, s.p99, s.max, s.min), (50.0, 95.0, 99.0, 100.0, 1.0));
+        assert_eq!(
+            (s.p50, s.p95, s.p99, s.max, s.min),
+            (50.0, 95.0, 99.0, 100.0, 1.0)
+        );
         assert_eq!(Summary::of(&[3.0]).unwrap().p99, 3.0);
         assert!(Summary::of(&[]).is_none());
     }

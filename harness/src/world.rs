@@ -43,7 +43,10 @@ pub fn install_config(cfg: SuiteConfig) {
 }
 
 pub fn config() -> Arc<SuiteConfig> {
-    CONFIG.get().expect("suite config installed before the run").clone()
+    CONFIG
+        .get()
+        .expect("suite config installed before the run")
+        .clone()
 }
 
 /// A listener standing in for `--callback-url`, counting connections.
@@ -116,7 +119,6 @@ pub struct TestWorld {
     pub polls: Arc<std::sync::Mutex<Vec<Poll>>>,
     pub poll_stop: Arc<std::sync::atomic::AtomicBool>,
     pub repeat_ids: Vec<String>,
-    pub conformance_checked: bool,
     pub callback: Option<Callback>,
     pub busy: Option<std::net::TcpListener>,
     pub samples: BTreeMap<String, Vec<f64>>,
@@ -130,7 +132,11 @@ pub struct TestWorld {
 impl TestWorld {
     fn new() -> Self {
         let cfg = config();
-        let scratch = cfg.fixtures_dir.join("scenarios").join(format!("{}-{}", std::process::id(), next_serial()));
+        let scratch = cfg.fixtures_dir.join("scenarios").join(format!(
+            "{}-{}",
+            std::process::id(),
+            next_serial()
+        ));
         Self {
             cfg,
             scenario: String::new(),
@@ -152,7 +158,6 @@ impl TestWorld {
             polls: Default::default(),
             poll_stop: Default::default(),
             repeat_ids: Vec::new(),
-            conformance_checked: false,
             callback: None,
             busy: None,
             samples: BTreeMap::new(),
@@ -166,7 +171,9 @@ impl TestWorld {
 
     /// Replaces `{model}`, `{scratch}`, `{busy_port}`, `{gpu_count}` and `{callback_url}`.
     pub fn expand(&mut self, s: &str) -> Result<String> {
-        let mut out = s.replace("{model}", &self.cfg.model.display().to_string()).replace("{gpu_count}", &self.cfg.gpu_count.to_string());
+        let mut out = s
+            .replace("{model}", &self.cfg.model.display().to_string())
+            .replace("{gpu_count}", &self.cfg.gpu_count.to_string());
         if out.contains("{scratch}") {
             std::fs::create_dir_all(&self.scratch)?;
             out = out.replace("{scratch}", &self.scratch.display().to_string());
@@ -179,20 +186,35 @@ impl TestWorld {
             out = out.replace("{busy_port}", &port.to_string());
         }
         if out.contains("{callback_url}") {
-            let url = self.callback.as_ref().map(|c| c.url.clone()).ok_or_else(|| anyhow!("no callback listener in this scenario"))?;
+            let url = self
+                .callback
+                .as_ref()
+                .map(|c| c.url.clone())
+                .ok_or_else(|| anyhow!("no callback listener in this scenario"))?;
             out = out.replace("{callback_url}", &url);
         }
         Ok(out)
     }
 
     pub fn fixture(&self, name: &str) -> Result<PathBuf> {
-        crate::fixtures::materialize(name, &self.cfg.model, &self.cfg.golden_dir, &self.cfg.fixtures_dir)
+        crate::fixtures::materialize(
+            name,
+            &self.cfg.model,
+            &self.cfg.golden_dir,
+            &self.cfg.fixtures_dir,
+        )
     }
 
     /// The standard command line: every required flag, a free port, the backend under test.
     pub fn launch_for(&self, model: &Path, backend: &str) -> Result<Launch> {
         let port = free_port()?;
-        let mut l = Launch { bin: self.cfg.worker_bin.clone(), args: Vec::new(), env: self.env.clone(), host: "127.0.0.1".into(), port };
+        let mut l = Launch {
+            bin: self.cfg.worker_bin.clone(),
+            args: Vec::new(),
+            env: self.env.clone(),
+            host: "127.0.0.1".into(),
+            port,
+        };
         l.set("--worker-id", Some(&uuid_v4()));
         l.set("--model", Some(&model.display().to_string()));
         l.set("--gpu-device", Some("0"));
@@ -224,22 +246,34 @@ impl TestWorld {
         let w = self.worker.as_mut().unwrap();
         if let Err(e) = w.wait_healthy(timeout).await {
             let tail = tail(&w.log_text(), 40);
-            bail!("{e}\ncommand: {}\nworker log (tail):\n{tail}", w.launch.command_line());
+            bail!(
+                "{e}\ncommand: {}\nworker log (tail):\n{tail}",
+                w.launch.command_line()
+            );
         }
         Ok(())
     }
 
     pub fn worker(&mut self) -> Result<&mut Worker> {
-        self.worker.as_mut().ok_or_else(|| anyhow!("no worker started in this scenario"))
+        self.worker
+            .as_mut()
+            .ok_or_else(|| anyhow!("no worker started in this scenario"))
     }
 
     pub fn client(&self) -> Result<Client> {
-        self.worker.as_ref().map(Worker::client).ok_or_else(|| anyhow!("no worker started in this scenario"))
+        self.worker
+            .as_ref()
+            .map(Worker::client)
+            .ok_or_else(|| anyhow!("no worker started in this scenario"))
     }
 
     /// Posts a job; a stream becomes a live job, a refusal becomes `reply`.
     pub async fn post_job(&mut self, body: Value, headers: &[(&str, &str)]) -> Result<()> {
-        let id = body.get("job_id").and_then(Value::as_str).unwrap_or("").to_owned();
+        let id = body
+            .get("job_id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
         let client = self.client()?;
         self.requests.insert(id.clone(), body.clone());
         self.posted.push(id.clone());
@@ -258,7 +292,15 @@ impl TestWorld {
 
     /// Waits for a live job's end and files its transcript.
     pub async fn finish_job(&mut self, id: &str, timeout: Duration) -> Result<&Transcript> {
-        let job = self.live.remove(id).ok_or_else(|| anyhow!("no running job {id:?} (refused? {:?})", self.refused.iter().find(|(j, _)| j == id).map(|(_, r)| (r.status, &r.body))))?;
+        let job = self.live.remove(id).ok_or_else(|| {
+            anyhow!(
+                "no running job {id:?} (refused? {:?})",
+                self.refused
+                    .iter()
+                    .find(|(j, _)| j == id)
+                    .map(|(_, r)| (r.status, &r.body))
+            )
+        })?;
         let t = job.finish(timeout).await?;
         let req = self.requests.get(id).cloned().unwrap_or(Value::Null);
         Recorder::transcript(&self.scenario, &req, &t);
@@ -268,7 +310,12 @@ impl TestWorld {
     }
 
     pub async fn finish_all(&mut self, timeout: Duration) -> Result<()> {
-        let ids: Vec<String> = self.posted.iter().filter(|id| self.live.contains_key(*id)).cloned().collect();
+        let ids: Vec<String> = self
+            .posted
+            .iter()
+            .filter(|id| self.live.contains_key(*id))
+            .cloned()
+            .collect();
         for id in ids {
             self.finish_job(&id, timeout).await?;
         }
@@ -284,7 +331,13 @@ impl TestWorld {
     }
 
     pub fn transcript(&self, id: &str) -> Result<&Transcript> {
-        self.done.get(id).ok_or_else(|| anyhow!("job {id:?} has not finished (running: {}, refused: {})", self.live.contains_key(id), self.refused.iter().any(|(j, _)| j == id)))
+        self.done.get(id).ok_or_else(|| {
+            anyhow!(
+                "job {id:?} has not finished (running: {}, refused: {})",
+                self.live.contains_key(id),
+                self.refused.iter().any(|(j, _)| j == id)
+            )
+        })
     }
 
     /// Stops every worker of the scenario (SIGTERM, then SIGKILL) and drops live jobs.
@@ -292,7 +345,10 @@ impl TestWorld {
         for (_, job) in std::mem::take(&mut self.live) {
             job.disconnect();
         }
-        for w in [self.worker.as_mut(), self.second.as_mut()].into_iter().flatten() {
+        for w in [self.worker.as_mut(), self.second.as_mut()]
+            .into_iter()
+            .flatten()
+        {
             w.stop(Duration::from_secs(10)).await;
         }
     }
@@ -309,7 +365,14 @@ pub fn uuid_v4() -> String {
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 pub fn tail(text: &str, lines: usize) -> String {
@@ -319,7 +382,8 @@ pub fn tail(text: &str, lines: usize) -> String {
 
 /// Reads a JSON file under the workspace.
 pub fn read_json(path: &Path) -> Result<Value> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     Ok(serde_json::from_str(&text)?)
 }
 

@@ -32,10 +32,15 @@ async fn cold_starts(w: &mut TestWorld, n: usize) -> StepResult {
     for _ in 0..n {
         let l = w.launch(&w.cfg.model.clone())?;
         let mut worker = Worker::spawn(l)?;
-        let ready = worker.wait_log(w.cfg.start_timeout, |l| l.event() == Some("ready")).await?;
+        let ready = worker
+            .wait_log(w.cfg.start_timeout, |l| l.event() == Some("ready"))
+            .await?;
         push(w, "startup_s", ready.at.as_secs_f64());
         let ev = |name: &str| worker.events(name).into_iter().next();
-        let (start, done) = (ev("model_load_start").ok_or_else(|| anyhow!("no model_load_start"))?, ev("model_load_complete").ok_or_else(|| anyhow!("no model_load_complete"))?);
+        let (start, done) = (
+            ev("model_load_start").ok_or_else(|| anyhow!("no model_load_start"))?,
+            ev("model_load_complete").ok_or_else(|| anyhow!("no model_load_complete"))?,
+        );
         // Prefer the worker's own timestamps; fall back to arrival times.
         let load = match (start.timestamp(), done.timestamp()) {
             (Some(a), Some(b)) => (b - a).num_microseconds().unwrap_or(0) as f64 / 1e6,
@@ -55,17 +60,29 @@ async fn sequential(w: &mut TestWorld, n: usize, tokens: u64) -> StepResult {
         let t = client.run(&req, JOB_TIMEOUT).await?;
         Recorder::transcript(&w.scenario, &req, &t);
         let toks: Vec<_> = t.tokens().collect();
-        let end = t.first("end").ok_or_else(|| anyhow!("job {k} did not end: {:?}", t.terminal().map(|e| &e.raw_data)))?;
+        let end = t.first("end").ok_or_else(|| {
+            anyhow!(
+                "job {k} did not end: {:?}",
+                t.terminal().map(|e| &e.raw_data)
+            )
+        })?;
         if let Some(first) = toks.first() {
             push(w, "first_token_client_ms", first.at.as_secs_f64() * 1e3);
         }
         for pair in toks.windows(2) {
-            push(w, "inter_token_ms", (pair[1].at - pair[0].at).as_secs_f64() * 1e3);
+            push(
+                w,
+                "inter_token_ms",
+                (pair[1].at - pair[0].at).as_secs_f64() * 1e3,
+            );
         }
         if let Some(ms) = end.data.get("first_token_ms").and_then(Value::as_f64) {
             push(w, "first_token_worker_ms", ms);
         }
-        let (out, ms) = (end.data.get("tokens_out").and_then(Value::as_f64), end.data.get("decode_time_ms").and_then(Value::as_f64));
+        let (out, ms) = (
+            end.data.get("tokens_out").and_then(Value::as_f64),
+            end.data.get("decode_time_ms").and_then(Value::as_f64),
+        );
         if let (Some(out), Some(ms)) = (out, ms) {
             if ms > 0.0 {
                 push(w, "decode_tok_s", out / (ms / 1e3));
@@ -99,8 +116,17 @@ async fn cancel_many(w: &mut TestWorld, n: usize, after: usize) -> StepResult {
         let r = client.cancel(&id).await?;
         check!(r.status == 202, "/cancel answered {}", r.status);
         let t = job.finish(Duration::from_secs(10)).await?;
-        let term = t.terminal().ok_or_else(|| anyhow!("job {id} has no terminal event"))?;
-        push(w, "cancel_ms", t.arrival(term).saturating_duration_since(sent).as_secs_f64() * 1e3);
+        let term = t
+            .terminal()
+            .ok_or_else(|| anyhow!("job {id} has no terminal event"))?;
+        push(
+            w,
+            "cancel_ms",
+            t.arrival(term)
+                .saturating_duration_since(sent)
+                .as_secs_f64()
+                * 1e3,
+        );
         Recorder::transcript(&w.scenario, &req, &t);
     }
     Ok(())
@@ -112,14 +138,27 @@ async fn shutdowns(w: &mut TestWorld, n: usize) -> StepResult {
         let l = w.launch(&w.cfg.model.clone())?;
         let mut worker = Worker::spawn(l)?;
         worker.wait_healthy(w.cfg.start_timeout).await?;
-        let job = worker.client().execute(&long_job(&format!("term-{k}"))).await?.into_stream()?;
+        let job = worker
+            .client()
+            .execute(&long_job(&format!("term-{k}")))
+            .await?
+            .into_stream()?;
         job.wait_tokens(2, JOB_TIMEOUT).await?;
         let sent = Instant::now();
         worker.signal(libc::SIGTERM)?;
         let st = worker.wait_exit(Duration::from_secs(60)).await?;
-        let exited = worker.exited_at().ok_or_else(|| anyhow!("the worker did not exit within 60 s of SIGTERM"))?;
-        push(w, "shutdown_ms", exited.saturating_duration_since(sent).as_secs_f64() * 1e3);
-        check!(st.is_some_and(|s| s.success()), "shutdown {k} exited with {st:?}");
+        let exited = worker
+            .exited_at()
+            .ok_or_else(|| anyhow!("the worker did not exit within 60 s of SIGTERM"))?;
+        push(
+            w,
+            "shutdown_ms",
+            exited.saturating_duration_since(sent).as_secs_f64() * 1e3,
+        );
+        check!(
+            st.is_some_and(|s| s.success()),
+            "shutdown {k} exited with {st:?}"
+        );
         job.disconnect();
     }
     Ok(())
@@ -128,16 +167,42 @@ async fn shutdowns(w: &mut TestWorld, n: usize) -> StepResult {
 #[when(regex = r#"^I run the criterion benchmark "([^"]+)"$"#)]
 async fn criterion(w: &mut TestWorld, name: String) -> StepResult {
     let o = Command::new("cargo")
-        .args(["bench", "-p", "worker-benches", "--bench", "*", "--", "--output-format", "bencher", &name])
+        .args([
+            "bench",
+            "-p",
+            "worker-benches",
+            "--bench",
+            "*",
+            "--",
+            "--output-format",
+            "bencher",
+            &name,
+        ])
         .current_dir(&w.cfg.workspace)
         .output()
         .context("running cargo bench")?;
-    let text = format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    check!(o.status.success(), "cargo bench failed: {}", crate::world::tail(&text, 20));
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    check!(
+        o.status.success(),
+        "cargo bench failed: {}",
+        crate::world::tail(&text, 20)
+    );
     // bencher format: `test NAME ... bench:   123,456 ns/iter (+/- 789)`
     let re = regex::Regex::new(r"test (\S+)\s+\.\.\. bench:\s+([\d,]+) ns/iter").unwrap();
-    let ns: Vec<f64> = re.captures_iter(&text).filter(|c| c[1].contains(&name)).filter_map(|c| c[2].replace(',', "").parse().ok()).collect();
-    check!(!ns.is_empty(), "no benchmark named like {name:?} reported a time:\n{}", crate::world::tail(&text, 20));
+    let ns: Vec<f64> = re
+        .captures_iter(&text)
+        .filter(|c| c[1].contains(&name))
+        .filter_map(|c| c[2].replace(',', "").parse().ok())
+        .collect();
+    check!(
+        !ns.is_empty(),
+        "no benchmark named like {name:?} reported a time:\n{}",
+        crate::world::tail(&text, 20)
+    );
     for v in ns {
         push(w, "execute_parse_ms", v / 1e6);
     }
@@ -157,7 +222,11 @@ fn samples_for(budget: &str, what: &str) -> anyhow::Result<&'static str> {
         "the /health latency" => "health_ms",
         "the time from /cancel to the terminal event" => "cancel_ms",
         "the benchmark's mean time" => "execute_parse_ms",
-        other => return Err(anyhow!("no samples are called {other:?} for budget {budget}")),
+        other => {
+            return Err(anyhow!(
+                "no samples are called {other:?} for budget {budget}"
+            ))
+        }
     })
 }
 
@@ -181,12 +250,29 @@ async fn budget_holds(w: &mut TestWorld, budget: String, what: String) -> StepRe
     let key = samples_for(&budget, &what)?;
     let samples = w.samples.get(key).cloned().unwrap_or_default();
     let summary = Summary::of(&samples).ok_or_else(|| anyhow!("no {key} samples were taken"))?;
-    Recorder::measurement(&w.scenario, key, if key.ends_with("_s") { "s" } else if key == "decode_tok_s" { "tok/s" } else { "ms" }, &samples);
+    Recorder::measurement(
+        &w.scenario,
+        key,
+        if key.ends_with("_s") {
+            "s"
+        } else if key == "decode_tok_s" {
+            "tok/s"
+        } else {
+            "ms"
+        },
+        &samples,
+    );
     let stat = statistic(&budget);
-    let v = w.cfg.budgets.check(&w.cfg.backend, &budget, summary.stat(stat))?;
+    let v = w
+        .cfg
+        .budgets
+        .check(&w.cfg.backend, &budget, summary.stat(stat))?;
     println!("{budget}: {stat} of {} {key} samples = {:.3} (budget {}, {:?}, slack {}; p50 {:.3} p95 {:.3} p99 {:.3})", summary.n, v.measured, v.budget, v.bound, v.slack, summary.p50, summary.p95, summary.p99);
     let met = v.met;
-    let line = format!("{budget}: {stat} {:.3} against {} ({:?}, slack {})", v.measured, v.budget, v.bound, v.slack);
+    let line = format!(
+        "{budget}: {stat} {:.3} against {} ({:?}, slack {})",
+        v.measured, v.budget, v.bound, v.slack
+    );
     Recorder::verdict(&w.scenario, v);
     check!(met, "budget missed: {line}");
     Ok(())

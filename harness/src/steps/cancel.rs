@@ -27,7 +27,12 @@ async fn cancel_n(w: &mut TestWorld, id: String, n: usize) -> StepResult {
 #[then(regex = r"^every cancel reply was 202$")]
 async fn all_202(w: &mut TestWorld) -> StepResult {
     check!(!w.cancel_replies.is_empty(), "no cancel was sent");
-    let bad: Vec<String> = w.cancel_replies.iter().filter(|r| r.status != 202).map(|r| format!("{} {}", r.status, r.body)).collect();
+    let bad: Vec<String> = w
+        .cancel_replies
+        .iter()
+        .filter(|r| r.status != 202)
+        .map(|r| format!("{} {}", r.status, r.body))
+        .collect();
     check!(bad.is_empty(), "cancel replies that were not 202: {bad:?}");
     Ok(())
 }

@@ -22,7 +22,10 @@ pub fn body(w: &mut TestWorld, step: &Step) -> anyhow::Result<Value> {
 }
 
 fn job_id(v: &Value) -> String {
-    v.get("job_id").and_then(Value::as_str).unwrap_or("").to_owned()
+    v.get("job_id")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned()
 }
 
 #[when(regex = r"^I run the job:$")]
@@ -40,7 +43,11 @@ async fn start_job(w: &mut TestWorld, step: &Step) -> StepResult {
     let b = body(w, step)?;
     let id = job_id(&b);
     w.post_job(b, &[]).await?;
-    check!(w.live.contains_key(&id), "job {id} was refused: {:?}", w.reply.as_ref().map(|r| (r.status, &r.body)));
+    check!(
+        w.live.contains_key(&id),
+        "job {id} was refused: {:?}",
+        w.reply.as_ref().map(|r| (r.status, &r.body))
+    );
     Ok(())
 }
 
@@ -61,7 +68,12 @@ async fn run_n(w: &mut TestWorld, n: usize, step: &Step) -> StepResult {
 
 /// A stream's reply as a plain `Reply` so reply steps can check it.
 fn stream_reply(content_type: &str) -> Reply {
-    Reply { status: 200, headers: vec![("content-type".into(), content_type.into())], body: String::new(), elapsed: Duration::ZERO }
+    Reply {
+        status: 200,
+        headers: vec![("content-type".into(), content_type.into())],
+        body: String::new(),
+        elapsed: Duration::ZERO,
+    }
 }
 
 async fn post_and_finish(w: &mut TestWorld, b: Value, headers: &[(&str, &str)]) -> StepResult {
@@ -83,7 +95,12 @@ async fn post_execute(w: &mut TestWorld, step: &Step) -> StepResult {
 }
 
 #[when(regex = r#"^I post to /execute with header "([^:]+): (.+)":$"#)]
-async fn post_with_header(w: &mut TestWorld, name: String, value: String, step: &Step) -> StepResult {
+async fn post_with_header(
+    w: &mut TestWorld,
+    name: String,
+    value: String,
+    step: &Step,
+) -> StepResult {
     let b = body(w, step)?;
     post_and_finish(w, b, &[(&name, &value)]).await
 }
@@ -97,7 +114,10 @@ async fn post_inline(w: &mut TestWorld, text: String) -> StepResult {
 #[when(regex = r"^I post these jobs at once:$")]
 async fn post_at_once(w: &mut TestWorld, step: &Step) -> StepResult {
     let list = body(w, step)?;
-    let bodies = list.as_array().ok_or_else(|| anyhow!("want a JSON array of job bodies"))?.clone();
+    let bodies = list
+        .as_array()
+        .ok_or_else(|| anyhow!("want a JSON array of job bodies"))?
+        .clone();
     let client = w.client()?;
     let posts = bodies.iter().map(|b| {
         let c = client.clone();
@@ -132,8 +152,16 @@ async fn all_end(w: &mut TestWorld) -> StepResult {
 #[when(regex = r#"^I rerun job "([^"]+)" as "([^"]+)" with the seed it reported$"#)]
 async fn rerun_with_seed(w: &mut TestWorld, from: String, to: String) -> StepResult {
     let t = w.transcript(&from)?;
-    let seed = t.first("started").and_then(|e| e.data.get("seed")).and_then(Value::as_u64).ok_or_else(|| anyhow!("job {from}'s started event has no u64 seed"))?;
-    let mut b = w.requests.get(&from).cloned().ok_or_else(|| anyhow!("no request {from}"))?;
+    let seed = t
+        .first("started")
+        .and_then(|e| e.data.get("seed"))
+        .and_then(Value::as_u64)
+        .ok_or_else(|| anyhow!("job {from}'s started event has no u64 seed"))?;
+    let mut b = w
+        .requests
+        .get(&from)
+        .cloned()
+        .ok_or_else(|| anyhow!("no request {from}"))?;
     b["job_id"] = json!(to);
     b["seed"] = json!(seed);
     w.post_job(b, &[]).await?;
@@ -144,15 +172,24 @@ async fn rerun_with_seed(w: &mut TestWorld, from: String, to: String) -> StepRes
 #[when(regex = r#"^job "([^"]+)" has streamed (\d+) tokens$"#)]
 #[given(regex = r#"^job "([^"]+)" has streamed (\d+) tokens$"#)]
 async fn has_streamed(w: &mut TestWorld, id: String, n: usize) -> StepResult {
-    let job = w.live.get(&id).ok_or_else(|| anyhow!("job {id} is not running"))?;
+    let job = w
+        .live
+        .get(&id)
+        .ok_or_else(|| anyhow!("job {id} is not running"))?;
     job.wait_tokens(n, JOB_TIMEOUT).await?;
     Ok(())
 }
 
 #[when(regex = r#"^job "([^"]+)" has streamed its started event$"#)]
 async fn has_started(w: &mut TestWorld, id: String) -> StepResult {
-    let job = w.live.get(&id).ok_or_else(|| anyhow!("job {id} is not running"))?;
-    job.wait_until(Duration::from_secs(30), |ev| ev.iter().any(|e| e.kind == "started")).await?;
+    let job = w
+        .live
+        .get(&id)
+        .ok_or_else(|| anyhow!("job {id} is not running"))?;
+    job.wait_until(Duration::from_secs(30), |ev| {
+        ev.iter().any(|e| e.kind == "started")
+    })
+    .await?;
     Ok(())
 }
 
@@ -164,9 +201,15 @@ async fn ends_within(w: &mut TestWorld, id: String, secs: u64) -> StepResult {
 
 #[when(regex = r#"^I disconnect from job "([^"]+)"$"#)]
 async fn disconnect(w: &mut TestWorld, id: String) -> StepResult {
-    let job = w.live.remove(&id).ok_or_else(|| anyhow!("job {id} is not running"))?;
+    let job = w
+        .live
+        .remove(&id)
+        .ok_or_else(|| anyhow!("job {id} is not running"))?;
     let events = job.disconnect();
-    check!(!events.iter().any(|e| e.kind == "end" || e.kind == "error"), "job {id} had already ended before the disconnect");
+    check!(
+        !events.iter().any(|e| e.kind == "end" || e.kind == "error"),
+        "job {id} had already ended before the disconnect"
+    );
     Ok(())
 }
 
@@ -177,7 +220,11 @@ async fn job_ends_by(w: &mut TestWorld, kind: String) -> StepResult {
     let id = format!("w1311-{kind}");
     match kind.as_str() {
         "max_tokens" => {
-            w.post_job(json!({"job_id": id, "prompt": "Hello", "max_tokens": 3, "temperature": 0}), &[]).await?;
+            w.post_job(
+                json!({"job_id": id, "prompt": "Hello", "max_tokens": 3, "temperature": 0}),
+                &[],
+            )
+            .await?;
             w.finish_job(&id, JOB_TIMEOUT).await?;
             want_stop(w, &id, "max_tokens")?;
         }
@@ -201,14 +248,26 @@ async fn job_ends_by(w: &mut TestWorld, kind: String) -> StepResult {
         "timeout" => {
             w.post_job(long, &[]).await?;
             w.finish_job(&id, Duration::from_secs(60)).await?;
-            check!(w.transcript(&id)?.error_code() == Some("INFERENCE_TIMEOUT"), "job {id} did not time out: {:?}", w.transcript(&id)?.terminal());
+            check!(
+                w.transcript(&id)?.error_code() == Some("INFERENCE_TIMEOUT"),
+                "job {id} did not time out: {:?}",
+                w.transcript(&id)?.terminal()
+            );
         }
         "shutdown" => {
             w.post_job(long, &[]).await?;
             w.live[&id].wait_tokens(1, JOB_TIMEOUT).await?;
             let queued = format!("{id}-queued");
-            w.post_job(json!({"job_id": queued, "prompt": "Hello", "max_tokens": 4}), &[]).await?;
-            w.live.get(&queued).ok_or_else(|| anyhow!("the queued job was refused"))?.wait_until(Duration::from_secs(10), |ev| !ev.is_empty()).await?;
+            w.post_job(
+                json!({"job_id": queued, "prompt": "Hello", "max_tokens": 4}),
+                &[],
+            )
+            .await?;
+            w.live
+                .get(&queued)
+                .ok_or_else(|| anyhow!("the queued job was refused"))?
+                .wait_until(Duration::from_secs(10), |ev| !ev.is_empty())
+                .await?;
             let r = w.client()?.shutdown().await?;
             check!(r.status == 202, "/shutdown answered {}", r.status);
             w.finish_all(Duration::from_secs(30)).await?;
@@ -220,9 +279,15 @@ async fn job_ends_by(w: &mut TestWorld, kind: String) -> StepResult {
 
 fn want_stop(w: &TestWorld, id: &str, reason: &str) -> anyhow::Result<()> {
     let t = w.transcript(id)?;
-    let got = t.first("end").and_then(|e| e.data.get("stop_reason")).and_then(Value::as_str);
+    let got = t
+        .first("end")
+        .and_then(|e| e.data.get("stop_reason"))
+        .and_then(Value::as_str);
     if got != Some(reason) {
-        return Err(anyhow!("job {id} ended with {:?}, want stop_reason {reason}", t.terminal().map(|e| &e.raw_data)));
+        return Err(anyhow!(
+            "job {id} ended with {:?}, want stop_reason {reason}",
+            t.terminal().map(|e| &e.raw_data)
+        ));
     }
     Ok(())
 }
@@ -232,11 +297,28 @@ fn hostile_request(case: &str) -> anyhow::Result<(Option<&'static str>, Vec<u8>)
     let json_ct = Some("application/json");
     Ok(match case {
         "malformed JSON" => (json_ct, br#"{"job_id": "h", "prompt": "hi""#.to_vec()),
-        "invalid UTF-8" => (json_ct, b"{\"job_id\": \"h\", \"prompt\": \"\xff\xfe\xfd\"}".to_vec()),
-        "wrong content type" => (Some("text/plain"), br#"{"job_id": "h", "prompt": "hi"}"#.to_vec()),
-        "oversized body" => (json_ct, format!(r#"{{"job_id": "h", "prompt": "{}"}}"#, "a".repeat(8 << 20)).into_bytes()),
+        "invalid UTF-8" => (
+            json_ct,
+            b"{\"job_id\": \"h\", \"prompt\": \"\xff\xfe\xfd\"}".to_vec(),
+        ),
+        "wrong content type" => (
+            Some("text/plain"),
+            br#"{"job_id": "h", "prompt": "hi"}"#.to_vec(),
+        ),
+        "oversized body" => (
+            json_ct,
+            format!(r#"{{"job_id": "h", "prompt": "{}"}}"#, "a".repeat(8 << 20)).into_bytes(),
+        ),
         "JSON array" => (json_ct, br#"[{"job_id": "h", "prompt": "hi"}]"#.to_vec()),
-        "deep nesting" => (json_ct, format!(r#"{{"job_id": "h", "prompt": "hi", "stop": {}{}}}"#, "[".repeat(100_000), "]".repeat(100_000)).into_bytes()),
+        "deep nesting" => (
+            json_ct,
+            format!(
+                r#"{{"job_id": "h", "prompt": "hi", "stop": {}{}}}"#,
+                "[".repeat(100_000),
+                "]".repeat(100_000)
+            )
+            .into_bytes(),
+        ),
         other => return Err(anyhow!("unknown hostile case {other:?}")),
     })
 }
@@ -246,9 +328,15 @@ async fn hostile_requests(w: &mut TestWorld, step: &Step) -> StepResult {
     let client = w.client()?;
     for row in table_rows(step)? {
         let case = row.get("case").cloned().unwrap_or_default();
-        let status: u16 = row.get("status").and_then(|s| s.parse().ok()).ok_or_else(|| anyhow!("row without a status"))?;
+        let status: u16 = row
+            .get("status")
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| anyhow!("row without a status"))?;
         let (ct, bytes) = hostile_request(&case)?;
-        let r = client.raw(reqwest::Method::POST, "/execute", ct, bytes, &[]).await.with_context(|| format!("hostile case {case}"))?;
+        let r = client
+            .raw(reqwest::Method::POST, "/execute", ct, bytes, &[])
+            .await
+            .with_context(|| format!("hostile case {case}"))?;
         w.hostile.push((case, status, r));
     }
     Ok(())
@@ -258,9 +346,16 @@ async fn hostile_requests(w: &mut TestWorld, step: &Step) -> StepResult {
 async fn hostile_statuses(w: &mut TestWorld, code: String) -> StepResult {
     let mut bad = Vec::new();
     for (case, want, r) in &w.hostile {
-        let body_code = r.json().ok().and_then(|v| v.get("code").and_then(Value::as_str).map(str::to_owned));
+        let body_code = r
+            .json()
+            .ok()
+            .and_then(|v| v.get("code").and_then(Value::as_str).map(str::to_owned));
         if r.status != *want || body_code.as_deref() != Some(code.as_str()) {
-            bad.push(format!("{case}: {} {:?}, want {want} {code}", r.status, crate::world::tail(&r.body, 3)));
+            bad.push(format!(
+                "{case}: {} {:?}, want {want} {code}",
+                r.status,
+                crate::world::tail(&r.body, 3)
+            ));
         }
     }
     check!(bad.is_empty(), "{}", bad.join("\n"));
@@ -283,9 +378,14 @@ async fn hostile_models(w: &mut TestWorld, code: String, step: &Step) -> StepRes
                 worker.stop(Duration::from_secs(1)).await;
                 bad.push(format!("{name}: still running after 30 s (hang?)"));
             }
-            Some(st) if crate::process::exit_code(st) != 1 => bad.push(format!("{name}: exit {st}, want 1")),
+            Some(st) if crate::process::exit_code(st) != 1 => {
+                bad.push(format!("{name}: exit {st}, want 1"))
+            }
             Some(_) if log.contains("panicked at") => bad.push(format!("{name}: panicked")),
-            Some(_) if !log.contains(&code) => bad.push(format!("{name}: exit 1 but no {code} in the log: {}", crate::world::tail(&log, 3))),
+            Some(_) if !log.contains(&code) => bad.push(format!(
+                "{name}: exit 1 but no {code} in the log: {}",
+                crate::world::tail(&log, 3)
+            )),
             Some(_) => {}
         }
     }

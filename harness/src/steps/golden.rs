@@ -41,11 +41,19 @@ pub struct GreedyCase {
 
 pub fn greedy_cases(cfg: &SuiteConfig) -> anyhow::Result<Vec<GreedyCase>> {
     let v = read_json(&cfg.golden_dir.join("greedy.json"))?;
-    serde_json::from_value(v.get("cases").cloned().ok_or_else(|| anyhow!("greedy.json has no cases"))?).context("parsing greedy.json cases")
+    serde_json::from_value(
+        v.get("cases")
+            .cloned()
+            .ok_or_else(|| anyhow!("greedy.json has no cases"))?,
+    )
+    .context("parsing greedy.json cases")
 }
 
 pub fn greedy_case(cfg: &SuiteConfig, index: usize) -> anyhow::Result<GreedyCase> {
-    greedy_cases(cfg)?.into_iter().nth(index).ok_or_else(|| anyhow!("no golden case {index}"))
+    greedy_cases(cfg)?
+        .into_iter()
+        .nth(index)
+        .ok_or_else(|| anyhow!("no golden case {index}"))
 }
 
 /// `(id, logprob)` lists of a token event's `logprobs`.
@@ -53,7 +61,11 @@ pub fn logprobs_of(token: &Value) -> Vec<(i64, f64)> {
     token
         .get("logprobs")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|x| Some((x.get("id")?.as_i64()?, x.get("logprob")?.as_f64()?))).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| Some((x.get("id")?.as_i64()?, x.get("logprob")?.as_f64()?)))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -65,9 +77,14 @@ pub fn compare_top(worker: &[(i64, f64)], reference: &[(i64, f64)], tol: f64) ->
     for (id, r) in reference {
         match worker.iter().find(|(j, _)| j == id) {
             Some((_, x)) if (x - r).abs() <= tol => {}
-            Some((_, x)) => bad.push(format!("token {id}: {x:.4} vs {r:.4} (|diff| {:.4} > {tol})", (x - r).abs())),
+            Some((_, x)) => bad.push(format!(
+                "token {id}: {x:.4} vs {r:.4} (|diff| {:.4} > {tol})",
+                (x - r).abs()
+            )),
             None if *r <= floor + tol => {}
-            None => bad.push(format!("token {id} ({r:.4}) is missing from the worker's list, whose lowest is {floor:.4}")),
+            None => bad.push(format!(
+                "token {id} ({r:.4}) is missing from the worker's list, whose lowest is {floor:.4}"
+            )),
         }
     }
     bad
@@ -84,15 +101,26 @@ async fn run_golden(w: &mut TestWorld, logprobs: u64, max_tokens: u64) -> StepRe
     Ok(())
 }
 
-#[then(regex = r"^every golden case has llama.cpp's top-1 token at each of the first (\d+) positions$")]
+#[then(
+    regex = r"^every golden case has llama.cpp's top-1 token at each of the first (\d+) positions$"
+)]
 async fn golden_top1(w: &mut TestWorld, n: usize) -> StepResult {
     let cases = greedy_cases(&w.cfg)?;
     let mut bad = Vec::new();
     for (k, t) in &w.golden_runs {
         let got = t.token_ids();
-        let want: Vec<i64> = cases[*k].top10_logprobs_first8.iter().take(n).map(|p| p.id).collect();
+        let want: Vec<i64> = cases[*k]
+            .top10_logprobs_first8
+            .iter()
+            .take(n)
+            .map(|p| p.id)
+            .collect();
         if got.len() < want.len() || got[..want.len()] != want[..] {
-            bad.push(format!("case {} ({:?}): got {got:?}, want {want:?}", k + 1, cases[*k].user_message));
+            bad.push(format!(
+                "case {} ({:?}): got {got:?}, want {want:?}",
+                k + 1,
+                cases[*k].user_message
+            ));
         }
     }
     check!(!w.golden_runs.is_empty(), "no golden case ran");
@@ -100,7 +128,9 @@ async fn golden_top1(w: &mut TestWorld, n: usize) -> StepResult {
     Ok(())
 }
 
-#[then(regex = r"^every golden case's top-10 log-probabilities are within ([\d.]+) nats of llama.cpp's$")]
+#[then(
+    regex = r"^every golden case's top-10 log-probabilities are within ([\d.]+) nats of llama.cpp's$"
+)]
 async fn golden_logprobs(w: &mut TestWorld, tol: f64) -> StepResult {
     let cases = greedy_cases(&w.cfg)?;
     let mut bad = Vec::new();
@@ -112,27 +142,57 @@ async fn golden_logprobs(w: &mut TestWorld, tol: f64) -> StepResult {
             }
             let ours = logprobs_of(&tok.data);
             if ours.is_empty() {
-                bad.push(format!("case {} position {pos}: no logprobs in the token event", k + 1));
+                bad.push(format!(
+                    "case {} position {pos}: no logprobs in the token event",
+                    k + 1
+                ));
                 continue;
             }
-            let reference: Vec<(i64, f64)> = gold.top_logprobs.iter().map(|e| (e.id, e.logprob)).collect();
+            let reference: Vec<(i64, f64)> = gold
+                .top_logprobs
+                .iter()
+                .map(|e| (e.id, e.logprob))
+                .collect();
             for (id, r) in &reference {
                 if let Some((_, x)) = ours.iter().find(|(j, _)| j == id) {
                     worst = worst.max((x - r).abs());
                 }
             }
-            bad.extend(compare_top(&ours, &reference, tol).into_iter().map(|m| format!("case {} position {pos}: {m}", k + 1)));
+            bad.extend(
+                compare_top(&ours, &reference, tol)
+                    .into_iter()
+                    .map(|m| format!("case {} position {pos}: {m}", k + 1)),
+            );
         }
     }
-    Recorder::note("golden", json!({"scenario": w.scenario, "max_abs_logprob_diff": worst, "tolerance": tol}));
-    check!(bad.is_empty(), "largest |diff| {worst:.4}\n{}", bad.join("\n"));
+    Recorder::note(
+        "golden",
+        json!({"scenario": w.scenario, "max_abs_logprob_diff": worst, "tolerance": tol}),
+    );
+    check!(
+        bad.is_empty(),
+        "largest |diff| {worst:.4}\n{}",
+        bad.join("\n")
+    );
     Ok(())
 }
 
-#[when(regex = r#"^I run golden case (\d+) with stop "([^"]+)", temperature 0 and max_tokens (\d+) as job "([^"]+)"$"#)]
-async fn golden_with_stop(w: &mut TestWorld, case: usize, stop: String, max_tokens: u64, id: String) -> StepResult {
+#[when(
+    regex = r#"^I run golden case (\d+) with stop "([^"]+)", temperature 0 and max_tokens (\d+) as job "([^"]+)"$"#
+)]
+async fn golden_with_stop(
+    w: &mut TestWorld,
+    case: usize,
+    stop: String,
+    max_tokens: u64,
+    id: String,
+) -> StepResult {
     let c = greedy_case(&w.cfg, case - 1)?;
-    check!(c.generated_text.contains(&stop), "the golden text {:?} does not contain {stop:?}", c.generated_text);
+    check!(
+        c.generated_text.contains(&stop),
+        "the golden text {:?} does not contain {stop:?}",
+        c.generated_text
+    );
     w.post_job(json!({"job_id": id, "prompt": c.prompt, "temperature": 0, "max_tokens": max_tokens, "stop": [stop]}), &[]).await?;
     w.finish_job(&id, JOB_TIMEOUT).await?;
     Ok(())
@@ -141,7 +201,11 @@ async fn golden_with_stop(w: &mut TestWorld, case: usize, stop: String, max_toke
 // ---- cross-backend ----
 
 /// Runs `request` on a fresh CPU-backend worker on `model` and returns its transcript.
-pub async fn on_cpu(w: &mut TestWorld, model: &Path, request: &Value) -> anyhow::Result<Transcript> {
+pub async fn on_cpu(
+    w: &mut TestWorld,
+    model: &Path,
+    request: &Value,
+) -> anyhow::Result<Transcript> {
     let launch = w.launch_for(model, "cpu")?;
     let mut cpu = Worker::spawn(launch)?;
     cpu.wait_healthy(w.cfg.start_timeout).await?;
@@ -153,11 +217,21 @@ pub async fn on_cpu(w: &mut TestWorld, model: &Path, request: &Value) -> anyhow:
 }
 
 /// Position-by-position comparison until the chosen ids differ; at least `steps` positions must agree.
-pub fn compare_runs(a: &Transcript, b: &Transcript, steps: usize, tol: f64, same_argmax: bool) -> Vec<String> {
+pub fn compare_runs(
+    a: &Transcript,
+    b: &Transcript,
+    steps: usize,
+    tol: f64,
+    same_argmax: bool,
+) -> Vec<String> {
     let mut bad = Vec::new();
     let (ta, tb): (Vec<_>, Vec<_>) = (a.tokens().collect(), b.tokens().collect());
     if ta.len() < steps || tb.len() < steps {
-        bad.push(format!("want {steps} tokens from each backend, got {} and {}", ta.len(), tb.len()));
+        bad.push(format!(
+            "want {steps} tokens from each backend, got {} and {}",
+            ta.len(),
+            tb.len()
+        ));
     }
     for (pos, (x, y)) in ta.iter().zip(&tb).take(steps).enumerate() {
         let (lx, ly) = (logprobs_of(&x.data), logprobs_of(&y.data));
@@ -165,14 +239,20 @@ pub fn compare_runs(a: &Transcript, b: &Transcript, steps: usize, tol: f64, same
             bad.push(format!("position {pos}: no logprobs"));
             break;
         }
-        bad.extend(compare_top(&lx, &ly, tol).into_iter().map(|m| format!("position {pos}: {m}")));
+        bad.extend(
+            compare_top(&lx, &ly, tol)
+                .into_iter()
+                .map(|m| format!("position {pos}: {m}")),
+        );
         let (ix, iy) = (x.data.get("id"), y.data.get("id"));
         if same_argmax && lx[0].0 != ly[0].0 {
             bad.push(format!("position {pos}: argmax {} vs {}", lx[0].0, ly[0].0));
         }
         if ix != iy {
             if same_argmax {
-                bad.push(format!("position {pos}: chosen ids differ ({ix:?} vs {iy:?})"));
+                bad.push(format!(
+                    "position {pos}: chosen ids differ ({ix:?} vs {iy:?})"
+                ));
             }
             break; // different contexts from here on
         }
@@ -189,10 +269,17 @@ async fn first_step(w: &mut TestWorld, model: String) -> StepResult {
     let tok = ours.tokens().next().ok_or_else(|| anyhow!("no token"))?;
     let bad = if model == "reference" {
         // The outside reference: llama.cpp's CPU backend.
-        let gold: Vec<(i64, f64)> = case.top10_logprobs_first8[0].top_logprobs.iter().map(|e| (e.id, e.logprob)).collect();
+        let gold: Vec<(i64, f64)> = case.top10_logprobs_first8[0]
+            .top_logprobs
+            .iter()
+            .map(|e| (e.id, e.logprob))
+            .collect();
         let mut b = compare_top(&logprobs_of(&tok.data), &gold, 0.1);
         if tok.data.get("id").and_then(Value::as_i64) != Some(case.top10_logprobs_first8[0].id) {
-            b.push(format!("first token {} is not llama.cpp's {}", tok.data["id"], case.top10_logprobs_first8[0].id));
+            b.push(format!(
+                "first token {} is not llama.cpp's {}",
+                tok.data["id"], case.top10_logprobs_first8[0].id
+            ));
         }
         b
     } else {
@@ -204,7 +291,9 @@ async fn first_step(w: &mut TestWorld, model: String) -> StepResult {
     Ok(())
 }
 
-#[then(regex = r#"^(\d+) greedy steps on the "([^"]+)" model match the CPU backend within ([\d.]+) nats with the same argmax$"#)]
+#[then(
+    regex = r#"^(\d+) greedy steps on the "([^"]+)" model match the CPU backend within ([\d.]+) nats with the same argmax$"#
+)]
 async fn greedy_vs_cpu(w: &mut TestWorld, steps: usize, model: String, tol: f64) -> StepResult {
     let case = greedy_case(&w.cfg, 0)?;
     let req = json!({"job_id": "vs-cpu", "prompt": case.prompt, "temperature": 0, "logprobs": 10, "max_tokens": steps});
@@ -233,24 +322,56 @@ pub struct Haiku {
     pub cpu_comparison: Option<Vec<String>>,
 }
 
-const ONES: [&str; 20] = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"];
+const ONES: [&str; 20] = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+];
 const TENS: [&str; 6] = ["", "", "twenty", "thirty", "forty", "fifty"];
 
 /// 0..=59 in English words ("forty-two").
 pub fn minute_words(m: u32) -> String {
     match m {
         0..=19 => ONES[m as usize].to_owned(),
-        _ if m % 10 == 0 => TENS[(m / 10) as usize].to_owned(),
+        _ if m.is_multiple_of(10) => TENS[(m / 10) as usize].to_owned(),
         _ => format!("{}-{}", TENS[(m / 10) as usize], ONES[(m % 10) as usize]),
     }
 }
 
-fn haiku_request(job: &str, words: &str, nonce: &str, temperature: f64, seed: u64, max_tokens: u64) -> Value {
-    let content = format!("Write a haiku about the minute {words}. Use the word \"{words}\" in it. (nonce {nonce})");
+fn haiku_request(
+    job: &str,
+    words: &str,
+    nonce: &str,
+    temperature: f64,
+    seed: u64,
+    max_tokens: u64,
+) -> Value {
+    let content = format!(
+        "Write a haiku about the minute {words}. Use the word \"{words}\" in it. (nonce {nonce})"
+    );
     json!({"job_id": job, "messages": [{"role": "user", "content": content}], "temperature": temperature, "seed": seed, "max_tokens": max_tokens, "logprobs": 5})
 }
 
-#[when(regex = r"^I ask for a haiku about the current minute with a fresh nonce, temperature ([\d.]+), seed (\d+) and (\d+) tokens$")]
+#[when(
+    regex = r"^I ask for a haiku about the current minute with a fresh nonce, temperature ([\d.]+), seed (\d+) and (\d+) tokens$"
+)]
 async fn ask_haiku(w: &mut TestWorld, temperature: f64, seed: u64, max_tokens: u64) -> StepResult {
     use chrono::Timelike;
     let minute = chrono::Local::now().minute();
@@ -260,13 +381,27 @@ async fn ask_haiku(w: &mut TestWorld, temperature: f64, seed: u64, max_tokens: u
     w.post_job(req.clone(), &[]).await?;
     let t = w.finish_job("haiku-a", JOB_TIMEOUT).await?.clone();
     let text = t.text();
-    let appears = text.to_lowercase().contains(&words.replace('-', " ")) || text.to_lowercase().contains(&words);
-    w.haiku = Some(Haiku { minute, minute_words: words, nonce, request: req, ids: t.token_ids(), text, minute_word_appears: appears, repeat_identical: None, other_minute_ids_differ: None, cpu_comparison: None });
+    let appears = text.to_lowercase().contains(&words.replace('-', " "))
+        || text.to_lowercase().contains(&words);
+    w.haiku = Some(Haiku {
+        minute,
+        minute_words: words,
+        nonce,
+        request: req,
+        ids: t.token_ids(),
+        text,
+        minute_word_appears: appears,
+        repeat_identical: None,
+        other_minute_ids_differ: None,
+        cpu_comparison: None,
+    });
     Ok(())
 }
 
 fn haiku(w: &mut TestWorld) -> anyhow::Result<&mut Haiku> {
-    w.haiku.as_mut().ok_or_else(|| anyhow!("no haiku asked in this scenario"))
+    w.haiku
+        .as_mut()
+        .ok_or_else(|| anyhow!("no haiku asked in this scenario"))
 }
 
 #[then(regex = r"^the haiku streamed started, at least 1 token and end with no U\+FFFD$")]
@@ -274,8 +409,16 @@ async fn haiku_streamed(w: &mut TestWorld) -> StepResult {
     let t = w.transcript("haiku-a")?;
     let bad = crate::events::check_order(&t.events);
     check!(bad.is_empty(), "{}", bad.join("; "));
-    check!(t.tokens().count() >= 1 && t.events.last().is_some_and(|e| e.kind == "end"), "the haiku did not stream tokens and end: {:?}", t.terminal().map(|e| &e.raw_data));
-    check!(!t.text().contains('\u{FFFD}'), "the haiku contains U+FFFD: {:?}", t.text());
+    check!(
+        t.tokens().count() >= 1 && t.events.last().is_some_and(|e| e.kind == "end"),
+        "the haiku did not stream tokens and end: {:?}",
+        t.terminal().map(|e| &e.raw_data)
+    );
+    check!(
+        !t.text().contains('\u{FFFD}'),
+        "the haiku contains U+FFFD: {:?}",
+        t.text()
+    );
     Ok(())
 }
 
@@ -287,7 +430,11 @@ async fn haiku_repeat(w: &mut TestWorld) -> StepResult {
     let ids = w.finish_job("haiku-b", JOB_TIMEOUT).await?.token_ids();
     let h = haiku(w)?;
     h.repeat_identical = Some(ids == h.ids);
-    check!(ids == h.ids, "the repeat gave {ids:?}, the first run {:?}", h.ids);
+    check!(
+        ids == h.ids,
+        "the repeat gave {ids:?}, the first run {:?}",
+        h.ids
+    );
     Ok(())
 }
 
@@ -297,16 +444,28 @@ async fn haiku_other_minute(w: &mut TestWorld) -> StepResult {
     let t = h.request["temperature"].as_f64().unwrap_or(0.7);
     let seed = h.request["seed"].as_u64().unwrap_or(42);
     let max = h.request["max_tokens"].as_u64().unwrap_or(50);
-    let req = haiku_request("haiku-c", &minute_words((h.minute + 1) % 60), &h.nonce, t, seed, max);
+    let req = haiku_request(
+        "haiku-c",
+        &minute_words((h.minute + 1) % 60),
+        &h.nonce,
+        t,
+        seed,
+        max,
+    );
     w.post_job(req, &[]).await?;
     let ids = w.finish_job("haiku-c", JOB_TIMEOUT).await?.token_ids();
     let differ = ids != h.ids;
     haiku(w)?.other_minute_ids_differ = Some(differ);
-    check!(differ, "another minute word gave the same ids {ids:?}: the output does not depend on the prompt");
+    check!(
+        differ,
+        "another minute word gave the same ids {ids:?}: the output does not depend on the prompt"
+    );
     Ok(())
 }
 
-#[then(regex = r"^the haiku's top-5 log-probabilities over the first (\d+) steps agree with the CPU backend within ([\d.]+) nats$")]
+#[then(
+    regex = r"^the haiku's top-5 log-probabilities over the first (\d+) steps agree with the CPU backend within ([\d.]+) nats$"
+)]
 async fn haiku_vs_cpu(w: &mut TestWorld, steps: usize, tol: f64) -> StepResult {
     let ours = w.transcript("haiku-a")?.clone();
     let req = haiku(w)?.request.clone();
@@ -319,14 +478,25 @@ async fn haiku_vs_cpu(w: &mut TestWorld, steps: usize, tol: f64) -> StepResult {
     Ok(())
 }
 
-#[then(regex = r"^the haiku, its prompt, nonce and whether the minute word appears are in the proof bundle$")]
+#[then(
+    regex = r"^the haiku, its prompt, nonce and whether the minute word appears are in the proof bundle$"
+)]
 async fn haiku_recorded(w: &mut TestWorld) -> StepResult {
     let h = haiku(w)?.clone();
     let record = json!({"scenario": w.scenario, "backend": w.cfg.backend, "haiku": h});
     let path = Recorder::note("haiku", record).ok_or_else(|| anyhow!("no proof bundle is open"))?;
     let written = read_json(&path)?;
-    check!(written.as_array().is_some_and(|a| a.iter().any(|r| r["haiku"]["nonce"] == json!(h.nonce))), "{} does not hold the haiku", path.display());
-    println!("haiku (minute {} = {}, nonce {}, minute word appears: {}):\n{}", h.minute, h.minute_words, h.nonce, h.minute_word_appears, h.text);
+    check!(
+        written
+            .as_array()
+            .is_some_and(|a| a.iter().any(|r| r["haiku"]["nonce"] == json!(h.nonce))),
+        "{} does not hold the haiku",
+        path.display()
+    );
+    println!(
+        "haiku (minute {} = {}, nonce {}, minute word appears: {}):\n{}",
+        h.minute, h.minute_words, h.nonce, h.minute_word_appears, h.text
+    );
     Ok(())
 }
 
@@ -347,7 +517,10 @@ mod tests {
         let ours = [(1, -0.5), (2, -1.0), (3, -3.0)];
         assert!(compare_top(&ours, &[(1, -0.45), (2, -1.09)], 0.1).is_empty());
         assert_eq!(compare_top(&ours, &[(1, -0.7)], 0.1).len(), 1);
-        assert!(compare_top(&ours, &[(9, -3.05)], 0.1).is_empty(), "an unlisted token below our floor is consistent");
+        assert!(
+            compare_top(&ours, &[(9, -3.05)], 0.1).is_empty(),
+            "an unlisted token below our floor is consistent"
+        );
         assert_eq!(compare_top(&ours, &[(9, -2.0)], 0.1).len(), 1);
     }
 
@@ -357,7 +530,8 @@ mod tests {
         let v = read_json(&cfg_dir).unwrap();
         let cases: Vec<GreedyCase> = serde_json::from_value(v["cases"].clone()).unwrap();
         assert_eq!(cases.len(), 4);
-        assert!(cases.iter().all(|c| c.top10_logprobs_first8.len() == 8 && c.top10_logprobs_first8[0].top_logprobs.len() == 10));
+        assert!(cases.iter().all(|c| c.top10_logprobs_first8.len() == 8
+            && c.top10_logprobs_first8[0].top_logprobs.len() == 10));
         assert!(cases[0].generated_text.starts_with("In the depths"));
     }
 }

@@ -16,13 +16,17 @@ async fn health(w: &TestWorld) -> anyhow::Result<Value> {
 }
 
 fn field<'a>(h: &'a Value, name: &str) -> anyhow::Result<&'a Value> {
-    h.get(name).ok_or_else(|| anyhow!("/health has no {name}: {h}"))
+    h.get(name)
+        .ok_or_else(|| anyhow!("/health has no {name}: {h}"))
 }
 
 #[then(regex = r#"^/health says "([^"]+)"$"#)]
 async fn says(w: &mut TestWorld, status: String) -> StepResult {
     let h = health(w).await?;
-    check!(field(&h, "status")?.as_str() == Some(status.as_str()), "/health: {h}");
+    check!(
+        field(&h, "status")?.as_str() == Some(status.as_str()),
+        "/health: {h}"
+    );
     Ok(())
 }
 
@@ -50,9 +54,17 @@ async fn remember(w: &mut TestWorld) -> StepResult {
 
 #[then(regex = r#"^/health field "([^"]+)" is unchanged$"#)]
 async fn unchanged(w: &mut TestWorld, name: String) -> StepResult {
-    let before = w.remembered_health.clone().ok_or_else(|| anyhow!("nothing remembered"))?;
+    let before = w
+        .remembered_health
+        .clone()
+        .ok_or_else(|| anyhow!("nothing remembered"))?;
     let now = health(w).await?;
-    check!(field(&before, &name)? == field(&now, &name)?, "/health {name} was {} and is now {}", before[&name], now[&name]);
+    check!(
+        field(&before, &name)? == field(&now, &name)?,
+        "/health {name} was {} and is now {}",
+        before[&name],
+        now[&name]
+    );
     Ok(())
 }
 
@@ -67,27 +79,44 @@ async fn unchanged_on_cuda(w: &mut TestWorld, name: String) -> StepResult {
 #[then(regex = r#"^/health field "([^"]+)" is "([^"]*)"$"#)]
 async fn is_string(w: &mut TestWorld, name: String, want: String) -> StepResult {
     let h = health(w).await?;
-    check!(field(&h, &name)?.as_str() == Some(want.as_str()), "/health {name} is {}, want {want:?}", h[&name]);
+    check!(
+        field(&h, &name)?.as_str() == Some(want.as_str()),
+        "/health {name} is {}, want {want:?}",
+        h[&name]
+    );
     Ok(())
 }
 
 #[then(regex = r#"^/health field "([^"]+)" is (true|false)$"#)]
 async fn is_bool(w: &mut TestWorld, name: String, want: bool) -> StepResult {
     let h = health(w).await?;
-    check!(field(&h, &name)?.as_bool() == Some(want), "/health {name} is {}, want {want}", h[&name]);
+    check!(
+        field(&h, &name)?.as_bool() == Some(want),
+        "/health {name} is {}, want {want}",
+        h[&name]
+    );
     Ok(())
 }
 
 #[then(regex = r#"^/health field "([^"]+)" is (\d+)$"#)]
 async fn is_number(w: &mut TestWorld, name: String, want: u64) -> StepResult {
     let h = health(w).await?;
-    check!(field(&h, &name)?.as_u64() == Some(want), "/health {name} is {}, want {want}", h[&name]);
+    check!(
+        field(&h, &name)?.as_u64() == Some(want),
+        "/health {name} is {}, want {want}",
+        h[&name]
+    );
     Ok(())
 }
 
 #[then(regex = r#"^/health field "backend" is the launched backend$"#)]
 async fn launched_backend(w: &mut TestWorld) -> StepResult {
-    let want = w.worker()?.launch.get("--backend").unwrap_or("cuda").to_owned();
+    let want = w
+        .worker()?
+        .launch
+        .get("--backend")
+        .unwrap_or("cuda")
+        .to_owned();
     is_string(w, "backend".into(), want).await
 }
 
@@ -96,9 +125,18 @@ async fn launched_backend(w: &mut TestWorld) -> StepResult {
 async fn residency(w: &mut TestWorld) -> StepResult {
     let cuda = w.worker()?.launch.get("--backend").unwrap_or("cuda") == "cuda";
     let h = health(w).await?;
-    check!(field(&h, "resident")?.as_bool() == Some(cuda), "/health resident is {} on backend {}", h["resident"], if cuda { "cuda" } else { "cpu" });
+    check!(
+        field(&h, "resident")?.as_bool() == Some(cuda),
+        "/health resident is {} on backend {}",
+        h["resident"],
+        if cuda { "cuda" } else { "cpu" }
+    );
     if !cuda {
-        check!(h.get("vram_bytes_used").and_then(Value::as_u64) == Some(0), "vram_bytes_used is {} on cpu, want 0", h["vram_bytes_used"]);
+        check!(
+            h.get("vram_bytes_used").and_then(Value::as_u64) == Some(0),
+            "vram_bytes_used is {} on cpu, want 0",
+            h["vram_bytes_used"]
+        );
     }
     Ok(())
 }
@@ -112,13 +150,18 @@ async fn still_resident(w: &mut TestWorld) -> StepResult {
 async fn typed(w: &mut TestWorld) -> StepResult {
     let h = health(w).await?;
     let mut bad = Vec::new();
-    let want: [(&str, fn(&Value) -> bool); 10] = [
-        ("status", |v| matches!(v.as_str(), Some("healthy" | "unhealthy"))),
+    type Check = fn(&Value) -> bool;
+    let want: [(&str, Check); 10] = [
+        ("status", |v| {
+            matches!(v.as_str(), Some("healthy" | "unhealthy"))
+        }),
         ("model", Value::is_string),
         ("resident", Value::is_boolean),
         ("quant_kind", Value::is_string),
         ("vram_bytes_used", |v| v.as_u64().is_some()),
-        ("tokenizer_kind", |v| matches!(v.as_str(), Some("gguf-bpe" | "gguf-spm" | "hf-json"))),
+        ("tokenizer_kind", |v| {
+            matches!(v.as_str(), Some("gguf-bpe" | "gguf-spm" | "hf-json"))
+        }),
         ("vocab_size", |v| v.as_u64().is_some()),
         ("context_length", |v| v.is_null() || v.as_u64().is_some()),
         ("uptime_seconds", Value::is_number),
@@ -141,7 +184,11 @@ async fn typed(w: &mut TestWorld) -> StepResult {
 }
 
 fn tensor_bytes(w: &mut TestWorld) -> anyhow::Result<u64> {
-    let path = w.worker()?.model_path().ok_or_else(|| anyhow!("no --model"))?.to_path_buf();
+    let path = w
+        .worker()?
+        .model_path()
+        .ok_or_else(|| anyhow!("no --model"))?
+        .to_path_buf();
     Gguf::read(&path)?.total_tensor_bytes()
 }
 
@@ -149,7 +196,9 @@ fn tensor_bytes(w: &mut TestWorld) -> anyhow::Result<u64> {
 async fn vram_covers(w: &mut TestWorld) -> StepResult {
     let need = tensor_bytes(w)?;
     let h = health(w).await?;
-    let used = field(&h, "vram_bytes_used")?.as_u64().ok_or_else(|| anyhow!("vram_bytes_used is not a number"))?;
+    let used = field(&h, "vram_bytes_used")?
+        .as_u64()
+        .ok_or_else(|| anyhow!("vram_bytes_used is not a number"))?;
     check!(used >= need, "vram_bytes_used {used} < tensor bytes {need}");
     Ok(())
 }
@@ -158,15 +207,26 @@ async fn vram_covers(w: &mut TestWorld) -> StepResult {
 async fn within_pct(w: &mut TestWorld, name: String, pct: f64) -> StepResult {
     let need = tensor_bytes(w)? as f64;
     let h = health(w).await?;
-    let used = field(&h, &name)?.as_f64().ok_or_else(|| anyhow!("{name} is not a number"))?;
-    check!((used - need).abs() <= need * pct / 100.0, "{name} {used} is not within {pct}% of {need}");
+    let used = field(&h, &name)?
+        .as_f64()
+        .ok_or_else(|| anyhow!("{name} is not a number"))?;
+    check!(
+        (used - need).abs() <= need * pct / 100.0,
+        "{name} {used} is not within {pct}% of {need}"
+    );
     Ok(())
 }
 
 #[then(regex = r#"^/health field "([^"]+)" equals the model file's vocabulary size$"#)]
 async fn vocab_of_file(w: &mut TestWorld, name: String) -> StepResult {
-    let path = w.worker()?.model_path().ok_or_else(|| anyhow!("no --model"))?.to_path_buf();
+    let path = w
+        .worker()?
+        .model_path()
+        .ok_or_else(|| anyhow!("no --model"))?
+        .to_path_buf();
     let g = Gguf::read(&path)?;
-    let n = g.array_len("tokenizer.ggml.tokens").ok_or_else(|| anyhow!("the model file has no tokenizer.ggml.tokens"))?;
+    let n = g
+        .array_len("tokenizer.ggml.tokens")
+        .ok_or_else(|| anyhow!("the model file has no tokenizer.ggml.tokens"))?;
     is_number(w, name, n).await
 }

@@ -27,25 +27,47 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<Sample>> {
         }
         let (series, rest) = match line.find('{') {
             Some(_) => {
-                let close = line.rfind('}').ok_or_else(|| anyhow!("line {}: unclosed labels", n + 1))?;
+                let close = line
+                    .rfind('}')
+                    .ok_or_else(|| anyhow!("line {}: unclosed labels", n + 1))?;
                 (&line[..close + 1], &line[close + 1..])
             }
-            None => line.split_at(line.find(' ').ok_or_else(|| anyhow!("line {}: no value", n + 1))?),
+            None => line.split_at(
+                line.find(' ')
+                    .ok_or_else(|| anyhow!("line {}: no value", n + 1))?,
+            ),
         };
         let (name, labels) = match series.find('{') {
-            Some(open) => (&series[..open], parse_labels(&series[open + 1..series.len() - 1]).map_err(|e| anyhow!("line {}: {e}", n + 1))?),
+            Some(open) => (
+                &series[..open],
+                parse_labels(&series[open + 1..series.len() - 1])
+                    .map_err(|e| anyhow!("line {}: {e}", n + 1))?,
+            ),
             None => (series, BTreeMap::new()),
         };
-        let value = rest.split_whitespace().next().ok_or_else(|| anyhow!("line {}: no value", n + 1))?;
+        let value = rest
+            .split_whitespace()
+            .next()
+            .ok_or_else(|| anyhow!("line {}: no value", n + 1))?;
         let value: f64 = match value {
             "+Inf" => f64::INFINITY,
             "-Inf" => f64::NEG_INFINITY,
-            v => v.parse().map_err(|_| anyhow!("line {}: bad value {v:?}", n + 1))?,
+            v => v
+                .parse()
+                .map_err(|_| anyhow!("line {}: bad value {v:?}", n + 1))?,
         };
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+        {
             return Err(anyhow!("line {}: bad metric name {name:?}", n + 1));
         }
-        out.push(Sample { name: name.to_owned(), labels, value });
+        out.push(Sample {
+            name: name.to_owned(),
+            labels,
+            value,
+        });
     }
     Ok(out)
 }
@@ -54,10 +76,14 @@ fn parse_labels(s: &str) -> anyhow::Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
     let mut rest = s.trim();
     while !rest.is_empty() {
-        let eq = rest.find('=').ok_or_else(|| anyhow!("label without '=' in {s:?}"))?;
+        let eq = rest
+            .find('=')
+            .ok_or_else(|| anyhow!("label without '=' in {s:?}"))?;
         let key = rest[..eq].trim().to_owned();
         let after = rest[eq + 1..].trim_start();
-        let body = after.strip_prefix('"').ok_or_else(|| anyhow!("unquoted label value in {s:?}"))?;
+        let body = after
+            .strip_prefix('"')
+            .ok_or_else(|| anyhow!("unquoted label value in {s:?}"))?;
         let mut value = String::new();
         let mut chars = body.char_indices();
         let mut end = None;
@@ -77,7 +103,10 @@ fn parse_labels(s: &str) -> anyhow::Result<BTreeMap<String, String>> {
         }
         let end = end.ok_or_else(|| anyhow!("unterminated label value in {s:?}"))?;
         out.insert(key, value);
-        rest = body[end + 1..].trim_start().trim_start_matches(',').trim_start();
+        rest = body[end + 1..]
+            .trim_start()
+            .trim_start_matches(',')
+            .trim_start();
     }
     Ok(out)
 }
@@ -85,10 +114,16 @@ fn parse_labels(s: &str) -> anyhow::Result<BTreeMap<String, String>> {
 /// Sum of the samples matching `name` or `name{k="v",...}` (given labels must match).
 pub fn total(samples: &[Sample], selector: &str) -> anyhow::Result<f64> {
     let (name, want) = match selector.find('{') {
-        Some(open) => (&selector[..open], parse_labels(selector[open + 1..].trim_end_matches('}'))?),
+        Some(open) => (
+            &selector[..open],
+            parse_labels(selector[open + 1..].trim_end_matches('}'))?,
+        ),
         None => (selector, BTreeMap::new()),
     };
-    let matching: Vec<&Sample> = samples.iter().filter(|s| s.name == name && want.iter().all(|(k, v)| s.labels.get(k) == Some(v))).collect();
+    let matching: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.name == name && want.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
+        .collect();
     Ok(matching.iter().map(|s| s.value).sum())
 }
 
@@ -117,7 +152,10 @@ async fn both_parse(w: &mut TestWorld) -> StepResult {
 #[then(regex = r"^the scrape has (.+)$")]
 async fn has_names(w: &mut TestWorld, list: String) -> StepResult {
     let s = parse(w.scrapes.last().ok_or_else(|| anyhow!("no scrape"))?)?;
-    let missing: Vec<String> = quoted_list(&list).into_iter().filter(|n| !s.iter().any(|x| &x.name == n)).collect();
+    let missing: Vec<String> = quoted_list(&list)
+        .into_iter()
+        .filter(|n| !s.iter().any(|x| &x.name == n))
+        .collect();
     check!(missing.is_empty(), "metrics missing: {missing:?}");
     Ok(())
 }
@@ -125,14 +163,20 @@ async fn has_names(w: &mut TestWorld, list: String) -> StepResult {
 #[then(regex = r#"^some metric carries the label "([^"]+)"$"#)]
 async fn has_label(w: &mut TestWorld, label: String) -> StepResult {
     let s = parse(w.scrapes.last().ok_or_else(|| anyhow!("no scrape"))?)?;
-    check!(s.iter().any(|x| x.labels.contains_key(&label)), "no series has a {label} label");
+    check!(
+        s.iter().any(|x| x.labels.contains_key(&label)),
+        "no series has a {label} label"
+    );
     Ok(())
 }
 
 fn rose_by(w: &TestWorld, selector: &str, by: f64) -> StepResult {
     let (a, b) = last_two(w)?;
     let (x, y) = (total(&a, selector)?, total(&b, selector)?);
-    check!((y - x - by).abs() < 1e-9, "{selector} went from {x} to {y}, want a rise of {by}");
+    check!(
+        (y - x - by).abs() < 1e-9,
+        "{selector} went from {x} to {y}, want a rise of {by}"
+    );
     Ok(())
 }
 
@@ -145,7 +189,11 @@ async fn rose(w: &mut TestWorld, selector: String, by: f64) -> StepResult {
 async fn rose_by_tokens(w: &mut TestWorld, selector: String, id: String) -> StepResult {
     w.settle(&id).await?;
     let t = w.transcript(&id)?;
-    let n = t.first("end").and_then(|e| e.data.get("tokens_out")).and_then(serde_json::Value::as_f64).ok_or_else(|| anyhow!("job {id} has no end.tokens_out"))?;
+    let n = t
+        .first("end")
+        .and_then(|e| e.data.get("tokens_out"))
+        .and_then(serde_json::Value::as_f64)
+        .ok_or_else(|| anyhow!("job {id} has no end.tokens_out"))?;
     rose_by(w, &selector, n)
 }
 
@@ -160,7 +208,10 @@ mod tests {
         let s = parse(TEXT).unwrap();
         assert_eq!(s.len(), 4);
         assert_eq!(total(&s, "worker_requests_total").unwrap(), 4.0);
-        assert_eq!(total(&s, r#"worker_requests_total{outcome="disconnected"}"#).unwrap(), 1.0);
+        assert_eq!(
+            total(&s, r#"worker_requests_total{outcome="disconnected"}"#).unwrap(),
+            1.0
+        );
         assert_eq!(s[0].labels["quant_kind"], "Q4_1");
         assert_eq!(total(&s, "worker_uptime_seconds").unwrap(), 12.5);
     }

@@ -42,21 +42,34 @@ pub type StepResult = Result<(), Fail>;
 #[macro_export]
 macro_rules! check {
     ($cond:expr, $($msg:tt)+) => {
-        if !$cond {
+        let ok: bool = $cond;
+        if !ok {
             return Err(anyhow::anyhow!($($msg)+).into());
         }
     };
 }
 
 pub fn docstring(step: &Step) -> anyhow::Result<&str> {
-    step.docstring.as_deref().map(str::trim).ok_or_else(|| anyhow::anyhow!("step needs a docstring"))
+    step.docstring
+        .as_deref()
+        .map(str::trim)
+        .ok_or_else(|| anyhow::anyhow!("step needs a docstring"))
 }
 
 /// The rows of a step's table as maps from header to cell.
 pub fn table_rows(step: &Step) -> anyhow::Result<Vec<std::collections::BTreeMap<String, String>>> {
-    let t = step.table.as_ref().ok_or_else(|| anyhow::anyhow!("step needs a table"))?;
-    let (head, rows) = t.rows.split_first().ok_or_else(|| anyhow::anyhow!("empty table"))?;
-    Ok(rows.iter().map(|r| head.iter().cloned().zip(r.iter().cloned()).collect()).collect())
+    let t = step
+        .table
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("step needs a table"))?;
+    let (head, rows) = t
+        .rows
+        .split_first()
+        .ok_or_else(|| anyhow::anyhow!("empty table"))?;
+    Ok(rows
+        .iter()
+        .map(|r| head.iter().cloned().zip(r.iter().cloned()).collect())
+        .collect())
 }
 
 /// `"a", "b" and "c"` -> `[a, b, c]`.
@@ -68,7 +81,10 @@ pub fn quoted_list(s: &str) -> Vec<String> {
 mod tests {
     #[test]
     fn quoted_lists() {
-        assert_eq!(super::quoted_list(r#""a", "b c" and "d""#), ["a", "b c", "d"]);
+        assert_eq!(
+            super::quoted_list(r#""a", "b c" and "d""#),
+            ["a", "b c", "d"]
+        );
         assert!(super::quoted_list("none").is_empty());
     }
 }
@@ -119,7 +135,10 @@ pub struct Model(pub String);
 impl std::str::FromStr for Model {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> anyhow::Result<Self> {
-        if crate::fixtures::NAMES.contains(&s) || s.starts_with("synthetic-") || s == "reference-tokenizer-json" {
+        if crate::fixtures::NAMES.contains(&s)
+            || s.starts_with("synthetic-")
+            || s == "reference-tokenizer-json"
+        {
             Ok(Model(s.to_owned()))
         } else {
             Err(anyhow::anyhow!("unknown model fixture {s:?}"))

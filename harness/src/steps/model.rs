@@ -11,9 +11,18 @@ use crate::world::TestWorld;
 
 /// `(pid, used MiB)` of every compute process nvidia-smi lists.
 fn gpu_processes() -> anyhow::Result<Vec<(u32, u64)>> {
-    let o = Command::new("nvidia-smi").args(["--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]).output().context("running nvidia-smi")?;
+    let o = Command::new("nvidia-smi")
+        .args([
+            "--query-compute-apps=pid,used_memory",
+            "--format=csv,noheader,nounits",
+        ])
+        .output()
+        .context("running nvidia-smi")?;
     if !o.status.success() {
-        return Err(anyhow!("nvidia-smi failed: {}", String::from_utf8_lossy(&o.stderr)));
+        return Err(anyhow!(
+            "nvidia-smi failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ));
     }
     Ok(String::from_utf8_lossy(&o.stdout)
         .lines()
@@ -29,7 +38,10 @@ async fn listed(w: &mut TestWorld) -> StepResult {
     let pid = w.worker()?.pid;
     let procs = gpu_processes()?;
     let mine = procs.iter().find(|(p, _)| *p == pid);
-    check!(mine.is_some_and(|(_, mib)| *mib > 0), "nvidia-smi lists {procs:?}, not the worker {pid} with memory");
+    check!(
+        mine.is_some_and(|(_, mib)| *mib > 0),
+        "nvidia-smi lists {procs:?}, not the worker {pid} with memory"
+    );
     Ok(())
 }
 
@@ -37,6 +49,9 @@ async fn listed(w: &mut TestWorld) -> StepResult {
 async fn not_listed(w: &mut TestWorld) -> StepResult {
     let pid = w.worker()?.pid;
     let procs = gpu_processes()?;
-    check!(!procs.iter().any(|(p, _)| *p == pid), "nvidia-smi still lists the worker {pid}: {procs:?}");
+    check!(
+        !procs.iter().any(|(p, _)| *p == pid),
+        "nvidia-smi still lists the worker {pid}: {procs:?}"
+    );
     Ok(())
 }

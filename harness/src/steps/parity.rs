@@ -22,18 +22,34 @@ async fn one_per_token(w: &mut TestWorld, file: String, id: String) -> StepResul
     let recs = read_log(&path(w, &file)?)?;
     let ids = w.transcript(&id)?.token_ids();
     let logged: Vec<i64> = recs.iter().map(|r| r.id).collect();
-    check!(logged == ids, "parity log ids {logged:?} != streamed ids {ids:?}");
+    check!(
+        logged == ids,
+        "parity log ids {logged:?} != streamed ids {ids:?}"
+    );
     let steps: Vec<u64> = recs.iter().map(|r| r.step).collect();
-    check!(steps.windows(2).all(|p| p[1] == p[0] + 1), "steps are not consecutive: {steps:?}");
-    check!(recs.iter().all(|r| r.logits.as_ref().is_some_and(|l| !l.top.is_empty())), "a record lacks logits.top");
-    check!(recs.iter().all(|r| !r.checkpoints.is_empty()), "a record has no checkpoints");
+    check!(
+        steps.windows(2).all(|p| p[1] == p[0] + 1),
+        "steps are not consecutive: {steps:?}"
+    );
+    check!(
+        recs.iter()
+            .all(|r| r.logits.as_ref().is_some_and(|l| !l.top.is_empty())),
+        "a record lacks logits.top"
+    );
+    check!(
+        recs.iter().all(|r| !r.checkpoints.is_empty()),
+        "a record has no checkpoints"
+    );
     Ok(())
 }
 
 fn run_parity(w: &mut TestWorld, a: &str, b: &str) -> anyhow::Result<crate::parity::Report> {
     let (a, b) = (path(w, a)?, path(w, b)?);
     let r = compare(&read_log(&a)?, &read_log(&b)?, Tolerance::default());
-    Recorder::note("parity", json!({"scenario": w.scenario, "a": a, "b": b, "report": r}));
+    Recorder::note(
+        "parity",
+        json!({"scenario": w.scenario, "a": a, "b": b, "report": r}),
+    );
     Ok(r)
 }
 
@@ -47,8 +63,16 @@ async fn clean(w: &mut TestWorld, a: String, b: String) -> StepResult {
 #[then(regex = r#"^"harness parity (\S+) (\S+)" reports the first divergence at step (\d+)$"#)]
 async fn diverges_at(w: &mut TestWorld, a: String, b: String, at: u64) -> StepResult {
     let r = run_parity(w, &a, &b)?;
-    let first = r.first_divergence.as_ref().ok_or_else(|| anyhow!("no divergence reported:\n{}", r.human()))?;
-    check!(first.step == at, "first divergence at step {}, want {at}:\n{}", first.step, r.human());
+    let first = r
+        .first_divergence
+        .as_ref()
+        .ok_or_else(|| anyhow!("no divergence reported:\n{}", r.human()))?;
+    check!(
+        first.step == at,
+        "first divergence at step {}, want {at}:\n{}",
+        first.step,
+        r.human()
+    );
     Ok(())
 }
 
@@ -61,7 +85,11 @@ async fn doctor(w: &mut TestWorld, at: u64, from: String, to: String) -> StepRes
         let mut v: Value = serde_json::from_str(line)?;
         if v["step"].as_u64() == Some(at) {
             // Either layout: `logits.top: [[id, logit]]` or `top_logits: [{id, logit}]`.
-            if let Some(top) = v.get_mut("logits").and_then(|l| l.get_mut("top")).and_then(Value::as_array_mut) {
+            if let Some(top) = v
+                .get_mut("logits")
+                .and_then(|l| l.get_mut("top"))
+                .and_then(Value::as_array_mut)
+            {
                 for pair in top.iter_mut() {
                     pair[1] = json!(pair[1].as_f64().unwrap_or(0.0) + 1.0);
                 }
@@ -86,18 +114,32 @@ async fn cpu_vs_cuda(w: &mut TestWorld) -> StepResult {
     if w.cfg.backend != "cuda" {
         return Ok(());
     }
-    let req = w.requests.get("ext001-a").cloned().ok_or_else(|| anyhow!("no request ext001-a"))?;
+    let req = w
+        .requests
+        .get("ext001-a")
+        .cloned()
+        .ok_or_else(|| anyhow!("no request ext001-a"))?;
     let dir = w.scratch.clone();
     std::fs::create_dir_all(&dir)?;
     let model = w.cfg.model.clone();
     let mut launch = w.launch_for(&model, "cpu")?;
-    launch.set("--parity-log", Some(&dir.join("cpu.jsonl").display().to_string()));
+    launch.set(
+        "--parity-log",
+        Some(&dir.join("cpu.jsonl").display().to_string()),
+    );
     let mut cpu = crate::process::Worker::spawn(launch)?;
     cpu.wait_healthy(w.cfg.start_timeout).await?;
     cpu.client().run(&req, super::execute::JOB_TIMEOUT).await?;
     cpu.stop(std::time::Duration::from_secs(10)).await;
-    let r = compare(&read_log(&dir.join("a.jsonl"))?, &read_log(&dir.join("cpu.jsonl"))?, Tolerance::default());
-    Recorder::note("parity", json!({"scenario": w.scenario, "a": "cuda", "b": "cpu", "report": r}));
+    let r = compare(
+        &read_log(&dir.join("a.jsonl"))?,
+        &read_log(&dir.join("cpu.jsonl"))?,
+        Tolerance::default(),
+    );
+    Recorder::note(
+        "parity",
+        json!({"scenario": w.scenario, "a": "cuda", "b": "cpu", "report": r}),
+    );
     check!(!r.diverged(), "{}", r.human());
     Ok(())
 }

@@ -37,11 +37,23 @@ async fn encode_all(w: &mut TestWorld, rel: Option<&str>) -> StepResult {
     for v in &vs {
         match client.tokenize(&v.text, false, v.parse_special).await {
             Ok(ids) if ids == v.ids => {}
-            Ok(ids) => bad.push(format!("{} (parse_special {}): got {ids:?}, want {:?}", v.name, v.parse_special, v.ids)),
-            Err(e) => bad.push(format!("{} (parse_special {}): {e:#}", v.name, v.parse_special)),
+            Ok(ids) => bad.push(format!(
+                "{} (parse_special {}): got {ids:?}, want {:?}",
+                v.name, v.parse_special, v.ids
+            )),
+            Err(e) => bad.push(format!(
+                "{} (parse_special {}): {e:#}",
+                v.name, v.parse_special
+            )),
         }
     }
-    check!(bad.is_empty(), "{} of {} vectors differ:\n{}", bad.len(), vs.len(), bad.join("\n"));
+    check!(
+        bad.is_empty(),
+        "{} of {} vectors differ:\n{}",
+        bad.len(),
+        vs.len(),
+        bad.join("\n")
+    );
     Ok(())
 }
 
@@ -56,7 +68,13 @@ async fn decode_all(w: &mut TestWorld, rel: Option<&str>) -> StepResult {
             Err(e) => bad.push(format!("{}: {e:#}", v.name)),
         }
     }
-    check!(bad.is_empty(), "{} of {} vectors do not round-trip:\n{}", bad.len(), vs.len(), bad.join("\n"));
+    check!(
+        bad.is_empty(),
+        "{} of {} vectors do not round-trip:\n{}",
+        bad.len(),
+        vs.len(),
+        bad.join("\n")
+    );
     Ok(())
 }
 
@@ -65,7 +83,9 @@ async fn encode(w: &mut TestWorld) -> StepResult {
     encode_all(w, None).await
 }
 
-#[then(regex = r#"^every golden tokenizer vector of "([^"]+)" encodes to its ids through /tokenize$"#)]
+#[then(
+    regex = r#"^every golden tokenizer vector of "([^"]+)" encodes to its ids through /tokenize$"#
+)]
 async fn encode_from(w: &mut TestWorld, rel: String) -> StepResult {
     encode_all(w, Some(&rel)).await
 }
@@ -75,7 +95,9 @@ async fn decode(w: &mut TestWorld) -> StepResult {
     decode_all(w, None).await
 }
 
-#[then(regex = r#"^every golden tokenizer vector of "([^"]+)" decodes back to its text through /detokenize$"#)]
+#[then(
+    regex = r#"^every golden tokenizer vector of "([^"]+)" decodes back to its text through /detokenize$"#
+)]
 async fn decode_from(w: &mut TestWorld, rel: String) -> StepResult {
     decode_all(w, Some(&rel)).await
 }
@@ -87,16 +109,37 @@ async fn joined_equals_decode(w: &mut TestWorld, id: String) -> StepResult {
     let (ids, text) = (t.token_ids(), t.text());
     check!(!ids.is_empty(), "job {id} streamed no tokens");
     let whole = w.client()?.detokenize(&ids).await?;
-    check!(whole == text, "streamed text {text:?} != one-shot decode {whole:?}");
+    check!(
+        whole == text,
+        "streamed text {text:?} != one-shot decode {whole:?}"
+    );
     Ok(())
 }
 
 #[then(regex = r#"^/tokenize with an empty body is refused with 400 "([^"]+)"$"#)]
 async fn tokenize_invalid(w: &mut TestWorld, code: String) -> StepResult {
-    let r = w.client()?.raw(reqwest::Method::POST, "/tokenize", Some("application/json"), b"{}".to_vec(), &[]).await?;
-    check!(r.status == 400, "/tokenize {{}} answered {} {}", r.status, r.body);
+    let r = w
+        .client()?
+        .raw(
+            reqwest::Method::POST,
+            "/tokenize",
+            Some("application/json"),
+            b"{}".to_vec(),
+            &[],
+        )
+        .await?;
+    check!(
+        r.status == 400,
+        "/tokenize {{}} answered {} {}",
+        r.status,
+        r.body
+    );
     let v = r.json()?;
-    check!(v.get("code").and_then(serde_json::Value::as_str) == Some(code.as_str()), "body {}", r.body);
+    check!(
+        v.get("code").and_then(serde_json::Value::as_str) == Some(code.as_str()),
+        "body {}",
+        r.body
+    );
     Ok(())
 }
 
@@ -104,7 +147,8 @@ async fn tokenize_invalid(w: &mut TestWorld, code: String) -> StepResult {
 mod tests {
     #[test]
     fn the_reference_goldens_have_66_vectors() {
-        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/golden/tokenize.json");
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../testdata/golden/tokenize.json");
         let v = super::vectors(&p).unwrap();
         assert_eq!(v.len(), 66);
         assert_eq!(v.iter().filter(|x| x.parse_special).count(), 33);

@@ -14,7 +14,6 @@ use std::process::Command;
 use anyhow::{anyhow, Context};
 use cucumber::{given, then, when};
 use regex::Regex;
-use serde_json::Value;
 
 use super::{quoted_list, StepResult};
 use crate::check;
@@ -53,7 +52,8 @@ pub fn parse_test_output(text: &str) -> BTreeMap<String, TestOutcome> {
     out
 }
 
-static UNIT_TESTS: tokio::sync::OnceCell<Result<BTreeMap<String, TestOutcome>, String>> = tokio::sync::OnceCell::const_new();
+static UNIT_TESTS: tokio::sync::OnceCell<Result<BTreeMap<String, TestOutcome>, String>> =
+    tokio::sync::OnceCell::const_new();
 
 async fn unit_tests(w: &TestWorld) -> anyhow::Result<BTreeMap<String, TestOutcome>> {
     let workspace = w.cfg.workspace.clone();
@@ -93,12 +93,27 @@ async fn named_pass(w: &mut TestWorld, pattern: &str, this_backend_only: bool) -
     let all = unit_tests(w).await?;
     let pat = pattern.to_lowercase();
     let gpu = w.cfg.gpu;
-    let chosen: Vec<(&String, &TestOutcome)> = all.iter().filter(|(n, _)| n.to_lowercase().contains(&pat)).filter(|(n, _)| !(this_backend_only && !gpu && needs_gpu(n))).collect();
+    let chosen: Vec<(&String, &TestOutcome)> = all
+        .iter()
+        .filter(|(n, _)| n.to_lowercase().contains(&pat))
+        .filter(|(n, _)| !(this_backend_only && !gpu && needs_gpu(n)))
+        .collect();
     check!(!chosen.is_empty(), "no unit test of the worker is named like {pattern:?} (name the tests that prove a requirement after its ID)");
-    let failed: Vec<&String> = chosen.iter().filter(|(_, o)| **o == TestOutcome::Failed).map(|(n, _)| *n).collect();
-    let ignored: Vec<&String> = chosen.iter().filter(|(_, o)| **o == TestOutcome::Ignored).map(|(n, _)| *n).collect();
+    let failed: Vec<&String> = chosen
+        .iter()
+        .filter(|(_, o)| **o == TestOutcome::Failed)
+        .map(|(n, _)| *n)
+        .collect();
+    let ignored: Vec<&String> = chosen
+        .iter()
+        .filter(|(_, o)| **o == TestOutcome::Ignored)
+        .map(|(n, _)| *n)
+        .collect();
     check!(failed.is_empty(), "failed: {failed:?}");
-    check!(ignored.is_empty(), "skipped/ignored (never counted as passed): {ignored:?}");
+    check!(
+        ignored.is_empty(),
+        "skipped/ignored (never counted as passed): {ignored:?}"
+    );
     Ok(())
 }
 
@@ -116,9 +131,17 @@ async fn tests_pass_here(w: &mut TestWorld, pattern: String) -> StepResult {
 async fn all_pass(w: &mut TestWorld) -> StepResult {
     let all = unit_tests(w).await?;
     let gpu = w.cfg.gpu;
-    let failed: Vec<&String> = all.iter().filter(|(n, o)| **o == TestOutcome::Failed && (gpu || !needs_gpu(n))).map(|(n, _)| n).collect();
+    let failed: Vec<&String> = all
+        .iter()
+        .filter(|(n, o)| **o == TestOutcome::Failed && (gpu || !needs_gpu(n)))
+        .map(|(n, _)| n)
+        .collect();
     let passed = all.values().filter(|o| **o == TestOutcome::Passed).count();
-    check!(failed.is_empty(), "{} unit tests failed: {failed:?}", failed.len());
+    check!(
+        failed.is_empty(),
+        "{} unit tests failed: {failed:?}",
+        failed.len()
+    );
     check!(passed > 0, "no unit test passed");
     Ok(())
 }
@@ -138,11 +161,19 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// Whether a line of code (not a comment) names `word`.
 fn code_mentions(text: &str, word: &str) -> bool {
-    text.lines().map(str::trim_start).filter(|l| !l.starts_with("//") && !l.starts_with('*') && !l.starts_with("/*")).any(|l| l.split("//").next().unwrap_or("").contains(word))
+    text.lines()
+        .map(str::trim_start)
+        .filter(|l| !l.starts_with("//") && !l.starts_with('*') && !l.starts_with("/*"))
+        .any(|l| l.split("//").next().unwrap_or("").contains(word))
 }
 
 #[then(regex = r#"^no source file under "([^"]+)" outside "([^"]+)" mentions "([^"]+)"$"#)]
-async fn source_boundary(w: &mut TestWorld, under: String, outside: String, word: String) -> StepResult {
+async fn source_boundary(
+    w: &mut TestWorld,
+    under: String,
+    outside: String,
+    word: String,
+) -> StepResult {
     let root = &w.cfg.workspace;
     let mut files = Vec::new();
     rust_files(&root.join(&under), &mut files);
@@ -162,7 +193,8 @@ async fn source_boundary(w: &mut TestWorld, under: String, outside: String, word
 #[then(regex = r#"^the workspace README has a section matching "([^"]+)" that mentions (.+)$"#)]
 async fn readme_section(w: &mut TestWorld, heading: String, list: String) -> StepResult {
     let path = w.cfg.workspace.join("README.md");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let re = Regex::new(&format!("(?i){heading}")).unwrap();
     let mut section: Option<String> = None;
     for line in text.lines() {
@@ -179,21 +211,38 @@ async fn readme_section(w: &mut TestWorld, heading: String, list: String) -> Ste
         }
     }
     let s = section.ok_or_else(|| anyhow!("README.md has no heading matching {heading:?}"))?;
-    let missing: Vec<String> = quoted_list(&list).into_iter().filter(|m| !s.to_lowercase().contains(&m.to_lowercase())).collect();
-    check!(missing.is_empty(), "the {heading} section does not mention {missing:?}");
+    let missing: Vec<String> = quoted_list(&list)
+        .into_iter()
+        .filter(|m| !s.to_lowercase().contains(&m.to_lowercase()))
+        .collect();
+    check!(
+        missing.is_empty(),
+        "the {heading} section does not mention {missing:?}"
+    );
     Ok(())
 }
 
 fn run_shell(w: &mut TestWorld, line: &str, env_remove: &[&str]) -> anyhow::Result<CommandOutcome> {
     let words: Vec<&str> = line.split_whitespace().collect();
-    let (prog, args) = words.split_first().ok_or_else(|| anyhow!("empty command"))?;
+    let (prog, args) = words
+        .split_first()
+        .ok_or_else(|| anyhow!("empty command"))?;
     let mut cmd = Command::new(prog);
     cmd.args(args).current_dir(&w.cfg.workspace);
     for k in env_remove {
         cmd.env_remove(k);
     }
     let o = cmd.output().with_context(|| format!("running {line}"))?;
-    let out = CommandOutcome { line: line.to_owned(), code: o.status.code(), output: format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)), proof_dir: None };
+    let out = CommandOutcome {
+        line: line.to_owned(),
+        code: o.status.code(),
+        output: format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        proof_dir: None,
+    };
     w.command = Some(out.clone());
     Ok(out)
 }
@@ -201,18 +250,51 @@ fn run_shell(w: &mut TestWorld, line: &str, env_remove: &[&str]) -> anyhow::Resu
 #[then(regex = r#"^"(cargo tree [^"]+)" lists no (.+)$"#)]
 async fn no_native(w: &mut TestWorld, line: String, list: String) -> StepResult {
     let o = run_shell(w, &line, &[])?;
-    check!(o.code == Some(0), "{line} failed: {}", crate::world::tail(&o.output, 10));
-    let crates: Vec<String> = o.output.lines().filter_map(|l| l.trim_start_matches(|c: char| !c.is_alphanumeric()).split_whitespace().next().map(str::to_owned)).collect();
-    let found: Vec<String> = quoted_list(&list).into_iter().filter(|c| crates.contains(c)).collect();
+    check!(
+        o.code == Some(0),
+        "{line} failed: {}",
+        crate::world::tail(&o.output, 10)
+    );
+    let crates: Vec<String> = o
+        .output
+        .lines()
+        .filter_map(|l| {
+            l.trim_start_matches(|c: char| !c.is_alphanumeric())
+                .split_whitespace()
+                .next()
+                .map(str::to_owned)
+        })
+        .collect();
+    let found: Vec<String> = quoted_list(&list)
+        .into_iter()
+        .filter(|c| crates.contains(c))
+        .collect();
     check!(found.is_empty(), "native crates in the tree: {found:?}");
-    check!(crates.iter().any(|c| c == "tokenizers"), "tokenizers is not in the tree; wrong command?");
+    check!(
+        crates.iter().any(|c| c == "tokenizers"),
+        "tokenizers is not in the tree; wrong command?"
+    );
     Ok(())
 }
 
 #[then(regex = r#"^"(cargo build [^"]+)" succeeds without a CUDA toolkit in the environment$"#)]
 async fn builds_without_cuda(w: &mut TestWorld, line: String) -> StepResult {
-    let o = run_shell(w, &line, &["CUDA_PATH", "CUDA_HOME", "CUDA_ROOT", "CUDA_TOOLKIT_ROOT_DIR", "NVCC"])?;
-    check!(o.code == Some(0), "{line} failed without CUDA variables: {}", crate::world::tail(&o.output, 20));
+    let o = run_shell(
+        w,
+        &line,
+        &[
+            "CUDA_PATH",
+            "CUDA_HOME",
+            "CUDA_ROOT",
+            "CUDA_TOOLKIT_ROOT_DIR",
+            "NVCC",
+        ],
+    )?;
+    check!(
+        o.code == Some(0),
+        "{line} failed without CUDA variables: {}",
+        crate::world::tail(&o.output, 20)
+    );
     Ok(())
 }
 
@@ -232,28 +314,59 @@ async fn build_scripts(w: &mut TestWorld, a: String, b: String) -> StepResult {
     Ok(())
 }
 
-#[then(regex = r#"^every file in "([^"]+)" ending "([^"]+)" is embedded by the worker with include_str!$"#)]
+#[then(
+    regex = r#"^every file in "([^"]+)" ending "([^"]+)" is embedded by the worker with include_str!$"#
+)]
 async fn kernels_embedded(w: &mut TestWorld, dir: String, ext: String) -> StepResult {
     let root = w.cfg.workspace.clone();
-    let kernels: Vec<String> = std::fs::read_dir(root.join(&dir))?.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(&ext)).collect();
+    let kernels: Vec<String> = std::fs::read_dir(root.join(&dir))?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(&ext))
+        .collect();
     check!(!kernels.is_empty(), "no {ext} files in {dir}");
     let mut files = Vec::new();
     rust_files(&root.join("worker/src"), &mut files);
-    let source: String = files.iter().filter_map(|p| std::fs::read_to_string(p).ok()).collect();
-    let missing: Vec<&String> = kernels.iter().filter(|k| !source.contains(&format!("{k}\")")) || !source.contains("include_str!")).collect();
-    check!(missing.is_empty(), "kernels not embedded with include_str!: {missing:?}");
+    let source: String = files
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .collect();
+    let missing: Vec<&String> = kernels
+        .iter()
+        .filter(|k| !source.contains(&format!("{k}\")")) || !source.contains("include_str!"))
+        .collect();
+    check!(
+        missing.is_empty(),
+        "kernels not embedded with include_str!: {missing:?}"
+    );
     Ok(())
 }
 
 // ---- nested harness runs ----
 
-fn harness_command(w: &mut TestWorld, args: &str, env: &[(&str, String)]) -> anyhow::Result<CommandOutcome> {
+fn harness_command(
+    w: &mut TestWorld,
+    args: &str,
+    env: &[(&str, String)],
+) -> anyhow::Result<CommandOutcome> {
     let exe = std::env::current_exe()?;
     let args = w.expand(args)?;
     let mut cmd = Command::new(&exe);
     cmd.arg("suite")
-        .args(["--worker", &w.cfg.worker_bin.display().to_string(), "--backend", &w.cfg.backend, "--model", &w.cfg.model.display().to_string()])
-        .args(["--workspace", &w.cfg.workspace.display().to_string(), "--requirements", &w.cfg.requirements.display().to_string()])
+        .args([
+            "--worker",
+            &w.cfg.worker_bin.display().to_string(),
+            "--backend",
+            &w.cfg.backend,
+            "--model",
+            &w.cfg.model.display().to_string(),
+        ])
+        .args([
+            "--workspace",
+            &w.cfg.workspace.display().to_string(),
+            "--requirements",
+            &w.cfg.requirements.display().to_string(),
+        ])
         .args(args.split_whitespace())
         .current_dir(&w.cfg.workspace)
         .env_remove("LLORCH_PROOF_DIR")
@@ -264,10 +377,25 @@ fn harness_command(w: &mut TestWorld, args: &str, env: &[(&str, String)]) -> any
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let o = cmd.output().with_context(|| format!("running {} suite", exe.display()))?;
-    let text = format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    let proof_dir = Regex::new(r"proof bundle: (\S+)").unwrap().captures_iter(&text).last().map(|c| PathBuf::from(&c[1]));
-    let out = CommandOutcome { line: format!("harness suite {args}"), code: o.status.code(), output: text, proof_dir };
+    let o = cmd
+        .output()
+        .with_context(|| format!("running {} suite", exe.display()))?;
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let proof_dir = Regex::new(r"proof bundle: (\S+)")
+        .unwrap()
+        .captures_iter(&text)
+        .last()
+        .map(|c| PathBuf::from(&c[1]));
+    let out = CommandOutcome {
+        line: format!("harness suite {args}"),
+        code: o.status.code(),
+        output: text,
+        proof_dir,
+    };
     w.command = Some(out.clone());
     Ok(out)
 }
@@ -278,10 +406,16 @@ async fn nested(w: &mut TestWorld, args: String) -> StepResult {
     Ok(())
 }
 
-#[when(regex = r#"^I run the harness suite with "([^"]+)" and LLORCH_PROOF_DIR "([^"]+)" and LLORCH_RUN_ID "([^"]+)"$"#)]
+#[when(
+    regex = r#"^I run the harness suite with "([^"]+)" and LLORCH_PROOF_DIR "([^"]+)" and LLORCH_RUN_ID "([^"]+)"$"#
+)]
 async fn nested_env(w: &mut TestWorld, args: String, dir: String, id: String) -> StepResult {
     let dir = w.expand(&dir)?;
-    harness_command(w, &args, &[("LLORCH_PROOF_DIR", dir), ("LLORCH_RUN_ID", id)])?;
+    harness_command(
+        w,
+        &args,
+        &[("LLORCH_PROOF_DIR", dir), ("LLORCH_RUN_ID", id)],
+    )?;
     Ok(())
 }
 
@@ -293,18 +427,44 @@ fn command(w: &TestWorld) -> anyhow::Result<&CommandOutcome> {
 async fn harness_exit(w: &mut TestWorld, which: String) -> StepResult {
     let c = command(w)?;
     let ok = c.code == Some(0);
-    check!(ok == (which == "zero"), "{} exited {:?}, want {which}:\n{}", c.line, c.code, crate::world::tail(&c.output, 30));
+    check!(
+        ok == (which == "zero"),
+        "{} exited {:?}, want {which}:\n{}",
+        c.line,
+        c.code,
+        crate::world::tail(&c.output, 30)
+    );
     Ok(())
 }
 
-#[then(regex = r#"^its proof bundle's timings.json has a missed "([^"]+)" verdict with p50, p95 and p99$"#)]
+#[then(
+    regex = r#"^its proof bundle's timings.json has a missed "([^"]+)" verdict with p50, p95 and p99$"#
+)]
 async fn missed_verdict(w: &mut TestWorld, key: String) -> StepResult {
     let c = command(w)?;
-    let dir = c.proof_dir.clone().ok_or_else(|| anyhow!("the nested run printed no proof bundle path:\n{}", crate::world::tail(&c.output, 20)))?;
+    let dir = c.proof_dir.clone().ok_or_else(|| {
+        anyhow!(
+            "the nested run printed no proof bundle path:\n{}",
+            crate::world::tail(&c.output, 20)
+        )
+    })?;
     let t = read_json(&dir.join("timings.json"))?;
-    let missed = t["budgets"].as_array().is_some_and(|a| a.iter().any(|v| v["verdict"]["key"] == Value::from(key.as_str()) && v["verdict"]["met"] == Value::Bool(false)));
-    check!(missed, "no missed {key} verdict in {}", dir.join("timings.json").display());
-    let with_pcts = t["measurements"].as_array().is_some_and(|a| a.iter().any(|m| ["p50", "p95", "p99"].iter().all(|p| m["summary"][p].is_number())));
+    let missed = t["budgets"].as_array().is_some_and(|a| {
+        a.iter()
+            .any(|v| v["verdict"]["key"] == key.as_str() && v["verdict"]["met"] == false)
+    });
+    check!(
+        missed,
+        "no missed {key} verdict in {}",
+        dir.join("timings.json").display()
+    );
+    let with_pcts = t["measurements"].as_array().is_some_and(|a| {
+        a.iter().any(|m| {
+            ["p50", "p95", "p99"]
+                .iter()
+                .all(|p| m["summary"][p].is_number())
+        })
+    });
     check!(with_pcts, "no measurement with p50/p95/p99 in timings.json");
     Ok(())
 }
@@ -312,21 +472,32 @@ async fn missed_verdict(w: &mut TestWorld, key: String) -> StepResult {
 #[then(regex = r#"^"([^"]+)" holds (.+)$"#)]
 async fn dir_holds(w: &mut TestWorld, dir: String, list: String) -> StepResult {
     let dir = PathBuf::from(w.expand(&dir)?);
-    let missing: Vec<String> = quoted_list(&list).into_iter().filter(|f| !dir.join(f).is_file()).collect();
+    let missing: Vec<String> = quoted_list(&list)
+        .into_iter()
+        .filter(|f| !dir.join(f).is_file())
+        .collect();
     check!(missing.is_empty(), "{} lacks {missing:?}", dir.display());
     Ok(())
 }
 
-#[then(regex = r"^its matrix.json lists every requirement ID of REQUIREMENTS.md exactly once with a result$")]
+#[then(
+    regex = r"^its matrix.json lists every requirement ID of REQUIREMENTS.md exactly once with a result$"
+)]
 async fn matrix_complete(w: &mut TestWorld) -> StepResult {
     let c = command(w)?;
-    let dir = c.proof_dir.clone().ok_or_else(|| anyhow!("the nested run printed no proof bundle path"))?;
+    let dir = c
+        .proof_dir
+        .clone()
+        .ok_or_else(|| anyhow!("the nested run printed no proof bundle path"))?;
     let m = read_json(&dir.join("matrix.json"))?;
-    let reqs = crate::catalogue::parse_requirements(&std::fs::read_to_string(&w.cfg.requirements)?)?;
-    let rows = m["rows"].as_array().ok_or_else(|| anyhow!("matrix.json has no rows"))?;
+    let reqs =
+        crate::catalogue::parse_requirements(&std::fs::read_to_string(&w.cfg.requirements)?)?;
+    let rows = m["rows"]
+        .as_array()
+        .ok_or_else(|| anyhow!("matrix.json has no rows"))?;
     let mut bad = Vec::new();
     for r in &reqs {
-        let n = rows.iter().filter(|row| row["id"] == Value::from(r.id.as_str())).count();
+        let n = rows.iter().filter(|row| row["id"] == r.id.as_str()).count();
         if n != 1 {
             bad.push(format!("{} appears {n} times", r.id));
         }
@@ -340,23 +511,46 @@ async fn matrix_complete(w: &mut TestWorld) -> StepResult {
             bad.push(format!("{} is {st} without a reason", row["id"]));
         }
     }
-    check!(rows.len() == reqs.len(), "{} rows for {} requirements", rows.len(), reqs.len());
+    check!(
+        rows.len() == reqs.len(),
+        "{} rows for {} requirements",
+        rows.len(),
+        reqs.len()
+    );
     check!(bad.is_empty(), "{}", bad.join("\n"));
     Ok(())
 }
 
-#[given(regex = r#"^a budgets file "([^"]+)" where every ceiling is ([\d.]+) and every floor is ([\d.]+)$"#)]
-async fn impossible_budgets(w: &mut TestWorld, name: String, ceiling: f64, floor: f64) -> StepResult {
+#[given(
+    regex = r#"^a budgets file "([^"]+)" where every ceiling is ([\d.]+) and every floor is ([\d.]+)$"#
+)]
+async fn impossible_budgets(
+    w: &mut TestWorld,
+    name: String,
+    ceiling: f64,
+    floor: f64,
+) -> StepResult {
     let text = std::fs::read_to_string(&w.cfg.budgets_path)?;
     let mut doc: serde_yaml::Value = serde_yaml::from_str(&text)?;
-    let backends = doc.get_mut("backends").and_then(serde_yaml::Value::as_mapping_mut).ok_or_else(|| anyhow!("no backends"))?;
+    let backends = doc
+        .get_mut("backends")
+        .and_then(serde_yaml::Value::as_mapping_mut)
+        .ok_or_else(|| anyhow!("no backends"))?;
     for (_, b) in backends.iter_mut() {
-        let Some(m) = b.as_mapping_mut() else { continue };
+        let Some(m) = b.as_mapping_mut() else {
+            continue;
+        };
         for (k, v) in m.iter_mut() {
             let key = k.as_str().unwrap_or("");
-            let value = if key.starts_with("decode_tok_s_min") { floor } else { ceiling };
+            let value = if key.starts_with("decode_tok_s_min") {
+                floor
+            } else {
+                ceiling
+            };
             if let Some(inner) = v.as_mapping_mut() {
-                inner.iter_mut().for_each(|(_, x)| *x = serde_yaml::Value::from(value));
+                inner
+                    .iter_mut()
+                    .for_each(|(_, x)| *x = serde_yaml::Value::from(value));
             } else {
                 *v = serde_yaml::Value::from(value);
             }
@@ -373,7 +567,10 @@ mod tests {
 
     #[test]
     fn comments_do_not_count_as_use() {
-        assert!(!code_mentions("//! touches cudarc\n/// cudarc too\nfn f() {} // cudarc", "cudarc"));
+        assert!(!code_mentions(
+            "//! touches cudarc\n/// cudarc too\nfn f() {} // cudarc",
+            "cudarc"
+        ));
         assert!(code_mentions("use cudarc::driver;", "cudarc"));
     }
 
@@ -384,7 +581,10 @@ mod tests {
         assert_eq!(m["gguf::tests::m0_w_1211_reads"], TestOutcome::Passed);
         assert_eq!(m["backend::cuda::m0_w_1010_ctx"], TestOutcome::Ignored);
         assert_eq!(m["x"], TestOutcome::Failed);
-        assert_eq!(m["backend::cuda::tests::m0_w_1400_init"], TestOutcome::Passed);
+        assert_eq!(
+            m["backend::cuda::tests::m0_w_1400_init"],
+            TestOutcome::Passed
+        );
         assert_eq!(m["sampling::m0_w_1421_chi"], TestOutcome::Failed);
     }
 }
