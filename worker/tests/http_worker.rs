@@ -333,7 +333,7 @@ async fn bad_inputs_get_json_errors_and_the_worker_stays_healthy() {
             send("application/json", b"{\"job_id\":\"j\",\"prompt\":\"\xc3\x28\"}".to_vec()).await.unwrap(),
             400,
         ),
-        ("wrong content type", send("text/plain", br#"{"job_id":"j","prompt":"x"}"#.to_vec()).await.unwrap(), 415),
+        ("wrong content type", send("text/plain", br#"{"job_id":"j","prompt":"x"}"#.to_vec()).await.unwrap(), 400),
         ("oversized body", send("application/json", vec![b'x'; 2 << 20]).await.unwrap(), 413),
         ("unknown field", send("application/json", br#"{"job_id":"j","prompt":"x","n":2}"#.to_vec()).await.unwrap(), 400),
         ("both inputs", send("application/json", br#"{"job_id":"j","prompt":"x","messages":[]}"#.to_vec()).await.unwrap(), 400),

@@ -3,8 +3,9 @@
 //! event) with the code's status, and `Retry-After` on 503s.
 //!
 //! Body problems are answered as `INVALID_REQUEST` (EXT-004):
-//! malformed JSON, invalid UTF-8, wrong JSON types or unknown fields → 400;
-//! a `Content-Type` other than `application/json` → 415; a body over
+//! malformed JSON, invalid UTF-8, wrong JSON types, unknown fields and a
+//! `Content-Type` other than `application/json` → 400 (EXT-004 names 400
+//! and 413 only); a body over
 //! [`MAX_BODY_BYTES`](super::MAX_BODY_BYTES) → 413.
 
 use axum::body::Body;
@@ -44,7 +45,7 @@ impl ApiError {
     pub fn from_json_rejection(rejection: JsonRejection) -> Self {
         let (status, message) = match &rejection {
             JsonRejection::MissingJsonContentType(_) => (
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                StatusCode::BAD_REQUEST,
                 "the body must be JSON with Content-Type: application/json".to_string(),
             ),
             JsonRejection::JsonSyntaxError(_) => {

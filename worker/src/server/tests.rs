@@ -323,7 +323,7 @@ async fn bad_requests_get_json_errors() {
     let cases: Vec<(reqwest::Response, u16)> = vec![
         (raw("application/json", b"{\"job_id\": \"j\", ".to_vec()).await.unwrap(), 400),
         (raw("application/json", b"{\"job_id\": \"j\xff\xfe\", \"prompt\": \"x\"}".to_vec()).await.unwrap(), 400),
-        (raw("text/plain", br#"{"job_id": "j", "prompt": "x"}"#.to_vec()).await.unwrap(), 415),
+        (raw("text/plain", br#"{"job_id": "j", "prompt": "x"}"#.to_vec()).await.unwrap(), 400),
         (raw("application/json", vec![b' '; MAX_BODY_BYTES + 1]).await.unwrap(), 413),
         (raw("application/json", b"[1, 2]".to_vec()).await.unwrap(), 400),
     ];
