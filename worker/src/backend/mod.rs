@@ -6,6 +6,8 @@
 //! `cuda` runs the same graph on the GPU. Nothing outside `backend::cuda`
 //! touches cudarc, the driver or cuBLAS (M0-W-1050).
 
+#[cfg(test)]
+mod contract;
 pub mod cpu;
 pub mod cuda;
 mod error;

@@ -217,3 +217,48 @@ pub fn forward<O: Ops>(
     ops.matmul(&normed, head, None, &mut result)?;
     ops.to_host(&result, out)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::model::config::{Architecture, ConfigError};
+    use crate::model::synthetic::synthetic_llama;
+
+    /// M0-W-1213: the factory maps each architecture name (an error names any
+    /// other), and the adapter reads every tensor of its synthetic file.
+    #[test]
+    fn m0_w_1213_factory_and_every_tensor_used() {
+        assert_eq!(Architecture::from_name("llama").unwrap(), Architecture::Llama);
+        assert_eq!(Architecture::from_name("qwen2").unwrap(), Architecture::Qwen2);
+        match Architecture::from_name("mamba") {
+            Err(e @ ConfigError::UnsupportedArchitecture(_)) => assert!(e.to_string().contains("mamba")),
+            other => panic!("expected UnsupportedArchitecture, got {other:?}"),
+        }
+        for arch in ["llama", "qwen2"] {
+            let file = GgufFile::from_bytes(synthetic_llama(arch, 3, 32)).unwrap();
+            let cfg = ModelConfig::try_from(&file.metadata).unwrap();
+            let mut bound = BTreeSet::new();
+            LlamaWeights::<()>::load(&cfg, &file, &mut |spec| {
+                bound.insert(spec.info.name.clone());
+                Ok(())
+            })
+            .unwrap();
+            let in_file: BTreeSet<String> = file.tensors.iter().map(|t| t.name.clone()).collect();
+            assert_eq!(bound, in_file, "{arch}: every tensor of the file is bound, and nothing else");
+            let listed: BTreeSet<String> = LlamaWeights::<()>::tensor_names(&cfg, &file).into_iter().collect();
+            assert_eq!(listed, in_file, "{arch}: tensor_names lists exactly the file's tensors");
+        }
+    }
+
+    /// A tensor of the wrong shape fails the load with a message naming it.
+    #[test]
+    fn a_wrong_shape_is_refused_by_name() {
+        let file = GgufFile::from_bytes(synthetic_llama("llama", 3, 32)).unwrap();
+        let mut cfg = ModelConfig::try_from(&file.metadata).unwrap();
+        cfg.n_ff += 32;
+        let err = LlamaWeights::<()>::load(&cfg, &file, &mut |_| Ok(())).err().expect("shape mismatch");
+        assert!(err.to_string().contains("ffn_gate"), "{err}");
+    }
+}

@@ -175,6 +175,26 @@ fn quant_kind(file: &GgufFile) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gguf::GgufError;
+    use crate::model::synthetic::synthetic_llama;
+
+    /// M0-W-1410: a file cut in the middle of a tensor fails validation while
+    /// the file is parsed, before a single weight is bound (no progress event).
+    #[test]
+    fn m0_w_1410_a_file_cut_mid_tensor_fails_before_any_weight_is_bound() {
+        let bytes = synthetic_llama("llama", 5, 32);
+        let file = GgufFile::from_bytes(bytes.clone()).unwrap();
+        let last = file.tensors.iter().max_by_key(|t| t.offset).unwrap();
+        let cut = (file.data_offset + last.offset + last.n_bytes / 2) as usize;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cut.gguf");
+        std::fs::write(&path, &bytes[..cut]).unwrap();
+        let mut progress = Vec::new();
+        let err = load_model(&path, &LoadOptions::default(), &mut |p| progress.push(p.percent)).err().expect("cut file");
+        assert!(matches!(err, LoadError::Gguf(GgufError::TensorOutOfBounds { .. })), "{err}");
+        assert_eq!(err.code(BackendKind::Cpu), "MODEL_LOAD_FAILED");
+        assert!(progress.is_empty(), "no weight was bound: {progress:?}");
+    }
 
     #[test]
     fn progress_marks_fire_once_each_in_order() {

@@ -6,6 +6,7 @@ pub mod config;
 pub mod llama;
 pub mod loader;
 pub mod ops;
+pub mod synthetic;
 
 pub use config::{Architecture, ConfigError, ModelConfig, RopeStyle};
 pub use loader::{load_model, LoadError, LoadOptions, LoadProgress, LoadedModel};

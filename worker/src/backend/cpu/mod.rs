@@ -101,3 +101,24 @@ impl Backend for CpuBackend {
         Ok(false)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::synthetic::synthetic_llama;
+
+    fn synthetic_backend(arch: &str) -> (CpuBackend, usize) {
+        let file = Arc::new(GgufFile::from_bytes(synthetic_llama(arch, 7, 64)).unwrap());
+        let cfg = ModelConfig::try_from(&file.metadata).unwrap();
+        let vocab = cfg.vocab_size;
+        (CpuBackend::load(cfg, file, &mut |_| {}).unwrap(), vocab)
+    }
+
+    #[test]
+    fn m0_w_1052_backend_contract_cpu() {
+        for arch in ["llama", "qwen2"] {
+            let (mut b, vocab) = synthetic_backend(arch);
+            crate::backend::contract::check_backend_contract(&mut b, vocab);
+        }
+    }
+}

@@ -543,66 +543,6 @@ fn swiglu_and_add_match_cpu() {
 
 // ------------------------------------------------------------ whole models
 
-/// A small random llama-family model with every weight format, written with
-/// `GgufWriter`. `qwen2` adds Q/K/V biases, NEOX RoPE and a tied LM head.
-fn synthetic_model(arch: &str, seed: u64, context: u32) -> Vec<u8> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let (d, n_layer, n_head, n_kv, ff, vocab) = (256usize, 2usize, 4usize, 2usize, 512usize, 384usize);
-    let hd = d / n_head;
-    let mut w = GgufWriter::new();
-    let s = |v: &str| MetaValue::String(v.to_string());
-    w.metadata("general.architecture", s(arch));
-    w.metadata("general.name", s("synthetic"));
-    w.metadata(&format!("{arch}.context_length"), MetaValue::U32(context));
-    w.metadata(&format!("{arch}.embedding_length"), MetaValue::U32(d as u32));
-    w.metadata(&format!("{arch}.block_count"), MetaValue::U32(n_layer as u32));
-    w.metadata(&format!("{arch}.attention.head_count"), MetaValue::U32(n_head as u32));
-    w.metadata(&format!("{arch}.attention.head_count_kv"), MetaValue::U32(n_kv as u32));
-    w.metadata(&format!("{arch}.feed_forward_length"), MetaValue::U32(ff as u32));
-    w.metadata(&format!("{arch}.attention.layer_norm_rms_epsilon"), MetaValue::F32(1e-5));
-    w.metadata(&format!("{arch}.rope.freq_base"), MetaValue::F32(10000.0));
-    w.metadata(&format!("{arch}.vocab_size"), MetaValue::U32(vocab as u32));
-    let tokens: Vec<MetaValue> = (0..vocab).map(|i| MetaValue::String(format!("t{i}"))).collect();
-    w.metadata("tokenizer.ggml.tokens", MetaValue::Array(tokens));
-
-    let mut types = GgmlType::ALL.iter().copied().cycle();
-    let mut matrix = |w: &mut GgufWriter, name: &str, rows: usize, cols: usize, rng: &mut ChaCha8Rng| {
-        let ty = types.next().unwrap();
-        let v = random_vec(rng, rows * cols, 1.5 / (cols as f32).sqrt());
-        w.tensor(name, &[cols as u64, rows as u64], ty, quantize(ty, &v).unwrap());
-    };
-    let vector = |w: &mut GgufWriter, name: &str, len: usize, base: f32, rng: &mut ChaCha8Rng| {
-        let v: Vec<f32> = (0..len).map(|_| base + rng.random_range(-0.2f32..0.2)).collect();
-        w.tensor(name, &[len as u64], GgmlType::F32, quantize(GgmlType::F32, &v).unwrap());
-    };
-    // The embedding table: every row with a distinct random pattern.
-    let emb: Vec<f32> = random_vec(&mut rng, vocab * d, 1.0);
-    let emb_ty = if arch == "qwen2" { GgmlType::Q8_0 } else { GgmlType::Q6K };
-    w.tensor("token_embd.weight", &[d as u64, vocab as u64], emb_ty, quantize(emb_ty, &emb).unwrap());
-    for i in 0..n_layer {
-        let n = |x: &str| format!("blk.{i}.{x}");
-        vector(&mut w, &n("attn_norm.weight"), d, 1.0, &mut rng);
-        matrix(&mut w, &n("attn_q.weight"), n_head * hd, d, &mut rng);
-        matrix(&mut w, &n("attn_k.weight"), n_kv * hd, d, &mut rng);
-        matrix(&mut w, &n("attn_v.weight"), n_kv * hd, d, &mut rng);
-        if arch == "qwen2" {
-            vector(&mut w, &n("attn_q.bias"), n_head * hd, 0.0, &mut rng);
-            vector(&mut w, &n("attn_k.bias"), n_kv * hd, 0.0, &mut rng);
-            vector(&mut w, &n("attn_v.bias"), n_kv * hd, 0.0, &mut rng);
-        }
-        matrix(&mut w, &n("attn_output.weight"), d, n_head * hd, &mut rng);
-        vector(&mut w, &n("ffn_norm.weight"), d, 1.0, &mut rng);
-        matrix(&mut w, &n("ffn_gate.weight"), ff, d, &mut rng);
-        matrix(&mut w, &n("ffn_up.weight"), ff, d, &mut rng);
-        matrix(&mut w, &n("ffn_down.weight"), d, ff, &mut rng);
-    }
-    vector(&mut w, "output_norm.weight", d, 1.0, &mut rng);
-    if arch != "qwen2" {
-        matrix(&mut w, "output.weight", vocab, d, &mut rng);
-    }
-    w.to_bytes()
-}
-
 fn reference_model_path() -> Option<std::path::PathBuf> {
     let p = match std::env::var_os("WORKER_ORCD_REFERENCE_MODEL") {
         Some(p) => std::path::PathBuf::from(p),
@@ -655,7 +595,7 @@ fn compare_sequence(cpu: &mut CpuBackend, gpu: &mut CudaBackend, tokens: &[u32],
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
 fn synthetic_models_with_every_format_match_the_cpu_backend() {
     for (arch, seed) in [("llama", 10u64), ("qwen2", 11)] {
-        let file = Arc::new(GgufFile::from_bytes(synthetic_model(arch, seed, 512)).unwrap());
+        let file = Arc::new(GgufFile::from_bytes(crate::model::synthetic::synthetic_llama(arch, seed, 512)).unwrap());
         let opts = CudaLoadOptions { upload_chunk_bytes: 4096, ..Default::default() };
         let (mut cpu, mut gpu) = both_backends(file.clone(), &opts);
         let vocab = cpu.config().vocab_size as u32;
@@ -696,7 +636,7 @@ fn synthetic_models_with_every_format_match_the_cpu_backend() {
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
 fn graph_decode_is_bit_identical_to_eager_decode() {
     for arch in ["llama", "qwen2"] {
-        let file = Arc::new(GgufFile::from_bytes(synthetic_model(arch, 30, 512)).unwrap());
+        let file = Arc::new(GgufFile::from_bytes(crate::model::synthetic::synthetic_llama(arch, 30, 512)).unwrap());
         let cfg = ModelConfig::try_from(&file.metadata).unwrap();
         let mut gpu = CudaBackend::load(cfg, &file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();
         let tokens: Vec<u32> = (0..40).map(|i| (i * 37 % 384) as u32).collect();
@@ -727,7 +667,7 @@ fn graph_decode_is_bit_identical_to_eager_decode() {
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
 fn memory_accounting_kv_limits_and_vram_cap() {
-    let bytes = synthetic_model("llama", 20, 4096);
+    let bytes = crate::model::synthetic::synthetic_llama("llama", 20, 4096);
     let file = Arc::new(GgufFile::from_bytes(bytes).unwrap());
     let cfg = ModelConfig::try_from(&file.metadata).unwrap();
     let opts = CudaLoadOptions { kv_cache_size_mb: Some(1), ..Default::default() };
@@ -1025,4 +965,16 @@ fn smollm2_shaped_timings() {
         512.0 / p512 * 1e3,
         1e3 / tg
     );
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn m0_w_1052_backend_contract_cuda() {
+    for arch in ["llama", "qwen2"] {
+        let file = Arc::new(GgufFile::from_bytes(crate::model::synthetic::synthetic_llama(arch, 7, 64)).unwrap());
+        let cfg = ModelConfig::try_from(&file.metadata).unwrap();
+        let vocab = cfg.vocab_size;
+        let mut gpu = CudaBackend::load(cfg, &file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();
+        crate::backend::contract::check_backend_contract(&mut gpu, vocab);
+    }
 }
