@@ -3,7 +3,7 @@ Feature: One process, one model
   that model until it exits (REQUIREMENTS.md section 1).
 
   @M0-SYS-6.3.1 @any
-  Scenario: A worker started with flags only serves a job and calls nobody
+  Scenario: A worker started with flags only serves a job
     # Started with the required flags only: no --callback-url, so no ready callback
     # (the callback that --callback-url asks for is covered by M0-W-1100's flag tests).
     Given a worker on the reference model
