@@ -162,6 +162,7 @@ fn free_running_greedy_matches_llama_cpp() {
             sampling: SamplingParams { temperature: 0.0, ..SamplingParams::default() },
             stop: Vec::new(),
             logprobs: 0,
+            accepted_at: None,
         };
         let mut got = Collect(Vec::new());
         generate(model.backend.as_mut(), &model.tokenizer, &req, &mut got).unwrap();

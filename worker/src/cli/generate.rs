@@ -103,6 +103,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         },
         stop: Vec::new(),
         logprobs: args.logprobs,
+        accepted_at: None,
     };
     let mut printer = Printer { tokenizer: &tokenizer, out: std::io::stdout().lock() };
     let summary = generate(model.backend.as_mut(), &tokenizer, &req, &mut printer)?;

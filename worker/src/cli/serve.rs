@@ -29,7 +29,7 @@ use crate::cli::config::{self, ConfigError, ServeArgs, ServeConfig};
 use crate::cli::Cli;
 use crate::engine::parity::{ParitySender, ParityWriter};
 use crate::engine::runner::EngineParts;
-use crate::engine::{backend_error_code, Engine, EngineConfig, EngineStatus, Phase};
+use crate::engine::{Engine, EngineConfig, EngineStatus};
 use crate::model::{load_model, LoadError, LoadOptions, LoadedModel};
 use crate::narrate;
 use crate::server::{AppInner, AppState, Limits, ModelFacts, Shutdown};
@@ -249,21 +249,12 @@ fn load(cfg: &ServeConfig) -> Result<LoadedModel, ExitCode> {
             Ok(model)
         }
         Err(e) => Err(start_failed(StartFailure {
-            code: load_failure_code(&e, cfg.backend),
+            code: e.code(cfg.backend),
             message: load_failure_message(&e, cfg),
             flag: load_failure_flag(&e),
             model_path,
             vram: e.vram(),
         })),
-    }
-}
-
-/// The code of a failed load: backend errors through the one mapping
-/// (M0-W-1501), the rest as the loader names them.
-fn load_failure_code(e: &LoadError, backend: BackendKind) -> &'static str {
-    match e {
-        LoadError::Backend(err) => backend_error_code(err, backend, Phase::Load).as_str(),
-        other => other.code(),
     }
 }
 

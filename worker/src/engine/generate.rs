@@ -26,6 +26,9 @@ pub struct GenerationRequest {
     pub stop: Vec<String>,
     /// How many top log-probabilities to report with each token (0: none).
     pub logprobs: usize,
+    /// When the job was accepted: `first_token_ms` counts from here
+    /// (M0-W-1600). `None`: from the start of generation.
+    pub accepted_at: Option<Instant>,
 }
 
 /// One generated token as the client sees it.
@@ -156,7 +159,7 @@ fn run(
         let index = generated.len();
         generated.push(id);
         if index == 0 {
-            first_token_ms = started.elapsed().as_millis() as u64;
+            first_token_ms = req.accepted_at.unwrap_or(started).elapsed().as_millis() as u64;
             decode_started = Instant::now();
         }
         if let Some(cp) = checkpoints.take() {

@@ -222,6 +222,7 @@ mod tests {
                 sampling: SamplingParams::default(),
                 stop: vec![],
                 logprobs: 0,
+                accepted_at: None,
             },
             accepted_at: Instant::now(),
             prompt: PromptFacts::default(),

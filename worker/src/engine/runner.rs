@@ -291,7 +291,8 @@ impl EngineThread {
     }
 
     fn run_job(&mut self, job: Box<Job>) {
-        let Job { id, request, accepted_at, prompt, cancel, sink } = *job;
+        let Job { id, mut request, accepted_at, prompt, cancel, sink } = *job;
+        request.accepted_at = Some(accepted_at);
         let job_id: Arc<str> = Arc::from(id.as_str());
         let tokens_in = request.prompt_tokens.len();
         if sink.is_closed() {
@@ -324,7 +325,7 @@ impl EngineThread {
             metrics: &self.metrics,
             parity: self.parity.as_ref(),
             job_id: &job_id,
-            started,
+            accepted_at,
             last_token: None,
             tokens_sent: 0,
             first_token_ms: 0,
@@ -421,7 +422,8 @@ struct Observer<'a> {
     metrics: &'a Metrics,
     parity: Option<&'a ParitySender>,
     job_id: &'a Arc<str>,
-    started: Instant,
+    /// When the job was accepted: the first token's latency counts from here.
+    accepted_at: Instant,
     last_token: Option<Instant>,
     tokens_sent: usize,
     first_token_ms: u64,
@@ -458,7 +460,7 @@ impl GenerationObserver for Observer<'_> {
         let now = Instant::now();
         match self.last_token {
             Some(prev) => self.metrics.observe_inter_token_ms((now - prev).as_secs_f64() * 1000.0),
-            None => self.first_token_ms = (now - self.started).as_millis() as u64,
+            None => self.first_token_ms = (now - self.accepted_at).as_millis() as u64,
         }
         self.last_token = Some(now);
         self.tokens_sent += 1;

@@ -208,7 +208,7 @@ pub fn forward<O: Ops>(
     };
     let mut normed = ops.buf(rows, d)?;
     ops.rms_norm(&x, &w.output_norm, cfg.rms_eps, &mut normed)?;
-    if let Some(cp) = checkpoints.as_deref_mut() {
+    if let Some(cp) = checkpoints {
         ops.row_to_host(&normed, rows - 1, &mut host_row)?;
         cp.record("result_norm", &host_row);
     }

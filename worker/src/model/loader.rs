@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::{Backend, BackendError, BackendKind};
+use crate::engine::{backend_error_code, ErrorCode, Phase};
 use crate::gguf::{file_type_name, GgufError, GgufFile};
 use crate::model::config::{ConfigError, ModelConfig};
 use crate::model::ModelInfo;
@@ -65,12 +66,13 @@ pub enum LoadError {
 }
 
 impl LoadError {
-    /// The stable API code for this failure (M0-W-1500).
-    pub fn code(&self) -> &'static str {
+    /// The stable API code for this failure (M0-W-1500): backend errors
+    /// through the engine's one mapping (M0-W-1501), everything else is the
+    /// file's fault.
+    pub fn code(&self, backend: BackendKind) -> &'static str {
         match self {
-            LoadError::Backend(BackendError::OutOfMemory { .. }) => "INSUFFICIENT_VRAM",
-            LoadError::Backend(BackendError::DeviceNotFound(_) | BackendError::InvalidDevice(_)) => "CUDA_ERROR",
-            _ => "MODEL_LOAD_FAILED",
+            LoadError::Backend(err) => backend_error_code(err, backend, Phase::Load).as_str(),
+            _ => ErrorCode::ModelLoadFailed.as_str(),
         }
     }
 
@@ -100,7 +102,7 @@ impl<'a> ProgressMarks<'a> {
 
     fn advance(&mut self, bytes: u64) {
         self.done = (self.done + bytes).min(self.total);
-        let percent = if self.total == 0 { 100 } else { (self.done * 100 / self.total) as u8 };
+        let percent = (self.done * 100).checked_div(self.total).unwrap_or(100) as u8;
         while self.next_mark <= 100 && percent >= self.next_mark {
             (self.report)(LoadProgress { percent: self.next_mark, bytes_done: self.done, bytes_total: self.total });
             self.next_mark += 25;

@@ -98,6 +98,7 @@ impl ValidExecuteRequest {
             sampling: self.sampling.clone(),
             stop: self.stop.clone(),
             logprobs: self.logprobs,
+            accepted_at: None,
         }
     }
 }
