@@ -43,6 +43,28 @@ pub struct Logits {
     pub l2: f64,
 }
 
+impl Stats {
+    fn moments(&self) -> [(&'static str, f64); 4] {
+        [
+            ("min", self.min),
+            ("max", self.max),
+            ("mean", self.mean),
+            ("l2", self.l2),
+        ]
+    }
+}
+
+impl Logits {
+    fn moments(&self) -> [(&'static str, f64); 4] {
+        [
+            ("min", self.min),
+            ("max", self.max),
+            ("mean", self.mean),
+            ("l2", self.l2),
+        ]
+    }
+}
+
 /// Reads one record. Besides the layout above it accepts the worker's own:
 /// `token_id` for `id`, `checkpoints` as a list of `{name, ...}`, `first` for `head`,
 /// and `top_logits: [{id, logit}]` beside `logits: {min, max, mean, l2}`.
@@ -253,12 +275,7 @@ pub fn compare(a: &[Record], b: &[Record], tol: Tolerance) -> Report {
                 unmatched.insert(name.clone());
                 continue;
             };
-            for (field, x, y) in [
-                ("min", sa.min, sb.min),
-                ("max", sa.max, sb.max),
-                ("mean", sa.mean, sb.mean),
-                ("l2", sa.l2, sb.l2),
-            ] {
+            for ((field, x), (_, y)) in sa.moments().into_iter().zip(sb.moments()) {
                 push(
                     format!("checkpoint {name}.{field}"),
                     x,
@@ -300,12 +317,7 @@ pub fn compare(a: &[Record], b: &[Record], tol: Tolerance) -> Report {
                     push(format!("logits[{id}]"), *x, *y, tol.logit_tol);
                 }
             }
-            for (field, x, y) in [
-                ("min", la.min, lb.min),
-                ("max", la.max, lb.max),
-                ("mean", la.mean, lb.mean),
-                ("l2", la.l2, lb.l2),
-            ] {
+            for ((field, x), (_, y)) in la.moments().into_iter().zip(lb.moments()) {
                 push(
                     format!("logits.{field}"),
                     x,

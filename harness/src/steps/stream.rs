@@ -591,6 +591,12 @@ async fn one_terminal(w: &mut TestWorld) -> StepResult {
 
 // ---- plain replies ----
 
+fn reply(w: &TestWorld) -> anyhow::Result<&crate::client::Reply> {
+    w.reply
+        .as_ref()
+        .ok_or_else(|| anyhow!("no plain reply recorded (the request opened a stream?)"))
+}
+
 #[then(regex = r#"^the reply is (\d+) "([^"]+)" naming "([^"]+)"$"#)]
 async fn reply_naming(
     w: &mut TestWorld,
@@ -616,10 +622,7 @@ async fn reply_naming(
 
 #[then(regex = r#"^the reply is (\d+) "([^"]+)"$"#)]
 async fn reply_code(w: &mut TestWorld, status: u16, code: super::Code) -> StepResult {
-    let r = w
-        .reply
-        .as_ref()
-        .ok_or_else(|| anyhow!("no plain reply recorded (the request opened a stream?)"))?;
+    let r = reply(w)?;
     check!(
         r.status == status,
         "reply {} {}, want {status}",
@@ -639,10 +642,7 @@ async fn reply_code(w: &mut TestWorld, status: u16, code: super::Code) -> StepRe
 
 #[then(regex = r#"^the reply is 200 with content type "([^"]+)"$"#)]
 async fn reply_stream(w: &mut TestWorld, ct: String) -> StepResult {
-    let r = w
-        .reply
-        .as_ref()
-        .ok_or_else(|| anyhow!("no reply recorded"))?;
+    let r = reply(w)?;
     check!(
         r.status == 200 && r.header("content-type").is_some_and(|v| v.starts_with(&ct)),
         "reply {} {:?}: {}",
@@ -655,10 +655,7 @@ async fn reply_stream(w: &mut TestWorld, ct: String) -> StepResult {
 
 #[then(regex = r"^the reply is not an event stream$")]
 async fn reply_not_stream(w: &mut TestWorld) -> StepResult {
-    let r = w
-        .reply
-        .as_ref()
-        .ok_or_else(|| anyhow!("no reply recorded"))?;
+    let r = reply(w)?;
     check!(
         !r.header("content-type")
             .unwrap_or("")
@@ -670,10 +667,7 @@ async fn reply_not_stream(w: &mut TestWorld) -> StepResult {
 
 #[then(regex = r"^the reply's error is retriable$")]
 async fn reply_retriable(w: &mut TestWorld) -> StepResult {
-    let r = w
-        .reply
-        .as_ref()
-        .ok_or_else(|| anyhow!("no reply recorded"))?;
+    let r = reply(w)?;
     check!(retriable_of(&r.json()?)?, "not retriable: {}", r.body);
     Ok(())
 }
