@@ -13,10 +13,11 @@ Feature: Reproducibility as a test tool
 
   @M0-W-1030 @any
   Scenario: An unseeded job reports its seed, and that seed reproduces it
+    # A chat request: a raw prompt at temperature 1 may draw end-of-generation first.
     Given a worker on the reference model
     When I run the job:
       """
-      {"job_id": "w1030-a", "prompt": "Write one line about snow.", "max_tokens": 12, "temperature": 1.0}
+      {"job_id": "w1030-a", "messages": [{"role": "user", "content": "Write one line about snow."}], "max_tokens": 12, "temperature": 1.0}
       """
     And I rerun job "w1030-a" as "w1030-b" with the seed it reported
     Then jobs "w1030-a" and "w1030-b" produced the same token ids
