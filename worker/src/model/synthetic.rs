@@ -9,7 +9,8 @@ use rand_chacha::ChaCha8Rng;
 use crate::gguf::{GgufWriter, MetaValue};
 use crate::quant::{quantize, GgmlType};
 
-fn random_vec(rng: &mut ChaCha8Rng, n: usize, scale: f32) -> Vec<f32> {
+/// `n` values drawn uniformly from `[-scale, scale)`.
+pub fn random_vec(rng: &mut ChaCha8Rng, n: usize, scale: f32) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-1.0f32..1.0) * scale).collect()
 }
 

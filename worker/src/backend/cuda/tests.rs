@@ -52,9 +52,7 @@ fn argmax(v: &[f32]) -> usize {
     best
 }
 
-fn random_vec(rng: &mut ChaCha8Rng, n: usize, scale: f32) -> Vec<f32> {
-    (0..n).map(|_| rng.random_range(-1.0f32..1.0) * scale).collect()
-}
+use crate::model::synthetic::random_vec;
 
 /// A file or folder of the workspace: beside the crate when built here, or
 /// under the current directory (a checkout elsewhere, such as the GPU machine).
