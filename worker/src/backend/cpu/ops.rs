@@ -100,23 +100,15 @@ fn shape_error(what: &str) -> BackendError {
     BackendError::InferenceFailed(format!("shape mismatch in {what}"))
 }
 
-/// f32 dot product with eight independent accumulators, which the compiler
-/// turns into SIMD lanes.
+/// f32 dot product through the F32 kernel of `quant::vec_dot`, which uses
+/// AVX2/FMA when the CPU has them (this crate is built for baseline x86-64,
+/// so a plain loop would get SSE2 only). An f32 slice is that kernel's
+/// stored form on a little-endian host.
+#[cfg(target_endian = "little")]
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    debug_assert_eq!(a.len(), b.len());
-    let mut acc = [0.0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    let mut sum: f32 = acc.iter().sum();
-    for (x, y) in ra.iter().zip(rb) {
-        sum += x * y;
-    }
-    sum
+    // SAFETY: any f32 slice is a valid byte slice of four times its length.
+    let bytes = unsafe { std::slice::from_raw_parts(a.as_ptr().cast::<u8>(), std::mem::size_of_val(a)) };
+    quant::vec_dot(GgmlType::F32, bytes, b)
 }
 
 impl Ops for CpuOps {
