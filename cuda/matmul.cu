@@ -29,6 +29,28 @@ __device__ __forceinline__ void load_x8(const float* __restrict__ xp, int left, 
     }
 }
 
+// Adds chunk `c` (8 weights of row `wrow`, decoded) times the same 8 values
+// of each of the `n` rows of x to `acc[t]`, in a fixed order: the inner step
+// shared by mv_impl and mvw_impl.
+template <int T>
+__device__ __forceinline__ void mv_chunk(const u8* __restrict__ wrow, int c, int cols, const float* __restrict__ x,
+                                         int n, bool vec, float (&acc)[MV_MAX_TOKENS]) {
+    float w[8];
+    deq8<T>(wrow, c, cols, w);
+    const int base = 8 * c, left = cols - base;
+#pragma unroll
+    for (int t = 0; t < MV_MAX_TOKENS; t++) {
+        if (t < n) {
+            float xv[8];
+            load_x8(x + (i64)t * cols + base, left, vec, xv);
+            float s = acc[t];
+#pragma unroll
+            for (int i = 0; i < 8; i++) s = fmaf(w[i], xv[i], s);
+            acc[t] = s;
+        }
+    }
+}
+
 // One block of MV_THREADS per weight row: thread i takes chunks i, i + 128,
 // ... (so a 576-wide row needs one round of loads), then each warp sums its
 // lanes with a butterfly and the four warp sums are added in warp order.
@@ -47,20 +69,7 @@ __device__ __forceinline__ void mv_impl(const u8* __restrict__ W, i64 row_bytes,
 #pragma unroll
     for (int t = 0; t < MV_MAX_TOKENS; t++) acc[t] = 0.0f;
     for (int c = tid; c < nchunks; c += MV_THREADS) {
-        float w[8];
-        deq8<T>(wrow, c, cols, w);
-        const int base = 8 * c, left = cols - base;
-#pragma unroll
-        for (int t = 0; t < MV_MAX_TOKENS; t++) {
-            if (t < n) {
-                float xv[8];
-                load_x8(x + (i64)t * cols + base, left, vec, xv);
-                float s = acc[t];
-#pragma unroll
-                for (int i = 0; i < 8; i++) s = fmaf(w[i], xv[i], s);
-                acc[t] = s;
-            }
-        }
+        mv_chunk<T>(wrow, c, cols, x, n, vec, acc);
     }
 #pragma unroll
     for (int t = 0; t < MV_MAX_TOKENS; t++) {
@@ -97,20 +106,7 @@ __device__ __forceinline__ void mvw_impl(const u8* __restrict__ W, i64 row_bytes
     for (int t = 0; t < MV_MAX_TOKENS; t++) acc[t] = 0.0f;
 #pragma unroll 4
     for (int c = lane; c < nchunks; c += 32) {
-        float w[8];
-        deq8<T>(wrow, c, cols, w);
-        const int base = 8 * c, left = cols - base;
-#pragma unroll
-        for (int t = 0; t < MV_MAX_TOKENS; t++) {
-            if (t < n) {
-                float xv[8];
-                load_x8(x + (i64)t * cols + base, left, vec, xv);
-                float s = acc[t];
-#pragma unroll
-                for (int i = 0; i < 8; i++) s = fmaf(w[i], xv[i], s);
-                acc[t] = s;
-            }
-        }
+        mv_chunk<T>(wrow, c, cols, x, n, vec, acc);
     }
 #pragma unroll
     for (int t = 0; t < MV_MAX_TOKENS; t++) {
