@@ -243,7 +243,7 @@ impl Format {
     /// as llama.cpp's quantizer does (`llama_tensor_get_type`): Q4_K to Q5_0,
     /// Q5_K to Q5_1, Q6_K to Q8_0 (a little larger, never less precise).
     pub fn for_row(self, cols: u64) -> Format {
-        if cols % self.block().0 == 0 {
+        if cols.is_multiple_of(self.block().0) {
             return self;
         }
         match self {
