@@ -295,17 +295,10 @@ async fn first_step(w: &mut TestWorld, model: String) -> StepResult {
         // The CPU reference itself: compared with the outside reference,
         // llama.cpp, within the golden tolerance (see NEAR_TIE_NATS).
         let first = &case.top10_logprobs_first8[0];
-        let gold: Vec<(i64, f64)> = first
-            .top_logprobs
-            .iter()
-            .map(|e| (e.id, e.logprob))
-            .collect();
+        let gold: Vec<(i64, f64)> = first.top_logprobs.iter().map(|e| (e.id, e.logprob)).collect();
         let mut b = compare_top(&logprobs_of(&tok.data), &gold, LLAMA_CPP_LOGPROB_TOL);
         if tok.data.get("id").and_then(Value::as_i64) != Some(first.id) && !is_near_tie(first) {
-            b.push(format!(
-                "first token {} is not llama.cpp's {} (no near tie)",
-                tok.data["id"], first.id
-            ));
+            b.push(format!("first token {} is not llama.cpp's {} (no near tie)", tok.data["id"], first.id));
         }
         b
     } else {
