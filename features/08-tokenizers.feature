@@ -58,12 +58,8 @@ Feature: Tokenizers
     And /health field "tokenizer_kind" is "<kind>"
 
     Examples:
-      | model     | vocab | kind     |
-      | reference | 49152 | gguf-bpe |
-
-    @pending:synth-model
-    Examples:
       | model                  | vocab  | kind     |
+      | reference              | 49152  | gguf-bpe |
       | synthetic-qwen2.5-0.5b | 151936 | gguf-bpe |
       | synthetic-tiny-qwen2   | 151936 | gguf-bpe |
 

@@ -95,15 +95,33 @@ impl BudgetFile {
     }
 }
 
+/// The key a model's budgets are filed under: the model file's stem, less the
+/// `synthetic-` prefix of the suite's fixture files (`synthetic-llama-3-8b.gguf`
+/// is budgeted as `llama-3-8b`, the real model it stands in for). Accepts a
+/// path, a file name or a fixture name.
+pub fn model_key(model: &str) -> String {
+    let name = Path::new(model)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(model);
+    let stem = name.strip_suffix(".gguf").unwrap_or(name);
+    stem.strip_prefix("synthetic-").unwrap_or(stem).to_owned()
+}
+
 impl Budgets {
     pub fn get(&self, key: &str) -> Option<(f64, Bound)> {
         use Bound::*;
         let (head, model) = key
             .split_once('.')
             .map_or((key, None), |(h, m)| (h, Some(m)));
+        let per_model = |table: &BTreeMap<String, f64>, m: &str| {
+            table.get(m).or_else(|| table.get(&model_key(m))).copied()
+        };
         match (head, model) {
-            ("load_s", Some(m)) => self.load_s.get(m).map(|v| (*v, Ceiling)),
-            ("decode_tok_s_min", Some(m)) => self.decode_tok_s_min.get(m).map(|v| (*v, Floor)),
+            ("load_s", Some(m)) => per_model(&self.load_s, m).map(|v| (v, Ceiling)),
+            ("decode_tok_s_min", Some(m)) => {
+                per_model(&self.decode_tok_s_min, m).map(|v| (v, Floor))
+            }
             ("first_token_ms_p95", None) => self.first_token_ms_p95.map(|v| (v, Ceiling)),
             ("inter_token_ms_p95", None) => self.inter_token_ms_p95.map(|v| (v, Ceiling)),
             ("health_ms_p99", None) => self.health_ms_p99.map(|v| (v, Ceiling)),
@@ -146,6 +164,29 @@ backends:
         );
         assert!(f.check("cpu", "load_s.other", 1.0).is_err());
         assert!(f.check("cuda", "startup_s", 1.0).is_err());
+    }
+
+    #[test]
+    fn synthetic_fixtures_use_the_budgets_of_the_model_they_stand_in_for() {
+        assert_eq!(model_key("synthetic-qwen2.5-0.5b"), "qwen2.5-0.5b");
+        assert_eq!(
+            model_key("/tmp/fixtures/synthetic-llama-3-8b.gguf"),
+            "llama-3-8b"
+        );
+        assert_eq!(
+            model_key(".models/smollm2-135m-instruct-q4_1.gguf"),
+            "smollm2-135m-instruct-q4_1"
+        );
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../budgets.yaml");
+        let f = BudgetFile::load(&path).unwrap();
+        for (key, budget) in [
+            ("decode_tok_s_min.synthetic-qwen2.5-0.5b", 60.0),
+            ("load_s.synthetic-llama-3-8b.gguf", 60.0),
+            ("decode_tok_s_min.llama-3-8b", 20.0),
+        ] {
+            assert_eq!(f.check("cuda", key, 1e9).unwrap().budget, budget, "{key}");
+        }
+        assert!(f.check("cuda", "load_s.synthetic-nope", 1.0).is_err());
     }
 
     #[test]

@@ -1,15 +1,18 @@
 //! Model files the scenarios start the worker on, by name. Bad and hostile files
-//! are made from the reference model (see `gguf`); synthetic random-weight models
-//! of other architectures and real shapes come from `harness synth-model
-//! --preset NAME --out FILE` (owned by the CUDA backend's issue: until it exists,
-//! scenarios that need one fail, or are tagged pending).
+//! are made from the reference model (see `gguf`). `synthetic-<preset>` names are
+//! random-weight models of other architectures and real shapes, written as
+//! `harness synth-model --preset PRESET --out FILE --reference REF` does (see
+//! `synth`), with the reference model's tokenizer. Presets of
+//! architectures the worker does not run yet (phi3, gpt2, gpt-oss, MXFP4) do
+//! not exist: their scenarios are tagged pending, and running them anyway fails
+//! with the list of known presets.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::gguf::{patched, Gguf};
+use crate::synth;
 
 /// Every fixture name a feature file may use.
 pub const NAMES: &[&str] = &[
@@ -61,7 +64,7 @@ pub fn materialize(name: &str, reference: &Path, golden_dir: &Path, dir: &Path) 
         return Ok(out);
     }
     if let Some(preset) = name.strip_prefix("synthetic-") {
-        synthesize(preset, &out)?;
+        synthesize(preset, reference, &out)?;
         return Ok(out);
     }
     let g = Gguf::read(reference)?;
@@ -131,28 +134,18 @@ fn edited(g: &Gguf, f: impl FnOnce(&mut Gguf) -> Result<()>) -> Result<Vec<u8>> 
     Ok(e.write())
 }
 
-/// Runs `harness synth-model --preset PRESET --out FILE` (this same binary).
-fn synthesize(preset: &str, out: &Path) -> Result<()> {
-    let exe = std::env::current_exe()?;
-    let o = Command::new(&exe)
-        .args(["synth-model", "--preset", preset, "--out"])
-        .arg(out)
-        .output()
-        .with_context(|| format!("running {} synth-model", exe.display()))?;
-    if !o.status.success() {
-        bail!(
-            "synthetic model {preset:?} unavailable: `harness synth-model` failed ({}): {}",
-            o.status,
-            String::from_utf8_lossy(&o.stderr)
-                .lines()
-                .take(5)
-                .collect::<Vec<_>>()
-                .join(" / ")
-        );
-    }
-    if !out.exists() {
-        bail!("harness synth-model wrote no {}", out.display());
-    }
+/// Writes the preset's model in its default format, seed 0: what `harness
+/// synth-model --preset PRESET --out FILE --reference REF` writes.
+fn synthesize(preset: &str, reference: &Path, out: &Path) -> Result<()> {
+    let opts = synth::Options {
+        preset: synth::preset(preset)
+            .with_context(|| format!("synthetic model {preset:?} unavailable"))?,
+        format: synth::preset(preset)?.default_format,
+        seed: 0,
+        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    synth::write_file(&opts, reference, out)
+        .with_context(|| format!("writing synthetic model {preset:?}"))?;
     Ok(())
 }
 
@@ -239,6 +232,24 @@ mod tests {
             10_001
         );
         assert!(materialize("no-such", &reference, &dir, &dir.join("out")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn synthetic_names_are_written_by_synth_model() {
+        let dir =
+            std::env::temp_dir().join(format!("harness-fixtures-synth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let reference = dir.join("ref.gguf");
+        std::fs::write(&reference, crate::synth::tests::fake_reference().write()).unwrap();
+        let made = materialize("synthetic-tiny-qwen2", &reference, &dir, &dir.join("out")).unwrap();
+        assert_eq!(made, dir.join("out/synthetic-tiny-qwen2.gguf"));
+        let g = Gguf::read_header(&made).unwrap();
+        assert_eq!(g.string("general.architecture").as_deref(), Some("qwen2"));
+        assert_eq!(g.array_len("tokenizer.ggml.tokens"), Some(151_936));
+        let e = materialize("synthetic-phi3", &reference, &dir, &dir.join("out")).unwrap_err();
+        let e = format!("{e:#}");
+        assert!(e.contains("known: tiny-llama"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

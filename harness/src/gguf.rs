@@ -140,6 +140,29 @@ impl Gguf {
         Self::parse(bytes)
     }
 
+    /// The metadata and tensor infos only, reading as little of the file as it
+    /// takes (a synthetic model can be gigabytes). `bytes` then holds the header
+    /// alone: `write` and the tensor data are not available.
+    pub fn read_header(path: &Path) -> Result<Self> {
+        use std::io::Read;
+        let mut f =
+            std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+        let len = f.metadata()?.len();
+        let mut want = 1u64 << 20;
+        let mut bytes = Vec::new();
+        loop {
+            let target = want.min(len);
+            (&mut f)
+                .take(target - bytes.len() as u64)
+                .read_to_end(&mut bytes)?;
+            match Self::parse(bytes.clone()) {
+                Ok(g) => return Ok(g),
+                Err(_) if target < len => want *= 4,
+                Err(e) => return Err(e.context(format!("parsing {}", path.display()))),
+            }
+        }
+    }
+
     pub fn parse(bytes: Vec<u8>) -> Result<Self> {
         let mut c = Cur { b: &bytes, p: 0 };
         if c.take(4)? != b"GGUF" {
@@ -264,7 +287,7 @@ impl Gguf {
         }
         let a = self.alignment as usize;
         out.resize(out.len().div_ceil(a) * a, 0);
-        out.extend_from_slice(&self.bytes[self.data_offset..]);
+        out.extend_from_slice(self.bytes.get(self.data_offset..).unwrap_or_default());
         out.extend_from_slice(&self.extra_data);
         out
     }

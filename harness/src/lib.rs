@@ -3,7 +3,8 @@
 //! with the proof bundle, requirement matrix, budgets and parity comparer.
 //!
 //! The library half (client, events, stats, budgets, parity) is reusable by
-//! benches; `suite` and `steps` are the runner.
+//! benches; `suite` and `steps` are the runner; `synth` writes the synthetic
+//! models (also used by the worker's own tests).
 
 pub mod budgets;
 pub mod catalogue;
@@ -18,4 +19,5 @@ pub mod proof;
 pub mod stats;
 pub mod steps;
 pub mod suite;
+pub mod synth;
 pub mod world;

@@ -3,6 +3,9 @@
 //! - `harness suite [--worker BIN] [--backend cpu|cuda] [--model PATH] [--tags EXPR] [--proof-dir DIR]`
 //! - `harness coverage [--requirements PATH]`
 //! - `harness parity LOG_A LOG_B [--atol X] [--rtol X] [--logit-tol X]`
+//! - `harness synth-model --preset NAME --out FILE [--format TYPE] [--reference PATH] [--seed N]`:
+//!   a random-weight model of a real shape (see `harness::synth`), used by the
+//!   `synthetic-<preset>` fixtures
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -73,6 +76,27 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Write a random-weight GGUF model of a named shape, with the reference's tokenizer.
+    SynthModel {
+        /// tiny-llama, tiny-qwen2, smollm2, qwen2.5-0.5b, llama-3-8b or llama-2gb.
+        #[arg(long)]
+        preset: String,
+        /// Output file (written as FILE.part, renamed when complete).
+        #[arg(long)]
+        out: PathBuf,
+        /// Matrix format: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K
+        /// (default: the preset's; norms and biases are always F32).
+        #[arg(long)]
+        format: Option<String>,
+        /// Model whose tokenizer.* metadata is copied (default: .models/smollm2-135m-instruct-q4_1.gguf).
+        #[arg(long)]
+        reference: Option<PathBuf>,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Generator threads (default: all cores); the file does not depend on it.
+        #[arg(long)]
+        threads: Option<usize>,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -140,6 +164,48 @@ fn main() -> anyhow::Result<()> {
                 print!("{}", r.human());
             }
             i32::from(r.diverged())
+        }
+        Cmd::SynthModel {
+            preset,
+            out,
+            format,
+            reference,
+            seed,
+            threads,
+        } => {
+            use anyhow::anyhow;
+            use harness::synth;
+            let preset = synth::preset(&preset)?;
+            let format = match format {
+                None => preset.default_format,
+                Some(f) => synth::Format::from_name(&f).ok_or_else(|| {
+                    let known: Vec<_> = synth::Format::ALL.iter().map(|f| f.name()).collect();
+                    anyhow!("unknown format {f:?}; known: {}", known.join(", "))
+                })?,
+            };
+            let reference = reference.unwrap_or_else(|| {
+                harness::suite::find_workspace(None).join(".models/smollm2-135m-instruct-q4_1.gguf")
+            });
+            let threads = threads
+                .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+                .unwrap_or(1);
+            let opts = synth::Options {
+                preset,
+                format,
+                seed,
+                threads,
+            };
+            let w = synth::write_file(&opts, &reference, &out)?;
+            println!(
+                "{}: {} {} seed {seed}, {} tensors, {} bytes in {:.1} s ({threads} threads)",
+                out.display(),
+                preset.name,
+                format.name(),
+                w.tensors,
+                w.bytes,
+                w.seconds
+            );
+            0
         }
     };
     std::process::exit(code);

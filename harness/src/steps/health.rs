@@ -189,7 +189,7 @@ fn tensor_bytes(w: &mut TestWorld) -> anyhow::Result<u64> {
         .model_path()
         .ok_or_else(|| anyhow!("no --model"))?
         .to_path_buf();
-    Gguf::read(&path)?.total_tensor_bytes()
+    Gguf::read_header(&path)?.total_tensor_bytes()
 }
 
 #[then(regex = r#"^/health field "vram_bytes_used" is at least the model's tensor bytes$"#)]
@@ -224,7 +224,7 @@ async fn vocab_of_file(w: &mut TestWorld, name: String) -> StepResult {
         .model_path()
         .ok_or_else(|| anyhow!("no --model"))?
         .to_path_buf();
-    let g = Gguf::read(&path)?;
+    let g = Gguf::read_header(&path)?;
     let n = g
         .array_len("tokenizer.ggml.tokens")
         .ok_or_else(|| anyhow!("the model file has no tokenizer.ggml.tokens"))?;

@@ -1,0 +1,569 @@
+//! `harness synth-model`: random-weight GGUF files of named, real model shapes,
+//! for scenarios that need an architecture or a size the reference model does
+//! not have (qwen2, Llama-3-8B, a 2 GB file, every weight format).
+//!
+//! A file is the preset's hyperparameters (the keys the worker's
+//! `ModelConfig` reads), the reference model's `tokenizer.*` metadata (padded
+//! to the preset's vocabulary with unused `[PAD<id>]` tokens, as llama.cpp's
+//! converter pads Qwen2's), and llama.cpp-named tensors whose bytes come from
+//! `blocks`. The bytes are a function of (preset, format, seed) alone: each
+//! 8192-value chunk of each tensor has its own random stream, so any number of
+//! threads writes the same file.
+//!
+//! Writing streams: the header is computed first (every size is known), then
+//! each tensor is generated window by window in parallel and handed to a
+//! writer thread, so memory stays at a few windows whatever the file size.
+//! The file appears under its name only when complete (`FILE.part`, renamed).
+//!
+//! Default formats: the tiny presets are Q8_0 (close to the float model, fast
+//! on the CPU); the real shapes are Q4_1, the reference model's type, so the
+//! large files stay small on disk (Llama-3-8B about 5 GB) and run the same
+//! kernels as the goldens. Norm weights and biases are F32 in every format, as
+//! in llama.cpp's files.
+//!
+//! Like `gguf`, this deliberately does not use the worker's writer or quantizer.
+
+pub mod blocks;
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::Instant;
+
+use anyhow::{anyhow, bail, Context, Result};
+
+pub use blocks::{Format, Init};
+
+use crate::gguf::{Gguf, Kv};
+
+/// Tensor data alignment (`general.alignment`).
+pub const ALIGNMENT: u64 = 32;
+/// Values per independent random stream: a multiple of every block size.
+const CHUNK_VALUES: u64 = 8192;
+/// Bytes generated per window (split among the threads, then written).
+const WINDOW_BYTES: u64 = 32 << 20;
+
+/// The model families the worker runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    Llama,
+    /// Llama with Q/K/V biases and NEOX RoPE (the worker decides the RoPE style).
+    Qwen2,
+}
+
+impl Arch {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+        }
+    }
+}
+
+/// A named model shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Preset {
+    pub name: &'static str,
+    pub arch: Arch,
+    pub n_embd: u64,
+    pub n_layer: u64,
+    pub n_head: u64,
+    pub n_head_kv: u64,
+    pub n_ff: u64,
+    pub vocab: u64,
+    pub context: u32,
+    pub rope_base: f32,
+    pub rms_eps: f32,
+    /// The LM head is `token_embd` (no `output.weight`).
+    pub tied: bool,
+    pub default_format: Format,
+}
+
+/// Shapes from the models' public `config.json`; the tiny ones are made up
+/// but keep a real vocabulary (SmolLM2's, Qwen2's), so their tokenizers and
+/// LM heads are real-sized.
+pub const PRESETS: &[Preset] = &[
+    Preset {
+        name: "tiny-llama",
+        arch: Arch::Llama,
+        n_embd: 256,
+        n_layer: 2,
+        n_head: 4,
+        n_head_kv: 2,
+        n_ff: 512,
+        vocab: 49152,
+        context: 2048,
+        rope_base: 10_000.0,
+        rms_eps: 1e-5,
+        tied: false,
+        default_format: Format::Q8_0,
+    },
+    Preset {
+        name: "tiny-qwen2",
+        arch: Arch::Qwen2,
+        n_embd: 256,
+        n_layer: 2,
+        n_head: 4,
+        n_head_kv: 2,
+        n_ff: 512,
+        vocab: 151_936,
+        context: 2048,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+        tied: true,
+        default_format: Format::Q8_0,
+    },
+    // HuggingFaceTB/SmolLM2-135M.
+    Preset {
+        name: "smollm2",
+        arch: Arch::Llama,
+        n_embd: 576,
+        n_layer: 30,
+        n_head: 9,
+        n_head_kv: 3,
+        n_ff: 1536,
+        vocab: 49152,
+        context: 8192,
+        rope_base: 100_000.0,
+        rms_eps: 1e-5,
+        tied: true,
+        default_format: Format::Q4_1,
+    },
+    // Qwen/Qwen2.5-0.5B.
+    Preset {
+        name: "qwen2.5-0.5b",
+        arch: Arch::Qwen2,
+        n_embd: 896,
+        n_layer: 24,
+        n_head: 14,
+        n_head_kv: 2,
+        n_ff: 4864,
+        vocab: 151_936,
+        context: 32768,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+        tied: true,
+        default_format: Format::Q4_1,
+    },
+    // meta-llama/Meta-Llama-3-8B.
+    Preset {
+        name: "llama-3-8b",
+        arch: Arch::Llama,
+        n_embd: 4096,
+        n_layer: 32,
+        n_head: 32,
+        n_head_kv: 8,
+        n_ff: 14336,
+        vocab: 128_256,
+        context: 8192,
+        rope_base: 500_000.0,
+        rms_eps: 1e-5,
+        tied: false,
+        default_format: Format::Q4_1,
+    },
+    // meta-llama/Llama-3.2-3B (context cut to 8192): 3.2 B parameters, 2.0 GB in Q4_1.
+    Preset {
+        name: "llama-2gb",
+        arch: Arch::Llama,
+        n_embd: 3072,
+        n_layer: 28,
+        n_head: 24,
+        n_head_kv: 8,
+        n_ff: 8192,
+        vocab: 128_256,
+        context: 8192,
+        rope_base: 500_000.0,
+        rms_eps: 1e-5,
+        tied: true,
+        default_format: Format::Q4_1,
+    },
+];
+
+pub fn preset(name: &str) -> Result<&'static Preset> {
+    PRESETS.iter().find(|p| p.name == name).ok_or_else(|| {
+        let known: Vec<_> = PRESETS.iter().map(|p| p.name).collect();
+        anyhow!("unknown preset {name:?}; known: {}", known.join(", "))
+    })
+}
+
+/// One tensor to write.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorSpec {
+    pub name: String,
+    /// ggml order: `[cols, rows]` for a matrix (ne0, the row length, first).
+    pub dims: Vec<u64>,
+    pub format: Format,
+    pub init: Init,
+}
+
+impl TensorSpec {
+    pub fn values(&self) -> u64 {
+        self.dims.iter().product()
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.format.bytes_for(self.values())
+    }
+}
+
+/// Every tensor of `p` in file order, llama.cpp's names and shapes, matrices
+/// in `format` (or its fallback for their row length).
+pub fn tensors(p: &Preset, format: Format) -> Vec<TensorSpec> {
+    let head_dim = p.n_embd / p.n_head;
+    let (q_dim, kv_dim) = (p.n_head * head_dim, p.n_head_kv * head_dim);
+    // Deviation 1/√cols keeps each product's output near unit scale.
+    let matrix = |name: String, rows: u64, cols: u64| TensorSpec {
+        name,
+        dims: vec![cols, rows],
+        format: format.for_row(cols),
+        init: Init::Matrix {
+            std: 1.0 / (cols as f32).sqrt(),
+        },
+    };
+    let vector = |name: String, len: u64, init: Init| TensorSpec {
+        name,
+        dims: vec![len],
+        format: Format::F32,
+        init,
+    };
+    let mut t = vec![matrix("token_embd.weight".into(), p.vocab, p.n_embd)];
+    for i in 0..p.n_layer {
+        let n = |s: &str| format!("blk.{i}.{s}");
+        t.push(vector(n("attn_norm.weight"), p.n_embd, Init::Norm));
+        for (m, rows) in [("q", q_dim), ("k", kv_dim), ("v", kv_dim)] {
+            t.push(matrix(n(&format!("attn_{m}.weight")), rows, p.n_embd));
+            if p.arch == Arch::Qwen2 {
+                t.push(vector(n(&format!("attn_{m}.bias")), rows, Init::Bias));
+            }
+        }
+        t.push(matrix(n("attn_output.weight"), p.n_embd, q_dim));
+        t.push(vector(n("ffn_norm.weight"), p.n_embd, Init::Norm));
+        t.push(matrix(n("ffn_gate.weight"), p.n_ff, p.n_embd));
+        t.push(matrix(n("ffn_up.weight"), p.n_ff, p.n_embd));
+        t.push(matrix(n("ffn_down.weight"), p.n_embd, p.n_ff));
+    }
+    t.push(vector("output_norm.weight".into(), p.n_embd, Init::Norm));
+    if !p.tied {
+        t.push(matrix("output.weight".into(), p.vocab, p.n_embd));
+    }
+    t
+}
+
+/// Offsets of each tensor in the data section, and the section's size.
+pub fn layout(tensors: &[TensorSpec]) -> (Vec<u64>, u64) {
+    let mut at = 0u64;
+    let offsets = tensors
+        .iter()
+        .map(|t| {
+            let o = at.div_ceil(ALIGNMENT) * ALIGNMENT;
+            at = o + t.bytes();
+            o
+        })
+        .collect();
+    (offsets, at)
+}
+
+/// What to generate.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub preset: &'static Preset,
+    pub format: Format,
+    pub seed: u64,
+    /// Worker threads for generation; the output does not depend on it.
+    pub threads: usize,
+}
+
+/// What was written.
+#[derive(Clone, Debug)]
+pub struct Written {
+    pub bytes: u64,
+    pub tensors: usize,
+    pub data_offset: u64,
+    pub data_bytes: u64,
+    pub seconds: f64,
+}
+
+fn kv(key: &str, vtype: u32, raw: Vec<u8>) -> Kv {
+    Kv {
+        key: key.into(),
+        vtype,
+        raw,
+        at: 0,
+    }
+}
+
+fn string_raw(s: &str) -> Vec<u8> {
+    let mut raw = (s.len() as u64).to_le_bytes().to_vec();
+    raw.extend_from_slice(s.as_bytes());
+    raw
+}
+
+const U32: u32 = 4;
+const I32: u32 = 5;
+const F32: u32 = 6;
+const STRING: u32 = 8;
+const ARRAY: u32 = 9;
+const U64: u32 = 10;
+/// llama.cpp's `LLAMA_TOKEN_TYPE_UNUSED`: never produced by encoding, renders as nothing.
+const TOKEN_TYPE_UNUSED: i32 = 5;
+
+/// The reference's `tokenizer.*` entries, token lists padded to `vocab`.
+pub fn tokenizer_kvs(reference: &Gguf, vocab: u64) -> Result<Vec<Kv>> {
+    let have = reference
+        .array_len("tokenizer.ggml.tokens")
+        .ok_or_else(|| anyhow!("the reference has no tokenizer.ggml.tokens"))?;
+    if have > vocab {
+        bail!("the reference vocabulary ({have} tokens) is larger than the preset's ({vocab})");
+    }
+    let mut out = Vec::new();
+    for k in reference
+        .kvs
+        .iter()
+        .filter(|k| k.key.starts_with("tokenizer."))
+    {
+        let pad: Option<Box<dyn Fn(u64) -> Vec<u8>>> = match k.key.as_str() {
+            "tokenizer.ggml.tokens" => Some(Box::new(|id| string_raw(&format!("[PAD{id}]")))),
+            "tokenizer.ggml.token_type" => {
+                Some(Box::new(|_| TOKEN_TYPE_UNUSED.to_le_bytes().to_vec()))
+            }
+            "tokenizer.ggml.scores" => Some(Box::new(|_| (-1000f32).to_le_bytes().to_vec())),
+            _ => None,
+        };
+        let Some(pad) = pad.filter(|_| have < vocab) else {
+            out.push(k.clone());
+            continue;
+        };
+        let elem = u32::from_le_bytes(k.raw[..4].try_into()?);
+        let n = u64::from_le_bytes(k.raw[4..12].try_into()?);
+        let want_elem = match k.key.as_str() {
+            "tokenizer.ggml.tokens" => STRING,
+            "tokenizer.ggml.token_type" => I32,
+            _ => F32,
+        };
+        if k.vtype != ARRAY || elem != want_elem || n != have {
+            bail!(
+                "{} in the reference is not an array of {have} values of type {want_elem}",
+                k.key
+            );
+        }
+        let mut raw = k.raw.clone();
+        raw[4..12].copy_from_slice(&vocab.to_le_bytes());
+        for id in have..vocab {
+            raw.extend(pad(id));
+        }
+        out.push(kv(&k.key, ARRAY, raw));
+    }
+    Ok(out)
+}
+
+/// Every metadata entry of the file.
+pub fn metadata(o: &Options, reference: &Gguf) -> Result<Vec<Kv>> {
+    let p = o.preset;
+    let a = p.arch.name();
+    let u32_kv = |k: &str, v: u64| -> Result<Kv> {
+        Ok(kv(k, U32, u32::try_from(v)?.to_le_bytes().to_vec()))
+    };
+    let f32_kv = |k: &str, v: f32| kv(k, F32, v.to_le_bytes().to_vec());
+    let mut kvs = vec![
+        kv("general.architecture", STRING, string_raw(a)),
+        kv(
+            "general.name",
+            STRING,
+            string_raw(&format!("synthetic-{}", p.name)),
+        ),
+        u32_kv("general.file_type", u64::from(o.format.file_type()))?,
+        u32_kv("general.alignment", ALIGNMENT)?,
+        u32_kv("general.quantization_version", 2)?,
+        u32_kv(&format!("{a}.context_length"), u64::from(p.context))?,
+        u32_kv(&format!("{a}.embedding_length"), p.n_embd)?,
+        u32_kv(&format!("{a}.block_count"), p.n_layer)?,
+        u32_kv(&format!("{a}.feed_forward_length"), p.n_ff)?,
+        u32_kv(&format!("{a}.attention.head_count"), p.n_head)?,
+        u32_kv(&format!("{a}.attention.head_count_kv"), p.n_head_kv)?,
+        f32_kv(&format!("{a}.rope.freq_base"), p.rope_base),
+        u32_kv(&format!("{a}.rope.dimension_count"), p.n_embd / p.n_head)?,
+        f32_kv(&format!("{a}.attention.layer_norm_rms_epsilon"), p.rms_eps),
+        u32_kv(&format!("{a}.vocab_size"), p.vocab)?,
+        kv("general.synthetic_seed", U64, o.seed.to_le_bytes().to_vec()),
+    ];
+    kvs.extend(tokenizer_kvs(reference, p.vocab)?);
+    Ok(kvs)
+}
+
+/// The header (up to the data section, padded): the `Gguf` writer's layout
+/// with the offsets of `layout`.
+pub fn header(kvs: &[Kv], tensors: &[TensorSpec], offsets: &[u64]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(b"GGUF");
+    out.extend_from_slice(&3u32.to_le_bytes());
+    out.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    out.extend_from_slice(&(kvs.len() as u64).to_le_bytes());
+    for k in kvs {
+        out.extend(string_raw(&k.key));
+        out.extend_from_slice(&k.vtype.to_le_bytes());
+        out.extend_from_slice(&k.raw);
+    }
+    for (t, off) in tensors.iter().zip(offsets) {
+        out.extend(string_raw(&t.name));
+        out.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+        for d in &t.dims {
+            out.extend_from_slice(&d.to_le_bytes());
+        }
+        out.extend_from_slice(&t.format.ggml_type().to_le_bytes());
+        out.extend_from_slice(&off.to_le_bytes());
+    }
+    let a = ALIGNMENT as usize;
+    out.resize(out.len().div_ceil(a) * a, 0);
+    out
+}
+
+/// Generates chunks `chunks` of tensor `index` into `out` (their bytes, in order).
+fn fill_window(
+    t: &TensorSpec,
+    index: u64,
+    seed: u64,
+    chunks: std::ops::Range<u64>,
+    out: &mut [u8],
+    threads: usize,
+) {
+    let chunk_bytes = t.format.bytes_for(CHUNK_VALUES) as usize;
+    let fill_range = |first: u64, out: &mut [u8]| {
+        for (k, part) in out.chunks_mut(chunk_bytes).enumerate() {
+            let mut rng = blocks::Rng::for_chunk(seed, index, first + k as u64);
+            blocks::fill(t.format, t.init, &mut rng, part);
+        }
+    };
+    let n = (chunks.end - chunks.start) as usize;
+    if threads <= 1 || n < 2 * threads {
+        fill_range(chunks.start, out);
+        return;
+    }
+    let per = n.div_ceil(threads);
+    std::thread::scope(|s| {
+        for (k, part) in out.chunks_mut(per * chunk_bytes).enumerate() {
+            let fill_range = &fill_range;
+            s.spawn(move || fill_range(chunks.start + (k * per) as u64, part));
+        }
+    });
+}
+
+/// Writes the whole file to `w`: header, then each tensor aligned.
+pub fn write_to(o: &Options, reference: &Gguf, w: &mut (impl Write + Send)) -> Result<Written> {
+    let start = Instant::now();
+    let specs = tensors(o.preset, o.format);
+    let (offsets, data_bytes) = layout(&specs);
+    let head = header(&metadata(o, reference)?, &specs, &offsets);
+    let data_offset = head.len() as u64;
+
+    std::thread::scope(|s| -> Result<()> {
+        // Two buffers circulate: one being generated, one being written.
+        let (full_tx, full_rx) = mpsc::sync_channel::<Vec<u8>>(1);
+        let (empty_tx, empty_rx) = mpsc::channel::<Vec<u8>>();
+        empty_tx.send(Vec::new())?;
+        empty_tx.send(Vec::new())?;
+        let writer = s.spawn(move || -> std::io::Result<()> {
+            for buf in full_rx {
+                w.write_all(&buf)?;
+                // The generator may have stopped; then the buffer is not wanted.
+                let _ = empty_tx.send(buf);
+            }
+            w.flush()
+        });
+        let send = |fill: &mut dyn FnMut(&mut Vec<u8>)| -> Result<()> {
+            let mut buf = empty_rx
+                .recv()
+                .map_err(|_| anyhow!("the writer thread stopped"))?;
+            fill(&mut buf);
+            full_tx
+                .send(buf)
+                .map_err(|_| anyhow!("the writer thread stopped"))
+        };
+        let produced = || -> Result<()> {
+            send(&mut |b| {
+                b.clear();
+                b.extend_from_slice(&head);
+            })?;
+            let mut at = 0u64;
+            for (i, (t, &off)) in specs.iter().zip(&offsets).enumerate() {
+                if off > at {
+                    send(&mut |b| {
+                        b.clear();
+                        b.resize((off - at) as usize, 0);
+                    })?;
+                }
+                let values = t.values();
+                let n_chunks = values.div_ceil(CHUNK_VALUES);
+                let per_window = (WINDOW_BYTES / t.format.bytes_for(CHUNK_VALUES)).max(1);
+                let mut c = 0;
+                while c < n_chunks {
+                    let end = (c + per_window).min(n_chunks);
+                    let len = t
+                        .format
+                        .bytes_for((end * CHUNK_VALUES).min(values) - c * CHUNK_VALUES);
+                    send(&mut |b| {
+                        b.clear();
+                        b.resize(len as usize, 0);
+                        fill_window(t, i as u64, o.seed, c..end, b, o.threads);
+                    })?;
+                    c = end;
+                }
+                at = off + t.bytes();
+            }
+            Ok(())
+        };
+        let made = produced();
+        drop(full_tx);
+        let wrote = writer
+            .join()
+            .map_err(|_| anyhow!("the writer thread panicked"))?;
+        made?;
+        Ok(wrote?)
+    })?;
+    Ok(Written {
+        bytes: data_offset + data_bytes,
+        tensors: specs.len(),
+        data_offset,
+        data_bytes,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Writes the file at `out` (through `out.part`, renamed when complete).
+pub fn write_file(o: &Options, reference: &Path, out: &Path) -> Result<Written> {
+    let reference = Gguf::read_header(reference).with_context(|| {
+        format!(
+            "reading the reference's tokenizer from {}",
+            reference.display()
+        )
+    })?;
+    let mut part = out.as_os_str().to_owned();
+    part.push(".part");
+    let part = std::path::PathBuf::from(part);
+    let file =
+        std::fs::File::create(&part).with_context(|| format!("creating {}", part.display()))?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+    let written = match write_to(o, &reference, &mut w) {
+        Ok(x) => x,
+        Err(e) => {
+            drop(w);
+            let _ = std::fs::remove_file(&part);
+            return Err(e);
+        }
+    };
+    let file = w.into_inner().map_err(|e| e.into_error())?;
+    let len = file.metadata()?.len();
+    if len != written.bytes {
+        bail!(
+            "wrote {len} bytes to {}, expected {}",
+            part.display(),
+            written.bytes
+        );
+    }
+    drop(file);
+    std::fs::rename(&part, out)
+        .with_context(|| format!("renaming {} to {}", part.display(), out.display()))?;
+    Ok(written)
+}
+
+#[cfg(test)]
+pub(crate) mod tests;
