@@ -36,7 +36,8 @@ pub const NAMES: &[&str] = &[
 ];
 
 /// Builds (once per directory) the named fixture and returns its absolute path.
-/// `synthetic-<preset>` names are delegated to `harness synth-model`;
+/// `synthetic-<preset>` names are written as `harness synth-model` writes them,
+/// into `$HARNESS_MODEL_CACHE` when set (kept between runs) instead of `dir`;
 /// `reference-tokenizer-json` is the reference model with `golden_dir/tokenizer.json` beside it.
 pub fn materialize(name: &str, reference: &Path, golden_dir: &Path, dir: &Path) -> Result<PathBuf> {
     if name == "reference" {
@@ -59,12 +60,19 @@ pub fn materialize(name: &str, reference: &Path, golden_dir: &Path, dir: &Path) 
         }
         return Ok(model);
     }
-    let out = dir.join(format!("{name}.gguf"));
-    if out.exists() {
+    if let Some(preset) = name.strip_prefix("synthetic-") {
+        // Large synthetic models may be kept between runs (the GPU machine
+        // writes Llama-3-8B's 5 GB once per session).
+        let dir = std::env::var_os("HARNESS_MODEL_CACHE").map_or(dir.to_path_buf(), PathBuf::from);
+        std::fs::create_dir_all(&dir)?;
+        let out = dir.join(format!("{name}.gguf"));
+        if !out.exists() {
+            synthesize(preset, reference, &out)?;
+        }
         return Ok(out);
     }
-    if let Some(preset) = name.strip_prefix("synthetic-") {
-        synthesize(preset, reference, &out)?;
+    let out = dir.join(format!("{name}.gguf"));
+    if out.exists() {
         return Ok(out);
     }
     let g = Gguf::read(reference)?;
