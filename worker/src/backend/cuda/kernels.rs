@@ -288,7 +288,8 @@ impl Kernels {
         out: CUdeviceptr,
     ) -> Result<(), BackendError> {
         let k = Kernel::Embed(ty);
-        check_args(k, &[("rows", rows), ("cols", cols), ("n", n), ("row_bytes", row_bytes)], &[("table", table), ("tokens", tokens), ("out", out)])?;
+        let dims = [("rows", rows), ("cols", cols), ("n", n), ("row_bytes", row_bytes)];
+        check_args(k, &dims, &[("table", table), ("tokens", tokens), ("out", out)])?;
         let (row_bytes, rows, cols, n_) = (row_bytes as i64, rows as i32, cols as i32, n as i32);
         let cfg = LaunchConfig { grid_dim: (n as u32, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
         let mut b = s.launch_builder(self.func(k));
@@ -321,7 +322,8 @@ impl Kernels {
         bias: CUdeviceptr,
         out: CUdeviceptr,
     ) -> Result<(), BackendError> {
-        check_args(Kernel::Gemm(ty), &[("rows", rows), ("cols", cols), ("n", n), ("row_bytes", row_bytes)], &[("w", w), ("x", x), ("out", out)])?;
+        let dims = [("rows", rows), ("cols", cols), ("n", n), ("row_bytes", row_bytes)];
+        check_args(Kernel::Gemm(ty), &dims, &[("w", w), ("x", x), ("out", out)])?;
         let gemm_blocks = rows.div_ceil(GEMM_TILE as usize) * n.div_ceil(GEMM_TILE as usize);
         let few_tiles = n <= MV_LOOP_SMALL_GRID_MAX_TOKENS && gemm_blocks < self.sm_count;
         if n > MV_MAX_TOKENS && (n <= MV_LOOP_MAX_TOKENS || few_tiles) {
