@@ -3,8 +3,9 @@
 //!
 //! Every launcher's doc comment gives each argument's shape and dtype.
 //! Pointers are raw device addresses (`u64`); callers (`ops.rs`) check
-//! shapes and buffer sizes before launching (M0-W-1431), and every launch
-//! result is checked.
+//! shapes and buffer sizes before launching, each launcher refuses zero or
+//! out-of-range dimensions and null buffers ([`check_args`]) before it
+//! queues anything (M0-W-1431), and every launch result is checked.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

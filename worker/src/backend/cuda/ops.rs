@@ -4,7 +4,8 @@
 //! Weights are device blocks in their stored format; activations are f32
 //! row-major device matrices taken from the stream-ordered pool; the KV cache
 //! is f16, laid out `[layer][K|V][kv_head][capacity][head_dim]`. Every
-//! operation checks shapes before it launches (M0-W-1431).
+//! operation checks shapes, and that each operand's device block holds its
+//! stated shape, before it launches (M0-W-1431).
 
 use std::sync::Arc;
 

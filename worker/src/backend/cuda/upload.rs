@@ -5,8 +5,8 @@
 //! one buffer the host fills the other. An event per buffer says when it may
 //! be refilled. No copy is larger than the chunk size (1 MiB by default), and
 //! progress is reported per chunk copied. A copy the driver refuses ends the
-//! upload with `ModelLoadFailed` (`MODEL_LOAD_FAILED`); tests make one fail on
-//! purpose with [`fail_copy_for_test`].
+//! upload with `ModelLoadFailed` (`MODEL_LOAD_FAILED`); test builds can make
+//! one fail on purpose (`fail_copy_for_test`).
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -19,15 +19,15 @@ use crate::backend::BackendError;
 
 #[cfg(test)]
 thread_local! {
-    /// Test hook: the index (from 0) of the copy, within each upload made on
-    /// this thread, that fails as if the driver had refused it.
+    /// Test hook: the index (from 0) of the copy, within each load's upload
+    /// made on this thread, that fails as if the driver had refused it.
     static FAIL_COPY: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
 }
 
-/// Test hook (M0-W-1222): makes copy `n` (counting from 0) of every upload on
-/// the calling thread fail through the same path as a driver error, until
-/// called with `None`. Only in test builds; loads on other threads (other
-/// tests) are not affected.
+/// Test hook (M0-W-1222): makes copy `n` (counting from 0) of every load's
+/// upload on the calling thread fail through the same path as a driver
+/// error, until called with `None`. Only in test builds; loads on other
+/// threads (other tests) are not affected.
 #[cfg(test)]
 pub(crate) fn fail_copy_for_test(n: Option<u64>) {
     FAIL_COPY.with(|c| c.set(n));
