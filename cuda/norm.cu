@@ -1,9 +1,10 @@
-// norm.cu: RMSNorm, out[t] = x[t] * (1 / sqrt(mean(x[t]^2) + eps)) * w.
-// One block per row; the sum of squares is kept in f32 and reduced in a
-// fixed order (block_sum). Products are rounded as the CPU reference rounds
-// them: (x * scale) * w.
+// norm.cu: RMSNorm and LayerNorm, one block per row. Row sums are kept in
+// f32 and reduced in a fixed order (block_sum: a butterfly inside each warp,
+// then the warps' partial sums in warp order), so a row gives the same bits
+// on every run. Products are rounded as the CPU reference rounds them.
 #include "common.cuh"
 
+// out[t] = x[t] * (1 / sqrt(mean(x[t]^2) + eps)) * w, rounded as (x * scale) * w.
 extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __restrict__ w, int cols, float eps,
                                     int rows, float* __restrict__ out) {
     __shared__ float red[32];
@@ -16,4 +17,35 @@ extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __
     s = block_sum(s, red);
     const float scale = 1.0f / sqrtf(s / (float)cols + eps);
     for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = __fmul_rn(__fmul_rn(xr[c], scale), w[c]);
+}
+
+// GPT-2's LayerNorm (M0-W-1432):
+//   out[t] = (x[t] - mean) / sqrt(var + eps) * w + b,   var = mean((x[t] - mean)^2)
+// The variance is taken in a second pass over the row (which stays in L1/L2)
+// rather than as E[x^2] - mean^2, which loses the variance to cancellation
+// when the mean is large. `b` may be null (no bias). Rounded as
+// ((x - mean) * scale) * w + b, the CPU reference's order.
+extern "C" __global__ void layer_norm(const float* __restrict__ x, const float* __restrict__ w,
+                                      const float* __restrict__ b, int cols, float eps, int rows,
+                                      float* __restrict__ out) {
+    __shared__ float red[32];
+    const int r = blockIdx.x;
+    if (r >= rows) return;
+    const float* xr = x + (i64)r * cols;
+    float* o = out + (i64)r * cols;
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) s += xr[c];
+    // block_sum begins with a barrier, so `red` may be reused by the second call.
+    const float mean = block_sum(s, red) / (float)cols;
+    float q = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float d = xr[c] - mean;
+        q = fmaf(d, d, q);
+    }
+    const float var = block_sum(q, red) / (float)cols;
+    const float scale = 1.0f / sqrtf(var + eps);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float y = __fmul_rn(__fmul_rn(__fsub_rn(xr[c], mean), scale), w[c]);
+        o[c] = b ? __fadd_rn(y, b[c]) : y;
+    }
 }

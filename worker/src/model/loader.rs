@@ -196,6 +196,46 @@ mod tests {
         assert!(progress.is_empty(), "no weight was bound: {progress:?}");
     }
 
+    /// M0-W-1201: `quant_kind` is the short name of `general.file_type`; a
+    /// file without one (or with a number llama.cpp does not name) reports
+    /// its most common matrix type.
+    #[test]
+    fn m0_w_1201_quant_kind_is_the_file_type_short_name() {
+        use crate::gguf::{GgufWriter, MetaValue};
+        use crate::quant::{quantize, GgmlType};
+        let file = |file_type: Option<u32>| {
+            let mut w = GgufWriter::new();
+            w.metadata("general.architecture", MetaValue::String("llama".into()));
+            if let Some(ft) = file_type {
+                w.metadata("general.file_type", MetaValue::U32(ft));
+            }
+            let m = |ty: GgmlType| quantize(ty, &[0.25; 64 * 32]).unwrap();
+            for (i, ty) in [GgmlType::Q4_1, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::F16].into_iter().enumerate() {
+                w.tensor(&format!("m{i}"), &[64, 32], ty, m(ty));
+            }
+            // Vectors do not count: more F32 vectors than Q4_1 matrices.
+            for i in 0..5 {
+                w.tensor(&format!("v{i}"), &[64], GgmlType::F32, quantize(GgmlType::F32, &[1.0; 64]).unwrap());
+            }
+            GgufFile::from_bytes(w.to_bytes()).unwrap()
+        };
+        assert_eq!(quant_kind(&file(Some(3))), "Q4_1");
+        assert_eq!(quant_kind(&file(Some(15))), "Q4_K_M");
+        assert_eq!(quant_kind(&file(Some(38))), "MXFP4");
+        assert_eq!(quant_kind(&file(Some(7))), "Q8_0");
+        assert_eq!(quant_kind(&file(None)), "Q4_1");
+        assert_eq!(quant_kind(&file(Some(4))), "Q4_1", "an unnamed file type falls back to the matrices");
+
+        // The reference model, when present, is Q4_1.
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.models/smollm2-135m-instruct-q4_1.gguf");
+        if path.exists() {
+            let file = GgufFile::open(&path).unwrap();
+            assert_eq!(quant_kind(&file), "Q4_1");
+            let cfg = ModelConfig::try_from(&file.metadata).unwrap();
+            assert_eq!(model_info(&file, &cfg).quant_kind, "Q4_1");
+        }
+    }
+
     #[test]
     fn progress_marks_fire_once_each_in_order() {
         let mut seen = Vec::new();

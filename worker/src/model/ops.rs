@@ -72,6 +72,20 @@ pub trait Ops {
     /// `out = silu(gate) * up`, elementwise.
     fn swiglu(&mut self, gate: &Self::Buf, up: &Self::Buf, out: &mut Self::Buf) -> Result<(), BackendError>;
 
+    /// GPT-2's LayerNorm: `out[t] = (x[t] - mean(x[t])) / sqrt(var(x[t]) + eps) * weight (+ bias)`,
+    /// the variance being the mean squared deviation (M0-W-1432).
+    fn layer_norm(
+        &mut self,
+        x: &Self::Buf,
+        weight: &Self::Weight,
+        bias: Option<&Self::Weight>,
+        eps: f32,
+        out: &mut Self::Buf,
+    ) -> Result<(), BackendError>;
+
+    /// GPT-2's GELU, elementwise: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` (M0-W-1433).
+    fn gelu(&mut self, x: &Self::Buf, out: &mut Self::Buf) -> Result<(), BackendError>;
+
     /// `x += y`, elementwise.
     fn add_assign(&mut self, x: &mut Self::Buf, y: &Self::Buf) -> Result<(), BackendError>;
 

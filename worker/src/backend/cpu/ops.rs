@@ -111,6 +111,16 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     quant::vec_dot(GgmlType::F32, bytes, b)
 }
 
+/// GPT-2's tanh-approximated GELU in f32 (M0-W-1433), written as the
+/// kernel writes it: `tanh` of a large or infinite argument is exactly +-1
+/// (Rust's `tanh` is not a ratio of exponentials that would give inf/inf), so
+/// large positive x give x and large negative x give -0.
+pub fn gelu(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    let u = SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x);
+    0.5 * x * (1.0 + u.tanh())
+}
+
 impl Ops for CpuOps {
     type Weight = CpuWeight;
     type Buf = CpuBuf;
@@ -312,6 +322,48 @@ impl Ops for CpuOps {
         Ok(())
     }
 
+    fn layer_norm(
+        &mut self,
+        x: &CpuBuf,
+        weight: &CpuWeight,
+        bias: Option<&CpuWeight>,
+        eps: f32,
+        out: &mut CpuBuf,
+    ) -> Result<(), BackendError> {
+        let w = weight.values();
+        let b = bias.map(CpuWeight::values);
+        if w.len() != x.cols || b.is_some_and(|b| b.len() != x.cols) || out.rows != x.rows || out.cols != x.cols || x.cols == 0 {
+            return Err(shape_error("layer_norm"));
+        }
+        for (xr, or) in x.data.chunks_exact(x.cols).zip(out.data.chunks_exact_mut(x.cols)) {
+            // The statistics in f64 (the reference is the more exact side);
+            // the normalisation in f32, in the kernel's order of rounding.
+            let n = x.cols as f64;
+            let mean = xr.iter().map(|&v| v as f64).sum::<f64>() / n;
+            let var = xr.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+            let scale = (1.0 / (var + eps as f64).sqrt()) as f32;
+            let mean = mean as f32;
+            for (c, (o, &v)) in or.iter_mut().zip(xr).enumerate() {
+                let y = (v - mean) * scale * w[c];
+                *o = match b {
+                    Some(b) => y + b[c],
+                    None => y,
+                };
+            }
+        }
+        Ok(())
+    }
+
+    fn gelu(&mut self, x: &CpuBuf, out: &mut CpuBuf) -> Result<(), BackendError> {
+        if out.data.len() != x.data.len() {
+            return Err(shape_error("gelu"));
+        }
+        for (o, &v) in out.data.iter_mut().zip(&x.data) {
+            *o = gelu(v);
+        }
+        Ok(())
+    }
+
     fn add_assign(&mut self, x: &mut CpuBuf, y: &CpuBuf) -> Result<(), BackendError> {
         if x.data.len() != y.data.len() {
             return Err(shape_error("add"));
@@ -342,5 +394,76 @@ impl Ops for CpuOps {
         out.clear();
         out.extend_from_slice(x.row(row));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vector(values: &[f32]) -> CpuWeight {
+        CpuWeight::Dense { values: values.to_vec() }
+    }
+
+    /// M0-W-1432: the CPU LayerNorm against the formula worked out in f64,
+    /// on a plain row, a row far from zero, and a constant row (zero
+    /// variance: the output is the bias).
+    #[test]
+    fn m0_w_1432_cpu_layer_norm_matches_a_hand_computed_f64_value() {
+        let rows: [[f32; 4]; 3] = [[1.0, 2.0, 3.0, 4.0], [1000.5, 1001.0, 999.25, 1003.0], [7.0; 4]];
+        let (w, b, eps) = ([1.0f32, 0.5, 2.0, -1.0], [0.0f32, 1.0, -1.0, 0.25], 1e-5f32);
+        let x = CpuBuf { rows: 3, cols: 4, data: rows.concat() };
+        for with_bias in [true, false] {
+            let mut out = CpuBuf { rows: 3, cols: 4, data: vec![0.0; 12] };
+            let bias = vector(&b);
+            CpuOps.layer_norm(&x, &vector(&w), with_bias.then_some(&bias), eps, &mut out).unwrap();
+            for (r, row) in rows.iter().enumerate() {
+                let mean = row.iter().map(|&v| v as f64).sum::<f64>() / 4.0;
+                let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / 4.0;
+                for c in 0..4 {
+                    let bias = if with_bias { b[c] as f64 } else { 0.0 };
+                    let want = (row[c] as f64 - mean) / (var + eps as f64).sqrt() * w[c] as f64 + bias;
+                    let got = out.data[r * 4 + c] as f64;
+                    assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "row {r} col {c}: {got} vs {want}");
+                }
+            }
+        }
+        // Row 0 by hand: mean 2.5, variance 1.25, so (x - 2.5) / sqrt(1.25 + 1e-5).
+        let mut out = CpuBuf { rows: 1, cols: 4, data: vec![0.0; 4] };
+        let x0 = CpuBuf { rows: 1, cols: 4, data: rows[0].to_vec() };
+        CpuOps.layer_norm(&x0, &vector(&[1.0; 4]), None, eps, &mut out).unwrap();
+        let s = 1.0 / (1.25f64 + 1e-5).sqrt();
+        for (got, want) in out.data.iter().zip([-1.5 * s, -0.5 * s, 0.5 * s, 1.5 * s]) {
+            assert!((*got as f64 - want).abs() <= 1e-6, "{got} vs {want}");
+        }
+        // A bias of the wrong length is a shape error.
+        let mut out = CpuBuf { rows: 3, cols: 4, data: vec![0.0; 12] };
+        assert!(CpuOps.layer_norm(&x, &vector(&w), Some(&vector(&[0.0; 3])), eps, &mut out).is_err());
+    }
+
+    /// M0-W-1433: the CPU GELU over a dense grid of [-10, 10] against f64
+    /// (max absolute error <= 1e-3), and finite, saturated values far outside.
+    #[test]
+    fn m0_w_1433_cpu_gelu_matches_f64_over_minus_10_to_10() {
+        let reference = |x: f64| 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh());
+        let n = 1usize << 20;
+        let mut worst = 0f64;
+        for i in 0..n {
+            let x = (-10.0 + 20.0 * i as f64 / (n - 1) as f64) as f32;
+            worst = worst.max((gelu(x) as f64 - reference(x as f64)).abs());
+        }
+        assert!(worst <= 1e-3, "max error {worst:e}");
+        // Float rounding only: far below the requirement's bound.
+        assert!(worst <= 1e-5, "max error {worst:e}");
+        assert_eq!(gelu(0.0), 0.0);
+        assert!((gelu(1.0) as f64 - 0.841_191_990_608_277).abs() < 1e-6, "{}", gelu(1.0));
+        for x in [1e4f32, 3e12, 1e20, f32::MAX] {
+            assert_eq!(gelu(x), x, "gelu({x})");
+            assert_eq!(gelu(-x), 0.0, "gelu({})", -x);
+        }
+        let x = CpuBuf { rows: 2, cols: 2, data: vec![-1.0, 0.0, 1.0, 2.0] };
+        let mut out = CpuBuf { rows: 2, cols: 2, data: vec![0.0; 4] };
+        CpuOps.gelu(&x, &mut out).unwrap();
+        assert_eq!(out.data, x.data.iter().map(|&v| gelu(v)).collect::<Vec<_>>());
     }
 }

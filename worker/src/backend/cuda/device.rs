@@ -36,6 +36,18 @@ pub fn align_up(bytes: u64) -> u64 {
     bytes.div_ceil(DEVICE_ALIGN).max(1) * DEVICE_ALIGN
 }
 
+/// M0-W-1220: every device block, and so every tensor, starts on a 256-byte
+/// boundary; an address that does not is an error, never used. (The driver
+/// aligns `cuMemAlloc` blocks far more coarsely, so this fails only if that
+/// promise or our own offset arithmetic breaks.)
+pub fn check_aligned(what: &str, ptr: CUdeviceptr) -> Result<(), BackendError> {
+    if ptr.is_multiple_of(DEVICE_ALIGN) {
+        Ok(())
+    } else {
+        Err(BackendError::Unknown(format!("{what} is at {ptr:#x}, not on a {DEVICE_ALIGN}-byte boundary")))
+    }
+}
+
 /// What a block of device memory is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Purpose {
@@ -325,10 +337,9 @@ impl CudaDevice {
                 return Err(e);
             }
         };
+        // Owned from here on, so a misaligned block is freed as the error returns.
         let buf = DevBuf { ptr, bytes: size, purpose, pooled: pooled && self.pool.is_some(), dev: self.clone() };
-        if ptr % DEVICE_ALIGN != 0 {
-            return Err(BackendError::Unknown(format!("the driver returned {ptr:#x}, not on a 256-byte boundary")));
-        }
+        check_aligned("a block from the driver", ptr)?;
         Ok(buf)
     }
 

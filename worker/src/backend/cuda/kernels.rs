@@ -3,8 +3,9 @@
 //!
 //! Every launcher's doc comment gives each argument's shape and dtype.
 //! Pointers are raw device addresses (`u64`); callers (`ops.rs`) check
-//! shapes and buffer sizes before launching (M0-W-1431), and every launch
-//! result is checked.
+//! shapes and buffer sizes before launching, each launcher refuses zero or
+//! out-of-range dimensions and null buffers ([`check_args`]) before it
+//! queues anything (M0-W-1431), and every launch result is checked.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -74,10 +75,14 @@ pub enum Kernel {
     /// `gemm_<type>`: tiled matrix product for any number of rows of x.
     Gemm(GgmlType),
     RmsNorm,
+    /// `layer_norm`: GPT-2's LayerNorm (M0-W-1432).
+    LayerNorm,
     Rope,
     KvStore,
     Attention,
     Swiglu,
+    /// `gelu`: GPT-2's tanh-approximated GELU (M0-W-1433).
+    Gelu,
     AddAssign,
 }
 
@@ -105,7 +110,16 @@ impl Kernel {
         for t in GgmlType::ALL {
             v.extend([Kernel::Embed(t), Kernel::MatVec(t), Kernel::MatVecWarp(t), Kernel::Gemm(t)]);
         }
-        v.extend([Kernel::RmsNorm, Kernel::Rope, Kernel::KvStore, Kernel::Attention, Kernel::Swiglu, Kernel::AddAssign]);
+        v.extend([
+            Kernel::RmsNorm,
+            Kernel::LayerNorm,
+            Kernel::Rope,
+            Kernel::KvStore,
+            Kernel::Attention,
+            Kernel::Swiglu,
+            Kernel::Gelu,
+            Kernel::AddAssign,
+        ]);
         v
     }
 
@@ -113,10 +127,10 @@ impl Kernel {
         match self {
             Kernel::Embed(_) => Module::Embed,
             Kernel::MatVec(_) | Kernel::MatVecWarp(_) | Kernel::Gemm(_) => Module::Matmul,
-            Kernel::RmsNorm => Module::Norm,
+            Kernel::RmsNorm | Kernel::LayerNorm => Module::Norm,
             Kernel::Rope => Module::Rope,
             Kernel::KvStore | Kernel::Attention => Module::Attention,
-            Kernel::Swiglu | Kernel::AddAssign => Module::Elementwise,
+            Kernel::Swiglu | Kernel::Gelu | Kernel::AddAssign => Module::Elementwise,
         }
     }
 
@@ -129,12 +143,26 @@ impl Kernel {
             Kernel::MatVecWarp(t) => format!("mvw_{}", ty(t)),
             Kernel::Gemm(t) => format!("gemm_{}", ty(t)),
             Kernel::RmsNorm => "rms_norm".into(),
+            Kernel::LayerNorm => "layer_norm".into(),
             Kernel::Rope => "rope".into(),
             Kernel::KvStore => "kv_store".into(),
             Kernel::Attention => "attention".into(),
             Kernel::Swiglu => "swiglu".into(),
+            Kernel::Gelu => "gelu".into(),
             Kernel::AddAssign => "add_assign".into(),
         }
+    }
+}
+
+/// Threads of a norm block (a multiple of 32, as `block_sum` needs): enough
+/// to cover wide rows in few strides, few enough not to idle on narrow ones.
+fn norm_threads(cols: usize) -> u32 {
+    if cols >= 1024 {
+        512
+    } else if cols >= 256 {
+        256
+    } else {
+        64
     }
 }
 
@@ -153,11 +181,36 @@ fn launch_error(k: Kernel, e: cudarc::driver::DriverError) -> BackendError {
     BackendError::KernelLaunchFailed(format!("launching {}: {e:?}", k.symbol()))
 }
 
+/// M0-W-1431: the checks every launcher makes before it queues anything, so
+/// that a bad call is a typed error rather than a launch that reads or
+/// writes outside a buffer. Each `int` argument of the kernel must lie in
+/// `1..=i32::MAX` (zero rows or columns are refused, not launched as empty
+/// grids), and each required buffer must not be null. Buffer sizes are
+/// checked one level up, in `ops.rs`, where the buffers are known.
+pub fn check_args(k: Kernel, ints: &[(&str, usize)], ptrs: &[(&str, CUdeviceptr)]) -> Result<(), BackendError> {
+    for &(name, v) in ints {
+        if v == 0 {
+            return Err(BackendError::InferenceFailed(format!("{}: {name} is zero; nothing is launched", k.symbol())));
+        }
+        if v > i32::MAX as usize {
+            return Err(BackendError::InferenceFailed(format!("{}: {name} = {v} exceeds the kernel's int range", k.symbol())));
+        }
+    }
+    if let Some((name, _)) = ptrs.iter().find(|(_, p)| *p == 0) {
+        return Err(BackendError::InferenceFailed(format!("{}: buffer {name} is null", k.symbol())));
+    }
+    Ok(())
+}
+
+/// One thread per element in blocks of `block`; zero elements are refused.
 fn grid_1d(n: u64, block: u32) -> Result<LaunchConfig, BackendError> {
+    if n == 0 {
+        return Err(BackendError::InferenceFailed("a launch over zero elements".into()));
+    }
     let blocks = n.div_ceil(block as u64);
     let blocks = u32::try_from(blocks)
         .map_err(|_| BackendError::InferenceFailed(format!("{n} elements exceed one launch")))?;
-    Ok(LaunchConfig { grid_dim: (blocks.max(1), 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 })
+    Ok(LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 })
 }
 
 impl Kernels {
@@ -236,6 +289,8 @@ impl Kernels {
         out: CUdeviceptr,
     ) -> Result<(), BackendError> {
         let k = Kernel::Embed(ty);
+        let dims = [("rows", rows), ("cols", cols), ("n", n), ("row_bytes", row_bytes)];
+        check_args(k, &dims, &[("table", table), ("tokens", tokens), ("out", out)])?;
         let (row_bytes, rows, cols, n_) = (row_bytes as i64, rows as i32, cols as i32, n as i32);
         let cfg = LaunchConfig { grid_dim: (n as u32, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
         let mut b = s.launch_builder(self.func(k));
@@ -268,6 +323,8 @@ impl Kernels {
         bias: CUdeviceptr,
         out: CUdeviceptr,
     ) -> Result<(), BackendError> {
+        let dims = [("rows", rows), ("cols", cols), ("n", n), ("row_bytes", row_bytes)];
+        check_args(Kernel::Gemm(ty), &dims, &[("w", w), ("x", x), ("out", out)])?;
         let gemm_blocks = rows.div_ceil(GEMM_TILE as usize) * n.div_ceil(GEMM_TILE as usize);
         let few_tiles = n <= MV_LOOP_SMALL_GRID_MAX_TOKENS && gemm_blocks < self.sm_count;
         if n > MV_MAX_TOKENS && (n <= MV_LOOP_MAX_TOKENS || few_tiles) {
@@ -326,13 +383,39 @@ impl Kernels {
         out: CUdeviceptr,
     ) -> Result<(), BackendError> {
         let k = Kernel::RmsNorm;
-        let threads = if cols >= 1024 { 512 } else if cols >= 256 { 256 } else { 64 };
-        let cfg = LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
+        check_args(k, &[("rows", rows), ("cols", cols)], &[("x", x), ("w", w), ("out", out)])?;
+        let cfg = LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (norm_threads(cols), 1, 1), shared_mem_bytes: 0 };
         let (cols, rows) = (cols as i32, rows as i32);
         let mut b = s.launch_builder(self.func(k));
         b.arg(&x).arg(&w).arg(&cols).arg(&eps).arg(&rows).arg(&out);
         // SAFETY: as for `embed`.
         unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| launch_error(k, e))
+    }
+
+    /// `layer_norm`: `out[t] = (x[t] - mean) / sqrt(var + eps) * w + b`, the
+    /// mean and variance over row `t`.
+    /// - `x`, `out`: `[rows, cols]` f32 (may not overlap)
+    /// - `w`: `[cols]` f32; `b`: `[cols]` f32, or 0 for none
+    #[allow(clippy::too_many_arguments)]
+    pub fn layer_norm(
+        &self,
+        s: &Arc<CudaStream>,
+        x: CUdeviceptr,
+        w: CUdeviceptr,
+        b: CUdeviceptr,
+        rows: usize,
+        cols: usize,
+        eps: f32,
+        out: CUdeviceptr,
+    ) -> Result<(), BackendError> {
+        let k = Kernel::LayerNorm;
+        check_args(k, &[("rows", rows), ("cols", cols)], &[("x", x), ("w", w), ("out", out)])?;
+        let cfg = LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (norm_threads(cols), 1, 1), shared_mem_bytes: 0 };
+        let (cols, rows) = (cols as i32, rows as i32);
+        let mut lb = s.launch_builder(self.func(k));
+        lb.arg(&x).arg(&w).arg(&b).arg(&cols).arg(&eps).arg(&rows).arg(&out);
+        // SAFETY: as for `embed`.
+        unsafe { lb.launch(cfg) }.map(|_| ()).map_err(|e| launch_error(k, e))
     }
 
     /// `rope`, in place: rotates dims `0..n_rot` of every head of every row;
@@ -358,6 +441,10 @@ impl Kernels {
         style: i32,
     ) -> Result<(), BackendError> {
         let k = Kernel::Rope;
+        check_args(k, &[("rows", rows), ("n_head", n_head), ("head_dim", head_dim), ("n_rot", n_rot)], &[("x", x)])?;
+        if !n_rot.is_multiple_of(2) || n_rot > head_dim {
+            return Err(BackendError::InferenceFailed(format!("rope: {n_rot} rotated dims of a {head_dim}-dim head")));
+        }
         let cfg = grid_1d((rows * n_head * (n_rot / 2)) as u64, 256)?;
         let (rows, n_head, head_dim, n_rot, start_pos) =
             (rows as i32, n_head as i32, head_dim as i32, n_rot as i32, start_pos as i32);
@@ -388,6 +475,14 @@ impl Kernels {
         v_cache: CUdeviceptr,
     ) -> Result<(), BackendError> {
         let kern = Kernel::KvStore;
+        check_args(
+            kern,
+            &[("n", n), ("n_head_kv", n_head_kv), ("head_dim", head_dim), ("capacity", capacity)],
+            &[("k", k), ("v", v), ("k_cache", k_cache), ("v_cache", v_cache)],
+        )?;
+        if pos_ptr == 0 && start_pos + n > capacity {
+            return Err(BackendError::InferenceFailed(format!("kv_store: positions {start_pos}..{} of {capacity}", start_pos + n)));
+        }
         let cfg = grid_1d((n * n_head_kv * head_dim) as u64, 256)?;
         let (n, n_head_kv, head_dim, start_pos, capacity) =
             (n as i32, n_head_kv as i32, head_dim as i32, start_pos as i32, capacity as i32);
@@ -422,6 +517,17 @@ impl Kernels {
         out: CUdeviceptr,
     ) -> Result<(), BackendError> {
         let kern = Kernel::Attention;
+        check_args(
+            kern,
+            &[("n", n), ("n_head", n_head), ("n_head_kv", n_head_kv), ("head_dim", head_dim), ("capacity", capacity)],
+            &[("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out)],
+        )?;
+        if head_dim > ATT_MAX_HEAD_DIM || !n_head.is_multiple_of(n_head_kv) {
+            return Err(BackendError::InferenceFailed(format!("attention: {n_head}/{n_head_kv} heads of {head_dim}")));
+        }
+        if pos_ptr == 0 && start_pos + n > capacity {
+            return Err(BackendError::InferenceFailed(format!("attention: positions {start_pos}..{} of {capacity}", start_pos + n)));
+        }
         if n > 65535 * 1024 || n_head > 65535 {
             return Err(BackendError::InferenceFailed("attention shape exceeds one launch".into()));
         }
@@ -449,6 +555,7 @@ impl Kernels {
     /// - `gate`, `up`, `out`: `[len]` f32
     pub fn swiglu(&self, s: &Arc<CudaStream>, gate: CUdeviceptr, up: CUdeviceptr, len: usize, out: CUdeviceptr) -> Result<(), BackendError> {
         let k = Kernel::Swiglu;
+        check_args(k, &[], &[("gate", gate), ("up", up), ("out", out)])?;
         let cfg = grid_1d(len as u64, 256)?;
         let len = len as i64;
         let mut b = s.launch_builder(self.func(k));
@@ -457,10 +564,24 @@ impl Kernels {
         unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| launch_error(k, e))
     }
 
+    /// `gelu`: `out[i] = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, `x = x[i]`.
+    /// - `x`, `out`: `[len]` f32 (may be the same buffer)
+    pub fn gelu(&self, s: &Arc<CudaStream>, x: CUdeviceptr, len: usize, out: CUdeviceptr) -> Result<(), BackendError> {
+        let k = Kernel::Gelu;
+        check_args(k, &[], &[("x", x), ("out", out)])?;
+        let cfg = grid_1d(len as u64, 256)?;
+        let len = len as i64;
+        let mut b = s.launch_builder(self.func(k));
+        b.arg(&x).arg(&len).arg(&out);
+        // SAFETY: as for `embed`.
+        unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| launch_error(k, e))
+    }
+
     /// `add_assign`: `x[i] += y[i]`.
     /// - `x`, `y`: `[len]` f32
     pub fn add_assign(&self, s: &Arc<CudaStream>, x: CUdeviceptr, y: CUdeviceptr, len: usize) -> Result<(), BackendError> {
         let k = Kernel::AddAssign;
+        check_args(k, &[], &[("x", x), ("y", y)])?;
         let cfg = grid_1d(len as u64, 256)?;
         let len = len as i64;
         let mut b = s.launch_builder(self.func(k));

@@ -70,6 +70,15 @@ impl Default for CudaLoadOptions {
     }
 }
 
+/// One weight's device block: the tensor it holds, its address (a multiple
+/// of 256, M0-W-1220) and its size as allocated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WeightBuffer {
+    pub name: String,
+    pub ptr: u64,
+    pub bytes: u64,
+}
+
 /// Pinned host memory mapped into the device's address space: a buffer the
 /// residency check must reject (test hook only).
 struct HostMapped {
@@ -84,7 +93,7 @@ pub struct CudaBackend {
     ops: CudaOps,
     weights: LlamaWeights<CudaWeight>,
     /// Every weight buffer, by tensor name, for the residency check.
-    weight_ptrs: Vec<(String, u64)>,
+    weight_bufs: Vec<WeightBuffer>,
     host_mapped: Option<HostMapped>,
     cache: Option<CudaCache>,
     len: usize,
@@ -120,6 +129,10 @@ impl CudaBackend {
         opts: &CudaLoadOptions,
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<Self, BackendError> {
+        // Refused before the GPU is touched (M0-W-1222).
+        if opts.upload_chunk_bytes == 0 {
+            return Err(BackendError::ModelLoadFailed("the upload chunk size must be positive".into()));
+        }
         let dev = CudaDevice::with_cap(opts.gpu_device, opts.vram_cap_bytes)?;
         dev.bind()?;
 
@@ -145,7 +158,7 @@ impl CudaBackend {
         }
 
         let mut uploader = upload::Uploader::new(dev.clone(), opts.upload_chunk_bytes)?;
-        let mut weight_ptrs = Vec::with_capacity(names.len());
+        let mut weight_bufs = Vec::with_capacity(names.len());
         let weights = LlamaWeights::load(&cfg, file, &mut |spec| {
             let info = spec.info;
             let data = file.tensor_data(info);
@@ -177,7 +190,8 @@ impl CudaBackend {
                 uploader.upload(data, mem.ptr(), on_bytes)?;
                 CudaWeight { mem, ty, rows: spec.rows, cols: spec.cols, row_bytes }
             };
-            weight_ptrs.push((info.name.clone(), w.ptr()));
+            device::check_aligned(&info.name, w.ptr())?;
+            weight_bufs.push(WeightBuffer { name: info.name.clone(), ptr: w.ptr(), bytes: w.mem.bytes() });
             Ok(w)
         })?;
         let upload_stats = uploader.finish()?;
@@ -196,7 +210,7 @@ impl CudaBackend {
             dev,
             ops,
             weights,
-            weight_ptrs,
+            weight_bufs,
             host_mapped,
             cache: None,
             len: 0,
@@ -222,9 +236,9 @@ impl CudaBackend {
         self.upload_stats
     }
 
-    /// Every weight buffer's tensor name and device address.
-    pub fn weight_addresses(&self) -> &[(String, u64)] {
-        &self.weight_ptrs
+    /// Every weight buffer: tensor name, device address and size.
+    pub fn weight_buffers(&self) -> &[WeightBuffer] {
+        &self.weight_bufs
     }
 
     pub fn weights(&self) -> &LlamaWeights<CudaWeight> {
@@ -319,6 +333,12 @@ impl Drop for CudaBackend {
         if let Err(e) = self.dev.synchronize() {
             tracing::error!(error = %e, "synchronizing before teardown failed");
         }
+        // M0-SYS-2.5.1: a backend dropped in mid-sequence releases the
+        // sequence's graph and KV cache, and the activation memory its steps
+        // left in the stream-ordered pool goes back to the driver (the pool
+        // keeps freed blocks between steps). The weights are freed after
+        // this, as the fields drop.
+        self.end_sequence();
     }
 }
 
@@ -390,7 +410,8 @@ impl Backend for CudaBackend {
     fn check_residency(&self) -> Result<bool, BackendError> {
         self.dev.bind()?;
         let extra = self.host_mapped.as_ref().map(|h| ("test-host-mapped".to_string(), h.dptr));
-        for (name, ptr) in self.weight_ptrs.iter().cloned().chain(extra) {
+        let weights = self.weight_bufs.iter().map(|b| (b.name.clone(), b.ptr));
+        for (name, ptr) in weights.chain(extra) {
             let kind = memory_type(ptr)?;
             if kind != MemoryKind::Device {
                 tracing::error!(tensor = %name, ptr = format_args!("{ptr:#x}"), kind = ?kind, "weight buffer is not device memory");

@@ -4,7 +4,8 @@
 //! Weights are device blocks in their stored format; activations are f32
 //! row-major device matrices taken from the stream-ordered pool; the KV cache
 //! is f16, laid out `[layer][K|V][kv_head][capacity][head_dim]`. Every
-//! operation checks shapes before it launches (M0-W-1431).
+//! operation checks shapes, and that each operand's device block holds its
+//! stated shape, before it launches (M0-W-1431).
 
 use std::sync::Arc;
 
@@ -169,6 +170,46 @@ fn shape_error(what: String) -> BackendError {
     BackendError::InferenceFailed(format!("shape mismatch in {what}"))
 }
 
+/// M0-W-1431: every matrix an operation touches must be backed by enough
+/// device memory for its stated shape (the shape fields are public, so a
+/// caller can make them disagree with the block). A buffer carved from a
+/// graph arena was sized from its shape when it was carved.
+fn check_bufs(what: &str, bufs: &[&CudaBuf]) -> Result<(), BackendError> {
+    for b in bufs {
+        let need = (b.rows * b.cols * 4) as u64;
+        if let BufMem::Owned(m) = &b.mem {
+            if m.bytes() < need {
+                return Err(shape_error(format!("{what}: a {}x{} matrix in a block of {} bytes", b.rows, b.cols, m.bytes())));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// As [`check_bufs`] for weights: rows of whole blocks of the stored type,
+/// all inside the device block.
+fn check_weights(what: &str, ws: &[&CudaWeight]) -> Result<(), BackendError> {
+    for w in ws {
+        let need = w.rows as u64 * w.row_bytes as u64;
+        if w.ty.bytes_for(w.cols as u64) != Some(w.row_bytes as u64) || w.mem.bytes() < need {
+            return Err(shape_error(format!(
+                "{what}: a {}x{} {} weight with rows of {} bytes in a block of {} bytes",
+                w.rows,
+                w.cols,
+                w.ty,
+                w.row_bytes,
+                w.mem.bytes()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A vector weight (norm weight, bias) of `len` f32 values.
+fn is_f32_vector(w: &CudaWeight, len: usize) -> bool {
+    w.ty == GgmlType::F32 && w.rows == 1 && w.cols == len
+}
+
 impl CudaOps {
     pub fn new(dev: Arc<CudaDevice>) -> Self {
         CudaOps { dev, capture: None, rope_tables: Vec::new() }
@@ -274,6 +315,8 @@ impl Ops for CudaOps {
                 out.cols
             )));
         }
+        check_weights("embed", &[table])?;
+        check_bufs("embed", &[out])?;
         if let Some(&id) = tokens.iter().find(|&&id| id as usize >= table.rows) {
             return Err(BackendError::InferenceFailed(format!(
                 "token id {id} is outside the vocabulary ({})",
@@ -321,6 +364,8 @@ impl Ops for CudaOps {
         if weight.ty != GgmlType::F32 || weight.rows != 1 || weight.cols != x.cols || out.rows != x.rows || out.cols != x.cols || x.is_empty() {
             return Err(shape_error(format!("rms_norm: x {}x{}, w {}, out {}x{}", x.rows, x.cols, weight.cols, out.rows, out.cols)));
         }
+        check_weights("rms_norm", &[weight])?;
+        check_bufs("rms_norm", &[x, out])?;
         self.dev.bind()?;
         self.dev.kernels.rms_norm(&self.dev.stream, x.ptr(), weight.ptr(), x.rows, x.cols, eps, out.ptr())
     }
@@ -332,11 +377,13 @@ impl Ops for CudaOps {
                 x.rows, x.cols, w.rows, w.cols, out.rows, out.cols
             )));
         }
-        if w.ty.bytes_for(w.cols as u64) != Some(w.row_bytes as u64) || w.mem.bytes() < (w.rows * w.row_bytes) as u64 {
-            return Err(shape_error(format!("matmul: weight rows of {} bytes", w.row_bytes)));
-        }
+        check_weights("matmul", &[w])?;
+        check_bufs("matmul", &[x, out])?;
         let bias_ptr = match bias {
-            Some(b) if b.ty == GgmlType::F32 && b.rows == 1 && b.cols == w.rows => b.ptr(),
+            Some(b) if is_f32_vector(b, w.rows) => {
+                check_weights("matmul bias", &[b])?;
+                b.ptr()
+            }
             Some(b) => return Err(shape_error(format!("matmul bias of {} values for {} rows", b.cols, w.rows))),
             None => 0,
         };
@@ -359,6 +406,7 @@ impl Ops for CudaOps {
         if x.cols != p.n_head * p.head_dim || p.n_rot > p.head_dim || !p.n_rot.is_multiple_of(2) || x.is_empty() {
             return Err(shape_error(format!("rope: x {}x{}, {} heads of {}", x.rows, x.cols, p.n_head, p.head_dim)));
         }
+        check_bufs("rope", &[x])?;
         if p.n_rot == 0 {
             return Ok(());
         }
@@ -418,12 +466,17 @@ impl Ops for CudaOps {
         {
             return Err(shape_error(format!("attention: {s:?}")));
         }
+        check_bufs("attention", &[q, k, v, out])?;
         let end = s.start_pos + s.n_tokens;
         if end > cache.capacity {
             return Err(BackendError::InferenceFailed(format!(
                 "KV cache holds {} positions, {end} needed",
                 cache.capacity
             )));
+        }
+        let cache_bytes = CudaCache::bytes_for(cache.n_layer, cache.n_head_kv, cache.head_dim, cache.capacity);
+        if cache.mem.bytes() < cache_bytes {
+            return Err(shape_error(format!("attention: a cache of {cache_bytes} bytes in a block of {}", cache.mem.bytes())));
         }
         let (kc, vc) = cache.planes(s.layer);
         self.dev.bind()?;
@@ -452,14 +505,59 @@ impl Ops for CudaOps {
         if gate.len() != up.len() || out.len() != up.len() || up.is_empty() {
             return Err(shape_error("swiglu".into()));
         }
+        check_bufs("swiglu", &[gate, up, out])?;
         self.dev.bind()?;
         self.dev.kernels.swiglu(&self.dev.stream, gate.ptr(), up.ptr(), up.len(), out.ptr())
+    }
+
+    fn layer_norm(
+        &mut self,
+        x: &CudaBuf,
+        weight: &CudaWeight,
+        bias: Option<&CudaWeight>,
+        eps: f32,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        if !is_f32_vector(weight, x.cols)
+            || bias.is_some_and(|b| !is_f32_vector(b, x.cols))
+            || out.rows != x.rows
+            || out.cols != x.cols
+            || x.is_empty()
+        {
+            return Err(shape_error(format!(
+                "layer_norm: x {}x{}, w {}, bias {:?}, out {}x{}",
+                x.rows,
+                x.cols,
+                weight.cols,
+                bias.map(|b| b.cols),
+                out.rows,
+                out.cols
+            )));
+        }
+        check_weights("layer_norm", &[weight])?;
+        if let Some(b) = bias {
+            check_weights("layer_norm bias", &[b])?;
+        }
+        check_bufs("layer_norm", &[x, out])?;
+        self.dev.bind()?;
+        let b = bias.map_or(0, |b| b.ptr());
+        self.dev.kernels.layer_norm(&self.dev.stream, x.ptr(), weight.ptr(), b, x.rows, x.cols, eps, out.ptr())
+    }
+
+    fn gelu(&mut self, x: &CudaBuf, out: &mut CudaBuf) -> Result<(), BackendError> {
+        if out.len() != x.len() || x.is_empty() {
+            return Err(shape_error(format!("gelu: x {}x{}, out {}x{}", x.rows, x.cols, out.rows, out.cols)));
+        }
+        check_bufs("gelu", &[x, out])?;
+        self.dev.bind()?;
+        self.dev.kernels.gelu(&self.dev.stream, x.ptr(), x.len(), out.ptr())
     }
 
     fn add_assign(&mut self, x: &mut CudaBuf, y: &CudaBuf) -> Result<(), BackendError> {
         if x.len() != y.len() || x.is_empty() {
             return Err(shape_error("add".into()));
         }
+        check_bufs("add", &[x, y])?;
         self.dev.bind()?;
         self.dev.kernels.add_assign(&self.dev.stream, x.ptr(), y.ptr(), x.len())
     }
@@ -468,6 +566,7 @@ impl Ops for CudaOps {
         if row >= x.rows {
             return Err(shape_error("take_row".into()));
         }
+        check_bufs("take_row", &[x])?;
         let out = self.alloc_buf(1, x.cols)?;
         // SAFETY: both ranges are `cols` f32 values inside their blocks.
         unsafe { drv::memcpy_dtod_async(out.ptr(), x.row_ptr(row), x.cols * 4, self.dev.cu_stream()) }
@@ -476,6 +575,7 @@ impl Ops for CudaOps {
     }
 
     fn to_host(&mut self, x: &CudaBuf, out: &mut Vec<f32>) -> Result<(), BackendError> {
+        check_bufs("to_host", &[x])?;
         out.clear();
         out.resize(x.len(), 0.0);
         self.dev.bind()?;
@@ -500,6 +600,7 @@ impl Ops for CudaOps {
         if row >= x.rows {
             return Err(shape_error("row_to_host".into()));
         }
+        check_bufs("row_to_host", &[x])?;
         if self.capture.is_some() {
             return Err(BackendError::InferenceFailed("checkpoints are not recorded in a decode graph".into()));
         }

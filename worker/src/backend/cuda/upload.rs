@@ -4,7 +4,9 @@
 //! and from there to the device with `cuMemcpyHtoDAsync`; while the GPU copies
 //! one buffer the host fills the other. An event per buffer says when it may
 //! be refilled. No copy is larger than the chunk size (1 MiB by default), and
-//! progress is reported per chunk copied.
+//! progress is reported per chunk copied. A copy the driver refuses ends the
+//! upload with `ModelLoadFailed` (`MODEL_LOAD_FAILED`); test builds can make
+//! one fail on purpose (`fail_copy_for_test`).
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -14,6 +16,22 @@ use cudarc::driver::sys::{self, CUdeviceptr, CUevent};
 
 use crate::backend::cuda::device::{driver_error, CudaDevice};
 use crate::backend::BackendError;
+
+#[cfg(test)]
+thread_local! {
+    /// Test hook: the index (from 0) of the copy, within each load's upload
+    /// made on this thread, that fails as if the driver had refused it.
+    static FAIL_COPY: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// Test hook (M0-W-1222): makes copy `n` (counting from 0) of every load's
+/// upload on the calling thread fail through the same path as a driver
+/// error, until called with `None`. Only in test builds; loads on other
+/// threads (other tests) are not affected.
+#[cfg(test)]
+pub(crate) fn fail_copy_for_test(n: Option<u64>) {
+    FAIL_COPY.with(|c| c.set(n));
+}
 
 /// What an upload did, for tests of M0-W-1222.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -87,6 +105,10 @@ impl Uploader {
                 std::slice::from_raw_parts(b.host as *const u8, piece.len())
             };
             let at = dst + (i * self.chunk) as u64;
+            #[cfg(test)]
+            if FAIL_COPY.with(|c| c.get()) == Some(self.stats.copies) {
+                return Err(upload_error("copying a chunk", drv::DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE)));
+            }
             // SAFETY: the destination range lies in the block the caller
             // allocated for `src`; the pinned source outlives the copy (it is
             // waited on before reuse and before it is freed).
