@@ -16,13 +16,14 @@ fn params(temperature: f32) -> SamplingParams {
 /// Runs steps 1–5 and returns the kept tokens with their renormalized
 /// probabilities, sorted by id.
 fn kept(s: &mut Sampler, logits: &[f32], generated: &[u32]) -> Vec<(u32, f64)> {
-    s.prepare(logits, generated);
-    s.filter();
-    let total: f64 = s.cands.iter().map(|&id| s.weights[id as usize]).sum();
-    let mut out: Vec<(u32, f64)> = s
+    let sel = &mut s.selector;
+    sel.prepare(logits, generated, &s.params);
+    sel.filter(&s.params);
+    let total: f64 = sel.cands.iter().map(|&id| sel.weights[id as usize]).sum();
+    let mut out: Vec<(u32, f64)> = sel
         .cands
         .iter()
-        .map(|&id| (id, s.weights[id as usize] / total))
+        .map(|&id| (id, sel.weights[id as usize] / total))
         .collect();
     out.sort_by_key(|&(id, _)| id);
     out
@@ -194,7 +195,7 @@ fn temperature_one_changes_nothing() {
     let logits = [1.0, 2.0, 0.5, -1.0];
     let mut s = Sampler::new(params(1.0));
     let got = kept(&mut s, &logits, &[]);
-    assert_eq!(s.logits, logits);
+    assert_eq!(s.selector.logits, logits);
     let z: f64 = logits.iter().map(|&x| f64::from(x).exp()).sum();
     let expected: Vec<(u32, f64)> = (0..4)
         .map(|i| (i as u32, f64::from(logits[i]).exp() / z))
@@ -237,15 +238,15 @@ fn repetition_penalty_divides_positive_multiplies_negative() {
         ..params(1.0)
     });
     kept(&mut s, &logits, &generated);
-    assert_eq!(s.logits, [1.0, -2.0, 0.5, 1.0, 0.0]);
-    assert!(s.seen.iter().all(|&b| !b), "scratch must be cleared");
+    assert_eq!(s.selector.logits, [1.0, -2.0, 0.5, 1.0, 0.0]);
+    assert!(s.selector.seen.iter().all(|&b| !b), "scratch must be cleared");
 
     let mut s = Sampler::new(SamplingParams {
         repetition_penalty: 0.5,
         ..params(1.0)
     });
     kept(&mut s, &logits, &generated);
-    assert_eq!(s.logits, [4.0, -0.5, 0.5, 1.0, 0.0]);
+    assert_eq!(s.selector.logits, [4.0, -0.5, 0.5, 1.0, 0.0]);
 
     // With temperature 2: (2 / 2) / 2 and (-1 / 2) * 2.
     let mut s = Sampler::new(SamplingParams {
@@ -253,7 +254,7 @@ fn repetition_penalty_divides_positive_multiplies_negative() {
         ..params(2.0)
     });
     let got = kept(&mut s, &logits, &generated);
-    assert_eq!(s.logits, [0.5, -1.0, 0.25, 0.5, 0.0]);
+    assert_eq!(s.selector.logits, [0.5, -1.0, 0.25, 0.5, 0.0]);
     let e = [
         0.5f64.exp(),
         (-1.0f64).exp(),
@@ -268,7 +269,7 @@ fn repetition_penalty_divides_positive_multiplies_negative() {
     // Off at 1.0.
     let mut s = Sampler::new(params(1.0));
     kept(&mut s, &logits, &generated);
-    assert_eq!(s.logits, logits);
+    assert_eq!(s.selector.logits, logits);
 }
 
 #[test]
