@@ -113,7 +113,11 @@ pub struct Sampler {
 impl Sampler {
     pub fn new(params: SamplingParams) -> Self {
         let rng = ChaCha20Rng::seed_from_u64(params.seed);
-        Sampler { params, rng, selector: Selector::default() }
+        Sampler {
+            params,
+            rng,
+            selector: Selector::default(),
+        }
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -150,6 +154,32 @@ pub fn select(logits: &[f32], generated: &[u32], params: &SamplingParams, u: Opt
     Selector::default().select(logits, generated, params, u)
 }
 
+/// Of `candidates`, the draws `u` whose `u × total` lies further than
+/// `margin × total` from every cumulative boundary of the tokens [`select`]
+/// would draw from: where two implementations that round differently must
+/// agree (for tests comparing backends).
+#[cfg(test)]
+pub(crate) fn draws_away_from_boundaries(
+    logits: &[f32],
+    generated: &[u32],
+    params: &SamplingParams,
+    candidates: impl IntoIterator<Item = f64>,
+    margin: f64,
+) -> Vec<f64> {
+    let kept = Selector::default().kept_in_rank_order(logits, generated, params);
+    let total: f64 = kept.iter().map(|&(_, w)| w).sum();
+    let mut bounds = vec![0.0];
+    let mut cum = 0.0;
+    for &(_, w) in &kept {
+        cum += w;
+        bounds.push(cum / total);
+    }
+    candidates
+        .into_iter()
+        .filter(|&u| bounds.iter().all(|&b| (u - b).abs() > margin))
+        .collect()
+}
+
 /// The buffers of [`select`], kept between calls so that nothing is
 /// allocated per token.
 #[derive(Debug, Default)]
@@ -170,7 +200,13 @@ pub struct Selector {
 
 impl Selector {
     /// [`select`] with this selector's buffers.
-    pub fn select(&mut self, logits: &[f32], generated: &[u32], params: &SamplingParams, u: Option<f64>) -> u32 {
+    pub fn select(
+        &mut self,
+        logits: &[f32],
+        generated: &[u32],
+        params: &SamplingParams,
+        u: Option<f64>,
+    ) -> u32 {
         assert!(!logits.is_empty(), "select: empty logits");
         let u = match u {
             Some(u) if params.temperature > 0.0 => u,
@@ -195,7 +231,9 @@ impl Selector {
         self.filter(params);
         let mut kept: Vec<u32> = self.cands.clone();
         kept.sort_unstable_by(|&a, &b| select::by_rank(&self.logits, a, b));
-        kept.into_iter().map(|id| (id, self.weights[id as usize])).collect()
+        kept.into_iter()
+            .map(|id| (id, self.weights[id as usize]))
+            .collect()
     }
 
     /// Temperature 0: penalty, then argmax on the raw values (so NaN never
@@ -244,7 +282,13 @@ impl Selector {
             return; // no finite logit: nothing can be weighed
         }
         self.cands.extend(0..n as u32);
-        keep_top_k(&mut self.cands, &self.logits, self.top, params.top_k, &mut self.scratch);
+        keep_top_k(
+            &mut self.cands,
+            &self.logits,
+            self.top,
+            params.top_k,
+            &mut self.scratch,
+        );
         self.set_weights();
         self.keep_top_p(params.top_p);
         self.keep_min_p(params.min_p);

@@ -239,7 +239,10 @@ fn repetition_penalty_divides_positive_multiplies_negative() {
     });
     kept(&mut s, &logits, &generated);
     assert_eq!(s.selector.logits, [1.0, -2.0, 0.5, 1.0, 0.0]);
-    assert!(s.selector.seen.iter().all(|&b| !b), "scratch must be cleared");
+    assert!(
+        s.selector.seen.iter().all(|&b| !b),
+        "scratch must be cleared"
+    );
 
     let mut s = Sampler::new(SamplingParams {
         repetition_penalty: 0.5,
@@ -554,4 +557,65 @@ fn degenerate_logits() {
     });
     kept(&mut s, &[1.0; 10], &[9]);
     assert_eq!(kept_ids(&mut s, &[1.0, 1.0], &[9, 1]).len(), 2);
+}
+
+#[test]
+fn draw_is_none_at_temperature_zero_and_one_uniform_per_token_otherwise() {
+    let mut s = Sampler::new(params(0.0));
+    assert_eq!(s.draw(), None);
+    assert_eq!(s.rng.get_word_pos(), 0, "greedy must not touch the PRNG");
+    let mut s = Sampler::new(params(0.7));
+    let draws: Vec<f64> = (0..5).map(|_| s.draw().unwrap()).collect();
+    assert_eq!(draws, reference_draws(1234, 5));
+    assert_eq!(s.rng.get_word_pos(), 10);
+}
+
+/// `Sampler::sample` is `draw` then `select`: the split gives the same ids,
+/// whoever does the selection with the job's draws.
+#[test]
+fn select_with_the_jobs_draws_equals_sample() {
+    let logits = test_logits(1000, 3);
+    let generated: Vec<u32> = (0..1000).step_by(41).collect();
+    for p in [
+        params(0.0),
+        SamplingParams {
+            repetition_penalty: 1.3,
+            ..params(0.0)
+        },
+        params(1.0),
+        SamplingParams {
+            top_k: 40,
+            top_p: 0.9,
+            min_p: 0.05,
+            repetition_penalty: 1.2,
+            ..params(0.8)
+        },
+    ] {
+        let mut whole = Sampler::new(p.clone());
+        let mut split = Sampler::new(p.clone());
+        let mut selector = Selector::default();
+        for _ in 0..30 {
+            let u = split.draw();
+            assert_eq!(u.is_some(), p.temperature > 0.0);
+            let id = selector.select(&logits, &generated, &p, u);
+            assert_eq!(whole.sample(&logits, &generated), id, "{p:?}");
+            assert_eq!(
+                select(&logits, &generated, &p, u),
+                id,
+                "a fresh selector agrees"
+            );
+        }
+    }
+    // Without a draw, selection is greedy whatever the temperature.
+    assert_eq!(select(&[1.0, 3.0, 2.0], &[], &params(1.0), None), 1);
+}
+
+#[test]
+fn kept_in_rank_order_lists_the_candidates_by_rank_with_weights() {
+    let (logits, generated, p) = combined_case();
+    let kept = Selector::default().kept_in_rank_order(&logits, &generated, &p);
+    let ids: Vec<u32> = kept.iter().map(|&(id, _)| id).collect();
+    assert_eq!(ids, [7, 0, 3]);
+    let e1 = (-1.0f64).exp();
+    assert_probs(&kept, &[(7, 1.0), (0, e1), (3, e1)], 1e-12);
 }

@@ -110,6 +110,17 @@ impl DeviceSampler {
             .map_err(|e| driver_error("copying logits to the device", e))
     }
 
+    /// Copies the logits sampled from to the host (for tests).
+    pub fn download_logits(&self) -> Result<Vec<f32>, BackendError> {
+        let mut v = vec![0f32; self.vocab];
+        self.dev.bind()?;
+        // SAFETY: the buffer holds `vocab` f32 values.
+        unsafe { drv::memcpy_dtoh_async(v.as_mut_slice(), self.logits.ptr(), self.dev.cu_stream()) }
+            .map_err(|e| driver_error("copying logits to the host", e))?;
+        self.dev.synchronize()?;
+        Ok(v)
+    }
+
     /// Samples from the logits in the buffer (see the module comment).
     pub fn sample(&mut self, req: &SampleRequest) -> Result<SampledToken, BackendError> {
         let n = self.vocab;
@@ -180,9 +191,7 @@ impl DeviceSampler {
         let log_sum = f64::from_bits(u64::from(r[4]) | (u64::from(r[5]) << 32));
         let mut top: Vec<(u32, f32)> = (0..count).map(|j| (r[8 + 2 * j], f32::from_bits(r[9 + 2 * j]))).collect();
         top.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        top.into_iter()
-            .map(|(id, x)| TokenLogprob { id, logprob: (f64::from(x) - max - log_sum) as f32 })
-            .collect()
+        top.into_iter().map(|(id, x)| TokenLogprob { id, logprob: (f64::from(x) - max - log_sum) as f32 }).collect()
     }
 }
 
