@@ -29,6 +29,9 @@ use crate::backend::cuda::kernels::{SelectArgs, SAMPLE_MAX_LOGPROBS, SAMPLE_OUT_
 use crate::backend::{BackendError, SampleRequest, SampledToken};
 use crate::sampling::TokenLogprob;
 
+// The kernels return as many log-probabilities as a job may ask for.
+const _: () = assert!(SAMPLE_MAX_LOGPROBS >= crate::sampling::MAX_LOGPROBS);
+
 /// The device side of sampling for one vocabulary size.
 pub struct DeviceSampler {
     dev: Arc<CudaDevice>,
