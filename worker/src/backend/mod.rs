@@ -16,6 +16,8 @@ pub use error::BackendError;
 
 use std::fmt;
 
+use crate::sampling::{top_logprobs, SamplingParams, Selector, TokenLogprob, MAX_LOGPROBS};
+
 /// Which implementation a backend is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -80,13 +82,57 @@ impl MemoryUse {
     }
 }
 
-/// Which positions of a forward pass the caller wants logits for.
+/// Which positions of a forward pass the caller wants logits for. Whatever
+/// is asked, the backend keeps the last position's logits where
+/// [`Backend::sample`] reads them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Logits {
+    /// None on the host: the last position's logits stay with the backend
+    /// (on the device for CUDA) for [`Backend::sample`]; `out` is left empty.
+    None,
     /// Only the last position's `vocab_size` logits.
     Last,
     /// Every position's logits, position-major (`n_tokens * vocab_size`).
     All,
+}
+
+/// What [`Backend::sample`] is asked to do with the last forward pass's
+/// last-position logits.
+#[derive(Clone, Copy, Debug)]
+pub struct SampleRequest<'a> {
+    pub params: &'a SamplingParams,
+    /// Tokens generated so far in the job (for the repetition penalty).
+    pub generated: &'a [u32],
+    /// The token's draw from the job's PRNG ([`crate::sampling::Sampler::draw`]):
+    /// `None` at temperature 0 (greedy).
+    pub uniform: Option<f64>,
+    /// How many top log-probabilities of the raw logits to return (0: none;
+    /// at most [`MAX_LOGPROBS`]).
+    pub logprobs: usize,
+}
+
+/// The token [`Backend::sample`] chose.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SampledToken {
+    pub id: u32,
+    /// The `logprobs` most likely tokens of the raw logits with their
+    /// log-softmax, as [`top_logprobs`] gives them.
+    pub logprobs: Vec<TokenLogprob>,
+}
+
+/// [`Backend::sample`] on host logits: [`Selector::select`] and
+/// [`top_logprobs`]. The CPU backend's implementation, and the reference the
+/// CUDA one is compared with.
+pub fn sample_on_host(selector: &mut Selector, logits: &[f32], req: &SampleRequest) -> Result<SampledToken, BackendError> {
+    if logits.is_empty() {
+        return Err(BackendError::InferenceFailed("sample without logits: run forward first".into()));
+    }
+    if req.logprobs > MAX_LOGPROBS {
+        return Err(BackendError::InferenceFailed(format!("{} log-probabilities asked, at most {MAX_LOGPROBS}", req.logprobs)));
+    }
+    let id = selector.select(logits, req.generated, req.params, req.uniform);
+    let logprobs = if req.logprobs > 0 { top_logprobs(logits, req.logprobs) } else { Vec::new() };
+    Ok(SampledToken { id, logprobs })
 }
 
 /// Intermediate values of one forward pass at its last position, recorded for
@@ -129,6 +175,13 @@ pub trait Backend: Send {
         out: &mut Vec<f32>,
         checkpoints: Option<&mut Checkpoints>,
     ) -> Result<(), BackendError>;
+
+    /// Picks the next token from the last position's logits of the latest
+    /// `forward` in this sequence (whatever `Logits` it was given), by the
+    /// pipeline of `crate::sampling` with the draw `req.uniform`. The id
+    /// equals `sampling::select` on the same logits (see each backend for
+    /// its precision). Fails when no forward pass has run in the sequence.
+    fn sample(&mut self, req: &SampleRequest) -> Result<SampledToken, BackendError>;
 
     /// Frees the current sequence's KV cache and scratch.
     fn end_sequence(&mut self);

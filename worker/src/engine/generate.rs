@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use crate::backend::{Backend, BackendError, Checkpoints, Logits};
+use crate::backend::{Backend, BackendError, Checkpoints, Logits, SampleRequest};
 use crate::engine::stop::{StopMatcher, StopOutcome};
 use crate::sampling::{top_logprobs, Sampler, SamplingParams, TokenLogprob};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
@@ -137,6 +137,9 @@ fn run(
     let started = Instant::now();
     let mut logits = Vec::new();
     let mut checkpoints = observer.wants_parity().then(Checkpoints::default);
+    // The backend samples where its logits are; they come to the host only
+    // for parity records.
+    let wanted = if checkpoints.is_some() { Logits::Last } else { Logits::None };
 
     // Prefill in chunks, checking for an abort between them.
     for chunk in req.prompt_tokens.chunks(PREFILL_CHUNK) {
@@ -144,7 +147,7 @@ fn run(
         if let Some(cp) = checkpoints.as_mut() {
             cp.entries.clear();
         }
-        backend.forward(chunk, Logits::Last, &mut logits, checkpoints.as_mut())?;
+        backend.forward(chunk, wanted, &mut logits, checkpoints.as_mut())?;
     }
 
     let mut sampler = Sampler::new(req.sampling.clone());
@@ -155,7 +158,14 @@ fn run(
     let mut decode_started = started;
 
     let stop_reason = loop {
-        let id = sampler.sample(&logits, &generated);
+        let uniform = sampler.draw();
+        let sampled = backend.sample(&SampleRequest {
+            params: &req.sampling,
+            generated: &generated,
+            uniform,
+            logprobs: req.logprobs,
+        })?;
+        let id = sampled.id;
         let index = generated.len();
         generated.push(id);
         if index == 0 {
@@ -194,7 +204,7 @@ fn run(
             // The last token carries whatever was held back.
             text.push_str(&stops.finish());
         }
-        let logprobs = (req.logprobs > 0).then(|| top_logprobs(&logits, req.logprobs));
+        let logprobs = (req.logprobs > 0).then_some(sampled.logprobs);
         if let Some(reason) = observer.on_token(GeneratedToken { index, id, text, logprobs }) {
             return Err(GenerationError::Aborted(reason));
         }
@@ -206,7 +216,7 @@ fn run(
         }
 
         check_abort(observer)?;
-        backend.forward(&[id], Logits::Last, &mut logits, checkpoints.as_mut())?;
+        backend.forward(&[id], wanted, &mut logits, checkpoints.as_mut())?;
     };
 
     Ok(GenerationSummary {

@@ -8,7 +8,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::backend::{Backend, BackendError, BackendKind, Checkpoints, DeviceInfo, Logits, MemoryUse};
+use crate::backend::{
+    sample_on_host, Backend, BackendError, BackendKind, Checkpoints, DeviceInfo, Logits, MemoryUse, SampleRequest,
+    SampledToken,
+};
+use crate::sampling::Selector;
 use crate::tokenizer::{Tokenizer, VocabSpec};
 
 /// Ids of the byte tokenizer's special tokens (byte `b` is id `b`).
@@ -85,7 +89,8 @@ pub struct ScriptProbe {
 
 /// A fake backend: after a sequence's prompt, the `n`-th forward call's
 /// logits make `script[n]` the clear winner (then EOS once the script runs
-/// out). Each forward call sleeps `step_delay`.
+/// out). Each forward call sleeps `step_delay`. It samples on the host, as
+/// the CPU backend does.
 pub struct ScriptedBackend {
     script: Vec<u32>,
     vocab_size: usize,
@@ -100,6 +105,9 @@ pub struct ScriptedBackend {
     len: usize,
     open: bool,
     probe: Arc<ScriptProbe>,
+    /// The latest forward call's logits.
+    last_logits: Vec<f32>,
+    selector: Selector,
 }
 
 impl ScriptedBackend {
@@ -123,6 +131,8 @@ impl ScriptedBackend {
             len: 0,
             open: false,
             probe: Arc::new(ScriptProbe::default()),
+            last_logits: Vec::new(),
+            selector: Selector::default(),
         }
     }
 
@@ -178,6 +188,7 @@ impl Backend for ScriptedBackend {
         self.step = 0;
         self.len = 0;
         self.open = true;
+        self.last_logits.clear();
         self.probe.sequences_begun.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
@@ -189,7 +200,7 @@ impl Backend for ScriptedBackend {
     fn forward(
         &mut self,
         tokens: &[u32],
-        _logits: Logits,
+        logits: Logits,
         out: &mut Vec<f32>,
         checkpoints: Option<&mut Checkpoints>,
     ) -> Result<(), BackendError> {
@@ -214,10 +225,14 @@ impl Backend for ScriptedBackend {
             std::thread::sleep(self.step_delay);
         }
         let winner = self.script.get(self.step).copied().unwrap_or(EOS_ID) as usize;
-        out.clear();
-        out.resize(self.vocab_size, 0.0);
+        self.last_logits.clear();
+        self.last_logits.resize(self.vocab_size, 0.0);
         if winner < self.vocab_size {
-            out[winner] = 20.0;
+            self.last_logits[winner] = 20.0;
+        }
+        out.clear();
+        if logits != Logits::None {
+            out.extend_from_slice(&self.last_logits);
         }
         if let Some(cp) = checkpoints {
             cp.record("inp_embd", &[self.step as f32; 8]);
@@ -228,12 +243,17 @@ impl Backend for ScriptedBackend {
         Ok(())
     }
 
+    fn sample(&mut self, req: &SampleRequest) -> Result<SampledToken, BackendError> {
+        sample_on_host(&mut self.selector, &self.last_logits, req)
+    }
+
     fn end_sequence(&mut self) {
         if self.open {
             self.probe.sequences_ended.fetch_add(1, Ordering::SeqCst);
         }
         self.open = false;
         self.len = 0;
+        self.last_logits.clear();
     }
 
     fn memory_use(&self) -> MemoryUse {

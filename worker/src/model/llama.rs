@@ -117,7 +117,9 @@ impl<W> LlamaWeights<W> {
 }
 
 /// Runs `tokens` at positions `start_pos..` through the model, appending
-/// their K/V to `cache`, and writes the requested logits to `out`.
+/// their K/V to `cache`, writes the requested logits to `out` (left empty for
+/// `Logits::None`) and hands the last position's logits to
+/// `Ops::keep_last_row`.
 #[allow(clippy::too_many_arguments)]
 pub fn forward<O: Ops>(
     ops: &mut O,
@@ -199,12 +201,12 @@ pub fn forward<O: Ops>(
     // Only the rows whose logits are wanted go through the final norm and head.
     let x = match logits {
         Logits::All => x,
-        Logits::Last if n == 1 => x,
-        Logits::Last => ops.take_row(&x, last)?,
+        Logits::Last | Logits::None if n == 1 => x,
+        Logits::Last | Logits::None => ops.take_row(&x, last)?,
     };
     let rows = match logits {
         Logits::All => n,
-        Logits::Last => 1,
+        Logits::Last | Logits::None => 1,
     };
     let mut normed = ops.buf(rows, d)?;
     ops.rms_norm(&x, &w.output_norm, cfg.rms_eps, &mut normed)?;
@@ -215,6 +217,11 @@ pub fn forward<O: Ops>(
     let head = w.output.as_ref().unwrap_or(&w.token_embd);
     let mut result = ops.buf(rows, cfg.vocab_size)?;
     ops.matmul(&normed, head, None, &mut result)?;
+    ops.keep_last_row(&result)?;
+    if logits == Logits::None {
+        out.clear();
+        return Ok(());
+    }
     ops.to_host(&result, out)
 }
 

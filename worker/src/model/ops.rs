@@ -95,6 +95,11 @@ pub trait Ops {
     /// Copies the whole matrix to the host, row-major.
     fn to_host(&mut self, x: &Self::Buf, out: &mut Vec<f32>) -> Result<(), BackendError>;
 
+    /// Keeps the last row of `x` (the last position's logits) where the
+    /// backend's sampler reads it, without a copy to the host. Devices whose
+    /// backend keeps the logits itself (the CPU's) do nothing.
+    fn keep_last_row(&mut self, x: &Self::Buf) -> Result<(), BackendError>;
+
     /// Copies row `row` to the host (for checkpoints).
     fn row_to_host(&mut self, x: &Self::Buf, row: usize, out: &mut Vec<f32>) -> Result<(), BackendError>;
 }

@@ -36,6 +36,14 @@
 //! iteration order: the chosen token is the first in that order whose
 //! cumulative weight exceeds `u × total`.
 //!
+//! **Where the choice is made.** [`Sampler`] holds only the job's PRNG and
+//! parameters: [`Sampler::draw`] gives each token's `u` (or `None` at
+//! temperature 0). The choice itself, [`select`], is a pure function of the
+//! logits, the tokens generated so far, the parameters and `u`, so a backend
+//! can run it where its logits are (`Backend::sample`): the CPU backend calls
+//! [`select`]; the CUDA backend runs the same pipeline in kernels and copies
+//! back only the id. The random stream is the same whichever does it.
+//!
 //! **Cost.** Nothing here sorts the vocabulary. Top-k, top-p and the draw
 //! are all one operation (`select::cut_at_crossing`): in rank order, find the
 //! first token whose cumulative weight (1 per token for top-k,
@@ -88,10 +96,94 @@ impl Default for SamplingParams {
     }
 }
 
-/// The sampler of one job: its parameters, its PRNG and its scratch buffers.
+/// Most log-probabilities a job may ask for per token (the HTTP layer's
+/// limit, and the size of the CUDA backend's result buffer).
+pub const MAX_LOGPROBS: usize = 20;
+
+/// The random side of one job: its parameters and its PRNG. It draws the
+/// uniform `u` of each token ([`Sampler::draw`]); the choice itself is made
+/// by [`select`] (or a backend's equivalent) wherever the logits are.
 pub struct Sampler {
     params: SamplingParams,
     rng: ChaCha20Rng,
+    /// Scratch of [`Sampler::sample`].
+    selector: Selector,
+}
+
+impl Sampler {
+    pub fn new(params: SamplingParams) -> Self {
+        let rng = ChaCha20Rng::seed_from_u64(params.seed);
+        Sampler {
+            params,
+            rng,
+            selector: Selector::default(),
+        }
+    }
+
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// The draw for the next token: one `f64` uniform in `[0, 1)` at
+    /// temperature > 0; `None` (and the PRNG untouched) at temperature 0.
+    pub fn draw(&mut self) -> Option<f64> {
+        (self.params.temperature > 0.0).then(|| self.rng.random())
+    }
+
+    /// Draws and picks the next token from host `logits` (whole vocabulary,
+    /// untouched) given the tokens generated so far in this job: [`draw`]
+    /// then [`select`].
+    ///
+    /// Panics if `logits` is empty.
+    ///
+    /// [`draw`]: Sampler::draw
+    pub fn sample(&mut self, logits: &[f32], generated: &[u32]) -> u32 {
+        let u = self.draw();
+        self.selector.select(logits, generated, &self.params, u)
+    }
+}
+
+/// Picks a token from `logits` (whole vocabulary, untouched) by the pipeline
+/// above, given the tokens generated so far and the token's draw `u` (`None`
+/// at temperature 0: greedy). A pure function of its arguments; see
+/// [`Selector`] to reuse the buffers.
+///
+/// Panics if `logits` is empty. Ids in `generated` outside the vocabulary
+/// are ignored by the penalty.
+pub fn select(logits: &[f32], generated: &[u32], params: &SamplingParams, u: Option<f64>) -> u32 {
+    Selector::default().select(logits, generated, params, u)
+}
+
+/// Of `candidates`, the draws `u` whose `u × total` lies further than
+/// `margin × total` from every cumulative boundary of the tokens [`select`]
+/// would draw from: where two implementations that round differently must
+/// agree (for tests comparing backends).
+#[cfg(test)]
+pub(crate) fn draws_away_from_boundaries(
+    logits: &[f32],
+    generated: &[u32],
+    params: &SamplingParams,
+    candidates: impl IntoIterator<Item = f64>,
+    margin: f64,
+) -> Vec<f64> {
+    let kept = Selector::default().kept_in_rank_order(logits, generated, params);
+    let total: f64 = kept.iter().map(|&(_, w)| w).sum();
+    let mut bounds = vec![0.0];
+    let mut cum = 0.0;
+    for &(_, w) in &kept {
+        cum += w;
+        bounds.push(cum / total);
+    }
+    candidates
+        .into_iter()
+        .filter(|&u| bounds.iter().all(|&b| (u - b).abs() > margin))
+        .collect()
+}
+
+/// The buffers of [`select`], kept between calls so that nothing is
+/// allocated per token.
+#[derive(Debug, Default)]
+pub struct Selector {
     /// Working copy of the logits (after temperature and penalty).
     logits: Vec<f32>,
     /// `exp(logit − top)` by token id; meaningful only for current candidates.
@@ -106,64 +198,65 @@ pub struct Sampler {
     scratch: Scratch,
 }
 
-impl Sampler {
-    pub fn new(params: SamplingParams) -> Self {
-        let rng = ChaCha20Rng::seed_from_u64(params.seed);
-        Sampler {
-            params,
-            rng,
-            logits: Vec::new(),
-            weights: Vec::new(),
-            cands: Vec::new(),
-            seen: Vec::new(),
-            top: f32::NEG_INFINITY,
-            scratch: Scratch::default(),
-        }
-    }
-
-    pub fn params(&self) -> &SamplingParams {
-        &self.params
-    }
-
-    /// Picks the next token from `logits` (whole vocabulary, untouched: work
-    /// on an internal copy), given the tokens generated so far in this job.
-    ///
-    /// Panics if `logits` is empty. Ids in `generated` outside the vocabulary
-    /// are ignored by the penalty.
-    pub fn sample(&mut self, logits: &[f32], generated: &[u32]) -> u32 {
-        assert!(!logits.is_empty(), "Sampler::sample: empty logits");
-        if self.params.temperature <= 0.0 {
-            return self.greedy(logits, generated);
-        }
-        let u: f64 = self.rng.random();
-        self.prepare(logits, generated);
-        self.filter();
+impl Selector {
+    /// [`select`] with this selector's buffers.
+    pub fn select(
+        &mut self,
+        logits: &[f32],
+        generated: &[u32],
+        params: &SamplingParams,
+        u: Option<f64>,
+    ) -> u32 {
+        assert!(!logits.is_empty(), "select: empty logits");
+        let u = match u {
+            Some(u) if params.temperature > 0.0 => u,
+            _ => return self.greedy(logits, generated, params),
+        };
+        self.prepare(logits, generated, params);
+        self.filter(params);
         // No finite logit left at all: nothing to weigh, fall back to greedy.
         self.draw(u).unwrap_or_else(|| argmax(logits))
     }
 
+    /// The tokens steps 1 to 5 keep, with their weights `exp(logit − top)`,
+    /// in rank order (for tests that compare another implementation's draw).
+    #[cfg(test)]
+    pub(crate) fn kept_in_rank_order(
+        &mut self,
+        logits: &[f32],
+        generated: &[u32],
+        params: &SamplingParams,
+    ) -> Vec<(u32, f64)> {
+        self.prepare(logits, generated, params);
+        self.filter(params);
+        let mut kept: Vec<u32> = self.cands.clone();
+        kept.sort_unstable_by(|&a, &b| select::by_rank(&self.logits, a, b));
+        kept.into_iter()
+            .map(|id| (id, self.weights[id as usize]))
+            .collect()
+    }
+
     /// Temperature 0: penalty, then argmax on the raw values (so NaN never
     /// wins, exactly as in [`argmax`]); no draw.
-    fn greedy(&mut self, logits: &[f32], generated: &[u32]) -> u32 {
+    fn greedy(&mut self, logits: &[f32], generated: &[u32], params: &SamplingParams) -> u32 {
         self.logits.clear();
         self.logits.extend_from_slice(logits);
-        self.penalize(generated, |x| x);
+        self.penalize(generated, params.repetition_penalty, |x| x);
         argmax(&self.logits)
     }
 
     /// Steps 1 and 2 for temperature > 0: copy divided by the temperature,
     /// then the repetition penalty, every value made safe for the softmax.
-    fn prepare(&mut self, logits: &[f32], generated: &[u32]) {
-        let t = self.params.temperature;
+    fn prepare(&mut self, logits: &[f32], generated: &[u32], params: &SamplingParams) {
+        let t = params.temperature;
         self.logits.clear();
         self.logits.extend(logits.iter().map(|&x| sanitize(x / t)));
-        self.penalize(generated, sanitize);
+        self.penalize(generated, params.repetition_penalty, sanitize);
     }
 
     /// Penalizes each distinct in-vocabulary id of `generated` once, passing
     /// the result through `fix`.
-    fn penalize(&mut self, generated: &[u32], fix: fn(f32) -> f32) {
-        let penalty = self.params.repetition_penalty;
+    fn penalize(&mut self, generated: &[u32], penalty: f32, fix: fn(f32) -> f32) {
         if penalty == 1.0 {
             return;
         }
@@ -181,7 +274,7 @@ impl Sampler {
     }
 
     /// Steps 3 to 5: leaves the kept token ids in `cands`, their weights set.
-    fn filter(&mut self) {
+    fn filter(&mut self, params: &SamplingParams) {
         let n = self.logits.len();
         self.top = max_logit(&self.logits);
         self.cands.clear();
@@ -189,17 +282,16 @@ impl Sampler {
             return; // no finite logit: nothing can be weighed
         }
         self.cands.extend(0..n as u32);
-        let k = self.params.top_k;
         keep_top_k(
             &mut self.cands,
             &self.logits,
             self.top,
-            k,
+            params.top_k,
             &mut self.scratch,
         );
         self.set_weights();
-        self.keep_top_p();
-        self.keep_min_p();
+        self.keep_top_p(params.top_p);
+        self.keep_min_p(params.min_p);
     }
 
     /// Sets `weights` to `exp(logit − top)` over the candidates (so the top
@@ -215,8 +307,8 @@ impl Sampler {
         });
     }
 
-    fn keep_top_p(&mut self) {
-        let top_p = f64::from(self.params.top_p);
+    fn keep_top_p(&mut self, top_p: f32) {
+        let top_p = f64::from(top_p);
         if top_p < 1.0 {
             self.cut(Target::Share(top_p), Reach::AtLeast);
         }
@@ -224,8 +316,8 @@ impl Sampler {
 
     /// Weights are relative to the top candidate (weight 1), so the min-p
     /// test `p < min_p × p_top` is `weight < min_p`.
-    fn keep_min_p(&mut self) {
-        let min_p = f64::from(self.params.min_p);
+    fn keep_min_p(&mut self, min_p: f32) {
+        let min_p = f64::from(min_p);
         if min_p <= 0.0 {
             return;
         }

@@ -16,13 +16,14 @@ fn params(temperature: f32) -> SamplingParams {
 /// Runs steps 1–5 and returns the kept tokens with their renormalized
 /// probabilities, sorted by id.
 fn kept(s: &mut Sampler, logits: &[f32], generated: &[u32]) -> Vec<(u32, f64)> {
-    s.prepare(logits, generated);
-    s.filter();
-    let total: f64 = s.cands.iter().map(|&id| s.weights[id as usize]).sum();
-    let mut out: Vec<(u32, f64)> = s
+    let sel = &mut s.selector;
+    sel.prepare(logits, generated, &s.params);
+    sel.filter(&s.params);
+    let total: f64 = sel.cands.iter().map(|&id| sel.weights[id as usize]).sum();
+    let mut out: Vec<(u32, f64)> = sel
         .cands
         .iter()
-        .map(|&id| (id, s.weights[id as usize] / total))
+        .map(|&id| (id, sel.weights[id as usize] / total))
         .collect();
     out.sort_by_key(|&(id, _)| id);
     out
@@ -194,7 +195,7 @@ fn temperature_one_changes_nothing() {
     let logits = [1.0, 2.0, 0.5, -1.0];
     let mut s = Sampler::new(params(1.0));
     let got = kept(&mut s, &logits, &[]);
-    assert_eq!(s.logits, logits);
+    assert_eq!(s.selector.logits, logits);
     let z: f64 = logits.iter().map(|&x| f64::from(x).exp()).sum();
     let expected: Vec<(u32, f64)> = (0..4)
         .map(|i| (i as u32, f64::from(logits[i]).exp() / z))
@@ -237,15 +238,18 @@ fn repetition_penalty_divides_positive_multiplies_negative() {
         ..params(1.0)
     });
     kept(&mut s, &logits, &generated);
-    assert_eq!(s.logits, [1.0, -2.0, 0.5, 1.0, 0.0]);
-    assert!(s.seen.iter().all(|&b| !b), "scratch must be cleared");
+    assert_eq!(s.selector.logits, [1.0, -2.0, 0.5, 1.0, 0.0]);
+    assert!(
+        s.selector.seen.iter().all(|&b| !b),
+        "scratch must be cleared"
+    );
 
     let mut s = Sampler::new(SamplingParams {
         repetition_penalty: 0.5,
         ..params(1.0)
     });
     kept(&mut s, &logits, &generated);
-    assert_eq!(s.logits, [4.0, -0.5, 0.5, 1.0, 0.0]);
+    assert_eq!(s.selector.logits, [4.0, -0.5, 0.5, 1.0, 0.0]);
 
     // With temperature 2: (2 / 2) / 2 and (-1 / 2) * 2.
     let mut s = Sampler::new(SamplingParams {
@@ -253,7 +257,7 @@ fn repetition_penalty_divides_positive_multiplies_negative() {
         ..params(2.0)
     });
     let got = kept(&mut s, &logits, &generated);
-    assert_eq!(s.logits, [0.5, -1.0, 0.25, 0.5, 0.0]);
+    assert_eq!(s.selector.logits, [0.5, -1.0, 0.25, 0.5, 0.0]);
     let e = [
         0.5f64.exp(),
         (-1.0f64).exp(),
@@ -268,7 +272,7 @@ fn repetition_penalty_divides_positive_multiplies_negative() {
     // Off at 1.0.
     let mut s = Sampler::new(params(1.0));
     kept(&mut s, &logits, &generated);
-    assert_eq!(s.logits, logits);
+    assert_eq!(s.selector.logits, logits);
 }
 
 #[test]
@@ -553,4 +557,65 @@ fn degenerate_logits() {
     });
     kept(&mut s, &[1.0; 10], &[9]);
     assert_eq!(kept_ids(&mut s, &[1.0, 1.0], &[9, 1]).len(), 2);
+}
+
+#[test]
+fn draw_is_none_at_temperature_zero_and_one_uniform_per_token_otherwise() {
+    let mut s = Sampler::new(params(0.0));
+    assert_eq!(s.draw(), None);
+    assert_eq!(s.rng.get_word_pos(), 0, "greedy must not touch the PRNG");
+    let mut s = Sampler::new(params(0.7));
+    let draws: Vec<f64> = (0..5).map(|_| s.draw().unwrap()).collect();
+    assert_eq!(draws, reference_draws(1234, 5));
+    assert_eq!(s.rng.get_word_pos(), 10);
+}
+
+/// `Sampler::sample` is `draw` then `select`: the split gives the same ids,
+/// whoever does the selection with the job's draws.
+#[test]
+fn select_with_the_jobs_draws_equals_sample() {
+    let logits = test_logits(1000, 3);
+    let generated: Vec<u32> = (0..1000).step_by(41).collect();
+    for p in [
+        params(0.0),
+        SamplingParams {
+            repetition_penalty: 1.3,
+            ..params(0.0)
+        },
+        params(1.0),
+        SamplingParams {
+            top_k: 40,
+            top_p: 0.9,
+            min_p: 0.05,
+            repetition_penalty: 1.2,
+            ..params(0.8)
+        },
+    ] {
+        let mut whole = Sampler::new(p.clone());
+        let mut split = Sampler::new(p.clone());
+        let mut selector = Selector::default();
+        for _ in 0..30 {
+            let u = split.draw();
+            assert_eq!(u.is_some(), p.temperature > 0.0);
+            let id = selector.select(&logits, &generated, &p, u);
+            assert_eq!(whole.sample(&logits, &generated), id, "{p:?}");
+            assert_eq!(
+                select(&logits, &generated, &p, u),
+                id,
+                "a fresh selector agrees"
+            );
+        }
+    }
+    // Without a draw, selection is greedy whatever the temperature.
+    assert_eq!(select(&[1.0, 3.0, 2.0], &[], &params(1.0), None), 1);
+}
+
+#[test]
+fn kept_in_rank_order_lists_the_candidates_by_rank_with_weights() {
+    let (logits, generated, p) = combined_case();
+    let kept = Selector::default().kept_in_rank_order(&logits, &generated, &p);
+    let ids: Vec<u32> = kept.iter().map(|&(id, _)| id).collect();
+    assert_eq!(ids, [7, 0, 3]);
+    let e1 = (-1.0f64).exp();
+    assert_probs(&kept, &[(7, 1.0), (0, e1), (3, e1)], 1e-12);
 }

@@ -34,7 +34,8 @@ pub const DEFAULT_MIN_P: f64 = 0.0;
 pub const MAX_STOP_SEQUENCES: usize = 4;
 /// Longest stop string, in tokens of the model's vocabulary.
 pub const MAX_STOP_TOKENS: usize = 32;
-pub const MAX_LOGPROBS: usize = 20;
+/// What every backend's `sample` can return.
+pub const MAX_LOGPROBS: usize = crate::sampling::MAX_LOGPROBS;
 
 /// One chat message as the client sends it.
 #[derive(Clone, Debug, Deserialize)]

@@ -9,10 +9,14 @@ use std::sync::Arc;
 
 pub use ops::{dot_f32, CpuBuf, CpuCache, CpuOps, CpuWeight};
 
-use crate::backend::{Backend, BackendError, BackendKind, Checkpoints, DeviceInfo, Logits, MemoryUse};
+use crate::backend::{
+    sample_on_host, Backend, BackendError, BackendKind, Checkpoints, DeviceInfo, Logits, MemoryUse, SampleRequest,
+    SampledToken,
+};
 use crate::gguf::GgufFile;
 use crate::model::llama::{self, LlamaWeights};
 use crate::model::ModelConfig;
+use crate::sampling::Selector;
 
 pub struct CpuBackend {
     cfg: ModelConfig,
@@ -20,6 +24,9 @@ pub struct CpuBackend {
     cache: Option<CpuCache>,
     len: usize,
     device: DeviceInfo,
+    /// The latest forward pass's last-position logits (empty before one).
+    last_logits: Vec<f32>,
+    selector: Selector,
 }
 
 impl CpuBackend {
@@ -42,7 +49,15 @@ impl CpuBackend {
             cuda_runtime_version: None,
             total_memory_bytes: None,
         };
-        Ok(CpuBackend { cfg, weights, cache: None, len: 0, device })
+        Ok(CpuBackend {
+            cfg,
+            weights,
+            cache: None,
+            len: 0,
+            device,
+            last_logits: Vec::new(),
+            selector: Selector::default(),
+        })
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -64,6 +79,7 @@ impl Backend for CpuBackend {
         }
         self.cache = Some(CpuCache::new(self.cfg.n_layer, capacity, self.cfg.kv_dim()));
         self.len = 0;
+        self.last_logits.clear();
         Ok(())
     }
 
@@ -82,14 +98,28 @@ impl Backend for CpuBackend {
             .cache
             .as_mut()
             .ok_or_else(|| BackendError::InferenceFailed("forward without a sequence".into()))?;
-        llama::forward(&mut CpuOps, &self.cfg, &self.weights, cache, tokens, self.len, logits, out, checkpoints)?;
+        self.last_logits.clear();
+        let (ops, cfg, w, start) = (&mut CpuOps, &self.cfg, &self.weights, self.len);
+        if logits == Logits::None {
+            // Host memory either way: the last row goes straight to the sampler's copy.
+            llama::forward(ops, cfg, w, cache, tokens, start, Logits::Last, &mut self.last_logits, checkpoints)?;
+            out.clear();
+        } else {
+            llama::forward(ops, cfg, w, cache, tokens, start, logits, out, checkpoints)?;
+            self.last_logits.extend_from_slice(&out[out.len() - cfg.vocab_size..]);
+        }
         self.len += tokens.len();
         Ok(())
+    }
+
+    fn sample(&mut self, req: &SampleRequest) -> Result<SampledToken, BackendError> {
+        sample_on_host(&mut self.selector, &self.last_logits, req)
     }
 
     fn end_sequence(&mut self) {
         self.cache = None;
         self.len = 0;
+        self.last_logits.clear();
     }
 
     /// Host memory is not device memory: the CPU backend reports zero (M0-W-1011).

@@ -387,6 +387,11 @@ impl Ops for CpuOps {
         Ok(())
     }
 
+    /// The CPU backend keeps its own copy of the logits it is handed.
+    fn keep_last_row(&mut self, _x: &CpuBuf) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     fn row_to_host(&mut self, x: &CpuBuf, row: usize, out: &mut Vec<f32>) -> Result<(), BackendError> {
         if row >= x.rows {
             return Err(shape_error("row_to_host"));

@@ -7,8 +7,10 @@
 //! mode, see `ops::GraphCapture`), and every decode step, that one included,
 //! replays it: the host writes the token id and position into pinned memory,
 //! copies them to the step's device slot, launches the graph and waits for
-//! the logits in pinned memory. The kernels are the same as in eager mode,
-//! with the same launch shapes, so the logits are bit-identical.
+//! it. The graph leaves the logits on the device, in the sampler's buffer
+//! (sampling runs after the graph, outside it); only a caller that asks for
+//! them gets them copied to pinned memory. The kernels are the same as in
+//! eager mode, with the same launch shapes, so the logits are bit-identical.
 //!
 //! The graph holds the addresses of the weights, of this sequence's KV cache
 //! and of its own activation arena, so it lives exactly as long as the
@@ -65,7 +67,7 @@ impl Drop for Pinned {
 pub struct GraphHost {
     /// `[token: u32, position: i32]`, copied to the device before each replay.
     step: Pinned,
-    /// Receives `vocab_size` logits.
+    /// Receives `vocab_size` logits when the caller wants them on the host.
     logits: Pinned,
     vocab: usize,
 }
@@ -113,7 +115,6 @@ impl DecodeGraph {
     /// cache is `cache`.
     pub fn capture(
         ops: &mut CudaOps,
-        host: &GraphHost,
         cfg: &ModelConfig,
         weights: &LlamaWeights<CudaWeight>,
         cache: &mut CudaCache,
@@ -127,8 +128,6 @@ impl DecodeGraph {
             arena_bytes: step_offset,
             arena_used: 0,
             step: arena.ptr() + step_offset,
-            logits_host: host.logits.as_ptr() as *mut f32,
-            logits_cap: host.vocab,
         });
         let stream = dev.cu_stream();
         // SAFETY: the stream is ours; every call until end_capture only queues work.
@@ -136,7 +135,7 @@ impl DecodeGraph {
         let mut dummy = Vec::new();
         let recorded = begun
             .map_err(|e| driver_error("beginning a graph capture", e))
-            .and_then(|()| llama::forward(ops, cfg, weights, cache, &[0], 0, Logits::Last, &mut dummy, None));
+            .and_then(|()| llama::forward(ops, cfg, weights, cache, &[0], 0, Logits::None, &mut dummy, None));
         ops.capture = None;
         // Always end a begun capture, even after an error, so the stream is usable again.
         let graph = if begun.is_ok() {
@@ -158,8 +157,17 @@ impl DecodeGraph {
         Ok(DecodeGraph { exec, arena, step_offset, dev })
     }
 
-    /// Runs the step for `token` at `position` and writes the logits to `out`.
-    pub fn replay(&self, host: &GraphHost, token: u32, position: usize, out: &mut Vec<f32>) -> Result<(), BackendError> {
+    /// Runs the step for `token` at `position`, which leaves the logits in
+    /// `kept` (the device buffer of `[vocab]` f32 the graph was captured
+    /// with), and copies them to `out` when given.
+    pub fn replay(
+        &self,
+        host: &GraphHost,
+        token: u32,
+        position: usize,
+        kept: u64,
+        out: Option<&mut Vec<f32>>,
+    ) -> Result<(), BackendError> {
         self.dev.bind()?;
         let stream = self.dev.cu_stream();
         let pos = i32::try_from(position).map_err(|_| BackendError::InferenceFailed("position overflows".into()))?;
@@ -174,11 +182,22 @@ impl DecodeGraph {
                 .map_err(|e| driver_error("copying the step", e))?;
             drv::graph::launch(self.exec, stream).map_err(|e| driver_error("launching the decode graph", e))?;
         }
+        let Some(out) = out else {
+            // The pinned step buffer is rewritten by the next replay: wait
+            // for this one's copy of it.
+            return self.dev.synchronize();
+        };
+        debug_assert!(host.logits.bytes() >= host.vocab * 4);
+        // SAFETY: the pinned buffer holds `vocab` f32 values and no other copy
+        // into it is in flight; `kept` holds `vocab` logits once the graph ran.
+        unsafe {
+            let dst = std::slice::from_raw_parts_mut(host.logits.as_ptr() as *mut f32, host.vocab);
+            drv::memcpy_dtoh_async(dst, kept, stream).map_err(|e| driver_error("copying the logits", e))?;
+        }
         self.dev.synchronize()?;
         out.clear();
-        // SAFETY: the graph wrote `vocab` logits to the pinned buffer and has finished.
+        // SAFETY: the copy above has finished.
         out.extend_from_slice(unsafe { std::slice::from_raw_parts(host.logits.as_ptr() as *const f32, host.vocab) });
-        debug_assert!(host.logits.bytes() >= host.vocab * 4);
         Ok(())
     }
 }

@@ -34,11 +34,19 @@ pub enum Module {
     Rope,
     Attention,
     Elementwise,
+    Sample,
 }
 
 impl Module {
-    pub const ALL: [Module; 6] =
-        [Module::Embed, Module::Matmul, Module::Norm, Module::Rope, Module::Attention, Module::Elementwise];
+    pub const ALL: [Module; 7] = [
+        Module::Embed,
+        Module::Matmul,
+        Module::Norm,
+        Module::Rope,
+        Module::Attention,
+        Module::Elementwise,
+        Module::Sample,
+    ];
 
     pub fn file_name(self) -> &'static str {
         match self {
@@ -48,6 +56,7 @@ impl Module {
             Module::Rope => "rope.cu",
             Module::Attention => "attention.cu",
             Module::Elementwise => "elementwise.cu",
+            Module::Sample => "sample.cu",
         }
     }
 
@@ -59,6 +68,7 @@ impl Module {
             Module::Rope => include_str!("../../../../cuda/rope.cu"),
             Module::Attention => include_str!("../../../../cuda/attention.cu"),
             Module::Elementwise => include_str!("../../../../cuda/elementwise.cu"),
+            Module::Sample => include_str!("../../../../cuda/sample.cu"),
         }
     }
 }
@@ -84,6 +94,10 @@ pub enum Kernel {
     /// `gelu`: GPT-2's tanh-approximated GELU (M0-W-1433).
     Gelu,
     AddAssign,
+    /// `sample_select`: the sampling pipeline over one logit vector.
+    SampleSelect,
+    /// `sample_logprobs`: the top log-probabilities of one logit vector.
+    SampleLogprobs,
 }
 
 /// Largest number of activation rows `mv_*` takes (`MV_MAX_TOKENS` in matmul.cu).
@@ -99,6 +113,12 @@ const MV_THREADS: u32 = 128;
 /// Output tile of `gemm_*` (`GEMM_BM` x `GEMM_BN`) and its block size.
 const GEMM_TILE: u32 = 64;
 const GEMM_THREADS: u32 = 256;
+/// Threads of the one block of `sample_select` and `sample_logprobs` (`SAMPLE_THREADS` in sample.cu).
+const SAMPLE_THREADS: u32 = 1024;
+/// Most log-probabilities `sample_logprobs` returns (`SAMPLE_MAX_LOGPROBS` in sample.cu).
+pub const SAMPLE_MAX_LOGPROBS: usize = 20;
+/// u32 words of the sampling kernels' result buffer (`SAMPLE_OUT_WORDS` in sample.cu).
+pub const SAMPLE_OUT_WORDS: usize = 8 + 2 * SAMPLE_MAX_LOGPROBS;
 /// Threads per `attention` block and the largest head size it takes.
 const ATT_THREADS: u32 = 256;
 pub const ATT_MAX_HEAD_DIM: usize = 256;
@@ -119,6 +139,8 @@ impl Kernel {
             Kernel::Swiglu,
             Kernel::Gelu,
             Kernel::AddAssign,
+            Kernel::SampleSelect,
+            Kernel::SampleLogprobs,
         ]);
         v
     }
@@ -131,6 +153,7 @@ impl Kernel {
             Kernel::Rope => Module::Rope,
             Kernel::KvStore | Kernel::Attention => Module::Attention,
             Kernel::Swiglu | Kernel::Gelu | Kernel::AddAssign => Module::Elementwise,
+            Kernel::SampleSelect | Kernel::SampleLogprobs => Module::Sample,
         }
     }
 
@@ -150,6 +173,8 @@ impl Kernel {
             Kernel::Swiglu => "swiglu".into(),
             Kernel::Gelu => "gelu".into(),
             Kernel::AddAssign => "add_assign".into(),
+            Kernel::SampleSelect => "sample_select".into(),
+            Kernel::SampleLogprobs => "sample_logprobs".into(),
         }
     }
 }
@@ -164,6 +189,20 @@ fn norm_threads(cols: usize) -> u32 {
     } else {
         64
     }
+}
+
+/// The scalar arguments of `sample_select`.
+#[derive(Clone, Copy, Debug)]
+pub struct SelectArgs {
+    pub temperature: f32,
+    pub penalty: f32,
+    pub top_k: u32,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub uniform: f64,
+    /// Fixed-point scale of the weights, a power of two with `n * scale <= 2^63`.
+    pub scale: f64,
+    pub greedy: bool,
 }
 
 /// From this many weight rows on, `matmul` uses `mvw_*` (a warp per row)
@@ -586,6 +625,77 @@ impl Kernels {
         let len = len as i64;
         let mut b = s.launch_builder(self.func(k));
         b.arg(&x).arg(&y).arg(&len);
+        // SAFETY: as for `embed`.
+        unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| launch_error(k, e))
+    }
+
+    /// `sample_select`: picks one token from `n` logits by the sampling
+    /// pipeline (one block; see sample.cu for the algorithm).
+    /// - `logits`: `[n]` f32; `keys`: `[n]` u32 scratch
+    /// - `pen_ids`: `[n_pen]` u32, distinct ids `< n` to penalize (`n_pen` 0: no penalty)
+    /// - `p.top_k`: 0 or `0 < top_k < n`; `p.uniform`: in `[0, 1)`, unused when `p.greedy`
+    /// - `out`: `[SAMPLE_OUT_WORDS]` u32; word 0 receives the id
+    #[allow(clippy::too_many_arguments)]
+    pub fn sample_select(
+        &self,
+        s: &Arc<CudaStream>,
+        logits: CUdeviceptr,
+        n: u32,
+        keys: CUdeviceptr,
+        pen_ids: CUdeviceptr,
+        n_pen: u32,
+        p: &SelectArgs,
+        out: CUdeviceptr,
+    ) -> Result<(), BackendError> {
+        let k = Kernel::SampleSelect;
+        check_args(k, &[("n", n as usize)], &[("logits", logits), ("keys", keys), ("out", out)])?;
+        if n_pen > 0 && pen_ids == 0 {
+            return Err(BackendError::InferenceFailed(format!("{}: buffer pen_ids is null", k.symbol())));
+        }
+        let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (SAMPLE_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let greedy = i32::from(p.greedy);
+        let mut b = s.launch_builder(self.func(k));
+        b.arg(&logits)
+            .arg(&n)
+            .arg(&keys)
+            .arg(&pen_ids)
+            .arg(&n_pen)
+            .arg(&p.temperature)
+            .arg(&p.penalty)
+            .arg(&p.top_k)
+            .arg(&p.top_p)
+            .arg(&p.min_p)
+            .arg(&p.uniform)
+            .arg(&p.scale)
+            .arg(&greedy)
+            .arg(&out);
+        // SAFETY: as for `embed`.
+        unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| launch_error(k, e))
+    }
+
+    /// `sample_logprobs`: the `k` most likely of `n` logits, unordered, with
+    /// the max and log-sum-exp for their log-softmax (one block).
+    /// - `logits`: `[n]` f32; `keys`: `[n]` u32 scratch
+    /// - `0 < k <= SAMPLE_MAX_LOGPROBS`
+    /// - `out`: `[SAMPLE_OUT_WORDS]` u32, 8-byte aligned; words 1.. receive the result
+    #[allow(clippy::too_many_arguments)]
+    pub fn sample_logprobs(
+        &self,
+        s: &Arc<CudaStream>,
+        logits: CUdeviceptr,
+        n: u32,
+        keys: CUdeviceptr,
+        k_top: u32,
+        out: CUdeviceptr,
+    ) -> Result<(), BackendError> {
+        let k = Kernel::SampleLogprobs;
+        check_args(k, &[("n", n as usize), ("k", k_top as usize)], &[("logits", logits), ("keys", keys), ("out", out)])?;
+        if k_top as usize > SAMPLE_MAX_LOGPROBS {
+            return Err(BackendError::InferenceFailed(format!("{}: k = {k_top} exceeds {SAMPLE_MAX_LOGPROBS}", k.symbol())));
+        }
+        let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (SAMPLE_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let mut b = s.launch_builder(self.func(k));
+        b.arg(&logits).arg(&n).arg(&keys).arg(&k_top).arg(&out);
         // SAFETY: as for `embed`.
         unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| launch_error(k, e))
     }

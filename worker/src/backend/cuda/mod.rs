@@ -4,7 +4,9 @@
 //! It mirrors the CPU reference backend (`backend::cpu`): the same
 //! `llama::forward` graph runs over [`CudaOps`]. Weights sit in VRAM in their
 //! stored GGUF format (M0-W-1201) and are decoded inside the kernels; the KV
-//! cache is f16; logits are copied back to the host for sampling.
+//! cache is f16. Each forward pass leaves its last position's logits on the
+//! device, where `Backend::sample` picks the next token with the sampling
+//! kernels (`sample`); logits reach the host only when asked for.
 //!
 //! Nothing outside this module uses cudarc (M0-W-1050).
 //!
@@ -21,6 +23,7 @@ mod graph;
 mod kernels;
 mod nvrtc;
 mod ops;
+mod sample;
 mod upload;
 
 #[cfg(test)]
@@ -32,9 +35,10 @@ pub use device::{align_up, ContextLimits, CudaDevice, MemoryKind, VRAM_CAP_ENV};
 pub use kernels::{Kernel, Module, HEADERS};
 pub use nvrtc::{compile_module, compile_source, nvrtc_available, KernelCache, KERNEL_CACHE_ENV};
 pub use ops::{CudaBuf, CudaCache, CudaOps, CudaWeight};
+pub use sample::DeviceSampler;
 pub use upload::UploadStats;
 
-use crate::backend::{Backend, BackendError, Checkpoints, DeviceInfo, Logits, MemoryUse};
+use crate::backend::{Backend, BackendError, Checkpoints, DeviceInfo, Logits, MemoryUse, SampleRequest, SampledToken};
 use crate::gguf::GgufFile;
 use crate::model::llama::{self, LlamaWeights};
 use crate::model::ModelConfig;
@@ -105,6 +109,10 @@ pub struct CudaBackend {
     use_graphs: bool,
     /// Capture failed in this sequence; decode runs eagerly.
     graph_failed: bool,
+    /// Holds the last forward pass's last-position logits and samples from them.
+    sampler: DeviceSampler,
+    /// A forward pass of the current sequence has left logits in `sampler`.
+    has_logits: bool,
 }
 
 // SAFETY: the only non-Send field is the test hook's host pointer, which is
@@ -151,7 +159,8 @@ impl CudaBackend {
         if let Some(limit) = kv_limit_bytes {
             min_kv = min_kv.min(limit);
         }
-        let needed = weight_bytes + align_up(min_kv) + decode_scratch_bytes(&cfg);
+        let needed =
+            weight_bytes + align_up(min_kv) + decode_scratch_bytes(&cfg) + DeviceSampler::bytes_for(cfg.vocab_size);
         let available = dev.available_bytes()?;
         if needed > available {
             return Err(BackendError::OutOfMemory { needed, available });
@@ -203,6 +212,8 @@ impl CudaBackend {
         };
         let mut ops = CudaOps::new(dev.clone());
         ops.prepare_rope(cfg.rope_freq_base, cfg.n_rot)?;
+        let sampler = DeviceSampler::new(&dev, cfg.vocab_size)?;
+        ops.keep_logits_in(sampler.logits_ptr(), cfg.vocab_size);
         let graph_host = graph::GraphHost::new(&dev, cfg.vocab_size)?;
         let use_graphs = std::env::var(CUDA_GRAPHS_ENV).map_or(true, |v| v != "0");
         Ok(CudaBackend {
@@ -220,6 +231,8 @@ impl CudaBackend {
             decode_graph: None,
             use_graphs,
             graph_failed: false,
+            sampler,
+            has_logits: false,
         })
     }
 
@@ -261,9 +274,16 @@ impl CudaBackend {
         self.decode_graph.is_some()
     }
 
+    /// The sampler, whose logits buffer every forward pass writes (for tests
+    /// that sample from logits of their own).
+    pub fn sampler(&mut self) -> &mut DeviceSampler {
+        &mut self.sampler
+    }
+
     /// One decode step through the sequence's graph, capturing it first if
-    /// needed. `Ok(false)` when the graph cannot be used (then run eagerly).
-    fn decode_with_graph(&mut self, token: u32, out: &mut Vec<f32>) -> Result<bool, BackendError> {
+    /// needed; the logits go to `out` when given. `Ok(false)` when the graph
+    /// cannot be used (then run eagerly).
+    fn decode_with_graph(&mut self, token: u32, out: Option<&mut Vec<f32>>) -> Result<bool, BackendError> {
         let cache = self
             .cache
             .as_mut()
@@ -282,7 +302,7 @@ impl CudaBackend {
             )));
         }
         if self.decode_graph.is_none() {
-            match graph::DecodeGraph::capture(&mut self.ops, &self.graph_host, &self.cfg, &self.weights, cache) {
+            match graph::DecodeGraph::capture(&mut self.ops, &self.cfg, &self.weights, cache) {
                 Ok(g) => self.decode_graph = Some(g),
                 Err(e) => {
                     tracing::warn!(error = %e, "capturing the decode graph failed; decoding without it");
@@ -292,7 +312,7 @@ impl CudaBackend {
             }
         }
         let g = self.decode_graph.as_ref().expect("captured above");
-        g.replay(&self.graph_host, token, self.len, out)?;
+        g.replay(&self.graph_host, token, self.len, self.sampler.logits_ptr(), out)?;
         Ok(true)
     }
 }
@@ -381,16 +401,34 @@ impl Backend for CudaBackend {
             return Err(BackendError::InferenceFailed("forward without a sequence".into()));
         }
         self.dev.bind()?;
+        self.has_logits = false;
         let graph_step =
-            self.use_graphs && !self.graph_failed && tokens.len() == 1 && logits == Logits::Last && checkpoints.is_none();
-        if graph_step && self.decode_with_graph(tokens[0], out)? {
-            self.len += 1;
-            return Ok(());
+            self.use_graphs && !self.graph_failed && tokens.len() == 1 && logits != Logits::All && checkpoints.is_none();
+        if graph_step {
+            let host_out = if logits == Logits::None {
+                out.clear();
+                None
+            } else {
+                Some(&mut *out)
+            };
+            if self.decode_with_graph(tokens[0], host_out)? {
+                self.len += 1;
+                self.has_logits = true;
+                return Ok(());
+            }
         }
         let cache = self.cache.as_mut().expect("checked above");
         llama::forward(&mut self.ops, &self.cfg, &self.weights, cache, tokens, self.len, logits, out, checkpoints)?;
         self.len += tokens.len();
+        self.has_logits = true;
         Ok(())
+    }
+
+    fn sample(&mut self, req: &SampleRequest) -> Result<SampledToken, BackendError> {
+        if !self.has_logits {
+            return Err(BackendError::InferenceFailed("sample without logits: run forward first".into()));
+        }
+        self.sampler.sample(req)
     }
 
     fn end_sequence(&mut self) {
@@ -398,6 +436,7 @@ impl Backend for CudaBackend {
         self.graph_failed = false;
         self.cache = None;
         self.len = 0;
+        self.has_logits = false;
         if let Err(e) = self.dev.trim_pool() {
             tracing::error!(error = %e, "returning scratch memory failed");
         }

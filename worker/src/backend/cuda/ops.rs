@@ -137,9 +137,10 @@ impl CudaCache {
 
 /// What `CudaOps` does differently while a decode step is captured into a
 /// CUDA graph: buffers come from a fixed arena (so their addresses are the
-/// same at every replay), the token id and position are read from device
-/// memory that the host rewrites before each replay, and the logits are
-/// copied into pinned host memory without synchronizing.
+/// same at every replay) and the token id and position are read from device
+/// memory that the host rewrites before each replay. The step's logits stay
+/// on the device (`keep_last_row`); nothing is copied to the host inside
+/// the graph.
 pub(crate) struct GraphCapture {
     /// The arena: start, size, bytes handed out so far.
     pub arena: CUdeviceptr,
@@ -147,9 +148,6 @@ pub(crate) struct GraphCapture {
     pub arena_used: u64,
     /// Device `[token: u32, position: i32]` of the step.
     pub step: CUdeviceptr,
-    /// Pinned host memory receiving the logits.
-    pub logits_host: *mut f32,
-    pub logits_cap: usize,
 }
 
 /// `freq_base^(-2i / n_rot)` for one (base, n_rot), on the device as f64.
@@ -164,6 +162,9 @@ pub struct CudaOps {
     pub(crate) dev: Arc<CudaDevice>,
     pub(crate) capture: Option<GraphCapture>,
     rope_tables: Vec<RopeTable>,
+    /// Where `keep_last_row` copies the last position's logits: a device
+    /// buffer of this many f32 (the sampler's); none: nowhere.
+    kept_logits: Option<(CUdeviceptr, usize)>,
 }
 
 fn shape_error(what: String) -> BackendError {
@@ -212,7 +213,14 @@ fn is_f32_vector(w: &CudaWeight, len: usize) -> bool {
 
 impl CudaOps {
     pub fn new(dev: Arc<CudaDevice>) -> Self {
-        CudaOps { dev, capture: None, rope_tables: Vec::new() }
+        CudaOps { dev, capture: None, rope_tables: Vec::new(), kept_logits: None }
+    }
+
+    /// Makes `keep_last_row` copy the last position's logits to `ptr`, a
+    /// device buffer of `len` f32 that outlives these ops (and every graph
+    /// captured through them).
+    pub fn keep_logits_in(&mut self, ptr: CUdeviceptr, len: usize) {
+        self.kept_logits = Some((ptr, len));
     }
 
     /// Uploads the RoPE frequencies for (`freq_base`, `n_rot`), computed as
@@ -579,21 +587,28 @@ impl Ops for CudaOps {
         out.clear();
         out.resize(x.len(), 0.0);
         self.dev.bind()?;
-        if let Some(c) = &self.capture {
-            // Captured: the copy lands in pinned memory when the graph runs.
-            if x.len() > c.logits_cap {
-                return Err(shape_error(format!("to_host: {} values for {} of pinned memory", x.len(), c.logits_cap)));
-            }
-            // SAFETY: the pinned buffer holds `logits_cap >= len` values and
-            // outlives every replay of the graph.
-            let dst = unsafe { std::slice::from_raw_parts_mut(c.logits_host, x.len()) };
-            return unsafe { drv::memcpy_dtoh_async(dst, x.ptr(), self.dev.cu_stream()) }
-                .map_err(|e| driver_error("copying to the host", e));
+        if self.capture.is_some() {
+            return Err(BackendError::InferenceFailed("a decode graph keeps its logits on the device".into()));
         }
         // SAFETY: `out` holds exactly the block's `len` values.
         unsafe { drv::memcpy_dtoh_async(out.as_mut_slice(), x.ptr(), self.dev.cu_stream()) }
             .map_err(|e| driver_error("copying to the host", e))?;
         self.dev.synchronize()
+    }
+
+    /// An asynchronous device-to-device copy (captured into a decode graph
+    /// like any other step); without a buffer set by `keep_logits_in`, nothing.
+    fn keep_last_row(&mut self, x: &CudaBuf) -> Result<(), BackendError> {
+        let Some((dst, len)) = self.kept_logits else {
+            return Ok(());
+        };
+        if x.rows == 0 || x.cols != len {
+            return Err(shape_error(format!("keep_last_row: {}x{} for {len} logits", x.rows, x.cols)));
+        }
+        self.dev.bind()?;
+        // SAFETY: one row of `len` f32 inside the block, into a buffer of `len` f32.
+        unsafe { drv::memcpy_dtod_async(dst, x.row_ptr(x.rows - 1), len * 4, self.dev.cu_stream()) }
+            .map_err(|e| driver_error("keeping the logits on the device", e))
     }
 
     fn row_to_host(&mut self, x: &CudaBuf, row: usize, out: &mut Vec<f32>) -> Result<(), BackendError> {

@@ -241,11 +241,14 @@ fn m0_w_1201_cuda_weights_stay_in_stored_format_byte_for_byte() {
             device_bytes += b.bytes;
         }
         // Nothing but the weights as stored and their padding to 256 bytes,
-        // plus the RoPE table (`CudaOps::prepare_rope`, n_rot / 2 f64 values).
+        // plus the RoPE table (`CudaOps::prepare_rope`, n_rot / 2 f64 values)
+        // and the sampler's vocabulary-sized buffers, which live as long as
+        // the weights and are counted with them.
         let rope_table = if cfg.n_rot >= 2 { align_up((cfg.n_rot / 2 * 8) as u64) } else { 0 };
+        let extra = rope_table + crate::backend::cuda::sample::DeviceSampler::bytes_for(cfg.vocab_size);
         let padding = device_bytes - file_bytes;
         assert!(padding < 256 * gpu.weight_buffers().len() as u64, "{}: {padding} bytes of padding", m.name);
-        assert_eq!(gpu.memory_use().weights, device_bytes + rope_table, "{}: weight memory held", m.name);
+        assert_eq!(gpu.memory_use().weights, device_bytes + extra, "{}: weight memory held", m.name);
         if m.path.is_none() {
             assert_eq!(file_bytes, m.file.tensor_bytes_total(), "{}: the synthetic vectors are F32", m.name);
         }

@@ -1,0 +1,218 @@
+//! Sampling on the GPU (M0-W-1421): `Backend::sample` for the CUDA backend.
+//!
+//! Every forward pass leaves its last position's logits in this sampler's
+//! device buffer (`Ops::keep_last_row`, also inside the decode graph). A
+//! sample launches `sample_select` (and `sample_logprobs` when
+//! log-probabilities are asked for) over that buffer and copies back one
+//! small result block: the id, and at most [`SAMPLE_MAX_LOGPROBS`] (id,
+//! logit) pairs with the max and log-sum-exp, from which the host computes
+//! the log-probabilities exactly as `sampling::top_logprobs` does.
+//!
+//! The job's PRNG stays on the host: the draw `u` arrives in the request, so
+//! the random stream is the CPU backend's. The kernels follow the CPU
+//! pipeline step for step; the chosen id equals `sampling::select` on the
+//! same logits except where `u × total` lies within the fixed-point
+//! rounding of a cumulative boundary (see `cuda/sample.cu`: weights are
+//! multiples of 2^-45 of the top one for a 151936-token vocabulary).
+//!
+//! All buffers are allocated once, with the backend (accounted as weights,
+//! like the RoPE table: they live as long as the model), so nothing is
+//! allocated per token.
+
+use std::sync::Arc;
+
+use cudarc::driver::result as drv;
+use cudarc::driver::sys::CUdeviceptr;
+
+use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
+use crate::backend::cuda::kernels::{SelectArgs, SAMPLE_MAX_LOGPROBS, SAMPLE_OUT_WORDS};
+use crate::backend::{BackendError, SampleRequest, SampledToken};
+use crate::sampling::TokenLogprob;
+
+// The kernels return as many log-probabilities as a job may ask for.
+const _: () = assert!(SAMPLE_MAX_LOGPROBS >= crate::sampling::MAX_LOGPROBS);
+
+/// The device side of sampling for one vocabulary size.
+pub struct DeviceSampler {
+    dev: Arc<CudaDevice>,
+    vocab: usize,
+    /// `[vocab]` f32: the logits sampled from (the last forward's last position).
+    logits: DevBuf,
+    /// `[vocab]` u32: the kernels' working rank keys.
+    keys: DevBuf,
+    /// `[vocab]` u32: the distinct generated ids to penalize.
+    ids: DevBuf,
+    /// `[SAMPLE_OUT_WORDS]` u32: the result block.
+    out: DevBuf,
+    /// Host scratch: the distinct ids, and the result block.
+    distinct: Vec<u32>,
+    result: Vec<u32>,
+    /// Fixed-point scale of the weights: 2^(63 - ceil(log2 vocab)).
+    scale: f64,
+}
+
+/// The fixed-point scale for `vocab` tokens: the largest power of two with
+/// `vocab * scale <= 2^63`, so that a sum of weights in `[0, 1]` fits a u64.
+pub fn weight_scale(vocab: usize) -> f64 {
+    let bits = usize::BITS - vocab.saturating_sub(1).leading_zeros();
+    2f64.powi(63 - bits as i32)
+}
+
+impl DeviceSampler {
+    /// Device bytes a sampler for `vocab` tokens holds.
+    pub fn bytes_for(vocab: usize) -> u64 {
+        use crate::backend::cuda::device::align_up;
+        3 * align_up(vocab as u64 * 4) + align_up(SAMPLE_OUT_WORDS as u64 * 4)
+    }
+
+    pub fn new(dev: &Arc<CudaDevice>, vocab: usize) -> Result<Self, BackendError> {
+        if vocab == 0 || vocab >= u32::MAX as usize / 2 {
+            return Err(BackendError::InferenceFailed(format!("cannot sample from a vocabulary of {vocab} tokens")));
+        }
+        dev.bind()?;
+        let bytes = vocab as u64 * 4;
+        let logits = dev.alloc(Purpose::Weights, bytes)?;
+        // Until a forward pass writes them, the logits are all zero (not garbage).
+        logits.zero(bytes)?;
+        Ok(DeviceSampler {
+            dev: dev.clone(),
+            vocab,
+            logits,
+            keys: dev.alloc(Purpose::Weights, bytes)?,
+            ids: dev.alloc(Purpose::Weights, bytes)?,
+            out: dev.alloc(Purpose::Weights, SAMPLE_OUT_WORDS as u64 * 4)?,
+            distinct: Vec::new(),
+            result: vec![0; SAMPLE_OUT_WORDS],
+            scale: weight_scale(vocab),
+        })
+    }
+
+    pub fn vocab(&self) -> usize {
+        self.vocab
+    }
+
+    /// The device buffer the logits are sampled from: `[vocab]` f32.
+    pub fn logits_ptr(&self) -> CUdeviceptr {
+        self.logits.ptr()
+    }
+
+    /// Copies `logits` (exactly `vocab` values) into the buffer sampled from
+    /// (for tests, and for logits that come from the host).
+    pub fn upload_logits(&mut self, logits: &[f32]) -> Result<(), BackendError> {
+        if logits.len() != self.vocab {
+            return Err(BackendError::InferenceFailed(format!(
+                "{} logits for a vocabulary of {}",
+                logits.len(),
+                self.vocab
+            )));
+        }
+        self.dev.bind()?;
+        // SAFETY: the buffer holds `vocab` f32 values; pageable memory is
+        // staged before the call returns.
+        unsafe { drv::memcpy_htod_async(self.logits.ptr(), logits, self.dev.cu_stream()) }
+            .map_err(|e| driver_error("copying logits to the device", e))
+    }
+
+    /// Copies the logits sampled from to the host (for tests).
+    pub fn download_logits(&self) -> Result<Vec<f32>, BackendError> {
+        let mut v = vec![0f32; self.vocab];
+        self.dev.bind()?;
+        // SAFETY: the buffer holds `vocab` f32 values.
+        unsafe { drv::memcpy_dtoh_async(v.as_mut_slice(), self.logits.ptr(), self.dev.cu_stream()) }
+            .map_err(|e| driver_error("copying logits to the host", e))?;
+        self.dev.synchronize()?;
+        Ok(v)
+    }
+
+    /// Samples from the logits in the buffer (see the module comment).
+    pub fn sample(&mut self, req: &SampleRequest) -> Result<SampledToken, BackendError> {
+        let n = self.vocab;
+        let p = req.params;
+        if req.logprobs > SAMPLE_MAX_LOGPROBS {
+            return Err(BackendError::InferenceFailed(format!(
+                "{} log-probabilities asked, at most {SAMPLE_MAX_LOGPROBS}",
+                req.logprobs
+            )));
+        }
+        let greedy = p.temperature <= 0.0 || req.uniform.is_none();
+        let uniform = req.uniform.unwrap_or(0.0);
+        if !greedy && !(0.0..1.0).contains(&uniform) {
+            return Err(BackendError::InferenceFailed(format!("the draw {uniform} is outside [0, 1)")));
+        }
+        // The penalty goes to each distinct in-vocabulary id once.
+        self.distinct.clear();
+        if p.repetition_penalty != 1.0 {
+            self.distinct.extend(req.generated.iter().copied().filter(|&id| (id as usize) < n));
+            self.distinct.sort_unstable();
+            self.distinct.dedup();
+        }
+        debug_assert!(self.distinct.len() <= n);
+        let args = SelectArgs {
+            temperature: p.temperature,
+            penalty: p.repetition_penalty,
+            top_k: if p.top_k < n { p.top_k as u32 } else { 0 },
+            top_p: p.top_p,
+            min_p: p.min_p,
+            uniform,
+            scale: self.scale,
+            greedy,
+        };
+        self.dev.bind()?;
+        let stream = self.dev.cu_stream();
+        if !self.distinct.is_empty() {
+            // SAFETY: at most `vocab` ids into a `[vocab]` u32 buffer; pageable
+            // memory is staged before the call returns.
+            unsafe { drv::memcpy_htod_async(self.ids.ptr(), self.distinct.as_slice(), stream) }
+                .map_err(|e| driver_error("copying the generated ids", e))?;
+        }
+        let (k, st) = (&self.dev.kernels, &self.dev.stream);
+        let (logits, keys, out) = (self.logits.ptr(), self.keys.ptr(), self.out.ptr());
+        k.sample_select(st, logits, n as u32, keys, self.ids.ptr(), self.distinct.len() as u32, &args, out)?;
+        if req.logprobs > 0 {
+            k.sample_logprobs(st, logits, n as u32, keys, req.logprobs as u32, out)?;
+        }
+        // SAFETY: the result block holds SAMPLE_OUT_WORDS u32 values.
+        unsafe { drv::memcpy_dtoh_async(self.result.as_mut_slice(), out, stream) }
+            .map_err(|e| driver_error("copying the sampled token", e))?;
+        self.dev.synchronize()?;
+
+        let id = self.result[0];
+        if id as usize >= n {
+            return Err(BackendError::InferenceFailed(format!("the sampler returned id {id} for a vocabulary of {n}")));
+        }
+        let logprobs = if req.logprobs > 0 { self.logprobs(req.logprobs) } else { Vec::new() };
+        Ok(SampledToken { id, logprobs })
+    }
+
+    /// The log-probabilities from the result block, as `top_logprobs`
+    /// computes them: `(x − max − ln Σ e^(x − max))` in f64, in rank order
+    /// (logit descending, ties by lower id).
+    fn logprobs(&self, k: usize) -> Vec<TokenLogprob> {
+        let r = &self.result;
+        let count = (r[1] as usize).min(k);
+        let max = f64::from(f32::from_bits(r[2]));
+        let log_sum = f64::from_bits(u64::from(r[4]) | (u64::from(r[5]) << 32));
+        let mut top: Vec<(u32, f32)> = (0..count).map(|j| (r[8 + 2 * j], f32::from_bits(r[9 + 2 * j]))).collect();
+        top.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        top.into_iter().map(|(id, x)| TokenLogprob { id, logprob: (f64::from(x) - max - log_sum) as f32 }).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weight_scale_keeps_the_total_in_a_u64() {
+        assert_eq!(weight_scale(151_936), 2f64.powi(45));
+        assert_eq!(weight_scale(1 << 18), 2f64.powi(45));
+        assert_eq!(weight_scale((1 << 18) + 1), 2f64.powi(44));
+        assert_eq!(weight_scale(49_152), 2f64.powi(47));
+        assert_eq!(weight_scale(1), 2f64.powi(63));
+        assert_eq!(weight_scale(2), 2f64.powi(62));
+        for n in [1usize, 2, 3, 33, 1000, 49_152, 151_936, 262_144, 1 << 20] {
+            assert!(n as f64 * weight_scale(n) <= 2f64.powi(63), "{n}");
+            assert!(n as f64 * weight_scale(n) * 2.0 > 2f64.powi(63), "{n}: the largest such scale");
+        }
+    }
+}
