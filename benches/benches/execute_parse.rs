@@ -1,0 +1,62 @@
+//! M0-W-1603: the cost of turning the largest valid `/execute` body into a
+//! queued job: JSON parsing plus every validation rule, which includes
+//! tokenizing the prompt (its token count is checked against the limits) and
+//! each stop string (at most 32 tokens each). The body is the largest the
+//! rules allow: a 32,768-character prompt, four stop strings and every
+//! optional field.
+//!
+//! Run: `cargo bench -p worker-benches --bench execute_parse`
+//! (`-- --output-format bencher` for the suite's step).
+
+use std::path::PathBuf;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use worker_orcd::gguf::GgufFile;
+use worker_orcd::server::validation::{validate, ExecuteRequest, Limits, MAX_PROMPT_CHARS};
+use worker_orcd::tokenizer::Tokenizer;
+
+fn largest_valid_body() -> Vec<u8> {
+    // Plain prose, cut to exactly the character limit.
+    let prose = "The quick brown fox jumps over the lazy dog while the engineers measure everything twice. ";
+    let prompt: String = prose.chars().cycle().take(MAX_PROMPT_CHARS).collect();
+    serde_json::to_vec(&serde_json::json!({
+        "job_id": "bench-execute-parse-0001",
+        "prompt": prompt,
+        "max_tokens": 64,
+        "temperature": 0.7,
+        "top_p": 0.95,
+        "top_k": 40,
+        "repetition_penalty": 1.1,
+        "min_p": 0.05,
+        "stop": ["\n\nUser:", "<|im_end|>", "The end.", "###"],
+        "seed": 42,
+        "logprobs": 5,
+    }))
+    .unwrap()
+}
+
+fn bench_execute_parse(c: &mut Criterion) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.models/smollm2-135m-instruct-q4_1.gguf");
+    assert!(path.exists(), "run ci/fetch-model first: {} is missing", path.display());
+    let file = GgufFile::open(&path).expect("reference model opens");
+    let tokenizer = Tokenizer::from_gguf(&file.metadata).expect("tokenizer builds");
+    let limits = Limits { max_tokens_in: 8192, max_tokens_out: 2048, vocab_size: tokenizer.vocab_size(), context_length: 8192 };
+    let body = largest_valid_body();
+    // The body must be valid, or the benchmark would time the refusal path.
+    let req: ExecuteRequest = serde_json::from_slice(&body).unwrap();
+    let valid = validate(req, &limits, &tokenizer, || 0).expect("the benchmark body is valid");
+    eprintln!("prompt: {} characters, {} tokens", valid.prompt_chars, valid.prompt_tokens.len());
+
+    let mut group = c.benchmark_group("server");
+    group.throughput(Throughput::Bytes(body.len() as u64));
+    group.bench_function("execute_parse", |b| {
+        b.iter(|| {
+            let req: ExecuteRequest = serde_json::from_slice(std::hint::black_box(&body)).unwrap();
+            validate(req, &limits, &tokenizer, || 0).unwrap()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_execute_parse);
+criterion_main!(benches);
