@@ -354,6 +354,24 @@ async fn sigterm(w: &mut TestWorld) -> StepResult {
 async fn shut_down(w: &mut TestWorld, how: super::Stop) -> StepResult {
     if how == super::Stop::Sigterm {
         w.worker()?.signal(libc::SIGTERM)?;
+        // A signal is handled asynchronously: wait until the worker says it
+        // has seen it, so the steps after this one test the shutdown itself
+        // and not the signal's delivery time.
+        let client = w.client()?;
+        let seen = async {
+            loop {
+                // Any status: /health may answer 503 once shutting down.
+                let h = client.get("/health").await.and_then(|r| r.json());
+                if h.is_ok_and(|h| h["shutting_down"] == true) {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        };
+        check!(
+            tokio::time::timeout(std::time::Duration::from_secs(5), seen).await.is_ok(),
+            "/health did not report shutting_down within 5 s of SIGTERM"
+        );
     } else {
         let r = w
             .client()?
