@@ -111,50 +111,27 @@ __device__ __forceinline__ u64 fixed_weight(u32 k, double top, double scale) {
 
 // ---------------------------------------------------------------- reductions
 
-__device__ __forceinline__ u32 block_min_u32(u32 v, SampleShared& sh) {
+// The block's minimum (or maximum) of v: butterfly within warps, then the
+// warps' results in order through `red` (one slot per warp).
+template <typename T>
+__device__ __forceinline__ T block_extreme(T v, T* red, bool want_min) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
-        const u32 t = __shfl_xor_sync(FULL_MASK, v, o);
-        v = t < v ? t : v;
+        const T t = __shfl_xor_sync(FULL_MASK, v, o);
+        v = (want_min ? t < v : t > v) ? t : v;
     }
     __syncthreads();
-    if (lane == 0) sh.red32[warp] = v;
+    if (lane == 0) red[warp] = v;
     __syncthreads();
-    u32 m = sh.red32[0];
-    for (int w = 1; w < nwarps; w++) m = sh.red32[w] < m ? sh.red32[w] : m;
+    T m = red[0];
+    for (int w = 1; w < nwarps; w++) m = (want_min ? red[w] < m : red[w] > m) ? red[w] : m;
     return m;
 }
 
-__device__ __forceinline__ u32 block_max_u32(u32 v, SampleShared& sh) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const u32 t = __shfl_xor_sync(FULL_MASK, v, o);
-        v = t > v ? t : v;
-    }
-    __syncthreads();
-    if (lane == 0) sh.red32[warp] = v;
-    __syncthreads();
-    u32 m = sh.red32[0];
-    for (int w = 1; w < nwarps; w++) m = sh.red32[w] > m ? sh.red32[w] : m;
-    return m;
-}
-
-__device__ __forceinline__ u64 block_min_u64(u64 v, SampleShared& sh) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const u64 t = __shfl_xor_sync(FULL_MASK, v, o);
-        v = t < v ? t : v;
-    }
-    __syncthreads();
-    if (lane == 0) sh.red64[warp] = v;
-    __syncthreads();
-    u64 m = sh.red64[0];
-    for (int w = 1; w < nwarps; w++) m = sh.red64[w] < m ? sh.red64[w] : m;
-    return m;
-}
+__device__ __forceinline__ u32 block_min_u32(u32 v, SampleShared& sh) { return block_extreme<u32>(v, sh.red32, true); }
+__device__ __forceinline__ u32 block_max_u32(u32 v, SampleShared& sh) { return block_extreme<u32>(v, sh.red32, false); }
+__device__ __forceinline__ u64 block_min_u64(u64 v, SampleShared& sh) { return block_extreme<u64>(v, sh.red64, true); }
 
 // Sum in a fixed order: butterfly within warps, then warps in order.
 __device__ __forceinline__ double block_sum_f64(double v, SampleShared& sh) {
