@@ -2,10 +2,9 @@
 //! stores its samples under a fixed name; a budget step picks them by description,
 //! summarises them (p50/p95/p99) into the proof bundle and compares with slack.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Context};
+use anyhow::anyhow;
 use cucumber::{then, when};
 use serde_json::{json, Value};
 
@@ -166,28 +165,12 @@ async fn shutdowns(w: &mut TestWorld, n: usize) -> StepResult {
 
 #[when(regex = r#"^I run the criterion benchmark "([^"]+)"$"#)]
 async fn criterion(w: &mut TestWorld, name: String) -> StepResult {
-    let o = Command::new("cargo")
-        .args([
-            "bench",
-            "-p",
-            "worker-benches",
-            "--bench",
-            "*",
-            "--",
-            "--output-format",
-            "bencher",
-            &name,
-        ])
-        .current_dir(&w.cfg.workspace)
-        .output()
-        .context("running cargo bench")?;
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    // The bench target is named after the benchmark (benches/benches/NAME.rs).
+    let line = format!("cargo bench -p worker-benches --bench {name} -- --output-format bencher");
+    let o = super::workspace::run_line(&w.cfg.workspace, &line, &[])?;
+    let text = o.output;
     check!(
-        o.status.success(),
+        o.code == Some(0),
         "cargo bench failed: {}",
         crate::world::tail(&text, 20)
     );

@@ -223,12 +223,20 @@ async fn readme_section(w: &mut TestWorld, heading: String, list: String) -> Ste
 }
 
 fn run_shell(w: &mut TestWorld, line: &str, env_remove: &[&str]) -> anyhow::Result<CommandOutcome> {
+    let out = run_line(&w.cfg.workspace, line, env_remove)?;
+    w.command = Some(out.clone());
+    Ok(out)
+}
+
+/// Runs `line` (words split on whitespace, no shell) in `workspace`; where its
+/// program is not installed, reads the build host's record of it (`recorded`).
+pub fn run_line(workspace: &Path, line: &str, env_remove: &[&str]) -> anyhow::Result<CommandOutcome> {
     let words: Vec<&str> = line.split_whitespace().collect();
     let (prog, args) = words
         .split_first()
         .ok_or_else(|| anyhow!("empty command"))?;
     let mut cmd = Command::new(prog);
-    cmd.args(args).current_dir(&w.cfg.workspace);
+    cmd.args(args).current_dir(workspace);
     for k in env_remove {
         cmd.env_remove(k);
     }
@@ -248,7 +256,6 @@ fn run_shell(w: &mut TestWorld, line: &str, env_remove: &[&str]) -> anyhow::Resu
         }
         Err(e) => return Err(e).with_context(|| format!("running {line}")),
     };
-    w.command = Some(out.clone());
     Ok(out)
 }
 

@@ -153,6 +153,34 @@ pub fn validate(
     tokenizer: &Tokenizer,
     pick_seed: impl FnOnce() -> u64,
 ) -> Result<ValidExecuteRequest, ValidationErrors> {
+    check_fields(req, limits, tokenizer)?.tokenize(limits, tokenizer, pick_seed)
+}
+
+/// A request whose fields passed every rule that does not need the prompt's
+/// tokens; what is left is [`CheckedRequest::tokenize`].
+#[derive(Clone, Debug)]
+pub struct CheckedRequest {
+    job_id: String,
+    /// The text to tokenize (the prompt, or the rendered messages) and the
+    /// field to blame for it.
+    field: &'static str,
+    text: String,
+    max_tokens: Option<usize>,
+    max_tokens_cap: usize,
+    temperature: f32,
+    top_k: usize,
+    top_p: f32,
+    min_p: f32,
+    repetition_penalty: f32,
+    seed: Option<u64>,
+    stop: Vec<String>,
+    logprobs: usize,
+}
+
+/// The cheap half of [`validate`]: every field's rule, the chat template and
+/// the stop strings' token counts, but not the prompt's tokenization (which
+/// grows with the prompt: milliseconds for a long one).
+pub fn check_fields(req: ExecuteRequest, limits: &Limits, tokenizer: &Tokenizer) -> Result<CheckedRequest, ValidationErrors> {
     let mut errs = Collector(Vec::new());
 
     let job_id = match req.job_id {
@@ -254,73 +282,107 @@ pub fn validate(
         }
     }
 
-    // Tokenize only once the cheap rules hold.
-    let mut prompt_tokens = Vec::new();
-    let mut prompt_facts = (String::new(), 0usize);
-    if let (Some((field, text)), true) = (&input, errs.0.is_empty()) {
-        match tokenizer.encode(text, true, true) {
-            Err(e) => errs.add(field, format!("cannot be tokenized: {e}")),
-            Ok(ids) if ids.is_empty() => errs.add(field, "encodes to no tokens"),
-            Ok(ids) if ids.len() > limits.max_tokens_in => errs.add(
-                field,
-                format!("is {} tokens long; the limit (--max-tokens-in) is {}", ids.len(), limits.max_tokens_in),
-            ),
-            Ok(ids) if ids.len() >= limits.context_length => errs.add(
-                field,
-                format!(
-                    "is {} tokens long; the context length is {}, leaving no room to generate",
-                    ids.len(),
-                    limits.context_length
-                ),
-            ),
-            Ok(ids) => {
-                prompt_facts = (sha256_hex(text), text.chars().count());
-                prompt_tokens = ids;
-            }
-        }
-    }
-
-    // Prompt plus output must fit the context: an explicit max_tokens that does
-    // not is refused; the default shrinks to fit.
-    let room = limits.context_length.saturating_sub(prompt_tokens.len());
-    let max_tokens = match max_tokens {
-        Some(n) if !prompt_tokens.is_empty() && n > room => {
-            errs.add(
-                "max_tokens",
-                format!(
-                    "the prompt ({} tokens) plus max_tokens ({n}) exceeds the context length ({})",
-                    prompt_tokens.len(),
-                    limits.context_length
-                ),
-            );
-            n
-        }
-        Some(n) => n,
-        None => max_tokens_cap.min(room.max(1)),
-    };
-
-    if !errs.0.is_empty() {
-        return Err(ValidationErrors(errs.0));
-    }
-    let seed_given = seed.is_some();
-    Ok(ValidExecuteRequest {
-        job_id,
-        prompt_tokens,
-        prompt_sha256: prompt_facts.0,
-        prompt_chars: prompt_facts.1,
-        max_tokens,
-        sampling: SamplingParams {
+    match input {
+        Some((field, text)) if errs.0.is_empty() => Ok(CheckedRequest {
+            job_id,
+            field,
+            text,
+            max_tokens,
+            max_tokens_cap,
             temperature,
             top_k,
             top_p,
             min_p,
             repetition_penalty,
-            seed: seed.unwrap_or_else(pick_seed),
-        },
-        seed_given,
-        stop,
-        logprobs,
-    })
+            seed,
+            stop,
+            logprobs,
+        }),
+        _ => Err(ValidationErrors(errs.0)),
+    }
+}
+
+impl CheckedRequest {
+    /// The rest of [`validate`]: tokenizes the input and checks its length
+    /// against `--max-tokens-in`, the context and `max_tokens`.
+    pub fn tokenize(
+        self,
+        limits: &Limits,
+        tokenizer: &Tokenizer,
+        pick_seed: impl FnOnce() -> u64,
+    ) -> Result<ValidExecuteRequest, ValidationErrors> {
+        let mut errs = Collector(Vec::new());
+        let field = self.field;
+        let prompt_tokens = match tokenizer.encode(&self.text, true, true) {
+            Err(e) => {
+                errs.add(field, format!("cannot be tokenized: {e}"));
+                Vec::new()
+            }
+            Ok(ids) if ids.is_empty() => {
+                errs.add(field, "encodes to no tokens");
+                ids
+            }
+            Ok(ids) if ids.len() > limits.max_tokens_in => {
+                errs.add(
+                    field,
+                    format!("is {} tokens long; the limit (--max-tokens-in) is {}", ids.len(), limits.max_tokens_in),
+                );
+                Vec::new()
+            }
+            Ok(ids) if ids.len() >= limits.context_length => {
+                errs.add(
+                    field,
+                    format!(
+                        "is {} tokens long; the context length is {}, leaving no room to generate",
+                        ids.len(),
+                        limits.context_length
+                    ),
+                );
+                Vec::new()
+            }
+            Ok(ids) => ids,
+        };
+
+        // Prompt plus output must fit the context: an explicit max_tokens that
+        // does not is refused; the default shrinks to fit.
+        let room = limits.context_length.saturating_sub(prompt_tokens.len());
+        let max_tokens = match self.max_tokens {
+            Some(n) if !prompt_tokens.is_empty() && n > room => {
+                errs.add(
+                    "max_tokens",
+                    format!(
+                        "the prompt ({} tokens) plus max_tokens ({n}) exceeds the context length ({})",
+                        prompt_tokens.len(),
+                        limits.context_length
+                    ),
+                );
+                n
+            }
+            Some(n) => n,
+            None => self.max_tokens_cap.min(room.max(1)),
+        };
+        if !errs.0.is_empty() {
+            return Err(ValidationErrors(errs.0));
+        }
+        Ok(ValidExecuteRequest {
+            job_id: self.job_id,
+            prompt_sha256: sha256_hex(&self.text),
+            prompt_chars: self.text.chars().count(),
+            prompt_tokens,
+            max_tokens,
+            sampling: SamplingParams {
+                temperature: self.temperature,
+                top_k: self.top_k,
+                top_p: self.top_p,
+                min_p: self.min_p,
+                repetition_penalty: self.repetition_penalty,
+                seed: self.seed.unwrap_or_else(pick_seed),
+            },
+            seed_given: self.seed.is_some(),
+            stop: self.stop,
+            logprobs: self.logprobs,
+        })
+    }
 }
 
 /// Checks `messages` and renders them with the model's chat template.
