@@ -4,20 +4,14 @@
 //!
 //! Run: `cargo bench -p worker-benches --bench cpu_engine`.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use worker_orcd::backend::Logits;
 use worker_orcd::model::{load_model, LoadOptions};
 
-fn model_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.models/smollm2-135m-instruct-q4_1.gguf")
-}
-
 fn bench_cpu(c: &mut Criterion) {
-    let path = model_path();
-    assert!(path.exists(), "run ci/fetch-model first: {} is missing", path.display());
+    let path = worker_benches::reference_model();
     let mut model = load_model(&path, &LoadOptions::default(), &mut |_| {}).expect("model loads");
     // A fixed, realistic prompt: the first golden chat prompt, repeated to 64 tokens.
     let prompt = model

@@ -10,8 +10,6 @@
 //! Run: `cargo bench -p worker-benches --bench execute_parse`
 //! (`-- --output-format bencher` for the suite's step).
 
-use std::path::PathBuf;
-
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use worker_orcd::gguf::GgufFile;
 use worker_orcd::server::validation::{check_fields, validate, ExecuteRequest, Limits, MAX_PROMPT_CHARS};
@@ -38,9 +36,7 @@ fn largest_valid_body() -> Vec<u8> {
 }
 
 fn bench_execute_parse(c: &mut Criterion) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.models/smollm2-135m-instruct-q4_1.gguf");
-    assert!(path.exists(), "run ci/fetch-model first: {} is missing", path.display());
-    let file = GgufFile::open(&path).expect("reference model opens");
+    let file = GgufFile::open(&worker_benches::reference_model()).expect("reference model opens");
     let tokenizer = Tokenizer::from_gguf(&file.metadata).expect("tokenizer builds");
     let limits = Limits { max_tokens_in: 8192, max_tokens_out: 2048, vocab_size: tokenizer.vocab_size(), context_length: 8192 };
     let body = largest_valid_body();
