@@ -369,7 +369,7 @@ impl Ops for CudaOps {
     }
 
     fn rms_norm(&mut self, x: &CudaBuf, weight: &CudaWeight, eps: f32, out: &mut CudaBuf) -> Result<(), BackendError> {
-        if weight.ty != GgmlType::F32 || weight.rows != 1 || weight.cols != x.cols || out.rows != x.rows || out.cols != x.cols || x.is_empty() {
+        if !is_f32_vector(weight, x.cols) || out.rows != x.rows || out.cols != x.cols || x.is_empty() {
             return Err(shape_error(format!("rms_norm: x {}x{}, w {}, out {}x{}", x.rows, x.cols, weight.cols, out.rows, out.cols)));
         }
         check_weights("rms_norm", &[weight])?;
