@@ -8,7 +8,6 @@
 //!   `synthetic-<preset>` fixtures
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -22,39 +21,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Check coverage, run the scenarios against a worker binary, write the proof bundle.
-    Suite {
-        /// Worker binary under test (default: $WORKER_BIN, else the newest target/{release,debug}/worker-orcd).
-        #[arg(long)]
-        worker: Option<PathBuf>,
-        /// Backend to launch the worker with; `@cuda` scenarios need `cuda` and a GPU.
-        #[arg(long, default_value = "cpu")]
-        backend: String,
-        /// Reference model (default: .models/smollm2-135m-instruct-q4_1.gguf).
-        #[arg(long)]
-        model: Option<PathBuf>,
-        /// Tag expression. The default leaves out the slow `@bench` scenarios (CI runs it so);
-        /// `--tags @bench` runs the budgets, `--tags ''` everything.
-        #[arg(long, default_value = "not @bench")]
-        tags: String,
-        /// Proof bundle root (default: $LLORCH_PROOF_DIR, else <workspace>/.proof_bundle).
-        #[arg(long)]
-        proof_dir: Option<PathBuf>,
-        /// Workspace root (default: found from the current directory).
-        #[arg(long)]
-        workspace: Option<PathBuf>,
-        /// Requirement catalogue (default: ../shared/REQUIREMENTS.md, else testdata/REQUIREMENTS.md).
-        #[arg(long)]
-        requirements: Option<PathBuf>,
-        /// Budgets file (default: <workspace>/budgets.yaml).
-        #[arg(long)]
-        budgets: Option<PathBuf>,
-        /// Also run `@pending:<capability>` scenarios selected by --tags (still reported pending).
-        #[arg(long)]
-        run_pending: bool,
-        /// Seconds to wait for a worker to become healthy.
-        #[arg(long, default_value_t = 120)]
-        start_timeout_s: u64,
-    },
+    Suite(harness::suite::Options),
     /// Fail when a requirement has no scenario or a scenario carries an unknown ID.
     Coverage {
         #[arg(long)]
@@ -101,31 +68,7 @@ enum Cmd {
 
 fn main() -> anyhow::Result<()> {
     let code = match Cli::parse().command {
-        Cmd::Suite {
-            worker,
-            backend,
-            model,
-            tags,
-            proof_dir,
-            workspace,
-            requirements,
-            budgets,
-            run_pending,
-            start_timeout_s,
-        } => {
-            let tags = Some(tags).filter(|t| !t.trim().is_empty());
-            let opts = harness::suite::Options {
-                worker,
-                backend,
-                model,
-                tags,
-                proof_dir,
-                workspace,
-                requirements,
-                budgets,
-                run_pending,
-                start_timeout: Duration::from_secs(start_timeout_s),
-            };
+        Cmd::Suite(opts) => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;

@@ -20,19 +20,47 @@ use crate::matrix::{self, Outcome, RunResult};
 use crate::proof::{self, Recorder};
 use crate::world::{install_config, SuiteConfig, TestWorld};
 
-/// Options of `harness suite` (see `main.rs` for their flags).
-#[derive(Debug, Clone)]
+/// Options of `harness suite`, which are its command-line flags.
+#[derive(Debug, Clone, clap::Args)]
 pub struct Options {
+    /// Worker binary under test (default: $WORKER_BIN, else the newest target/{release,debug}/worker-orcd).
+    #[arg(long)]
     pub worker: Option<PathBuf>,
+    /// Backend to launch the worker with; `@cuda` scenarios need `cuda` and a GPU.
+    #[arg(long, default_value = "cpu")]
     pub backend: String,
+    /// Reference model (default: .models/smollm2-135m-instruct-q4_1.gguf).
+    #[arg(long)]
     pub model: Option<PathBuf>,
-    pub tags: Option<String>,
+    /// Tag expression. The default leaves out the slow `@bench` scenarios (CI runs it so);
+    /// `--tags @bench` runs the budgets, `--tags ''` everything.
+    #[arg(long, default_value = "not @bench")]
+    pub tags: String,
+    /// Proof bundle root (default: $LLORCH_PROOF_DIR, else <workspace>/.proof_bundle).
+    #[arg(long)]
     pub proof_dir: Option<PathBuf>,
+    /// Workspace root (default: found from the current directory).
+    #[arg(long)]
     pub workspace: Option<PathBuf>,
+    /// Requirement catalogue (default: ../shared/REQUIREMENTS.md, else testdata/REQUIREMENTS.md).
+    #[arg(long)]
     pub requirements: Option<PathBuf>,
+    /// Budgets file (default: <workspace>/budgets.yaml).
+    #[arg(long)]
     pub budgets: Option<PathBuf>,
+    /// Also run `@pending:<capability>` scenarios selected by --tags (still reported pending).
+    #[arg(long)]
     pub run_pending: bool,
-    pub start_timeout: Duration,
+    /// Seconds to wait for a worker to become healthy.
+    #[arg(long, default_value_t = 120)]
+    pub start_timeout_s: u64,
+}
+
+impl Options {
+    /// The tag expression, if any (an empty `--tags` selects everything).
+    fn tag_expr(&self) -> Option<&str> {
+        Some(self.tags.as_str()).filter(|t| !t.trim().is_empty())
+    }
 }
 
 /// The workspace root: the nearest ancestor of the current directory with `features/`
@@ -174,7 +202,7 @@ fn metadata(cfg: &SuiteConfig, opts: &Options) -> Value {
         "backend": cfg.backend,
         "gpu": gpu,
         "gpu_count": cfg.gpu_count,
-        "tags": opts.tags,
+        "tags": opts.tag_expr(),
         "run_pending": opts.run_pending,
         "requirements": cfg.requirements,
         "budgets": cfg.budgets_path,
@@ -233,13 +261,13 @@ pub async fn run(opts: Options) -> Result<i32> {
         fixtures_dir: std::env::temp_dir().join(format!("harness-fixtures-{}", proof::run_id())),
         golden_dir: workspace.join("testdata/golden"),
         requirements: requirements.clone(),
-        start_timeout: opts.start_timeout,
+        start_timeout: Duration::from_secs(opts.start_timeout_s),
     };
     let meta = metadata(&cfg, &opts);
     let fixtures_dir = cfg.fixtures_dir.clone();
     install_config(cfg);
 
-    let selection = Selection::new(opts.tags.as_deref(), gpu, opts.run_pending)?;
+    let selection = Selection::new(opts.tag_expr(), gpu, opts.run_pending)?;
     let selected: usize = scenarios
         .iter()
         .flat_map(|s| &s.expansions)
