@@ -369,7 +369,9 @@ async fn shut_down(w: &mut TestWorld, how: super::Stop) -> StepResult {
             }
         };
         check!(
-            tokio::time::timeout(std::time::Duration::from_secs(5), seen).await.is_ok(),
+            tokio::time::timeout(std::time::Duration::from_secs(5), seen)
+                .await
+                .is_ok(),
             "/health did not report shutting_down within 5 s of SIGTERM"
         );
     } else {

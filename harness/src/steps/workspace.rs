@@ -230,7 +230,11 @@ fn run_shell(w: &mut TestWorld, line: &str, env_remove: &[&str]) -> anyhow::Resu
 
 /// Runs `line` (words split on whitespace, no shell) in `workspace`; where its
 /// program is not installed, reads the build host's record of it (`recorded`).
-pub fn run_line(workspace: &Path, line: &str, env_remove: &[&str]) -> anyhow::Result<CommandOutcome> {
+pub fn run_line(
+    workspace: &Path,
+    line: &str,
+    env_remove: &[&str],
+) -> anyhow::Result<CommandOutcome> {
     let words: Vec<&str> = line.split_whitespace().collect();
     let (prog, args) = words
         .split_first()
