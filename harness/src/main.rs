@@ -127,7 +127,7 @@ fn main() -> anyhow::Result<()> {
                 })?,
             };
             let reference = reference.unwrap_or_else(|| {
-                harness::suite::find_workspace(None).join(".models/smollm2-135m-instruct-q4_1.gguf")
+                harness::suite::default_model(&harness::suite::find_workspace(None))
             });
             let threads = threads
                 .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))

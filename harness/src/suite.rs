@@ -63,6 +63,11 @@ impl Options {
     }
 }
 
+/// Where `ci/fetch-model` puts the reference model.
+pub fn default_model(workspace: &Path) -> PathBuf {
+    workspace.join(".models/smollm2-135m-instruct-q4_1.gguf")
+}
+
 /// The workspace root: the nearest ancestor of the current directory with `features/`
 /// and a `Cargo.toml`, else this crate's parent.
 pub fn find_workspace(explicit: Option<&Path>) -> PathBuf {
@@ -233,7 +238,7 @@ pub async fn run(opts: Options) -> Result<i32> {
         &opts
             .model
             .clone()
-            .unwrap_or_else(|| workspace.join(".models/smollm2-135m-instruct-q4_1.gguf")),
+            .unwrap_or_else(|| default_model(&workspace)),
     );
     if !model.is_file() {
         bail!("no model at {} (run ci/fetch-model)", model.display());
