@@ -144,16 +144,17 @@ fn edited(g: &Gguf, f: impl FnOnce(&mut Gguf) -> Result<()>) -> Result<Vec<u8>> 
 
 /// Writes the preset's model in its default format, seed 0: what `harness
 /// synth-model --preset PRESET --out FILE --reference REF` writes.
-fn synthesize(preset: &str, reference: &Path, out: &Path) -> Result<()> {
+fn synthesize(name: &str, reference: &Path, out: &Path) -> Result<()> {
+    let preset =
+        synth::preset(name).with_context(|| format!("synthetic model {name:?} unavailable"))?;
     let opts = synth::Options {
-        preset: synth::preset(preset)
-            .with_context(|| format!("synthetic model {preset:?} unavailable"))?,
-        format: synth::preset(preset)?.default_format,
+        preset,
+        format: preset.default_format,
         seed: 0,
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     synth::write_file(&opts, reference, out)
-        .with_context(|| format!("writing synthetic model {preset:?}"))?;
+        .with_context(|| format!("writing synthetic model {name:?}"))?;
     Ok(())
 }
 
