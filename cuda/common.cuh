@@ -4,6 +4,8 @@
 // CUDA headers are needed), and warp/block reductions whose summation order
 // is fixed (M0-W-1031: the same inputs give the same bits on every run).
 
+#pragma once
+
 typedef unsigned char u8;
 typedef signed char i8;
 typedef unsigned short u16;
