@@ -107,13 +107,17 @@ int main(int argc, char** argv) {
         cudaFree(a); cudaFree(b);
     }
     struct Shape { int rows, cols; };
-    Shape shapes[] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096},
+    int only_rows = 0, only_cols = 0;
+    if (const char* e = getenv("MV_LAB_SHAPE")) sscanf(e, "%dx%d", &only_rows, &only_cols);
+    // MV_LAB_SHAPE=ROWSxCOLS: that shape alone (for a profiler run).
+    std::vector<Shape> shapes = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096},
                       {896, 896}, {128, 896}, {4864, 896}, {896, 4864}, {151936, 896}, {576, 576}, {1536, 576}};
     printf("%-6s %7s %6s %2s %10s %9s %9s %6s\n", "fmt", "rows", "cols", "n", "rel_err", "old GB/s", "new GB/s", "x");
     for (const Fmt& f : FMTS) {
         if (only && !strstr(only, f.name)) continue;
         for (Shape s : shapes) {
             if (s.cols % f.block_values) continue;
+            if (only_rows && (s.rows != only_rows || s.cols != only_cols)) continue;
             const bool hot = f.id == T_Q4_K || f.id == T_Q6_K || f.id == T_Q8_0;
             if (!hot && s.rows > 20000) continue;  // the LM head shapes for the common formats only
             i64 rb = (i64)s.cols / f.block_values * f.block_bytes;
