@@ -131,3 +131,167 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
         orow[d] = s * inv;
     }
 }
+
+// ---- Decode over a long context: the context split across blocks ----------
+//
+// For one query row (decode) the kernel above runs one block per head, so a
+// 32-head model keeps 32 SMs busy however long the context. Here the context
+// is split into `nsplit` chunks of `chunk` positions and each block takes one
+// KV head and one chunk, for all the query heads that share that KV head
+// (each K and V row is read once per group, not once per head). A block
+// writes its chunk's softmax state (max, sum of weights, unnormalised output)
+// to `part`; attention_combine then merges the chunks of each head in chunk
+// order. The grid is fixed by the capacity, not the filled length (so a
+// captured graph replays for any position): chunks past the end write an
+// empty state. Every sum has a fixed order.
+#define ATS_THREADS 128
+#define ATS_WARPS (ATS_THREADS / 32)
+#define ATS_MAX_GROUP 8
+#define ATS_MAX_CHUNK 512
+
+// part: [n_head][nsplit][head_dim + 2] floats: max, sum, then output.
+extern "C" __global__ void __launch_bounds__(ATS_THREADS)
+    attention_split(const float* __restrict__ q, int n_head, int n_head_kv, int head_dim, int start_pos,
+                    const int* __restrict__ pos_ptr, int capacity, const u16* __restrict__ k_cache,
+                    const u16* __restrict__ v_cache, float scale, int chunk, int nsplit, float* __restrict__ part) {
+    __shared__ __align__(16) float qs[ATS_MAX_GROUP][ATT_MAX_HEAD_DIM];
+    __shared__ float p[ATS_MAX_GROUP][ATS_MAX_CHUNK];
+    __shared__ float red[32];
+    __shared__ float ogrp[ATS_WARPS][ATS_MAX_GROUP][ATT_MAX_HEAD_DIM / 2 + 1];
+    const int kvh = blockIdx.x, s = blockIdx.y;
+    const int group = n_head / n_head_kv;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (pos_ptr) start_pos = *pos_ptr;
+    const int n_ctx = min(start_pos + 1, capacity);
+    const int j0 = s * chunk, cnt = max(0, min(chunk, n_ctx - j0));
+    const int stride = head_dim + 2;
+    if (cnt == 0) {
+        for (int g = 0; g < group; g++) {
+            float* dst = part + ((i64)(kvh * group + g) * nsplit + s) * stride;
+            for (int d = tid; d < stride; d += ATS_THREADS) dst[d] = d == 0 ? NEG_INF : 0.0f;
+        }
+        return;
+    }
+    for (int i = tid; i < group * head_dim; i += ATS_THREADS) {
+        const int g = i / head_dim, d = i % head_dim;
+        qs[g][d] = q[(i64)(kvh * group + g) * head_dim + d];
+    }
+    const u16* kh = k_cache + (i64)kvh * capacity * head_dim;
+    const u16* vh = v_cache + (i64)kvh * capacity * head_dim;
+    __syncthreads();
+
+    // Scores: thread i takes keys i, i + ATS_THREADS, ... of the chunk, for
+    // every head of the group, reading each key row once.
+    for (int j = tid; j < cnt; j += ATS_THREADS) {
+        const u16* kr = kh + (i64)(j0 + j) * head_dim;
+        float sc[ATS_MAX_GROUP];
+#pragma unroll
+        for (int g = 0; g < ATS_MAX_GROUP; g++) sc[g] = 0.0f;
+        for (int d = 0; d < head_dim; d += 8) {
+            const uint4 w = *(const uint4*)(kr + d);
+            const u32 ws[4] = {w.x, w.y, w.z, w.w};
+            float kv[8];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                kv[2 * i] = f16_to_f32((u16)(ws[i] & 0xFFFFu));
+                kv[2 * i + 1] = f16_to_f32((u16)(ws[i] >> 16));
+            }
+#pragma unroll
+            for (int g = 0; g < ATS_MAX_GROUP; g++) {
+                if (g < group) {
+#pragma unroll
+                    for (int i = 0; i < 8; i++) sc[g] = fmaf(qs[g][d + i], kv[i], sc[g]);
+                }
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < ATS_MAX_GROUP; g++)
+            if (g < group) p[g][j] = sc[g] * scale;
+    }
+    __syncthreads();
+    // Per head: the chunk's max, then weights and their sum (block reductions in a fixed order).
+    float mx[ATS_MAX_GROUP], sum[ATS_MAX_GROUP];
+    for (int g = 0; g < group; g++) {
+        float m = NEG_INF;
+        for (int j = tid; j < cnt; j += ATS_THREADS) m = fmaxf(m, p[g][j]);
+        mx[g] = block_max(m, red);
+        float e = 0.0f;
+        for (int j = tid; j < cnt; j += ATS_THREADS) {
+            const float w = expf(p[g][j] - mx[g]);
+            p[g][j] = w;
+            e += w;
+        }
+        sum[g] = block_sum(e, red);  // its barriers also publish p[g]
+    }
+    // Weighted V: warp w takes keys w, w + ATS_WARPS, ...; lane holds dim pairs lane, lane + 32, ...
+    float o[ATS_MAX_GROUP][2 * ATT_PAIRS_PER_LANE];
+#pragma unroll
+    for (int g = 0; g < ATS_MAX_GROUP; g++)
+#pragma unroll
+        for (int k = 0; k < 2 * ATT_PAIRS_PER_LANE; k++) o[g][k] = 0.0f;
+    for (int j = warp; j < cnt; j += ATS_WARPS) {
+        const u32* vr = (const u32*)(vh + (i64)(j0 + j) * head_dim);
+#pragma unroll
+        for (int k = 0; k < ATT_PAIRS_PER_LANE; k++) {
+            const int d2 = lane + 32 * k;
+            if (2 * d2 < head_dim) {
+                const u32 w = vr[d2];
+                const float v0 = f16_to_f32((u16)(w & 0xFFFFu)), v1 = f16_to_f32((u16)(w >> 16));
+#pragma unroll
+                for (int g = 0; g < ATS_MAX_GROUP; g++) {
+                    if (g < group) {
+                        o[g][2 * k] = fmaf(p[g][j], v0, o[g][2 * k]);
+                        o[g][2 * k + 1] = fmaf(p[g][j], v1, o[g][2 * k + 1]);
+                    }
+                }
+            }
+        }
+    }
+    // Warps' outputs added in warp order, one dim pair at a time.
+    for (int k = 0; k < ATT_PAIRS_PER_LANE; k++) {
+        const int d2 = lane + 32 * k;
+        for (int half = 0; half < 2; half++) {
+            if (2 * d2 < head_dim) {
+#pragma unroll
+                for (int g = 0; g < ATS_MAX_GROUP; g++)
+                    if (g < group) ogrp[warp][g][d2] = o[g][2 * k + half];
+            }
+            __syncthreads();
+            for (int i = tid; i < group * 32; i += ATS_THREADS) {
+                const int g = i / 32, dd = 32 * k + i % 32;  // the pairs written in this round
+                if (2 * dd >= head_dim) continue;
+                float acc = 0.0f;
+                for (int w = 0; w < ATS_WARPS; w++) acc += ogrp[w][g][dd];
+                part[((i64)(kvh * group + g) * nsplit + s) * stride + 2 + 2 * dd + half] = acc;
+            }
+            __syncthreads();
+        }
+    }
+    if (tid < group) {
+        float* dst = part + ((i64)(kvh * group + tid) * nsplit + s) * stride;
+        dst[0] = mx[tid];
+        dst[1] = sum[tid];
+    }
+}
+
+// out[h] = the merge of head h's chunk states, in chunk order. One block per head.
+extern "C" __global__ void attention_combine(const float* __restrict__ part, int n_head, int head_dim, int nsplit,
+                                             float* __restrict__ out) {
+    const int h = blockIdx.x;
+    if (h >= n_head) return;
+    const int stride = head_dim + 2;
+    const float* ph = part + (i64)h * nsplit * stride;
+    float m = NEG_INF;
+    for (int s = 0; s < nsplit; s++) m = fmaxf(m, ph[(i64)s * stride]);
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float l = 0.0f, o = 0.0f;
+        for (int s = 0; s < nsplit; s++) {
+            const float* st = ph + (i64)s * stride;
+            if (st[1] == 0.0f) continue;  // an empty chunk
+            const float a = expf(st[0] - m);
+            l = fmaf(st[1], a, l);
+            o = fmaf(st[2 + d], a, o);
+        }
+        out[(i64)h * head_dim + d] = o / l;
+    }
+}
