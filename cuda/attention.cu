@@ -187,6 +187,8 @@ extern "C" __global__ void __launch_bounds__(ATS_THREADS)
         float sc[ATS_MAX_GROUP];
 #pragma unroll
         for (int g = 0; g < ATS_MAX_GROUP; g++) sc[g] = 0.0f;
+        // Unrolled so that several loads of the row are in flight at once.
+#pragma unroll 8
         for (int d = 0; d < head_dim; d += 8) {
             const uint4 w = *(const uint4*)(kr + d);
             const u32 ws[4] = {w.x, w.y, w.z, w.w};
@@ -211,7 +213,9 @@ extern "C" __global__ void __launch_bounds__(ATS_THREADS)
     __syncthreads();
     // Per head: the chunk's max, then weights and their sum (block reductions in a fixed order).
     float mx[ATS_MAX_GROUP], sum[ATS_MAX_GROUP];
-    for (int g = 0; g < group; g++) {
+#pragma unroll
+    for (int g = 0; g < ATS_MAX_GROUP; g++) {
+        if (g >= group) break;
         float m = NEG_INF;
         for (int j = tid; j < cnt; j += ATS_THREADS) m = fmaxf(m, p[g][j]);
         mx[g] = block_max(m, red);
@@ -229,6 +233,7 @@ extern "C" __global__ void __launch_bounds__(ATS_THREADS)
     for (int g = 0; g < ATS_MAX_GROUP; g++)
 #pragma unroll
         for (int k = 0; k < 2 * ATT_PAIRS_PER_LANE; k++) o[g][k] = 0.0f;
+#pragma unroll 8
     for (int j = warp; j < cnt; j += ATS_WARPS) {
         const u32* vr = (const u32*)(vh + (i64)(j0 + j) * head_dim);
 #pragma unroll
@@ -247,9 +252,13 @@ extern "C" __global__ void __launch_bounds__(ATS_THREADS)
             }
         }
     }
-    // Warps' outputs added in warp order, one dim pair at a time.
+    // Warps' outputs added in warp order, one dim pair at a time. (Unrolled,
+    // so that o stays in registers.)
+#pragma unroll
     for (int k = 0; k < ATT_PAIRS_PER_LANE; k++) {
         const int d2 = lane + 32 * k;
+        if (32 * k >= head_dim / 2) break;  // the same for every thread
+#pragma unroll
         for (int half = 0; half < 2; half++) {
             if (2 * d2 < head_dim) {
 #pragma unroll
@@ -267,31 +276,44 @@ extern "C" __global__ void __launch_bounds__(ATS_THREADS)
             __syncthreads();
         }
     }
-    if (tid < group) {
-        float* dst = part + ((i64)(kvh * group + tid) * nsplit + s) * stride;
-        dst[0] = mx[tid];
-        dst[1] = sum[tid];
+    if (tid == 0) {
+#pragma unroll
+        for (int g = 0; g < ATS_MAX_GROUP; g++) {
+            if (g >= group) break;
+            float* dst = part + ((i64)(kvh * group + g) * nsplit + s) * stride;
+            dst[0] = mx[g];
+            dst[1] = sum[g];
+        }
     }
 }
 
-// out[h] = the merge of head h's chunk states, in chunk order. One block per head.
+// out[h] = the merge of head h's chunk states, in chunk order. One block per
+// head; the chunks' weights are computed once into shared memory so that the
+// output loop's loads do not wait on one another.
+#define ATS_MAX_SPLITS 1024
 extern "C" __global__ void attention_combine(const float* __restrict__ part, int n_head, int head_dim, int nsplit,
                                              float* __restrict__ out) {
-    const int h = blockIdx.x;
+    __shared__ float wgt[ATS_MAX_SPLITS];
+    __shared__ float red[32];
+    const int h = blockIdx.x, tid = threadIdx.x;
     if (h >= n_head) return;
     const int stride = head_dim + 2;
     const float* ph = part + (i64)h * nsplit * stride;
     float m = NEG_INF;
-    for (int s = 0; s < nsplit; s++) m = fmaxf(m, ph[(i64)s * stride]);
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float l = 0.0f, o = 0.0f;
-        for (int s = 0; s < nsplit; s++) {
-            const float* st = ph + (i64)s * stride;
-            if (st[1] == 0.0f) continue;  // an empty chunk
-            const float a = expf(st[0] - m);
-            l = fmaf(st[1], a, l);
-            o = fmaf(st[2 + d], a, o);
-        }
+    for (int s = tid; s < nsplit; s += blockDim.x) m = fmaxf(m, ph[(i64)s * stride]);
+    m = block_max(m, red);
+    float l = 0.0f;
+    for (int s = tid; s < nsplit; s += blockDim.x) {
+        const float ls = ph[(i64)s * stride + 1];
+        const float a = ls == 0.0f ? 0.0f : expf(ph[(i64)s * stride] - m);  // 0: an empty chunk
+        wgt[s] = a;
+        l = fmaf(ls, a, l);
+    }
+    l = block_sum(l, red);  // its barriers also publish wgt
+    for (int d = tid; d < head_dim; d += blockDim.x) {
+        float o = 0.0f;
+#pragma unroll 16
+        for (int s = 0; s < nsplit; s++) o = fmaf(ph[(i64)s * stride + 2 + d], wgt[s], o);
         out[(i64)h * head_dim + d] = o / l;
     }
 }

@@ -61,13 +61,18 @@ int main() {
             if (!std::isfinite(a[i]) || !std::isfinite(b[i])) bad = true;
             num += (a[i] - b[i]) * (double)(a[i] - b[i]); den += (double)a[i] * a[i];
         }
-        float us[2];
-        for (int which = 0; which < 2; which++) {
+        float us[4];
+        auto run_split = [&]() {
+            attention_split<<<dim3(c.n_kv, nsplit), ATS_THREADS>>>(q, c.n_head, c.n_kv, c.hd, 0, pos, c.capacity, k, v,
+                                                                   scale, chunk, nsplit, part);
+        };
+        auto run_comb = [&]() { attention_combine<<<c.n_head, 128>>>(part, c.n_head, c.hd, nsplit, o2); };
+        for (int which = 0; which < 4; which++) {
             cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
             std::vector<float> ts;
             for (int it = 0; it < 60; it++) {
                 cudaEventRecord(e0);
-                if (which == 0) run_old(); else run_new();
+                if (which == 0) run_old(); else if (which == 1) run_new(); else if (which == 2) run_split(); else run_comb();
                 cudaEventRecord(e1); cudaEventSynchronize(e1);
                 float ms; cudaEventElapsedTime(&ms, e0, e1); if (it >= 10) ts.push_back(ms);
             }
@@ -76,6 +81,7 @@ int main() {
         CK(cudaGetLastError());
         printf("%5d %4d %4d %6d %6d %6d %6d %10.2e %9.1f %9.1f %6.2f\n", c.n_head, c.n_kv, c.hd, c.capacity, c.n_ctx,
                nsplit, chunk, bad ? NAN : sqrt(num / den), us[0], us[1], us[0] / us[1]);
+        printf("      split alone %.1f us, combine alone %.1f us\n", us[2], us[3]);
         cudaFree(k); cudaFree(v); cudaFree(q); cudaFree(o1); cudaFree(o2); cudaFree(part); cudaFree(pos);
     }
 }
