@@ -18,12 +18,16 @@
 //! activations come from the stream-ordered pool and are freed as each step
 //! ends, so after a job the memory in use is back at its post-load value.
 
+mod args;
 mod device;
 mod graph;
 mod kernels;
+mod launch;
 mod nvrtc;
 mod ops;
+mod ptr;
 mod sample;
+mod source;
 mod upload;
 
 #[cfg(test)]
@@ -32,10 +36,11 @@ mod tests;
 use std::sync::Arc;
 
 pub use device::{align_up, ContextLimits, CudaDevice, MemoryKind, VRAM_CAP_ENV};
-pub use kernels::{Kernel, Module, HEADERS};
+pub use launch::Kernel;
 pub use nvrtc::{compile_module, compile_source, nvrtc_available, KernelCache, KERNEL_CACHE_ENV};
 pub use ops::{CudaBuf, CudaCache, CudaOps, CudaWeight};
 pub use sample::DeviceSampler;
+pub use source::{Module, HEADERS};
 pub use upload::UploadStats;
 
 use crate::backend::{Backend, BackendError, Checkpoints, DeviceInfo, Logits, MemoryUse, SampleRequest, SampledToken};
