@@ -10,14 +10,27 @@
 use cudarc::driver::sys::CUdeviceptr;
 use half::f16;
 
-use crate::backend::cuda::launch::{refusal, Kernel, KernelCall, Work};
+use crate::backend::cuda::launch::{refusal, Kernel, KernelCall, Plan, Work};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{ATT_MAX_HEAD_DIM, SAMPLE_MAX_LOGPROBS};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
-type Dims = Vec<(&'static str, usize)>;
-type Bufs = Vec<(&'static str, CUdeviceptr)>;
+/// The plan of a kernel over `work` with these dimensions and buffers.
+fn plan<const D: usize, const B: usize>(
+    kernel: Kernel,
+    dims: [(&'static str, usize); D],
+    buffers: [(&'static str, CUdeviceptr); B],
+    work: Work,
+) -> Plan {
+    Plan { kernel, dims: dims.to_vec(), buffers: buffers.to_vec(), work }
+}
+
+/// Both norms: rows of `x` normalized into `out`, scaled by `w`.
+fn norm_plan(kernel: Kernel, x: DevPtr<f32>, w: DevPtr<f32>, rows: usize, cols: usize, out: DevPtrMut<f32>) -> Plan {
+    let buffers = [("x", x.addr()), ("w", w.addr()), ("out", out.addr())];
+    plan(kernel, [("rows", rows), ("cols", cols)], buffers, Work::Rows { rows, cols })
+}
 
 /// Where rows go in (or come from) a KV cache of `capacity` positions: row
 /// `t` at `start_pos + t`, unless `pos_ptr` is given, a device i32 that
@@ -63,17 +76,10 @@ pub struct EmbedArgs {
 impl KernelCall for EmbedArgs {
     type Params = (DevPtr<u8>, i64, i32, i32, DevPtr<u32>, i32, DevPtrMut<f32>);
 
-    fn kernel(&self) -> Kernel {
-        Kernel::Embed(self.ty)
-    }
-    fn dims(&self) -> Dims {
-        vec![("rows", self.rows), ("cols", self.cols), ("n", self.n), ("row_bytes", self.row_bytes)]
-    }
-    fn buffers(&self) -> Bufs {
-        vec![("table", self.table.addr()), ("tokens", self.tokens.addr()), ("out", self.out.addr())]
-    }
-    fn work(&self) -> Work {
-        Work::Rows { rows: self.n, cols: self.cols }
+    fn plan(&self) -> Plan {
+        let dims = [("rows", self.rows), ("cols", self.cols), ("n", self.n), ("row_bytes", self.row_bytes)];
+        let buffers = [("table", self.table.addr()), ("tokens", self.tokens.addr()), ("out", self.out.addr())];
+        plan(Kernel::Embed(self.ty), dims, buffers, Work::Rows { rows: self.n, cols: self.cols })
     }
     fn params(&self) -> Self::Params {
         let (rb, rows, cols, n) = (self.row_bytes as i64, self.rows as i32, self.cols as i32, self.n as i32);
@@ -114,7 +120,7 @@ impl MatmulArgs {
     /// The launch checks (M0-W-1431), made once before the kernel is chosen
     /// and any group is launched; named after `gemm_*`.
     pub fn check(&self) -> Result<(), BackendError> {
-        self.with_kernel(Kernel::Gemm(self.ty)).check()
+        self.with_kernel(Kernel::Gemm(self.ty)).check().map(|_| ())
     }
 }
 
@@ -129,18 +135,11 @@ pub struct MatmulCall {
 impl KernelCall for MatmulCall {
     type Params = (DevPtr<u8>, i64, i32, i32, DevPtr<f32>, i32, DevPtr<f32>, DevPtrMut<f32>);
 
-    fn kernel(&self) -> Kernel {
-        self.kernel
-    }
-    fn dims(&self) -> Dims {
+    fn plan(&self) -> Plan {
         let a = &self.args;
-        vec![("rows", a.rows), ("cols", a.cols), ("n", a.n), ("row_bytes", a.row_bytes)]
-    }
-    fn buffers(&self) -> Bufs {
-        vec![("w", self.args.w.addr()), ("x", self.args.x.addr()), ("out", self.args.out.addr())]
-    }
-    fn work(&self) -> Work {
-        Work::Matrix { rows: self.args.rows, n: self.args.n }
+        let dims = [("rows", a.rows), ("cols", a.cols), ("n", a.n), ("row_bytes", a.row_bytes)];
+        let buffers = [("w", a.w.addr()), ("x", a.x.addr()), ("out", a.out.addr())];
+        plan(self.kernel, dims, buffers, Work::Matrix { rows: a.rows, n: a.n })
     }
     fn params(&self) -> Self::Params {
         let a = &self.args;
@@ -166,17 +165,8 @@ pub struct RmsNormArgs {
 impl KernelCall for RmsNormArgs {
     type Params = (DevPtr<f32>, DevPtr<f32>, i32, f32, i32, DevPtrMut<f32>);
 
-    fn kernel(&self) -> Kernel {
-        Kernel::RmsNorm
-    }
-    fn dims(&self) -> Dims {
-        vec![("rows", self.rows), ("cols", self.cols)]
-    }
-    fn buffers(&self) -> Bufs {
-        vec![("x", self.x.addr()), ("w", self.w.addr()), ("out", self.out.addr())]
-    }
-    fn work(&self) -> Work {
-        Work::Rows { rows: self.rows, cols: self.cols }
+    fn plan(&self) -> Plan {
+        norm_plan(Kernel::RmsNorm, self.x, self.w, self.rows, self.cols, self.out)
     }
     fn params(&self) -> Self::Params {
         (self.x, self.w, self.cols as i32, self.eps, self.rows as i32, self.out)
@@ -203,17 +193,8 @@ pub struct LayerNormArgs {
 impl KernelCall for LayerNormArgs {
     type Params = (DevPtr<f32>, DevPtr<f32>, DevPtr<f32>, i32, f32, i32, DevPtrMut<f32>);
 
-    fn kernel(&self) -> Kernel {
-        Kernel::LayerNorm
-    }
-    fn dims(&self) -> Dims {
-        vec![("rows", self.rows), ("cols", self.cols)]
-    }
-    fn buffers(&self) -> Bufs {
-        vec![("x", self.x.addr()), ("w", self.w.addr()), ("out", self.out.addr())]
-    }
-    fn work(&self) -> Work {
-        Work::Rows { rows: self.rows, cols: self.cols }
+    fn plan(&self) -> Plan {
+        norm_plan(Kernel::LayerNorm, self.x, self.w, self.rows, self.cols, self.out)
     }
     fn params(&self) -> Self::Params {
         (self.x, self.w, DevPtr::or_null(self.b), self.cols as i32, self.eps, self.rows as i32, self.out)
@@ -252,14 +233,10 @@ pub struct RopeArgs {
 impl KernelCall for RopeArgs {
     type Params = (DevPtrMut<f32>, i32, i32, i32, i32, i32, DevPtr<i32>, DevPtr<f64>, f32, f32, i32);
 
-    fn kernel(&self) -> Kernel {
-        Kernel::Rope
-    }
-    fn dims(&self) -> Dims {
-        vec![("rows", self.rows), ("n_head", self.n_head), ("head_dim", self.head_dim), ("n_rot", self.n_rot)]
-    }
-    fn buffers(&self) -> Bufs {
-        vec![("x", self.x.addr())]
+    fn plan(&self) -> Plan {
+        let dims = [("rows", self.rows), ("n_head", self.n_head), ("head_dim", self.head_dim), ("n_rot", self.n_rot)];
+        let work = Work::Elements(self.rows * self.n_head * (self.n_rot / 2));
+        plan(Kernel::Rope, dims, [("x", self.x.addr())], work)
     }
     fn validate(&self) -> Result<(), BackendError> {
         if !self.n_rot.is_multiple_of(2) || self.n_rot > self.head_dim {
@@ -267,9 +244,6 @@ impl KernelCall for RopeArgs {
             return Err(refusal(Kernel::Rope, msg));
         }
         Ok(())
-    }
-    fn work(&self) -> Work {
-        Work::Elements(self.rows * self.n_head * (self.n_rot / 2))
     }
     fn params(&self) -> Self::Params {
         let style = match self.pairs {
@@ -302,22 +276,15 @@ pub struct KvStoreArgs {
 impl KernelCall for KvStoreArgs {
     type Params = (DevPtr<f32>, DevPtr<f32>, i32, i32, i32, i32, DevPtr<i32>, i32, DevPtrMut<f16>, DevPtrMut<f16>);
 
-    fn kernel(&self) -> Kernel {
-        Kernel::KvStore
-    }
-    fn dims(&self) -> Dims {
-        let hd = self.head_dim;
-        vec![("n", self.n), ("n_head_kv", self.n_head_kv), ("head_dim", hd), ("capacity", self.window.capacity)]
-    }
-    fn buffers(&self) -> Bufs {
-        let caches = [("k_cache", self.k_cache.addr()), ("v_cache", self.v_cache.addr())];
-        [("k", self.k.addr()), ("v", self.v.addr())].into_iter().chain(caches).collect()
+    fn plan(&self) -> Plan {
+        let (n, n_head_kv, head_dim) = (self.n, self.n_head_kv, self.head_dim);
+        let dims = [("n", n), ("n_head_kv", n_head_kv), ("head_dim", head_dim), ("capacity", self.window.capacity)];
+        let (k, v, kc, vc) = (self.k.addr(), self.v.addr(), self.k_cache.addr(), self.v_cache.addr());
+        let buffers = [("k", k), ("v", v), ("k_cache", kc), ("v_cache", vc)];
+        plan(Kernel::KvStore, dims, buffers, Work::Elements(n * n_head_kv * head_dim))
     }
     fn validate(&self) -> Result<(), BackendError> {
         self.window.check(Kernel::KvStore, self.n)
-    }
-    fn work(&self) -> Work {
-        Work::Elements(self.n * self.n_head_kv * self.head_dim)
     }
     fn params(&self) -> Self::Params {
         let (start, pos, cap) = self.window.params();
@@ -350,16 +317,13 @@ impl KernelCall for AttentionArgs {
     type Params =
         (DevPtr<f32>, i32, i32, i32, i32, i32, DevPtr<i32>, i32, DevPtr<f16>, DevPtr<f16>, f32, DevPtrMut<f32>);
 
-    fn kernel(&self) -> Kernel {
-        Kernel::Attention
-    }
-    fn dims(&self) -> Dims {
-        let heads = [("n_head", self.n_head), ("n_head_kv", self.n_head_kv), ("head_dim", self.head_dim)];
-        [("n", self.n)].into_iter().chain(heads).chain([("capacity", self.window.capacity)]).collect()
-    }
-    fn buffers(&self) -> Bufs {
-        let caches = [("k_cache", self.k_cache.addr()), ("v_cache", self.v_cache.addr())];
-        [("q", self.q.addr())].into_iter().chain(caches).chain([("out", self.out.addr())]).collect()
+    fn plan(&self) -> Plan {
+        let (n, n_head, capacity) = (self.n, self.n_head, self.window.capacity);
+        let (kv, hd) = (self.n_head_kv, self.head_dim);
+        let dims = [("n", n), ("n_head", n_head), ("n_head_kv", kv), ("head_dim", hd), ("capacity", capacity)];
+        let (q, kc, vc, out) = (self.q.addr(), self.k_cache.addr(), self.v_cache.addr(), self.out.addr());
+        let buffers = [("q", q), ("k_cache", kc), ("v_cache", vc), ("out", out)];
+        plan(Kernel::Attention, dims, buffers, Work::Heads { n, n_head })
     }
     fn validate(&self) -> Result<(), BackendError> {
         if self.head_dim > ATT_MAX_HEAD_DIM || !self.n_head.is_multiple_of(self.n_head_kv) {
@@ -367,9 +331,6 @@ impl KernelCall for AttentionArgs {
             return Err(refusal(Kernel::Attention, msg));
         }
         self.window.check(Kernel::Attention, self.n)
-    }
-    fn work(&self) -> Work {
-        Work::Heads { n: self.n, n_head: self.n_head }
     }
     fn params(&self) -> Self::Params {
         let (start, pos, cap) = self.window.params();
@@ -394,17 +355,9 @@ pub struct SwigluArgs {
 impl KernelCall for SwigluArgs {
     type Params = (DevPtr<f32>, DevPtr<f32>, i64, DevPtrMut<f32>);
 
-    fn kernel(&self) -> Kernel {
-        Kernel::Swiglu
-    }
-    fn dims(&self) -> Dims {
-        Vec::new()
-    }
-    fn buffers(&self) -> Bufs {
-        vec![("gate", self.gate.addr()), ("up", self.up.addr()), ("out", self.out.addr())]
-    }
-    fn work(&self) -> Work {
-        Work::Elements(self.len)
+    fn plan(&self) -> Plan {
+        let buffers = [("gate", self.gate.addr()), ("up", self.up.addr()), ("out", self.out.addr())];
+        plan(Kernel::Swiglu, [], buffers, Work::Elements(self.len))
     }
     fn params(&self) -> Self::Params {
         (self.gate, self.up, self.len as i64, self.out)
@@ -424,17 +377,8 @@ pub struct GeluArgs {
 impl KernelCall for GeluArgs {
     type Params = (DevPtr<f32>, i64, DevPtrMut<f32>);
 
-    fn kernel(&self) -> Kernel {
-        Kernel::Gelu
-    }
-    fn dims(&self) -> Dims {
-        Vec::new()
-    }
-    fn buffers(&self) -> Bufs {
-        vec![("x", self.x.addr()), ("out", self.out.addr())]
-    }
-    fn work(&self) -> Work {
-        Work::Elements(self.len)
+    fn plan(&self) -> Plan {
+        plan(Kernel::Gelu, [], [("x", self.x.addr()), ("out", self.out.addr())], Work::Elements(self.len))
     }
     fn params(&self) -> Self::Params {
         (self.x, self.len as i64, self.out)
@@ -453,17 +397,8 @@ pub struct AddAssignArgs {
 impl KernelCall for AddAssignArgs {
     type Params = (DevPtrMut<f32>, DevPtr<f32>, i64);
 
-    fn kernel(&self) -> Kernel {
-        Kernel::AddAssign
-    }
-    fn dims(&self) -> Dims {
-        Vec::new()
-    }
-    fn buffers(&self) -> Bufs {
-        vec![("x", self.x.addr()), ("y", self.y.addr())]
-    }
-    fn work(&self) -> Work {
-        Work::Elements(self.len)
+    fn plan(&self) -> Plan {
+        plan(Kernel::AddAssign, [], [("x", self.x.addr()), ("y", self.y.addr())], Work::Elements(self.len))
     }
     fn params(&self) -> Self::Params {
         (self.x, self.y, self.len as i64)
@@ -508,23 +443,15 @@ type SelectParams =
 impl KernelCall for SampleSelectArgs {
     type Params = SelectParams;
 
-    fn kernel(&self) -> Kernel {
-        Kernel::SampleSelect
-    }
-    fn dims(&self) -> Dims {
-        vec![("n", self.n as usize)]
-    }
-    fn buffers(&self) -> Bufs {
-        vec![("logits", self.logits.addr()), ("keys", self.keys.addr()), ("out", self.out.addr())]
+    fn plan(&self) -> Plan {
+        let buffers = [("logits", self.logits.addr()), ("keys", self.keys.addr()), ("out", self.out.addr())];
+        plan(Kernel::SampleSelect, [("n", self.n as usize)], buffers, Work::Single)
     }
     fn validate(&self) -> Result<(), BackendError> {
         if self.n_pen > 0 && DevPtr::or_null(self.pen_ids).addr() == 0 {
             return Err(refusal(Kernel::SampleSelect, "buffer pen_ids is null".into()));
         }
         Ok(())
-    }
-    fn work(&self) -> Work {
-        Work::Single
     }
     fn params(&self) -> Self::Params {
         let (p, pen) = (&self.p, DevPtr::or_null(self.pen_ids));
@@ -565,23 +492,15 @@ pub struct SampleLogprobsArgs {
 impl KernelCall for SampleLogprobsArgs {
     type Params = (DevPtr<f32>, u32, DevPtrMut<u32>, u32, DevPtrMut<u32>);
 
-    fn kernel(&self) -> Kernel {
-        Kernel::SampleLogprobs
-    }
-    fn dims(&self) -> Dims {
-        vec![("n", self.n as usize), ("k", self.k as usize)]
-    }
-    fn buffers(&self) -> Bufs {
-        vec![("logits", self.logits.addr()), ("keys", self.keys.addr()), ("out", self.out.addr())]
+    fn plan(&self) -> Plan {
+        let buffers = [("logits", self.logits.addr()), ("keys", self.keys.addr()), ("out", self.out.addr())];
+        plan(Kernel::SampleLogprobs, [("n", self.n as usize), ("k", self.k as usize)], buffers, Work::Single)
     }
     fn validate(&self) -> Result<(), BackendError> {
         if self.k as usize > SAMPLE_MAX_LOGPROBS {
             return Err(refusal(Kernel::SampleLogprobs, format!("k = {} exceeds {SAMPLE_MAX_LOGPROBS}", self.k)));
         }
         Ok(())
-    }
-    fn work(&self) -> Work {
-        Work::Single
     }
     fn params(&self) -> Self::Params {
         (self.logits, self.n, self.keys, self.k, self.out)

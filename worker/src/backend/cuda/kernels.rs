@@ -16,7 +16,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
 
 use crate::backend::cuda::args::MatmulArgs;
-use crate::backend::cuda::launch::{Kernel, KernelCall, ParamList};
+use crate::backend::cuda::launch::{launch_config, Kernel, KernelCall, ParamList};
 use crate::backend::cuda::nvrtc::{compile_module, KernelCache};
 use crate::backend::cuda::source::{Module, GEMM_BM, GEMM_BN, MV_MAX_TOKENS};
 use crate::backend::BackendError;
@@ -87,7 +87,8 @@ impl Kernels {
         let mut funcs = HashMap::new();
         for k in Kernel::all() {
             let f = modules[&k.module()].load_function(&k.symbol()).map_err(|e| {
-                BackendError::KernelLaunchFailed(format!("{} has no kernel {}: {e:?}", k.module().file_name(), k.symbol()))
+                let file = k.module().file_name();
+                BackendError::KernelLaunchFailed(format!("{file} has no kernel {}: {e:?}", k.symbol()))
             })?;
             funcs.insert(k, f);
         }
@@ -106,9 +107,9 @@ impl Kernels {
     /// Launches one kernel on `s`: checks the arguments (M0-W-1431), lays
     /// out the grid, pushes the parameters in the kernel's order.
     pub fn launch<C: KernelCall>(&self, s: &Arc<CudaStream>, call: &C) -> Result<(), BackendError> {
-        call.check()?;
-        let k = call.kernel();
-        let cfg = crate::backend::cuda::launch::launch_config(k, call.work())?;
+        let plan = call.check()?;
+        let k = plan.kernel;
+        let cfg = launch_config(k, plan.work)?;
         let params = call.params();
         let mut b = s.launch_builder(&self.funcs[&k]);
         params.push_all(&mut b);

@@ -235,6 +235,18 @@ param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10);
 param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11);
 param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12, N.13);
 
+/// A launch as the generic launcher sees it: which kernel, what
+/// [`check_args`] checks, and the problem size the grid is laid over.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub kernel: Kernel,
+    /// The `int` dimensions, each to lie in `1..=i32::MAX`.
+    pub dims: Vec<(&'static str, usize)>,
+    /// The buffers that must not be null.
+    pub buffers: Vec<(&'static str, CUdeviceptr)>,
+    pub work: Work,
+}
+
 /// One launch of one kernel with named, typed arguments. Implemented by
 /// each kernel's argument struct in `args.rs`; `Kernels::launch` runs
 /// [`KernelCall::check`], lays the grid out with [`launch_config`] and
@@ -244,25 +256,21 @@ pub trait KernelCall {
     /// compares every one with the `.cu` source).
     type Params: ParamList;
 
-    fn kernel(&self) -> Kernel;
-    /// The `int` dimensions, each to lie in `1..=i32::MAX`.
-    fn dims(&self) -> Vec<(&'static str, usize)>;
-    /// The buffers that must not be null.
-    fn buffers(&self) -> Vec<(&'static str, CUdeviceptr)>;
+    fn plan(&self) -> Plan;
     /// Checks between arguments beyond [`check_args`] (cache positions,
     /// head counts); none by default.
     fn validate(&self) -> Result<(), BackendError> {
         Ok(())
     }
-    /// The problem size the grid is laid over.
-    fn work(&self) -> Work;
     /// The values to push; called only after [`KernelCall::check`] passed,
     /// so every dimension converts to the kernel's `int` exactly.
     fn params(&self) -> Self::Params;
 
-    /// Everything refused before a launch (M0-W-1431).
-    fn check(&self) -> Result<(), BackendError> {
-        check_args(self.kernel(), &self.dims(), &self.buffers())?;
-        self.validate()
+    /// Everything refused before a launch (M0-W-1431); the plan to launch.
+    fn check(&self) -> Result<Plan, BackendError> {
+        let plan = self.plan();
+        check_args(plan.kernel, &plan.dims, &plan.buffers)?;
+        self.validate()?;
+        Ok(plan)
     }
 }
