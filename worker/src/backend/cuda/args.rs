@@ -57,19 +57,38 @@ impl CacheWindow {
     }
 }
 
-/// `embed_<ty>`: `out[t] = decode(table[tokens[t]])`.
+/// A matrix in its stored GGUF format on the device: `rows` rows of
+/// `row_bytes` bytes, each `cols` values of `ty` (an embedding table, a
+/// weight matrix).
 #[derive(Clone, Copy, Debug)]
-pub struct EmbedArgs {
+pub struct Stored {
     pub ty: GgmlType,
-    /// `rows` rows of `row_bytes` bytes, each `cols` values of `ty`.
-    pub table: DevPtr<u8>,
+    pub ptr: DevPtr<u8>,
     pub row_bytes: usize,
     pub rows: usize,
     pub cols: usize,
-    /// `[n]` u32, each `< rows` (checked by the caller; the kernel writes zeros otherwise).
+}
+
+impl Stored {
+    /// The checked dimensions of a kernel over `n` rows of input and this matrix.
+    fn dims(&self, n: usize) -> [(&'static str, usize); 4] {
+        [("rows", self.rows), ("cols", self.cols), ("n", n), ("row_bytes", self.row_bytes)]
+    }
+
+    /// `(const u8* table, i64 row_bytes, int rows, int cols)`, as every kernel over one takes them.
+    fn params(&self) -> (DevPtr<u8>, i64, i32, i32) {
+        (self.ptr, self.row_bytes as i64, self.rows as i32, self.cols as i32)
+    }
+}
+
+/// `embed_<ty>`: `out[t] = decode(table[tokens[t]])`.
+#[derive(Clone, Copy, Debug)]
+pub struct EmbedArgs {
+    pub table: Stored,
+    /// `[n]` u32, each `< table.rows` (checked by the caller; the kernel writes zeros otherwise).
     pub tokens: DevPtr<u32>,
     pub n: usize,
-    /// `[n, cols]` f32.
+    /// `[n, table.cols]` f32.
     pub out: DevPtrMut<f32>,
 }
 
@@ -77,13 +96,13 @@ impl KernelCall for EmbedArgs {
     type Params = (DevPtr<u8>, i64, i32, i32, DevPtr<u32>, i32, DevPtrMut<f32>);
 
     fn plan(&self) -> Plan {
-        let dims = [("rows", self.rows), ("cols", self.cols), ("n", self.n), ("row_bytes", self.row_bytes)];
-        let buffers = [("table", self.table.addr()), ("tokens", self.tokens.addr()), ("out", self.out.addr())];
-        plan(Kernel::Embed(self.ty), dims, buffers, Work::Rows { rows: self.n, cols: self.cols })
+        let t = &self.table;
+        let buffers = [("table", t.ptr.addr()), ("tokens", self.tokens.addr()), ("out", self.out.addr())];
+        plan(Kernel::Embed(t.ty), t.dims(self.n), buffers, Work::Rows { rows: self.n, cols: t.cols })
     }
     fn params(&self) -> Self::Params {
-        let (rb, rows, cols, n) = (self.row_bytes as i64, self.rows as i32, self.cols as i32, self.n as i32);
-        (self.table, rb, rows, cols, self.tokens, n, self.out)
+        let (table, row_bytes, rows, cols) = self.table.params();
+        (table, row_bytes, rows, cols, self.tokens, self.n as i32, self.out)
     }
 }
 
@@ -91,28 +110,23 @@ impl KernelCall for EmbedArgs {
 /// `mvw_<ty>` or `gemm_<ty>` (`Kernels::matmul` chooses).
 #[derive(Clone, Copy, Debug)]
 pub struct MatmulArgs {
-    pub ty: GgmlType,
-    /// `rows` rows of `row_bytes` bytes, each `cols` values of `ty`.
-    pub w: DevPtr<u8>,
-    pub row_bytes: usize,
-    pub rows: usize,
-    pub cols: usize,
-    /// `[n, cols]` f32.
+    pub w: Stored,
+    /// `[n, w.cols]` f32.
     pub x: DevPtr<f32>,
     pub n: usize,
-    /// `[rows]` f32, or none.
+    /// `[w.rows]` f32, or none.
     pub bias: Option<DevPtr<f32>>,
-    /// `[n, rows]` f32, not overlapping `x`.
+    /// `[n, w.rows]` f32, not overlapping `x`.
     pub out: DevPtrMut<f32>,
 }
 
 impl MatmulArgs {
     /// The same product for rows `t0..t0 + n` of x only.
     pub fn rows_of_x(&self, t0: usize, n: usize) -> MatmulArgs {
-        MatmulArgs { x: self.x.offset(t0 * self.cols), n, out: self.out.offset(t0 * self.rows), ..*self }
+        MatmulArgs { x: self.x.offset(t0 * self.w.cols), n, out: self.out.offset(t0 * self.w.rows), ..*self }
     }
 
-    /// As run by `kernel`, one of the three matmul kernels of `self.ty`.
+    /// As run by `kernel`, one of the three matmul kernels of `w.ty`.
     pub(crate) fn with_kernel(self, kernel: Kernel) -> MatmulCall {
         MatmulCall { kernel, args: self }
     }
@@ -120,7 +134,7 @@ impl MatmulArgs {
     /// The launch checks (M0-W-1431), made once before the kernel is chosen
     /// and any group is launched; named after `gemm_*`.
     pub fn check(&self) -> Result<(), BackendError> {
-        self.with_kernel(Kernel::Gemm(self.ty)).check().map(|_| ())
+        self.with_kernel(Kernel::Gemm(self.w.ty)).check().map(|_| ())
     }
 }
 
@@ -137,14 +151,13 @@ impl KernelCall for MatmulCall {
 
     fn plan(&self) -> Plan {
         let a = &self.args;
-        let dims = [("rows", a.rows), ("cols", a.cols), ("n", a.n), ("row_bytes", a.row_bytes)];
-        let buffers = [("w", a.w.addr()), ("x", a.x.addr()), ("out", a.out.addr())];
-        plan(self.kernel, dims, buffers, Work::Matrix { rows: a.rows, n: a.n })
+        let buffers = [("w", a.w.ptr.addr()), ("x", a.x.addr()), ("out", a.out.addr())];
+        plan(self.kernel, a.w.dims(a.n), buffers, Work::Matrix { rows: a.w.rows, n: a.n })
     }
     fn params(&self) -> Self::Params {
         let a = &self.args;
-        let (rb, rows, cols, n) = (a.row_bytes as i64, a.rows as i32, a.cols as i32, a.n as i32);
-        (a.w, rb, rows, cols, a.x, n, DevPtr::or_null(a.bias), a.out)
+        let (w, row_bytes, rows, cols) = a.w.params();
+        (w, row_bytes, rows, cols, a.x, a.n as i32, DevPtr::or_null(a.bias), a.out)
     }
 }
 

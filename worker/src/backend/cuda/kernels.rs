@@ -129,7 +129,7 @@ impl Kernels {
     /// and the weights stay in L2 between groups), else `gemm_<ty>`.
     pub fn matmul(&self, s: &Arc<CudaStream>, m: &MatmulArgs) -> Result<(), BackendError> {
         m.check()?;
-        let (n, rows) = (m.n, m.rows);
+        let (n, rows) = (m.n, m.w.rows);
         let gemm_blocks = rows.div_ceil(GEMM_BM as usize) * n.div_ceil(GEMM_BN as usize);
         let few_tiles = n <= MV_LOOP_SMALL_GRID_MAX_TOKENS && gemm_blocks < self.sm_count;
         if n > MV_MAX_TOKENS && (n <= MV_LOOP_MAX_TOKENS || few_tiles) {
@@ -139,11 +139,11 @@ impl Kernels {
             return Ok(());
         }
         let kernel = if n > MV_MAX_TOKENS {
-            Kernel::Gemm(m.ty)
+            Kernel::Gemm(m.w.ty)
         } else if rows >= self.mv_warp_min_rows.load(Ordering::Relaxed) {
-            Kernel::MatVecWarp(m.ty)
+            Kernel::MatVecWarp(m.w.ty)
         } else {
-            Kernel::MatVec(m.ty)
+            Kernel::MatVec(m.w.ty)
         };
         self.launch(s, &m.with_kernel(kernel))
     }

@@ -15,7 +15,7 @@ use half::f16;
 
 use crate::backend::cuda::args::{
     AddAssignArgs, AttentionArgs, CacheWindow, EmbedArgs, GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs,
-    RmsNormArgs, RopeArgs, RopePairs, SwigluArgs,
+    RmsNormArgs, RopeArgs, RopePairs, Stored, SwigluArgs,
 };
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
@@ -42,8 +42,9 @@ impl CudaWeight {
     }
 
     /// The stored rows, as a kernel reads them.
-    fn stored(&self) -> DevPtr<u8> {
-        DevPtr::new(self.ptr())
+    fn stored(&self) -> Stored {
+        let (ty, row_bytes, rows, cols) = (self.ty, self.row_bytes, self.rows, self.cols);
+        Stored { ty, ptr: DevPtr::new(self.ptr()), row_bytes, rows, cols }
     }
 
     /// A vector weight's f32 values.
@@ -240,8 +241,7 @@ fn check_weights(what: &str, ws: &[&CudaWeight]) -> Result<(), BackendError> {
 
 /// `embed` of `n` token ids at `tokens` from `table` into `out`.
 fn embed_args(table: &CudaWeight, tokens: DevPtr<u32>, n: usize, out: &mut CudaBuf) -> EmbedArgs {
-    let (ty, row_bytes, rows, cols) = (table.ty, table.row_bytes, table.rows, table.cols);
-    EmbedArgs { ty, table: table.stored(), row_bytes, rows, cols, tokens, n, out: out.output() }
+    EmbedArgs { table: table.stored(), tokens, n, out: out.output() }
 }
 
 /// A vector weight (norm weight, bias) of `len` f32 values.
@@ -417,9 +417,7 @@ impl Ops for CudaOps {
             None => None,
         };
         self.dev.bind()?;
-        let (ty, row_bytes, rows, cols) = (w.ty, w.row_bytes, w.rows, w.cols);
-        let (x, n, out) = (x.input(), x.rows, out.output());
-        let args = MatmulArgs { ty, w: w.stored(), row_bytes, rows, cols, x, n, bias, out };
+        let args = MatmulArgs { w: w.stored(), x: x.input(), n: x.rows, bias, out: out.output() };
         self.dev.kernels.matmul(&self.dev.stream, &args)
     }
 

@@ -21,26 +21,17 @@ pub trait Elem: Copy {
     const C_NAME: &'static str;
 }
 
-impl Elem for f32 {
-    const C_NAME: &'static str = "float";
+macro_rules! elem {
+    ($($t:ty => $c:literal),*) => {
+        $(impl Elem for $t {
+            const C_NAME: &'static str = $c;
+        })*
+    };
 }
-impl Elem for f64 {
-    const C_NAME: &'static str = "double";
-}
-impl Elem for i32 {
-    const C_NAME: &'static str = "int";
-}
-impl Elem for u32 {
-    const C_NAME: &'static str = "u32";
-}
-/// Stored weight bytes (any GGUF format).
-impl Elem for u8 {
-    const C_NAME: &'static str = "u8";
-}
-/// The KV cache's half floats, which the kernels handle as raw `u16` bits.
-impl Elem for f16 {
-    const C_NAME: &'static str = "u16";
-}
+
+// `u8`: stored weight bytes (any GGUF format); `f16`: the KV cache's half
+// floats, which the kernels handle as raw `u16` bits.
+elem!(f32 => "float", f64 => "double", i32 => "int", u32 => "u32", u8 => "u8", f16 => "u16");
 
 /// A device address of `T` values the kernel only reads (`const T*`).
 #[repr(transparent)]

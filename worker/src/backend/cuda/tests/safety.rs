@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::*;
 use crate::backend::cuda::args::{
     AddAssignArgs, AttentionArgs, CacheWindow, EmbedArgs, GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs,
-    RmsNormArgs, RopeArgs, RopePairs, SwigluArgs,
+    RmsNormArgs, RopeArgs, RopePairs, Stored, SwigluArgs,
 };
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 
@@ -223,17 +223,19 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
     let (k, s) = (&d.kernels, &d.stream);
     let f32_ = GgmlType::F32;
 
-    let (table, tokens, out) = (DevPtr::new(p), DevPtr::new(p), DevPtrMut::new(p));
-    let embed = EmbedArgs { ty: f32_, table, row_bytes: 1024, rows: 4, cols: 256, tokens, n: 1, out };
+    let (tokens, out) = (DevPtr::new(p), DevPtrMut::new(p));
+    let table = Stored { ty: f32_, ptr: DevPtr::new(p), row_bytes: 1024, rows: 4, cols: 256 };
+    let no_cols = Stored { row_bytes: 0, cols: 0, ..table };
+    let embed = EmbedArgs { table, tokens, n: 1, out };
     refused("embed of no tokens", k.launch(s, &EmbedArgs { n: 0, ..embed }));
-    refused("embed of zero columns", k.launch(s, &EmbedArgs { row_bytes: 0, cols: 0, ..embed }));
-    refused("embed from a null table", k.launch(s, &EmbedArgs { table: DevPtr::new(0), ..embed }));
+    refused("embed of zero columns", k.launch(s, &EmbedArgs { table: no_cols, ..embed }));
+    let null_table = Stored { ptr: DevPtr::new(0), ..table };
+    refused("embed from a null table", k.launch(s, &EmbedArgs { table: null_table, ..embed }));
 
-    let (w, x) = (DevPtr::new(p), DevPtr::new(p));
-    let mm = MatmulArgs { ty: f32_, w, row_bytes: 1024, rows: 4, cols: 256, x, n: 1, bias: None, out };
+    let mm = MatmulArgs { w: table, x: DevPtr::new(p), n: 1, bias: None, out };
     refused("matmul of zero rows of x", k.matmul(s, &MatmulArgs { n: 0, ..mm }));
-    refused("matmul of zero weight rows", k.matmul(s, &MatmulArgs { rows: 0, ..mm }));
-    refused("matmul of zero columns", k.matmul(s, &MatmulArgs { row_bytes: 0, cols: 0, ..mm }));
+    refused("matmul of zero weight rows", k.matmul(s, &MatmulArgs { w: Stored { rows: 0, ..table }, ..mm }));
+    refused("matmul of zero columns", k.matmul(s, &MatmulArgs { w: no_cols, ..mm }));
     refused("matmul of a null x", k.matmul(s, &MatmulArgs { x: DevPtr::new(0), ..mm }));
 
     let (x, w) = (DevPtr::new(p), DevPtr::new(p));
