@@ -248,7 +248,8 @@ impl KernelCall for RopeArgs {
 
     fn plan(&self) -> Plan {
         let dims = [("rows", self.rows), ("n_head", self.n_head), ("head_dim", self.head_dim), ("n_rot", self.n_rot)];
-        let work = Work::Elements(self.rows * self.n_head * (self.n_rot / 2));
+        // Saturating: the plan is made before the dimensions are checked.
+        let work = Work::Elements(self.rows.saturating_mul(self.n_head).saturating_mul(self.n_rot / 2));
         plan(Kernel::Rope, dims, [("x", self.x.addr())], work)
     }
     fn validate(&self) -> Result<(), BackendError> {
@@ -294,7 +295,7 @@ impl KernelCall for KvStoreArgs {
         let dims = [("n", n), ("n_head_kv", n_head_kv), ("head_dim", head_dim), ("capacity", self.window.capacity)];
         let (k, v, kc, vc) = (self.k.addr(), self.v.addr(), self.k_cache.addr(), self.v_cache.addr());
         let buffers = [("k", k), ("v", v), ("k_cache", kc), ("v_cache", vc)];
-        plan(Kernel::KvStore, dims, buffers, Work::Elements(n * n_head_kv * head_dim))
+        plan(Kernel::KvStore, dims, buffers, Work::Elements(n.saturating_mul(n_head_kv).saturating_mul(head_dim)))
     }
     fn validate(&self) -> Result<(), BackendError> {
         self.window.check(Kernel::KvStore, self.n)

@@ -170,10 +170,10 @@ impl DeviceSampler {
         let out = self.out_ptr();
         let (logits, keys) = (DevPtr::new(self.logits.ptr()), DevPtrMut::new(self.keys.ptr()));
         let (kernels, st) = (&self.dev.kernels, &self.dev.stream);
-        let (n, pen_ids, n_pen) = (n as u32, Some(DevPtr::new(self.ids.ptr())), self.distinct.len() as u32);
-        kernels.launch(st, &SampleSelectArgs { logits, n, keys, pen_ids, n_pen, p: args, out })?;
+        let (vocab, pen_ids, n_pen) = (n as u32, Some(DevPtr::new(self.ids.ptr())), self.distinct.len() as u32);
+        kernels.launch(st, &SampleSelectArgs { logits, n: vocab, keys, pen_ids, n_pen, p: args, out })?;
         if req.logprobs > 0 {
-            kernels.launch(st, &SampleLogprobsArgs { logits, n, keys, k: req.logprobs as u32, out })?;
+            kernels.launch(st, &SampleLogprobsArgs { logits, n: vocab, keys, k: req.logprobs as u32, out })?;
         }
         // SAFETY: the result block holds SAMPLE_OUT_WORDS u32 values.
         unsafe { drv::memcpy_dtoh_async(self.result.as_mut_slice(), out.addr(), stream) }
