@@ -208,6 +208,7 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
 pub trait ParamList {
     fn push_all<'a>(&'a self, b: &mut LaunchArgs<'a>);
     /// The C types, in order, for comparing with the `.cu` source.
+    #[cfg(test)]
     fn c_types() -> Vec<String>;
 }
 
@@ -217,6 +218,7 @@ macro_rules! param_tuple {
             fn push_all<'a>(&'a self, b: &mut LaunchArgs<'a>) {
                 $(b.arg(&self.$i);)+
             }
+            #[cfg(test)]
             fn c_types() -> Vec<String> {
                 vec![$($p::c_type()),+]
             }

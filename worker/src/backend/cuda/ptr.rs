@@ -18,12 +18,14 @@ use half::f16;
 /// An element type a kernel reads or writes, with its name in the kernels'
 /// C (`common.cuh` typedefs), for checking launchers against the sources.
 pub trait Elem: Copy {
+    #[cfg(test)]
     const C_NAME: &'static str;
 }
 
 macro_rules! elem {
     ($($t:ty => $c:literal),*) => {
         $(impl Elem for $t {
+            #[cfg(test)]
             const C_NAME: &'static str = $c;
         })*
     };
@@ -64,11 +66,6 @@ macro_rules! pointer_common {
             pub fn offset(self, elems: usize) -> Self {
                 Self::new(self.addr + (elems * std::mem::size_of::<T>()) as u64)
             }
-
-            /// `p`, or null for an optional parameter left out.
-            pub fn or_null(p: Option<Self>) -> Self {
-                p.unwrap_or(Self::new(0))
-            }
         }
 
         impl<T> Clone for $ty<T> {
@@ -94,6 +91,13 @@ macro_rules! pointer_common {
 pointer_common!(DevPtr);
 pointer_common!(DevPtrMut);
 
+impl<T> DevPtr<T> {
+    /// `p`, or null for an optional parameter left out.
+    pub fn or_null(p: Option<Self>) -> Self {
+        p.unwrap_or(Self::new(0))
+    }
+}
+
 impl<T> DevPtrMut<T> {
     /// The same memory, read only.
     pub fn as_const(self) -> DevPtr<T> {
@@ -103,16 +107,19 @@ impl<T> DevPtrMut<T> {
 
 /// One kernel parameter: a value pushed by cudarc, with its C type.
 pub trait Param: DeviceRepr {
+    #[cfg(test)]
     fn c_type() -> String;
 }
 
 impl<T: Elem> Param for DevPtr<T> {
+    #[cfg(test)]
     fn c_type() -> String {
         format!("const {}*", T::C_NAME)
     }
 }
 
 impl<T: Elem> Param for DevPtrMut<T> {
+    #[cfg(test)]
     fn c_type() -> String {
         format!("{}*", T::C_NAME)
     }
@@ -121,6 +128,7 @@ impl<T: Elem> Param for DevPtrMut<T> {
 macro_rules! scalar_param {
     ($($t:ty => $c:literal),*) => {
         $(impl Param for $t {
+            #[cfg(test)]
             fn c_type() -> String {
                 $c.into()
             }
