@@ -12,7 +12,7 @@
 //!   each kernel against the CPU reference ops at real and odd shapes for
 //!   every weight format (`matmul`, `norm`: LayerNorm at GPT-2's widths,
 //!   M0-W-1432; `attention`; `elementwise`: GELU against f64, M0-W-1433),
-//!   determinism over 50 runs, device set-up (`device`), sampling
+//!   determinism over 50 runs, device set-up (`setup`), sampling
 //!   (`sample`), graph replay (`graph`), memory accounting, residency, and
 //!   whole models (`model`: a synthetic llama/qwen2 with every format, and
 //!   the reference model when present) against the CPU backend.
@@ -29,7 +29,7 @@
 
 mod attention;
 mod compile;
-mod device;
+mod setup;
 mod elementwise;
 mod graph;
 mod matmul;
