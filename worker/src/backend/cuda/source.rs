@@ -11,44 +11,42 @@
 //! This module is the bottom of `backend::cuda`'s kernel stack: `nvrtc`
 //! compiles what it lists, `launch` and `kernels` launch what it names.
 
-/// Largest number of activation rows `mv_*` / `mvw_*` take per launch.
-pub const MV_MAX_TOKENS: usize = 8;
-/// Threads per `mv_*` / `mvw_*` block: one weight row per block (`mv_*`), or
-/// one per warp (`mvw_*`).
-pub const MV_THREADS: u32 = 128;
-/// Output tile of `gemm_*`: `GEMM_BM` weight rows by `GEMM_BN` rows of x,
-/// over slices of `GEMM_BK` columns, with `GEMM_THREADS` threads a block.
-/// `matmul.cu` asserts the values its thread layout assumes.
-pub const GEMM_BM: u32 = 64;
-pub const GEMM_BN: u32 = 64;
-pub const GEMM_BK: u32 = 32;
-pub const GEMM_THREADS: u32 = 256;
-/// Threads of the one block of `sample_select` and `sample_logprobs`.
-pub const SAMPLE_THREADS: u32 = 1024;
-/// Most log-probabilities `sample_logprobs` returns.
-pub const SAMPLE_MAX_LOGPROBS: usize = 20;
-/// u32 words of the sampling kernels' result block: `[0]` id, `[1]` count,
-/// `[2]` max, `[4..6)` log-sum-exp, then (id, value) pairs from `[8]`.
-pub const SAMPLE_OUT_WORDS: usize = 8 + 2 * SAMPLE_MAX_LOGPROBS;
-/// Threads per `attention` block, and the largest head size it takes (its
-/// shared memory is sized for it; a multiple of 64, see attention.cu).
-pub const ATT_THREADS: u32 = 256;
-pub const ATT_MAX_HEAD_DIM: usize = 256;
+/// Defines each constant and lists it in [`SHARED_CONSTANTS`], so that no
+/// constant can be shared without reaching NVRTC.
+macro_rules! shared_constants {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty = $value:expr;)*) => {
+        $($(#[$doc])* pub const $name: $ty = $value;)*
 
-/// Every constant shared with the kernels, by its CUDA name.
-pub const SHARED_CONSTANTS: [(&str, u64); 11] = [
-    ("MV_MAX_TOKENS", MV_MAX_TOKENS as u64),
-    ("MV_THREADS", MV_THREADS as u64),
-    ("GEMM_BM", GEMM_BM as u64),
-    ("GEMM_BN", GEMM_BN as u64),
-    ("GEMM_BK", GEMM_BK as u64),
-    ("GEMM_THREADS", GEMM_THREADS as u64),
-    ("SAMPLE_THREADS", SAMPLE_THREADS as u64),
-    ("SAMPLE_MAX_LOGPROBS", SAMPLE_MAX_LOGPROBS as u64),
-    ("SAMPLE_OUT_WORDS", SAMPLE_OUT_WORDS as u64),
-    ("ATT_THREADS", ATT_THREADS as u64),
-    ("ATT_MAX_HEAD_DIM", ATT_MAX_HEAD_DIM as u64),
-];
+        /// Every constant shared with the kernels, by its CUDA name.
+        pub const SHARED_CONSTANTS: &[(&str, u64)] = &[$((stringify!($name), $name as u64)),*];
+    };
+}
+
+shared_constants! {
+    /// Largest number of activation rows `mv_*` / `mvw_*` take per launch.
+    MV_MAX_TOKENS: usize = 8;
+    /// Threads per `mv_*` / `mvw_*` block: one weight row per block (`mv_*`),
+    /// or one per warp (`mvw_*`).
+    MV_THREADS: u32 = 128;
+    /// Output tile of `gemm_*`: `GEMM_BM` weight rows by `GEMM_BN` rows of x,
+    /// over slices of `GEMM_BK` columns, with `GEMM_THREADS` threads a block.
+    /// `matmul.cu` asserts the values its thread layout assumes.
+    GEMM_BM: u32 = 64;
+    GEMM_BN: u32 = 64;
+    GEMM_BK: u32 = 32;
+    GEMM_THREADS: u32 = 256;
+    /// Threads of the one block of `sample_select` and `sample_logprobs`.
+    SAMPLE_THREADS: u32 = 1024;
+    /// Most log-probabilities `sample_logprobs` returns.
+    SAMPLE_MAX_LOGPROBS: usize = 20;
+    /// u32 words of the sampling kernels' result block: `[0]` id, `[1]` count,
+    /// `[2]` max, `[4..6)` log-sum-exp, then (id, value) pairs from `[8]`.
+    SAMPLE_OUT_WORDS: usize = 8 + 2 * SAMPLE_MAX_LOGPROBS;
+    /// Threads per `attention` block, and the largest head size it takes (its
+    /// shared memory is sized for it; a multiple of 64, see attention.cu).
+    ATT_THREADS: u32 = 256;
+    ATT_MAX_HEAD_DIM: usize = 256;
+}
 
 /// The NVRTC options that define [`SHARED_CONSTANTS`] for every module.
 pub fn defines() -> Vec<String> {
