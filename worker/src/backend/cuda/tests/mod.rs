@@ -5,7 +5,8 @@
 //!   path for sm_80 and sm_90 when libnvrtc can be loaded (CI loads it from
 //!   the `nvidia-cuda-nvrtc` wheel; with `CI` set, a missing NVRTC fails);
 //!   every kernel symbol is defined in its module and every launcher's
-//!   parameters match its C signature (`compile`); the launch-argument and
+//!   parameters match its C signature (`compile`); every kernel's grid and
+//!   block (`geometry`); the launch-argument and
 //!   alignment checks (M0-W-1431, M0-W-1220); a zero upload chunk is refused
 //!   (M0-W-1222).
 //! - With a GPU (`#[ignore]`d, run with `--run-ignored all` / `--include-ignored`):
@@ -29,14 +30,15 @@
 
 mod attention;
 mod compile;
-mod setup;
 mod elementwise;
+mod geometry;
 mod graph;
 mod matmul;
 mod model;
 mod norm;
 mod safety;
 mod sample;
+mod setup;
 mod weights;
 
 use std::sync::{Arc, OnceLock};
