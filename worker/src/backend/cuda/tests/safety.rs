@@ -310,6 +310,18 @@ const MEMCHECK_TESTS: [&str; 8] = [
     "backend::cuda::tests::elementwise::m0_w_1433_cuda_gelu_matches_f64_over_minus_10_to_10",
 ];
 
+/// Every name memcheck re-runs is a test of this binary, so a test moved or
+/// renamed is caught here, without a GPU, rather than on the GPU machine.
+#[test]
+fn memcheck_test_names_exist_in_this_binary() {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = Command::new(exe).args(["--list", "--exact"]).args(MEMCHECK_TESTS).output().unwrap();
+    let listed = String::from_utf8_lossy(&out.stdout);
+    for name in MEMCHECK_TESTS {
+        assert!(listed.lines().any(|l| l == format!("{name}: test")), "{name} is not a test here:\n{listed}");
+    }
+}
+
 /// How long the memcheck run may take (the quick kernel tests take about a
 /// minute under memcheck; far longer means something hangs).
 const MEMCHECK_TIMEOUT: Duration = Duration::from_secs(15 * 60);
