@@ -10,6 +10,14 @@
 //!
 //! Nothing outside this module uses cudarc (M0-W-1050).
 //!
+//! Kernels, with imports running one way: `source` (the embedded `.cu`
+//! modules, headers and the constants Rust and CUDA share) ← `nvrtc`
+//! (compiles them, disk cache) ← `kernels` (loads them; the one generic
+//! launcher). `ptr` (typed device pointers) ← `launch` (kernel names, the
+//! M0-W-1431 argument checks, launch geometry, the `KernelCall` trait) ←
+//! `args` (one argument struct per kernel). `ops` and `sample` build those
+//! structs from shapes they have checked.
+//!
 //! Memory (M0-SYS-2.2.1, M0-W-1011/1020/1021): before any weight is
 //! allocated, the bytes needed (weights, the minimum KV cache, decode scratch)
 //! are compared with the free memory (and the test cap
