@@ -24,9 +24,13 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
     v_cache[dst] = f32_to_f16(v[idx]);
 }
 
-#define ATT_THREADS 256
+// Shared with the host's launch geometry: defined once in the worker
+// (backend/cuda/source.rs) and passed to NVRTC as -D options.
+#if !defined(ATT_THREADS) || !defined(ATT_MAX_HEAD_DIM)
+#error "ATT_THREADS and ATT_MAX_HEAD_DIM come from the worker as -D options"
+#endif
+static_assert(ATT_THREADS % 32 == 0 && ATT_MAX_HEAD_DIM % 64 == 0, "whole warps, and whole dim pairs per lane");
 #define ATT_WARPS (ATT_THREADS / 32)
-#define ATT_MAX_HEAD_DIM 256
 #define ATT_PAIRS_PER_LANE (ATT_MAX_HEAD_DIM / 64)
 
 // Dot product of q (shared, f32) with one cached f16 row of head_dim values.

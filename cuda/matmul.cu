@@ -13,8 +13,11 @@
 #include "common.cuh"
 #include "dequant.cuh"
 
-#define MV_MAX_TOKENS 8
-#define MV_THREADS 128
+// Shared with the host's launch geometry: defined once in the worker
+// (backend/cuda/source.rs) and passed to NVRTC as -D options.
+#if !defined(MV_MAX_TOKENS) || !defined(MV_THREADS)
+#error "MV_MAX_TOKENS and MV_THREADS come from the worker as -D options"
+#endif
 
 // Eight activations x[8c..8c+7] (zeros past `left` values), with 16-byte
 // loads when the row allows them.
@@ -117,10 +120,15 @@ __device__ __forceinline__ void mvw_impl(const u8* __restrict__ W, i64 row_bytes
     }
 }
 
-#define GEMM_BM 64
-#define GEMM_BN 64
-#define GEMM_BK 32
-#define GEMM_THREADS 256
+// Shared with the host's launch geometry: defined once in the worker
+// (backend/cuda/source.rs) and passed to NVRTC as -D options.
+#if !defined(GEMM_BM) || !defined(GEMM_BN) || !defined(GEMM_BK) || !defined(GEMM_THREADS)
+#error "GEMM_BM, GEMM_BN, GEMM_BK and GEMM_THREADS come from the worker as -D options"
+#endif
+// gemm_impl's thread layout: 16 x 16 threads of 4 x 4 outputs, and loaders
+// of one 8-value chunk (4 per 32-wide slice) for each of 64 rows.
+static_assert(GEMM_BM == 64 && GEMM_BN == 64 && GEMM_BK == 32 && GEMM_THREADS == 256,
+              "gemm_impl is written for 64x64 tiles, 32-wide slices and 256 threads");
 
 template <int T>
 __device__ __forceinline__ void gemm_impl(const u8* __restrict__ W, i64 row_bytes, int rows, int cols,

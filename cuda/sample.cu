@@ -33,12 +33,15 @@
 
 #include "common.cuh"
 
-#define SAMPLE_THREADS 1024
-#define SAMPLE_BINS 256
-#define SAMPLE_MAX_LOGPROBS 20
+// Shared with the host's launch geometry: defined once in the worker
+// (backend/cuda/source.rs) and passed to NVRTC as -D options.
+#if !defined(SAMPLE_THREADS) || !defined(SAMPLE_MAX_LOGPROBS) || !defined(SAMPLE_OUT_WORDS)
+#error "SAMPLE_THREADS, SAMPLE_MAX_LOGPROBS and SAMPLE_OUT_WORDS come from the worker as -D options"
+#endif
 // Words of the result buffer: [0] id, [1] logprob count, [2] max (f32 bits),
 // [3] unused, [4..6) log-sum-exp (f64), then (id, value bits) pairs from [8].
-#define SAMPLE_OUT_WORDS (8 + 2 * SAMPLE_MAX_LOGPROBS)
+static_assert(SAMPLE_OUT_WORDS == 8 + 2 * SAMPLE_MAX_LOGPROBS, "the result block's layout");
+#define SAMPLE_BINS 256
 
 #define KEY_NAN 0xffffffffu   // NaN: after everything
 #define KEY_NEG_INF 0xff800000u   // rank_key(-inf)

@@ -10,6 +10,14 @@
 //!
 //! Nothing outside this module uses cudarc (M0-W-1050).
 //!
+//! Kernels, with imports running one way: `source` (the embedded `.cu`
+//! modules, headers and the constants Rust and CUDA share) ← `nvrtc`
+//! (compiles them, disk cache) ← `kernels` (loads them; the one generic
+//! launcher). `ptr` (typed device pointers) ← `launch` (kernel names, the
+//! M0-W-1431 argument checks, launch geometry, the `KernelCall` trait) ←
+//! `args` (one argument struct per kernel). `ops` and `sample` build those
+//! structs from shapes they have checked.
+//!
 //! Memory (M0-SYS-2.2.1, M0-W-1011/1020/1021): before any weight is
 //! allocated, the bytes needed (weights, the minimum KV cache, decode scratch)
 //! are compared with the free memory (and the test cap
@@ -18,12 +26,16 @@
 //! activations come from the stream-ordered pool and are freed as each step
 //! ends, so after a job the memory in use is back at its post-load value.
 
+mod args;
 mod device;
 mod graph;
 mod kernels;
+mod launch;
 mod nvrtc;
 mod ops;
+mod ptr;
 mod sample;
+mod source;
 mod upload;
 
 #[cfg(test)]
@@ -32,10 +44,11 @@ mod tests;
 use std::sync::Arc;
 
 pub use device::{align_up, ContextLimits, CudaDevice, MemoryKind, VRAM_CAP_ENV};
-pub use kernels::{Kernel, Module, HEADERS};
+pub use launch::Kernel;
 pub use nvrtc::{compile_module, compile_source, nvrtc_available, KernelCache, KERNEL_CACHE_ENV};
 pub use ops::{CudaBuf, CudaCache, CudaOps, CudaWeight};
 pub use sample::DeviceSampler;
+pub use source::{Module, HEADERS};
 pub use upload::UploadStats;
 
 use crate::backend::{Backend, BackendError, Checkpoints, DeviceInfo, Logits, MemoryUse, SampleRequest, SampledToken};

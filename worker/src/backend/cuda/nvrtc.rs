@@ -7,7 +7,8 @@
 //! "common.cuh"` works without an include path.
 //!
 //! Compiled CUBIN is cached on disk, keyed by a SHA-256 of the module's
-//! source and headers, the options, the NVRTC version and the architecture:
+//! source and headers, the options (the shared constants' `-D` defines among
+//! them, see `source.rs`), the NVRTC version and the architecture:
 //! `$WORKER_ORCD_KERNEL_CACHE`, else `$XDG_CACHE_HOME/worker-orcd/kernels`,
 //! else `~/.cache/worker-orcd/kernels`. `WORKER_ORCD_KERNEL_CACHE=off`
 //! disables it. A cache that cannot be read or written only costs a compile.
@@ -18,7 +19,7 @@ use std::path::{Path, PathBuf};
 use cudarc::nvrtc::sys as nv;
 use sha2::{Digest, Sha256};
 
-use crate::backend::cuda::kernels::{Module, HEADERS};
+use crate::backend::cuda::source::{defines, Module, HEADERS};
 use crate::backend::BackendError;
 
 /// Environment variable naming the kernel cache folder (`off` disables it).
@@ -57,9 +58,12 @@ fn check(r: nv::nvrtcResult, what: &str) -> Result<(), BackendError> {
     }
 }
 
-/// The options every module is compiled with, for architecture `arch`.
-fn options(arch: (i32, i32)) -> Vec<String> {
-    vec![format!("--gpu-architecture=sm_{}{}", arch.0, arch.1), "--std=c++17".into()]
+/// The options every module is compiled with, for architecture `arch`: the
+/// target, the language, and the constants shared with the host.
+pub fn options(arch: (i32, i32)) -> Vec<String> {
+    let mut opts = vec![format!("--gpu-architecture=sm_{}{}", arch.0, arch.1), "--std=c++17".into()];
+    opts.extend(defines());
+    opts
 }
 
 /// Compiles `source` (named `name` in messages) with the shared headers to
@@ -133,6 +137,28 @@ pub fn compile_module(module: Module, arch: (i32, i32)) -> Result<Vec<u8>, Backe
     compile_source(module.file_name(), module.source(), arch)
 }
 
+/// What a cached image depends on, hashed: the module's source, every
+/// header, the compile options (architecture and shared-constant defines)
+/// and the NVRTC version. The first 8 bytes of the SHA-256, in hex.
+pub fn cache_key(module: Module, options: &[String], nvrtc: (i32, i32)) -> String {
+    let mut h = Sha256::new();
+    h.update(module.file_name());
+    h.update([0]);
+    h.update(module.source());
+    for (name, src) in HEADERS {
+        h.update([0]);
+        h.update(name);
+        h.update([0]);
+        h.update(src);
+    }
+    for o in options {
+        h.update([0]);
+        h.update(o);
+    }
+    h.update(format!("\0nvrtc {}.{}", nvrtc.0, nvrtc.1));
+    h.finalize()[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The on-disk CUBIN cache.
 pub struct KernelCache {
     dir: Option<PathBuf>,
@@ -160,24 +186,7 @@ impl KernelCache {
     /// The file a module's CUBIN for `arch` is cached in.
     pub fn path_for(&self, module: Module, arch: (i32, i32)) -> Result<Option<PathBuf>, BackendError> {
         let Some(dir) = &self.dir else { return Ok(None) };
-        let (vmaj, vmin) = nvrtc_version()?;
-        let mut h = Sha256::new();
-        h.update(module.file_name());
-        h.update([0]);
-        h.update(module.source());
-        for (name, src) in HEADERS {
-            h.update([0]);
-            h.update(name);
-            h.update([0]);
-            h.update(src);
-        }
-        for o in options(arch) {
-            h.update([0]);
-            h.update(o);
-        }
-        h.update(format!("\0nvrtc {vmaj}.{vmin}"));
-        let digest = h.finalize();
-        let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        let hex = cache_key(module, &options(arch), nvrtc_version()?);
         let stem = module.file_name().trim_end_matches(".cu");
         Ok(Some(dir.join(format!("{stem}-sm{}{}-{hex}.cubin", arch.0, arch.1))))
     }

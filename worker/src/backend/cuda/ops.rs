@@ -11,9 +11,15 @@ use std::sync::Arc;
 
 use cudarc::driver::result as drv;
 use cudarc::driver::sys::CUdeviceptr;
+use half::f16;
 
+use crate::backend::cuda::args::{
+    AddAssignArgs, AttentionArgs, CacheWindow, EmbedArgs, GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs,
+    RmsNormArgs, RopeArgs, RopePairs, Stored, SwigluArgs,
+};
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
-use crate::backend::cuda::kernels::ATT_MAX_HEAD_DIM;
+use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
+use crate::backend::cuda::source::ATT_MAX_HEAD_DIM;
 use crate::backend::BackendError;
 use crate::model::config::RopeStyle;
 use crate::model::ops::{AttentionShape, Ops, RopeParams};
@@ -33,6 +39,17 @@ pub struct CudaWeight {
 impl CudaWeight {
     pub fn ptr(&self) -> CUdeviceptr {
         self.mem.ptr()
+    }
+
+    /// The stored rows, as a kernel reads them.
+    fn stored(&self) -> Stored {
+        let (ty, row_bytes, rows, cols) = (self.ty, self.row_bytes, self.rows, self.cols);
+        Stored { ty, ptr: DevPtr::new(self.ptr()), row_bytes, rows, cols }
+    }
+
+    /// A vector weight's f32 values.
+    fn vector(&self) -> DevPtr<f32> {
+        DevPtr::new(self.ptr())
     }
 }
 
@@ -69,6 +86,16 @@ impl CudaBuf {
 
     fn row_ptr(&self, row: usize) -> CUdeviceptr {
         self.ptr() + (row * self.cols * 4) as u64
+    }
+
+    /// The matrix as a kernel input.
+    fn input(&self) -> DevPtr<f32> {
+        DevPtr::new(self.ptr())
+    }
+
+    /// The matrix as a kernel output.
+    fn output(&mut self) -> DevPtrMut<f32> {
+        DevPtrMut::new(self.ptr())
     }
 }
 
@@ -109,6 +136,12 @@ impl CudaCache {
     pub fn planes(&self, layer: usize) -> (CUdeviceptr, CUdeviceptr) {
         let k = self.mem.ptr() + 2 * layer as u64 * self.plane_bytes();
         (k, k + self.plane_bytes())
+    }
+
+    /// Layer `layer`'s K and V planes, for kernels that write them.
+    fn planes_mut(&mut self, layer: usize) -> (DevPtrMut<f16>, DevPtrMut<f16>) {
+        let (k, v) = self.planes(layer);
+        (DevPtrMut::new(k), DevPtrMut::new(v))
     }
 
     /// Copies position `pos` of layer `layer`, KV head `head`, to the host
@@ -206,6 +239,11 @@ fn check_weights(what: &str, ws: &[&CudaWeight]) -> Result<(), BackendError> {
     Ok(())
 }
 
+/// `embed` of `n` token ids at `tokens` from `table` into `out`.
+fn embed_args(table: &CudaWeight, tokens: DevPtr<u32>, n: usize, out: &mut CudaBuf) -> EmbedArgs {
+    EmbedArgs { table: table.stored(), tokens, n, out: out.output() }
+}
+
 /// A vector weight (norm weight, bias) of `len` f32 values.
 fn is_f32_vector(w: &CudaWeight, len: usize) -> bool {
     w.ty == GgmlType::F32 && w.rows == 1 && w.cols == len
@@ -242,9 +280,9 @@ impl CudaOps {
         Ok(())
     }
 
-    /// The device position pointer while capturing, else 0.
-    fn pos_ptr(&self) -> CUdeviceptr {
-        self.capture.as_ref().map_or(0, |c| c.step + 4)
+    /// The device position slot while capturing, else none.
+    fn pos_ptr(&self) -> Option<DevPtr<i32>> {
+        self.capture.as_ref().map(|c| DevPtr::new(c.step + 4))
     }
 
     /// Uploads an f32 host matrix (for tests and small inputs).
@@ -337,35 +375,16 @@ impl Ops for CudaOps {
             if tokens.len() != 1 {
                 return Err(BackendError::InferenceFailed("a decode graph takes one token".into()));
             }
-            let step = c.step;
-            return self.dev.kernels.embed(
-                &self.dev.stream,
-                table.ty,
-                table.ptr(),
-                table.row_bytes,
-                table.rows,
-                table.cols,
-                step,
-                1,
-                out.ptr(),
-            );
+            let args = embed_args(table, DevPtr::new(c.step), 1, out);
+            return self.dev.kernels.launch(&self.dev.stream, &args);
         }
         let ids = self.dev.alloc_async(Purpose::Scratch, (tokens.len() * 4) as u64)?;
         // SAFETY: `ids` holds `tokens.len()` u32 values; pageable memory is
         // staged before the call returns.
         unsafe { drv::memcpy_htod_async(ids.ptr(), tokens, self.dev.cu_stream()) }
             .map_err(|e| driver_error("copying token ids", e))?;
-        self.dev.kernels.embed(
-            &self.dev.stream,
-            table.ty,
-            table.ptr(),
-            table.row_bytes,
-            table.rows,
-            table.cols,
-            ids.ptr(),
-            tokens.len(),
-            out.ptr(),
-        )
+        let args = embed_args(table, DevPtr::new(ids.ptr()), tokens.len(), out);
+        self.dev.kernels.launch(&self.dev.stream, &args)
     }
 
     fn rms_norm(&mut self, x: &CudaBuf, weight: &CudaWeight, eps: f32, out: &mut CudaBuf) -> Result<(), BackendError> {
@@ -375,7 +394,9 @@ impl Ops for CudaOps {
         check_weights("rms_norm", &[weight])?;
         check_bufs("rms_norm", &[x, out])?;
         self.dev.bind()?;
-        self.dev.kernels.rms_norm(&self.dev.stream, x.ptr(), weight.ptr(), x.rows, x.cols, eps, out.ptr())
+        let (w, rows, cols) = (weight.vector(), x.rows, x.cols);
+        let args = RmsNormArgs { x: x.input(), w, rows, cols, eps, out: out.output() };
+        self.dev.kernels.launch(&self.dev.stream, &args)
     }
 
     fn matmul(&mut self, x: &CudaBuf, w: &CudaWeight, bias: Option<&CudaWeight>, out: &mut CudaBuf) -> Result<(), BackendError> {
@@ -387,27 +408,17 @@ impl Ops for CudaOps {
         }
         check_weights("matmul", &[w])?;
         check_bufs("matmul", &[x, out])?;
-        let bias_ptr = match bias {
+        let bias = match bias {
             Some(b) if is_f32_vector(b, w.rows) => {
                 check_weights("matmul bias", &[b])?;
-                b.ptr()
+                Some(b.vector())
             }
             Some(b) => return Err(shape_error(format!("matmul bias of {} values for {} rows", b.cols, w.rows))),
-            None => 0,
+            None => None,
         };
         self.dev.bind()?;
-        self.dev.kernels.matmul(
-            &self.dev.stream,
-            w.ty,
-            w.ptr(),
-            w.row_bytes,
-            w.rows,
-            w.cols,
-            x.ptr(),
-            x.rows,
-            bias_ptr,
-            out.ptr(),
-        )
+        let args = MatmulArgs { w: w.stored(), x: x.input(), n: x.rows, bias, out: out.output() };
+        self.dev.kernels.matmul(&self.dev.stream, &args)
     }
 
     fn rope(&mut self, x: &mut CudaBuf, p: RopeParams) -> Result<(), BackendError> {
@@ -418,30 +429,30 @@ impl Ops for CudaOps {
         if p.n_rot == 0 {
             return Ok(());
         }
-        let style = match p.style {
-            RopeStyle::Normal => 0,
-            RopeStyle::Neox => 1,
+        let pairs = match p.style {
+            RopeStyle::Normal => RopePairs::Adjacent,
+            RopeStyle::Neox => RopePairs::Halves,
         };
-        let table = self
+        let inv_freq = self
             .rope_tables
             .iter()
             .find(|t| t.base_bits == p.freq_base.to_bits() && t.n_rot == p.n_rot)
-            .map_or(0, |t| t.mem.ptr());
+            .map(|t| DevPtr::new(t.mem.ptr()));
         self.dev.bind()?;
-        self.dev.kernels.rope(
-            &self.dev.stream,
-            x.ptr(),
-            x.rows,
-            p.n_head,
-            p.head_dim,
-            p.n_rot,
-            p.start_pos,
-            self.pos_ptr(),
-            table,
-            p.freq_base,
-            p.freq_scale,
-            style,
-        )
+        let args = RopeArgs {
+            x: x.output(),
+            rows: x.rows,
+            n_head: p.n_head,
+            head_dim: p.head_dim,
+            n_rot: p.n_rot,
+            start_pos: p.start_pos,
+            pos_ptr: self.pos_ptr(),
+            inv_freq,
+            freq_base: p.freq_base,
+            freq_scale: p.freq_scale,
+            pairs,
+        };
+        self.dev.kernels.launch(&self.dev.stream, &args)
     }
 
     fn attention(
@@ -486,27 +497,26 @@ impl Ops for CudaOps {
         if cache.mem.bytes() < cache_bytes {
             return Err(shape_error(format!("attention: a cache of {cache_bytes} bytes in a block of {}", cache.mem.bytes())));
         }
-        let (kc, vc) = cache.planes(s.layer);
+        let (k_cache, v_cache) = cache.planes_mut(s.layer);
         self.dev.bind()?;
-        let st = &self.dev.stream;
-        let pos_ptr = self.pos_ptr();
-        self.dev.kernels.kv_store(st, k.ptr(), v.ptr(), s.n_tokens, s.n_head_kv, hd, s.start_pos, pos_ptr, cache.capacity, kc, vc)?;
-        let scale = 1.0 / (hd as f32).sqrt();
-        self.dev.kernels.attention(
-            st,
-            q.ptr(),
-            s.n_tokens,
-            s.n_head,
-            s.n_head_kv,
-            hd,
-            s.start_pos,
-            pos_ptr,
-            cache.capacity,
-            kc,
-            vc,
-            scale,
-            out.ptr(),
-        )
+        let (kernels, st) = (&self.dev.kernels, &self.dev.stream);
+        let window = CacheWindow { start_pos: s.start_pos, pos_ptr: self.pos_ptr(), capacity: cache.capacity };
+        let (n, n_head_kv) = (s.n_tokens, s.n_head_kv);
+        let store = KvStoreArgs { k: k.input(), v: v.input(), n, n_head_kv, head_dim: hd, window, k_cache, v_cache };
+        kernels.launch(st, &store)?;
+        let attend = AttentionArgs {
+            q: q.input(),
+            n,
+            n_head: s.n_head,
+            n_head_kv,
+            head_dim: hd,
+            window,
+            k_cache: k_cache.as_const(),
+            v_cache: v_cache.as_const(),
+            scale: 1.0 / (hd as f32).sqrt(),
+            out: out.output(),
+        };
+        kernels.launch(st, &attend)
     }
 
     fn swiglu(&mut self, gate: &CudaBuf, up: &CudaBuf, out: &mut CudaBuf) -> Result<(), BackendError> {
@@ -515,7 +525,8 @@ impl Ops for CudaOps {
         }
         check_bufs("swiglu", &[gate, up, out])?;
         self.dev.bind()?;
-        self.dev.kernels.swiglu(&self.dev.stream, gate.ptr(), up.ptr(), up.len(), out.ptr())
+        let args = SwigluArgs { gate: gate.input(), up: up.input(), len: up.len(), out: out.output() };
+        self.dev.kernels.launch(&self.dev.stream, &args)
     }
 
     fn layer_norm(
@@ -548,8 +559,9 @@ impl Ops for CudaOps {
         }
         check_bufs("layer_norm", &[x, out])?;
         self.dev.bind()?;
-        let b = bias.map_or(0, |b| b.ptr());
-        self.dev.kernels.layer_norm(&self.dev.stream, x.ptr(), weight.ptr(), b, x.rows, x.cols, eps, out.ptr())
+        let (w, b) = (weight.vector(), bias.map(CudaWeight::vector));
+        let args = LayerNormArgs { x: x.input(), w, b, rows: x.rows, cols: x.cols, eps, out: out.output() };
+        self.dev.kernels.launch(&self.dev.stream, &args)
     }
 
     fn gelu(&mut self, x: &CudaBuf, out: &mut CudaBuf) -> Result<(), BackendError> {
@@ -558,7 +570,8 @@ impl Ops for CudaOps {
         }
         check_bufs("gelu", &[x, out])?;
         self.dev.bind()?;
-        self.dev.kernels.gelu(&self.dev.stream, x.ptr(), x.len(), out.ptr())
+        let args = GeluArgs { x: x.input(), len: x.len(), out: out.output() };
+        self.dev.kernels.launch(&self.dev.stream, &args)
     }
 
     fn add_assign(&mut self, x: &mut CudaBuf, y: &CudaBuf) -> Result<(), BackendError> {
@@ -567,7 +580,8 @@ impl Ops for CudaOps {
         }
         check_bufs("add", &[x, y])?;
         self.dev.bind()?;
-        self.dev.kernels.add_assign(&self.dev.stream, x.ptr(), y.ptr(), x.len())
+        let args = AddAssignArgs { len: x.len(), x: x.output(), y: y.input() };
+        self.dev.kernels.launch(&self.dev.stream, &args)
     }
 
     fn take_row(&mut self, x: &CudaBuf, row: usize) -> Result<CudaBuf, BackendError> {

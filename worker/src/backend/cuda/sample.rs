@@ -24,8 +24,10 @@ use std::sync::Arc;
 use cudarc::driver::result as drv;
 use cudarc::driver::sys::CUdeviceptr;
 
+use crate::backend::cuda::args::{SampleLogprobsArgs, SampleSelectArgs, SelectArgs};
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
-use crate::backend::cuda::kernels::{SelectArgs, SAMPLE_MAX_LOGPROBS, SAMPLE_OUT_WORDS};
+use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
+use crate::backend::cuda::source::{SAMPLE_MAX_LOGPROBS, SAMPLE_OUT_WORDS};
 use crate::backend::{BackendError, SampleRequest, SampledToken};
 use crate::sampling::TokenLogprob;
 
@@ -165,14 +167,16 @@ impl DeviceSampler {
             unsafe { drv::memcpy_htod_async(self.ids.ptr(), self.distinct.as_slice(), stream) }
                 .map_err(|e| driver_error("copying the generated ids", e))?;
         }
-        let (k, st) = (&self.dev.kernels, &self.dev.stream);
-        let (logits, keys, out) = (self.logits.ptr(), self.keys.ptr(), self.out.ptr());
-        k.sample_select(st, logits, n as u32, keys, self.ids.ptr(), self.distinct.len() as u32, &args, out)?;
+        let out = self.out_ptr();
+        let (logits, keys) = (DevPtr::new(self.logits.ptr()), DevPtrMut::new(self.keys.ptr()));
+        let (kernels, st) = (&self.dev.kernels, &self.dev.stream);
+        let (vocab, pen_ids, n_pen) = (n as u32, Some(DevPtr::new(self.ids.ptr())), self.distinct.len() as u32);
+        kernels.launch(st, &SampleSelectArgs { logits, n: vocab, keys, pen_ids, n_pen, p: args, out })?;
         if req.logprobs > 0 {
-            k.sample_logprobs(st, logits, n as u32, keys, req.logprobs as u32, out)?;
+            kernels.launch(st, &SampleLogprobsArgs { logits, n: vocab, keys, k: req.logprobs as u32, out })?;
         }
         // SAFETY: the result block holds SAMPLE_OUT_WORDS u32 values.
-        unsafe { drv::memcpy_dtoh_async(self.result.as_mut_slice(), out, stream) }
+        unsafe { drv::memcpy_dtoh_async(self.result.as_mut_slice(), out.addr(), stream) }
             .map_err(|e| driver_error("copying the sampled token", e))?;
         self.dev.synchronize()?;
 
@@ -182,6 +186,11 @@ impl DeviceSampler {
         }
         let logprobs = if req.logprobs > 0 { self.logprobs(req.logprobs) } else { Vec::new() };
         Ok(SampledToken { id, logprobs })
+    }
+
+    /// The result block, which both sampling kernels write.
+    fn out_ptr(&mut self) -> DevPtrMut<u32> {
+        DevPtrMut::new(self.out.ptr())
     }
 
     /// The log-probabilities from the result block, as `top_logprobs`

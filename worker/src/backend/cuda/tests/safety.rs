@@ -10,6 +10,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::backend::cuda::args::{
+    AddAssignArgs, AttentionArgs, CacheWindow, EmbedArgs, GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs,
+    RmsNormArgs, RopeArgs, RopePairs, Stored, SwigluArgs,
+};
+use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 
 /// Asserts that `r` is a refusal: a typed error, not a panic and not a launch.
 fn refused(what: &str, r: Result<(), BackendError>) {
@@ -38,7 +43,7 @@ fn short_vector(ops: &mut CudaOps, stored: usize, len: usize) -> CudaWeight {
 
 #[test]
 fn m0_w_1431_launch_argument_checks_refuse_zero_null_and_out_of_range() {
-    use kernels::check_args;
+    use launch::check_args;
     let k = Kernel::RmsNorm;
     assert!(check_args(k, &[("rows", 1), ("cols", 576)], &[("x", 256), ("out", 512)]).is_ok());
     assert!(check_args(k, &[("rows", i32::MAX as usize)], &[]).is_ok());
@@ -218,43 +223,73 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
     let (k, s) = (&d.kernels, &d.stream);
     let f32_ = GgmlType::F32;
 
-    refused("embed of no tokens", k.embed(s, f32_, p, 1024, 4, 256, p, 0, p));
-    refused("embed of zero columns", k.embed(s, f32_, p, 0, 4, 0, p, 1, p));
-    refused("embed from a null table", k.embed(s, f32_, 0, 1024, 4, 256, p, 1, p));
+    let (tokens, out) = (DevPtr::new(p), DevPtrMut::new(p));
+    let table = Stored { ty: f32_, ptr: DevPtr::new(p), row_bytes: 1024, rows: 4, cols: 256 };
+    let no_cols = Stored { row_bytes: 0, cols: 0, ..table };
+    let embed = EmbedArgs { table, tokens, n: 1, out };
+    refused("embed of no tokens", k.launch(s, &EmbedArgs { n: 0, ..embed }));
+    refused("embed of zero columns", k.launch(s, &EmbedArgs { table: no_cols, ..embed }));
+    let null_table = Stored { ptr: DevPtr::new(0), ..table };
+    refused("embed from a null table", k.launch(s, &EmbedArgs { table: null_table, ..embed }));
 
-    refused("matmul of zero rows of x", k.matmul(s, f32_, p, 1024, 4, 256, p, 0, 0, p));
-    refused("matmul of zero weight rows", k.matmul(s, f32_, p, 1024, 0, 256, p, 1, 0, p));
-    refused("matmul of zero columns", k.matmul(s, f32_, p, 0, 4, 0, p, 1, 0, p));
-    refused("matmul of a null x", k.matmul(s, f32_, p, 1024, 4, 256, 0, 1, 0, p));
+    let mm = MatmulArgs { w: table, x: DevPtr::new(p), n: 1, bias: None, out };
+    refused("matmul of zero rows of x", k.matmul(s, &MatmulArgs { n: 0, ..mm }));
+    refused("matmul of zero weight rows", k.matmul(s, &MatmulArgs { w: Stored { rows: 0, ..table }, ..mm }));
+    refused("matmul of zero columns", k.matmul(s, &MatmulArgs { w: no_cols, ..mm }));
+    refused("matmul of a null x", k.matmul(s, &MatmulArgs { x: DevPtr::new(0), ..mm }));
 
-    refused("rms_norm of zero rows", k.rms_norm(s, p, p, 0, 256, 1e-5, p));
-    refused("rms_norm of zero columns", k.rms_norm(s, p, p, 2, 0, 1e-5, p));
-    refused("rms_norm with a null weight", k.rms_norm(s, p, 0, 2, 256, 1e-5, p));
-    refused("layer_norm of zero rows", k.layer_norm(s, p, p, p, 0, 256, 1e-5, p));
-    refused("layer_norm of zero columns", k.layer_norm(s, p, p, 0, 2, 0, 1e-5, p));
-    refused("layer_norm into null", k.layer_norm(s, p, p, p, 2, 256, 1e-5, 0));
+    let (x, w) = (DevPtr::new(p), DevPtr::new(p));
+    let rms = RmsNormArgs { x, w, rows: 2, cols: 256, eps: 1e-5, out };
+    refused("rms_norm of zero rows", k.launch(s, &RmsNormArgs { rows: 0, ..rms }));
+    refused("rms_norm of zero columns", k.launch(s, &RmsNormArgs { cols: 0, ..rms }));
+    refused("rms_norm with a null weight", k.launch(s, &RmsNormArgs { w: DevPtr::new(0), ..rms }));
+    let ln = LayerNormArgs { x, w, b: Some(DevPtr::new(p)), rows: 2, cols: 256, eps: 1e-5, out };
+    refused("layer_norm of zero rows", k.launch(s, &LayerNormArgs { rows: 0, ..ln }));
+    refused("layer_norm of zero columns", k.launch(s, &LayerNormArgs { b: None, cols: 0, ..ln }));
+    refused("layer_norm into null", k.launch(s, &LayerNormArgs { out: DevPtrMut::new(0), ..ln }));
 
-    refused("rope of zero rows", k.rope(s, p, 0, 4, 64, 64, 0, 0, 0, 1e4, 1.0, 0));
-    refused("rope of zero rotated dims", k.rope(s, p, 2, 4, 64, 0, 0, 0, 0, 1e4, 1.0, 0));
-    refused("rope of an odd rotation", k.rope(s, p, 2, 4, 64, 63, 0, 0, 0, 1e4, 1.0, 0));
-    refused("rope of more rotated dims than a head", k.rope(s, p, 2, 4, 64, 66, 0, 0, 0, 1e4, 1.0, 0));
+    let rope = RopeArgs {
+        x: DevPtrMut::new(p),
+        rows: 2,
+        n_head: 4,
+        head_dim: 64,
+        n_rot: 64,
+        start_pos: 0,
+        pos_ptr: None,
+        inv_freq: None,
+        freq_base: 1e4,
+        freq_scale: 1.0,
+        pairs: RopePairs::Adjacent,
+    };
+    refused("rope of zero rows", k.launch(s, &RopeArgs { rows: 0, ..rope }));
+    refused("rope of zero rotated dims", k.launch(s, &RopeArgs { n_rot: 0, ..rope }));
+    refused("rope of an odd rotation", k.launch(s, &RopeArgs { n_rot: 63, ..rope }));
+    refused("rope of more rotated dims than a head", k.launch(s, &RopeArgs { n_rot: 66, ..rope }));
 
-    refused("kv_store of zero tokens", k.kv_store(s, p, p, 0, 2, 64, 0, 0, 16, p, p));
-    refused("kv_store past the cache", k.kv_store(s, p, p, 2, 2, 64, 15, 0, 16, p, p));
-    refused("kv_store into a null cache", k.kv_store(s, p, p, 2, 2, 64, 0, 0, 16, 0, p));
+    let window = CacheWindow { start_pos: 0, pos_ptr: None, capacity: 16 };
+    let past = CacheWindow { start_pos: 15, ..window };
+    let (kv, k_cache, v_cache) = (DevPtr::new(p), DevPtrMut::new(p), DevPtrMut::new(p));
+    let store = KvStoreArgs { k: kv, v: kv, n: 2, n_head_kv: 2, head_dim: 64, window, k_cache, v_cache };
+    refused("kv_store of zero tokens", k.launch(s, &KvStoreArgs { n: 0, ..store }));
+    refused("kv_store past the cache", k.launch(s, &KvStoreArgs { window: past, ..store }));
+    refused("kv_store into a null cache", k.launch(s, &KvStoreArgs { k_cache: DevPtrMut::new(0), ..store }));
 
-    refused("attention of zero tokens", k.attention(s, p, 0, 4, 2, 64, 0, 0, 16, p, p, 0.125, p));
-    refused("attention of zero KV heads", k.attention(s, p, 1, 4, 0, 64, 0, 0, 16, p, p, 0.125, p));
-    refused("attention past the cache", k.attention(s, p, 2, 4, 2, 64, 15, 0, 16, p, p, 0.125, p));
-    refused("attention of heads above the maximum", k.attention(s, p, 1, 4, 2, 512, 0, 0, 16, p, p, 0.125, p));
-    refused("attention of uneven head groups", k.attention(s, p, 1, 5, 2, 64, 0, 0, 16, p, p, 0.125, p));
+    let (q, k_cache, v_cache) = (DevPtr::new(p), DevPtr::new(p), DevPtr::new(p));
+    let att =
+        AttentionArgs { q, n: 1, n_head: 4, n_head_kv: 2, head_dim: 64, window, k_cache, v_cache, scale: 0.125, out };
+    refused("attention of zero tokens", k.launch(s, &AttentionArgs { n: 0, ..att }));
+    refused("attention of zero KV heads", k.launch(s, &AttentionArgs { n_head_kv: 0, ..att }));
+    refused("attention past the cache", k.launch(s, &AttentionArgs { n: 2, window: past, ..att }));
+    refused("attention of heads above the maximum", k.launch(s, &AttentionArgs { head_dim: 512, ..att }));
+    refused("attention of uneven head groups", k.launch(s, &AttentionArgs { n_head: 5, ..att }));
 
-    refused("swiglu of nothing", k.swiglu(s, p, p, 0, p));
-    refused("swiglu into null", k.swiglu(s, p, p, 16, 0));
-    refused("gelu of nothing", k.gelu(s, p, 0, p));
-    refused("gelu of null", k.gelu(s, 0, 16, p));
-    refused("add of nothing", k.add_assign(s, p, p, 0));
-    refused("add of null", k.add_assign(s, p, 0, 16));
+    let (a, b) = (DevPtr::new(p), DevPtr::new(p));
+    refused("swiglu of nothing", k.launch(s, &SwigluArgs { gate: a, up: b, len: 0, out }));
+    refused("swiglu into null", k.launch(s, &SwigluArgs { gate: a, up: b, len: 16, out: DevPtrMut::new(0) }));
+    refused("gelu of nothing", k.launch(s, &GeluArgs { x: a, len: 0, out }));
+    refused("gelu of null", k.launch(s, &GeluArgs { x: DevPtr::new(0), len: 16, out }));
+    refused("add of nothing", k.launch(s, &AddAssignArgs { x: out, y: a, len: 0 }));
+    refused("add of null", k.launch(s, &AddAssignArgs { x: out, y: DevPtr::new(0), len: 16 }));
 
     d.synchronize().expect("nothing was launched that failed");
 }
@@ -265,15 +300,27 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
 /// shapes. Full names, run with `--exact`, so that a renamed test fails
 /// this one instead of silently dropping out.
 const MEMCHECK_TESTS: [&str; 8] = [
-    "backend::cuda::tests::matmul_matches_cpu_for_every_format_and_shape",
-    "backend::cuda::tests::embed_matches_cpu_for_every_format",
-    "backend::cuda::tests::rms_norm_matches_cpu",
-    "backend::cuda::tests::m0_w_1432_cuda_layer_norm_matches_cpu_at_widths_768_1600_577",
-    "backend::cuda::tests::rope_matches_cpu_in_both_styles",
-    "backend::cuda::tests::attention_matches_cpu_over_prefill_and_decode",
-    "backend::cuda::tests::swiglu_and_add_match_cpu",
-    "backend::cuda::tests::m0_w_1433_cuda_gelu_matches_f64_over_minus_10_to_10",
+    "backend::cuda::tests::matmul::matmul_matches_cpu_for_every_format_and_shape",
+    "backend::cuda::tests::matmul::embed_matches_cpu_for_every_format",
+    "backend::cuda::tests::norm::rms_norm_matches_cpu",
+    "backend::cuda::tests::norm::m0_w_1432_cuda_layer_norm_matches_cpu_at_widths_768_1600_577",
+    "backend::cuda::tests::attention::rope_matches_cpu_in_both_styles",
+    "backend::cuda::tests::attention::attention_matches_cpu_over_prefill_and_decode",
+    "backend::cuda::tests::elementwise::swiglu_and_add_match_cpu",
+    "backend::cuda::tests::elementwise::m0_w_1433_cuda_gelu_matches_f64_over_minus_10_to_10",
 ];
+
+/// Every name memcheck re-runs is a test of this binary, so a test moved or
+/// renamed is caught here, without a GPU, rather than on the GPU machine.
+#[test]
+fn memcheck_test_names_exist_in_this_binary() {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = Command::new(exe).args(["--list", "--exact"]).args(MEMCHECK_TESTS).output().unwrap();
+    let listed = String::from_utf8_lossy(&out.stdout);
+    for name in MEMCHECK_TESTS {
+        assert!(listed.lines().any(|l| l == format!("{name}: test")), "{name} is not a test here:\n{listed}");
+    }
+}
 
 /// How long the memcheck run may take (the quick kernel tests take about a
 /// minute under memcheck; far longer means something hangs).

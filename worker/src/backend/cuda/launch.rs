@@ -1,0 +1,278 @@
+//! What a kernel launch is, apart from any particular kernel: the kernels
+//! by name ([`Kernel`]), the argument checks every launch makes
+//! ([`check_args`], M0-W-1431), the launch geometry of every kernel in one
+//! place ([`launch_config`]), and the [`KernelCall`] trait that each
+//! kernel's argument struct (`args.rs`) implements, so that one generic
+//! launcher (`Kernels::launch`) checks, shapes and launches them all.
+
+use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::{LaunchArgs, LaunchConfig, PushKernelArg};
+
+use crate::backend::cuda::ptr::Param;
+use crate::backend::cuda::source::{Module, ATT_THREADS, GEMM_BM, GEMM_BN, GEMM_THREADS, MV_THREADS, SAMPLE_THREADS};
+use crate::backend::BackendError;
+use crate::quant::GgmlType;
+
+/// Every kernel the backend launches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// `embed_<type>`: rows of a stored table to f32.
+    Embed(GgmlType),
+    /// `mv_<type>`: matrix product for up to `MV_MAX_TOKENS` rows of x, a block per weight row.
+    MatVec(GgmlType),
+    /// `mvw_<type>`: the same with a warp per weight row, for matrices of many rows.
+    MatVecWarp(GgmlType),
+    /// `gemm_<type>`: tiled matrix product for any number of rows of x.
+    Gemm(GgmlType),
+    RmsNorm,
+    /// `layer_norm`: GPT-2's LayerNorm (M0-W-1432).
+    LayerNorm,
+    Rope,
+    KvStore,
+    Attention,
+    Swiglu,
+    /// `gelu`: GPT-2's tanh-approximated GELU (M0-W-1433).
+    Gelu,
+    AddAssign,
+    /// `sample_select`: the sampling pipeline over one logit vector.
+    SampleSelect,
+    /// `sample_logprobs`: the top log-probabilities of one logit vector.
+    SampleLogprobs,
+}
+
+impl Kernel {
+    /// Every kernel, for loading them all at start.
+    pub fn all() -> Vec<Kernel> {
+        let mut v = Vec::new();
+        for t in GgmlType::ALL {
+            v.extend([Kernel::Embed(t), Kernel::MatVec(t), Kernel::MatVecWarp(t), Kernel::Gemm(t)]);
+        }
+        v.extend([
+            Kernel::RmsNorm,
+            Kernel::LayerNorm,
+            Kernel::Rope,
+            Kernel::KvStore,
+            Kernel::Attention,
+            Kernel::Swiglu,
+            Kernel::Gelu,
+            Kernel::AddAssign,
+            Kernel::SampleSelect,
+            Kernel::SampleLogprobs,
+        ]);
+        v
+    }
+
+    pub fn module(self) -> Module {
+        match self {
+            Kernel::Embed(_) => Module::Embed,
+            Kernel::MatVec(_) | Kernel::MatVecWarp(_) | Kernel::Gemm(_) => Module::Matmul,
+            Kernel::RmsNorm | Kernel::LayerNorm => Module::Norm,
+            Kernel::Rope => Module::Rope,
+            Kernel::KvStore | Kernel::Attention => Module::Attention,
+            Kernel::Swiglu | Kernel::Gelu | Kernel::AddAssign => Module::Elementwise,
+            Kernel::SampleSelect | Kernel::SampleLogprobs => Module::Sample,
+        }
+    }
+
+    /// The `extern "C"` symbol in the module.
+    pub fn symbol(self) -> String {
+        let ty = |t: GgmlType| t.name().to_ascii_lowercase();
+        match self {
+            Kernel::Embed(t) => format!("embed_{}", ty(t)),
+            Kernel::MatVec(t) => format!("mv_{}", ty(t)),
+            Kernel::MatVecWarp(t) => format!("mvw_{}", ty(t)),
+            Kernel::Gemm(t) => format!("gemm_{}", ty(t)),
+            Kernel::RmsNorm => "rms_norm".into(),
+            Kernel::LayerNorm => "layer_norm".into(),
+            Kernel::Rope => "rope".into(),
+            Kernel::KvStore => "kv_store".into(),
+            Kernel::Attention => "attention".into(),
+            Kernel::Swiglu => "swiglu".into(),
+            Kernel::Gelu => "gelu".into(),
+            Kernel::AddAssign => "add_assign".into(),
+            Kernel::SampleSelect => "sample_select".into(),
+            Kernel::SampleLogprobs => "sample_logprobs".into(),
+        }
+    }
+}
+
+/// M0-W-1431: the checks every launch makes before it queues anything, so
+/// that a bad call is a typed error rather than a launch that reads or
+/// writes outside a buffer. Each `int` argument of the kernel must lie in
+/// `1..=i32::MAX` (zero rows or columns are refused, not launched as empty
+/// grids), and each required buffer must not be null. Buffer sizes are
+/// checked one level up, in `ops.rs`, where the buffers are known.
+pub fn check_args(k: Kernel, ints: &[(&str, usize)], ptrs: &[(&str, CUdeviceptr)]) -> Result<(), BackendError> {
+    for &(name, v) in ints {
+        if v == 0 {
+            return Err(refusal(k, format!("{name} is zero; nothing is launched")));
+        }
+        if v > i32::MAX as usize {
+            return Err(refusal(k, format!("{name} = {v} exceeds the kernel's int range")));
+        }
+    }
+    if let Some((name, _)) = ptrs.iter().find(|(_, p)| *p == 0) {
+        return Err(refusal(k, format!("buffer {name} is null")));
+    }
+    Ok(())
+}
+
+/// A launch refused before anything was queued: `<symbol>: <why>`.
+pub fn refusal(k: Kernel, why: String) -> BackendError {
+    BackendError::InferenceFailed(format!("{}: {why}", k.symbol()))
+}
+
+/// The problem size a kernel's grid is laid over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// One thread per element.
+    Elements(usize),
+    /// One block per row of `cols` values.
+    Rows { rows: usize, cols: usize },
+    /// An output of `rows` weight rows by `n` rows of x (matmul).
+    Matrix { rows: usize, n: usize },
+    /// One block per (query row, head).
+    Heads { n: usize, n_head: usize },
+    /// One block for the whole problem.
+    Single,
+}
+
+/// Threads per block of the one-thread-per-element kernels.
+const ELEMENT_THREADS: u32 = 256;
+/// Threads per `embed_*` block (one block per token, threads over its row).
+const EMBED_THREADS: u32 = 128;
+
+/// Threads of a norm block (a multiple of 32, as `block_sum` needs): enough
+/// to cover wide rows in few strides, few enough not to idle on narrow ones.
+fn norm_threads(cols: usize) -> u32 {
+    if cols >= 1024 {
+        512
+    } else if cols >= 256 {
+        256
+    } else {
+        64
+    }
+}
+
+fn blocks(grid: (u32, u32), threads: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// One thread per element in blocks of `block`; zero elements are refused.
+fn grid_1d(n: u64, block: u32) -> Result<LaunchConfig, BackendError> {
+    if n == 0 {
+        return Err(BackendError::InferenceFailed("a launch over zero elements".into()));
+    }
+    let count = u32::try_from(n.div_ceil(block as u64))
+        .map_err(|_| BackendError::InferenceFailed(format!("{n} elements exceed one launch")))?;
+    Ok(blocks((count, 1), block))
+}
+
+/// The grid and block of kernel `k` over `work`: the launch geometry of
+/// every kernel, in one place. The block sizes are the ones the kernels
+/// are compiled for (`source.rs`, `__launch_bounds__`); dimensions were
+/// checked by [`check_args`] (at most `i32::MAX`) before this is asked.
+pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError> {
+    match (k, work) {
+        (Kernel::Embed(_), Work::Rows { rows, .. }) => Ok(blocks((rows as u32, 1), EMBED_THREADS)),
+        (Kernel::MatVec(_), Work::Matrix { rows, .. }) => Ok(blocks((rows as u32, 1), MV_THREADS)),
+        // A warp per weight row.
+        (Kernel::MatVecWarp(_), Work::Matrix { rows, .. }) => {
+            Ok(blocks(((rows as u32).div_ceil(MV_THREADS / 32), 1), MV_THREADS))
+        }
+        (Kernel::Gemm(_), Work::Matrix { rows, n }) => {
+            let tiles_n = (n as u32).div_ceil(GEMM_BN);
+            if tiles_n > 65535 {
+                return Err(BackendError::InferenceFailed(format!("{n} rows exceed one matmul launch")));
+            }
+            Ok(blocks(((rows as u32).div_ceil(GEMM_BM), tiles_n), GEMM_THREADS))
+        }
+        (Kernel::RmsNorm | Kernel::LayerNorm, Work::Rows { rows, cols }) => {
+            Ok(blocks((rows as u32, 1), norm_threads(cols)))
+        }
+        (Kernel::Rope | Kernel::KvStore | Kernel::Swiglu | Kernel::Gelu | Kernel::AddAssign, Work::Elements(n)) => {
+            grid_1d(n as u64, ELEMENT_THREADS)
+        }
+        (Kernel::Attention, Work::Heads { n, n_head }) => {
+            if n > 65535 * 1024 || n_head > 65535 {
+                return Err(BackendError::InferenceFailed("attention shape exceeds one launch".into()));
+            }
+            Ok(blocks((n as u32, n_head as u32), ATT_THREADS))
+        }
+        (Kernel::SampleSelect | Kernel::SampleLogprobs, Work::Single) => Ok(blocks((1, 1), SAMPLE_THREADS)),
+        (k, work) => Err(BackendError::KernelLaunchFailed(format!("{} is not laid out over {work:?}", k.symbol()))),
+    }
+}
+
+/// A kernel's parameter values in its C signature's order, pushed one by one.
+pub trait ParamList {
+    fn push_all<'a>(&'a self, b: &mut LaunchArgs<'a>);
+    /// The C types, in order, for comparing with the `.cu` source.
+    #[cfg(test)]
+    fn c_types() -> Vec<String>;
+}
+
+macro_rules! param_tuple {
+    ($($p:ident . $i:tt),+) => {
+        impl<$($p: Param),+> ParamList for ($($p,)+) {
+            fn push_all<'a>(&'a self, b: &mut LaunchArgs<'a>) {
+                $(b.arg(&self.$i);)+
+            }
+            #[cfg(test)]
+            fn c_types() -> Vec<String> {
+                vec![$($p::c_type()),+]
+            }
+        }
+    };
+}
+
+param_tuple!(A.0, B.1, C.2);
+param_tuple!(A.0, B.1, C.2, D.3);
+param_tuple!(A.0, B.1, C.2, D.3, E.4);
+param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5);
+param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6);
+param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7);
+param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9);
+param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10);
+param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11);
+param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12, N.13);
+
+/// A launch as the generic launcher sees it: which kernel, what
+/// [`check_args`] checks, and the problem size the grid is laid over.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub kernel: Kernel,
+    /// The `int` dimensions, each to lie in `1..=i32::MAX`.
+    pub dims: Vec<(&'static str, usize)>,
+    /// The buffers that must not be null.
+    pub buffers: Vec<(&'static str, CUdeviceptr)>,
+    pub work: Work,
+}
+
+/// One launch of one kernel with named, typed arguments. Implemented by
+/// each kernel's argument struct in `args.rs`; `Kernels::launch` runs
+/// [`KernelCall::check`], lays the grid out with [`launch_config`] and
+/// pushes [`KernelCall::params`].
+pub trait KernelCall {
+    /// The kernel's parameters: exactly its C signature, in order (a test
+    /// compares every one with the `.cu` source).
+    type Params: ParamList;
+
+    fn plan(&self) -> Plan;
+    /// Checks between arguments beyond [`check_args`] (cache positions,
+    /// head counts); none by default.
+    fn validate(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+    /// The values to push; called only after [`KernelCall::check`] passed,
+    /// so every dimension converts to the kernel's `int` exactly.
+    fn params(&self) -> Self::Params;
+
+    /// Everything refused before a launch (M0-W-1431); the plan to launch.
+    fn check(&self) -> Result<Plan, BackendError> {
+        let plan = self.plan();
+        check_args(plan.kernel, &plan.dims, &plan.buffers)?;
+        self.validate()?;
+        Ok(plan)
+    }
+}

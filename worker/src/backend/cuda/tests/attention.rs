@@ -1,0 +1,128 @@
+//! RoPE in both styles, and the KV store with attention over prefill and
+//! decode, against the CPU reference.
+
+use super::*;
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn rope_matches_cpu_in_both_styles() {
+    let _gpu = shared_gpu();
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let mut worst = 0f64;
+    for style in [RopeStyle::Normal, RopeStyle::Neox] {
+        for (n_head, head_dim, n_rot) in [(9, 64, 64), (3, 64, 64), (4, 128, 64), (2, 80, 80)] {
+            for (rows, start_pos) in [(64, 0), (1, 64), (5, 8000), (3, 100_000)] {
+                let p = RopeParams {
+                    n_head,
+                    head_dim,
+                    n_rot,
+                    start_pos,
+                    freq_base: 100_000.0,
+                    freq_scale: 1.0,
+                    style,
+                };
+                let xv = random_vec(&mut rng, rows * n_head * head_dim, 2.0);
+                let mut cpu_x = cpu_buf(rows, n_head * head_dim, xv.clone());
+                CpuOps.rope(&mut cpu_x, p).unwrap();
+                for with_table in [false, true] {
+                    let mut ops = gpu_ops();
+                    if with_table {
+                        ops.prepare_rope(p.freq_base, n_rot).unwrap();
+                    }
+                    let mut x = ops.upload(rows, n_head * head_dim, &xv).unwrap();
+                    ops.rope(&mut x, p).unwrap();
+                    let e = rel_err(&host(&mut ops, &x), &cpu_x.data);
+                    assert!(e <= 1e-6, "rope {style:?} {n_head}x{head_dim} rot {n_rot} pos {start_pos} table {with_table}: {e:e}");
+                    worst = worst.max(e);
+                }
+                assert_deterministic("rope", || {
+                    let mut x = ops.upload(rows, n_head * head_dim, &xv).unwrap();
+                    ops.rope(&mut x, p).unwrap();
+                    host(&mut ops, &x)
+                });
+            }
+        }
+    }
+    // Position 0 is unchanged by either style; position 1 tells them apart.
+    eprintln!("rope: max relative error {worst:.2e}");
+}
+
+/// Runs the same sequence of attention calls (prefill, then decode steps)
+/// on both backends and compares every output.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn attention_matches_cpu_over_prefill_and_decode() {
+    let _gpu = shared_gpu();
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(6);
+    let mut worst = 0f64;
+    // (n_head, n_head_kv, head_dim, capacity, steps as token counts)
+    let cases: [(usize, usize, usize, usize, &[usize]); 6] = [
+        (9, 3, 64, 200, &[64, 1, 1, 5, 1]),
+        (9, 3, 64, 1100, &[300, 1, 700, 1]),
+        (4, 4, 128, 40, &[1, 1, 17, 1]),
+        (8, 2, 256, 20, &[9, 1]),
+        (6, 1, 80, 33, &[32, 1]),
+        (2, 1, 36, 150, &[140, 1, 2]),
+    ];
+    for (n_head, n_kv, hd, capacity, steps) in cases {
+        if quick() && capacity > 1000 {
+            continue;
+        }
+        let n_layer = 2;
+        let mut cpu_cache = CpuCache::new(n_layer, capacity, n_kv * hd);
+        let mut gpu_cache = CudaCache::new(&dev(), n_layer, n_kv, hd, capacity).unwrap();
+        let mut pos = 0;
+        for &n in steps {
+            for layer in 0..n_layer {
+                let s = AttentionShape { layer, start_pos: pos, n_tokens: n, n_head, n_head_kv: n_kv, head_dim: hd };
+                let qv = random_vec(&mut rng, n * n_head * hd, 2.0);
+                let kv = random_vec(&mut rng, n * n_kv * hd, 2.0);
+                let vv = random_vec(&mut rng, n * n_kv * hd, 2.0);
+                let mut cpu_out = cpu_buf(n, n_head * hd, vec![0.0; n * n_head * hd]);
+                CpuOps
+                    .attention(
+                        &cpu_buf(n, n_head * hd, qv.clone()),
+                        &cpu_buf(n, n_kv * hd, kv.clone()),
+                        &cpu_buf(n, n_kv * hd, vv.clone()),
+                        &mut cpu_cache,
+                        s,
+                        &mut cpu_out,
+                    )
+                    .unwrap();
+                let (q, k, v) = (
+                    ops.upload(n, n_head * hd, &qv).unwrap(),
+                    ops.upload(n, n_kv * hd, &kv).unwrap(),
+                    ops.upload(n, n_kv * hd, &vv).unwrap(),
+                );
+                let mut out = ops.buf(n, n_head * hd).unwrap();
+                ops.attention(&q, &k, &v, &mut gpu_cache, s, &mut out).unwrap();
+                let g = host(&mut ops, &out);
+                let e = rel_err(&g, &cpu_out.data);
+                assert!(e <= 1e-2, "attention {n_head}/{n_kv}x{hd} pos {pos} n {n}: {e:e}");
+                worst = worst.max(e);
+                assert_deterministic("attention", || {
+                    ops.attention(&q, &k, &v, &mut gpu_cache, s, &mut out).unwrap();
+                    host(&mut ops, &out)
+                });
+                // The current positions' K/V are in the cache, rounded to f16.
+                let last = pos + n - 1;
+                let (kc, _) = gpu_cache.read_entry(&dev(), layer, n_kv - 1, last).unwrap();
+                let want: Vec<u16> = kv[(n - 1) * n_kv * hd + (n_kv - 1) * hd..][..hd]
+                    .iter()
+                    .map(|&x| half::f16::from_f32(x).to_bits())
+                    .collect();
+                assert_eq!(kc, want, "K of the last position is stored as f16");
+            }
+            pos += n;
+        }
+        // Overflowing the cache is refused before launch.
+        let s = AttentionShape { layer: 0, start_pos: capacity, n_tokens: 1, n_head, n_head_kv: n_kv, head_dim: hd };
+        let q = ops.buf(1, n_head * hd).unwrap();
+        let k = ops.buf(1, n_kv * hd).unwrap();
+        let mut out = ops.buf(1, n_head * hd).unwrap();
+        assert!(ops.attention(&q, &k, &k, &mut gpu_cache, s, &mut out).is_err());
+    }
+    eprintln!("attention (f16 KV): max relative error {worst:.2e}");
+}

@@ -1,0 +1,168 @@
+//! Without a GPU: every `cuda/*.cu` module compiles through the worker's own
+//! NVRTC path (with the shared constants as defines), every kernel symbol is
+//! defined in its module, and every launcher's parameters match the kernel's
+//! C signature.
+
+use super::*;
+
+// ------------------------------------------------------ without a GPU (CI)
+
+/// Compiles every kernel module with the worker's NVRTC path for sm_80 and
+/// sm_90. Needs only libnvrtc, no GPU.
+#[test]
+fn nvrtc_compiles_every_module_for_sm80_and_sm90() {
+    if !nvrtc_available() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must be able to load libnvrtc (nvidia-cuda-nvrtc wheel, nvidia/cu13/lib on LD_LIBRARY_PATH)"
+        );
+        eprintln!("skipping: libnvrtc cannot be loaded (set LD_LIBRARY_PATH to a folder holding libnvrtc.so)");
+        return;
+    }
+    // Every .cu in cuda/ is a module the worker embeds, and every .cuh a header.
+    let dir = workspace_path("cuda");
+    for entry in std::fs::read_dir(&dir).into_iter().flatten() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if name.ends_with(".cu") {
+            assert!(Module::ALL.iter().any(|m| m.file_name() == name), "{name} is not embedded as a module");
+        } else if name.ends_with(".cuh") {
+            assert!(HEADERS.iter().any(|(h, _)| *h == name), "{name} is not embedded as a header");
+        }
+    }
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = KernelCache::at(Some(cache_dir.path().to_path_buf()));
+    for arch in [(8, 0), (9, 0)] {
+        for m in Module::ALL {
+            let (cubin, from_cache) = cache
+                .load_or_compile(m, arch)
+                .unwrap_or_else(|e| panic!("{} for sm_{}{}: {e}", m.file_name(), arch.0, arch.1));
+            assert!(!from_cache);
+            assert!(cubin.starts_with(b"\x7fELF"), "{} did not give an ELF CUBIN", m.file_name());
+            let (again, from_cache) = cache.load_or_compile(m, arch).unwrap();
+            assert!(from_cache && again == cubin, "the disk cache returns what was stored");
+        }
+    }
+}
+
+#[test]
+fn nvrtc_reports_a_broken_kernel_with_its_log() {
+    if !nvrtc_available() {
+        eprintln!("skipping: libnvrtc cannot be loaded");
+        return;
+    }
+    let src = "#include \"common.cuh\"\nextern \"C\" __global__ void broken(float* x) { x[0] = undefined_name; }\n";
+    match compile_source("broken.cu", src, (9, 0)) {
+        Err(BackendError::KernelLaunchFailed(msg)) => {
+            assert!(msg.contains("undefined_name"), "the NVRTC log names the error: {msg}")
+        }
+        other => panic!("expected a compile error, got {:?}", other.map(|b| b.len())),
+    }
+}
+
+#[test]
+fn every_kernel_symbol_is_defined_in_its_module() {
+    for k in Kernel::all() {
+        let src = k.module().source();
+        let sym = k.symbol();
+        let defined = match k {
+            Kernel::Embed(_) => src.contains("embed_##name"),
+            Kernel::MatVec(_) => src.contains("mv_##name"),
+            Kernel::MatVecWarp(_) => src.contains("mvw_##name"),
+            Kernel::Gemm(_) => src.contains("gemm_##name"),
+            _ => src.contains(&format!(" {sym}(")) || src.contains(&format!("\n    {sym}(")),
+        };
+        assert!(defined, "{sym} is not defined in {}", k.module().file_name());
+    }
+}
+
+/// The parameter list of `k`'s definition in its module source, each
+/// parameter reduced to its C type (`const float*`, `int`, ...).
+fn c_signature(k: Kernel) -> Vec<String> {
+    let src = k.module().source();
+    let sym = k.symbol();
+    let heads = match k {
+        Kernel::Embed(_) => vec!["embed_##name(".to_string()],
+        Kernel::MatVec(_) => vec!["mv_##name(".to_string()],
+        Kernel::MatVecWarp(_) => vec!["mvw_##name(".to_string()],
+        Kernel::Gemm(_) => vec!["gemm_##name(".to_string()],
+        _ => vec![format!("void {sym}("), format!(")\n    {sym}(")],
+    };
+    let start = heads
+        .iter()
+        .find_map(|h| src.find(h.as_str()).map(|i| i + h.len()))
+        .unwrap_or_else(|| panic!("{sym} is not defined in {}", k.module().file_name()));
+    let end = start + src[start..].find(')').expect("a closed parameter list");
+    src[start..end]
+        .replace('\\', " ")
+        .split(',')
+        .map(|p| {
+            let p = p.replace("__restrict__", " ");
+            let ty = p.trim().trim_end_matches(|c: char| c.is_ascii_alphanumeric() || c == '_');
+            ty.split_whitespace().collect::<Vec<_>>().join(" ").replace(" *", "*")
+        })
+        .collect()
+}
+
+/// The C types each launcher pushes, by kernel.
+fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
+    use crate::backend::cuda::args::*;
+    use crate::backend::cuda::launch::{KernelCall, ParamList};
+    fn sig<C: KernelCall>() -> Vec<String> {
+        <C::Params as ParamList>::c_types()
+    }
+    let mut v = Vec::new();
+    for t in GgmlType::ALL {
+        v.push((Kernel::Embed(t), sig::<EmbedArgs>()));
+        for k in [Kernel::MatVec(t), Kernel::MatVecWarp(t), Kernel::Gemm(t)] {
+            v.push((k, sig::<MatmulCall>()));
+        }
+    }
+    v.extend([
+        (Kernel::RmsNorm, sig::<RmsNormArgs>()),
+        (Kernel::LayerNorm, sig::<LayerNormArgs>()),
+        (Kernel::Rope, sig::<RopeArgs>()),
+        (Kernel::KvStore, sig::<KvStoreArgs>()),
+        (Kernel::Attention, sig::<AttentionArgs>()),
+        (Kernel::Swiglu, sig::<SwigluArgs>()),
+        (Kernel::Gelu, sig::<GeluArgs>()),
+        (Kernel::AddAssign, sig::<AddAssignArgs>()),
+        (Kernel::SampleSelect, sig::<SampleSelectArgs>()),
+        (Kernel::SampleLogprobs, sig::<SampleLogprobsArgs>()),
+    ]);
+    v
+}
+
+/// Every kernel has a launcher, and the launcher pushes exactly the
+/// kernel's parameters: as many, in the same order, of the same C types
+/// (pointer element types and constness included). A mismatch here would
+/// be a launch reading its arguments wrongly on the GPU.
+#[test]
+fn every_launcher_pushes_its_kernels_c_signature() {
+    let launchers = launcher_signatures();
+    for k in Kernel::all() {
+        let (_, pushed) = launchers.iter().find(|(l, _)| *l == k).unwrap_or_else(|| panic!("{k:?} has no launcher"));
+        assert_eq!(*pushed, c_signature(k), "{}: launcher parameters vs the .cu signature", k.symbol());
+    }
+    assert_eq!(launchers.len(), Kernel::all().len(), "one launcher per kernel");
+}
+
+/// The shared constants are defined once, in Rust: each reaches NVRTC as
+/// a define, no source defines it again, each module that uses one refuses
+/// to compile without it, and a changed value changes the cache key.
+#[test]
+fn shared_constants_reach_nvrtc_as_defines_and_key_the_cache() {
+    use crate::backend::cuda::source::SHARED_CONSTANTS;
+    let opts = crate::backend::cuda::nvrtc::options((9, 0));
+    let sources: Vec<&str> = Module::ALL.iter().map(|m| m.source()).chain(HEADERS.iter().map(|(_, s)| *s)).collect();
+    for (name, value) in SHARED_CONSTANTS {
+        assert!(opts.contains(&format!("-D{name}={value}")), "{name} is not passed to NVRTC: {opts:?}");
+        assert!(sources.iter().all(|s| !s.contains(&format!("#define {name} "))), "{name} is defined again in CUDA");
+        assert!(sources.iter().any(|s| s.contains(&format!("defined({name})"))), "no module checks that {name} is set");
+    }
+    let key = |opts: &[String]| crate::backend::cuda::nvrtc::cache_key(Module::Matmul, opts, (13, 0));
+    let mut changed = opts.clone();
+    let i = changed.iter().position(|o| o.starts_with("-DMV_THREADS=")).unwrap();
+    changed[i] = "-DMV_THREADS=256".into();
+    assert_ne!(key(&opts), key(&changed), "a changed constant must not load a stale image");
+    assert_eq!(key(&opts), key(&opts.clone()));
+}

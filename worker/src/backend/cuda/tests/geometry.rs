@@ -1,0 +1,59 @@
+//! Launch geometry without a GPU: every kernel's grid and block as the
+//! launchers have always laid them out. The block size of a reduction fixes
+//! its summation order, so a change here would change the GPU's bits.
+
+use super::*;
+use crate::backend::cuda::launch::{launch_config, Work};
+
+type Shape = ((u32, u32, u32), (u32, u32, u32));
+
+fn shape(k: Kernel, work: Work) -> Shape {
+    let c = launch_config(k, work).unwrap_or_else(|e| panic!("{k:?} over {work:?}: {e}"));
+    assert_eq!(c.shared_mem_bytes, 0, "{k:?}: no dynamic shared memory");
+    (c.grid_dim, c.block_dim)
+}
+
+#[test]
+fn every_kernel_is_laid_out_as_before() {
+    let q = GgmlType::Q4_1;
+    let rows = |rows, cols| Work::Rows { rows, cols };
+    let matrix = |rows, n| Work::Matrix { rows, n };
+    assert_eq!(shape(Kernel::Embed(q), rows(3, 576)), ((3, 1, 1), (128, 1, 1)));
+    assert_eq!(shape(Kernel::MatVec(q), matrix(576, 8)), ((576, 1, 1), (128, 1, 1)));
+    assert_eq!(shape(Kernel::MatVecWarp(q), matrix(49152, 1)), ((12288, 1, 1), (128, 1, 1)));
+    assert_eq!(shape(Kernel::MatVecWarp(q), matrix(4097, 1)), ((1025, 1, 1), (128, 1, 1)));
+    assert_eq!(shape(Kernel::Gemm(q), matrix(576, 129)), ((9, 3, 1), (256, 1, 1)));
+    assert_eq!(shape(Kernel::Gemm(q), matrix(49152, 64)), ((768, 1, 1), (256, 1, 1)));
+    for (cols, threads) in [(1600, 512), (1024, 512), (1023, 256), (576, 256), (256, 256), (255, 64), (64, 64)] {
+        assert_eq!(shape(Kernel::RmsNorm, rows(7, cols)), ((7, 1, 1), (threads, 1, 1)), "{cols} columns");
+        assert_eq!(shape(Kernel::LayerNorm, rows(7, cols)), ((7, 1, 1), (threads, 1, 1)), "{cols} columns");
+    }
+    for k in [Kernel::Rope, Kernel::KvStore, Kernel::Swiglu, Kernel::Gelu, Kernel::AddAssign] {
+        assert_eq!(shape(k, Work::Elements(256)), ((1, 1, 1), (256, 1, 1)));
+        assert_eq!(shape(k, Work::Elements(257)), ((2, 1, 1), (256, 1, 1)));
+        assert_eq!(shape(k, Work::Elements(1536 * 64)), ((384, 1, 1), (256, 1, 1)));
+    }
+    assert_eq!(shape(Kernel::Attention, Work::Heads { n: 5, n_head: 9 }), ((5, 9, 1), (256, 1, 1)));
+    for k in [Kernel::SampleSelect, Kernel::SampleLogprobs] {
+        assert_eq!(shape(k, Work::Single), ((1, 1, 1), (1024, 1, 1)));
+    }
+}
+
+#[test]
+fn launches_past_the_grid_limits_are_refused() {
+    let refused = |k: Kernel, work: Work| match launch_config(k, work) {
+        Err(BackendError::InferenceFailed(_)) => {}
+        other => panic!("{k:?} over {work:?}: expected a refusal, got {other:?}"),
+    };
+    refused(Kernel::Gemm(GgmlType::F32), Work::Matrix { rows: 64, n: 65535 * 64 + 1 });
+    refused(Kernel::Attention, Work::Heads { n: 1, n_head: 65536 });
+    refused(Kernel::Attention, Work::Heads { n: 65535 * 1024 + 1, n_head: 1 });
+    refused(Kernel::Gelu, Work::Elements(0));
+    refused(Kernel::Gelu, Work::Elements(256 * (u32::MAX as usize + 1)));
+    assert!(launch_config(Kernel::Gemm(GgmlType::F32), Work::Matrix { rows: 64, n: 65535 * 64 }).is_ok());
+    // A kernel over a problem it is not laid out for is an internal error, not a launch.
+    assert!(matches!(
+        launch_config(Kernel::RmsNorm, Work::Single),
+        Err(BackendError::KernelLaunchFailed(_))
+    ));
+}

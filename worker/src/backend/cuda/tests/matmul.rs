@@ -1,0 +1,183 @@
+//! The kernels that decode stored weights: `matmul` (`mv_*`, `mvw_*`,
+//! `gemm_*`) and `embed_*`, for every weight format, against the CPU
+//! reference; determinism; matmul timings.
+
+use super::*;
+
+// ------------------------------------------------------------------ kernels
+
+/// Matmul shapes: (rows, cols, tokens). Real SmolLM2 shapes and odd ones.
+fn matmul_shapes(ty: GgmlType) -> Vec<(usize, usize, usize)> {
+    let mut v: Vec<(usize, usize, usize)> = vec![
+        (576, 576, 1),
+        (1536, 576, 1),
+        (576, 1536, 1),
+        (1536, 576, 7),
+        (1536, 576, 64),
+        (576, 1536, 13),
+        (1536, 576, 32),
+        (576, 1536, 33),
+        (576, 1536, 100),
+        (1536, 576, 129),
+        (49152, 576, 1),
+        (49152, 576, 64),
+        (577, 768, 3),
+        (191, 256, 65),
+        (3, 512, 9),
+    ];
+    if quick() {
+        // Still every path: mv (n <= 8), mv groups (13..=100) and gemm (129),
+        // each through both mv kernels (the caller forces each), but no
+        // LM-head-sized matrix.
+        v.retain(|&(r, c, _)| r * c <= 1536 * 576 && !(r == 576 && c == 576));
+    }
+    if ty.block_len() == 1 {
+        v.extend([(33, 577, 1), (65, 99, 70), (5, 1, 2)]);
+    }
+    // Rows of the 256-value formats hold whole super-blocks: 576 becomes 768.
+    v.into_iter().map(|(r, c, n)| (r, c.next_multiple_of(ty.block_len()), n)).collect()
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn matmul_matches_cpu_for_every_format_and_shape() {
+    let _gpu = shared_gpu();
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let mut worst = Vec::new();
+    for ty in GgmlType::ALL {
+        let mut worst_ty = 0f64;
+        for (rows, cols, n) in matmul_shapes(ty) {
+            let wv = random_vec(&mut rng, rows * cols, 1.0);
+            let w = test_weight(&mut ops, ty, rows, cols, &wv);
+            let xv = random_vec(&mut rng, n * cols, 1.0);
+            let bias_v = random_vec(&mut rng, rows, 1.0);
+            let bias = test_weight(&mut ops, GgmlType::F32, 1, rows, &bias_v);
+            for (with_bias, warp_rows) in [(false, 0), (true, 0), (false, usize::MAX), (true, usize::MAX)] {
+                // Every shape through both mv kernels (a warp or a block per row).
+                dev().set_mv_warp_min_rows(warp_rows);
+                let b = with_bias.then_some(&bias);
+                let mut cpu_out = cpu_buf(n, rows, vec![0.0; n * rows]);
+                CpuOps.matmul(&cpu_buf(n, cols, xv.clone()), &w.cpu, b.map(|b| &b.cpu), &mut cpu_out).unwrap();
+                let x = ops.upload(n, cols, &xv).unwrap();
+                let mut out = ops.buf(n, rows).unwrap();
+                ops.matmul(&x, &w.gpu, b.map(|b| &b.gpu), &mut out).unwrap();
+                let g = host(&mut ops, &out);
+                let e = rel_err(&g, &cpu_out.data);
+                assert!(e <= 1e-3, "{ty} {rows}x{cols} n={n} bias={with_bias} mvw from {warp_rows}: relative error {e:e}");
+                worst_ty = worst_ty.max(e);
+            }
+        }
+        worst.push((ty, worst_ty));
+    }
+    dev().set_mv_warp_min_rows(kernels::MV_WARP_MIN_ROWS);
+    for (ty, e) in worst {
+        eprintln!("matmul {ty:>5}: max relative error {e:.2e}");
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn matmul_is_deterministic_for_every_format() {
+    let _gpu = shared_gpu();
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(2);
+    for ty in GgmlType::ALL {
+        let (rows, cols) = (1536, 576usize.next_multiple_of(ty.block_len()));
+        let w = test_weight(&mut ops, ty, rows, cols, &random_vec(&mut rng, rows * cols, 1.0));
+        for n in [1, 5, 20, 64] {
+            let x = ops.upload(n, cols, &random_vec(&mut rng, n * cols, 1.0)).unwrap();
+            let mut out = ops.buf(n, rows).unwrap();
+            assert_deterministic(&format!("matmul {ty} n={n}"), || {
+                ops.matmul(&x, &w.gpu, None, &mut out).unwrap();
+                host(&mut ops, &out)
+            });
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn embed_matches_cpu_for_every_format() {
+    let _gpu = shared_gpu();
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    for ty in GgmlType::ALL {
+        let mut shapes = vec![(49152usize, 576usize.next_multiple_of(ty.block_len())), (300, 256)];
+        if quick() {
+            shapes.remove(0);
+        }
+        if ty.block_len() == 1 {
+            shapes.push((17, 577));
+        }
+        for (rows, cols) in shapes {
+            let w = test_weight(&mut ops, ty, rows, cols, &random_vec(&mut rng, rows * cols, 1.0));
+            let tokens: Vec<u32> = [0, rows - 1, 1, rows / 2]
+                .into_iter()
+                .chain((0..60).map(|_| rng.random_range(0..rows)))
+                .map(|t| t as u32)
+                .collect();
+            let mut cpu_out = cpu_buf(tokens.len(), cols, vec![0.0; tokens.len() * cols]);
+            CpuOps.embed(&w.cpu, &tokens, &mut cpu_out).unwrap();
+            let mut out = ops.buf(tokens.len(), cols).unwrap();
+            ops.embed(&w.gpu, &tokens, &mut out).unwrap();
+            let g = host(&mut ops, &out);
+            assert!(bits(&g) == bits(&cpu_out.data), "{ty} {rows}x{cols}: embedding is not bit-exact (err {:e})", rel_err(&g, &cpu_out.data));
+            assert_deterministic(&format!("embed {ty}"), || {
+                ops.embed(&w.gpu, &tokens, &mut out).unwrap();
+                host(&mut ops, &out)
+            });
+        }
+        let w = test_weight(&mut ops, ty, 64, 256, &random_vec(&mut rng, 64 * 256, 1.0));
+        let mut out = ops.buf(1, 256).unwrap();
+        assert!(ops.embed(&w.gpu, &[64], &mut out).is_err(), "an id past the table is refused before launch");
+    }
+    eprintln!("embed: bit-exact with the CPU for every format");
+}
+
+/// Times the decode matmul at the LM head's shape (49152 x 576) and a layer's
+/// shape with both mv kernels, and the gemm at prefill shapes.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn matmul_timings() {
+    let _gpu = shared_gpu();
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let time = |ops: &mut CudaOps, w: &CudaWeight, x: &CudaBuf, out: &mut CudaBuf| {
+        for _ in 0..20 {
+            ops.matmul(x, w, None, out).unwrap();
+        }
+        dev().synchronize().unwrap();
+        let reps = 200;
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            ops.matmul(x, w, None, out).unwrap();
+        }
+        dev().synchronize().unwrap();
+        t.elapsed().as_secs_f64() * 1e6 / reps as f64
+    };
+    for ty in [GgmlType::Q8_0, GgmlType::Q6K, GgmlType::Q4_1, GgmlType::Q4K, GgmlType::F16] {
+        for (rows, cols) in [(49152usize, 576usize), (1536, 576), (576, 1536)] {
+            let cols = cols.next_multiple_of(ty.block_len());
+            let w = test_weight(&mut ops, ty, rows, cols, &random_vec(&mut rng, rows * cols, 1.0)).gpu;
+            let bytes = (w.rows * w.row_bytes) as f64;
+            let mut line = format!("{ty:>5} {rows:>5}x{cols:<4}");
+            for n in [1usize, 16, 64, 512] {
+                let x = ops.upload(n, cols, &random_vec(&mut rng, n * cols, 1.0)).unwrap();
+                let mut out = ops.buf(n, rows).unwrap();
+                if n == 1 {
+                    for (name, warp_rows) in [("block/row", usize::MAX), ("warp/row", 0)] {
+                        dev().set_mv_warp_min_rows(warp_rows);
+                        let us = time(&mut ops, &w, &x, &mut out);
+                        line += &format!("  n=1 {name} {us:7.1} us ({:5.0} GB/s)", bytes / us / 1e3);
+                    }
+                    dev().set_mv_warp_min_rows(kernels::MV_WARP_MIN_ROWS);
+                } else {
+                    let us = time(&mut ops, &w, &x, &mut out);
+                    line += &format!("  n={n} {us:8.1} us ({:6.1} TFLOP/s)", 2.0 * (rows * cols * n) as f64 / us / 1e6);
+                }
+            }
+            eprintln!("{line}");
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! RMSNorm, and GPT-2's LayerNorm (M0-W-1432), against the CPU reference.
+
+use super::*;
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn rms_norm_matches_cpu() {
+    let _gpu = shared_gpu();
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    let mut worst = 0f64;
+    for (rows, cols) in [(1, 576), (64, 576), (7, 1536), (3, 577), (2, 4096), (5, 33)] {
+        let wv: Vec<f32> = (0..cols).map(|_| 1.0 + rng.random_range(-0.5f32..0.5)).collect();
+        let w = test_weight(&mut ops, GgmlType::F32, 1, cols, &wv);
+        let xv = random_vec(&mut rng, rows * cols, 3.0);
+        let mut cpu_out = cpu_buf(rows, cols, vec![0.0; rows * cols]);
+        CpuOps.rms_norm(&cpu_buf(rows, cols, xv.clone()), &w.cpu, 1e-5, &mut cpu_out).unwrap();
+        let x = ops.upload(rows, cols, &xv).unwrap();
+        let mut out = ops.buf(rows, cols).unwrap();
+        ops.rms_norm(&x, &w.gpu, 1e-5, &mut out).unwrap();
+        let e = rel_err(&host(&mut ops, &out), &cpu_out.data);
+        assert!(e <= 1e-5, "rms_norm {rows}x{cols}: {e:e}");
+        worst = worst.max(e);
+        assert_deterministic("rms_norm", || {
+            ops.rms_norm(&x, &w.gpu, 1e-5, &mut out).unwrap();
+            host(&mut ops, &out)
+        });
+    }
+    eprintln!("rms_norm: max relative error {worst:.2e}");
+}
+
+/// M0-W-1432: GPT-2's LayerNorm against the CPU at GPT-2's widths (768,
+/// 1600) and an odd one (577), with and without bias, on rows centred at 0
+/// and rows with a large mean (where E[x^2] - mean^2 would lose the
+/// variance to cancellation).
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn m0_w_1432_cuda_layer_norm_matches_cpu_at_widths_768_1600_577() {
+    let _gpu = shared_gpu();
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(40);
+    let mut worst = 0f64;
+    for cols in [768, 1600, 577] {
+        for rows in [1, 7, 64] {
+            for offset in [0.0f32, 8.0] {
+                let wv: Vec<f32> = (0..cols).map(|_| 1.0 + rng.random_range(-0.5f32..0.5)).collect();
+                let w = test_weight(&mut ops, GgmlType::F32, 1, cols, &wv);
+                let b = test_weight(&mut ops, GgmlType::F32, 1, cols, &random_vec(&mut rng, cols, 0.5));
+                let xv: Vec<f32> = random_vec(&mut rng, rows * cols, 3.0).into_iter().map(|v| v + offset).collect();
+                let x = ops.upload(rows, cols, &xv).unwrap();
+                let mut out = ops.buf(rows, cols).unwrap();
+                for with_bias in [true, false] {
+                    let mut cpu_out = cpu_buf(rows, cols, vec![0.0; rows * cols]);
+                    let cpu_bias = with_bias.then_some(&b.cpu);
+                    CpuOps.layer_norm(&cpu_buf(rows, cols, xv.clone()), &w.cpu, cpu_bias, 1e-5, &mut cpu_out).unwrap();
+                    let gpu_bias = with_bias.then_some(&b.gpu);
+                    ops.layer_norm(&x, &w.gpu, gpu_bias, 1e-5, &mut out).unwrap();
+                    let e = rel_err(&host(&mut ops, &out), &cpu_out.data);
+                    assert!(e <= 1e-5, "layer_norm {rows}x{cols} offset {offset} bias {with_bias}: relative error {e:e}");
+                    worst = worst.max(e);
+                }
+                assert_deterministic("layer_norm", || {
+                    ops.layer_norm(&x, &w.gpu, Some(&b.gpu), 1e-5, &mut out).unwrap();
+                    host(&mut ops, &out)
+                });
+            }
+        }
+    }
+    eprintln!("layer_norm: max relative error {worst:.2e}");
+}
