@@ -5,7 +5,9 @@
 //! min_tolerance × baseline median)`, a figure where higher is better
 //! regresses when `run median < baseline median − tol`, one where lower is
 //! better when `run median > baseline median + tol`. A baseline figure the
-//! run lacks fails too, unless missing figures are allowed (short runs).
+//! run lacks fails too, unless missing figures are allowed (short runs). A
+//! figure measured once in the baseline (`load_s`) has no measured spread and
+//! is reported, not gated.
 
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -43,6 +45,8 @@ pub enum Verdict {
     Regressed,
     /// In the baseline, not in the run.
     Missing,
+    /// One sample in the baseline: no spread to judge by; reported only.
+    NoSpread,
 }
 
 /// One baseline figure and the run's counterpart.
@@ -78,7 +82,13 @@ pub fn check(run: &Records, base: &Records, program: &str, min_tolerance: f64) -
                 None => Check { base: b.clone(), run: None, tolerance: 0.0, verdict: Verdict::Missing },
                 Some(r) => {
                     let tol = tolerance(b, r, min_tolerance);
-                    let verdict = if regressed(b, r, tol) { Verdict::Regressed } else { Verdict::Pass };
+                    let verdict = if b.samples.len() < 2 {
+                        Verdict::NoSpread
+                    } else if regressed(b, r, tol) {
+                        Verdict::Regressed
+                    } else {
+                        Verdict::Pass
+                    };
                     Check { base: b.clone(), run: Some(r.clone()), tolerance: tol, verdict }
                 }
             }
@@ -97,7 +107,11 @@ pub fn human(checks: &[Check]) -> String {
             Some(r) => writeln!(
                 out,
                 "{:<9} {what}: {:.3} vs baseline {:.3} (tolerance {:.3}, {:+.1}%)",
-                if c.verdict == Verdict::Regressed { "REGRESSED" } else { "ok" },
+                match c.verdict {
+                    Verdict::Regressed => "REGRESSED",
+                    Verdict::NoSpread => "ungated",
+                    _ => "ok",
+                },
                 r.median,
                 b.median,
                 c.tolerance,
@@ -110,7 +124,11 @@ pub fn human(checks: &[Check]) -> String {
 
 /// Whether the checks pass as a whole.
 pub fn passes(checks: &[Check], allow_missing: bool) -> bool {
-    checks.iter().all(|c| c.verdict == Verdict::Pass || (c.verdict == Verdict::Missing && allow_missing))
+    checks.iter().all(|c| match c.verdict {
+        Verdict::Pass | Verdict::NoSpread => true,
+        Verdict::Missing => allow_missing,
+        Verdict::Regressed => false,
+    })
 }
 
 pub fn run(args: &GateArgs) -> anyhow::Result<i32> {

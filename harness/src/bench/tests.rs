@@ -84,6 +84,19 @@ fn a_missing_figure_fails_unless_allowed() {
 }
 
 #[test]
+fn a_figure_measured_once_is_reported_not_gated() {
+    let once = |v: f64| {
+        format!(
+            r#"{{"kind":"figure","run":"r","model":"m","program":"worker-orcd","figure":"load_s","unit":"s","better":"lower","median":{v},"min":{v},"max":{v},"samples":[{v}]}}"#
+        )
+    };
+    let checks = gate::check(&Records::parse(&once(9.0)).unwrap(), &Records::parse(&once(1.0)).unwrap(), "all", 0.02);
+    assert_eq!(checks[0].verdict, Verdict::NoSpread);
+    assert!(gate::passes(&checks, false));
+    assert!(gate::human(&checks).starts_with("ungated"));
+}
+
+#[test]
 fn report_table_has_ratios_and_spread() {
     let md = report::markdown(&base());
     let tg = md.lines().find(|l| l.contains("| tg128 |")).unwrap();
