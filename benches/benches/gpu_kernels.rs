@@ -62,7 +62,8 @@ fn bench_matmuls(c: &mut Criterion, dev: &Arc<CudaDevice>, ops: &mut CudaOps, sh
         let mut out = ops.buf(tokens, rows).expect("output");
         for ty in formats() {
             if cols % ty.block_len() != 0 {
-                skip(&format!("{group}/{}/{label}/{ty}", shape.name), &format!("{cols} columns are not whole {ty} blocks"));
+                let what = format!("{group}/{}/{label}/{ty}", shape.name);
+                skip(&what, &format!("{cols} columns are not whole {ty} blocks"));
                 continue;
             }
             let bytes = tiled_weight(ty, rows, cols);
@@ -73,7 +74,9 @@ fn bench_matmuls(c: &mut Criterion, dev: &Arc<CudaDevice>, ops: &mut CudaOps, sh
                 Throughput::Elements(2 * (rows * cols * tokens) as u64)
             });
             let id = BenchmarkId::new(format!("{label}_{rows}x{cols}"), ty.name());
-            g.bench_function(id, |b| b.iter_custom(|iters| timed(dev, iters, || ops.matmul(&x, &w, None, &mut out).unwrap())));
+            g.bench_function(id, |b| {
+                b.iter_custom(|iters| timed(dev, iters, || ops.matmul(&x, &w, None, &mut out).unwrap()))
+            });
         }
     }
     g.finish();

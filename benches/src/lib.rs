@@ -102,7 +102,8 @@ impl Shape {
                 PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.models/smollm2-135m-instruct-q4_1.gguf")
             }
             None => {
-                skip(&format!("{bench}/{}", self.name), &format!("{} is not set (a GGUF file of this shape)", self.env));
+                let why = format!("{} is not set (a GGUF file of this shape)", self.env);
+                skip(&format!("{bench}/{}", self.name), &why);
                 return None;
             }
         };

@@ -83,7 +83,8 @@ impl Records {
         let mut recs = Records::default();
         for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
             let v: serde_json::Value = serde_json::from_str(line).with_context(|| format!("line {}", i + 1))?;
-            match v.get("kind").and_then(|k| k.as_str()) {
+            let kind = v.get("kind").and_then(|k| k.as_str()).map(str::to_owned);
+            match kind.as_deref() {
                 Some("run") => recs.runs.push(serde_json::from_value(v).with_context(|| format!("line {}", i + 1))?),
                 Some("figure") => {
                     recs.figures.push(serde_json::from_value(v).with_context(|| format!("line {}", i + 1))?)

@@ -89,7 +89,8 @@ pub fn markdown(run: &Records) -> String {
     out.push_str("| --- | --- | --- | ---: | ---: | ---: | --- |\n");
     let id = run.run_ids().first().cloned().unwrap_or_default();
     for model in run.distinct(|f| &f.model) {
-        let figs = Records { runs: vec![], figures: run.figures.iter().filter(|f| f.model == model).cloned().collect() };
+        let figures = run.figures.iter().filter(|f| f.model == model).cloned().collect();
+        let figs = Records { runs: vec![], figures };
         for figure in figs.distinct(|f| &f.figure) {
             let w = run.find(&id, &model, WORKER, &figure);
             let l = run.find(&id, &model, LLAMA, &figure);
@@ -124,7 +125,10 @@ pub fn model_charts(run: &Records, dir: &Path) -> anyhow::Result<Vec<(String, St
             let figures: Vec<String> = run
                 .distinct(|f| &f.figure)
                 .into_iter()
-                .filter(|fig| run.figures.iter().any(|f| &f.figure == fig && f.model == model && units.contains(&f.unit.as_str())))
+                .filter(|fig| {
+                    let of_kind = |f: &&Figure| units.contains(&f.unit.as_str());
+                    run.figures.iter().filter(of_kind).any(|f| &f.figure == fig && f.model == model)
+                })
                 .collect();
             if figures.is_empty() {
                 continue;

@@ -36,7 +36,12 @@ fn header(title: &str, y_label: &str) -> String {
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" \
          font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
     );
-    let _ = writeln!(s, "<text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">{}</text>", W / 2.0, escape(title));
+    let _ = writeln!(
+        s,
+        "<text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">{}</text>",
+        W / 2.0,
+        escape(title)
+    );
     let _ = writeln!(
         s,
         "<text transform=\"translate(15,{}) rotate(-90)\" text-anchor=\"middle\">{}</text>",
@@ -160,7 +165,11 @@ pub fn line_chart(title: &str, y_label: &str, runs: &[String], series: &[Series]
             .enumerate()
             .filter_map(|(r, p)| p.map(|p| format!("{:.1},{:.1}", x(r), y(p.median))))
             .collect();
-        let _ = writeln!(s, "<polyline points=\"{}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\"/>", pts.join(" "));
+        let _ = writeln!(
+            s,
+            "<polyline points=\"{}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\"/>",
+            pts.join(" ")
+        );
         for (r, p) in ser.values.iter().enumerate() {
             if let Some(p) = p {
                 let _ = writeln!(s, "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{colour}\"/>", x(r), y(p.median));

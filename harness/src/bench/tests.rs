@@ -1,5 +1,7 @@
 //! Report and gate on small hand-made runs.
 
+use serde_json::json;
+
 use super::gate::{self, Verdict};
 use super::record::Records;
 use super::{report, slug};
@@ -7,9 +9,12 @@ use super::{report, slug};
 /// A run of two programs on one model: decode tok/s and first-token ms.
 fn run(id: &str, worker_tg: [f64; 3], worker_ttft: [f64; 3]) -> String {
     let fig = |program: &str, figure: &str, unit: &str, better: &str, [median, min, max]: [f64; 3]| {
-        format!(
-            r#"{{"kind":"figure","run":"{id}","gpu":"H100","model":"smollm2 Q4_1","program":"{program}","figure":"{figure}","unit":"{unit}","better":"{better}","median":{median},"min":{min},"max":{max},"samples":[{min},{median},{max}]}}"#
-        )
+        json!({
+            "kind": "figure", "run": id, "gpu": "H100", "model": "smollm2 Q4_1", "program": program,
+            "figure": figure, "unit": unit, "better": better, "median": median, "min": min, "max": max,
+            "samples": [min, median, max],
+        })
+        .to_string()
     };
     [
         format!(r#"{{"kind":"run","run":"{id}","gpu":"H100","driver":"580.1","worker_commit":"abc"}}"#),
@@ -86,9 +91,11 @@ fn a_missing_figure_fails_unless_allowed() {
 #[test]
 fn a_figure_measured_once_is_reported_not_gated() {
     let once = |v: f64| {
-        format!(
-            r#"{{"kind":"figure","run":"r","model":"m","program":"worker-orcd","figure":"load_s","unit":"s","better":"lower","median":{v},"min":{v},"max":{v},"samples":[{v}]}}"#
-        )
+        json!({
+            "kind": "figure", "run": "r", "model": "m", "program": "worker-orcd", "figure": "load_s",
+            "unit": "s", "better": "lower", "median": v, "min": v, "max": v, "samples": [v],
+        })
+        .to_string()
     };
     let checks = gate::check(&Records::parse(&once(9.0)).unwrap(), &Records::parse(&once(1.0)).unwrap(), "all", 0.02);
     assert_eq!(checks[0].verdict, Verdict::NoSpread);
