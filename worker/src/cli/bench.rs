@@ -338,17 +338,21 @@ mod tests {
     /// case gives one time per repetition and leaves no sequence open.
     #[test]
     fn runs_every_case_on_a_synthetic_model() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("tiny.gguf");
-        std::fs::write(&path, crate::model::synthetic::synthetic_llama("llama", 7, 256)).unwrap();
-        let mut model = load_model(&path, &LoadOptions::default(), &mut |_| {}).unwrap();
+        use crate::backend::cpu::CpuBackend;
+        use crate::gguf::GgufFile;
+        use crate::model::ModelConfig;
+
+        let bytes = crate::model::synthetic::synthetic_llama("llama", 7, 256);
+        let file = std::sync::Arc::new(GgufFile::from_bytes(bytes).unwrap());
+        let cfg = ModelConfig::try_from(&file.metadata).unwrap();
+        let vocab = cfg.vocab_size;
+        let mut backend = CpuBackend::load(cfg, file, &mut |_| {}).unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(1);
-        let vocab = model.info.vocab_size;
         for case in test_cases(&args(&[8], &[4], &[0, 20])) {
-            let times = run_case(model.backend.as_mut(), case, vocab, 1, 2, &mut rng).unwrap();
+            let times = run_case(&mut backend, case, vocab, 1, 2, &mut rng).unwrap();
             assert_eq!(times.len(), 2, "{}", case.name());
             assert!(times.iter().all(|t| *t > Duration::ZERO));
-            assert_eq!(model.backend.sequence_len(), 0, "{}: sequence left open", case.name());
+            assert_eq!(backend.sequence_len(), 0, "{}: sequence left open", case.name());
         }
     }
 }
