@@ -22,8 +22,12 @@ pub struct GateArgs {
     #[arg(long)]
     pub run: PathBuf,
     /// JSON lines of the baseline (its last run), e.g. benches/baseline/<gpu>.jsonl.
+    #[arg(long, required_unless_present = "baseline_dir", conflicts_with = "baseline_dir")]
+    pub baseline: Option<PathBuf>,
+    /// Folder of baselines named by GPU (`<slug of the run's GPU name>.jsonl`); when the
+    /// run's GPU has none there, the gate says so and passes (nothing to compare with).
     #[arg(long)]
-    pub baseline: PathBuf,
+    pub baseline_dir: Option<PathBuf>,
     /// Program whose figures are gated: worker-orcd, llama.cpp, or all.
     #[arg(long, default_value = WORKER)]
     pub program: String,
@@ -133,8 +137,20 @@ pub fn passes(checks: &[Check], allow_missing: bool) -> bool {
 
 pub fn run(args: &GateArgs) -> anyhow::Result<i32> {
     let run = Records::read(&args.run)?.last_run().with_context(|| format!("{}: no run", args.run.display()))?;
-    let base =
-        Records::read(&args.baseline)?.last_run().with_context(|| format!("{}: no run", args.baseline.display()))?;
+    let baseline = match (&args.baseline, &args.baseline_dir) {
+        (Some(b), _) => b.clone(),
+        (None, Some(dir)) => {
+            let gpu = run.runs.first().map(|r| r.gpu.clone()).unwrap_or_default();
+            let path = super::baseline_path(dir, &gpu);
+            if !path.exists() {
+                println!("gate: skipped: no baseline for {gpu:?} ({} does not exist)", path.display());
+                return Ok(0);
+            }
+            path
+        }
+        (None, None) => anyhow::bail!("give --baseline or --baseline-dir"),
+    };
+    let base = Records::read(&baseline)?.last_run().with_context(|| format!("{}: no run", baseline.display()))?;
     let checks = check(&run, &base, &args.program, args.min_tolerance);
     if checks.is_empty() {
         anyhow::bail!("the baseline holds no figure of {}", args.program);

@@ -142,3 +142,24 @@ fn slugs_are_file_names() {
     assert_eq!(slug("NVIDIA H100 80GB HBM3"), "nvidia-h100-80gb-hbm3");
     assert_eq!(slug("smollm2 Q4_1"), "smollm2-q4-1");
 }
+
+#[test]
+fn the_baseline_dir_is_searched_by_gpu_name() {
+    let dir = std::env::temp_dir().join(format!("harness-bench-gate-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let slow = dir.join("slow.jsonl");
+    std::fs::write(&slow, run("r2", [702.0, 695.0, 710.0], [7.0, 6.8, 7.3])).unwrap();
+    let args = |baseline_dir: &std::path::Path| gate::GateArgs {
+        run: slow.clone(),
+        baseline: None,
+        baseline_dir: Some(baseline_dir.to_path_buf()),
+        program: "worker-orcd".into(),
+        min_tolerance: 0.02,
+        allow_missing: false,
+    };
+    assert_eq!(gate::run(&args(&dir.join("none"))).unwrap(), 0, "no baseline for this GPU: nothing to compare");
+    std::fs::write(dir.join("h100.jsonl"), run("r1", [780.0, 770.0, 790.0], [7.0, 6.8, 7.3])).unwrap();
+    assert_eq!(gate::run(&args(&dir)).unwrap(), 1, "the slowed run fails against the H100 baseline");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
