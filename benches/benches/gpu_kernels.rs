@@ -22,7 +22,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput};
 use worker_benches::{cuda_device_or_skip, formats, skip, tiled_weight, Shape, LLAMA_8B, QWEN_05B};
 use worker_orcd::backend::cuda::{CudaCache, CudaDevice, CudaOps, DeviceSampler};
 use worker_orcd::backend::SampleRequest;
@@ -57,6 +57,9 @@ fn bench_matmuls(c: &mut Criterion, dev: &Arc<CudaDevice>, ops: &mut CudaOps, sh
     let group = if tokens == 1 { "matvec" } else { "matmul512" };
     let mut g = c.benchmark_group(format!("{group}/{}", shape.name));
     g.sample_size(20).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(1));
+    // Flat sampling: the same number of iterations per sample, so a 50 ms
+    // product takes about a second, not the 210 iterations of linear sampling.
+    g.sampling_mode(SamplingMode::Flat);
     for (label, rows, cols) in shape.matrices() {
         let x = ops.upload(tokens, cols, &ramp(tokens * cols)).expect("activations");
         let mut out = ops.buf(tokens, rows).expect("output");

@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 use worker_benches::{cuda_device_or_skip, LLAMA_8B, QWEN_05B, SMOLLM2};
 use worker_orcd::backend::{Backend, BackendKind, Logits, SampleRequest};
 use worker_orcd::model::{load_model, LoadOptions};
@@ -76,7 +76,7 @@ fn gpu_model(c: &mut Criterion) {
         g.finish();
 
         let mut g = c.benchmark_group(format!("prefill/{}", shape.name));
-        g.sample_size(20).measurement_time(Duration::from_secs(3));
+        g.sample_size(20).measurement_time(Duration::from_secs(3)).sampling_mode(SamplingMode::Flat);
         for n in [16usize, 128, 512] {
             let prompt = tokens(vocab, n);
             g.throughput(Throughput::Elements(n as u64));
