@@ -6,6 +6,7 @@
 //! benches; `suite` and `steps` are the runner; `synth` writes the synthetic
 //! models (also used by the worker's own tests).
 
+pub mod bench;
 pub mod budgets;
 pub mod catalogue;
 pub mod client;

@@ -6,6 +6,7 @@
 //! - `harness synth-model --preset NAME --out FILE [--format TYPE] [--reference PATH] [--seed N]`:
 //!   a random-weight model of a real shape (see `harness::synth`), used by the
 //!   `synthetic-<preset>` fixtures
+//! - `harness bench report|gate ...`: the side-by-side report and regression gate of `ci/gpu-bench`
 
 use std::path::PathBuf;
 
@@ -20,6 +21,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Report and regression gate over ci/gpu-bench's JSON lines.
+    #[command(subcommand)]
+    Bench(harness::bench::BenchCmd),
     /// Check coverage, run the scenarios against a worker binary, write the proof bundle.
     Suite(harness::suite::Options),
     /// Fail when a requirement has no scenario or a scenario carries an unknown ID.
@@ -68,6 +72,7 @@ enum Cmd {
 
 fn main() -> anyhow::Result<()> {
     let code = match Cli::parse().command {
+        Cmd::Bench(cmd) => harness::bench::run(cmd)?,
         Cmd::Suite(opts) => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -6,6 +6,7 @@
 //! that cannot be bound); 2 for usage errors (unknown or malformed flags,
 //! missing required flags).
 
+pub mod bench;
 pub mod config;
 pub mod generate;
 pub mod serve;
@@ -28,6 +29,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the engine once without HTTP and print each token.
     Generate(generate::GenerateArgs),
+    /// Measure prefill and decode tokens/s without HTTP (llama-bench's figures, JSON lines).
+    Bench(bench::BenchArgs),
 }
 
 /// Parses the command line and runs the chosen mode.
@@ -35,6 +38,13 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Generate(args)) => match generate::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Some(Command::Bench(args)) => match bench::run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e:#}");
