@@ -148,10 +148,11 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
 // order. The grid is fixed by the capacity, not the filled length (so a
 // captured graph replays for any position): chunks past the end write an
 // empty state. Every sum has a fixed order.
-#define ATS_THREADS 128
+#if !defined(ATS_THREADS) || !defined(ATS_MAX_GROUP) || !defined(ATS_MAX_CHUNK) || !defined(ATS_MAX_SPLITS)
+#error "ATS_THREADS, ATS_MAX_GROUP, ATS_MAX_CHUNK and ATS_MAX_SPLITS come from the worker as -D options"
+#endif
+static_assert(ATS_THREADS % 32 == 0, "whole warps");
 #define ATS_WARPS (ATS_THREADS / 32)
-#define ATS_MAX_GROUP 8
-#define ATS_MAX_CHUNK 512
 
 // part: [n_head][nsplit][head_dim + 2] floats: max, sum, then output.
 extern "C" __global__ void __launch_bounds__(ATS_THREADS)
@@ -294,7 +295,6 @@ extern "C" __global__ void __launch_bounds__(ATS_THREADS)
 // out[h] = the merge of head h's chunk states, in chunk order. One block per
 // head; the chunks' weights are computed once into shared memory so that the
 // output loop's loads do not wait on one another.
-#define ATS_MAX_SPLITS 1024
 extern "C" __global__ void attention_combine(const float* __restrict__ part, int n_head, int head_dim, int nsplit,
                                              float* __restrict__ out) {
     __shared__ float wgt[ATS_MAX_SPLITS];

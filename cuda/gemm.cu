@@ -14,11 +14,14 @@
 #include "common.cuh"
 #include "dequant.cuh"
 
-#define GTC_BR 128
-#define GTC_BT 64
-#define GTC_BK 32
-#define GTC_THREADS 256
-#define GTC_PAD 4  // row stride GTC_BK + 4 floats: fragment loads are bank-conflict free
+// Shared with the host's launch geometry: defined once in the worker
+// (backend/cuda/source.rs) and passed as -D options. The warp layout below
+// assumes these values; GTC_PAD = 4 makes the fragment loads conflict-free.
+#if !defined(GTC_BR) || !defined(GTC_BT) || !defined(GTC_BK) || !defined(GTC_THREADS) || !defined(GTC_PAD)
+#error "GTC_BR, GTC_BT, GTC_BK, GTC_THREADS and GTC_PAD come from the worker as -D options"
+#endif
+static_assert(GTC_BR == 128 && GTC_BT == 64 && GTC_BK == 32 && GTC_THREADS == 256 && GTC_PAD == 4,
+              "8 warps of 32 x 32 outputs, 4 x 8-value chunks per row and step");
 
 __device__ __forceinline__ u32 to_tf32(float f) {
     u32 r;
@@ -51,10 +54,9 @@ __device__ __forceinline__ void store_split(const float* v, u32* hi, u32* lo) {
     ((uint4*)lo)[1] = make_uint4(l[4], l[5], l[6], l[7]);
 }
 
-// Dynamic shared memory of one block (over the 48 KB static limit: the
-// launcher raises the kernel's limit).
-#define GTC_SMEM_BYTES (2 * (GTC_BR + GTC_BT) * (GTC_BK + GTC_PAD) * 4)
-
+// The block's dynamic shared memory: 2 * (GTC_BR + GTC_BT) * (GTC_BK +
+// GTC_PAD) * 4 bytes, over the 48 KB static limit (the loader raises the
+// kernel's limit; GTC_SMEM_BYTES in source.rs).
 template <int T>
 __device__ __forceinline__ void gemm_tc_impl(const u8* __restrict__ W, i64 row_bytes, int rows, int cols,
                                              const float* __restrict__ x, int n, const float* __restrict__ bias,

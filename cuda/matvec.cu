@@ -16,9 +16,12 @@
 #include "common.cuh"
 #include "dequant.cuh"
 
-#define MV1_THREADS 256
-#define MV1_ROWS 8
-#define MV1_STAGES 4
+// Shared with the host's launch geometry: defined once in the worker
+// (backend/cuda/source.rs) and passed as -D options.
+#if !defined(MV1_THREADS) || !defined(MV1_ROWS) || !defined(MV1_STAGES)
+#error "MV1_THREADS, MV1_ROWS and MV1_STAGES come from the worker as -D options"
+#endif
+static_assert(MV1_THREADS % 32 == 0 && MV1_STAGES >= 2, "whole warps, and at least double buffering");
 
 // One column tile of a format: VALUES values, a whole number of blocks,
 // about 1 KB of each row (so that MV1_STAGES tiles of MV1_ROWS rows fit in

@@ -12,7 +12,9 @@ use half::f16;
 
 use crate::backend::cuda::launch::{refusal, Kernel, KernelCall, Plan, Work};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
-use crate::backend::cuda::source::{ATT_MAX_HEAD_DIM, SAMPLE_MAX_LOGPROBS};
+use crate::backend::cuda::source::{
+    ATS_MAX_CHUNK, ATS_MAX_GROUP, ATS_MAX_SPLITS, ATT_MAX_HEAD_DIM, SAMPLE_MAX_LOGPROBS,
+};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
@@ -139,7 +141,7 @@ impl MatmulArgs {
 }
 
 /// A matmul with its kernel chosen (only `Kernels::matmul` chooses):
-/// `mv_*`, `mvw_*` and `gemm_*` share one signature.
+/// `mv_*`, `mvw_*`, `gemm_*` and `gemm_tc_*` share one signature.
 #[derive(Clone, Copy, Debug)]
 pub struct MatmulCall {
     kernel: Kernel,
@@ -158,6 +160,40 @@ impl KernelCall for MatmulCall {
         let a = &self.args;
         let (w, row_bytes, rows, cols) = a.w.params();
         (w, row_bytes, rows, cols, a.x, a.n as i32, DevPtr::or_null(a.bias), a.out)
+    }
+}
+
+/// A matmul of one row of x through `mv1_*`, whose signature has no row count.
+#[derive(Clone, Copy, Debug)]
+pub struct MatVec1Call {
+    args: MatmulArgs,
+}
+
+impl MatmulArgs {
+    /// As run by `mv1_*`; `n` must be 1.
+    pub(crate) fn one_row(self) -> MatVec1Call {
+        MatVec1Call { args: self }
+    }
+}
+
+impl KernelCall for MatVec1Call {
+    type Params = (DevPtr<u8>, i64, i32, i32, DevPtr<f32>, DevPtr<f32>, DevPtrMut<f32>);
+
+    fn plan(&self) -> Plan {
+        let a = &self.args;
+        let buffers = [("w", a.w.ptr.addr()), ("x", a.x.addr()), ("out", a.out.addr())];
+        plan(Kernel::MatVec1(a.w.ty), a.w.dims(a.n), buffers, Work::Matrix { rows: a.w.rows, n: a.n })
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        if self.args.n != 1 {
+            return Err(refusal(Kernel::MatVec1(self.args.w.ty), format!("{} rows of x, not 1", self.args.n)));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        let a = &self.args;
+        let (w, row_bytes, rows, cols) = a.w.params();
+        (w, row_bytes, rows, cols, a.x, DevPtr::or_null(a.bias), a.out)
     }
 }
 
@@ -351,6 +387,98 @@ impl KernelCall for AttentionArgs {
         let (n, heads, kv_heads) = (self.n as i32, self.n_head as i32, self.n_head_kv as i32);
         let hd = self.head_dim as i32;
         (self.q, n, heads, kv_heads, hd, start, pos, cap, self.k_cache, self.v_cache, self.scale, self.out)
+    }
+}
+
+/// `attention_split`: one query row (decode) over a long context split into
+/// `nsplit` chunks of `chunk` positions; block (KV head, chunk) writes the
+/// softmax state of its chunk for every query head of the group to `part`.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionSplitArgs {
+    /// `[n_head * head_dim]` f32, at position `start_pos`.
+    pub q: DevPtr<f32>,
+    /// A multiple of `n_head_kv`, at most `ATS_MAX_GROUP` times it.
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    /// A multiple of 8, at most `ATT_MAX_HEAD_DIM`.
+    pub head_dim: usize,
+    pub window: CacheWindow,
+    /// `[n_head_kv, capacity, head_dim]` f16 each, filled up to `start_pos + 1`.
+    pub k_cache: DevPtr<f16>,
+    pub v_cache: DevPtr<f16>,
+    pub scale: f32,
+    /// At most `ATS_MAX_CHUNK`, with `chunk * nsplit >= capacity`.
+    pub chunk: usize,
+    pub nsplit: usize,
+    /// `[n_head, nsplit, head_dim + 2]` f32: max, sum of weights, then the unnormalised output.
+    pub part: DevPtrMut<f32>,
+}
+
+impl KernelCall for AttentionSplitArgs {
+    type Params =
+        (DevPtr<f32>, i32, i32, i32, i32, DevPtr<i32>, i32, DevPtr<f16>, DevPtr<f16>, f32, i32, i32, DevPtrMut<f32>);
+
+    fn plan(&self) -> Plan {
+        let (kv, hd, capacity) = (self.n_head_kv, self.head_dim, self.window.capacity);
+        let dims = [("n_head", self.n_head), ("n_head_kv", kv), ("head_dim", hd), ("capacity", capacity)];
+        let dims = [dims[0], dims[1], dims[2], dims[3], ("chunk", self.chunk), ("nsplit", self.nsplit)];
+        let (q, kc, vc, part) = (self.q.addr(), self.k_cache.addr(), self.v_cache.addr(), self.part.addr());
+        let buffers = [("q", q), ("k_cache", kc), ("v_cache", vc), ("part", part)];
+        plan(Kernel::AttentionSplit, dims, buffers, Work::Chunks { n_head_kv: kv, nsplit: self.nsplit })
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        let k = Kernel::AttentionSplit;
+        let group = self.n_head / self.n_head_kv.max(1);
+        if !self.n_head.is_multiple_of(self.n_head_kv) || group > ATS_MAX_GROUP {
+            return Err(refusal(k, format!("{}/{} heads", self.n_head, self.n_head_kv)));
+        }
+        if !self.head_dim.is_multiple_of(8) || self.head_dim > ATT_MAX_HEAD_DIM {
+            return Err(refusal(k, format!("heads of {}", self.head_dim)));
+        }
+        if self.chunk > ATS_MAX_CHUNK || self.nsplit > ATS_MAX_SPLITS || self.chunk * self.nsplit < self.window.capacity {
+            let msg = format!("{} chunks of {} for {} positions", self.nsplit, self.chunk, self.window.capacity);
+            return Err(refusal(k, msg));
+        }
+        self.window.check(k, 1)
+    }
+    fn params(&self) -> Self::Params {
+        let (start, pos, cap) = self.window.params();
+        let (heads, kv_heads, hd) = (self.n_head as i32, self.n_head_kv as i32, self.head_dim as i32);
+        let (chunk, nsplit) = (self.chunk as i32, self.nsplit as i32);
+        (self.q, heads, kv_heads, hd, start, pos, cap, self.k_cache, self.v_cache, self.scale, chunk, nsplit, self.part)
+    }
+}
+
+/// `attention_combine`: `out[h]` = the merge of head `h`'s `nsplit` chunk
+/// states in `part`, in chunk order.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionCombineArgs {
+    /// `[n_head, nsplit, head_dim + 2]` f32, as `attention_split` wrote it.
+    pub part: DevPtr<f32>,
+    pub n_head: usize,
+    pub head_dim: usize,
+    /// At most `ATS_MAX_SPLITS`.
+    pub nsplit: usize,
+    /// `[n_head * head_dim]` f32.
+    pub out: DevPtrMut<f32>,
+}
+
+impl KernelCall for AttentionCombineArgs {
+    type Params = (DevPtr<f32>, i32, i32, i32, DevPtrMut<f32>);
+
+    fn plan(&self) -> Plan {
+        let dims = [("n_head", self.n_head), ("head_dim", self.head_dim), ("nsplit", self.nsplit)];
+        let buffers = [("part", self.part.addr()), ("out", self.out.addr())];
+        plan(Kernel::AttentionCombine, dims, buffers, Work::Rows { rows: self.n_head, cols: self.head_dim })
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        if self.nsplit > ATS_MAX_SPLITS {
+            return Err(refusal(Kernel::AttentionCombine, format!("{} chunks", self.nsplit)));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        (self.part, self.n_head as i32, self.head_dim as i32, self.nsplit as i32, self.out)
     }
 }
 

@@ -88,6 +88,8 @@ pub struct DecodeGraph {
     /// Activations of the step, then the step's `[token, position]` slot.
     arena: DevBuf,
     step_offset: u64,
+    /// Whether the step's attention is split over the context.
+    pub split_attention: bool,
     dev: Arc<CudaDevice>,
 }
 
@@ -112,22 +114,29 @@ fn arena_bytes(cfg: &ModelConfig) -> u64 {
 
 impl DecodeGraph {
     /// Captures one decode step of `llama::forward` for the sequence whose
-    /// cache is `cache`.
+    /// cache is `cache`, with its attention split over the context or not.
     pub fn capture(
         ops: &mut CudaOps,
         cfg: &ModelConfig,
         weights: &LlamaWeights<CudaWeight>,
         cache: &mut CudaCache,
+        split_attention: bool,
     ) -> Result<DecodeGraph, BackendError> {
         let dev = ops.dev.clone();
         dev.bind()?;
-        let step_offset = arena_bytes(cfg);
+        // The split attention's chunk states, when it may be used.
+        let part_floats = dev
+            .kernels
+            .context_split(cfg.n_head_kv, cache.capacity)
+            .map_or(0, |sp| cfg.n_head * sp.nsplit * (cfg.head_dim + 2));
+        let step_offset = arena_bytes(cfg) + align_up(part_floats as u64 * 4);
         let arena = dev.alloc(Purpose::Scratch, step_offset + 256)?;
         ops.capture = Some(GraphCapture {
             arena: arena.ptr(),
             arena_bytes: step_offset,
             arena_used: 0,
             step: arena.ptr() + step_offset,
+            split_attention,
         });
         let stream = dev.cu_stream();
         // SAFETY: the stream is ours; every call until end_capture only queues work.
@@ -154,7 +163,7 @@ impl DecodeGraph {
             drv::graph::destroy(graph).ok();
             exec.map_err(|e| driver_error("instantiating the decode graph", e))?
         };
-        Ok(DecodeGraph { exec, arena, step_offset, dev })
+        Ok(DecodeGraph { exec, arena, step_offset, split_attention, dev })
     }
 
     /// Runs the step for `token` at `position`, which leaves the logits in

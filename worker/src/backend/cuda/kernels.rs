@@ -15,10 +15,12 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
 
-use crate::backend::cuda::args::MatmulArgs;
+use crate::backend::cuda::args::{AttentionCombineArgs, AttentionSplitArgs, MatmulArgs};
 use crate::backend::cuda::launch::{launch_config, Kernel, KernelCall, ParamList};
 use crate::backend::cuda::nvrtc::{compile_module, KernelCache};
-use crate::backend::cuda::source::{Module, GEMM_BM, GEMM_BN, MV_MAX_TOKENS};
+use crate::backend::cuda::source::{
+    Module, ATS_MAX_CHUNK, ATS_MAX_SPLITS, GEMM_BM, GEMM_BN, GTC_BR, GTC_BT, GTC_SMEM_BYTES, MV_MAX_TOKENS,
+};
 use crate::backend::BackendError;
 
 /// Up to this many rows of x, `matmul` runs `mv_*` once per group of
@@ -31,10 +33,31 @@ pub const MV_LOOP_SMALL_GRID_MAX_TOKENS: usize = 128;
 /// rather than `mv_*` (a block per row) for short x.
 pub const MV_WARP_MIN_ROWS: usize = 4096;
 
+/// From this many weight rows on, one row of x goes through `mv1_*` (which
+/// streams 8 rows a block; on the H100 1.5-2.6x `mvw_*` at 4096 rows and
+/// more, and no faster below ~2048).
+pub const MV1_MIN_ROWS: usize = 2048;
+/// `gemm_tc_*` is used when its grid has at least this many blocks per SM
+/// (fewer blocks than SMs leave tensor cores idle, and `gemm_*` is faster).
+pub const TC_MIN_BLOCKS_PER_SM: usize = 1;
+/// From this many context positions on, a decode step's attention is split
+/// over the context (`attention_split`); below, one block per head is faster.
+pub const SPLIT_MIN_CONTEXT: usize = 1024;
+
+/// How `attention_split` divides a context of `capacity` positions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ContextSplit {
+    pub nsplit: usize,
+    pub chunk: usize,
+}
+
 /// The loaded kernels of one context.
 pub struct Kernels {
     funcs: HashMap<Kernel, CudaFunction>,
     mv_warp_min_rows: AtomicUsize,
+    mv1_min_rows: AtomicUsize,
+    tc_min_blocks: AtomicUsize,
+    split_min_context: AtomicUsize,
     sm_count: usize,
 }
 
@@ -90,18 +113,87 @@ impl Kernels {
                 let file = k.module().file_name();
                 BackendError::KernelLaunchFailed(format!("{file} has no kernel {}: {e:?}", k.symbol()))
             })?;
+            if let Kernel::GemmTc(_) = k {
+                // Its shared memory is over the default 48 KB limit.
+                let attr = cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+                f.set_attribute(attr, GTC_SMEM_BYTES as i32).map_err(|e| {
+                    BackendError::KernelLaunchFailed(format!("raising {}'s shared memory: {e:?}", k.symbol()))
+                })?;
+            }
             funcs.insert(k, f);
         }
         let sm_count = ctx
             .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| BackendError::KernelLaunchFailed(format!("reading the multiprocessor count: {e:?}")))?
             as usize;
-        Ok(Kernels { funcs, mv_warp_min_rows: AtomicUsize::new(MV_WARP_MIN_ROWS), sm_count })
+        Ok(Kernels {
+            funcs,
+            mv_warp_min_rows: AtomicUsize::new(MV_WARP_MIN_ROWS),
+            mv1_min_rows: AtomicUsize::new(MV1_MIN_ROWS),
+            tc_min_blocks: AtomicUsize::new(TC_MIN_BLOCKS_PER_SM * sm_count),
+            split_min_context: AtomicUsize::new(SPLIT_MIN_CONTEXT),
+            sm_count,
+        })
     }
 
     /// Changes the row count from which `mvw_*` is used (for tests and benchmarks).
     pub fn set_mv_warp_min_rows(&self, rows: usize) {
         self.mv_warp_min_rows.store(rows, Ordering::Relaxed);
+    }
+
+    /// The GPU's multiprocessor count.
+    #[cfg(test)]
+    pub fn sm_count(&self) -> usize {
+        self.sm_count
+    }
+
+    /// Changes the row count from which `mv1_*` is used (for tests and
+    /// benchmarks; `usize::MAX`: never).
+    #[cfg(test)]
+    pub fn set_mv1_min_rows(&self, rows: usize) {
+        self.mv1_min_rows.store(rows, Ordering::Relaxed);
+    }
+
+    /// Changes the grid size from which `gemm_tc_*` is used (for tests and
+    /// benchmarks; `usize::MAX`: never).
+    #[cfg(test)]
+    pub fn set_tc_min_blocks(&self, blocks: usize) {
+        self.tc_min_blocks.store(blocks, Ordering::Relaxed);
+    }
+
+    /// Changes the context length from which decode attention is split (for
+    /// tests and benchmarks; `usize::MAX`: never).
+    #[cfg(test)]
+    pub fn set_split_min_context(&self, positions: usize) {
+        self.split_min_context.store(positions, Ordering::Relaxed);
+    }
+
+    /// Whether a decode step at a context of `positions` splits its attention.
+    pub fn splits_attention_at(&self, positions: usize) -> bool {
+        positions >= self.split_min_context.load(Ordering::Relaxed)
+    }
+
+    /// How a context of `capacity` positions is split for `n_head_kv` KV
+    /// heads: enough chunks for two blocks per SM, each at most
+    /// `ATS_MAX_CHUNK` positions; none when that needs too many chunks.
+    pub fn context_split(&self, n_head_kv: usize, capacity: usize) -> Option<ContextSplit> {
+        let for_sms = (2 * self.sm_count).div_ceil(n_head_kv.max(1));
+        let nsplit = for_sms.max(capacity.div_ceil(ATS_MAX_CHUNK)).min(capacity).max(1);
+        let chunk = capacity.div_ceil(nsplit);
+        (nsplit <= ATS_MAX_SPLITS && chunk <= ATS_MAX_CHUNK).then_some(ContextSplit { nsplit, chunk })
+    }
+
+    /// Decode attention split over the context: `attention_split`, then
+    /// `attention_combine` from `split.part` into `out`.
+    pub fn attention_split(
+        &self,
+        s: &Arc<CudaStream>,
+        split: &AttentionSplitArgs,
+        combine: &AttentionCombineArgs,
+    ) -> Result<(), BackendError> {
+        combine.check()?;
+        self.launch(s, split)?;
+        self.launch(s, combine)
     }
 
     /// Launches one kernel on `s`: checks the arguments (M0-W-1431), lays
@@ -121,15 +213,20 @@ impl Kernels {
             .map_err(|e| BackendError::KernelLaunchFailed(format!("launching {}: {e:?}", k.symbol())))
     }
 
-    /// `out[t][r] = sum_c x[t][c] * W[r][c] (+ bias[r])`: `mv_<ty>` (or
+    /// `out[t][r] = sum_c x[t][c] * W[r][c] (+ bias[r])`. One row of x from
+    /// [`MV1_MIN_ROWS`] weight rows on: `mv1_<ty>`. Otherwise `mv_<ty>` (or
     /// `mvw_<ty>` from [`MV_WARP_MIN_ROWS`] rows on) over groups of up to
     /// [`MV_MAX_TOKENS`] rows of x when `n <= MV_LOOP_MAX_TOKENS`, or
     /// `n <= MV_LOOP_SMALL_GRID_MAX_TOKENS` and `gemm_<ty>` would not fill
     /// the GPU (short prompts: a block per weight row keeps every SM busy,
-    /// and the weights stay in L2 between groups), else `gemm_<ty>`.
+    /// and the weights stay in L2 between groups); else `gemm_tc_<ty>` on
+    /// tensor cores when its grid fills the GPU, or `gemm_<ty>`.
     pub fn matmul(&self, s: &Arc<CudaStream>, m: &MatmulArgs) -> Result<(), BackendError> {
         m.check()?;
         let (n, rows) = (m.n, m.w.rows);
+        if n == 1 && rows >= self.mv1_min_rows.load(Ordering::Relaxed) {
+            return self.launch(s, &m.one_row());
+        }
         let gemm_blocks = rows.div_ceil(GEMM_BM as usize) * n.div_ceil(GEMM_BN as usize);
         let few_tiles = n <= MV_LOOP_SMALL_GRID_MAX_TOKENS && gemm_blocks < self.sm_count;
         if n > MV_MAX_TOKENS && (n <= MV_LOOP_MAX_TOKENS || few_tiles) {
@@ -138,7 +235,10 @@ impl Kernels {
             }
             return Ok(());
         }
-        let kernel = if n > MV_MAX_TOKENS {
+        let tc_blocks = rows.div_ceil(GTC_BR as usize) * n.div_ceil(GTC_BT as usize);
+        let kernel = if n > MV_MAX_TOKENS && tc_blocks >= self.tc_min_blocks.load(Ordering::Relaxed) {
+            Kernel::GemmTc(m.w.ty)
+        } else if n > MV_MAX_TOKENS {
             Kernel::Gemm(m.w.ty)
         } else if rows >= self.mv_warp_min_rows.load(Ordering::Relaxed) {
             Kernel::MatVecWarp(m.w.ty)

@@ -9,7 +9,10 @@ use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{LaunchArgs, LaunchConfig, PushKernelArg};
 
 use crate::backend::cuda::ptr::Param;
-use crate::backend::cuda::source::{Module, ATT_THREADS, GEMM_BM, GEMM_BN, GEMM_THREADS, MV_THREADS, SAMPLE_THREADS};
+use crate::backend::cuda::source::{
+    Module, ATS_THREADS, ATT_THREADS, GEMM_BM, GEMM_BN, GEMM_THREADS, GTC_BR, GTC_BT, GTC_SMEM_BYTES, GTC_THREADS,
+    MV1_ROWS, MV1_THREADS, MV_THREADS, SAMPLE_THREADS,
+};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
@@ -24,12 +27,21 @@ pub enum Kernel {
     MatVecWarp(GgmlType),
     /// `gemm_<type>`: tiled matrix product for any number of rows of x.
     Gemm(GgmlType),
+    /// `mv1_<type>`: matrix product for one row of x (decode), streaming
+    /// tiles of `MV1_ROWS` weight rows through shared memory.
+    MatVec1(GgmlType),
+    /// `gemm_tc_<type>`: matrix product for many rows of x on tensor cores (3xTF32).
+    GemmTc(GgmlType),
     RmsNorm,
     /// `layer_norm`: GPT-2's LayerNorm (M0-W-1432).
     LayerNorm,
     Rope,
     KvStore,
     Attention,
+    /// `attention_split`: one query row over a long context, the context
+    /// split into chunks across blocks; `attention_combine` merges them.
+    AttentionSplit,
+    AttentionCombine,
     Swiglu,
     /// `gelu`: GPT-2's tanh-approximated GELU (M0-W-1433).
     Gelu,
@@ -46,6 +58,7 @@ impl Kernel {
         let mut v = Vec::new();
         for t in GgmlType::ALL {
             v.extend([Kernel::Embed(t), Kernel::MatVec(t), Kernel::MatVecWarp(t), Kernel::Gemm(t)]);
+            v.extend([Kernel::MatVec1(t), Kernel::GemmTc(t)]);
         }
         v.extend([
             Kernel::RmsNorm,
@@ -53,6 +66,8 @@ impl Kernel {
             Kernel::Rope,
             Kernel::KvStore,
             Kernel::Attention,
+            Kernel::AttentionSplit,
+            Kernel::AttentionCombine,
             Kernel::Swiglu,
             Kernel::Gelu,
             Kernel::AddAssign,
@@ -66,9 +81,13 @@ impl Kernel {
         match self {
             Kernel::Embed(_) => Module::Embed,
             Kernel::MatVec(_) | Kernel::MatVecWarp(_) | Kernel::Gemm(_) => Module::Matmul,
+            Kernel::MatVec1(_) => Module::Matvec,
+            Kernel::GemmTc(_) => Module::GemmTc,
             Kernel::RmsNorm | Kernel::LayerNorm => Module::Norm,
             Kernel::Rope => Module::Rope,
-            Kernel::KvStore | Kernel::Attention => Module::Attention,
+            Kernel::KvStore | Kernel::Attention | Kernel::AttentionSplit | Kernel::AttentionCombine => {
+                Module::Attention
+            }
             Kernel::Swiglu | Kernel::Gelu | Kernel::AddAssign => Module::Elementwise,
             Kernel::SampleSelect | Kernel::SampleLogprobs => Module::Sample,
         }
@@ -82,11 +101,15 @@ impl Kernel {
             Kernel::MatVec(t) => format!("mv_{}", ty(t)),
             Kernel::MatVecWarp(t) => format!("mvw_{}", ty(t)),
             Kernel::Gemm(t) => format!("gemm_{}", ty(t)),
+            Kernel::MatVec1(t) => format!("mv1_{}", ty(t)),
+            Kernel::GemmTc(t) => format!("gemm_tc_{}", ty(t)),
             Kernel::RmsNorm => "rms_norm".into(),
             Kernel::LayerNorm => "layer_norm".into(),
             Kernel::Rope => "rope".into(),
             Kernel::KvStore => "kv_store".into(),
             Kernel::Attention => "attention".into(),
+            Kernel::AttentionSplit => "attention_split".into(),
+            Kernel::AttentionCombine => "attention_combine".into(),
             Kernel::Swiglu => "swiglu".into(),
             Kernel::Gelu => "gelu".into(),
             Kernel::AddAssign => "add_assign".into(),
@@ -133,6 +156,8 @@ pub enum Work {
     Matrix { rows: usize, n: usize },
     /// One block per (query row, head).
     Heads { n: usize, n_head: usize },
+    /// One block per (KV head, chunk of the context).
+    Chunks { n_head_kv: usize, nsplit: usize },
     /// One block for the whole problem.
     Single,
 }
@@ -187,6 +212,23 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
             }
             Ok(blocks(((rows as u32).div_ceil(GEMM_BM), tiles_n), GEMM_THREADS))
         }
+        (Kernel::MatVec1(_), Work::Matrix { rows, .. }) => Ok(blocks(((rows as u32).div_ceil(MV1_ROWS), 1), MV1_THREADS)),
+        (Kernel::GemmTc(_), Work::Matrix { rows, n }) => {
+            let tiles_n = (n as u32).div_ceil(GTC_BT);
+            if tiles_n > 65535 {
+                return Err(BackendError::InferenceFailed(format!("{n} rows exceed one matmul launch")));
+            }
+            let cfg = blocks(((rows as u32).div_ceil(GTC_BR), tiles_n), GTC_THREADS);
+            Ok(LaunchConfig { shared_mem_bytes: GTC_SMEM_BYTES, ..cfg })
+        }
+        (Kernel::AttentionSplit, Work::Chunks { n_head_kv, nsplit }) => {
+            if nsplit > 65535 {
+                return Err(BackendError::InferenceFailed(format!("{nsplit} context chunks exceed one launch")));
+            }
+            Ok(blocks((n_head_kv as u32, nsplit as u32), ATS_THREADS))
+        }
+        // One block per head.
+        (Kernel::AttentionCombine, Work::Rows { rows, .. }) => Ok(blocks((rows as u32, 1), ATS_THREADS)),
         (Kernel::RmsNorm | Kernel::LayerNorm, Work::Rows { rows, cols }) => {
             Ok(blocks((rows as u32, 1), norm_threads(cols)))
         }
@@ -235,6 +277,7 @@ param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7);
 param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9);
 param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10);
 param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11);
+param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12);
 param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12, N.13);
 
 /// A launch as the generic launcher sees it: which kernel, what

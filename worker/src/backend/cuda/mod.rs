@@ -314,8 +314,15 @@ impl CudaBackend {
                 self.cfg.vocab_size
             )));
         }
+        // A long context splits attention over the context; the graph holds
+        // one choice, so it is captured again (once) when the context grows
+        // past the threshold.
+        let split = self.ops.dev.kernels.splits_attention_at(self.len + 1);
+        if self.decode_graph.as_ref().is_some_and(|g| g.split_attention != split) {
+            self.decode_graph = None;
+        }
         if self.decode_graph.is_none() {
-            match graph::DecodeGraph::capture(&mut self.ops, &self.cfg, &self.weights, cache) {
+            match graph::DecodeGraph::capture(&mut self.ops, &self.cfg, &self.weights, cache, split) {
                 Ok(g) => self.decode_graph = Some(g),
                 Err(e) => {
                     tracing::warn!(error = %e, "capturing the decode graph failed; decoding without it");

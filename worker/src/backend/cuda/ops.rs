@@ -14,12 +14,13 @@ use cudarc::driver::sys::CUdeviceptr;
 use half::f16;
 
 use crate::backend::cuda::args::{
-    AddAssignArgs, AttentionArgs, CacheWindow, EmbedArgs, GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs,
+    AddAssignArgs, AttentionArgs, AttentionCombineArgs, AttentionSplitArgs, CacheWindow, EmbedArgs, GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs,
     RmsNormArgs, RopeArgs, RopePairs, Stored, SwigluArgs,
 };
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
-use crate::backend::cuda::source::ATT_MAX_HEAD_DIM;
+use crate::backend::cuda::kernels::ContextSplit;
+use crate::backend::cuda::source::{ATS_MAX_GROUP, ATT_MAX_HEAD_DIM};
 use crate::backend::BackendError;
 use crate::model::config::RopeStyle;
 use crate::model::ops::{AttentionShape, Ops, RopeParams};
@@ -181,6 +182,9 @@ pub(crate) struct GraphCapture {
     pub arena_used: u64,
     /// Device `[token: u32, position: i32]` of the step.
     pub step: CUdeviceptr,
+    /// Whether the step's attention is split over the context (the choice
+    /// is fixed in the graph; `CudaBackend` recaptures when it changes).
+    pub split_attention: bool,
 }
 
 /// `freq_base^(-2i / n_rot)` for one (base, n_rot), on the device as f64.
@@ -283,6 +287,24 @@ impl CudaOps {
     /// The device position slot while capturing, else none.
     fn pos_ptr(&self) -> Option<DevPtr<i32>> {
         self.capture.as_ref().map(|c| DevPtr::new(c.step + 4))
+    }
+
+    /// How a decode step's attention is split over a cache of `capacity`
+    /// positions, when it is: one query row, a context long enough (known
+    /// on the host, or chosen for a captured graph), and a shape the split
+    /// kernel takes (see `AttentionSplitArgs`).
+    fn context_split(&self, s: &AttentionShape, capacity: usize) -> Option<ContextSplit> {
+        let kernels = &self.dev.kernels;
+        let long = match &self.capture {
+            Some(c) => c.split_attention,
+            None => kernels.splits_attention_at(s.start_pos + 1),
+        };
+        let group = s.n_head / s.n_head_kv;
+        let shape_ok = group <= ATS_MAX_GROUP && s.head_dim.is_multiple_of(8);
+        if s.n_tokens != 1 || !long || !shape_ok {
+            return None;
+        }
+        kernels.context_split(s.n_head_kv, capacity)
     }
 
     /// Uploads an f32 host matrix (for tests and small inputs).
@@ -497,6 +519,11 @@ impl Ops for CudaOps {
         if cache.mem.bytes() < cache_bytes {
             return Err(shape_error(format!("attention: a cache of {cache_bytes} bytes in a block of {}", cache.mem.bytes())));
         }
+        let split = self.context_split(&s, cache.capacity);
+        let part = match split {
+            Some(sp) => Some(self.alloc_buf(s.n_head * sp.nsplit, hd + 2)?),
+            None => None,
+        };
         let (k_cache, v_cache) = cache.planes_mut(s.layer);
         self.dev.bind()?;
         let (kernels, st) = (&self.dev.kernels, &self.dev.stream);
@@ -504,6 +531,25 @@ impl Ops for CudaOps {
         let (n, n_head_kv) = (s.n_tokens, s.n_head_kv);
         let store = KvStoreArgs { k: k.input(), v: v.input(), n, n_head_kv, head_dim: hd, window, k_cache, v_cache };
         kernels.launch(st, &store)?;
+        let (k_cache, v_cache, scale) = (k_cache.as_const(), v_cache.as_const(), 1.0 / (hd as f32).sqrt());
+        if let (Some(sp), Some(mut part)) = (split, part) {
+            let (n_head, nsplit) = (s.n_head, sp.nsplit);
+            let a = AttentionSplitArgs {
+                q: q.input(),
+                n_head,
+                n_head_kv,
+                head_dim: hd,
+                window,
+                k_cache,
+                v_cache,
+                scale,
+                chunk: sp.chunk,
+                nsplit,
+                part: part.output(),
+            };
+            let c = AttentionCombineArgs { part: part.input(), n_head, head_dim: hd, nsplit, out: out.output() };
+            return kernels.attention_split(st, &a, &c);
+        }
         let attend = AttentionArgs {
             q: q.input(),
             n,
@@ -511,9 +557,9 @@ impl Ops for CudaOps {
             n_head_kv,
             head_dim: hd,
             window,
-            k_cache: k_cache.as_const(),
-            v_cache: v_cache.as_const(),
-            scale: 1.0 / (hd as f32).sqrt(),
+            k_cache,
+            v_cache,
+            scale,
             out: out.output(),
         };
         kernels.launch(st, &attend)

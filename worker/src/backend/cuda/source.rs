@@ -46,7 +46,31 @@ shared_constants! {
     /// shared memory is sized for it; a multiple of 64, see attention.cu).
     ATT_THREADS: u32 = 256;
     ATT_MAX_HEAD_DIM: usize = 256;
+    /// `mv1_*` (decode mat-vec, matvec.cu): threads per block, weight rows
+    /// per block, and the depth of its pipeline of column tiles.
+    MV1_THREADS: u32 = 256;
+    MV1_ROWS: u32 = 8;
+    MV1_STAGES: u32 = 4;
+    /// `gemm_tc_*` (gemm.cu): output tile of `GTC_BR` weight rows by
+    /// `GTC_BT` rows of x over slices of `GTC_BK` columns, `GTC_THREADS`
+    /// threads (8 warps of 32 x 32), shared-memory rows padded by `GTC_PAD`.
+    GTC_BR: u32 = 128;
+    GTC_BT: u32 = 64;
+    GTC_BK: u32 = 32;
+    GTC_THREADS: u32 = 256;
+    GTC_PAD: u32 = 4;
+    /// `attention_split` (attention.cu): threads per block, most query heads
+    /// per KV head, most positions per chunk, and most chunks
+    /// (`attention_combine`'s shared memory).
+    ATS_THREADS: u32 = 128;
+    ATS_MAX_GROUP: usize = 8;
+    ATS_MAX_CHUNK: usize = 512;
+    ATS_MAX_SPLITS: usize = 1024;
 }
+
+/// Dynamic shared memory of a `gemm_tc_*` block: W and x tiles, each as TF32
+/// high and low parts (over the 48 KB static limit; the loader raises it).
+pub const GTC_SMEM_BYTES: u32 = 2 * (GTC_BR + GTC_BT) * (GTC_BK + GTC_PAD) * 4;
 
 /// The NVRTC options that define [`SHARED_CONSTANTS`] for every module.
 pub fn defines() -> Vec<String> {
@@ -64,6 +88,8 @@ pub const HEADERS: [(&str, &str); 2] = [
 pub enum Module {
     Embed,
     Matmul,
+    Matvec,
+    GemmTc,
     Norm,
     Rope,
     Attention,
@@ -72,9 +98,11 @@ pub enum Module {
 }
 
 impl Module {
-    pub const ALL: [Module; 7] = [
+    pub const ALL: [Module; 9] = [
         Module::Embed,
         Module::Matmul,
+        Module::Matvec,
+        Module::GemmTc,
         Module::Norm,
         Module::Rope,
         Module::Attention,
@@ -86,6 +114,8 @@ impl Module {
         match self {
             Module::Embed => "embed.cu",
             Module::Matmul => "matmul.cu",
+            Module::Matvec => "matvec.cu",
+            Module::GemmTc => "gemm.cu",
             Module::Norm => "norm.cu",
             Module::Rope => "rope.cu",
             Module::Attention => "attention.cu",
@@ -98,6 +128,8 @@ impl Module {
         match self {
             Module::Embed => include_str!("../../../../cuda/embed.cu"),
             Module::Matmul => include_str!("../../../../cuda/matmul.cu"),
+            Module::Matvec => include_str!("../../../../cuda/matvec.cu"),
+            Module::GemmTc => include_str!("../../../../cuda/gemm.cu"),
             Module::Norm => include_str!("../../../../cuda/norm.cu"),
             Module::Rope => include_str!("../../../../cuda/rope.cu"),
             Module::Attention => include_str!("../../../../cuda/attention.cu"),

@@ -66,10 +66,15 @@ fn attention_matches_cpu_over_prefill_and_decode() {
         (6, 1, 80, 33, &[32, 1]),
         (2, 1, 36, 150, &[140, 1, 2]),
     ];
-    for (n_head, n_kv, hd, capacity, steps) in cases {
+    // Each case with one block per head, then with every decode step's
+    // attention split over the context (attention_split + combine).
+    for ((n_head, n_kv, hd, capacity, steps), split_from) in
+        cases.into_iter().flat_map(|c| [(c, usize::MAX), (c, 0)])
+    {
         if quick() && capacity > 1000 {
             continue;
         }
+        dev().kernels.set_split_min_context(split_from);
         let n_layer = 2;
         let mut cpu_cache = CpuCache::new(n_layer, capacity, n_kv * hd);
         let mut gpu_cache = CudaCache::new(&dev(), n_layer, n_kv, hd, capacity).unwrap();
@@ -100,7 +105,7 @@ fn attention_matches_cpu_over_prefill_and_decode() {
                 ops.attention(&q, &k, &v, &mut gpu_cache, s, &mut out).unwrap();
                 let g = host(&mut ops, &out);
                 let e = rel_err(&g, &cpu_out.data);
-                assert!(e <= 1e-2, "attention {n_head}/{n_kv}x{hd} pos {pos} n {n}: {e:e}");
+                assert!(e <= 1e-2, "attention {n_head}/{n_kv}x{hd} pos {pos} n {n} split from {split_from}: {e:e}");
                 worst = worst.max(e);
                 assert_deterministic("attention", || {
                     ops.attention(&q, &k, &v, &mut gpu_cache, s, &mut out).unwrap();
@@ -124,5 +129,6 @@ fn attention_matches_cpu_over_prefill_and_decode() {
         let mut out = ops.buf(1, n_head * hd).unwrap();
         assert!(ops.attention(&q, &k, &k, &mut gpu_cache, s, &mut out).is_err());
     }
+    dev().kernels.set_split_min_context(kernels::SPLIT_MIN_CONTEXT);
     eprintln!("attention (f16 KV): max relative error {worst:.2e}");
 }

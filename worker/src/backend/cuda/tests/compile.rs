@@ -69,6 +69,8 @@ fn every_kernel_symbol_is_defined_in_its_module() {
             Kernel::MatVec(_) => src.contains("mv_##name"),
             Kernel::MatVecWarp(_) => src.contains("mvw_##name"),
             Kernel::Gemm(_) => src.contains("gemm_##name"),
+            Kernel::MatVec1(_) => src.contains("mv1_##name"),
+            Kernel::GemmTc(_) => src.contains("gemm_tc_##name"),
             _ => src.contains(&format!(" {sym}(")) || src.contains(&format!("\n    {sym}(")),
         };
         assert!(defined, "{sym} is not defined in {}", k.module().file_name());
@@ -85,6 +87,8 @@ fn c_signature(k: Kernel) -> Vec<String> {
         Kernel::MatVec(_) => vec!["mv_##name(".to_string()],
         Kernel::MatVecWarp(_) => vec!["mvw_##name(".to_string()],
         Kernel::Gemm(_) => vec!["gemm_##name(".to_string()],
+        Kernel::MatVec1(_) => vec!["mv1_##name(".to_string()],
+        Kernel::GemmTc(_) => vec!["gemm_tc_##name(".to_string()],
         _ => vec![format!("void {sym}("), format!(")\n    {sym}(")],
     };
     let start = heads
@@ -113,9 +117,10 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
     let mut v = Vec::new();
     for t in GgmlType::ALL {
         v.push((Kernel::Embed(t), sig::<EmbedArgs>()));
-        for k in [Kernel::MatVec(t), Kernel::MatVecWarp(t), Kernel::Gemm(t)] {
+        for k in [Kernel::MatVec(t), Kernel::MatVecWarp(t), Kernel::Gemm(t), Kernel::GemmTc(t)] {
             v.push((k, sig::<MatmulCall>()));
         }
+        v.push((Kernel::MatVec1(t), sig::<MatVec1Call>()));
     }
     v.extend([
         (Kernel::RmsNorm, sig::<RmsNormArgs>()),
@@ -123,6 +128,8 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         (Kernel::Rope, sig::<RopeArgs>()),
         (Kernel::KvStore, sig::<KvStoreArgs>()),
         (Kernel::Attention, sig::<AttentionArgs>()),
+        (Kernel::AttentionSplit, sig::<AttentionSplitArgs>()),
+        (Kernel::AttentionCombine, sig::<AttentionCombineArgs>()),
         (Kernel::Swiglu, sig::<SwigluArgs>()),
         (Kernel::Gelu, sig::<GeluArgs>()),
         (Kernel::AddAssign, sig::<AddAssignArgs>()),

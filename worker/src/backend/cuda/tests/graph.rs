@@ -34,5 +34,13 @@ fn graph_decode_is_bit_identical_to_eager_decode() {
         assert!(bits(&with) == bits(&without), "{arch}: graph replay differs from eager decode");
         let again = run(&mut gpu, true);
         assert!(bits(&with) == bits(&again), "{arch}: graph replay is not deterministic");
+        // Attention split over the context from position 80 on: the graph is
+        // captured again when the context reaches it, and still matches
+        // eager decode, which switches at the same position.
+        gpu.ops.dev.kernels.set_split_min_context(80);
+        let with = run(&mut gpu, true);
+        let without = run(&mut gpu, false);
+        gpu.ops.dev.kernels.set_split_min_context(kernels::SPLIT_MIN_CONTEXT);
+        assert!(bits(&with) == bits(&without), "{arch}: graph replay with split attention differs from eager decode");
     }
 }

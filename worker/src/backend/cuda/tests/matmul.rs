@@ -53,9 +53,13 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
             let xv = random_vec(&mut rng, n * cols, 1.0);
             let bias_v = random_vec(&mut rng, rows, 1.0);
             let bias = test_weight(&mut ops, GgmlType::F32, 1, rows, &bias_v);
-            for (with_bias, warp_rows) in [(false, 0), (true, 0), (false, usize::MAX), (true, usize::MAX)] {
-                // Every shape through both mv kernels (a warp or a block per row).
+            for (with_bias, (warp_rows, newer)) in [false, true].into_iter().flat_map(|b| {
+                [(0, false), (usize::MAX, false), (usize::MAX, true)].into_iter().map(move |k| (b, k))
+            }) {
+                // Every shape through both mv kernels (a warp or a block per
+                // row), then through mv1 (one row of x) and gemm_tc (many).
                 dev().set_mv_warp_min_rows(warp_rows);
+                force_newer_matmuls(newer);
                 let b = with_bias.then_some(&bias);
                 let mut cpu_out = cpu_buf(n, rows, vec![0.0; n * rows]);
                 CpuOps.matmul(&cpu_buf(n, cols, xv.clone()), &w.cpu, b.map(|b| &b.cpu), &mut cpu_out).unwrap();
@@ -64,16 +68,31 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
                 ops.matmul(&x, &w.gpu, b.map(|b| &b.gpu), &mut out).unwrap();
                 let g = host(&mut ops, &out);
                 let e = rel_err(&g, &cpu_out.data);
-                assert!(e <= 1e-3, "{ty} {rows}x{cols} n={n} bias={with_bias} mvw from {warp_rows}: relative error {e:e}");
+                let what = format!("{ty} {rows}x{cols} n={n} bias={with_bias} mvw from {warp_rows} mv1/tc {newer}");
+                assert!(e <= 1e-3, "{what}: relative error {e:e}");
                 worst_ty = worst_ty.max(e);
             }
         }
         worst.push((ty, worst_ty));
     }
-    dev().set_mv_warp_min_rows(kernels::MV_WARP_MIN_ROWS);
     for (ty, e) in worst {
         eprintln!("matmul {ty:>5}: max relative error {e:.2e}");
     }
+    restore_matmul_choice();
+}
+
+/// `mv1_*` for every single row of x and `gemm_tc_*` for every product that
+/// takes the GEMM path (`true`), or neither (`false`).
+fn force_newer_matmuls(on: bool) {
+    dev().kernels.set_mv1_min_rows(if on { 0 } else { usize::MAX });
+    dev().kernels.set_tc_min_blocks(if on { 0 } else { usize::MAX });
+}
+
+/// The matmul kernel choice as the backend makes it.
+fn restore_matmul_choice() {
+    dev().set_mv_warp_min_rows(kernels::MV_WARP_MIN_ROWS);
+    dev().kernels.set_mv1_min_rows(kernels::MV1_MIN_ROWS);
+    dev().kernels.set_tc_min_blocks(kernels::TC_MIN_BLOCKS_PER_SM * dev().kernels.sm_count());
 }
 
 #[test]
@@ -85,15 +104,17 @@ fn matmul_is_deterministic_for_every_format() {
     for ty in GgmlType::ALL {
         let (rows, cols) = (1536, 576usize.next_multiple_of(ty.block_len()));
         let w = test_weight(&mut ops, ty, rows, cols, &random_vec(&mut rng, rows * cols, 1.0));
-        for n in [1, 5, 20, 64] {
+        for (n, newer) in [1, 5, 20, 64, 300].into_iter().flat_map(|n| [(n, false), (n, true)]) {
+            force_newer_matmuls(newer);
             let x = ops.upload(n, cols, &random_vec(&mut rng, n * cols, 1.0)).unwrap();
             let mut out = ops.buf(n, rows).unwrap();
-            assert_deterministic(&format!("matmul {ty} n={n}"), || {
+            assert_deterministic(&format!("matmul {ty} n={n} mv1/tc {newer}"), || {
                 ops.matmul(&x, &w.gpu, None, &mut out).unwrap();
                 host(&mut ops, &out)
             });
         }
     }
+    restore_matmul_choice();
 }
 
 #[test]
@@ -166,16 +187,23 @@ fn matmul_timings() {
                 let x = ops.upload(n, cols, &random_vec(&mut rng, n * cols, 1.0)).unwrap();
                 let mut out = ops.buf(n, rows).unwrap();
                 if n == 1 {
-                    for (name, warp_rows) in [("block/row", usize::MAX), ("warp/row", 0)] {
+                    for (name, warp_rows, newer) in
+                        [("block/row", usize::MAX, false), ("warp/row", 0, false), ("mv1", usize::MAX, true)]
+                    {
                         dev().set_mv_warp_min_rows(warp_rows);
+                        force_newer_matmuls(newer);
                         let us = time(&mut ops, &w, &x, &mut out);
                         line += &format!("  n=1 {name} {us:7.1} us ({:5.0} GB/s)", bytes / us / 1e3);
                     }
-                    dev().set_mv_warp_min_rows(kernels::MV_WARP_MIN_ROWS);
                 } else {
-                    let us = time(&mut ops, &w, &x, &mut out);
-                    line += &format!("  n={n} {us:8.1} us ({:6.1} TFLOP/s)", 2.0 * (rows * cols * n) as f64 / us / 1e6);
+                    for (name, newer) in [("f32", false), ("tc", true)] {
+                        force_newer_matmuls(newer);
+                        let us = time(&mut ops, &w, &x, &mut out);
+                        let tflops = 2.0 * (rows * cols * n) as f64 / us / 1e6;
+                        line += &format!("  n={n} {name} {us:8.1} us ({tflops:6.1} TFLOP/s)");
+                    }
                 }
+                restore_matmul_choice();
             }
             eprintln!("{line}");
         }
