@@ -107,11 +107,6 @@ async fn residency(w: &mut TestWorld) -> StepResult {
     Ok(())
 }
 
-#[then(expr = "on cuda the weights are still resident")]
-async fn still_resident(w: &mut TestWorld) -> StepResult {
-    residency(w).await
-}
-
 #[then(expr = "\\/health has the typed fields of REQUIREMENTS.md")]
 async fn typed(w: &mut TestWorld) -> StepResult {
     let h = health(w).await?;

@@ -90,14 +90,18 @@ async fn ended_with_error_code(w: &mut TestWorld, id: String, code: Code, after:
     let got = ended_with_error(w, &id, &code.0)?;
     match after {
         After::Any => {}
-        After::Exactly(n) => check!(
-            got == n,
-            "job {id} streamed {got} tokens before {code}, want {n}"
-        ),
-        After::AtLeast(n) => check!(
-            got >= n,
-            "job {id} streamed {got} tokens before {code}, want at least {n}"
-        ),
+        After::Exactly(n) => {
+            check!(
+                got == n,
+                "job {id} streamed {got} tokens before {code}, want {n}"
+            );
+        }
+        After::AtLeast(n) => {
+            check!(
+                got >= n,
+                "job {id} streamed {got} tokens before {code}, want at least {n}"
+            );
+        }
     }
     Ok(())
 }
@@ -193,7 +197,7 @@ async fn error_message_clean(w: &mut TestWorld, of: ErrorOf, text: String) -> St
 async fn all_conformant(w: &mut TestWorld) -> StepResult {
     check!(!w.stream.done.is_empty(), "no job finished in this scenario");
     let bad: Vec<String> = w
-        .done
+        .stream.done
         .values()
         .flat_map(|t| {
             events::check_all(t)
@@ -267,7 +271,7 @@ async fn greedy_is_top(w: &mut TestWorld, id: String) -> StepResult {
     w.settle(&id).await?;
     let t = w.stream.transcript(&id)?;
     let want = w
-        .requests
+        .stream.requests
         .get(&id)
         .and_then(|r| r.get("logprobs"))
         .and_then(Value::as_u64)
@@ -399,7 +403,7 @@ async fn first_token_within(w: &mut TestWorld, id: String, secs: u64) -> StepRes
 #[then(expr = "job {string} was still streaming afterwards")]
 async fn still_streaming(w: &mut TestWorld, id: String) -> StepResult {
     let job = w
-        .live
+        .stream.live
         .get(&id)
         .ok_or_else(|| anyhow!("job {id} is not running"))?;
     let ev = job.events();
