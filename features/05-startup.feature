@@ -5,7 +5,7 @@ Feature: Start-up and command line
 
   @M0-W-1100 @any
   Scenario Outline: A bad required flag exits 1 naming the flag (<case>)
-    When the worker is started with "<flags>"
+    When the worker is started on the reference model with flags "<flags>"
     Then the worker exits with code 1 within 30 s
     And the worker's output names the flag "<flag>"
     And the worker never listened

@@ -4,7 +4,7 @@ Feature: Tokenizers
 
   @M0-W-1360 @any
   Scenario Outline: The tokenizer kind follows tokenizer.ggml.model (<model>)
-    When the worker is started on the "<model>" model with "<flags>"
+    When the worker is started on the "<model>" model with flags "<flags>"
     Then the start <outcome>
 
     Examples:
@@ -24,7 +24,7 @@ Feature: Tokenizers
 
   @M0-W-1361 @any @pending:hf-json
   Scenario: hf-json loads a tokenizer.json beside the model and encodes the goldens like gguf-bpe
-    When the worker is started on the "reference-tokenizer-json" model with "--tokenizer hf-json"
+    When the worker is started on the "reference-tokenizer-json" model with flags "--tokenizer hf-json"
     Then the start serves with tokenizer "hf-json"
     And every golden tokenizer vector encodes to its ids through /tokenize
     And /health field "vocab_size" equals the model file's vocabulary size

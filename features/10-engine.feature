@@ -5,7 +5,7 @@ Feature: GPU engine internals
   @M0-W-1400 @cuda
   Scenario: Context creation compiles every module and refuses device id = count
     Then the worker's unit tests named "device_id_equal_to_the_count_is_invalid" pass
-    When the worker is started with "--gpu-device {gpu_count}"
+    When the worker is started on the reference model with flags "--gpu-device {gpu_count}"
     Then the worker exits with code 1 within 30 s
     And the worker's output mentions "device"
 

@@ -27,7 +27,7 @@ Feature: Build and configuration
       max-tokens-out: 5
       no-such-flag: 1
       """
-    And the worker is started with "--config {scratch}/bad.yaml"
+    And the worker is started on the reference model with flags "--config {scratch}/bad.yaml"
     Then the worker exits with code 1 within 30 s
     And the worker's output mentions "no-such-flag"
 

@@ -9,7 +9,7 @@ Feature: Test suite
     Then the haiku streamed started, at least 1 token and end with no U+FFFD
     And the same haiku request with the same seed gives the same token ids
     And the haiku request for another minute gives other token ids
-    And on cuda the weights are still resident
+    And /health reports the residency of the launched backend
     And the haiku, its prompt, nonce and whether the minute word appears are in the proof bundle
 
   @M0-W-1810 @cuda

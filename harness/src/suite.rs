@@ -322,8 +322,8 @@ pub async fn run(opts: Options) -> Result<i32> {
                     seconds = w.began.elapsed().as_secs_f64();
                     if outcome != Outcome::Passed {
                         for (label, worker) in [
-                            ("worker", w.worker.as_ref()),
-                            ("second worker", w.second.as_ref()),
+                            ("worker", w.process.worker.as_ref()),
+                            ("second worker", w.process.second.as_ref()),
                         ] {
                             if let Some(worker) = worker {
                                 let log = worker.log_text();

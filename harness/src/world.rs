@@ -1,21 +1,41 @@
-//! The cucumber `World`: one scenario's worker process(es), jobs and evidence.
+//! The cucumber `World`: one scenario's state, held in parts by concern.
+//!
+//! - [`Process`]: the worker(s) under test, their launch options and logs;
+//! - [`Stream`]: jobs posted to `/execute`, their transcripts and plain replies;
+//! - [`Probes`]: `/health` and `/metrics` readings kept for later comparison;
+//! - [`Budgets`]: timing samples compared with budgets.yaml;
+//! - [`Parity`]: golden, haiku and cross-backend evidence;
+//! - [`Workspace`]: commands run in the source tree (cargo, nested harness runs).
 //!
 //! A scenario starts the worker under test on a free port with a chosen model and
 //! backend, drives it over HTTP/SSE and signals, and the runner's `after` hook
-//! prints the worker's log when the scenario fails and stops it.
+//! prints the worker's log when the scenario fails and stops it. The World and its
+//! parts never import from `steps/`: the steps import the World.
 
-use std::collections::BTreeMap;
+mod budgets;
+mod parity;
+mod probes;
+mod process;
+mod stream;
+mod workspace;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{Context, Result};
 use serde_json::Value;
 
 use crate::budgets::BudgetFile;
-use crate::client::{Client, Execute, LiveJob, Reply, Transcript};
-use crate::process::{free_port, Launch, Worker};
-use crate::proof::Recorder;
+use crate::client::{Client, Transcript};
+use crate::process::{Launch, Worker};
+
+pub use budgets::Budgets;
+pub use parity::{Haiku, Parity};
+pub use probes::Probes;
+pub use process::{Poll, Process};
+pub use stream::{conformance, job_id, Stream, JOB_TIMEOUT};
+pub use workspace::{CommandOutcome, Workspace};
 
 /// What the whole run was started with.
 #[derive(Debug)]
@@ -49,84 +69,21 @@ pub fn config() -> Arc<SuiteConfig> {
         .clone()
 }
 
-/// A listener standing in for `--callback-url`, counting connections.
-#[derive(Debug)]
-pub struct Callback {
-    pub url: String,
-    pub hits: Arc<std::sync::atomic::AtomicUsize>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Callback {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Callback {
-    pub async fn start() -> Result<Self> {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}/callback", l.local_addr()?);
-        let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let h = hits.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((_sock, _)) = l.accept().await {
-                h.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            }
-        });
-        Ok(Self { url, hits, task })
-    }
-}
-
-/// One `/health` poll while the worker started.
-#[derive(Debug, Clone)]
-pub struct Poll {
-    pub sent_wall: chrono::DateTime<chrono::Utc>,
-    pub refused: bool,
-    pub status: Option<String>,
-}
-
-/// A command the scenario ran (unit tests, nested harness runs, cargo).
-#[derive(Debug, Clone)]
-pub struct CommandOutcome {
-    pub line: String,
-    pub code: Option<i32>,
-    pub output: String,
-    pub proof_dir: Option<PathBuf>,
-}
-
 #[derive(Debug, cucumber::World)]
 #[world(init = Self::new)]
 pub struct TestWorld {
     pub cfg: Arc<SuiteConfig>,
+    /// `file:line name`, set by the runner's `before` hook; names the evidence.
     pub scenario: String,
     pub began: Instant,
+    /// This scenario's folder for `{scratch}` files, removed after it.
     pub scratch: PathBuf,
-    pub env: Vec<(String, String)>,
-    pub worker: Option<Worker>,
-    pub second: Option<Worker>,
-    pub live: BTreeMap<String, LiveJob>,
-    pub done: BTreeMap<String, Transcript>,
-    pub requests: BTreeMap<String, Value>,
-    /// Job ids in the order they were posted.
-    pub posted: Vec<String>,
-    pub reply: Option<Reply>,
-    pub refused: Vec<(String, Reply)>,
-    pub cancel_replies: Vec<Reply>,
-    pub cancel_sent: BTreeMap<String, Instant>,
-    pub remembered_health: Option<Value>,
-    pub scrapes: Vec<String>,
-    pub polls: Arc<std::sync::Mutex<Vec<Poll>>>,
-    pub poll_stop: Arc<std::sync::atomic::AtomicBool>,
-    pub repeat_ids: Vec<String>,
-    pub callback: Option<Callback>,
-    pub busy: Option<std::net::TcpListener>,
-    pub samples: BTreeMap<String, Vec<f64>>,
-    pub command: Option<CommandOutcome>,
-    pub hostile: Vec<(String, u16, Reply)>,
-    pub golden_runs: Vec<(usize, Transcript)>,
-    pub haiku: Option<crate::steps::golden::Haiku>,
-    pub rss_peak_kib: Option<u64>,
+    pub process: Process,
+    pub stream: Stream,
+    pub probes: Probes,
+    pub budgets: Budgets,
+    pub parity: Parity,
+    pub workspace: Workspace,
 }
 
 impl TestWorld {
@@ -142,34 +99,16 @@ impl TestWorld {
             scenario: String::new(),
             began: Instant::now(),
             scratch,
-            env: Vec::new(),
-            worker: None,
-            second: None,
-            live: BTreeMap::new(),
-            done: BTreeMap::new(),
-            requests: BTreeMap::new(),
-            posted: Vec::new(),
-            reply: None,
-            refused: Vec::new(),
-            cancel_replies: Vec::new(),
-            cancel_sent: BTreeMap::new(),
-            remembered_health: None,
-            scrapes: Vec::new(),
-            polls: Default::default(),
-            poll_stop: Default::default(),
-            repeat_ids: Vec::new(),
-            callback: None,
-            busy: None,
-            samples: BTreeMap::new(),
-            command: None,
-            hostile: Vec::new(),
-            golden_runs: Vec::new(),
-            haiku: None,
-            rss_peak_kib: None,
+            process: Process::default(),
+            stream: Stream::default(),
+            probes: Probes::default(),
+            budgets: Budgets::default(),
+            parity: Parity::default(),
+            workspace: Workspace::default(),
         }
     }
 
-    /// Replaces `{model}`, `{scratch}`, `{busy_port}`, `{gpu_count}` and `{callback_url}`.
+    /// Replaces `{model}`, `{scratch}`, `{busy_port}` and `{gpu_count}`.
     pub fn expand(&mut self, s: &str) -> Result<String> {
         let mut out = s
             .replace("{model}", &self.cfg.model.display().to_string())
@@ -179,23 +118,12 @@ impl TestWorld {
             out = out.replace("{scratch}", &self.scratch.display().to_string());
         }
         if out.contains("{busy_port}") {
-            if self.busy.is_none() {
-                self.busy = Some(std::net::TcpListener::bind("127.0.0.1:0")?);
-            }
-            let port = self.busy.as_ref().unwrap().local_addr()?.port();
-            out = out.replace("{busy_port}", &port.to_string());
-        }
-        if out.contains("{callback_url}") {
-            let url = self
-                .callback
-                .as_ref()
-                .map(|c| c.url.clone())
-                .ok_or_else(|| anyhow!("no callback listener in this scenario"))?;
-            out = out.replace("{callback_url}", &url);
+            out = out.replace("{busy_port}", &self.process.busy_port()?.to_string());
         }
         Ok(out)
     }
 
+    /// The model fixture of that name (see `crate::fixtures`); `reference` is the reference model.
     pub fn fixture(&self, name: &str) -> Result<PathBuf> {
         crate::fixtures::materialize(
             name,
@@ -205,152 +133,65 @@ impl TestWorld {
         )
     }
 
-    /// The standard command line: every required flag, a free port, the backend under test.
-    pub fn launch_for(&self, model: &Path, backend: &str) -> Result<Launch> {
-        let port = free_port()?;
-        let mut l = Launch {
-            bin: self.cfg.worker_bin.clone(),
-            args: Vec::new(),
-            env: self.env.clone(),
-            host: "127.0.0.1".into(),
-            port,
-        };
-        l.set("--worker-id", Some(&uuid_v4()));
-        l.set("--model", Some(&model.display().to_string()));
-        l.set("--gpu-device", Some("0"));
-        l.set("--port", Some(&port.to_string()));
-        l.set("--host", Some("127.0.0.1"));
-        l.set("--backend", Some(backend));
-        Ok(l)
-    }
-
+    /// The standard command line on `model` with the backend under test.
     pub fn launch(&self, model: &Path) -> Result<Launch> {
-        self.launch_for(model, &self.cfg.backend.clone())
+        self.process.launch(&self.cfg, model, &self.cfg.backend)
     }
 
-    /// Spawns the worker (not waiting for readiness).
-    pub fn spawn(&mut self, launch: Launch) -> Result<()> {
-        if let Some(w) = &mut self.worker {
-            if w.try_exit()?.is_none() {
-                bail!("a worker is already running in this scenario; stop it first");
-            }
-        }
-        self.worker = Some(Worker::spawn(launch)?);
-        Ok(())
+    /// The standard command line on `model` with `backend`.
+    pub fn launch_for(&self, model: &Path, backend: &str) -> Result<Launch> {
+        self.process.launch(&self.cfg, model, backend)
     }
 
-    /// Spawns and waits for `/health`.
+    /// Spawns the worker and waits for `/health`.
     pub async fn start_ready(&mut self, launch: Launch) -> Result<()> {
-        self.spawn(launch)?;
-        let timeout = self.cfg.start_timeout;
-        let w = self.worker.as_mut().unwrap();
-        if let Err(e) = w.wait_healthy(timeout).await {
-            let tail = tail(&w.log_text(), 40);
-            bail!(
-                "{e}\ncommand: {}\nworker log (tail):\n{tail}",
-                w.launch.command_line()
-            );
-        }
-        Ok(())
+        self.process.start_ready(launch, self.cfg.start_timeout).await
     }
 
-    pub fn worker(&mut self) -> Result<&mut Worker> {
-        self.worker
-            .as_mut()
-            .ok_or_else(|| anyhow!("no worker started in this scenario"))
+    /// Starts a separate worker with `backend` on `model`, waiting until it is healthy.
+    pub async fn start_other(&self, model: &Path, backend: &str) -> Result<Worker> {
+        let mut other = Worker::spawn(self.launch_for(model, backend)?)?;
+        other.wait_healthy(self.cfg.start_timeout).await?;
+        Ok(other)
     }
 
     pub fn client(&self) -> Result<Client> {
-        self.worker
-            .as_ref()
-            .map(Worker::client)
-            .ok_or_else(|| anyhow!("no worker started in this scenario"))
+        self.process.client()
     }
 
-    /// Posts a job; a stream becomes a live job, a refusal becomes `reply`.
+    /// Posts a job; a stream becomes a live job, a refusal becomes the plain reply.
     pub async fn post_job(&mut self, body: Value, headers: &[(&str, &str)]) -> Result<()> {
-        let id = body
-            .get("job_id")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
-        let client = self.client()?;
-        self.requests.insert(id.clone(), body.clone());
-        self.posted.push(id.clone());
-        match client.execute_with_headers(&body, headers).await? {
-            Execute::Stream(job) => {
-                self.live.insert(id, job);
-            }
-            Execute::Refused(r) => {
-                Recorder::refusal(&self.scenario, &id, r.status, &r.body);
-                self.refused.push((id, r.clone()));
-                self.reply = Some(r);
-            }
-        }
+        let client = self.process.client()?;
+        let outcome = client.execute_with_headers(&body, headers).await?;
+        self.stream.file(&self.scenario, body, outcome);
         Ok(())
     }
 
     /// Waits for a live job's end and files its transcript.
     pub async fn finish_job(&mut self, id: &str, timeout: Duration) -> Result<&Transcript> {
-        let job = self.live.remove(id).ok_or_else(|| {
-            anyhow!(
-                "no running job {id:?} (refused? {:?})",
-                self.refused
-                    .iter()
-                    .find(|(j, _)| j == id)
-                    .map(|(_, r)| (r.status, &r.body))
-            )
-        })?;
-        let t = job.finish(timeout).await?;
-        let req = self.requests.get(id).cloned().unwrap_or(Value::Null);
-        Recorder::transcript(&self.scenario, &req, &t);
-        crate::steps::stream::register(&self.scenario, &t);
-        self.done.insert(id.to_owned(), t);
-        Ok(&self.done[id])
+        self.stream.finish(&self.scenario, id, timeout).await
+    }
+
+    /// Posts a job and waits for its end.
+    pub async fn run_job(&mut self, body: Value) -> Result<&Transcript> {
+        let id = job_id(&body);
+        self.post_job(body, &[]).await?;
+        self.finish_job(&id, JOB_TIMEOUT).await
     }
 
     pub async fn finish_all(&mut self, timeout: Duration) -> Result<()> {
-        let ids: Vec<String> = self
-            .posted
-            .iter()
-            .filter(|id| self.live.contains_key(*id))
-            .cloned()
-            .collect();
-        for id in ids {
-            self.finish_job(&id, timeout).await?;
-        }
-        Ok(())
+        self.stream.finish_all(&self.scenario, timeout).await
     }
 
     /// Lets a still-running job finish (up to a minute) so checks can read its transcript.
-    pub async fn settle(&mut self, id: &str) -> Result<()> {
-        if self.live.contains_key(id) {
-            self.finish_job(id, Duration::from_secs(60)).await?;
-        }
-        Ok(())
-    }
-
-    pub fn transcript(&self, id: &str) -> Result<&Transcript> {
-        self.done.get(id).ok_or_else(|| {
-            anyhow!(
-                "job {id:?} has not finished (running: {}, refused: {})",
-                self.live.contains_key(id),
-                self.refused.iter().any(|(j, _)| j == id)
-            )
-        })
+    pub async fn settle(&mut self, id: &str) -> Result<&Transcript> {
+        self.stream.settle(&self.scenario, id).await
     }
 
     /// Stops every worker of the scenario (SIGTERM, then SIGKILL) and drops live jobs.
     pub async fn stop_all(&mut self) {
-        for (_, job) in std::mem::take(&mut self.live) {
-            job.disconnect();
-        }
-        for w in [self.worker.as_mut(), self.second.as_mut()]
-            .into_iter()
-            .flatten()
-        {
-            w.stop(Duration::from_secs(10)).await;
-        }
+        self.stream.disconnect_all();
+        self.process.stop_all().await;
     }
 }
 

@@ -1,24 +1,30 @@
-//! Step definitions, one module per concept, all over the one typed client
-//! (`crate::client`) and the worker process (`crate::process`). Steps use
-//! regular expressions (cucumber expressions treat `/` as an alternation).
+//! Step definitions, grouped by concept, all over the one typed client
+//! (`crate::client`) and the World's parts (`crate::world`):
+//!
+//! - `process`: starting, signalling and stopping workers; their logs; the GPU's view;
+//! - `requests`: posting jobs, cancelling, the streams and plain replies they give;
+//! - `observe`: `/health` and `/metrics`;
+//! - `model`: tokenizer and llama.cpp goldens, the haiku, parity logs, CPU-vs-CUDA;
+//! - `budgets`: measurements against budgets.yaml (`@bench`);
+//! - `workspace`: unit tests, source checks, cargo and nested harness runs.
+//!
+//! Steps are cucumber expressions with typed parameters (`params`): `{int}`,
+//! `{float}`, `{string}` and this suite's own (`{model}`, `{code}`, `{names}`, ...).
+//! A `/` in an expression is an alternation, so literal slashes are written `\/`.
 
-pub mod bench;
-pub mod cancel;
-pub mod execute;
-pub mod golden;
-pub mod health;
-pub mod lifecycle;
-pub mod logs;
-pub mod metrics;
+pub mod budgets;
 pub mod model;
-pub mod parity;
-pub mod stream;
-pub mod tokenize;
+pub mod observe;
+pub mod params;
+pub mod process;
+pub mod requests;
 pub mod workspace;
 
 use std::fmt;
 
 use cucumber::gherkin::Step;
+
+pub use params::quoted_list;
 
 /// A step failure; shows the whole anyhow chain (cucumber prints it with `{}`).
 #[derive(Debug)]
@@ -72,76 +78,63 @@ pub fn table_rows(step: &Step) -> anyhow::Result<Vec<std::collections::BTreeMap<
         .collect())
 }
 
-/// `"a", "b" and "c"` -> `[a, b, c]`.
-pub fn quoted_list(s: &str) -> Vec<String> {
-    s.split('"').skip(1).step_by(2).map(str::to_owned).collect()
-}
-
 #[cfg(test)]
 mod tests {
+    use cucumber::codegen::{StepConstructor as _, WorldInventory};
+    use cucumber::feature::Ext as _;
+    use cucumber::gherkin::{Feature, GherkinEnv, StepType};
+
+    use crate::world::TestWorld;
+
+    /// Every feature step of the given kind, examples expanded.
+    fn feature_steps() -> Vec<(StepType, String)> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../features");
+        let mut out = Vec::new();
+        for file in crate::catalogue::feature_files(&dir).unwrap() {
+            let f = Feature::parse_path(&file, GherkinEnv::default())
+                .unwrap()
+                .expand_examples()
+                .unwrap();
+            let scenarios = f
+                .scenarios
+                .iter()
+                .chain(f.rules.iter().flat_map(|r| r.scenarios.iter()));
+            for sc in scenarios {
+                let background = f.background.iter().flat_map(|b| b.steps.iter());
+                for st in background.chain(sc.steps.iter()) {
+                    out.push((st.ty, st.value.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Every step definition is used by some feature line of its kind (none is dead code).
     #[test]
-    fn quoted_lists() {
-        assert_eq!(
-            super::quoted_list(r#""a", "b c" and "d""#),
-            ["a", "b c", "d"]
-        );
-        assert!(super::quoted_list("none").is_empty());
-    }
-}
-
-/// How a scenario stops the worker gracefully.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stop {
-    Shutdown,
-    Sigterm,
-}
-
-impl std::str::FromStr for Stop {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> anyhow::Result<Self> {
-        match s {
-            "/shutdown" => Ok(Stop::Shutdown),
-            "SIGTERM" => Ok(Stop::Sigterm),
-            other => Err(anyhow::anyhow!("unknown way to stop the worker: {other}")),
+    fn every_step_definition_is_used() {
+        type G = <TestWorld as WorldInventory>::Given;
+        type W = <TestWorld as WorldInventory>::When;
+        type T = <TestWorld as WorldInventory>::Then;
+        let steps = feature_steps();
+        let mut defs = Vec::new();
+        for s in cucumber::codegen::inventory::iter::<G> {
+            defs.push((StepType::Given, s.inner()));
         }
-    }
-}
-
-/// An error code of M0-W-1500, checked when the feature is parsed into a step.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Code(pub String);
-
-impl std::str::FromStr for Code {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> anyhow::Result<Self> {
-        if crate::events::ERROR_CODES.contains(&s) {
-            Ok(Code(s.to_owned()))
-        } else {
-            Err(anyhow::anyhow!("{s} is not an error code of M0-W-1500"))
+        for s in cucumber::codegen::inventory::iter::<W> {
+            defs.push((StepType::When, s.inner()));
         }
-    }
-}
-
-impl std::fmt::Display for Code {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// A model fixture name (see `crate::fixtures`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Model(pub String);
-
-impl std::str::FromStr for Model {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> anyhow::Result<Self> {
-        if crate::fixtures::NAMES.contains(&s)
-            || s.starts_with("synthetic-")
-            || s == "reference-tokenizer-json"
-        {
-            Ok(Model(s.to_owned()))
-        } else {
-            Err(anyhow::anyhow!("unknown model fixture {s:?}"))
+        for s in cucumber::codegen::inventory::iter::<T> {
+            defs.push((StepType::Then, s.inner()));
         }
+        let unused: Vec<String> = defs
+            .iter()
+            .filter(|(ty, (_, re, _))| {
+                let re = re();
+                !steps.iter().any(|(t, v)| t == ty && re.is_match(v))
+            })
+            .map(|(ty, (loc, re, _))| format!("{ty:?} {} ({}:{})", re(), loc.path, loc.line))
+            .collect();
+        assert!(defs.len() > 50, "only {} step definitions found", defs.len());
+        assert!(unused.is_empty(), "step definitions no feature uses:\n{}", unused.join("\n"));
     }
 }

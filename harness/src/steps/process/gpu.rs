@@ -5,8 +5,8 @@ use std::process::Command;
 use anyhow::{anyhow, Context};
 use cucumber::then;
 
-use super::StepResult;
 use crate::check;
+use crate::steps::StepResult;
 use crate::world::TestWorld;
 
 /// `(pid, used MiB)` of every compute process nvidia-smi lists.
@@ -33,9 +33,9 @@ fn gpu_processes() -> anyhow::Result<Vec<(u32, u64)>> {
         .collect())
 }
 
-#[then(regex = r"^nvidia-smi lists the worker's PID with memory in use$")]
+#[then(expr = "nvidia-smi lists the worker's PID with memory in use")]
 async fn listed(w: &mut TestWorld) -> StepResult {
-    let pid = w.worker()?.pid;
+    let pid = w.process.worker()?.pid;
     let procs = gpu_processes()?;
     let mine = procs.iter().find(|(p, _)| *p == pid);
     check!(
@@ -45,9 +45,9 @@ async fn listed(w: &mut TestWorld) -> StepResult {
     Ok(())
 }
 
-#[then(regex = r"^nvidia-smi no longer lists the worker's PID$")]
+#[then(expr = "nvidia-smi no longer lists the worker's PID")]
 async fn not_listed(w: &mut TestWorld) -> StepResult {
-    let pid = w.worker()?.pid;
+    let pid = w.process.worker()?.pid;
     let procs = gpu_processes()?;
     check!(
         !procs.iter().any(|(p, _)| *p == pid),

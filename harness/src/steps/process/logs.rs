@@ -1,24 +1,69 @@
-//! The worker's JSON log: narration events, their fields, and what must not be there.
+//! What the worker printed: its output (for start-up failures) and its JSON log's
+//! narration events, their fields, and what must not be there.
 
 use anyhow::anyhow;
 use cucumber::then;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::{quoted_list, StepResult};
 use crate::check;
-use crate::process::LogLine;
-use crate::world::TestWorld;
+use crate::process::{exit_code, LogLine};
+use crate::steps::params::{Names, Numbers};
+use crate::steps::StepResult;
+use crate::world::{tail, TestWorld};
 
 fn first_index(log: &[LogLine], event: &str) -> Option<usize> {
     log.iter().position(|l| l.event() == Some(event))
 }
 
-#[then(regex = r"^the log events appear in order: (.+)$")]
-async fn in_order(w: &mut TestWorld, list: String) -> StepResult {
-    let log = w.worker()?.log();
+#[then(expr = "the worker's output names the flag {string}")]
+async fn names_flag(w: &mut TestWorld, flag: String) -> StepResult {
+    let out = w.process.output()?;
+    let variants = [flag.to_lowercase(), flag.to_lowercase().replace('-', "_")];
+    check!(
+        variants.iter().any(|v| out.contains(v.as_str())),
+        "the output does not name {flag}:\n{}",
+        tail(&out, 20)
+    );
+    Ok(())
+}
+
+/// Case-insensitively, all the names in one line (one record names the thing and its value).
+#[then(expr = "the worker's output mentions {names}")]
+pub async fn mentions(w: &mut TestWorld, names: Names) -> StepResult {
+    let out = w.process.output()?;
+    let names: Vec<String> = names.0.iter().map(|n| n.to_lowercase()).collect();
+    let hit = out
+        .lines()
+        .any(|l| names.iter().all(|n| l.contains(n.as_str())));
+    check!(
+        hit,
+        "no output line mentions {}:\n{}",
+        names.join(" and "),
+        tail(&out, 20)
+    );
+    Ok(())
+}
+
+#[then(expr = "the worker did not panic")]
+pub async fn no_panic(w: &mut TestWorld) -> StepResult {
+    let out = w.process.worker()?.log_text();
+    check!(
+        !out.contains("panicked at"),
+        "the worker panicked:\n{}",
+        tail(&out, 20)
+    );
+    if let Some(st) = w.process.worker()?.try_exit()? {
+        check!(exit_code(st) != 101, "exit code 101 is Rust's panic code");
+    }
+    Ok(())
+}
+
+#[then(expr = "the log events appear in order: {names}")]
+async fn in_order(w: &mut TestWorld, names: Names) -> StepResult {
+    let log = w.process.worker()?.log();
     let mut last = None;
-    for name in quoted_list(&list) {
+    for name in names.0 {
         let i = first_index(&log, &name).ok_or_else(|| anyhow!("no {name} record in the log"))?;
         if let Some((prev, j)) = &last {
             check!(i > *j, "{name} (line {i}) came before {prev} (line {j})");
@@ -28,9 +73,9 @@ async fn in_order(w: &mut TestWorld, list: String) -> StepResult {
     Ok(())
 }
 
-#[then(regex = r#"^the "ready" record carries the worker id$"#)]
+#[then(expr = "the \"ready\" record carries the worker id")]
 async fn ready_worker_id(w: &mut TestWorld) -> StepResult {
-    let worker = w.worker()?;
+    let worker = w.process.worker()?;
     let id = worker
         .launch
         .get("--worker-id")
@@ -46,18 +91,18 @@ async fn ready_worker_id(w: &mut TestWorld) -> StepResult {
     Ok(())
 }
 
-#[then(regex = r#"^the worker logged an? "([^"]+)" record$"#)]
+#[then(expr = "the worker logged a(n) {string} record")]
 async fn logged(w: &mut TestWorld, event: String) -> StepResult {
     check!(
-        !w.worker()?.events(&event).is_empty(),
+        !w.process.worker()?.events(&event).is_empty(),
         "no {event} record in the log"
     );
     Ok(())
 }
 
-#[then(regex = r#"^the worker logged no "([^"]+)" record$"#)]
+#[then(expr = "the worker logged no {string} record")]
 async fn logged_none(w: &mut TestWorld, event: String) -> StepResult {
-    let ev = w.worker()?.events(&event);
+    let ev = w.process.worker()?.events(&event);
     check!(
         ev.is_empty(),
         "{} {event} record(s), the first: {}",
@@ -69,10 +114,10 @@ async fn logged_none(w: &mut TestWorld, event: String) -> StepResult {
 
 /// `fields "a", "*need*" and "b" and the model path`: `*x*` matches any field name containing x.
 #[then(
-    regex = r#"^the worker logged an "error" record with code "([^"]+)" and fields (.+) and the model path$"#
+    expr = "the worker logged an \"error\" record with code {string} and fields {names} and the model path"
 )]
-async fn error_record(w: &mut TestWorld, code: String, fields: String) -> StepResult {
-    let worker = w.worker()?;
+async fn error_record(w: &mut TestWorld, code: String, fields: Names) -> StepResult {
+    let worker = w.process.worker()?;
     let model = worker
         .model_path()
         .map(|p| p.display().to_string())
@@ -93,7 +138,7 @@ async fn error_record(w: &mut TestWorld, code: String, fields: String) -> StepRe
         "the {code} record's level is {level:?}, want ERROR"
     );
     let flat = flatten(rec.json.as_ref().unwrap());
-    for f in quoted_list(&fields) {
+    for f in fields.0 {
         let pat = f.trim_matches('*');
         let hit = if f.starts_with('*') {
             flat.iter().any(|(k, _)| k.contains(pat))
@@ -132,10 +177,11 @@ fn flatten(v: &Value) -> Vec<(String, Value)> {
     out
 }
 
-#[then(regex = r"^the log has events (.+)$")]
-async fn has_events(w: &mut TestWorld, list: String) -> StepResult {
-    let log = w.worker()?.log();
-    let missing: Vec<String> = quoted_list(&list)
+#[then(expr = "the log has events {names}")]
+async fn has_events(w: &mut TestWorld, names: Names) -> StepResult {
+    let log = w.process.worker()?.log();
+    let missing: Vec<String> = names
+        .0
         .into_iter()
         .filter(|e| first_index(&log, e).is_none())
         .collect();
@@ -146,15 +192,14 @@ async fn has_events(w: &mut TestWorld, list: String) -> StepResult {
     Ok(())
 }
 
-#[then(regex = r"^every narration record carries (.+)$")]
-async fn narration_fields(w: &mut TestWorld, list: String) -> StepResult {
-    let fields = quoted_list(&list);
-    let log = w.worker()?.log();
+#[then(expr = "every narration record carries {names}")]
+async fn narration_fields(w: &mut TestWorld, fields: Names) -> StepResult {
+    let log = w.process.worker()?.log();
     let narr: Vec<&LogLine> = log.iter().filter(|l| l.event().is_some()).collect();
     check!(!narr.is_empty(), "no narration records");
     let mut bad = Vec::new();
     for l in narr {
-        for f in &fields {
+        for f in &fields.0 {
             if l.field(f).is_none() {
                 bad.push(format!("{} lacks {f}", l.event().unwrap()));
             }
@@ -165,10 +210,10 @@ async fn narration_fields(w: &mut TestWorld, list: String) -> StepResult {
     Ok(())
 }
 
-#[then(regex = r#"^the (.+) records of job "([^"]+)" carry its job_id$"#)]
-async fn job_records(w: &mut TestWorld, list: String, id: String) -> StepResult {
-    let log = w.worker()?.log();
-    for e in quoted_list(&list) {
+#[then(expr = "the {names} records of job {string} carry its job_id")]
+async fn job_records(w: &mut TestWorld, events: Names, id: String) -> StepResult {
+    let log = w.process.worker()?.log();
+    for e in events.0 {
         let hit = log.iter().any(|l| {
             l.event() == Some(e.as_str())
                 && l.field("job_id").and_then(Value::as_str) == Some(id.as_str())
@@ -179,17 +224,17 @@ async fn job_records(w: &mut TestWorld, list: String, id: String) -> StepResult 
 }
 
 #[then(
-    regex = r#"^the "execute_end" record of job "([^"]+)" has tokens_in, and tokens_out, decode_time_ms and first_token_ms equal to its end event$"#
+    expr = "the \"execute_end\" record of job {string} has tokens_in, and tokens_out, decode_time_ms and first_token_ms equal to its end event"
 )]
 async fn execute_end_fields(w: &mut TestWorld, id: String) -> StepResult {
-    w.settle(&id).await?;
     let end = w
-        .transcript(&id)?
+        .settle(&id)
+        .await?
         .first("end")
         .ok_or_else(|| anyhow!("job {id} has no end event"))?
         .data
         .clone();
-    let log = w.worker()?.log();
+    let log = w.process.worker()?.log();
     let rec = log
         .iter()
         .find(|l| {
@@ -212,9 +257,9 @@ async fn execute_end_fields(w: &mut TestWorld, id: String) -> StepResult {
     Ok(())
 }
 
-#[then(regex = r#"^the "model_load_complete" record has a numeric "([^"]+)"$"#)]
+#[then(expr = "the \"model_load_complete\" record has a numeric {string}")]
 async fn load_complete_numeric(w: &mut TestWorld, field: String) -> StepResult {
-    let recs = w.worker()?.events("model_load_complete");
+    let recs = w.process.worker()?.events("model_load_complete");
     let r = recs
         .first()
         .ok_or_else(|| anyhow!("no model_load_complete record"))?;
@@ -226,25 +271,24 @@ async fn load_complete_numeric(w: &mut TestWorld, field: String) -> StepResult {
     Ok(())
 }
 
-#[then(regex = r#"^the worker's log does not contain "([^"]+)" or "([^"]+)"$"#)]
-async fn log_lacks(w: &mut TestWorld, a: String, b: String) -> StepResult {
-    let log = w.worker()?.log_text();
-    for s in [a, b] {
+#[then(expr = "the worker's log does not contain {names}")]
+async fn log_lacks(w: &mut TestWorld, texts: Names) -> StepResult {
+    let log = w.process.worker()?.log_text();
+    for s in texts.0 {
         check!(!log.contains(&s), "the log contains {s:?}");
     }
     Ok(())
 }
 
-#[then(regex = r#"^the worker's log does not contain job "([^"]+)"'s generated text$"#)]
+#[then(expr = "the worker's log does not contain job {string}'s generated text")]
 async fn log_lacks_output(w: &mut TestWorld, id: String) -> StepResult {
-    w.settle(&id).await?;
-    let text = w.transcript(&id)?.text();
+    let text = w.settle(&id).await?.text();
     let text = text.trim();
     check!(
         text.chars().count() >= 8,
         "the job generated too little text ({text:?}) to search for"
     );
-    let log = w.worker()?.log_text();
+    let log = w.process.worker()?.log_text();
     check!(
         !log.contains(text),
         "the log contains the generated text {text:?}"
@@ -252,9 +296,10 @@ async fn log_lacks_output(w: &mut TestWorld, id: String) -> StepResult {
     Ok(())
 }
 
-#[then(regex = r#"^the worker's log contains the SHA-256 of job "([^"]+)"'s prompt$"#)]
+#[then(expr = "the worker's log contains the SHA-256 of job {string}'s prompt")]
 async fn log_has_hash(w: &mut TestWorld, id: String) -> StepResult {
     let prompt = w
+        .stream
         .requests
         .get(&id)
         .and_then(|r| r.get("prompt"))
@@ -265,7 +310,7 @@ async fn log_has_hash(w: &mut TestWorld, id: String) -> StepResult {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    let log = w.worker()?.log_text().to_lowercase();
+    let log = w.process.worker()?.log_text().to_lowercase();
     check!(
         log.contains(&hex),
         "the log lacks the prompt's SHA-256 {hex}"
@@ -274,15 +319,11 @@ async fn log_has_hash(w: &mut TestWorld, id: String) -> StepResult {
 }
 
 #[then(
-    regex = r#"^the log has "model_load_progress" percent (.+) in order between "([^"]+)" and "([^"]+)"$"#
+    expr = "the log has \"model_load_progress\" percent {numbers} in order between {string} and {string}"
 )]
-async fn progress(w: &mut TestWorld, list: String, start: String, end: String) -> StepResult {
-    let want: Vec<f64> = list
-        .split(',')
-        .map(|s| s.trim().parse())
-        .collect::<Result<_, _>>()
-        .map_err(|e| anyhow!("bad percent list {list}: {e}"))?;
-    let log = w.worker()?.log();
+async fn progress(w: &mut TestWorld, want: Numbers, start: String, end: String) -> StepResult {
+    let want = want.0;
+    let log = w.process.worker()?.log();
     let (s, e) = (
         first_index(&log, &start).ok_or_else(|| anyhow!("no {start}"))?,
         first_index(&log, &end).ok_or_else(|| anyhow!("no {end}"))?,

@@ -6,9 +6,10 @@ use anyhow::anyhow;
 use cucumber::{then, when};
 use serde_json::Value;
 
-use super::StepResult;
 use crate::check;
 use crate::gguf::Gguf;
+use crate::steps::params::{Json, OnCuda, Within};
+use crate::steps::StepResult;
 use crate::world::TestWorld;
 
 async fn health(w: &TestWorld) -> anyhow::Result<Value> {
@@ -20,18 +21,16 @@ fn field<'a>(h: &'a Value, name: &str) -> anyhow::Result<&'a Value> {
         .ok_or_else(|| anyhow!("/health has no {name}: {h}"))
 }
 
-#[then(regex = r#"^/health says "([^"]+)"$"#)]
-async fn says(w: &mut TestWorld, status: String) -> StepResult {
-    let h = health(w).await?;
-    check!(
-        field(&h, "status")?.as_str() == Some(status.as_str()),
-        "/health: {h}"
-    );
-    Ok(())
-}
-
-#[then(regex = r#"^within (\d+) s /health says "([^"]+)"$"#)]
-async fn says_within(w: &mut TestWorld, secs: u64, status: String) -> StepResult {
+#[then(expr = "{within}\\/health says {string}")]
+async fn says(w: &mut TestWorld, within: Within, status: String) -> StepResult {
+    let Some(secs) = within.0 else {
+        let h = health(w).await?;
+        check!(
+            field(&h, "status")?.as_str() == Some(status.as_str()),
+            "/health: {h}"
+        );
+        return Ok(());
+    };
     let deadline = Instant::now() + Duration::from_secs(secs);
     let mut last = Value::Null;
     while Instant::now() < deadline {
@@ -46,18 +45,18 @@ async fn says_within(w: &mut TestWorld, secs: u64, status: String) -> StepResult
     Err(anyhow!("/health did not say {status} within {secs} s; last: {last}").into())
 }
 
-#[when(regex = r"^I remember /health$")]
+#[when(expr = "I remember \\/health")]
 async fn remember(w: &mut TestWorld) -> StepResult {
-    w.remembered_health = Some(health(w).await?);
+    w.probes.remembered_health = Some(health(w).await?);
     Ok(())
 }
 
-#[then(regex = r#"^/health field "([^"]+)" is unchanged$"#)]
-async fn unchanged(w: &mut TestWorld, name: String) -> StepResult {
-    let before = w
-        .remembered_health
-        .clone()
-        .ok_or_else(|| anyhow!("nothing remembered"))?;
+#[then(expr = "{on_cuda}\\/health field {string} is unchanged")]
+async fn unchanged(w: &mut TestWorld, on_cuda: OnCuda, name: String) -> StepResult {
+    if on_cuda.0 && w.cfg.backend != "cuda" {
+        return Ok(());
+    }
+    let before = w.probes.remembered()?.clone();
     let now = health(w).await?;
     check!(
         field(&before, &name)? == field(&now, &name)?,
@@ -68,62 +67,29 @@ async fn unchanged(w: &mut TestWorld, name: String) -> StepResult {
     Ok(())
 }
 
-#[then(regex = r#"^on cuda /health field "([^"]+)" is unchanged$"#)]
-async fn unchanged_on_cuda(w: &mut TestWorld, name: String) -> StepResult {
-    if w.cfg.backend == "cuda" {
-        unchanged(w, name).await?;
-    }
-    Ok(())
-}
-
-#[then(regex = r#"^/health field "([^"]+)" is "([^"]*)"$"#)]
-async fn is_string(w: &mut TestWorld, name: String, want: String) -> StepResult {
+/// A string, boolean or whole number field, compared as JSON.
+#[then(expr = "\\/health field {string} is {json}")]
+async fn is_value(w: &mut TestWorld, name: String, want: Json) -> StepResult {
     let h = health(w).await?;
     check!(
-        field(&h, &name)?.as_str() == Some(want.as_str()),
-        "/health {name} is {}, want {want:?}",
-        h[&name]
+        *field(&h, &name)? == want.0,
+        "/health {name} is {}, want {}",
+        h[&name],
+        want.0
     );
     Ok(())
 }
 
-#[then(regex = r#"^/health field "([^"]+)" is (true|false)$"#)]
-async fn is_bool(w: &mut TestWorld, name: String, want: bool) -> StepResult {
-    let h = health(w).await?;
-    check!(
-        field(&h, &name)?.as_bool() == Some(want),
-        "/health {name} is {}, want {want}",
-        h[&name]
-    );
-    Ok(())
-}
-
-#[then(regex = r#"^/health field "([^"]+)" is (\d+)$"#)]
-async fn is_number(w: &mut TestWorld, name: String, want: u64) -> StepResult {
-    let h = health(w).await?;
-    check!(
-        field(&h, &name)?.as_u64() == Some(want),
-        "/health {name} is {}, want {want}",
-        h[&name]
-    );
-    Ok(())
-}
-
-#[then(regex = r#"^/health field "backend" is the launched backend$"#)]
+#[then(expr = "\\/health field \"backend\" is the launched backend")]
 async fn launched_backend(w: &mut TestWorld) -> StepResult {
-    let want = w
-        .worker()?
-        .launch
-        .get("--backend")
-        .unwrap_or("cuda")
-        .to_owned();
-    is_string(w, "backend".into(), want).await
+    let want = w.process.backend()?;
+    is_value(w, "backend".into(), Json(Value::String(want))).await
 }
 
 /// `resident` is true on cuda and false (ignored) on cpu.
-#[then(regex = r"^/health reports the residency of the launched backend$")]
+#[then(expr = "\\/health reports the residency of the launched backend")]
 async fn residency(w: &mut TestWorld) -> StepResult {
-    let cuda = w.worker()?.launch.get("--backend").unwrap_or("cuda") == "cuda";
+    let cuda = w.process.backend()? == "cuda";
     let h = health(w).await?;
     check!(
         field(&h, "resident")?.as_bool() == Some(cuda),
@@ -141,12 +107,7 @@ async fn residency(w: &mut TestWorld) -> StepResult {
     Ok(())
 }
 
-#[then(regex = r"^on cuda the weights are still resident$")]
-async fn still_resident(w: &mut TestWorld) -> StepResult {
-    residency(w).await
-}
-
-#[then(regex = r"^/health has the typed fields of REQUIREMENTS.md$")]
+#[then(expr = "\\/health has the typed fields of REQUIREMENTS.md")]
 async fn typed(w: &mut TestWorld) -> StepResult {
     let h = health(w).await?;
     let mut bad = Vec::new();
@@ -183,18 +144,20 @@ async fn typed(w: &mut TestWorld) -> StepResult {
     Ok(())
 }
 
-fn tensor_bytes(w: &mut TestWorld) -> anyhow::Result<u64> {
+/// The worker's model file's header.
+fn model_header(w: &mut TestWorld) -> anyhow::Result<Gguf> {
     let path = w
+        .process
         .worker()?
         .model_path()
         .ok_or_else(|| anyhow!("no --model"))?
         .to_path_buf();
-    Gguf::read_header(&path)?.total_tensor_bytes()
+    Gguf::read_header(&path)
 }
 
-#[then(regex = r#"^/health field "vram_bytes_used" is at least the model's tensor bytes$"#)]
+#[then(expr = "\\/health field \"vram_bytes_used\" is at least the model's tensor bytes")]
 async fn vram_covers(w: &mut TestWorld) -> StepResult {
-    let need = tensor_bytes(w)?;
+    let need = model_header(w)?.total_tensor_bytes()?;
     let h = health(w).await?;
     let used = field(&h, "vram_bytes_used")?
         .as_u64()
@@ -203,9 +166,10 @@ async fn vram_covers(w: &mut TestWorld) -> StepResult {
     Ok(())
 }
 
-#[then(regex = r#"^/health field "([^"]+)" is within (\d+)% of the model's tensor bytes$"#)]
-async fn within_pct(w: &mut TestWorld, name: String, pct: f64) -> StepResult {
-    let need = tensor_bytes(w)? as f64;
+#[then(expr = "\\/health field {string} is within {int}% of the model's tensor bytes")]
+async fn within_pct(w: &mut TestWorld, name: String, pct: u32) -> StepResult {
+    let need = model_header(w)?.total_tensor_bytes()? as f64;
+    let pct = f64::from(pct);
     let h = health(w).await?;
     let used = field(&h, &name)?
         .as_f64()
@@ -217,16 +181,10 @@ async fn within_pct(w: &mut TestWorld, name: String, pct: f64) -> StepResult {
     Ok(())
 }
 
-#[then(regex = r#"^/health field "([^"]+)" equals the model file's vocabulary size$"#)]
+#[then(expr = "\\/health field {string} equals the model file's vocabulary size")]
 async fn vocab_of_file(w: &mut TestWorld, name: String) -> StepResult {
-    let path = w
-        .worker()?
-        .model_path()
-        .ok_or_else(|| anyhow!("no --model"))?
-        .to_path_buf();
-    let g = Gguf::read_header(&path)?;
-    let n = g
+    let n = model_header(w)?
         .array_len("tokenizer.ggml.tokens")
         .ok_or_else(|| anyhow!("the model file has no tokenizer.ggml.tokens"))?;
-    is_number(w, name, n).await
+    is_value(w, name, Json(n.into())).await
 }

@@ -1,5 +1,5 @@
 //! Measurements against budgets.yaml (the `@bench` scenarios). Each measuring step
-//! stores its samples under a fixed name; a budget step picks them by description,
+//! stores its samples under a fixed name; a budget step picks them by description (`{samples}`),
 //! summarises them (p50/p95/p99) into the proof bundle and compares with slack.
 
 use std::time::{Duration, Instant};
@@ -8,13 +8,13 @@ use anyhow::anyhow;
 use cucumber::{then, when};
 use serde_json::{json, Value};
 
-use super::execute::JOB_TIMEOUT;
-use super::StepResult;
 use crate::check;
-use crate::process::Worker;
 use crate::proof::Recorder;
 use crate::stats::Summary;
-use crate::world::TestWorld;
+use crate::steps::params::Samples;
+use crate::steps::workspace::commands::run_line;
+use crate::steps::StepResult;
+use crate::world::{tail, TestWorld, JOB_TIMEOUT};
 
 const SHORT: &str = "Name three colours.";
 
@@ -22,19 +22,14 @@ fn long_job(id: &str) -> Value {
     json!({"job_id": id, "prompt": "Count upward: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "max_tokens": 2048, "temperature": 0})
 }
 
-fn push(w: &mut TestWorld, key: &str, v: f64) {
-    w.samples.entry(key.to_owned()).or_default().push(v);
-}
-
-#[when(regex = r#"^I time (\d+) cold starts of the worker to "ready"$"#)]
+#[when(expr = "I time {int} cold starts of the worker to \"ready\"")]
 async fn cold_starts(w: &mut TestWorld, n: usize) -> StepResult {
     for _ in 0..n {
-        let l = w.launch(&w.cfg.model.clone())?;
-        let mut worker = Worker::spawn(l)?;
+        let mut worker = crate::process::Worker::spawn(w.launch(&w.cfg.model)?)?;
         let ready = worker
             .wait_log(w.cfg.start_timeout, |l| l.event() == Some("ready"))
             .await?;
-        push(w, "startup_s", ready.at.as_secs_f64());
+        w.budgets.push("startup_s", ready.at.as_secs_f64());
         let ev = |name: &str| worker.events(name).into_iter().next();
         let (start, done) = (
             ev("model_load_start").ok_or_else(|| anyhow!("no model_load_start"))?,
@@ -45,13 +40,13 @@ async fn cold_starts(w: &mut TestWorld, n: usize) -> StepResult {
             (Some(a), Some(b)) => (b - a).num_microseconds().unwrap_or(0) as f64 / 1e6,
             _ => (done.at - start.at).as_secs_f64(),
         };
-        push(w, "load_s", load);
+        w.budgets.push("load_s", load);
         worker.stop(Duration::from_secs(10)).await;
     }
     Ok(())
 }
 
-#[when(regex = r"^I run (\d+) sequential jobs of (\d+) tokens on a short prompt$")]
+#[when(expr = "I run {int} sequential jobs of {int} tokens on a short prompt")]
 async fn sequential(w: &mut TestWorld, n: usize, tokens: u64) -> StepResult {
     let client = w.client()?;
     for k in 0..n {
@@ -66,17 +61,16 @@ async fn sequential(w: &mut TestWorld, n: usize, tokens: u64) -> StepResult {
             )
         })?;
         if let Some(first) = toks.first() {
-            push(w, "first_token_client_ms", first.at.as_secs_f64() * 1e3);
+            w.budgets.push("first_token_client_ms", first.at.as_secs_f64() * 1e3);
         }
         for pair in toks.windows(2) {
-            push(
-                w,
+            w.budgets.push(
                 "inter_token_ms",
                 (pair[1].at - pair[0].at).as_secs_f64() * 1e3,
             );
         }
         if let Some(ms) = end.data.get("first_token_ms").and_then(Value::as_f64) {
-            push(w, "first_token_worker_ms", ms);
+            w.budgets.push("first_token_worker_ms", ms);
         }
         let (out, ms) = (
             end.data.get("tokens_out").and_then(Value::as_f64),
@@ -84,26 +78,26 @@ async fn sequential(w: &mut TestWorld, n: usize, tokens: u64) -> StepResult {
         );
         if let (Some(out), Some(ms)) = (out, ms) {
             if ms > 0.0 {
-                push(w, "decode_tok_s", out / (ms / 1e3));
+                w.budgets.push("decode_tok_s", out / (ms / 1e3));
             }
         }
     }
     Ok(())
 }
 
-#[when(regex = r"^I call /health (\d+) times$")]
+#[when(expr = "I call \\/health {int} times")]
 async fn health_calls(w: &mut TestWorld, n: usize) -> StepResult {
     let client = w.client()?;
     for _ in 0..n {
         let t = Instant::now();
         let r = client.get("/health").await?;
         check!(r.status == 200, "/health answered {}", r.status);
-        push(w, "health_ms", t.elapsed().as_secs_f64() * 1e3);
+        w.budgets.push("health_ms", t.elapsed().as_secs_f64() * 1e3);
     }
     Ok(())
 }
 
-#[when(regex = r"^I cancel (\d+) long jobs after (\d+) tokens each$")]
+#[when(expr = "I cancel {int} long jobs after {int} tokens each")]
 async fn cancel_many(w: &mut TestWorld, n: usize, after: usize) -> StepResult {
     let client = w.client()?;
     for k in 0..n {
@@ -118,8 +112,7 @@ async fn cancel_many(w: &mut TestWorld, n: usize, after: usize) -> StepResult {
         let term = t
             .terminal()
             .ok_or_else(|| anyhow!("job {id} has no terminal event"))?;
-        push(
-            w,
+        w.budgets.push(
             "cancel_ms",
             t.arrival(term)
                 .saturating_duration_since(sent)
@@ -131,12 +124,10 @@ async fn cancel_many(w: &mut TestWorld, n: usize, after: usize) -> StepResult {
     Ok(())
 }
 
-#[when(regex = r"^I time (\d+) SIGTERM shutdowns during a long job$")]
+#[when(expr = "I time {int} SIGTERM shutdowns during a long job")]
 async fn shutdowns(w: &mut TestWorld, n: usize) -> StepResult {
     for k in 0..n {
-        let l = w.launch(&w.cfg.model.clone())?;
-        let mut worker = Worker::spawn(l)?;
-        worker.wait_healthy(w.cfg.start_timeout).await?;
+        let mut worker = w.start_other(&w.cfg.model, &w.cfg.backend).await?;
         let job = worker
             .client()
             .execute(&long_job(&format!("term-{k}")))
@@ -149,8 +140,7 @@ async fn shutdowns(w: &mut TestWorld, n: usize) -> StepResult {
         let exited = worker
             .exited_at()
             .ok_or_else(|| anyhow!("the worker did not exit within 60 s of SIGTERM"))?;
-        push(
-            w,
+        w.budgets.push(
             "shutdown_ms",
             exited.saturating_duration_since(sent).as_secs_f64() * 1e3,
         );
@@ -163,16 +153,16 @@ async fn shutdowns(w: &mut TestWorld, n: usize) -> StepResult {
     Ok(())
 }
 
-#[when(regex = r#"^I run the criterion benchmark "([^"]+)"$"#)]
+#[when(expr = "I run the criterion benchmark {string}")]
 async fn criterion(w: &mut TestWorld, name: String) -> StepResult {
     // The bench target is named after the benchmark (benches/benches/NAME.rs).
     let line = format!("cargo bench -p worker-benches --bench {name} -- --output-format bencher");
-    let o = super::workspace::run_line(&w.cfg.workspace, &line, &[])?;
+    let o = run_line(&w.cfg.workspace, &line, &[])?;
     let text = o.output;
     check!(
         o.code == Some(0),
         "cargo bench failed: {}",
-        crate::world::tail(&text, 20)
+        tail(&text, 20)
     );
     // bencher format: `test NAME ... bench:   123,456 ns/iter (+/- 789)`
     let re = regex::Regex::new(r"test (\S+)\s+\.\.\. bench:\s+([\d,]+) ns/iter").unwrap();
@@ -184,33 +174,12 @@ async fn criterion(w: &mut TestWorld, name: String) -> StepResult {
     check!(
         !ns.is_empty(),
         "no benchmark named like {name:?} reported a time:\n{}",
-        crate::world::tail(&text, 20)
+        tail(&text, 20)
     );
     for v in ns {
-        push(w, "execute_parse_ms", v / 1e6);
+        w.budgets.push("execute_parse_ms", v / 1e6);
     }
     Ok(())
-}
-
-/// Which samples a budget step's description names.
-fn samples_for(budget: &str, what: &str) -> anyhow::Result<&'static str> {
-    Ok(match what {
-        "the maximum" if budget == "startup_s" => "startup_s",
-        "the maximum" if budget == "shutdown_ms_max" => "shutdown_ms",
-        "the maximum load time" => "load_s",
-        "the client's time to first token" => "first_token_client_ms",
-        "the worker's first_token_ms" => "first_token_worker_ms",
-        "the median decode rate" => "decode_tok_s",
-        "the gaps between token events" => "inter_token_ms",
-        "the /health latency" => "health_ms",
-        "the time from /cancel to the terminal event" => "cancel_ms",
-        "the benchmark's mean time" => "execute_parse_ms",
-        other => {
-            return Err(anyhow!(
-                "no samples are called {other:?} for budget {budget}"
-            ))
-        }
-    })
 }
 
 /// The statistic a budget key asks for.
@@ -228,10 +197,10 @@ fn statistic(budget: &str) -> &'static str {
     }
 }
 
-#[then(regex = r#"^the "([^"]+)" budget holds for (.+)$"#)]
-async fn budget_holds(w: &mut TestWorld, budget: String, what: String) -> StepResult {
-    let key = samples_for(&budget, &what)?;
-    let samples = w.samples.get(key).cloned().unwrap_or_default();
+#[then(expr = "the {string} budget holds for {samples}")]
+async fn budget_holds(w: &mut TestWorld, budget: String, what: Samples) -> StepResult {
+    let key = what.key(&budget)?;
+    let samples = w.budgets.samples(key).to_vec();
     let summary = Summary::of(&samples).ok_or_else(|| anyhow!("no {key} samples were taken"))?;
     Recorder::measurement(
         &w.scenario,

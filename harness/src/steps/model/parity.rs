@@ -6,21 +6,21 @@ use anyhow::anyhow;
 use cucumber::{then, when};
 use serde_json::{json, Value};
 
-use super::StepResult;
 use crate::check;
 use crate::parity::{compare, read_log, Tolerance};
 use crate::proof::Recorder;
-use crate::world::TestWorld;
+use crate::steps::params::{Divergence, ParityCmd};
+use crate::steps::StepResult;
+use crate::world::{TestWorld, JOB_TIMEOUT};
 
 fn path(w: &mut TestWorld, p: &str) -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(w.expand(p)?))
 }
 
-#[then(regex = r#"^"([^"]+)" has one parity record per token of job "([^"]+)"$"#)]
+#[then(expr = "{string} has one parity record per token of job {string}")]
 async fn one_per_token(w: &mut TestWorld, file: String, id: String) -> StepResult {
-    w.settle(&id).await?;
+    let ids = w.settle(&id).await?.token_ids();
     let recs = read_log(&path(w, &file)?)?;
-    let ids = w.transcript(&id)?.token_ids();
     let logged: Vec<i64> = recs.iter().map(|r| r.id).collect();
     check!(
         logged == ids,
@@ -53,16 +53,13 @@ fn run_parity(w: &mut TestWorld, a: &str, b: &str) -> anyhow::Result<crate::pari
     Ok(r)
 }
 
-#[then(regex = r#"^"harness parity (\S+) (\S+)" reports no divergence$"#)]
-async fn clean(w: &mut TestWorld, a: String, b: String) -> StepResult {
-    let r = run_parity(w, &a, &b)?;
-    check!(!r.diverged(), "{}", r.human());
-    Ok(())
-}
-
-#[then(regex = r#"^"harness parity (\S+) (\S+)" reports the first divergence at step (\d+)$"#)]
-async fn diverges_at(w: &mut TestWorld, a: String, b: String, at: u64) -> StepResult {
-    let r = run_parity(w, &a, &b)?;
+#[then(expr = "{parity_cmd} reports {divergence}")]
+async fn reports(w: &mut TestWorld, cmd: ParityCmd, want: Divergence) -> StepResult {
+    let r = run_parity(w, &cmd.0, &cmd.1)?;
+    let Some(at) = want.0 else {
+        check!(!r.diverged(), "{}", r.human());
+        return Ok(());
+    };
     let first = r
         .first_divergence
         .as_ref()
@@ -76,7 +73,7 @@ async fn diverges_at(w: &mut TestWorld, a: String, b: String, at: u64) -> StepRe
     Ok(())
 }
 
-#[when(regex = r#"^I doctor step (\d+)'s logits in "([^"]+)" as "([^"]+)"$"#)]
+#[when(expr = "I doctor step {int}'s logits in {string} as {string}")]
 async fn doctor(w: &mut TestWorld, at: u64, from: String, to: String) -> StepResult {
     let text = std::fs::read_to_string(path(w, &from)?)?;
     let mut out = String::new();
@@ -109,16 +106,12 @@ async fn doctor(w: &mut TestWorld, at: u64, from: String, to: String) -> StepRes
     Ok(())
 }
 
-#[then(regex = r"^on cuda the parity logs of the CPU and CUDA backends for this job diff clean$")]
+#[then(expr = "on cuda the parity logs of the CPU and CUDA backends for this job diff clean")]
 async fn cpu_vs_cuda(w: &mut TestWorld) -> StepResult {
     if w.cfg.backend != "cuda" {
         return Ok(());
     }
-    let req = w
-        .requests
-        .get("ext001-a")
-        .cloned()
-        .ok_or_else(|| anyhow!("no request ext001-a"))?;
+    let req = w.stream.request("ext001-a")?.clone();
     let dir = w.scratch.clone();
     std::fs::create_dir_all(&dir)?;
     let model = w.cfg.model.clone();
@@ -129,7 +122,7 @@ async fn cpu_vs_cuda(w: &mut TestWorld) -> StepResult {
     );
     let mut cpu = crate::process::Worker::spawn(launch)?;
     cpu.wait_healthy(w.cfg.start_timeout).await?;
-    cpu.client().run(&req, super::execute::JOB_TIMEOUT).await?;
+    cpu.client().run(&req, JOB_TIMEOUT).await?;
     cpu.stop(std::time::Duration::from_secs(10)).await;
     let r = compare(
         &read_log(&dir.join("a.jsonl"))?,

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use cucumber::then;
 use serde::Deserialize;
 
-use super::StepResult;
 use crate::check;
+use crate::steps::params::{Code, Goldens};
+use crate::steps::StepResult;
 use crate::world::{read_json, TestWorld};
 
 /// One entry of a golden `tokenize.json`.
@@ -78,34 +79,19 @@ async fn decode_all(w: &mut TestWorld, rel: Option<&str>) -> StepResult {
     Ok(())
 }
 
-#[then(regex = r"^every golden tokenizer vector encodes to its ids through /tokenize$")]
-async fn encode(w: &mut TestWorld) -> StepResult {
-    encode_all(w, None).await
+#[then(expr = "every golden tokenizer vector{goldens} encodes to its ids through \\/tokenize")]
+async fn encode(w: &mut TestWorld, goldens: Goldens) -> StepResult {
+    encode_all(w, goldens.0.as_deref()).await
 }
 
-#[then(
-    regex = r#"^every golden tokenizer vector of "([^"]+)" encodes to its ids through /tokenize$"#
-)]
-async fn encode_from(w: &mut TestWorld, rel: String) -> StepResult {
-    encode_all(w, Some(&rel)).await
+#[then(expr = "every golden tokenizer vector{goldens} decodes back to its text through \\/detokenize")]
+async fn decode(w: &mut TestWorld, goldens: Goldens) -> StepResult {
+    decode_all(w, goldens.0.as_deref()).await
 }
 
-#[then(regex = r"^every golden tokenizer vector decodes back to its text through /detokenize$")]
-async fn decode(w: &mut TestWorld) -> StepResult {
-    decode_all(w, None).await
-}
-
-#[then(
-    regex = r#"^every golden tokenizer vector of "([^"]+)" decodes back to its text through /detokenize$"#
-)]
-async fn decode_from(w: &mut TestWorld, rel: String) -> StepResult {
-    decode_all(w, Some(&rel)).await
-}
-
-#[then(regex = r#"^job "([^"]+)"'s joined text equals /detokenize of its token ids$"#)]
+#[then(expr = "job {string}'s joined text equals \\/detokenize of its token ids")]
 async fn joined_equals_decode(w: &mut TestWorld, id: String) -> StepResult {
-    w.settle(&id).await?;
-    let t = w.transcript(&id)?;
+    let t = w.settle(&id).await?;
     let (ids, text) = (t.token_ids(), t.text());
     check!(!ids.is_empty(), "job {id} streamed no tokens");
     let whole = w.client()?.detokenize(&ids).await?;
@@ -116,8 +102,8 @@ async fn joined_equals_decode(w: &mut TestWorld, id: String) -> StepResult {
     Ok(())
 }
 
-#[then(regex = r#"^/tokenize with an empty body is refused with 400 "([^"]+)"$"#)]
-async fn tokenize_invalid(w: &mut TestWorld, code: String) -> StepResult {
+#[then(expr = "\\/tokenize with an empty body is refused with 400 {code}")]
+async fn tokenize_invalid(w: &mut TestWorld, code: Code) -> StepResult {
     let r = w
         .client()?
         .raw(
@@ -136,7 +122,7 @@ async fn tokenize_invalid(w: &mut TestWorld, code: String) -> StepResult {
     );
     let v = r.json()?;
     check!(
-        v.get("code").and_then(serde_json::Value::as_str) == Some(code.as_str()),
+        v.get("code").and_then(serde_json::Value::as_str) == Some(code.0.as_str()),
         "body {}",
         r.body
     );

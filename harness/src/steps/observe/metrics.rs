@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use anyhow::anyhow;
 use cucumber::{then, when};
 
-use super::{quoted_list, StepResult};
 use crate::check;
+use crate::steps::params::{Names, Selector};
+use crate::steps::StepResult;
 use crate::world::TestWorld;
 
 /// One sample line: `name{labels} value [timestamp]`.
@@ -127,32 +128,29 @@ pub fn total(samples: &[Sample], selector: &str) -> anyhow::Result<f64> {
     Ok(matching.iter().map(|s| s.value).sum())
 }
 
-#[when(regex = r"^I scrape /metrics$")]
-#[when(regex = r"^I scrape /metrics again$")]
+#[when(expr = "I scrape \\/metrics( again)")]
 async fn scrape(w: &mut TestWorld) -> StepResult {
     let text = w.client()?.metrics().await?;
-    w.scrapes.push(text);
+    w.probes.scrapes.push(text);
     Ok(())
 }
 
 fn last_two(w: &TestWorld) -> anyhow::Result<(Vec<Sample>, Vec<Sample>)> {
-    let n = w.scrapes.len();
-    if n < 2 {
-        return Err(anyhow!("need two scrapes, have {n}"));
-    }
-    Ok((parse(&w.scrapes[n - 2])?, parse(&w.scrapes[n - 1])?))
+    let (a, b) = w.probes.last_two()?;
+    Ok((parse(a)?, parse(b)?))
 }
 
-#[then(regex = r"^both scrapes parse as Prometheus text$")]
+#[then(expr = "both scrapes parse as Prometheus text")]
 async fn both_parse(w: &mut TestWorld) -> StepResult {
     last_two(w)?;
     Ok(())
 }
 
-#[then(regex = r"^the scrape has (.+)$")]
-async fn has_names(w: &mut TestWorld, list: String) -> StepResult {
-    let s = parse(w.scrapes.last().ok_or_else(|| anyhow!("no scrape"))?)?;
-    let missing: Vec<String> = quoted_list(&list)
+#[then(expr = "the scrape has {names}")]
+async fn has_names(w: &mut TestWorld, names: Names) -> StepResult {
+    let s = parse(w.probes.last_scrape()?)?;
+    let missing: Vec<String> = names
+        .0
         .into_iter()
         .filter(|n| !s.iter().any(|x| &x.name == n))
         .collect();
@@ -160,9 +158,9 @@ async fn has_names(w: &mut TestWorld, list: String) -> StepResult {
     Ok(())
 }
 
-#[then(regex = r#"^some metric carries the label "([^"]+)"$"#)]
+#[then(expr = "some metric carries the label {string}")]
 async fn has_label(w: &mut TestWorld, label: String) -> StepResult {
-    let s = parse(w.scrapes.last().ok_or_else(|| anyhow!("no scrape"))?)?;
+    let s = parse(w.probes.last_scrape()?)?;
     check!(
         s.iter().any(|x| x.labels.contains_key(&label)),
         "no series has a {label} label"
@@ -180,21 +178,21 @@ fn rose_by(w: &TestWorld, selector: &str, by: f64) -> StepResult {
     Ok(())
 }
 
-#[then(regex = r#"^"(.+)" rose by (\d+)$"#)]
-async fn rose(w: &mut TestWorld, selector: String, by: f64) -> StepResult {
-    rose_by(w, &selector, by)
+#[then(expr = "{selector} rose by {int}")]
+async fn rose(w: &mut TestWorld, selector: Selector, by: u32) -> StepResult {
+    rose_by(w, &selector.0, f64::from(by))
 }
 
-#[then(regex = r#"^"(.+)" rose by job "([^"]+)"'s tokens_out$"#)]
-async fn rose_by_tokens(w: &mut TestWorld, selector: String, id: String) -> StepResult {
-    w.settle(&id).await?;
-    let t = w.transcript(&id)?;
-    let n = t
+#[then(expr = "{selector} rose by job {string}'s tokens_out")]
+async fn rose_by_tokens(w: &mut TestWorld, selector: Selector, id: String) -> StepResult {
+    let n = w
+        .settle(&id)
+        .await?
         .first("end")
         .and_then(|e| e.data.get("tokens_out"))
         .and_then(serde_json::Value::as_f64)
         .ok_or_else(|| anyhow!("job {id} has no end.tokens_out"))?;
-    rose_by(w, &selector, n)
+    rose_by(w, &selector.0, n)
 }
 
 #[cfg(test)]

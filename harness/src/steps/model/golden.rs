@@ -1,22 +1,21 @@
 //! Golden comparisons: llama.cpp's greedy ids and top-10 log-probabilities
-//! (testdata/golden/greedy.json, M0-W-1214, M0-W-1422), the anti-cheat haiku
-//! (M0-W-1800, EXT-005) and CUDA-vs-CPU comparisons through the API.
+//! (testdata/golden/greedy.json, M0-W-1214, M0-W-1422) and CUDA-vs-CPU
+//! comparisons through the API.
 
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use cucumber::{then, when};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::execute::JOB_TIMEOUT;
-use super::StepResult;
 use crate::check;
 use crate::client::Transcript;
-use crate::process::Worker;
 use crate::proof::Recorder;
-use crate::world::{read_json, SuiteConfig, TestWorld};
+use crate::steps::params::Model;
+use crate::steps::StepResult;
+use crate::world::{read_json, SuiteConfig, TestWorld, JOB_TIMEOUT};
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct TopEntry {
@@ -110,24 +109,22 @@ fn is_near_tie(pos: &Position) -> bool {
     }
 }
 
-#[when(regex = r"^I run every golden greedy case with logprobs (\d+) and max_tokens (\d+)$")]
+#[when(expr = "I run every golden greedy case with logprobs {int} and max_tokens {int}")]
 async fn run_golden(w: &mut TestWorld, logprobs: u64, max_tokens: u64) -> StepResult {
     for (k, case) in greedy_cases(&w.cfg)?.into_iter().enumerate() {
         let id = format!("golden-{}", k + 1);
         w.post_job(json!({"job_id": id, "prompt": case.prompt, "temperature": 0, "logprobs": logprobs, "max_tokens": max_tokens}), &[]).await?;
         let t = w.finish_job(&id, JOB_TIMEOUT).await?.clone();
-        w.golden_runs.push((k, t));
+        w.parity.golden_runs.push((k, t));
     }
     Ok(())
 }
 
-#[then(
-    regex = r"^every golden case has llama.cpp's top-1 token at each of the first (\d+) positions$"
-)]
+#[then(expr = "every golden case has llama.cpp's top-1 token at each of the first {int} positions")]
 async fn golden_top1(w: &mut TestWorld, n: usize) -> StepResult {
     let cases = greedy_cases(&w.cfg)?;
     let mut bad = Vec::new();
-    for (k, t) in &w.golden_runs {
+    for (k, t) in &w.parity.golden_runs {
         let got = t.token_ids();
         let golden = &cases[*k].top10_logprobs_first8;
         // Position by position until the first difference (a token of ours
@@ -147,19 +144,17 @@ async fn golden_top1(w: &mut TestWorld, n: usize) -> StepResult {
             }
         }
     }
-    check!(!w.golden_runs.is_empty(), "no golden case ran");
+    check!(!w.parity.golden_runs.is_empty(), "no golden case ran");
     check!(bad.is_empty(), "{}", bad.join("\n"));
     Ok(())
 }
 
-#[then(
-    regex = r"^every golden case's top-10 log-probabilities are within ([\d.]+) nats of llama.cpp's$"
-)]
+#[then(expr = "every golden case's top-10 log-probabilities are within {float} nats of llama.cpp's")]
 async fn golden_logprobs(w: &mut TestWorld, tol: f64) -> StepResult {
     let cases = greedy_cases(&w.cfg)?;
     let mut bad = Vec::new();
     let mut worst: f64 = 0.0;
-    for (k, t) in &w.golden_runs {
+    for (k, t) in &w.parity.golden_runs {
         for (pos, (tok, gold)) in t.tokens().zip(&cases[*k].top10_logprobs_first8).enumerate() {
             if tok.data.get("id").and_then(Value::as_i64) != Some(gold.id) {
                 break; // past a different token the contexts differ; top-1 reports it
@@ -201,9 +196,7 @@ async fn golden_logprobs(w: &mut TestWorld, tol: f64) -> StepResult {
     Ok(())
 }
 
-#[when(
-    regex = r#"^I run golden case (\d+) with stop "([^"]+)", temperature 0 and max_tokens (\d+) as job "([^"]+)"$"#
-)]
+#[when(expr = "I run golden case {int} with stop {string}, temperature 0 and max_tokens {int} as job {string}")]
 async fn golden_with_stop(
     w: &mut TestWorld,
     case: usize,
@@ -230,9 +223,7 @@ pub async fn on_cpu(
     model: &Path,
     request: &Value,
 ) -> anyhow::Result<Transcript> {
-    let launch = w.launch_for(model, "cpu")?;
-    let mut cpu = Worker::spawn(launch)?;
-    cpu.wait_healthy(w.cfg.start_timeout).await?;
+    let mut cpu = w.start_other(model, "cpu").await?;
     let t = cpu.client().run(request, JOB_TIMEOUT).await;
     cpu.stop(Duration::from_secs(10)).await;
     let t = t?;
@@ -284,8 +275,9 @@ pub fn compare_runs(
     bad
 }
 
-#[then(regex = r#"^the first-step logits match the CPU reference on the "([^"]+)" model$"#)]
-async fn first_step(w: &mut TestWorld, model: String) -> StepResult {
+#[then(expr = "the first-step logits match the CPU reference on the {model} model")]
+async fn first_step(w: &mut TestWorld, model: Model) -> StepResult {
+    let model = model.0;
     let case = greedy_case(&w.cfg, 0)?;
     let req = json!({"job_id": "first-step", "prompt": case.prompt, "temperature": 0, "logprobs": 10, "max_tokens": 1});
     w.post_job(req.clone(), &[]).await?;
@@ -312,9 +304,10 @@ async fn first_step(w: &mut TestWorld, model: String) -> StepResult {
 }
 
 #[then(
-    regex = r#"^(\d+) greedy steps on the "([^"]+)" model match the CPU backend within ([\d.]+) nats with the same argmax$"#
+    expr = "{int} greedy steps on the {model} model match the CPU backend within {float} nats with the same argmax"
 )]
-async fn greedy_vs_cpu(w: &mut TestWorld, steps: usize, model: String, tol: f64) -> StepResult {
+async fn greedy_vs_cpu(w: &mut TestWorld, steps: usize, model: Model, tol: f64) -> StepResult {
+    let model = model.0;
     let case = greedy_case(&w.cfg, 0)?;
     let req = json!({"job_id": "vs-cpu", "prompt": case.prompt, "temperature": 0, "logprobs": 10, "max_tokens": steps});
     w.post_job(req.clone(), &[]).await?;
@@ -326,211 +319,9 @@ async fn greedy_vs_cpu(w: &mut TestWorld, steps: usize, model: String, tol: f64)
     Ok(())
 }
 
-// ---- the haiku ----
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Haiku {
-    pub minute: u32,
-    pub minute_words: String,
-    pub nonce: String,
-    pub request: Value,
-    pub text: String,
-    pub ids: Vec<i64>,
-    pub minute_word_appears: bool,
-    pub repeat_identical: Option<bool>,
-    pub other_minute_ids_differ: Option<bool>,
-    pub cpu_comparison: Option<Vec<String>>,
-}
-
-const ONES: [&str; 20] = [
-    "zero",
-    "one",
-    "two",
-    "three",
-    "four",
-    "five",
-    "six",
-    "seven",
-    "eight",
-    "nine",
-    "ten",
-    "eleven",
-    "twelve",
-    "thirteen",
-    "fourteen",
-    "fifteen",
-    "sixteen",
-    "seventeen",
-    "eighteen",
-    "nineteen",
-];
-const TENS: [&str; 6] = ["", "", "twenty", "thirty", "forty", "fifty"];
-
-/// 0..=59 in English words ("forty-two").
-pub fn minute_words(m: u32) -> String {
-    match m {
-        0..=19 => ONES[m as usize].to_owned(),
-        _ if m.is_multiple_of(10) => TENS[(m / 10) as usize].to_owned(),
-        _ => format!("{}-{}", TENS[(m / 10) as usize], ONES[(m % 10) as usize]),
-    }
-}
-
-fn haiku_request(
-    job: &str,
-    words: &str,
-    nonce: &str,
-    temperature: f64,
-    seed: u64,
-    max_tokens: u64,
-) -> Value {
-    let content = format!(
-        "Write a haiku about the minute {words}. Use the word \"{words}\" in it. (nonce {nonce})"
-    );
-    json!({"job_id": job, "messages": [{"role": "user", "content": content}], "temperature": temperature, "seed": seed, "max_tokens": max_tokens, "logprobs": 5})
-}
-
-#[when(
-    regex = r"^I ask for a haiku about the current minute with a fresh nonce, temperature ([\d.]+), seed (\d+) and (\d+) tokens$"
-)]
-async fn ask_haiku(w: &mut TestWorld, temperature: f64, seed: u64, max_tokens: u64) -> StepResult {
-    use chrono::Timelike;
-    let minute = chrono::Local::now().minute();
-    let words = minute_words(minute);
-    let nonce = format!("{:016x}", rand::random::<u64>());
-    let req = haiku_request("haiku-a", &words, &nonce, temperature, seed, max_tokens);
-    w.post_job(req.clone(), &[]).await?;
-    let t = w.finish_job("haiku-a", JOB_TIMEOUT).await?.clone();
-    let text = t.text();
-    let appears = text.to_lowercase().contains(&words.replace('-', " "))
-        || text.to_lowercase().contains(&words);
-    w.haiku = Some(Haiku {
-        minute,
-        minute_words: words,
-        nonce,
-        request: req,
-        ids: t.token_ids(),
-        text,
-        minute_word_appears: appears,
-        repeat_identical: None,
-        other_minute_ids_differ: None,
-        cpu_comparison: None,
-    });
-    Ok(())
-}
-
-fn haiku(w: &mut TestWorld) -> anyhow::Result<&mut Haiku> {
-    w.haiku
-        .as_mut()
-        .ok_or_else(|| anyhow!("no haiku asked in this scenario"))
-}
-
-#[then(regex = r"^the haiku streamed started, at least 1 token and end with no U\+FFFD$")]
-async fn haiku_streamed(w: &mut TestWorld) -> StepResult {
-    let t = w.transcript("haiku-a")?;
-    let bad = crate::events::check_order(&t.events);
-    check!(bad.is_empty(), "{}", bad.join("; "));
-    check!(
-        t.tokens().count() >= 1 && t.events.last().is_some_and(|e| e.kind == "end"),
-        "the haiku did not stream tokens and end: {:?}",
-        t.terminal().map(|e| &e.raw_data)
-    );
-    check!(
-        !t.text().contains('\u{FFFD}'),
-        "the haiku contains U+FFFD: {:?}",
-        t.text()
-    );
-    Ok(())
-}
-
-#[then(regex = r"^the same haiku request with the same seed gives the same token ids$")]
-async fn haiku_repeat(w: &mut TestWorld) -> StepResult {
-    let mut req = haiku(w)?.request.clone();
-    req["job_id"] = json!("haiku-b");
-    w.post_job(req, &[]).await?;
-    let ids = w.finish_job("haiku-b", JOB_TIMEOUT).await?.token_ids();
-    let h = haiku(w)?;
-    h.repeat_identical = Some(ids == h.ids);
-    check!(
-        ids == h.ids,
-        "the repeat gave {ids:?}, the first run {:?}",
-        h.ids
-    );
-    Ok(())
-}
-
-#[then(regex = r"^the haiku request for another minute gives other token ids$")]
-async fn haiku_other_minute(w: &mut TestWorld) -> StepResult {
-    let h = haiku(w)?.clone();
-    let t = h.request["temperature"].as_f64().unwrap_or(0.7);
-    let seed = h.request["seed"].as_u64().unwrap_or(42);
-    let max = h.request["max_tokens"].as_u64().unwrap_or(50);
-    let req = haiku_request(
-        "haiku-c",
-        &minute_words((h.minute + 1) % 60),
-        &h.nonce,
-        t,
-        seed,
-        max,
-    );
-    w.post_job(req, &[]).await?;
-    let ids = w.finish_job("haiku-c", JOB_TIMEOUT).await?.token_ids();
-    let differ = ids != h.ids;
-    haiku(w)?.other_minute_ids_differ = Some(differ);
-    check!(
-        differ,
-        "another minute word gave the same ids {ids:?}: the output does not depend on the prompt"
-    );
-    Ok(())
-}
-
-#[then(
-    regex = r"^the haiku's top-5 log-probabilities over the first (\d+) steps agree with the CPU backend within ([\d.]+) nats$"
-)]
-async fn haiku_vs_cpu(w: &mut TestWorld, steps: usize, tol: f64) -> StepResult {
-    let ours = w.transcript("haiku-a")?.clone();
-    let req = haiku(w)?.request.clone();
-    let model = w.cfg.model.clone();
-    let cpu = on_cpu(w, &model, &req).await?;
-    // Sampling at 0.7 draws from the host PRNG on both backends; compare until the ids part.
-    let bad = compare_runs(&ours, &cpu, steps.min(ours.tokens().count()), tol, false);
-    haiku(w)?.cpu_comparison = Some(bad.clone());
-    check!(bad.is_empty(), "{}", bad.join("\n"));
-    Ok(())
-}
-
-#[then(
-    regex = r"^the haiku, its prompt, nonce and whether the minute word appears are in the proof bundle$"
-)]
-async fn haiku_recorded(w: &mut TestWorld) -> StepResult {
-    let h = haiku(w)?.clone();
-    let record = json!({"scenario": w.scenario, "backend": w.cfg.backend, "haiku": h});
-    let path = Recorder::note("haiku", record).ok_or_else(|| anyhow!("no proof bundle is open"))?;
-    let written = read_json(&path)?;
-    check!(
-        written
-            .as_array()
-            .is_some_and(|a| a.iter().any(|r| r["haiku"]["nonce"] == json!(h.nonce))),
-        "{} does not hold the haiku",
-        path.display()
-    );
-    println!(
-        "haiku (minute {} = {}, nonce {}, minute word appears: {}):\n{}",
-        h.minute, h.minute_words, h.nonce, h.minute_word_appears, h.text
-    );
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn minutes_in_words() {
-        assert_eq!(minute_words(0), "zero");
-        assert_eq!(minute_words(13), "thirteen");
-        assert_eq!(minute_words(40), "forty");
-        assert_eq!(minute_words(59), "fifty-nine");
-    }
 
     #[test]
     fn top_lists_compare_with_tolerance_and_tail_bound() {

@@ -1,0 +1,9 @@
+//! Requests and the streams they open: posting jobs (`post`), the job kinds of
+//! M0-W-1311 and hostile input (`kinds`), `/cancel` (`cancel`), checks of finished
+//! streams (`stream`) and of plain replies (`reply`).
+
+pub mod cancel;
+pub mod kinds;
+pub mod post;
+pub mod reply;
+pub mod stream;
