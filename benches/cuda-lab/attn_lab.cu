@@ -2,7 +2,7 @@
 // across blocks (attention.cu: attention_split + attention_combine) against
 // one block per head (attention), same random f16 cache: relative L2
 // difference and median microseconds.
-//   nvcc -O3 -arch=sm_90 -I cuda -o /tmp/attn_lab benches/cuda-lab/attn_lab.cu && /tmp/attn_lab
+//   benches/cuda-lab/build attn_lab && /tmp/attn_lab
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

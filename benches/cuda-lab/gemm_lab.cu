@@ -1,7 +1,7 @@
 // gemm_lab.cu: the prefill matrix product on tensor cores (gemm.cu,
 // gemm_tc_<type>) against the current f32 tiles (matmul.cu, gemm_<type>) on
 // the same random weights: relative L2 difference and TFLOP/s, medians.
-//   nvcc -O3 -arch=sm_90 -I cuda -o /tmp/gemm_lab benches/cuda-lab/gemm_lab.cu && /tmp/gemm_lab q4_k,q8_0
+//   benches/cuda-lab/build gemm_lab && /tmp/gemm_lab q4_k,q8_0
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +12,9 @@
 
 #include "matmul.cu"
 #include "gemm.cu"
+
+// As GTC_SMEM_BYTES in source.rs.
+#define GTC_SMEM_BYTES (2 * (GTC_BR + GTC_BT) * (GTC_BK + GTC_PAD) * 4)
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
     fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); exit(1); } } while (0)

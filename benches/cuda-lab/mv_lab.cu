@@ -1,6 +1,6 @@
 // mv_lab.cu: a standalone check and timing of the decode mat-vec kernels,
 // built with nvcc on a GPU machine (no Rust needed):
-//   nvcc -O3 -arch=sm_90 -I cuda -o /tmp/mv_lab benches/cuda-lab/mv_lab.cu && /tmp/mv_lab
+//   benches/cuda-lab/build mv_lab && /tmp/mv_lab q4_k,q6_k,q8_0
 // For each format and shape: the new kernel (matvec.cu, mvs1_/mvs_) against
 // the current one (matmul.cu, mv_/mvw_) on the same random weights, relative
 // L2 difference of the outputs, and the median time of each over rotating
