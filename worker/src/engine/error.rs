@@ -9,6 +9,7 @@
 use std::fmt;
 
 use crate::backend::{BackendError, BackendKind};
+use crate::load::LoadError;
 
 /// The stable API error codes. Strings and HTTP statuses are part of the API.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -146,6 +147,15 @@ pub fn backend_error_code(err: &BackendError, backend: BackendKind, phase: Phase
         (Phase::Job, BackendError::ModelLoadFailed(_)) | (Phase::Job, BackendError::Unknown(_)) => {
             ErrorCode::Internal
         }
+    }
+}
+
+/// The API code for a failed load (M0-W-1500): backend errors through
+/// [`backend_error_code`] (M0-W-1501), everything else is the file's fault.
+pub fn load_error_code(err: &LoadError, backend: BackendKind) -> ErrorCode {
+    match err {
+        LoadError::Backend(err) => backend_error_code(err, backend, Phase::Load),
+        _ => ErrorCode::ModelLoadFailed,
     }
 }
 

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 
 use crate::engine::error::JobError;
 use crate::engine::generate::{AbortReason, GenerationRequest, GenerationSummary, StopReason};
+pub use crate::telemetry::metrics::Outcome;
 use crate::telemetry::metrics::Metrics;
 
 /// `started`: sent when the job is accepted, before it is queued.
@@ -104,44 +105,6 @@ impl JobEvent {
 
     pub fn is_terminal(&self) -> bool {
         matches!(self, JobEvent::End(_) | JobEvent::Error(_))
-    }
-}
-
-/// How a request ended, as counted in `worker_requests_total{outcome}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    Completed,
-    Cancelled,
-    Disconnected,
-    Timeout,
-    Error,
-    /// Refused by validation (400).
-    Invalid,
-    /// Refused for lack of room or at shutdown (503).
-    Rejected,
-}
-
-impl Outcome {
-    pub const ALL: [Outcome; 7] = [
-        Outcome::Completed,
-        Outcome::Cancelled,
-        Outcome::Disconnected,
-        Outcome::Timeout,
-        Outcome::Error,
-        Outcome::Invalid,
-        Outcome::Rejected,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Completed => "completed",
-            Outcome::Cancelled => "cancelled",
-            Outcome::Disconnected => "disconnected",
-            Outcome::Timeout => "timeout",
-            Outcome::Error => "error",
-            Outcome::Invalid => "invalid",
-            Outcome::Rejected => "rejected",
-        }
     }
 }
 
