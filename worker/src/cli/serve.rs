@@ -68,7 +68,7 @@ fn start_failed(f: StartFailure<'_>) -> ExitCode {
 
 /// Runs the worker until it is shut down.
 pub fn run(args: ServeArgs) -> ExitCode {
-    logging::init();
+    logging::init(config::log_format(&args));
     let raw_model = args.model.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
     // Until the configuration is resolved, records carry the raw flags.
     logging::set_context(LogContext {
