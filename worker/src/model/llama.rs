@@ -261,7 +261,9 @@ mod tests {
         let file = GgufFile::from_bytes(synthetic_llama("llama", 3, 32)).unwrap();
         let mut cfg = ModelConfig::try_from(&file.metadata).unwrap();
         cfg.n_ff += 32;
-        let err = LlamaWeights::<()>::load(&cfg, &file, &mut |_| Ok::<(), GraphError>(())).err().expect("shape mismatch");
+        let err = LlamaWeights::<()>::load(&cfg, &file, &mut |_| Ok::<(), GraphError>(()))
+            .err()
+            .expect("shape mismatch");
         assert!(err.to_string().contains("ffn_gate"), "{err}");
     }
 }

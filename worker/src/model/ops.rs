@@ -90,10 +90,22 @@ pub trait Ops {
     fn embed(&mut self, table: &Self::Weight, tokens: &[u32], out: &mut Self::Buf) -> Result<(), Self::Error>;
 
     /// `out[t] = x[t] / rms(x[t]) * weight`.
-    fn rms_norm(&mut self, x: &Self::Buf, weight: &Self::Weight, eps: f32, out: &mut Self::Buf) -> Result<(), Self::Error>;
+    fn rms_norm(
+        &mut self,
+        x: &Self::Buf,
+        weight: &Self::Weight,
+        eps: f32,
+        out: &mut Self::Buf,
+    ) -> Result<(), Self::Error>;
 
     /// `out[t][r] = sum_c x[t][c] * w[r][c]` (+ `bias[r]` when given).
-    fn matmul(&mut self, x: &Self::Buf, w: &Self::Weight, bias: Option<&Self::Weight>, out: &mut Self::Buf) -> Result<(), Self::Error>;
+    fn matmul(
+        &mut self,
+        x: &Self::Buf,
+        w: &Self::Weight,
+        bias: Option<&Self::Weight>,
+        out: &mut Self::Buf,
+    ) -> Result<(), Self::Error>;
 
     /// Rotates each head of every row in place; row `t` is at position `start_pos + t`.
     fn rope(&mut self, x: &mut Self::Buf, p: RopeParams) -> Result<(), Self::Error>;

@@ -175,7 +175,8 @@ mod tests {
 
     #[test]
     fn started_and_logprobs_keep_their_shapes() {
-        let started = chrono::DateTime::parse_from_rfc3339("2026-01-02T03:04:05.678901Z").unwrap().with_timezone(&chrono::Utc);
+        let started = chrono::DateTime::parse_from_rfc3339("2026-01-02T03:04:05.678901Z").unwrap();
+        let started = started.with_timezone(&chrono::Utc);
         let e = JobEvent::Started(JobStarted { job_id: "j".into(), model: "m".into(), started_at: started, seed: 9 });
         assert_eq!(event_name(&e), "started");
         assert_eq!(event_data(&e), r#"{"job_id":"j","model":"m","started_at":"2026-01-02T03:04:05.678Z","seed":9}"#);
