@@ -113,6 +113,19 @@ fn array_header(elem_ty: u32, count: u64) -> Vec<u8> {
     b
 }
 
+/// `r` failed as truncated while reading something named `what_contains`.
+fn assert_truncated(r: Result<GgufFile, GgufError>, what_contains: &str) {
+    match r {
+        Err(GgufError::Truncated { what, .. }) => {
+            assert!(
+                what.contains(what_contains),
+                "'{what}' should mention '{what_contains}'"
+            )
+        }
+        other => panic!("expected Truncated ({what_contains}), got {other:?}"),
+    }
+}
+
 mod round_trip;
 mod truncation;
 mod file_header;

@@ -2,18 +2,6 @@
 
 use super::*;
 
-fn assert_truncated(r: Result<GgufFile, GgufError>, what_contains: &str) {
-    match r {
-        Err(GgufError::Truncated { what, .. }) => {
-            assert!(
-                what.contains(what_contains),
-                "'{what}' should mention '{what_contains}'"
-            )
-        }
-        other => panic!("expected Truncated ({what_contains}), got {other:?}"),
-    }
-}
-
 #[test]
 fn truncated_anywhere_before_the_data_section() {
     let full = sample_writer().to_bytes();
