@@ -131,5 +131,109 @@ mod truncation;
 mod file_header;
 mod metadata;
 mod tensors;
-mod fuzz;
-mod real_model;
+
+// ---------------------------------------------------------------- fuzz
+// (here, not in `tests/`: the conformance suite names these tests by path)
+
+/// One random mutation of `b`: flip bytes, truncate, or splice an extreme
+/// or small integer over a random window (counts and lengths live there).
+fn mutate(rng: &mut ChaCha8Rng, b: &mut Vec<u8>) {
+    if b.is_empty() {
+        return;
+    }
+    match rng.random_range(0..5) {
+        0 => {
+            for _ in 0..rng.random_range(1..=4) {
+                let i = rng.random_range(0..b.len());
+                b[i] ^= rng.random_range(1..=255u8);
+            }
+        }
+        1 => {
+            let len = rng.random_range(0..b.len());
+            b.truncate(len);
+        }
+        k => {
+            let value: u64 = match k {
+                2 => u64::MAX,
+                3 => rng.random_range(0..=64),
+                _ => rng.random(),
+            };
+            let bytes = value.to_le_bytes();
+            let n = bytes.len().min(b.len());
+            let i = rng.random_range(0..=b.len() - n);
+            b[i..i + n].copy_from_slice(&bytes[..n]);
+        }
+    }
+}
+
+#[test]
+fn fuzz_mutations_never_panic() {
+    let base = sample_writer().to_bytes();
+    let mut rng = ChaCha8Rng::seed_from_u64(0x6767_7566);
+    let (mut ok, mut err) = (0u32, 0u32);
+    for _ in 0..20_000 {
+        let mut b = base.clone();
+        for _ in 0..rng.random_range(1..=3) {
+            mutate(&mut rng, &mut b);
+        }
+        match parse(b) {
+            Ok(f) => {
+                ok += 1;
+                // Whatever passed validation must be safe to slice.
+                for t in &f.tensors {
+                    assert_eq!(f.tensor_data(t).len() as u64, t.n_bytes);
+                }
+            }
+            Err(e) => {
+                err += 1;
+                let _ = e.to_string();
+            }
+        }
+    }
+    eprintln!("fuzz: {ok} parsed, {err} refused");
+    assert!(
+        ok > 0 && err > 0,
+        "mutations should both keep and break files"
+    );
+}
+
+// ---------------------------------------------------------------- real model
+
+#[test]
+fn reference_model_smollm2() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../.models/smollm2-135m-instruct-q4_1.gguf");
+    if !path.exists() {
+        eprintln!(
+            "skipping: {} not present (CI fetches it first)",
+            path.display()
+        );
+        return;
+    }
+    let f = GgufFile::open(&path).unwrap();
+    let m = &f.metadata;
+    assert_eq!(f.version, 3);
+    assert_eq!(f.tensors.len(), 272);
+    assert_eq!(m.get_str("general.architecture").unwrap(), "llama");
+    assert_eq!(m.get_u64("llama.context_length").unwrap(), 8192);
+    assert_eq!(m.get_u64("llama.embedding_length").unwrap(), 576);
+    assert_eq!(m.get_u64("llama.block_count").unwrap(), 30);
+    assert_eq!(
+        m.get_str_array("tokenizer.ggml.tokens").unwrap().len(),
+        49152
+    );
+    let file_type = m.get_u64("general.file_type").unwrap();
+    assert_eq!(file_type, 3);
+    assert_eq!(file_type_name(file_type as u32), Some("Q4_1"));
+
+    let embd = f.tensor("token_embd.weight").unwrap();
+    assert_eq!(embd.dims, [576, 49152]);
+    assert_eq!(embd.ggml_type, GgmlType::Q8_0);
+    assert_eq!(f.tensor_data(embd).len() as u64, 576 * 49152 / 32 * 34);
+
+    let count = |ty| f.tensors.iter().filter(|t| t.ggml_type == ty).count();
+    assert_eq!(count(GgmlType::F32), 61);
+    assert_eq!(count(GgmlType::Q4_1), 210);
+    assert_eq!(count(GgmlType::Q8_0), 1);
+    assert!(f.data_offset + f.tensor_bytes_total() <= f.file_size());
+}

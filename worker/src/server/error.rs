@@ -170,24 +170,30 @@ where
 mod tests {
     use super::*;
 
+    /// The whole stable table: each code's string, HTTP status and retriable flag.
     #[test]
-    fn every_code_has_its_pinned_status() {
+    fn codes_strings_statuses_and_retriable_are_pinned() {
         let table = [
-            (ErrorCode::InvalidRequest, 400),
-            (ErrorCode::ModelLoadFailed, 500),
-            (ErrorCode::InsufficientVram, 503),
-            (ErrorCode::VramOom, 500),
-            (ErrorCode::CudaError, 500),
-            (ErrorCode::InferenceTimeout, 504),
-            (ErrorCode::Cancelled, 499),
-            (ErrorCode::Internal, 500),
-            (ErrorCode::QueueFull, 503),
-            (ErrorCode::ShuttingDown, 503),
+            (ErrorCode::InvalidRequest, "INVALID_REQUEST", 400, false),
+            (ErrorCode::ModelLoadFailed, "MODEL_LOAD_FAILED", 500, false),
+            (ErrorCode::InsufficientVram, "INSUFFICIENT_VRAM", 503, false),
+            (ErrorCode::VramOom, "VRAM_OOM", 500, false),
+            (ErrorCode::CudaError, "CUDA_ERROR", 500, false),
+            (ErrorCode::InferenceTimeout, "INFERENCE_TIMEOUT", 504, false),
+            (ErrorCode::Cancelled, "CANCELLED", 499, false),
+            (ErrorCode::Internal, "INTERNAL", 500, false),
+            (ErrorCode::QueueFull, "QUEUE_FULL", 503, true),
+            (ErrorCode::ShuttingDown, "SHUTTING_DOWN", 503, true),
         ];
         assert_eq!(table.len(), ErrorCode::ALL.len());
-        for (code, status) in table {
-            assert_eq!(http_status(code).as_u16(), status, "{code}");
+        for (code, s, status, retriable) in table {
+            assert_eq!(code.as_str(), s);
+            assert_eq!(http_status(code).as_u16(), status, "{s}");
+            assert_eq!(code.retriable(), retriable, "{s}");
+            assert_eq!(s.parse::<ErrorCode>().unwrap(), code);
         }
+        assert!(JobError::cancelled_by_shutdown().retriable);
+        assert!(!JobError::cancelled().retriable);
     }
 
     #[test]
