@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use worker_orcd::backend::Logits;
-use worker_orcd::model::{load_model, LoadOptions};
+use worker_orcd::load::{load_model, LoadOptions};
 
 fn bench_cpu(c: &mut Criterion) {
     let path = worker_benches::reference_model();

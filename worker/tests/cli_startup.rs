@@ -177,3 +177,35 @@ fn the_failure_record_names_gpu_and_model() {
     assert_eq!(errors[0]["model_path"], "/nowhere/m.gguf");
     assert_eq!(errors[0]["code"], "INVALID_CONFIG");
 }
+
+/// `--log-format json` writes JSON records, `pretty` one line of text per
+/// record with the same facts; without a terminal, the default is JSON.
+#[test]
+fn log_format_json_and_pretty_differ_as_promised() {
+    let port = free_port().to_string();
+    let failing_start = |format: Option<&str>| {
+        let mut args = vec!["--worker-id", "not-a-uuid", "--model", "/no/such/m.gguf", "--gpu-device", "0"];
+        args.extend(["--port", port.as_str()]);
+        if let Some(f) = format {
+            args.extend(["--log-format", f]);
+        }
+        let (status, stderr) = run_to_exit(&args);
+        assert_eq!(status.code(), Some(1), "{format:?}: {stderr}");
+        stderr
+    };
+    for format in [None, Some("json"), Some("auto")] {
+        let stderr = failing_start(format);
+        let errors = error_records(&stderr);
+        assert_eq!(errors.len(), 1, "{format:?}: one JSON ERROR record: {stderr}");
+        assert_eq!(errors[0]["flag"], "--worker-id");
+    }
+    let pretty = failing_start(Some("pretty"));
+    let line = pretty.lines().find(|l| l.contains("ERROR")).unwrap_or_else(|| panic!("no ERROR line: {pretty}"));
+    assert!(serde_json::from_str::<Value>(line).is_err(), "pretty is not JSON: {line}");
+    assert!(error_records(&pretty).is_empty(), "{pretty}");
+    for fact in ["event=\"error\"", "code=\"INVALID_CONFIG\"", "flag=\"--worker-id\"", "not-a-uuid"] {
+        assert!(line.contains(fact), "{fact} in {line}");
+    }
+    let (status, stderr) = run_to_exit(&["--log-format", "fancy"]);
+    assert_eq!(status.code(), Some(2), "an unknown format is a usage error: {stderr}");
+}

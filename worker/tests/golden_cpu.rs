@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use worker_orcd::backend::Logits;
 use worker_orcd::engine::generate::{generate, AbortReason, GeneratedToken, GenerationObserver, GenerationRequest};
-use worker_orcd::model::{load_model, LoadOptions, LoadedModel};
+use worker_orcd::load::{load_model, LoadOptions, LoadedModel};
 use worker_orcd::sampling::{top_logprobs, SamplingParams};
 
 /// Two tokens whose llama.cpp log-probabilities are closer than this are a

@@ -12,7 +12,7 @@ use std::path::Path;
 use harness::synth::{self, Format, Init};
 use worker_orcd::backend::Logits;
 use worker_orcd::gguf::{file_type_name, GgufFile};
-use worker_orcd::model::{load_model, LoadOptions};
+use worker_orcd::load::{load_model, LoadOptions};
 use worker_orcd::quant::{dequantize, GgmlType};
 use worker_orcd::tokenizer::Tokenizer;
 

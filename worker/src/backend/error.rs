@@ -1,5 +1,7 @@
 //! The backend layer's error type (M0-W-1501).
 
+use crate::model::ops::GraphError;
+
 /// What can go wrong inside a backend. Each kind has a fixed message prefix
 /// and maps to one stable API code (see `engine::ErrorCode`).
 #[derive(Debug, thiserror::Error)]
@@ -20,4 +22,17 @@ pub enum BackendError {
     KernelLaunchFailed(String),
     #[error("unknown backend error: {0}")]
     Unknown(String),
+}
+
+/// The graph's own findings: a bad tensor fails the load, an empty forward
+/// pass is a failed inference.
+impl From<GraphError> for BackendError {
+    fn from(e: GraphError) -> Self {
+        match e {
+            GraphError::MissingTensor(_) | GraphError::WrongShape { .. } => {
+                BackendError::ModelLoadFailed(e.to_string())
+            }
+            GraphError::NoTokens => BackendError::InferenceFailed(e.to_string()),
+        }
+    }
 }

@@ -13,6 +13,8 @@ pub mod cuda;
 mod error;
 
 pub use error::BackendError;
+// The forward pass's vocabulary is the model graph's; backends speak it.
+pub use crate::model::ops::{Checkpoints, Logits};
 
 use std::fmt;
 
@@ -82,20 +84,6 @@ impl MemoryUse {
     }
 }
 
-/// Which positions of a forward pass the caller wants logits for. Whatever
-/// is asked, the backend keeps the last position's logits where
-/// [`Backend::sample`] reads them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Logits {
-    /// None on the host: the last position's logits stay with the backend
-    /// (on the device for CUDA) for [`Backend::sample`]; `out` is left empty.
-    None,
-    /// Only the last position's `vocab_size` logits.
-    Last,
-    /// Every position's logits, position-major (`n_tokens * vocab_size`).
-    All,
-}
-
 /// What [`Backend::sample`] is asked to do with the last forward pass's
 /// last-position logits.
 #[derive(Clone, Copy, Debug)]
@@ -133,20 +121,6 @@ pub fn sample_on_host(selector: &mut Selector, logits: &[f32], req: &SampleReque
     let id = selector.select(logits, req.generated, req.params, req.uniform);
     let logprobs = if req.logprobs > 0 { top_logprobs(logits, req.logprobs) } else { Vec::new() };
     Ok(SampledToken { id, logprobs })
-}
-
-/// Intermediate values of one forward pass at its last position, recorded for
-/// parity logging (EXT-001). Names follow llama.cpp's graph names
-/// (`inp_embd`, `l_out-<layer>`, `result_norm`).
-#[derive(Clone, Debug, Default)]
-pub struct Checkpoints {
-    pub entries: Vec<(String, Vec<f32>)>,
-}
-
-impl Checkpoints {
-    pub fn record(&mut self, name: impl Into<String>, values: &[f32]) {
-        self.entries.push((name.into(), values.to_vec()));
-    }
 }
 
 /// A loaded model on a device, able to run one sequence at a time.

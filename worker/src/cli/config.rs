@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use crate::backend::BackendKind;
 use crate::server::validation::MAX_TOKENS_LIMIT;
+use crate::telemetry::logging::LogFormat;
 
 pub const DEFAULT_HOST: &str = "127.0.0.1";
 pub const DEFAULT_BACKEND: BackendKind = BackendKind::Cuda;
@@ -79,6 +80,10 @@ pub struct ServeArgs {
     /// Host-to-device copy chunk in bytes [default: 1048576].
     #[arg(long, value_name = "BYTES")]
     pub upload_chunk_bytes: Option<usize>,
+    /// Log records on stderr: json (one object per line), pretty (one line of
+    /// text), or auto: pretty when stderr is a terminal, json otherwise [default: auto].
+    #[arg(long, value_name = "FORMAT", hide_possible_values = true)]
+    pub log_format: Option<LogFormat>,
     /// YAML file with any of the flags above, keyed by long name.
     #[arg(long, value_name = "FILE.yaml")]
     pub config: Option<PathBuf>,
@@ -104,6 +109,7 @@ pub struct FileConfig {
     pub residency_check_sec: Option<u64>,
     pub shutdown_grace_sec: Option<u64>,
     pub upload_chunk_bytes: Option<usize>,
+    pub log_format: Option<LogFormat>,
 }
 
 /// The checked configuration the worker runs with.
@@ -126,6 +132,7 @@ pub struct ServeConfig {
     pub residency_check: Duration,
     pub shutdown_grace: Duration,
     pub upload_chunk_bytes: usize,
+    pub log_format: LogFormat,
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -150,6 +157,14 @@ pub fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
         return Ok(FileConfig::default());
     }
     serde_yaml::from_str(&text).map_err(|e| invalid("--config", format!("{}: {e}", path.display())))
+}
+
+/// The log format, known before the rest is checked so that a failed start
+/// is logged in it: the flag, else the file's `log-format` (a file that does
+/// not read is reported by [`resolve`], logged in the default format).
+pub fn log_format(args: &ServeArgs) -> LogFormat {
+    let from_file = || args.config.as_deref().and_then(|path| read_file(path).ok()).and_then(|f| f.log_format);
+    args.log_format.or_else(from_file).unwrap_or_default()
 }
 
 /// Merges the file under the flags and checks every value, including that
@@ -217,6 +232,7 @@ pub fn resolve(args: ServeArgs) -> Result<ServeConfig, ConfigError> {
     if grace_s > 20 {
         return Err(invalid("--shutdown-grace-sec", "must be at most 20 (shutdown must end within 30 s)"));
     }
+    let log_format = args.log_format.or(file.log_format).unwrap_or_default();
     let upload_chunk_bytes = args.upload_chunk_bytes.or(file.upload_chunk_bytes).unwrap_or(DEFAULT_UPLOAD_CHUNK_BYTES);
     if upload_chunk_bytes < 4096 {
         return Err(invalid("--upload-chunk-bytes", "must be at least 4096"));
@@ -239,6 +255,7 @@ pub fn resolve(args: ServeArgs) -> Result<ServeConfig, ConfigError> {
         residency_check: Duration::from_secs(residency_s),
         shutdown_grace: Duration::from_secs(grace_s),
         upload_chunk_bytes,
+        log_format,
     })
 }
 
@@ -397,5 +414,29 @@ mod tests {
         assert!(matches!(&err, ConfigError::Invalid { flag: "--config", message } if message.contains("bogus-key")), "{err}");
         let err = resolve(ServeArgs { config: Some(f.dir.path().join("none.yaml")), ..args(&f) }).unwrap_err();
         assert!(matches!(err, ConfigError::Invalid { flag: "--config", .. }));
+    }
+
+    /// `--log-format`: auto by default, from the file under the flag, known
+    /// before the rest is checked (and when the rest fails).
+    #[test]
+    fn log_format_from_flag_or_file() {
+        let f = fixture();
+        assert_eq!(resolve(args(&f)).unwrap().log_format, LogFormat::Auto);
+        assert_eq!(log_format(&args(&f)), LogFormat::Auto);
+        let path = f.dir.path().join("w.yaml");
+        std::fs::write(&path, "log-format: pretty
+").unwrap();
+        let with_file = ServeArgs { config: Some(path.clone()), ..args(&f) };
+        assert_eq!(resolve(with_file.clone()).unwrap().log_format, LogFormat::Pretty);
+        assert_eq!(log_format(&with_file), LogFormat::Pretty);
+        let flag_wins = ServeArgs { log_format: Some(LogFormat::Json), ..with_file.clone() };
+        assert_eq!(resolve(flag_wins.clone()).unwrap().log_format, LogFormat::Json);
+        assert_eq!(log_format(&flag_wins), LogFormat::Json);
+        let broken = ServeArgs { worker_id: Some("not-a-uuid".into()), ..with_file };
+        assert_eq!(log_format(&broken), LogFormat::Pretty, "known even when the start will fail");
+        std::fs::write(&path, "log-format: fancy
+").unwrap();
+        let err = resolve(ServeArgs { config: Some(path), ..args(&f) }).unwrap_err();
+        assert!(matches!(err, ConfigError::Invalid { flag: "--config", .. }), "{err}");
     }
 }

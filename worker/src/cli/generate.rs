@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 
 use crate::backend::BackendKind;
 use crate::engine::generate::{generate, AbortReason, GeneratedToken, GenerationObserver, GenerationRequest};
-use crate::model::{load_model, LoadOptions};
+use crate::load::{load_model, LoadOptions};
 use crate::sampling::SamplingParams;
 use crate::tokenizer::ChatMessage;
 

@@ -30,7 +30,8 @@ use crate::cli::Cli;
 use crate::engine::parity::{ParitySender, ParityWriter};
 use crate::engine::runner::EngineParts;
 use crate::engine::{Engine, EngineConfig, EngineStatus};
-use crate::model::{load_model, LoadError, LoadOptions, LoadedModel};
+use crate::engine::load_error_code;
+use crate::load::{load_model, LoadError, LoadOptions, LoadProgress, LoadedModel};
 use crate::narrate;
 use crate::server::{AppInner, AppState, Limits, ModelFacts, Shutdown};
 use crate::telemetry::logging::{self, LogContext};
@@ -67,7 +68,7 @@ fn start_failed(f: StartFailure<'_>) -> ExitCode {
 
 /// Runs the worker until it is shut down.
 pub fn run(args: ServeArgs) -> ExitCode {
-    logging::init();
+    logging::init(config::log_format(&args));
     let raw_model = args.model.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
     // Until the configuration is resolved, records carry the raw flags.
     logging::set_context(LogContext {
@@ -221,7 +222,7 @@ fn load(cfg: &ServeConfig) -> Result<LoadedModel, ExitCode> {
         upload_chunk_bytes: cfg.upload_chunk_bytes,
         max_context: cfg.max_tokens_in.map(|n| n + cfg.max_tokens_out),
     };
-    let mut report = |p: crate::model::LoadProgress| {
+    let mut report = |p: LoadProgress| {
         narrate!(
             info,
             "model_load_progress",
@@ -249,7 +250,7 @@ fn load(cfg: &ServeConfig) -> Result<LoadedModel, ExitCode> {
             Ok(model)
         }
         Err(e) => Err(start_failed(StartFailure {
-            code: e.code(cfg.backend),
+            code: load_error_code(&e, cfg.backend).as_str(),
             message: load_failure_message(&e, cfg),
             flag: load_failure_flag(&e),
             model_path,

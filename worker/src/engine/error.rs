@@ -2,15 +2,17 @@
 //! (M0-W-1501).
 //!
 //! Every failure a client can see is a [`JobError`]: a code, a readable
-//! message (never prompt text) and whether retrying may help. The HTTP layer
-//! turns it into a status and JSON body; the SSE stream sends the same JSON as
-//! its `error` event.
+//! message (never prompt text) and whether retrying may help. The server
+//! alone knows its wire form: an HTTP status and JSON body, and the same JSON
+//! as the SSE `error` event (`server::error`, `server::events`).
 
 use std::fmt;
 
 use crate::backend::{BackendError, BackendKind};
+use crate::load::LoadError;
 
-/// The stable API error codes. Strings and HTTP statuses are part of the API.
+/// The stable API error codes. Strings (and the statuses the server gives
+/// them) are part of the API.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ErrorCode {
     InvalidRequest,
@@ -51,23 +53,6 @@ impl ErrorCode {
             ErrorCode::Internal => "INTERNAL",
             ErrorCode::QueueFull => "QUEUE_FULL",
             ErrorCode::ShuttingDown => "SHUTTING_DOWN",
-        }
-    }
-
-    /// HTTP status when the error is answered outside a stream.
-    /// `CANCELLED` uses the non-standard 499 ("client closed request").
-    pub fn http_status(self) -> u16 {
-        match self {
-            ErrorCode::InvalidRequest => 400,
-            ErrorCode::ModelLoadFailed => 500,
-            ErrorCode::InsufficientVram => 503,
-            ErrorCode::VramOom => 500,
-            ErrorCode::CudaError => 500,
-            ErrorCode::InferenceTimeout => 504,
-            ErrorCode::Cancelled => 499,
-            ErrorCode::Internal => 500,
-            ErrorCode::QueueFull => 503,
-            ErrorCode::ShuttingDown => 503,
         }
     }
 
@@ -149,19 +134,23 @@ pub fn backend_error_code(err: &BackendError, backend: BackendKind, phase: Phase
     }
 }
 
-/// A client-visible error: the body of every error answer and of the SSE
-/// `error` event.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, thiserror::Error)]
+/// The API code for a failed load (M0-W-1500): backend errors through
+/// [`backend_error_code`] (M0-W-1501), everything else is the file's fault.
+pub fn load_error_code(err: &LoadError, backend: BackendKind) -> ErrorCode {
+    match err {
+        LoadError::Backend(err) => backend_error_code(err, backend, Phase::Load),
+        _ => ErrorCode::ModelLoadFailed,
+    }
+}
+
+/// A client-visible error: what every error answer and the SSE `error`
+/// event carry.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct JobError {
-    #[serde(serialize_with = "serialize_code")]
     pub code: ErrorCode,
     pub message: String,
     pub retriable: bool,
-}
-
-fn serialize_code<S: serde::Serializer>(code: &ErrorCode, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(code.as_str())
 }
 
 impl JobError {
@@ -213,50 +202,11 @@ impl JobError {
     pub fn from_backend(err: &BackendError, backend: BackendKind, phase: Phase) -> Self {
         JobError::new(backend_error_code(err, backend, phase), err.to_string())
     }
-
-    /// The JSON body (also the SSE `error` event's data).
-    pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("JobError serializes")
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn codes_strings_statuses_and_retriable_are_pinned() {
-        let table = [
-            (ErrorCode::InvalidRequest, "INVALID_REQUEST", 400, false),
-            (ErrorCode::ModelLoadFailed, "MODEL_LOAD_FAILED", 500, false),
-            (ErrorCode::InsufficientVram, "INSUFFICIENT_VRAM", 503, false),
-            (ErrorCode::VramOom, "VRAM_OOM", 500, false),
-            (ErrorCode::CudaError, "CUDA_ERROR", 500, false),
-            (ErrorCode::InferenceTimeout, "INFERENCE_TIMEOUT", 504, false),
-            (ErrorCode::Cancelled, "CANCELLED", 499, false),
-            (ErrorCode::Internal, "INTERNAL", 500, false),
-            (ErrorCode::QueueFull, "QUEUE_FULL", 503, true),
-            (ErrorCode::ShuttingDown, "SHUTTING_DOWN", 503, true),
-        ];
-        assert_eq!(table.len(), ErrorCode::ALL.len());
-        for (code, s, status, retriable) in table {
-            assert_eq!(code.as_str(), s);
-            assert_eq!(code.http_status(), status, "{s}");
-            assert_eq!(code.retriable(), retriable, "{s}");
-            assert_eq!(s.parse::<ErrorCode>().unwrap(), code);
-        }
-        assert!(JobError::cancelled_by_shutdown().retriable);
-        assert!(!JobError::cancelled().retriable);
-    }
-
-    #[test]
-    fn error_json_has_three_fields() {
-        let v: serde_json::Value = serde_json::from_str(&JobError::queue_full(8).to_json()).unwrap();
-        assert_eq!(v["code"], "QUEUE_FULL");
-        assert_eq!(v["retriable"], true);
-        assert!(v["message"].as_str().unwrap().contains("full"));
-        assert_eq!(v.as_object().unwrap().len(), 3);
-    }
 
     /// Exhaustive: adding a `BackendError` variant fails to compile here until
     /// its mapping is decided.

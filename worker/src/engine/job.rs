@@ -1,147 +1,99 @@
 //! One accepted job: its validated request, its event channel and its cancel
-//! flag, plus the SSE event payloads of M0-W-1312.
+//! flag, and the domain events it produces (M0-W-1312). The events are plain
+//! Rust values; `server::events` gives them their SSE names and JSON.
 //!
 //! A [`JobSink`] is the only way to end a job's stream. `finish` sends the one
-//! terminal event and records the job's outcome; a sink dropped without it
-//! sends `error` `INTERNAL`, so every accepted job gets exactly one terminal
-//! event (M0-W-1311) whatever path it takes.
+//! terminal event, records the job's outcome and logs its one `execute_end`;
+//! a sink dropped without it sends `error` `INTERNAL`, so every accepted job
+//! gets exactly one terminal event (M0-W-1311) whatever path it takes.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::engine::error::JobError;
-use crate::engine::generate::{AbortReason, GenerationRequest, GenerationSummary, StopReason};
+use crate::engine::generate::{AbortReason, GenerationRequest, GenerationSummary};
+use crate::narrate;
+pub use crate::telemetry::metrics::Outcome;
 use crate::telemetry::metrics::Metrics;
 
-/// `started`: sent when the job is accepted, before it is queued.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct StartedEvent {
+/// The job was accepted: sent before it is queued.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobStarted {
     pub job_id: String,
+    /// The model as named at start (`--model`).
     pub model: String,
-    /// RFC 3339 acceptance time.
-    pub started_at: String,
+    pub started_at: chrono::DateTime<chrono::Utc>,
     pub seed: u64,
 }
 
-/// One entry of a token's `logprobs` list.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct LogprobEntry {
+/// One of the most likely tokens at a position, with its text.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenAlternative {
     pub id: u32,
-    pub t: String,
+    pub text: String,
+    /// Natural-log probability of the raw logits.
     pub logprob: f32,
 }
 
-/// `token`: one generated token and the text released with it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct TokenEvent {
-    pub t: String,
-    pub i: usize,
+/// One generated token and the text released with it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenOut {
+    /// 0-based, consecutive.
+    pub index: usize,
     pub id: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub logprobs: Option<Vec<LogprobEntry>>,
+    pub text: String,
+    /// Present when the job asked for log-probabilities.
+    pub logprobs: Option<Vec<TokenAlternative>>,
 }
 
-/// `end`: the job finished normally.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct EndEvent {
-    pub tokens_out: usize,
-    pub decode_time_ms: u64,
-    pub first_token_ms: u64,
-    pub stop_reason: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stop_sequence: Option<String>,
-}
-
-impl From<&GenerationSummary> for EndEvent {
-    fn from(s: &GenerationSummary) -> Self {
-        EndEvent {
-            tokens_out: s.tokens_out,
-            decode_time_ms: s.decode_time_ms,
-            first_token_ms: s.first_token_ms,
-            stop_reason: s.stop_reason.as_str(),
-            stop_sequence: match &s.stop_reason {
-                StopReason::StopSequence(stop) => Some(stop.clone()),
-                _ => None,
-            },
-        }
-    }
-}
-
-/// What travels from the engine to a job's SSE stream.
+/// What travels from the engine to a job's stream.
 #[derive(Clone, Debug, PartialEq)]
 pub enum JobEvent {
-    Started(StartedEvent),
-    Token(TokenEvent),
-    End(EndEvent),
+    Started(JobStarted),
+    Token(TokenOut),
+    /// The job finished normally.
+    End(GenerationSummary),
     Error(JobError),
 }
 
 impl JobEvent {
-    /// The SSE `event:` name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            JobEvent::Started(_) => "started",
-            JobEvent::Token(_) => "token",
-            JobEvent::End(_) => "end",
-            JobEvent::Error(_) => "error",
-        }
-    }
-
-    /// The SSE `data:` line: one line of JSON.
-    pub fn data(&self) -> String {
-        let json = match self {
-            JobEvent::Started(e) => serde_json::to_string(e),
-            JobEvent::Token(e) => serde_json::to_string(e),
-            JobEvent::End(e) => serde_json::to_string(e),
-            JobEvent::Error(e) => serde_json::to_string(e),
-        };
-        json.expect("event payloads serialize")
-    }
-
     pub fn is_terminal(&self) -> bool {
         matches!(self, JobEvent::End(_) | JobEvent::Error(_))
     }
 }
 
-/// How a request ended, as counted in `worker_requests_total{outcome}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    Completed,
-    Cancelled,
-    Disconnected,
-    Timeout,
-    Error,
-    /// Refused by validation (400).
-    Invalid,
-    /// Refused for lack of room or at shutdown (503).
-    Rejected,
+/// How a job ended: the terminal event its client gets, the outcome it is
+/// counted under, and what its `execute_end` record says.
+#[derive(Clone, Debug)]
+pub struct JobEnd {
+    pub outcome: Outcome,
+    /// `End` or `Error`.
+    pub event: JobEvent,
+    pub tokens_out: usize,
+    /// `(first_token_ms, decode_time_ms)` of a job stopped while running;
+    /// a completed job's come from its summary.
+    pub timings: Option<(u64, u64)>,
+    /// Why the record has no run to report.
+    pub note: Option<&'static str>,
 }
 
-impl Outcome {
-    pub const ALL: [Outcome; 7] = [
-        Outcome::Completed,
-        Outcome::Cancelled,
-        Outcome::Disconnected,
-        Outcome::Timeout,
-        Outcome::Error,
-        Outcome::Invalid,
-        Outcome::Rejected,
-    ];
+impl JobEnd {
+    pub fn completed(summary: GenerationSummary) -> Self {
+        let tokens_out = summary.tokens_out;
+        JobEnd { outcome: Outcome::Completed, event: JobEvent::End(summary), tokens_out, timings: None, note: None }
+    }
 
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Completed => "completed",
-            Outcome::Cancelled => "cancelled",
-            Outcome::Disconnected => "disconnected",
-            Outcome::Timeout => "timeout",
-            Outcome::Error => "error",
-            Outcome::Invalid => "invalid",
-            Outcome::Rejected => "rejected",
-        }
+    /// Stopped with `error` after `tokens_out` tokens.
+    pub fn failed(outcome: Outcome, error: JobError, tokens_out: usize) -> Self {
+        JobEnd { outcome, event: JobEvent::Error(error), tokens_out, timings: None, note: None }
+    }
+
+    /// Ended before it ran (cancelled in the queue, dropped at shutdown).
+    pub fn unrun(outcome: Outcome, error: JobError) -> Self {
+        JobEnd { note: Some("job ended before it ran"), ..JobEnd::failed(outcome, error, 0) }
     }
 }
 
@@ -149,14 +101,21 @@ impl Outcome {
 pub struct JobSink {
     tx: mpsc::UnboundedSender<JobEvent>,
     metrics: Arc<Metrics>,
+    /// What the job's `execute_end` record names it by.
+    job_id: String,
+    tokens_in: usize,
     finished: bool,
 }
 
 impl JobSink {
-    /// A sink and the stream it feeds.
-    pub fn channel(metrics: Arc<Metrics>) -> (JobSink, mpsc::UnboundedReceiver<JobEvent>) {
+    /// A sink for job `job_id` with `tokens_in` prompt tokens, and the stream it feeds.
+    pub fn channel(
+        job_id: &str,
+        tokens_in: usize,
+        metrics: Arc<Metrics>,
+    ) -> (JobSink, mpsc::UnboundedReceiver<JobEvent>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (JobSink { tx, metrics, finished: false }, rx)
+        (JobSink { tx, metrics, job_id: job_id.to_string(), tokens_in, finished: false }, rx)
     }
 
     /// Sends a non-terminal event; false when the client has gone away.
@@ -176,13 +135,36 @@ impl JobSink {
         self.finished = true;
     }
 
-    /// Sends the terminal event and counts the outcome. Consumes the sink, so
-    /// a job ends exactly once; the stream closes when the sink is dropped.
-    pub fn finish(mut self, outcome: Outcome, event: JobEvent) {
-        debug_assert!(event.is_terminal());
+    /// Sends the terminal event, counts the outcome and logs `execute_end`:
+    /// the one place a job's end is recorded. Consumes the sink, so a job
+    /// ends exactly once; the stream closes when the sink is dropped.
+    pub fn finish(mut self, end: JobEnd) {
+        debug_assert!(end.event.is_terminal());
         self.finished = true;
-        self.metrics.request_finished(outcome);
-        let _ = self.tx.send(event);
+        self.log_end(&end);
+        self.metrics.request_finished(end.outcome);
+        let _ = self.tx.send(end.event);
+    }
+
+    fn log_end(&self, end: &JobEnd) {
+        let (tokens_in, timings, stop_reason) = match &end.event {
+            JobEvent::End(s) => {
+                (s.tokens_in, Some((s.first_token_ms, s.decode_time_ms)), Some(s.stop_reason.as_str()))
+            }
+            _ => (self.tokens_in, end.timings, None),
+        };
+        narrate!(
+            info,
+            "execute_end",
+            job_id = %self.job_id,
+            outcome = end.outcome.as_str(),
+            tokens_in,
+            tokens_out = end.tokens_out,
+            decode_time_ms = timings.map(|t| t.1),
+            first_token_ms = timings.map(|t| t.0),
+            stop_reason,
+            message = end.note,
+        );
     }
 }
 
@@ -247,7 +229,7 @@ impl Job {
     /// Ends a job that never ran (cancelled in the queue, dropped at shutdown,
     /// or its client left before its turn).
     pub fn finish_unrun(self, outcome: Outcome, error: JobError) {
-        self.sink.finish(outcome, JobEvent::Error(error));
+        self.sink.finish(JobEnd::unrun(outcome, error));
     }
 }
 
@@ -256,36 +238,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn token_event_json_has_short_keys_and_omits_absent_logprobs() {
-        let e = JobEvent::Token(TokenEvent { t: "hi".into(), i: 0, id: 7, logprobs: None });
-        assert_eq!(e.name(), "token");
-        assert_eq!(e.data(), r#"{"t":"hi","i":0,"id":7}"#);
-    }
-
-    #[test]
-    fn end_event_carries_stop_sequence_only_when_matched() {
-        let mut s = GenerationSummary {
-            tokens_in: 3,
-            tokens_out: 2,
-            first_token_ms: 5,
-            decode_time_ms: 9,
-            stop_reason: StopReason::MaxTokens,
-        };
-        let e = JobEvent::End(EndEvent::from(&s));
-        assert_eq!(
-            e.data(),
-            r#"{"tokens_out":2,"decode_time_ms":9,"first_token_ms":5,"stop_reason":"max_tokens"}"#
-        );
-        s.stop_reason = StopReason::StopSequence("\n\n".into());
-        let v: serde_json::Value = serde_json::from_str(&JobEvent::End(EndEvent::from(&s)).data()).unwrap();
-        assert_eq!(v["stop_reason"], "stop_sequence");
-        assert_eq!(v["stop_sequence"], "\n\n");
-    }
-
-    #[test]
     fn a_dropped_sink_still_ends_the_stream_once() {
         let metrics = Arc::new(Metrics::new_for_tests());
-        let (sink, mut rx) = JobSink::channel(metrics.clone());
+        let (sink, mut rx) = JobSink::channel("j", 1, metrics.clone());
         drop(sink);
         let ev = rx.try_recv().unwrap();
         assert!(matches!(ev, JobEvent::Error(ref e) if e.code == crate::engine::ErrorCode::Internal));

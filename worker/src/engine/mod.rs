@@ -15,9 +15,10 @@ pub mod queue;
 pub mod runner;
 pub mod status;
 pub mod stop;
+#[cfg(test)]
 pub mod testing;
 
-pub use error::{backend_error_code, ErrorCode, JobError, Phase};
+pub use error::{backend_error_code, load_error_code, ErrorCode, JobError, Phase};
 pub use job::{Job, JobEvent, JobSink, Outcome};
 pub use runner::{Engine, EngineConfig, EngineHandle, SubmitError};
 pub use status::EngineStatus;

@@ -212,7 +212,7 @@ mod tests {
     use crate::telemetry::metrics::Metrics;
 
     fn job(id: &str) -> Job {
-        let (sink, rx) = JobSink::channel(Arc::new(Metrics::new_for_tests()));
+        let (sink, rx) = JobSink::channel(id, 1, Arc::new(Metrics::new_for_tests()));
         std::mem::forget(rx);
         Job {
             id: id.into(),

@@ -19,7 +19,7 @@ use crate::engine::error::{ErrorCode, JobError, Phase};
 use crate::engine::generate::{
     generate, AbortReason, GeneratedToken, GenerationError, GenerationObserver, ParityStep,
 };
-use crate::engine::job::{CancelFlag, EndEvent, Job, JobEvent, JobSink, LogprobEntry, Outcome, TokenEvent};
+use crate::engine::job::{CancelFlag, Job, JobEnd, JobEvent, JobSink, Outcome, TokenAlternative, TokenOut};
 use crate::engine::parity::ParitySender;
 use crate::engine::queue::{CancelResult, JobQueue, Pop, PushError};
 use crate::engine::status::{EngineStatus, Problem};
@@ -122,7 +122,6 @@ impl Engine {
     /// Blocking; returns whether the running job had to be cancelled.
     pub fn shutdown(self, grace: Duration) -> bool {
         for job in self.handle.queue.close() {
-            log_unrun(&job, Outcome::Cancelled);
             job.finish_unrun(Outcome::Cancelled, JobError::cancelled_by_shutdown());
         }
         let mut cancelled = false;
@@ -163,7 +162,6 @@ impl EngineHandle {
     pub fn cancel(&self, job_id: &str) -> CancelState {
         match self.queue.cancel(job_id) {
             CancelResult::Queued(job) => {
-                log_unrun(&job, Outcome::Cancelled);
                 job.finish_unrun(Outcome::Cancelled, JobError::cancelled());
                 CancelState::Queued
             }
@@ -192,18 +190,6 @@ impl EngineHandle {
     pub fn status(&self) -> &EngineStatus {
         &self.status
     }
-}
-
-fn log_unrun(job: &Job, outcome: Outcome) {
-    narrate!(
-        info,
-        "execute_end",
-        job_id = %job.id,
-        outcome = outcome.as_str(),
-        tokens_in = job.request.prompt_tokens.len(),
-        tokens_out = 0u64,
-        "job ended before it ran"
-    );
 }
 
 struct EngineThread {
@@ -290,14 +276,25 @@ impl EngineThread {
         }
     }
 
+    /// The outcome and error of a job stopped early for `reason`.
+    fn abort_error(&self, reason: AbortReason) -> (Outcome, JobError) {
+        match reason {
+            AbortReason::Cancelled => (Outcome::Cancelled, JobError::cancelled()),
+            AbortReason::ShuttingDown => (Outcome::Cancelled, JobError::cancelled_by_shutdown()),
+            AbortReason::Timeout => (Outcome::Timeout, JobError::timeout(self.config.inference_timeout.as_secs())),
+            AbortReason::Disconnected => {
+                (Outcome::Disconnected, JobError::new(ErrorCode::Cancelled, "the client disconnected"))
+            }
+        }
+    }
+
     fn run_job(&mut self, job: Box<Job>) {
         let Job { id, mut request, accepted_at, prompt, cancel, sink } = *job;
         request.accepted_at = Some(accepted_at);
         let job_id: Arc<str> = Arc::from(id.as_str());
         let tokens_in = request.prompt_tokens.len();
         if sink.is_closed() {
-            narrate!(info, "execute_end", job_id = %id, outcome = "disconnected", tokens_in, tokens_out = 0u64);
-            sink.finish(Outcome::Disconnected, JobEvent::Error(JobError::cancelled()));
+            sink.finish(JobEnd::failed(Outcome::Disconnected, JobError::cancelled(), 0));
             return;
         }
         narrate!(
@@ -338,47 +335,18 @@ impl EngineThread {
         let run_ms = started.elapsed().as_secs_f64() * 1000.0;
         self.metrics.observe_inference_ms(run_ms);
 
-        let (outcome, event) = match result {
+        let end = match result {
             Ok(Ok(summary)) => {
-                narrate!(
-                    info,
-                    "execute_end",
-                    job_id = %id,
-                    outcome = "completed",
-                    tokens_in = summary.tokens_in,
-                    tokens_out = summary.tokens_out,
-                    decode_time_ms = summary.decode_time_ms,
-                    first_token_ms = summary.first_token_ms,
-                    stop_reason = summary.stop_reason.as_str(),
-                );
                 self.metrics.observe_first_token_ms(summary.first_token_ms as f64);
-                (Outcome::Completed, JobEvent::End(EndEvent::from(&summary)))
+                JobEnd::completed(summary)
             }
             Ok(Err(GenerationError::Aborted(reason))) => {
-                let (outcome, error) = match reason {
-                    AbortReason::Cancelled => (Outcome::Cancelled, JobError::cancelled()),
-                    AbortReason::ShuttingDown => (Outcome::Cancelled, JobError::cancelled_by_shutdown()),
-                    AbortReason::Timeout => {
-                        (Outcome::Timeout, JobError::timeout(self.config.inference_timeout.as_secs()))
-                    }
-                    AbortReason::Disconnected => {
-                        (Outcome::Disconnected, JobError::new(ErrorCode::Cancelled, "the client disconnected"))
-                    }
-                };
+                let (outcome, error) = self.abort_error(reason);
                 if outcome == Outcome::Timeout {
                     narrate!(error, "error", job_id = %id, code = error.code.as_str(), message = %error.message);
                 }
-                narrate!(
-                    info,
-                    "execute_end",
-                    job_id = %id,
-                    outcome = outcome.as_str(),
-                    tokens_in,
-                    tokens_out,
-                    first_token_ms,
-                    decode_time_ms = run_ms as u64,
-                );
-                (outcome, JobEvent::Error(error))
+                let timings = Some((first_token_ms, run_ms as u64));
+                JobEnd { timings, ..JobEnd::failed(outcome, error, tokens_out) }
             }
             Ok(Err(GenerationError::Backend(err))) => {
                 let error = JobError::from_backend(&err, self.backend_kind, Phase::Job);
@@ -386,8 +354,7 @@ impl EngineThread {
                     self.status.set_problem(Problem::Memory, format!("a job ran out of device memory: {err}"));
                 }
                 narrate!(error, "error", job_id = %id, code = error.code.as_str(), message = %error.message);
-                narrate!(info, "execute_end", job_id = %id, outcome = "error", tokens_in, tokens_out);
-                (Outcome::Error, JobEvent::Error(error))
+                JobEnd::failed(Outcome::Error, error, tokens_out)
             }
             Err(panic) => {
                 let what = panic
@@ -399,11 +366,10 @@ impl EngineThread {
                 self.backend.end_sequence();
                 let error = JobError::internal("the engine failed while running the job");
                 narrate!(error, "error", job_id = %id, code = error.code.as_str(), message = %format!("engine panic: {what}"));
-                narrate!(info, "execute_end", job_id = %id, outcome = "error", tokens_in, tokens_out);
-                (Outcome::Error, JobEvent::Error(error))
+                JobEnd::failed(Outcome::Error, error, tokens_out)
             }
         };
-        sink.finish(outcome, event);
+        sink.finish(end);
 
         let vram = self.backend.memory_use().total();
         self.status.set_vram_bytes_used(vram);
@@ -446,14 +412,14 @@ impl GenerationObserver for Observer<'_> {
     fn on_token(&mut self, token: GeneratedToken) -> Option<AbortReason> {
         let logprobs = token.logprobs.map(|list| {
             list.into_iter()
-                .map(|lp| LogprobEntry {
+                .map(|lp| TokenAlternative {
                     id: lp.id,
-                    t: self.tokenizer.decode(&[lp.id]).unwrap_or_default(),
+                    text: self.tokenizer.decode(&[lp.id]).unwrap_or_default(),
                     logprob: lp.logprob,
                 })
                 .collect()
         });
-        let event = JobEvent::Token(TokenEvent { t: token.text, i: token.index, id: token.id, logprobs });
+        let event = JobEvent::Token(TokenOut { index: token.index, id: token.id, text: token.text, logprobs });
         if !self.sink.send(event) {
             return Some(AbortReason::Disconnected);
         }

@@ -1,8 +1,7 @@
 //! Test doubles for the engine and the HTTP layer (M0-W-1811): a scripted
 //! backend whose logits make a fixed token sequence win, and a tiny
-//! byte-level tokenizer. Public so integration tests can use them; not part
-//! of the worker's API.
-#![doc(hidden)]
+//! byte-level tokenizer. Compiled for the crate's own tests only
+//! (`#[cfg(test)]` in `engine/mod.rs`): nothing of it ships in the library.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

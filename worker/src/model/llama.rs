@@ -6,10 +6,9 @@
 //! output projection, residual; RMSNorm, SwiGLU feed-forward, residual.
 //! Then `output_norm` and the LM head (`output`, or the tied `token_embd`).
 
-use crate::backend::{BackendError, Checkpoints, Logits};
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::model::config::ModelConfig;
-use crate::model::ops::{AttentionShape, Ops, RopeParams};
+use crate::model::ops::{AttentionShape, Checkpoints, GraphError, Logits, Ops, RopeParams};
 
 /// One transformer block's weights.
 pub struct LayerWeights<W> {
@@ -66,21 +65,18 @@ impl<W> LlamaWeights<W> {
     }
 
     /// Binds every tensor through `upload`, checking each one's shape first.
-    pub fn load(
+    /// `E` is the device's error type.
+    pub fn load<E: From<GraphError>>(
         cfg: &ModelConfig,
         file: &GgufFile,
-        upload: &mut dyn FnMut(WeightSpec<'_>) -> Result<W, BackendError>,
-    ) -> Result<Self, BackendError> {
-        let mut get = |name: &str, rows: usize, cols: usize| -> Result<W, BackendError> {
-            let info = file
-                .tensor(name)
-                .ok_or_else(|| BackendError::ModelLoadFailed(format!("tensor {name} is missing")))?;
+        upload: &mut dyn FnMut(WeightSpec<'_>) -> Result<W, E>,
+    ) -> Result<Self, E> {
+        let mut get = |name: &str, rows: usize, cols: usize| -> Result<W, E> {
+            let info = file.tensor(name).ok_or_else(|| GraphError::MissingTensor(name.to_string()))?;
             let want: &[u64] = if rows == 1 { &[cols as u64] } else { &[cols as u64, rows as u64] };
             if info.dims != want {
-                return Err(BackendError::ModelLoadFailed(format!(
-                    "tensor {name} has shape {:?}, expected {want:?} (ne0 first)",
-                    info.dims
-                )));
+                let (name, dims, want) = (name.to_string(), info.dims.to_vec(), want.to_vec());
+                return Err(GraphError::WrongShape { name, dims, want }.into());
             }
             upload(WeightSpec { info, rows, cols })
         };
@@ -131,15 +127,15 @@ pub fn forward<O: Ops>(
     logits: Logits,
     out: &mut Vec<f32>,
     mut checkpoints: Option<&mut Checkpoints>,
-) -> Result<(), BackendError> {
+) -> Result<(), O::Error> {
     let n = tokens.len();
     if n == 0 {
-        return Err(BackendError::InferenceFailed("forward called with no tokens".into()));
+        return Err(GraphError::NoTokens.into());
     }
     let (d, qd, kvd) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim());
     let last = n - 1;
     let mut host_row = Vec::new();
-    let mut record = |ops: &mut O, name: &str, x: &O::Buf, cp: &mut Option<&mut Checkpoints>| -> Result<(), BackendError> {
+    let mut record = |ops: &mut O, name: &str, x: &O::Buf, cp: &mut Option<&mut Checkpoints>| -> Result<(), O::Error> {
         if let Some(cp) = cp.as_deref_mut() {
             ops.row_to_host(x, last, &mut host_row)?;
             cp.record(name, &host_row);
@@ -249,7 +245,7 @@ mod tests {
             let mut bound = BTreeSet::new();
             LlamaWeights::<()>::load(&cfg, &file, &mut |spec| {
                 bound.insert(spec.info.name.clone());
-                Ok(())
+                Ok::<(), GraphError>(())
             })
             .unwrap();
             let in_file: BTreeSet<String> = file.tensors.iter().map(|t| t.name.clone()).collect();
@@ -265,7 +261,9 @@ mod tests {
         let file = GgufFile::from_bytes(synthetic_llama("llama", 3, 32)).unwrap();
         let mut cfg = ModelConfig::try_from(&file.metadata).unwrap();
         cfg.n_ff += 32;
-        let err = LlamaWeights::<()>::load(&cfg, &file, &mut |_| Ok(())).err().expect("shape mismatch");
+        let err = LlamaWeights::<()>::load(&cfg, &file, &mut |_| Ok::<(), GraphError>(()))
+            .err()
+            .expect("shape mismatch");
         assert!(err.to_string().contains("ffn_gate"), "{err}");
     }
 }

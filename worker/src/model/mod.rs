@@ -1,15 +1,14 @@
 //! Model architectures: typed configuration read once from GGUF metadata, the
 //! operations a device provides, and one file per architecture family that
 //! maps GGUF tensor names to weights and describes the forward pass.
+//! Nothing here names a backend: `crate::load` puts a model on one.
 
 pub mod config;
 pub mod llama;
-pub mod loader;
 pub mod ops;
 pub mod synthetic;
 
 pub use config::{Architecture, ConfigError, ModelConfig, RopeStyle};
-pub use loader::{load_model, LoadError, LoadOptions, LoadProgress, LoadedModel};
 
 /// What the rest of the worker needs to know about the loaded model.
 #[derive(Clone, Debug, serde::Serialize)]

@@ -5,8 +5,48 @@
 //! Rust, `backend::cuda` with kernels), so both backends run the same graph
 //! (M0-W-1213). Activations are f32 matrices, row-major, one row per token.
 
-use crate::backend::BackendError;
 use crate::model::config::RopeStyle;
+
+/// What the graph code itself finds wrong: a file that lacks a tensor or holds
+/// one of the wrong shape, or a forward pass asked for nothing. Each device's
+/// error type takes these in ([`Ops::Error`]), so the graph never names a backend.
+#[derive(Debug, thiserror::Error)]
+pub enum GraphError {
+    #[error("tensor {0} is missing")]
+    MissingTensor(String),
+    #[error("tensor {name} has shape {dims:?}, expected {want:?} (ne0 first)")]
+    WrongShape { name: String, dims: Vec<u64>, want: Vec<u64> },
+    #[error("forward called with no tokens")]
+    NoTokens,
+}
+
+/// Which positions of a forward pass the caller wants logits for. Whatever
+/// is asked, the last position's logits are kept where the backend's sampler
+/// reads them (see [`Ops::keep_last_row`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// None on the host: the last position's logits stay with the backend
+    /// (on the device for CUDA) for its sampler; `out` is left empty.
+    None,
+    /// Only the last position's `vocab_size` logits.
+    Last,
+    /// Every position's logits, position-major (`n_tokens * vocab_size`).
+    All,
+}
+
+/// Intermediate values of one forward pass at its last position, recorded for
+/// parity logging (EXT-001). Names follow llama.cpp's graph names
+/// (`inp_embd`, `l_out-<layer>`, `result_norm`).
+#[derive(Clone, Debug, Default)]
+pub struct Checkpoints {
+    pub entries: Vec<(String, Vec<f32>)>,
+}
+
+impl Checkpoints {
+    pub fn record(&mut self, name: impl Into<String>, values: &[f32]) {
+        self.entries.push((name.into(), values.to_vec()));
+    }
+}
 
 /// Shape of one attention call.
 #[derive(Clone, Copy, Debug)]
@@ -40,21 +80,35 @@ pub trait Ops {
     type Buf;
     /// The KV cache of one sequence, all layers.
     type Cache;
+    /// The device's error; the graph's own findings convert into it.
+    type Error: From<GraphError>;
 
     /// A zeroed activation matrix.
-    fn buf(&mut self, rows: usize, cols: usize) -> Result<Self::Buf, BackendError>;
+    fn buf(&mut self, rows: usize, cols: usize) -> Result<Self::Buf, Self::Error>;
 
     /// `out[t] = table[tokens[t]]`, decoding the table's stored format.
-    fn embed(&mut self, table: &Self::Weight, tokens: &[u32], out: &mut Self::Buf) -> Result<(), BackendError>;
+    fn embed(&mut self, table: &Self::Weight, tokens: &[u32], out: &mut Self::Buf) -> Result<(), Self::Error>;
 
     /// `out[t] = x[t] / rms(x[t]) * weight`.
-    fn rms_norm(&mut self, x: &Self::Buf, weight: &Self::Weight, eps: f32, out: &mut Self::Buf) -> Result<(), BackendError>;
+    fn rms_norm(
+        &mut self,
+        x: &Self::Buf,
+        weight: &Self::Weight,
+        eps: f32,
+        out: &mut Self::Buf,
+    ) -> Result<(), Self::Error>;
 
     /// `out[t][r] = sum_c x[t][c] * w[r][c]` (+ `bias[r]` when given).
-    fn matmul(&mut self, x: &Self::Buf, w: &Self::Weight, bias: Option<&Self::Weight>, out: &mut Self::Buf) -> Result<(), BackendError>;
+    fn matmul(
+        &mut self,
+        x: &Self::Buf,
+        w: &Self::Weight,
+        bias: Option<&Self::Weight>,
+        out: &mut Self::Buf,
+    ) -> Result<(), Self::Error>;
 
     /// Rotates each head of every row in place; row `t` is at position `start_pos + t`.
-    fn rope(&mut self, x: &mut Self::Buf, p: RopeParams) -> Result<(), BackendError>;
+    fn rope(&mut self, x: &mut Self::Buf, p: RopeParams) -> Result<(), Self::Error>;
 
     /// Writes rows of K and V into the cache at positions `start_pos..`, then
     /// computes causal grouped-query attention of `q` over positions
@@ -67,10 +121,10 @@ pub trait Ops {
         cache: &mut Self::Cache,
         shape: AttentionShape,
         out: &mut Self::Buf,
-    ) -> Result<(), BackendError>;
+    ) -> Result<(), Self::Error>;
 
     /// `out = silu(gate) * up`, elementwise.
-    fn swiglu(&mut self, gate: &Self::Buf, up: &Self::Buf, out: &mut Self::Buf) -> Result<(), BackendError>;
+    fn swiglu(&mut self, gate: &Self::Buf, up: &Self::Buf, out: &mut Self::Buf) -> Result<(), Self::Error>;
 
     /// GPT-2's LayerNorm: `out[t] = (x[t] - mean(x[t])) / sqrt(var(x[t]) + eps) * weight (+ bias)`,
     /// the variance being the mean squared deviation (M0-W-1432).
@@ -81,25 +135,25 @@ pub trait Ops {
         bias: Option<&Self::Weight>,
         eps: f32,
         out: &mut Self::Buf,
-    ) -> Result<(), BackendError>;
+    ) -> Result<(), Self::Error>;
 
     /// GPT-2's GELU, elementwise: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` (M0-W-1433).
-    fn gelu(&mut self, x: &Self::Buf, out: &mut Self::Buf) -> Result<(), BackendError>;
+    fn gelu(&mut self, x: &Self::Buf, out: &mut Self::Buf) -> Result<(), Self::Error>;
 
     /// `x += y`, elementwise.
-    fn add_assign(&mut self, x: &mut Self::Buf, y: &Self::Buf) -> Result<(), BackendError>;
+    fn add_assign(&mut self, x: &mut Self::Buf, y: &Self::Buf) -> Result<(), Self::Error>;
 
     /// Copies row `row` of `x` into a new one-row matrix.
-    fn take_row(&mut self, x: &Self::Buf, row: usize) -> Result<Self::Buf, BackendError>;
+    fn take_row(&mut self, x: &Self::Buf, row: usize) -> Result<Self::Buf, Self::Error>;
 
     /// Copies the whole matrix to the host, row-major.
-    fn to_host(&mut self, x: &Self::Buf, out: &mut Vec<f32>) -> Result<(), BackendError>;
+    fn to_host(&mut self, x: &Self::Buf, out: &mut Vec<f32>) -> Result<(), Self::Error>;
 
     /// Keeps the last row of `x` (the last position's logits) where the
     /// backend's sampler reads it, without a copy to the host. Devices whose
     /// backend keeps the logits itself (the CPU's) do nothing.
-    fn keep_last_row(&mut self, x: &Self::Buf) -> Result<(), BackendError>;
+    fn keep_last_row(&mut self, x: &Self::Buf) -> Result<(), Self::Error>;
 
     /// Copies row `row` to the host (for checkpoints).
-    fn row_to_host(&mut self, x: &Self::Buf, row: usize, out: &mut Vec<f32>) -> Result<(), BackendError>;
+    fn row_to_host(&mut self, x: &Self::Buf, row: usize, out: &mut Vec<f32>) -> Result<(), Self::Error>;
 }

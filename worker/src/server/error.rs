@@ -18,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::de::DeserializeOwned;
 
+use super::events::ErrorBody;
 use crate::engine::error::{ErrorCode, JobError};
 
 /// Seconds a client should wait before retrying a full queue.
@@ -61,10 +62,27 @@ impl ApiError {
     }
 }
 
+/// HTTP status of an error answered outside a stream. `CANCELLED` uses the
+/// non-standard 499 ("client closed request").
+pub fn http_status(code: ErrorCode) -> StatusCode {
+    let status = match code {
+        ErrorCode::InvalidRequest => 400,
+        ErrorCode::ModelLoadFailed => 500,
+        ErrorCode::InsufficientVram => 503,
+        ErrorCode::VramOom => 500,
+        ErrorCode::CudaError => 500,
+        ErrorCode::InferenceTimeout => 504,
+        ErrorCode::Cancelled => 499,
+        ErrorCode::Internal => 500,
+        ErrorCode::QueueFull => 503,
+        ErrorCode::ShuttingDown => 503,
+    };
+    StatusCode::from_u16(status).expect("every status above is in 100..=999")
+}
+
 impl From<JobError> for ApiError {
     fn from(error: JobError) -> Self {
-        let status = StatusCode::from_u16(error.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        ApiError { status, error }
+        ApiError { status: http_status(error.code), error }
     }
 }
 
@@ -75,7 +93,7 @@ impl IntoResponse for ApiError {
             ErrorCode::ShuttingDown => Some(RETRY_AFTER_SHUTTING_DOWN_S),
             _ => None,
         };
-        let mut response = (self.status, Json(self.error)).into_response();
+        let mut response = (self.status, Json(ErrorBody::from(&self.error))).into_response();
         if let Some(s) = retry_after {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
@@ -151,6 +169,32 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The whole stable table: each code's string, HTTP status and retriable flag.
+    #[test]
+    fn codes_strings_statuses_and_retriable_are_pinned() {
+        let table = [
+            (ErrorCode::InvalidRequest, "INVALID_REQUEST", 400, false),
+            (ErrorCode::ModelLoadFailed, "MODEL_LOAD_FAILED", 500, false),
+            (ErrorCode::InsufficientVram, "INSUFFICIENT_VRAM", 503, false),
+            (ErrorCode::VramOom, "VRAM_OOM", 500, false),
+            (ErrorCode::CudaError, "CUDA_ERROR", 500, false),
+            (ErrorCode::InferenceTimeout, "INFERENCE_TIMEOUT", 504, false),
+            (ErrorCode::Cancelled, "CANCELLED", 499, false),
+            (ErrorCode::Internal, "INTERNAL", 500, false),
+            (ErrorCode::QueueFull, "QUEUE_FULL", 503, true),
+            (ErrorCode::ShuttingDown, "SHUTTING_DOWN", 503, true),
+        ];
+        assert_eq!(table.len(), ErrorCode::ALL.len());
+        for (code, s, status, retriable) in table {
+            assert_eq!(code.as_str(), s);
+            assert_eq!(http_status(code).as_u16(), status, "{s}");
+            assert_eq!(code.retriable(), retriable, "{s}");
+            assert_eq!(s.parse::<ErrorCode>().unwrap(), code);
+        }
+        assert!(JobError::cancelled_by_shutdown().retriable);
+        assert!(!JobError::cancelled().retriable);
+    }
 
     #[test]
     fn status_comes_from_the_code_and_503s_carry_retry_after() {

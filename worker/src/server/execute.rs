@@ -17,13 +17,15 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::error::{ApiError, ApiJson};
-use super::validation::{validate, ExecuteRequest};
+use super::events::{event_data, event_name};
+use super::validation::{validate, ExecuteRequest, ValidExecuteRequest};
 use super::AppState;
 use crate::engine::error::JobError;
-use crate::engine::job::{CancelFlag, Job, JobEvent, JobSink, Outcome, PromptFacts, StartedEvent};
+use crate::engine::job::{CancelFlag, Job, JobEvent, JobSink, JobStarted, Outcome, PromptFacts};
 use crate::engine::SubmitError;
 use crate::narrate;
 
@@ -32,69 +34,90 @@ pub const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Longest `X-Deadline` value that is logged.
 const MAX_DEADLINE_HEADER: usize = 64;
 
+/// The request path, in order: validate → queue → (the engine thread
+/// generates, sending events into the job's stream) → stream.
 pub async fn execute(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Result<ApiJson<ExecuteRequest>, ApiError>,
 ) -> Result<Response, ApiError> {
-    // Refusals are logged by code and status only: a JSON error message may
-    // quote a value from the body (M0-W-1902).
-    let refuse = |outcome: Outcome, err: ApiError| {
-        state.metrics.request_finished(outcome);
-        narrate!(
-            info,
-            "execute_rejected",
-            outcome = outcome.as_str(),
-            code = err.error.code.as_str(),
-            status = err.status.as_u16(),
-        );
-        err
-    };
+    let valid = validate_request(&state, body).await?;
+    let events = queue(&state, valid, &headers)?;
+    Ok(stream(events))
+}
+
+/// Counts and logs a refused request. Refusals are logged by code and status
+/// only: a JSON error message may quote a value from the body (M0-W-1902).
+fn refuse(state: &AppState, outcome: Outcome, err: ApiError) -> ApiError {
+    state.metrics.request_finished(outcome);
+    narrate!(
+        info,
+        "execute_rejected",
+        outcome = outcome.as_str(),
+        code = err.error.code.as_str(),
+        status = err.status.as_u16(),
+    );
+    err
+}
+
+/// Step 1: refuse while shutting down, then parse and validate the body.
+async fn validate_request(
+    state: &AppState,
+    body: Result<ApiJson<ExecuteRequest>, ApiError>,
+) -> Result<ValidExecuteRequest, ApiError> {
     if state.shutdown.is_triggered() {
-        return Err(refuse(Outcome::Rejected, JobError::shutting_down().into()));
+        return Err(refuse(state, Outcome::Rejected, JobError::shutting_down().into()));
     }
-    let ApiJson(req) = body.map_err(|e| refuse(Outcome::Invalid, e))?;
+    let ApiJson(req) = body.map_err(|e| refuse(state, Outcome::Invalid, e))?;
     // Tokenizing a long prompt takes milliseconds: keep it off the async threads.
     let (tokenizer, limits) = (state.tokenizer.clone(), state.limits);
     let checked = tokio::task::spawn_blocking(move || validate(req, &limits, &tokenizer, rand::random::<u64>))
         .await
-        .map_err(|_| refuse(Outcome::Error, JobError::internal("request validation failed").into()))?;
-    let valid = checked.map_err(|e| refuse(Outcome::Invalid, JobError::invalid(e.to_string()).into()))?;
+        .map_err(|_| refuse(state, Outcome::Error, JobError::internal("request validation failed").into()))?;
+    checked.map_err(|e| refuse(state, Outcome::Invalid, JobError::invalid(e.to_string()).into()))
+}
 
+/// Step 2: accept the job (its stream opens with `started`) and hand it to
+/// the engine's queue; a full queue or a duplicate id refuses it.
+fn queue(
+    state: &AppState,
+    valid: ValidExecuteRequest,
+    headers: &HeaderMap,
+) -> Result<UnboundedReceiver<JobEvent>, ApiError> {
     let deadline = headers
         .get("x-deadline")
         .and_then(|v| v.to_str().ok())
         .map(|v| v.chars().take(MAX_DEADLINE_HEADER).collect::<String>());
-    let (sink, events) = JobSink::channel(state.metrics.clone());
-    let started = StartedEvent {
+    let request = valid.generation_request();
+    let (sink, events) = JobSink::channel(&valid.job_id, request.prompt_tokens.len(), state.metrics.clone());
+    sink.send(JobEvent::Started(JobStarted {
         job_id: valid.job_id.clone(),
         model: state.model.model_ref.clone(),
-        started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        started_at: chrono::Utc::now(),
         seed: valid.sampling.seed,
-    };
-    sink.send(JobEvent::Started(started));
+    }));
     let job = Job {
         id: valid.job_id.clone(),
-        request: valid.generation_request(),
+        request,
         accepted_at: Instant::now(),
         prompt: PromptFacts { sha256: valid.prompt_sha256.clone(), chars: valid.prompt_chars, deadline },
         cancel: Arc::new(CancelFlag::default()),
         sink,
     };
-    if let Err(e) = state.engine.submit(job) {
+    state.engine.submit(job).map_err(|e| {
         let outcome = match e {
             SubmitError::DuplicateId(_) => Outcome::Invalid,
             _ => Outcome::Rejected,
         };
-        return Err(refuse(outcome, e.into_error().into()));
-    }
-    Ok(sse_response(events))
+        refuse(state, outcome, e.into_error().into())
+    })?;
+    Ok(events)
 }
 
-/// Frames a job's events as SSE.
-fn sse_response(events: tokio::sync::mpsc::UnboundedReceiver<JobEvent>) -> Response {
+/// Step 3: frame the job's events as SSE until its terminal event.
+fn stream(events: UnboundedReceiver<JobEvent>) -> Response {
     let stream = UnboundedReceiverStream::new(events)
-        .map(|ev| Ok::<Event, Infallible>(Event::default().event(ev.name()).data(ev.data())));
+        .map(|ev| Ok::<Event, Infallible>(Event::default().event(event_name(&ev)).data(event_data(&ev))));
     let mut response = Sse::new(stream).keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE)).into_response();
     let h = response.headers_mut();
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));

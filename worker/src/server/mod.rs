@@ -16,6 +16,7 @@
 
 pub mod control;
 pub mod error;
+pub mod events;
 pub mod execute;
 pub mod info;
 pub mod tokenize;

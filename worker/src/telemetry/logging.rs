@@ -1,9 +1,14 @@
-//! JSON logging to stderr with `tracing-subscriber` (one object per line,
-//! event fields at the top level), and the worker's fixed log fields.
+//! Logging to stderr with `tracing-subscriber`, and the worker's fixed log
+//! fields. Two formats (`--log-format`): JSON lines (one object per line,
+//! event fields at the top level), the machine-readable record every
+//! collector and the tests read; and a human-friendly one-line text for a
+//! person at a terminal. `auto`, the default, picks the text when stderr is a
+//! terminal and JSON otherwise, as most servers do.
 //!
 //! Nothing here logs prompts or generated text (M0-W-1902); callers log a
 //! prompt's SHA-256, its length in characters and token counts only.
 
+use std::io::IsTerminal;
 use std::sync::{Arc, RwLock};
 
 use sha2::{Digest, Sha256};
@@ -30,19 +35,41 @@ pub fn context() -> Arc<LogContext> {
     CONTEXT.read().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_default()
 }
 
-/// Installs the JSON subscriber on stderr. The level comes from `RUST_LOG`
-/// (default `info`). Does nothing when a subscriber is already installed.
-pub fn init() {
+/// How log records are written (`--log-format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// `pretty` when stderr is a terminal, `json` otherwise.
+    #[default]
+    Auto,
+    /// One JSON object per line.
+    Json,
+    /// One line of text per record, coloured on a terminal.
+    Pretty,
+}
+
+impl LogFormat {
+    /// The concrete format: `auto` decided by whether stderr is a terminal.
+    pub fn resolve(self, stderr_is_terminal: bool) -> LogFormat {
+        match self {
+            LogFormat::Auto if stderr_is_terminal => LogFormat::Pretty,
+            LogFormat::Auto => LogFormat::Json,
+            chosen => chosen,
+        }
+    }
+}
+
+/// Installs the subscriber on stderr in `format`. The level comes from
+/// `RUST_LOG` (default `info`). Does nothing when a subscriber is already
+/// installed.
+pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .json()
-        .flatten_event(true)
-        .with_current_span(false)
-        .with_span_list(false)
-        .with_target(false)
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    let terminal = std::io::stderr().is_terminal();
+    let builder = tracing_subscriber::fmt().with_target(false).with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format.resolve(terminal) {
+        LogFormat::Pretty => builder.with_ansi(terminal).try_init(),
+        _ => builder.json().flatten_event(true).with_current_span(false).with_span_list(false).try_init(),
+    };
 }
 
 /// Hex SHA-256 of a prompt: what the logs hold instead of the text.
@@ -57,6 +84,19 @@ pub fn sha256_hex(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::LogFormat;
+
+    #[test]
+    fn auto_is_pretty_on_a_terminal_and_json_otherwise() {
+        assert_eq!(LogFormat::default(), LogFormat::Auto);
+        assert_eq!(LogFormat::Auto.resolve(true), LogFormat::Pretty);
+        assert_eq!(LogFormat::Auto.resolve(false), LogFormat::Json);
+        for terminal in [true, false] {
+            assert_eq!(LogFormat::Json.resolve(terminal), LogFormat::Json);
+            assert_eq!(LogFormat::Pretty.resolve(terminal), LogFormat::Pretty);
+        }
+    }
+
     #[test]
     fn sha256_of_known_text() {
         assert_eq!(

@@ -26,7 +26,44 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::engine::job::Outcome;
+/// How a request ended, as counted in `worker_requests_total{outcome}`. Defined
+/// here, where it is counted; the engine and the server decide which applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    Completed,
+    Cancelled,
+    Disconnected,
+    Timeout,
+    Error,
+    /// Refused by validation (400).
+    Invalid,
+    /// Refused for lack of room or at shutdown (503).
+    Rejected,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 7] = [
+        Outcome::Completed,
+        Outcome::Cancelled,
+        Outcome::Disconnected,
+        Outcome::Timeout,
+        Outcome::Error,
+        Outcome::Invalid,
+        Outcome::Rejected,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Disconnected => "disconnected",
+            Outcome::Timeout => "timeout",
+            Outcome::Error => "error",
+            Outcome::Invalid => "invalid",
+            Outcome::Rejected => "rejected",
+        }
+    }
+}
 
 /// The content type of the `/metrics` answer.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -125,6 +125,7 @@ impl Ops for CpuOps {
     type Weight = CpuWeight;
     type Buf = CpuBuf;
     type Cache = CpuCache;
+    type Error = BackendError;
 
     fn buf(&mut self, rows: usize, cols: usize) -> Result<CpuBuf, BackendError> {
         Ok(CpuBuf { rows, cols, data: vec![0.0; rows * cols] })

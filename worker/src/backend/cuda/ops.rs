@@ -365,6 +365,7 @@ impl Ops for CudaOps {
     type Weight = CudaWeight;
     type Buf = CudaBuf;
     type Cache = CudaCache;
+    type Error = BackendError;
 
     fn buf(&mut self, rows: usize, cols: usize) -> Result<CudaBuf, BackendError> {
         let b = self.alloc_buf(rows, cols)?;

@@ -13,7 +13,7 @@ use super::*;
 use crate::backend::BackendKind;
 use crate::engine::{backend_error_code, ErrorCode, Phase};
 use crate::model::llama::LlamaWeights;
-use crate::model::loader::{load_model, LoadOptions};
+use crate::load::{load_model, LoadOptions};
 
 /// How far the driver's free memory may stay below its pre-load value after
 /// a drop. `cuMemGetInfo` counts memory in the driver's 2 MiB pages, and the

@@ -1,12 +1,18 @@
-//! Loading: map → parse → validate → configure → tokenizer → bind weights on
-//! the chosen backend (M0-W-1410), with progress reported by bytes.
+//! Loading, the one place that knows both the model and the backends: map →
+//! parse → validate → configure (which picks the architecture) → tokenizer →
+//! construct the chosen backend, which binds the weights (M0-W-1410), with
+//! progress reported by bytes.
+//!
+//! It sits above `model` and `backend` (which know nothing of each other's
+//! construction) and below `engine` and `cli`; the stable API code of a load
+//! failure is decided above, by `engine::load_error_code`.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use crate::backend::cpu::CpuBackend;
+use crate::backend::cuda::{CudaBackend, CudaLoadOptions};
 use crate::backend::{Backend, BackendError, BackendKind};
-use crate::engine::{backend_error_code, ErrorCode, Phase};
 use crate::gguf::{file_type_name, GgufError, GgufFile};
 use crate::model::config::{ConfigError, ModelConfig};
 use crate::model::ModelInfo;
@@ -66,16 +72,6 @@ pub enum LoadError {
 }
 
 impl LoadError {
-    /// The stable API code for this failure (M0-W-1500): backend errors
-    /// through the engine's one mapping (M0-W-1501), everything else is the
-    /// file's fault.
-    pub fn code(&self, backend: BackendKind) -> &'static str {
-        match self {
-            LoadError::Backend(err) => backend_error_code(err, backend, Phase::Load).as_str(),
-            _ => ErrorCode::ModelLoadFailed.as_str(),
-        }
-    }
-
     /// Bytes needed and bytes free, when the failure is a lack of device memory.
     pub fn vram(&self) -> Option<(u64, u64)> {
         match self {
@@ -130,20 +126,31 @@ pub fn load_model(
     let info = model_info(&file, &config);
 
     let mut marks = ProgressMarks::new(file.tensor_bytes_total(), progress);
-    let backend: Box<dyn Backend> = match opts.backend {
-        BackendKind::Cpu => Box::new(CpuBackend::load(config.clone(), file.clone(), &mut |b| marks.advance(b))?),
+    let backend = construct_backend(&config, &file, opts, &mut |b| marks.advance(b))?;
+    marks.finish();
+    Ok(LoadedModel { backend, tokenizer, info, config })
+}
+
+/// The chosen backend with the model's weights bound on it; `bound` hears
+/// each byte count as it is bound.
+fn construct_backend(
+    config: &ModelConfig,
+    file: &Arc<GgufFile>,
+    opts: &LoadOptions,
+    bound: &mut dyn FnMut(u64),
+) -> Result<Box<dyn Backend>, BackendError> {
+    Ok(match opts.backend {
+        BackendKind::Cpu => Box::new(CpuBackend::load(config.clone(), file.clone(), bound)?),
         BackendKind::Cuda => {
-            let cuda_opts = crate::backend::cuda::CudaLoadOptions {
+            let cuda_opts = CudaLoadOptions {
                 gpu_device: opts.gpu_device,
                 kv_cache_size_mb: opts.kv_cache_size_mb,
                 upload_chunk_bytes: opts.upload_chunk_bytes,
                 ..Default::default()
             };
-            Box::new(crate::backend::cuda::CudaBackend::load(config.clone(), &file, &cuda_opts, &mut |b| marks.advance(b))?)
+            Box::new(CudaBackend::load(config.clone(), file, &cuda_opts, bound)?)
         }
-    };
-    marks.finish();
-    Ok(LoadedModel { backend, tokenizer, info, config })
+    })
 }
 
 fn model_info(file: &GgufFile, cfg: &ModelConfig) -> ModelInfo {
@@ -192,7 +199,7 @@ mod tests {
         let mut progress = Vec::new();
         let err = load_model(&path, &LoadOptions::default(), &mut |p| progress.push(p.percent)).err().expect("cut file");
         assert!(matches!(err, LoadError::Gguf(GgufError::TensorOutOfBounds { .. })), "{err}");
-        assert_eq!(err.code(BackendKind::Cpu), "MODEL_LOAD_FAILED");
+        assert_eq!(crate::engine::load_error_code(&err, BackendKind::Cpu).as_str(), "MODEL_LOAD_FAILED");
         assert!(progress.is_empty(), "no weight was bound: {progress:?}");
     }
 
