@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 use worker_benches::{cuda_device_or_skip, LLAMA_8B, QWEN_05B, SMOLLM2};
 use worker_orcd::backend::{Backend, BackendKind, Logits, SampleRequest};
-use worker_orcd::model::{load_model, LoadOptions};
+use worker_orcd::load::{load_model, LoadOptions};
 use worker_orcd::sampling::SamplingParams;
 
 const GREEDY: SamplingParams =

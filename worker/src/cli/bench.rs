@@ -24,7 +24,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::backend::{Backend, BackendKind, Logits, SampleRequest};
-use crate::model::{load_model, LoadOptions};
+use crate::load::{load_model, LoadOptions};
 use crate::sampling::SamplingParams;
 
 /// Context tokens are prefilled in chunks of this many, so a deep context

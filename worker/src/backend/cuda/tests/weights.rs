@@ -39,7 +39,7 @@ fn driver_free_bytes() -> u64 {
 struct TestModel {
     name: &'static str,
     file: Arc<GgufFile>,
-    /// Loaded through `model::load_model` (the worker's own path, tokenizer
+    /// Loaded through `load::load_model` (the worker's own path, tokenizer
     /// included) rather than `CudaBackend::load`.
     path: Option<std::path::PathBuf>,
 }
