@@ -22,13 +22,18 @@ fn bench_cpu(c: &mut Criterion) {
     let mut logits = Vec::new();
 
     let mut group = c.benchmark_group("smollm2_cpu");
-    group.sample_size(10).measurement_time(Duration::from_secs(10));
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(10));
 
     group.throughput(Throughput::Elements(prompt.len() as u64));
     group.bench_function("prefill_64", |b| {
         b.iter(|| {
             model.backend.begin_sequence(prompt.len()).unwrap();
-            model.backend.forward(&prompt, Logits::Last, &mut logits, None).unwrap();
+            model
+                .backend
+                .forward(&prompt, Logits::Last, &mut logits, None)
+                .unwrap();
             model.backend.end_sequence();
         })
     });
@@ -42,11 +47,17 @@ fn bench_cpu(c: &mut Criterion) {
             let mut timed = Duration::ZERO;
             for _ in 0..iters {
                 model.backend.begin_sequence(16 + decode_steps).unwrap();
-                model.backend.forward(&prompt[..16], Logits::Last, &mut logits, None).unwrap();
+                model
+                    .backend
+                    .forward(&prompt[..16], Logits::Last, &mut logits, None)
+                    .unwrap();
                 let mut next = prompt[16];
                 let started = std::time::Instant::now();
                 for _ in 0..decode_steps {
-                    model.backend.forward(&[next], Logits::Last, &mut logits, None).unwrap();
+                    model
+                        .backend
+                        .forward(&[next], Logits::Last, &mut logits, None)
+                        .unwrap();
                     next = worker_orcd::sampling::argmax(&logits);
                 }
                 timed += started.elapsed();

@@ -12,7 +12,9 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use worker_orcd::gguf::GgufFile;
-use worker_orcd::server::validation::{check_fields, validate, ExecuteRequest, Limits, MAX_PROMPT_CHARS};
+use worker_orcd::server::validation::{
+    check_fields, validate, ExecuteRequest, Limits, MAX_PROMPT_CHARS,
+};
 use worker_orcd::tokenizer::Tokenizer;
 
 fn largest_valid_body() -> Vec<u8> {
@@ -38,12 +40,21 @@ fn largest_valid_body() -> Vec<u8> {
 fn bench_execute_parse(c: &mut Criterion) {
     let file = GgufFile::open(&worker_benches::reference_model()).expect("reference model opens");
     let tokenizer = Tokenizer::from_gguf(&file.metadata).expect("tokenizer builds");
-    let limits = Limits { max_tokens_in: 8192, max_tokens_out: 2048, vocab_size: tokenizer.vocab_size(), context_length: 8192 };
+    let limits = Limits {
+        max_tokens_in: 8192,
+        max_tokens_out: 2048,
+        vocab_size: tokenizer.vocab_size(),
+        context_length: 8192,
+    };
     let body = largest_valid_body();
     // The body must be valid, or the benchmark would time the refusal path.
     let req: ExecuteRequest = serde_json::from_slice(&body).unwrap();
     let valid = validate(req, &limits, &tokenizer, || 0).expect("the benchmark body is valid");
-    eprintln!("prompt: {} characters, {} tokens", valid.prompt_chars, valid.prompt_tokens.len());
+    eprintln!(
+        "prompt: {} characters, {} tokens",
+        valid.prompt_chars,
+        valid.prompt_tokens.len()
+    );
 
     let mut group = c.benchmark_group("server");
     group.throughput(Throughput::Bytes(body.len() as u64));
@@ -53,7 +64,8 @@ fn bench_execute_parse(c: &mut Criterion) {
             check_fields(req, &limits, &tokenizer).unwrap()
         })
     });
-    let checked = check_fields(serde_json::from_slice(&body).unwrap(), &limits, &tokenizer).unwrap();
+    let checked =
+        check_fields(serde_json::from_slice(&body).unwrap(), &limits, &tokenizer).unwrap();
     group.bench_function("prompt_tokenize", |b| {
         b.iter(|| checked.clone().tokenize(&limits, &tokenizer, || 0).unwrap())
     });

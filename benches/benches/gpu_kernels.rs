@@ -22,7 +22,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput};
+use criterion::{
+    criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
+};
 use worker_benches::{cuda_device_or_skip, formats, skip, tiled_weight, Shape, LLAMA_8B, QWEN_05B};
 use worker_orcd::backend::cuda::{CudaCache, CudaDevice, CudaOps, DeviceSampler};
 use worker_orcd::backend::SampleRequest;
@@ -49,19 +51,31 @@ fn bench_copy(c: &mut Criterion, dev: &Arc<CudaDevice>, ops: &mut CudaOps) {
     let src = ops.buf(1, n).expect("a 1 GiB buffer");
     let mut g = c.benchmark_group("copy");
     g.throughput(Throughput::Bytes(2 * 4 * n as u64));
-    g.bench_function("d2d_1GiB", |b| b.iter_custom(|iters| timed(dev, iters, || drop(ops.take_row(&src, 0).unwrap()))));
+    g.bench_function("d2d_1GiB", |b| {
+        b.iter_custom(|iters| timed(dev, iters, || drop(ops.take_row(&src, 0).unwrap())))
+    });
     g.finish();
 }
 
-fn bench_matmuls(c: &mut Criterion, dev: &Arc<CudaDevice>, ops: &mut CudaOps, shape: &Shape, tokens: usize) {
+fn bench_matmuls(
+    c: &mut Criterion,
+    dev: &Arc<CudaDevice>,
+    ops: &mut CudaOps,
+    shape: &Shape,
+    tokens: usize,
+) {
     let group = if tokens == 1 { "matvec" } else { "matmul512" };
     let mut g = c.benchmark_group(format!("{group}/{}", shape.name));
-    g.sample_size(20).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(1));
+    g.sample_size(20)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1));
     // Flat sampling: the same number of iterations per sample, so a 50 ms
     // product takes about a second, not the 210 iterations of linear sampling.
     g.sampling_mode(SamplingMode::Flat);
     for (label, rows, cols) in shape.matrices() {
-        let x = ops.upload(tokens, cols, &ramp(tokens * cols)).expect("activations");
+        let x = ops
+            .upload(tokens, cols, &ramp(tokens * cols))
+            .expect("activations");
         let mut out = ops.buf(tokens, rows).expect("output");
         for ty in formats() {
             if cols % ty.block_len() != 0 {
@@ -70,7 +84,9 @@ fn bench_matmuls(c: &mut Criterion, dev: &Arc<CudaDevice>, ops: &mut CudaOps, sh
                 continue;
             }
             let bytes = tiled_weight(ty, rows, cols);
-            let w = ops.upload_weight(ty, rows, cols, &bytes).expect("weight upload");
+            let w = ops
+                .upload_weight(ty, rows, cols, &bytes)
+                .expect("weight upload");
             g.throughput(if tokens == 1 {
                 Throughput::Bytes(bytes.len() as u64)
             } else {
@@ -78,7 +94,9 @@ fn bench_matmuls(c: &mut Criterion, dev: &Arc<CudaDevice>, ops: &mut CudaOps, sh
             });
             let id = BenchmarkId::new(format!("{label}_{rows}x{cols}"), ty.name());
             g.bench_function(id, |b| {
-                b.iter_custom(|iters| timed(dev, iters, || ops.matmul(&x, &w, None, &mut out).unwrap()))
+                b.iter_custom(|iters| {
+                    timed(dev, iters, || ops.matmul(&x, &w, None, &mut out).unwrap())
+                })
             });
         }
     }
@@ -87,12 +105,33 @@ fn bench_matmuls(c: &mut Criterion, dev: &Arc<CudaDevice>, ops: &mut CudaOps, sh
 
 fn bench_attention(c: &mut Criterion, dev: &Arc<CudaDevice>, ops: &mut CudaOps, shape: &Shape) {
     let mut g = c.benchmark_group(format!("attention/{}", shape.name));
-    g.sample_size(20).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(1));
+    g.sample_size(20)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1));
     for ctx in [512usize, 4096, 16384] {
-        let mut cache = CudaCache::new(dev, 1, shape.n_head_kv, shape.head_dim, ctx + 1).expect("KV cache");
-        let q = ops.upload(1, shape.n_head * shape.head_dim, &ramp(shape.n_head * shape.head_dim)).unwrap();
-        let k = ops.upload(1, shape.n_head_kv * shape.head_dim, &ramp(shape.n_head_kv * shape.head_dim)).unwrap();
-        let v = ops.upload(1, shape.n_head_kv * shape.head_dim, &ramp(shape.n_head_kv * shape.head_dim)).unwrap();
+        let mut cache =
+            CudaCache::new(dev, 1, shape.n_head_kv, shape.head_dim, ctx + 1).expect("KV cache");
+        let q = ops
+            .upload(
+                1,
+                shape.n_head * shape.head_dim,
+                &ramp(shape.n_head * shape.head_dim),
+            )
+            .unwrap();
+        let k = ops
+            .upload(
+                1,
+                shape.n_head_kv * shape.head_dim,
+                &ramp(shape.n_head_kv * shape.head_dim),
+            )
+            .unwrap();
+        let v = ops
+            .upload(
+                1,
+                shape.n_head_kv * shape.head_dim,
+                &ramp(shape.n_head_kv * shape.head_dim),
+            )
+            .unwrap();
         let mut out = ops.buf(1, shape.n_head * shape.head_dim).unwrap();
         let at = AttentionShape {
             layer: 0,
@@ -102,9 +141,18 @@ fn bench_attention(c: &mut Criterion, dev: &Arc<CudaDevice>, ops: &mut CudaOps, 
             n_head_kv: shape.n_head_kv,
             head_dim: shape.head_dim,
         };
-        g.throughput(Throughput::Bytes(CudaCache::bytes_for(1, shape.n_head_kv, shape.head_dim, ctx + 1)));
+        g.throughput(Throughput::Bytes(CudaCache::bytes_for(
+            1,
+            shape.n_head_kv,
+            shape.head_dim,
+            ctx + 1,
+        )));
         g.bench_function(format!("ctx{ctx}"), |b| {
-            b.iter_custom(|iters| timed(dev, iters, || ops.attention(&q, &k, &v, &mut cache, at, &mut out).unwrap()))
+            b.iter_custom(|iters| {
+                timed(dev, iters, || {
+                    ops.attention(&q, &k, &v, &mut cache, at, &mut out).unwrap()
+                })
+            })
         });
     }
     g.finish();
@@ -112,20 +160,47 @@ fn bench_attention(c: &mut Criterion, dev: &Arc<CudaDevice>, ops: &mut CudaOps, 
 
 fn bench_sampling(c: &mut Criterion, dev: &Arc<CudaDevice>, vocab: usize) {
     let mut sampler = DeviceSampler::new(dev, vocab).expect("sampler");
-    sampler.upload_logits(&ramp(vocab).iter().map(|x| x * 20.0).collect::<Vec<_>>()).unwrap();
+    sampler
+        .upload_logits(&ramp(vocab).iter().map(|x| x * 20.0).collect::<Vec<_>>())
+        .unwrap();
     let mut g = c.benchmark_group(format!("sample/{vocab}"));
     g.throughput(Throughput::Elements(vocab as u64));
     let modes = [
-        ("greedy", SamplingParams { temperature: 0.0, ..SamplingParams::default() }, None),
-        ("temperature", SamplingParams { temperature: 0.8, ..SamplingParams::default() }, Some(0.37)),
+        (
+            "greedy",
+            SamplingParams {
+                temperature: 0.0,
+                ..SamplingParams::default()
+            },
+            None,
+        ),
+        (
+            "temperature",
+            SamplingParams {
+                temperature: 0.8,
+                ..SamplingParams::default()
+            },
+            Some(0.37),
+        ),
         (
             "top_k_top_p_min_p",
-            SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, ..SamplingParams::default() },
+            SamplingParams {
+                temperature: 0.8,
+                top_k: 40,
+                top_p: 0.95,
+                min_p: 0.05,
+                ..SamplingParams::default()
+            },
             Some(0.37),
         ),
     ];
     for (name, params, uniform) in modes {
-        let req = SampleRequest { params: &params, generated: &[], uniform, logprobs: 0 };
+        let req = SampleRequest {
+            params: &params,
+            generated: &[],
+            uniform,
+            logprobs: 0,
+        };
         // `sample` returns after copying the id back: each call is synchronous.
         g.bench_function(name, |b| b.iter(|| sampler.sample(&req).unwrap().id));
     }
@@ -133,7 +208,9 @@ fn bench_sampling(c: &mut Criterion, dev: &Arc<CudaDevice>, vocab: usize) {
 }
 
 fn gpu_kernels(c: &mut Criterion) {
-    let Some(dev) = cuda_device_or_skip("gpu_kernels") else { return };
+    let Some(dev) = cuda_device_or_skip("gpu_kernels") else {
+        return;
+    };
     let mut ops = CudaOps::new(dev.clone());
     bench_copy(c, &dev, &mut ops);
     for shape in [LLAMA_8B, QWEN_05B] {

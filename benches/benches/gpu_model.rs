@@ -19,14 +19,25 @@ use worker_orcd::backend::{Backend, BackendKind, Logits, SampleRequest};
 use worker_orcd::load::{load_model, LoadOptions};
 use worker_orcd::sampling::SamplingParams;
 
-const GREEDY: SamplingParams =
-    SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, repetition_penalty: 1.0, seed: 0 };
+const GREEDY: SamplingParams = SamplingParams {
+    temperature: 0.0,
+    top_k: 0,
+    top_p: 1.0,
+    min_p: 0.0,
+    repetition_penalty: 1.0,
+    seed: 0,
+};
 
 /// Decode steps per sequence: the context grows to at most 16 + this.
 const MAX_STEPS: usize = 256;
 
 fn pick(backend: &mut dyn Backend) -> u32 {
-    let req = SampleRequest { params: &GREEDY, generated: &[], uniform: None, logprobs: 0 };
+    let req = SampleRequest {
+        params: &GREEDY,
+        generated: &[],
+        uniform: None,
+        logprobs: 0,
+    };
     backend.sample(&req).expect("sample").id
 }
 
@@ -40,8 +51,13 @@ fn gpu_model(c: &mut Criterion) {
         return;
     }
     for shape in [SMOLLM2, QWEN_05B, LLAMA_8B] {
-        let Some(path) = shape.model_or_skip("gpu_model") else { continue };
-        let opts = LoadOptions { backend: BackendKind::Cuda, ..LoadOptions::default() };
+        let Some(path) = shape.model_or_skip("gpu_model") else {
+            continue;
+        };
+        let opts = LoadOptions {
+            backend: BackendKind::Cuda,
+            ..LoadOptions::default()
+        };
         let mut model = load_model(&path, &opts, &mut |_| {}).expect("the model loads");
         let vocab = model.info.vocab_size;
         let backend = model.backend.as_mut();
@@ -60,11 +76,15 @@ fn gpu_model(c: &mut Criterion) {
                     let steps = left.min(MAX_STEPS);
                     left -= steps;
                     backend.begin_sequence(16 + steps).unwrap();
-                    backend.forward(&tokens(vocab, 16), Logits::None, &mut out, None).unwrap();
+                    backend
+                        .forward(&tokens(vocab, 16), Logits::None, &mut out, None)
+                        .unwrap();
                     let mut next = pick(backend);
                     let t = Instant::now();
                     for _ in 0..steps {
-                        backend.forward(&[next], Logits::None, &mut out, None).unwrap();
+                        backend
+                            .forward(&[next], Logits::None, &mut out, None)
+                            .unwrap();
                         next = pick(backend);
                     }
                     total += t.elapsed();
@@ -76,7 +96,9 @@ fn gpu_model(c: &mut Criterion) {
         g.finish();
 
         let mut g = c.benchmark_group(format!("prefill/{}", shape.name));
-        g.sample_size(20).measurement_time(Duration::from_secs(3)).sampling_mode(SamplingMode::Flat);
+        g.sample_size(20)
+            .measurement_time(Duration::from_secs(3))
+            .sampling_mode(SamplingMode::Flat);
         for n in [16usize, 128, 512] {
             let prompt = tokens(vocab, n);
             g.throughput(Throughput::Elements(n as u64));
@@ -86,7 +108,9 @@ fn gpu_model(c: &mut Criterion) {
                     for _ in 0..iters {
                         backend.begin_sequence(n).unwrap();
                         let t = Instant::now();
-                        backend.forward(&prompt, Logits::None, &mut out, None).unwrap();
+                        backend
+                            .forward(&prompt, Logits::None, &mut out, None)
+                            .unwrap();
                         pick(backend);
                         total += t.elapsed();
                         backend.end_sequence();

@@ -37,13 +37,23 @@ impl Drop for Worker {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
 }
 
 fn spawn(rt: &tokio::runtime::Runtime, bin: &PathBuf, model: &PathBuf, backend: &str) -> Worker {
     let port = free_port();
     let child = Command::new(bin)
-        .args(["--worker-id", "6f1d7a2e-0000-4000-8000-0000000bec42", "--gpu-device", "0", "--backend", backend])
+        .args([
+            "--worker-id",
+            "6f1d7a2e-0000-4000-8000-0000000bec42",
+            "--gpu-device",
+            "0",
+            "--backend",
+            backend,
+        ])
         .arg("--model")
         .arg(model)
         .args(["--port", &port.to_string()])
@@ -51,7 +61,10 @@ fn spawn(rt: &tokio::runtime::Runtime, bin: &PathBuf, model: &PathBuf, backend: 
         .stderr(Stdio::null())
         .spawn()
         .expect("the worker starts");
-    let worker = Worker { child, client: Client::new("127.0.0.1", port) };
+    let worker = Worker {
+        child,
+        client: Client::new("127.0.0.1", port),
+    };
     let started = Instant::now();
     rt.block_on(async {
         loop {
@@ -60,7 +73,10 @@ fn spawn(rt: &tokio::runtime::Runtime, bin: &PathBuf, model: &PathBuf, backend: 
                     return;
                 }
             }
-            assert!(started.elapsed() < Duration::from_secs(300), "the worker did not become healthy");
+            assert!(
+                started.elapsed() < Duration::from_secs(300),
+                "the worker did not become healthy"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     });
@@ -68,8 +84,14 @@ fn spawn(rt: &tokio::runtime::Runtime, bin: &PathBuf, model: &PathBuf, backend: 
 }
 
 fn job(rt: &tokio::runtime::Runtime, w: &Worker, body: Value) -> Transcript {
-    let t = rt.block_on(w.client.run(&body, JOB_TIMEOUT)).expect("the job runs");
-    assert!(t.first("end").is_some(), "the job ended with {:?}", t.terminal());
+    let t = rt
+        .block_on(w.client.run(&body, JOB_TIMEOUT))
+        .expect("the job runs");
+    assert!(
+        t.first("end").is_some(),
+        "the job ended with {:?}",
+        t.terminal()
+    );
     t
 }
 
@@ -84,9 +106,17 @@ fn http_latency(c: &mut Criterion) {
     }
     let bin = std::env::var_os("BENCH_WORKER_BIN")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/worker-orcd"));
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/worker-orcd")
+        });
     if !bin.exists() {
-        return skip(BENCH, &format!("{} does not exist (cargo build --release -p worker-orcd)", bin.display()));
+        return skip(
+            BENCH,
+            &format!(
+                "{} does not exist (cargo build --release -p worker-orcd)",
+                bin.display()
+            ),
+        );
     }
     let model = match std::env::var_os("BENCH_HTTP_MODEL") {
         Some(p) => PathBuf::from(p),
@@ -95,7 +125,10 @@ fn http_latency(c: &mut Criterion) {
             None => return,
         },
     };
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
     let w = spawn(&rt, &bin, &model, &backend);
     let chat = json!([{"role": "user", "content": "Write a haiku about GPU computing"}]);
     let long = ["The quick brown fox jumps over the lazy dog."; 50].join(" ");

@@ -12,8 +12,13 @@ use worker_orcd::quant::{quantize, GgmlType};
 /// The reference model, which `ci/fetch-model` puts in place; panics with
 /// that hint when it is missing.
 pub fn reference_model() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.models/smollm2-135m-instruct-q4_1.gguf");
-    assert!(path.exists(), "run ci/fetch-model first: {} is missing", path.display());
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../.models/smollm2-135m-instruct-q4_1.gguf");
+    assert!(
+        path.exists(),
+        "run ci/fetch-model first: {} is missing",
+        path.display()
+    );
     path
 }
 
@@ -26,7 +31,11 @@ pub fn skip(bench: &str, why: &str) {
 pub fn cuda_device_or_skip(bench: &str) -> Option<Arc<CudaDevice>> {
     match CudaDevice::new(0) {
         Ok(dev) => {
-            println!("{bench}: on {} (sm {})", dev.info().name, dev.info().sm.as_deref().unwrap_or("?"));
+            println!(
+                "{bench}: on {} (sm {})",
+                dev.info().name,
+                dev.info().sm.as_deref().unwrap_or("?")
+            );
             Some(dev)
         }
         Err(e) => {
@@ -98,9 +107,8 @@ impl Shape {
     pub fn model_or_skip(&self, bench: &str) -> Option<PathBuf> {
         let path = match std::env::var_os(self.env) {
             Some(p) => PathBuf::from(p),
-            None if self.name == SMOLLM2.name => {
-                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.models/smollm2-135m-instruct-q4_1.gguf")
-            }
+            None if self.name == SMOLLM2.name => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../.models/smollm2-135m-instruct-q4_1.gguf"),
             None => {
                 let why = format!("{} is not set (a GGUF file of this shape)", self.env);
                 skip(&format!("{bench}/{}", self.name), &why);
@@ -108,7 +116,10 @@ impl Shape {
             }
         };
         if !path.exists() {
-            skip(&format!("{bench}/{}", self.name), &format!("{} does not exist", path.display()));
+            skip(
+                &format!("{bench}/{}", self.name),
+                &format!("{} does not exist", path.display()),
+            );
             return None;
         }
         Some(path)
@@ -118,7 +129,10 @@ impl Shape {
 /// Weight formats to bench: `$BENCH_FORMATS` (comma-separated names), else all.
 pub fn formats() -> Vec<GgmlType> {
     match std::env::var("BENCH_FORMATS") {
-        Ok(list) => list.split(',').filter_map(|n| GgmlType::from_name(n.trim())).collect(),
+        Ok(list) => list
+            .split(',')
+            .filter_map(|n| GgmlType::from_name(n.trim()))
+            .collect(),
         Err(_) => GgmlType::ALL.to_vec(),
     }
 }
@@ -130,7 +144,9 @@ pub fn formats() -> Vec<GgmlType> {
 pub fn tiled_weight(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
     const DISTINCT_ROWS: usize = 8;
     let n = DISTINCT_ROWS.min(rows);
-    let values: Vec<f32> = (0..n * cols).map(|i| ((i * 7919 % 2003) as f32 / 1001.0 - 1.0) * 0.05).collect();
+    let values: Vec<f32> = (0..n * cols)
+        .map(|i| ((i * 7919 % 2003) as f32 / 1001.0 - 1.0) * 0.05)
+        .collect();
     let block = quantize(ty, &values).expect("the shape is whole blocks of the format");
     let row_bytes = block.len() / n;
     let mut out = Vec::with_capacity(rows * row_bytes);
@@ -150,7 +166,11 @@ mod tests {
         for ty in GgmlType::ALL {
             let (rows, cols) = (19, 512);
             let bytes = tiled_weight(ty, rows, cols);
-            assert_eq!(bytes.len() as u64, rows as u64 * ty.bytes_for(cols as u64).unwrap(), "{ty}");
+            assert_eq!(
+                bytes.len() as u64,
+                rows as u64 * ty.bytes_for(cols as u64).unwrap(),
+                "{ty}"
+            );
         }
     }
 
@@ -160,7 +180,12 @@ mod tests {
             for (label, _, cols) in shape.matrices() {
                 assert_eq!(cols % 32, 0, "{} {label}: {cols} columns", shape.name);
             }
-            assert_eq!(shape.n_head * shape.head_dim, shape.hidden, "{}", shape.name);
+            assert_eq!(
+                shape.n_head * shape.head_dim,
+                shape.hidden,
+                "{}",
+                shape.name
+            );
         }
     }
 }

@@ -145,7 +145,9 @@ impl TestWorld {
 
     /// Spawns the worker and waits for `/health`.
     pub async fn start_ready(&mut self, launch: Launch) -> Result<()> {
-        self.process.start_ready(launch, self.cfg.start_timeout).await
+        self.process
+            .start_ready(launch, self.cfg.start_timeout)
+            .await
     }
 
     /// Starts a separate worker with `backend` on `model`, waiting until it is healthy.

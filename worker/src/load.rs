@@ -75,7 +75,9 @@ impl LoadError {
     /// Bytes needed and bytes free, when the failure is a lack of device memory.
     pub fn vram(&self) -> Option<(u64, u64)> {
         match self {
-            LoadError::Backend(BackendError::OutOfMemory { needed, available }) => Some((*needed, *available)),
+            LoadError::Backend(BackendError::OutOfMemory { needed, available }) => {
+                Some((*needed, *available))
+            }
             _ => None,
         }
     }
@@ -91,7 +93,12 @@ struct ProgressMarks<'a> {
 
 impl<'a> ProgressMarks<'a> {
     fn new(total: u64, report: &'a mut dyn FnMut(LoadProgress)) -> Self {
-        let mut marks = ProgressMarks { total, done: 0, next_mark: 0, report };
+        let mut marks = ProgressMarks {
+            total,
+            done: 0,
+            next_mark: 0,
+            report,
+        };
         marks.advance(0);
         marks
     }
@@ -100,7 +107,11 @@ impl<'a> ProgressMarks<'a> {
         self.done = (self.done + bytes).min(self.total);
         let percent = (self.done * 100).checked_div(self.total).unwrap_or(100) as u8;
         while self.next_mark <= 100 && percent >= self.next_mark {
-            (self.report)(LoadProgress { percent: self.next_mark, bytes_done: self.done, bytes_total: self.total });
+            (self.report)(LoadProgress {
+                percent: self.next_mark,
+                bytes_done: self.done,
+                bytes_total: self.total,
+            });
             self.next_mark += 25;
         }
     }
@@ -128,7 +139,12 @@ pub fn load_model(
     let mut marks = ProgressMarks::new(file.tensor_bytes_total(), progress);
     let backend = construct_backend(&config, &file, opts, &mut |b| marks.advance(b))?;
     marks.finish();
-    Ok(LoadedModel { backend, tokenizer, info, config })
+    Ok(LoadedModel {
+        backend,
+        tokenizer,
+        info,
+        config,
+    })
 }
 
 /// The chosen backend with the model's weights bound on it; `bound` hears
@@ -176,7 +192,11 @@ fn quant_kind(file: &GgufFile) -> String {
     for t in file.tensors.iter().filter(|t| t.dims.len() >= 2) {
         *counts.entry(t.ggml_type.name()).or_default() += 1;
     }
-    counts.into_iter().max_by_key(|(_, n)| *n).map(|(name, _)| name.to_string()).unwrap_or_else(|| "F32".into())
+    counts
+        .into_iter()
+        .max_by_key(|(_, n)| *n)
+        .map(|(name, _)| name.to_string())
+        .unwrap_or_else(|| "F32".into())
 }
 
 #[cfg(test)]
@@ -197,9 +217,19 @@ mod tests {
         let path = dir.path().join("cut.gguf");
         std::fs::write(&path, &bytes[..cut]).unwrap();
         let mut progress = Vec::new();
-        let err = load_model(&path, &LoadOptions::default(), &mut |p| progress.push(p.percent)).err().expect("cut file");
-        assert!(matches!(err, LoadError::Gguf(GgufError::TensorOutOfBounds { .. })), "{err}");
-        assert_eq!(crate::engine::load_error_code(&err, BackendKind::Cpu).as_str(), "MODEL_LOAD_FAILED");
+        let err = load_model(&path, &LoadOptions::default(), &mut |p| {
+            progress.push(p.percent)
+        })
+        .err()
+        .expect("cut file");
+        assert!(
+            matches!(err, LoadError::Gguf(GgufError::TensorOutOfBounds { .. })),
+            "{err}"
+        );
+        assert_eq!(
+            crate::engine::load_error_code(&err, BackendKind::Cpu).as_str(),
+            "MODEL_LOAD_FAILED"
+        );
         assert!(progress.is_empty(), "no weight was bound: {progress:?}");
     }
 
@@ -217,12 +247,26 @@ mod tests {
                 w.metadata("general.file_type", MetaValue::U32(ft));
             }
             let m = |ty: GgmlType| quantize(ty, &[0.25; 64 * 32]).unwrap();
-            for (i, ty) in [GgmlType::Q4_1, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::F16].into_iter().enumerate() {
+            for (i, ty) in [
+                GgmlType::Q4_1,
+                GgmlType::Q4_1,
+                GgmlType::Q8_0,
+                GgmlType::Q4_1,
+                GgmlType::F16,
+            ]
+            .into_iter()
+            .enumerate()
+            {
                 w.tensor(&format!("m{i}"), &[64, 32], ty, m(ty));
             }
             // Vectors do not count: more F32 vectors than Q4_1 matrices.
             for i in 0..5 {
-                w.tensor(&format!("v{i}"), &[64], GgmlType::F32, quantize(GgmlType::F32, &[1.0; 64]).unwrap());
+                w.tensor(
+                    &format!("v{i}"),
+                    &[64],
+                    GgmlType::F32,
+                    quantize(GgmlType::F32, &[1.0; 64]).unwrap(),
+                );
             }
             GgufFile::from_bytes(w.to_bytes()).unwrap()
         };
@@ -231,10 +275,15 @@ mod tests {
         assert_eq!(quant_kind(&file(Some(38))), "MXFP4");
         assert_eq!(quant_kind(&file(Some(7))), "Q8_0");
         assert_eq!(quant_kind(&file(None)), "Q4_1");
-        assert_eq!(quant_kind(&file(Some(4))), "Q4_1", "an unnamed file type falls back to the matrices");
+        assert_eq!(
+            quant_kind(&file(Some(4))),
+            "Q4_1",
+            "an unnamed file type falls back to the matrices"
+        );
 
         // The reference model, when present, is Q4_1.
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.models/smollm2-135m-instruct-q4_1.gguf");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../.models/smollm2-135m-instruct-q4_1.gguf");
         if path.exists() {
             let file = GgufFile::open(&path).unwrap();
             assert_eq!(quant_kind(&file), "Q4_1");

@@ -18,7 +18,9 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use worker_orcd::backend::Logits;
-use worker_orcd::engine::generate::{generate, AbortReason, GeneratedToken, GenerationObserver, GenerationRequest};
+use worker_orcd::engine::generate::{
+    generate, AbortReason, GeneratedToken, GenerationObserver, GenerationRequest,
+};
 use worker_orcd::load::{load_model, LoadOptions, LoadedModel};
 use worker_orcd::sampling::{top_logprobs, SamplingParams};
 
@@ -78,7 +80,10 @@ fn golden() -> Golden {
 fn reference_model() -> Option<LoadedModel> {
     let path = workspace().join(".models/smollm2-135m-instruct-q4_1.gguf");
     if !path.exists() {
-        assert!(std::env::var_os("CI").is_none(), "CI must fetch the reference model first (ci/fetch-model)");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must fetch the reference model first (ci/fetch-model)"
+        );
         eprintln!("skipping: {} is absent; run ci/fetch-model", path.display());
         return None;
     }
@@ -93,7 +98,9 @@ fn log_softmax(logits: &[f32]) -> Vec<f64> {
 
 #[test]
 fn teacher_forced_logprobs_match_llama_cpp() {
-    let Some(mut model) = reference_model() else { return };
+    let Some(mut model) = reference_model() else {
+        return;
+    };
     let vocab = model.info.vocab_size;
     let (mut worst, mut total, mut count) = (0.0f64, 0.0f64, 0usize);
     let (mut top1_ok, mut top1_all) = (0, 0);
@@ -104,7 +111,10 @@ fn teacher_forced_logprobs_match_llama_cpp() {
         tokens.extend_from_slice(&forced[..7]);
         model.backend.begin_sequence(tokens.len()).unwrap();
         let mut logits = Vec::new();
-        model.backend.forward(&tokens, Logits::All, &mut logits, None).unwrap();
+        model
+            .backend
+            .forward(&tokens, Logits::All, &mut logits, None)
+            .unwrap();
         model.backend.end_sequence();
         assert_eq!(logits.len(), tokens.len() * vocab);
 
@@ -117,9 +127,17 @@ fn teacher_forced_logprobs_match_llama_cpp() {
             if top1 == pos.id {
                 top1_ok += 1;
             } else {
-                eprintln!("{:?} position {i}: top-1 {top1}, llama.cpp {} (near tie: {})", case.user_message, pos.id, pos.is_near_tie());
+                eprintln!(
+                    "{:?} position {i}: top-1 {top1}, llama.cpp {} (near tie: {})",
+                    case.user_message,
+                    pos.id,
+                    pos.is_near_tie()
+                );
                 if !pos.is_near_tie() {
-                    failures.push(format!("{:?} position {i}: top-1 {top1}, llama.cpp {}", case.user_message, pos.id));
+                    failures.push(format!(
+                        "{:?} position {i}: top-1 {top1}, llama.cpp {}",
+                        case.user_message, pos.id
+                    ));
                 }
             }
             for c in &pos.top_logprobs {
@@ -134,9 +152,19 @@ fn teacher_forced_logprobs_match_llama_cpp() {
     eprintln!(
         "teacher forcing: top-1 {top1_ok}/{top1_all}; |log-prob difference| over {count} listed tokens: max {worst:.4} nats, mean {mean:.4} nats"
     );
-    assert!(failures.is_empty(), "top-1 differs where llama.cpp has no near tie:\n{}", failures.join("\n"));
-    assert!(worst <= MAX_LOGPROB_DIFF, "max log-prob difference {worst:.4} > {MAX_LOGPROB_DIFF}");
-    assert!(mean <= MEAN_LOGPROB_DIFF, "mean log-prob difference {mean:.4} > {MEAN_LOGPROB_DIFF}");
+    assert!(
+        failures.is_empty(),
+        "top-1 differs where llama.cpp has no near tie:\n{}",
+        failures.join("\n")
+    );
+    assert!(
+        worst <= MAX_LOGPROB_DIFF,
+        "max log-prob difference {worst:.4} > {MAX_LOGPROB_DIFF}"
+    );
+    assert!(
+        mean <= MEAN_LOGPROB_DIFF,
+        "mean log-prob difference {mean:.4} > {MEAN_LOGPROB_DIFF}"
+    );
 }
 
 struct Collect(Vec<u32>);
@@ -153,13 +181,23 @@ impl GenerationObserver for Collect {
 
 #[test]
 fn free_running_greedy_matches_llama_cpp() {
-    let Some(mut model) = reference_model() else { return };
+    let Some(mut model) = reference_model() else {
+        return;
+    };
     for case in golden().cases {
-        let want: Vec<u32> = case.generated_token_ids.iter().copied().take_while(|&id| !model.tokenizer.is_eog(id)).collect();
+        let want: Vec<u32> = case
+            .generated_token_ids
+            .iter()
+            .copied()
+            .take_while(|&id| !model.tokenizer.is_eog(id))
+            .collect();
         let req = GenerationRequest {
             prompt_tokens: case.prompt_token_ids.clone(),
             max_tokens: want.len(),
-            sampling: SamplingParams { temperature: 0.0, ..SamplingParams::default() },
+            sampling: SamplingParams {
+                temperature: 0.0,
+                ..SamplingParams::default()
+            },
             stop: Vec::new(),
             logprobs: 0,
             accepted_at: None,
@@ -167,7 +205,11 @@ fn free_running_greedy_matches_llama_cpp() {
         let mut got = Collect(Vec::new());
         generate(model.backend.as_mut(), &model.tokenizer, &req, &mut got).unwrap();
         let agree = got.0.iter().zip(&want).take_while(|(a, b)| a == b).count();
-        eprintln!("{:?}: first {agree} of {} tokens agree", case.user_message, want.len());
+        eprintln!(
+            "{:?}: first {agree} of {} tokens agree",
+            case.user_message,
+            want.len()
+        );
         if agree < 8 {
             // Diverging inside the first 8 is acceptable only at a near tie in llama.cpp's own numbers.
             let pos = &case.top10_logprobs_first8[agree];

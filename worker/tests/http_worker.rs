@@ -23,7 +23,9 @@ fn long_job(id: &str) -> Value {
 /// at a time, with the same greedy ids.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_concurrent_clients_get_complete_streams() {
-    let Some(w) = Worker::start(&["--queue-depth", "10"]).await else { return };
+    let Some(w) = Worker::start(&["--queue-depth", "10"]).await else {
+        return;
+    };
     let clients = (0..10).map(|n| {
         let w = &w;
         async move { w.run(job(&format!("c{n}"), 6)).await }
@@ -32,27 +34,46 @@ async fn ten_concurrent_clients_get_complete_streams() {
     for frames in &results {
         check_grammar(frames);
         assert_eq!(frames.last().unwrap().event, "end");
-        assert_eq!(token_ids(frames), token_ids(&results[0]), "greedy runs agree");
+        assert_eq!(
+            token_ids(frames),
+            token_ids(&results[0]),
+            "greedy runs agree"
+        );
     }
     // Serial execution: ordered by first token, each job starts after the previous one ended.
-    let mut spans: Vec<(Instant, Instant)> =
-        results.iter().map(|f| (f[1].at, f.last().unwrap().at)).collect();
+    let mut spans: Vec<(Instant, Instant)> = results
+        .iter()
+        .map(|f| (f[1].at, f.last().unwrap().at))
+        .collect();
     spans.sort();
     for pair in spans.windows(2) {
         assert!(pair[1].0 >= pair[0].1, "jobs overlapped: {pair:?}");
     }
-    assert_eq!(metric(&w.metrics().await, "worker_requests_total{outcome=\"completed\"}"), 10.0);
+    assert_eq!(
+        metric(
+            &w.metrics().await,
+            "worker_requests_total{outcome=\"completed\"}"
+        ),
+        10.0
+    );
 }
 
 /// M0-W-1330, M0-SYS-6.3.5: cancel a queued job, then a running one (three
 /// times); each ends once with CANCELLED; the worker goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_running_and_queued_jobs() {
-    let Some(w) = Worker::start(&[]).await else { return };
+    let Some(w) = Worker::start(&[]).await else {
+        return;
+    };
     let mut long = w.execute(long_job("long")).await;
     long.tokens(5).await;
     let queued = w.execute(job("queued", 8)).await;
-    let resp: Value = w.post("/cancel", json!({"job_id": "queued"})).await.json().await.unwrap();
+    let resp: Value = w
+        .post("/cancel", json!({"job_id": "queued"}))
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(resp["state"], "queued");
     let q = queued.all().await;
     assert_eq!(q.len(), 2, "started then error: {q:?}");
@@ -61,17 +82,27 @@ async fn cancel_running_and_queued_jobs() {
 
     let sent = Instant::now();
     for _ in 0..3 {
-        assert_eq!(w.post("/cancel", json!({"job_id": "long"})).await.status(), 202);
+        assert_eq!(
+            w.post("/cancel", json!({"job_id": "long"})).await.status(),
+            202
+        );
     }
     let rest = long.all().await;
     let ended = rest.last().unwrap();
     assert_eq!(ended.event, "error");
     assert_eq!(ended.data["code"], "CANCELLED");
     assert_eq!(ended.data["retriable"], false);
-    assert_eq!(rest.iter().filter(|f| f.event != "token").count(), 1, "one terminal event");
+    assert_eq!(
+        rest.iter().filter(|f| f.event != "token").count(),
+        1,
+        "one terminal event"
+    );
     let took = ended.at - sent;
     assert!(took < Duration::from_millis(1000), "cancel took {took:?}");
-    assert_eq!(w.post("/cancel", json!({"job_id": "long"})).await.status(), 202);
+    assert_eq!(
+        w.post("/cancel", json!({"job_id": "long"})).await.status(),
+        202
+    );
 
     let after = w.run(job("after", 4)).await;
     check_grammar(&after);
@@ -81,7 +112,9 @@ async fn cancel_running_and_queued_jobs() {
 /// M0-W-1611: a client that leaves mid-stream frees the engine for the next job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disconnect_frees_the_engine() {
-    let Some(w) = Worker::start(&[]).await else { return };
+    let Some(w) = Worker::start(&[]).await else {
+        return;
+    };
     let mut gone = w.execute(long_job("gone")).await;
     gone.tokens(3).await;
     drop(gone);
@@ -89,26 +122,43 @@ async fn a_disconnect_frees_the_engine() {
     let next = w.run(job("next", 4)).await;
     check_grammar(&next);
     assert_eq!(next.last().unwrap().event, "end");
-    assert!(t.elapsed() < Duration::from_secs(5), "the next job waited {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "the next job waited {:?}",
+        t.elapsed()
+    );
     let m = w.metrics().await;
-    assert_eq!(metric(&m, "worker_requests_total{outcome=\"disconnected\"}"), 1.0);
+    assert_eq!(
+        metric(&m, "worker_requests_total{outcome=\"disconnected\"}"),
+        1.0
+    );
 }
 
 /// M0-W-1340: `/shutdown` during a job: 202, new jobs 503, the queued job
 /// CANCELLED (retriable), the running one (no grace) cancelled, exit 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_during_a_job_exits_zero() {
-    let Some(mut w) = Worker::start(&["--shutdown-grace-sec", "0"]).await else { return };
+    let Some(mut w) = Worker::start(&["--shutdown-grace-sec", "0"]).await else {
+        return;
+    };
     let mut running = w.execute(long_job("running")).await;
     running.tokens(2).await;
     let queued = w.execute(job("queued", 8)).await;
     let t = Instant::now();
-    let resp = w.client.post(format!("{}/shutdown", w.base)).send().await.unwrap();
+    let resp = w
+        .client
+        .post(format!("{}/shutdown", w.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 202);
     let refused = w.post("/execute", job("late", 4)).await;
     assert_eq!(refused.status(), 503);
     assert!(refused.headers().contains_key("retry-after"));
-    assert_eq!(refused.json::<Value>().await.unwrap()["code"], "SHUTTING_DOWN");
+    assert_eq!(
+        refused.json::<Value>().await.unwrap()["code"],
+        "SHUTTING_DOWN"
+    );
 
     let q = queued.all().await;
     assert_eq!(q[1].data["code"], "CANCELLED");
@@ -118,20 +168,34 @@ async fn shutdown_during_a_job_exits_zero() {
     assert_eq!(r.last().unwrap().data["retriable"], true);
     let status = w.wait_exit(Duration::from_secs(30)).await;
     assert!(status.success(), "{status:?}");
-    assert!(t.elapsed() < Duration::from_secs(5), "shutdown took {:?}", t.elapsed());
-    let phases: Vec<Value> = w.events("shutdown").iter().map(|r| r["phase"].clone()).collect();
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        t.elapsed()
+    );
+    let phases: Vec<Value> = w
+        .events("shutdown")
+        .iter()
+        .map(|r| r["phase"].clone())
+        .collect();
     assert_eq!(phases, vec![json!("begin"), json!("complete")]);
 }
 
 /// M0-W-1340: SIGTERM takes the same path; within its grace the running job finishes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_a_job_exits_zero() {
-    let Some(mut w) = Worker::start(&["--shutdown-grace-sec", "10"]).await else { return };
+    let Some(mut w) = Worker::start(&["--shutdown-grace-sec", "10"]).await else {
+        return;
+    };
     let mut running = w.execute(job("running", 24)).await;
     running.tokens(2).await;
     w.terminate();
     let r = running.all().await;
-    assert_eq!(r.last().unwrap().event, "end", "the job finished within its grace: {r:?}");
+    assert_eq!(
+        r.last().unwrap().event,
+        "end",
+        "the job finished within its grace: {r:?}"
+    );
     let status = w.wait_exit(Duration::from_secs(30)).await;
     assert!(status.success(), "{status:?}");
     assert_eq!(w.events("shutdown")[0]["reason"], "SIGTERM");
@@ -142,13 +206,17 @@ async fn sigterm_during_a_job_exits_zero() {
 async fn parity_logging_keeps_the_tokens() {
     let body = job("parity", 6);
     let plain = {
-        let Some(w) = Worker::start(&[]).await else { return };
+        let Some(w) = Worker::start(&[]).await else {
+            return;
+        };
         w.run(body.clone()).await
     };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("parity.jsonl");
     let logged = {
-        let Some(mut w) = Worker::start(&["--parity-log", path.to_str().unwrap()]).await else { return };
+        let Some(mut w) = Worker::start(&["--parity-log", path.to_str().unwrap()]).await else {
+            return;
+        };
         let frames = w.run(body).await;
         w.terminate();
         assert!(w.wait_exit(Duration::from_secs(30)).await.success());
@@ -157,8 +225,11 @@ async fn parity_logging_keeps_the_tokens() {
     check_grammar(&logged);
     assert_eq!(logged.last().unwrap().event, "end");
     assert_eq!(token_ids(&plain), token_ids(&logged));
-    let records: Vec<Value> =
-        std::fs::read_to_string(&path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let records: Vec<Value> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(records.len(), 6);
     for (n, (r, id)) in records.iter().zip(token_ids(&logged)).enumerate() {
         assert_eq!(r["step"], n);
@@ -171,7 +242,9 @@ async fn parity_logging_keeps_the_tokens() {
 /// M0-W-1320, M0-W-1604: the reference model's facts, and fast answers during a job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_fields_and_latency_during_a_job() {
-    let Some(w) = Worker::start(&[]).await else { return };
+    let Some(w) = Worker::start(&[]).await else {
+        return;
+    };
     let h = w.health().await;
     assert_eq!(h["status"], "healthy");
     assert_eq!(h["quant_kind"], "Q4_1");
@@ -181,7 +254,10 @@ async fn health_fields_and_latency_during_a_job() {
     assert_eq!(h["backend"], "cpu");
     assert_eq!(h["resident"], false);
     assert_eq!(h["vram_bytes_used"], 0);
-    assert!(h["model"].as_str().unwrap().ends_with("smollm2-135m-instruct-q4_1.gguf"));
+    assert!(h["model"]
+        .as_str()
+        .unwrap()
+        .ends_with("smollm2-135m-instruct-q4_1.gguf"));
     assert!(h["uptime_seconds"].is_u64());
     assert_eq!(h["busy"], false);
 
@@ -197,9 +273,20 @@ async fn health_fields_and_latency_during_a_job() {
     }
     times.sort();
     // The budget (p99 < 10 ms) is benchmarked; this only guards against waiting on the job.
-    assert!(times[50] < Duration::from_millis(20), "median /health {:?}", times[50]);
-    assert!(times[99] < Duration::from_millis(200), "slowest /health {:?}", times[99]);
-    assert_eq!(w.post("/cancel", json!({"job_id": "long"})).await.status(), 202);
+    assert!(
+        times[50] < Duration::from_millis(20),
+        "median /health {:?}",
+        times[50]
+    );
+    assert!(
+        times[99] < Duration::from_millis(200),
+        "slowest /health {:?}",
+        times[99]
+    );
+    assert_eq!(
+        w.post("/cancel", json!({"job_id": "long"})).await.status(),
+        202
+    );
     running.all().await;
 }
 
@@ -207,7 +294,9 @@ async fn health_fields_and_latency_during_a_job() {
 /// `execute_end` carries the `end` event's numbers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_and_execute_end_around_a_job() {
-    let Some(w) = Worker::start(&[]).await else { return };
+    let Some(w) = Worker::start(&[]).await else {
+        return;
+    };
     let before = w.metrics().await;
     let frames = w.run(job("m", 5)).await;
     let end = frames.last().unwrap().data.clone();
@@ -215,14 +304,21 @@ async fn metrics_and_execute_end_around_a_job() {
     let completed = "worker_requests_total{outcome=\"completed\"}";
     assert_eq!(metric(&after, completed) - metric(&before, completed), 1.0);
     assert_eq!(
-        metric(&after, "worker_tokens_generated_total") - metric(&before, "worker_tokens_generated_total"),
+        metric(&after, "worker_tokens_generated_total")
+            - metric(&before, "worker_tokens_generated_total"),
         end["tokens_out"].as_f64().unwrap()
     );
     assert!(after.contains("quant_kind=\"Q4_1\""));
-    for name in ["worker_vram_bytes", "worker_uptime_seconds", "worker_inference_duration_ms_count"] {
+    for name in [
+        "worker_vram_bytes",
+        "worker_uptime_seconds",
+        "worker_inference_duration_ms_count",
+    ] {
         metric(&after, name);
     }
-    let record = w.wait_for_event("execute_end", Duration::from_secs(5)).await;
+    let record = w
+        .wait_for_event("execute_end", Duration::from_secs(5))
+        .await;
     for key in ["tokens_out", "decode_time_ms", "first_token_ms"] {
         assert_eq!(record[key], end[key], "{key}");
     }
@@ -233,19 +329,31 @@ async fn metrics_and_execute_end_around_a_job() {
 /// text or secrets in the logs, even at debug level; the prompt's hash is there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn narration_without_sensitive_data() {
-    let Some(mut w) = Worker::start_with_env(&[], &[("RUST_LOG", "debug")]).await else { return };
+    let Some(mut w) = Worker::start_with_env(&[], &[("RUST_LOG", "debug")]).await else {
+        return;
+    };
     let secret = "MARKER-7f3a sk-live-FAKEKEY0123456789";
     let prompt = format!("<|im_start|>user\n{secret}<|im_end|>\n<|im_start|>assistant\n");
-    let frames = w.run(json!({"job_id": "s", "prompt": prompt, "max_tokens": 3, "temperature": 0})).await;
+    let frames = w
+        .run(json!({"job_id": "s", "prompt": prompt, "max_tokens": 3, "temperature": 0}))
+        .await;
     check_grammar(&frames);
     let generated = text(&frames);
-    let bad = w.post("/execute", json!({"job_id": "s2", "prompt": secret, "max_tokens": 9999})).await;
+    let bad = w
+        .post(
+            "/execute",
+            json!({"job_id": "s2", "prompt": secret, "max_tokens": 9999}),
+        )
+        .await;
     assert_eq!(bad.status(), 400);
     w.terminate();
     assert!(w.wait_exit(Duration::from_secs(30)).await.success());
 
     let raw = w.raw_log().join("\n");
-    assert!(!raw.contains("MARKER-7f3a") && !raw.contains("FAKEKEY"), "secret leaked:\n{raw}");
+    assert!(
+        !raw.contains("MARKER-7f3a") && !raw.contains("FAKEKEY"),
+        "secret leaked:\n{raw}"
+    );
     if generated.trim().len() > 3 {
         assert!(!raw.contains(generated.trim()), "generated text leaked");
     }
@@ -269,10 +377,18 @@ async fn narration_without_sensitive_data() {
     let log = w.log();
     let mut at = 0;
     for event in order {
-        let pos = log.iter().skip(at).position(|r| r["event"] == event).unwrap_or_else(|| panic!("no {event}"));
+        let pos = log
+            .iter()
+            .skip(at)
+            .position(|r| r["event"] == event)
+            .unwrap_or_else(|| panic!("no {event}"));
         at += pos;
     }
-    let percents: Vec<u64> = w.events("model_load_progress").iter().map(|r| r["percent"].as_u64().unwrap()).collect();
+    let percents: Vec<u64> = w
+        .events("model_load_progress")
+        .iter()
+        .map(|r| r["percent"].as_u64().unwrap())
+        .collect();
     assert_eq!(percents, vec![0, 25, 50, 75, 100]);
     for r in log.iter().filter(|r| r.get("event").is_some()) {
         for key in ["worker_id", "model_ref", "gpu_device", "backend"] {
@@ -288,9 +404,12 @@ async fn narration_without_sensitive_data() {
 /// seed is reported and reproduces the run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeds_reproduce_runs() {
-    let Some(w) = Worker::start(&[]).await else { return };
+    let Some(w) = Worker::start(&[]).await else {
+        return;
+    };
     let body = |id: &str, seed: Option<u64>| {
-        let mut b = json!({"job_id": id, "prompt": HAIKU_PROMPT, "max_tokens": 8, "temperature": 0.8});
+        let mut b =
+            json!({"job_id": id, "prompt": HAIKU_PROMPT, "max_tokens": 8, "temperature": 0.8});
         if let Some(s) = seed {
             b["seed"] = json!(s);
         }
@@ -308,43 +427,122 @@ async fn seeds_reproduce_runs() {
 /// M0-W-1101: token caps from the command line give 400.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_caps_from_flags() {
-    let Some(w) = Worker::start(&["--max-tokens-out", "5", "--max-tokens-in", "20"]).await else { return };
-    let ok = w.run(json!({"job_id": "five", "prompt": "Hello", "max_tokens": 5, "temperature": 0})).await;
+    let Some(w) = Worker::start(&["--max-tokens-out", "5", "--max-tokens-in", "20"]).await else {
+        return;
+    };
+    let ok = w
+        .run(json!({"job_id": "five", "prompt": "Hello", "max_tokens": 5, "temperature": 0}))
+        .await;
     check_grammar(&ok);
-    let six = w.post("/execute", json!({"job_id": "six", "prompt": "Hello", "max_tokens": 6})).await;
+    let six = w
+        .post(
+            "/execute",
+            json!({"job_id": "six", "prompt": "Hello", "max_tokens": 6}),
+        )
+        .await;
     assert_eq!(six.status(), 400);
     assert!(six.text().await.unwrap().contains("max_tokens"));
-    let long = w.post("/execute", json!({"job_id": "long", "prompt": "word ".repeat(50)})).await;
+    let long = w
+        .post(
+            "/execute",
+            json!({"job_id": "long", "prompt": "word ".repeat(50)}),
+        )
+        .await;
     assert_eq!(long.status(), 400);
     let err: Value = long.json().await.unwrap();
-    assert!(err["message"].as_str().unwrap().contains("--max-tokens-in"), "{err}");
+    assert!(
+        err["message"].as_str().unwrap().contains("--max-tokens-in"),
+        "{err}"
+    );
 }
 
 /// EXT-004: bad bodies get clear 4xx JSON answers, and the worker stays healthy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_inputs_get_json_errors_and_the_worker_stays_healthy() {
-    let Some(w) = Worker::start(&[]).await else { return };
+    let Some(w) = Worker::start(&[]).await else {
+        return;
+    };
     let url = format!("{}/execute", w.base);
-    let send = |ct: &'static str, body: Vec<u8>| w.client.post(&url).header("content-type", ct).body(body).send();
+    let send = |ct: &'static str, body: Vec<u8>| {
+        w.client
+            .post(&url)
+            .header("content-type", ct)
+            .body(body)
+            .send()
+    };
     let rows: Vec<(&str, reqwest::Response, u16)> = vec![
-        ("malformed JSON", send("application/json", b"{\"job_id\": ".to_vec()).await.unwrap(), 400),
         (
-            "invalid UTF-8",
-            send("application/json", b"{\"job_id\":\"j\",\"prompt\":\"\xc3\x28\"}".to_vec()).await.unwrap(),
+            "malformed JSON",
+            send("application/json", b"{\"job_id\": ".to_vec())
+                .await
+                .unwrap(),
             400,
         ),
-        ("wrong content type", send("text/plain", br#"{"job_id":"j","prompt":"x"}"#.to_vec()).await.unwrap(), 400),
-        ("oversized body", send("application/json", vec![b'x'; 2 << 20]).await.unwrap(), 413),
-        ("unknown field", send("application/json", br#"{"job_id":"j","prompt":"x","n":2}"#.to_vec()).await.unwrap(), 400),
-        ("both inputs", send("application/json", br#"{"job_id":"j","prompt":"x","messages":[]}"#.to_vec()).await.unwrap(), 400),
-        ("negative seed", send("application/json", br#"{"job_id":"j","prompt":"x","seed":-1}"#.to_vec()).await.unwrap(), 400),
+        (
+            "invalid UTF-8",
+            send(
+                "application/json",
+                b"{\"job_id\":\"j\",\"prompt\":\"\xc3\x28\"}".to_vec(),
+            )
+            .await
+            .unwrap(),
+            400,
+        ),
+        (
+            "wrong content type",
+            send("text/plain", br#"{"job_id":"j","prompt":"x"}"#.to_vec())
+                .await
+                .unwrap(),
+            400,
+        ),
+        (
+            "oversized body",
+            send("application/json", vec![b'x'; 2 << 20]).await.unwrap(),
+            413,
+        ),
+        (
+            "unknown field",
+            send(
+                "application/json",
+                br#"{"job_id":"j","prompt":"x","n":2}"#.to_vec(),
+            )
+            .await
+            .unwrap(),
+            400,
+        ),
+        (
+            "both inputs",
+            send(
+                "application/json",
+                br#"{"job_id":"j","prompt":"x","messages":[]}"#.to_vec(),
+            )
+            .await
+            .unwrap(),
+            400,
+        ),
+        (
+            "negative seed",
+            send(
+                "application/json",
+                br#"{"job_id":"j","prompt":"x","seed":-1}"#.to_vec(),
+            )
+            .await
+            .unwrap(),
+            400,
+        ),
     ];
     for (what, resp, status) in rows {
         assert_eq!(resp.status().as_u16(), status, "{what}");
-        let err: Value = resp.json().await.unwrap_or_else(|e| panic!("{what}: not JSON: {e}"));
+        let err: Value = resp
+            .json()
+            .await
+            .unwrap_or_else(|e| panic!("{what}: not JSON: {e}"));
         assert_eq!(err["code"], "INVALID_REQUEST", "{what}");
         assert_eq!(err["retriable"], false, "{what}");
-        assert!(err["message"].as_str().is_some_and(|m| !m.is_empty()), "{what}");
+        assert!(
+            err["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{what}"
+        );
     }
     let tok = w.post("/detokenize", json!({"tokens": [49152]})).await;
     assert_eq!(tok.status(), 400);
@@ -358,9 +556,12 @@ async fn bad_inputs_get_json_errors_and_the_worker_stays_healthy() {
 /// `/detokenize`, while a long job streams.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn golden_tokenizer_cases_round_trip_while_a_job_streams() {
-    let Some(w) = Worker::start(&[]).await else { return };
+    let Some(w) = Worker::start(&[]).await else {
+        return;
+    };
     let golden = workspace_root().join("testdata/golden/tokenize.json");
-    let cases: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(golden).unwrap()).unwrap();
+    let cases: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(golden).unwrap()).unwrap();
     assert_eq!(cases.len(), 66);
     let mut running = w.execute(long_job("long")).await;
     running.tokens(2).await;
@@ -370,11 +571,19 @@ async fn golden_tokenizer_cases_round_trip_while_a_job_streams() {
         let body = json!({"content": case["text"], "add_special": false, "parse_special": case["parse_special"]});
         let resp: Value = w.post("/tokenize", body).await.json().await.unwrap();
         assert_eq!(resp["tokens"], case["ids"], "{name}");
-        let back: Value = w.post("/detokenize", json!({"tokens": case["ids"]})).await.json().await.unwrap();
+        let back: Value = w
+            .post("/detokenize", json!({"tokens": case["ids"]}))
+            .await
+            .json()
+            .await
+            .unwrap();
         assert_eq!(back["content"], case["text"], "{name}");
     }
     let took = t.elapsed();
-    assert!(took < Duration::from_secs(5), "132 calls took {took:?}: they waited for the job");
+    assert!(
+        took < Duration::from_secs(5),
+        "132 calls took {took:?}: they waited for the job"
+    );
     let h = w.health().await;
     assert_eq!(h["busy"], true, "the job was still running");
     w.post("/cancel", json!({"job_id": "long"})).await;
@@ -384,11 +593,20 @@ async fn golden_tokenizer_cases_round_trip_while_a_job_streams() {
 /// M0-W-1110: nothing accepts connections before the model is loaded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_listens_before_the_model_is_loaded() {
-    let Some(model) = reference_model() else { return };
+    let Some(model) = reference_model() else {
+        return;
+    };
     let _turn = model_turn();
     let port = free_port();
     let mut child = std::process::Command::new(binary())
-        .args(["--worker-id", WORKER_ID, "--gpu-device", "0", "--backend", "cpu"])
+        .args([
+            "--worker-id",
+            WORKER_ID,
+            "--gpu-device",
+            "0",
+            "--backend",
+            "cpu",
+        ])
         .arg("--model")
         .arg(&model)
         .args(["--port", &port.to_string()])
@@ -398,7 +616,10 @@ async fn nothing_listens_before_the_model_is_loaded() {
     let stderr = child.stderr.take().unwrap();
     let reader = std::thread::spawn(move || {
         use std::io::BufRead;
-        std::io::BufReader::new(stderr).lines().map_while(Result::ok).collect::<Vec<_>>()
+        std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
     });
     let mut first_accept = None;
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -410,7 +631,8 @@ async fn nothing_listens_before_the_model_is_loaded() {
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    let first_accept: chrono::DateTime<chrono::Utc> = first_accept.expect("the worker never listened").into();
+    let first_accept: chrono::DateTime<chrono::Utc> =
+        first_accept.expect("the worker never listened").into();
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);
     }
@@ -421,8 +643,12 @@ async fn nothing_listens_before_the_model_is_loaded() {
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .find(|r| r["event"] == "model_load_complete")
         .expect("model_load_complete");
-    let loaded: chrono::DateTime<chrono::Utc> = loaded["timestamp"].as_str().unwrap().parse().unwrap();
-    assert!(first_accept >= loaded, "accepted at {first_accept} before the load completed at {loaded}");
+    let loaded: chrono::DateTime<chrono::Utc> =
+        loaded["timestamp"].as_str().unwrap().parse().unwrap();
+    assert!(
+        first_accept >= loaded,
+        "accepted at {first_accept} before the load completed at {loaded}"
+    );
 }
 
 /// `--callback-url`: the ready callback carries worker_id, model_ref, vram_bytes and uri.
@@ -442,11 +668,20 @@ async fn the_ready_callback_is_posted() {
             if let Some(head_end) = text.find("\r\n\r\n") {
                 let len: usize = text[..head_end]
                     .lines()
-                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse().unwrap())
+                    })
                     .unwrap_or(0);
                 if buf.len() >= head_end + 4 + len {
-                    sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await.unwrap();
-                    return (text[..head_end].to_string(), text[head_end + 4..].to_string());
+                    sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                        .await
+                        .unwrap();
+                    return (
+                        text[..head_end].to_string(),
+                        text[head_end + 4..].to_string(),
+                    );
                 }
             }
             if n == 0 {
@@ -454,8 +689,13 @@ async fn the_ready_callback_is_posted() {
             }
         }
     });
-    let Some(w) = Worker::start(&["--callback-url", &url]).await else { return };
-    let (head, body) = tokio::time::timeout(Duration::from_secs(10), received).await.unwrap().unwrap();
+    let Some(w) = Worker::start(&["--callback-url", &url]).await else {
+        return;
+    };
+    let (head, body) = tokio::time::timeout(Duration::from_secs(10), received)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(head.starts_with("POST /ready "), "{head}");
     let body: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(body["worker_id"], WORKER_ID);

@@ -22,7 +22,11 @@ pub struct GateArgs {
     #[arg(long)]
     pub run: PathBuf,
     /// JSON lines of the baseline (its last run), e.g. benches/baseline/<gpu>.jsonl.
-    #[arg(long, required_unless_present = "baseline_dir", conflicts_with = "baseline_dir")]
+    #[arg(
+        long,
+        required_unless_present = "baseline_dir",
+        conflicts_with = "baseline_dir"
+    )]
     pub baseline: Option<PathBuf>,
     /// Folder of baselines named by GPU (`<slug of the run's GPU name>.jsonl`); when the
     /// run's GPU has none there, the gate says so and passes (nothing to compare with).
@@ -64,7 +68,9 @@ pub struct Check {
 
 /// `max(spreads, min_tolerance × |baseline median|)`.
 pub fn tolerance(base: &Figure, run: &Figure, min_tolerance: f64) -> f64 {
-    base.spread().max(run.spread()).max(min_tolerance * base.median.abs())
+    base.spread()
+        .max(run.spread())
+        .max(min_tolerance * base.median.abs())
 }
 
 /// Whether `run` is worse than `base` by more than `tol`.
@@ -81,9 +87,17 @@ pub fn check(run: &Records, base: &Records, program: &str, min_tolerance: f64) -
         .iter()
         .filter(|b| program == "all" || b.program == program)
         .map(|b| {
-            let r = run.figures.iter().find(|f| f.model == b.model && f.program == b.program && f.figure == b.figure);
+            let r = run
+                .figures
+                .iter()
+                .find(|f| f.model == b.model && f.program == b.program && f.figure == b.figure);
             match r {
-                None => Check { base: b.clone(), run: None, tolerance: 0.0, verdict: Verdict::Missing },
+                None => Check {
+                    base: b.clone(),
+                    run: None,
+                    tolerance: 0.0,
+                    verdict: Verdict::Missing,
+                },
                 Some(r) => {
                     let tol = tolerance(b, r, min_tolerance);
                     let verdict = if b.samples.len() < 2 {
@@ -93,7 +107,12 @@ pub fn check(run: &Records, base: &Records, program: &str, min_tolerance: f64) -
                     } else {
                         Verdict::Pass
                     };
-                    Check { base: b.clone(), run: Some(r.clone()), tolerance: tol, verdict }
+                    Check {
+                        base: b.clone(),
+                        run: Some(r.clone()),
+                        tolerance: tol,
+                        verdict,
+                    }
                 }
             }
         })
@@ -107,7 +126,11 @@ pub fn human(checks: &[Check]) -> String {
         let b = &c.base;
         let what = format!("{} {} {} ({})", b.model, b.program, b.figure, b.unit);
         let _ = match &c.run {
-            None => writeln!(out, "MISSING   {what}: baseline {:.3}, not measured", b.median),
+            None => writeln!(
+                out,
+                "MISSING   {what}: baseline {:.3}, not measured",
+                b.median
+            ),
             Some(r) => writeln!(
                 out,
                 "{:<9} {what}: {:.3} vs baseline {:.3} (tolerance {:.3}, {:+.1}%)",
@@ -136,21 +159,28 @@ pub fn passes(checks: &[Check], allow_missing: bool) -> bool {
 }
 
 pub fn run(args: &GateArgs) -> anyhow::Result<i32> {
-    let run = Records::read(&args.run)?.last_run().with_context(|| format!("{}: no run", args.run.display()))?;
+    let run = Records::read(&args.run)?
+        .last_run()
+        .with_context(|| format!("{}: no run", args.run.display()))?;
     let baseline = match (&args.baseline, &args.baseline_dir) {
         (Some(b), _) => b.clone(),
         (None, Some(dir)) => {
             let gpu = run.runs.first().map(|r| r.gpu.clone()).unwrap_or_default();
             let path = super::baseline_path(dir, &gpu);
             if !path.exists() {
-                println!("gate: skipped: no baseline for {gpu:?} ({} does not exist)", path.display());
+                println!(
+                    "gate: skipped: no baseline for {gpu:?} ({} does not exist)",
+                    path.display()
+                );
                 return Ok(0);
             }
             path
         }
         (None, None) => anyhow::bail!("give --baseline or --baseline-dir"),
     };
-    let base = Records::read(&baseline)?.last_run().with_context(|| format!("{}: no run", baseline.display()))?;
+    let base = Records::read(&baseline)?
+        .last_run()
+        .with_context(|| format!("{}: no run", baseline.display()))?;
     let checks = check(&run, &base, &args.program, args.min_tolerance);
     if checks.is_empty() {
         anyhow::bail!("the baseline holds no figure of {}", args.program);

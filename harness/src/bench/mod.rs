@@ -39,7 +39,11 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<i32> {
 pub fn slug(s: &str) -> String {
     let mut out = String::new();
     for c in s.chars() {
-        let c = if c.is_ascii_alphanumeric() || c == '.' { c.to_ascii_lowercase() } else { '-' };
+        let c = if c.is_ascii_alphanumeric() || c == '.' {
+            c.to_ascii_lowercase()
+        } else {
+            '-'
+        };
         if !(c == '-' && (out.is_empty() || out.ends_with('-'))) {
             out.push(c);
         }

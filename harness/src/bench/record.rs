@@ -81,14 +81,21 @@ impl Records {
     /// Parses JSON lines; blank lines and lines of other kinds are skipped.
     pub fn parse(text: &str) -> anyhow::Result<Records> {
         let mut recs = Records::default();
-        for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-            let v: serde_json::Value = serde_json::from_str(line).with_context(|| format!("line {}", i + 1))?;
+        for (i, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
+            let v: serde_json::Value =
+                serde_json::from_str(line).with_context(|| format!("line {}", i + 1))?;
             let kind = v.get("kind").and_then(|k| k.as_str()).map(str::to_owned);
             match kind.as_deref() {
-                Some("run") => recs.runs.push(serde_json::from_value(v).with_context(|| format!("line {}", i + 1))?),
-                Some("figure") => {
-                    recs.figures.push(serde_json::from_value(v).with_context(|| format!("line {}", i + 1))?)
-                }
+                Some("run") => recs
+                    .runs
+                    .push(serde_json::from_value(v).with_context(|| format!("line {}", i + 1))?),
+                Some("figure") => recs
+                    .figures
+                    .push(serde_json::from_value(v).with_context(|| format!("line {}", i + 1))?),
                 _ => {}
             }
         }
@@ -96,14 +103,19 @@ impl Records {
     }
 
     pub fn read(path: &Path) -> anyhow::Result<Records> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         Records::parse(&text).with_context(|| format!("in {}", path.display()))
     }
 
     /// Run ids in order of first appearance (runs without a header included).
     pub fn run_ids(&self) -> Vec<String> {
         let mut ids: Vec<String> = Vec::new();
-        let all = self.runs.iter().map(|r| &r.run).chain(self.figures.iter().map(|f| &f.run));
+        let all = self
+            .runs
+            .iter()
+            .map(|r| &r.run)
+            .chain(self.figures.iter().map(|f| &f.run));
         for id in all {
             if !ids.contains(id) {
                 ids.push(id.clone());
@@ -114,16 +126,21 @@ impl Records {
 
     /// The figure of (`run`, `model`, `program`, `figure`), if measured.
     pub fn find(&self, run: &str, model: &str, program: &str, figure: &str) -> Option<&Figure> {
-        self.figures
-            .iter()
-            .find(|f| f.run == run && f.model == model && f.program == program && f.figure == figure)
+        self.figures.iter().find(|f| {
+            f.run == run && f.model == model && f.program == program && f.figure == figure
+        })
     }
 
     /// The records of one run.
     pub fn only_run(&self, run: &str) -> Records {
         Records {
             runs: self.runs.iter().filter(|r| r.run == run).cloned().collect(),
-            figures: self.figures.iter().filter(|f| f.run == run).cloned().collect(),
+            figures: self
+                .figures
+                .iter()
+                .filter(|f| f.run == run)
+                .cloned()
+                .collect(),
         }
     }
 

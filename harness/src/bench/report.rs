@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use super::record::{Better, Figure, Records, RunInfo, LLAMA, WORKER};
-use super::svg::{self, Point, Series};
 use super::slug;
+use super::svg::{self, Point, Series};
 
 #[derive(clap::Args, Debug)]
 pub struct ReportArgs {
@@ -29,7 +29,11 @@ pub struct ReportArgs {
 }
 
 fn point(f: &Figure) -> Point {
-    Point { median: f.median, min: f.min, max: f.max }
+    Point {
+        median: f.median,
+        min: f.min,
+        max: f.max,
+    }
 }
 
 /// `median (min–max)` with a precision fit for the size of the value.
@@ -60,18 +64,32 @@ pub fn ratio(worker: &Figure, llama: &Figure) -> Option<(f64, &'static str)> {
         Better::Higher => r > 1.0,
         Better::Lower => r < 1.0,
     };
-    let ahead = if r == 1.0 { "even" } else if worker_ahead { WORKER } else { LLAMA };
+    let ahead = if r == 1.0 {
+        "even"
+    } else if worker_ahead {
+        WORKER
+    } else {
+        LLAMA
+    };
     Some((r, ahead))
 }
 
 fn header_lines(out: &mut String, runs: &[RunInfo]) {
     for r in runs {
-        let _ = writeln!(out, "- run `{}` on {}", r.run, if r.gpu.is_empty() { "?" } else { &r.gpu });
+        let _ = writeln!(
+            out,
+            "- run `{}` on {}",
+            r.run,
+            if r.gpu.is_empty() { "?" } else { &r.gpu }
+        );
         for (k, v) in &r.extra {
             if k == "kind" {
                 continue;
             }
-            let v = v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
+            let v = v
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| v.to_string());
             let _ = writeln!(out, "  - {k}: {v}");
         }
     }
@@ -85,21 +103,38 @@ pub fn markdown(run: &Records) -> String {
         "\nMedians of the repetitions, (min–max) across them; the ratio is worker-orcd ÷ llama.cpp \
          of the medians (for tok/s higher is better, for ms and s lower is better).\n\n",
     );
-    out.push_str("| model | figure | unit | worker-orcd | llama.cpp | worker ÷ llama.cpp | ahead |\n");
+    out.push_str(
+        "| model | figure | unit | worker-orcd | llama.cpp | worker ÷ llama.cpp | ahead |\n",
+    );
     out.push_str("| --- | --- | --- | ---: | ---: | ---: | --- |\n");
     let id = run.run_ids().first().cloned().unwrap_or_default();
     for model in run.distinct(|f| &f.model) {
-        let figures = run.figures.iter().filter(|f| f.model == model).cloned().collect();
-        let figs = Records { runs: vec![], figures };
+        let figures = run
+            .figures
+            .iter()
+            .filter(|f| f.model == model)
+            .cloned()
+            .collect();
+        let figs = Records {
+            runs: vec![],
+            figures,
+        };
         for figure in figs.distinct(|f| &f.figure) {
             let w = run.find(&id, &model, WORKER, &figure);
             let l = run.find(&id, &model, LLAMA, &figure);
             let unit = w.or(l).map(|f| f.unit.as_str()).unwrap_or("");
             let (r, ahead) = match (w, l) {
-                (Some(w), Some(l)) => ratio(w, l).map_or(("–".into(), ""), |(r, a)| (format!("{r:.2}"), a)),
+                (Some(w), Some(l)) => {
+                    ratio(w, l).map_or(("–".into(), ""), |(r, a)| (format!("{r:.2}"), a))
+                }
                 _ => ("–".into(), ""),
             };
-            let _ = writeln!(out, "| {model} | {figure} | {unit} | {} | {} | {r} | {ahead} |", cell(w), cell(l));
+            let _ = writeln!(
+                out,
+                "| {model} | {figure} | {unit} | {} | {} | {r} | {ahead} |",
+                cell(w),
+                cell(l)
+            );
         }
     }
     out
@@ -111,7 +146,10 @@ fn program_series(run: &Records, id: &str, model: &str, figures: &[String]) -> V
         .iter()
         .map(|p| Series {
             name: p.to_string(),
-            values: figures.iter().map(|f| run.find(id, model, p, f).map(point)).collect(),
+            values: figures
+                .iter()
+                .map(|f| run.find(id, model, p, f).map(point))
+                .collect(),
         })
         .collect()
 }
@@ -121,13 +159,20 @@ pub fn model_charts(run: &Records, dir: &Path) -> anyhow::Result<Vec<(String, St
     let id = run.run_ids().first().cloned().unwrap_or_default();
     let mut written = Vec::new();
     for model in run.distinct(|f| &f.model) {
-        for (kind, units) in [("throughput", &["tok/s"][..]), ("latency", &["ms"][..]), ("load", &["s"][..])] {
+        for (kind, units) in [
+            ("throughput", &["tok/s"][..]),
+            ("latency", &["ms"][..]),
+            ("load", &["s"][..]),
+        ] {
             let figures: Vec<String> = run
                 .distinct(|f| &f.figure)
                 .into_iter()
                 .filter(|fig| {
                     let of_kind = |f: &&Figure| units.contains(&f.unit.as_str());
-                    run.figures.iter().filter(of_kind).any(|f| &f.figure == fig && f.model == model)
+                    run.figures
+                        .iter()
+                        .filter(of_kind)
+                        .any(|f| &f.figure == fig && f.model == model)
                 })
                 .collect();
             if figures.is_empty() {
@@ -135,7 +180,12 @@ pub fn model_charts(run: &Records, dir: &Path) -> anyhow::Result<Vec<(String, St
             }
             let name = format!("{}-{kind}.svg", slug(&model));
             let title = format!("{model}: {kind} ({})", units.join(", "));
-            let chart = svg::bar_chart(&title, units[0], &figures, &program_series(run, &id, &model, &figures));
+            let chart = svg::bar_chart(
+                &title,
+                units[0],
+                &figures,
+                &program_series(run, &id, &model, &figures),
+            );
             std::fs::write(dir.join(&name), chart)?;
             written.push((name, title));
         }
@@ -159,12 +209,18 @@ pub fn history_charts(history: &Records, dir: &Path) -> anyhow::Result<Vec<(Stri
                 .iter()
                 .map(|p| Series {
                     name: p.to_string(),
-                    values: runs.iter().map(|r| history.find(r, &model, p, &figure).map(point)).collect(),
+                    values: runs
+                        .iter()
+                        .map(|r| history.find(r, &model, p, &figure).map(point))
+                        .collect(),
                 })
                 .collect::<Vec<_>>();
             let name = format!("history-{}-{}.svg", slug(&model), slug(&figure));
             let title = format!("{model}: {figure} over {} runs", runs.len());
-            std::fs::write(dir.join(&name), svg::line_chart(&title, &unit, &runs, &series))?;
+            std::fs::write(
+                dir.join(&name),
+                svg::line_chart(&title, &unit, &runs, &series),
+            )?;
             written.push((name, title));
         }
     }
@@ -173,7 +229,11 @@ pub fn history_charts(history: &Records, dir: &Path) -> anyhow::Result<Vec<(Stri
 
 /// Appends `run`'s lines to `history` unless a run of that id is there already.
 pub fn append_history(run_path: &Path, run: &Records, history: &Path) -> anyhow::Result<bool> {
-    let id = run.run_ids().first().cloned().context("the run has no records")?;
+    let id = run
+        .run_ids()
+        .first()
+        .cloned()
+        .context("the run has no records")?;
     if history.exists() && Records::read(history)?.run_ids().contains(&id) {
         return Ok(false);
     }
@@ -188,14 +248,19 @@ pub fn append_history(run_path: &Path, run: &Records, history: &Path) -> anyhow:
         .map(|l| format!("{l}\n"))
         .collect();
     use std::io::Write as _;
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(history)?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(history)?;
     f.write_all(lines.as_bytes())?;
     Ok(true)
 }
 
 pub fn run(args: &ReportArgs) -> anyhow::Result<()> {
     let all = Records::read(&args.run)?;
-    let run = all.last_run().with_context(|| format!("{} holds no run", args.run.display()))?;
+    let run = all
+        .last_run()
+        .with_context(|| format!("{} holds no run", args.run.display()))?;
     let charts = args.out.join("charts");
     std::fs::create_dir_all(&charts)?;
     let mut md = markdown(&run);

@@ -28,7 +28,10 @@ pub struct Series {
 }
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 fn header(title: &str, y_label: &str) -> String {
@@ -53,12 +56,20 @@ fn header(title: &str, y_label: &str) -> String {
 
 /// The y scale's top: the largest max, rounded up to 1, 2 or 5 times a power of ten.
 fn y_top(series: &[Series]) -> f64 {
-    let m = series.iter().flat_map(|s| s.values.iter().flatten()).map(|p| p.max.max(p.median)).fold(0.0, f64::max);
+    let m = series
+        .iter()
+        .flat_map(|s| s.values.iter().flatten())
+        .map(|p| p.max.max(p.median))
+        .fold(0.0, f64::max);
     if m <= 0.0 {
         return 1.0;
     }
     let mag = 10f64.powf(m.log10().floor());
-    [1.0, 2.0, 5.0, 10.0].iter().map(|k| k * mag).find(|v| *v >= m).unwrap_or(10.0 * mag)
+    [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|k| k * mag)
+        .find(|v| *v >= m)
+        .unwrap_or(10.0 * mag)
 }
 
 fn y_axis(s: &mut String, top: f64) -> impl Fn(f64) -> f64 {
@@ -124,7 +135,9 @@ pub fn bar_chart(title: &str, y_label: &str, categories: &[String], series: &[Se
     for (c, cat) in categories.iter().enumerate() {
         let gx = LEFT + group_w * c as f64;
         for (i, ser) in series.iter().enumerate() {
-            let Some(p) = ser.values.get(c).copied().flatten() else { continue };
+            let Some(p) = ser.values.get(c).copied().flatten() else {
+                continue;
+            };
             let x = gx + group_w * 0.1 + bar_w * i as f64;
             let _ = writeln!(
                 s,
@@ -172,7 +185,12 @@ pub fn line_chart(title: &str, y_label: &str, runs: &[String], series: &[Series]
         );
         for (r, p) in ser.values.iter().enumerate() {
             if let Some(p) = p {
-                let _ = writeln!(s, "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{colour}\"/>", x(r), y(p.median));
+                let _ = writeln!(
+                    s,
+                    "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{colour}\"/>",
+                    x(r),
+                    y(p.median)
+                );
                 whisker(&mut s, x(r), p, &y);
             }
         }

@@ -61,7 +61,8 @@ async fn sequential(w: &mut TestWorld, n: usize, tokens: u64) -> StepResult {
             )
         })?;
         if let Some(first) = toks.first() {
-            w.budgets.push("first_token_client_ms", first.at.as_secs_f64() * 1e3);
+            w.budgets
+                .push("first_token_client_ms", first.at.as_secs_f64() * 1e3);
         }
         for pair in toks.windows(2) {
             w.budgets.push(
@@ -159,11 +160,7 @@ async fn criterion(w: &mut TestWorld, name: String) -> StepResult {
     let line = format!("cargo bench -p worker-benches --bench {name} -- --output-format bencher");
     let o = run_line(&w.cfg.workspace, &line, &[])?;
     let text = o.output;
-    check!(
-        o.code == Some(0),
-        "cargo bench failed: {}",
-        tail(&text, 20)
-    );
+    check!(o.code == Some(0), "cargo bench failed: {}", tail(&text, 20));
     // bencher format: `test NAME ... bench:   123,456 ns/iter (+/- 789)`
     let re = regex::Regex::new(r"test (\S+)\s+\.\.\. bench:\s+([\d,]+) ns/iter").unwrap();
     let ns: Vec<f64> = re

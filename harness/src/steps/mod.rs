@@ -134,7 +134,15 @@ mod tests {
             })
             .map(|(ty, (loc, re, _))| format!("{ty:?} {} ({}:{})", re(), loc.path, loc.line))
             .collect();
-        assert!(defs.len() > 50, "only {} step definitions found", defs.len());
-        assert!(unused.is_empty(), "step definitions no feature uses:\n{}", unused.join("\n"));
+        assert!(
+            defs.len() > 50,
+            "only {} step definitions found",
+            defs.len()
+        );
+        assert!(
+            unused.is_empty(),
+            "step definitions no feature uses:\n{}",
+            unused.join("\n")
+        );
     }
 }

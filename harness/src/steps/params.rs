@@ -90,7 +90,10 @@ impl FromStr for Watch {
 
 /// How a start ends (M0-W-1212, M0-W-1360): `serves`, `serves with tokenizer "K"`, `fails naming "X"`.
 #[derive(Debug, Clone, PartialEq, Eq, Parameter)]
-#[param(name = "outcome", regex = r#"serves(?: with tokenizer "[^"]+")?|fails naming "[^"]+""#)]
+#[param(
+    name = "outcome",
+    regex = r#"serves(?: with tokenizer "[^"]+")?|fails naming "[^"]+""#
+)]
 pub enum StartOutcome {
     Serves { tokenizer: Option<String> },
     FailsNaming(String),
@@ -174,7 +177,10 @@ pub struct Numbers(pub Vec<f64>);
 impl FromStr for Numbers {
     type Err = Error;
     fn from_str(s: &str) -> anyhow::Result<Self> {
-        let v = s.split(',').map(|x| x.trim().parse()).collect::<Result<_, _>>();
+        let v = s
+            .split(',')
+            .map(|x| x.trim().parse())
+            .collect::<Result<_, _>>();
         Ok(Numbers(v.map_err(|e| anyhow!("bad number list {s}: {e}"))?))
     }
 }
@@ -249,7 +255,10 @@ impl FromStr for After {
 
 /// One or more jobs: `job "a"` or `jobs "a" and "b"`.
 #[derive(Debug, Clone, PartialEq, Eq, Parameter)]
-#[param(name = "jobs", regex = r#"job "[^"]+"|jobs "[^"]+"(?:(?:, | and )"[^"]+")+"#)]
+#[param(
+    name = "jobs",
+    regex = r#"job "[^"]+"|jobs "[^"]+"(?:(?:, | and )"[^"]+")+"#
+)]
 pub struct Jobs(pub Vec<String>);
 
 impl FromStr for Jobs {
@@ -261,7 +270,10 @@ impl FromStr for Jobs {
 
 /// Where an error body comes from: `job "x"'s` (its error event), `the refused job's`, `the reply's`.
 #[derive(Debug, Clone, PartialEq, Eq, Parameter)]
-#[param(name = "error_of", regex = r#"job "[^"]+"'s|the refused job's|the reply's"#)]
+#[param(
+    name = "error_of",
+    regex = r#"job "[^"]+"'s|the refused job's|the reply's"#
+)]
 pub enum ErrorOf {
     Job(String),
     Refused,
@@ -274,7 +286,9 @@ impl FromStr for ErrorOf {
         Ok(match s {
             "the refused job's" => ErrorOf::Refused,
             "the reply's" => ErrorOf::Reply,
-            job => ErrorOf::Job(unquote(job.trim_start_matches("job ").trim_end_matches("'s"))?.to_owned()),
+            job => ErrorOf::Job(
+                unquote(job.trim_start_matches("job ").trim_end_matches("'s"))?.to_owned(),
+            ),
         })
     }
 }
@@ -332,7 +346,10 @@ impl FromStr for Json {
 
 /// The way a job of M0-W-1311 ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Parameter)]
-#[param(name = "ending", regex = r#""(?:max_tokens|stop_sequence|eos|cancel|timeout|shutdown)""#)]
+#[param(
+    name = "ending",
+    regex = r#""(?:max_tokens|stop_sequence|eos|cancel|timeout|shutdown)""#
+)]
 pub enum Ending {
     MaxTokens,
     StopSequence,
@@ -379,14 +396,19 @@ impl FromStr for ParityCmd {
     type Err = Error;
     fn from_str(s: &str) -> anyhow::Result<Self> {
         let rest = unquote(s)?.trim_start_matches("harness parity ");
-        let (a, b) = rest.split_once(' ').ok_or_else(|| anyhow!("want two logs: {s}"))?;
+        let (a, b) = rest
+            .split_once(' ')
+            .ok_or_else(|| anyhow!("want two logs: {s}"))?;
         Ok(ParityCmd(a.to_owned(), b.to_owned()))
     }
 }
 
 /// What `harness parity` should report: `no divergence` or `the first divergence at step N`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Parameter)]
-#[param(name = "divergence", regex = r"no divergence|the first divergence at step \d+")]
+#[param(
+    name = "divergence",
+    regex = r"no divergence|the first divergence at step \d+"
+)]
 pub struct Divergence(pub Option<u64>);
 
 impl FromStr for Divergence {
@@ -533,15 +555,26 @@ mod tests {
             r#" with flags "--x 1""#.parse::<Flags>().unwrap(),
             Flags::With("--x 1".into())
         );
-        assert_eq!(r#" without "--backend""#.parse::<Flags>().unwrap(), Flags::Without("--backend".into()));
+        assert_eq!(
+            r#" without "--backend""#.parse::<Flags>().unwrap(),
+            Flags::Without("--backend".into())
+        );
         assert_eq!("".parse::<After>().unwrap(), After::Any);
-        assert_eq!(" after 0 tokens".parse::<After>().unwrap(), After::Exactly(0));
-        assert_eq!(" after at least 5 tokens".parse::<After>().unwrap(), After::AtLeast(5));
+        assert_eq!(
+            " after 0 tokens".parse::<After>().unwrap(),
+            After::Exactly(0)
+        );
+        assert_eq!(
+            " after at least 5 tokens".parse::<After>().unwrap(),
+            After::AtLeast(5)
+        );
         assert_eq!("".parse::<Times>().unwrap(), Times(1));
         assert_eq!(" 3 times".parse::<Times>().unwrap(), Times(3));
         assert_eq!("within 3 s ".parse::<Within>().unwrap(), Within(Some(3)));
         assert_eq!(
-            r#" with header "X-Deadline: 2030-01-01T00:00:00Z""#.parse::<Header>().unwrap(),
+            r#" with header "X-Deadline: 2030-01-01T00:00:00Z""#
+                .parse::<Header>()
+                .unwrap(),
             Header(Some(("X-Deadline".into(), "2030-01-01T00:00:00Z".into())))
         );
     }
@@ -550,7 +583,10 @@ mod tests {
     fn typed_values_are_checked() {
         assert!(r#""QUEUE_FULL""#.parse::<Code>().is_ok());
         assert!(r#""NO_SUCH_CODE""#.parse::<Code>().is_err());
-        assert_eq!("reference".parse::<Model>().unwrap(), Model("reference".into()));
+        assert_eq!(
+            "reference".parse::<Model>().unwrap(),
+            Model("reference".into())
+        );
         assert!(r#""no-such-fixture""#.parse::<Model>().is_err());
         assert_eq!(
             r#"fails naming "mamba""#.parse::<StartOutcome>().unwrap(),
@@ -558,13 +594,18 @@ mod tests {
         );
         assert_eq!(
             r#"serves with tokenizer "gguf-bpe""#.parse::<StartOutcome>().unwrap(),
-            StartOutcome::Serves { tokenizer: Some("gguf-bpe".into()) }
+            StartOutcome::Serves {
+                tokenizer: Some("gguf-bpe".into())
+            }
         );
         assert_eq!(
             r#"job "w1"'s"#.parse::<ErrorOf>().unwrap(),
             ErrorOf::Job("w1".into())
         );
-        assert_eq!("8192".parse::<Json>().unwrap(), Json(serde_json::json!(8192)));
+        assert_eq!(
+            "8192".parse::<Json>().unwrap(),
+            Json(serde_json::json!(8192))
+        );
         assert_eq!(
             r#""harness parity a.jsonl b.jsonl""#.parse::<ParityCmd>().unwrap(),
             ParityCmd("a.jsonl".into(), "b.jsonl".into())

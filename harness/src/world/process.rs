@@ -36,7 +36,12 @@ pub struct Process {
 
 impl Process {
     /// The standard command line: every required flag, a free port, `backend`.
-    pub fn launch(&self, cfg: &SuiteConfig, model: &std::path::Path, backend: &str) -> Result<Launch> {
+    pub fn launch(
+        &self,
+        cfg: &SuiteConfig,
+        model: &std::path::Path,
+        backend: &str,
+    ) -> Result<Launch> {
         let port = free_port()?;
         let mut l = Launch {
             bin: cfg.worker_bin.clone(),
@@ -113,7 +118,12 @@ impl Process {
 
     /// The backend the worker was launched with (`cuda` when the flag was left out).
     pub fn backend(&mut self) -> Result<String> {
-        Ok(self.worker()?.launch.get("--backend").unwrap_or("cuda").to_owned())
+        Ok(self
+            .worker()?
+            .launch
+            .get("--backend")
+            .unwrap_or("cuda")
+            .to_owned())
     }
 
     /// Polls `/health` in the background until the worker has answered three

@@ -57,7 +57,12 @@ impl Stream {
     }
 
     /// Waits for a live job's end, records its transcript and files it.
-    pub async fn finish(&mut self, scenario: &str, id: &str, timeout: Duration) -> Result<&Transcript> {
+    pub async fn finish(
+        &mut self,
+        scenario: &str,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<&Transcript> {
         let job = self.live.remove(id).ok_or_else(|| {
             anyhow!(
                 "no running job {id:?} (refused? {:?})",

@@ -21,6 +21,8 @@ pub struct Workspace {
 
 impl Workspace {
     pub fn command(&self) -> Result<&CommandOutcome> {
-        self.command.as_ref().ok_or_else(|| anyhow!("no command ran"))
+        self.command
+            .as_ref()
+            .ok_or_else(|| anyhow!("no command ran"))
     }
 }

@@ -111,15 +111,28 @@ pub struct SampledToken {
 /// [`Backend::sample`] on host logits: [`Selector::select`] and
 /// [`top_logprobs`]. The CPU backend's implementation, and the reference the
 /// CUDA one is compared with.
-pub fn sample_on_host(selector: &mut Selector, logits: &[f32], req: &SampleRequest) -> Result<SampledToken, BackendError> {
+pub fn sample_on_host(
+    selector: &mut Selector,
+    logits: &[f32],
+    req: &SampleRequest,
+) -> Result<SampledToken, BackendError> {
     if logits.is_empty() {
-        return Err(BackendError::InferenceFailed("sample without logits: run forward first".into()));
+        return Err(BackendError::InferenceFailed(
+            "sample without logits: run forward first".into(),
+        ));
     }
     if req.logprobs > MAX_LOGPROBS {
-        return Err(BackendError::InferenceFailed(format!("{} log-probabilities asked, at most {MAX_LOGPROBS}", req.logprobs)));
+        return Err(BackendError::InferenceFailed(format!(
+            "{} log-probabilities asked, at most {MAX_LOGPROBS}",
+            req.logprobs
+        )));
     }
     let id = selector.select(logits, req.generated, req.params, req.uniform);
-    let logprobs = if req.logprobs > 0 { top_logprobs(logits, req.logprobs) } else { Vec::new() };
+    let logprobs = if req.logprobs > 0 {
+        top_logprobs(logits, req.logprobs)
+    } else {
+        Vec::new()
+    };
     Ok(SampledToken { id, logprobs })
 }
 

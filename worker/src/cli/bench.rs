@@ -43,13 +43,28 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 0)]
     pub gpu_device: usize,
     /// Prompt lengths to prefill, comma-separated (0 or empty: no prefill test).
-    #[arg(short = 'p', long = "n-prompt", value_delimiter = ',', default_value = "512")]
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_delimiter = ',',
+        default_value = "512"
+    )]
     pub n_prompt: Vec<usize>,
     /// Numbers of tokens to decode, comma-separated (0 or empty: no decode test).
-    #[arg(short = 'n', long = "n-gen", value_delimiter = ',', default_value = "128")]
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        value_delimiter = ',',
+        default_value = "128"
+    )]
     pub n_gen: Vec<usize>,
     /// Tokens already in the context before each test, comma-separated.
-    #[arg(short = 'd', long = "depth", value_delimiter = ',', default_value = "0")]
+    #[arg(
+        short = 'd',
+        long = "depth",
+        value_delimiter = ',',
+        default_value = "0"
+    )]
     pub depth: Vec<usize>,
     /// Timed repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
@@ -73,7 +88,11 @@ pub struct TestCase {
 impl TestCase {
     /// llama-bench's test name: `pp512`, `tg128`, with `@d4096` for a depth.
     pub fn name(&self) -> String {
-        let base = if self.n_prompt > 0 { format!("pp{}", self.n_prompt) } else { format!("tg{}", self.n_gen) };
+        let base = if self.n_prompt > 0 {
+            format!("pp{}", self.n_prompt)
+        } else {
+            format!("tg{}", self.n_gen)
+        };
         if self.n_depth > 0 {
             format!("{base}@d{}", self.n_depth)
         } else {
@@ -95,13 +114,25 @@ impl TestCase {
 /// Every test the arguments ask for, in llama-bench's order: prefill tests,
 /// then decode tests, each for every depth. Zero lengths are skipped.
 pub fn test_cases(args: &BenchArgs) -> Vec<TestCase> {
-    let depths: Vec<usize> = if args.depth.is_empty() { vec![0] } else { args.depth.clone() };
+    let depths: Vec<usize> = if args.depth.is_empty() {
+        vec![0]
+    } else {
+        args.depth.clone()
+    };
     let mut cases = Vec::new();
     for &n_prompt in args.n_prompt.iter().filter(|&&p| p > 0) {
-        cases.extend(depths.iter().map(|&n_depth| TestCase { n_prompt, n_gen: 0, n_depth }));
+        cases.extend(depths.iter().map(|&n_depth| TestCase {
+            n_prompt,
+            n_gen: 0,
+            n_depth,
+        }));
     }
     for &n_gen in args.n_gen.iter().filter(|&&n| n > 0) {
-        cases.extend(depths.iter().map(|&n_depth| TestCase { n_prompt: 0, n_gen, n_depth }));
+        cases.extend(depths.iter().map(|&n_depth| TestCase {
+            n_prompt: 0,
+            n_gen,
+            n_depth,
+        }));
     }
     cases
 }
@@ -124,14 +155,24 @@ pub fn summarize(samples: &[f64]) -> Option<Summary> {
     let mut sorted = samples.to_vec();
     sorted.sort_by(f64::total_cmp);
     let n = sorted.len();
-    let median = if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 };
+    let median = if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    };
     let mean = sorted.iter().sum::<f64>() / n as f64;
     let stddev = if n > 1 {
         (sorted.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
     } else {
         0.0
     };
-    Some(Summary { median, min: sorted[0], max: sorted[n - 1], mean, stddev })
+    Some(Summary {
+        median,
+        min: sorted[0],
+        max: sorted[n - 1],
+        mean,
+        stddev,
+    })
 }
 
 /// One printed line: llama-bench's jsonl fields for one test, plus medians.
@@ -166,9 +207,16 @@ pub struct RunContext {
 }
 
 /// Builds the line of `case` from its timed runs.
-pub fn bench_line(ctx: &RunContext, case: TestCase, times: &[Duration]) -> anyhow::Result<BenchLine> {
+pub fn bench_line(
+    ctx: &RunContext,
+    case: TestCase,
+    times: &[Duration],
+) -> anyhow::Result<BenchLine> {
     let tokens = case.timed_tokens() as f64;
-    let samples_ts: Vec<f64> = times.iter().map(|t| tokens / t.as_secs_f64().max(1e-12)).collect();
+    let samples_ts: Vec<f64> = times
+        .iter()
+        .map(|t| tokens / t.as_secs_f64().max(1e-12))
+        .collect();
     let s = summarize(&samples_ts).context("a test without timed runs")?;
     Ok(BenchLine {
         program: "worker-orcd",
@@ -198,7 +246,12 @@ pub fn random_tokens(rng: &mut ChaCha8Rng, vocab: usize, n: usize) -> Vec<u32> {
 
 /// Waits for the latest forward pass by picking its greedy token.
 fn finish(backend: &mut dyn Backend, greedy: &SamplingParams) -> anyhow::Result<u32> {
-    let req = SampleRequest { params: greedy, generated: &[], uniform: None, logprobs: 0 };
+    let req = SampleRequest {
+        params: greedy,
+        generated: &[],
+        uniform: None,
+        logprobs: 0,
+    };
     Ok(backend.sample(&req)?.id)
 }
 
@@ -209,7 +262,10 @@ fn run_once(
     vocab: usize,
     rng: &mut ChaCha8Rng,
 ) -> anyhow::Result<Duration> {
-    let greedy = SamplingParams { temperature: 0.0, ..SamplingParams::default() };
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
     let mut out = Vec::new();
     backend.begin_sequence(case.capacity())?;
     for chunk in random_tokens(rng, vocab, case.n_depth).chunks(DEPTH_CHUNK) {
@@ -244,10 +300,13 @@ pub fn run_case(
     rng: &mut ChaCha8Rng,
 ) -> anyhow::Result<Vec<Duration>> {
     for _ in 0..warmup {
-        run_once(backend, case, vocab, rng).with_context(|| format!("warm-up of {}", case.name()))?;
+        run_once(backend, case, vocab, rng)
+            .with_context(|| format!("warm-up of {}", case.name()))?;
     }
     (0..repetitions)
-        .map(|i| run_once(backend, case, vocab, rng).with_context(|| format!("{} run {i}", case.name())))
+        .map(|i| {
+            run_once(backend, case, vocab, rng).with_context(|| format!("{} run {i}", case.name()))
+        })
         .collect()
 }
 
@@ -260,11 +319,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         bail!("nothing to measure: give -p or -n lengths above 0");
     }
     let max_capacity = cases.iter().map(TestCase::capacity).max().unwrap_or(0);
-    let opts = LoadOptions { backend: args.backend, gpu_device: args.gpu_device, ..LoadOptions::default() };
-    let mut model =
-        load_model(&args.model, &opts, &mut |_| {}).with_context(|| format!("loading {}", args.model.display()))?;
+    let opts = LoadOptions {
+        backend: args.backend,
+        gpu_device: args.gpu_device,
+        ..LoadOptions::default()
+    };
+    let mut model = load_model(&args.model, &opts, &mut |_| {})
+        .with_context(|| format!("loading {}", args.model.display()))?;
     if max_capacity > model.info.context_length {
-        bail!("a test needs {max_capacity} positions; the model's context is {}", model.info.context_length);
+        bail!(
+            "a test needs {max_capacity} positions; the model's context is {}",
+            model.info.context_length
+        );
     }
     let ctx = RunContext {
         model_filename: args.model.display().to_string(),
@@ -275,8 +341,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let vocab = model.info.vocab_size;
     for case in cases {
-        let times = run_case(model.backend.as_mut(), case, vocab, args.warmup, args.repetitions, &mut rng)?;
-        println!("{}", serde_json::to_string(&bench_line(&ctx, case, &times)?)?);
+        let times = run_case(
+            model.backend.as_mut(),
+            case,
+            vocab,
+            args.warmup,
+            args.repetitions,
+            &mut rng,
+        )?;
+        println!(
+            "{}",
+            serde_json::to_string(&bench_line(&ctx, case, &times)?)?
+        );
     }
     Ok(())
 }
@@ -303,7 +379,17 @@ mod tests {
     fn test_cases_follow_llama_bench_order_and_names() {
         let cases = test_cases(&args(&[16, 0, 512], &[128], &[0, 4096]));
         let names: Vec<String> = cases.iter().map(TestCase::name).collect();
-        assert_eq!(names, ["pp16", "pp16@d4096", "pp512", "pp512@d4096", "tg128", "tg128@d4096"]);
+        assert_eq!(
+            names,
+            [
+                "pp16",
+                "pp16@d4096",
+                "pp512",
+                "pp512@d4096",
+                "tg128",
+                "tg128@d4096"
+            ]
+        );
         assert_eq!(cases[5].capacity(), 4096 + 128);
         assert!(test_cases(&args(&[], &[0], &[])).is_empty());
     }
@@ -325,11 +411,22 @@ mod tests {
             backend: BackendKind::Cpu,
             gpu_info: "cpu".into(),
         };
-        let case = TestCase { n_prompt: 0, n_gen: 100, n_depth: 0 };
-        let times = [Duration::from_millis(100), Duration::from_millis(200), Duration::from_millis(50)];
+        let case = TestCase {
+            n_prompt: 0,
+            n_gen: 100,
+            n_depth: 0,
+        };
+        let times = [
+            Duration::from_millis(100),
+            Duration::from_millis(200),
+            Duration::from_millis(50),
+        ];
         let line = bench_line(&ctx, case, &times).unwrap();
         assert_eq!(line.samples_ts, [1000.0, 500.0, 2000.0]);
-        assert_eq!((line.median_ts, line.min_ts, line.max_ts), (1000.0, 500.0, 2000.0));
+        assert_eq!(
+            (line.median_ts, line.min_ts, line.max_ts),
+            (1000.0, 500.0, 2000.0)
+        );
         assert_eq!(line.samples_ns[0], 100_000_000);
         assert_eq!(line.test, "tg100");
     }
@@ -352,7 +449,12 @@ mod tests {
             let times = run_case(&mut backend, case, vocab, 1, 2, &mut rng).unwrap();
             assert_eq!(times.len(), 2, "{}", case.name());
             assert!(times.iter().all(|t| *t > Duration::ZERO));
-            assert_eq!(backend.sequence_len(), 0, "{}: sequence left open", case.name());
+            assert_eq!(
+                backend.sequence_len(),
+                0,
+                "{}: sequence left open",
+                case.name()
+            );
         }
     }
 }

@@ -146,7 +146,10 @@ pub enum ConfigError {
 }
 
 fn invalid(flag: &'static str, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid { flag, message: message.into() }
+    ConfigError::Invalid {
+        flag,
+        message: message.into(),
+    }
 }
 
 /// Reads the YAML file.
@@ -163,7 +166,12 @@ pub fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
 /// is logged in it: the flag, else the file's `log-format` (a file that does
 /// not read is reported by [`resolve`], logged in the default format).
 pub fn log_format(args: &ServeArgs) -> LogFormat {
-    let from_file = || args.config.as_deref().and_then(|path| read_file(path).ok()).and_then(|f| f.log_format);
+    let from_file = || {
+        args.config
+            .as_deref()
+            .and_then(|path| read_file(path).ok())
+            .and_then(|f| f.log_format)
+    };
     args.log_format.or_else(from_file).unwrap_or_default()
 }
 
@@ -174,11 +182,26 @@ pub fn resolve(args: ServeArgs) -> Result<ServeConfig, ConfigError> {
         Some(path) => read_file(path)?,
         None => FileConfig::default(),
     };
-    let worker_id = args.worker_id.or(file.worker_id).ok_or(ConfigError::Missing("--worker-id"))?;
-    let model = args.model.or(file.model).ok_or(ConfigError::Missing("--model"))?;
-    let gpu_device = args.gpu_device.or(file.gpu_device).ok_or(ConfigError::Missing("--gpu-device"))?;
-    let port = args.port.or(file.port).ok_or(ConfigError::Missing("--port"))?;
-    let host = args.host.or(file.host).unwrap_or_else(|| DEFAULT_HOST.to_string());
+    let worker_id = args
+        .worker_id
+        .or(file.worker_id)
+        .ok_or(ConfigError::Missing("--worker-id"))?;
+    let model = args
+        .model
+        .or(file.model)
+        .ok_or(ConfigError::Missing("--model"))?;
+    let gpu_device = args
+        .gpu_device
+        .or(file.gpu_device)
+        .ok_or(ConfigError::Missing("--gpu-device"))?;
+    let port = args
+        .port
+        .or(file.port)
+        .ok_or(ConfigError::Missing("--port"))?;
+    let host = args
+        .host
+        .or(file.host)
+        .unwrap_or_else(|| DEFAULT_HOST.to_string());
     let backend = args.backend.or(file.backend).unwrap_or(DEFAULT_BACKEND);
 
     uuid::Uuid::parse_str(&worker_id)
@@ -186,10 +209,15 @@ pub fn resolve(args: ServeArgs) -> Result<ServeConfig, ConfigError> {
     check_model_path(&model)?;
     let host: IpAddr = match host.as_str() {
         "localhost" => IpAddr::from([127, 0, 0, 1]),
-        h => h.parse().map_err(|_| invalid("--host", format!("{h:?} is not an IP address")))?,
+        h => h
+            .parse()
+            .map_err(|_| invalid("--host", format!("{h:?} is not an IP address")))?,
     };
     if !(MIN_PORT..=u16::MAX as u32).contains(&port) {
-        return Err(invalid("--port", format!("{port} is outside {MIN_PORT}-65535")));
+        return Err(invalid(
+            "--port",
+            format!("{port} is outside {MIN_PORT}-65535"),
+        ));
     }
     let port = port as u16;
     check_port_free(host, port)?;
@@ -197,18 +225,30 @@ pub fn resolve(args: ServeArgs) -> Result<ServeConfig, ConfigError> {
     let callback_url = args.callback_url.or(file.callback_url);
     if let Some(url) = &callback_url {
         if !url.starts_with("http://") || url.len() <= "http://".len() {
-            return Err(invalid("--callback-url", format!("{url:?} is not an http:// URL (https is not supported)")));
+            return Err(invalid(
+                "--callback-url",
+                format!("{url:?} is not an http:// URL (https is not supported)"),
+            ));
         }
     }
     let max_tokens_in = args.max_tokens_in.or(file.max_tokens_in);
     if max_tokens_in == Some(0) {
         return Err(invalid("--max-tokens-in", "must be at least 1"));
     }
-    let max_tokens_out = args.max_tokens_out.or(file.max_tokens_out).unwrap_or(DEFAULT_MAX_TOKENS_OUT);
+    let max_tokens_out = args
+        .max_tokens_out
+        .or(file.max_tokens_out)
+        .unwrap_or(DEFAULT_MAX_TOKENS_OUT);
     if !(1..=MAX_TOKENS_LIMIT).contains(&max_tokens_out) {
-        return Err(invalid("--max-tokens-out", format!("{max_tokens_out} is outside 1-{MAX_TOKENS_LIMIT}")));
+        return Err(invalid(
+            "--max-tokens-out",
+            format!("{max_tokens_out} is outside 1-{MAX_TOKENS_LIMIT}"),
+        ));
     }
-    let timeout_s = args.inference_timeout_sec.or(file.inference_timeout_sec).unwrap_or(DEFAULT_INFERENCE_TIMEOUT_SEC);
+    let timeout_s = args
+        .inference_timeout_sec
+        .or(file.inference_timeout_sec)
+        .unwrap_or(DEFAULT_INFERENCE_TIMEOUT_SEC);
     if timeout_s == 0 {
         return Err(invalid("--inference-timeout-sec", "must be at least 1"));
     }
@@ -216,24 +256,42 @@ pub fn resolve(args: ServeArgs) -> Result<ServeConfig, ConfigError> {
     if kv_cache_size_mb == Some(0) {
         return Err(invalid("--kv-cache-size-mb", "must be at least 1"));
     }
-    let queue_depth = args.queue_depth.or(file.queue_depth).unwrap_or(DEFAULT_QUEUE_DEPTH);
+    let queue_depth = args
+        .queue_depth
+        .or(file.queue_depth)
+        .unwrap_or(DEFAULT_QUEUE_DEPTH);
     if queue_depth > MAX_QUEUE_DEPTH {
-        return Err(invalid("--queue-depth", format!("{queue_depth} is above {MAX_QUEUE_DEPTH}")));
+        return Err(invalid(
+            "--queue-depth",
+            format!("{queue_depth} is above {MAX_QUEUE_DEPTH}"),
+        ));
     }
     let parity_log = args.parity_log.or(file.parity_log);
     if let Some(path) = &parity_log {
         check_parity_path(path)?;
     }
-    let residency_s = args.residency_check_sec.or(file.residency_check_sec).unwrap_or(DEFAULT_RESIDENCY_CHECK_SEC);
+    let residency_s = args
+        .residency_check_sec
+        .or(file.residency_check_sec)
+        .unwrap_or(DEFAULT_RESIDENCY_CHECK_SEC);
     if residency_s == 0 {
         return Err(invalid("--residency-check-sec", "must be at least 1"));
     }
-    let grace_s = args.shutdown_grace_sec.or(file.shutdown_grace_sec).unwrap_or(DEFAULT_SHUTDOWN_GRACE_SEC);
+    let grace_s = args
+        .shutdown_grace_sec
+        .or(file.shutdown_grace_sec)
+        .unwrap_or(DEFAULT_SHUTDOWN_GRACE_SEC);
     if grace_s > 20 {
-        return Err(invalid("--shutdown-grace-sec", "must be at most 20 (shutdown must end within 30 s)"));
+        return Err(invalid(
+            "--shutdown-grace-sec",
+            "must be at most 20 (shutdown must end within 30 s)",
+        ));
     }
     let log_format = args.log_format.or(file.log_format).unwrap_or_default();
-    let upload_chunk_bytes = args.upload_chunk_bytes.or(file.upload_chunk_bytes).unwrap_or(DEFAULT_UPLOAD_CHUNK_BYTES);
+    let upload_chunk_bytes = args
+        .upload_chunk_bytes
+        .or(file.upload_chunk_bytes)
+        .unwrap_or(DEFAULT_UPLOAD_CHUNK_BYTES);
     if upload_chunk_bytes < 4096 {
         return Err(invalid("--upload-chunk-bytes", "must be at least 4096"));
     }
@@ -262,17 +320,24 @@ pub fn resolve(args: ServeArgs) -> Result<ServeConfig, ConfigError> {
 fn check_model_path(path: &Path) -> Result<(), ConfigError> {
     let shown = path.display();
     if !path.is_absolute() {
-        return Err(invalid("--model", format!("{shown} is not an absolute path")));
+        return Err(invalid(
+            "--model",
+            format!("{shown} is not an absolute path"),
+        ));
     }
     let meta = std::fs::metadata(path).map_err(|e| invalid("--model", format!("{shown}: {e}")))?;
     if !meta.is_file() {
         return Err(invalid("--model", format!("{shown} is not a file")));
     }
-    let is_gguf = path.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+    let is_gguf = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
     if !is_gguf {
         return Err(invalid("--model", format!("{shown} is not a .gguf file")));
     }
-    std::fs::File::open(path).map_err(|e| invalid("--model", format!("{shown} is not readable: {e}")))?;
+    std::fs::File::open(path)
+        .map_err(|e| invalid("--model", format!("{shown} is not readable: {e}")))?;
     Ok(())
 }
 
@@ -284,14 +349,20 @@ fn check_port_free(host: IpAddr, port: u16) -> Result<(), ConfigError> {
 
 fn check_parity_path(path: &Path) -> Result<(), ConfigError> {
     if path.is_dir() {
-        return Err(invalid("--parity-log", format!("{} is a directory", path.display())));
+        return Err(invalid(
+            "--parity-log",
+            format!("{} is a directory", path.display()),
+        ));
     }
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
     if !parent.is_dir() {
-        return Err(invalid("--parity-log", format!("the folder {} does not exist", parent.display())));
+        return Err(invalid(
+            "--parity-log",
+            format!("the folder {} does not exist", parent.display()),
+        ));
     }
     Ok(())
 }
@@ -315,7 +386,11 @@ mod tests {
     }
 
     fn free_port() -> u16 {
-        TcpListener::bind(("127.0.0.1", 0)).unwrap().local_addr().unwrap().port()
+        TcpListener::bind(("127.0.0.1", 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
     }
 
     fn args(f: &Fixture) -> ServeArgs {
@@ -358,25 +433,139 @@ mod tests {
         let not_gguf = f.dir.path().join("m.bin");
         std::fs::write(&not_gguf, b"x").unwrap();
         let rows: Vec<(ServeArgs, &str)> = vec![
-            (ServeArgs { worker_id: Some("not-a-uuid".into()), ..args(&f) }, "--worker-id"),
-            (ServeArgs { model: Some(f.dir.path().join("missing.gguf")), ..args(&f) }, "--model"),
-            (ServeArgs { model: Some("relative/m.gguf".into()), ..args(&f) }, "--model"),
-            (ServeArgs { model: Some(f.dir.path().to_path_buf()), ..args(&f) }, "--model"),
-            (ServeArgs { model: Some(not_gguf), ..args(&f) }, "--model"),
-            (ServeArgs { port: Some(80), ..args(&f) }, "--port"),
-            (ServeArgs { port: Some(70000), ..args(&f) }, "--port"),
-            (ServeArgs { port: Some(busy_port), ..args(&f) }, "--port"),
-            (ServeArgs { host: Some("nowhere".into()), ..args(&f) }, "--host"),
-            (ServeArgs { max_tokens_out: Some(0), ..args(&f) }, "--max-tokens-out"),
-            (ServeArgs { max_tokens_out: Some(2049), ..args(&f) }, "--max-tokens-out"),
-            (ServeArgs { max_tokens_in: Some(0), ..args(&f) }, "--max-tokens-in"),
-            (ServeArgs { inference_timeout_sec: Some(0), ..args(&f) }, "--inference-timeout-sec"),
-            (ServeArgs { callback_url: Some("ftp://x".into()), ..args(&f) }, "--callback-url"),
-            (ServeArgs { parity_log: Some("/no/such/dir/p.jsonl".into()), ..args(&f) }, "--parity-log"),
-            (ServeArgs { worker_id: None, ..args(&f) }, "--worker-id"),
-            (ServeArgs { model: None, ..args(&f) }, "--model"),
-            (ServeArgs { gpu_device: None, ..args(&f) }, "--gpu-device"),
-            (ServeArgs { port: None, ..args(&f) }, "--port"),
+            (
+                ServeArgs {
+                    worker_id: Some("not-a-uuid".into()),
+                    ..args(&f)
+                },
+                "--worker-id",
+            ),
+            (
+                ServeArgs {
+                    model: Some(f.dir.path().join("missing.gguf")),
+                    ..args(&f)
+                },
+                "--model",
+            ),
+            (
+                ServeArgs {
+                    model: Some("relative/m.gguf".into()),
+                    ..args(&f)
+                },
+                "--model",
+            ),
+            (
+                ServeArgs {
+                    model: Some(f.dir.path().to_path_buf()),
+                    ..args(&f)
+                },
+                "--model",
+            ),
+            (
+                ServeArgs {
+                    model: Some(not_gguf),
+                    ..args(&f)
+                },
+                "--model",
+            ),
+            (
+                ServeArgs {
+                    port: Some(80),
+                    ..args(&f)
+                },
+                "--port",
+            ),
+            (
+                ServeArgs {
+                    port: Some(70000),
+                    ..args(&f)
+                },
+                "--port",
+            ),
+            (
+                ServeArgs {
+                    port: Some(busy_port),
+                    ..args(&f)
+                },
+                "--port",
+            ),
+            (
+                ServeArgs {
+                    host: Some("nowhere".into()),
+                    ..args(&f)
+                },
+                "--host",
+            ),
+            (
+                ServeArgs {
+                    max_tokens_out: Some(0),
+                    ..args(&f)
+                },
+                "--max-tokens-out",
+            ),
+            (
+                ServeArgs {
+                    max_tokens_out: Some(2049),
+                    ..args(&f)
+                },
+                "--max-tokens-out",
+            ),
+            (
+                ServeArgs {
+                    max_tokens_in: Some(0),
+                    ..args(&f)
+                },
+                "--max-tokens-in",
+            ),
+            (
+                ServeArgs {
+                    inference_timeout_sec: Some(0),
+                    ..args(&f)
+                },
+                "--inference-timeout-sec",
+            ),
+            (
+                ServeArgs {
+                    callback_url: Some("ftp://x".into()),
+                    ..args(&f)
+                },
+                "--callback-url",
+            ),
+            (
+                ServeArgs {
+                    parity_log: Some("/no/such/dir/p.jsonl".into()),
+                    ..args(&f)
+                },
+                "--parity-log",
+            ),
+            (
+                ServeArgs {
+                    worker_id: None,
+                    ..args(&f)
+                },
+                "--worker-id",
+            ),
+            (
+                ServeArgs {
+                    model: None,
+                    ..args(&f)
+                },
+                "--model",
+            ),
+            (
+                ServeArgs {
+                    gpu_device: None,
+                    ..args(&f)
+                },
+                "--gpu-device",
+            ),
+            (
+                ServeArgs {
+                    port: None,
+                    ..args(&f)
+                },
+                "--port",
+            ),
         ];
         for (a, flag) in rows {
             let shown = format!("{a:?}");
@@ -400,20 +589,45 @@ mod tests {
             ),
         )
         .unwrap();
-        let from_file = resolve(ServeArgs { config: Some(path.clone()), ..ServeArgs::default() }).unwrap();
+        let from_file = resolve(ServeArgs {
+            config: Some(path.clone()),
+            ..ServeArgs::default()
+        })
+        .unwrap();
         assert_eq!(from_file.port, other_port);
         assert_eq!(from_file.max_tokens_out, 5);
         assert_eq!(from_file.backend, BackendKind::Cpu);
-        let overridden =
-            resolve(ServeArgs { config: Some(path.clone()), port: Some(f.port), ..ServeArgs::default() }).unwrap();
+        let overridden = resolve(ServeArgs {
+            config: Some(path.clone()),
+            port: Some(f.port),
+            ..ServeArgs::default()
+        })
+        .unwrap();
         assert_eq!(overridden.port as u32, f.port);
         assert_eq!(overridden.max_tokens_out, 5);
 
         std::fs::write(&path, "port: 8080\nbogus-key: 1\n").unwrap();
-        let err = resolve(ServeArgs { config: Some(path.clone()), ..args(&f) }).unwrap_err();
-        assert!(matches!(&err, ConfigError::Invalid { flag: "--config", message } if message.contains("bogus-key")), "{err}");
-        let err = resolve(ServeArgs { config: Some(f.dir.path().join("none.yaml")), ..args(&f) }).unwrap_err();
-        assert!(matches!(err, ConfigError::Invalid { flag: "--config", .. }));
+        let err = resolve(ServeArgs {
+            config: Some(path.clone()),
+            ..args(&f)
+        })
+        .unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::Invalid { flag: "--config", message } if message.contains("bogus-key")),
+            "{err}"
+        );
+        let err = resolve(ServeArgs {
+            config: Some(f.dir.path().join("none.yaml")),
+            ..args(&f)
+        })
+        .unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::Invalid {
+                flag: "--config",
+                ..
+            }
+        ));
     }
 
     /// `--log-format`: auto by default, from the file under the flag, known
@@ -424,19 +638,59 @@ mod tests {
         assert_eq!(resolve(args(&f)).unwrap().log_format, LogFormat::Auto);
         assert_eq!(log_format(&args(&f)), LogFormat::Auto);
         let path = f.dir.path().join("w.yaml");
-        std::fs::write(&path, "log-format: pretty
-").unwrap();
-        let with_file = ServeArgs { config: Some(path.clone()), ..args(&f) };
-        assert_eq!(resolve(with_file.clone()).unwrap().log_format, LogFormat::Pretty);
+        std::fs::write(
+            &path,
+            "log-format: pretty
+",
+        )
+        .unwrap();
+        let with_file = ServeArgs {
+            config: Some(path.clone()),
+            ..args(&f)
+        };
+        assert_eq!(
+            resolve(with_file.clone()).unwrap().log_format,
+            LogFormat::Pretty
+        );
         assert_eq!(log_format(&with_file), LogFormat::Pretty);
-        let flag_wins = ServeArgs { log_format: Some(LogFormat::Json), ..with_file.clone() };
-        assert_eq!(resolve(flag_wins.clone()).unwrap().log_format, LogFormat::Json);
+        let flag_wins = ServeArgs {
+            log_format: Some(LogFormat::Json),
+            ..with_file.clone()
+        };
+        assert_eq!(
+            resolve(flag_wins.clone()).unwrap().log_format,
+            LogFormat::Json
+        );
         assert_eq!(log_format(&flag_wins), LogFormat::Json);
-        let broken = ServeArgs { worker_id: Some("not-a-uuid".into()), ..with_file };
-        assert_eq!(log_format(&broken), LogFormat::Pretty, "known even when the start will fail");
-        std::fs::write(&path, "log-format: fancy
-").unwrap();
-        let err = resolve(ServeArgs { config: Some(path), ..args(&f) }).unwrap_err();
-        assert!(matches!(err, ConfigError::Invalid { flag: "--config", .. }), "{err}");
+        let broken = ServeArgs {
+            worker_id: Some("not-a-uuid".into()),
+            ..with_file
+        };
+        assert_eq!(
+            log_format(&broken),
+            LogFormat::Pretty,
+            "known even when the start will fail"
+        );
+        std::fs::write(
+            &path,
+            "log-format: fancy
+",
+        )
+        .unwrap();
+        let err = resolve(ServeArgs {
+            config: Some(path),
+            ..args(&f)
+        })
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::Invalid {
+                    flag: "--config",
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 }

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 
 use crate::backend::BackendKind;
-use crate::engine::generate::{generate, AbortReason, GeneratedToken, GenerationObserver, GenerationRequest};
+use crate::engine::generate::{
+    generate, AbortReason, GeneratedToken, GenerationObserver, GenerationRequest,
+};
 use crate::load::{load_model, LoadOptions};
 use crate::sampling::SamplingParams;
 use crate::tokenizer::ChatMessage;
@@ -75,20 +77,36 @@ impl GenerationObserver for Printer<'_> {
 }
 
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
-    let opts = LoadOptions { backend: args.backend, gpu_device: args.gpu_device, ..LoadOptions::default() };
+    let opts = LoadOptions {
+        backend: args.backend,
+        gpu_device: args.gpu_device,
+        ..LoadOptions::default()
+    };
     let mut model = load_model(&args.model, &opts, &mut |_| {})
         .with_context(|| format!("loading {}", args.model.display()))?;
     let tokenizer = model.tokenizer.clone();
     let prompt = match (&args.prompt, &args.chat) {
         (Some(p), None) => p.clone(),
         (None, Some(c)) => {
-            let template = tokenizer.chat_template().context("the model has no chat template")?;
-            template.render(&[ChatMessage { role: "user".into(), content: c.clone() }], true)?
+            let template = tokenizer
+                .chat_template()
+                .context("the model has no chat template")?;
+            template.render(
+                &[ChatMessage {
+                    role: "user".into(),
+                    content: c.clone(),
+                }],
+                true,
+            )?
         }
         _ => bail!("give exactly one of --prompt and --chat"),
     };
     let prompt_tokens = tokenizer.encode(&prompt, true, true)?;
-    eprintln!("prompt: {} tokens: {:?}", prompt_tokens.len(), prompt_tokens);
+    eprintln!(
+        "prompt: {} tokens: {:?}",
+        prompt_tokens.len(),
+        prompt_tokens
+    );
 
     let req = GenerationRequest {
         prompt_tokens,
@@ -105,7 +123,10 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         logprobs: args.logprobs,
         accepted_at: None,
     };
-    let mut printer = Printer { tokenizer: &tokenizer, out: std::io::stdout().lock() };
+    let mut printer = Printer {
+        tokenizer: &tokenizer,
+        out: std::io::stdout().lock(),
+    };
     let summary = generate(model.backend.as_mut(), &tokenizer, &req, &mut printer)?;
     eprintln!(
         "tokens_in={} tokens_out={} first_token_ms={} decode_time_ms={} stop_reason={}",

@@ -27,10 +27,10 @@ use clap::CommandFactory;
 use crate::backend::{BackendError, BackendKind};
 use crate::cli::config::{self, ConfigError, ServeArgs, ServeConfig};
 use crate::cli::Cli;
+use crate::engine::load_error_code;
 use crate::engine::parity::{ParitySender, ParityWriter};
 use crate::engine::runner::EngineParts;
 use crate::engine::{Engine, EngineConfig, EngineStatus};
-use crate::engine::load_error_code;
 use crate::load::{load_model, LoadError, LoadOptions, LoadProgress, LoadedModel};
 use crate::narrate;
 use crate::server::{AppInner, AppState, Limits, ModelFacts, Shutdown};
@@ -69,21 +69,36 @@ fn start_failed(f: StartFailure<'_>) -> ExitCode {
 /// Runs the worker until it is shut down.
 pub fn run(args: ServeArgs) -> ExitCode {
     logging::init(config::log_format(&args));
-    let raw_model = args.model.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+    let raw_model = args
+        .model
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
     // Until the configuration is resolved, records carry the raw flags.
     logging::set_context(LogContext {
         worker_id: args.worker_id.clone().unwrap_or_default(),
         model_ref: raw_model.clone(),
         gpu_device: args.gpu_device.unwrap_or(0) as u64,
-        backend: args.backend.unwrap_or(config::DEFAULT_BACKEND).as_str().into(),
+        backend: args
+            .backend
+            .unwrap_or(config::DEFAULT_BACKEND)
+            .as_str()
+            .into(),
     });
     let cfg = match config::resolve(args) {
         Ok(cfg) => cfg,
-        Err(e @ ConfigError::Missing(_)) => {
-            Cli::command().error(clap::error::ErrorKind::MissingRequiredArgument, e.to_string()).exit()
-        }
+        Err(e @ ConfigError::Missing(_)) => Cli::command()
+            .error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                e.to_string(),
+            )
+            .exit(),
         Err(e @ ConfigError::Invalid { flag, .. }) => {
-            let code = if flag == "--model" { "MODEL_LOAD_FAILED" } else { "INVALID_CONFIG" };
+            let code = if flag == "--model" {
+                "MODEL_LOAD_FAILED"
+            } else {
+                "INVALID_CONFIG"
+            };
             return start_failed(StartFailure {
                 code,
                 message: e.to_string(),
@@ -116,7 +131,12 @@ pub fn run(args: ServeArgs) -> ExitCode {
         Ok(m) => m,
         Err(code) => return code,
     };
-    let LoadedModel { backend, tokenizer, info, .. } = model;
+    let LoadedModel {
+        backend,
+        tokenizer,
+        info,
+        ..
+    } = model;
     let device = backend.device().clone();
     let vram_bytes = backend.memory_use().total();
     let metrics = Arc::new(Metrics::new(InfoLabels {
@@ -148,7 +168,10 @@ pub fn run(args: ServeArgs) -> ExitCode {
     }
 
     let limits = Limits {
-        max_tokens_in: cfg.max_tokens_in.unwrap_or(info.context_length).min(info.context_length),
+        max_tokens_in: cfg
+            .max_tokens_in
+            .unwrap_or(info.context_length)
+            .min(info.context_length),
         max_tokens_out: cfg.max_tokens_out,
         vocab_size: info.vocab_size,
         context_length: info.context_length,
@@ -160,7 +183,13 @@ pub fn run(args: ServeArgs) -> ExitCode {
             inference_timeout: cfg.inference_timeout,
             residency_check: Some(cfg.residency_check),
         },
-        EngineParts { backend, tokenizer: tokenizer.clone(), metrics: metrics.clone(), status, parity: parity_sender },
+        EngineParts {
+            backend,
+            tokenizer: tokenizer.clone(),
+            metrics: metrics.clone(),
+            status,
+            parity: parity_sender,
+        },
     ) {
         Ok(engine) => engine,
         Err(e) => {
@@ -174,7 +203,11 @@ pub fn run(args: ServeArgs) -> ExitCode {
         }
     };
 
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("http").build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("http")
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             engine.shutdown(Duration::ZERO);
@@ -270,7 +303,9 @@ fn load_failure_flag(e: &LoadError) -> Option<&'static str> {
 fn load_failure_message(e: &LoadError, cfg: &ServeConfig) -> String {
     let message = e.to_string();
     match e {
-        LoadError::Backend(BackendError::InvalidDevice(_)) => format!("--gpu-device {}: {message}", cfg.gpu_device),
+        LoadError::Backend(BackendError::InvalidDevice(_)) => {
+            format!("--gpu-device {}: {message}", cfg.gpu_device)
+        }
         LoadError::Backend(BackendError::DeviceNotFound(_))
             if cfg.backend == BackendKind::Cuda && !message.contains("--backend cpu") =>
         {
@@ -359,7 +394,10 @@ struct Signals {
 impl Signals {
     fn register() -> std::io::Result<Signals> {
         use tokio::signal::unix::{signal, SignalKind};
-        Ok(Signals { term: signal(SignalKind::terminate())?, int: signal(SignalKind::interrupt())? })
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
     }
 
     /// Triggers the shutdown on the first signal.

@@ -113,9 +113,8 @@ pub fn backend_error_code(err: &BackendError, backend: BackendKind, phase: Phase
     match (phase, err) {
         (Phase::Load, BackendError::OutOfMemory { .. }) => ErrorCode::InsufficientVram,
         // No usable GPU, or the ordinal is out of range: the device's fault, not the file's.
-        (Phase::Load, BackendError::DeviceNotFound(_)) | (Phase::Load, BackendError::InvalidDevice(_)) => {
-            ErrorCode::CudaError
-        }
+        (Phase::Load, BackendError::DeviceNotFound(_))
+        | (Phase::Load, BackendError::InvalidDevice(_)) => ErrorCode::CudaError,
         // NVRTC compilation and residency problems while setting up (M0-W-1702).
         (Phase::Load, BackendError::KernelLaunchFailed(_))
         | (Phase::Load, BackendError::VramResidencyFailed(_)) => load_device_failure,
@@ -156,7 +155,11 @@ pub struct JobError {
 impl JobError {
     /// An error with the code's fixed retriable flag.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        JobError { code, message: message.into(), retriable: code.retriable() }
+        JobError {
+            code,
+            message: message.into(),
+            retriable: code.retriable(),
+        }
     }
 
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -215,7 +218,10 @@ mod tests {
         fn sample(kind: usize) -> BackendError {
             match kind {
                 0 => BackendError::DeviceNotFound("x".into()),
-                1 => BackendError::OutOfMemory { needed: 2, available: 1 },
+                1 => BackendError::OutOfMemory {
+                    needed: 2,
+                    available: 1,
+                },
                 2 => BackendError::InvalidDevice("x".into()),
                 3 => BackendError::ModelLoadFailed("x".into()),
                 4 => BackendError::InferenceFailed("x".into()),
@@ -231,14 +237,18 @@ mod tests {
             let err = sample(kind);
             let expected = |backend: BackendKind, phase: Phase| -> ErrorCode {
                 let dev = if backend == Cuda { CudaError } else { Internal };
-                let load_dev = if backend == Cuda { CudaError } else { ModelLoadFailed };
+                let load_dev = if backend == Cuda {
+                    CudaError
+                } else {
+                    ModelLoadFailed
+                };
                 match (&err, phase) {
                     (BackendError::OutOfMemory { .. }, Load) => InsufficientVram,
                     (BackendError::OutOfMemory { .. }, Job) => VramOom,
-                    (BackendError::DeviceNotFound(_), Load) | (BackendError::InvalidDevice(_), Load) => CudaError,
-                    (BackendError::KernelLaunchFailed(_), Load) | (BackendError::VramResidencyFailed(_), Load) => {
-                        load_dev
-                    }
+                    (BackendError::DeviceNotFound(_), Load)
+                    | (BackendError::InvalidDevice(_), Load) => CudaError,
+                    (BackendError::KernelLaunchFailed(_), Load)
+                    | (BackendError::VramResidencyFailed(_), Load) => load_dev,
                     (BackendError::ModelLoadFailed(_), Load)
                     | (BackendError::InferenceFailed(_), Load)
                     | (BackendError::Unknown(_), Load) => ModelLoadFailed,
@@ -268,13 +278,18 @@ mod tests {
                 BackendError::InvalidDevice(_) => "invalid device: ",
                 BackendError::ModelLoadFailed(_) => "model load failed: ",
                 BackendError::InferenceFailed(_) => "inference failed: ",
-                BackendError::VramResidencyFailed(_) => "weights are not resident in device memory: ",
+                BackendError::VramResidencyFailed(_) => {
+                    "weights are not resident in device memory: "
+                }
                 BackendError::KernelLaunchFailed(_) => "kernel launch failed: ",
                 BackendError::Unknown(_) => "unknown backend error: ",
             };
             assert!(err.to_string().starts_with(prefix), "{err}");
         }
-        let oom = BackendError::OutOfMemory { needed: 2, available: 1 };
+        let oom = BackendError::OutOfMemory {
+            needed: 2,
+            available: 1,
+        };
         let e = JobError::from_backend(&oom, Cuda, Job);
         assert_eq!(e.code, VramOom);
         assert!(!e.retriable);

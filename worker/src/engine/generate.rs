@@ -139,7 +139,11 @@ fn run(
     let mut checkpoints = observer.wants_parity().then(Checkpoints::default);
     // The backend samples where its logits are; they come to the host only
     // for parity records.
-    let wanted = if checkpoints.is_some() { Logits::Last } else { Logits::None };
+    let wanted = if checkpoints.is_some() {
+        Logits::Last
+    } else {
+        Logits::None
+    };
 
     // Prefill in chunks, checking for an abort between them.
     for chunk in req.prompt_tokens.chunks(PREFILL_CHUNK) {
@@ -205,7 +209,12 @@ fn run(
             text.push_str(&stops.finish());
         }
         let logprobs = (req.logprobs > 0).then_some(sampled.logprobs);
-        if let Some(reason) = observer.on_token(GeneratedToken { index, id, text, logprobs }) {
+        if let Some(reason) = observer.on_token(GeneratedToken {
+            index,
+            id,
+            text,
+            logprobs,
+        }) {
             return Err(GenerationError::Aborted(reason));
         }
         if let Some(stop) = stopped {

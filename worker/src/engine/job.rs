@@ -16,8 +16,8 @@ use tokio::sync::mpsc;
 use crate::engine::error::JobError;
 use crate::engine::generate::{AbortReason, GenerationRequest, GenerationSummary};
 use crate::narrate;
-pub use crate::telemetry::metrics::Outcome;
 use crate::telemetry::metrics::Metrics;
+pub use crate::telemetry::metrics::Outcome;
 
 /// The job was accepted: sent before it is queued.
 #[derive(Clone, Debug, PartialEq)]
@@ -83,17 +83,32 @@ pub struct JobEnd {
 impl JobEnd {
     pub fn completed(summary: GenerationSummary) -> Self {
         let tokens_out = summary.tokens_out;
-        JobEnd { outcome: Outcome::Completed, event: JobEvent::End(summary), tokens_out, timings: None, note: None }
+        JobEnd {
+            outcome: Outcome::Completed,
+            event: JobEvent::End(summary),
+            tokens_out,
+            timings: None,
+            note: None,
+        }
     }
 
     /// Stopped with `error` after `tokens_out` tokens.
     pub fn failed(outcome: Outcome, error: JobError, tokens_out: usize) -> Self {
-        JobEnd { outcome, event: JobEvent::Error(error), tokens_out, timings: None, note: None }
+        JobEnd {
+            outcome,
+            event: JobEvent::Error(error),
+            tokens_out,
+            timings: None,
+            note: None,
+        }
     }
 
     /// Ended before it ran (cancelled in the queue, dropped at shutdown).
     pub fn unrun(outcome: Outcome, error: JobError) -> Self {
-        JobEnd { note: Some("job ended before it ran"), ..JobEnd::failed(outcome, error, 0) }
+        JobEnd {
+            note: Some("job ended before it ran"),
+            ..JobEnd::failed(outcome, error, 0)
+        }
     }
 }
 
@@ -115,7 +130,16 @@ impl JobSink {
         metrics: Arc<Metrics>,
     ) -> (JobSink, mpsc::UnboundedReceiver<JobEvent>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (JobSink { tx, metrics, job_id: job_id.to_string(), tokens_in, finished: false }, rx)
+        (
+            JobSink {
+                tx,
+                metrics,
+                job_id: job_id.to_string(),
+                tokens_in,
+                finished: false,
+            },
+            rx,
+        )
     }
 
     /// Sends a non-terminal event; false when the client has gone away.
@@ -148,9 +172,11 @@ impl JobSink {
 
     fn log_end(&self, end: &JobEnd) {
         let (tokens_in, timings, stop_reason) = match &end.event {
-            JobEvent::End(s) => {
-                (s.tokens_in, Some((s.first_token_ms, s.decode_time_ms)), Some(s.stop_reason.as_str()))
-            }
+            JobEvent::End(s) => (
+                s.tokens_in,
+                Some((s.first_token_ms, s.decode_time_ms)),
+                Some(s.stop_reason.as_str()),
+            ),
             _ => (self.tokens_in, end.timings, None),
         };
         narrate!(
@@ -194,7 +220,9 @@ impl CancelFlag {
             AbortReason::ShuttingDown => BY_SHUTDOWN,
             _ => BY_CLIENT,
         };
-        let _ = self.0.compare_exchange(NOT_CANCELLED, value, Ordering::AcqRel, Ordering::Acquire);
+        let _ = self
+            .0
+            .compare_exchange(NOT_CANCELLED, value, Ordering::AcqRel, Ordering::Acquire);
     }
 
     pub fn get(&self) -> Option<AbortReason> {
@@ -243,7 +271,9 @@ mod tests {
         let (sink, mut rx) = JobSink::channel("j", 1, metrics.clone());
         drop(sink);
         let ev = rx.try_recv().unwrap();
-        assert!(matches!(ev, JobEvent::Error(ref e) if e.code == crate::engine::ErrorCode::Internal));
+        assert!(
+            matches!(ev, JobEvent::Error(ref e) if e.code == crate::engine::ErrorCode::Internal)
+        );
         assert!(rx.try_recv().is_err());
         assert_eq!(metrics.requests(Outcome::Error), 1);
     }

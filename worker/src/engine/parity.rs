@@ -45,7 +45,10 @@ pub struct ParitySender {
 impl ParitySender {
     /// Hands a record to the writer, or drops and counts it when the writer is behind.
     pub fn offer(&self, job_id: &Arc<str>, step: ParityStep) {
-        match self.tx.try_send(ParityRecord { job_id: job_id.clone(), step }) {
+        match self.tx.try_send(ParityRecord {
+            job_id: job_id.clone(),
+            step,
+        }) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 self.dropped.inc();
@@ -158,7 +161,14 @@ fn summarize(r: &ParityRecord) -> RecordSummary<'_> {
                 first: &values[..values.len().min(PARITY_FIRST_VALUES)],
             })
             .collect(),
-        top_logprobs: s.top_logits.iter().map(|t| TopLogprob { id: t.id, logprob: t.logprob }).collect(),
+        top_logprobs: s
+            .top_logits
+            .iter()
+            .map(|t| TopLogprob {
+                id: t.id,
+                logprob: t.logprob,
+            })
+            .collect(),
         top_logits: top_k(&s.logits, PARITY_TOP_LOGITS),
         logits: stats(&s.logits),
     }
@@ -191,7 +201,12 @@ fn top_k(values: &[f32], k: usize) -> Vec<TopLogit> {
         idx.truncate(k);
     }
     idx.sort_by(by_value);
-    idx.into_iter().map(|i| TopLogit { id: i as u32, logit: values[i] }).collect()
+    idx.into_iter()
+        .map(|i| TopLogit {
+            id: i as u32,
+            logit: values[i],
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -207,7 +222,10 @@ mod tests {
             step: i,
             token_id: 3,
             checkpoints: cp,
-            top_logits: vec![TokenLogprob { id: 3, logprob: -0.1 }],
+            top_logits: vec![TokenLogprob {
+                id: 3,
+                logprob: -0.1,
+            }],
             logits: vec![0.0, 1.0, 5.0, -2.0, 5.0],
         }
     }
@@ -215,7 +233,16 @@ mod tests {
     #[test]
     fn stats_and_top_k() {
         let s = stats(&[3.0, -4.0]);
-        assert_eq!(s, Stats { len: 2, min: -4.0, max: 3.0, mean: -0.5, l2: 5.0 });
+        assert_eq!(
+            s,
+            Stats {
+                len: 2,
+                min: -4.0,
+                max: 3.0,
+                mean: -0.5,
+                l2: 5.0
+            }
+        );
         let t = top_k(&[0.0, 1.0, 5.0, -2.0, 5.0], 3);
         assert_eq!(t.iter().map(|t| t.id).collect::<Vec<_>>(), vec![2, 4, 1]);
     }
@@ -233,14 +260,20 @@ mod tests {
         drop(tx);
         writer.join();
         let text = std::fs::read_to_string(&path).unwrap();
-        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert_eq!(lines.len() as u64 + dropped.get(), 3);
         let first = &lines[0];
         assert_eq!(first["job_id"], "job-1");
         assert_eq!(first["step"], 0);
         assert_eq!(first["checkpoints"][0]["name"], "inp_embd");
         assert_eq!(first["checkpoints"][0]["len"], 40);
-        assert_eq!(first["checkpoints"][0]["first"].as_array().unwrap().len(), PARITY_FIRST_VALUES);
+        assert_eq!(
+            first["checkpoints"][0]["first"].as_array().unwrap().len(),
+            PARITY_FIRST_VALUES
+        );
         assert_eq!(first["top_logits"][0]["id"], 2);
         assert_eq!(first["logits"]["max"], 5.0);
     }

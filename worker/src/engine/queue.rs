@@ -113,7 +113,10 @@ impl JobQueue {
         let mut st = self.lock();
         loop {
             if let Some(job) = st.waiting.pop_front() {
-                st.running = Some(Running { id: job.id.clone(), cancel: job.cancel.clone() });
+                st.running = Some(Running {
+                    id: job.id.clone(),
+                    cancel: job.cancel.clone(),
+                });
                 return Pop::Job(job);
             }
             if st.closed {
@@ -126,7 +129,10 @@ impl JobQueue {
                     if now >= d {
                         return Pop::Idle;
                     }
-                    self.arrived.wait_timeout(st, d - now).unwrap_or_else(|p| p.into_inner()).0
+                    self.arrived
+                        .wait_timeout(st, d - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
                 }
             };
         }
@@ -180,7 +186,11 @@ impl JobQueue {
             if now >= deadline {
                 return false;
             }
-            st = self.finished.wait_timeout(st, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+            st = self
+                .finished
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
         true
     }
@@ -235,7 +245,10 @@ mod tests {
         match q.pop(Some(Duration::from_millis(10))) {
             Pop::Job(j) => {
                 let id = j.id.clone();
-                j.finish_unrun(crate::engine::job::Outcome::Completed, crate::engine::JobError::cancelled());
+                j.finish_unrun(
+                    crate::engine::job::Outcome::Completed,
+                    crate::engine::JobError::cancelled(),
+                );
                 id
             }
             Pop::Idle => "idle".into(),
@@ -282,7 +295,9 @@ mod tests {
         let q = JobQueue::new(4);
         assert!(q.push(job("a")).is_ok());
         assert!(matches!(q.push(job("a")), Err(PushError::DuplicateId(_))));
-        let Pop::Job(_running) = q.pop(None) else { panic!() };
+        let Pop::Job(_running) = q.pop(None) else {
+            panic!()
+        };
         assert!(matches!(q.push(job("a")), Err(PushError::DuplicateId(_))));
         q.finish_running();
         assert!(q.push(job("a")).is_ok());
@@ -293,7 +308,9 @@ mod tests {
         let q = JobQueue::new(4);
         q.push(job("run")).ok().unwrap();
         q.push(job("wait")).ok().unwrap();
-        let Pop::Job(running) = q.pop(None) else { panic!() };
+        let Pop::Job(running) = q.pop(None) else {
+            panic!()
+        };
         assert!(matches!(q.cancel("wait"), CancelResult::Queued(j) if j.id == "wait"));
         assert!(matches!(q.cancel("wait"), CancelResult::NotFound));
         assert!(matches!(q.cancel("run"), CancelResult::Running));

@@ -19,7 +19,9 @@ use crate::engine::error::{ErrorCode, JobError, Phase};
 use crate::engine::generate::{
     generate, AbortReason, GeneratedToken, GenerationError, GenerationObserver, ParityStep,
 };
-use crate::engine::job::{CancelFlag, Job, JobEnd, JobEvent, JobSink, Outcome, TokenAlternative, TokenOut};
+use crate::engine::job::{
+    CancelFlag, Job, JobEnd, JobEvent, JobSink, Outcome, TokenAlternative, TokenOut,
+};
 use crate::engine::parity::ParitySender;
 use crate::engine::queue::{CancelResult, JobQueue, Pop, PushError};
 use crate::engine::status::{EngineStatus, Problem};
@@ -72,7 +74,9 @@ pub enum SubmitError {
 impl SubmitError {
     pub fn into_error(self) -> JobError {
         match self {
-            SubmitError::QueueFull(e) | SubmitError::ShuttingDown(e) | SubmitError::DuplicateId(e) => e,
+            SubmitError::QueueFull(e)
+            | SubmitError::ShuttingDown(e)
+            | SubmitError::DuplicateId(e) => e,
         }
     }
 }
@@ -89,7 +93,10 @@ impl Engine {
     /// Starts the engine thread.
     pub fn start(config: EngineConfig, parts: EngineParts) -> std::io::Result<Engine> {
         let queue = Arc::new(JobQueue::new(config.queue_depth));
-        let handle = EngineHandle { queue: queue.clone(), status: parts.status.clone() };
+        let handle = EngineHandle {
+            queue: queue.clone(),
+            status: parts.status.clone(),
+        };
         let backend_kind = parts.backend.device().backend;
         let post_load_vram = parts.backend.memory_use().total();
         parts.status.set_vram_bytes_used(post_load_vram);
@@ -108,7 +115,9 @@ impl Engine {
         if worker.residency_interval().is_some() {
             worker.check_residency();
         }
-        let thread = std::thread::Builder::new().name("engine".into()).spawn(move || worker.run())?;
+        let thread = std::thread::Builder::new()
+            .name("engine".into())
+            .spawn(move || worker.run())?;
         Ok(Engine { handle, thread })
     }
 
@@ -142,7 +151,9 @@ impl EngineHandle {
             Ok(()) => Ok(()),
             Err(PushError::Full(job)) => {
                 job.sink.discard();
-                Err(SubmitError::QueueFull(JobError::queue_full(self.queue.capacity())))
+                Err(SubmitError::QueueFull(JobError::queue_full(
+                    self.queue.capacity(),
+                )))
             }
             Err(PushError::Closed(job)) => {
                 job.sink.discard();
@@ -215,9 +226,13 @@ struct ExitGuard {
 impl Drop for ExitGuard {
     fn drop(&mut self) {
         if !self.normal {
-            self.status.set_problem(Problem::Engine, "the engine thread stopped unexpectedly");
+            self.status
+                .set_problem(Problem::Engine, "the engine thread stopped unexpectedly");
             for job in self.queue.close() {
-                job.finish_unrun(Outcome::Error, JobError::internal("the engine stopped unexpectedly"));
+                job.finish_unrun(
+                    Outcome::Error,
+                    JobError::internal("the engine stopped unexpectedly"),
+                );
             }
         }
     }
@@ -225,7 +240,11 @@ impl Drop for ExitGuard {
 
 impl EngineThread {
     fn run(mut self) {
-        let mut guard = ExitGuard { queue: self.queue.clone(), status: self.status.clone(), normal: false };
+        let mut guard = ExitGuard {
+            queue: self.queue.clone(),
+            status: self.status.clone(),
+            normal: false,
+        };
         let interval = self.residency_interval();
         let mut next_check = interval.map(|every| Instant::now() + every);
         loop {
@@ -253,7 +272,9 @@ impl EngineThread {
 
     /// Residency is checked on `cuda` only: on the CPU the notion does not apply.
     fn residency_interval(&self) -> Option<Duration> {
-        self.config.residency_check.filter(|_| self.backend_kind == BackendKind::Cuda)
+        self.config
+            .residency_check
+            .filter(|_| self.backend_kind == BackendKind::Cuda)
     }
 
     fn check_residency(&self) {
@@ -271,7 +292,10 @@ impl EngineThread {
                     narrate!(error, "error", code = ErrorCode::CudaError.as_str(), message = %message, critical = true);
                 }
                 self.status.set_resident(false);
-                self.status.set_problem(Problem::Residency, format!("weights not resident: {message}"));
+                self.status.set_problem(
+                    Problem::Residency,
+                    format!("weights not resident: {message}"),
+                );
             }
         }
     }
@@ -281,20 +305,35 @@ impl EngineThread {
         match reason {
             AbortReason::Cancelled => (Outcome::Cancelled, JobError::cancelled()),
             AbortReason::ShuttingDown => (Outcome::Cancelled, JobError::cancelled_by_shutdown()),
-            AbortReason::Timeout => (Outcome::Timeout, JobError::timeout(self.config.inference_timeout.as_secs())),
-            AbortReason::Disconnected => {
-                (Outcome::Disconnected, JobError::new(ErrorCode::Cancelled, "the client disconnected"))
-            }
+            AbortReason::Timeout => (
+                Outcome::Timeout,
+                JobError::timeout(self.config.inference_timeout.as_secs()),
+            ),
+            AbortReason::Disconnected => (
+                Outcome::Disconnected,
+                JobError::new(ErrorCode::Cancelled, "the client disconnected"),
+            ),
         }
     }
 
     fn run_job(&mut self, job: Box<Job>) {
-        let Job { id, mut request, accepted_at, prompt, cancel, sink } = *job;
+        let Job {
+            id,
+            mut request,
+            accepted_at,
+            prompt,
+            cancel,
+            sink,
+        } = *job;
         request.accepted_at = Some(accepted_at);
         let job_id: Arc<str> = Arc::from(id.as_str());
         let tokens_in = request.prompt_tokens.len();
         if sink.is_closed() {
-            sink.finish(JobEnd::failed(Outcome::Disconnected, JobError::cancelled(), 0));
+            sink.finish(JobEnd::failed(
+                Outcome::Disconnected,
+                JobError::cancelled(),
+                0,
+            ));
             return;
         }
         narrate!(
@@ -328,7 +367,12 @@ impl EngineThread {
             first_token_ms: 0,
         };
         let result = catch_unwind(AssertUnwindSafe(|| {
-            generate(self.backend.as_mut(), &self.tokenizer, &request, &mut observer)
+            generate(
+                self.backend.as_mut(),
+                &self.tokenizer,
+                &request,
+                &mut observer,
+            )
         }));
         let tokens_out = observer.tokens_sent;
         let first_token_ms = observer.first_token_ms;
@@ -337,7 +381,8 @@ impl EngineThread {
 
         let end = match result {
             Ok(Ok(summary)) => {
-                self.metrics.observe_first_token_ms(summary.first_token_ms as f64);
+                self.metrics
+                    .observe_first_token_ms(summary.first_token_ms as f64);
                 JobEnd::completed(summary)
             }
             Ok(Err(GenerationError::Aborted(reason))) => {
@@ -346,12 +391,18 @@ impl EngineThread {
                     narrate!(error, "error", job_id = %id, code = error.code.as_str(), message = %error.message);
                 }
                 let timings = Some((first_token_ms, run_ms as u64));
-                JobEnd { timings, ..JobEnd::failed(outcome, error, tokens_out) }
+                JobEnd {
+                    timings,
+                    ..JobEnd::failed(outcome, error, tokens_out)
+                }
             }
             Ok(Err(GenerationError::Backend(err))) => {
                 let error = JobError::from_backend(&err, self.backend_kind, Phase::Job);
                 if let BackendError::OutOfMemory { .. } = err {
-                    self.status.set_problem(Problem::Memory, format!("a job ran out of device memory: {err}"));
+                    self.status.set_problem(
+                        Problem::Memory,
+                        format!("a job ran out of device memory: {err}"),
+                    );
                 }
                 narrate!(error, "error", job_id = %id, code = error.code.as_str(), message = %error.message);
                 JobEnd::failed(Outcome::Error, error, tokens_out)
@@ -419,13 +470,20 @@ impl GenerationObserver for Observer<'_> {
                 })
                 .collect()
         });
-        let event = JobEvent::Token(TokenOut { index: token.index, id: token.id, text: token.text, logprobs });
+        let event = JobEvent::Token(TokenOut {
+            index: token.index,
+            id: token.id,
+            text: token.text,
+            logprobs,
+        });
         if !self.sink.send(event) {
             return Some(AbortReason::Disconnected);
         }
         let now = Instant::now();
         match self.last_token {
-            Some(prev) => self.metrics.observe_inter_token_ms((now - prev).as_secs_f64() * 1000.0),
+            Some(prev) => self
+                .metrics
+                .observe_inter_token_ms((now - prev).as_secs_f64() * 1000.0),
             None => self.first_token_ms = (now - self.accepted_at).as_millis() as u64,
         }
         self.last_token = Some(now);

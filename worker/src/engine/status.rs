@@ -48,11 +48,17 @@ impl EngineStatus {
     }
 
     pub fn set_problem(&self, problem: Problem, reason: impl Into<String>) {
-        self.problems.lock().unwrap_or_else(|p| p.into_inner()).insert(problem, reason.into());
+        self.problems
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(problem, reason.into());
     }
 
     pub fn clear_problem(&self, problem: Problem) {
-        self.problems.lock().unwrap_or_else(|p| p.into_inner()).remove(&problem);
+        self.problems
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&problem);
     }
 
     /// `None` when healthy; otherwise every current reason, joined.

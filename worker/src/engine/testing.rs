@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::backend::{
-    sample_on_host, Backend, BackendError, BackendKind, Checkpoints, DeviceInfo, Logits, MemoryUse, SampleRequest,
-    SampledToken,
+    sample_on_host, Backend, BackendError, BackendKind, Checkpoints, DeviceInfo, Logits, MemoryUse,
+    SampleRequest, SampledToken,
 };
 use crate::sampling::Selector;
 use crate::tokenizer::{Tokenizer, VocabSpec};
@@ -25,14 +25,16 @@ pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>
 
 /// GPT-2's byte-to-unicode map: the token text of byte `b`.
 fn byte_char(b: u8) -> char {
-    let printable = (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+    let printable =
+        (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
     if printable {
         return b as char;
     }
     // Unprintable bytes map, in order, to U+0100 and up.
     let mut n = 0u32;
     for x in 0..b {
-        let p = (b'!'..=b'~').contains(&x) || (0xA1..=0xAC).contains(&x) || (0xAE..=0xFF).contains(&x);
+        let p =
+            (b'!'..=b'~').contains(&x) || (0xA1..=0xAC).contains(&x) || (0xAE..=0xFF).contains(&x);
         if !p {
             n += 1;
         }
@@ -70,7 +72,10 @@ pub fn byte_vocab_spec(chat_template: Option<&str>) -> VocabSpec {
 
 /// A byte-level tokenizer with a ChatML template: every byte is one token.
 pub fn byte_tokenizer() -> Arc<Tokenizer> {
-    Arc::new(Tokenizer::from_spec(byte_vocab_spec(Some(CHATML_TEMPLATE))).expect("byte vocabulary is valid"))
+    Arc::new(
+        Tokenizer::from_spec(byte_vocab_spec(Some(CHATML_TEMPLATE)))
+            .expect("byte vocabulary is valid"),
+    )
 }
 
 /// What a test can observe of a [`ScriptedBackend`] after handing it over.
@@ -204,7 +209,9 @@ impl Backend for ScriptedBackend {
         checkpoints: Option<&mut Checkpoints>,
     ) -> Result<(), BackendError> {
         if !self.open {
-            return Err(BackendError::InferenceFailed("forward without a sequence".into()));
+            return Err(BackendError::InferenceFailed(
+                "forward without a sequence".into(),
+            ));
         }
         self.probe.forward_calls.fetch_add(1, Ordering::SeqCst);
         if self.step == 0 {

@@ -126,11 +126,11 @@ fn assert_truncated(r: Result<GgufFile, GgufError>, what_contains: &str) {
     }
 }
 
-mod round_trip;
-mod truncation;
 mod file_header;
 mod metadata;
+mod round_trip;
 mod tensors;
+mod truncation;
 
 // ---------------------------------------------------------------- fuzz
 // (here, not in `tests/`: the conformance suite names these tests by path)

@@ -112,7 +112,8 @@ impl TryFrom<&Metadata> for ModelConfig {
         let key = |k: &str| format!("{arch_name}.{k}");
         let usize_key = |k: &str| -> Result<usize, ConfigError> {
             let v = md.get_u64(&key(k))?;
-            usize::try_from(v).map_err(|_| ConfigError::Invalid(format!("{} = {v} is too large", key(k))))
+            usize::try_from(v)
+                .map_err(|_| ConfigError::Invalid(format!("{} = {v} is too large", key(k))))
         };
 
         let name = md.get_str("general.name")?.to_string();
@@ -131,7 +132,9 @@ impl TryFrom<&Metadata> for ModelConfig {
             None | Some("none") => 1.0,
             Some("linear") => 1.0 / md.opt_f32(&key("rope.scaling.factor"))?.unwrap_or(1.0),
             Some(other) => {
-                return Err(ConfigError::Invalid(format!("RoPE scaling {other:?} is not supported")))
+                return Err(ConfigError::Invalid(format!(
+                    "RoPE scaling {other:?} is not supported"
+                )))
             }
         };
         let vocab_size = match md.opt_u64(&key("vocab_size"))? {

@@ -47,12 +47,25 @@ impl<W> LlamaWeights<W> {
     /// Every tensor name this architecture reads, for checks that nothing is
     /// left unused (M0-W-1213).
     pub fn tensor_names(cfg: &ModelConfig, file: &GgufFile) -> Vec<String> {
-        let mut names = vec!["token_embd.weight".to_string(), "output_norm.weight".to_string()];
+        let mut names = vec![
+            "token_embd.weight".to_string(),
+            "output_norm.weight".to_string(),
+        ];
         if file.tensor("output.weight").is_some() {
             names.push("output.weight".into());
         }
         for i in 0..cfg.n_layer {
-            for n in ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"] {
+            for n in [
+                "attn_norm",
+                "attn_q",
+                "attn_k",
+                "attn_v",
+                "attn_output",
+                "ffn_norm",
+                "ffn_gate",
+                "ffn_up",
+                "ffn_down",
+            ] {
                 names.push(format!("blk.{i}.{n}.weight"));
             }
             if cfg.architecture.has_qkv_bias() {
@@ -72,8 +85,14 @@ impl<W> LlamaWeights<W> {
         upload: &mut dyn FnMut(WeightSpec<'_>) -> Result<W, E>,
     ) -> Result<Self, E> {
         let mut get = |name: &str, rows: usize, cols: usize| -> Result<W, E> {
-            let info = file.tensor(name).ok_or_else(|| GraphError::MissingTensor(name.to_string()))?;
-            let want: &[u64] = if rows == 1 { &[cols as u64] } else { &[cols as u64, rows as u64] };
+            let info = file
+                .tensor(name)
+                .ok_or_else(|| GraphError::MissingTensor(name.to_string()))?;
+            let want: &[u64] = if rows == 1 {
+                &[cols as u64]
+            } else {
+                &[cols as u64, rows as u64]
+            };
             if info.dims != want {
                 let (name, dims, want) = (name.to_string(), info.dims.to_vec(), want.to_vec());
                 return Err(GraphError::WrongShape { name, dims, want }.into());
@@ -93,9 +112,21 @@ impl<W> LlamaWeights<W> {
                 wq: get(&n("attn_q.weight"), qd, d)?,
                 wk: get(&n("attn_k.weight"), kvd, d)?,
                 wv: get(&n("attn_v.weight"), kvd, d)?,
-                bq: if bias { Some(get(&n("attn_q.bias"), 1, qd)?) } else { None },
-                bk: if bias { Some(get(&n("attn_k.bias"), 1, kvd)?) } else { None },
-                bv: if bias { Some(get(&n("attn_v.bias"), 1, kvd)?) } else { None },
+                bq: if bias {
+                    Some(get(&n("attn_q.bias"), 1, qd)?)
+                } else {
+                    None
+                },
+                bk: if bias {
+                    Some(get(&n("attn_k.bias"), 1, kvd)?)
+                } else {
+                    None
+                },
+                bv: if bias {
+                    Some(get(&n("attn_v.bias"), 1, kvd)?)
+                } else {
+                    None
+                },
                 wo: get(&n("attn_output.weight"), d, qd)?,
                 ffn_norm: get(&n("ffn_norm.weight"), 1, d)?,
                 ffn_gate: get(&n("ffn_gate.weight"), ff, d)?,
@@ -108,7 +139,12 @@ impl<W> LlamaWeights<W> {
             Some(_) => Some(get("output.weight", v, d)?),
             None => None,
         };
-        Ok(LlamaWeights { token_embd, layers, output_norm, output })
+        Ok(LlamaWeights {
+            token_embd,
+            layers,
+            output_norm,
+            output,
+        })
     }
 }
 
@@ -135,7 +171,11 @@ pub fn forward<O: Ops>(
     let (d, qd, kvd) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim());
     let last = n - 1;
     let mut host_row = Vec::new();
-    let mut record = |ops: &mut O, name: &str, x: &O::Buf, cp: &mut Option<&mut Checkpoints>| -> Result<(), O::Error> {
+    let mut record = |ops: &mut O,
+                      name: &str,
+                      x: &O::Buf,
+                      cp: &mut Option<&mut Checkpoints>|
+     -> Result<(), O::Error> {
         if let Some(cp) = cp.as_deref_mut() {
             ops.row_to_host(x, last, &mut host_row)?;
             cp.record(name, &host_row);
@@ -233,10 +273,18 @@ mod tests {
     /// other), and the adapter reads every tensor of its synthetic file.
     #[test]
     fn m0_w_1213_factory_and_every_tensor_used() {
-        assert_eq!(Architecture::from_name("llama").unwrap(), Architecture::Llama);
-        assert_eq!(Architecture::from_name("qwen2").unwrap(), Architecture::Qwen2);
+        assert_eq!(
+            Architecture::from_name("llama").unwrap(),
+            Architecture::Llama
+        );
+        assert_eq!(
+            Architecture::from_name("qwen2").unwrap(),
+            Architecture::Qwen2
+        );
         match Architecture::from_name("mamba") {
-            Err(e @ ConfigError::UnsupportedArchitecture(_)) => assert!(e.to_string().contains("mamba")),
+            Err(e @ ConfigError::UnsupportedArchitecture(_)) => {
+                assert!(e.to_string().contains("mamba"))
+            }
             other => panic!("expected UnsupportedArchitecture, got {other:?}"),
         }
         for arch in ["llama", "qwen2"] {
@@ -249,9 +297,17 @@ mod tests {
             })
             .unwrap();
             let in_file: BTreeSet<String> = file.tensors.iter().map(|t| t.name.clone()).collect();
-            assert_eq!(bound, in_file, "{arch}: every tensor of the file is bound, and nothing else");
-            let listed: BTreeSet<String> = LlamaWeights::<()>::tensor_names(&cfg, &file).into_iter().collect();
-            assert_eq!(listed, in_file, "{arch}: tensor_names lists exactly the file's tensors");
+            assert_eq!(
+                bound, in_file,
+                "{arch}: every tensor of the file is bound, and nothing else"
+            );
+            let listed: BTreeSet<String> = LlamaWeights::<()>::tensor_names(&cfg, &file)
+                .into_iter()
+                .collect();
+            assert_eq!(
+                listed, in_file,
+                "{arch}: tensor_names lists exactly the file's tensors"
+            );
         }
     }
 

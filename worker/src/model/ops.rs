@@ -15,7 +15,11 @@ pub enum GraphError {
     #[error("tensor {0} is missing")]
     MissingTensor(String),
     #[error("tensor {name} has shape {dims:?}, expected {want:?} (ne0 first)")]
-    WrongShape { name: String, dims: Vec<u64>, want: Vec<u64> },
+    WrongShape {
+        name: String,
+        dims: Vec<u64>,
+        want: Vec<u64>,
+    },
     #[error("forward called with no tokens")]
     NoTokens,
 }
@@ -87,7 +91,12 @@ pub trait Ops {
     fn buf(&mut self, rows: usize, cols: usize) -> Result<Self::Buf, Self::Error>;
 
     /// `out[t] = table[tokens[t]]`, decoding the table's stored format.
-    fn embed(&mut self, table: &Self::Weight, tokens: &[u32], out: &mut Self::Buf) -> Result<(), Self::Error>;
+    fn embed(
+        &mut self,
+        table: &Self::Weight,
+        tokens: &[u32],
+        out: &mut Self::Buf,
+    ) -> Result<(), Self::Error>;
 
     /// `out[t] = x[t] / rms(x[t]) * weight`.
     fn rms_norm(
@@ -124,7 +133,12 @@ pub trait Ops {
     ) -> Result<(), Self::Error>;
 
     /// `out = silu(gate) * up`, elementwise.
-    fn swiglu(&mut self, gate: &Self::Buf, up: &Self::Buf, out: &mut Self::Buf) -> Result<(), Self::Error>;
+    fn swiglu(
+        &mut self,
+        gate: &Self::Buf,
+        up: &Self::Buf,
+        out: &mut Self::Buf,
+    ) -> Result<(), Self::Error>;
 
     /// GPT-2's LayerNorm: `out[t] = (x[t] - mean(x[t])) / sqrt(var(x[t]) + eps) * weight (+ bias)`,
     /// the variance being the mean squared deviation (M0-W-1432).
@@ -155,5 +169,10 @@ pub trait Ops {
     fn keep_last_row(&mut self, x: &Self::Buf) -> Result<(), Self::Error>;
 
     /// Copies row `row` to the host (for checkpoints).
-    fn row_to_host(&mut self, x: &Self::Buf, row: usize, out: &mut Vec<f32>) -> Result<(), Self::Error>;
+    fn row_to_host(
+        &mut self,
+        x: &Self::Buf,
+        row: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<(), Self::Error>;
 }

@@ -91,7 +91,10 @@ impl Block for BlockQ4_0 {
     const BYTES: usize = 18;
     #[inline(always)]
     fn read(b: &[u8]) -> Self {
-        Self { d: rd_f16(b, 0), qs: rd_arr(b, 2) }
+        Self {
+            d: rd_f16(b, 0),
+            qs: rd_arr(b, 2),
+        }
     }
     fn write(&self, out: &mut [u8]) {
         wr(out, 0, &self.d.to_le_bytes());
@@ -126,7 +129,11 @@ impl Block for BlockQ4_1 {
     const BYTES: usize = 20;
     #[inline(always)]
     fn read(b: &[u8]) -> Self {
-        Self { d: rd_f16(b, 0), m: rd_f16(b, 2), qs: rd_arr(b, 4) }
+        Self {
+            d: rd_f16(b, 0),
+            m: rd_f16(b, 2),
+            qs: rd_arr(b, 4),
+        }
     }
     fn write(&self, out: &mut [u8]) {
         wr(out, 0, &self.d.to_le_bytes());
@@ -174,7 +181,11 @@ impl Block for BlockQ5_0 {
     const BYTES: usize = 22;
     #[inline(always)]
     fn read(b: &[u8]) -> Self {
-        Self { d: rd_f16(b, 0), qh: rd_arr(b, 2), qs: rd_arr(b, 6) }
+        Self {
+            d: rd_f16(b, 0),
+            qh: rd_arr(b, 2),
+            qs: rd_arr(b, 6),
+        }
     }
     fn write(&self, out: &mut [u8]) {
         wr(out, 0, &self.d.to_le_bytes());
@@ -211,7 +222,12 @@ impl Block for BlockQ5_1 {
     const BYTES: usize = 24;
     #[inline(always)]
     fn read(b: &[u8]) -> Self {
-        Self { d: rd_f16(b, 0), m: rd_f16(b, 2), qh: rd_arr(b, 4), qs: rd_arr(b, 8) }
+        Self {
+            d: rd_f16(b, 0),
+            m: rd_f16(b, 2),
+            qh: rd_arr(b, 4),
+            qs: rd_arr(b, 8),
+        }
     }
     fn write(&self, out: &mut [u8]) {
         wr(out, 0, &self.d.to_le_bytes());
@@ -248,7 +264,10 @@ impl Block for BlockQ8_0 {
     #[inline(always)]
     fn read(b: &[u8]) -> Self {
         let raw: [u8; 32] = rd_arr(b, 2);
-        Self { d: rd_f16(b, 0), qs: raw.map(|v| v as i8) }
+        Self {
+            d: rd_f16(b, 0),
+            qs: raw.map(|v| v as i8),
+        }
     }
     fn write(&self, out: &mut [u8]) {
         wr(out, 0, &self.d.to_le_bytes());
@@ -296,7 +315,10 @@ impl Block for BlockMxfp4 {
     const BYTES: usize = 17;
     #[inline(always)]
     fn read(b: &[u8]) -> Self {
-        Self { e: b[0], qs: rd_arr(b, 1) }
+        Self {
+            e: b[0],
+            qs: rd_arr(b, 1),
+        }
     }
     fn write(&self, out: &mut [u8]) {
         out[0] = self.e;
@@ -347,7 +369,10 @@ pub fn k_scales_mins(scales: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
 /// Packs 8 six-bit scales and mins the way [`k_scale_min`] reads them.
 /// Panics if a value exceeds 63.
 pub fn pack_k_scales(sc: &[u8; 8], m: &[u8; 8]) -> [u8; 12] {
-    assert!(sc.iter().chain(m).all(|&v| v < 64), "K-quant scales are 6-bit");
+    assert!(
+        sc.iter().chain(m).all(|&v| v < 64),
+        "K-quant scales are 6-bit"
+    );
     let mut s = [0u8; 12];
     for j in 0..4 {
         s[j] = sc[j] | ((sc[j + 4] >> 4) << 6);
@@ -376,7 +401,12 @@ impl Block for BlockQ4K {
     const BYTES: usize = 144;
     #[inline(always)]
     fn read(b: &[u8]) -> Self {
-        Self { d: rd_f16(b, 0), dmin: rd_f16(b, 2), scales: rd_arr(b, 4), qs: rd_arr(b, 16) }
+        Self {
+            d: rd_f16(b, 0),
+            dmin: rd_f16(b, 2),
+            scales: rd_arr(b, 4),
+            qs: rd_arr(b, 16),
+        }
     }
     fn write(&self, out: &mut [u8]) {
         wr(out, 0, &self.d.to_le_bytes());
@@ -500,7 +530,12 @@ impl Block for BlockQ6K {
     #[inline(always)]
     fn read(b: &[u8]) -> Self {
         let sc: [u8; 16] = rd_arr(b, 192);
-        Self { ql: rd_arr(b, 0), qh: rd_arr(b, 128), scales: sc.map(|v| v as i8), d: rd_f16(b, 208) }
+        Self {
+            ql: rd_arr(b, 0),
+            qh: rd_arr(b, 128),
+            scales: sc.map(|v| v as i8),
+            d: rd_f16(b, 208),
+        }
     }
     fn write(&self, out: &mut [u8]) {
         wr(out, 0, &self.ql);

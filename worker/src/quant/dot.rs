@@ -61,15 +61,15 @@ fn check(ty: GgmlType, row: &[u8], x: &[f32]) {
 
 fn portable(ty: GgmlType, row: &[u8], x: &[f32]) -> f32 {
     match ty {
-        GgmlType::F32 => {
-            plain_dot(row.chunks_exact(4), x, |b| f32::from_le_bytes(b.try_into().unwrap()))
-        }
-        GgmlType::F16 => {
-            plain_dot(row.chunks_exact(2), x, |b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-        }
-        GgmlType::BF16 => {
-            plain_dot(row.chunks_exact(2), x, |b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
-        }
+        GgmlType::F32 => plain_dot(row.chunks_exact(4), x, |b| {
+            f32::from_le_bytes(b.try_into().unwrap())
+        }),
+        GgmlType::F16 => plain_dot(row.chunks_exact(2), x, |b| {
+            f16::from_le_bytes([b[0], b[1]]).to_f32()
+        }),
+        GgmlType::BF16 => plain_dot(row.chunks_exact(2), x, |b| {
+            bf16::from_le_bytes([b[0], b[1]]).to_f32()
+        }),
         GgmlType::Q4_0 => blocks_dot::<BlockQ4_0>(row, x),
         GgmlType::Q4_1 => blocks_dot::<BlockQ4_1>(row, x),
         GgmlType::Q5_0 => blocks_dot::<BlockQ5_0>(row, x),
@@ -134,7 +134,7 @@ fn blocks_dot<B: Block>(row: &[u8], x: &[f32]) -> f32 {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::super::blocks::{k_scales_mins, e8m0_half, MXFP4_DOUBLED};
+    use super::super::blocks::{e8m0_half, k_scales_mins, MXFP4_DOUBLED};
     use super::GgmlType;
 
     /// Whether the CPU runs the kernels below (cached by std after the first call).
@@ -239,7 +239,9 @@ mod avx2 {
     /// 8 signed bytes at `p` as 8 floats.
     #[inline(always)]
     unsafe fn i8x8_ps(p: *const i8) -> __m256 {
-        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(ld::<i64>(p as *const u8))))
+        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(ld::<i64>(
+            p as *const u8,
+        ))))
     }
 
     /// 8 unsigned bytes at `p` as 8 floats.
@@ -252,7 +254,10 @@ mod avx2 {
     #[inline(always)]
     unsafe fn nibbles(v: __m128i) -> (__m128i, __m128i) {
         let m4 = _mm_set1_epi8(0x0F);
-        (_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4))
+        (
+            _mm_and_si128(v, m4),
+            _mm_and_si128(_mm_srli_epi16(v, 4), m4),
+        )
     }
 
     /// `sum(q[i] * x[i])` over 32 values as 8 lanes, `q` given as 4 vectors.
@@ -287,8 +292,10 @@ mod avx2 {
             }
             i += 32;
         }
-        let mut s =
-            hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+        let mut s = hsum(_mm256_add_ps(
+            _mm256_add_ps(acc[0], acc[1]),
+            _mm256_add_ps(acc[2], acc[3]),
+        ));
         while i < n {
             s += ld::<f32>(r.add(i) as *const u8) * *x.add(i);
             i += 1;
@@ -309,8 +316,10 @@ mod avx2 {
             }
             i += 32;
         }
-        let mut s =
-            hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+        let mut s = hsum(_mm256_add_ps(
+            _mm256_add_ps(acc[0], acc[1]),
+            _mm256_add_ps(acc[2], acc[3]),
+        ));
         while i < n {
             s += f16_at(r.add(2 * i)) * *x.add(i);
             i += 1;
@@ -332,8 +341,10 @@ mod avx2 {
             }
             i += 32;
         }
-        let mut s =
-            hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+        let mut s = hsum(_mm256_add_ps(
+            _mm256_add_ps(acc[0], acc[1]),
+            _mm256_add_ps(acc[2], acc[3]),
+        ));
         while i < n {
             let bits: u16 = ld(r.add(2 * i));
             s += f32::from_bits((bits as u32) << 16) * *x.add(i);
@@ -382,7 +393,16 @@ mod avx2 {
         let h = _mm256_set1_epi32(ld::<i32>(qh));
         let one = _mm256_set1_epi32(1);
         let bit = |base: i32| {
-            let sh = _mm256_setr_epi32(base, base + 1, base + 2, base + 3, base + 4, base + 5, base + 6, base + 7);
+            let sh = _mm256_setr_epi32(
+                base,
+                base + 1,
+                base + 2,
+                base + 3,
+                base + 4,
+                base + 5,
+                base + 6,
+                base + 7,
+            );
             _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(h, sh), one), 4)
         };
         let (lo, hi) = nibbles(ld::<__m128i>(qs));
@@ -430,7 +450,12 @@ mod avx2 {
         for i in 0..nb {
             let b = r.add(34 * i);
             let qs = b.add(2) as *const i8;
-            let q = [i8x8_ps(qs), i8x8_ps(qs.add(8)), i8x8_ps(qs.add(16)), i8x8_ps(qs.add(24))];
+            let q = [
+                i8x8_ps(qs),
+                i8x8_ps(qs.add(8)),
+                i8x8_ps(qs.add(16)),
+                i8x8_ps(qs.add(24)),
+            ];
             acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(b)), dot32(q, x.add(32 * i)), acc);
         }
         hsum(acc)
@@ -469,7 +494,12 @@ mod avx2 {
         for s in 0..8 {
             let c = codes.as_ptr().add(32 * s);
             let xs = x.add(32 * s);
-            let q = [u8x8_ps(c), u8x8_ps(c.add(8)), u8x8_ps(c.add(16)), u8x8_ps(c.add(24))];
+            let q = [
+                u8x8_ps(c),
+                u8x8_ps(c.add(8)),
+                u8x8_ps(c.add(16)),
+                u8x8_ps(c.add(24)),
+            ];
             *acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc[s] as f32), dot32(q, xs), *acc);
             *accm = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * m[s] as f32), sum32(xs), *accm);
         }
@@ -492,7 +522,15 @@ mod avx2 {
                 st(c.add(32), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
             }
             let (d, dmin) = (f16_at(b), f16_at(b.add(2)));
-            k_affine_blocks(&codes, b.add(4), d, dmin, x.add(256 * i), &mut acc, &mut accm);
+            k_affine_blocks(
+                &codes,
+                b.add(4),
+                d,
+                dmin,
+                x.add(256 * i),
+                &mut acc,
+                &mut accm,
+            );
         }
         hsum(_mm256_add_ps(acc, accm))
     }
@@ -527,7 +565,15 @@ mod avx2 {
                 h = _mm256_srli_epi16(h, 2);
             }
             let (d, dmin) = (f16_at(b), f16_at(b.add(2)));
-            k_affine_blocks(&codes, b.add(4), d, dmin, x.add(256 * i), &mut acc, &mut accm);
+            k_affine_blocks(
+                &codes,
+                b.add(4),
+                d,
+                dmin,
+                x.add(256 * i),
+                &mut acc,
+                &mut accm,
+            );
         }
         hsum(_mm256_add_ps(acc, accm))
     }
@@ -548,9 +594,18 @@ mod avx2 {
                 let c = ld::<__m256i>(ql.add(32));
                 let h = ld::<__m256i>(b.add(128 + 32 * half));
                 let q = [
-                    _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30)),
-                    _mm256_or_si256(_mm256_and_si256(c, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m30)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_and_si256(h, m30)),
+                    _mm256_or_si256(
+                        _mm256_and_si256(a, m4),
+                        _mm256_and_si256(_mm256_slli_epi16(h, 4), m30),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(c, m4),
+                        _mm256_and_si256(_mm256_slli_epi16(h, 2), m30),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16(a, 4), m4),
+                        _mm256_and_si256(h, m30),
+                    ),
                     _mm256_or_si256(
                         _mm256_and_si256(_mm256_srli_epi16(c, 4), m4),
                         _mm256_and_si256(_mm256_srli_epi16(h, 2), m30),

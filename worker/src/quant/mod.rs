@@ -28,8 +28,7 @@ mod quantize;
 mod types;
 
 pub use blocks::{
-    BlockMxfp4, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K,
-    BlockQ8_0,
+    BlockMxfp4, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
 };
 pub use dequant::dequantize;
 pub use dot::{vec_dot, vec_dot_portable};

@@ -19,12 +19,18 @@ use super::{GgmlType, QuantError};
 /// (`ty.bytes_for(src.len())` of them). `src.len()` must be whole blocks.
 pub fn quantize(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, QuantError> {
     if !src.len().is_multiple_of(ty.block_len()) {
-        return Err(QuantError::NotWholeBlocks { ty, values: src.len() });
+        return Err(QuantError::NotWholeBlocks {
+            ty,
+            values: src.len(),
+        });
     }
     let bytes = ty
         .bytes_for(src.len() as u64)
         .and_then(|n| usize::try_from(n).ok())
-        .ok_or(QuantError::NotWholeBlocks { ty, values: src.len() })?;
+        .ok_or(QuantError::NotWholeBlocks {
+            ty,
+            values: src.len(),
+        })?;
     let mut out = vec![0u8; bytes];
     match ty {
         GgmlType::F32 => {
@@ -74,7 +80,8 @@ fn signed_absmax(x: &[f32]) -> f32 {
 }
 
 fn min_max(x: &[f32]) -> (f32, f32) {
-    x.iter().fold((f32::MAX, -f32::MAX), |(lo, hi), &v| (lo.min(v), hi.max(v)))
+    x.iter()
+        .fold((f32::MAX, -f32::MAX), |(lo, hi), &v| (lo.min(v), hi.max(v)))
 }
 
 fn inv(d: f32) -> f32 {
@@ -101,31 +108,40 @@ fn q4_0(x: &[f32]) -> BlockQ4_0 {
     let d = signed_absmax(x) / -8.0;
     let id = inv(d);
     let q: [u8; QK] = std::array::from_fn(|i| ((x[i] * id + 8.5) as i32).clamp(0, 15) as u8);
-    BlockQ4_0 { d: f16::from_f32(d), qs: pack_nibbles(&q) }
+    BlockQ4_0 {
+        d: f16::from_f32(d),
+        qs: pack_nibbles(&q),
+    }
 }
 
 fn q4_1(x: &[f32]) -> BlockQ4_1 {
     let (lo, hi) = min_max(x);
     let d = (hi - lo) / 15.0;
     let id = inv(d);
-    let q: [u8; QK] =
-        std::array::from_fn(|i| (((x[i] - lo) * id + 0.5) as i32).clamp(0, 15) as u8);
-    BlockQ4_1 { d: f16::from_f32(d), m: f16::from_f32(lo), qs: pack_nibbles(&q) }
+    let q: [u8; QK] = std::array::from_fn(|i| (((x[i] - lo) * id + 0.5) as i32).clamp(0, 15) as u8);
+    BlockQ4_1 {
+        d: f16::from_f32(d),
+        m: f16::from_f32(lo),
+        qs: pack_nibbles(&q),
+    }
 }
 
 fn q5_0(x: &[f32]) -> BlockQ5_0 {
     let d = signed_absmax(x) / -16.0;
     let id = inv(d);
     let q: [u8; QK] = std::array::from_fn(|i| ((x[i] * id + 16.5) as i32).clamp(0, 31) as u8);
-    BlockQ5_0 { d: f16::from_f32(d), qh: pack_fifth_bits(&q), qs: pack_nibbles(&q) }
+    BlockQ5_0 {
+        d: f16::from_f32(d),
+        qh: pack_fifth_bits(&q),
+        qs: pack_nibbles(&q),
+    }
 }
 
 fn q5_1(x: &[f32]) -> BlockQ5_1 {
     let (lo, hi) = min_max(x);
     let d = (hi - lo) / 31.0;
     let id = inv(d);
-    let q: [u8; QK] =
-        std::array::from_fn(|i| (((x[i] - lo) * id + 0.5) as i32).clamp(0, 31) as u8);
+    let q: [u8; QK] = std::array::from_fn(|i| (((x[i] - lo) * id + 0.5) as i32).clamp(0, 31) as u8);
     BlockQ5_1 {
         d: f16::from_f32(d),
         m: f16::from_f32(lo),
@@ -139,7 +155,10 @@ fn q8_0(x: &[f32]) -> BlockQ8_0 {
     let d = amax / 127.0;
     let id = inv(d);
     let qs: [i8; QK] = std::array::from_fn(|i| (x[i] * id).round().clamp(-128.0, 127.0) as i8);
-    BlockQ8_0 { d: f16::from_f32(d), qs }
+    BlockQ8_0 {
+        d: f16::from_f32(d),
+        qs,
+    }
 }
 
 /// ggml's MXFP4 reference: the shared exponent puts the block's largest
@@ -169,7 +188,10 @@ fn mxfp4(x: &[f32]) -> BlockMxfp4 {
         best as u8
     };
     let q: [u8; QK] = std::array::from_fn(|i| code(x[i]));
-    BlockMxfp4 { e, qs: pack_nibbles(&q) }
+    BlockMxfp4 {
+        e,
+        qs: pack_nibbles(&q),
+    }
 }
 
 /// The smallest `f16` not below `v` (for `v >= 0`).
@@ -235,7 +257,12 @@ fn q4_k(x: &[f32]) -> BlockQ4K {
             qs[32 * k + l] = q[64 * k + l] | (q[64 * k + 32 + l] << 4);
         }
     }
-    BlockQ4K { d, dmin, scales: pack_k_scales(&sc, &m), qs }
+    BlockQ4K {
+        d,
+        dmin,
+        scales: pack_k_scales(&sc, &m),
+        qs,
+    }
 }
 
 fn q5_k(x: &[f32]) -> BlockQ5K {
@@ -249,12 +276,21 @@ fn q5_k(x: &[f32]) -> BlockQ5K {
             qh[l] |= ((a >> 4) << (2 * k)) | ((b >> 4) << (2 * k + 1));
         }
     }
-    BlockQ5K { d, dmin, scales: pack_k_scales(&sc, &m), qh, qs }
+    BlockQ5K {
+        d,
+        dmin,
+        scales: pack_k_scales(&sc, &m),
+        qh,
+        qs,
+    }
 }
 
 fn q6_k(x: &[f32]) -> BlockQ6K {
-    let amax: [f32; 16] =
-        std::array::from_fn(|s| x[16 * s..16 * s + 16].iter().fold(0.0f32, |a, v| a.max(v.abs())));
+    let amax: [f32; 16] = std::array::from_fn(|s| {
+        x[16 * s..16 * s + 16]
+            .iter()
+            .fold(0.0f32, |a, v| a.max(v.abs()))
+    });
     // Sub-block scales that reach each sub-block's magnitude with codes in
     // -31..=31 after rounding the scale up to 8 bits.
     let d = f16_ceil(amax.iter().fold(0.0f32, |a, &v| a.max(v)) / 31.0 / 127.0);
@@ -281,8 +317,10 @@ fn q6_k(x: &[f32]) -> BlockQ6K {
         for l in 0..32 {
             ql[64 * half + l] = (q[l] & 0x0F) | ((q[l + 64] & 0x0F) << 4);
             ql[64 * half + l + 32] = (q[l + 32] & 0x0F) | ((q[l + 96] & 0x0F) << 4);
-            qh[32 * half + l] =
-                (q[l] >> 4) | ((q[l + 32] >> 4) << 2) | ((q[l + 64] >> 4) << 4) | ((q[l + 96] >> 4) << 6);
+            qh[32 * half + l] = (q[l] >> 4)
+                | ((q[l + 32] >> 4) << 2)
+                | ((q[l + 64] >> 4) << 4)
+                | ((q[l + 96] >> 4) << 6);
         }
     }
     BlockQ6K { ql, qh, scales, d }

@@ -9,8 +9,9 @@ use rand_chacha::ChaCha8Rng;
 use super::blocks::{k_scale_min, pack_k_scales, Block, BlockQ4K, BlockQ6K};
 use super::*;
 
-const E2M1: [f64; 16] =
-    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
+const E2M1: [f64; 16] = [
+    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
+];
 
 fn h(v: f32) -> [u8; 2] {
     let x = f16::from_f32(v);
@@ -56,7 +57,10 @@ fn plain_types_decode() {
 
     let f16_bits: [u16; 4] = [0x3C00, 0xC000, 0x7BFF, 0x0001]; // 1, -2, 65504, 2^-24
     let bytes: Vec<u8> = f16_bits.iter().flat_map(|b| b.to_le_bytes()).collect();
-    assert_eq!(deq(GgmlType::F16, &bytes, 4), [1.0, -2.0, 65504.0, 2f32.powi(-24)]);
+    assert_eq!(
+        deq(GgmlType::F16, &bytes, 4),
+        [1.0, -2.0, 65504.0, 2f32.powi(-24)]
+    );
 
     let bf16_bits: [u16; 3] = [0x3F80, 0xC040, 0x4049]; // 1, -3, 3.140625
     let bytes: Vec<u8> = bf16_bits.iter().flat_map(|b| b.to_le_bytes()).collect();
@@ -108,7 +112,10 @@ fn q5_0_hand_block() {
     let mut b = h(-0.75).to_vec();
     b.extend(qh.to_le_bytes());
     b.extend(&qs);
-    let want: Vec<f64> = q5_expected_codes(qh, &qs).iter().map(|q| -0.75 * (q - 16.0)).collect();
+    let want: Vec<f64> = q5_expected_codes(qh, &qs)
+        .iter()
+        .map(|q| -0.75 * (q - 16.0))
+        .collect();
     assert_vals(&deq(GgmlType::Q5_0, &b, 32), &want);
 }
 
@@ -120,7 +127,10 @@ fn q5_1_hand_block() {
     b.extend(h(2.0));
     b.extend(qh.to_le_bytes());
     b.extend(&qs);
-    let want: Vec<f64> = q5_expected_codes(qh, &qs).iter().map(|q| 0.125 * q + 2.0).collect();
+    let want: Vec<f64> = q5_expected_codes(qh, &qs)
+        .iter()
+        .map(|q| 0.125 * q + 2.0)
+        .collect();
     assert_vals(&deq(GgmlType::Q5_1, &b, 32), &want);
 }
 
@@ -244,7 +254,9 @@ fn q5_k_hand_block() {
 fn q6_k_hand_block() {
     let d = 0.0009765625f32; // 2^-10
     let codes: Vec<u8> = pattern(256, 8).iter().map(|v| v & 63).collect();
-    let scales: [i8; 16] = [1, -1, 127, -128, 15, 16, 31, 32, -33, 64, -64, 100, 0, 7, -7, 99];
+    let scales: [i8; 16] = [
+        1, -1, 127, -128, 15, 16, 31, 32, -33, 64, -64, 100, 0, 7, -7, 99,
+    ];
     // Pack by the layout: per 128 values, ql[l] = q[l] | q[l+64] << 4,
     // ql[l+32] = q[l+32] | q[l+96] << 4, qh[l] = top bits of q[l], q[l+32],
     // q[l+64], q[l+96] at bits 0, 2, 4, 6.
@@ -255,8 +267,10 @@ fn q6_k_hand_block() {
         for l in 0..32 {
             ql[64 * half + l] = (q[l] & 15) | ((q[l + 64] & 15) << 4);
             ql[64 * half + l + 32] = (q[l + 32] & 15) | ((q[l + 96] & 15) << 4);
-            qh[32 * half + l] =
-                (q[l] >> 4) | ((q[l + 32] >> 4) << 2) | ((q[l + 64] >> 4) << 4) | ((q[l + 96] >> 4) << 6);
+            qh[32 * half + l] = (q[l] >> 4)
+                | ((q[l + 32] >> 4) << 2)
+                | ((q[l + 64] >> 4) << 4)
+                | ((q[l + 96] >> 4) << 6);
         }
     }
     let mut b = ql.to_vec();
@@ -308,7 +322,8 @@ fn amax(x: &[f32]) -> f32 {
 }
 
 fn min_max(x: &[f32]) -> (f32, f32) {
-    x.iter().fold((f32::MAX, f32::MIN), |(a, b), &v| (a.min(v), b.max(v)))
+    x.iter()
+        .fold((f32::MAX, f32::MIN), |(a, b), &v| (a.min(v), b.max(v)))
 }
 
 /// Largest allowed |x - dequantize(quantize(x))| for each value of `x`.
@@ -323,17 +338,23 @@ fn error_bounds(ty: GgmlType, x: &[f32]) -> Vec<f32> {
     match ty {
         GgmlType::F32 => {}
         // Half an ulp; f16 subnormals (below 2^-14) have a fixed ulp of 2^-24.
-        GgmlType::F16 => {
-            bound.iter_mut().zip(x).for_each(|(b, v)| *b = (v.abs() * 2f32.powi(-11)).max(2f32.powi(-25)))
-        }
-        GgmlType::BF16 => bound.iter_mut().zip(x).for_each(|(b, v)| *b = v.abs() * 2f32.powi(-8)),
+        GgmlType::F16 => bound
+            .iter_mut()
+            .zip(x)
+            .for_each(|(b, v)| *b = (v.abs() * 2f32.powi(-11)).max(2f32.powi(-25))),
+        GgmlType::BF16 => bound
+            .iter_mut()
+            .zip(x)
+            .for_each(|(b, v)| *b = v.abs() * 2f32.powi(-8)),
         // Symmetric 4/5-bit: the value of largest magnitude maps to -8 (-16),
         // the other end may clip by one step.
         GgmlType::Q4_0 => per_block(&mut bound, 32, &|xs| amax(xs) / 8.0 * (1.0 + 8.0 * f16_eps)),
-        GgmlType::Q5_0 => per_block(&mut bound, 32, &|xs| amax(xs) / 16.0 * (1.0 + 16.0 * f16_eps)),
-        GgmlType::Q8_0 => {
-            per_block(&mut bound, 32, &|xs| amax(xs) / 127.0 * (0.5 + 127.0 * f16_eps))
-        }
+        GgmlType::Q5_0 => per_block(&mut bound, 32, &|xs| {
+            amax(xs) / 16.0 * (1.0 + 16.0 * f16_eps)
+        }),
+        GgmlType::Q8_0 => per_block(&mut bound, 32, &|xs| {
+            amax(xs) / 127.0 * (0.5 + 127.0 * f16_eps)
+        }),
         GgmlType::Q4_1 | GgmlType::Q5_1 => {
             let n = if ty == GgmlType::Q4_1 { 15.0 } else { 31.0 };
             per_block(&mut bound, 32, &|xs| {
@@ -421,7 +442,12 @@ fn quantize_dequantize_round_trip_within_resolution() {
 fn quantize_edge_inputs() {
     for ty in GgmlType::ALL {
         let n = 256;
-        for x in [vec![0.0f32; n], vec![-3.0f32; n], vec![1e-30f32; n], vec![0.5f32; n]] {
+        for x in [
+            vec![0.0f32; n],
+            vec![-3.0f32; n],
+            vec![1e-30f32; n],
+            vec![0.5f32; n],
+        ] {
             let y = deq(ty, &quantize(ty, &x).unwrap(), n);
             assert!(y.iter().all(|v| v.is_finite()), "{ty}: {y:?}");
             if x[0] == 0.0 {
@@ -432,7 +458,12 @@ fn quantize_edge_inputs() {
         x[5] = 1.0;
         x[200] = -2.0;
         let y = deq(ty, &quantize(ty, &x).unwrap(), n);
-        assert!((y[5] - 1.0).abs() < 0.2 && (y[200] + 2.0).abs() < 0.2, "{ty}: {} {}", y[5], y[200]);
+        assert!(
+            (y[5] - 1.0).abs() < 0.2 && (y[200] + 2.0).abs() < 0.2,
+            "{ty}: {} {}",
+            y[5],
+            y[200]
+        );
     }
 }
 
@@ -451,7 +482,11 @@ fn mxfp4_quantize_exact_values_and_exponent() {
 
 fn f64_dot(w: &[f32], x: &[f32]) -> (f64, f64) {
     let dot = w.iter().zip(x).map(|(&a, &b)| a as f64 * b as f64).sum();
-    let mag = w.iter().zip(x).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+    let mag = w
+        .iter()
+        .zip(x)
+        .map(|(&a, &b)| (a as f64 * b as f64).abs())
+        .sum();
     (dot, mag)
 }
 
@@ -482,8 +517,14 @@ fn vec_dot_matches_dequantized_dot() {
             let tol = 1e-4 * mag + 1e-30;
             let fast = vec_dot(ty, row, x) as f64;
             let port = vec_dot_portable(ty, row, x) as f64;
-            assert!((fast - want).abs() <= tol, "{ty} n={n}: vec_dot {fast} want {want}");
-            assert!((port - want).abs() <= tol, "{ty} n={n}: portable {port} want {want}");
+            assert!(
+                (fast - want).abs() <= tol,
+                "{ty} n={n}: vec_dot {fast} want {want}"
+            );
+            assert!(
+                (port - want).abs() <= tol,
+                "{ty} n={n}: portable {port} want {want}"
+            );
         }
     }
 }
@@ -519,7 +560,9 @@ fn vec_dot_hand_blocks_exercise_every_code() {
                     c.copy_from_slice(&bf16::from_f32((i % 9) as f32 * 0.25).to_le_bytes());
                 }
             }
-            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => fix(&mut row, 0, ty.block_bytes(), 0.125),
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => {
+                fix(&mut row, 0, ty.block_bytes(), 0.125)
+            }
             GgmlType::Q4_1 | GgmlType::Q5_1 => {
                 fix(&mut row, 0, ty.block_bytes(), 0.125);
                 fix(&mut row, 2, ty.block_bytes(), -0.5);
@@ -540,8 +583,14 @@ fn vec_dot_hand_blocks_exercise_every_code() {
         let (want, mag) = f64_dot(&wd, &x);
         let fast = vec_dot(ty, &row, &x) as f64;
         let port = vec_dot_portable(ty, &row, &x) as f64;
-        assert!((fast - want).abs() <= 1e-4 * mag, "{ty}: vec_dot {fast} want {want}");
-        assert!((port - want).abs() <= 1e-4 * mag, "{ty}: portable {port} want {want}");
+        assert!(
+            (fast - want).abs() <= 1e-4 * mag,
+            "{ty}: vec_dot {fast} want {want}"
+        );
+        assert!(
+            (port - want).abs() <= 1e-4 * mag,
+            "{ty}: portable {port} want {want}"
+        );
     }
 }
 
@@ -568,12 +617,19 @@ fn simd_path_is_taken_on_this_machine() {
 fn dequantize_rejects_bad_lengths() {
     let mut out = vec![0.0f32; 32];
     match dequantize(GgmlType::Q4_1, &[0u8; 19], &mut out) {
-        Err(QuantError::LengthMismatch { ty: GgmlType::Q4_1, bytes: 19, values: 32 }) => {}
+        Err(QuantError::LengthMismatch {
+            ty: GgmlType::Q4_1,
+            bytes: 19,
+            values: 32,
+        }) => {}
         other => panic!("{other:?}"),
     }
     let mut out = vec![0.0f32; 33];
     match dequantize(GgmlType::Q4_1, &[0u8; 20], &mut out) {
-        Err(QuantError::NotWholeBlocks { ty: GgmlType::Q4_1, values: 33 }) => {}
+        Err(QuantError::NotWholeBlocks {
+            ty: GgmlType::Q4_1,
+            values: 33,
+        }) => {}
         other => panic!("{other:?}"),
     }
     let mut out = vec![0.0f32; 100];
@@ -593,9 +649,15 @@ fn dequantize_rejects_bad_lengths() {
 fn quantize_rejects_partial_blocks() {
     assert!(matches!(
         quantize(GgmlType::Q4K, &[0.0; 300]),
-        Err(QuantError::NotWholeBlocks { ty: GgmlType::Q4K, values: 300 })
+        Err(QuantError::NotWholeBlocks {
+            ty: GgmlType::Q4K,
+            values: 300
+        })
     ));
-    assert!(matches!(quantize(GgmlType::Q8_0, &[0.0; 31]), Err(QuantError::NotWholeBlocks { .. })));
+    assert!(matches!(
+        quantize(GgmlType::Q8_0, &[0.0; 31]),
+        Err(QuantError::NotWholeBlocks { .. })
+    ));
     assert_eq!(quantize(GgmlType::F32, &[1.0; 3]).unwrap().len(), 12);
 }
 

@@ -139,7 +139,9 @@ impl GgmlType {
 
     /// The type for a name as `name()` prints it (case-insensitive).
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|t| t.name().eq_ignore_ascii_case(name))
+        Self::ALL
+            .into_iter()
+            .find(|t| t.name().eq_ignore_ascii_case(name))
     }
 }
 

@@ -31,7 +31,11 @@ pub async fn cancel(
 ) -> Result<(StatusCode, Json<CancelResponse>), ApiError> {
     let job_id = match req.job_id {
         Some(id) if !id.trim().is_empty() => id,
-        _ => return Err(ApiError::invalid("job_id: is required and must not be empty")),
+        _ => {
+            return Err(ApiError::invalid(
+                "job_id: is required and must not be empty",
+            ))
+        }
     };
     let found = state.engine.cancel(&job_id);
     let label = match found {
@@ -40,12 +44,22 @@ pub async fn cancel(
         CancelState::NotFound => "not_found",
     };
     narrate!(info, "cancel", job_id = %job_id, state = label);
-    Ok((StatusCode::ACCEPTED, Json(CancelResponse { job_id, state: label.into() })))
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(CancelResponse {
+            job_id,
+            state: label.into(),
+        }),
+    ))
 }
 
 /// Starts a graceful shutdown. The body must be empty or `{}`.
-pub async fn shutdown(State(state): State<AppState>, body: Bytes) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
-    let text = std::str::from_utf8(&body).map_err(|_| ApiError::invalid("the body must be empty or {}"))?;
+pub async fn shutdown(
+    State(state): State<AppState>,
+    body: Bytes,
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    let text = std::str::from_utf8(&body)
+        .map_err(|_| ApiError::invalid("the body must be empty or {}"))?;
     if !text.trim().is_empty() {
         match serde_json::from_str::<serde_json::Value>(text) {
             Ok(serde_json::Value::Object(map)) if map.is_empty() => {}
@@ -53,5 +67,8 @@ pub async fn shutdown(State(state): State<AppState>, body: Bytes) -> Result<(Sta
         }
     }
     state.shutdown.trigger("request");
-    Ok((StatusCode::ACCEPTED, Json(serde_json::json!({"status": "shutting_down"}))))
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({"status": "shutting_down"})),
+    ))
 }

@@ -11,11 +11,11 @@
 use axum::body::Body;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Request, State};
-use axum::middleware::Next;
-use futures::StreamExt;
 use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use futures::StreamExt;
 use serde::de::DeserializeOwned;
 
 use super::events::ErrorBody;
@@ -49,14 +49,19 @@ impl ApiError {
                 StatusCode::BAD_REQUEST,
                 "the body must be JSON with Content-Type: application/json".to_string(),
             ),
-            JsonRejection::JsonSyntaxError(_) => {
-                (StatusCode::BAD_REQUEST, format!("malformed JSON body: {}", rejection.body_text()))
-            }
-            JsonRejection::JsonDataError(_) => {
-                (StatusCode::BAD_REQUEST, format!("invalid request body: {}", rejection.body_text()))
-            }
+            JsonRejection::JsonSyntaxError(_) => (
+                StatusCode::BAD_REQUEST,
+                format!("malformed JSON body: {}", rejection.body_text()),
+            ),
+            JsonRejection::JsonDataError(_) => (
+                StatusCode::BAD_REQUEST,
+                format!("invalid request body: {}", rejection.body_text()),
+            ),
             other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => return too_large(),
-            other => (StatusCode::BAD_REQUEST, format!("unreadable request body: {}", other.body_text())),
+            other => (
+                StatusCode::BAD_REQUEST,
+                format!("unreadable request body: {}", other.body_text()),
+            ),
         };
         ApiError::with_status(status, JobError::invalid(message))
     }
@@ -82,7 +87,10 @@ pub fn http_status(code: ErrorCode) -> StatusCode {
 
 impl From<JobError> for ApiError {
     fn from(error: JobError) -> Self {
-        ApiError { status: http_status(error.code), error }
+        ApiError {
+            status: http_status(error.code),
+            error,
+        }
     }
 }
 
@@ -95,7 +103,9 @@ impl IntoResponse for ApiError {
         };
         let mut response = (self.status, Json(ErrorBody::from(&self.error))).into_response();
         if let Some(s) = retry_after {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
         response
     }
@@ -104,7 +114,10 @@ impl IntoResponse for ApiError {
 fn too_large() -> ApiError {
     ApiError::with_status(
         StatusCode::PAYLOAD_TOO_LARGE,
-        JobError::invalid(format!("the request body is larger than {} bytes", super::MAX_BODY_BYTES)),
+        JobError::invalid(format!(
+            "the request body is larger than {} bytes",
+            super::MAX_BODY_BYTES
+        )),
     )
 }
 
@@ -113,7 +126,11 @@ fn too_large() -> ApiError {
 /// still read (and dropped), up to [`MAX_DRAINED_BYTES`](super::MAX_DRAINED_BYTES),
 /// so the client finishes sending and sees the answer instead of a reset.
 /// A refused `/execute` counts as `invalid` in `worker_requests_total`.
-pub async fn limit_body(State(state): State<super::AppState>, req: Request, next: Next) -> Response {
+pub async fn limit_body(
+    State(state): State<super::AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
     let limit = super::MAX_BODY_BYTES as u64;
     let (parts, body) = req.into_parts();
     let declared = parts
@@ -141,7 +158,9 @@ pub async fn limit_body(State(state): State<super::AppState>, req: Request, next
     }
     if oversized {
         if parts.uri.path() == "/execute" {
-            state.metrics.request_finished(crate::engine::Outcome::Invalid);
+            state
+                .metrics
+                .request_finished(crate::engine::Outcome::Invalid);
         }
         return too_large().into_response();
     }

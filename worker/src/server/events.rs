@@ -29,7 +29,9 @@ impl From<&JobStarted> for StartedEvent {
         StartedEvent {
             job_id: s.job_id.clone(),
             model: s.model.clone(),
-            started_at: s.started_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            started_at: s
+                .started_at
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             seed: s.seed,
         }
     }
@@ -45,7 +47,11 @@ pub struct LogprobEntry {
 
 impl From<&TokenAlternative> for LogprobEntry {
     fn from(a: &TokenAlternative) -> Self {
-        LogprobEntry { id: a.id, t: a.text.clone(), logprob: a.logprob }
+        LogprobEntry {
+            id: a.id,
+            t: a.text.clone(),
+            logprob: a.logprob,
+        }
     }
 }
 
@@ -65,7 +71,10 @@ impl From<&TokenOut> for TokenEvent {
             t: t.text.clone(),
             i: t.index,
             id: t.id,
-            logprobs: t.logprobs.as_ref().map(|list| list.iter().map(LogprobEntry::from).collect()),
+            logprobs: t
+                .logprobs
+                .as_ref()
+                .map(|list| list.iter().map(LogprobEntry::from).collect()),
         }
     }
 }
@@ -107,7 +116,11 @@ pub struct ErrorBody<'a> {
 
 impl<'a> From<&'a JobError> for ErrorBody<'a> {
     fn from(e: &'a JobError) -> Self {
-        ErrorBody { code: e.code.as_str(), message: &e.message, retriable: e.retriable }
+        ErrorBody {
+            code: e.code.as_str(),
+            message: &e.message,
+            retriable: e.retriable,
+        }
     }
 }
 
@@ -138,7 +151,12 @@ mod tests {
 
     #[test]
     fn token_event_json_has_short_keys_and_omits_absent_logprobs() {
-        let e = JobEvent::Token(TokenOut { text: "hi".into(), index: 0, id: 7, logprobs: None });
+        let e = JobEvent::Token(TokenOut {
+            text: "hi".into(),
+            index: 0,
+            id: 7,
+            logprobs: None,
+        });
         assert_eq!(event_name(&e), "token");
         assert_eq!(event_data(&e), r#"{"t":"hi","i":0,"id":7}"#);
     }
@@ -177,11 +195,31 @@ mod tests {
     fn started_and_logprobs_keep_their_shapes() {
         let started = chrono::DateTime::parse_from_rfc3339("2026-01-02T03:04:05.678901Z").unwrap();
         let started = started.with_timezone(&chrono::Utc);
-        let e = JobEvent::Started(JobStarted { job_id: "j".into(), model: "m".into(), started_at: started, seed: 9 });
+        let e = JobEvent::Started(JobStarted {
+            job_id: "j".into(),
+            model: "m".into(),
+            started_at: started,
+            seed: 9,
+        });
         assert_eq!(event_name(&e), "started");
-        assert_eq!(event_data(&e), r#"{"job_id":"j","model":"m","started_at":"2026-01-02T03:04:05.678Z","seed":9}"#);
-        let alt = TokenAlternative { id: 3, text: "a".into(), logprob: -0.5 };
-        let e = JobEvent::Token(TokenOut { text: "a".into(), index: 1, id: 3, logprobs: Some(vec![alt]) });
-        assert_eq!(event_data(&e), r#"{"t":"a","i":1,"id":3,"logprobs":[{"id":3,"t":"a","logprob":-0.5}]}"#);
+        assert_eq!(
+            event_data(&e),
+            r#"{"job_id":"j","model":"m","started_at":"2026-01-02T03:04:05.678Z","seed":9}"#
+        );
+        let alt = TokenAlternative {
+            id: 3,
+            text: "a".into(),
+            logprob: -0.5,
+        };
+        let e = JobEvent::Token(TokenOut {
+            text: "a".into(),
+            index: 1,
+            id: 3,
+            logprobs: Some(vec![alt]),
+        });
+        assert_eq!(
+            event_data(&e),
+            r#"{"t":"a","i":1,"id":3,"logprobs":[{"id":3,"t":"a","logprob":-0.5}]}"#
+        );
     }
 }

@@ -66,15 +66,33 @@ async fn validate_request(
     body: Result<ApiJson<ExecuteRequest>, ApiError>,
 ) -> Result<ValidExecuteRequest, ApiError> {
     if state.shutdown.is_triggered() {
-        return Err(refuse(state, Outcome::Rejected, JobError::shutting_down().into()));
+        return Err(refuse(
+            state,
+            Outcome::Rejected,
+            JobError::shutting_down().into(),
+        ));
     }
     let ApiJson(req) = body.map_err(|e| refuse(state, Outcome::Invalid, e))?;
     // Tokenizing a long prompt takes milliseconds: keep it off the async threads.
     let (tokenizer, limits) = (state.tokenizer.clone(), state.limits);
-    let checked = tokio::task::spawn_blocking(move || validate(req, &limits, &tokenizer, rand::random::<u64>))
-        .await
-        .map_err(|_| refuse(state, Outcome::Error, JobError::internal("request validation failed").into()))?;
-    checked.map_err(|e| refuse(state, Outcome::Invalid, JobError::invalid(e.to_string()).into()))
+    let checked = tokio::task::spawn_blocking(move || {
+        validate(req, &limits, &tokenizer, rand::random::<u64>)
+    })
+    .await
+    .map_err(|_| {
+        refuse(
+            state,
+            Outcome::Error,
+            JobError::internal("request validation failed").into(),
+        )
+    })?;
+    checked.map_err(|e| {
+        refuse(
+            state,
+            Outcome::Invalid,
+            JobError::invalid(e.to_string()).into(),
+        )
+    })
 }
 
 /// Step 2: accept the job (its stream opens with `started`) and hand it to
@@ -89,7 +107,11 @@ fn queue(
         .and_then(|v| v.to_str().ok())
         .map(|v| v.chars().take(MAX_DEADLINE_HEADER).collect::<String>());
     let request = valid.generation_request();
-    let (sink, events) = JobSink::channel(&valid.job_id, request.prompt_tokens.len(), state.metrics.clone());
+    let (sink, events) = JobSink::channel(
+        &valid.job_id,
+        request.prompt_tokens.len(),
+        state.metrics.clone(),
+    );
     sink.send(JobEvent::Started(JobStarted {
         job_id: valid.job_id.clone(),
         model: state.model.model_ref.clone(),
@@ -100,7 +122,11 @@ fn queue(
         id: valid.job_id.clone(),
         request,
         accepted_at: Instant::now(),
-        prompt: PromptFacts { sha256: valid.prompt_sha256.clone(), chars: valid.prompt_chars, deadline },
+        prompt: PromptFacts {
+            sha256: valid.prompt_sha256.clone(),
+            chars: valid.prompt_chars,
+            deadline,
+        },
         cancel: Arc::new(CancelFlag::default()),
         sink,
     };
@@ -116,9 +142,16 @@ fn queue(
 
 /// Step 3: frame the job's events as SSE until its terminal event.
 fn stream(events: UnboundedReceiver<JobEvent>) -> Response {
-    let stream = UnboundedReceiverStream::new(events)
-        .map(|ev| Ok::<Event, Infallible>(Event::default().event(event_name(&ev)).data(event_data(&ev))));
-    let mut response = Sse::new(stream).keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE)).into_response();
+    let stream = UnboundedReceiverStream::new(events).map(|ev| {
+        Ok::<Event, Infallible>(
+            Event::default()
+                .event(event_name(&ev))
+                .data(event_data(&ev)),
+        )
+    });
+    let mut response = Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE))
+        .into_response();
     let h = response.headers_mut();
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));

@@ -51,7 +51,12 @@ pub fn health_snapshot(state: &AppState) -> Health {
     }
     let info = &state.model.info;
     Health {
-        status: if reason.is_none() { "healthy" } else { "unhealthy" }.into(),
+        status: if reason.is_none() {
+            "healthy"
+        } else {
+            "unhealthy"
+        }
+        .into(),
         reason,
         worker_id: state.model.worker_id.clone(),
         model: state.model.model_ref.clone(),

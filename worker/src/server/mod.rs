@@ -67,7 +67,9 @@ pub struct Shutdown {
 
 impl Default for Shutdown {
     fn default() -> Self {
-        Shutdown { tx: Arc::new(watch::channel(None).0) }
+        Shutdown {
+            tx: Arc::new(watch::channel(None).0),
+        }
     }
 }
 
@@ -140,7 +142,10 @@ pub fn app(state: AppState) -> Router {
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), error::limit_body))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            error::limit_body,
+        ))
         .with_state(state)
 }
 
@@ -185,7 +190,9 @@ pub async fn serve(
         let reason = shutdown.triggered().await;
         let begun = Instant::now();
         narrate!(info, "shutdown", phase = "begin", reason, "shutting down");
-        let cancelled = tokio::task::spawn_blocking(move || engine.shutdown(grace)).await.unwrap_or(true);
+        let cancelled = tokio::task::spawn_blocking(move || engine.shutdown(grace))
+            .await
+            .unwrap_or(true);
         let _ = stop_http.send(());
         (reason, begun, cancelled)
     });
@@ -197,6 +204,11 @@ pub async fn serve(
     if served.is_err() {
         state.shutdown.trigger("server error");
     }
-    let (reason, begun, running_job_cancelled) = drain.await.unwrap_or(("unknown", Instant::now(), true));
-    served.map(|()| ServeOutcome { reason, running_job_cancelled, drain: begun.elapsed() })
+    let (reason, begun, running_job_cancelled) =
+        drain.await.unwrap_or(("unknown", Instant::now(), true));
+    served.map(|()| ServeOutcome {
+        reason,
+        running_job_cancelled,
+        drain: begun.elapsed(),
+    })
 }

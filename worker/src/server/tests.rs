@@ -38,7 +38,12 @@ impl Default for Opts {
             queue_depth: 4,
             timeout: Duration::from_secs(60),
             grace: Duration::from_millis(200),
-            limits: Limits { max_tokens_in: 1024, max_tokens_out: 2048, vocab_size: BYTE_VOCAB_SIZE, context_length: 4096 },
+            limits: Limits {
+                max_tokens_in: 1024,
+                max_tokens_out: 2048,
+                vocab_size: BYTE_VOCAB_SIZE,
+                context_length: 4096,
+            },
             parity: None,
         }
     }
@@ -102,7 +107,13 @@ async fn start(backend: ScriptedBackend, opts: Opts) -> Harness {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let served = tokio::spawn(serve(listener, state.clone(), engine, opts.grace));
-    Harness { base, client: reqwest::Client::new(), state, probe, served }
+    Harness {
+        base,
+        client: reqwest::Client::new(),
+        state,
+        probe,
+        served,
+    }
 }
 
 /// One SSE frame: its `event:` name and parsed `data:` JSON.
@@ -122,7 +133,10 @@ struct SseReader {
 
 impl SseReader {
     fn new(resp: reqwest::Response) -> Self {
-        SseReader { body: Box::pin(resp.bytes_stream()), buf: Vec::new() }
+        SseReader {
+            body: Box::pin(resp.bytes_stream()),
+            buf: Vec::new(),
+        }
     }
 
     async fn next(&mut self) -> Option<Frame> {
@@ -139,7 +153,11 @@ impl SseReader {
                 Some(Ok(chunk)) => self.buf.extend_from_slice(&chunk),
                 Some(Err(e)) => panic!("stream failed: {e}"),
                 None => {
-                    assert!(self.buf.is_empty(), "trailing bytes: {:?}", String::from_utf8_lossy(&self.buf));
+                    assert!(
+                        self.buf.is_empty(),
+                        "trailing bytes: {:?}",
+                        String::from_utf8_lossy(&self.buf)
+                    );
                     return None;
                 }
             }
@@ -160,11 +178,23 @@ fn parse_frame(text: &str) -> Option<Frame> {
     if lines.is_empty() {
         return None; // keep-alive comment
     }
-    assert_eq!(lines.len(), 2, "a frame is one event line and one data line: {text:?}");
-    let event = lines[0].strip_prefix("event: ").unwrap_or_else(|| panic!("no event line: {text:?}"));
-    let data = lines[1].strip_prefix("data: ").unwrap_or_else(|| panic!("no data line: {text:?}"));
-    let data: Value = serde_json::from_str(data).unwrap_or_else(|e| panic!("data is not JSON ({e}): {text:?}"));
-    Some(Frame { event: event.to_string(), data })
+    assert_eq!(
+        lines.len(),
+        2,
+        "a frame is one event line and one data line: {text:?}"
+    );
+    let event = lines[0]
+        .strip_prefix("event: ")
+        .unwrap_or_else(|| panic!("no event line: {text:?}"));
+    let data = lines[1]
+        .strip_prefix("data: ")
+        .unwrap_or_else(|| panic!("no data line: {text:?}"));
+    let data: Value =
+        serde_json::from_str(data).unwrap_or_else(|e| panic!("data is not JSON ({e}): {text:?}"));
+    Some(Frame {
+        event: event.to_string(),
+        data,
+    })
 }
 
 /// Checks `started (token)* (end|error)` with consecutive `i` and, for `end`,
@@ -195,7 +225,12 @@ fn check_grammar(frames: &[Frame]) -> String {
 
 impl Harness {
     async fn post(&self, path: &str, body: Value) -> reqwest::Response {
-        self.client.post(format!("{}{path}", self.base)).json(&body).send().await.unwrap()
+        self.client
+            .post(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
     }
 
     async fn execute(&self, body: Value) -> reqwest::Response {
@@ -210,12 +245,23 @@ impl Harness {
     }
 
     async fn get_json(&self, path: &str) -> Value {
-        self.client.get(format!("{}{path}", self.base)).send().await.unwrap().json().await.unwrap()
+        self.client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
     }
 
     async fn shutdown(self) -> ServeOutcome {
         self.state.shutdown.trigger("test");
-        tokio::time::timeout(Duration::from_secs(10), self.served).await.expect("shutdown in time").unwrap().unwrap()
+        tokio::time::timeout(Duration::from_secs(10), self.served)
+            .await
+            .expect("shutdown in time")
+            .unwrap()
+            .unwrap()
     }
 }
 
@@ -224,5 +270,6 @@ fn long_backend() -> ScriptedBackend {
 }
 
 fn h_probe_balance(p: &ScriptProbe) -> isize {
-    p.sequences_begun.load(Ordering::SeqCst) as isize - p.sequences_ended.load(Ordering::SeqCst) as isize
+    p.sequences_begun.load(Ordering::SeqCst) as isize
+        - p.sequences_ended.load(Ordering::SeqCst) as isize
 }

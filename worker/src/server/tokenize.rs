@@ -54,10 +54,12 @@ pub async fn tokenize(
         )));
     }
     let tokenizer = state.tokenizer.clone();
-    let tokens = tokio::task::spawn_blocking(move || tokenizer.encode(&req.content, req.add_special, req.parse_special))
-        .await
-        .map_err(|_| ApiError::from(crate::engine::JobError::internal("tokenization failed")))?
-        .map_err(|e| ApiError::invalid(format!("content: cannot be tokenized: {e}")))?;
+    let tokens = tokio::task::spawn_blocking(move || {
+        tokenizer.encode(&req.content, req.add_special, req.parse_special)
+    })
+    .await
+    .map_err(|_| ApiError::from(crate::engine::JobError::internal("tokenization failed")))?
+    .map_err(|e| ApiError::invalid(format!("content: cannot be tokenized: {e}")))?;
     Ok(Json(TokenizeResponse { tokens }))
 }
 
@@ -66,7 +68,9 @@ pub async fn detokenize(
     ApiJson(req): ApiJson<DetokenizeRequest>,
 ) -> Result<Json<DetokenizeResponse>, ApiError> {
     if req.tokens.len() > MAX_DETOKENIZE_TOKENS {
-        return Err(ApiError::invalid(format!("tokens: at most {MAX_DETOKENIZE_TOKENS} ids")));
+        return Err(ApiError::invalid(format!(
+            "tokens: at most {MAX_DETOKENIZE_TOKENS} ids"
+        )));
     }
     let vocab = state.tokenizer.vocab_size() as i64;
     let mut ids = Vec::with_capacity(req.tokens.len());

@@ -118,7 +118,11 @@ pub struct ValidationErrors(pub Vec<FieldError>);
 
 impl ValidationErrors {
     fn describe(&self) -> String {
-        self.0.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join("; ")
+        self.0
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 
     pub fn fields(&self) -> Vec<&'static str> {
@@ -130,10 +134,19 @@ struct Collector(Vec<FieldError>);
 
 impl Collector {
     fn add(&mut self, field: &'static str, message: impl Into<String>) {
-        self.0.push(FieldError { field, message: message.into() });
+        self.0.push(FieldError {
+            field,
+            message: message.into(),
+        });
     }
 
-    fn range_f64(&mut self, field: &'static str, value: Option<f64>, max: f64, default: f64) -> f32 {
+    fn range_f64(
+        &mut self,
+        field: &'static str,
+        value: Option<f64>,
+        max: f64,
+        default: f64,
+    ) -> f32 {
         match value {
             None => default as f32,
             Some(v) if (0.0..=max).contains(&v) => v as f32,
@@ -180,7 +193,11 @@ pub struct CheckedRequest {
 /// The cheap half of [`validate`]: every field's rule, the chat template and
 /// the stop strings' token counts, but not the prompt's tokenization (which
 /// grows with the prompt: milliseconds for a long one).
-pub fn check_fields(req: ExecuteRequest, limits: &Limits, tokenizer: &Tokenizer) -> Result<CheckedRequest, ValidationErrors> {
+pub fn check_fields(
+    req: ExecuteRequest,
+    limits: &Limits,
+    tokenizer: &Tokenizer,
+) -> Result<CheckedRequest, ValidationErrors> {
     let mut errs = Collector(Vec::new());
 
     let job_id = match req.job_id {
@@ -193,7 +210,10 @@ pub fn check_fields(req: ExecuteRequest, limits: &Limits, tokenizer: &Tokenizer)
             id
         }
         Some(id) if id.chars().count() > MAX_JOB_ID_CHARS => {
-            errs.add("job_id", format!("must be at most {MAX_JOB_ID_CHARS} characters"));
+            errs.add(
+                "job_id",
+                format!("must be at most {MAX_JOB_ID_CHARS} characters"),
+            );
             id
         }
         Some(id) if id.chars().any(char::is_control) => {
@@ -215,13 +235,18 @@ pub fn check_fields(req: ExecuteRequest, limits: &Limits, tokenizer: &Tokenizer)
                 errs.add("prompt", "must not be empty");
                 None
             } else if chars > MAX_PROMPT_CHARS {
-                errs.add("prompt", format!("must be at most {MAX_PROMPT_CHARS} characters (got {chars})"));
+                errs.add(
+                    "prompt",
+                    format!("must be at most {MAX_PROMPT_CHARS} characters (got {chars})"),
+                );
                 None
             } else {
                 Some(("prompt", prompt))
             }
         }
-        (None, Some(messages)) => check_messages(&mut errs, messages, tokenizer).map(|text| ("messages", text)),
+        (None, Some(messages)) => {
+            check_messages(&mut errs, messages, tokenizer).map(|text| ("messages", text))
+        }
     };
 
     let max_tokens_cap = limits.max_tokens_out.min(MAX_TOKENS_LIMIT);
@@ -229,20 +254,38 @@ pub fn check_fields(req: ExecuteRequest, limits: &Limits, tokenizer: &Tokenizer)
         None => None,
         Some(n) if n >= 1 && n as u64 <= max_tokens_cap as u64 => Some(n as usize),
         Some(n) => {
-            errs.add("max_tokens", format!("must be between 1 and {max_tokens_cap} (got {n})"));
+            errs.add(
+                "max_tokens",
+                format!("must be between 1 and {max_tokens_cap} (got {n})"),
+            );
             None
         }
     };
-    let temperature = errs.range_f64("temperature", req.temperature, TEMPERATURE_MAX, DEFAULT_TEMPERATURE);
+    let temperature = errs.range_f64(
+        "temperature",
+        req.temperature,
+        TEMPERATURE_MAX,
+        DEFAULT_TEMPERATURE,
+    );
     let top_p = errs.range_f64("top_p", req.top_p, 1.0, DEFAULT_TOP_P);
-    let repetition_penalty =
-        errs.range_f64("repetition_penalty", req.repetition_penalty, REPETITION_PENALTY_MAX, DEFAULT_REPETITION_PENALTY);
+    let repetition_penalty = errs.range_f64(
+        "repetition_penalty",
+        req.repetition_penalty,
+        REPETITION_PENALTY_MAX,
+        DEFAULT_REPETITION_PENALTY,
+    );
     let min_p = errs.range_f64("min_p", req.min_p, 1.0, DEFAULT_MIN_P);
     let top_k = match req.top_k {
         None => 0,
         Some(k) if k >= 0 && k as u64 <= limits.vocab_size as u64 => k as usize,
         Some(k) => {
-            errs.add("top_k", format!("must be between 0 and the vocabulary size {} (got {k})", limits.vocab_size));
+            errs.add(
+                "top_k",
+                format!(
+                    "must be between 0 and the vocabulary size {} (got {k})",
+                    limits.vocab_size
+                ),
+            );
             0
         }
     };
@@ -250,7 +293,10 @@ pub fn check_fields(req: ExecuteRequest, limits: &Limits, tokenizer: &Tokenizer)
         None => None,
         Some(s) if (0..=u64::MAX as i128).contains(&s) => Some(s as u64),
         Some(s) => {
-            errs.add("seed", format!("must be an integer between 0 and {} (got {s})", u64::MAX));
+            errs.add(
+                "seed",
+                format!("must be an integer between 0 and {} (got {s})", u64::MAX),
+            );
             None
         }
     };
@@ -258,13 +304,22 @@ pub fn check_fields(req: ExecuteRequest, limits: &Limits, tokenizer: &Tokenizer)
         None => 0,
         Some(n) if (0..=MAX_LOGPROBS as i64).contains(&n) => n as usize,
         Some(n) => {
-            errs.add("logprobs", format!("must be between 0 and {MAX_LOGPROBS} (got {n})"));
+            errs.add(
+                "logprobs",
+                format!("must be between 0 and {MAX_LOGPROBS} (got {n})"),
+            );
             0
         }
     };
     let stop = req.stop.unwrap_or_default();
     if stop.len() > MAX_STOP_SEQUENCES {
-        errs.add("stop", format!("at most {MAX_STOP_SEQUENCES} stop sequences (got {})", stop.len()));
+        errs.add(
+            "stop",
+            format!(
+                "at most {MAX_STOP_SEQUENCES} stop sequences (got {})",
+                stop.len()
+            ),
+        );
     } else {
         for (i, s) in stop.iter().enumerate() {
             if s.is_empty() {
@@ -275,9 +330,15 @@ pub fn check_fields(req: ExecuteRequest, limits: &Limits, tokenizer: &Tokenizer)
                 Ok(ids) if ids.len() <= MAX_STOP_TOKENS => {}
                 Ok(ids) => errs.add(
                     "stop",
-                    format!("stop sequence {i} is {} tokens long; at most {MAX_STOP_TOKENS}", ids.len()),
+                    format!(
+                        "stop sequence {i} is {} tokens long; at most {MAX_STOP_TOKENS}",
+                        ids.len()
+                    ),
                 ),
-                Err(e) => errs.add("stop", format!("stop sequence {i} cannot be tokenized: {e}")),
+                Err(e) => errs.add(
+                    "stop",
+                    format!("stop sequence {i} cannot be tokenized: {e}"),
+                ),
             }
         }
     }
@@ -325,7 +386,11 @@ impl CheckedRequest {
             Ok(ids) if ids.len() > limits.max_tokens_in => {
                 errs.add(
                     field,
-                    format!("is {} tokens long; the limit (--max-tokens-in) is {}", ids.len(), limits.max_tokens_in),
+                    format!(
+                        "is {} tokens long; the limit (--max-tokens-in) is {}",
+                        ids.len(),
+                        limits.max_tokens_in
+                    ),
                 );
                 Vec::new()
             }
@@ -386,26 +451,42 @@ impl CheckedRequest {
 }
 
 /// Checks `messages` and renders them with the model's chat template.
-fn check_messages(errs: &mut Collector, messages: Vec<MessageIn>, tokenizer: &Tokenizer) -> Option<String> {
+fn check_messages(
+    errs: &mut Collector,
+    messages: Vec<MessageIn>,
+    tokenizer: &Tokenizer,
+) -> Option<String> {
     if messages.is_empty() {
         errs.add("messages", "must not be empty");
         return None;
     }
     if messages.len() > MAX_MESSAGES {
-        errs.add("messages", format!("at most {MAX_MESSAGES} messages (got {})", messages.len()));
+        errs.add(
+            "messages",
+            format!("at most {MAX_MESSAGES} messages (got {})", messages.len()),
+        );
         return None;
     }
     let mut ok = true;
     let mut chars = 0usize;
     for (i, m) in messages.iter().enumerate() {
         if !CHAT_ROLES.contains(&m.role.as_str()) {
-            errs.add("messages", format!("message {i} has unknown role (expected one of {})", CHAT_ROLES.join(", ")));
+            errs.add(
+                "messages",
+                format!(
+                    "message {i} has unknown role (expected one of {})",
+                    CHAT_ROLES.join(", ")
+                ),
+            );
             ok = false;
         }
         chars += m.content.chars().count();
     }
     if chars > MAX_PROMPT_CHARS {
-        errs.add("messages", format!("contents total at most {MAX_PROMPT_CHARS} characters (got {chars})"));
+        errs.add(
+            "messages",
+            format!("contents total at most {MAX_PROMPT_CHARS} characters (got {chars})"),
+        );
         ok = false;
     }
     if !ok {
@@ -413,14 +494,21 @@ fn check_messages(errs: &mut Collector, messages: Vec<MessageIn>, tokenizer: &To
     }
     let Some(template) = tokenizer.chat_template() else {
         let why = match tokenizer.chat_template_error() {
-            Some(e) => format!("the model's chat template does not compile ({e}); send a prompt instead"),
+            Some(e) => {
+                format!("the model's chat template does not compile ({e}); send a prompt instead")
+            }
             None => "the model has no chat template; send a prompt instead".to_string(),
         };
         errs.add("messages", why);
         return None;
     };
-    let messages: Vec<ChatMessage> =
-        messages.into_iter().map(|m| ChatMessage { role: m.role, content: m.content }).collect();
+    let messages: Vec<ChatMessage> = messages
+        .into_iter()
+        .map(|m| ChatMessage {
+            role: m.role,
+            content: m.content,
+        })
+        .collect();
     match template.render(&messages, true) {
         Ok(text) => Some(text),
         Err(e) => {
@@ -435,13 +523,21 @@ mod tests {
     use super::*;
     use crate::engine::testing::{byte_tokenizer, BYTE_VOCAB_SIZE};
 
-    const LIMITS: Limits = Limits { max_tokens_in: 64, max_tokens_out: 2048, vocab_size: BYTE_VOCAB_SIZE, context_length: 128 };
+    const LIMITS: Limits = Limits {
+        max_tokens_in: 64,
+        max_tokens_out: 2048,
+        vocab_size: BYTE_VOCAB_SIZE,
+        context_length: 128,
+    };
 
     fn base() -> serde_json::Value {
         serde_json::json!({"job_id": "j1", "prompt": "hello"})
     }
 
-    fn run(body: serde_json::Value, limits: &Limits) -> Result<ValidExecuteRequest, ValidationErrors> {
+    fn run(
+        body: serde_json::Value,
+        limits: &Limits,
+    ) -> Result<ValidExecuteRequest, ValidationErrors> {
         let req: ExecuteRequest = serde_json::from_value(body).expect("parses");
         validate(req, limits, &byte_tokenizer(), || 7)
     }
@@ -456,7 +552,10 @@ mod tests {
     fn defaults_are_filled_in() {
         let v = run(base(), &LIMITS).unwrap();
         assert_eq!(v.job_id, "j1");
-        assert_eq!(v.prompt_tokens, b"hello".iter().map(|&b| b as u32).collect::<Vec<_>>());
+        assert_eq!(
+            v.prompt_tokens,
+            b"hello".iter().map(|&b| b as u32).collect::<Vec<_>>()
+        );
         // Default 2048 shrinks to the room left in the 128-token context.
         assert_eq!(v.max_tokens, 128 - 5);
         assert_eq!(v.sampling.temperature, 1.0);
@@ -470,9 +569,16 @@ mod tests {
         assert!(v.stop.is_empty());
         assert_eq!(v.prompt_chars, 5);
         assert_eq!(v.prompt_sha256, sha256_hex("hello"));
-        let big = Limits { context_length: 8192, max_tokens_in: 8192, ..LIMITS };
+        let big = Limits {
+            context_length: 8192,
+            max_tokens_in: 8192,
+            ..LIMITS
+        };
         assert_eq!(run(base(), &big).unwrap().max_tokens, MAX_TOKENS_LIMIT);
-        let capped = Limits { max_tokens_out: 5, ..big };
+        let capped = Limits {
+            max_tokens_out: 5,
+            ..big
+        };
         assert_eq!(run(base(), &capped).unwrap().max_tokens, 5);
     }
 
@@ -495,11 +601,15 @@ mod tests {
 
     #[test]
     fn messages_are_rendered_with_the_template() {
-        let body = serde_json::json!({"job_id": "j", "messages": [{"role": "user", "content": "hi"}]});
+        let body =
+            serde_json::json!({"job_id": "j", "messages": [{"role": "user", "content": "hi"}]});
         let v = run(body, &LIMITS).unwrap();
         let tok = byte_tokenizer();
         let text = tok.decode(&v.prompt_tokens).unwrap();
-        assert_eq!(text, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+        assert_eq!(
+            text,
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+        );
         assert_eq!(v.prompt_sha256, sha256_hex(&text));
     }
 
@@ -511,15 +621,30 @@ mod tests {
             (serde_json::json!({"prompt": "hi"}), "job_id"),
             (with("job_id", "".into()), "job_id"),
             (with("job_id", "  ".into()), "job_id"),
-            (with("job_id", "x".repeat(MAX_JOB_ID_CHARS + 1).into()), "job_id"),
+            (
+                with("job_id", "x".repeat(MAX_JOB_ID_CHARS + 1).into()),
+                "job_id",
+            ),
             (with("job_id", "a\nb".into()), "job_id"),
             (serde_json::json!({"job_id": "j"}), "prompt/messages"),
-            (with("messages", serde_json::json!([{"role": "user", "content": "x"}])), "prompt/messages"),
+            (
+                with(
+                    "messages",
+                    serde_json::json!([{"role": "user", "content": "x"}]),
+                ),
+                "prompt/messages",
+            ),
             (with("prompt", "".into()), "prompt"),
             (with("prompt", long_prompt.into()), "prompt"),
             (with("prompt", "x".repeat(65).into()), "prompt"),
-            (serde_json::json!({"job_id": "j", "messages": []}), "messages"),
-            (serde_json::json!({"job_id": "j", "messages": [{"role": "wizard", "content": "x"}]}), "messages"),
+            (
+                serde_json::json!({"job_id": "j", "messages": []}),
+                "messages",
+            ),
+            (
+                serde_json::json!({"job_id": "j", "messages": [{"role": "wizard", "content": "x"}]}),
+                "messages",
+            ),
             (with("max_tokens", 0.into()), "max_tokens"),
             (with("max_tokens", 2049.into()), "max_tokens"),
             (with("max_tokens", (-1).into()), "max_tokens"),
@@ -531,7 +656,10 @@ mod tests {
             (with("top_k", (-1).into()), "top_k"),
             (with("repetition_penalty", 2.5.into()), "repetition_penalty"),
             (with("min_p", 1.01.into()), "min_p"),
-            (with("stop", serde_json::json!(["a", "b", "c", "d", "e"])), "stop"),
+            (
+                with("stop", serde_json::json!(["a", "b", "c", "d", "e"])),
+                "stop",
+            ),
             (with("stop", serde_json::json!([""])), "stop"),
             (with("stop", serde_json::json!(["y".repeat(33)])), "stop"),
             (with("seed", (-1).into()), "seed"),
@@ -548,7 +676,10 @@ mod tests {
 
     #[test]
     fn max_tokens_out_caps_max_tokens() {
-        let limits = Limits { max_tokens_out: 5, ..LIMITS };
+        let limits = Limits {
+            max_tokens_out: 5,
+            ..LIMITS
+        };
         assert!(run(with("max_tokens", 5.into()), &limits).is_ok());
         let err = run(with("max_tokens", 6.into()), &limits).unwrap_err();
         assert_eq!(err.fields(), vec!["max_tokens"]);
@@ -571,23 +702,34 @@ mod tests {
 
     #[test]
     fn missing_template_and_template_failure_are_refused() {
-        use crate::tokenizer::Tokenizer;
         use crate::engine::testing::byte_vocab_spec;
+        use crate::tokenizer::Tokenizer;
         let body = || -> ExecuteRequest {
-            serde_json::from_value(serde_json::json!({"job_id": "j", "messages": [{"role": "user", "content": "x"}]}))
-                .unwrap()
+            serde_json::from_value(
+                serde_json::json!({"job_id": "j", "messages": [{"role": "user", "content": "x"}]}),
+            )
+            .unwrap()
         };
         let no_template = Tokenizer::from_spec(byte_vocab_spec(None)).unwrap();
         let err = validate(body(), &LIMITS, &no_template, || 0).unwrap_err();
         assert!(err.to_string().contains("no chat template"), "{err}");
-        let failing = Tokenizer::from_spec(byte_vocab_spec(Some("{{ raise_exception('FAIL: bad roles') }}"))).unwrap();
+        let failing = Tokenizer::from_spec(byte_vocab_spec(Some(
+            "{{ raise_exception('FAIL: bad roles') }}",
+        )))
+        .unwrap();
         let err = validate(body(), &LIMITS, &failing, || 0).unwrap_err();
         assert_eq!(err.fields(), vec!["messages"]);
     }
 
     #[test]
     fn unknown_fields_and_wrong_types_fail_to_parse() {
-        assert!(serde_json::from_value::<ExecuteRequest>(serde_json::json!({"job_id": "j", "bogus": 1})).is_err());
-        assert!(serde_json::from_value::<ExecuteRequest>(serde_json::json!({"job_id": "j", "max_tokens": "5"})).is_err());
+        assert!(serde_json::from_value::<ExecuteRequest>(
+            serde_json::json!({"job_id": "j", "bogus": 1})
+        )
+        .is_err());
+        assert!(serde_json::from_value::<ExecuteRequest>(
+            serde_json::json!({"job_id": "j", "max_tokens": "5"})
+        )
+        .is_err());
     }
 }

@@ -32,7 +32,11 @@ pub fn set_context(ctx: LogContext) {
 }
 
 pub fn context() -> Arc<LogContext> {
-    CONTEXT.read().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_default()
+    CONTEXT
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+        .unwrap_or_default()
 }
 
 /// How log records are written (`--log-format`).
@@ -65,10 +69,18 @@ impl LogFormat {
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let terminal = std::io::stderr().is_terminal();
-    let builder = tracing_subscriber::fmt().with_target(false).with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_target(false)
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = match format.resolve(terminal) {
         LogFormat::Pretty => builder.with_ansi(terminal).try_init(),
-        _ => builder.json().flatten_event(true).with_current_span(false).with_span_list(false).try_init(),
+        _ => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .try_init(),
     };
 }
 

@@ -121,19 +121,51 @@ impl Metrics {
         let info_family = Family::<InfoLabels, Gauge>::default();
         info_family.get_or_create(&info).set(1);
 
-        registry.register("worker_info", "The served model and backend (always 1)", info_family);
-        registry.register("worker_requests", "Execute requests by outcome", requests.clone());
-        registry.register("worker_tokens_generated", "Tokens streamed to clients", tokens.clone());
+        registry.register(
+            "worker_info",
+            "The served model and backend (always 1)",
+            info_family,
+        );
+        registry.register(
+            "worker_requests",
+            "Execute requests by outcome",
+            requests.clone(),
+        );
+        registry.register(
+            "worker_tokens_generated",
+            "Tokens streamed to clients",
+            tokens.clone(),
+        );
         registry.register(
             "worker_inference_duration_ms",
             "Run time of each job that ran, in milliseconds",
             inference_ms.clone(),
         );
-        registry.register("worker_first_token_ms", "Job start to first token, in milliseconds", first_token_ms.clone());
-        registry.register("worker_inter_token_ms", "Gap between consecutive tokens, in milliseconds", inter_token_ms.clone());
-        registry.register("worker_vram_bytes", "Device memory held, in bytes (0 on cpu)", vram_bytes.clone());
-        registry.register("worker_uptime_seconds", "Seconds since the worker started", uptime_s.clone());
-        registry.register("worker_queue_depth", "Jobs waiting in the queue", queue_depth.clone());
+        registry.register(
+            "worker_first_token_ms",
+            "Job start to first token, in milliseconds",
+            first_token_ms.clone(),
+        );
+        registry.register(
+            "worker_inter_token_ms",
+            "Gap between consecutive tokens, in milliseconds",
+            inter_token_ms.clone(),
+        );
+        registry.register(
+            "worker_vram_bytes",
+            "Device memory held, in bytes (0 on cpu)",
+            vram_bytes.clone(),
+        );
+        registry.register(
+            "worker_uptime_seconds",
+            "Seconds since the worker started",
+            uptime_s.clone(),
+        );
+        registry.register(
+            "worker_queue_depth",
+            "Jobs waiting in the queue",
+            queue_depth.clone(),
+        );
         registry.register("worker_busy", "1 while a job runs", busy.clone());
         registry.register(
             "worker_parity_records_dropped",
@@ -143,7 +175,9 @@ impl Metrics {
         // Every outcome shows from the start, so a scrape before and after one
         // job can subtract without missing series.
         for outcome in Outcome::ALL {
-            let _ = requests.get_or_create(&OutcomeLabels { outcome: outcome.as_str().into() });
+            let _ = requests.get_or_create(&OutcomeLabels {
+                outcome: outcome.as_str().into(),
+            });
         }
 
         Metrics {
@@ -168,12 +202,20 @@ impl Metrics {
     }
 
     pub fn request_finished(&self, outcome: Outcome) {
-        self.requests.get_or_create(&OutcomeLabels { outcome: outcome.as_str().into() }).inc();
+        self.requests
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.as_str().into(),
+            })
+            .inc();
     }
 
     /// Requests counted with `outcome` so far.
     pub fn requests(&self, outcome: Outcome) -> u64 {
-        self.requests.get_or_create(&OutcomeLabels { outcome: outcome.as_str().into() }).get()
+        self.requests
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.as_str().into(),
+            })
+            .get()
     }
 
     pub fn token_generated(&self) {
@@ -233,7 +275,11 @@ mod tests {
         m.request_finished(Outcome::Completed);
         m.token_generated();
         m.observe_inference_ms(12.0);
-        let text = m.render(Snapshot { vram_bytes: 42, queue_depth: 3, busy: true });
+        let text = m.render(Snapshot {
+            vram_bytes: 42,
+            queue_depth: 3,
+            busy: true,
+        });
         for needle in [
             "worker_vram_bytes 42",
             "worker_requests_total{outcome=\"completed\"} 1",

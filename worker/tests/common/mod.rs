@@ -37,15 +37,26 @@ pub fn model_turn() -> ModelTurn {
     use std::os::unix::io::AsRawFd;
     let local = LOCAL_TURN.lock().unwrap_or_else(|p| p.into_inner());
     let path = std::env::temp_dir().join("worker-orcd-model-tests.lock");
-    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap();
     // Blocks until no other test process holds the lock.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
     assert_eq!(rc, 0, "flock {}", path.display());
-    ModelTurn { _file: file, _local: local }
+    ModelTurn {
+        _file: file,
+        _local: local,
+    }
 }
 
 pub fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// The reference model, or `None` (with a note) when it has not been
@@ -58,12 +69,19 @@ pub fn reference_model() -> Option<PathBuf> {
     if std::env::var_os("CI").is_some() {
         panic!("{} is missing; run ci/fetch-model", path.display());
     }
-    eprintln!("note: {} is missing (run ci/fetch-model); skipping", path.display());
+    eprintln!(
+        "note: {} is missing (run ci/fetch-model); skipping",
+        path.display()
+    );
     None
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind(("127.0.0.1", 0)).unwrap().local_addr().unwrap().port()
+    TcpListener::bind(("127.0.0.1", 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 pub fn binary() -> &'static str {
@@ -105,13 +123,20 @@ impl Worker {
         let turn = model_turn();
         let port = free_port();
         let mut cmd = Command::new(binary());
-        cmd.args(["--worker-id", WORKER_ID, "--gpu-device", "0", "--backend", "cpu"])
-            .arg("--model")
-            .arg(&model)
-            .args(["--port", &port.to_string()])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+        cmd.args([
+            "--worker-id",
+            WORKER_ID,
+            "--gpu-device",
+            "0",
+            "--backend",
+            "cpu",
+        ])
+        .arg("--model")
+        .arg(&model)
+        .args(["--port", &port.to_string()])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -125,7 +150,9 @@ impl Worker {
             lines,
             _turn: turn,
         };
-        worker.wait_for_event("ready", Duration::from_secs(60)).await;
+        worker
+            .wait_for_event("ready", Duration::from_secs(60))
+            .await;
         Some(worker)
     }
 
@@ -140,11 +167,17 @@ impl Worker {
 
     /// The JSON log records so far.
     pub fn log(&self) -> Vec<Value> {
-        self.raw_log().iter().filter_map(|l| serde_json::from_str(l).ok()).collect()
+        self.raw_log()
+            .iter()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
     }
 
     pub fn events(&self, event: &str) -> Vec<Value> {
-        self.log().into_iter().filter(|r| r["event"] == event).collect()
+        self.log()
+            .into_iter()
+            .filter(|r| r["event"] == event)
+            .collect()
     }
 
     pub async fn wait_for_event(&self, event: &str, timeout: Duration) -> Value {
@@ -154,18 +187,30 @@ impl Worker {
                 return r;
             }
             if Instant::now() > deadline {
-                panic!("no {event} record within {timeout:?}; log:\n{}", self.raw_log().join("\n"));
+                panic!(
+                    "no {event} record within {timeout:?}; log:\n{}",
+                    self.raw_log().join("\n")
+                );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
     pub async fn post(&self, path: &str, body: Value) -> reqwest::Response {
-        self.client.post(format!("{}{path}", self.base)).json(&body).send().await.unwrap()
+        self.client
+            .post(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
     }
 
     pub async fn get(&self, path: &str) -> reqwest::Response {
-        self.client.get(format!("{}{path}", self.base)).send().await.unwrap()
+        self.client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap()
     }
 
     pub async fn health(&self) -> Value {
@@ -202,7 +247,10 @@ impl Worker {
                 return status;
             }
             if Instant::now() > deadline {
-                panic!("worker still running after {timeout:?}; log:\n{}", self.raw_log().join("\n"));
+                panic!(
+                    "worker still running after {timeout:?}; log:\n{}",
+                    self.raw_log().join("\n")
+                );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -229,7 +277,10 @@ pub fn run_to_exit(args: &[&str]) -> (ExitStatus, String) {
         .stderr(Stdio::piped())
         .output()
         .expect("run worker-orcd");
-    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// One SSE frame: its `event:` name, parsed `data:` JSON, and arrival time.
@@ -249,7 +300,10 @@ pub struct SseReader {
 
 impl SseReader {
     pub fn new(resp: reqwest::Response) -> Self {
-        SseReader { body: Box::pin(resp.bytes_stream()), buf: Vec::new() }
+        SseReader {
+            body: Box::pin(resp.bytes_stream()),
+            buf: Vec::new(),
+        }
     }
 
     pub async fn next(&mut self) -> Option<Frame> {
@@ -257,21 +311,38 @@ impl SseReader {
             if let Some(pos) = self.buf.windows(2).position(|w| w == b"\n\n") {
                 let raw: Vec<u8> = self.buf.drain(..pos + 2).collect();
                 let text = std::str::from_utf8(&raw).expect("frames are UTF-8");
-                let lines: Vec<&str> = text.trim_end_matches('\n').lines().filter(|l| !l.starts_with(':')).collect();
+                let lines: Vec<&str> = text
+                    .trim_end_matches('\n')
+                    .lines()
+                    .filter(|l| !l.starts_with(':'))
+                    .collect();
                 if lines.is_empty() {
                     continue;
                 }
                 assert_eq!(lines.len(), 2, "one event line and one data line: {text:?}");
-                let event = lines[0].strip_prefix("event: ").unwrap_or_else(|| panic!("{text:?}"));
-                let data = lines[1].strip_prefix("data: ").unwrap_or_else(|| panic!("{text:?}"));
-                let data: Value = serde_json::from_str(data).unwrap_or_else(|e| panic!("{e}: {text:?}"));
-                return Some(Frame { event: event.into(), data, at: Instant::now() });
+                let event = lines[0]
+                    .strip_prefix("event: ")
+                    .unwrap_or_else(|| panic!("{text:?}"));
+                let data = lines[1]
+                    .strip_prefix("data: ")
+                    .unwrap_or_else(|| panic!("{text:?}"));
+                let data: Value =
+                    serde_json::from_str(data).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+                return Some(Frame {
+                    event: event.into(),
+                    data,
+                    at: Instant::now(),
+                });
             }
             match self.body.next().await {
                 Some(Ok(chunk)) => self.buf.extend_from_slice(&chunk),
                 Some(Err(e)) => panic!("stream failed: {e}"),
                 None => {
-                    assert!(self.buf.is_empty(), "trailing bytes {:?}", String::from_utf8_lossy(&self.buf));
+                    assert!(
+                        self.buf.is_empty(),
+                        "trailing bytes {:?}",
+                        String::from_utf8_lossy(&self.buf)
+                    );
                     return None;
                 }
             }
@@ -318,16 +389,27 @@ pub fn check_grammar(frames: &[Frame]) {
         assert!(last.data["decode_time_ms"].is_u64() && last.data["first_token_ms"].is_u64());
     } else {
         let e = last.data.as_object().unwrap();
-        assert!(e["code"].is_string() && e["message"].is_string() && e["retriable"].is_boolean(), "{e:?}");
+        assert!(
+            e["code"].is_string() && e["message"].is_string() && e["retriable"].is_boolean(),
+            "{e:?}"
+        );
     }
 }
 
 pub fn token_ids(frames: &[Frame]) -> Vec<u64> {
-    frames.iter().filter(|f| f.event == "token").map(|f| f.data["id"].as_u64().unwrap()).collect()
+    frames
+        .iter()
+        .filter(|f| f.event == "token")
+        .map(|f| f.data["id"].as_u64().unwrap())
+        .collect()
 }
 
 pub fn text(frames: &[Frame]) -> String {
-    frames.iter().filter(|f| f.event == "token").map(|f| f.data["t"].as_str().unwrap()).collect()
+    frames
+        .iter()
+        .filter(|f| f.event == "token")
+        .map(|f| f.data["t"].as_str().unwrap())
+        .collect()
 }
 
 /// A metric's value in OpenMetrics text (`name` includes any labels).

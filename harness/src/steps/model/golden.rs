@@ -149,7 +149,9 @@ async fn golden_top1(w: &mut TestWorld, n: usize) -> StepResult {
     Ok(())
 }
 
-#[then(expr = "every golden case's top-10 log-probabilities are within {float} nats of llama.cpp's")]
+#[then(
+    expr = "every golden case's top-10 log-probabilities are within {float} nats of llama.cpp's"
+)]
 async fn golden_logprobs(w: &mut TestWorld, tol: f64) -> StepResult {
     let cases = greedy_cases(&w.cfg)?;
     let mut bad = Vec::new();
@@ -196,7 +198,9 @@ async fn golden_logprobs(w: &mut TestWorld, tol: f64) -> StepResult {
     Ok(())
 }
 
-#[when(expr = "I run golden case {int} with stop {string}, temperature 0 and max_tokens {int} as job {string}")]
+#[when(
+    expr = "I run golden case {int} with stop {string}, temperature 0 and max_tokens {int} as job {string}"
+)]
 async fn golden_with_stop(
     w: &mut TestWorld,
     case: usize,
@@ -287,10 +291,17 @@ async fn first_step(w: &mut TestWorld, model: Model) -> StepResult {
         // The CPU reference itself: compared with the outside reference,
         // llama.cpp, within the golden tolerance (see NEAR_TIE_NATS).
         let first = &case.top10_logprobs_first8[0];
-        let gold: Vec<(i64, f64)> = first.top_logprobs.iter().map(|e| (e.id, e.logprob)).collect();
+        let gold: Vec<(i64, f64)> = first
+            .top_logprobs
+            .iter()
+            .map(|e| (e.id, e.logprob))
+            .collect();
         let mut b = compare_top(&logprobs_of(&tok.data), &gold, LLAMA_CPP_LOGPROB_TOL);
         if tok.data.get("id").and_then(Value::as_i64) != Some(first.id) && !is_near_tie(first) {
-            b.push(format!("first token {} is not llama.cpp's {} (no near tie)", tok.data["id"], first.id));
+            b.push(format!(
+                "first token {} is not llama.cpp's {} (no near tie)",
+                tok.data["id"], first.id
+            ));
         }
         b
     } else {

@@ -162,7 +162,9 @@ async fn haiku_vs_cpu(w: &mut TestWorld, steps: usize, tol: f64) -> StepResult {
     Ok(())
 }
 
-#[then(expr = "the haiku, its prompt, nonce and whether the minute word appears are in the proof bundle")]
+#[then(
+    expr = "the haiku, its prompt, nonce and whether the minute word appears are in the proof bundle"
+)]
 async fn haiku_recorded(w: &mut TestWorld) -> StepResult {
     let h = w.parity.haiku()?.clone();
     let record = json!({"scenario": w.scenario, "backend": w.cfg.backend, "haiku": h});

@@ -84,7 +84,9 @@ async fn encode(w: &mut TestWorld, goldens: Goldens) -> StepResult {
     encode_all(w, goldens.0.as_deref()).await
 }
 
-#[then(expr = "every golden tokenizer vector{goldens} decodes back to its text through \\/detokenize")]
+#[then(
+    expr = "every golden tokenizer vector{goldens} decodes back to its text through \\/detokenize"
+)]
 async fn decode(w: &mut TestWorld, goldens: Goldens) -> StepResult {
     decode_all(w, goldens.0.as_deref()).await
 }

@@ -15,13 +15,20 @@ use crate::world::{tail, Poll, TestWorld};
 
 #[then(expr = "the worker becomes healthy within {int} s")]
 async fn becomes_healthy(w: &mut TestWorld, secs: u64) -> StepResult {
-    w.process.worker()?.wait_healthy(Duration::from_secs(secs)).await?;
+    w.process
+        .worker()?
+        .wait_healthy(Duration::from_secs(secs))
+        .await?;
     Ok(())
 }
 
 #[then(expr = "the worker exits with code {int} within {int} s")]
 pub async fn exits_with(w: &mut TestWorld, code: i32, secs: u64) -> StepResult {
-    let st = w.process.worker()?.wait_exit(Duration::from_secs(secs)).await?;
+    let st = w
+        .process
+        .worker()?
+        .wait_exit(Duration::from_secs(secs))
+        .await?;
     w.process.stop_polling();
     let st = st.ok_or_else(|| anyhow!("the worker still runs after {secs} s"))?;
     check!(
@@ -113,7 +120,9 @@ async fn shut_down(w: &mut TestWorld, how: Stop) -> StepResult {
             }
         };
         check!(
-            tokio::time::timeout(Duration::from_secs(5), seen).await.is_ok(),
+            tokio::time::timeout(Duration::from_secs(5), seen)
+                .await
+                .is_ok(),
             "/health did not report shutting_down within 5 s of SIGTERM"
         );
     } else {
@@ -228,7 +237,9 @@ async fn serves(w: &mut TestWorld, tokenizer: Option<String>) -> StepResult {
     }
     let job = json!({"job_id": "start-check", "prompt": "Count: 1, 2, 3,", "max_tokens": 2, "temperature": 0});
     w.post_job(job, &[]).await?;
-    let t = w.finish_job("start-check", Duration::from_secs(120)).await?;
+    let t = w
+        .finish_job("start-check", Duration::from_secs(120))
+        .await?;
     check!(
         t.tokens().count() >= 1 && t.first("end").is_some(),
         "a 2-token job on it did not stream and end: {:?}",

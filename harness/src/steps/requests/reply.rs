@@ -77,7 +77,9 @@ async fn reply_not_stream(w: &mut TestWorld) -> StepResult {
     Ok(())
 }
 
-#[then(expr = "{int} jobs were accepted and {int} refused with {int} {code} and a Retry-After header")]
+#[then(
+    expr = "{int} jobs were accepted and {int} refused with {int} {code} and a Retry-After header"
+)]
 async fn accepted_refused(
     w: &mut TestWorld,
     accepted: usize,

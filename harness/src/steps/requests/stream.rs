@@ -85,7 +85,12 @@ fn ended_with_error(w: &TestWorld, id: &str, code: &str) -> anyhow::Result<usize
 }
 
 #[then(expr = "job {string} ended with error {code}{after}")]
-async fn ended_with_error_code(w: &mut TestWorld, id: String, code: Code, after: After) -> StepResult {
+async fn ended_with_error_code(
+    w: &mut TestWorld,
+    id: String,
+    code: Code,
+    after: After,
+) -> StepResult {
     w.settle(&id).await?;
     let got = ended_with_error(w, &id, &code.0)?;
     match after {
@@ -171,7 +176,11 @@ async fn error_retriable(w: &mut TestWorld, of: ErrorOf, want: Retriable) -> Ste
         .get("retriable")
         .and_then(Value::as_bool)
         .ok_or_else(|| anyhow!("error body has no boolean retriable: {v}"))?;
-    check!(got == want.0, "the error {raw} has retriable {got}, want {}", want.0);
+    check!(
+        got == want.0,
+        "the error {raw} has retriable {got}, want {}",
+        want.0
+    );
     Ok(())
 }
 
@@ -195,9 +204,13 @@ async fn error_message_clean(w: &mut TestWorld, of: ErrorOf, text: String) -> St
 
 #[then(expr = "every job streamed a conformant transcript")]
 async fn all_conformant(w: &mut TestWorld) -> StepResult {
-    check!(!w.stream.done.is_empty(), "no job finished in this scenario");
+    check!(
+        !w.stream.done.is_empty(),
+        "no job finished in this scenario"
+    );
     let bad: Vec<String> = w
-        .stream.done
+        .stream
+        .done
         .values()
         .flat_map(|t| {
             events::check_all(t)
@@ -211,7 +224,10 @@ async fn all_conformant(w: &mut TestWorld) -> StepResult {
 
 #[then(expr = "every job streamed started, tokens, then one terminal event and nothing after")]
 async fn all_ordered(w: &mut TestWorld) -> StepResult {
-    check!(!w.stream.done.is_empty(), "no job finished in this scenario");
+    check!(
+        !w.stream.done.is_empty(),
+        "no job finished in this scenario"
+    );
     let mut bad = Vec::new();
     for t in w.stream.done.values() {
         bad.extend(
@@ -271,7 +287,8 @@ async fn greedy_is_top(w: &mut TestWorld, id: String) -> StepResult {
     w.settle(&id).await?;
     let t = w.stream.transcript(&id)?;
     let want = w
-        .stream.requests
+        .stream
+        .requests
         .get(&id)
         .and_then(|r| r.get("logprobs"))
         .and_then(Value::as_u64)
@@ -403,7 +420,8 @@ async fn first_token_within(w: &mut TestWorld, id: String, secs: u64) -> StepRes
 #[then(expr = "job {string} was still streaming afterwards")]
 async fn still_streaming(w: &mut TestWorld, id: String) -> StepResult {
     let job = w
-        .stream.live
+        .stream
+        .live
         .get(&id)
         .ok_or_else(|| anyhow!("job {id} is not running"))?;
     let ev = job.events();
@@ -475,4 +493,3 @@ async fn one_terminal(w: &mut TestWorld) -> StepResult {
     }
     Ok(())
 }
-

@@ -9,7 +9,11 @@ use anyhow::{anyhow, Context};
 use crate::world::{CommandOutcome, TestWorld};
 
 /// Runs `line` in the workspace and keeps its outcome as the scenario's command.
-pub fn run_shell(w: &mut TestWorld, line: &str, env_remove: &[&str]) -> anyhow::Result<CommandOutcome> {
+pub fn run_shell(
+    w: &mut TestWorld,
+    line: &str,
+    env_remove: &[&str],
+) -> anyhow::Result<CommandOutcome> {
     let out = run_line(&w.cfg.workspace, line, env_remove)?;
     w.workspace.command = Some(out.clone());
     Ok(out)

@@ -94,7 +94,9 @@ async fn harness_exit(w: &mut TestWorld, want: ExitZero) -> StepResult {
     Ok(())
 }
 
-#[then(expr = "its proof bundle's timings.json has a missed {string} verdict with p50, p95 and p99")]
+#[then(
+    expr = "its proof bundle's timings.json has a missed {string} verdict with p50, p95 and p99"
+)]
 async fn missed_verdict(w: &mut TestWorld, key: String) -> StepResult {
     let c = w.workspace.command()?;
     let dir = c.proof_dir.clone().ok_or_else(|| {
@@ -136,7 +138,9 @@ async fn dir_holds(w: &mut TestWorld, dir: String, files: Names) -> StepResult {
     Ok(())
 }
 
-#[then(expr = "its matrix.json lists every requirement ID of REQUIREMENTS.md exactly once with a result")]
+#[then(
+    expr = "its matrix.json lists every requirement ID of REQUIREMENTS.md exactly once with a result"
+)]
 async fn matrix_complete(w: &mut TestWorld) -> StepResult {
     let c = w.workspace.command()?;
     let dir = c

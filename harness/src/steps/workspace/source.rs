@@ -93,11 +93,7 @@ async fn readme_section(w: &mut TestWorld, heading: String, names: Names) -> Ste
 #[then(expr = "{string} lists no {names}")]
 async fn no_native(w: &mut TestWorld, line: String, names: Names) -> StepResult {
     let o = run_shell(w, &line, &[])?;
-    check!(
-        o.code == Some(0),
-        "{line} failed: {}",
-        tail(&o.output, 10)
-    );
+    check!(o.code == Some(0), "{line} failed: {}", tail(&o.output, 10));
     let crates: Vec<String> = o
         .output
         .lines()
@@ -108,11 +104,7 @@ async fn no_native(w: &mut TestWorld, line: String, names: Names) -> StepResult 
                 .map(str::to_owned)
         })
         .collect();
-    let found: Vec<String> = names
-        .0
-        .into_iter()
-        .filter(|c| crates.contains(c))
-        .collect();
+    let found: Vec<String> = names.0.into_iter().filter(|c| crates.contains(c)).collect();
     check!(found.is_empty(), "native crates in the tree: {found:?}");
     check!(
         crates.iter().any(|c| c == "tokenizers"),
@@ -154,7 +146,11 @@ async fn build_scripts(w: &mut TestWorld, words: Names) -> StepResult {
             }
         }
     }
-    check!(bad.is_empty(), "build scripts calling {}: {bad:?}", words.0.join("/"));
+    check!(
+        bad.is_empty(),
+        "build scripts calling {}: {bad:?}",
+        words.0.join("/")
+    );
     Ok(())
 }
 

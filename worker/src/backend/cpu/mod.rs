@@ -10,8 +10,8 @@ use std::sync::Arc;
 pub use ops::{dot_f32, CpuBuf, CpuCache, CpuOps, CpuWeight};
 
 use crate::backend::{
-    sample_on_host, Backend, BackendError, BackendKind, Checkpoints, DeviceInfo, Logits, MemoryUse, SampleRequest,
-    SampledToken,
+    sample_on_host, Backend, BackendError, BackendKind, Checkpoints, DeviceInfo, Logits, MemoryUse,
+    SampleRequest, SampledToken,
 };
 use crate::gguf::GgufFile;
 use crate::model::llama::{self, LlamaWeights};
@@ -32,7 +32,11 @@ pub struct CpuBackend {
 impl CpuBackend {
     /// Binds the model's tensors. `on_bytes` is told the size of each tensor
     /// as it is bound, for load progress.
-    pub fn load(cfg: ModelConfig, file: Arc<GgufFile>, on_bytes: &mut dyn FnMut(u64)) -> Result<Self, BackendError> {
+    pub fn load(
+        cfg: ModelConfig,
+        file: Arc<GgufFile>,
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<Self, BackendError> {
         let weights = LlamaWeights::load(&cfg, &file, &mut |spec| {
             on_bytes(spec.info.n_bytes);
             if spec.rows == 1 {
@@ -102,11 +106,22 @@ impl Backend for CpuBackend {
         let (ops, cfg, w, start) = (&mut CpuOps, &self.cfg, &self.weights, self.len);
         if logits == Logits::None {
             // Host memory either way: the last row goes straight to the sampler's copy.
-            llama::forward(ops, cfg, w, cache, tokens, start, Logits::Last, &mut self.last_logits, checkpoints)?;
+            llama::forward(
+                ops,
+                cfg,
+                w,
+                cache,
+                tokens,
+                start,
+                Logits::Last,
+                &mut self.last_logits,
+                checkpoints,
+            )?;
             out.clear();
         } else {
             llama::forward(ops, cfg, w, cache, tokens, start, logits, out, checkpoints)?;
-            self.last_logits.extend_from_slice(&out[out.len() - cfg.vocab_size..]);
+            self.last_logits
+                .extend_from_slice(&out[out.len() - cfg.vocab_size..]);
         }
         self.len += tokens.len();
         Ok(())

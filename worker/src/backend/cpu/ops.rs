@@ -16,18 +16,41 @@ use crate::quant::{self, GgmlType};
 /// A weight as the CPU backend holds it: matrices stay in the file's stored
 /// format (read through the memory map); vectors are decoded to f32 once.
 pub enum CpuWeight {
-    Stored { ty: GgmlType, rows: usize, cols: usize, row_bytes: usize, file: Arc<GgufFile>, info: TensorInfo },
-    Dense { values: Vec<f32> },
+    Stored {
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        row_bytes: usize,
+        file: Arc<GgufFile>,
+        info: TensorInfo,
+    },
+    Dense {
+        values: Vec<f32>,
+    },
 }
 
 impl CpuWeight {
-    pub fn stored(file: Arc<GgufFile>, info: &TensorInfo, rows: usize, cols: usize) -> Result<Self, BackendError> {
+    pub fn stored(
+        file: Arc<GgufFile>,
+        info: &TensorInfo,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self, BackendError> {
         let ty = info.ggml_type;
-        let row_bytes = ty
-            .bytes_for(cols as u64)
-            .ok_or_else(|| BackendError::ModelLoadFailed(format!("{}: {cols} columns are not whole {ty} blocks", info.name)))?
-            as usize;
-        Ok(CpuWeight::Stored { ty, rows, cols, row_bytes, file, info: info.clone() })
+        let row_bytes = ty.bytes_for(cols as u64).ok_or_else(|| {
+            BackendError::ModelLoadFailed(format!(
+                "{}: {cols} columns are not whole {ty} blocks",
+                info.name
+            ))
+        })? as usize;
+        Ok(CpuWeight::Stored {
+            ty,
+            rows,
+            cols,
+            row_bytes,
+            file,
+            info: info.clone(),
+        })
     }
 
     pub fn dense(file: &GgufFile, info: &TensorInfo, len: usize) -> Result<Self, BackendError> {
@@ -107,7 +130,8 @@ fn shape_error(what: &str) -> BackendError {
 #[cfg(target_endian = "little")]
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     // SAFETY: any f32 slice is a valid byte slice of four times its length.
-    let bytes = unsafe { std::slice::from_raw_parts(a.as_ptr().cast::<u8>(), std::mem::size_of_val(a)) };
+    let bytes =
+        unsafe { std::slice::from_raw_parts(a.as_ptr().cast::<u8>(), std::mem::size_of_val(a)) };
     quant::vec_dot(GgmlType::F32, bytes, b)
 }
 
@@ -128,11 +152,28 @@ impl Ops for CpuOps {
     type Error = BackendError;
 
     fn buf(&mut self, rows: usize, cols: usize) -> Result<CpuBuf, BackendError> {
-        Ok(CpuBuf { rows, cols, data: vec![0.0; rows * cols] })
+        Ok(CpuBuf {
+            rows,
+            cols,
+            data: vec![0.0; rows * cols],
+        })
     }
 
-    fn embed(&mut self, table: &CpuWeight, tokens: &[u32], out: &mut CpuBuf) -> Result<(), BackendError> {
-        let CpuWeight::Stored { ty, rows, cols, row_bytes, file, info } = table else {
+    fn embed(
+        &mut self,
+        table: &CpuWeight,
+        tokens: &[u32],
+        out: &mut CpuBuf,
+    ) -> Result<(), BackendError> {
+        let CpuWeight::Stored {
+            ty,
+            rows,
+            cols,
+            row_bytes,
+            file,
+            info,
+        } = table
+        else {
             return Err(shape_error("embed: table is not a matrix"));
         };
         if out.rows != tokens.len() || out.cols != *cols {
@@ -142,7 +183,9 @@ impl Ops for CpuOps {
         for (t, &id) in tokens.iter().enumerate() {
             let id = id as usize;
             if id >= *rows {
-                return Err(BackendError::InferenceFailed(format!("token id {id} is outside the vocabulary ({rows})")));
+                return Err(BackendError::InferenceFailed(format!(
+                    "token id {id} is outside the vocabulary ({rows})"
+                )));
             }
             let src = &data[id * row_bytes..(id + 1) * row_bytes];
             quant::dequantize(*ty, src, &mut out.data[t * cols..(t + 1) * cols])
@@ -151,12 +194,22 @@ impl Ops for CpuOps {
         Ok(())
     }
 
-    fn rms_norm(&mut self, x: &CpuBuf, weight: &CpuWeight, eps: f32, out: &mut CpuBuf) -> Result<(), BackendError> {
+    fn rms_norm(
+        &mut self,
+        x: &CpuBuf,
+        weight: &CpuWeight,
+        eps: f32,
+        out: &mut CpuBuf,
+    ) -> Result<(), BackendError> {
         let w = weight.values();
         if w.len() != x.cols || out.rows != x.rows || out.cols != x.cols {
             return Err(shape_error("rms_norm"));
         }
-        for (xr, or) in x.data.chunks_exact(x.cols).zip(out.data.chunks_exact_mut(x.cols)) {
+        for (xr, or) in x
+            .data
+            .chunks_exact(x.cols)
+            .zip(out.data.chunks_exact_mut(x.cols))
+        {
             let mean_sq = xr.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / x.cols as f64;
             let scale = (1.0 / (mean_sq + eps as f64).sqrt()) as f32;
             for ((o, &v), &g) in or.iter_mut().zip(xr).zip(w) {
@@ -166,42 +219,69 @@ impl Ops for CpuOps {
         Ok(())
     }
 
-    fn matmul(&mut self, x: &CpuBuf, w: &CpuWeight, bias: Option<&CpuWeight>, out: &mut CpuBuf) -> Result<(), BackendError> {
-        let CpuWeight::Stored { ty, rows, cols, row_bytes, file, info } = w else {
+    fn matmul(
+        &mut self,
+        x: &CpuBuf,
+        w: &CpuWeight,
+        bias: Option<&CpuWeight>,
+        out: &mut CpuBuf,
+    ) -> Result<(), BackendError> {
+        let CpuWeight::Stored {
+            ty,
+            rows,
+            cols,
+            row_bytes,
+            file,
+            info,
+        } = w
+        else {
             return Err(shape_error("matmul: weight is not a matrix"));
         };
         let (rows, cols, row_bytes, ty) = (*rows, *cols, *row_bytes, *ty);
         if x.cols != cols || out.rows != x.rows || out.cols != rows {
-            return Err(shape_error(&format!("matmul {}: x {}x{}, w {rows}x{cols}, out {}x{}", info.name, x.rows, x.cols, out.rows, out.cols)));
+            return Err(shape_error(&format!(
+                "matmul {}: x {}x{}, w {rows}x{cols}, out {}x{}",
+                info.name, x.rows, x.cols, out.rows, out.cols
+            )));
         }
         let data = file.tensor_data(info);
         let n = x.rows;
         if n == 1 {
             // Decode: one dot product per weight row, decoded in registers.
             let xv = &x.data;
-            out.data.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(chunk, o)| {
-                for (i, slot) in o.iter_mut().enumerate() {
-                    let r = chunk * ROWS_PER_TASK + i;
-                    *slot = quant::vec_dot(ty, &data[r * row_bytes..(r + 1) * row_bytes], xv);
-                }
-            });
+            out.data
+                .par_chunks_mut(ROWS_PER_TASK)
+                .enumerate()
+                .for_each(|(chunk, o)| {
+                    for (i, slot) in o.iter_mut().enumerate() {
+                        let r = chunk * ROWS_PER_TASK + i;
+                        *slot = quant::vec_dot(ty, &data[r * row_bytes..(r + 1) * row_bytes], xv);
+                    }
+                });
         } else {
             // Prefill: decode each weight row once, then use it for every token.
             // Results are gathered as [row][token] and transposed afterwards.
             let mut by_row = vec![0.0f32; rows * n];
-            by_row.par_chunks_mut(ROWS_PER_TASK * n).enumerate().for_each_init(
-                || vec![0.0f32; cols],
-                |decoded, (chunk, o)| {
-                    for (i, orow) in o.chunks_exact_mut(n).enumerate() {
-                        let r = chunk * ROWS_PER_TASK + i;
-                        quant::dequantize(ty, &data[r * row_bytes..(r + 1) * row_bytes], decoded)
+            by_row
+                .par_chunks_mut(ROWS_PER_TASK * n)
+                .enumerate()
+                .for_each_init(
+                    || vec![0.0f32; cols],
+                    |decoded, (chunk, o)| {
+                        for (i, orow) in o.chunks_exact_mut(n).enumerate() {
+                            let r = chunk * ROWS_PER_TASK + i;
+                            quant::dequantize(
+                                ty,
+                                &data[r * row_bytes..(r + 1) * row_bytes],
+                                decoded,
+                            )
                             .expect("row size checked at load");
-                        for (t, slot) in orow.iter_mut().enumerate() {
-                            *slot = dot_f32(decoded, x.row(t));
+                            for (t, slot) in orow.iter_mut().enumerate() {
+                                *slot = dot_f32(decoded, x.row(t));
+                            }
                         }
-                    }
-                },
-            );
+                    },
+                );
             for r in 0..rows {
                 for t in 0..n {
                     out.data[t * rows + r] = by_row[r * n + t];
@@ -259,8 +339,13 @@ impl Ops for CpuOps {
         out: &mut CpuBuf,
     ) -> Result<(), BackendError> {
         let (hd, kvd) = (s.head_dim, s.n_head_kv * s.head_dim);
-        if q.cols != s.n_head * hd || k.cols != kvd || v.cols != kvd || cache.kv_dim != kvd || out.cols != q.cols
-            || q.rows != s.n_tokens || out.rows != s.n_tokens
+        if q.cols != s.n_head * hd
+            || k.cols != kvd
+            || v.cols != kvd
+            || cache.kv_dim != kvd
+            || out.cols != q.cols
+            || q.rows != s.n_tokens
+            || out.rows != s.n_tokens
         {
             return Err(shape_error("attention"));
         }
@@ -283,33 +368,38 @@ impl Ops for CpuOps {
 
         let group = s.n_head / s.n_head_kv;
         let scale = 1.0 / (hd as f32).sqrt();
-        out.data.par_chunks_mut(hd).enumerate().for_each_init(Vec::new, |scores, (idx, o)| {
-            let (t, h) = (idx / s.n_head, idx % s.n_head);
-            let kvh = h / group;
-            // ggml multiplies the f16 cache with queries converted to f16, and
-            // the f16 values with probabilities converted to f16.
-            let mut qv = [0.0f32; MAX_HEAD_DIM];
-            let qv = &mut qv[..hd];
-            round_f16_into(&q.data[t * q.cols + h * hd..t * q.cols + (h + 1) * hd], qv);
-            let n_ctx = s.start_pos + t + 1;
-            scores.clear();
-            scores.extend((0..n_ctx).map(|j| dot_f32(qv, &kc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd]) * scale));
-            let max = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0.0f64;
-            for sc in scores.iter_mut() {
-                *sc = (*sc - max).exp();
-                sum += *sc as f64;
-            }
-            let inv = (1.0 / sum) as f32;
-            o.fill(0.0);
-            for (j, &p) in scores.iter().enumerate() {
-                let vrow = &vc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd];
-                let p = half::f16::from_f32(p * inv).to_f32();
-                for (oi, &vi) in o.iter_mut().zip(vrow) {
-                    *oi += p * vi;
+        out.data
+            .par_chunks_mut(hd)
+            .enumerate()
+            .for_each_init(Vec::new, |scores, (idx, o)| {
+                let (t, h) = (idx / s.n_head, idx % s.n_head);
+                let kvh = h / group;
+                // ggml multiplies the f16 cache with queries converted to f16, and
+                // the f16 values with probabilities converted to f16.
+                let mut qv = [0.0f32; MAX_HEAD_DIM];
+                let qv = &mut qv[..hd];
+                round_f16_into(&q.data[t * q.cols + h * hd..t * q.cols + (h + 1) * hd], qv);
+                let n_ctx = s.start_pos + t + 1;
+                scores.clear();
+                scores.extend((0..n_ctx).map(|j| {
+                    dot_f32(qv, &kc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd]) * scale
+                }));
+                let max = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                let mut sum = 0.0f64;
+                for sc in scores.iter_mut() {
+                    *sc = (*sc - max).exp();
+                    sum += *sc as f64;
                 }
-            }
-        });
+                let inv = (1.0 / sum) as f32;
+                o.fill(0.0);
+                for (j, &p) in scores.iter().enumerate() {
+                    let vrow = &vc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd];
+                    let p = half::f16::from_f32(p * inv).to_f32();
+                    for (oi, &vi) in o.iter_mut().zip(vrow) {
+                        *oi += p * vi;
+                    }
+                }
+            });
         Ok(())
     }
 
@@ -333,10 +423,19 @@ impl Ops for CpuOps {
     ) -> Result<(), BackendError> {
         let w = weight.values();
         let b = bias.map(CpuWeight::values);
-        if w.len() != x.cols || b.is_some_and(|b| b.len() != x.cols) || out.rows != x.rows || out.cols != x.cols || x.cols == 0 {
+        if w.len() != x.cols
+            || b.is_some_and(|b| b.len() != x.cols)
+            || out.rows != x.rows
+            || out.cols != x.cols
+            || x.cols == 0
+        {
             return Err(shape_error("layer_norm"));
         }
-        for (xr, or) in x.data.chunks_exact(x.cols).zip(out.data.chunks_exact_mut(x.cols)) {
+        for (xr, or) in x
+            .data
+            .chunks_exact(x.cols)
+            .zip(out.data.chunks_exact_mut(x.cols))
+        {
             // The statistics in f64 (the reference is the more exact side);
             // the normalisation in f32, in the kernel's order of rounding.
             let n = x.cols as f64;
@@ -379,7 +478,11 @@ impl Ops for CpuOps {
         if row >= x.rows {
             return Err(shape_error("take_row"));
         }
-        Ok(CpuBuf { rows: 1, cols: x.cols, data: x.row(row).to_vec() })
+        Ok(CpuBuf {
+            rows: 1,
+            cols: x.cols,
+            data: x.row(row).to_vec(),
+        })
     }
 
     fn to_host(&mut self, x: &CpuBuf, out: &mut Vec<f32>) -> Result<(), BackendError> {
@@ -393,7 +496,12 @@ impl Ops for CpuOps {
         Ok(())
     }
 
-    fn row_to_host(&mut self, x: &CpuBuf, row: usize, out: &mut Vec<f32>) -> Result<(), BackendError> {
+    fn row_to_host(
+        &mut self,
+        x: &CpuBuf,
+        row: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<(), BackendError> {
         if row >= x.rows {
             return Err(shape_error("row_to_host"));
         }
@@ -408,7 +516,9 @@ mod tests {
     use super::*;
 
     fn vector(values: &[f32]) -> CpuWeight {
-        CpuWeight::Dense { values: values.to_vec() }
+        CpuWeight::Dense {
+            values: values.to_vec(),
+        }
     }
 
     /// M0-W-1432: the CPU LayerNorm against the formula worked out in f64,
@@ -416,42 +526,79 @@ mod tests {
     /// variance: the output is the bias).
     #[test]
     fn m0_w_1432_cpu_layer_norm_matches_a_hand_computed_f64_value() {
-        let rows: [[f32; 4]; 3] = [[1.0, 2.0, 3.0, 4.0], [1000.5, 1001.0, 999.25, 1003.0], [7.0; 4]];
+        let rows: [[f32; 4]; 3] = [
+            [1.0, 2.0, 3.0, 4.0],
+            [1000.5, 1001.0, 999.25, 1003.0],
+            [7.0; 4],
+        ];
         let (w, b, eps) = ([1.0f32, 0.5, 2.0, -1.0], [0.0f32, 1.0, -1.0, 0.25], 1e-5f32);
-        let x = CpuBuf { rows: 3, cols: 4, data: rows.concat() };
+        let x = CpuBuf {
+            rows: 3,
+            cols: 4,
+            data: rows.concat(),
+        };
         for with_bias in [true, false] {
-            let mut out = CpuBuf { rows: 3, cols: 4, data: vec![0.0; 12] };
+            let mut out = CpuBuf {
+                rows: 3,
+                cols: 4,
+                data: vec![0.0; 12],
+            };
             let bias = vector(&b);
-            CpuOps.layer_norm(&x, &vector(&w), with_bias.then_some(&bias), eps, &mut out).unwrap();
+            CpuOps
+                .layer_norm(&x, &vector(&w), with_bias.then_some(&bias), eps, &mut out)
+                .unwrap();
             for (r, row) in rows.iter().enumerate() {
                 let mean = row.iter().map(|&v| v as f64).sum::<f64>() / 4.0;
                 let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / 4.0;
                 for c in 0..4 {
                     let bias = if with_bias { b[c] as f64 } else { 0.0 };
-                    let want = (row[c] as f64 - mean) / (var + eps as f64).sqrt() * w[c] as f64 + bias;
+                    let want =
+                        (row[c] as f64 - mean) / (var + eps as f64).sqrt() * w[c] as f64 + bias;
                     let got = out.data[r * 4 + c] as f64;
-                    assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "row {r} col {c}: {got} vs {want}");
+                    assert!(
+                        (got - want).abs() <= 1e-6 * want.abs().max(1.0),
+                        "row {r} col {c}: {got} vs {want}"
+                    );
                 }
             }
         }
         // Row 0 by hand: mean 2.5, variance 1.25, so (x - 2.5) / sqrt(1.25 + 1e-5).
-        let mut out = CpuBuf { rows: 1, cols: 4, data: vec![0.0; 4] };
-        let x0 = CpuBuf { rows: 1, cols: 4, data: rows[0].to_vec() };
-        CpuOps.layer_norm(&x0, &vector(&[1.0; 4]), None, eps, &mut out).unwrap();
+        let mut out = CpuBuf {
+            rows: 1,
+            cols: 4,
+            data: vec![0.0; 4],
+        };
+        let x0 = CpuBuf {
+            rows: 1,
+            cols: 4,
+            data: rows[0].to_vec(),
+        };
+        CpuOps
+            .layer_norm(&x0, &vector(&[1.0; 4]), None, eps, &mut out)
+            .unwrap();
         let s = 1.0 / (1.25f64 + 1e-5).sqrt();
         for (got, want) in out.data.iter().zip([-1.5 * s, -0.5 * s, 0.5 * s, 1.5 * s]) {
             assert!((*got as f64 - want).abs() <= 1e-6, "{got} vs {want}");
         }
         // A bias of the wrong length is a shape error.
-        let mut out = CpuBuf { rows: 3, cols: 4, data: vec![0.0; 12] };
-        assert!(CpuOps.layer_norm(&x, &vector(&w), Some(&vector(&[0.0; 3])), eps, &mut out).is_err());
+        let mut out = CpuBuf {
+            rows: 3,
+            cols: 4,
+            data: vec![0.0; 12],
+        };
+        assert!(CpuOps
+            .layer_norm(&x, &vector(&w), Some(&vector(&[0.0; 3])), eps, &mut out)
+            .is_err());
     }
 
     /// M0-W-1433: the CPU GELU over a dense grid of [-10, 10] against f64
     /// (max absolute error <= 1e-3), and finite, saturated values far outside.
     #[test]
     fn m0_w_1433_cpu_gelu_matches_f64_over_minus_10_to_10() {
-        let reference = |x: f64| 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh());
+        let reference = |x: f64| {
+            0.5 * x
+                * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
+        };
         let n = 1usize << 20;
         let mut worst = 0f64;
         for i in 0..n {
@@ -462,14 +609,29 @@ mod tests {
         // Float rounding only: far below the requirement's bound.
         assert!(worst <= 1e-5, "max error {worst:e}");
         assert_eq!(gelu(0.0), 0.0);
-        assert!((gelu(1.0) as f64 - 0.841_191_990_608_277).abs() < 1e-6, "{}", gelu(1.0));
+        assert!(
+            (gelu(1.0) as f64 - 0.841_191_990_608_277).abs() < 1e-6,
+            "{}",
+            gelu(1.0)
+        );
         for x in [1e4f32, 3e12, 1e20, f32::MAX] {
             assert_eq!(gelu(x), x, "gelu({x})");
             assert_eq!(gelu(-x), 0.0, "gelu({})", -x);
         }
-        let x = CpuBuf { rows: 2, cols: 2, data: vec![-1.0, 0.0, 1.0, 2.0] };
-        let mut out = CpuBuf { rows: 2, cols: 2, data: vec![0.0; 4] };
+        let x = CpuBuf {
+            rows: 2,
+            cols: 2,
+            data: vec![-1.0, 0.0, 1.0, 2.0],
+        };
+        let mut out = CpuBuf {
+            rows: 2,
+            cols: 2,
+            data: vec![0.0; 4],
+        };
         CpuOps.gelu(&x, &mut out).unwrap();
-        assert_eq!(out.data, x.data.iter().map(|&v| gelu(v)).collect::<Vec<_>>());
+        assert_eq!(
+            out.data,
+            x.data.iter().map(|&v| gelu(v)).collect::<Vec<_>>()
+        );
     }
 }

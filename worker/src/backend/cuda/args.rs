@@ -25,13 +25,30 @@ fn plan<const D: usize, const B: usize>(
     buffers: [(&'static str, CUdeviceptr); B],
     work: Work,
 ) -> Plan {
-    Plan { kernel, dims: dims.to_vec(), buffers: buffers.to_vec(), work }
+    Plan {
+        kernel,
+        dims: dims.to_vec(),
+        buffers: buffers.to_vec(),
+        work,
+    }
 }
 
 /// Both norms: rows of `x` normalized into `out`, scaled by `w`.
-fn norm_plan(kernel: Kernel, x: DevPtr<f32>, w: DevPtr<f32>, rows: usize, cols: usize, out: DevPtrMut<f32>) -> Plan {
+fn norm_plan(
+    kernel: Kernel,
+    x: DevPtr<f32>,
+    w: DevPtr<f32>,
+    rows: usize,
+    cols: usize,
+    out: DevPtrMut<f32>,
+) -> Plan {
     let buffers = [("x", x.addr()), ("w", w.addr()), ("out", out.addr())];
-    plan(kernel, [("rows", rows), ("cols", cols)], buffers, Work::Rows { rows, cols })
+    plan(
+        kernel,
+        [("rows", rows), ("cols", cols)],
+        buffers,
+        Work::Rows { rows, cols },
+    )
 }
 
 /// Where rows go in (or come from) a KV cache of `capacity` positions: row
@@ -49,13 +66,20 @@ impl CacheWindow {
     fn check(&self, k: Kernel, n: usize) -> Result<(), BackendError> {
         if self.pos_ptr.is_none() && self.start_pos + n > self.capacity {
             let end = self.start_pos + n;
-            return Err(refusal(k, format!("positions {}..{end} of {}", self.start_pos, self.capacity)));
+            return Err(refusal(
+                k,
+                format!("positions {}..{end} of {}", self.start_pos, self.capacity),
+            ));
         }
         Ok(())
     }
 
     fn params(&self) -> (i32, DevPtr<i32>, i32) {
-        (self.start_pos as i32, DevPtr::or_null(self.pos_ptr), self.capacity as i32)
+        (
+            self.start_pos as i32,
+            DevPtr::or_null(self.pos_ptr),
+            self.capacity as i32,
+        )
     }
 }
 
@@ -74,12 +98,22 @@ pub struct Stored {
 impl Stored {
     /// The checked dimensions of a kernel over `n` rows of input and this matrix.
     fn dims(&self, n: usize) -> [(&'static str, usize); 4] {
-        [("rows", self.rows), ("cols", self.cols), ("n", n), ("row_bytes", self.row_bytes)]
+        [
+            ("rows", self.rows),
+            ("cols", self.cols),
+            ("n", n),
+            ("row_bytes", self.row_bytes),
+        ]
     }
 
     /// `(const u8* table, i64 row_bytes, int rows, int cols)`, as every kernel over one takes them.
     fn params(&self) -> (DevPtr<u8>, i64, i32, i32) {
-        (self.ptr, self.row_bytes as i64, self.rows as i32, self.cols as i32)
+        (
+            self.ptr,
+            self.row_bytes as i64,
+            self.rows as i32,
+            self.cols as i32,
+        )
     }
 }
 
@@ -99,12 +133,32 @@ impl KernelCall for EmbedArgs {
 
     fn plan(&self) -> Plan {
         let t = &self.table;
-        let buffers = [("table", t.ptr.addr()), ("tokens", self.tokens.addr()), ("out", self.out.addr())];
-        plan(Kernel::Embed(t.ty), t.dims(self.n), buffers, Work::Rows { rows: self.n, cols: t.cols })
+        let buffers = [
+            ("table", t.ptr.addr()),
+            ("tokens", self.tokens.addr()),
+            ("out", self.out.addr()),
+        ];
+        plan(
+            Kernel::Embed(t.ty),
+            t.dims(self.n),
+            buffers,
+            Work::Rows {
+                rows: self.n,
+                cols: t.cols,
+            },
+        )
     }
     fn params(&self) -> Self::Params {
         let (table, row_bytes, rows, cols) = self.table.params();
-        (table, row_bytes, rows, cols, self.tokens, self.n as i32, self.out)
+        (
+            table,
+            row_bytes,
+            rows,
+            cols,
+            self.tokens,
+            self.n as i32,
+            self.out,
+        )
     }
 }
 
@@ -125,7 +179,12 @@ pub struct MatmulArgs {
 impl MatmulArgs {
     /// The same product for rows `t0..t0 + n` of x only.
     pub fn rows_of_x(&self, t0: usize, n: usize) -> MatmulArgs {
-        MatmulArgs { x: self.x.offset(t0 * self.w.cols), n, out: self.out.offset(t0 * self.w.rows), ..*self }
+        MatmulArgs {
+            x: self.x.offset(t0 * self.w.cols),
+            n,
+            out: self.out.offset(t0 * self.w.rows),
+            ..*self
+        }
     }
 
     /// As run by `kernel`, one of the three matmul kernels of `w.ty`.
@@ -136,7 +195,9 @@ impl MatmulArgs {
     /// The launch checks (M0-W-1431), made once before the kernel is chosen
     /// and any group is launched; named after `gemm_*`.
     pub fn check(&self) -> Result<(), BackendError> {
-        self.with_kernel(Kernel::Gemm(self.w.ty)).check().map(|_| ())
+        self.with_kernel(Kernel::Gemm(self.w.ty))
+            .check()
+            .map(|_| ())
     }
 }
 
@@ -149,17 +210,47 @@ pub struct MatmulCall {
 }
 
 impl KernelCall for MatmulCall {
-    type Params = (DevPtr<u8>, i64, i32, i32, DevPtr<f32>, i32, DevPtr<f32>, DevPtrMut<f32>);
+    type Params = (
+        DevPtr<u8>,
+        i64,
+        i32,
+        i32,
+        DevPtr<f32>,
+        i32,
+        DevPtr<f32>,
+        DevPtrMut<f32>,
+    );
 
     fn plan(&self) -> Plan {
         let a = &self.args;
-        let buffers = [("w", a.w.ptr.addr()), ("x", a.x.addr()), ("out", a.out.addr())];
-        plan(self.kernel, a.w.dims(a.n), buffers, Work::Matrix { rows: a.w.rows, n: a.n })
+        let buffers = [
+            ("w", a.w.ptr.addr()),
+            ("x", a.x.addr()),
+            ("out", a.out.addr()),
+        ];
+        plan(
+            self.kernel,
+            a.w.dims(a.n),
+            buffers,
+            Work::Matrix {
+                rows: a.w.rows,
+                n: a.n,
+            },
+        )
     }
     fn params(&self) -> Self::Params {
         let a = &self.args;
         let (w, row_bytes, rows, cols) = a.w.params();
-        (w, row_bytes, rows, cols, a.x, a.n as i32, DevPtr::or_null(a.bias), a.out)
+        (
+            w,
+            row_bytes,
+            rows,
+            cols,
+            a.x,
+            a.n as i32,
+            DevPtr::or_null(a.bias),
+            a.out,
+        )
     }
 }
 
@@ -177,23 +268,54 @@ impl MatmulArgs {
 }
 
 impl KernelCall for MatVec1Call {
-    type Params = (DevPtr<u8>, i64, i32, i32, DevPtr<f32>, DevPtr<f32>, DevPtrMut<f32>);
+    type Params = (
+        DevPtr<u8>,
+        i64,
+        i32,
+        i32,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtrMut<f32>,
+    );
 
     fn plan(&self) -> Plan {
         let a = &self.args;
-        let buffers = [("w", a.w.ptr.addr()), ("x", a.x.addr()), ("out", a.out.addr())];
-        plan(Kernel::MatVec1(a.w.ty), a.w.dims(a.n), buffers, Work::Matrix { rows: a.w.rows, n: a.n })
+        let buffers = [
+            ("w", a.w.ptr.addr()),
+            ("x", a.x.addr()),
+            ("out", a.out.addr()),
+        ];
+        plan(
+            Kernel::MatVec1(a.w.ty),
+            a.w.dims(a.n),
+            buffers,
+            Work::Matrix {
+                rows: a.w.rows,
+                n: a.n,
+            },
+        )
     }
     fn validate(&self) -> Result<(), BackendError> {
         if self.args.n != 1 {
-            return Err(refusal(Kernel::MatVec1(self.args.w.ty), format!("{} rows of x, not 1", self.args.n)));
+            return Err(refusal(
+                Kernel::MatVec1(self.args.w.ty),
+                format!("{} rows of x, not 1", self.args.n),
+            ));
         }
         Ok(())
     }
     fn params(&self) -> Self::Params {
         let a = &self.args;
         let (w, row_bytes, rows, cols) = a.w.params();
-        (w, row_bytes, rows, cols, a.x, DevPtr::or_null(a.bias), a.out)
+        (
+            w,
+            row_bytes,
+            rows,
+            cols,
+            a.x,
+            DevPtr::or_null(a.bias),
+            a.out,
+        )
     }
 }
 
@@ -215,10 +337,24 @@ impl KernelCall for RmsNormArgs {
     type Params = (DevPtr<f32>, DevPtr<f32>, i32, f32, i32, DevPtrMut<f32>);
 
     fn plan(&self) -> Plan {
-        norm_plan(Kernel::RmsNorm, self.x, self.w, self.rows, self.cols, self.out)
+        norm_plan(
+            Kernel::RmsNorm,
+            self.x,
+            self.w,
+            self.rows,
+            self.cols,
+            self.out,
+        )
     }
     fn params(&self) -> Self::Params {
-        (self.x, self.w, self.cols as i32, self.eps, self.rows as i32, self.out)
+        (
+            self.x,
+            self.w,
+            self.cols as i32,
+            self.eps,
+            self.rows as i32,
+            self.out,
+        )
     }
 }
 
@@ -240,13 +376,36 @@ pub struct LayerNormArgs {
 }
 
 impl KernelCall for LayerNormArgs {
-    type Params = (DevPtr<f32>, DevPtr<f32>, DevPtr<f32>, i32, f32, i32, DevPtrMut<f32>);
+    type Params = (
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        i32,
+        f32,
+        i32,
+        DevPtrMut<f32>,
+    );
 
     fn plan(&self) -> Plan {
-        norm_plan(Kernel::LayerNorm, self.x, self.w, self.rows, self.cols, self.out)
+        norm_plan(
+            Kernel::LayerNorm,
+            self.x,
+            self.w,
+            self.rows,
+            self.cols,
+            self.out,
+        )
     }
     fn params(&self) -> Self::Params {
-        (self.x, self.w, DevPtr::or_null(self.b), self.cols as i32, self.eps, self.rows as i32, self.out)
+        (
+            self.x,
+            self.w,
+            DevPtr::or_null(self.b),
+            self.cols as i32,
+            self.eps,
+            self.rows as i32,
+            self.out,
+        )
     }
 }
 
@@ -280,17 +439,41 @@ pub struct RopeArgs {
 }
 
 impl KernelCall for RopeArgs {
-    type Params = (DevPtrMut<f32>, i32, i32, i32, i32, i32, DevPtr<i32>, DevPtr<f64>, f32, f32, i32);
+    type Params = (
+        DevPtrMut<f32>,
+        i32,
+        i32,
+        i32,
+        i32,
+        i32,
+        DevPtr<i32>,
+        DevPtr<f64>,
+        f32,
+        f32,
+        i32,
+    );
 
     fn plan(&self) -> Plan {
-        let dims = [("rows", self.rows), ("n_head", self.n_head), ("head_dim", self.head_dim), ("n_rot", self.n_rot)];
+        let dims = [
+            ("rows", self.rows),
+            ("n_head", self.n_head),
+            ("head_dim", self.head_dim),
+            ("n_rot", self.n_rot),
+        ];
         // Saturating: the plan is made before the dimensions are checked.
-        let work = Work::Elements(self.rows.saturating_mul(self.n_head).saturating_mul(self.n_rot / 2));
+        let work = Work::Elements(
+            self.rows
+                .saturating_mul(self.n_head)
+                .saturating_mul(self.n_rot / 2),
+        );
         plan(Kernel::Rope, dims, [("x", self.x.addr())], work)
     }
     fn validate(&self) -> Result<(), BackendError> {
         if !self.n_rot.is_multiple_of(2) || self.n_rot > self.head_dim {
-            let msg = format!("{} rotated dims of a {}-dim head", self.n_rot, self.head_dim);
+            let msg = format!(
+                "{} rotated dims of a {}-dim head",
+                self.n_rot, self.head_dim
+            );
             return Err(refusal(Kernel::Rope, msg));
         }
         Ok(())
@@ -300,10 +483,30 @@ impl KernelCall for RopeArgs {
             RopePairs::Adjacent => 0,
             RopePairs::Halves => 1,
         };
-        let (rows, heads, hd, n_rot) = (self.rows as i32, self.n_head as i32, self.head_dim as i32, self.n_rot as i32);
-        let (pos, table) = (DevPtr::or_null(self.pos_ptr), DevPtr::or_null(self.inv_freq));
+        let (rows, heads, hd, n_rot) = (
+            self.rows as i32,
+            self.n_head as i32,
+            self.head_dim as i32,
+            self.n_rot as i32,
+        );
+        let (pos, table) = (
+            DevPtr::or_null(self.pos_ptr),
+            DevPtr::or_null(self.inv_freq),
+        );
         let start = self.start_pos as i32;
-        (self.x, rows, heads, hd, n_rot, start, pos, table, self.freq_base, self.freq_scale, style)
+        (
+            self.x,
+            rows,
+            heads,
+            hd,
+            n_rot,
+            start,
+            pos,
+            table,
+            self.freq_base,
+            self.freq_scale,
+            style,
+        )
     }
 }
 
@@ -324,14 +527,40 @@ pub struct KvStoreArgs {
 }
 
 impl KernelCall for KvStoreArgs {
-    type Params = (DevPtr<f32>, DevPtr<f32>, i32, i32, i32, i32, DevPtr<i32>, i32, DevPtrMut<f16>, DevPtrMut<f16>);
+    type Params = (
+        DevPtr<f32>,
+        DevPtr<f32>,
+        i32,
+        i32,
+        i32,
+        i32,
+        DevPtr<i32>,
+        i32,
+        DevPtrMut<f16>,
+        DevPtrMut<f16>,
+    );
 
     fn plan(&self) -> Plan {
         let (n, n_head_kv, head_dim) = (self.n, self.n_head_kv, self.head_dim);
-        let dims = [("n", n), ("n_head_kv", n_head_kv), ("head_dim", head_dim), ("capacity", self.window.capacity)];
-        let (k, v, kc, vc) = (self.k.addr(), self.v.addr(), self.k_cache.addr(), self.v_cache.addr());
+        let dims = [
+            ("n", n),
+            ("n_head_kv", n_head_kv),
+            ("head_dim", head_dim),
+            ("capacity", self.window.capacity),
+        ];
+        let (k, v, kc, vc) = (
+            self.k.addr(),
+            self.v.addr(),
+            self.k_cache.addr(),
+            self.v_cache.addr(),
+        );
         let buffers = [("k", k), ("v", v), ("k_cache", kc), ("v_cache", vc)];
-        plan(Kernel::KvStore, dims, buffers, Work::Elements(n.saturating_mul(n_head_kv).saturating_mul(head_dim)))
+        plan(
+            Kernel::KvStore,
+            dims,
+            buffers,
+            Work::Elements(n.saturating_mul(n_head_kv).saturating_mul(head_dim)),
+        )
     }
     fn validate(&self) -> Result<(), BackendError> {
         self.window.check(Kernel::KvStore, self.n)
@@ -339,7 +568,18 @@ impl KernelCall for KvStoreArgs {
     fn params(&self) -> Self::Params {
         let (start, pos, cap) = self.window.params();
         let (n, n_head_kv, head_dim) = (self.n as i32, self.n_head_kv as i32, self.head_dim as i32);
-        (self.k, self.v, n, n_head_kv, head_dim, start, pos, cap, self.k_cache, self.v_cache)
+        (
+            self.k,
+            self.v,
+            n,
+            n_head_kv,
+            head_dim,
+            start,
+            pos,
+            cap,
+            self.k_cache,
+            self.v_cache,
+        )
     }
 }
 
@@ -364,20 +604,46 @@ pub struct AttentionArgs {
 }
 
 impl KernelCall for AttentionArgs {
-    type Params =
-        (DevPtr<f32>, i32, i32, i32, i32, i32, DevPtr<i32>, i32, DevPtr<f16>, DevPtr<f16>, f32, DevPtrMut<f32>);
+    type Params = (
+        DevPtr<f32>,
+        i32,
+        i32,
+        i32,
+        i32,
+        i32,
+        DevPtr<i32>,
+        i32,
+        DevPtr<f16>,
+        DevPtr<f16>,
+        f32,
+        DevPtrMut<f32>,
+    );
 
     fn plan(&self) -> Plan {
         let (n, n_head, capacity) = (self.n, self.n_head, self.window.capacity);
         let (kv, hd) = (self.n_head_kv, self.head_dim);
-        let dims = [("n", n), ("n_head", n_head), ("n_head_kv", kv), ("head_dim", hd), ("capacity", capacity)];
-        let (q, kc, vc, out) = (self.q.addr(), self.k_cache.addr(), self.v_cache.addr(), self.out.addr());
+        let dims = [
+            ("n", n),
+            ("n_head", n_head),
+            ("n_head_kv", kv),
+            ("head_dim", hd),
+            ("capacity", capacity),
+        ];
+        let (q, kc, vc, out) = (
+            self.q.addr(),
+            self.k_cache.addr(),
+            self.v_cache.addr(),
+            self.out.addr(),
+        );
         let buffers = [("q", q), ("k_cache", kc), ("v_cache", vc), ("out", out)];
         plan(Kernel::Attention, dims, buffers, Work::Heads { n, n_head })
     }
     fn validate(&self) -> Result<(), BackendError> {
         if self.head_dim > ATT_MAX_HEAD_DIM || !self.n_head.is_multiple_of(self.n_head_kv) {
-            let msg = format!("{}/{} heads of {}", self.n_head, self.n_head_kv, self.head_dim);
+            let msg = format!(
+                "{}/{} heads of {}",
+                self.n_head, self.n_head_kv, self.head_dim
+            );
             return Err(refusal(Kernel::Attention, msg));
         }
         self.window.check(Kernel::Attention, self.n)
@@ -386,7 +652,20 @@ impl KernelCall for AttentionArgs {
         let (start, pos, cap) = self.window.params();
         let (n, heads, kv_heads) = (self.n as i32, self.n_head as i32, self.n_head_kv as i32);
         let hd = self.head_dim as i32;
-        (self.q, n, heads, kv_heads, hd, start, pos, cap, self.k_cache, self.v_cache, self.scale, self.out)
+        (
+            self.q,
+            n,
+            heads,
+            kv_heads,
+            hd,
+            start,
+            pos,
+            cap,
+            self.k_cache,
+            self.v_cache,
+            self.scale,
+            self.out,
+        )
     }
 }
 
@@ -415,37 +694,102 @@ pub struct AttentionSplitArgs {
 }
 
 impl KernelCall for AttentionSplitArgs {
-    type Params =
-        (DevPtr<f32>, i32, i32, i32, i32, DevPtr<i32>, i32, DevPtr<f16>, DevPtr<f16>, f32, i32, i32, DevPtrMut<f32>);
+    type Params = (
+        DevPtr<f32>,
+        i32,
+        i32,
+        i32,
+        i32,
+        DevPtr<i32>,
+        i32,
+        DevPtr<f16>,
+        DevPtr<f16>,
+        f32,
+        i32,
+        i32,
+        DevPtrMut<f32>,
+    );
 
     fn plan(&self) -> Plan {
         let (kv, hd, capacity) = (self.n_head_kv, self.head_dim, self.window.capacity);
-        let dims = [("n_head", self.n_head), ("n_head_kv", kv), ("head_dim", hd), ("capacity", capacity)];
-        let dims = [dims[0], dims[1], dims[2], dims[3], ("chunk", self.chunk), ("nsplit", self.nsplit)];
-        let (q, kc, vc, part) = (self.q.addr(), self.k_cache.addr(), self.v_cache.addr(), self.part.addr());
+        let dims = [
+            ("n_head", self.n_head),
+            ("n_head_kv", kv),
+            ("head_dim", hd),
+            ("capacity", capacity),
+        ];
+        let dims = [
+            dims[0],
+            dims[1],
+            dims[2],
+            dims[3],
+            ("chunk", self.chunk),
+            ("nsplit", self.nsplit),
+        ];
+        let (q, kc, vc, part) = (
+            self.q.addr(),
+            self.k_cache.addr(),
+            self.v_cache.addr(),
+            self.part.addr(),
+        );
         let buffers = [("q", q), ("k_cache", kc), ("v_cache", vc), ("part", part)];
-        plan(Kernel::AttentionSplit, dims, buffers, Work::Chunks { n_head_kv: kv, nsplit: self.nsplit })
+        plan(
+            Kernel::AttentionSplit,
+            dims,
+            buffers,
+            Work::Chunks {
+                n_head_kv: kv,
+                nsplit: self.nsplit,
+            },
+        )
     }
     fn validate(&self) -> Result<(), BackendError> {
         let k = Kernel::AttentionSplit;
         let group = self.n_head / self.n_head_kv.max(1);
         if !self.n_head.is_multiple_of(self.n_head_kv) || group > ATS_MAX_GROUP {
-            return Err(refusal(k, format!("{}/{} heads", self.n_head, self.n_head_kv)));
+            return Err(refusal(
+                k,
+                format!("{}/{} heads", self.n_head, self.n_head_kv),
+            ));
         }
         if !self.head_dim.is_multiple_of(8) || self.head_dim > ATT_MAX_HEAD_DIM {
             return Err(refusal(k, format!("heads of {}", self.head_dim)));
         }
-        if self.chunk > ATS_MAX_CHUNK || self.nsplit > ATS_MAX_SPLITS || self.chunk * self.nsplit < self.window.capacity {
-            let msg = format!("{} chunks of {} for {} positions", self.nsplit, self.chunk, self.window.capacity);
+        if self.chunk > ATS_MAX_CHUNK
+            || self.nsplit > ATS_MAX_SPLITS
+            || self.chunk * self.nsplit < self.window.capacity
+        {
+            let msg = format!(
+                "{} chunks of {} for {} positions",
+                self.nsplit, self.chunk, self.window.capacity
+            );
             return Err(refusal(k, msg));
         }
         self.window.check(k, 1)
     }
     fn params(&self) -> Self::Params {
         let (start, pos, cap) = self.window.params();
-        let (heads, kv_heads, hd) = (self.n_head as i32, self.n_head_kv as i32, self.head_dim as i32);
+        let (heads, kv_heads, hd) = (
+            self.n_head as i32,
+            self.n_head_kv as i32,
+            self.head_dim as i32,
+        );
         let (chunk, nsplit) = (self.chunk as i32, self.nsplit as i32);
-        (self.q, heads, kv_heads, hd, start, pos, cap, self.k_cache, self.v_cache, self.scale, chunk, nsplit, self.part)
+        (
+            self.q,
+            heads,
+            kv_heads,
+            hd,
+            start,
+            pos,
+            cap,
+            self.k_cache,
+            self.v_cache,
+            self.scale,
+            chunk,
+            nsplit,
+            self.part,
+        )
     }
 }
 
@@ -467,18 +811,39 @@ impl KernelCall for AttentionCombineArgs {
     type Params = (DevPtr<f32>, i32, i32, i32, DevPtrMut<f32>);
 
     fn plan(&self) -> Plan {
-        let dims = [("n_head", self.n_head), ("head_dim", self.head_dim), ("nsplit", self.nsplit)];
+        let dims = [
+            ("n_head", self.n_head),
+            ("head_dim", self.head_dim),
+            ("nsplit", self.nsplit),
+        ];
         let buffers = [("part", self.part.addr()), ("out", self.out.addr())];
-        plan(Kernel::AttentionCombine, dims, buffers, Work::Rows { rows: self.n_head, cols: self.head_dim })
+        plan(
+            Kernel::AttentionCombine,
+            dims,
+            buffers,
+            Work::Rows {
+                rows: self.n_head,
+                cols: self.head_dim,
+            },
+        )
     }
     fn validate(&self) -> Result<(), BackendError> {
         if self.nsplit > ATS_MAX_SPLITS {
-            return Err(refusal(Kernel::AttentionCombine, format!("{} chunks", self.nsplit)));
+            return Err(refusal(
+                Kernel::AttentionCombine,
+                format!("{} chunks", self.nsplit),
+            ));
         }
         Ok(())
     }
     fn params(&self) -> Self::Params {
-        (self.part, self.n_head as i32, self.head_dim as i32, self.nsplit as i32, self.out)
+        (
+            self.part,
+            self.n_head as i32,
+            self.head_dim as i32,
+            self.nsplit as i32,
+            self.out,
+        )
     }
 }
 
@@ -498,7 +863,11 @@ impl KernelCall for SwigluArgs {
     type Params = (DevPtr<f32>, DevPtr<f32>, i64, DevPtrMut<f32>);
 
     fn plan(&self) -> Plan {
-        let buffers = [("gate", self.gate.addr()), ("up", self.up.addr()), ("out", self.out.addr())];
+        let buffers = [
+            ("gate", self.gate.addr()),
+            ("up", self.up.addr()),
+            ("out", self.out.addr()),
+        ];
         plan(Kernel::Swiglu, [], buffers, Work::Elements(self.len))
     }
     fn params(&self) -> Self::Params {
@@ -520,7 +889,12 @@ impl KernelCall for GeluArgs {
     type Params = (DevPtr<f32>, i64, DevPtrMut<f32>);
 
     fn plan(&self) -> Plan {
-        plan(Kernel::Gelu, [], [("x", self.x.addr()), ("out", self.out.addr())], Work::Elements(self.len))
+        plan(
+            Kernel::Gelu,
+            [],
+            [("x", self.x.addr()), ("out", self.out.addr())],
+            Work::Elements(self.len),
+        )
     }
     fn params(&self) -> Self::Params {
         (self.x, self.len as i64, self.out)
@@ -540,7 +914,12 @@ impl KernelCall for AddAssignArgs {
     type Params = (DevPtrMut<f32>, DevPtr<f32>, i64);
 
     fn plan(&self) -> Plan {
-        plan(Kernel::AddAssign, [], [("x", self.x.addr()), ("y", self.y.addr())], Work::Elements(self.len))
+        plan(
+            Kernel::AddAssign,
+            [],
+            [("x", self.x.addr()), ("y", self.y.addr())],
+            Work::Elements(self.len),
+        )
     }
     fn params(&self) -> Self::Params {
         (self.x, self.y, self.len as i64)
@@ -579,19 +958,45 @@ pub struct SampleSelectArgs {
     pub out: DevPtrMut<u32>,
 }
 
-type SelectParams =
-    (DevPtr<f32>, u32, DevPtrMut<u32>, DevPtr<u32>, u32, f32, f32, u32, f32, f32, f64, f64, i32, DevPtrMut<u32>);
+type SelectParams = (
+    DevPtr<f32>,
+    u32,
+    DevPtrMut<u32>,
+    DevPtr<u32>,
+    u32,
+    f32,
+    f32,
+    u32,
+    f32,
+    f32,
+    f64,
+    f64,
+    i32,
+    DevPtrMut<u32>,
+);
 
 impl KernelCall for SampleSelectArgs {
     type Params = SelectParams;
 
     fn plan(&self) -> Plan {
-        let buffers = [("logits", self.logits.addr()), ("keys", self.keys.addr()), ("out", self.out.addr())];
-        plan(Kernel::SampleSelect, [("n", self.n as usize)], buffers, Work::Single)
+        let buffers = [
+            ("logits", self.logits.addr()),
+            ("keys", self.keys.addr()),
+            ("out", self.out.addr()),
+        ];
+        plan(
+            Kernel::SampleSelect,
+            [("n", self.n as usize)],
+            buffers,
+            Work::Single,
+        )
     }
     fn validate(&self) -> Result<(), BackendError> {
         if self.n_pen > 0 && DevPtr::or_null(self.pen_ids).addr() == 0 {
-            return Err(refusal(Kernel::SampleSelect, "buffer pen_ids is null".into()));
+            return Err(refusal(
+                Kernel::SampleSelect,
+                "buffer pen_ids is null".into(),
+            ));
         }
         Ok(())
     }
@@ -635,12 +1040,24 @@ impl KernelCall for SampleLogprobsArgs {
     type Params = (DevPtr<f32>, u32, DevPtrMut<u32>, u32, DevPtrMut<u32>);
 
     fn plan(&self) -> Plan {
-        let buffers = [("logits", self.logits.addr()), ("keys", self.keys.addr()), ("out", self.out.addr())];
-        plan(Kernel::SampleLogprobs, [("n", self.n as usize), ("k", self.k as usize)], buffers, Work::Single)
+        let buffers = [
+            ("logits", self.logits.addr()),
+            ("keys", self.keys.addr()),
+            ("out", self.out.addr()),
+        ];
+        plan(
+            Kernel::SampleLogprobs,
+            [("n", self.n as usize), ("k", self.k as usize)],
+            buffers,
+            Work::Single,
+        )
     }
     fn validate(&self) -> Result<(), BackendError> {
         if self.k as usize > SAMPLE_MAX_LOGPROBS {
-            return Err(refusal(Kernel::SampleLogprobs, format!("k = {} exceeds {SAMPLE_MAX_LOGPROBS}", self.k)));
+            return Err(refusal(
+                Kernel::SampleLogprobs,
+                format!("k = {} exceeds {SAMPLE_MAX_LOGPROBS}", self.k),
+            ));
         }
         Ok(())
     }

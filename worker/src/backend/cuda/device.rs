@@ -44,7 +44,9 @@ pub fn check_aligned(what: &str, ptr: CUdeviceptr) -> Result<(), BackendError> {
     if ptr.is_multiple_of(DEVICE_ALIGN) {
         Ok(())
     } else {
-        Err(BackendError::Unknown(format!("{what} is at {ptr:#x}, not on a {DEVICE_ALIGN}-byte boundary")))
+        Err(BackendError::Unknown(format!(
+            "{what} is at {ptr:#x}, not on a {DEVICE_ALIGN}-byte boundary"
+        )))
     }
 }
 
@@ -90,7 +92,10 @@ impl Accounting {
     fn reserve(&self, p: Purpose, bytes: u64) -> Result<(), BackendError> {
         if let Some(left) = self.cap_left() {
             if bytes > left {
-                return Err(BackendError::OutOfMemory { needed: bytes, available: left });
+                return Err(BackendError::OutOfMemory {
+                    needed: bytes,
+                    available: left,
+                });
             }
         }
         self.counter(p).fetch_add(bytes, Ordering::Relaxed);
@@ -154,11 +159,16 @@ impl CudaDevice {
                 "the NVIDIA driver library (libcuda) could not be loaded; use --backend cpu".into(),
             ));
         }
-        drv::init().map_err(|e| BackendError::DeviceNotFound(format!("cuInit failed: {e:?}; use --backend cpu")))?;
+        drv::init().map_err(|e| {
+            BackendError::DeviceNotFound(format!("cuInit failed: {e:?}; use --backend cpu"))
+        })?;
         let count = drv::device::get_count()
-            .map_err(|e| BackendError::DeviceNotFound(format!("cannot count GPUs: {e:?}")))? as usize;
+            .map_err(|e| BackendError::DeviceNotFound(format!("cannot count GPUs: {e:?}")))?
+            as usize;
         if count == 0 {
-            return Err(BackendError::DeviceNotFound("no CUDA GPU found; use --backend cpu".into()));
+            return Err(BackendError::DeviceNotFound(
+                "no CUDA GPU found; use --backend cpu".into(),
+            ));
         }
         if ordinal >= count {
             return Err(BackendError::InvalidDevice(format!(
@@ -166,7 +176,8 @@ impl CudaDevice {
                 count - 1
             )));
         }
-        let ctx = CudaContext::new(ordinal).map_err(|e| driver_error("binding the primary context", e))?;
+        let ctx = CudaContext::new(ordinal)
+            .map_err(|e| driver_error("binding the primary context", e))?;
         // One stream orders everything; cudarc's per-buffer events are not used.
         // SAFETY: no CudaSlice is ever made with this context.
         unsafe { ctx.disable_event_tracking() };
@@ -180,20 +191,30 @@ impl CudaDevice {
             malloc_heap_bytes: ctx
                 .get_limit(sys::CUlimit::CU_LIMIT_MALLOC_HEAP_SIZE)
                 .map_err(|e| driver_error("reading the heap limit", e))?,
-            prefers_l1: ctx.get_cache_config().map_err(|e| driver_error("reading the cache configuration", e))?
+            prefers_l1: ctx
+                .get_cache_config()
+                .map_err(|e| driver_error("reading the cache configuration", e))?
                 == sys::CUfunc_cache::CU_FUNC_CACHE_PREFER_L1,
         };
 
-        let stream = ctx.new_stream().map_err(|e| driver_error("creating a stream", e))?;
-        let name = ctx.name().map_err(|e| driver_error("reading the device name", e))?;
-        let arch = ctx.compute_capability().map_err(|e| driver_error("reading the compute capability", e))?;
+        let stream = ctx
+            .new_stream()
+            .map_err(|e| driver_error("creating a stream", e))?;
+        let name = ctx
+            .name()
+            .map_err(|e| driver_error("reading the device name", e))?;
+        let arch = ctx
+            .compute_capability()
+            .map_err(|e| driver_error("reading the compute capability", e))?;
         if arch.0 < 7 {
             return Err(BackendError::DeviceNotFound(format!(
                 "{name} has compute capability {}.{}; 7.0 or newer is needed",
                 arch.0, arch.1
             )));
         }
-        let total = ctx.total_mem().map_err(|e| driver_error("reading the memory size", e))?;
+        let total = ctx
+            .total_mem()
+            .map_err(|e| driver_error("reading the memory size", e))?;
         let mut version = 0i32;
         // SAFETY: writes one int.
         unsafe { sys::cuDriverGetVersion(&mut version) }
@@ -224,7 +245,9 @@ impl CudaDevice {
             (Some(c), _) => Some(c),
             (None, Err(_)) => None,
             (None, Ok(v)) => Some(v.trim().parse::<u64>().map_err(|_| {
-                BackendError::InvalidDevice(format!("{VRAM_CAP_ENV}={v:?} is not a number of bytes"))
+                BackendError::InvalidDevice(format!(
+                    "{VRAM_CAP_ENV}={v:?} is not a number of bytes"
+                ))
             })?),
         };
 
@@ -242,7 +265,10 @@ impl CudaDevice {
             stream,
             pool,
             kernels,
-            acct: Accounting { cap, ..Default::default() },
+            acct: Accounting {
+                cap,
+                ..Default::default()
+            },
             info,
             arch,
             limits,
@@ -275,7 +301,9 @@ impl CudaDevice {
     }
 
     pub(crate) fn bind(&self) -> Result<(), BackendError> {
-        self.ctx.bind_to_thread().map_err(|e| driver_error("binding the context", e))
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| driver_error("binding the context", e))
     }
 
     pub(crate) fn cu_stream(&self) -> sys::CUstream {
@@ -294,22 +322,37 @@ impl CudaDevice {
 
     /// Waits for all queued work; asynchronous kernel faults surface here.
     pub fn synchronize(&self) -> Result<(), BackendError> {
-        self.stream.synchronize().map_err(|e| driver_error("synchronizing the stream", e))
+        self.stream
+            .synchronize()
+            .map_err(|e| driver_error("synchronizing the stream", e))
     }
 
     /// Allocates `bytes` (rounded up to 256) with `cuMemAlloc`.
-    pub(crate) fn alloc(self: &Arc<Self>, purpose: Purpose, bytes: u64) -> Result<DevBuf, BackendError> {
+    pub(crate) fn alloc(
+        self: &Arc<Self>,
+        purpose: Purpose,
+        bytes: u64,
+    ) -> Result<DevBuf, BackendError> {
         self.alloc_impl(purpose, bytes, false)
     }
 
     /// Allocates `bytes` (rounded up to 256) from the stream-ordered pool
     /// (falls back to `cuMemAlloc` without one). The block is freed in stream
     /// order on drop.
-    pub(crate) fn alloc_async(self: &Arc<Self>, purpose: Purpose, bytes: u64) -> Result<DevBuf, BackendError> {
+    pub(crate) fn alloc_async(
+        self: &Arc<Self>,
+        purpose: Purpose,
+        bytes: u64,
+    ) -> Result<DevBuf, BackendError> {
         self.alloc_impl(purpose, bytes, self.pool.is_some())
     }
 
-    fn alloc_impl(self: &Arc<Self>, purpose: Purpose, bytes: u64, pooled: bool) -> Result<DevBuf, BackendError> {
+    fn alloc_impl(
+        self: &Arc<Self>,
+        purpose: Purpose,
+        bytes: u64,
+        pooled: bool,
+    ) -> Result<DevBuf, BackendError> {
         let size = align_up(bytes);
         self.acct.reserve(purpose, size)?;
         let got = self.bind().and_then(|()| {
@@ -317,14 +360,19 @@ impl CudaDevice {
             // owned by the returned DevBuf.
             let r = unsafe {
                 match (pooled, self.pool) {
-                    (true, Some(pool)) => drv::mem_pool::alloc_async(pool, size as usize, self.cu_stream()),
+                    (true, Some(pool)) => {
+                        drv::mem_pool::alloc_async(pool, size as usize, self.cu_stream())
+                    }
                     _ => drv::malloc_sync(size as usize),
                 }
             };
             r.map_err(|e| {
                 if is_oom(&e) {
                     let free = drv::mem_get_info().map(|(f, _)| f as u64).unwrap_or(0);
-                    BackendError::OutOfMemory { needed: size, available: free }
+                    BackendError::OutOfMemory {
+                        needed: size,
+                        available: free,
+                    }
                 } else {
                     driver_error("allocating device memory", e)
                 }
@@ -338,7 +386,13 @@ impl CudaDevice {
             }
         };
         // Owned from here on, so a misaligned block is freed as the error returns.
-        let buf = DevBuf { ptr, bytes: size, purpose, pooled: pooled && self.pool.is_some(), dev: self.clone() };
+        let buf = DevBuf {
+            ptr,
+            bytes: size,
+            purpose,
+            pooled: pooled && self.pool.is_some(),
+            dev: self.clone(),
+        };
         check_aligned("a block from the driver", ptr)?;
         Ok(buf)
     }
@@ -349,7 +403,8 @@ impl CudaDevice {
             self.bind()?;
             self.synchronize()?;
             // SAFETY: the pool belongs to this device.
-            unsafe { drv::mem_pool::trim_to(pool, 0) }.map_err(|e| driver_error("trimming the memory pool", e))?;
+            unsafe { drv::mem_pool::trim_to(pool, 0) }
+                .map_err(|e| driver_error("trimming the memory pool", e))?;
         }
         Ok(())
     }
@@ -359,7 +414,9 @@ impl CudaDevice {
     fn probe(self: &Arc<Self>) -> Result<(), BackendError> {
         let buf = self.alloc(Purpose::Scratch, DEVICE_ALIGN)?;
         if memory_type(buf.ptr())? != MemoryKind::Device {
-            return Err(BackendError::VramResidencyFailed("a probe allocation is not device memory".into()));
+            return Err(BackendError::VramResidencyFailed(
+                "a probe allocation is not device memory".into(),
+            ));
         }
         Ok(())
     }

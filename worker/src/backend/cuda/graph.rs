@@ -41,7 +41,11 @@ impl Pinned {
         // SAFETY: plain pinned allocation, freed in Drop.
         let ptr = unsafe { drv::malloc_host(bytes.max(1), 0) }
             .map_err(|e| driver_error("allocating pinned memory", e))? as *mut u8;
-        Ok(Pinned { ptr, bytes, dev: dev.clone() })
+        Ok(Pinned {
+            ptr,
+            bytes,
+            dev: dev.clone(),
+        })
     }
 
     pub fn as_ptr(&self) -> *mut u8 {
@@ -78,7 +82,11 @@ unsafe impl Send for GraphHost {}
 
 impl GraphHost {
     pub fn new(dev: &Arc<CudaDevice>, vocab: usize) -> Result<Self, BackendError> {
-        Ok(GraphHost { step: Pinned::new(dev, 8)?, logits: Pinned::new(dev, vocab * 4)?, vocab })
+        Ok(GraphHost {
+            step: Pinned::new(dev, 8)?,
+            logits: Pinned::new(dev, vocab * 4)?,
+            vocab,
+        })
     }
 }
 
@@ -140,11 +148,28 @@ impl DecodeGraph {
         });
         let stream = dev.cu_stream();
         // SAFETY: the stream is ours; every call until end_capture only queues work.
-        let begun = unsafe { drv::stream::begin_capture(stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) };
+        let begun = unsafe {
+            drv::stream::begin_capture(
+                stream,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+        };
         let mut dummy = Vec::new();
         let recorded = begun
             .map_err(|e| driver_error("beginning a graph capture", e))
-            .and_then(|()| llama::forward(ops, cfg, weights, cache, &[0], 0, Logits::None, &mut dummy, None));
+            .and_then(|()| {
+                llama::forward(
+                    ops,
+                    cfg,
+                    weights,
+                    cache,
+                    &[0],
+                    0,
+                    Logits::None,
+                    &mut dummy,
+                    None,
+                )
+            });
         ops.capture = None;
         // Always end a begun capture, even after an error, so the stream is usable again.
         let graph = if begun.is_ok() {
@@ -163,7 +188,13 @@ impl DecodeGraph {
             drv::graph::destroy(graph).ok();
             exec.map_err(|e| driver_error("instantiating the decode graph", e))?
         };
-        Ok(DecodeGraph { exec, arena, step_offset, split_attention, dev })
+        Ok(DecodeGraph {
+            exec,
+            arena,
+            step_offset,
+            split_attention,
+            dev,
+        })
     }
 
     /// Runs the step for `token` at `position`, which leaves the logits in
@@ -179,7 +210,8 @@ impl DecodeGraph {
     ) -> Result<(), BackendError> {
         self.dev.bind()?;
         let stream = self.dev.cu_stream();
-        let pos = i32::try_from(position).map_err(|_| BackendError::InferenceFailed("position overflows".into()))?;
+        let pos = i32::try_from(position)
+            .map_err(|_| BackendError::InferenceFailed("position overflows".into()))?;
         // SAFETY: the pinned step buffer holds 8 bytes and no copy from it is
         // in flight (the previous replay was waited for).
         unsafe {
@@ -189,7 +221,8 @@ impl DecodeGraph {
             let src = std::slice::from_raw_parts(p as *const u8, 8);
             drv::memcpy_htod_async(self.arena.ptr() + self.step_offset, src, stream)
                 .map_err(|e| driver_error("copying the step", e))?;
-            drv::graph::launch(self.exec, stream).map_err(|e| driver_error("launching the decode graph", e))?;
+            drv::graph::launch(self.exec, stream)
+                .map_err(|e| driver_error("launching the decode graph", e))?;
         }
         let Some(out) = out else {
             // The pinned step buffer is rewritten by the next replay: wait
@@ -201,12 +234,15 @@ impl DecodeGraph {
         // into it is in flight; `kept` holds `vocab` logits once the graph ran.
         unsafe {
             let dst = std::slice::from_raw_parts_mut(host.logits.as_ptr() as *mut f32, host.vocab);
-            drv::memcpy_dtoh_async(dst, kept, stream).map_err(|e| driver_error("copying the logits", e))?;
+            drv::memcpy_dtoh_async(dst, kept, stream)
+                .map_err(|e| driver_error("copying the logits", e))?;
         }
         self.dev.synchronize()?;
         out.clear();
         // SAFETY: the copy above has finished.
-        out.extend_from_slice(unsafe { std::slice::from_raw_parts(host.logits.as_ptr() as *const f32, host.vocab) });
+        out.extend_from_slice(unsafe {
+            std::slice::from_raw_parts(host.logits.as_ptr() as *const f32, host.vocab)
+        });
         Ok(())
     }
 }

@@ -19,7 +19,8 @@ use crate::backend::cuda::args::{AttentionCombineArgs, AttentionSplitArgs, Matmu
 use crate::backend::cuda::launch::{launch_config, Kernel, KernelCall, ParamList};
 use crate::backend::cuda::nvrtc::{compile_module, KernelCache};
 use crate::backend::cuda::source::{
-    Module, ATS_MAX_CHUNK, ATS_MAX_SPLITS, GEMM_BM, GEMM_BN, GTC_BR, GTC_BT, GTC_SMEM_BYTES, MV_MAX_TOKENS,
+    Module, ATS_MAX_CHUNK, ATS_MAX_SPLITS, GEMM_BM, GEMM_BN, GTC_BR, GTC_BT, GTC_SMEM_BYTES,
+    MV_MAX_TOKENS,
 };
 use crate::backend::BackendError;
 
@@ -67,13 +68,25 @@ fn load_error(m: Module, e: impl std::fmt::Debug) -> BackendError {
 
 /// Every module's image for `arch`, compiled in parallel where not cached;
 /// the flag says whether it came from the cache.
-fn module_images(cache: &KernelCache, arch: (i32, i32)) -> Result<Vec<(Module, Vec<u8>, bool)>, BackendError> {
+fn module_images(
+    cache: &KernelCache,
+    arch: (i32, i32),
+) -> Result<Vec<(Module, Vec<u8>, bool)>, BackendError> {
     std::thread::scope(|s| {
         let handles: Vec<_> = Module::ALL
             .iter()
-            .map(|&m| s.spawn(move || cache.load_or_compile(m, arch).map(|(img, hit)| (m, img, hit))))
+            .map(|&m| {
+                s.spawn(move || {
+                    cache
+                        .load_or_compile(m, arch)
+                        .map(|(img, hit)| (m, img, hit))
+                })
+            })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("compile thread panicked")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("compile thread panicked"))
+            .collect()
     })
 }
 
@@ -91,7 +104,8 @@ fn load_module(
             tracing::warn!(module = m.file_name(), error = ?e, "cached kernels did not load; recompiling");
             let image = compile_module(m, arch)?;
             cache.put(m, arch, &image);
-            ctx.load_module(Ptx::from_binary(image)).map_err(|e| load_error(m, e))
+            ctx.load_module(Ptx::from_binary(image))
+                .map_err(|e| load_error(m, e))
         }
         Err(e) => Err(load_error(m, e)),
     }
@@ -109,23 +123,34 @@ impl Kernels {
         }
         let mut funcs = HashMap::new();
         for k in Kernel::all() {
-            let f = modules[&k.module()].load_function(&k.symbol()).map_err(|e| {
-                let file = k.module().file_name();
-                BackendError::KernelLaunchFailed(format!("{file} has no kernel {}: {e:?}", k.symbol()))
-            })?;
+            let f = modules[&k.module()]
+                .load_function(&k.symbol())
+                .map_err(|e| {
+                    let file = k.module().file_name();
+                    BackendError::KernelLaunchFailed(format!(
+                        "{file} has no kernel {}: {e:?}",
+                        k.symbol()
+                    ))
+                })?;
             if let Kernel::GemmTc(_) = k {
                 // Its shared memory is over the default 48 KB limit.
                 let attr = cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
                 f.set_attribute(attr, GTC_SMEM_BYTES as i32).map_err(|e| {
-                    BackendError::KernelLaunchFailed(format!("raising {}'s shared memory: {e:?}", k.symbol()))
+                    BackendError::KernelLaunchFailed(format!(
+                        "raising {}'s shared memory: {e:?}",
+                        k.symbol()
+                    ))
                 })?;
             }
             funcs.insert(k, f);
         }
         let sm_count = ctx
-            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_err(|e| BackendError::KernelLaunchFailed(format!("reading the multiprocessor count: {e:?}")))?
-            as usize;
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+            .map_err(|e| {
+                BackendError::KernelLaunchFailed(format!("reading the multiprocessor count: {e:?}"))
+            })? as usize;
         Ok(Kernels {
             funcs,
             mv_warp_min_rows: AtomicUsize::new(MV_WARP_MIN_ROWS),
@@ -178,9 +203,13 @@ impl Kernels {
     /// `ATS_MAX_CHUNK` positions; none when that needs too many chunks.
     pub fn context_split(&self, n_head_kv: usize, capacity: usize) -> Option<ContextSplit> {
         let for_sms = (2 * self.sm_count).div_ceil(n_head_kv.max(1));
-        let nsplit = for_sms.max(capacity.div_ceil(ATS_MAX_CHUNK)).min(capacity).max(1);
+        let nsplit = for_sms
+            .max(capacity.div_ceil(ATS_MAX_CHUNK))
+            .min(capacity)
+            .max(1);
         let chunk = capacity.div_ceil(nsplit);
-        (nsplit <= ATS_MAX_SPLITS && chunk <= ATS_MAX_CHUNK).then_some(ContextSplit { nsplit, chunk })
+        (nsplit <= ATS_MAX_SPLITS && chunk <= ATS_MAX_CHUNK)
+            .then_some(ContextSplit { nsplit, chunk })
     }
 
     /// Decode attention split over the context: `attention_split`, then
@@ -208,9 +237,9 @@ impl Kernels {
         // SAFETY: `C::Params` is the kernel's C signature (compared with the
         // sources by a test), every dimension was checked to fit its `int`,
         // no required buffer is null, and the caller checked buffer sizes.
-        unsafe { b.launch(cfg) }
-            .map(|_| ())
-            .map_err(|e| BackendError::KernelLaunchFailed(format!("launching {}: {e:?}", k.symbol())))
+        unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| {
+            BackendError::KernelLaunchFailed(format!("launching {}: {e:?}", k.symbol()))
+        })
     }
 
     /// `out[t][r] = sum_c x[t][c] * W[r][c] (+ bias[r])`. One row of x from
@@ -236,7 +265,8 @@ impl Kernels {
             return Ok(());
         }
         let tc_blocks = rows.div_ceil(GTC_BR as usize) * n.div_ceil(GTC_BT as usize);
-        let kernel = if n > MV_MAX_TOKENS && tc_blocks >= self.tc_min_blocks.load(Ordering::Relaxed) {
+        let kernel = if n > MV_MAX_TOKENS && tc_blocks >= self.tc_min_blocks.load(Ordering::Relaxed)
+        {
             Kernel::GemmTc(m.w.ty)
         } else if n > MV_MAX_TOKENS {
             Kernel::Gemm(m.w.ty)

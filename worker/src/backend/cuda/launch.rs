@@ -10,8 +10,8 @@ use cudarc::driver::{LaunchArgs, LaunchConfig, PushKernelArg};
 
 use crate::backend::cuda::ptr::Param;
 use crate::backend::cuda::source::{
-    Module, ATS_THREADS, ATT_THREADS, GEMM_BM, GEMM_BN, GEMM_THREADS, GTC_BR, GTC_BT, GTC_SMEM_BYTES, GTC_THREADS,
-    MV1_ROWS, MV1_THREADS, MV_THREADS, SAMPLE_THREADS,
+    Module, ATS_THREADS, ATT_THREADS, GEMM_BM, GEMM_BN, GEMM_THREADS, GTC_BR, GTC_BT,
+    GTC_SMEM_BYTES, GTC_THREADS, MV1_ROWS, MV1_THREADS, MV_THREADS, SAMPLE_THREADS,
 };
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -57,7 +57,12 @@ impl Kernel {
     pub fn all() -> Vec<Kernel> {
         let mut v = Vec::new();
         for t in GgmlType::ALL {
-            v.extend([Kernel::Embed(t), Kernel::MatVec(t), Kernel::MatVecWarp(t), Kernel::Gemm(t)]);
+            v.extend([
+                Kernel::Embed(t),
+                Kernel::MatVec(t),
+                Kernel::MatVecWarp(t),
+                Kernel::Gemm(t),
+            ]);
             v.extend([Kernel::MatVec1(t), Kernel::GemmTc(t)]);
         }
         v.extend([
@@ -85,9 +90,10 @@ impl Kernel {
             Kernel::GemmTc(_) => Module::GemmTc,
             Kernel::RmsNorm | Kernel::LayerNorm => Module::Norm,
             Kernel::Rope => Module::Rope,
-            Kernel::KvStore | Kernel::Attention | Kernel::AttentionSplit | Kernel::AttentionCombine => {
-                Module::Attention
-            }
+            Kernel::KvStore
+            | Kernel::Attention
+            | Kernel::AttentionSplit
+            | Kernel::AttentionCombine => Module::Attention,
             Kernel::Swiglu | Kernel::Gelu | Kernel::AddAssign => Module::Elementwise,
             Kernel::SampleSelect | Kernel::SampleLogprobs => Module::Sample,
         }
@@ -125,13 +131,20 @@ impl Kernel {
 /// `1..=i32::MAX` (zero rows or columns are refused, not launched as empty
 /// grids), and each required buffer must not be null. Buffer sizes are
 /// checked one level up, in `ops.rs`, where the buffers are known.
-pub fn check_args(k: Kernel, ints: &[(&str, usize)], ptrs: &[(&str, CUdeviceptr)]) -> Result<(), BackendError> {
+pub fn check_args(
+    k: Kernel,
+    ints: &[(&str, usize)],
+    ptrs: &[(&str, CUdeviceptr)],
+) -> Result<(), BackendError> {
     for &(name, v) in ints {
         if v == 0 {
             return Err(refusal(k, format!("{name} is zero; nothing is launched")));
         }
         if v > i32::MAX as usize {
-            return Err(refusal(k, format!("{name} = {v} exceeds the kernel's int range")));
+            return Err(refusal(
+                k,
+                format!("{name} = {v} exceeds the kernel's int range"),
+            ));
         }
     }
     if let Some((name, _)) = ptrs.iter().find(|(_, p)| *p == 0) {
@@ -180,13 +193,19 @@ fn norm_threads(cols: usize) -> u32 {
 }
 
 fn blocks(grid: (u32, u32), threads: u32) -> LaunchConfig {
-    LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
+    LaunchConfig {
+        grid_dim: (grid.0, grid.1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 /// One thread per element in blocks of `block`; zero elements are refused.
 fn grid_1d(n: u64, block: u32) -> Result<LaunchConfig, BackendError> {
     if n == 0 {
-        return Err(BackendError::InferenceFailed("a launch over zero elements".into()));
+        return Err(BackendError::InferenceFailed(
+            "a launch over zero elements".into(),
+        ));
     }
     let count = u32::try_from(n.div_ceil(block as u64))
         .map_err(|_| BackendError::InferenceFailed(format!("{n} elements exceed one launch")))?;
@@ -202,47 +221,72 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
         (Kernel::Embed(_), Work::Rows { rows, .. }) => Ok(blocks((rows as u32, 1), EMBED_THREADS)),
         (Kernel::MatVec(_), Work::Matrix { rows, .. }) => Ok(blocks((rows as u32, 1), MV_THREADS)),
         // A warp per weight row.
-        (Kernel::MatVecWarp(_), Work::Matrix { rows, .. }) => {
-            Ok(blocks(((rows as u32).div_ceil(MV_THREADS / 32), 1), MV_THREADS))
-        }
+        (Kernel::MatVecWarp(_), Work::Matrix { rows, .. }) => Ok(blocks(
+            ((rows as u32).div_ceil(MV_THREADS / 32), 1),
+            MV_THREADS,
+        )),
         (Kernel::Gemm(_), Work::Matrix { rows, n }) => {
             let tiles_n = (n as u32).div_ceil(GEMM_BN);
             if tiles_n > 65535 {
-                return Err(BackendError::InferenceFailed(format!("{n} rows exceed one matmul launch")));
+                return Err(BackendError::InferenceFailed(format!(
+                    "{n} rows exceed one matmul launch"
+                )));
             }
-            Ok(blocks(((rows as u32).div_ceil(GEMM_BM), tiles_n), GEMM_THREADS))
+            Ok(blocks(
+                ((rows as u32).div_ceil(GEMM_BM), tiles_n),
+                GEMM_THREADS,
+            ))
         }
-        (Kernel::MatVec1(_), Work::Matrix { rows, .. }) => Ok(blocks(((rows as u32).div_ceil(MV1_ROWS), 1), MV1_THREADS)),
+        (Kernel::MatVec1(_), Work::Matrix { rows, .. }) => {
+            Ok(blocks(((rows as u32).div_ceil(MV1_ROWS), 1), MV1_THREADS))
+        }
         (Kernel::GemmTc(_), Work::Matrix { rows, n }) => {
             let tiles_n = (n as u32).div_ceil(GTC_BT);
             if tiles_n > 65535 {
-                return Err(BackendError::InferenceFailed(format!("{n} rows exceed one matmul launch")));
+                return Err(BackendError::InferenceFailed(format!(
+                    "{n} rows exceed one matmul launch"
+                )));
             }
             let cfg = blocks(((rows as u32).div_ceil(GTC_BR), tiles_n), GTC_THREADS);
-            Ok(LaunchConfig { shared_mem_bytes: GTC_SMEM_BYTES, ..cfg })
+            Ok(LaunchConfig {
+                shared_mem_bytes: GTC_SMEM_BYTES,
+                ..cfg
+            })
         }
         (Kernel::AttentionSplit, Work::Chunks { n_head_kv, nsplit }) => {
             if nsplit > 65535 {
-                return Err(BackendError::InferenceFailed(format!("{nsplit} context chunks exceed one launch")));
+                return Err(BackendError::InferenceFailed(format!(
+                    "{nsplit} context chunks exceed one launch"
+                )));
             }
             Ok(blocks((n_head_kv as u32, nsplit as u32), ATS_THREADS))
         }
         // One block per head.
-        (Kernel::AttentionCombine, Work::Rows { rows, .. }) => Ok(blocks((rows as u32, 1), ATS_THREADS)),
+        (Kernel::AttentionCombine, Work::Rows { rows, .. }) => {
+            Ok(blocks((rows as u32, 1), ATS_THREADS))
+        }
         (Kernel::RmsNorm | Kernel::LayerNorm, Work::Rows { rows, cols }) => {
             Ok(blocks((rows as u32, 1), norm_threads(cols)))
         }
-        (Kernel::Rope | Kernel::KvStore | Kernel::Swiglu | Kernel::Gelu | Kernel::AddAssign, Work::Elements(n)) => {
-            grid_1d(n as u64, ELEMENT_THREADS)
-        }
+        (
+            Kernel::Rope | Kernel::KvStore | Kernel::Swiglu | Kernel::Gelu | Kernel::AddAssign,
+            Work::Elements(n),
+        ) => grid_1d(n as u64, ELEMENT_THREADS),
         (Kernel::Attention, Work::Heads { n, n_head }) => {
             if n > 65535 * 1024 || n_head > 65535 {
-                return Err(BackendError::InferenceFailed("attention shape exceeds one launch".into()));
+                return Err(BackendError::InferenceFailed(
+                    "attention shape exceeds one launch".into(),
+                ));
             }
             Ok(blocks((n as u32, n_head as u32), ATT_THREADS))
         }
-        (Kernel::SampleSelect | Kernel::SampleLogprobs, Work::Single) => Ok(blocks((1, 1), SAMPLE_THREADS)),
-        (k, work) => Err(BackendError::KernelLaunchFailed(format!("{} is not laid out over {work:?}", k.symbol()))),
+        (Kernel::SampleSelect | Kernel::SampleLogprobs, Work::Single) => {
+            Ok(blocks((1, 1), SAMPLE_THREADS))
+        }
+        (k, work) => Err(BackendError::KernelLaunchFailed(format!(
+            "{} is not laid out over {work:?}",
+            k.symbol()
+        ))),
     }
 }
 

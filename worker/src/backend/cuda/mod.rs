@@ -51,7 +51,9 @@ pub use sample::DeviceSampler;
 pub use source::{Module, HEADERS};
 pub use upload::UploadStats;
 
-use crate::backend::{Backend, BackendError, Checkpoints, DeviceInfo, Logits, MemoryUse, SampleRequest, SampledToken};
+use crate::backend::{
+    Backend, BackendError, Checkpoints, DeviceInfo, Logits, MemoryUse, SampleRequest, SampledToken,
+};
 use crate::gguf::GgufFile;
 use crate::model::llama::{self, LlamaWeights};
 use crate::model::ModelConfig;
@@ -83,7 +85,12 @@ pub struct CudaLoadOptions {
 
 impl Default for CudaLoadOptions {
     fn default() -> Self {
-        CudaLoadOptions { gpu_device: 0, kv_cache_size_mb: None, upload_chunk_bytes: 1 << 20, vram_cap_bytes: None }
+        CudaLoadOptions {
+            gpu_device: 0,
+            kv_cache_size_mb: None,
+            upload_chunk_bytes: 1 << 20,
+            vram_cap_bytes: None,
+        }
     }
 }
 
@@ -152,7 +159,9 @@ impl CudaBackend {
     ) -> Result<Self, BackendError> {
         // Refused before the GPU is touched (M0-W-1222).
         if opts.upload_chunk_bytes == 0 {
-            return Err(BackendError::ModelLoadFailed("the upload chunk size must be positive".into()));
+            return Err(BackendError::ModelLoadFailed(
+                "the upload chunk size must be positive".into(),
+            ));
         }
         let dev = CudaDevice::with_cap(opts.gpu_device, opts.vram_cap_bytes)?;
         dev.bind()?;
@@ -161,9 +170,9 @@ impl CudaBackend {
         let names = LlamaWeights::<CudaWeight>::tensor_names(&cfg, file);
         let mut weight_bytes = 0u64;
         for name in &names {
-            let info = file
-                .tensor(name)
-                .ok_or_else(|| BackendError::ModelLoadFailed(format!("tensor {name} is missing")))?;
+            let info = file.tensor(name).ok_or_else(|| {
+                BackendError::ModelLoadFailed(format!("tensor {name} is missing"))
+            })?;
             weight_bytes += align_up(device_bytes(info));
         }
         let kv_limit_bytes = opts.kv_cache_size_mb.map(|mb| mb << 20);
@@ -172,8 +181,10 @@ impl CudaBackend {
         if let Some(limit) = kv_limit_bytes {
             min_kv = min_kv.min(limit);
         }
-        let needed =
-            weight_bytes + align_up(min_kv) + decode_scratch_bytes(&cfg) + DeviceSampler::bytes_for(cfg.vocab_size);
+        let needed = weight_bytes
+            + align_up(min_kv)
+            + decode_scratch_bytes(&cfg)
+            + DeviceSampler::bytes_for(cfg.vocab_size);
         let available = dev.available_bytes()?;
         if needed > available {
             return Err(BackendError::OutOfMemory { needed, available });
@@ -192,28 +203,51 @@ impl CudaBackend {
                     data
                 } else {
                     let mut v = vec![0f32; spec.cols];
-                    quant::dequantize(info.ggml_type, data, &mut v)
-                        .map_err(|e| BackendError::ModelLoadFailed(format!("{}: {e}", info.name)))?;
+                    quant::dequantize(info.ggml_type, data, &mut v).map_err(|e| {
+                        BackendError::ModelLoadFailed(format!("{}: {e}", info.name))
+                    })?;
                     f32_bytes = v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
                     &f32_bytes
                 };
                 let mem = dev.alloc(Purpose::Weights, bytes.len() as u64)?;
                 uploader.upload(bytes, mem.ptr(), on_bytes)?;
-                CudaWeight { mem, ty: GgmlType::F32, rows: 1, cols: spec.cols, row_bytes: spec.cols * 4 }
+                CudaWeight {
+                    mem,
+                    ty: GgmlType::F32,
+                    rows: 1,
+                    cols: spec.cols,
+                    row_bytes: spec.cols * 4,
+                }
             } else {
                 let ty = info.ggml_type;
                 let row_bytes = ty.bytes_for(spec.cols as u64).ok_or_else(|| {
-                    BackendError::ModelLoadFailed(format!("{}: {} columns are not whole {ty} blocks", info.name, spec.cols))
+                    BackendError::ModelLoadFailed(format!(
+                        "{}: {} columns are not whole {ty} blocks",
+                        info.name, spec.cols
+                    ))
                 })? as usize;
                 if row_bytes * spec.rows != data.len() {
-                    return Err(BackendError::ModelLoadFailed(format!("{}: size does not match its shape", info.name)));
+                    return Err(BackendError::ModelLoadFailed(format!(
+                        "{}: size does not match its shape",
+                        info.name
+                    )));
                 }
                 let mem = dev.alloc(Purpose::Weights, data.len() as u64)?;
                 uploader.upload(data, mem.ptr(), on_bytes)?;
-                CudaWeight { mem, ty, rows: spec.rows, cols: spec.cols, row_bytes }
+                CudaWeight {
+                    mem,
+                    ty,
+                    rows: spec.rows,
+                    cols: spec.cols,
+                    row_bytes,
+                }
             };
             device::check_aligned(&info.name, w.ptr())?;
-            weight_bufs.push(WeightBuffer { name: info.name.clone(), ptr: w.ptr(), bytes: w.mem.bytes() });
+            weight_bufs.push(WeightBuffer {
+                name: info.name.clone(),
+                ptr: w.ptr(),
+                bytes: w.mem.bytes(),
+            });
             Ok(w)
         })?;
         let upload_stats = uploader.finish()?;
@@ -296,7 +330,11 @@ impl CudaBackend {
     /// One decode step through the sequence's graph, capturing it first if
     /// needed; the logits go to `out` when given. `Ok(false)` when the graph
     /// cannot be used (then run eagerly).
-    fn decode_with_graph(&mut self, token: u32, out: Option<&mut Vec<f32>>) -> Result<bool, BackendError> {
+    fn decode_with_graph(
+        &mut self,
+        token: u32,
+        out: Option<&mut Vec<f32>>,
+    ) -> Result<bool, BackendError> {
         let cache = self
             .cache
             .as_mut()
@@ -318,11 +356,16 @@ impl CudaBackend {
         // one choice, so it is captured again (once) when the context grows
         // past the threshold.
         let split = self.ops.dev.kernels.splits_attention_at(self.len + 1);
-        if self.decode_graph.as_ref().is_some_and(|g| g.split_attention != split) {
+        if self
+            .decode_graph
+            .as_ref()
+            .is_some_and(|g| g.split_attention != split)
+        {
             self.decode_graph = None;
         }
         if self.decode_graph.is_none() {
-            match graph::DecodeGraph::capture(&mut self.ops, &self.cfg, &self.weights, cache, split) {
+            match graph::DecodeGraph::capture(&mut self.ops, &self.cfg, &self.weights, cache, split)
+            {
                 Ok(g) => self.decode_graph = Some(g),
                 Err(e) => {
                     tracing::warn!(error = %e, "capturing the decode graph failed; decoding without it");
@@ -332,7 +375,13 @@ impl CudaBackend {
             }
         }
         let g = self.decode_graph.as_ref().expect("captured above");
-        g.replay(&self.graph_host, token, self.len, self.sampler.logits_ptr(), out)?;
+        g.replay(
+            &self.graph_host,
+            token,
+            self.len,
+            self.sampler.logits_ptr(),
+            out,
+        )?;
         Ok(true)
     }
 }
@@ -340,7 +389,8 @@ impl CudaBackend {
 /// Scratch one decode step needs (the activations of `llama::forward` for one
 /// token), with slack for the pool's granularity.
 fn decode_scratch_bytes(cfg: &ModelConfig) -> u64 {
-    let floats = 4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 3 * cfg.n_ff + cfg.vocab_size;
+    let floats =
+        4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 3 * cfg.n_ff + cfg.vocab_size;
     align_up(floats as u64 * 4) + (4 << 20)
 }
 
@@ -395,13 +445,27 @@ impl Backend for CudaBackend {
             )));
         }
         self.end_sequence();
-        let bytes = CudaCache::bytes_for(self.cfg.n_layer, self.cfg.n_head_kv, self.cfg.head_dim, capacity);
+        let bytes = CudaCache::bytes_for(
+            self.cfg.n_layer,
+            self.cfg.n_head_kv,
+            self.cfg.head_dim,
+            capacity,
+        );
         if let Some(limit) = self.kv_limit_bytes {
             if bytes > limit {
-                return Err(BackendError::OutOfMemory { needed: bytes, available: limit });
+                return Err(BackendError::OutOfMemory {
+                    needed: bytes,
+                    available: limit,
+                });
             }
         }
-        self.cache = Some(CudaCache::new(&self.dev, self.cfg.n_layer, self.cfg.n_head_kv, self.cfg.head_dim, capacity)?);
+        self.cache = Some(CudaCache::new(
+            &self.dev,
+            self.cfg.n_layer,
+            self.cfg.n_head_kv,
+            self.cfg.head_dim,
+            capacity,
+        )?);
         self.len = 0;
         Ok(())
     }
@@ -418,12 +482,17 @@ impl Backend for CudaBackend {
         checkpoints: Option<&mut Checkpoints>,
     ) -> Result<(), BackendError> {
         if self.cache.is_none() {
-            return Err(BackendError::InferenceFailed("forward without a sequence".into()));
+            return Err(BackendError::InferenceFailed(
+                "forward without a sequence".into(),
+            ));
         }
         self.dev.bind()?;
         self.has_logits = false;
-        let graph_step =
-            self.use_graphs && !self.graph_failed && tokens.len() == 1 && logits != Logits::All && checkpoints.is_none();
+        let graph_step = self.use_graphs
+            && !self.graph_failed
+            && tokens.len() == 1
+            && logits != Logits::All
+            && checkpoints.is_none();
         if graph_step {
             let host_out = if logits == Logits::None {
                 out.clear();
@@ -438,7 +507,17 @@ impl Backend for CudaBackend {
             }
         }
         let cache = self.cache.as_mut().expect("checked above");
-        llama::forward(&mut self.ops, &self.cfg, &self.weights, cache, tokens, self.len, logits, out, checkpoints)?;
+        llama::forward(
+            &mut self.ops,
+            &self.cfg,
+            &self.weights,
+            cache,
+            tokens,
+            self.len,
+            logits,
+            out,
+            checkpoints,
+        )?;
         self.len += tokens.len();
         self.has_logits = true;
         Ok(())
@@ -446,7 +525,9 @@ impl Backend for CudaBackend {
 
     fn sample(&mut self, req: &SampleRequest) -> Result<SampledToken, BackendError> {
         if !self.has_logits {
-            return Err(BackendError::InferenceFailed("sample without logits: run forward first".into()));
+            return Err(BackendError::InferenceFailed(
+                "sample without logits: run forward first".into(),
+            ));
         }
         self.sampler.sample(req)
     }
@@ -468,7 +549,10 @@ impl Backend for CudaBackend {
 
     fn check_residency(&self) -> Result<bool, BackendError> {
         self.dev.bind()?;
-        let extra = self.host_mapped.as_ref().map(|h| ("test-host-mapped".to_string(), h.dptr));
+        let extra = self
+            .host_mapped
+            .as_ref()
+            .map(|h| ("test-host-mapped".to_string(), h.dptr));
         let weights = self.weight_bufs.iter().map(|b| (b.name.clone(), b.ptr));
         for (name, ptr) in weights.chain(extra) {
             let kind = memory_type(ptr)?;

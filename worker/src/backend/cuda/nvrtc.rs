@@ -36,7 +36,10 @@ pub fn nvrtc_version() -> Result<(i32, i32), BackendError> {
     ensure_nvrtc()?;
     let (mut major, mut minor) = (0, 0);
     // SAFETY: writes two ints.
-    check(unsafe { nv::nvrtcVersion(&mut major, &mut minor) }, "nvrtcVersion")?;
+    check(
+        unsafe { nv::nvrtcVersion(&mut major, &mut minor) },
+        "nvrtcVersion",
+    )?;
     Ok((major, minor))
 }
 
@@ -54,14 +57,19 @@ fn check(r: nv::nvrtcResult, what: &str) -> Result<(), BackendError> {
     if r == nv::nvrtcResult::NVRTC_SUCCESS {
         Ok(())
     } else {
-        Err(BackendError::KernelLaunchFailed(format!("{what} failed: {r:?}")))
+        Err(BackendError::KernelLaunchFailed(format!(
+            "{what} failed: {r:?}"
+        )))
     }
 }
 
 /// The options every module is compiled with, for architecture `arch`: the
 /// target, the language, and the constants shared with the host.
 pub fn options(arch: (i32, i32)) -> Vec<String> {
-    let mut opts = vec![format!("--gpu-architecture=sm_{}{}", arch.0, arch.1), "--std=c++17".into()];
+    let mut opts = vec![
+        format!("--gpu-architecture=sm_{}{}", arch.0, arch.1),
+        "--std=c++17".into(),
+    ];
     opts.extend(defines());
     opts
 }
@@ -71,10 +79,17 @@ pub fn options(arch: (i32, i32)) -> Vec<String> {
 /// `KernelLaunchFailed` carrying NVRTC's log.
 pub fn compile_source(name: &str, source: &str, arch: (i32, i32)) -> Result<Vec<u8>, BackendError> {
     ensure_nvrtc()?;
-    let src = CString::new(source).map_err(|_| BackendError::KernelLaunchFailed(format!("{name} holds a NUL byte")))?;
+    let src = CString::new(source)
+        .map_err(|_| BackendError::KernelLaunchFailed(format!("{name} holds a NUL byte")))?;
     let cname = CString::new(name).expect("module names hold no NUL");
-    let header_srcs: Vec<CString> = HEADERS.iter().map(|(_, s)| CString::new(*s).expect("headers hold no NUL")).collect();
-    let header_names: Vec<CString> = HEADERS.iter().map(|(n, _)| CString::new(*n).expect("names hold no NUL")).collect();
+    let header_srcs: Vec<CString> = HEADERS
+        .iter()
+        .map(|(_, s)| CString::new(*s).expect("headers hold no NUL"))
+        .collect();
+    let header_names: Vec<CString> = HEADERS
+        .iter()
+        .map(|(n, _)| CString::new(*n).expect("names hold no NUL"))
+        .collect();
     let header_src_ptrs: Vec<*const c_char> = header_srcs.iter().map(|s| s.as_ptr()).collect();
     let header_name_ptrs: Vec<*const c_char> = header_names.iter().map(|s| s.as_ptr()).collect();
 
@@ -99,8 +114,15 @@ pub fn compile_source(name: &str, source: &str, arch: (i32, i32)) -> Result<Vec<
     result
 }
 
-fn compile_program(prog: nv::nvrtcProgram, name: &str, arch: (i32, i32)) -> Result<Vec<u8>, BackendError> {
-    let opts: Vec<CString> = options(arch).into_iter().map(|o| CString::new(o).expect("no NUL")).collect();
+fn compile_program(
+    prog: nv::nvrtcProgram,
+    name: &str,
+    arch: (i32, i32),
+) -> Result<Vec<u8>, BackendError> {
+    let opts: Vec<CString> = options(arch)
+        .into_iter()
+        .map(|o| CString::new(o).expect("no NUL"))
+        .collect();
     let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
     // SAFETY: `prog` is a live program; options are NUL-terminated strings.
     let r = unsafe { nv::nvrtcCompileProgram(prog, opt_ptrs.len() as i32, opt_ptrs.as_ptr()) };
@@ -113,11 +135,19 @@ fn compile_program(prog: nv::nvrtcProgram, name: &str, arch: (i32, i32)) -> Resu
     }
     let mut size = 0usize;
     // SAFETY: `prog` compiled successfully; the buffer has the reported size.
-    check(unsafe { nv::nvrtcGetCUBINSize(prog, &mut size) }, "nvrtcGetCUBINSize")?;
+    check(
+        unsafe { nv::nvrtcGetCUBINSize(prog, &mut size) },
+        "nvrtcGetCUBINSize",
+    )?;
     let mut cubin = vec![0u8; size];
-    check(unsafe { nv::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut c_char) }, "nvrtcGetCUBIN")?;
+    check(
+        unsafe { nv::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut c_char) },
+        "nvrtcGetCUBIN",
+    )?;
     if cubin.is_empty() {
-        return Err(BackendError::KernelLaunchFailed(format!("NVRTC produced no CUBIN for {name}")));
+        return Err(BackendError::KernelLaunchFailed(format!(
+            "NVRTC produced no CUBIN for {name}"
+        )));
     }
     Ok(cubin)
 }
@@ -125,9 +155,15 @@ fn compile_program(prog: nv::nvrtcProgram, name: &str, arch: (i32, i32)) -> Resu
 fn program_log(prog: nv::nvrtcProgram) -> Result<String, BackendError> {
     let mut size = 0usize;
     // SAFETY: `prog` is live; the buffer has the reported size.
-    check(unsafe { nv::nvrtcGetProgramLogSize(prog, &mut size) }, "nvrtcGetProgramLogSize")?;
+    check(
+        unsafe { nv::nvrtcGetProgramLogSize(prog, &mut size) },
+        "nvrtcGetProgramLogSize",
+    )?;
     let mut log = vec![0u8; size.max(1)];
-    check(unsafe { nv::nvrtcGetProgramLog(prog, log.as_mut_ptr() as *mut c_char) }, "nvrtcGetProgramLog")?;
+    check(
+        unsafe { nv::nvrtcGetProgramLog(prog, log.as_mut_ptr() as *mut c_char) },
+        "nvrtcGetProgramLog",
+    )?;
     let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
     Ok(String::from_utf8_lossy(&log[..end]).into_owned())
 }
@@ -156,7 +192,10 @@ pub fn cache_key(module: Module, options: &[String], nvrtc: (i32, i32)) -> Strin
         h.update(o);
     }
     h.update(format!("\0nvrtc {}.{}", nvrtc.0, nvrtc.1));
-    h.finalize()[..8].iter().map(|b| format!("{b:02x}")).collect()
+    h.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The on-disk CUBIN cache.
@@ -184,22 +223,36 @@ impl KernelCache {
     }
 
     /// The file a module's CUBIN for `arch` is cached in.
-    pub fn path_for(&self, module: Module, arch: (i32, i32)) -> Result<Option<PathBuf>, BackendError> {
-        let Some(dir) = &self.dir else { return Ok(None) };
+    pub fn path_for(
+        &self,
+        module: Module,
+        arch: (i32, i32),
+    ) -> Result<Option<PathBuf>, BackendError> {
+        let Some(dir) = &self.dir else {
+            return Ok(None);
+        };
         let hex = cache_key(module, &options(arch), nvrtc_version()?);
         let stem = module.file_name().trim_end_matches(".cu");
-        Ok(Some(dir.join(format!("{stem}-sm{}{}-{hex}.cubin", arch.0, arch.1))))
+        Ok(Some(dir.join(format!(
+            "{stem}-sm{}{}-{hex}.cubin",
+            arch.0, arch.1
+        ))))
     }
 
     /// The cached CUBIN, if present and readable.
     pub fn get(&self, module: Module, arch: (i32, i32)) -> Result<Option<Vec<u8>>, BackendError> {
-        Ok(self.path_for(module, arch)?.and_then(|p| std::fs::read(p).ok()).filter(|b| !b.is_empty()))
+        Ok(self
+            .path_for(module, arch)?
+            .and_then(|p| std::fs::read(p).ok())
+            .filter(|b| !b.is_empty()))
     }
 
     /// Stores CUBIN (write to a temporary file, then rename). Failures are
     /// logged and otherwise ignored.
     pub fn put(&self, module: Module, arch: (i32, i32), cubin: &[u8]) {
-        let Ok(Some(path)) = self.path_for(module, arch) else { return };
+        let Ok(Some(path)) = self.path_for(module, arch) else {
+            return;
+        };
         let write = || -> std::io::Result<()> {
             if let Some(dir) = path.parent() {
                 std::fs::create_dir_all(dir)?;
@@ -215,7 +268,11 @@ impl KernelCache {
 
     /// The cached CUBIN, or a fresh compile (then cached). The flag says
     /// whether it came from the cache.
-    pub fn load_or_compile(&self, module: Module, arch: (i32, i32)) -> Result<(Vec<u8>, bool), BackendError> {
+    pub fn load_or_compile(
+        &self,
+        module: Module,
+        arch: (i32, i32),
+    ) -> Result<(Vec<u8>, bool), BackendError> {
         if let Some(cubin) = self.get(module, arch)? {
             return Ok((cubin, true));
         }

@@ -14,12 +14,13 @@ use cudarc::driver::sys::CUdeviceptr;
 use half::f16;
 
 use crate::backend::cuda::args::{
-    AddAssignArgs, AttentionArgs, AttentionCombineArgs, AttentionSplitArgs, CacheWindow, EmbedArgs, GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs,
-    RmsNormArgs, RopeArgs, RopePairs, Stored, SwigluArgs,
+    AddAssignArgs, AttentionArgs, AttentionCombineArgs, AttentionSplitArgs, CacheWindow, EmbedArgs,
+    GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs, RmsNormArgs, RopeArgs, RopePairs, Stored,
+    SwigluArgs,
 };
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
-use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::kernels::ContextSplit;
+use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{ATS_MAX_GROUP, ATT_MAX_HEAD_DIM};
 use crate::backend::BackendError;
 use crate::model::config::RopeStyle;
@@ -45,7 +46,13 @@ impl CudaWeight {
     /// The stored rows, as a kernel reads them.
     fn stored(&self) -> Stored {
         let (ty, row_bytes, rows, cols) = (self.ty, self.row_bytes, self.rows, self.cols);
-        Stored { ty, ptr: DevPtr::new(self.ptr()), row_bytes, rows, cols }
+        Stored {
+            ty,
+            ptr: DevPtr::new(self.ptr()),
+            row_bytes,
+            rows,
+            cols,
+        }
     }
 
     /// A vector weight's f32 values.
@@ -126,7 +133,13 @@ impl CudaCache {
         let bytes = Self::bytes_for(n_layer, n_head_kv, head_dim, capacity);
         let mem = dev.alloc(Purpose::KvCache, bytes)?;
         mem.zero(bytes)?;
-        Ok(CudaCache { mem, n_layer, n_head_kv, head_dim, capacity })
+        Ok(CudaCache {
+            mem,
+            n_layer,
+            n_head_kv,
+            head_dim,
+            capacity,
+        })
     }
 
     fn plane_bytes(&self) -> u64 {
@@ -161,8 +174,10 @@ impl CudaCache {
         dev.bind()?;
         // SAFETY: the ranges lie inside the cache block.
         unsafe {
-            drv::memcpy_dtoh_async(&mut k, kp + off, dev.cu_stream()).map_err(|e| driver_error("copying K", e))?;
-            drv::memcpy_dtoh_async(&mut v, vp + off, dev.cu_stream()).map_err(|e| driver_error("copying V", e))?;
+            drv::memcpy_dtoh_async(&mut k, kp + off, dev.cu_stream())
+                .map_err(|e| driver_error("copying K", e))?;
+            drv::memcpy_dtoh_async(&mut v, vp + off, dev.cu_stream())
+                .map_err(|e| driver_error("copying V", e))?;
         }
         dev.synchronize()?;
         Ok((k, v))
@@ -217,7 +232,12 @@ fn check_bufs(what: &str, bufs: &[&CudaBuf]) -> Result<(), BackendError> {
         let need = (b.rows * b.cols * 4) as u64;
         if let BufMem::Owned(m) = &b.mem {
             if m.bytes() < need {
-                return Err(shape_error(format!("{what}: a {}x{} matrix in a block of {} bytes", b.rows, b.cols, m.bytes())));
+                return Err(shape_error(format!(
+                    "{what}: a {}x{} matrix in a block of {} bytes",
+                    b.rows,
+                    b.cols,
+                    m.bytes()
+                )));
             }
         }
     }
@@ -245,7 +265,12 @@ fn check_weights(what: &str, ws: &[&CudaWeight]) -> Result<(), BackendError> {
 
 /// `embed` of `n` token ids at `tokens` from `table` into `out`.
 fn embed_args(table: &CudaWeight, tokens: DevPtr<u32>, n: usize, out: &mut CudaBuf) -> EmbedArgs {
-    EmbedArgs { table: table.stored(), tokens, n, out: out.output() }
+    EmbedArgs {
+        table: table.stored(),
+        tokens,
+        n,
+        out: out.output(),
+    }
 }
 
 /// A vector weight (norm weight, bias) of `len` f32 values.
@@ -255,7 +280,12 @@ fn is_f32_vector(w: &CudaWeight, len: usize) -> bool {
 
 impl CudaOps {
     pub fn new(dev: Arc<CudaDevice>) -> Self {
-        CudaOps { dev, capture: None, rope_tables: Vec::new(), kept_logits: None }
+        CudaOps {
+            dev,
+            capture: None,
+            rope_tables: Vec::new(),
+            kept_logits: None,
+        }
     }
 
     /// Makes `keep_last_row` copy the last position's logits to `ptr`, a
@@ -269,18 +299,28 @@ impl CudaOps {
     /// the CPU reference computes them, so that `rope` need not compute them
     /// per thread. Without a table the kernel computes them itself.
     pub fn prepare_rope(&mut self, freq_base: f32, n_rot: usize) -> Result<(), BackendError> {
-        if n_rot < 2 || self.rope_tables.iter().any(|t| t.base_bits == freq_base.to_bits() && t.n_rot == n_rot) {
+        if n_rot < 2
+            || self
+                .rope_tables
+                .iter()
+                .any(|t| t.base_bits == freq_base.to_bits() && t.n_rot == n_rot)
+        {
             return Ok(());
         }
-        let table: Vec<f64> =
-            (0..n_rot / 2).map(|i| (freq_base as f64).powf(-2.0 * i as f64 / n_rot as f64)).collect();
+        let table: Vec<f64> = (0..n_rot / 2)
+            .map(|i| (freq_base as f64).powf(-2.0 * i as f64 / n_rot as f64))
+            .collect();
         self.dev.bind()?;
         let mem = self.dev.alloc(Purpose::Weights, (table.len() * 8) as u64)?;
         // SAFETY: the block holds the table.
         unsafe { drv::memcpy_htod_async(mem.ptr(), &table, self.dev.cu_stream()) }
             .map_err(|e| driver_error("copying the RoPE table", e))?;
         self.dev.synchronize()?;
-        self.rope_tables.push(RopeTable { base_bits: freq_base.to_bits(), n_rot, mem });
+        self.rope_tables.push(RopeTable {
+            base_bits: freq_base.to_bits(),
+            n_rot,
+            mem,
+        });
         Ok(())
     }
 
@@ -308,9 +348,17 @@ impl CudaOps {
     }
 
     /// Uploads an f32 host matrix (for tests and small inputs).
-    pub fn upload(&mut self, rows: usize, cols: usize, data: &[f32]) -> Result<CudaBuf, BackendError> {
+    pub fn upload(
+        &mut self,
+        rows: usize,
+        cols: usize,
+        data: &[f32],
+    ) -> Result<CudaBuf, BackendError> {
         if data.len() != rows * cols {
-            return Err(shape_error(format!("upload: {} values for {rows}x{cols}", data.len())));
+            return Err(shape_error(format!(
+                "upload: {} values for {rows}x{cols}",
+                data.len()
+            )));
         }
         let b = self.alloc_buf(rows, cols)?;
         // SAFETY: the block holds at least `data.len()` f32 values; pageable
@@ -322,12 +370,23 @@ impl CudaOps {
 
     /// Uploads a weight from its stored bytes (`rows` rows of `cols` values
     /// of `ty`), synchronously. Vectors must be F32 with one row.
-    pub fn upload_weight(&mut self, ty: GgmlType, rows: usize, cols: usize, bytes: &[u8]) -> Result<CudaWeight, BackendError> {
-        let row_bytes = ty
-            .bytes_for(cols as u64)
-            .ok_or_else(|| shape_error(format!("upload_weight: {cols} values are not whole {ty} blocks")))? as usize;
+    pub fn upload_weight(
+        &mut self,
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        bytes: &[u8],
+    ) -> Result<CudaWeight, BackendError> {
+        let row_bytes = ty.bytes_for(cols as u64).ok_or_else(|| {
+            shape_error(format!(
+                "upload_weight: {cols} values are not whole {ty} blocks"
+            ))
+        })? as usize;
         if row_bytes * rows != bytes.len() || rows == 0 || (rows == 1 && ty != GgmlType::F32) {
-            return Err(shape_error(format!("upload_weight: {} bytes for {rows}x{cols} {ty}", bytes.len())));
+            return Err(shape_error(format!(
+                "upload_weight: {} bytes for {rows}x{cols} {ty}",
+                bytes.len()
+            )));
         }
         self.dev.bind()?;
         let mem = self.dev.alloc(Purpose::Weights, bytes.len() as u64)?;
@@ -335,7 +394,13 @@ impl CudaOps {
         unsafe { drv::memcpy_htod_async(mem.ptr(), bytes, self.dev.cu_stream()) }
             .map_err(|e| driver_error("copying a weight", e))?;
         self.dev.synchronize()?;
-        Ok(CudaWeight { mem, ty, rows, cols, row_bytes })
+        Ok(CudaWeight {
+            mem,
+            ty,
+            rows,
+            cols,
+            row_bytes,
+        })
     }
 
     fn alloc_buf(&mut self, rows: usize, cols: usize) -> Result<CudaBuf, BackendError> {
@@ -344,14 +409,25 @@ impl CudaOps {
         if let Some(c) = &mut self.capture {
             let size = super::device::align_up(bytes);
             if c.arena_used + size > c.arena_bytes {
-                return Err(BackendError::OutOfMemory { needed: size, available: c.arena_bytes - c.arena_used });
+                return Err(BackendError::OutOfMemory {
+                    needed: size,
+                    available: c.arena_bytes - c.arena_used,
+                });
             }
             let ptr = c.arena + c.arena_used;
             c.arena_used += size;
-            return Ok(CudaBuf { mem: BufMem::Arena(ptr), rows, cols });
+            return Ok(CudaBuf {
+                mem: BufMem::Arena(ptr),
+                rows,
+                cols,
+            });
         }
         let mem = self.dev.alloc_async(Purpose::Scratch, bytes)?;
-        Ok(CudaBuf { mem: BufMem::Owned(mem), rows, cols })
+        Ok(CudaBuf {
+            mem: BufMem::Owned(mem),
+            rows,
+            cols,
+        })
     }
 
     fn zero(&self, b: &CudaBuf) -> Result<(), BackendError> {
@@ -373,8 +449,17 @@ impl Ops for CudaOps {
         Ok(b)
     }
 
-    fn embed(&mut self, table: &CudaWeight, tokens: &[u32], out: &mut CudaBuf) -> Result<(), BackendError> {
-        if tokens.is_empty() || out.rows != tokens.len() || out.cols != table.cols || table.cols == 0 {
+    fn embed(
+        &mut self,
+        table: &CudaWeight,
+        tokens: &[u32],
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        if tokens.is_empty()
+            || out.rows != tokens.len()
+            || out.cols != table.cols
+            || table.cols == 0
+        {
             return Err(shape_error(format!(
                 "embed: {} tokens, table {}x{}, out {}x{}",
                 tokens.len(),
@@ -396,12 +481,16 @@ impl Ops for CudaOps {
         if let Some(c) = &self.capture {
             // The token id is written to the step's device slot before each replay.
             if tokens.len() != 1 {
-                return Err(BackendError::InferenceFailed("a decode graph takes one token".into()));
+                return Err(BackendError::InferenceFailed(
+                    "a decode graph takes one token".into(),
+                ));
             }
             let args = embed_args(table, DevPtr::new(c.step), 1, out);
             return self.dev.kernels.launch(&self.dev.stream, &args);
         }
-        let ids = self.dev.alloc_async(Purpose::Scratch, (tokens.len() * 4) as u64)?;
+        let ids = self
+            .dev
+            .alloc_async(Purpose::Scratch, (tokens.len() * 4) as u64)?;
         // SAFETY: `ids` holds `tokens.len()` u32 values; pageable memory is
         // staged before the call returns.
         unsafe { drv::memcpy_htod_async(ids.ptr(), tokens, self.dev.cu_stream()) }
@@ -410,20 +499,51 @@ impl Ops for CudaOps {
         self.dev.kernels.launch(&self.dev.stream, &args)
     }
 
-    fn rms_norm(&mut self, x: &CudaBuf, weight: &CudaWeight, eps: f32, out: &mut CudaBuf) -> Result<(), BackendError> {
-        if !is_f32_vector(weight, x.cols) || out.rows != x.rows || out.cols != x.cols || x.is_empty() {
-            return Err(shape_error(format!("rms_norm: x {}x{}, w {}, out {}x{}", x.rows, x.cols, weight.cols, out.rows, out.cols)));
+    fn rms_norm(
+        &mut self,
+        x: &CudaBuf,
+        weight: &CudaWeight,
+        eps: f32,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        if !is_f32_vector(weight, x.cols)
+            || out.rows != x.rows
+            || out.cols != x.cols
+            || x.is_empty()
+        {
+            return Err(shape_error(format!(
+                "rms_norm: x {}x{}, w {}, out {}x{}",
+                x.rows, x.cols, weight.cols, out.rows, out.cols
+            )));
         }
         check_weights("rms_norm", &[weight])?;
         check_bufs("rms_norm", &[x, out])?;
         self.dev.bind()?;
         let (w, rows, cols) = (weight.vector(), x.rows, x.cols);
-        let args = RmsNormArgs { x: x.input(), w, rows, cols, eps, out: out.output() };
+        let args = RmsNormArgs {
+            x: x.input(),
+            w,
+            rows,
+            cols,
+            eps,
+            out: out.output(),
+        };
         self.dev.kernels.launch(&self.dev.stream, &args)
     }
 
-    fn matmul(&mut self, x: &CudaBuf, w: &CudaWeight, bias: Option<&CudaWeight>, out: &mut CudaBuf) -> Result<(), BackendError> {
-        if x.cols != w.cols || out.rows != x.rows || out.cols != w.rows || x.is_empty() || w.rows == 0 {
+    fn matmul(
+        &mut self,
+        x: &CudaBuf,
+        w: &CudaWeight,
+        bias: Option<&CudaWeight>,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        if x.cols != w.cols
+            || out.rows != x.rows
+            || out.cols != w.rows
+            || x.is_empty()
+            || w.rows == 0
+        {
             return Err(shape_error(format!(
                 "matmul: x {}x{}, w {}x{}, out {}x{}",
                 x.rows, x.cols, w.rows, w.cols, out.rows, out.cols
@@ -436,17 +556,35 @@ impl Ops for CudaOps {
                 check_weights("matmul bias", &[b])?;
                 Some(b.vector())
             }
-            Some(b) => return Err(shape_error(format!("matmul bias of {} values for {} rows", b.cols, w.rows))),
+            Some(b) => {
+                return Err(shape_error(format!(
+                    "matmul bias of {} values for {} rows",
+                    b.cols, w.rows
+                )))
+            }
             None => None,
         };
         self.dev.bind()?;
-        let args = MatmulArgs { w: w.stored(), x: x.input(), n: x.rows, bias, out: out.output() };
+        let args = MatmulArgs {
+            w: w.stored(),
+            x: x.input(),
+            n: x.rows,
+            bias,
+            out: out.output(),
+        };
         self.dev.kernels.matmul(&self.dev.stream, &args)
     }
 
     fn rope(&mut self, x: &mut CudaBuf, p: RopeParams) -> Result<(), BackendError> {
-        if x.cols != p.n_head * p.head_dim || p.n_rot > p.head_dim || !p.n_rot.is_multiple_of(2) || x.is_empty() {
-            return Err(shape_error(format!("rope: x {}x{}, {} heads of {}", x.rows, x.cols, p.n_head, p.head_dim)));
+        if x.cols != p.n_head * p.head_dim
+            || p.n_rot > p.head_dim
+            || !p.n_rot.is_multiple_of(2)
+            || x.is_empty()
+        {
+            return Err(shape_error(format!(
+                "rope: x {}x{}, {} heads of {}",
+                x.rows, x.cols, p.n_head, p.head_dim
+            )));
         }
         check_bufs("rope", &[x])?;
         if p.n_rot == 0 {
@@ -516,9 +654,17 @@ impl Ops for CudaOps {
                 cache.capacity
             )));
         }
-        let cache_bytes = CudaCache::bytes_for(cache.n_layer, cache.n_head_kv, cache.head_dim, cache.capacity);
+        let cache_bytes = CudaCache::bytes_for(
+            cache.n_layer,
+            cache.n_head_kv,
+            cache.head_dim,
+            cache.capacity,
+        );
         if cache.mem.bytes() < cache_bytes {
-            return Err(shape_error(format!("attention: a cache of {cache_bytes} bytes in a block of {}", cache.mem.bytes())));
+            return Err(shape_error(format!(
+                "attention: a cache of {cache_bytes} bytes in a block of {}",
+                cache.mem.bytes()
+            )));
         }
         let split = self.context_split(&s, cache.capacity);
         let part = match split {
@@ -528,11 +674,28 @@ impl Ops for CudaOps {
         let (k_cache, v_cache) = cache.planes_mut(s.layer);
         self.dev.bind()?;
         let (kernels, st) = (&self.dev.kernels, &self.dev.stream);
-        let window = CacheWindow { start_pos: s.start_pos, pos_ptr: self.pos_ptr(), capacity: cache.capacity };
+        let window = CacheWindow {
+            start_pos: s.start_pos,
+            pos_ptr: self.pos_ptr(),
+            capacity: cache.capacity,
+        };
         let (n, n_head_kv) = (s.n_tokens, s.n_head_kv);
-        let store = KvStoreArgs { k: k.input(), v: v.input(), n, n_head_kv, head_dim: hd, window, k_cache, v_cache };
+        let store = KvStoreArgs {
+            k: k.input(),
+            v: v.input(),
+            n,
+            n_head_kv,
+            head_dim: hd,
+            window,
+            k_cache,
+            v_cache,
+        };
         kernels.launch(st, &store)?;
-        let (k_cache, v_cache, scale) = (k_cache.as_const(), v_cache.as_const(), 1.0 / (hd as f32).sqrt());
+        let (k_cache, v_cache, scale) = (
+            k_cache.as_const(),
+            v_cache.as_const(),
+            1.0 / (hd as f32).sqrt(),
+        );
         if let (Some(sp), Some(mut part)) = (split, part) {
             let (n_head, nsplit) = (s.n_head, sp.nsplit);
             let a = AttentionSplitArgs {
@@ -548,7 +711,13 @@ impl Ops for CudaOps {
                 nsplit,
                 part: part.output(),
             };
-            let c = AttentionCombineArgs { part: part.input(), n_head, head_dim: hd, nsplit, out: out.output() };
+            let c = AttentionCombineArgs {
+                part: part.input(),
+                n_head,
+                head_dim: hd,
+                nsplit,
+                out: out.output(),
+            };
             return kernels.attention_split(st, &a, &c);
         }
         let attend = AttentionArgs {
@@ -566,13 +735,23 @@ impl Ops for CudaOps {
         kernels.launch(st, &attend)
     }
 
-    fn swiglu(&mut self, gate: &CudaBuf, up: &CudaBuf, out: &mut CudaBuf) -> Result<(), BackendError> {
+    fn swiglu(
+        &mut self,
+        gate: &CudaBuf,
+        up: &CudaBuf,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
         if gate.len() != up.len() || out.len() != up.len() || up.is_empty() {
             return Err(shape_error("swiglu".into()));
         }
         check_bufs("swiglu", &[gate, up, out])?;
         self.dev.bind()?;
-        let args = SwigluArgs { gate: gate.input(), up: up.input(), len: up.len(), out: out.output() };
+        let args = SwigluArgs {
+            gate: gate.input(),
+            up: up.input(),
+            len: up.len(),
+            out: out.output(),
+        };
         self.dev.kernels.launch(&self.dev.stream, &args)
     }
 
@@ -607,17 +786,32 @@ impl Ops for CudaOps {
         check_bufs("layer_norm", &[x, out])?;
         self.dev.bind()?;
         let (w, b) = (weight.vector(), bias.map(CudaWeight::vector));
-        let args = LayerNormArgs { x: x.input(), w, b, rows: x.rows, cols: x.cols, eps, out: out.output() };
+        let args = LayerNormArgs {
+            x: x.input(),
+            w,
+            b,
+            rows: x.rows,
+            cols: x.cols,
+            eps,
+            out: out.output(),
+        };
         self.dev.kernels.launch(&self.dev.stream, &args)
     }
 
     fn gelu(&mut self, x: &CudaBuf, out: &mut CudaBuf) -> Result<(), BackendError> {
         if out.len() != x.len() || x.is_empty() {
-            return Err(shape_error(format!("gelu: x {}x{}, out {}x{}", x.rows, x.cols, out.rows, out.cols)));
+            return Err(shape_error(format!(
+                "gelu: x {}x{}, out {}x{}",
+                x.rows, x.cols, out.rows, out.cols
+            )));
         }
         check_bufs("gelu", &[x, out])?;
         self.dev.bind()?;
-        let args = GeluArgs { x: x.input(), len: x.len(), out: out.output() };
+        let args = GeluArgs {
+            x: x.input(),
+            len: x.len(),
+            out: out.output(),
+        };
         self.dev.kernels.launch(&self.dev.stream, &args)
     }
 
@@ -627,7 +821,11 @@ impl Ops for CudaOps {
         }
         check_bufs("add", &[x, y])?;
         self.dev.bind()?;
-        let args = AddAssignArgs { len: x.len(), x: x.output(), y: y.input() };
+        let args = AddAssignArgs {
+            len: x.len(),
+            x: x.output(),
+            y: y.input(),
+        };
         self.dev.kernels.launch(&self.dev.stream, &args)
     }
 
@@ -638,8 +836,10 @@ impl Ops for CudaOps {
         check_bufs("take_row", &[x])?;
         let out = self.alloc_buf(1, x.cols)?;
         // SAFETY: both ranges are `cols` f32 values inside their blocks.
-        unsafe { drv::memcpy_dtod_async(out.ptr(), x.row_ptr(row), x.cols * 4, self.dev.cu_stream()) }
-            .map_err(|e| driver_error("copying a row", e))?;
+        unsafe {
+            drv::memcpy_dtod_async(out.ptr(), x.row_ptr(row), x.cols * 4, self.dev.cu_stream())
+        }
+        .map_err(|e| driver_error("copying a row", e))?;
         Ok(out)
     }
 
@@ -649,7 +849,9 @@ impl Ops for CudaOps {
         out.resize(x.len(), 0.0);
         self.dev.bind()?;
         if self.capture.is_some() {
-            return Err(BackendError::InferenceFailed("a decode graph keeps its logits on the device".into()));
+            return Err(BackendError::InferenceFailed(
+                "a decode graph keeps its logits on the device".into(),
+            ));
         }
         // SAFETY: `out` holds exactly the block's `len` values.
         unsafe { drv::memcpy_dtoh_async(out.as_mut_slice(), x.ptr(), self.dev.cu_stream()) }
@@ -664,7 +866,10 @@ impl Ops for CudaOps {
             return Ok(());
         };
         if x.rows == 0 || x.cols != len {
-            return Err(shape_error(format!("keep_last_row: {}x{} for {len} logits", x.rows, x.cols)));
+            return Err(shape_error(format!(
+                "keep_last_row: {}x{} for {len} logits",
+                x.rows, x.cols
+            )));
         }
         self.dev.bind()?;
         // SAFETY: one row of `len` f32 inside the block, into a buffer of `len` f32.
@@ -672,13 +877,20 @@ impl Ops for CudaOps {
             .map_err(|e| driver_error("keeping the logits on the device", e))
     }
 
-    fn row_to_host(&mut self, x: &CudaBuf, row: usize, out: &mut Vec<f32>) -> Result<(), BackendError> {
+    fn row_to_host(
+        &mut self,
+        x: &CudaBuf,
+        row: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<(), BackendError> {
         if row >= x.rows {
             return Err(shape_error("row_to_host".into()));
         }
         check_bufs("row_to_host", &[x])?;
         if self.capture.is_some() {
-            return Err(BackendError::InferenceFailed("checkpoints are not recorded in a decode graph".into()));
+            return Err(BackendError::InferenceFailed(
+                "checkpoints are not recorded in a decode graph".into(),
+            ));
         }
         out.clear();
         out.resize(x.cols, 0.0);

@@ -55,7 +55,10 @@ macro_rules! pointer_common {
             /// The pointer to `T` values at `addr` (a device address the caller
             /// vouches holds them; a launch reads or writes through it).
             pub fn new(addr: CUdeviceptr) -> Self {
-                $ty { addr, _elem: PhantomData }
+                $ty {
+                    addr,
+                    _elem: PhantomData,
+                }
             }
 
             pub fn addr(self) -> CUdeviceptr {
@@ -78,7 +81,13 @@ macro_rules! pointer_common {
 
         impl<T> fmt::Debug for $ty<T> {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "{}<{}>({:#x})", stringify!($ty), std::any::type_name::<T>(), self.addr)
+                write!(
+                    f,
+                    "{}<{}>({:#x})",
+                    stringify!($ty),
+                    std::any::type_name::<T>(),
+                    self.addr
+                )
             }
         }
 

@@ -69,7 +69,9 @@ impl DeviceSampler {
 
     pub fn new(dev: &Arc<CudaDevice>, vocab: usize) -> Result<Self, BackendError> {
         if vocab == 0 || vocab >= u32::MAX as usize / 2 {
-            return Err(BackendError::InferenceFailed(format!("cannot sample from a vocabulary of {vocab} tokens")));
+            return Err(BackendError::InferenceFailed(format!(
+                "cannot sample from a vocabulary of {vocab} tokens"
+            )));
         }
         dev.bind()?;
         let bytes = vocab as u64 * 4;
@@ -120,8 +122,10 @@ impl DeviceSampler {
         let mut v = vec![0f32; self.vocab];
         self.dev.bind()?;
         // SAFETY: the buffer holds `vocab` f32 values.
-        unsafe { drv::memcpy_dtoh_async(v.as_mut_slice(), self.logits.ptr(), self.dev.cu_stream()) }
-            .map_err(|e| driver_error("copying logits to the host", e))?;
+        unsafe {
+            drv::memcpy_dtoh_async(v.as_mut_slice(), self.logits.ptr(), self.dev.cu_stream())
+        }
+        .map_err(|e| driver_error("copying logits to the host", e))?;
         self.dev.synchronize()?;
         Ok(v)
     }
@@ -139,12 +143,19 @@ impl DeviceSampler {
         let greedy = p.temperature <= 0.0 || req.uniform.is_none();
         let uniform = req.uniform.unwrap_or(0.0);
         if !greedy && !(0.0..1.0).contains(&uniform) {
-            return Err(BackendError::InferenceFailed(format!("the draw {uniform} is outside [0, 1)")));
+            return Err(BackendError::InferenceFailed(format!(
+                "the draw {uniform} is outside [0, 1)"
+            )));
         }
         // The penalty goes to each distinct in-vocabulary id once.
         self.distinct.clear();
         if p.repetition_penalty != 1.0 {
-            self.distinct.extend(req.generated.iter().copied().filter(|&id| (id as usize) < n));
+            self.distinct.extend(
+                req.generated
+                    .iter()
+                    .copied()
+                    .filter(|&id| (id as usize) < n),
+            );
             self.distinct.sort_unstable();
             self.distinct.dedup();
         }
@@ -168,12 +179,39 @@ impl DeviceSampler {
                 .map_err(|e| driver_error("copying the generated ids", e))?;
         }
         let out = self.out_ptr();
-        let (logits, keys) = (DevPtr::new(self.logits.ptr()), DevPtrMut::new(self.keys.ptr()));
+        let (logits, keys) = (
+            DevPtr::new(self.logits.ptr()),
+            DevPtrMut::new(self.keys.ptr()),
+        );
         let (kernels, st) = (&self.dev.kernels, &self.dev.stream);
-        let (vocab, pen_ids, n_pen) = (n as u32, Some(DevPtr::new(self.ids.ptr())), self.distinct.len() as u32);
-        kernels.launch(st, &SampleSelectArgs { logits, n: vocab, keys, pen_ids, n_pen, p: args, out })?;
+        let (vocab, pen_ids, n_pen) = (
+            n as u32,
+            Some(DevPtr::new(self.ids.ptr())),
+            self.distinct.len() as u32,
+        );
+        kernels.launch(
+            st,
+            &SampleSelectArgs {
+                logits,
+                n: vocab,
+                keys,
+                pen_ids,
+                n_pen,
+                p: args,
+                out,
+            },
+        )?;
         if req.logprobs > 0 {
-            kernels.launch(st, &SampleLogprobsArgs { logits, n: vocab, keys, k: req.logprobs as u32, out })?;
+            kernels.launch(
+                st,
+                &SampleLogprobsArgs {
+                    logits,
+                    n: vocab,
+                    keys,
+                    k: req.logprobs as u32,
+                    out,
+                },
+            )?;
         }
         // SAFETY: the result block holds SAMPLE_OUT_WORDS u32 values.
         unsafe { drv::memcpy_dtoh_async(self.result.as_mut_slice(), out.addr(), stream) }
@@ -182,9 +220,15 @@ impl DeviceSampler {
 
         let id = self.result[0];
         if id as usize >= n {
-            return Err(BackendError::InferenceFailed(format!("the sampler returned id {id} for a vocabulary of {n}")));
+            return Err(BackendError::InferenceFailed(format!(
+                "the sampler returned id {id} for a vocabulary of {n}"
+            )));
         }
-        let logprobs = if req.logprobs > 0 { self.logprobs(req.logprobs) } else { Vec::new() };
+        let logprobs = if req.logprobs > 0 {
+            self.logprobs(req.logprobs)
+        } else {
+            Vec::new()
+        };
         Ok(SampledToken { id, logprobs })
     }
 
@@ -201,9 +245,16 @@ impl DeviceSampler {
         let count = (r[1] as usize).min(k);
         let max = f64::from(f32::from_bits(r[2]));
         let log_sum = f64::from_bits(u64::from(r[4]) | (u64::from(r[5]) << 32));
-        let mut top: Vec<(u32, f32)> = (0..count).map(|j| (r[8 + 2 * j], f32::from_bits(r[9 + 2 * j]))).collect();
+        let mut top: Vec<(u32, f32)> = (0..count)
+            .map(|j| (r[8 + 2 * j], f32::from_bits(r[9 + 2 * j])))
+            .collect();
         top.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        top.into_iter().map(|(id, x)| TokenLogprob { id, logprob: (f64::from(x) - max - log_sum) as f32 }).collect()
+        top.into_iter()
+            .map(|(id, x)| TokenLogprob {
+                id,
+                logprob: (f64::from(x) - max - log_sum) as f32,
+            })
+            .collect()
     }
 }
 
@@ -221,7 +272,10 @@ mod tests {
         assert_eq!(weight_scale(2), 2f64.powi(62));
         for n in [1usize, 2, 3, 33, 1000, 49_152, 151_936, 262_144, 1 << 20] {
             assert!(n as f64 * weight_scale(n) <= 2f64.powi(63), "{n}");
-            assert!(n as f64 * weight_scale(n) * 2.0 > 2f64.powi(63), "{n}: the largest such scale");
+            assert!(
+                n as f64 * weight_scale(n) * 2.0 > 2f64.powi(63),
+                "{n}: the largest such scale"
+            );
         }
     }
 }

@@ -74,7 +74,10 @@ pub const GTC_SMEM_BYTES: u32 = 2 * (GTC_BR + GTC_BT) * (GTC_BK + GTC_PAD) * 4;
 
 /// The NVRTC options that define [`SHARED_CONSTANTS`] for every module.
 pub fn defines() -> Vec<String> {
-    SHARED_CONSTANTS.iter().map(|(name, v)| format!("-D{name}={v}")).collect()
+    SHARED_CONSTANTS
+        .iter()
+        .map(|(name, v)| format!("-D{name}={v}"))
+        .collect()
 }
 
 /// Headers every module may include, by the name used in `#include "..."`.

@@ -64,15 +64,24 @@ impl Uploader {
     /// Allocates two pinned buffers of `chunk` bytes.
     pub fn new(dev: Arc<CudaDevice>, chunk: usize) -> Result<Self, BackendError> {
         if chunk == 0 {
-            return Err(BackendError::ModelLoadFailed("the upload chunk size must be positive".into()));
+            return Err(BackendError::ModelLoadFailed(
+                "the upload chunk size must be positive".into(),
+            ));
         }
         dev.bind()?;
-        let mut up = Uploader { dev, chunk, bufs: Vec::with_capacity(2), next: 0, stats: UploadStats::default() };
+        let mut up = Uploader {
+            dev,
+            chunk,
+            bufs: Vec::with_capacity(2),
+            next: 0,
+            stats: UploadStats::default(),
+        };
         for _ in 0..2 {
             // SAFETY: plain pinned allocation and event creation on the bound
             // context; both are released in Drop.
             let host = unsafe { drv::malloc_host(chunk, 0) }
-                .map_err(|e| driver_error("allocating pinned staging memory", e))? as *mut u8;
+                .map_err(|e| driver_error("allocating pinned staging memory", e))?
+                as *mut u8;
             let event = match drv::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING) {
                 Ok(ev) => ev,
                 Err(e) => {
@@ -81,21 +90,31 @@ impl Uploader {
                     return Err(driver_error("creating an event", e));
                 }
             };
-            up.bufs.push(Staging { host, event, in_flight: false });
+            up.bufs.push(Staging {
+                host,
+                event,
+                in_flight: false,
+            });
         }
         Ok(up)
     }
 
     /// Copies `src` to device address `dst` in chunks, calling `on_bytes`
     /// with each chunk's size once it is queued.
-    pub fn upload(&mut self, src: &[u8], dst: CUdeviceptr, on_bytes: &mut dyn FnMut(u64)) -> Result<(), BackendError> {
+    pub fn upload(
+        &mut self,
+        src: &[u8],
+        dst: CUdeviceptr,
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<(), BackendError> {
         self.dev.bind()?;
         let stream = self.dev.cu_stream();
         for (i, piece) in src.chunks(self.chunk).enumerate() {
             let b = &mut self.bufs[self.next];
             if b.in_flight {
                 // SAFETY: the event was recorded after the last copy out of `b`.
-                unsafe { drv::event::synchronize(b.event) }.map_err(|e| upload_error("waiting for a copy", e))?;
+                unsafe { drv::event::synchronize(b.event) }
+                    .map_err(|e| upload_error("waiting for a copy", e))?;
                 b.in_flight = false;
             }
             // SAFETY: `b.host` holds `self.chunk >= piece.len()` bytes and no
@@ -107,14 +126,19 @@ impl Uploader {
             let at = dst + (i * self.chunk) as u64;
             #[cfg(test)]
             if FAIL_COPY.with(|c| c.get()) == Some(self.stats.copies) {
-                return Err(upload_error("copying a chunk", drv::DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE)));
+                return Err(upload_error(
+                    "copying a chunk",
+                    drv::DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE),
+                ));
             }
             // SAFETY: the destination range lies in the block the caller
             // allocated for `src`; the pinned source outlives the copy (it is
             // waited on before reuse and before it is freed).
             unsafe {
-                drv::memcpy_htod_async(at, staged, stream).map_err(|e| upload_error("copying a chunk", e))?;
-                drv::event::record(b.event, stream).map_err(|e| upload_error("recording an event", e))?;
+                drv::memcpy_htod_async(at, staged, stream)
+                    .map_err(|e| upload_error("copying a chunk", e))?;
+                drv::event::record(b.event, stream)
+                    .map_err(|e| upload_error("recording an event", e))?;
             }
             b.in_flight = true;
             self.next = (self.next + 1) % self.bufs.len();

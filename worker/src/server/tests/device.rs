@@ -5,20 +5,35 @@ use super::*;
 /// M0-W-1501 in a job: errors map to codes, and the worker keeps serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_failures_end_the_job_and_the_worker_goes_on() {
-    let oom = ScriptedBackend::spelling("abc").failing_at(1, || BackendError::OutOfMemory { needed: 10, available: 1 });
+    let oom = ScriptedBackend::spelling("abc").failing_at(1, || BackendError::OutOfMemory {
+        needed: 10,
+        available: 1,
+    });
     let h = start(oom, Opts::default()).await;
     let frames = h.run(json!({"job_id": "oom", "prompt": "x"})).await;
     assert_eq!(check_grammar(&frames), "a");
     assert_eq!(frames.last().unwrap().data["code"], "VRAM_OOM");
     assert_eq!(frames.last().unwrap().data["retriable"], false);
-    assert_eq!(h.get_json("/health").await["status"], "healthy", "memory is back at the post-load level");
-    assert_eq!(check_grammar(&h.run(json!({"job_id": "after", "prompt": "x"})).await), "abc");
+    assert_eq!(
+        h.get_json("/health").await["status"],
+        "healthy",
+        "memory is back at the post-load level"
+    );
+    assert_eq!(
+        check_grammar(&h.run(json!({"job_id": "after", "prompt": "x"})).await),
+        "abc"
+    );
     h.shutdown().await;
 
-    let kernel = ScriptedBackend::spelling("abc").failing_at(0, || BackendError::KernelLaunchFailed("k".into()));
+    let kernel = ScriptedBackend::spelling("abc")
+        .failing_at(0, || BackendError::KernelLaunchFailed("k".into()));
     let h = start(kernel, Opts::default()).await;
     let frames = h.run(json!({"job_id": "k", "prompt": "x"})).await;
-    assert_eq!(frames.last().unwrap().data["code"], "INTERNAL", "a device failure on cpu is ours");
+    assert_eq!(
+        frames.last().unwrap().data["code"],
+        "INTERNAL",
+        "a device failure on cpu is ours"
+    );
     h.shutdown().await;
 
     let panicking = ScriptedBackend::spelling("abc").panicking_at(1);
@@ -26,7 +41,10 @@ async fn backend_failures_end_the_job_and_the_worker_goes_on() {
     let frames = h.run(json!({"job_id": "p", "prompt": "x"})).await;
     check_grammar(&frames);
     assert_eq!(frames.last().unwrap().data["code"], "INTERNAL");
-    assert_eq!(check_grammar(&h.run(json!({"job_id": "p2", "prompt": "x"})).await), "abc");
+    assert_eq!(
+        check_grammar(&h.run(json!({"job_id": "p2", "prompt": "x"})).await),
+        "abc"
+    );
     let probe = h.probe.clone();
     h.shutdown().await;
     assert_eq!(h_probe_balance(&probe), 0);
@@ -44,14 +62,30 @@ async fn parity_logging_changes_nothing_but_the_file() {
     let path = dir.path().join("parity.jsonl");
     let metrics = Metrics::new_for_tests();
     let (sender, writer) = ParityWriter::spawn(&path, metrics.parity_dropped_counter()).unwrap();
-    let h = start(ScriptedBackend::spelling("parity!"), Opts { parity: Some(sender), ..Opts::default() }).await;
+    let h = start(
+        ScriptedBackend::spelling("parity!"),
+        Opts {
+            parity: Some(sender),
+            ..Opts::default()
+        },
+    )
+    .await;
     let logged = h.run(body).await;
     h.shutdown().await;
     writer.join();
-    let ids = |frames: &[Frame]| frames.iter().filter(|f| f.event == "token").map(|f| f.data["id"].clone()).collect::<Vec<_>>();
+    let ids = |frames: &[Frame]| {
+        frames
+            .iter()
+            .filter(|f| f.event == "token")
+            .map(|f| f.data["id"].clone())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(ids(&plain), ids(&logged));
-    let lines: Vec<Value> =
-        std::fs::read_to_string(&path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<Value> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 6);
     for (n, line) in lines.iter().enumerate() {
         assert_eq!(line["step"], n);
@@ -64,8 +98,17 @@ async fn parity_logging_changes_nothing_but_the_file() {
 /// `sm` are reported; a failed residency check turns `/health` unhealthy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn residency_checks_drive_health_on_cuda() {
-    let backend = ScriptedBackend::spelling("ab").on_cuda().with_memory(MemoryUse { weights: 1000, kv_cache: 0, scratch: 0 });
-    let opts = Opts { residency_check: Some(Duration::from_millis(50)), ..Opts::default() };
+    let backend = ScriptedBackend::spelling("ab")
+        .on_cuda()
+        .with_memory(MemoryUse {
+            weights: 1000,
+            kv_cache: 0,
+            scratch: 0,
+        });
+    let opts = Opts {
+        residency_check: Some(Duration::from_millis(50)),
+        ..Opts::default()
+    };
     let h = start(backend, opts).await;
     let v = h.get_json("/health").await;
     assert_eq!(v["status"], "healthy", "{v}");
@@ -95,8 +138,9 @@ async fn residency_checks_drive_health_on_cuda() {
 /// M0-W-1501 on `cuda`: a kernel failure in a job is CUDA_ERROR.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn device_failures_on_cuda_are_cuda_errors() {
-    let backend =
-        ScriptedBackend::spelling("abc").on_cuda().failing_at(1, || BackendError::KernelLaunchFailed("k".into()));
+    let backend = ScriptedBackend::spelling("abc")
+        .on_cuda()
+        .failing_at(1, || BackendError::KernelLaunchFailed("k".into()));
     let h = start(backend, Opts::default()).await;
     let frames = h.run(json!({"job_id": "k", "prompt": "x"})).await;
     check_grammar(&frames);

@@ -6,7 +6,14 @@ use super::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_runs_jobs_in_order_and_refuses_when_full() {
     let backend = ScriptedBackend::spelling("abcdef").with_delay(Duration::from_millis(20));
-    let h = start(backend, Opts { queue_depth: 2, ..Opts::default() }).await;
+    let h = start(
+        backend,
+        Opts {
+            queue_depth: 2,
+            ..Opts::default()
+        },
+    )
+    .await;
     let mut first = SseReader::new(h.execute(json!({"job_id": "q0", "prompt": "0"})).await);
     assert_eq!(first.next().await.unwrap().event, "started");
     assert_eq!(first.next().await.unwrap().event, "token", "q0 is running");
@@ -22,15 +29,27 @@ async fn queue_runs_jobs_in_order_and_refuses_when_full() {
     assert_eq!(err["code"], "QUEUE_FULL");
     assert_eq!(err["retriable"], true);
     // Duplicate ids are refused while the first is queued or running.
-    assert_eq!(h.execute(json!({"job_id": "q1", "prompt": "1"})).await.status(), 400);
+    assert_eq!(
+        h.execute(json!({"job_id": "q1", "prompt": "1"}))
+            .await
+            .status(),
+        400
+    );
 
-    let (a, b, c) = tokio::join!(first.all(), SseReader::new(second).all(), SseReader::new(third).all());
+    let (a, b, c) = tokio::join!(
+        first.all(),
+        SseReader::new(second).all(),
+        SseReader::new(third).all()
+    );
     assert_eq!(a.last().unwrap().event, "end");
     for frames in [&b, &c] {
         assert_eq!(check_grammar(frames), "abcdef");
     }
     let prompts = h.probe.prompts.lock().unwrap().clone();
-    assert_eq!(prompts, vec![vec![b'0' as u32], vec![b'1' as u32], vec![b'2' as u32]]);
+    assert_eq!(
+        prompts,
+        vec![vec![b'0' as u32], vec![b'1' as u32], vec![b'2' as u32]]
+    );
     assert_eq!(h.state.metrics.requests(Outcome::Rejected), 1);
     h.shutdown().await;
 }
@@ -67,8 +86,14 @@ async fn cancel_a_running_job() {
     assert!(tokens >= 5);
     assert!(took < Duration::from_millis(500), "cancel took {took:?}");
     // Unknown and finished ids: still 202.
-    assert_eq!(h.post("/cancel", json!({"job_id": "run"})).await.status(), 202);
-    assert_eq!(h.post("/cancel", json!({"job_id": "never"})).await.status(), 202);
+    assert_eq!(
+        h.post("/cancel", json!({"job_id": "run"})).await.status(),
+        202
+    );
+    assert_eq!(
+        h.post("/cancel", json!({"job_id": "never"})).await.status(),
+        202
+    );
     assert_eq!(h.post("/cancel", json!({})).await.status(), 400);
     assert_eq!(h.state.metrics.requests(Outcome::Cancelled), 1);
     let probe = h.probe.clone();
@@ -86,16 +111,27 @@ async fn cancel_a_queued_job() {
     first.next().await.unwrap();
     first.next().await.unwrap();
     let second = SseReader::new(h.execute(json!({"job_id": "two", "prompt": "y"})).await);
-    let resp: Value = h.post("/cancel", json!({"job_id": "two"})).await.json().await.unwrap();
+    let resp: Value = h
+        .post("/cancel", json!({"job_id": "two"}))
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(resp["state"], "queued");
-    let frames = tokio::time::timeout(Duration::from_millis(500), second.all()).await.expect("ended at once");
+    let frames = tokio::time::timeout(Duration::from_millis(500), second.all())
+        .await
+        .expect("ended at once");
     assert_eq!(frames.len(), 2);
     assert_eq!(frames[0].event, "started");
     assert_eq!(frames[1].data["code"], "CANCELLED");
     assert_eq!(frames[1].data["retriable"], false);
     let rest = first.all().await;
     assert_eq!(rest.last().unwrap().event, "end");
-    assert_eq!(h.probe.prompts.lock().unwrap().len(), 1, "the cancelled job never ran");
+    assert_eq!(
+        h.probe.prompts.lock().unwrap().len(),
+        1,
+        "the cancelled job never ran"
+    );
     let probe = h.probe.clone();
     h.shutdown().await;
     assert_eq!(h_probe_balance(&probe), 0);
@@ -111,9 +147,15 @@ async fn a_disconnect_frees_the_engine() {
     }
     drop(s);
     let t = Instant::now();
-    let frames = h.run(json!({"job_id": "next", "prompt": "x", "max_tokens": 3})).await;
+    let frames = h
+        .run(json!({"job_id": "next", "prompt": "x", "max_tokens": 3}))
+        .await;
     assert_eq!(check_grammar(&frames), "abc");
-    assert!(t.elapsed() < Duration::from_secs(2), "the next job waited {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "the next job waited {:?}",
+        t.elapsed()
+    );
     assert_eq!(h.state.metrics.requests(Outcome::Disconnected), 1);
     let probe = h.probe.clone();
     h.shutdown().await;
@@ -123,7 +165,14 @@ async fn a_disconnect_frees_the_engine() {
 /// M0-W-1510: a slow job hits the inference timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_job_times_out() {
-    let h = start(long_backend(), Opts { timeout: Duration::from_millis(300), ..Opts::default() }).await;
+    let h = start(
+        long_backend(),
+        Opts {
+            timeout: Duration::from_millis(300),
+            ..Opts::default()
+        },
+    )
+    .await;
     let frames = h.run(json!({"job_id": "slow", "prompt": "x"})).await;
     check_grammar(&frames);
     let last = &frames.last().unwrap().data;
@@ -139,8 +188,16 @@ async fn a_slow_job_times_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_jobs_at_once_with_depth_two() {
     let backend = ScriptedBackend::spelling("abc").with_delay(Duration::from_millis(20));
-    let h = start(backend, Opts { queue_depth: 2, ..Opts::default() }).await;
-    let posts = (0..4).map(|n| h.execute(json!({"job_id": format!("j{n}"), "prompt": n.to_string()})));
+    let h = start(
+        backend,
+        Opts {
+            queue_depth: 2,
+            ..Opts::default()
+        },
+    )
+    .await;
+    let posts =
+        (0..4).map(|n| h.execute(json!({"job_id": format!("j{n}"), "prompt": n.to_string()})));
     let responses = futures::future::join_all(posts).await;
     let mut streams = Vec::new();
     let mut refused = 0;

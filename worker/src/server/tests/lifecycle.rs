@@ -6,20 +6,35 @@ use super::*;
 /// gives the running job its grace, then cancels it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_drains_the_queue_and_the_running_job() {
-    let h = start(long_backend(), Opts { grace: Duration::from_millis(300), ..Opts::default() }).await;
+    let h = start(
+        long_backend(),
+        Opts {
+            grace: Duration::from_millis(300),
+            ..Opts::default()
+        },
+    )
+    .await;
     let mut running = SseReader::new(h.execute(json!({"job_id": "r", "prompt": "x"})).await);
     running.next().await.unwrap();
     running.next().await.unwrap();
     let queued = SseReader::new(h.execute(json!({"job_id": "q", "prompt": "x"})).await);
     let probe = h.probe.clone();
 
-    let resp = h.client.post(format!("{}/shutdown", h.base)).send().await.unwrap();
+    let resp = h
+        .client
+        .post(format!("{}/shutdown", h.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 202);
     let t = Instant::now();
     let refused = h.execute(json!({"job_id": "late", "prompt": "x"})).await;
     assert_eq!(refused.status(), 503);
     assert!(refused.headers().contains_key("retry-after"));
-    assert_eq!(refused.json::<Value>().await.unwrap()["code"], "SHUTTING_DOWN");
+    assert_eq!(
+        refused.json::<Value>().await.unwrap()["code"],
+        "SHUTTING_DOWN"
+    );
     assert_eq!(h.get_json("/health").await["shutting_down"], true);
 
     let q = queued.all().await;
@@ -30,21 +45,39 @@ async fn shutdown_drains_the_queue_and_the_running_job() {
     let last = &r.last().unwrap().data;
     assert_eq!(last["code"], "CANCELLED");
     assert_eq!(last["retriable"], true);
-    let outcome = tokio::time::timeout(Duration::from_secs(5), h.served).await.unwrap().unwrap().unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(5), h.served)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     assert!(outcome.running_job_cancelled);
     assert_eq!(outcome.reason, "request");
-    assert!(t.elapsed() < Duration::from_secs(3), "shutdown took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "shutdown took {:?}",
+        t.elapsed()
+    );
     assert_eq!(h_probe_balance(&probe), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_body_must_be_empty_or_an_empty_object() {
     let h = start(ScriptedBackend::spelling("a"), Opts::default()).await;
-    let bad = h.client.post(format!("{}/shutdown", h.base)).body("{\"now\": true}").send().await.unwrap();
+    let bad = h
+        .client
+        .post(format!("{}/shutdown", h.base))
+        .body("{\"now\": true}")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(bad.status(), 400);
     assert!(!h.state.shutdown.is_triggered());
     assert_eq!(h.post("/shutdown", json!({})).await.status(), 202);
-    let outcome = tokio::time::timeout(Duration::from_secs(5), h.served).await.unwrap().unwrap().unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(5), h.served)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     assert!(!outcome.running_job_cancelled);
 }
 
@@ -81,7 +114,10 @@ async fn health_has_every_field_and_stays_fast_during_a_job() {
         worst = worst.max(t.elapsed());
         assert_eq!(v["busy"], true);
     }
-    assert!(worst < Duration::from_millis(50), "slowest /health took {worst:?}");
+    assert!(
+        worst < Duration::from_millis(50),
+        "slowest /health took {worst:?}"
+    );
     drop(s);
     h.shutdown().await;
 }
@@ -91,8 +127,16 @@ async fn health_has_every_field_and_stays_fast_during_a_job() {
 async fn metrics_count_a_job() {
     let h = start(ScriptedBackend::spelling("abcd"), Opts::default()).await;
     let scrape = || async {
-        let resp = h.client.get(format!("{}/metrics", h.base)).send().await.unwrap();
-        assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("application/openmetrics-text"));
+        let resp = h
+            .client
+            .get(format!("{}/metrics", h.base))
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text"));
         resp.text().await.unwrap()
     };
     let value = |text: &str, name: &str| -> f64 {
@@ -112,12 +156,18 @@ async fn metrics_count_a_job() {
     let completed = "worker_requests_total{outcome=\"completed\"}";
     assert_eq!(value(&after, completed) - value(&before, completed), 1.0);
     assert_eq!(
-        value(&after, "worker_tokens_generated_total") - value(&before, "worker_tokens_generated_total"),
+        value(&after, "worker_tokens_generated_total")
+            - value(&before, "worker_tokens_generated_total"),
         tokens_out
     );
     assert_eq!(value(&after, "worker_inference_duration_ms_count"), 1.0);
     assert!(after.contains("worker_info{") && after.contains("quant_kind=\"Q4_1\""));
-    for name in ["worker_vram_bytes", "worker_uptime_seconds", "worker_queue_depth", "worker_inter_token_ms_count"] {
+    for name in [
+        "worker_vram_bytes",
+        "worker_uptime_seconds",
+        "worker_queue_depth",
+        "worker_inter_token_ms_count",
+    ] {
         value(&after, name);
     }
     h.shutdown().await;
@@ -131,30 +181,73 @@ async fn tokenize_and_detokenize_while_a_job_runs() {
     s.next().await.unwrap();
     s.next().await.unwrap();
     let t = Instant::now();
-    let toks = h.post("/tokenize", json!({"content": "hi<|im_end|>"})).await.json::<Value>().await.unwrap();
+    let toks = h
+        .post("/tokenize", json!({"content": "hi<|im_end|>"}))
+        .await
+        .json::<Value>()
+        .await
+        .unwrap();
     assert_eq!(toks["tokens"], json!([104, 105, 258]));
     let plain = h
-        .post("/tokenize", json!({"content": "hi<|im_end|>", "add_special": false, "parse_special": false}))
+        .post(
+            "/tokenize",
+            json!({"content": "hi<|im_end|>", "add_special": false, "parse_special": false}),
+        )
         .await
         .json::<Value>()
         .await
         .unwrap();
     assert_eq!(plain["tokens"].as_array().unwrap().len(), 12);
-    let text = h.post("/detokenize", json!({"tokens": [104, 105]})).await.json::<Value>().await.unwrap();
+    let text = h
+        .post("/detokenize", json!({"tokens": [104, 105]}))
+        .await
+        .json::<Value>()
+        .await
+        .unwrap();
     assert_eq!(text["content"], "hi");
-    assert!(t.elapsed() < Duration::from_millis(200), "tokenize waited {:?}", t.elapsed());
-    for bad in [json!({"tokens": [-1]}), json!({"tokens": [BYTE_VOCAB_SIZE]}), json!({"tokens": "x"})] {
+    assert!(
+        t.elapsed() < Duration::from_millis(200),
+        "tokenize waited {:?}",
+        t.elapsed()
+    );
+    for bad in [
+        json!({"tokens": [-1]}),
+        json!({"tokens": [BYTE_VOCAB_SIZE]}),
+        json!({"tokens": "x"}),
+    ] {
         let resp = h.post("/detokenize", bad).await;
         assert_eq!(resp.status(), 400);
-        assert_eq!(resp.json::<Value>().await.unwrap()["code"], "INVALID_REQUEST");
+        assert_eq!(
+            resp.json::<Value>().await.unwrap()["code"],
+            "INVALID_REQUEST"
+        );
     }
-    assert_eq!(h.post("/tokenize", json!({"text": "x"})).await.status(), 400);
-    let nowhere = h.client.get(format!("{}/nowhere", h.base)).send().await.unwrap();
+    assert_eq!(
+        h.post("/tokenize", json!({"text": "x"})).await.status(),
+        400
+    );
+    let nowhere = h
+        .client
+        .get(format!("{}/nowhere", h.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(nowhere.status(), 404);
-    assert_eq!(nowhere.json::<Value>().await.unwrap()["code"], "INVALID_REQUEST");
-    let wrong = h.client.get(format!("{}/execute", h.base)).send().await.unwrap();
+    assert_eq!(
+        nowhere.json::<Value>().await.unwrap()["code"],
+        "INVALID_REQUEST"
+    );
+    let wrong = h
+        .client
+        .get(format!("{}/execute", h.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(wrong.status(), 405);
-    assert_eq!(wrong.json::<Value>().await.unwrap()["code"], "INVALID_REQUEST");
+    assert_eq!(
+        wrong.json::<Value>().await.unwrap()["code"],
+        "INVALID_REQUEST"
+    );
     drop(s);
     h.shutdown().await;
 }

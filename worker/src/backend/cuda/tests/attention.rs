@@ -81,7 +81,14 @@ fn attention_matches_cpu_over_prefill_and_decode() {
         let mut pos = 0;
         for &n in steps {
             for layer in 0..n_layer {
-                let s = AttentionShape { layer, start_pos: pos, n_tokens: n, n_head, n_head_kv: n_kv, head_dim: hd };
+                let s = AttentionShape {
+                    layer,
+                    start_pos: pos,
+                    n_tokens: n,
+                    n_head,
+                    n_head_kv: n_kv,
+                    head_dim: hd,
+                };
                 let qv = random_vec(&mut rng, n * n_head * hd, 2.0);
                 let kv = random_vec(&mut rng, n * n_kv * hd, 2.0);
                 let vv = random_vec(&mut rng, n * n_kv * hd, 2.0);
@@ -102,13 +109,18 @@ fn attention_matches_cpu_over_prefill_and_decode() {
                     ops.upload(n, n_kv * hd, &vv).unwrap(),
                 );
                 let mut out = ops.buf(n, n_head * hd).unwrap();
-                ops.attention(&q, &k, &v, &mut gpu_cache, s, &mut out).unwrap();
+                ops.attention(&q, &k, &v, &mut gpu_cache, s, &mut out)
+                    .unwrap();
                 let g = host(&mut ops, &out);
                 let e = rel_err(&g, &cpu_out.data);
-                assert!(e <= 1e-2, "attention {n_head}/{n_kv}x{hd} pos {pos} n {n} split from {split_from}: {e:e}");
+                assert!(
+                    e <= 1e-2,
+                    "attention {n_head}/{n_kv}x{hd} pos {pos} n {n} split from {split_from}: {e:e}"
+                );
                 worst = worst.max(e);
                 assert_deterministic("attention", || {
-                    ops.attention(&q, &k, &v, &mut gpu_cache, s, &mut out).unwrap();
+                    ops.attention(&q, &k, &v, &mut gpu_cache, s, &mut out)
+                        .unwrap();
                     host(&mut ops, &out)
                 });
                 // The current positions' K/V are in the cache, rounded to f16.
@@ -123,12 +135,23 @@ fn attention_matches_cpu_over_prefill_and_decode() {
             pos += n;
         }
         // Overflowing the cache is refused before launch.
-        let s = AttentionShape { layer: 0, start_pos: capacity, n_tokens: 1, n_head, n_head_kv: n_kv, head_dim: hd };
+        let s = AttentionShape {
+            layer: 0,
+            start_pos: capacity,
+            n_tokens: 1,
+            n_head,
+            n_head_kv: n_kv,
+            head_dim: hd,
+        };
         let q = ops.buf(1, n_head * hd).unwrap();
         let k = ops.buf(1, n_kv * hd).unwrap();
         let mut out = ops.buf(1, n_head * hd).unwrap();
-        assert!(ops.attention(&q, &k, &k, &mut gpu_cache, s, &mut out).is_err());
+        assert!(ops
+            .attention(&q, &k, &k, &mut gpu_cache, s, &mut out)
+            .is_err());
     }
-    dev().kernels.set_split_min_context(kernels::SPLIT_MIN_CONTEXT);
+    dev()
+        .kernels
+        .set_split_min_context(kernels::SPLIT_MIN_CONTEXT);
     eprintln!("attention (f16 KV): max relative error {worst:.2e}");
 }

@@ -24,9 +24,15 @@ fn nvrtc_compiles_every_module_for_sm80_and_sm90() {
     for entry in std::fs::read_dir(&dir).into_iter().flatten() {
         let name = entry.unwrap().file_name().into_string().unwrap();
         if name.ends_with(".cu") {
-            assert!(Module::ALL.iter().any(|m| m.file_name() == name), "{name} is not embedded as a module");
+            assert!(
+                Module::ALL.iter().any(|m| m.file_name() == name),
+                "{name} is not embedded as a module"
+            );
         } else if name.ends_with(".cuh") {
-            assert!(HEADERS.iter().any(|(h, _)| *h == name), "{name} is not embedded as a header");
+            assert!(
+                HEADERS.iter().any(|(h, _)| *h == name),
+                "{name} is not embedded as a header"
+            );
         }
     }
     let cache_dir = tempfile::tempdir().unwrap();
@@ -37,9 +43,16 @@ fn nvrtc_compiles_every_module_for_sm80_and_sm90() {
                 .load_or_compile(m, arch)
                 .unwrap_or_else(|e| panic!("{} for sm_{}{}: {e}", m.file_name(), arch.0, arch.1));
             assert!(!from_cache);
-            assert!(cubin.starts_with(b"\x7fELF"), "{} did not give an ELF CUBIN", m.file_name());
+            assert!(
+                cubin.starts_with(b"\x7fELF"),
+                "{} did not give an ELF CUBIN",
+                m.file_name()
+            );
             let (again, from_cache) = cache.load_or_compile(m, arch).unwrap();
-            assert!(from_cache && again == cubin, "the disk cache returns what was stored");
+            assert!(
+                from_cache && again == cubin,
+                "the disk cache returns what was stored"
+            );
         }
     }
 }
@@ -53,7 +66,10 @@ fn nvrtc_reports_a_broken_kernel_with_its_log() {
     let src = "#include \"common.cuh\"\nextern \"C\" __global__ void broken(float* x) { x[0] = undefined_name; }\n";
     match compile_source("broken.cu", src, (9, 0)) {
         Err(BackendError::KernelLaunchFailed(msg)) => {
-            assert!(msg.contains("undefined_name"), "the NVRTC log names the error: {msg}")
+            assert!(
+                msg.contains("undefined_name"),
+                "the NVRTC log names the error: {msg}"
+            )
         }
         other => panic!("expected a compile error, got {:?}", other.map(|b| b.len())),
     }
@@ -73,7 +89,11 @@ fn every_kernel_symbol_is_defined_in_its_module() {
             Kernel::GemmTc(_) => src.contains("gemm_tc_##name"),
             _ => src.contains(&format!(" {sym}(")) || src.contains(&format!("\n    {sym}(")),
         };
-        assert!(defined, "{sym} is not defined in {}", k.module().file_name());
+        assert!(
+            defined,
+            "{sym} is not defined in {}",
+            k.module().file_name()
+        );
     }
 }
 
@@ -101,8 +121,13 @@ fn c_signature(k: Kernel) -> Vec<String> {
         .split(',')
         .map(|p| {
             let p = p.replace("__restrict__", " ");
-            let ty = p.trim().trim_end_matches(|c: char| c.is_ascii_alphanumeric() || c == '_');
-            ty.split_whitespace().collect::<Vec<_>>().join(" ").replace(" *", "*")
+            let ty = p
+                .trim()
+                .trim_end_matches(|c: char| c.is_ascii_alphanumeric() || c == '_');
+            ty.split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .replace(" *", "*")
         })
         .collect()
 }
@@ -117,7 +142,12 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
     let mut v = Vec::new();
     for t in GgmlType::ALL {
         v.push((Kernel::Embed(t), sig::<EmbedArgs>()));
-        for k in [Kernel::MatVec(t), Kernel::MatVecWarp(t), Kernel::Gemm(t), Kernel::GemmTc(t)] {
+        for k in [
+            Kernel::MatVec(t),
+            Kernel::MatVecWarp(t),
+            Kernel::Gemm(t),
+            Kernel::GemmTc(t),
+        ] {
             v.push((k, sig::<MatmulCall>()));
         }
         v.push((Kernel::MatVec1(t), sig::<MatVec1Call>()));
@@ -147,10 +177,22 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
 fn every_launcher_pushes_its_kernels_c_signature() {
     let launchers = launcher_signatures();
     for k in Kernel::all() {
-        let (_, pushed) = launchers.iter().find(|(l, _)| *l == k).unwrap_or_else(|| panic!("{k:?} has no launcher"));
-        assert_eq!(*pushed, c_signature(k), "{}: launcher parameters vs the .cu signature", k.symbol());
+        let (_, pushed) = launchers
+            .iter()
+            .find(|(l, _)| *l == k)
+            .unwrap_or_else(|| panic!("{k:?} has no launcher"));
+        assert_eq!(
+            *pushed,
+            c_signature(k),
+            "{}: launcher parameters vs the .cu signature",
+            k.symbol()
+        );
     }
-    assert_eq!(launchers.len(), Kernel::all().len(), "one launcher per kernel");
+    assert_eq!(
+        launchers.len(),
+        Kernel::all().len(),
+        "one launcher per kernel"
+    );
 }
 
 /// The shared constants are defined once, in Rust: each reaches NVRTC as
@@ -160,16 +202,41 @@ fn every_launcher_pushes_its_kernels_c_signature() {
 fn shared_constants_reach_nvrtc_as_defines_and_key_the_cache() {
     use crate::backend::cuda::source::SHARED_CONSTANTS;
     let opts = crate::backend::cuda::nvrtc::options((9, 0));
-    let sources: Vec<&str> = Module::ALL.iter().map(|m| m.source()).chain(HEADERS.iter().map(|(_, s)| *s)).collect();
+    let sources: Vec<&str> = Module::ALL
+        .iter()
+        .map(|m| m.source())
+        .chain(HEADERS.iter().map(|(_, s)| *s))
+        .collect();
     for (name, value) in SHARED_CONSTANTS {
-        assert!(opts.contains(&format!("-D{name}={value}")), "{name} is not passed to NVRTC: {opts:?}");
-        assert!(sources.iter().all(|s| !s.contains(&format!("#define {name} "))), "{name} is defined again in CUDA");
-        assert!(sources.iter().any(|s| s.contains(&format!("defined({name})"))), "no module checks that {name} is set");
+        assert!(
+            opts.contains(&format!("-D{name}={value}")),
+            "{name} is not passed to NVRTC: {opts:?}"
+        );
+        assert!(
+            sources
+                .iter()
+                .all(|s| !s.contains(&format!("#define {name} "))),
+            "{name} is defined again in CUDA"
+        );
+        assert!(
+            sources
+                .iter()
+                .any(|s| s.contains(&format!("defined({name})"))),
+            "no module checks that {name} is set"
+        );
     }
-    let key = |opts: &[String]| crate::backend::cuda::nvrtc::cache_key(Module::Matmul, opts, (13, 0));
+    let key =
+        |opts: &[String]| crate::backend::cuda::nvrtc::cache_key(Module::Matmul, opts, (13, 0));
     let mut changed = opts.clone();
-    let i = changed.iter().position(|o| o.starts_with("-DMV_THREADS=")).unwrap();
+    let i = changed
+        .iter()
+        .position(|o| o.starts_with("-DMV_THREADS="))
+        .unwrap();
     changed[i] = "-DMV_THREADS=256".into();
-    assert_ne!(key(&opts), key(&changed), "a changed constant must not load a stale image");
+    assert_ne!(
+        key(&opts),
+        key(&changed),
+        "a changed constant must not load a stale image"
+    );
     assert_eq!(key(&opts), key(&opts.clone()));
 }

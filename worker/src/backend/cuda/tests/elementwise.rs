@@ -13,8 +13,17 @@ fn swiglu_and_add_match_cpu() {
         let n = rows * cols;
         let (gv, uv) = (random_vec(&mut rng, n, 8.0), random_vec(&mut rng, n, 2.0));
         let mut cpu_out = cpu_buf(rows, cols, vec![0.0; n]);
-        CpuOps.swiglu(&cpu_buf(rows, cols, gv.clone()), &cpu_buf(rows, cols, uv.clone()), &mut cpu_out).unwrap();
-        let (g, u) = (ops.upload(rows, cols, &gv).unwrap(), ops.upload(rows, cols, &uv).unwrap());
+        CpuOps
+            .swiglu(
+                &cpu_buf(rows, cols, gv.clone()),
+                &cpu_buf(rows, cols, uv.clone()),
+                &mut cpu_out,
+            )
+            .unwrap();
+        let (g, u) = (
+            ops.upload(rows, cols, &gv).unwrap(),
+            ops.upload(rows, cols, &uv).unwrap(),
+        );
         let mut out = ops.buf(rows, cols).unwrap();
         ops.swiglu(&g, &u, &mut out).unwrap();
         let e = rel_err(&host(&mut ops, &out), &cpu_out.data);
@@ -26,7 +35,9 @@ fn swiglu_and_add_match_cpu() {
         });
 
         let mut cpu_x = cpu_buf(rows, cols, gv.clone());
-        CpuOps.add_assign(&mut cpu_x, &cpu_buf(rows, cols, uv.clone())).unwrap();
+        CpuOps
+            .add_assign(&mut cpu_x, &cpu_buf(rows, cols, uv.clone()))
+            .unwrap();
         let mut x = ops.upload(rows, cols, &gv).unwrap();
         ops.add_assign(&mut x, &u).unwrap();
         let e = rel_err(&host(&mut ops, &x), &cpu_x.data);
@@ -60,13 +71,17 @@ fn m0_w_1433_cuda_gelu_matches_f64_over_minus_10_to_10() {
     let _gpu = shared_gpu();
     let mut ops = gpu_ops();
     let n = 1usize << 20;
-    let xv: Vec<f32> = (0..n).map(|i| (-10.0 + 20.0 * i as f64 / (n - 1) as f64) as f32).collect();
+    let xv: Vec<f32> = (0..n)
+        .map(|i| (-10.0 + 20.0 * i as f64 / (n - 1) as f64) as f32)
+        .collect();
     let x = ops.upload(1, n, &xv).unwrap();
     let mut out = ops.buf(1, n).unwrap();
     ops.gelu(&x, &mut out).unwrap();
     let g = host(&mut ops, &out);
     let mut cpu_out = cpu_buf(1, n, vec![0.0; n]);
-    CpuOps.gelu(&cpu_buf(1, n, xv.clone()), &mut cpu_out).unwrap();
+    CpuOps
+        .gelu(&cpu_buf(1, n, xv.clone()), &mut cpu_out)
+        .unwrap();
     let (mut worst, mut worst_at, mut worst_cpu) = (0f64, 0f32, 0f64);
     for ((&xi, &gi), &ci) in xv.iter().zip(&g).zip(&cpu_out.data) {
         let e = (gi as f64 - gelu_f64(xi as f64)).abs();
@@ -77,13 +92,27 @@ fn m0_w_1433_cuda_gelu_matches_f64_over_minus_10_to_10() {
     }
     assert!(worst <= 1e-3, "gelu: error {worst:e} at x = {worst_at}");
     // Far outside the grid: x for large positive x, (-)0 for large negative x.
-    let big = [1e4f32, 3e12, 1e20, f32::MAX, -1e4, -3e12, -1e20, -f32::MAX, 0.0, -0.0];
+    let big = [
+        1e4f32,
+        3e12,
+        1e20,
+        f32::MAX,
+        -1e4,
+        -3e12,
+        -1e20,
+        -f32::MAX,
+        0.0,
+        -0.0,
+    ];
     let xb = ops.upload(1, big.len(), &big).unwrap();
     let mut ob = ops.buf(1, big.len()).unwrap();
     ops.gelu(&xb, &mut ob).unwrap();
     for (&xi, &gi) in big.iter().zip(&host(&mut ops, &ob)) {
         let want = if xi > 0.0 { xi } else { 0.0 };
-        assert!(gi.is_finite() && gi == want, "gelu({xi}) = {gi}, expected {want}");
+        assert!(
+            gi.is_finite() && gi == want,
+            "gelu({xi}) = {gi}, expected {want}"
+        );
     }
     assert_deterministic("gelu", || {
         ops.gelu(&x, &mut out).unwrap();

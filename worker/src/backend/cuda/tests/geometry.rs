@@ -10,7 +10,11 @@ type Shape = ((u32, u32, u32), (u32, u32, u32));
 fn shape(k: Kernel, work: Work) -> Shape {
     let c = launch_config(k, work).unwrap_or_else(|e| panic!("{k:?} over {work:?}: {e}"));
     // Only gemm_tc takes dynamic shared memory (its tiles, split into TF32 parts).
-    let dynamic = if let Kernel::GemmTc(_) = k { crate::backend::cuda::source::GTC_SMEM_BYTES } else { 0 };
+    let dynamic = if let Kernel::GemmTc(_) = k {
+        crate::backend::cuda::source::GTC_SMEM_BYTES
+    } else {
+        0
+    };
     assert_eq!(c.shared_mem_bytes, dynamic, "{k:?}: dynamic shared memory");
     (c.grid_dim, c.block_dim)
 }
@@ -20,28 +24,89 @@ fn every_kernel_is_laid_out_as_before() {
     let q = GgmlType::Q4_1;
     let rows = |rows, cols| Work::Rows { rows, cols };
     let matrix = |rows, n| Work::Matrix { rows, n };
-    assert_eq!(shape(Kernel::Embed(q), rows(3, 576)), ((3, 1, 1), (128, 1, 1)));
-    assert_eq!(shape(Kernel::MatVec(q), matrix(576, 8)), ((576, 1, 1), (128, 1, 1)));
-    assert_eq!(shape(Kernel::MatVecWarp(q), matrix(49152, 1)), ((12288, 1, 1), (128, 1, 1)));
-    assert_eq!(shape(Kernel::MatVecWarp(q), matrix(4097, 1)), ((1025, 1, 1), (128, 1, 1)));
-    assert_eq!(shape(Kernel::Gemm(q), matrix(576, 129)), ((9, 3, 1), (256, 1, 1)));
-    assert_eq!(shape(Kernel::Gemm(q), matrix(49152, 64)), ((768, 1, 1), (256, 1, 1)));
+    assert_eq!(
+        shape(Kernel::Embed(q), rows(3, 576)),
+        ((3, 1, 1), (128, 1, 1))
+    );
+    assert_eq!(
+        shape(Kernel::MatVec(q), matrix(576, 8)),
+        ((576, 1, 1), (128, 1, 1))
+    );
+    assert_eq!(
+        shape(Kernel::MatVecWarp(q), matrix(49152, 1)),
+        ((12288, 1, 1), (128, 1, 1))
+    );
+    assert_eq!(
+        shape(Kernel::MatVecWarp(q), matrix(4097, 1)),
+        ((1025, 1, 1), (128, 1, 1))
+    );
+    assert_eq!(
+        shape(Kernel::Gemm(q), matrix(576, 129)),
+        ((9, 3, 1), (256, 1, 1))
+    );
+    assert_eq!(
+        shape(Kernel::Gemm(q), matrix(49152, 64)),
+        ((768, 1, 1), (256, 1, 1))
+    );
     // mv1: 8 weight rows a block; gemm_tc: 128 x 64 tiles.
-    assert_eq!(shape(Kernel::MatVec1(q), matrix(4097, 1)), ((513, 1, 1), (256, 1, 1)));
-    assert_eq!(shape(Kernel::GemmTc(q), matrix(4096, 129)), ((32, 3, 1), (256, 1, 1)));
-    for (cols, threads) in [(1600, 512), (1024, 512), (1023, 256), (576, 256), (256, 256), (255, 64), (64, 64)] {
-        assert_eq!(shape(Kernel::RmsNorm, rows(7, cols)), ((7, 1, 1), (threads, 1, 1)), "{cols} columns");
-        assert_eq!(shape(Kernel::LayerNorm, rows(7, cols)), ((7, 1, 1), (threads, 1, 1)), "{cols} columns");
+    assert_eq!(
+        shape(Kernel::MatVec1(q), matrix(4097, 1)),
+        ((513, 1, 1), (256, 1, 1))
+    );
+    assert_eq!(
+        shape(Kernel::GemmTc(q), matrix(4096, 129)),
+        ((32, 3, 1), (256, 1, 1))
+    );
+    for (cols, threads) in [
+        (1600, 512),
+        (1024, 512),
+        (1023, 256),
+        (576, 256),
+        (256, 256),
+        (255, 64),
+        (64, 64),
+    ] {
+        assert_eq!(
+            shape(Kernel::RmsNorm, rows(7, cols)),
+            ((7, 1, 1), (threads, 1, 1)),
+            "{cols} columns"
+        );
+        assert_eq!(
+            shape(Kernel::LayerNorm, rows(7, cols)),
+            ((7, 1, 1), (threads, 1, 1)),
+            "{cols} columns"
+        );
     }
-    for k in [Kernel::Rope, Kernel::KvStore, Kernel::Swiglu, Kernel::Gelu, Kernel::AddAssign] {
+    for k in [
+        Kernel::Rope,
+        Kernel::KvStore,
+        Kernel::Swiglu,
+        Kernel::Gelu,
+        Kernel::AddAssign,
+    ] {
         assert_eq!(shape(k, Work::Elements(256)), ((1, 1, 1), (256, 1, 1)));
         assert_eq!(shape(k, Work::Elements(257)), ((2, 1, 1), (256, 1, 1)));
-        assert_eq!(shape(k, Work::Elements(1536 * 64)), ((384, 1, 1), (256, 1, 1)));
+        assert_eq!(
+            shape(k, Work::Elements(1536 * 64)),
+            ((384, 1, 1), (256, 1, 1))
+        );
     }
-    assert_eq!(shape(Kernel::Attention, Work::Heads { n: 5, n_head: 9 }), ((5, 9, 1), (256, 1, 1)));
-    let chunks = Work::Chunks { n_head_kv: 8, nsplit: 33 };
-    assert_eq!(shape(Kernel::AttentionSplit, chunks), ((8, 33, 1), (128, 1, 1)));
-    assert_eq!(shape(Kernel::AttentionCombine, rows(32, 128)), ((32, 1, 1), (128, 1, 1)));
+    assert_eq!(
+        shape(Kernel::Attention, Work::Heads { n: 5, n_head: 9 }),
+        ((5, 9, 1), (256, 1, 1))
+    );
+    let chunks = Work::Chunks {
+        n_head_kv: 8,
+        nsplit: 33,
+    };
+    assert_eq!(
+        shape(Kernel::AttentionSplit, chunks),
+        ((8, 33, 1), (128, 1, 1))
+    );
+    assert_eq!(
+        shape(Kernel::AttentionCombine, rows(32, 128)),
+        ((32, 1, 1), (128, 1, 1))
+    );
     for k in [Kernel::SampleSelect, Kernel::SampleLogprobs] {
         assert_eq!(shape(k, Work::Single), ((1, 1, 1), (1024, 1, 1)));
     }
@@ -53,12 +118,37 @@ fn launches_past_the_grid_limits_are_refused() {
         Err(BackendError::InferenceFailed(_)) => {}
         other => panic!("{k:?} over {work:?}: expected a refusal, got {other:?}"),
     };
-    refused(Kernel::Gemm(GgmlType::F32), Work::Matrix { rows: 64, n: 65535 * 64 + 1 });
-    refused(Kernel::Attention, Work::Heads { n: 1, n_head: 65536 });
-    refused(Kernel::Attention, Work::Heads { n: 65535 * 1024 + 1, n_head: 1 });
+    refused(
+        Kernel::Gemm(GgmlType::F32),
+        Work::Matrix {
+            rows: 64,
+            n: 65535 * 64 + 1,
+        },
+    );
+    refused(
+        Kernel::Attention,
+        Work::Heads {
+            n: 1,
+            n_head: 65536,
+        },
+    );
+    refused(
+        Kernel::Attention,
+        Work::Heads {
+            n: 65535 * 1024 + 1,
+            n_head: 1,
+        },
+    );
     refused(Kernel::Gelu, Work::Elements(0));
     refused(Kernel::Gelu, Work::Elements(256 * (u32::MAX as usize + 1)));
-    assert!(launch_config(Kernel::Gemm(GgmlType::F32), Work::Matrix { rows: 64, n: 65535 * 64 }).is_ok());
+    assert!(launch_config(
+        Kernel::Gemm(GgmlType::F32),
+        Work::Matrix {
+            rows: 64,
+            n: 65535 * 64
+        }
+    )
+    .is_ok());
     // A kernel over a problem it is not laid out for is an internal error, not a launch.
     assert!(matches!(
         launch_config(Kernel::RmsNorm, Work::Single),

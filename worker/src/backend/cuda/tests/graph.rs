@@ -9,20 +9,25 @@ use super::*;
 fn graph_decode_is_bit_identical_to_eager_decode() {
     let _gpu = shared_gpu();
     for arch in ["llama", "qwen2"] {
-        let file = Arc::new(GgufFile::from_bytes(crate::model::synthetic::synthetic_llama(arch, 30, 512)).unwrap());
+        let file = Arc::new(
+            GgufFile::from_bytes(crate::model::synthetic::synthetic_llama(arch, 30, 512)).unwrap(),
+        );
         let cfg = ModelConfig::try_from(&file.metadata).unwrap();
-        let mut gpu = CudaBackend::load(cfg, &file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();
+        let mut gpu =
+            CudaBackend::load(cfg, &file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();
         let tokens: Vec<u32> = (0..40).map(|i| (i * 37 % 384) as u32).collect();
         let run = |gpu: &mut CudaBackend, graphs: bool| {
             gpu.set_decode_graphs(graphs);
             gpu.begin_sequence(300).unwrap();
             let mut all = Vec::new();
             let mut out = Vec::new();
-            gpu.forward(&tokens[..20], Logits::Last, &mut out, None).unwrap();
+            gpu.forward(&tokens[..20], Logits::Last, &mut out, None)
+                .unwrap();
             all.extend_from_slice(&out);
             // Long enough for attention to pass its 128-key chunk.
             for i in 0..150 {
-                gpu.forward(&[tokens[20 + i % 20]], Logits::Last, &mut out, None).unwrap();
+                gpu.forward(&[tokens[20 + i % 20]], Logits::Last, &mut out, None)
+                    .unwrap();
                 all.extend_from_slice(&out);
             }
             assert_eq!(gpu.decoding_with_graph(), graphs);
@@ -31,16 +36,28 @@ fn graph_decode_is_bit_identical_to_eager_decode() {
         };
         let with = run(&mut gpu, true);
         let without = run(&mut gpu, false);
-        assert!(bits(&with) == bits(&without), "{arch}: graph replay differs from eager decode");
+        assert!(
+            bits(&with) == bits(&without),
+            "{arch}: graph replay differs from eager decode"
+        );
         let again = run(&mut gpu, true);
-        assert!(bits(&with) == bits(&again), "{arch}: graph replay is not deterministic");
+        assert!(
+            bits(&with) == bits(&again),
+            "{arch}: graph replay is not deterministic"
+        );
         // Attention split over the context from position 80 on: the graph is
         // captured again when the context reaches it, and still matches
         // eager decode, which switches at the same position.
         gpu.ops.dev.kernels.set_split_min_context(80);
         let with = run(&mut gpu, true);
         let without = run(&mut gpu, false);
-        gpu.ops.dev.kernels.set_split_min_context(kernels::SPLIT_MIN_CONTEXT);
-        assert!(bits(&with) == bits(&without), "{arch}: graph replay with split attention differs from eager decode");
+        gpu.ops
+            .dev
+            .kernels
+            .set_split_min_context(kernels::SPLIT_MIN_CONTEXT);
+        assert!(
+            bits(&with) == bits(&without),
+            "{arch}: graph replay with split attention differs from eager decode"
+        );
     }
 }

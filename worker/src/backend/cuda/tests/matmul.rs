@@ -35,7 +35,9 @@ fn matmul_shapes(ty: GgmlType) -> Vec<(usize, usize, usize)> {
         v.extend([(33, 577, 1), (65, 99, 70), (5, 1, 2)]);
     }
     // Rows of the 256-value formats hold whole super-blocks: 576 becomes 768.
-    v.into_iter().map(|(r, c, n)| (r, c.next_multiple_of(ty.block_len()), n)).collect()
+    v.into_iter()
+        .map(|(r, c, n)| (r, c.next_multiple_of(ty.block_len()), n))
+        .collect()
 }
 
 #[test]
@@ -54,7 +56,9 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
             let bias_v = random_vec(&mut rng, rows, 1.0);
             let bias = test_weight(&mut ops, GgmlType::F32, 1, rows, &bias_v);
             for (with_bias, (warp_rows, newer)) in [false, true].into_iter().flat_map(|b| {
-                [(0, false), (usize::MAX, false), (usize::MAX, true)].into_iter().map(move |k| (b, k))
+                [(0, false), (usize::MAX, false), (usize::MAX, true)]
+                    .into_iter()
+                    .map(move |k| (b, k))
             }) {
                 // Every shape through both mv kernels (a warp or a block per
                 // row), then through mv1 (one row of x) and gemm_tc (many).
@@ -62,13 +66,22 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
                 force_newer_matmuls(newer);
                 let b = with_bias.then_some(&bias);
                 let mut cpu_out = cpu_buf(n, rows, vec![0.0; n * rows]);
-                CpuOps.matmul(&cpu_buf(n, cols, xv.clone()), &w.cpu, b.map(|b| &b.cpu), &mut cpu_out).unwrap();
+                CpuOps
+                    .matmul(
+                        &cpu_buf(n, cols, xv.clone()),
+                        &w.cpu,
+                        b.map(|b| &b.cpu),
+                        &mut cpu_out,
+                    )
+                    .unwrap();
                 let x = ops.upload(n, cols, &xv).unwrap();
                 let mut out = ops.buf(n, rows).unwrap();
                 ops.matmul(&x, &w.gpu, b.map(|b| &b.gpu), &mut out).unwrap();
                 let g = host(&mut ops, &out);
                 let e = rel_err(&g, &cpu_out.data);
-                let what = format!("{ty} {rows}x{cols} n={n} bias={with_bias} mvw from {warp_rows} mv1/tc {newer}");
+                let what = format!(
+                    "{ty} {rows}x{cols} n={n} bias={with_bias} mvw from {warp_rows} mv1/tc {newer}"
+                );
                 assert!(e <= 1e-3, "{what}: relative error {e:e}");
                 worst_ty = worst_ty.max(e);
             }
@@ -84,15 +97,21 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
 /// `mv1_*` for every single row of x and `gemm_tc_*` for every product that
 /// takes the GEMM path (`true`), or neither (`false`).
 fn force_newer_matmuls(on: bool) {
-    dev().kernels.set_mv1_min_rows(if on { 0 } else { usize::MAX });
-    dev().kernels.set_tc_min_blocks(if on { 0 } else { usize::MAX });
+    dev()
+        .kernels
+        .set_mv1_min_rows(if on { 0 } else { usize::MAX });
+    dev()
+        .kernels
+        .set_tc_min_blocks(if on { 0 } else { usize::MAX });
 }
 
 /// The matmul kernel choice as the backend makes it.
 fn restore_matmul_choice() {
     dev().set_mv_warp_min_rows(kernels::MV_WARP_MIN_ROWS);
     dev().kernels.set_mv1_min_rows(kernels::MV1_MIN_ROWS);
-    dev().kernels.set_tc_min_blocks(kernels::TC_MIN_BLOCKS_PER_SM * dev().kernels.sm_count());
+    dev()
+        .kernels
+        .set_tc_min_blocks(kernels::TC_MIN_BLOCKS_PER_SM * dev().kernels.sm_count());
 }
 
 #[test]
@@ -103,10 +122,21 @@ fn matmul_is_deterministic_for_every_format() {
     let mut rng = ChaCha8Rng::seed_from_u64(2);
     for ty in GgmlType::ALL {
         let (rows, cols) = (1536, 576usize.next_multiple_of(ty.block_len()));
-        let w = test_weight(&mut ops, ty, rows, cols, &random_vec(&mut rng, rows * cols, 1.0));
-        for (n, newer) in [1, 5, 20, 64, 300].into_iter().flat_map(|n| [(n, false), (n, true)]) {
+        let w = test_weight(
+            &mut ops,
+            ty,
+            rows,
+            cols,
+            &random_vec(&mut rng, rows * cols, 1.0),
+        );
+        for (n, newer) in [1, 5, 20, 64, 300]
+            .into_iter()
+            .flat_map(|n| [(n, false), (n, true)])
+        {
             force_newer_matmuls(newer);
-            let x = ops.upload(n, cols, &random_vec(&mut rng, n * cols, 1.0)).unwrap();
+            let x = ops
+                .upload(n, cols, &random_vec(&mut rng, n * cols, 1.0))
+                .unwrap();
             let mut out = ops.buf(n, rows).unwrap();
             assert_deterministic(&format!("matmul {ty} n={n} mv1/tc {newer}"), || {
                 ops.matmul(&x, &w.gpu, None, &mut out).unwrap();
@@ -124,7 +154,10 @@ fn embed_matches_cpu_for_every_format() {
     let mut ops = gpu_ops();
     let mut rng = ChaCha8Rng::seed_from_u64(3);
     for ty in GgmlType::ALL {
-        let mut shapes = vec![(49152usize, 576usize.next_multiple_of(ty.block_len())), (300, 256)];
+        let mut shapes = vec![
+            (49152usize, 576usize.next_multiple_of(ty.block_len())),
+            (300, 256),
+        ];
         if quick() {
             shapes.remove(0);
         }
@@ -132,7 +165,13 @@ fn embed_matches_cpu_for_every_format() {
             shapes.push((17, 577));
         }
         for (rows, cols) in shapes {
-            let w = test_weight(&mut ops, ty, rows, cols, &random_vec(&mut rng, rows * cols, 1.0));
+            let w = test_weight(
+                &mut ops,
+                ty,
+                rows,
+                cols,
+                &random_vec(&mut rng, rows * cols, 1.0),
+            );
             let tokens: Vec<u32> = [0, rows - 1, 1, rows / 2]
                 .into_iter()
                 .chain((0..60).map(|_| rng.random_range(0..rows)))
@@ -143,7 +182,11 @@ fn embed_matches_cpu_for_every_format() {
             let mut out = ops.buf(tokens.len(), cols).unwrap();
             ops.embed(&w.gpu, &tokens, &mut out).unwrap();
             let g = host(&mut ops, &out);
-            assert!(bits(&g) == bits(&cpu_out.data), "{ty} {rows}x{cols}: embedding is not bit-exact (err {:e})", rel_err(&g, &cpu_out.data));
+            assert!(
+                bits(&g) == bits(&cpu_out.data),
+                "{ty} {rows}x{cols}: embedding is not bit-exact (err {:e})",
+                rel_err(&g, &cpu_out.data)
+            );
             assert_deterministic(&format!("embed {ty}"), || {
                 ops.embed(&w.gpu, &tokens, &mut out).unwrap();
                 host(&mut ops, &out)
@@ -151,7 +194,10 @@ fn embed_matches_cpu_for_every_format() {
         }
         let w = test_weight(&mut ops, ty, 64, 256, &random_vec(&mut rng, 64 * 256, 1.0));
         let mut out = ops.buf(1, 256).unwrap();
-        assert!(ops.embed(&w.gpu, &[64], &mut out).is_err(), "an id past the table is refused before launch");
+        assert!(
+            ops.embed(&w.gpu, &[64], &mut out).is_err(),
+            "an id past the table is refused before launch"
+        );
     }
     eprintln!("embed: bit-exact with the CPU for every format");
 }
@@ -177,23 +223,41 @@ fn matmul_timings() {
         dev().synchronize().unwrap();
         t.elapsed().as_secs_f64() * 1e6 / reps as f64
     };
-    for ty in [GgmlType::Q8_0, GgmlType::Q6K, GgmlType::Q4_1, GgmlType::Q4K, GgmlType::F16] {
+    for ty in [
+        GgmlType::Q8_0,
+        GgmlType::Q6K,
+        GgmlType::Q4_1,
+        GgmlType::Q4K,
+        GgmlType::F16,
+    ] {
         for (rows, cols) in [(49152usize, 576usize), (1536, 576), (576, 1536)] {
             let cols = cols.next_multiple_of(ty.block_len());
-            let w = test_weight(&mut ops, ty, rows, cols, &random_vec(&mut rng, rows * cols, 1.0)).gpu;
+            let w = test_weight(
+                &mut ops,
+                ty,
+                rows,
+                cols,
+                &random_vec(&mut rng, rows * cols, 1.0),
+            )
+            .gpu;
             let bytes = (w.rows * w.row_bytes) as f64;
             let mut line = format!("{ty:>5} {rows:>5}x{cols:<4}");
             for n in [1usize, 16, 64, 512] {
-                let x = ops.upload(n, cols, &random_vec(&mut rng, n * cols, 1.0)).unwrap();
+                let x = ops
+                    .upload(n, cols, &random_vec(&mut rng, n * cols, 1.0))
+                    .unwrap();
                 let mut out = ops.buf(n, rows).unwrap();
                 if n == 1 {
-                    for (name, warp_rows, newer) in
-                        [("block/row", usize::MAX, false), ("warp/row", 0, false), ("mv1", usize::MAX, true)]
-                    {
+                    for (name, warp_rows, newer) in [
+                        ("block/row", usize::MAX, false),
+                        ("warp/row", 0, false),
+                        ("mv1", usize::MAX, true),
+                    ] {
                         dev().set_mv_warp_min_rows(warp_rows);
                         force_newer_matmuls(newer);
                         let us = time(&mut ops, &w, &x, &mut out);
-                        line += &format!("  n=1 {name} {us:7.1} us ({:5.0} GB/s)", bytes / us / 1e3);
+                        line +=
+                            &format!("  n=1 {name} {us:7.1} us ({:5.0} GB/s)", bytes / us / 1e3);
                     }
                 } else {
                     for (name, newer) in [("f32", false), ("tc", true)] {

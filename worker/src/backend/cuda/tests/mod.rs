@@ -88,7 +88,9 @@ use crate::model::synthetic::random_vec;
 /// A file or folder of the workspace: beside the crate when built here, or
 /// under the current directory (a checkout elsewhere, such as the GPU machine).
 fn workspace_path(rel: &str) -> std::path::PathBuf {
-    let built = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel);
+    let built = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(rel);
     if built.exists() {
         built
     } else {
@@ -121,7 +123,8 @@ fn gpu_lock(exclusive: bool) -> std::fs::File {
         .write(true)
         .open(&path)
         .unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
-    if exclusive { f.lock() } else { f.lock_shared() }.unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
+    if exclusive { f.lock() } else { f.lock_shared() }
+        .unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
     f
 }
 
@@ -135,7 +138,8 @@ fn exclusive_gpu() -> std::fs::File {
 
 fn dev() -> Arc<CudaDevice> {
     static DEV: OnceLock<Arc<CudaDevice>> = OnceLock::new();
-    DEV.get_or_init(|| CudaDevice::new(0).expect("GPU 0 initialises")).clone()
+    DEV.get_or_init(|| CudaDevice::new(0).expect("GPU 0 initialises"))
+        .clone()
 }
 
 fn gpu_ops() -> CudaOps {
@@ -148,9 +152,19 @@ struct TestWeight {
     gpu: CudaWeight,
 }
 
-fn test_weight(ops: &mut CudaOps, ty: GgmlType, rows: usize, cols: usize, values: &[f32]) -> TestWeight {
+fn test_weight(
+    ops: &mut CudaOps,
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    values: &[f32],
+) -> TestWeight {
     let bytes = quantize(ty, values).expect("quantizes");
-    let dims: Vec<u64> = if rows == 1 { vec![cols as u64] } else { vec![cols as u64, rows as u64] };
+    let dims: Vec<u64> = if rows == 1 {
+        vec![cols as u64]
+    } else {
+        vec![cols as u64, rows as u64]
+    };
     let mut w = GgufWriter::new();
     w.tensor("w", &dims, ty, bytes.clone());
     let file = Arc::new(GgufFile::from_bytes(w.to_bytes()).expect("valid GGUF"));
@@ -211,7 +225,8 @@ fn both_backends(file: Arc<GgufFile>, opts: &CudaLoadOptions) -> (CpuBackend, Cu
 /// this times the reference model without carrying its file.
 fn smollm2_shaped_model() -> Vec<u8> {
     let mut rng = ChaCha8Rng::seed_from_u64(42);
-    let (d, n_layer, n_head, n_kv, ff, vocab) = (576usize, 30usize, 9usize, 3usize, 1536usize, 49152usize);
+    let (d, n_layer, n_head, n_kv, ff, vocab) =
+        (576usize, 30usize, 9usize, 3usize, 1536usize, 49152usize);
     let hd = d / n_head;
     let mut w = GgufWriter::new();
     let s = |v: &str| MetaValue::String(v.to_string());
@@ -229,13 +244,25 @@ fn smollm2_shaped_model() -> Vec<u8> {
     ] {
         w.metadata(&format!("llama.{k}"), MetaValue::U32(v));
     }
-    w.metadata("llama.attention.layer_norm_rms_epsilon", MetaValue::F32(1e-5));
+    w.metadata(
+        "llama.attention.layer_norm_rms_epsilon",
+        MetaValue::F32(1e-5),
+    );
     w.metadata("llama.rope.freq_base", MetaValue::F32(100000.0));
     let q = |rng: &mut ChaCha8Rng, ty: GgmlType, rows: usize, cols: usize| {
-        quantize(ty, &random_vec(rng, rows * cols, 1.5 / (cols as f32).sqrt())).unwrap()
+        quantize(
+            ty,
+            &random_vec(rng, rows * cols, 1.5 / (cols as f32).sqrt()),
+        )
+        .unwrap()
     };
     let ones = |n: usize| quantize(GgmlType::F32, &vec![1.0; n]).unwrap();
-    w.tensor("token_embd.weight", &[d as u64, vocab as u64], GgmlType::Q8_0, q(&mut rng, GgmlType::Q8_0, vocab, d));
+    w.tensor(
+        "token_embd.weight",
+        &[d as u64, vocab as u64],
+        GgmlType::Q8_0,
+        q(&mut rng, GgmlType::Q8_0, vocab, d),
+    );
     // One layer's weights, repeated: the cost is the same.
     let layer = [
         ("attn_q", n_head * hd, d),
@@ -248,10 +275,25 @@ fn smollm2_shaped_model() -> Vec<u8> {
     ]
     .map(|(name, rows, cols)| (name, rows, cols, q(&mut rng, GgmlType::Q4_1, rows, cols)));
     for i in 0..n_layer {
-        w.tensor(&format!("blk.{i}.attn_norm.weight"), &[d as u64], GgmlType::F32, ones(d));
-        w.tensor(&format!("blk.{i}.ffn_norm.weight"), &[d as u64], GgmlType::F32, ones(d));
+        w.tensor(
+            &format!("blk.{i}.attn_norm.weight"),
+            &[d as u64],
+            GgmlType::F32,
+            ones(d),
+        );
+        w.tensor(
+            &format!("blk.{i}.ffn_norm.weight"),
+            &[d as u64],
+            GgmlType::F32,
+            ones(d),
+        );
         for (name, rows, cols, bytes) in &layer {
-            w.tensor(&format!("blk.{i}.{name}.weight"), &[*cols as u64, *rows as u64], GgmlType::Q4_1, bytes.clone());
+            w.tensor(
+                &format!("blk.{i}.{name}.weight"),
+                &[*cols as u64, *rows as u64],
+                GgmlType::Q4_1,
+                bytes.clone(),
+            );
         }
     }
     w.tensor("output_norm.weight", &[d as u64], GgmlType::F32, ones(d));

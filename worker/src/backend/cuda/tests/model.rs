@@ -7,23 +7,39 @@ use super::*;
 /// Prefill of `tokens[..n_prompt]` with logits at every position, then
 /// teacher-forced decode of the rest one token at a time: GPU logits vs CPU
 /// logits at every position. Returns the worst relative error.
-fn compare_sequence(cpu: &mut CpuBackend, gpu: &mut CudaBackend, tokens: &[u32], n_prompt: usize, what: &str) -> f64 {
+fn compare_sequence(
+    cpu: &mut CpuBackend,
+    gpu: &mut CudaBackend,
+    tokens: &[u32],
+    n_prompt: usize,
+    what: &str,
+) -> f64 {
     let vocab = cpu.config().vocab_size;
     cpu.begin_sequence(tokens.len()).unwrap();
     gpu.begin_sequence(tokens.len()).unwrap();
     let (mut c, mut g) = (Vec::new(), Vec::new());
-    cpu.forward(&tokens[..n_prompt], Logits::All, &mut c, None).unwrap();
-    gpu.forward(&tokens[..n_prompt], Logits::All, &mut g, None).unwrap();
+    cpu.forward(&tokens[..n_prompt], Logits::All, &mut c, None)
+        .unwrap();
+    gpu.forward(&tokens[..n_prompt], Logits::All, &mut g, None)
+        .unwrap();
     assert_eq!(g.len(), n_prompt * vocab);
     let mut worst = 0f64;
     let mut check = |g: &[f32], c: &[f32], pos: usize| {
         let e = rel_err(g, c);
         assert!(e <= 1e-2, "{what}: position {pos}: relative error {e:e}");
-        assert_eq!(argmax(g), argmax(c), "{what}: position {pos}: argmax differs");
+        assert_eq!(
+            argmax(g),
+            argmax(c),
+            "{what}: position {pos}: argmax differs"
+        );
         worst = worst.max(e);
     };
     for p in 0..n_prompt {
-        check(&g[p * vocab..(p + 1) * vocab], &c[p * vocab..(p + 1) * vocab], p);
+        check(
+            &g[p * vocab..(p + 1) * vocab],
+            &c[p * vocab..(p + 1) * vocab],
+            p,
+        );
     }
     for (i, &t) in tokens[n_prompt..].iter().enumerate() {
         cpu.forward(&[t], Logits::Last, &mut c, None).unwrap();
@@ -41,8 +57,14 @@ fn compare_sequence(cpu: &mut CpuBackend, gpu: &mut CudaBackend, tokens: &[u32],
 fn synthetic_models_with_every_format_match_the_cpu_backend() {
     let _gpu = shared_gpu();
     for (arch, seed) in [("llama", 10u64), ("qwen2", 11)] {
-        let file = Arc::new(GgufFile::from_bytes(crate::model::synthetic::synthetic_llama(arch, seed, 512)).unwrap());
-        let opts = CudaLoadOptions { upload_chunk_bytes: 4096, ..Default::default() };
+        let file = Arc::new(
+            GgufFile::from_bytes(crate::model::synthetic::synthetic_llama(arch, seed, 512))
+                .unwrap(),
+        );
+        let opts = CudaLoadOptions {
+            upload_chunk_bytes: 4096,
+            ..Default::default()
+        };
         let (mut cpu, mut gpu) = both_backends(file.clone(), &opts);
         let vocab = cpu.config().vocab_size as u32;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -51,16 +73,26 @@ fn synthetic_models_with_every_format_match_the_cpu_backend() {
         // A prompt longer than mv's batch but not a whole gemm tile, and a short one.
         let e2 = compare_sequence(&mut cpu, &mut gpu, &tokens[..30], 9, arch);
         let e3 = compare_sequence(&mut cpu, &mut gpu, &tokens[..12], 3, arch);
-        eprintln!("synthetic {arch}: logits max relative error {:.2e}", e.max(e2).max(e3));
+        eprintln!(
+            "synthetic {arch}: logits max relative error {:.2e}",
+            e.max(e2).max(e3)
+        );
 
         // Checkpoints record the same names as the CPU backend.
         let (mut cc, mut gc) = (Checkpoints::default(), Checkpoints::default());
         let (mut c, mut g) = (Vec::new(), Vec::new());
         cpu.begin_sequence(8).unwrap();
         gpu.begin_sequence(8).unwrap();
-        cpu.forward(&tokens[..5], Logits::Last, &mut c, Some(&mut cc)).unwrap();
-        gpu.forward(&tokens[..5], Logits::Last, &mut g, Some(&mut gc)).unwrap();
-        let names = |cp: &Checkpoints| cp.entries.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+        cpu.forward(&tokens[..5], Logits::Last, &mut c, Some(&mut cc))
+            .unwrap();
+        gpu.forward(&tokens[..5], Logits::Last, &mut g, Some(&mut gc))
+            .unwrap();
+        let names = |cp: &Checkpoints| {
+            cp.entries
+                .iter()
+                .map(|(n, _)| n.clone())
+                .collect::<Vec<_>>()
+        };
         assert_eq!(names(&gc), names(&cc));
         for ((name, gv), (_, cv)) in gc.entries.iter().zip(&cc.entries) {
             let e = rel_err(gv, cv);
@@ -69,8 +101,15 @@ fn synthetic_models_with_every_format_match_the_cpu_backend() {
 
         // Every format was uploaded byte for byte, on 256-byte boundaries.
         let stats = gpu.upload_stats();
-        assert!(stats.max_copy_bytes <= 4096, "no copy over the chunk size: {stats:?}");
-        assert_eq!(stats.total_bytes, file.tensor_bytes_total(), "all tensor bytes copied (vectors are F32)");
+        assert!(
+            stats.max_copy_bytes <= 4096,
+            "no copy over the chunk size: {stats:?}"
+        );
+        assert_eq!(
+            stats.total_bytes,
+            file.tensor_bytes_total(),
+            "all tensor bytes copied (vectors are F32)"
+        );
         assert!(gpu.weight_buffers().iter().all(|b| b.ptr % 256 == 0));
         assert!(gpu.check_residency().unwrap());
     }
@@ -83,27 +122,58 @@ fn memory_accounting_kv_limits_and_vram_cap() {
     let bytes = crate::model::synthetic::synthetic_llama("llama", 20, 4096);
     let file = Arc::new(GgufFile::from_bytes(bytes).unwrap());
     let cfg = ModelConfig::try_from(&file.metadata).unwrap();
-    let opts = CudaLoadOptions { kv_cache_size_mb: Some(1), ..Default::default() };
+    let opts = CudaLoadOptions {
+        kv_cache_size_mb: Some(1),
+        ..Default::default()
+    };
     let mut gpu = CudaBackend::load(cfg.clone(), &file, &opts, &mut |_| {}).unwrap();
     let after_load = gpu.memory_use();
-    assert!(after_load.weights >= file.tensor_bytes_total(), "{after_load:?}");
-    assert_eq!(after_load.kv_cache + after_load.scratch, 0, "{after_load:?}");
+    assert!(
+        after_load.weights >= file.tensor_bytes_total(),
+        "{after_load:?}"
+    );
+    assert_eq!(
+        after_load.kv_cache + after_load.scratch,
+        0,
+        "{after_load:?}"
+    );
 
     gpu.begin_sequence(100).unwrap();
     let kv = CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, 100);
     assert_eq!(gpu.memory_use().kv_cache, align_up(kv));
     let mut out = Vec::new();
-    gpu.forward(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], Logits::All, &mut out, None).unwrap();
-    assert_eq!(gpu.memory_use().scratch, 0, "activations are freed when a step ends");
+    gpu.forward(
+        &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+        Logits::All,
+        &mut out,
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        gpu.memory_use().scratch,
+        0,
+        "activations are freed when a step ends"
+    );
     gpu.forward(&[11], Logits::Last, &mut out, None).unwrap();
     assert!(gpu.decoding_with_graph());
-    eprintln!("during decode: {:?} (the decode graph's arena is scratch)", gpu.memory_use());
+    eprintln!(
+        "during decode: {:?} (the decode graph's arena is scratch)",
+        gpu.memory_use()
+    );
     gpu.end_sequence();
-    assert_eq!(gpu.memory_use(), after_load, "back at the post-load value after a job");
+    assert_eq!(
+        gpu.memory_use(),
+        after_load,
+        "back at the post-load value after a job"
+    );
 
     // A sequence whose cache exceeds --kv-cache-size-mb is refused; the next one works.
-    let too_long = (1 << 20) / CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, 1) as usize + 1;
-    assert!(matches!(gpu.begin_sequence(too_long), Err(BackendError::OutOfMemory { .. })));
+    let too_long =
+        (1 << 20) / CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, 1) as usize + 1;
+    assert!(matches!(
+        gpu.begin_sequence(too_long),
+        Err(BackendError::OutOfMemory { .. })
+    ));
     assert_eq!(gpu.memory_use(), after_load);
     gpu.begin_sequence(16).unwrap();
     gpu.forward(&[1, 2], Logits::Last, &mut out, None).unwrap();
@@ -111,7 +181,10 @@ fn memory_accounting_kv_limits_and_vram_cap() {
     drop(gpu);
 
     // Under a cap below the model, the load fails before allocating.
-    let capped = CudaLoadOptions { vram_cap_bytes: Some(file.tensor_bytes_total() / 2), ..Default::default() };
+    let capped = CudaLoadOptions {
+        vram_cap_bytes: Some(file.tensor_bytes_total() / 2),
+        ..Default::default()
+    };
     match CudaBackend::load(cfg.clone(), &file, &capped, &mut |_| {}) {
         Err(BackendError::OutOfMemory { needed, available }) => {
             assert!(needed > available && needed >= file.tensor_bytes_total())
@@ -122,17 +195,27 @@ fn memory_accounting_kv_limits_and_vram_cap() {
     // Under a cap that fits the model but not a long sequence, the sequence
     // fails with OutOfMemory and the backend keeps serving.
     let weights = after_load.weights;
-    let capped = CudaLoadOptions { vram_cap_bytes: Some(weights + (5 << 20)), ..Default::default() };
+    let capped = CudaLoadOptions {
+        vram_cap_bytes: Some(weights + (5 << 20)),
+        ..Default::default()
+    };
     let mut gpu = CudaBackend::load(cfg.clone(), &file, &capped, &mut |_| {}).unwrap();
     let post = gpu.memory_use();
-    assert!(matches!(gpu.begin_sequence(512), Err(BackendError::OutOfMemory { .. })) || {
-        // The cache fits; then a long prefill must run out.
-        gpu.forward(&vec![1u32; 512], Logits::All, &mut out, None).is_err()
-    });
+    assert!(
+        matches!(
+            gpu.begin_sequence(512),
+            Err(BackendError::OutOfMemory { .. })
+        ) || {
+            // The cache fits; then a long prefill must run out.
+            gpu.forward(&vec![1u32; 512], Logits::All, &mut out, None)
+                .is_err()
+        }
+    );
     gpu.end_sequence();
     assert_eq!(gpu.memory_use(), post);
     gpu.begin_sequence(8).unwrap();
-    gpu.forward(&[1, 2, 3], Logits::Last, &mut out, None).unwrap();
+    gpu.forward(&[1, 2, 3], Logits::Last, &mut out, None)
+        .unwrap();
     gpu.end_sequence();
 }
 
@@ -141,7 +224,10 @@ fn memory_accounting_kv_limits_and_vram_cap() {
 fn reference_model_matches_the_cpu_backend() {
     let _gpu = shared_gpu();
     let Some(path) = reference_model_path() else {
-        assert!(std::env::var_os("CI").is_none(), "CI must fetch the reference model");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must fetch the reference model"
+        );
         eprintln!("skipping: the reference model is absent");
         return;
     };
@@ -156,7 +242,13 @@ fn reference_model_matches_the_cpu_backend() {
     let mut tokens = Vec::new();
     for case in golden["cases"].as_array().unwrap() {
         for key in ["prompt_token_ids", "generated_token_ids"] {
-            tokens.extend(case[key].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32));
+            tokens.extend(
+                case[key]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_u64().unwrap() as u32),
+            );
         }
     }
     assert!(tokens.len() >= 80);
@@ -169,13 +261,15 @@ fn reference_model_matches_the_cpu_backend() {
     for _ in 0..10 {
         gpu.begin_sequence(256).unwrap();
         let t = std::time::Instant::now();
-        gpu.forward(&tokens[..16], Logits::Last, &mut out, None).unwrap();
+        gpu.forward(&tokens[..16], Logits::Last, &mut out, None)
+            .unwrap();
         ttft.push(t.elapsed().as_secs_f64() * 1e3);
         gpu.end_sequence();
     }
     ttft.sort_by(|a, b| a.partial_cmp(b).unwrap());
     gpu.begin_sequence(256).unwrap();
-    gpu.forward(&tokens[..16], Logits::Last, &mut out, None).unwrap();
+    gpu.forward(&tokens[..16], Logits::Last, &mut out, None)
+        .unwrap();
     let mut next = argmax(&out) as u32;
     for _ in 0..8 {
         gpu.forward(&[next], Logits::Last, &mut out, None).unwrap();
@@ -193,7 +287,8 @@ fn reference_model_matches_the_cpu_backend() {
     // The same without graphs, for comparison.
     gpu.set_decode_graphs(false);
     gpu.begin_sequence(256).unwrap();
-    gpu.forward(&tokens[..16], Logits::Last, &mut out, None).unwrap();
+    gpu.forward(&tokens[..16], Logits::Last, &mut out, None)
+        .unwrap();
     let t = std::time::Instant::now();
     for _ in 0..steps {
         gpu.forward(&[next], Logits::Last, &mut out, None).unwrap();
@@ -258,7 +353,8 @@ fn smollm2_shaped_timings() {
     let mut decode = |gpu: &mut CudaBackend, graphs: bool, start: usize| {
         gpu.set_decode_graphs(graphs);
         gpu.begin_sequence(1024).unwrap();
-        gpu.forward(&prompt[..start], Logits::Last, &mut out, None).unwrap();
+        gpu.forward(&prompt[..start], Logits::Last, &mut out, None)
+            .unwrap();
         for &t in &prompt[..4] {
             gpu.forward(&[t], Logits::Last, &mut out, None).unwrap();
         }
@@ -289,10 +385,13 @@ fn smollm2_shaped_timings() {
 fn m0_w_1052_backend_contract_cuda() {
     let _gpu = shared_gpu();
     for arch in ["llama", "qwen2"] {
-        let file = Arc::new(GgufFile::from_bytes(crate::model::synthetic::synthetic_llama(arch, 7, 64)).unwrap());
+        let file = Arc::new(
+            GgufFile::from_bytes(crate::model::synthetic::synthetic_llama(arch, 7, 64)).unwrap(),
+        );
         let cfg = ModelConfig::try_from(&file.metadata).unwrap();
         let vocab = cfg.vocab_size;
-        let mut gpu = CudaBackend::load(cfg, &file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();
+        let mut gpu =
+            CudaBackend::load(cfg, &file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();
         crate::backend::contract::check_backend_contract(&mut gpu, vocab);
     }
 }

@@ -10,11 +10,15 @@ fn rms_norm_matches_cpu() {
     let mut rng = ChaCha8Rng::seed_from_u64(4);
     let mut worst = 0f64;
     for (rows, cols) in [(1, 576), (64, 576), (7, 1536), (3, 577), (2, 4096), (5, 33)] {
-        let wv: Vec<f32> = (0..cols).map(|_| 1.0 + rng.random_range(-0.5f32..0.5)).collect();
+        let wv: Vec<f32> = (0..cols)
+            .map(|_| 1.0 + rng.random_range(-0.5f32..0.5))
+            .collect();
         let w = test_weight(&mut ops, GgmlType::F32, 1, cols, &wv);
         let xv = random_vec(&mut rng, rows * cols, 3.0);
         let mut cpu_out = cpu_buf(rows, cols, vec![0.0; rows * cols]);
-        CpuOps.rms_norm(&cpu_buf(rows, cols, xv.clone()), &w.cpu, 1e-5, &mut cpu_out).unwrap();
+        CpuOps
+            .rms_norm(&cpu_buf(rows, cols, xv.clone()), &w.cpu, 1e-5, &mut cpu_out)
+            .unwrap();
         let x = ops.upload(rows, cols, &xv).unwrap();
         let mut out = ops.buf(rows, cols).unwrap();
         ops.rms_norm(&x, &w.gpu, 1e-5, &mut out).unwrap();
@@ -43,24 +47,45 @@ fn m0_w_1432_cuda_layer_norm_matches_cpu_at_widths_768_1600_577() {
     for cols in [768, 1600, 577] {
         for rows in [1, 7, 64] {
             for offset in [0.0f32, 8.0] {
-                let wv: Vec<f32> = (0..cols).map(|_| 1.0 + rng.random_range(-0.5f32..0.5)).collect();
+                let wv: Vec<f32> = (0..cols)
+                    .map(|_| 1.0 + rng.random_range(-0.5f32..0.5))
+                    .collect();
                 let w = test_weight(&mut ops, GgmlType::F32, 1, cols, &wv);
-                let b = test_weight(&mut ops, GgmlType::F32, 1, cols, &random_vec(&mut rng, cols, 0.5));
-                let xv: Vec<f32> = random_vec(&mut rng, rows * cols, 3.0).into_iter().map(|v| v + offset).collect();
+                let b = test_weight(
+                    &mut ops,
+                    GgmlType::F32,
+                    1,
+                    cols,
+                    &random_vec(&mut rng, cols, 0.5),
+                );
+                let xv: Vec<f32> = random_vec(&mut rng, rows * cols, 3.0)
+                    .into_iter()
+                    .map(|v| v + offset)
+                    .collect();
                 let x = ops.upload(rows, cols, &xv).unwrap();
                 let mut out = ops.buf(rows, cols).unwrap();
                 for with_bias in [true, false] {
                     let mut cpu_out = cpu_buf(rows, cols, vec![0.0; rows * cols]);
                     let cpu_bias = with_bias.then_some(&b.cpu);
-                    CpuOps.layer_norm(&cpu_buf(rows, cols, xv.clone()), &w.cpu, cpu_bias, 1e-5, &mut cpu_out).unwrap();
+                    CpuOps
+                        .layer_norm(
+                            &cpu_buf(rows, cols, xv.clone()),
+                            &w.cpu,
+                            cpu_bias,
+                            1e-5,
+                            &mut cpu_out,
+                        )
+                        .unwrap();
                     let gpu_bias = with_bias.then_some(&b.gpu);
-                    ops.layer_norm(&x, &w.gpu, gpu_bias, 1e-5, &mut out).unwrap();
+                    ops.layer_norm(&x, &w.gpu, gpu_bias, 1e-5, &mut out)
+                        .unwrap();
                     let e = rel_err(&host(&mut ops, &out), &cpu_out.data);
                     assert!(e <= 1e-5, "layer_norm {rows}x{cols} offset {offset} bias {with_bias}: relative error {e:e}");
                     worst = worst.max(e);
                 }
                 assert_deterministic("layer_norm", || {
-                    ops.layer_norm(&x, &w.gpu, Some(&b.gpu), 1e-5, &mut out).unwrap();
+                    ops.layer_norm(&x, &w.gpu, Some(&b.gpu), 1e-5, &mut out)
+                        .unwrap();
                     host(&mut ops, &out)
                 });
             }

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::backend::cuda::args::{
-    AddAssignArgs, AttentionArgs, CacheWindow, EmbedArgs, GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs,
-    RmsNormArgs, RopeArgs, RopePairs, Stored, SwigluArgs,
+    AddAssignArgs, AttentionArgs, CacheWindow, EmbedArgs, GeluArgs, KvStoreArgs, LayerNormArgs,
+    MatmulArgs, RmsNormArgs, RopeArgs, RopePairs, Stored, SwigluArgs,
 };
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 
@@ -29,13 +29,18 @@ fn refused(what: &str, r: Result<(), BackendError>) {
 fn undersized(ops: &mut CudaOps, rows: usize, cols: usize) -> CudaBuf {
     let mut b = ops.buf(1, cols).unwrap();
     b.rows = rows;
-    assert!(align_up((cols * 4) as u64) < (rows * cols * 4) as u64, "the test's buffer must be short");
+    assert!(
+        align_up((cols * 4) as u64) < (rows * cols * 4) as u64,
+        "the test's buffer must be short"
+    );
     b
 }
 
 /// An F32 vector weight of `stored` values that claims `len`.
 fn short_vector(ops: &mut CudaOps, stored: usize, len: usize) -> CudaWeight {
-    let mut w = ops.upload_weight(GgmlType::F32, 1, stored, &vec![0u8; stored * 4]).unwrap();
+    let mut w = ops
+        .upload_weight(GgmlType::F32, 1, stored, &vec![0u8; stored * 4])
+        .unwrap();
     w.cols = len;
     w.row_bytes = len * 4;
     w
@@ -45,19 +50,40 @@ fn short_vector(ops: &mut CudaOps, stored: usize, len: usize) -> CudaWeight {
 fn m0_w_1431_launch_argument_checks_refuse_zero_null_and_out_of_range() {
     use launch::check_args;
     let k = Kernel::RmsNorm;
-    assert!(check_args(k, &[("rows", 1), ("cols", 576)], &[("x", 256), ("out", 512)]).is_ok());
+    assert!(check_args(
+        k,
+        &[("rows", 1), ("cols", 576)],
+        &[("x", 256), ("out", 512)]
+    )
+    .is_ok());
     assert!(check_args(k, &[("rows", i32::MAX as usize)], &[]).is_ok());
     let expect = |r: Result<(), BackendError>, words: &[&str]| match r {
         Err(BackendError::InferenceFailed(msg)) => {
-            assert!(words.iter().all(|w| msg.contains(w)), "{msg:?} should name {words:?}")
+            assert!(
+                words.iter().all(|w| msg.contains(w)),
+                "{msg:?} should name {words:?}"
+            )
         }
         other => panic!("expected a refusal naming {words:?}, got {other:?}"),
     };
-    expect(check_args(k, &[("rows", 3), ("cols", 0)], &[]), &["rms_norm", "cols", "zero"]);
-    expect(check_args(k, &[("rows", i32::MAX as usize + 1)], &[]), &["rows", "exceeds"]);
-    expect(check_args(k, &[("rows", 1)], &[("x", 256), ("out", 0)]), &["out", "null"]);
+    expect(
+        check_args(k, &[("rows", 3), ("cols", 0)], &[]),
+        &["rms_norm", "cols", "zero"],
+    );
+    expect(
+        check_args(k, &[("rows", i32::MAX as usize + 1)], &[]),
+        &["rows", "exceeds"],
+    );
+    expect(
+        check_args(k, &[("rows", 1)], &[("x", 256), ("out", 0)]),
+        &["out", "null"],
+    );
     for kern in Kernel::all() {
-        assert!(check_args(kern, &[("n", 0)], &[]).is_err(), "{}", kern.symbol());
+        assert!(
+            check_args(kern, &[("n", 0)], &[]).is_err(),
+            "{}",
+            kern.symbol()
+        );
     }
 }
 
@@ -73,67 +99,159 @@ fn m0_w_1431_cuda_operations_refuse_undersized_buffers_and_zero_lengths() {
     let mut rng = ChaCha8Rng::seed_from_u64(31);
 
     // embed
-    let table = test_weight(&mut ops, GgmlType::Q8_0, 64, 256, &random_vec(&mut rng, 64 * 256, 1.0)).gpu;
+    let table = test_weight(
+        &mut ops,
+        GgmlType::Q8_0,
+        64,
+        256,
+        &random_vec(&mut rng, 64 * 256, 1.0),
+    )
+    .gpu;
     let mut out = ops.buf(2, 256).unwrap();
     ops.embed(&table, &[1, 2], &mut out).expect("a valid embed");
     let mut none = ops.buf(0, 256).unwrap();
     refused("embed of no tokens", ops.embed(&table, &[], &mut none));
     let mut short = undersized(&mut ops, 2, 256);
-    refused("embed into a short output", ops.embed(&table, &[1, 2], &mut short));
-    let mut t = test_weight(&mut ops, GgmlType::Q8_0, 64, 256, &random_vec(&mut rng, 64 * 256, 1.0)).gpu;
+    refused(
+        "embed into a short output",
+        ops.embed(&table, &[1, 2], &mut short),
+    );
+    let mut t = test_weight(
+        &mut ops,
+        GgmlType::Q8_0,
+        64,
+        256,
+        &random_vec(&mut rng, 64 * 256, 1.0),
+    )
+    .gpu;
     let mut one = ops.buf(1, 256).unwrap();
     t.rows = 1000;
-    refused("embed from a table shorter than its rows", ops.embed(&t, &[999], &mut one));
+    refused(
+        "embed from a table shorter than its rows",
+        ops.embed(&t, &[999], &mut one),
+    );
     t.rows = 64;
     t.row_bytes -= 34;
-    refused("embed with rows not of the stored size", ops.embed(&t, &[1], &mut one));
+    refused(
+        "embed with rows not of the stored size",
+        ops.embed(&t, &[1], &mut one),
+    );
 
     // matmul (+ bias)
     let wv = random_vec(&mut rng, 300 * 256, 1.0);
     let mut w = test_weight(&mut ops, GgmlType::Q4_0, 300, 256, &wv).gpu;
-    let bias = test_weight(&mut ops, GgmlType::F32, 1, 300, &random_vec(&mut rng, 300, 1.0)).gpu;
-    let x = ops.upload(3, 256, &random_vec(&mut rng, 3 * 256, 1.0)).unwrap();
+    let bias = test_weight(
+        &mut ops,
+        GgmlType::F32,
+        1,
+        300,
+        &random_vec(&mut rng, 300, 1.0),
+    )
+    .gpu;
+    let x = ops
+        .upload(3, 256, &random_vec(&mut rng, 3 * 256, 1.0))
+        .unwrap();
     let mut out = ops.buf(3, 300).unwrap();
-    ops.matmul(&x, &w, Some(&bias), &mut out).expect("a valid matmul");
+    ops.matmul(&x, &w, Some(&bias), &mut out)
+        .expect("a valid matmul");
     let (zx, mut zout) = (ops.buf(0, 256).unwrap(), ops.buf(0, 300).unwrap());
     refused("matmul of zero rows", ops.matmul(&zx, &w, None, &mut zout));
     let short_x = undersized(&mut ops, 3, 256);
-    refused("matmul of a short x", ops.matmul(&short_x, &w, None, &mut out));
+    refused(
+        "matmul of a short x",
+        ops.matmul(&short_x, &w, None, &mut out),
+    );
     let mut short_out = undersized(&mut ops, 3, 300);
-    refused("matmul into a short output", ops.matmul(&x, &w, None, &mut short_out));
+    refused(
+        "matmul into a short output",
+        ops.matmul(&x, &w, None, &mut short_out),
+    );
     let mut narrow = ops.buf(3, 299).unwrap();
-    refused("matmul into a narrow output", ops.matmul(&x, &w, None, &mut narrow));
-    let bias_short = test_weight(&mut ops, GgmlType::F32, 1, 299, &random_vec(&mut rng, 299, 1.0)).gpu;
-    refused("matmul with a bias of too few values", ops.matmul(&x, &w, Some(&bias_short), &mut out));
+    refused(
+        "matmul into a narrow output",
+        ops.matmul(&x, &w, None, &mut narrow),
+    );
+    let bias_short = test_weight(
+        &mut ops,
+        GgmlType::F32,
+        1,
+        299,
+        &random_vec(&mut rng, 299, 1.0),
+    )
+    .gpu;
+    refused(
+        "matmul with a bias of too few values",
+        ops.matmul(&x, &w, Some(&bias_short), &mut out),
+    );
     let bias_block = short_vector(&mut ops, 200, 300);
-    refused("matmul with a bias shorter than its block", ops.matmul(&x, &w, Some(&bias_block), &mut out));
+    refused(
+        "matmul with a bias shorter than its block",
+        ops.matmul(&x, &w, Some(&bias_block), &mut out),
+    );
     let mut wide = ops.buf(3, 310).unwrap();
     w.rows = 310;
-    refused("matmul with a weight shorter than its rows", ops.matmul(&x, &w, None, &mut wide));
+    refused(
+        "matmul with a weight shorter than its rows",
+        ops.matmul(&x, &w, None, &mut wide),
+    );
     w.rows = 300;
 
     // rms_norm and layer_norm
     let nw = test_weight(&mut ops, GgmlType::F32, 1, 256, &[1.0; 256]).gpu;
     let nb = test_weight(&mut ops, GgmlType::F32, 1, 256, &[0.5; 256]).gpu;
-    let x = ops.upload(2, 256, &random_vec(&mut rng, 2 * 256, 1.0)).unwrap();
+    let x = ops
+        .upload(2, 256, &random_vec(&mut rng, 2 * 256, 1.0))
+        .unwrap();
     let mut out = ops.buf(2, 256).unwrap();
-    ops.rms_norm(&x, &nw, 1e-5, &mut out).expect("a valid rms_norm");
-    ops.layer_norm(&x, &nw, Some(&nb), 1e-5, &mut out).expect("a valid layer_norm");
+    ops.rms_norm(&x, &nw, 1e-5, &mut out)
+        .expect("a valid rms_norm");
+    ops.layer_norm(&x, &nw, Some(&nb), 1e-5, &mut out)
+        .expect("a valid layer_norm");
     let short_w = short_vector(&mut ops, 128, 256);
     let (zero_x, mut zero_out) = (ops.buf(0, 256).unwrap(), ops.buf(0, 256).unwrap());
     let short_x = undersized(&mut ops, 2, 256);
     let mut short_out = undersized(&mut ops, 2, 256);
-    refused("rms_norm of zero rows", ops.rms_norm(&zero_x, &nw, 1e-5, &mut zero_out));
-    refused("rms_norm into a short output", ops.rms_norm(&x, &nw, 1e-5, &mut short_out));
-    refused("rms_norm of a short x", ops.rms_norm(&short_x, &nw, 1e-5, &mut out));
-    refused("rms_norm with a weight shorter than its block", ops.rms_norm(&x, &short_w, 1e-5, &mut out));
-    refused("layer_norm of zero rows", ops.layer_norm(&zero_x, &nw, Some(&nb), 1e-5, &mut zero_out));
-    refused("layer_norm into a short output", ops.layer_norm(&x, &nw, Some(&nb), 1e-5, &mut short_out));
-    refused("layer_norm of a short x", ops.layer_norm(&short_x, &nw, Some(&nb), 1e-5, &mut out));
-    refused("layer_norm with a weight shorter than its block", ops.layer_norm(&x, &short_w, Some(&nb), 1e-5, &mut out));
-    refused("layer_norm with a bias shorter than its block", ops.layer_norm(&x, &nw, Some(&short_w), 1e-5, &mut out));
+    refused(
+        "rms_norm of zero rows",
+        ops.rms_norm(&zero_x, &nw, 1e-5, &mut zero_out),
+    );
+    refused(
+        "rms_norm into a short output",
+        ops.rms_norm(&x, &nw, 1e-5, &mut short_out),
+    );
+    refused(
+        "rms_norm of a short x",
+        ops.rms_norm(&short_x, &nw, 1e-5, &mut out),
+    );
+    refused(
+        "rms_norm with a weight shorter than its block",
+        ops.rms_norm(&x, &short_w, 1e-5, &mut out),
+    );
+    refused(
+        "layer_norm of zero rows",
+        ops.layer_norm(&zero_x, &nw, Some(&nb), 1e-5, &mut zero_out),
+    );
+    refused(
+        "layer_norm into a short output",
+        ops.layer_norm(&x, &nw, Some(&nb), 1e-5, &mut short_out),
+    );
+    refused(
+        "layer_norm of a short x",
+        ops.layer_norm(&short_x, &nw, Some(&nb), 1e-5, &mut out),
+    );
+    refused(
+        "layer_norm with a weight shorter than its block",
+        ops.layer_norm(&x, &short_w, Some(&nb), 1e-5, &mut out),
+    );
+    refused(
+        "layer_norm with a bias shorter than its block",
+        ops.layer_norm(&x, &nw, Some(&short_w), 1e-5, &mut out),
+    );
     let nb_narrow = test_weight(&mut ops, GgmlType::F32, 1, 255, &[0.5; 255]).gpu;
-    refused("layer_norm with a bias of too few values", ops.layer_norm(&x, &nw, Some(&nb_narrow), 1e-5, &mut out));
+    refused(
+        "layer_norm with a bias of too few values",
+        ops.layer_norm(&x, &nw, Some(&nb_narrow), 1e-5, &mut out),
+    );
 
     // rope
     let p = RopeParams {
@@ -145,38 +263,88 @@ fn m0_w_1431_cuda_operations_refuse_undersized_buffers_and_zero_lengths() {
         freq_scale: 1.0,
         style: RopeStyle::Normal,
     };
-    let mut x = ops.upload(2, 256, &random_vec(&mut rng, 2 * 256, 1.0)).unwrap();
+    let mut x = ops
+        .upload(2, 256, &random_vec(&mut rng, 2 * 256, 1.0))
+        .unwrap();
     ops.rope(&mut x, p).expect("a valid rope");
     let mut zero_x = ops.buf(0, 256).unwrap();
     let mut short_x = undersized(&mut ops, 2, 256);
     refused("rope of zero rows", ops.rope(&mut zero_x, p));
     refused("rope of a short x", ops.rope(&mut short_x, p));
-    refused("rope of an odd rotation", ops.rope(&mut x, RopeParams { n_rot: 63, ..p }));
-    refused("rope of more heads than x holds", ops.rope(&mut x, RopeParams { n_head: 5, ..p }));
+    refused(
+        "rope of an odd rotation",
+        ops.rope(&mut x, RopeParams { n_rot: 63, ..p }),
+    );
+    refused(
+        "rope of more heads than x holds",
+        ops.rope(&mut x, RopeParams { n_head: 5, ..p }),
+    );
 
     // attention (and the KV store inside it)
     let (n_head, n_kv, hd, cap) = (4, 2, 64, 16);
     let mut cache = CudaCache::new(&dev(), 1, n_kv, hd, cap).unwrap();
-    let s = AttentionShape { layer: 0, start_pos: 0, n_tokens: 2, n_head, n_head_kv: n_kv, head_dim: hd };
-    let q = ops.upload(2, n_head * hd, &random_vec(&mut rng, 2 * n_head * hd, 1.0)).unwrap();
-    let kv = ops.upload(2, n_kv * hd, &random_vec(&mut rng, 2 * n_kv * hd, 1.0)).unwrap();
+    let s = AttentionShape {
+        layer: 0,
+        start_pos: 0,
+        n_tokens: 2,
+        n_head,
+        n_head_kv: n_kv,
+        head_dim: hd,
+    };
+    let q = ops
+        .upload(2, n_head * hd, &random_vec(&mut rng, 2 * n_head * hd, 1.0))
+        .unwrap();
+    let kv = ops
+        .upload(2, n_kv * hd, &random_vec(&mut rng, 2 * n_kv * hd, 1.0))
+        .unwrap();
     let mut out = ops.buf(2, n_head * hd).unwrap();
-    ops.attention(&q, &kv, &kv, &mut cache, s, &mut out).expect("a valid attention");
-    let (zq, zkv) = (ops.buf(0, n_head * hd).unwrap(), ops.buf(0, n_kv * hd).unwrap());
+    ops.attention(&q, &kv, &kv, &mut cache, s, &mut out)
+        .expect("a valid attention");
+    let (zq, zkv) = (
+        ops.buf(0, n_head * hd).unwrap(),
+        ops.buf(0, n_kv * hd).unwrap(),
+    );
     let mut zout = ops.buf(0, n_head * hd).unwrap();
     let zero_s = AttentionShape { n_tokens: 0, ..s };
-    refused("attention of zero tokens", ops.attention(&zq, &zkv, &zkv, &mut cache, zero_s, &mut zout));
-    let (short_q, short_k) = (undersized(&mut ops, 2, n_head * hd), undersized(&mut ops, 2, n_kv * hd));
+    refused(
+        "attention of zero tokens",
+        ops.attention(&zq, &zkv, &zkv, &mut cache, zero_s, &mut zout),
+    );
+    let (short_q, short_k) = (
+        undersized(&mut ops, 2, n_head * hd),
+        undersized(&mut ops, 2, n_kv * hd),
+    );
     let mut short_out = undersized(&mut ops, 2, n_head * hd);
-    refused("attention of a short q", ops.attention(&short_q, &kv, &kv, &mut cache, s, &mut out));
-    refused("attention of a short k", ops.attention(&q, &short_k, &kv, &mut cache, s, &mut out));
-    refused("attention into a short output", ops.attention(&q, &kv, &kv, &mut cache, s, &mut short_out));
-    let past = AttentionShape { start_pos: cap - 1, ..s };
-    refused("attention past the cache", ops.attention(&q, &kv, &kv, &mut cache, past, &mut out));
+    refused(
+        "attention of a short q",
+        ops.attention(&short_q, &kv, &kv, &mut cache, s, &mut out),
+    );
+    refused(
+        "attention of a short k",
+        ops.attention(&q, &short_k, &kv, &mut cache, s, &mut out),
+    );
+    refused(
+        "attention into a short output",
+        ops.attention(&q, &kv, &kv, &mut cache, s, &mut short_out),
+    );
+    let past = AttentionShape {
+        start_pos: cap - 1,
+        ..s
+    };
+    refused(
+        "attention past the cache",
+        ops.attention(&q, &kv, &kv, &mut cache, past, &mut out),
+    );
     let layer1 = AttentionShape { layer: 1, ..s };
-    refused("attention in a layer the cache lacks", ops.attention(&q, &kv, &kv, &mut cache, layer1, &mut out));
+    refused(
+        "attention in a layer the cache lacks",
+        ops.attention(&q, &kv, &kv, &mut cache, layer1, &mut out),
+    );
     cache.capacity = 4 * cap;
-    refused("attention in a cache larger than its block", ops.attention(&q, &kv, &kv, &mut cache, s, &mut out));
+    refused(
+        "attention in a cache larger than its block",
+        ops.attention(&q, &kv, &kv, &mut cache, s, &mut out),
+    );
     cache.capacity = cap;
 
     // swiglu, gelu, add
@@ -189,7 +357,10 @@ fn m0_w_1431_cuda_operations_refuse_undersized_buffers_and_zero_lengths() {
     let short_a = undersized(&mut ops, 3, 100);
     let mut short_out = undersized(&mut ops, 3, 100);
     refused("swiglu of nothing", ops.swiglu(&zero, &zero, &mut zero_out));
-    refused("swiglu into a short output", ops.swiglu(&a, &a, &mut short_out));
+    refused(
+        "swiglu into a short output",
+        ops.swiglu(&a, &a, &mut short_out),
+    );
     refused("swiglu of a short gate", ops.swiglu(&short_a, &a, &mut out));
     refused("gelu of nothing", ops.gelu(&zero, &mut zero_out));
     refused("gelu into a short output", ops.gelu(&a, &mut short_out));
@@ -224,29 +395,150 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
     let f32_ = GgmlType::F32;
 
     let (tokens, out) = (DevPtr::new(p), DevPtrMut::new(p));
-    let table = Stored { ty: f32_, ptr: DevPtr::new(p), row_bytes: 1024, rows: 4, cols: 256 };
-    let no_cols = Stored { row_bytes: 0, cols: 0, ..table };
-    let embed = EmbedArgs { table, tokens, n: 1, out };
-    refused("embed of no tokens", k.launch(s, &EmbedArgs { n: 0, ..embed }));
-    refused("embed of zero columns", k.launch(s, &EmbedArgs { table: no_cols, ..embed }));
-    let null_table = Stored { ptr: DevPtr::new(0), ..table };
-    refused("embed from a null table", k.launch(s, &EmbedArgs { table: null_table, ..embed }));
+    let table = Stored {
+        ty: f32_,
+        ptr: DevPtr::new(p),
+        row_bytes: 1024,
+        rows: 4,
+        cols: 256,
+    };
+    let no_cols = Stored {
+        row_bytes: 0,
+        cols: 0,
+        ..table
+    };
+    let embed = EmbedArgs {
+        table,
+        tokens,
+        n: 1,
+        out,
+    };
+    refused(
+        "embed of no tokens",
+        k.launch(s, &EmbedArgs { n: 0, ..embed }),
+    );
+    refused(
+        "embed of zero columns",
+        k.launch(
+            s,
+            &EmbedArgs {
+                table: no_cols,
+                ..embed
+            },
+        ),
+    );
+    let null_table = Stored {
+        ptr: DevPtr::new(0),
+        ..table
+    };
+    refused(
+        "embed from a null table",
+        k.launch(
+            s,
+            &EmbedArgs {
+                table: null_table,
+                ..embed
+            },
+        ),
+    );
 
-    let mm = MatmulArgs { w: table, x: DevPtr::new(p), n: 1, bias: None, out };
-    refused("matmul of zero rows of x", k.matmul(s, &MatmulArgs { n: 0, ..mm }));
-    refused("matmul of zero weight rows", k.matmul(s, &MatmulArgs { w: Stored { rows: 0, ..table }, ..mm }));
-    refused("matmul of zero columns", k.matmul(s, &MatmulArgs { w: no_cols, ..mm }));
-    refused("matmul of a null x", k.matmul(s, &MatmulArgs { x: DevPtr::new(0), ..mm }));
+    let mm = MatmulArgs {
+        w: table,
+        x: DevPtr::new(p),
+        n: 1,
+        bias: None,
+        out,
+    };
+    refused(
+        "matmul of zero rows of x",
+        k.matmul(s, &MatmulArgs { n: 0, ..mm }),
+    );
+    refused(
+        "matmul of zero weight rows",
+        k.matmul(
+            s,
+            &MatmulArgs {
+                w: Stored { rows: 0, ..table },
+                ..mm
+            },
+        ),
+    );
+    refused(
+        "matmul of zero columns",
+        k.matmul(s, &MatmulArgs { w: no_cols, ..mm }),
+    );
+    refused(
+        "matmul of a null x",
+        k.matmul(
+            s,
+            &MatmulArgs {
+                x: DevPtr::new(0),
+                ..mm
+            },
+        ),
+    );
 
     let (x, w) = (DevPtr::new(p), DevPtr::new(p));
-    let rms = RmsNormArgs { x, w, rows: 2, cols: 256, eps: 1e-5, out };
-    refused("rms_norm of zero rows", k.launch(s, &RmsNormArgs { rows: 0, ..rms }));
-    refused("rms_norm of zero columns", k.launch(s, &RmsNormArgs { cols: 0, ..rms }));
-    refused("rms_norm with a null weight", k.launch(s, &RmsNormArgs { w: DevPtr::new(0), ..rms }));
-    let ln = LayerNormArgs { x, w, b: Some(DevPtr::new(p)), rows: 2, cols: 256, eps: 1e-5, out };
-    refused("layer_norm of zero rows", k.launch(s, &LayerNormArgs { rows: 0, ..ln }));
-    refused("layer_norm of zero columns", k.launch(s, &LayerNormArgs { b: None, cols: 0, ..ln }));
-    refused("layer_norm into null", k.launch(s, &LayerNormArgs { out: DevPtrMut::new(0), ..ln }));
+    let rms = RmsNormArgs {
+        x,
+        w,
+        rows: 2,
+        cols: 256,
+        eps: 1e-5,
+        out,
+    };
+    refused(
+        "rms_norm of zero rows",
+        k.launch(s, &RmsNormArgs { rows: 0, ..rms }),
+    );
+    refused(
+        "rms_norm of zero columns",
+        k.launch(s, &RmsNormArgs { cols: 0, ..rms }),
+    );
+    refused(
+        "rms_norm with a null weight",
+        k.launch(
+            s,
+            &RmsNormArgs {
+                w: DevPtr::new(0),
+                ..rms
+            },
+        ),
+    );
+    let ln = LayerNormArgs {
+        x,
+        w,
+        b: Some(DevPtr::new(p)),
+        rows: 2,
+        cols: 256,
+        eps: 1e-5,
+        out,
+    };
+    refused(
+        "layer_norm of zero rows",
+        k.launch(s, &LayerNormArgs { rows: 0, ..ln }),
+    );
+    refused(
+        "layer_norm of zero columns",
+        k.launch(
+            s,
+            &LayerNormArgs {
+                b: None,
+                cols: 0,
+                ..ln
+            },
+        ),
+    );
+    refused(
+        "layer_norm into null",
+        k.launch(
+            s,
+            &LayerNormArgs {
+                out: DevPtrMut::new(0),
+                ..ln
+            },
+        ),
+    );
 
     let rope = RopeArgs {
         x: DevPtrMut::new(p),
@@ -261,35 +553,183 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
         freq_scale: 1.0,
         pairs: RopePairs::Adjacent,
     };
-    refused("rope of zero rows", k.launch(s, &RopeArgs { rows: 0, ..rope }));
-    refused("rope of zero rotated dims", k.launch(s, &RopeArgs { n_rot: 0, ..rope }));
-    refused("rope of an odd rotation", k.launch(s, &RopeArgs { n_rot: 63, ..rope }));
-    refused("rope of more rotated dims than a head", k.launch(s, &RopeArgs { n_rot: 66, ..rope }));
+    refused(
+        "rope of zero rows",
+        k.launch(s, &RopeArgs { rows: 0, ..rope }),
+    );
+    refused(
+        "rope of zero rotated dims",
+        k.launch(s, &RopeArgs { n_rot: 0, ..rope }),
+    );
+    refused(
+        "rope of an odd rotation",
+        k.launch(s, &RopeArgs { n_rot: 63, ..rope }),
+    );
+    refused(
+        "rope of more rotated dims than a head",
+        k.launch(s, &RopeArgs { n_rot: 66, ..rope }),
+    );
 
-    let window = CacheWindow { start_pos: 0, pos_ptr: None, capacity: 16 };
-    let past = CacheWindow { start_pos: 15, ..window };
+    let window = CacheWindow {
+        start_pos: 0,
+        pos_ptr: None,
+        capacity: 16,
+    };
+    let past = CacheWindow {
+        start_pos: 15,
+        ..window
+    };
     let (kv, k_cache, v_cache) = (DevPtr::new(p), DevPtrMut::new(p), DevPtrMut::new(p));
-    let store = KvStoreArgs { k: kv, v: kv, n: 2, n_head_kv: 2, head_dim: 64, window, k_cache, v_cache };
-    refused("kv_store of zero tokens", k.launch(s, &KvStoreArgs { n: 0, ..store }));
-    refused("kv_store past the cache", k.launch(s, &KvStoreArgs { window: past, ..store }));
-    refused("kv_store into a null cache", k.launch(s, &KvStoreArgs { k_cache: DevPtrMut::new(0), ..store }));
+    let store = KvStoreArgs {
+        k: kv,
+        v: kv,
+        n: 2,
+        n_head_kv: 2,
+        head_dim: 64,
+        window,
+        k_cache,
+        v_cache,
+    };
+    refused(
+        "kv_store of zero tokens",
+        k.launch(s, &KvStoreArgs { n: 0, ..store }),
+    );
+    refused(
+        "kv_store past the cache",
+        k.launch(
+            s,
+            &KvStoreArgs {
+                window: past,
+                ..store
+            },
+        ),
+    );
+    refused(
+        "kv_store into a null cache",
+        k.launch(
+            s,
+            &KvStoreArgs {
+                k_cache: DevPtrMut::new(0),
+                ..store
+            },
+        ),
+    );
 
     let (q, k_cache, v_cache) = (DevPtr::new(p), DevPtr::new(p), DevPtr::new(p));
-    let att =
-        AttentionArgs { q, n: 1, n_head: 4, n_head_kv: 2, head_dim: 64, window, k_cache, v_cache, scale: 0.125, out };
-    refused("attention of zero tokens", k.launch(s, &AttentionArgs { n: 0, ..att }));
-    refused("attention of zero KV heads", k.launch(s, &AttentionArgs { n_head_kv: 0, ..att }));
-    refused("attention past the cache", k.launch(s, &AttentionArgs { n: 2, window: past, ..att }));
-    refused("attention of heads above the maximum", k.launch(s, &AttentionArgs { head_dim: 512, ..att }));
-    refused("attention of uneven head groups", k.launch(s, &AttentionArgs { n_head: 5, ..att }));
+    let att = AttentionArgs {
+        q,
+        n: 1,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 64,
+        window,
+        k_cache,
+        v_cache,
+        scale: 0.125,
+        out,
+    };
+    refused(
+        "attention of zero tokens",
+        k.launch(s, &AttentionArgs { n: 0, ..att }),
+    );
+    refused(
+        "attention of zero KV heads",
+        k.launch(
+            s,
+            &AttentionArgs {
+                n_head_kv: 0,
+                ..att
+            },
+        ),
+    );
+    refused(
+        "attention past the cache",
+        k.launch(
+            s,
+            &AttentionArgs {
+                n: 2,
+                window: past,
+                ..att
+            },
+        ),
+    );
+    refused(
+        "attention of heads above the maximum",
+        k.launch(
+            s,
+            &AttentionArgs {
+                head_dim: 512,
+                ..att
+            },
+        ),
+    );
+    refused(
+        "attention of uneven head groups",
+        k.launch(s, &AttentionArgs { n_head: 5, ..att }),
+    );
 
     let (a, b) = (DevPtr::new(p), DevPtr::new(p));
-    refused("swiglu of nothing", k.launch(s, &SwigluArgs { gate: a, up: b, len: 0, out }));
-    refused("swiglu into null", k.launch(s, &SwigluArgs { gate: a, up: b, len: 16, out: DevPtrMut::new(0) }));
-    refused("gelu of nothing", k.launch(s, &GeluArgs { x: a, len: 0, out }));
-    refused("gelu of null", k.launch(s, &GeluArgs { x: DevPtr::new(0), len: 16, out }));
-    refused("add of nothing", k.launch(s, &AddAssignArgs { x: out, y: a, len: 0 }));
-    refused("add of null", k.launch(s, &AddAssignArgs { x: out, y: DevPtr::new(0), len: 16 }));
+    refused(
+        "swiglu of nothing",
+        k.launch(
+            s,
+            &SwigluArgs {
+                gate: a,
+                up: b,
+                len: 0,
+                out,
+            },
+        ),
+    );
+    refused(
+        "swiglu into null",
+        k.launch(
+            s,
+            &SwigluArgs {
+                gate: a,
+                up: b,
+                len: 16,
+                out: DevPtrMut::new(0),
+            },
+        ),
+    );
+    refused(
+        "gelu of nothing",
+        k.launch(s, &GeluArgs { x: a, len: 0, out }),
+    );
+    refused(
+        "gelu of null",
+        k.launch(
+            s,
+            &GeluArgs {
+                x: DevPtr::new(0),
+                len: 16,
+                out,
+            },
+        ),
+    );
+    refused(
+        "add of nothing",
+        k.launch(
+            s,
+            &AddAssignArgs {
+                x: out,
+                y: a,
+                len: 0,
+            },
+        ),
+    );
+    refused(
+        "add of null",
+        k.launch(
+            s,
+            &AddAssignArgs {
+                x: out,
+                y: DevPtr::new(0),
+                len: 16,
+            },
+        ),
+    );
 
     d.synchronize().expect("nothing was launched that failed");
 }
@@ -315,10 +755,17 @@ const MEMCHECK_TESTS: [&str; 8] = [
 #[test]
 fn memcheck_test_names_exist_in_this_binary() {
     let exe = std::env::current_exe().expect("the test binary's path");
-    let out = Command::new(exe).args(["--list", "--exact"]).args(MEMCHECK_TESTS).output().unwrap();
+    let out = Command::new(exe)
+        .args(["--list", "--exact"])
+        .args(MEMCHECK_TESTS)
+        .output()
+        .unwrap();
     let listed = String::from_utf8_lossy(&out.stdout);
     for name in MEMCHECK_TESTS {
-        assert!(listed.lines().any(|l| l == format!("{name}: test")), "{name} is not a test here:\n{listed}");
+        assert!(
+            listed.lines().any(|l| l == format!("{name}: test")),
+            "{name} is not a test here:\n{listed}"
+        );
     }
 }
 
@@ -329,14 +776,18 @@ const MEMCHECK_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// `compute-sanitizer` on `PATH`, under `$CUDA_HOME/bin` or `$CUDA_PATH/bin`,
 /// or in `/usr/local/cuda/bin`.
 fn find_compute_sanitizer() -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
     for var in ["CUDA_HOME", "CUDA_PATH"] {
         if let Some(root) = std::env::var_os(var) {
             dirs.push(PathBuf::from(root).join("bin"));
         }
     }
     dirs.push(PathBuf::from("/usr/local/cuda/bin"));
-    dirs.into_iter().map(|d| d.join("compute-sanitizer")).find(|p| p.is_file())
+    dirs.into_iter()
+        .map(|d| d.join("compute-sanitizer"))
+        .find(|p| p.is_file())
 }
 
 /// Re-runs this test binary's kernel tests under `compute-sanitizer --tool
@@ -359,7 +810,14 @@ fn m0_w_1431_compute_sanitizer_memcheck_is_clean() {
         // return an error are typed errors the worker already handles (and
         // set-up ignores a refused heap limit on purpose), so they are not
         // counted as memcheck errors.
-        .args(["--tool", "memcheck", "--error-exitcode", "1", "--report-api-errors", "no"])
+        .args([
+            "--tool",
+            "memcheck",
+            "--error-exitcode",
+            "1",
+            "--report-api-errors",
+            "no",
+        ])
         .arg(&exe)
         .args(MEMCHECK_TESTS)
         .args(["--exact", "--include-ignored", "--test-threads", "1"])
@@ -377,7 +835,10 @@ fn m0_w_1431_compute_sanitizer_memcheck_is_clean() {
         if started.elapsed() > MEMCHECK_TIMEOUT {
             child.kill().ok();
             child.wait().ok();
-            panic!("memcheck ran past {MEMCHECK_TIMEOUT:?}; log in {}", log_path.display());
+            panic!(
+                "memcheck ran past {MEMCHECK_TIMEOUT:?}; log in {}",
+                log_path.display()
+            );
         }
         std::thread::sleep(Duration::from_millis(500));
     };
@@ -386,9 +847,22 @@ fn m0_w_1431_compute_sanitizer_memcheck_is_clean() {
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(60)..].join("\n")
     };
-    eprintln!("compute-sanitizer memcheck over {} kernel tests: {:.0} s", MEMCHECK_TESTS.len(), started.elapsed().as_secs_f64());
-    assert!(status.success(), "memcheck (or a kernel test under it) failed: {status}\n{tail}");
-    assert!(text.contains("ERROR SUMMARY: 0 errors"), "memcheck did not report 0 errors:\n{tail}");
+    eprintln!(
+        "compute-sanitizer memcheck over {} kernel tests: {:.0} s",
+        MEMCHECK_TESTS.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        status.success(),
+        "memcheck (or a kernel test under it) failed: {status}\n{tail}"
+    );
+    assert!(
+        text.contains("ERROR SUMMARY: 0 errors"),
+        "memcheck did not report 0 errors:\n{tail}"
+    );
     let ran = format!("test result: ok. {} passed", MEMCHECK_TESTS.len());
-    assert!(text.contains(&ran), "every kernel test ran and passed under memcheck ({ran:?} expected):\n{tail}");
+    assert!(
+        text.contains(&ran),
+        "every kernel test ran and passed under memcheck ({ran:?} expected):\n{tail}"
+    );
 }

@@ -18,35 +18,80 @@ fn sampling_logits(rng: &mut ChaCha8Rng, n: usize) -> Vec<(&'static str, Vec<f32
             }
         })
         .collect();
-    let ties: Vec<f32> = (0..n).map(|_| (rng.random_range(-20i32..20) as f32) / 4.0).collect();
+    let ties: Vec<f32> = (0..n)
+        .map(|_| (rng.random_range(-20i32..20) as f32) / 4.0)
+        .collect();
     let mut holes = random_vec(rng, n, 6.0);
     for _ in 0..n.div_ceil(10) {
         let i = rng.random_range(0..n);
-        holes[i] = if rng.random::<bool>() { f32::NEG_INFINITY } else { f32::NAN };
+        holes[i] = if rng.random::<bool>() {
+            f32::NEG_INFINITY
+        } else {
+            f32::NAN
+        };
     }
     let flat = vec![0.5f32; n];
-    vec![("llm", llm), ("ties", ties), ("-inf/NaN", holes), ("flat", flat)]
+    vec![
+        ("llm", llm),
+        ("ties", ties),
+        ("-inf/NaN", holes),
+        ("flat", flat),
+    ]
 }
 
 /// The parameter sets every sampling test runs: greedy, each filter alone,
 /// and all combined.
 fn sampling_params(n: usize) -> Vec<crate::sampling::SamplingParams> {
     use crate::sampling::SamplingParams;
-    let t = |temperature| SamplingParams { temperature, seed: 7, ..SamplingParams::default() };
+    let t = |temperature| SamplingParams {
+        temperature,
+        seed: 7,
+        ..SamplingParams::default()
+    };
     vec![
         t(0.0),
-        SamplingParams { repetition_penalty: 1.3, ..t(0.0) },
+        SamplingParams {
+            repetition_penalty: 1.3,
+            ..t(0.0)
+        },
         t(1.0),
         t(0.8),
-        SamplingParams { repetition_penalty: 0.7, ..t(1.0) },
+        SamplingParams {
+            repetition_penalty: 0.7,
+            ..t(1.0)
+        },
         SamplingParams { top_k: 1, ..t(1.0) },
-        SamplingParams { top_k: 40, ..t(1.0) },
+        SamplingParams {
+            top_k: 40,
+            ..t(1.0)
+        },
         SamplingParams { top_k: n, ..t(1.0) },
-        SamplingParams { top_p: 0.1, ..t(1.0) },
-        SamplingParams { top_p: 0.9, ..t(1.0) },
-        SamplingParams { min_p: 0.05, ..t(1.0) },
-        SamplingParams { top_k: 40, top_p: 0.9, min_p: 0.05, repetition_penalty: 1.1, ..t(0.7) },
-        SamplingParams { top_k: 200, top_p: 0.95, min_p: 0.01, repetition_penalty: 1.3, ..t(1.7) },
+        SamplingParams {
+            top_p: 0.1,
+            ..t(1.0)
+        },
+        SamplingParams {
+            top_p: 0.9,
+            ..t(1.0)
+        },
+        SamplingParams {
+            min_p: 0.05,
+            ..t(1.0)
+        },
+        SamplingParams {
+            top_k: 40,
+            top_p: 0.9,
+            min_p: 0.05,
+            repetition_penalty: 1.1,
+            ..t(0.7)
+        },
+        SamplingParams {
+            top_k: 200,
+            top_p: 0.95,
+            min_p: 0.01,
+            repetition_penalty: 1.3,
+            ..t(1.7)
+        },
     ]
 }
 
@@ -65,18 +110,33 @@ fn gpu_sampling_matches_cpu_select_on_random_logits() {
         let mut s = DeviceSampler::new(&dev(), n).unwrap();
         for (kind, logits) in sampling_logits(&mut rng, n) {
             s.upload_logits(&logits).unwrap();
-            let generated: Vec<u32> =
-                (0..24).map(|_| rng.random_range(0..n as u32)).chain([0, 0, n as u32 + 5]).collect();
+            let generated: Vec<u32> = (0..24)
+                .map(|_| rng.random_range(0..n as u32))
+                .chain([0, 0, n as u32 + 5])
+                .collect();
             for p in sampling_params(n) {
-                let req = |uniform| SampleRequest { params: &p, generated: &generated, uniform, logprobs: 0 };
+                let req = |uniform| SampleRequest {
+                    params: &p,
+                    generated: &generated,
+                    uniform,
+                    logprobs: 0,
+                };
                 if p.temperature == 0.0 {
                     let got = s.sample(&req(None)).unwrap().id;
-                    assert_eq!(got, select(&logits, &generated, &p, None), "n {n} {kind} {p:?} greedy");
+                    assert_eq!(
+                        got,
+                        select(&logits, &generated, &p, None),
+                        "n {n} {kind} {p:?} greedy"
+                    );
                     checked += 1;
                     continue;
                 }
-                let grid: Vec<f64> = (0..64).map(|_| rng.random::<f64>()).chain([0.0, 0.5]).collect();
-                let draws = draws_away_from_boundaries(&logits, &generated, &p, grid.iter().copied(), 1e-7);
+                let grid: Vec<f64> = (0..64)
+                    .map(|_| rng.random::<f64>())
+                    .chain([0.0, 0.5])
+                    .collect();
+                let draws =
+                    draws_away_from_boundaries(&logits, &generated, &p, grid.iter().copied(), 1e-7);
                 skipped += grid.len() - draws.len();
                 for u in draws {
                     let got = s.sample(&req(Some(u))).unwrap().id;
@@ -99,7 +159,11 @@ fn gpu_sampling_matches_cpu_select_on_random_logits() {
             uniform: (p.temperature > 0.0).then_some(0.3),
             logprobs: 0,
         };
-        assert_eq!(s.sample(&req).unwrap().id, select(&logits, &[1, 2], &p, req.uniform), "{p:?}");
+        assert_eq!(
+            s.sample(&req).unwrap().id,
+            select(&logits, &[1, 2], &p, req.uniform),
+            "{p:?}"
+        );
     }
     eprintln!("sampling: {checked} choices identical to the CPU's; {skipped} draws skipped near a boundary");
 }
@@ -111,7 +175,10 @@ fn gpu_sampling_logprobs_match_cpu_top_logprobs() {
     use crate::backend::SampleRequest;
     use crate::sampling::{top_logprobs, SamplingParams};
     let mut rng = ChaCha8Rng::seed_from_u64(41);
-    let p = SamplingParams { temperature: 0.0, ..SamplingParams::default() };
+    let p = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
     let mut worst = 0f32;
     for n in [151_936usize, 49_152, 1000, 33, 3] {
         let mut s = DeviceSampler::new(&dev(), n).unwrap();
@@ -122,13 +189,28 @@ fn gpu_sampling_logprobs_match_cpu_top_logprobs() {
         for (kind, logits) in cases {
             s.upload_logits(&logits).unwrap();
             for k in [1usize, 2, 5, 20] {
-                let got = s.sample(&SampleRequest { params: &p, generated: &[], uniform: None, logprobs: k }).unwrap();
+                let got = s
+                    .sample(&SampleRequest {
+                        params: &p,
+                        generated: &[],
+                        uniform: None,
+                        logprobs: k,
+                    })
+                    .unwrap();
                 let want = top_logprobs(&logits, k);
-                let ids = |v: &[crate::sampling::TokenLogprob]| v.iter().map(|t| t.id).collect::<Vec<_>>();
+                let ids = |v: &[crate::sampling::TokenLogprob]| {
+                    v.iter().map(|t| t.id).collect::<Vec<_>>()
+                };
                 assert_eq!(ids(&got.logprobs), ids(&want), "n {n} {kind} k {k}");
                 for (g, c) in got.logprobs.iter().zip(&want) {
                     let e = (g.logprob - c.logprob).abs();
-                    assert!(e <= 1e-5, "n {n} {kind} k {k}: logprob of {} is {} vs {}", g.id, g.logprob, c.logprob);
+                    assert!(
+                        e <= 1e-5,
+                        "n {n} {kind} k {k}: logprob of {} is {} vs {}",
+                        g.id,
+                        g.logprob,
+                        c.logprob
+                    );
                     worst = worst.max(e);
                 }
                 assert_eq!(got.id, crate::sampling::argmax(&logits), "n {n} {kind}");
@@ -139,7 +221,14 @@ fn gpu_sampling_logprobs_match_cpu_top_logprobs() {
     let mut s = DeviceSampler::new(&dev(), 6).unwrap();
     let logits = [f32::NEG_INFINITY, 0.0, f32::NAN, 0.0, f32::INFINITY, -1.0];
     s.upload_logits(&logits).unwrap();
-    let got = s.sample(&SampleRequest { params: &p, generated: &[], uniform: None, logprobs: 20 }).unwrap();
+    let got = s
+        .sample(&SampleRequest {
+            params: &p,
+            generated: &[],
+            uniform: None,
+            logprobs: 20,
+        })
+        .unwrap();
     assert_eq!(got.logprobs, top_logprobs(&logits, 20));
     eprintln!("sampling logprobs: max difference {worst:.2e}");
 }
@@ -157,10 +246,19 @@ fn gpu_sampling_is_deterministic() {
         s.upload_logits(&logits).unwrap();
         for p in sampling_params(n) {
             let uniform = (p.temperature > 0.0).then_some(0.618);
-            let req = SampleRequest { params: &p, generated: &generated, uniform, logprobs: 20 };
+            let req = SampleRequest {
+                params: &p,
+                generated: &generated,
+                uniform,
+                logprobs: 20,
+            };
             let first = s.sample(&req).unwrap();
             for run in 1..50 {
-                assert_eq!(s.sample(&req).unwrap(), first, "{kind} {p:?}: run {run} differs from run 0");
+                assert_eq!(
+                    s.sample(&req).unwrap(),
+                    first,
+                    "{kind} {p:?}: run {run} differs from run 0"
+                );
             }
         }
     }
@@ -177,13 +275,30 @@ fn gpu_sampling_refuses_bad_requests_before_launch() {
     assert!(s.upload_logits(&[0.0; 99]).is_err());
     s.upload_logits(&[0.0; 100]).unwrap();
     let p = SamplingParams::default();
-    let req = |uniform, logprobs| SampleRequest { params: &p, generated: &[], uniform, logprobs };
-    assert!(s.sample(&req(Some(0.5), 21)).is_err(), "more log-probabilities than the kernel returns");
-    assert!(s.sample(&req(Some(1.0), 0)).is_err(), "a draw outside [0, 1)");
+    let req = |uniform, logprobs| SampleRequest {
+        params: &p,
+        generated: &[],
+        uniform,
+        logprobs,
+    };
+    assert!(
+        s.sample(&req(Some(0.5), 21)).is_err(),
+        "more log-probabilities than the kernel returns"
+    );
+    assert!(
+        s.sample(&req(Some(1.0), 0)).is_err(),
+        "a draw outside [0, 1)"
+    );
     assert!(s.sample(&req(Some(f64::NAN), 0)).is_err());
-    assert_eq!(s.sample(&req(Some(0.5), 0)).unwrap().id, 50, "flat logits: the middle token at u = 0.5");
+    assert_eq!(
+        s.sample(&req(Some(0.5), 0)).unwrap().id,
+        50,
+        "flat logits: the middle token at u = 0.5"
+    );
     // A backend samples only after a forward pass.
-    let file = Arc::new(GgufFile::from_bytes(crate::model::synthetic::synthetic_llama("llama", 43, 64)).unwrap());
+    let file = Arc::new(
+        GgufFile::from_bytes(crate::model::synthetic::synthetic_llama("llama", 43, 64)).unwrap(),
+    );
     let cfg = ModelConfig::try_from(&file.metadata).unwrap();
     let mut gpu = CudaBackend::load(cfg, &file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();
     gpu.begin_sequence(8).unwrap();
@@ -205,7 +320,10 @@ fn gpu_sampling_generates_like_the_cpu_backend() {
     use crate::backend::SampleRequest;
     use crate::sampling::{draws_away_from_boundaries, select, Sampler, SamplingParams};
     for (arch, seed) in [("llama", 44u64), ("qwen2", 45)] {
-        let file = Arc::new(GgufFile::from_bytes(crate::model::synthetic::synthetic_llama(arch, seed, 512)).unwrap());
+        let file = Arc::new(
+            GgufFile::from_bytes(crate::model::synthetic::synthetic_llama(arch, seed, 512))
+                .unwrap(),
+        );
         let (mut cpu, mut gpu) = both_backends(file, &CudaLoadOptions::default());
         let p = SamplingParams {
             temperature: 0.8,
@@ -225,11 +343,20 @@ fn gpu_sampling_generates_like_the_cpu_backend() {
         let (mut generated, mut differing, mut checked) = (Vec::new(), 0, 0);
         for step in 0..32 {
             let uniform = sampler.draw();
-            let req = SampleRequest { params: &p, generated: &generated, uniform, logprobs: 5 };
+            let req = SampleRequest {
+                params: &p,
+                generated: &generated,
+                uniform,
+                logprobs: 5,
+            };
             let want = cpu.sample(&req).unwrap();
             let got = gpu.sample(&req).unwrap();
             let g = gpu.sampler().download_logits().unwrap();
-            assert!(rel_err(&g, &c) <= 1e-2, "{arch} step {step}: logits differ by {:e}", rel_err(&g, &c));
+            assert!(
+                rel_err(&g, &c) <= 1e-2,
+                "{arch} step {step}: logits differ by {:e}",
+                rel_err(&g, &c)
+            );
             if !draws_away_from_boundaries(&g, &generated, &p, uniform, 1e-7).is_empty() {
                 assert_eq!(
                     got.id,
@@ -239,17 +366,27 @@ fn gpu_sampling_generates_like_the_cpu_backend() {
                 checked += 1;
             }
             if got.id != want.id {
-                eprintln!("{arch} step {step}: GPU {} vs CPU {} (u = {uniform:?}; the logits differ)", got.id, want.id);
+                eprintln!(
+                    "{arch} step {step}: GPU {} vs CPU {} (u = {uniform:?}; the logits differ)",
+                    got.id, want.id
+                );
                 differing += 1;
             }
             assert_eq!(got.logprobs.len(), 5);
             generated.push(want.id);
             cpu.forward(&[want.id], Logits::Last, &mut c, None).unwrap();
-            gpu.forward(&[want.id], Logits::None, &mut none, None).unwrap();
+            gpu.forward(&[want.id], Logits::None, &mut none, None)
+                .unwrap();
             assert!(none.is_empty());
         }
-        assert!(gpu.decoding_with_graph(), "decode steps went through the graph");
-        assert!(checked >= 30, "{arch}: only {checked} draws away from a boundary");
+        assert!(
+            gpu.decoding_with_graph(),
+            "decode steps went through the graph"
+        );
+        assert!(
+            checked >= 30,
+            "{arch}: only {checked} draws away from a boundary"
+        );
         assert!(differing <= 4, "{arch}: {differing} of 32 tokens differ");
         eprintln!("{arch}: 32 tokens sampled on the GPU, {differing} differing from the CPU's; ids {generated:?}");
     }

@@ -17,7 +17,11 @@ fn device_init_reads_facts_and_applies_vram_only_settings() {
     let limits = d.limits();
     eprintln!("device {} sm {:?}, limits {limits:?}", info.name, info.sm);
     assert!(limits.prefers_l1, "L1 preferred (M0-W-1010)");
-    assert!(limits.malloc_heap_bytes <= 8 << 20, "heap limit as low as allowed: {}", limits.malloc_heap_bytes);
+    assert!(
+        limits.malloc_heap_bytes <= 8 << 20,
+        "heap limit as low as allowed: {}",
+        limits.malloc_heap_bytes
+    );
     // The probe: a fresh allocation is plain device memory.
     let b = d.alloc(device::Purpose::Scratch, 1000).unwrap();
     assert_eq!(device::memory_type(b.ptr()).unwrap(), MemoryKind::Device);

@@ -12,8 +12,8 @@ use std::collections::BTreeSet;
 use super::*;
 use crate::backend::BackendKind;
 use crate::engine::{backend_error_code, ErrorCode, Phase};
-use crate::model::llama::LlamaWeights;
 use crate::load::{load_model, LoadOptions};
+use crate::model::llama::LlamaWeights;
 
 /// How far the driver's free memory may stay below its pre-load value after
 /// a drop. `cuMemGetInfo` counts memory in the driver's 2 MiB pages, and the
@@ -32,7 +32,9 @@ fn driver_free_bytes() -> u64 {
     let d = dev();
     d.bind().unwrap();
     d.synchronize().unwrap();
-    cudarc::driver::result::mem_get_info().expect("cuMemGetInfo").0 as u64
+    cudarc::driver::result::mem_get_info()
+        .expect("cuMemGetInfo")
+        .0 as u64
 }
 
 /// A model file for these tests, with a name for messages.
@@ -45,28 +47,48 @@ struct TestModel {
 }
 
 fn synthetic_model(arch: &'static str, seed: u64) -> TestModel {
-    let file = Arc::new(GgufFile::from_bytes(crate::model::synthetic::synthetic_llama(arch, seed, 256)).unwrap());
-    TestModel { name: arch, file, path: None }
+    let file = Arc::new(
+        GgufFile::from_bytes(crate::model::synthetic::synthetic_llama(arch, seed, 256)).unwrap(),
+    );
+    TestModel {
+        name: arch,
+        file,
+        path: None,
+    }
 }
 
 /// SmolLM2-135M's shapes and formats with random weights (about 100 MiB),
 /// made once per process.
 fn smollm2_shaped() -> TestModel {
     static FILE: OnceLock<Arc<GgufFile>> = OnceLock::new();
-    let file = FILE.get_or_init(|| Arc::new(GgufFile::from_bytes(smollm2_shaped_model()).unwrap())).clone();
-    TestModel { name: "smollm2-shaped", file, path: None }
+    let file = FILE
+        .get_or_init(|| Arc::new(GgufFile::from_bytes(smollm2_shaped_model()).unwrap()))
+        .clone();
+    TestModel {
+        name: "smollm2-shaped",
+        file,
+        path: None,
+    }
 }
 
 fn reference_model() -> Option<TestModel> {
     let path = reference_model_path()?;
     let file = Arc::new(GgufFile::open(&path).unwrap());
-    Some(TestModel { name: "SmolLM2-135M Q4_1", file, path: Some(path) })
+    Some(TestModel {
+        name: "SmolLM2-135M Q4_1",
+        file,
+        path: Some(path),
+    })
 }
 
 /// The synthetic models, the SmolLM2-shaped one, and the reference model
 /// when it is present.
 fn all_models() -> Vec<TestModel> {
-    let mut v = vec![synthetic_model("llama", 12), synthetic_model("qwen2", 13), smollm2_shaped()];
+    let mut v = vec![
+        synthetic_model("llama", 12),
+        synthetic_model("qwen2", 13),
+        smollm2_shaped(),
+    ];
     v.extend(reference_model());
     v
 }
@@ -84,8 +106,13 @@ fn config(m: &TestModel) -> ModelConfig {
 fn load_run_drop(m: &TestModel) -> (u64, u64) {
     let mut backend: Box<dyn Backend> = match &m.path {
         Some(path) => {
-            let opts = LoadOptions { backend: BackendKind::Cuda, ..Default::default() };
-            load_model(path, &opts, &mut |_| {}).unwrap_or_else(|e| panic!("{}: {e}", m.name)).backend
+            let opts = LoadOptions {
+                backend: BackendKind::Cuda,
+                ..Default::default()
+            };
+            load_model(path, &opts, &mut |_| {})
+                .unwrap_or_else(|e| panic!("{}: {e}", m.name))
+                .backend
         }
         None => Box::new(
             CudaBackend::load(config(m), &m.file, &CudaLoadOptions::default(), &mut |_| {})
@@ -97,9 +124,13 @@ fn load_run_drop(m: &TestModel) -> (u64, u64) {
     backend.begin_sequence(64).unwrap();
     let prompt: Vec<u32> = (0..8).map(|i| (i * 37 + 1) % vocab).collect();
     let mut out = Vec::new();
-    backend.forward(&prompt, Logits::Last, &mut out, None).unwrap();
+    backend
+        .forward(&prompt, Logits::Last, &mut out, None)
+        .unwrap();
     for t in 0..3 {
-        backend.forward(&[(t * 11 + 2) % vocab], Logits::Last, &mut out, None).unwrap();
+        backend
+            .forward(&[(t * 11 + 2) % vocab], Logits::Last, &mut out, None)
+            .unwrap();
     }
     let loaded = driver_free_bytes();
     drop(backend);
@@ -164,7 +195,8 @@ fn read_device(gpu: &CudaBackend, ptr: u64, bytes: usize) -> Vec<u8> {
     d.synchronize().unwrap();
     let mut v = vec![0u8; bytes];
     // SAFETY: the range is the start of one of the backend's weight blocks.
-    unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut v, ptr) }.expect("copying a weight back");
+    unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut v, ptr) }
+        .expect("copying a weight back");
     v
 }
 
@@ -221,18 +253,43 @@ fn m0_w_1201_cuda_weights_stay_in_stored_format_byte_for_byte() {
     let mut formats_checked = std::collections::HashSet::new();
     for m in &models {
         let cfg = config(m);
-        let gpu = CudaBackend::load(cfg.clone(), &m.file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();
-        let names: BTreeSet<String> = LlamaWeights::<CudaWeight>::tensor_names(&cfg, &m.file).into_iter().collect();
-        let uploaded: BTreeSet<String> = gpu.weight_buffers().iter().map(|b| b.name.clone()).collect();
-        assert_eq!(uploaded, names, "{}: every tensor the model reads has one device buffer", m.name);
+        let gpu = CudaBackend::load(
+            cfg.clone(),
+            &m.file,
+            &CudaLoadOptions::default(),
+            &mut |_| {},
+        )
+        .unwrap();
+        let names: BTreeSet<String> = LlamaWeights::<CudaWeight>::tensor_names(&cfg, &m.file)
+            .into_iter()
+            .collect();
+        let uploaded: BTreeSet<String> = gpu
+            .weight_buffers()
+            .iter()
+            .map(|b| b.name.clone())
+            .collect();
+        assert_eq!(
+            uploaded, names,
+            "{}: every tensor the model reads has one device buffer",
+            m.name
+        );
         let (mut file_bytes, mut device_bytes) = (0u64, 0u64);
         for b in gpu.weight_buffers() {
             let info = m.file.tensor(&b.name).unwrap();
             let want = expected_device_bytes(&m.file, info);
-            assert_eq!(b.bytes, align_up(want.len() as u64), "{} {}: block size", m.name, b.name);
+            assert_eq!(
+                b.bytes,
+                align_up(want.len() as u64),
+                "{} {}: block size",
+                m.name,
+                b.name
+            );
             let got = read_device(&gpu, b.ptr, want.len());
             if let Some(i) = got.iter().zip(&want).position(|(g, w)| g != w) {
-                panic!("{} {} ({}): device byte {i} differs from the file", m.name, b.name, info.ggml_type);
+                panic!(
+                    "{} {} ({}): device byte {i} differs from the file",
+                    m.name, b.name, info.ggml_type
+                );
             }
             if info.dims.len() >= 2 {
                 formats_checked.insert(info.ggml_type);
@@ -244,13 +301,32 @@ fn m0_w_1201_cuda_weights_stay_in_stored_format_byte_for_byte() {
         // plus the RoPE table (`CudaOps::prepare_rope`, n_rot / 2 f64 values)
         // and the sampler's vocabulary-sized buffers, which live as long as
         // the weights and are counted with them.
-        let rope_table = if cfg.n_rot >= 2 { align_up((cfg.n_rot / 2 * 8) as u64) } else { 0 };
-        let extra = rope_table + crate::backend::cuda::sample::DeviceSampler::bytes_for(cfg.vocab_size);
+        let rope_table = if cfg.n_rot >= 2 {
+            align_up((cfg.n_rot / 2 * 8) as u64)
+        } else {
+            0
+        };
+        let extra =
+            rope_table + crate::backend::cuda::sample::DeviceSampler::bytes_for(cfg.vocab_size);
         let padding = device_bytes - file_bytes;
-        assert!(padding < 256 * gpu.weight_buffers().len() as u64, "{}: {padding} bytes of padding", m.name);
-        assert_eq!(gpu.memory_use().weights, device_bytes + extra, "{}: weight memory held", m.name);
+        assert!(
+            padding < 256 * gpu.weight_buffers().len() as u64,
+            "{}: {padding} bytes of padding",
+            m.name
+        );
+        assert_eq!(
+            gpu.memory_use().weights,
+            device_bytes + extra,
+            "{}: weight memory held",
+            m.name
+        );
         if m.path.is_none() {
-            assert_eq!(file_bytes, m.file.tensor_bytes_total(), "{}: the synthetic vectors are F32", m.name);
+            assert_eq!(
+                file_bytes,
+                m.file.tensor_bytes_total(),
+                "{}: the synthetic vectors are F32",
+                m.name
+            );
         }
         eprintln!(
             "{}: {} tensors, {file_bytes} bytes as stored, {padding} bytes of padding, all byte-identical on the device",
@@ -264,11 +340,17 @@ fn m0_w_1201_cuda_weights_stay_in_stored_format_byte_for_byte() {
 
     // The reference model reports its file type's short name (M0-W-1201: `quant_kind: "Q4_1"`).
     if let Some(path) = reference_model_path() {
-        let opts = LoadOptions { backend: BackendKind::Cuda, ..Default::default() };
+        let opts = LoadOptions {
+            backend: BackendKind::Cuda,
+            ..Default::default()
+        };
         let loaded = load_model(&path, &opts, &mut |_| {}).unwrap();
         assert_eq!(loaded.info.quant_kind, "Q4_1");
     } else {
-        assert!(std::env::var_os("CI").is_none(), "CI must fetch the reference model");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must fetch the reference model"
+        );
         eprintln!("the reference model is absent: its quant_kind is not checked");
     }
 }
@@ -281,11 +363,17 @@ fn m0_w_1201_cuda_weights_stay_in_stored_format_byte_for_byte() {
 #[test]
 fn m0_w_1220_a_misaligned_device_address_is_an_error() {
     for ptr in [0u64, 256, 0x7f00_0000_0000, 0x7f00_0000_0100] {
-        assert!(device::check_aligned("t", ptr).is_ok(), "{ptr:#x} is aligned");
+        assert!(
+            device::check_aligned("t", ptr).is_ok(),
+            "{ptr:#x} is aligned"
+        );
     }
     for ptr in [1u64, 4, 128, 255, 257, 0x7f00_0000_0080, 0x7f00_0000_0004] {
         match device::check_aligned("blk.0.attn_q.weight", ptr) {
-            Err(BackendError::Unknown(msg)) => assert!(msg.contains("blk.0.attn_q.weight") && msg.contains("256"), "{msg}"),
+            Err(BackendError::Unknown(msg)) => assert!(
+                msg.contains("blk.0.attn_q.weight") && msg.contains("256"),
+                "{msg}"
+            ),
             other => panic!("{ptr:#x}: expected an error, got {other:?}"),
         }
     }
@@ -300,14 +388,25 @@ fn m0_w_1220_a_misaligned_device_address_is_an_error() {
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
 fn m0_w_1220_cuda_weight_buffers_are_aligned_sized_from_the_table_and_freed_on_drop() {
     let _gpu = exclusive_gpu();
-    let models = vec![synthetic_model("llama", 16), synthetic_model("qwen2", 17), smollm2_shaped()];
+    let models = vec![
+        synthetic_model("llama", 16),
+        synthetic_model("qwen2", 17),
+        smollm2_shaped(),
+    ];
     for m in &models {
         let cfg = config(m);
-        let mut gpu = CudaBackend::load(cfg, &m.file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();
+        let mut gpu =
+            CudaBackend::load(cfg, &m.file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();
         for b in gpu.weight_buffers() {
             let info = m.file.tensor(&b.name).unwrap();
             assert_eq!(b.ptr % 256, 0, "{} {}: at {:#x}", m.name, b.name, b.ptr);
-            assert_eq!(b.bytes, align_up(device_bytes(info)), "{} {}: sized from the tensor table", m.name, b.name);
+            assert_eq!(
+                b.bytes,
+                align_up(device_bytes(info)),
+                "{} {}: sized from the tensor table",
+                m.name,
+                b.name
+            );
         }
         gpu.begin_sequence(33).unwrap();
         let (k0, _) = gpu.cache().unwrap().planes(0);
@@ -315,7 +414,11 @@ fn m0_w_1220_cuda_weight_buffers_are_aligned_sized_from_the_table_and_freed_on_d
         gpu.end_sequence();
         let mut ops = CudaOps::new(gpu.cuda_device().clone());
         for (rows, cols) in [(1, 1), (3, 5), (7, 577)] {
-            assert_eq!(ops.buf(rows, cols).unwrap().ptr() % 256, 0, "an activation of {rows}x{cols}");
+            assert_eq!(
+                ops.buf(rows, cols).unwrap().ptr() % 256,
+                0,
+                "an activation of {rows}x{cols}"
+            );
         }
     }
     assert_free_memory_returns(&models, 2);
@@ -326,14 +429,21 @@ fn m0_w_1220_cuda_weight_buffers_are_aligned_sized_from_the_table_and_freed_on_d
 #[test]
 fn m0_w_1222_a_zero_chunk_size_is_refused_before_the_gpu_is_touched() {
     // No GPU is needed: the size is checked before the device is opened.
-    let file = GgufFile::from_bytes(crate::model::synthetic::synthetic_llama("llama", 18, 32)).unwrap();
+    let file =
+        GgufFile::from_bytes(crate::model::synthetic::synthetic_llama("llama", 18, 32)).unwrap();
     let cfg = ModelConfig::try_from(&file.metadata).unwrap();
-    let opts = CudaLoadOptions { upload_chunk_bytes: 0, ..Default::default() };
+    let opts = CudaLoadOptions {
+        upload_chunk_bytes: 0,
+        ..Default::default()
+    };
     let mut progress = 0u64;
     match CudaBackend::load(cfg, &file, &opts, &mut |b| progress += b) {
         Err(e @ BackendError::ModelLoadFailed(_)) => {
             assert!(e.to_string().contains("chunk"), "{e}");
-            assert_eq!(backend_error_code(&e, BackendKind::Cuda, Phase::Load), ErrorCode::ModelLoadFailed);
+            assert_eq!(
+                backend_error_code(&e, BackendKind::Cuda, Phase::Load),
+                ErrorCode::ModelLoadFailed
+            );
             assert_eq!(ErrorCode::ModelLoadFailed.as_str(), "MODEL_LOAD_FAILED");
         }
         Err(e) => panic!("expected ModelLoadFailed, got {e}"),
@@ -348,18 +458,30 @@ fn m0_w_1222_a_zero_chunk_size_is_refused_before_the_gpu_is_touched() {
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
 fn m0_w_1222_cuda_upload_goes_in_chunks_of_at_most_the_configured_size() {
     let _gpu = shared_gpu();
-    assert_eq!(CudaLoadOptions::default().upload_chunk_bytes, 1 << 20, "1 MiB by default");
+    assert_eq!(
+        CudaLoadOptions::default().upload_chunk_bytes,
+        1 << 20,
+        "1 MiB by default"
+    );
     let big = smollm2_shaped();
     let small = synthetic_model("llama", 19);
     for chunk in [1usize << 20, 4096, 1000] {
         // The large model's tensors span many chunks of every size; 1000-byte
         // chunks of it would only take time.
-        let models: Vec<&TestModel> = if chunk >= 4096 { vec![&small, &big] } else { vec![&small] };
+        let models: Vec<&TestModel> = if chunk >= 4096 {
+            vec![&small, &big]
+        } else {
+            vec![&small]
+        };
         for m in models {
             let cfg = config(m);
-            let opts = CudaLoadOptions { upload_chunk_bytes: chunk, ..Default::default() };
+            let opts = CudaLoadOptions {
+                upload_chunk_bytes: chunk,
+                ..Default::default()
+            };
             let mut reports = Vec::new();
-            let gpu = CudaBackend::load(cfg.clone(), &m.file, &opts, &mut |b| reports.push(b)).unwrap();
+            let gpu =
+                CudaBackend::load(cfg.clone(), &m.file, &opts, &mut |b| reports.push(b)).unwrap();
             let stats = gpu.upload_stats();
             let sizes: Vec<u64> = LlamaWeights::<CudaWeight>::tensor_names(&cfg, &m.file)
                 .iter()
@@ -368,17 +490,40 @@ fn m0_w_1222_cuda_upload_goes_in_chunks_of_at_most_the_configured_size() {
             let total: u64 = sizes.iter().sum();
             let copies: u64 = sizes.iter().map(|s| s.div_ceil(chunk as u64)).sum();
             let what = format!("{} with {chunk}-byte chunks: {stats:?}", m.name);
-            assert!(stats.max_copy_bytes <= chunk as u64, "{what}: a copy over the chunk size");
-            assert_eq!(stats.total_bytes, total, "{what}: the copies sum to the tensor bytes");
-            assert_eq!(stats.total_bytes, m.file.tensor_bytes_total(), "{what}: every tensor, as stored");
-            assert_eq!(stats.copies, copies, "{what}: one copy per chunk of each tensor");
+            assert!(
+                stats.max_copy_bytes <= chunk as u64,
+                "{what}: a copy over the chunk size"
+            );
+            assert_eq!(
+                stats.total_bytes, total,
+                "{what}: the copies sum to the tensor bytes"
+            );
+            assert_eq!(
+                stats.total_bytes,
+                m.file.tensor_bytes_total(),
+                "{what}: every tensor, as stored"
+            );
+            assert_eq!(
+                stats.copies, copies,
+                "{what}: one copy per chunk of each tensor"
+            );
             if sizes.iter().any(|&s| s > chunk as u64) {
-                assert_eq!(stats.max_copy_bytes, chunk as u64, "{what}: large tensors go in full chunks");
+                assert_eq!(
+                    stats.max_copy_bytes, chunk as u64,
+                    "{what}: large tensors go in full chunks"
+                );
             }
             // Progress counts bytes copied, one report per chunk.
-            assert_eq!(reports.len() as u64, stats.copies, "{what}: progress reports");
+            assert_eq!(
+                reports.len() as u64,
+                stats.copies,
+                "{what}: progress reports"
+            );
             assert_eq!(reports.iter().sum::<u64>(), total, "{what}: progress bytes");
-            assert!(reports.iter().all(|&b| b > 0 && b <= chunk as u64), "{what}: each report is one chunk");
+            assert!(
+                reports.iter().all(|&b| b > 0 && b <= chunk as u64),
+                "{what}: each report is one chunk"
+            );
             eprintln!("{what}");
         }
     }
@@ -393,22 +538,33 @@ fn m0_w_1222_cuda_upload_goes_in_chunks_of_at_most_the_configured_size() {
     }
     let _clear = ClearHook;
     let cfg = config(&small);
-    let opts = CudaLoadOptions { upload_chunk_bytes: 4096, ..Default::default() };
+    let opts = CudaLoadOptions {
+        upload_chunk_bytes: 4096,
+        ..Default::default()
+    };
     for fail_at in [0u64, 3, 40] {
         upload::fail_copy_for_test(Some(fail_at));
         let mut reports = Vec::new();
         match CudaBackend::load(cfg.clone(), &small.file, &opts, &mut |b| reports.push(b)) {
             Err(e @ BackendError::ModelLoadFailed(_)) => {
                 assert!(e.to_string().contains("copying a chunk"), "{e}");
-                assert_eq!(backend_error_code(&e, BackendKind::Cuda, Phase::Load).as_str(), "MODEL_LOAD_FAILED");
+                assert_eq!(
+                    backend_error_code(&e, BackendKind::Cuda, Phase::Load).as_str(),
+                    "MODEL_LOAD_FAILED"
+                );
             }
             Err(e) => panic!("copy {fail_at} failing: expected ModelLoadFailed, got {e}"),
             Ok(_) => panic!("copy {fail_at} failing: the load succeeded"),
         }
-        assert_eq!(reports.len() as u64, fail_at, "progress stops at the failed chunk");
+        assert_eq!(
+            reports.len() as u64,
+            fail_at,
+            "progress stops at the failed chunk"
+        );
         assert!(reports.iter().all(|&b| b <= 4096));
     }
     upload::fail_copy_for_test(None);
-    let gpu = CudaBackend::load(cfg, &small.file, &opts, &mut |_| {}).expect("loads again once copies succeed");
+    let gpu = CudaBackend::load(cfg, &small.file, &opts, &mut |_| {})
+        .expect("loads again once copies succeed");
     assert!(gpu.check_residency().unwrap());
 }
