@@ -145,6 +145,7 @@ impl DecodeGraph {
             arena_used: 0,
             step: arena.ptr() + step_offset,
             split_attention,
+            split_part: None,
         });
         let stream = dev.cu_stream();
         // SAFETY: the stream is ours; every call until end_capture only queues work.

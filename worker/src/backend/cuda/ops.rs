@@ -200,6 +200,10 @@ pub(crate) struct GraphCapture {
     /// Whether the step's attention is split over the context (the choice
     /// is fixed in the graph; `CudaBackend` recaptures when it changes).
     pub split_attention: bool,
+    /// The split attention's chunk states `(address, rows, cols)`, taken
+    /// from the arena by the first layer and reused by every later one (the
+    /// arena is never freed during a capture).
+    pub split_part: Option<(CUdeviceptr, usize, usize)>,
 }
 
 /// `freq_base^(-2i / n_rot)` for one (base, n_rot), on the device as f64.
@@ -401,6 +405,22 @@ impl CudaOps {
             cols,
             row_bytes,
         })
+    }
+
+    /// Scratch for the split attention's chunk states: while capturing, one
+    /// arena block shared by every layer (they run one after another on the
+    /// stream); otherwise a stream-ordered block of its own.
+    fn split_part(&mut self, rows: usize, cols: usize) -> Result<CudaBuf, BackendError> {
+        if let Some((ptr, r, c)) = self.capture.as_ref().and_then(|c| c.split_part) {
+            if (r, c) == (rows, cols) {
+                return Ok(CudaBuf { mem: BufMem::Arena(ptr), rows, cols });
+            }
+        }
+        let b = self.alloc_buf(rows, cols)?;
+        if let Some(c) = &mut self.capture {
+            c.split_part = Some((b.ptr(), rows, cols));
+        }
+        Ok(b)
     }
 
     fn alloc_buf(&mut self, rows: usize, cols: usize) -> Result<CudaBuf, BackendError> {
@@ -668,7 +688,7 @@ impl Ops for CudaOps {
         }
         let split = self.context_split(&s, cache.capacity);
         let part = match split {
-            Some(sp) => Some(self.alloc_buf(s.n_head * sp.nsplit, hd + 2)?),
+            Some(sp) => Some(self.split_part(s.n_head * sp.nsplit, hd + 2)?),
             None => None,
         };
         let (k_cache, v_cache) = cache.planes_mut(s.layer);
