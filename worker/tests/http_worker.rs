@@ -10,15 +10,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::{json, Value};
 
-fn job(id: &str, max_tokens: u64) -> Value {
-    json!({"job_id": id, "prompt": HAIKU_PROMPT, "max_tokens": max_tokens, "temperature": 0})
-}
-
-/// A 2048-token greedy job that does not end by itself for many seconds.
-fn long_job(id: &str) -> Value {
-    json!({"job_id": id, "prompt": COUNTING_PROMPT, "max_tokens": 2048, "temperature": 0})
-}
-
 /// M0-W-1301, EXT-003: ten clients at once each get a whole stream, one job
 /// at a time, with the same greedy ids.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

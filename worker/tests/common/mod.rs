@@ -423,3 +423,13 @@ pub fn metric(text: &str, name: &str) -> f64 {
         .parse()
         .unwrap()
 }
+
+/// A greedy job of `max_tokens` tokens on the haiku prompt.
+pub fn job(id: &str, max_tokens: u64) -> Value {
+    serde_json::json!({"job_id": id, "prompt": HAIKU_PROMPT, "max_tokens": max_tokens, "temperature": 0})
+}
+
+/// A 2048-token greedy job that does not end by itself for many seconds.
+pub fn long_job(id: &str) -> Value {
+    serde_json::json!({"job_id": id, "prompt": COUNTING_PROMPT, "max_tokens": 2048, "temperature": 0})
+}

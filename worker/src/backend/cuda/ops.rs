@@ -11,178 +11,25 @@ use std::sync::Arc;
 
 use cudarc::driver::result as drv;
 use cudarc::driver::sys::CUdeviceptr;
-use half::f16;
 
 use crate::backend::cuda::args::{
     AddAssignArgs, AttentionArgs, AttentionCombineArgs, AttentionSplitArgs, CacheWindow, EmbedArgs,
-    GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs, RmsNormArgs, RopeArgs, RopePairs, Stored,
-    SwigluArgs,
+    GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs, RmsNormArgs, RopeArgs, RopePairs, SwigluArgs,
 };
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
-use crate::backend::cuda::kernels::ContextSplit;
-use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
-use crate::backend::cuda::source::{ATS_MAX_GROUP, ATT_MAX_HEAD_DIM};
+use crate::backend::cuda::ptr::DevPtr;
+use crate::backend::cuda::source::ATT_MAX_HEAD_DIM;
 use crate::backend::BackendError;
 use crate::model::config::RopeStyle;
 use crate::model::ops::{AttentionShape, Ops, RopeParams};
 use crate::quant::GgmlType;
 
-/// A weight on the device: `rows` rows of `cols` values of `ty`, each row
-/// `row_bytes` bytes, exactly as stored in the file. Vectors (norm weights,
-/// biases) have one row and are f32.
-pub struct CudaWeight {
-    pub(crate) mem: DevBuf,
-    pub ty: GgmlType,
-    pub rows: usize,
-    pub cols: usize,
-    pub row_bytes: usize,
-}
+mod buffers;
+mod split;
 
-impl CudaWeight {
-    pub fn ptr(&self) -> CUdeviceptr {
-        self.mem.ptr()
-    }
-
-    /// The stored rows, as a kernel reads them.
-    fn stored(&self) -> Stored {
-        let (ty, row_bytes, rows, cols) = (self.ty, self.row_bytes, self.rows, self.cols);
-        Stored {
-            ty,
-            ptr: DevPtr::new(self.ptr()),
-            row_bytes,
-            rows,
-            cols,
-        }
-    }
-
-    /// A vector weight's f32 values.
-    fn vector(&self) -> DevPtr<f32> {
-        DevPtr::new(self.ptr())
-    }
-}
-
-/// Where an activation matrix lives.
-pub(crate) enum BufMem {
-    /// Its own block from the stream-ordered pool, freed on drop.
-    Owned(DevBuf),
-    /// A slice of a decode graph's arena (see [`GraphCapture`]).
-    Arena(CUdeviceptr),
-}
-
-/// An f32 activation matrix `[rows, cols]` on the device.
-pub struct CudaBuf {
-    pub(crate) mem: BufMem,
-    pub rows: usize,
-    pub cols: usize,
-}
-
-impl CudaBuf {
-    pub fn ptr(&self) -> CUdeviceptr {
-        match &self.mem {
-            BufMem::Owned(b) => b.ptr(),
-            BufMem::Arena(p) => *p,
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.rows * self.cols
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn row_ptr(&self, row: usize) -> CUdeviceptr {
-        self.ptr() + (row * self.cols * 4) as u64
-    }
-
-    /// The matrix as a kernel input.
-    fn input(&self) -> DevPtr<f32> {
-        DevPtr::new(self.ptr())
-    }
-
-    /// The matrix as a kernel output.
-    fn output(&mut self) -> DevPtrMut<f32> {
-        DevPtrMut::new(self.ptr())
-    }
-}
-
-/// One sequence's KV cache: f16, `[n_layer][2][n_head_kv][capacity][head_dim]`.
-pub struct CudaCache {
-    mem: DevBuf,
-    pub n_layer: usize,
-    pub n_head_kv: usize,
-    pub head_dim: usize,
-    pub capacity: usize,
-}
-
-impl CudaCache {
-    /// Bytes a cache of these dimensions takes.
-    pub fn bytes_for(n_layer: usize, n_head_kv: usize, head_dim: usize, capacity: usize) -> u64 {
-        (n_layer * 2 * n_head_kv * capacity * head_dim * 2) as u64
-    }
-
-    /// Allocates a zeroed cache.
-    pub fn new(
-        dev: &Arc<CudaDevice>,
-        n_layer: usize,
-        n_head_kv: usize,
-        head_dim: usize,
-        capacity: usize,
-    ) -> Result<Self, BackendError> {
-        let bytes = Self::bytes_for(n_layer, n_head_kv, head_dim, capacity);
-        let mem = dev.alloc(Purpose::KvCache, bytes)?;
-        mem.zero(bytes)?;
-        Ok(CudaCache {
-            mem,
-            n_layer,
-            n_head_kv,
-            head_dim,
-            capacity,
-        })
-    }
-
-    fn plane_bytes(&self) -> u64 {
-        (self.n_head_kv * self.capacity * self.head_dim * 2) as u64
-    }
-
-    /// Device addresses of layer `layer`'s K and V planes.
-    pub fn planes(&self, layer: usize) -> (CUdeviceptr, CUdeviceptr) {
-        let k = self.mem.ptr() + 2 * layer as u64 * self.plane_bytes();
-        (k, k + self.plane_bytes())
-    }
-
-    /// Layer `layer`'s K and V planes, for kernels that write them.
-    fn planes_mut(&mut self, layer: usize) -> (DevPtrMut<f16>, DevPtrMut<f16>) {
-        let (k, v) = self.planes(layer);
-        (DevPtrMut::new(k), DevPtrMut::new(v))
-    }
-
-    /// Copies position `pos` of layer `layer`, KV head `head`, to the host
-    /// as f16 bits `(k, v)` (for tests).
-    pub fn read_entry(
-        &self,
-        dev: &CudaDevice,
-        layer: usize,
-        head: usize,
-        pos: usize,
-    ) -> Result<(Vec<u16>, Vec<u16>), BackendError> {
-        let (kp, vp) = self.planes(layer);
-        let off = ((head * self.capacity + pos) * self.head_dim * 2) as u64;
-        let mut k = vec![0u16; self.head_dim];
-        let mut v = vec![0u16; self.head_dim];
-        dev.bind()?;
-        // SAFETY: the ranges lie inside the cache block.
-        unsafe {
-            drv::memcpy_dtoh_async(&mut k, kp + off, dev.cu_stream())
-                .map_err(|e| driver_error("copying K", e))?;
-            drv::memcpy_dtoh_async(&mut v, vp + off, dev.cu_stream())
-                .map_err(|e| driver_error("copying V", e))?;
-        }
-        dev.synchronize()?;
-        Ok((k, v))
-    }
-}
+pub(crate) use buffers::BufMem;
+use buffers::{check_bufs, check_weights, is_f32_vector, shape_error};
+pub use buffers::{CudaBuf, CudaCache, CudaWeight};
 
 /// What `CudaOps` does differently while a decode step is captured into a
 /// CUDA graph: buffers come from a fixed arena (so their addresses are the
@@ -223,50 +70,6 @@ pub struct CudaOps {
     kept_logits: Option<(CUdeviceptr, usize)>,
 }
 
-fn shape_error(what: String) -> BackendError {
-    BackendError::InferenceFailed(format!("shape mismatch in {what}"))
-}
-
-/// M0-W-1431: every matrix an operation touches must be backed by enough
-/// device memory for its stated shape (the shape fields are public, so a
-/// caller can make them disagree with the block). A buffer carved from a
-/// graph arena was sized from its shape when it was carved.
-fn check_bufs(what: &str, bufs: &[&CudaBuf]) -> Result<(), BackendError> {
-    for b in bufs {
-        let need = (b.rows * b.cols * 4) as u64;
-        if let BufMem::Owned(m) = &b.mem {
-            if m.bytes() < need {
-                return Err(shape_error(format!(
-                    "{what}: a {}x{} matrix in a block of {} bytes",
-                    b.rows,
-                    b.cols,
-                    m.bytes()
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// As [`check_bufs`] for weights: rows of whole blocks of the stored type,
-/// all inside the device block.
-fn check_weights(what: &str, ws: &[&CudaWeight]) -> Result<(), BackendError> {
-    for w in ws {
-        let need = w.rows as u64 * w.row_bytes as u64;
-        if w.ty.bytes_for(w.cols as u64) != Some(w.row_bytes as u64) || w.mem.bytes() < need {
-            return Err(shape_error(format!(
-                "{what}: a {}x{} {} weight with rows of {} bytes in a block of {} bytes",
-                w.rows,
-                w.cols,
-                w.ty,
-                w.row_bytes,
-                w.mem.bytes()
-            )));
-        }
-    }
-    Ok(())
-}
-
 /// `embed` of `n` token ids at `tokens` from `table` into `out`.
 fn embed_args(table: &CudaWeight, tokens: DevPtr<u32>, n: usize, out: &mut CudaBuf) -> EmbedArgs {
     EmbedArgs {
@@ -275,11 +78,6 @@ fn embed_args(table: &CudaWeight, tokens: DevPtr<u32>, n: usize, out: &mut CudaB
         n,
         out: out.output(),
     }
-}
-
-/// A vector weight (norm weight, bias) of `len` f32 values.
-fn is_f32_vector(w: &CudaWeight, len: usize) -> bool {
-    w.ty == GgmlType::F32 && w.rows == 1 && w.cols == len
 }
 
 impl CudaOps {
@@ -331,24 +129,6 @@ impl CudaOps {
     /// The device position slot while capturing, else none.
     fn pos_ptr(&self) -> Option<DevPtr<i32>> {
         self.capture.as_ref().map(|c| DevPtr::new(c.step + 4))
-    }
-
-    /// How a decode step's attention is split over a cache of `capacity`
-    /// positions, when it is: one query row, a context long enough (known
-    /// on the host, or chosen for a captured graph), and a shape the split
-    /// kernel takes (see `AttentionSplitArgs`).
-    fn context_split(&self, s: &AttentionShape, capacity: usize) -> Option<ContextSplit> {
-        let kernels = &self.dev.kernels;
-        let long = match &self.capture {
-            Some(c) => c.split_attention,
-            None => kernels.splits_attention_at(s.start_pos + 1),
-        };
-        let group = s.n_head / s.n_head_kv;
-        let shape_ok = group <= ATS_MAX_GROUP && s.head_dim.is_multiple_of(8);
-        if s.n_tokens != 1 || !long || !shape_ok {
-            return None;
-        }
-        kernels.context_split(s.n_head_kv, capacity)
     }
 
     /// Uploads an f32 host matrix (for tests and small inputs).
@@ -405,26 +185,6 @@ impl CudaOps {
             cols,
             row_bytes,
         })
-    }
-
-    /// Scratch for the split attention's chunk states: while capturing, one
-    /// arena block shared by every layer (they run one after another on the
-    /// stream); otherwise a stream-ordered block of its own.
-    fn split_part(&mut self, rows: usize, cols: usize) -> Result<CudaBuf, BackendError> {
-        if let Some((ptr, r, c)) = self.capture.as_ref().and_then(|c| c.split_part) {
-            if (r, c) == (rows, cols) {
-                return Ok(CudaBuf {
-                    mem: BufMem::Arena(ptr),
-                    rows,
-                    cols,
-                });
-            }
-        }
-        let b = self.alloc_buf(rows, cols)?;
-        if let Some(c) = &mut self.capture {
-            c.split_part = Some((b.ptr(), rows, cols));
-        }
-        Ok(b)
     }
 
     fn alloc_buf(&mut self, rows: usize, cols: usize) -> Result<CudaBuf, BackendError> {

@@ -1,0 +1,450 @@
+//! The argument structs of the attention path: RoPE, the KV store, attention
+//! over the cache, and the split-context decode attention with its merge.
+
+use half::f16;
+
+use super::{plan, CacheWindow};
+use crate::backend::cuda::launch::{refusal, Kernel, KernelCall, Plan, Work};
+use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
+use crate::backend::cuda::source::{
+    ATS_MAX_CHUNK, ATS_MAX_GROUP, ATS_MAX_SPLITS, ATT_MAX_HEAD_DIM,
+};
+use crate::backend::BackendError;
+
+/// Which dims RoPE rotates together (the kernel's `style`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopePairs {
+    /// `(2i, 2i + 1)`: llama's normal layout (style 0).
+    Adjacent,
+    /// `(i, i + n_rot / 2)`: the NEOX layout (style 1).
+    Halves,
+}
+
+/// `rope`, in place: rotates dims `0..n_rot` of every head of every row;
+/// row `t` is at position `start_pos + t` (or `*pos_ptr`, graph replay).
+#[derive(Clone, Copy, Debug)]
+pub struct RopeArgs {
+    /// `[rows, n_head * head_dim]` f32.
+    pub x: DevPtrMut<f32>,
+    pub rows: usize,
+    pub n_head: usize,
+    pub head_dim: usize,
+    /// Even, at most `head_dim`.
+    pub n_rot: usize,
+    pub start_pos: usize,
+    pub pos_ptr: Option<DevPtr<i32>>,
+    /// `[n_rot / 2]` f64 `freq_base^(-2i / n_rot)`, or none (computed per thread).
+    pub inv_freq: Option<DevPtr<f64>>,
+    pub freq_base: f32,
+    pub freq_scale: f32,
+    pub pairs: RopePairs,
+}
+
+impl KernelCall for RopeArgs {
+    type Params = (
+        DevPtrMut<f32>,
+        i32,
+        i32,
+        i32,
+        i32,
+        i32,
+        DevPtr<i32>,
+        DevPtr<f64>,
+        f32,
+        f32,
+        i32,
+    );
+
+    fn plan(&self) -> Plan {
+        let dims = [
+            ("rows", self.rows),
+            ("n_head", self.n_head),
+            ("head_dim", self.head_dim),
+            ("n_rot", self.n_rot),
+        ];
+        // Saturating: the plan is made before the dimensions are checked.
+        let work = Work::Elements(
+            self.rows
+                .saturating_mul(self.n_head)
+                .saturating_mul(self.n_rot / 2),
+        );
+        plan(Kernel::Rope, dims, [("x", self.x.addr())], work)
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        if !self.n_rot.is_multiple_of(2) || self.n_rot > self.head_dim {
+            let msg = format!(
+                "{} rotated dims of a {}-dim head",
+                self.n_rot, self.head_dim
+            );
+            return Err(refusal(Kernel::Rope, msg));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        let style = match self.pairs {
+            RopePairs::Adjacent => 0,
+            RopePairs::Halves => 1,
+        };
+        let (rows, heads, hd, n_rot) = (
+            self.rows as i32,
+            self.n_head as i32,
+            self.head_dim as i32,
+            self.n_rot as i32,
+        );
+        let (pos, table) = (
+            DevPtr::or_null(self.pos_ptr),
+            DevPtr::or_null(self.inv_freq),
+        );
+        let start = self.start_pos as i32;
+        (
+            self.x,
+            rows,
+            heads,
+            hd,
+            n_rot,
+            start,
+            pos,
+            table,
+            self.freq_base,
+            self.freq_scale,
+            style,
+        )
+    }
+}
+
+/// `kv_store`: writes K and V rows into one layer's cache planes as f16.
+#[derive(Clone, Copy, Debug)]
+pub struct KvStoreArgs {
+    /// `[n, n_head_kv * head_dim]` f32 each.
+    pub k: DevPtr<f32>,
+    pub v: DevPtr<f32>,
+    pub n: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    /// Rows go to positions `start_pos..start_pos + n`.
+    pub window: CacheWindow,
+    /// `[n_head_kv, capacity, head_dim]` f16 each.
+    pub k_cache: DevPtrMut<f16>,
+    pub v_cache: DevPtrMut<f16>,
+}
+
+impl KernelCall for KvStoreArgs {
+    type Params = (
+        DevPtr<f32>,
+        DevPtr<f32>,
+        i32,
+        i32,
+        i32,
+        i32,
+        DevPtr<i32>,
+        i32,
+        DevPtrMut<f16>,
+        DevPtrMut<f16>,
+    );
+
+    fn plan(&self) -> Plan {
+        let (n, n_head_kv, head_dim) = (self.n, self.n_head_kv, self.head_dim);
+        let dims = [
+            ("n", n),
+            ("n_head_kv", n_head_kv),
+            ("head_dim", head_dim),
+            ("capacity", self.window.capacity),
+        ];
+        let (k, v, kc, vc) = (
+            self.k.addr(),
+            self.v.addr(),
+            self.k_cache.addr(),
+            self.v_cache.addr(),
+        );
+        let buffers = [("k", k), ("v", v), ("k_cache", kc), ("v_cache", vc)];
+        plan(
+            Kernel::KvStore,
+            dims,
+            buffers,
+            Work::Elements(n.saturating_mul(n_head_kv).saturating_mul(head_dim)),
+        )
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        self.window.check(Kernel::KvStore, self.n)
+    }
+    fn params(&self) -> Self::Params {
+        let (start, pos, cap) = self.window.params();
+        let (n, n_head_kv, head_dim) = (self.n as i32, self.n_head_kv as i32, self.head_dim as i32);
+        (
+            self.k,
+            self.v,
+            n,
+            n_head_kv,
+            head_dim,
+            start,
+            pos,
+            cap,
+            self.k_cache,
+            self.v_cache,
+        )
+    }
+}
+
+/// `attention`: causal GQA of each query row over the cache.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionArgs {
+    /// `[n, n_head * head_dim]` f32, row `t` at position `start_pos + t`.
+    pub q: DevPtr<f32>,
+    pub n: usize,
+    /// A multiple of `n_head_kv`.
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    /// At most `ATT_MAX_HEAD_DIM`.
+    pub head_dim: usize,
+    pub window: CacheWindow,
+    /// `[n_head_kv, capacity, head_dim]` f16 each, filled up to `start_pos + n`.
+    pub k_cache: DevPtr<f16>,
+    pub v_cache: DevPtr<f16>,
+    pub scale: f32,
+    /// `[n, n_head * head_dim]` f32.
+    pub out: DevPtrMut<f32>,
+}
+
+impl KernelCall for AttentionArgs {
+    type Params = (
+        DevPtr<f32>,
+        i32,
+        i32,
+        i32,
+        i32,
+        i32,
+        DevPtr<i32>,
+        i32,
+        DevPtr<f16>,
+        DevPtr<f16>,
+        f32,
+        DevPtrMut<f32>,
+    );
+
+    fn plan(&self) -> Plan {
+        let (n, n_head, capacity) = (self.n, self.n_head, self.window.capacity);
+        let (kv, hd) = (self.n_head_kv, self.head_dim);
+        let dims = [
+            ("n", n),
+            ("n_head", n_head),
+            ("n_head_kv", kv),
+            ("head_dim", hd),
+            ("capacity", capacity),
+        ];
+        let (q, kc, vc, out) = (
+            self.q.addr(),
+            self.k_cache.addr(),
+            self.v_cache.addr(),
+            self.out.addr(),
+        );
+        let buffers = [("q", q), ("k_cache", kc), ("v_cache", vc), ("out", out)];
+        plan(Kernel::Attention, dims, buffers, Work::Heads { n, n_head })
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        if self.head_dim > ATT_MAX_HEAD_DIM || !self.n_head.is_multiple_of(self.n_head_kv) {
+            let msg = format!(
+                "{}/{} heads of {}",
+                self.n_head, self.n_head_kv, self.head_dim
+            );
+            return Err(refusal(Kernel::Attention, msg));
+        }
+        self.window.check(Kernel::Attention, self.n)
+    }
+    fn params(&self) -> Self::Params {
+        let (start, pos, cap) = self.window.params();
+        let (n, heads, kv_heads) = (self.n as i32, self.n_head as i32, self.n_head_kv as i32);
+        let hd = self.head_dim as i32;
+        (
+            self.q,
+            n,
+            heads,
+            kv_heads,
+            hd,
+            start,
+            pos,
+            cap,
+            self.k_cache,
+            self.v_cache,
+            self.scale,
+            self.out,
+        )
+    }
+}
+
+/// `attention_split`: one query row (decode) over a long context split into
+/// `nsplit` chunks of `chunk` positions; block (KV head, chunk) writes the
+/// softmax state of its chunk for every query head of the group to `part`.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionSplitArgs {
+    /// `[n_head * head_dim]` f32, at position `start_pos`.
+    pub q: DevPtr<f32>,
+    /// A multiple of `n_head_kv`, at most `ATS_MAX_GROUP` times it.
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    /// A multiple of 8, at most `ATT_MAX_HEAD_DIM`.
+    pub head_dim: usize,
+    pub window: CacheWindow,
+    /// `[n_head_kv, capacity, head_dim]` f16 each, filled up to `start_pos + 1`.
+    pub k_cache: DevPtr<f16>,
+    pub v_cache: DevPtr<f16>,
+    pub scale: f32,
+    /// At most `ATS_MAX_CHUNK`, with `chunk * nsplit >= capacity`.
+    pub chunk: usize,
+    pub nsplit: usize,
+    /// `[n_head, nsplit, head_dim + 2]` f32: max, sum of weights, then the unnormalised output.
+    pub part: DevPtrMut<f32>,
+}
+
+impl KernelCall for AttentionSplitArgs {
+    type Params = (
+        DevPtr<f32>,
+        i32,
+        i32,
+        i32,
+        i32,
+        DevPtr<i32>,
+        i32,
+        DevPtr<f16>,
+        DevPtr<f16>,
+        f32,
+        i32,
+        i32,
+        DevPtrMut<f32>,
+    );
+
+    fn plan(&self) -> Plan {
+        let (kv, hd, capacity) = (self.n_head_kv, self.head_dim, self.window.capacity);
+        let dims = [
+            ("n_head", self.n_head),
+            ("n_head_kv", kv),
+            ("head_dim", hd),
+            ("capacity", capacity),
+        ];
+        let dims = [
+            dims[0],
+            dims[1],
+            dims[2],
+            dims[3],
+            ("chunk", self.chunk),
+            ("nsplit", self.nsplit),
+        ];
+        let (q, kc, vc, part) = (
+            self.q.addr(),
+            self.k_cache.addr(),
+            self.v_cache.addr(),
+            self.part.addr(),
+        );
+        let buffers = [("q", q), ("k_cache", kc), ("v_cache", vc), ("part", part)];
+        plan(
+            Kernel::AttentionSplit,
+            dims,
+            buffers,
+            Work::Chunks {
+                n_head_kv: kv,
+                nsplit: self.nsplit,
+            },
+        )
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        let k = Kernel::AttentionSplit;
+        let group = self.n_head / self.n_head_kv.max(1);
+        if !self.n_head.is_multiple_of(self.n_head_kv) || group > ATS_MAX_GROUP {
+            return Err(refusal(
+                k,
+                format!("{}/{} heads", self.n_head, self.n_head_kv),
+            ));
+        }
+        if !self.head_dim.is_multiple_of(8) || self.head_dim > ATT_MAX_HEAD_DIM {
+            return Err(refusal(k, format!("heads of {}", self.head_dim)));
+        }
+        if self.chunk > ATS_MAX_CHUNK
+            || self.nsplit > ATS_MAX_SPLITS
+            || self.chunk * self.nsplit < self.window.capacity
+        {
+            let msg = format!(
+                "{} chunks of {} for {} positions",
+                self.nsplit, self.chunk, self.window.capacity
+            );
+            return Err(refusal(k, msg));
+        }
+        self.window.check(k, 1)
+    }
+    fn params(&self) -> Self::Params {
+        let (start, pos, cap) = self.window.params();
+        let (heads, kv_heads, hd) = (
+            self.n_head as i32,
+            self.n_head_kv as i32,
+            self.head_dim as i32,
+        );
+        let (chunk, nsplit) = (self.chunk as i32, self.nsplit as i32);
+        (
+            self.q,
+            heads,
+            kv_heads,
+            hd,
+            start,
+            pos,
+            cap,
+            self.k_cache,
+            self.v_cache,
+            self.scale,
+            chunk,
+            nsplit,
+            self.part,
+        )
+    }
+}
+
+/// `attention_combine`: `out[h]` = the merge of head `h`'s `nsplit` chunk
+/// states in `part`, in chunk order.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionCombineArgs {
+    /// `[n_head, nsplit, head_dim + 2]` f32, as `attention_split` wrote it.
+    pub part: DevPtr<f32>,
+    pub n_head: usize,
+    pub head_dim: usize,
+    /// At most `ATS_MAX_SPLITS`.
+    pub nsplit: usize,
+    /// `[n_head * head_dim]` f32.
+    pub out: DevPtrMut<f32>,
+}
+
+impl KernelCall for AttentionCombineArgs {
+    type Params = (DevPtr<f32>, i32, i32, i32, DevPtrMut<f32>);
+
+    fn plan(&self) -> Plan {
+        let dims = [
+            ("n_head", self.n_head),
+            ("head_dim", self.head_dim),
+            ("nsplit", self.nsplit),
+        ];
+        let buffers = [("part", self.part.addr()), ("out", self.out.addr())];
+        plan(
+            Kernel::AttentionCombine,
+            dims,
+            buffers,
+            Work::Rows {
+                rows: self.n_head,
+                cols: self.head_dim,
+            },
+        )
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        if self.nsplit > ATS_MAX_SPLITS {
+            return Err(refusal(
+                Kernel::AttentionCombine,
+                format!("{} chunks", self.nsplit),
+            ));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        (
+            self.part,
+            self.n_head as i32,
+            self.head_dim as i32,
+            self.nsplit as i32,
+            self.out,
+        )
+    }
+}

@@ -1,0 +1,147 @@
+//! The argument structs of the sampling kernels.
+
+use super::plan;
+use crate::backend::cuda::launch::{refusal, Kernel, KernelCall, Plan, Work};
+use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
+use crate::backend::cuda::source::SAMPLE_MAX_LOGPROBS;
+use crate::backend::BackendError;
+
+/// The scalar arguments of `sample_select`.
+#[derive(Clone, Copy, Debug)]
+pub struct SelectArgs {
+    pub temperature: f32,
+    pub penalty: f32,
+    pub top_k: u32,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub uniform: f64,
+    /// Fixed-point scale of the weights, a power of two with `n * scale <= 2^63`.
+    pub scale: f64,
+    pub greedy: bool,
+}
+
+/// `sample_select`: picks one token from `n` logits by the sampling
+/// pipeline (one block; see sample.cu for the algorithm).
+#[derive(Clone, Copy, Debug)]
+pub struct SampleSelectArgs {
+    /// `[n]` f32.
+    pub logits: DevPtr<f32>,
+    pub n: u32,
+    /// `[n]` u32 scratch.
+    pub keys: DevPtrMut<u32>,
+    /// `[n_pen]` u32, distinct ids `< n` to penalize; needed when `n_pen > 0`.
+    pub pen_ids: Option<DevPtr<u32>>,
+    pub n_pen: u32,
+    /// `top_k`: 0 or `0 < top_k < n`; `uniform`: in `[0, 1)`, unused when `greedy`.
+    pub p: SelectArgs,
+    /// `[SAMPLE_OUT_WORDS]` u32; word 0 receives the id.
+    pub out: DevPtrMut<u32>,
+}
+
+type SelectParams = (
+    DevPtr<f32>,
+    u32,
+    DevPtrMut<u32>,
+    DevPtr<u32>,
+    u32,
+    f32,
+    f32,
+    u32,
+    f32,
+    f32,
+    f64,
+    f64,
+    i32,
+    DevPtrMut<u32>,
+);
+
+impl KernelCall for SampleSelectArgs {
+    type Params = SelectParams;
+
+    fn plan(&self) -> Plan {
+        let buffers = [
+            ("logits", self.logits.addr()),
+            ("keys", self.keys.addr()),
+            ("out", self.out.addr()),
+        ];
+        plan(
+            Kernel::SampleSelect,
+            [("n", self.n as usize)],
+            buffers,
+            Work::Single,
+        )
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        if self.n_pen > 0 && DevPtr::or_null(self.pen_ids).addr() == 0 {
+            return Err(refusal(
+                Kernel::SampleSelect,
+                "buffer pen_ids is null".into(),
+            ));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        let (p, pen) = (&self.p, DevPtr::or_null(self.pen_ids));
+        (
+            self.logits,
+            self.n,
+            self.keys,
+            pen,
+            self.n_pen,
+            p.temperature,
+            p.penalty,
+            p.top_k,
+            p.top_p,
+            p.min_p,
+            p.uniform,
+            p.scale,
+            i32::from(p.greedy),
+            self.out,
+        )
+    }
+}
+
+/// `sample_logprobs`: the `k` most likely of `n` logits, unordered, with
+/// the max and log-sum-exp for their log-softmax (one block).
+#[derive(Clone, Copy, Debug)]
+pub struct SampleLogprobsArgs {
+    /// `[n]` f32.
+    pub logits: DevPtr<f32>,
+    pub n: u32,
+    /// `[n]` u32 scratch.
+    pub keys: DevPtrMut<u32>,
+    /// `0 < k <= SAMPLE_MAX_LOGPROBS`.
+    pub k: u32,
+    /// `[SAMPLE_OUT_WORDS]` u32, 8-byte aligned; words 1.. receive the result.
+    pub out: DevPtrMut<u32>,
+}
+
+impl KernelCall for SampleLogprobsArgs {
+    type Params = (DevPtr<f32>, u32, DevPtrMut<u32>, u32, DevPtrMut<u32>);
+
+    fn plan(&self) -> Plan {
+        let buffers = [
+            ("logits", self.logits.addr()),
+            ("keys", self.keys.addr()),
+            ("out", self.out.addr()),
+        ];
+        plan(
+            Kernel::SampleLogprobs,
+            [("n", self.n as usize), ("k", self.k as usize)],
+            buffers,
+            Work::Single,
+        )
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        if self.k as usize > SAMPLE_MAX_LOGPROBS {
+            return Err(refusal(
+                Kernel::SampleLogprobs,
+                format!("k = {} exceeds {SAMPLE_MAX_LOGPROBS}", self.k),
+            ));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        (self.logits, self.n, self.keys, self.k, self.out)
+    }
+}

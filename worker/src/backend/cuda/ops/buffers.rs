@@ -1,0 +1,221 @@
+//! The device-side values `CudaOps` works on: weights in their stored
+//! format, f32 activation matrices, one sequence's KV cache, and the checks
+//! that a matrix's stated shape fits the memory behind it (M0-W-1431).
+
+use std::sync::Arc;
+
+use cudarc::driver::result as drv;
+use cudarc::driver::sys::CUdeviceptr;
+use half::f16;
+
+use crate::backend::cuda::args::Stored;
+use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
+use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
+use crate::backend::BackendError;
+use crate::quant::GgmlType;
+
+/// A weight on the device: `rows` rows of `cols` values of `ty`, each row
+/// `row_bytes` bytes, exactly as stored in the file. Vectors (norm weights,
+/// biases) have one row and are f32.
+pub struct CudaWeight {
+    pub(crate) mem: DevBuf,
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub row_bytes: usize,
+}
+
+impl CudaWeight {
+    pub fn ptr(&self) -> CUdeviceptr {
+        self.mem.ptr()
+    }
+
+    /// The stored rows, as a kernel reads them.
+    pub(super) fn stored(&self) -> Stored {
+        let (ty, row_bytes, rows, cols) = (self.ty, self.row_bytes, self.rows, self.cols);
+        Stored {
+            ty,
+            ptr: DevPtr::new(self.ptr()),
+            row_bytes,
+            rows,
+            cols,
+        }
+    }
+
+    /// A vector weight's f32 values.
+    pub(super) fn vector(&self) -> DevPtr<f32> {
+        DevPtr::new(self.ptr())
+    }
+}
+
+/// Where an activation matrix lives.
+pub(crate) enum BufMem {
+    /// Its own block from the stream-ordered pool, freed on drop.
+    Owned(DevBuf),
+    /// A slice of a decode graph's arena (see [`GraphCapture`]).
+    Arena(CUdeviceptr),
+}
+
+/// An f32 activation matrix `[rows, cols]` on the device.
+pub struct CudaBuf {
+    pub(crate) mem: BufMem,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl CudaBuf {
+    pub fn ptr(&self) -> CUdeviceptr {
+        match &self.mem {
+            BufMem::Owned(b) => b.ptr(),
+            BufMem::Arena(p) => *p,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows * self.cols
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub(super) fn row_ptr(&self, row: usize) -> CUdeviceptr {
+        self.ptr() + (row * self.cols * 4) as u64
+    }
+
+    /// The matrix as a kernel input.
+    pub(super) fn input(&self) -> DevPtr<f32> {
+        DevPtr::new(self.ptr())
+    }
+
+    /// The matrix as a kernel output.
+    pub(super) fn output(&mut self) -> DevPtrMut<f32> {
+        DevPtrMut::new(self.ptr())
+    }
+}
+
+/// One sequence's KV cache: f16, `[n_layer][2][n_head_kv][capacity][head_dim]`.
+pub struct CudaCache {
+    pub(super) mem: DevBuf,
+    pub n_layer: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub capacity: usize,
+}
+
+impl CudaCache {
+    /// Bytes a cache of these dimensions takes.
+    pub fn bytes_for(n_layer: usize, n_head_kv: usize, head_dim: usize, capacity: usize) -> u64 {
+        (n_layer * 2 * n_head_kv * capacity * head_dim * 2) as u64
+    }
+
+    /// Allocates a zeroed cache.
+    pub fn new(
+        dev: &Arc<CudaDevice>,
+        n_layer: usize,
+        n_head_kv: usize,
+        head_dim: usize,
+        capacity: usize,
+    ) -> Result<Self, BackendError> {
+        let bytes = Self::bytes_for(n_layer, n_head_kv, head_dim, capacity);
+        let mem = dev.alloc(Purpose::KvCache, bytes)?;
+        mem.zero(bytes)?;
+        Ok(CudaCache {
+            mem,
+            n_layer,
+            n_head_kv,
+            head_dim,
+            capacity,
+        })
+    }
+
+    pub(super) fn plane_bytes(&self) -> u64 {
+        (self.n_head_kv * self.capacity * self.head_dim * 2) as u64
+    }
+
+    /// Device addresses of layer `layer`'s K and V planes.
+    pub fn planes(&self, layer: usize) -> (CUdeviceptr, CUdeviceptr) {
+        let k = self.mem.ptr() + 2 * layer as u64 * self.plane_bytes();
+        (k, k + self.plane_bytes())
+    }
+
+    /// Layer `layer`'s K and V planes, for kernels that write them.
+    pub(super) fn planes_mut(&mut self, layer: usize) -> (DevPtrMut<f16>, DevPtrMut<f16>) {
+        let (k, v) = self.planes(layer);
+        (DevPtrMut::new(k), DevPtrMut::new(v))
+    }
+
+    /// Copies position `pos` of layer `layer`, KV head `head`, to the host
+    /// as f16 bits `(k, v)` (for tests).
+    pub fn read_entry(
+        &self,
+        dev: &CudaDevice,
+        layer: usize,
+        head: usize,
+        pos: usize,
+    ) -> Result<(Vec<u16>, Vec<u16>), BackendError> {
+        let (kp, vp) = self.planes(layer);
+        let off = ((head * self.capacity + pos) * self.head_dim * 2) as u64;
+        let mut k = vec![0u16; self.head_dim];
+        let mut v = vec![0u16; self.head_dim];
+        dev.bind()?;
+        // SAFETY: the ranges lie inside the cache block.
+        unsafe {
+            drv::memcpy_dtoh_async(&mut k, kp + off, dev.cu_stream())
+                .map_err(|e| driver_error("copying K", e))?;
+            drv::memcpy_dtoh_async(&mut v, vp + off, dev.cu_stream())
+                .map_err(|e| driver_error("copying V", e))?;
+        }
+        dev.synchronize()?;
+        Ok((k, v))
+    }
+}
+
+pub(super) fn shape_error(what: String) -> BackendError {
+    BackendError::InferenceFailed(format!("shape mismatch in {what}"))
+}
+
+/// M0-W-1431: every matrix an operation touches must be backed by enough
+/// device memory for its stated shape (the shape fields are public, so a
+/// caller can make them disagree with the block). A buffer carved from a
+/// graph arena was sized from its shape when it was carved.
+pub(super) fn check_bufs(what: &str, bufs: &[&CudaBuf]) -> Result<(), BackendError> {
+    for b in bufs {
+        let need = (b.rows * b.cols * 4) as u64;
+        if let BufMem::Owned(m) = &b.mem {
+            if m.bytes() < need {
+                return Err(shape_error(format!(
+                    "{what}: a {}x{} matrix in a block of {} bytes",
+                    b.rows,
+                    b.cols,
+                    m.bytes()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// As [`check_bufs`] for weights: rows of whole blocks of the stored type,
+/// all inside the device block.
+pub(super) fn check_weights(what: &str, ws: &[&CudaWeight]) -> Result<(), BackendError> {
+    for w in ws {
+        let need = w.rows as u64 * w.row_bytes as u64;
+        if w.ty.bytes_for(w.cols as u64) != Some(w.row_bytes as u64) || w.mem.bytes() < need {
+            return Err(shape_error(format!(
+                "{what}: a {}x{} {} weight with rows of {} bytes in a block of {} bytes",
+                w.rows,
+                w.cols,
+                w.ty,
+                w.row_bytes,
+                w.mem.bytes()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A vector weight (norm weight, bias) of `len` f32 values.
+pub(super) fn is_f32_vector(w: &CudaWeight, len: usize) -> bool {
+    w.ty == GgmlType::F32 && w.rows == 1 && w.cols == len
+}

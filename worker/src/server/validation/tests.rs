@@ -1,0 +1,208 @@
+use super::*;
+use crate::engine::testing::{byte_tokenizer, BYTE_VOCAB_SIZE};
+
+const LIMITS: Limits = Limits {
+    max_tokens_in: 64,
+    max_tokens_out: 2048,
+    vocab_size: BYTE_VOCAB_SIZE,
+    context_length: 128,
+};
+
+fn base() -> serde_json::Value {
+    serde_json::json!({"job_id": "j1", "prompt": "hello"})
+}
+
+fn run(body: serde_json::Value, limits: &Limits) -> Result<ValidExecuteRequest, ValidationErrors> {
+    let req: ExecuteRequest = serde_json::from_value(body).expect("parses");
+    validate(req, limits, &byte_tokenizer(), || 7)
+}
+
+fn with(field: &str, value: serde_json::Value) -> serde_json::Value {
+    let mut b = base();
+    b[field] = value;
+    b
+}
+
+#[test]
+fn defaults_are_filled_in() {
+    let v = run(base(), &LIMITS).unwrap();
+    assert_eq!(v.job_id, "j1");
+    assert_eq!(
+        v.prompt_tokens,
+        b"hello".iter().map(|&b| b as u32).collect::<Vec<_>>()
+    );
+    // Default 2048 shrinks to the room left in the 128-token context.
+    assert_eq!(v.max_tokens, 128 - 5);
+    assert_eq!(v.sampling.temperature, 1.0);
+    assert_eq!(v.sampling.top_p, 1.0);
+    assert_eq!(v.sampling.top_k, 0);
+    assert_eq!(v.sampling.min_p, 0.0);
+    assert_eq!(v.sampling.repetition_penalty, 1.0);
+    assert_eq!(v.sampling.seed, 7);
+    assert!(!v.seed_given);
+    assert_eq!(v.logprobs, 0);
+    assert!(v.stop.is_empty());
+    assert_eq!(v.prompt_chars, 5);
+    assert_eq!(v.prompt_sha256, sha256_hex("hello"));
+    let big = Limits {
+        context_length: 8192,
+        max_tokens_in: 8192,
+        ..LIMITS
+    };
+    assert_eq!(run(base(), &big).unwrap().max_tokens, MAX_TOKENS_LIMIT);
+    let capped = Limits {
+        max_tokens_out: 5,
+        ..big
+    };
+    assert_eq!(run(base(), &capped).unwrap().max_tokens, 5);
+}
+
+#[test]
+fn all_fields_pass_through() {
+    let body = serde_json::json!({
+        "job_id": "j", "prompt": "hi", "max_tokens": 10, "temperature": 0.7, "top_p": 0.9,
+        "top_k": 40, "repetition_penalty": 1.1, "min_p": 0.05, "stop": ["\n\n", "END"],
+        "seed": u64::MAX, "logprobs": 20
+    });
+    let v = run(body, &LIMITS).unwrap();
+    assert_eq!(v.max_tokens, 10);
+    assert_eq!(v.sampling.temperature, 0.7);
+    assert_eq!(v.sampling.top_k, 40);
+    assert_eq!(v.sampling.seed, u64::MAX);
+    assert!(v.seed_given);
+    assert_eq!(v.stop, vec!["\n\n".to_string(), "END".to_string()]);
+    assert_eq!(v.logprobs, 20);
+}
+
+#[test]
+fn messages_are_rendered_with_the_template() {
+    let body = serde_json::json!({"job_id": "j", "messages": [{"role": "user", "content": "hi"}]});
+    let v = run(body, &LIMITS).unwrap();
+    let tok = byte_tokenizer();
+    let text = tok.decode(&v.prompt_tokens).unwrap();
+    assert_eq!(
+        text,
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    );
+    assert_eq!(v.prompt_sha256, sha256_hex(&text));
+}
+
+/// One row per rule: (field to set, value, the field the error must name).
+#[test]
+fn each_rule_names_its_field() {
+    let long_prompt = "x".repeat(MAX_PROMPT_CHARS + 1);
+    let rows: Vec<(serde_json::Value, &str)> = vec![
+        (serde_json::json!({"prompt": "hi"}), "job_id"),
+        (with("job_id", "".into()), "job_id"),
+        (with("job_id", "  ".into()), "job_id"),
+        (
+            with("job_id", "x".repeat(MAX_JOB_ID_CHARS + 1).into()),
+            "job_id",
+        ),
+        (with("job_id", "a\nb".into()), "job_id"),
+        (serde_json::json!({"job_id": "j"}), "prompt/messages"),
+        (
+            with(
+                "messages",
+                serde_json::json!([{"role": "user", "content": "x"}]),
+            ),
+            "prompt/messages",
+        ),
+        (with("prompt", "".into()), "prompt"),
+        (with("prompt", long_prompt.into()), "prompt"),
+        (with("prompt", "x".repeat(65).into()), "prompt"),
+        (
+            serde_json::json!({"job_id": "j", "messages": []}),
+            "messages",
+        ),
+        (
+            serde_json::json!({"job_id": "j", "messages": [{"role": "wizard", "content": "x"}]}),
+            "messages",
+        ),
+        (with("max_tokens", 0.into()), "max_tokens"),
+        (with("max_tokens", 2049.into()), "max_tokens"),
+        (with("max_tokens", (-1).into()), "max_tokens"),
+        (with("max_tokens", 124.into()), "max_tokens"),
+        (with("temperature", 2.1.into()), "temperature"),
+        (with("temperature", (-0.1).into()), "temperature"),
+        (with("top_p", 1.5.into()), "top_p"),
+        (with("top_k", (BYTE_VOCAB_SIZE as i64 + 1).into()), "top_k"),
+        (with("top_k", (-1).into()), "top_k"),
+        (with("repetition_penalty", 2.5.into()), "repetition_penalty"),
+        (with("min_p", 1.01.into()), "min_p"),
+        (
+            with("stop", serde_json::json!(["a", "b", "c", "d", "e"])),
+            "stop",
+        ),
+        (with("stop", serde_json::json!([""])), "stop"),
+        (with("stop", serde_json::json!(["y".repeat(33)])), "stop"),
+        (with("seed", (-1).into()), "seed"),
+        (with("logprobs", 21.into()), "logprobs"),
+        (with("logprobs", (-1).into()), "logprobs"),
+    ];
+    for (body, field) in rows {
+        let shown = body.to_string();
+        let err = run(body, &LIMITS).expect_err(&shown);
+        assert_eq!(err.fields(), vec![field], "{shown}: {err}");
+        assert!(err.to_string().starts_with(field), "{err}");
+    }
+}
+
+#[test]
+fn max_tokens_out_caps_max_tokens() {
+    let limits = Limits {
+        max_tokens_out: 5,
+        ..LIMITS
+    };
+    assert!(run(with("max_tokens", 5.into()), &limits).is_ok());
+    let err = run(with("max_tokens", 6.into()), &limits).unwrap_err();
+    assert_eq!(err.fields(), vec!["max_tokens"]);
+    assert!(err.to_string().contains("between 1 and 5"), "{err}");
+}
+
+#[test]
+fn several_errors_are_reported_together() {
+    let body = serde_json::json!({"job_id": "", "prompt": "x", "temperature": 3, "top_p": 2});
+    let err = run(body, &LIMITS).unwrap_err();
+    assert_eq!(err.fields(), vec!["job_id", "temperature", "top_p"]);
+}
+
+#[test]
+fn errors_never_quote_the_prompt() {
+    let secret = "SECRET-MARKER ".repeat(10);
+    let err = run(with("prompt", secret.into()), &LIMITS).unwrap_err();
+    assert!(!err.to_string().contains("SECRET"), "{err}");
+}
+
+#[test]
+fn missing_template_and_template_failure_are_refused() {
+    use crate::engine::testing::byte_vocab_spec;
+    use crate::tokenizer::Tokenizer;
+    let body = || -> ExecuteRequest {
+        serde_json::from_value(
+            serde_json::json!({"job_id": "j", "messages": [{"role": "user", "content": "x"}]}),
+        )
+        .unwrap()
+    };
+    let no_template = Tokenizer::from_spec(byte_vocab_spec(None)).unwrap();
+    let err = validate(body(), &LIMITS, &no_template, || 0).unwrap_err();
+    assert!(err.to_string().contains("no chat template"), "{err}");
+    let failing = Tokenizer::from_spec(byte_vocab_spec(Some(
+        "{{ raise_exception('FAIL: bad roles') }}",
+    )))
+    .unwrap();
+    let err = validate(body(), &LIMITS, &failing, || 0).unwrap_err();
+    assert_eq!(err.fields(), vec!["messages"]);
+}
+
+#[test]
+fn unknown_fields_and_wrong_types_fail_to_parse() {
+    assert!(serde_json::from_value::<ExecuteRequest>(
+        serde_json::json!({"job_id": "j", "bogus": 1})
+    )
+    .is_err());
+    assert!(serde_json::from_value::<ExecuteRequest>(
+        serde_json::json!({"job_id": "j", "max_tokens": "5"})
+    )
+    .is_err());
+}
