@@ -1,16 +1,23 @@
 // gemm.cu: out[t][r] = sum_c x[t][c] * W[r][c] (+ bias[r]) for many rows of
 // x (prefill) on tensor cores: `gemm_tc_<type>`.
 //
-// Each block computes a GTC_BR x GTC_BT tile of out^T (weight rows x tokens).
-// Per step of GTC_BK columns it decodes its weight rows' chunks with deq8
-// (dequant.cuh: the values the CPU decodes, in f32) and its tokens' x into
-// shared memory, then its 8 warps multiply with `mma.sync.m16n8k8` on TF32.
-// TF32 keeps 10 mantissa bits, too few for a reference worker, so every
-// operand is split into a TF32 high part and the TF32 rounding of the rest,
-// and three products are summed (hi*hi + hi*lo + lo*hi, the "3xTF32" scheme
-// of CUTLASS): about f32 accuracy at a third of the tensor-core rate, still
-// several times the CUDA cores' f32 rate. Accumulation is f32 in a fixed
-// order (deterministic).
+// Each block computes a GTC_BR x GTC_BT tile of out^T (weight rows x tokens)
+// with 8 warps of 32 x 32, over steps of GTC_BK columns staged in shared
+// memory. Accumulation is f32 in a fixed order (deterministic). Two paths:
+//
+// - Quantized formats (gemm_int_impl): the tensor cores multiply the
+//   formats' small integers q, exactly, and the scales are applied to the
+//   integer-weighted sums afterwards, once per sub-block (32 values, 16 for
+//   Q6_K): sum_c (sc*q_c - mn) x_c = sc * sum_c q_c x_c - mn * sum_c x_c.
+//   q fits bf16 exactly; x is split into a bf16 high part and the bf16
+//   rounding of the rest, and both are multiplied (`mma.sync.m16n8k16` on
+//   bf16, f32 accumulation), which keeps about 16 bits of every activation
+//   (relative error ~4e-6) at a bf16 range that no activation overflows.
+//   The next step's weight bytes and activations are loaded into registers
+//   while the tensor cores work on the current one (double-buffered).
+// - Float formats (gemm_tf32_impl): values decoded with deq8 (dequant.cuh)
+//   and multiplied on TF32 as three products of high and low parts (the
+//   "3xTF32" scheme of CUTLASS: about f32 accuracy).
 #include "common.cuh"
 #include "dequant.cuh"
 
@@ -21,7 +28,7 @@
 #error "GTC_BR, GTC_BT, GTC_BK, GTC_THREADS and GTC_PAD come from the worker as -D options"
 #endif
 static_assert(GTC_BR == 128 && GTC_BT == 64 && GTC_BK == 32 && GTC_THREADS == 256 && GTC_PAD == 4,
-              "8 warps of 32 x 32 outputs, 4 x 8-value chunks per row and step");
+              "8 warps of 32 x 32 outputs, 4 x 8-value chunks per row and step; two threads per weight row");
 
 __device__ __forceinline__ u32 to_tf32(float f) {
     u32 r;
@@ -58,7 +65,7 @@ __device__ __forceinline__ void store_split(const float* v, u32* hi, u32* lo) {
 // GTC_PAD) * 4 bytes, over the 48 KB static limit (the loader raises the
 // kernel's limit; GTC_SMEM_BYTES in source.rs).
 template <int T>
-__device__ __forceinline__ void gemm_tc_impl(const u8* __restrict__ W, i64 row_bytes, int rows, int cols,
+__device__ __forceinline__ void gemm_tf32_impl(const u8* __restrict__ W, i64 row_bytes, int rows, int cols,
                                              const float* __restrict__ x, int n, const float* __restrict__ bias,
                                              float* __restrict__ out) {
     // Operands stored already split into TF32 high and low parts: each is
@@ -156,11 +163,379 @@ __device__ __forceinline__ void gemm_tc_impl(const u8* __restrict__ W, i64 row_b
             }
 }
 
+
+// ---- quantized formats: integer weights on bf16 tensor cores ----
+
+__device__ __forceinline__ constexpr bool is_int_format(int T) {
+    return T == T_Q4_0 || T == T_Q4_1 || T == T_Q5_0 || T == T_Q5_1 || T == T_Q8_0 || T == T_Q4_K ||
+           T == T_Q5_K || T == T_Q6_K;
+}
+// Values sharing one scale (and min) within a step.
+__device__ __forceinline__ constexpr int sub_values(int T) { return T == T_Q6_K ? 16 : 32; }
+// Formats whose values carry an offset (sc*q - mn): the sums of x are needed.
+__device__ __forceinline__ constexpr bool has_min(int T) {
+    return T == T_Q4_1 || T == T_Q5_1 || T == T_Q4_K || T == T_Q5_K;
+}
+// The stored q's are unsigned; value = q - offset.
+__device__ __forceinline__ constexpr int q_offset(int T) {
+    return T == T_Q4_0 ? 8 : T == T_Q5_0 ? 16 : T == T_Q6_K ? 32 : T == T_Q8_0 ? 128 : 0;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ u32 shared_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// Two floats as bf16x2 (round to nearest even), `lo` in the low half.
+__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// N little-endian words from p, which is A-byte aligned (A = 2, 4 or 16):
+// aligned loads, funnel-shifted when p is only 2-byte aligned.
+template <int N, int A>
+__device__ __forceinline__ void ld_words(const u8* p, u32* w) {
+    if (A >= 16 && N == 4) {
+        const uint4 v = *(const uint4*)p;
+        w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+    } else if (A >= 4) {
+#pragma unroll
+        for (int i = 0; i < N; i++) w[i] = ((const u32*)p)[i];
+    } else {
+        const u32* q = (const u32*)((u64)p & ~(u64)3);
+        const u32 sh = ((u32)(u64)p & 3) * 8;
+        u32 prev = q[0];
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            const u32 next = q[i + 1];
+            w[i] = __funnelshift_r(prev, next, sh);
+            prev = next;
+        }
+    }
+}
+
+// The raw bytes one thread needs for its 16 values of a weight row in one
+// step: loaded a step ahead (fetch) and decoded after the step's products
+// (decode), so the loads are in flight while the tensor cores work.
+struct RawW {
+    u32 q[4];   // 16 bytes of packed low bits
+    u32 h[4];   // 16 bytes of high bits (Q5_K, Q6_K), or qh (Q5_0/Q5_1: h[0])
+    u32 hd[4];  // block header: d (and m / dmin), K-quant scales
+};
+
+// Values 16*half .. 16*half+15 of step `s` (columns 32 s ..) of `row`.
+template <int T>
+__device__ __forceinline__ void fetch_w(const u8* __restrict__ row, int s, int half, RawW& r) {
+    if (T == T_Q4_0 || T == T_Q4_1 || T == T_Q5_0 || T == T_Q5_1) {
+        constexpr int BB = T == T_Q4_0 ? 18 : T == T_Q4_1 ? 20 : T == T_Q5_0 ? 22 : 24;
+        constexpr int QS = T == T_Q4_0 ? 2 : T == T_Q4_1 ? 4 : T == T_Q5_0 ? 6 : 8;
+        const u8* b = row + (i64)s * BB;
+        ld_words<4, (T == T_Q4_1 || T == T_Q5_1) ? 4 : 2>(b + QS, r.q);
+        if (T == T_Q4_1 || T == T_Q5_1) r.hd[0] = *(const u32*)b;
+        else r.hd[0] = *(const u16*)b;
+        if (T == T_Q5_0) r.h[0] = (u32)((const u16*)(b + 2))[0] | ((u32)((const u16*)(b + 2))[1] << 16);
+        if (T == T_Q5_1) r.h[0] = *(const u32*)(b + 4);
+    } else if (T == T_Q8_0) {
+        const u8* b = row + (i64)s * 34;
+        ld_words<4, 2>(b + 2 + 16 * half, r.q);
+        r.hd[0] = *(const u16*)b;
+    } else if (T == T_Q4_K || T == T_Q5_K) {
+        constexpr int BB = T == T_Q4_K ? 144 : 176;
+        const u8* b = row + (i64)(s >> 3) * BB;
+        const int sb = s & 7;
+        const uint4 hd = *(const uint4*)b;  // d, dmin, scales[12]
+        r.hd[0] = hd.x; r.hd[1] = hd.y; r.hd[2] = hd.z; r.hd[3] = hd.w;
+        ld_words<4, 16>(b + (T == T_Q4_K ? 16 : 48) + 32 * (sb >> 1) + 16 * half, r.q);
+        if (T == T_Q5_K) ld_words<4, 16>(b + 16 + 16 * half, r.h);
+    } else if (T == T_Q6_K) {
+        const u8* b = row + (i64)(s >> 3) * 210;
+        const int sb = s & 7, n = sb >> 2, quarter = sb & 3;
+        ld_words<4, 2>(b + 64 * n + 32 * (quarter & 1) + 16 * half, r.q);
+        ld_words<4, 2>(b + 128 + 32 * n + 16 * half, r.h);
+        r.hd[0] = *(const u16*)(b + 192 + 2 * sb);  // this step's two 16-value scales
+        r.hd[1] = *(const u16*)(b + 208);
+    }
+}
+
+// Byte i (0..15) of four words, i not known at compile time, without an
+// indexed (local-memory) access.
+__device__ __forceinline__ u32 byte_sel(const u32 (&w)[4], int i) {
+    const u32 v = i < 4 ? w[0] : i < 8 ? w[1] : i < 12 ? w[2] : w[3];
+    return (v >> (8 * (i & 3))) & 0xFFu;
+}
+
+// Bits 0..3 of x to bit 4 of bytes 0..3.
+__device__ __forceinline__ u32 spread4(u32 x) { return (((x & 0xFu) * 0x00204081u) & 0x01010101u) << 4; }
+
+// Four unsigned q's (< 128, one a byte) minus `OFF` as two bf16x2 words:
+// 0x43XX is the bf16 of 128 + XX, and the subtraction is exact.
+template <int OFF>
+__device__ __forceinline__ void bytes_to_bf16(u32 u, u32& w0, u32& w1) {
+    static_assert(OFF == 0 || OFF == 8 || OFF == 16 || OFF == 32, "-(128 + OFF) must be exact in bf16");
+    const u32 a = __byte_perm(u, 0x43434343u, 0x4140), b = __byte_perm(u, 0x43434343u, 0x4342);
+    constexpr u32 NEG = 0xC300C300u | (u32)OFF | ((u32)OFF << 16);  // -(128 + OFF), twice
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(w0) : "r"(a), "r"(0x3F803F80u), "r"(NEG));
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(w1) : "r"(b), "r"(0x3F803F80u), "r"(NEG));
+}
+
+// decode_w for the formats whose q's are below 128 (built as bf16 directly).
+template <int T>
+__device__ __forceinline__ void decode_small(const RawW& r, int s, int half, u32 (&out)[8], float& sc, float& mn) {
+    u32 u[4];
+    if (T == T_Q4_0 || T == T_Q4_1 || T == T_Q5_0 || T == T_Q5_1) {
+        sc = f16_to_f32((u16)r.hd[0]);
+        mn = (T == T_Q4_1 || T == T_Q5_1) ? -f16_to_f32((u16)(r.hd[0] >> 16)) : 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; i++) u[i] = (r.q[i] >> (4 * half)) & 0x0F0F0F0Fu;
+        if (T == T_Q5_0 || T == T_Q5_1) {
+            const u32 bits = r.h[0] >> (16 * half);
+#pragma unroll
+            for (int i = 0; i < 4; i++) u[i] |= spread4(bits >> (4 * i));
+        }
+    } else if (T == T_Q4_K || T == T_Q5_K) {
+        const int sb = s & 7;
+        const u32 sw[4] = {r.hd[1], r.hd[2], r.hd[3], 0u};  // scales[12] as bytes 0..11
+        int qs, qm;
+        if (sb < 4) {
+            qs = byte_sel(sw, sb) & 63;
+            qm = byte_sel(sw, sb + 4) & 63;
+        } else {
+            qs = (byte_sel(sw, sb + 4) & 0xF) | ((byte_sel(sw, sb - 4) >> 6) << 4);
+            qm = (byte_sel(sw, sb + 4) >> 4) | ((byte_sel(sw, sb) >> 6) << 4);
+        }
+        sc = __fmul_rn(f16_to_f32((u16)r.hd[0]), i2f(qs));
+        mn = __fmul_rn(f16_to_f32((u16)(r.hd[0] >> 16)), i2f(qm));
+#pragma unroll
+        for (int i = 0; i < 4; i++) u[i] = (r.q[i] >> (4 * (sb & 1))) & 0x0F0F0F0Fu;
+        if (T == T_Q5_K) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) u[i] |= ((r.h[i] >> sb) & 0x01010101u) << 4;
+        }
+    } else {  // Q6_K
+        const int quarter = s & 3;
+        sc = __fmul_rn(f16_to_f32((u16)r.hd[1]), i2f((i8)((r.hd[0] >> (8 * half)) & 0xFF)));
+        mn = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            u[i] = ((r.q[i] >> (4 * (quarter >> 1))) & 0x0F0F0F0Fu) | (((r.h[i] >> (2 * quarter)) & 0x03030303u) << 4);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) bytes_to_bf16<q_offset(T)>(u[i], out[2 * i], out[2 * i + 1]);
+}
+
+// Decodes a thread's 16 values into 8 bf16x2 words, and the scale and min of
+// its values (value = sc * q - mn).
+template <int T>
+__device__ __forceinline__ void decode_w(const RawW& r, int s, int half, u32 (&out)[8], float& sc, float& mn) {
+    if constexpr (T == T_Q8_0) {
+        sc = f16_to_f32((u16)r.hd[0]);
+        mn = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const u32 w = r.q[i];
+            out[2 * i] = pack_bf16(i2f((i8)(w & 0xFF)), i2f((i8)((w >> 8) & 0xFF)));
+            out[2 * i + 1] = pack_bf16(i2f((i8)((w >> 16) & 0xFF)), i2f((i8)(w >> 24)));
+        }
+    } else {
+        decode_small<T>(r, s, half, out, sc, mn);
+    }
+}
+
+// Row stride of the staged operands, in 32-bit words: 32 bf16 values and 16
+// bytes of padding (80 bytes, so ldmatrix's eight rows hit distinct banks).
+#define GQ_STRIDE 20
+
+template <int T>
+__device__ __forceinline__ void gemm_int_impl(const u8* __restrict__ W, i64 row_bytes, int rows, int cols,
+                                              const float* __restrict__ x, int n, const float* __restrict__ bias,
+                                              float* __restrict__ out) {
+    extern __shared__ __align__(16) u32 smem[];
+    // Two buffers of: weights [GTC_BR][GQ_STRIDE], x high and low parts
+    // [GTC_BT][GQ_STRIDE], scales [GTC_BR][2], mins [GTC_BR], x sums [GTC_BT].
+    constexpr int W_WORDS = GTC_BR * GQ_STRIDE, X_WORDS = GTC_BT * GQ_STRIDE;
+    constexpr int BUF = W_WORDS + 2 * X_WORDS + 3 * GTC_BR + GTC_BT;
+    static_assert(2 * BUF * 4 <= 2 * (GTC_BR + GTC_BT) * (GTC_BK + GTC_PAD) * 4, "fits GTC_SMEM_BYTES");
+    constexpr int SUB = sub_values(T);
+    constexpr bool MIN = has_min(T);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int r0 = blockIdx.x * GTC_BR, t0 = blockIdx.y * GTC_BT;
+    const int wr = (warp & 3) * 32, wt = (warp >> 2) * 32;
+    const int g = lane >> 2, q = lane & 3;
+    // Staging roles: weight row wrow, values 16*whalf..; token xt, values 8*xpart..
+    const int wrow = tid >> 1, whalf = tid & 1;
+    const int xt = tid >> 2, xpart = tid & 3;
+    const bool wvalid = r0 + wrow < rows, xvalid = t0 + xt < n;
+    const u8* wsrc = W + (i64)(wvalid ? r0 + wrow : 0) * row_bytes;
+    const float* xsrc = x + (i64)(xvalid ? t0 + xt : 0) * cols + 8 * xpart;
+    const int steps = cols / GTC_BK;
+
+    float acc[2][4][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+
+    RawW raw;
+    float4 xa, xb;
+    auto fetch = [&](int s) {
+        if (wvalid) fetch_w<T>(wsrc, s, whalf, raw);
+        if (xvalid) {
+            xa = *(const float4*)(xsrc + s * GTC_BK);
+            xb = *(const float4*)(xsrc + s * GTC_BK + 4);
+        }
+    };
+    auto stage = [&](int s, int b) {
+        u32* buf = smem + b * BUF;
+        u32 w[8];
+        float sc = 0.0f, mn = 0.0f;
+        if (wvalid) {
+            decode_w<T>(raw, s, whalf, w, sc, mn);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++) w[i] = 0u;
+        }
+        uint4* wd = (uint4*)(buf + wrow * GQ_STRIDE + 8 * whalf);
+        wd[0] = make_uint4(w[0], w[1], w[2], w[3]);
+        wd[1] = make_uint4(w[4], w[5], w[6], w[7]);
+        float* scs = (float*)(buf + W_WORDS + 2 * X_WORDS);
+        scs[2 * wrow + whalf] = sc;
+        if (MIN && whalf == 0) scs[2 * GTC_BR + wrow] = mn;
+
+        float v[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+        if (!xvalid) {
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[i] = 0.0f;
+        }
+        u32 h[4], l[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            h[i] = pack_bf16(v[2 * i], v[2 * i + 1]);
+            const float h0 = __uint_as_float(h[i] << 16), h1 = __uint_as_float(h[i] & 0xFFFF0000u);
+            l[i] = pack_bf16(v[2 * i] - h0, v[2 * i + 1] - h1);
+        }
+        *(uint4*)(buf + W_WORDS + xt * GQ_STRIDE + 4 * xpart) = make_uint4(h[0], h[1], h[2], h[3]);
+        *(uint4*)(buf + W_WORDS + X_WORDS + xt * GQ_STRIDE + 4 * xpart) = make_uint4(l[0], l[1], l[2], l[3]);
+        if (MIN) {
+            float sum = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+            sum += __shfl_xor_sync(FULL_MASK, sum, 1);
+            sum += __shfl_xor_sync(FULL_MASK, sum, 2);
+            if (xpart == 0) ((float*)(buf + W_WORDS + 2 * X_WORDS + 3 * GTC_BR))[xt] = sum;
+        }
+    };
+
+    fetch(0);
+    stage(0, 0);
+    __syncthreads();
+    for (int s = 0; s < steps; s++) {
+        if (s + 1 < steps) fetch(s + 1);
+        const u32* buf = smem + (s & 1) * BUF;
+        const float* scs = (const float*)(buf + W_WORDS + 2 * X_WORDS);
+        const u32 wbase = shared_addr(buf), xhbase = shared_addr(buf + W_WORDS);
+        const u32 xlbase = shared_addr(buf + W_WORDS + X_WORDS);
+        float tmp[2][4][4];
+#pragma unroll
+        for (int kk = 0; kk < GTC_BK; kk += 16) {
+            if (kk == 0 || SUB == 16) {
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) tmp[i][j][e] = 0.0f;
+            }
+            u32 a[2][4], bh[4][2], bl[4][2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int row = wr + 16 * i + (lane & 7) + 8 * ((lane >> 3) & 1);
+                ldmatrix_x4(a[i], wbase + (row * GQ_STRIDE) * 4 + (kk + 8 * (lane >> 4)) * 2);
+            }
+#pragma unroll
+            for (int p = 0; p < 2; p++) {
+                const int tok = wt + 16 * p + (lane & 7) + 8 * (lane >> 4);
+                const u32 off = (tok * GQ_STRIDE) * 4 + (kk + 8 * ((lane >> 3) & 1)) * 2;
+                u32 r[4];
+                ldmatrix_x4(r, xhbase + off);
+                bh[2 * p][0] = r[0]; bh[2 * p][1] = r[1]; bh[2 * p + 1][0] = r[2]; bh[2 * p + 1][1] = r[3];
+                ldmatrix_x4(r, xlbase + off);
+                bl[2 * p][0] = r[0]; bl[2 * p][1] = r[1]; bl[2 * p + 1][0] = r[2]; bl[2 * p + 1][1] = r[3];
+            }
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    // The small part first, so the large one is added last.
+                    mma_bf16(tmp[i][j], a[i], bl[j][0], bl[j][1]);
+                    mma_bf16(tmp[i][j], a[i], bh[j][0], bh[j][1]);
+                }
+            if (kk + 16 == GTC_BK || SUB == 16) {
+                // acc += sc[row] * tmp (- mn[row] * xsum[token]) for this sub-block.
+                const int slot = SUB == 16 ? kk / 16 : 0;
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        const int row = wr + 16 * i + g + 8 * hh;
+                        const float sc = scs[2 * row + slot];
+                        const float mn = MIN ? scs[2 * GTC_BR + row] : 0.0f;
+#pragma unroll
+                        for (int j = 0; j < 4; j++)
+#pragma unroll
+                            for (int c = 0; c < 2; c++) {
+                                float& o = acc[i][j][2 * hh + c];
+                                o = fmaf(sc, tmp[i][j][2 * hh + c], o);
+                                if (MIN) {
+                                    const float xs = scs[3 * GTC_BR + wt + 8 * j + 2 * q + c];
+                                    o = fmaf(-mn, xs, o);
+                                }
+                            }
+                    }
+            }
+        }
+        if (s + 1 < steps) stage(s + 1, (s + 1) & 1);
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = r0 + wr + 16 * i + g + 8 * (e >> 1);
+                const int t = t0 + wt + 8 * j + 2 * q + (e & 1);
+                if (r < rows && t < n) out[(i64)t * rows + r] = bias ? acc[i][j][e] + bias[r] : acc[i][j][e];
+            }
+}
+
+// Two blocks per SM: registers are capped at 128 a thread.
 #define DEF_GEMM_TC(name, T)                                                                             \
-    extern "C" __global__ void __launch_bounds__(GTC_THREADS)                                            \
+    extern "C" __global__ void __launch_bounds__(GTC_THREADS, 2)                                         \
         gemm_tc_##name(const u8* W, i64 row_bytes, int rows, int cols, const float* x, int n,            \
                        const float* bias, float* out) {                                                  \
-        gemm_tc_impl<T>(W, row_bytes, rows, cols, x, n, bias, out);                                      \
+        if constexpr (is_int_format(T)) {                                                                \
+            gemm_int_impl<T>(W, row_bytes, rows, cols, x, n, bias, out);                                 \
+        } else {                                                                                         \
+            gemm_tf32_impl<T>(W, row_bytes, rows, cols, x, n, bias, out);                                \
+        }                                                                                                \
     }
 
 FOR_EACH_TYPE(DEF_GEMM_TC)

@@ -1,5 +1,5 @@
 // gemm_lab.cu: the prefill matrix product on tensor cores (gemm.cu,
-// gemm_tc_<type>) against the current f32 tiles (matmul.cu, gemm_<type>) on
+// gemm_tc_<type>) against the f32 tiles (matmul.cu, gemm_<type>) on
 // the same random weights: relative L2 difference and TFLOP/s, medians.
 //   benches/cuda-lab/build gemm_lab && /tmp/gemm_lab q4_k,q8_0
 #include <algorithm>
@@ -23,7 +23,8 @@ typedef void (*Kern)(const u8*, i64, int, int, const float*, int, const float*, 
 struct Fmt { const char* name; int id, block_values, block_bytes; Kern old_k, new_k; };
 #define FMT(name, T, bv, bb) {#name, T, bv, bb, gemm_##name, gemm_tc_##name}
 static Fmt FMTS[] = {FMT(q4_k, T_Q4_K, 256, 144), FMT(q6_k, T_Q6_K, 256, 210), FMT(q8_0, T_Q8_0, 32, 34),
-                     FMT(q4_1, T_Q4_1, 32, 20), FMT(q4_0, T_Q4_0, 32, 18), FMT(f16, T_F16, 8, 16)};
+                     FMT(q4_1, T_Q4_1, 32, 20), FMT(q4_0, T_Q4_0, 32, 18), FMT(q5_0, T_Q5_0, 32, 22),
+                     FMT(q5_1, T_Q5_1, 32, 24), FMT(q5_k, T_Q5_K, 256, 176), FMT(f16, T_F16, 8, 16)};
 
 static unsigned long long rng = 0x9E3779B97F4A7C15ull;
 static inline unsigned next_u32() { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (unsigned)(rng >> 16); }
@@ -34,10 +35,10 @@ static void fill(const Fmt& f, u8* w, size_t bytes) {
     for (size_t b = 0; b < bytes / f.block_bytes; b++) {
         u8* p = w + b * f.block_bytes;
         switch (f.id) {
-        case T_Q4_K: put_f16(p, unif(0.001f, 0.01f)); put_f16(p + 2, unif(0.001f, 0.01f)); break;
+        case T_Q4_K: case T_Q5_K: put_f16(p, unif(0.001f, 0.01f)); put_f16(p + 2, unif(0.001f, 0.01f)); break;
         case T_Q6_K: put_f16(p + 208, unif(0.001f, 0.01f)); break;
-        case T_Q8_0: case T_Q4_0: put_f16(p, unif(-0.02f, 0.02f)); break;
-        case T_Q4_1: put_f16(p, unif(0.001f, 0.02f)); put_f16(p + 2, unif(-0.1f, 0.1f)); break;
+        case T_Q8_0: case T_Q4_0: case T_Q5_0: put_f16(p, unif(-0.02f, 0.02f)); break;
+        case T_Q4_1: case T_Q5_1: put_f16(p, unif(0.001f, 0.02f)); put_f16(p + 2, unif(-0.1f, 0.1f)); break;
         case T_F16: for (int i = 0; i < 8; i++) put_f16(p + 2 * i, unif(-1, 1)); break;
         }
     }
@@ -45,7 +46,7 @@ static void fill(const Fmt& f, u8* w, size_t bytes) {
 static float median(std::vector<float> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; }
 
 int main(int argc, char** argv) {
-    const char* only = argc > 1 ? argv[1] : "q4_k,q6_k,q8_0,q4_1,q4_0,f16";
+    const char* only = argc > 1 ? argv[1] : "q4_k,q6_k,q8_0,q4_1,q4_0,q5_0,q5_1,q5_k,f16";
     struct Shape { int rows, cols, n; };
     Shape shapes[] = {{4096, 4096, 512}, {14336, 4096, 512}, {4096, 14336, 512}, {1024, 4096, 512},
                       {4096, 4096, 16}, {4096, 4096, 128}, {896, 896, 512}, {4864, 896, 512}, {896, 4864, 512},

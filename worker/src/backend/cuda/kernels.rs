@@ -23,6 +23,7 @@ use crate::backend::cuda::source::{
     MV_MAX_TOKENS,
 };
 use crate::backend::BackendError;
+use crate::quant::GgmlType;
 
 /// Up to this many rows of x, `matmul` runs `mv_*` once per group of
 /// [`MV_MAX_TOKENS`] instead of `gemm_*`.
@@ -38,8 +39,11 @@ pub const MV_WARP_MIN_ROWS: usize = 4096;
 /// streams 8 rows a block; on the H100 1.5-2.6x `mvw_*` at 4096 rows and
 /// more, and no faster below ~2048).
 pub const MV1_MIN_ROWS: usize = 2048;
-/// `gemm_tc_*` is used when its grid has at least this many blocks per SM
-/// (fewer blocks than SMs leave tensor cores idle, and `gemm_*` is faster).
+/// For float formats, `gemm_tc_*` (3xTF32) is used when its grid has at
+/// least this many blocks per SM (fewer blocks than SMs leave tensor cores
+/// idle, and `gemm_*` is faster). The quantized formats' `gemm_tc_*`
+/// (integers on bf16 tensor cores) beats `gemm_*` at every grid size (1.5-2x
+/// on the H100 with 56 blocks), so they take it wherever a GEMM runs.
 pub const TC_MIN_BLOCKS_PER_SM: usize = 1;
 /// From this many context positions on, a decode step's attention is split
 /// over the context (`attention_split`); below, one block per head is faster.
@@ -249,7 +253,7 @@ impl Kernels {
     /// `n <= MV_LOOP_SMALL_GRID_MAX_TOKENS` and `gemm_<ty>` would not fill
     /// the GPU (short prompts: a block per weight row keeps every SM busy,
     /// and the weights stay in L2 between groups); else `gemm_tc_<ty>` on
-    /// tensor cores when its grid fills the GPU, or `gemm_<ty>`.
+    /// tensor cores (float formats: when its grid fills the GPU), or `gemm_<ty>`.
     pub fn matmul(&self, s: &Arc<CudaStream>, m: &MatmulArgs) -> Result<(), BackendError> {
         m.check()?;
         let (n, rows) = (m.n, m.w.rows);
@@ -265,7 +269,8 @@ impl Kernels {
             return Ok(());
         }
         let tc_blocks = rows.div_ceil(GTC_BR as usize) * n.div_ceil(GTC_BT as usize);
-        let kernel = if n > MV_MAX_TOKENS && tc_blocks >= self.tc_min_blocks.load(Ordering::Relaxed)
+        let kernel = if n > MV_MAX_TOKENS
+            && (tc_blocks >= self.tc_min_blocks.load(Ordering::Relaxed) || integer_gemm(m.w.ty))
         {
             Kernel::GemmTc(m.w.ty)
         } else if n > MV_MAX_TOKENS {
@@ -277,4 +282,11 @@ impl Kernels {
         };
         self.launch(s, &m.with_kernel(kernel))
     }
+}
+
+/// Formats whose `gemm_tc_*` multiplies their integers on bf16 tensor cores
+/// (gemm.cu, `gemm_int_impl`).
+fn integer_gemm(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(ty, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4K | Q5K | Q6K)
 }
