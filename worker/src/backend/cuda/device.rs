@@ -23,6 +23,7 @@ use cudarc::driver::{CudaContext, CudaStream};
 
 use crate::backend::cuda::kernels::Kernels;
 use crate::backend::{BackendError, BackendKind, DeviceInfo, MemoryUse};
+use crate::quant::GgmlType;
 
 /// Test-only cap on the device memory this process may take, in bytes
 /// (M0-W-1020/1021/1825): allocations beyond it fail as if the GPU were full.
@@ -145,14 +146,21 @@ unsafe impl Send for CudaDevice {}
 unsafe impl Sync for CudaDevice {}
 
 impl CudaDevice {
-    /// Sets up GPU `ordinal` (M0-W-1400) and compiles or loads every kernel.
-    /// The memory cap comes from `WORKER_ORCD_VRAM_CAP_BYTES`, if set.
+    /// Sets up GPU `ordinal` (M0-W-1400) and compiles or loads every kernel,
+    /// of every weight format. The memory cap comes from
+    /// `WORKER_ORCD_VRAM_CAP_BYTES`, if set.
     pub fn new(ordinal: usize) -> Result<Arc<CudaDevice>, BackendError> {
-        Self::with_cap(ordinal, None)
+        Self::with_cap(ordinal, None, None)
     }
 
-    /// As [`CudaDevice::new`], with the memory cap given (`None`: from the environment).
-    pub fn with_cap(ordinal: usize, cap: Option<u64>) -> Result<Arc<CudaDevice>, BackendError> {
+    /// As [`CudaDevice::new`], with the memory cap given (`None`: from the
+    /// environment) and only the kernels of weights stored in `formats`
+    /// (`None`: every format).
+    pub fn with_cap(
+        ordinal: usize,
+        cap: Option<u64>,
+        formats: Option<&[GgmlType]>,
+    ) -> Result<Arc<CudaDevice>, BackendError> {
         // SAFETY: only probes whether the shared library can be opened.
         if !unsafe { sys::is_culib_present() } {
             return Err(BackendError::DeviceNotFound(
@@ -251,7 +259,7 @@ impl CudaDevice {
             })?),
         };
 
-        let kernels = Kernels::load(&ctx, arch)?;
+        let kernels = Kernels::load(&ctx, arch, formats)?;
         let info = DeviceInfo {
             backend: BackendKind::Cuda,
             name,

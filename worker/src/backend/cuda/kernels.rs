@@ -1,7 +1,8 @@
 //! The loaded kernel set of one context (M0-W-1430) and the one launcher.
 //!
-//! [`Kernels::load`] compiles (or takes from the disk cache) every module
-//! listed in `source.rs` and looks up every [`Kernel`]. [`Kernels::launch`]
+//! [`Kernels::load`] compiles (or takes from the disk cache) the compile
+//! units a model needs (`source::Unit`: every module, the per-format ones
+//! for the model's formats) and looks up their [`Kernel`]s. [`Kernels::launch`]
 //! launches any kernel from its argument struct (`args.rs`): it refuses zero
 //! or out-of-range dimensions, null buffers and inconsistent arguments
 //! before it queues anything (M0-W-1431), lays the grid out
@@ -17,9 +18,9 @@ use cudarc::nvrtc::Ptx;
 
 use crate::backend::cuda::args::{AttentionCombineArgs, AttentionSplitArgs, MatmulArgs};
 use crate::backend::cuda::launch::{launch_config, Kernel, KernelCall, ParamList};
-use crate::backend::cuda::nvrtc::{compile_module, KernelCache};
+use crate::backend::cuda::nvrtc::{compile_unit, KernelCache};
 use crate::backend::cuda::source::{
-    Module, ATS_MAX_CHUNK, ATS_MAX_SPLITS, GEMM_BM, GEMM_BN, GTC_BR, GTC_BT, GTC_SMEM_BYTES,
+    Unit, ATS_MAX_CHUNK, ATS_MAX_SPLITS, GEMM_BM, GEMM_BN, GTC_BR, GTC_BT, GTC_SMEM_BYTES,
     MV_MAX_TOKENS,
 };
 use crate::backend::BackendError;
@@ -59,6 +60,8 @@ pub struct ContextSplit {
 /// The loaded kernels of one context.
 pub struct Kernels {
     funcs: HashMap<Kernel, CudaFunction>,
+    /// The weight formats compiled (`None`: every format).
+    formats: Option<Vec<GgmlType>>,
     mv_warp_min_rows: AtomicUsize,
     mv1_min_rows: AtomicUsize,
     tc_min_blocks: AtomicUsize,
@@ -66,24 +69,25 @@ pub struct Kernels {
     sm_count: usize,
 }
 
-fn load_error(m: Module, e: impl std::fmt::Debug) -> BackendError {
-    BackendError::KernelLaunchFailed(format!("loading {}: {e:?}", m.file_name()))
+fn load_error(u: Unit, e: impl std::fmt::Debug) -> BackendError {
+    BackendError::KernelLaunchFailed(format!("loading {}: {e:?}", u.label()))
 }
 
-/// Every module's image for `arch`, compiled in parallel where not cached;
+/// Every unit's image for `arch`, compiled in parallel where not cached;
 /// the flag says whether it came from the cache.
-fn module_images(
+fn unit_images(
     cache: &KernelCache,
     arch: (i32, i32),
-) -> Result<Vec<(Module, Vec<u8>, bool)>, BackendError> {
+    units: &[Unit],
+) -> Result<Vec<(Unit, Vec<u8>, bool)>, BackendError> {
     std::thread::scope(|s| {
-        let handles: Vec<_> = Module::ALL
+        let handles: Vec<_> = units
             .iter()
-            .map(|&m| {
+            .map(|&u| {
                 s.spawn(move || {
                     cache
-                        .load_or_compile(m, arch)
-                        .map(|(img, hit)| (m, img, hit))
+                        .load_or_compile(u, arch)
+                        .map(|(img, hit)| (u, img, hit))
                 })
             })
             .collect();
@@ -94,48 +98,65 @@ fn module_images(
     })
 }
 
-/// Loads module `m` from `image`; a cached image that does not load (stale
+/// Loads unit `u` from `image`; a cached image that does not load (stale
 /// or damaged) is compiled afresh and replaced.
 fn load_module(
     ctx: &Arc<CudaContext>,
     cache: &KernelCache,
     arch: (i32, i32),
-    (m, image, from_cache): (Module, Vec<u8>, bool),
+    (u, image, from_cache): (Unit, Vec<u8>, bool),
 ) -> Result<Arc<CudaModule>, BackendError> {
     match ctx.load_module(Ptx::from_binary(image)) {
         Ok(module) => Ok(module),
         Err(e) if from_cache => {
-            tracing::warn!(module = m.file_name(), error = ?e, "cached kernels did not load; recompiling");
-            let image = compile_module(m, arch)?;
-            cache.put(m, arch, &image);
+            tracing::warn!(module = %u.label(), error = ?e, "cached kernels did not load; recompiling");
+            let image = compile_unit(u, arch)?;
+            cache.put(u, arch, &image);
             ctx.load_module(Ptx::from_binary(image))
-                .map_err(|e| load_error(m, e))
+                .map_err(|e| load_error(u, e))
         }
-        Err(e) => Err(load_error(m, e)),
+        Err(e) => Err(load_error(u, e)),
     }
 }
 
 impl Kernels {
-    /// Compiles (or takes from the disk cache) every module for `arch`, loads
-    /// it into `ctx` and looks up every kernel. Modules compile in parallel.
-    pub fn load(ctx: &Arc<CudaContext>, arch: (i32, i32)) -> Result<Kernels, BackendError> {
+    /// Compiles (or takes from the disk cache) the units for `arch` that hold
+    /// the kernels of weights stored in `formats` (`None`: every format),
+    /// loads them into `ctx` and looks up their kernels. Units compile in
+    /// parallel.
+    pub fn load(
+        ctx: &Arc<CudaContext>,
+        arch: (i32, i32),
+        formats: Option<&[GgmlType]>,
+    ) -> Result<Kernels, BackendError> {
         let cache = KernelCache::from_env();
+        let units = Unit::for_formats(formats);
         let mut modules = HashMap::new();
-        for image in module_images(&cache, arch)? {
-            let m = image.0;
-            modules.insert(m, load_module(ctx, &cache, arch, image)?);
+        for image in unit_images(&cache, arch, &units)? {
+            let u = image.0;
+            modules.insert(u, load_module(ctx, &cache, arch, image)?);
         }
         let mut funcs = HashMap::new();
         for k in Kernel::all() {
-            let f = modules[&k.module()]
-                .load_function(&k.symbol())
-                .map_err(|e| {
-                    let file = k.module().file_name();
-                    BackendError::KernelLaunchFailed(format!(
-                        "{file} has no kernel {}: {e:?}",
-                        k.symbol()
-                    ))
-                })?;
+            let unit = Unit {
+                module: k.module(),
+                format: if formats.is_some() && k.module().per_format() {
+                    k.format()
+                } else {
+                    None
+                },
+            };
+            // A kernel of a format the model does not use was not compiled.
+            let Some(module) = modules.get(&unit) else {
+                continue;
+            };
+            let f = module.load_function(&k.symbol()).map_err(|e| {
+                BackendError::KernelLaunchFailed(format!(
+                    "{} has no kernel {}: {e:?}",
+                    unit.label(),
+                    k.symbol()
+                ))
+            })?;
             if let Kernel::GemmTc(_) = k {
                 // Its shared memory is over the default 48 KB limit.
                 let attr = cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
@@ -157,6 +178,7 @@ impl Kernels {
             })? as usize;
         Ok(Kernels {
             funcs,
+            formats: formats.map(Unit::formats_compiled),
             mv_warp_min_rows: AtomicUsize::new(MV_WARP_MIN_ROWS),
             mv1_min_rows: AtomicUsize::new(MV1_MIN_ROWS),
             tc_min_blocks: AtomicUsize::new(TC_MIN_BLOCKS_PER_SM * sm_count),
@@ -236,7 +258,14 @@ impl Kernels {
         let k = plan.kernel;
         let cfg = launch_config(k, plan.work)?;
         let params = call.params();
-        let mut b = s.launch_builder(&self.funcs[&k]);
+        let f = self.funcs.get(&k).ok_or_else(|| {
+            BackendError::KernelLaunchFailed(format!(
+                "{} was not compiled: this context holds the kernels of {:?} weights only",
+                k.symbol(),
+                self.formats
+            ))
+        })?;
+        let mut b = s.launch_builder(f);
         params.push_all(&mut b);
         // SAFETY: `C::Params` is the kernel's C signature (compared with the
         // sources by a test), every dimension was checked to fit its `int`,

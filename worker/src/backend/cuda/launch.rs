@@ -30,7 +30,8 @@ pub enum Kernel {
     /// `mv1_<type>`: matrix product for one row of x (decode), streaming
     /// tiles of `MV1_ROWS` weight rows through shared memory.
     MatVec1(GgmlType),
-    /// `gemm_tc_<type>`: matrix product for many rows of x on tensor cores (3xTF32).
+    /// `gemm_tc_<type>`: matrix product for many rows of x on tensor cores
+    /// (quantized formats: their integers on bf16; float formats: 3xTF32).
     GemmTc(GgmlType),
     RmsNorm,
     /// `layer_norm`: GPT-2's LayerNorm (M0-W-1432).
@@ -96,6 +97,19 @@ impl Kernel {
             | Kernel::AttentionCombine => Module::Attention,
             Kernel::Swiglu | Kernel::Gelu | Kernel::AddAssign => Module::Elementwise,
             Kernel::SampleSelect | Kernel::SampleLogprobs => Module::Sample,
+        }
+    }
+
+    /// The weight format of a per-format kernel.
+    pub fn format(self) -> Option<GgmlType> {
+        match self {
+            Kernel::Embed(t)
+            | Kernel::MatVec(t)
+            | Kernel::MatVecWarp(t)
+            | Kernel::Gemm(t)
+            | Kernel::MatVec1(t)
+            | Kernel::GemmTc(t) => Some(t),
+            _ => None,
         }
     }
 

@@ -45,10 +45,10 @@ use std::sync::Arc;
 
 pub use device::{align_up, ContextLimits, CudaDevice, MemoryKind, VRAM_CAP_ENV};
 pub use launch::Kernel;
-pub use nvrtc::{compile_module, compile_source, nvrtc_available, KernelCache, KERNEL_CACHE_ENV};
+pub use nvrtc::{compile_source, compile_unit, nvrtc_available, KernelCache, KERNEL_CACHE_ENV};
 pub use ops::{CudaBuf, CudaCache, CudaOps, CudaWeight};
 pub use sample::DeviceSampler;
-pub use source::{Module, HEADERS};
+pub use source::{Module, Unit, HEADERS};
 pub use upload::UploadStats;
 
 use crate::backend::{
@@ -163,11 +163,18 @@ impl CudaBackend {
                 "the upload chunk size must be positive".into(),
             ));
         }
-        let dev = CudaDevice::with_cap(opts.gpu_device, opts.vram_cap_bytes)?;
+        // Only the kernels of the model's matrix formats are compiled.
+        let names = LlamaWeights::<CudaWeight>::tensor_names(&cfg, file);
+        let mut formats = Vec::new();
+        for info in names.iter().filter_map(|n| file.tensor(n)) {
+            if info.dims.len() > 1 && !formats.contains(&info.ggml_type) {
+                formats.push(info.ggml_type);
+            }
+        }
+        let dev = CudaDevice::with_cap(opts.gpu_device, opts.vram_cap_bytes, Some(&formats))?;
         dev.bind()?;
 
         // Fail fast, before allocating anything, when the model does not fit.
-        let names = LlamaWeights::<CudaWeight>::tensor_names(&cfg, file);
         let mut weight_bytes = 0u64;
         for name in &names {
             let info = file.tensor(name).ok_or_else(|| {

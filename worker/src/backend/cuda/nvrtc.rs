@@ -1,13 +1,14 @@
 //! Run-time compilation of the `cuda/*.cu` kernel modules (M0-W-1702).
 //!
-//! Each module is compiled by NVRTC (loaded at run time through cudarc) for
+//! Each compile unit (a module, or a per-format module for one format: see
+//! `source::Unit`) is compiled by NVRTC (loaded at run time through cudarc) for
 //! the device's real architecture (`--gpu-architecture=sm_XY`), giving CUBIN
 //! machine code that the driver loads without a JIT step. The shared headers
 //! (`cuda/*.cuh`) are handed to NVRTC as in-memory headers, so `#include
 //! "common.cuh"` works without an include path.
 //!
 //! Compiled CUBIN is cached on disk, keyed by a SHA-256 of the module's
-//! source and headers, the options (the shared constants' `-D` defines among
+//! source and headers, the options (the unit's format among them) (the shared constants' `-D` defines among
 //! them, see `source.rs`), the NVRTC version and the architecture:
 //! `$WORKER_ORCD_KERNEL_CACHE`, else `$XDG_CACHE_HOME/worker-orcd/kernels`,
 //! else `~/.cache/worker-orcd/kernels`. `WORKER_ORCD_KERNEL_CACHE=off`
@@ -19,7 +20,7 @@ use std::path::{Path, PathBuf};
 use cudarc::nvrtc::sys as nv;
 use sha2::{Digest, Sha256};
 
-use crate::backend::cuda::source::{defines, Module, HEADERS};
+use crate::backend::cuda::source::{defines, Unit, HEADERS};
 use crate::backend::BackendError;
 
 /// Environment variable naming the kernel cache folder (`off` disables it).
@@ -78,6 +79,16 @@ pub fn options(arch: (i32, i32)) -> Vec<String> {
 /// CUBIN for compute capability `arch`. A compile error is a
 /// `KernelLaunchFailed` carrying NVRTC's log.
 pub fn compile_source(name: &str, source: &str, arch: (i32, i32)) -> Result<Vec<u8>, BackendError> {
+    compile_with(name, source, arch, &[])
+}
+
+/// [`compile_source`] with `extra` options after the shared ones.
+fn compile_with(
+    name: &str,
+    source: &str,
+    arch: (i32, i32),
+    extra: &[String],
+) -> Result<Vec<u8>, BackendError> {
     ensure_nvrtc()?;
     let src = CString::new(source)
         .map_err(|_| BackendError::KernelLaunchFailed(format!("{name} holds a NUL byte")))?;
@@ -108,7 +119,7 @@ pub fn compile_source(name: &str, source: &str, arch: (i32, i32)) -> Result<Vec<
         },
         "nvrtcCreateProgram",
     )?;
-    let result = compile_program(prog, name, arch);
+    let result = compile_program(prog, name, arch, extra);
     // SAFETY: `prog` was created above and is destroyed once.
     unsafe { nv::nvrtcDestroyProgram(&mut prog) };
     result
@@ -118,9 +129,11 @@ fn compile_program(
     prog: nv::nvrtcProgram,
     name: &str,
     arch: (i32, i32),
+    extra: &[String],
 ) -> Result<Vec<u8>, BackendError> {
     let opts: Vec<CString> = options(arch)
         .into_iter()
+        .chain(extra.iter().cloned())
         .map(|o| CString::new(o).expect("no NUL"))
         .collect();
     let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
@@ -168,26 +181,26 @@ fn program_log(prog: nv::nvrtcProgram) -> Result<String, BackendError> {
     Ok(String::from_utf8_lossy(&log[..end]).into_owned())
 }
 
-/// Compiles one of the worker's modules for `arch`.
-pub fn compile_module(module: Module, arch: (i32, i32)) -> Result<Vec<u8>, BackendError> {
-    compile_source(module.file_name(), module.source(), arch)
+/// Compiles one of the worker's units for `arch`.
+pub fn compile_unit(unit: Unit, arch: (i32, i32)) -> Result<Vec<u8>, BackendError> {
+    compile_with(&unit.label(), unit.module.source(), arch, &unit.defines())
 }
 
 /// What a cached image depends on, hashed: the module's source, every
 /// header, the compile options (architecture and shared-constant defines)
 /// and the NVRTC version. The first 8 bytes of the SHA-256, in hex.
-pub fn cache_key(module: Module, options: &[String], nvrtc: (i32, i32)) -> String {
+pub fn cache_key(unit: Unit, options: &[String], nvrtc: (i32, i32)) -> String {
     let mut h = Sha256::new();
-    h.update(module.file_name());
+    h.update(unit.module.file_name());
     h.update([0]);
-    h.update(module.source());
+    h.update(unit.module.source());
     for (name, src) in HEADERS {
         h.update([0]);
         h.update(name);
         h.update([0]);
         h.update(src);
     }
-    for o in options {
+    for o in options.iter().chain(&unit.defines()) {
         h.update([0]);
         h.update(o);
     }
@@ -222,17 +235,13 @@ impl KernelCache {
         KernelCache { dir }
     }
 
-    /// The file a module's CUBIN for `arch` is cached in.
-    pub fn path_for(
-        &self,
-        module: Module,
-        arch: (i32, i32),
-    ) -> Result<Option<PathBuf>, BackendError> {
+    /// The file a unit's CUBIN for `arch` is cached in.
+    pub fn path_for(&self, unit: Unit, arch: (i32, i32)) -> Result<Option<PathBuf>, BackendError> {
         let Some(dir) = &self.dir else {
             return Ok(None);
         };
-        let hex = cache_key(module, &options(arch), nvrtc_version()?);
-        let stem = module.file_name().trim_end_matches(".cu");
+        let hex = cache_key(unit, &options(arch), nvrtc_version()?);
+        let stem = unit.stem();
         Ok(Some(dir.join(format!(
             "{stem}-sm{}{}-{hex}.cubin",
             arch.0, arch.1
@@ -240,17 +249,17 @@ impl KernelCache {
     }
 
     /// The cached CUBIN, if present and readable.
-    pub fn get(&self, module: Module, arch: (i32, i32)) -> Result<Option<Vec<u8>>, BackendError> {
+    pub fn get(&self, unit: Unit, arch: (i32, i32)) -> Result<Option<Vec<u8>>, BackendError> {
         Ok(self
-            .path_for(module, arch)?
+            .path_for(unit, arch)?
             .and_then(|p| std::fs::read(p).ok())
             .filter(|b| !b.is_empty()))
     }
 
     /// Stores CUBIN (write to a temporary file, then rename). Failures are
     /// logged and otherwise ignored.
-    pub fn put(&self, module: Module, arch: (i32, i32), cubin: &[u8]) {
-        let Ok(Some(path)) = self.path_for(module, arch) else {
+    pub fn put(&self, unit: Unit, arch: (i32, i32), cubin: &[u8]) {
+        let Ok(Some(path)) = self.path_for(unit, arch) else {
             return;
         };
         let write = || -> std::io::Result<()> {
@@ -270,14 +279,14 @@ impl KernelCache {
     /// whether it came from the cache.
     pub fn load_or_compile(
         &self,
-        module: Module,
+        unit: Unit,
         arch: (i32, i32),
     ) -> Result<(Vec<u8>, bool), BackendError> {
-        if let Some(cubin) = self.get(module, arch)? {
+        if let Some(cubin) = self.get(unit, arch)? {
             return Ok((cubin, true));
         }
-        let cubin = compile_module(module, arch)?;
-        self.put(module, arch, &cubin);
+        let cubin = compile_unit(unit, arch)?;
+        self.put(unit, arch, &cubin);
         Ok((cubin, false))
     }
 }

@@ -10,6 +10,13 @@
 //!
 //! This module is the bottom of `backend::cuda`'s kernel stack: `nvrtc`
 //! compiles what it lists, `launch` and `kernels` launch what it names.
+//!
+//! A [`Unit`] is what NVRTC compiles in one go. The modules whose kernels
+//! exist once per weight format (`Module::per_format`) are compiled once per
+//! format a model uses, in parallel: a model in two formats compiles a sixth
+//! of their code, which is most of the first start on a new machine.
+
+use crate::quant::GgmlType;
 
 /// Defines each constant and lists it in [`SHARED_CONSTANTS`], so that no
 /// constant can be shared without reaching NVRTC.
@@ -138,6 +145,100 @@ impl Module {
             Module::Attention => include_str!("../../../../cuda/attention.cu"),
             Module::Elementwise => include_str!("../../../../cuda/elementwise.cu"),
             Module::Sample => include_str!("../../../../cuda/sample.cu"),
+        }
+    }
+}
+
+impl Module {
+    /// Whether the module's kernels are defined once per weight format
+    /// (`FOR_EACH_TYPE` in dequant.cuh).
+    pub fn per_format(self) -> bool {
+        matches!(
+            self,
+            Module::Embed | Module::Matmul | Module::Matvec | Module::GemmTc
+        )
+    }
+}
+
+/// One NVRTC compilation: a module, and for a per-format module the one
+/// weight format it is built for (`None`: every format, one image).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Unit {
+    pub module: Module,
+    pub format: Option<GgmlType>,
+}
+
+impl Unit {
+    /// Every module with every format, one image each.
+    pub fn whole(module: Module) -> Unit {
+        Unit {
+            module,
+            format: None,
+        }
+    }
+
+    /// The units that hold every kernel a model needs whose matrices are
+    /// stored in `formats` (F32 is always added: it is the format of the
+    /// f32 tensors the worker builds itself); `None`: every module whole.
+    pub fn for_formats(formats: Option<&[GgmlType]>) -> Vec<Unit> {
+        let Some(formats) = formats else {
+            return Module::ALL.into_iter().map(Unit::whole).collect();
+        };
+        let wanted = Unit::formats_compiled(formats);
+        let mut units = Vec::new();
+        for module in Module::ALL {
+            if module.per_format() {
+                units.extend(wanted.iter().map(|&f| Unit {
+                    module,
+                    format: Some(f),
+                }));
+            } else {
+                units.push(Unit::whole(module));
+            }
+        }
+        units
+    }
+
+    /// The formats compiled for a model stored in `formats`: those, and F32.
+    pub fn formats_compiled(formats: &[GgmlType]) -> Vec<GgmlType> {
+        let mut wanted = vec![GgmlType::F32];
+        for &f in formats {
+            if !wanted.contains(&f) {
+                wanted.push(f);
+            }
+        }
+        wanted
+    }
+
+    /// The `-D` options that select the unit's format (dequant.cuh).
+    pub fn defines(self) -> Vec<String> {
+        match self.format {
+            Some(f) => vec![
+                format!("-DONE_FORMAT_NAME={}", f.name().to_ascii_lowercase()),
+                format!("-DONE_FORMAT_ID=T_{}", f.name()),
+            ],
+            None => Vec::new(),
+        }
+    }
+
+    /// `matmul.cu`, or `matmul.cu [q4_k]` for one format (messages).
+    pub fn label(self) -> String {
+        match self.format {
+            Some(f) => format!(
+                "{} [{}]",
+                self.module.file_name(),
+                f.name().to_ascii_lowercase()
+            ),
+            None => self.module.file_name().to_string(),
+        }
+    }
+
+    /// The cache file's stem: `matmul`, or `matmul-q4_k`.
+    pub fn stem(self) -> String {
+        let stem = self.module.file_name().trim_end_matches(".cu");
+        match self.format {
+            Some(f) => format!("{stem}-{}", f.name().to_ascii_lowercase()),
+            None => stem.to_string(),
         }
     }
 }

@@ -38,22 +38,90 @@ fn nvrtc_compiles_every_module_for_sm80_and_sm90() {
     let cache_dir = tempfile::tempdir().unwrap();
     let cache = KernelCache::at(Some(cache_dir.path().to_path_buf()));
     for arch in [(8, 0), (9, 0)] {
-        for m in Module::ALL {
+        for u in Unit::for_formats(None) {
             let (cubin, from_cache) = cache
-                .load_or_compile(m, arch)
-                .unwrap_or_else(|e| panic!("{} for sm_{}{}: {e}", m.file_name(), arch.0, arch.1));
+                .load_or_compile(u, arch)
+                .unwrap_or_else(|e| panic!("{} for sm_{}{}: {e}", u.label(), arch.0, arch.1));
             assert!(!from_cache);
             assert!(
                 cubin.starts_with(b"\x7fELF"),
                 "{} did not give an ELF CUBIN",
-                m.file_name()
+                u.label()
             );
-            let (again, from_cache) = cache.load_or_compile(m, arch).unwrap();
+            let (again, from_cache) = cache.load_or_compile(u, arch).unwrap();
             assert!(
                 from_cache && again == cubin,
                 "the disk cache returns what was stored"
             );
         }
+    }
+}
+
+/// A model's kernels compile per weight format: each per-format unit holds
+/// its own format's kernels and no other's, and has its own cache key.
+#[test]
+fn per_format_units_hold_only_their_format() {
+    if !nvrtc_available() {
+        eprintln!("skipping: libnvrtc cannot be loaded");
+        return;
+    }
+    let units = Unit::for_formats(Some(&[GgmlType::Q4K, GgmlType::Q4K]));
+    let per_format: Vec<Unit> = units
+        .iter()
+        .copied()
+        .filter(|u| u.format.is_some())
+        .collect();
+    // Every per-format module for Q4_K and for the F32 always added.
+    assert_eq!(
+        per_format.len(),
+        2 * Module::ALL.iter().filter(|m| m.per_format()).count()
+    );
+    assert_eq!(
+        units.len() - per_format.len(),
+        Module::ALL.iter().filter(|m| !m.per_format()).count()
+    );
+    let opts = crate::backend::cuda::nvrtc::options((9, 0));
+    let key = |u: Unit| crate::backend::cuda::nvrtc::cache_key(u, &opts, (13, 0));
+    for u in per_format
+        .iter()
+        .filter(|u| u.format == Some(GgmlType::Q4K))
+    {
+        let cubin = compile_unit(*u, (9, 0)).unwrap_or_else(|e| panic!("{}: {e}", u.label()));
+        let has = |sym: &str| {
+            cubin
+                .windows(sym.len() + 1)
+                .any(|w| &w[..sym.len()] == sym.as_bytes() && w[sym.len()] == 0)
+        };
+        let kernels: Vec<Kernel> = Kernel::all()
+            .into_iter()
+            .filter(|k| k.module() == u.module)
+            .collect();
+        for k in kernels {
+            let sym = k.symbol();
+            assert_eq!(
+                has(&sym),
+                k.format() == Some(GgmlType::Q4K),
+                "{}: symbol {sym} present: {}",
+                u.label(),
+                has(&sym)
+            );
+        }
+        let f32_unit = Unit {
+            module: u.module,
+            format: Some(GgmlType::F32),
+        };
+        assert_ne!(
+            key(*u),
+            key(f32_unit),
+            "{}: formats share a cache key",
+            u.label()
+        );
+        assert_ne!(
+            key(*u),
+            key(Unit::whole(u.module)),
+            "{}: one format keyed as all",
+            u.label()
+        );
     }
 }
 
@@ -225,8 +293,9 @@ fn shared_constants_reach_nvrtc_as_defines_and_key_the_cache() {
             "no module checks that {name} is set"
         );
     }
-    let key =
-        |opts: &[String]| crate::backend::cuda::nvrtc::cache_key(Module::Matmul, opts, (13, 0));
+    let key = |opts: &[String]| {
+        crate::backend::cuda::nvrtc::cache_key(Unit::whole(Module::Matmul), opts, (13, 0))
+    };
     let mut changed = opts.clone();
     let i = changed
         .iter()

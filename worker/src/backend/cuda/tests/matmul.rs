@@ -94,6 +94,50 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
     restore_matmul_choice();
 }
 
+/// A context built for a model's formats (as `CudaBackend::load` builds
+/// it: those formats and F32) multiplies in them as the CPU does, and
+/// refuses another format with an error that names the missing kernel.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn a_context_for_some_formats_runs_them_and_refuses_others() {
+    let _gpu = exclusive_gpu();
+    let dev = CudaDevice::with_cap(0, None, Some(&[GgmlType::Q4K])).expect("GPU 0 initialises");
+    let mut ops = CudaOps::new(dev);
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let (rows, cols) = (300, 256);
+    for (ty, compiled) in [
+        (GgmlType::Q4K, true),
+        (GgmlType::F32, true),
+        (GgmlType::Q8_0, false),
+    ] {
+        let wv = random_vec(&mut rng, rows * cols, 1.0);
+        let w = test_weight(&mut ops, ty, rows, cols, &wv);
+        for n in [1, 3, 70] {
+            let xv = random_vec(&mut rng, n * cols, 1.0);
+            let x = ops.upload(n, cols, &xv).unwrap();
+            let mut out = ops.buf(n, rows).unwrap();
+            let r = ops.matmul(&x, &w.gpu, None, &mut out);
+            if !compiled {
+                let e = r
+                    .expect_err("a format the context was not built for")
+                    .to_string();
+                assert!(
+                    e.contains("was not compiled") && e.contains("q8_0"),
+                    "{ty} n={n}: {e}"
+                );
+                continue;
+            }
+            r.unwrap_or_else(|e| panic!("{ty} n={n}: {e}"));
+            let mut cpu_out = cpu_buf(n, rows, vec![0.0; n * rows]);
+            CpuOps
+                .matmul(&cpu_buf(n, cols, xv), &w.cpu, None, &mut cpu_out)
+                .unwrap();
+            let e = rel_err(&host(&mut ops, &out), &cpu_out.data);
+            assert!(e <= 1e-3, "{ty} n={n}: relative error {e:e}");
+        }
+    }
+}
+
 /// `mv1_*` for every single row of x and `gemm_tc_*` for every product that
 /// takes the GEMM path (`true`), or neither (`false`).
 fn force_newer_matmuls(on: bool) {
