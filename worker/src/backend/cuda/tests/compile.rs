@@ -57,71 +57,79 @@ fn nvrtc_compiles_every_module_for_sm80_and_sm90() {
     }
 }
 
-/// A model's kernels compile per weight format: each per-format unit holds
-/// its own format's kernels and no other's, and has its own cache key.
+/// A model's kernels compile per weight format: for every format, each
+/// per-format unit holds exactly the kernels `Kernels::load` looks up in it
+/// (its own format's; no other's) and has its own cache key. This is what a
+/// GPU start with a model's formats needs from NVRTC.
 #[test]
 fn per_format_units_hold_only_their_format() {
     if !nvrtc_available() {
         eprintln!("skipping: libnvrtc cannot be loaded");
         return;
     }
+    let per_format_modules = Module::ALL.iter().filter(|m| m.per_format()).count();
     let units = Unit::for_formats(Some(&[GgmlType::Q4K, GgmlType::Q4K]));
-    let per_format: Vec<Unit> = units
-        .iter()
-        .copied()
-        .filter(|u| u.format.is_some())
-        .collect();
-    // Every per-format module for Q4_K and for the F32 always added.
+    // Q4_K once, and the F32 always added; the other modules whole.
     assert_eq!(
-        per_format.len(),
-        2 * Module::ALL.iter().filter(|m| m.per_format()).count()
-    );
-    assert_eq!(
-        units.len() - per_format.len(),
-        Module::ALL.iter().filter(|m| !m.per_format()).count()
+        units.len(),
+        2 * per_format_modules + Module::ALL.len() - per_format_modules
     );
     let opts = crate::backend::cuda::nvrtc::options((9, 0));
     let key = |u: Unit| crate::backend::cuda::nvrtc::cache_key(u, &opts, (13, 0));
-    for u in per_format
-        .iter()
-        .filter(|u| u.format == Some(GgmlType::Q4K))
-    {
-        let cubin = compile_unit(*u, (9, 0)).unwrap_or_else(|e| panic!("{}: {e}", u.label()));
+    let units: Vec<Unit> = Unit::for_formats(Some(&GgmlType::ALL))
+        .into_iter()
+        .filter(|u| u.format.is_some())
+        .collect();
+    assert_eq!(units.len(), GgmlType::ALL.len() * per_format_modules);
+    let compiled: Vec<(Unit, Vec<u8>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = units
+            .iter()
+            .map(|&u| {
+                s.spawn(move || {
+                    (
+                        u,
+                        compile_unit(u, (9, 0)).unwrap_or_else(|e| panic!("{}: {e}", u.label())),
+                    )
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (u, cubin) in compiled {
         let has = |sym: &str| {
             cubin
-                .windows(sym.len() + 1)
-                .any(|w| &w[..sym.len()] == sym.as_bytes() && w[sym.len()] == 0)
+                .windows(sym.len() + 2)
+                .any(|w| w[0] == 0 && &w[1..=sym.len()] == sym.as_bytes() && w[sym.len() + 1] == 0)
         };
-        let kernels: Vec<Kernel> = Kernel::all()
-            .into_iter()
-            .filter(|k| k.module() == u.module)
-            .collect();
-        for k in kernels {
+        for k in Kernel::all().into_iter().filter(|k| k.module() == u.module) {
             let sym = k.symbol();
             assert_eq!(
                 has(&sym),
-                k.format() == Some(GgmlType::Q4K),
+                k.format() == u.format,
                 "{}: symbol {sym} present: {}",
                 u.label(),
                 has(&sym)
             );
         }
-        let f32_unit = Unit {
-            module: u.module,
-            format: Some(GgmlType::F32),
-        };
         assert_ne!(
-            key(*u),
-            key(f32_unit),
-            "{}: formats share a cache key",
-            u.label()
-        );
-        assert_ne!(
-            key(*u),
+            key(u),
             key(Unit::whole(u.module)),
             "{}: one format keyed as all",
             u.label()
         );
+        for other in GgmlType::ALL.into_iter().filter(|&f| Some(f) != u.format) {
+            let o = Unit {
+                module: u.module,
+                format: Some(other),
+            };
+            assert_ne!(
+                key(u),
+                key(o),
+                "{} and {}: one cache key",
+                u.label(),
+                o.label()
+            );
+        }
     }
 }
 
