@@ -1,0 +1,28 @@
+//! Any body posted to /execute: JSON parsing into the request type, then
+//! every validation rule, the chat template and the tokenization.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use worker_orcd::server::validation::{validate, ExecuteRequest, Limits};
+
+#[path = "common.rs"]
+mod common;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(req) = serde_json::from_slice::<ExecuteRequest>(data) else {
+        return;
+    };
+    let tok = common::reference_tokenizer();
+    let limits = Limits {
+        max_tokens_in: 2048,
+        max_tokens_out: 2048,
+        vocab_size: tok.vocab_size(),
+        context_length: 8192,
+    };
+    if let Ok(valid) = validate(req, &limits, tok, || 7) {
+        assert!(
+            valid.prompt_tokens.len() <= limits.max_tokens_in,
+            "a prompt over the limit passed"
+        );
+    }
+});
