@@ -192,7 +192,7 @@ mod tests {
         let collected = Collected {
             tokens: vec![
                 token(0, b'o', &[(b'o', -0.5), (b'a', -1.0)]),
-                token(1, b'k', &[(b'k', -0.1)]),
+                token(1, b'k', &[(b'k', -0.125)]),
             ],
             summary: Some(summary()),
         };
@@ -206,8 +206,8 @@ mod tests {
         );
         let lp = &v["choices"][0]["logprobs"];
         assert_eq!(lp["tokens"], json!(["o", "k"]));
-        assert_eq!(lp["token_logprobs"], json!([-0.5, -0.1]));
-        assert_eq!(lp["top_logprobs"], json!([{"o": -0.5}, {"k": -0.1}]));
+        assert_eq!(lp["token_logprobs"], json!([-0.5, -0.125]));
+        assert_eq!(lp["top_logprobs"], json!([{"o": -0.5}, {"k": -0.125}]));
         assert_eq!(lp["text_offset"], json!([0, 1]));
     }
 

@@ -80,6 +80,18 @@ fn map_sampling(
         ));
     }
     let include_usage = s.stream_options.is_some_and(|o| o.include_usage);
+    let seed = match s.seed {
+        None => None,
+        Some(n) => match n.as_u64().map(i128::from).or(n.as_i64().map(i128::from)) {
+            Some(seed) => Some(seed),
+            None => {
+                return Err(OpenAiError::invalid(
+                    "seed",
+                    format!("seed: must be an integer (got {n})"),
+                ))
+            }
+        },
+    };
     let execute = ExecuteRequest {
         job_id: Some(job_id.to_string()),
         max_tokens: s.max_tokens,
@@ -92,7 +104,7 @@ fn map_sampling(
             StopField::One(one) => vec![one],
             StopField::Many(many) => many,
         }),
-        seed: s.seed,
+        seed,
         ..ExecuteRequest::default()
     };
     Ok((execute, s.stream, include_usage))
@@ -326,6 +338,7 @@ mod tests {
             ("n", json!(2)),
             ("top_logprobs", json!(2)),
             ("stream_options", json!({"include_usage": true})),
+            ("seed", json!(1.5)),
         ] {
             let e = with(field, value);
             assert_eq!(e.status.as_u16(), 400, "{field}");

@@ -36,8 +36,10 @@ pub struct SamplingFields {
     pub temperature: Option<f64>,
     #[schema(minimum = 0.0, maximum = 1.0)]
     pub top_p: Option<f64>,
-    #[schema(minimum = 0)]
-    pub seed: Option<i128>,
+    /// Any JSON number: serde's `flatten` cannot hold 128-bit integers, so
+    /// the range (0 to 2^64 − 1) is checked by `/execute`'s validation.
+    #[schema(value_type = Option<u64>, minimum = 0)]
+    pub seed: Option<serde_json::Number>,
     pub stop: Option<StopField>,
     /// Only 1.
     #[schema(minimum = 1, maximum = 1)]
