@@ -22,7 +22,7 @@ Feature: OpenAI-compatible API
       """
       {"prompt": "1, 2, 3, 4,", "max_tokens": 24, "temperature": 0, "stop": [" 7"], "logprobs": 2}
       """
-    Then both answers are the same 4 tokens, finished with "stop"
+    Then both answers are the same 8 tokens, finished with "stop"
     And the text does not contain " 7"
     And every token has a log-probability
 

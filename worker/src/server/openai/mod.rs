@@ -52,7 +52,8 @@ fn parse<T>(body: Body<T>) -> Result<T, OpenAiError> {
 /// Counts and logs a request refused before validation, as `/execute` does.
 fn refused(state: &AppState, e: OpenAiError) -> OpenAiError {
     let code = e.body.error.code.as_deref().unwrap_or("invalid_request");
-    execute::log_refusal(state, Outcome::Invalid, code, e.status.as_u16());
+    let code = code.to_ascii_uppercase();
+    execute::log_refusal(state, Outcome::Invalid, &code, e.status.as_u16());
     e
 }
 
