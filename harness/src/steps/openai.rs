@@ -93,10 +93,8 @@ fn chat_answer(r: &CreateChatCompletionResponse) -> anyhow::Result<Answer> {
 fn completion_answer(r: &CreateCompletionResponse) -> anyhow::Result<Answer> {
     let c = r.choices.first().ok_or_else(|| anyhow!("no choice"))?;
     let lp = c.logprobs.as_ref();
-    let tokens = lp.and_then(|l| l.tokens.clone()).unwrap_or_default();
-    let values = lp
-        .and_then(|l| l.token_logprobs.clone())
-        .unwrap_or_default();
+    let tokens = lp.map(|l| l.tokens.clone()).unwrap_or_default();
+    let values = lp.map(|l| l.token_logprobs.clone()).unwrap_or_default();
     Ok(Answer {
         text: c.text.clone(),
         finish_reason: c.finish_reason.as_ref().map(name).unwrap_or_default(),
@@ -104,7 +102,7 @@ fn completion_answer(r: &CreateCompletionResponse) -> anyhow::Result<Answer> {
         logprobs: tokens
             .into_iter()
             .zip(values)
-            .map(|(t, v)| (t, v.unwrap_or(f64::NAN) as f64))
+            .map(|(t, v)| (t, v.map_or(f64::NAN, f64::from)))
             .collect(),
     })
 }
