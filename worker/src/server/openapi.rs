@@ -4,11 +4,11 @@
 //! annotations, as TGI does, so the document cannot drift from the code's
 //! types. CI checks the running worker against it with schemathesis.
 
-use axum::http::header;
-use axum::response::IntoResponse;
+use axum::extract::State;
+use axum::Json;
 use utoipa::OpenApi;
 
-use super::openai;
+use super::{openai, AppState};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -48,6 +48,19 @@ pub fn document() -> String {
         .expect("the OpenAPI document serializes")
 }
 
+/// The document as this worker serves it: `model` of the OpenAI requests is
+/// one of the names it answers to, so clients and fuzzers (schemathesis) can
+/// make requests that reach the engine.
+pub fn served_document(model_names: &[String]) -> serde_json::Value {
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&document()).expect("the OpenAPI document is JSON");
+    let model = &mut doc["components"]["schemas"]["SamplingFields"]["properties"]["model"];
+    if model.is_object() {
+        model["enum"] = serde_json::json!(model_names);
+    }
+    doc
+}
+
 /// This document.
 #[utoipa::path(
     get,
@@ -55,8 +68,8 @@ pub fn document() -> String {
     tag = "worker",
     responses((status = 200, description = "The OpenAPI document", content_type = "application/json", body = Object))
 )]
-pub async fn openapi_json() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/json")], document())
+pub async fn openapi_json(State(state): State<AppState>) -> Json<serde_json::Value> {
+    Json(served_document(&openai::models::served_names(&state)))
 }
 
 #[cfg(test)]
@@ -93,5 +106,8 @@ mod tests {
         }
         // The /execute body keeps refusing unknown fields, and says so.
         assert_eq!(schemas["ExecuteRequest"]["additionalProperties"], false);
+        let served = served_document(&["m".to_string()]);
+        let model = &served["components"]["schemas"]["SamplingFields"]["properties"]["model"];
+        assert_eq!(model["enum"], serde_json::json!(["m"]));
     }
 }
