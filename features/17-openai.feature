@@ -51,5 +51,5 @@ Feature: OpenAI-compatible API
       {"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}
       """
     And the async-openai client gets 404 for model "gpt-4o"
-    And /openapi.json documents "/execute, /cancel, /health, /tokenize, /v1/chat/completions, /v1/completions, /v1/models"
+    And /openapi.json documents "/execute, /cancel, /health, /v1/chat/completions, /v1/completions, /v1/models"
     And /health says "healthy"

@@ -88,7 +88,8 @@ pub async fn health(State(state): State<AppState>) -> Json<Health> {
     get,
     path = "/metrics",
     tag = "worker",
-    responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text", body = String))
+    responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text",
+        body = String))
 )]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let text = state.metrics.render(Snapshot {

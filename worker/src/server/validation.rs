@@ -394,7 +394,9 @@ impl CheckedRequest {
         let field = self.field;
         let encoded = match self.prompt_ids.take() {
             Some(ids) => check_ids(ids, limits.vocab_size),
-            None => tokenizer.encode(&self.text, true, true).map_err(|e| e.to_string()),
+            None => tokenizer
+                .encode(&self.text, true, true)
+                .map_err(|e| e.to_string()),
         };
         let prompt_tokens = match encoded {
             Err(e) => {

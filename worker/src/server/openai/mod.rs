@@ -2,7 +2,7 @@
 //!
 //! | route | body | answer |
 //! |---|---|---|
-//! | `POST /v1/chat/completions` | [`types::ChatCompletionRequest`] | `chat.completion`, or SSE `chat.completion.chunk`s then `data: [DONE]` |
+//! | `POST /v1/chat/completions` | [`types::ChatCompletionRequest`] | `chat.completion`, or SSE chunks then `[DONE]` |
 //! | `POST /v1/completions` | [`types::CompletionRequest`] | `text_completion`, or SSE chunks then `data: [DONE]` |
 //! | `GET /v1/models` | | the served model |
 //!
