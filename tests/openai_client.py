@@ -34,12 +34,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def worker(binary: str, model: str, *flags: str):
-    """A CPU worker on a free port, ready; yields its base URL."""
+def worker(binary: str, model: str, *flags: str, backend: str = "cpu"):
+    """A worker (CPU unless `backend` says otherwise) on a free port, ready; yields its base URL."""
     port = free_port()
     log = tempfile.NamedTemporaryFile(prefix="worker-", suffix=".log", delete=False)
     cmd = [binary, "--worker-id", WORKER_ID, "--model", os.path.abspath(model), "--gpu-device", "0",
-           "--port", str(port), "--backend", "cpu", *flags]
+           "--port", str(port), "--backend", backend, *flags]
     proc = subprocess.Popen(cmd, stdout=log, stderr=log)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -189,9 +189,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", default="target/debug/worker-orcd")
     ap.add_argument("--model", default=".models/smollm2-135m-instruct-q4_1.gguf")
+    ap.add_argument("--backend", default="cpu", help="cpu, or cuda on a GPU machine")
     args = ap.parse_args()
     print(f"openai {openai.__version__}")
-    with worker(args.worker, args.model, "--queue-depth", "1") as base:
+    with worker(args.worker, args.model, "--queue-depth", "1", backend=args.backend) as base:
         client = openai.OpenAI(base_url=base + "/v1", api_key="unused")
         models = client.models.list().data
         check(len(models) == 1 and models[0].owned_by == "worker-orcd", f"models: {models[0].id}")

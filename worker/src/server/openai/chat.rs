@@ -82,7 +82,7 @@ pub fn completion(ctx: &ReplyCtx, c: &Collected) -> ChatCompletion {
     }
 }
 
-fn chunk(ctx: &ReplyCtx, choices: Vec<ChatChunkChoice>) -> ChatCompletionChunk {
+fn chunk(ctx: &ReplyCtx, choices: Vec<ChatChunkChoice>, tokens: usize) -> ChatCompletionChunk {
     ChatCompletionChunk {
         id: ctx.id.clone(),
         object: "chat.completion.chunk".into(),
@@ -90,7 +90,7 @@ fn chunk(ctx: &ReplyCtx, choices: Vec<ChatChunkChoice>) -> ChatCompletionChunk {
         model: ctx.model.clone(),
         system_fingerprint: SYSTEM_FINGERPRINT.into(),
         choices,
-        usage: ctx.shape.include_usage.then_some(None),
+        usage: ctx.chunk_usage(tokens),
     }
 }
 
@@ -118,7 +118,7 @@ pub fn chunk_lines(ctx: &ReplyCtx, event: &JobEvent) -> Vec<String> {
                 role: Some("assistant".into()),
                 content: Some(String::new()),
             };
-            vec![json(&chunk(ctx, vec![choice(delta, None, None)]))]
+            vec![json(&chunk(ctx, vec![choice(delta, None, None)], 0))]
         }
         JobEvent::Token(t) if t.text.is_empty() && !ctx.shape.logprobs => Vec::new(),
         JobEvent::Token(t) => {
@@ -129,13 +129,17 @@ pub fn chunk_lines(ctx: &ReplyCtx, event: &JobEvent) -> Vec<String> {
                 role: None,
                 content: Some(t.text.clone()),
             };
-            vec![json(&chunk(ctx, vec![choice(delta, logprobs, None)]))]
+            vec![json(&chunk(
+                ctx,
+                vec![choice(delta, logprobs, None)],
+                t.index + 1,
+            ))]
         }
         JobEvent::End(summary) => {
             let last = choice(ChatDelta::default(), None, Some(finish_reason(summary)));
-            let mut lines = vec![json(&chunk(ctx, vec![last]))];
+            let mut lines = vec![json(&chunk(ctx, vec![last], summary.tokens_out))];
             if ctx.shape.include_usage {
-                let mut usage = chunk(ctx, Vec::new());
+                let mut usage = chunk(ctx, Vec::new(), summary.tokens_out);
                 usage.usage = Some(Some(ctx.usage(summary)));
                 lines.push(json(&usage));
             }
@@ -223,6 +227,15 @@ mod tests {
         let end = parse(chunk_lines(&c, &JobEvent::End(summary(StopReason::Eos))));
         assert_eq!(end.len(), 2);
         assert_eq!(end[0]["choices"][0]["finish_reason"], "stop");
+    }
+
+    #[test]
+    fn continuous_usage_counts_the_tokens_so_far() {
+        let mut c = ctx(false, 0, true);
+        c.shape.continuous_usage = true;
+        let lines = parse(chunk_lines(&c, &JobEvent::Token(token(1, b'a', &[]))));
+        assert_eq!(lines[0]["usage"]["prompt_tokens"], 5);
+        assert_eq!(lines[0]["usage"]["completion_tokens"], 2);
     }
 
     #[test]

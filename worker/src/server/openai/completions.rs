@@ -118,9 +118,9 @@ pub struct StreamState {
 }
 
 impl StreamState {
-    fn chunk(&self, choices: Vec<CompletionChoice>) -> Completion {
+    fn chunk(&self, choices: Vec<CompletionChoice>, tokens: usize) -> Completion {
         Completion {
-            usage: self.ctx.shape.include_usage.then_some(None),
+            usage: self.ctx.chunk_usage(tokens),
             ..text_completion(&self.ctx, choices)
         }
     }
@@ -146,7 +146,7 @@ impl StreamState {
                     logprobs,
                     finish_reason: None,
                 };
-                vec![json(&self.chunk(vec![choice]))]
+                vec![json(&self.chunk(vec![choice], t.index + 1))]
             }
             JobEvent::End(summary) => {
                 let last = CompletionChoice {
@@ -155,9 +155,9 @@ impl StreamState {
                     logprobs: None,
                     finish_reason: Some(finish_reason(summary).into()),
                 };
-                let mut lines = vec![json(&self.chunk(vec![last]))];
+                let mut lines = vec![json(&self.chunk(vec![last], summary.tokens_out))];
                 if self.ctx.shape.include_usage {
-                    let mut usage = self.chunk(Vec::new());
+                    let mut usage = self.chunk(Vec::new(), summary.tokens_out);
                     usage.usage = Some(Some(self.ctx.usage(summary)));
                     lines.push(json(&usage));
                 }

@@ -37,6 +37,15 @@ impl ReplyCtx {
         Usage::new(self.prompt_tokens, summary.tokens_out)
     }
 
+    /// A chunk's `usage` after `tokens` generated tokens: absent unless asked
+    /// for; with vLLM's `continuous_usage_stats` the count so far, else null.
+    pub fn chunk_usage(&self, tokens: usize) -> Option<Option<Usage>> {
+        let so_far = Usage::new(self.prompt_tokens, tokens);
+        self.shape
+            .include_usage
+            .then_some(self.shape.continuous_usage.then_some(so_far))
+    }
+
     /// The token's bytes and their text (a token may hold part of a
     /// character: the text then has U+FFFD where the bytes are cut).
     pub fn token_text(&self, id: u32) -> (String, Vec<u8>) {
@@ -130,6 +139,7 @@ pub(super) mod tests {
             shape: ReplyShape {
                 stream: true,
                 include_usage,
+                continuous_usage: false,
                 logprobs,
                 top_logprobs: top,
             },

@@ -22,6 +22,8 @@ fn harmless(field: &str, value: &Value) -> bool {
         "user" | "metadata" | "service_tier" | "store" => !matches!(value, Value::Bool(true)),
         "frequency_penalty" | "presence_penalty" => value.as_f64() == Some(0.0),
         "logit_bias" => value.as_object().is_some_and(Map::is_empty),
+        // vLLM's and llama-server's extension; only its default is served.
+        "ignore_eos" => value == &Value::Bool(false),
         "parallel_tool_calls" => true,
         _ => false,
     }
@@ -43,6 +45,8 @@ fn refuse_unserved(other: &Map<String, Value>) -> Result<(), OpenAiError> {
 pub struct ReplyShape {
     pub stream: bool,
     pub include_usage: bool,
+    /// Every chunk carries the usage so far (needs `include_usage`).
+    pub continuous_usage: bool,
     /// Chat: whether to report log-probabilities; completions: `logprobs` given.
     pub logprobs: bool,
     /// How many of the most likely tokens to list at each position.
@@ -63,7 +67,7 @@ fn map_sampling(
     s: SamplingFields,
     job_id: &str,
     served: &[&str],
-) -> Result<(ExecuteRequest, bool, bool), OpenAiError> {
+) -> Result<(ExecuteRequest, bool, (bool, bool)), OpenAiError> {
     if !served.contains(&s.model.as_str()) {
         return Err(OpenAiError::model_not_found(&s.model, served[0]));
     }
@@ -79,7 +83,11 @@ fn map_sampling(
             "stream_options: only allowed with stream: true",
         ));
     }
-    let include_usage = s.stream_options.is_some_and(|o| o.include_usage);
+    let options = s.stream_options.unwrap_or_default();
+    let usage = (
+        options.include_usage,
+        options.include_usage && options.continuous_usage_stats,
+    );
     let seed = match s.seed {
         None => None,
         Some(n) => match n.as_u64().map(i128::from).or(n.as_i64().map(i128::from)) {
@@ -107,7 +115,7 @@ fn map_sampling(
         seed,
         ..ExecuteRequest::default()
     };
-    Ok((execute, s.stream, include_usage))
+    Ok((execute, s.stream, usage))
 }
 
 /// A `top_logprobs` or `logprobs` count, checked against what the engine lists.
@@ -129,7 +137,8 @@ pub fn map_chat(
     served: &[&str],
 ) -> Result<Mapped, OpenAiError> {
     refuse_unserved(&req.other)?;
-    let (mut execute, stream, include_usage) = map_sampling(req.sampling, job_id, served)?;
+    let (mut execute, stream, (include_usage, continuous_usage)) =
+        map_sampling(req.sampling, job_id, served)?;
     execute.max_tokens = execute.max_tokens.or(req.max_completion_tokens);
     let top_logprobs = logprob_count("top_logprobs", req.top_logprobs)?;
     if top_logprobs > 0 && !req.logprobs {
@@ -152,6 +161,7 @@ pub fn map_chat(
         shape: ReplyShape {
             stream,
             include_usage,
+            continuous_usage,
             logprobs: req.logprobs,
             top_logprobs,
         },
@@ -202,7 +212,8 @@ pub fn map_completion(
     decode: impl FnOnce(&[u32]) -> Option<String>,
 ) -> Result<Mapped, OpenAiError> {
     refuse_unserved(&req.other)?;
-    let (mut execute, stream, include_usage) = map_sampling(req.sampling, job_id, served)?;
+    let (mut execute, stream, (include_usage, continuous_usage)) =
+        map_sampling(req.sampling, job_id, served)?;
     execute.max_tokens = execute.max_tokens.or(Some(COMPLETIONS_DEFAULT_MAX_TOKENS));
     let top_logprobs = logprob_count("logprobs", req.logprobs)?;
     execute.logprobs = engine_logprobs(req.logprobs.is_some());
@@ -222,6 +233,7 @@ pub fn map_completion(
         shape: ReplyShape {
             stream,
             include_usage,
+            continuous_usage,
             logprobs: req.logprobs.is_some(),
             top_logprobs,
         },
@@ -279,8 +291,9 @@ mod tests {
             ],
             "max_completion_tokens": 7, "temperature": 0.5, "top_p": 0.9, "seed": 18446744073709551615u64,
             "stop": "\n", "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1, "n": 1,
-            "logprobs": true, "top_logprobs": 3, "stream": true, "stream_options": {"include_usage": true},
-            "user": "u-1", "frequency_penalty": 0, "logit_bias": {}
+            "logprobs": true, "top_logprobs": 3, "stream": true,
+            "stream_options": {"include_usage": true, "continuous_usage_stats": true},
+            "user": "u-1", "frequency_penalty": 0, "logit_bias": {}, "ignore_eos": false
         }))
         .unwrap();
         let e = &m.execute;
@@ -304,6 +317,7 @@ mod tests {
         let want = ReplyShape {
             stream: true,
             include_usage: true,
+            continuous_usage: true,
             logprobs: true,
             top_logprobs: 3,
         };
@@ -339,6 +353,7 @@ mod tests {
             ("top_logprobs", json!(2)),
             ("stream_options", json!({"include_usage": true})),
             ("seed", json!(1.5)),
+            ("ignore_eos", json!(true)),
         ] {
             let e = with(field, value);
             assert_eq!(e.status.as_u16(), 400, "{field}");

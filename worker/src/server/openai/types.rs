@@ -23,6 +23,9 @@ pub struct StreamOptions {
     /// Send a last chunk with `usage` (and empty `choices`) before `[DONE]`.
     #[serde(default)]
     pub include_usage: bool,
+    /// vLLM's extension: with `include_usage`, every chunk carries the usage so far.
+    #[serde(default)]
+    pub continuous_usage_stats: bool,
 }
 
 /// The sampling and length fields both routes share.
