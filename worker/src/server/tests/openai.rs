@@ -176,6 +176,29 @@ async fn a_client_that_leaves_cancels_its_job() {
     h.shutdown().await;
 }
 
+/// A non-streaming client waits for the whole answer; when it gives up, the
+/// handler's future is dropped with its event stream, which cancels the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_before_a_whole_answer_cancels_its_job() {
+    let h = start(long_backend(), Opts::default()).await;
+    let body = json!({"model": "scripted", "prompt": "x", "max_tokens": 2000});
+    let waited =
+        tokio::time::timeout(Duration::from_millis(300), h.post("/v1/completions", body)).await;
+    assert!(
+        waited.is_err(),
+        "the answer came before the job could have ended"
+    );
+    let t = Instant::now();
+    while h.state.metrics.requests(Outcome::Disconnected) == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the job was not cancelled"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    h.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn models_and_the_openapi_document_are_served() {
     let h = start(ScriptedBackend::spelling("a"), Opts::default()).await;
