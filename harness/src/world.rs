@@ -84,6 +84,7 @@ pub struct TestWorld {
     pub budgets: Budgets,
     pub parity: Parity,
     pub workspace: Workspace,
+    pub openai: crate::steps::openai::OpenAiRuns,
 }
 
 impl TestWorld {
@@ -105,6 +106,7 @@ impl TestWorld {
             budgets: Budgets::default(),
             parity: Parity::default(),
             workspace: Workspace::default(),
+            openai: Default::default(),
         }
     }
 

@@ -5,6 +5,7 @@
 //! - `requests`: posting jobs, cancelling, the streams and plain replies they give;
 //! - `observe`: `/health` and `/metrics`;
 //! - `model`: tokenizer and llama.cpp goldens, the haiku, parity logs, CPU-vs-CUDA;
+//! - `openai`: the OpenAI-compatible routes through the `async-openai` client;
 //! - `budgets`: measurements against budgets.yaml (`@bench`);
 //! - `workspace`: unit tests, source checks, cargo and nested harness runs.
 //!
@@ -15,6 +16,7 @@
 pub mod budgets;
 pub mod model;
 pub mod observe;
+pub mod openai;
 pub mod params;
 pub mod process;
 pub mod requests;

@@ -11,13 +11,13 @@ use super::AppState;
 use crate::engine::runner::CancelState;
 use crate::narrate;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CancelRequest {
     pub job_id: Option<String>,
 }
 
-#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct CancelResponse {
     pub job_id: String,
     /// Where the job was: `queued`, `running` or `not_found` (unknown or finished).
@@ -25,6 +25,16 @@ pub struct CancelResponse {
 }
 
 /// Always 202 for a well-formed request: cancelling is idempotent.
+#[utoipa::path(
+    post,
+    path = "/cancel",
+    tag = "worker",
+    request_body = CancelRequest,
+    responses(
+        (status = 202, description = "Cancelled, or nothing to cancel", body = CancelResponse),
+        (status = 400, description = "No job_id", body = super::events::ErrorBody),
+    )
+)]
 pub async fn cancel(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<CancelRequest>,
@@ -54,6 +64,16 @@ pub async fn cancel(
 }
 
 /// Starts a graceful shutdown. The body must be empty or `{}`.
+#[utoipa::path(
+    post,
+    path = "/shutdown",
+    tag = "worker",
+    request_body(content = Object, description = "Empty or `{}`"),
+    responses(
+        (status = 202, description = "`{status: \"shutting_down\"}`", body = Object),
+        (status = 400, description = "A body other than empty or `{}`", body = super::events::ErrorBody),
+    )
+)]
 pub async fn shutdown(
     State(state): State<AppState>,
     body: Bytes,

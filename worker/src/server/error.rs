@@ -157,10 +157,15 @@ pub async fn limit_body(
         }
     }
     if oversized {
-        if parts.uri.path() == "/execute" {
+        let path = parts.uri.path();
+        let openai = path.starts_with("/v1/");
+        if path == "/execute" || openai {
             state
                 .metrics
                 .request_finished(crate::engine::Outcome::Invalid);
+        }
+        if openai {
+            return super::openai::error::OpenAiError::from(too_large()).into_response();
         }
         return too_large().into_response();
     }

@@ -15,7 +15,7 @@ use crate::engine::job::{JobEvent, JobStarted, TokenAlternative, TokenOut};
 use crate::engine::JobError;
 
 /// `started`: sent when the job is accepted, before it is queued.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct StartedEvent {
     pub job_id: String,
     pub model: String,
@@ -38,7 +38,7 @@ impl From<&JobStarted> for StartedEvent {
 }
 
 /// One entry of a token's `logprobs` list.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct LogprobEntry {
     pub id: u32,
     pub t: String,
@@ -56,7 +56,7 @@ impl From<&TokenAlternative> for LogprobEntry {
 }
 
 /// `token`: one generated token and the text released with it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct TokenEvent {
     pub t: String,
     pub i: usize,
@@ -80,7 +80,7 @@ impl From<&TokenOut> for TokenEvent {
 }
 
 /// `end`: the job finished normally.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct EndEvent {
     pub tokens_out: usize,
     pub decode_time_ms: u64,
@@ -107,7 +107,7 @@ impl From<&GenerationSummary> for EndEvent {
 
 /// `{code, message, retriable}`: the body of every error answer and the
 /// data of the SSE `error` event.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ErrorBody<'a> {
     pub code: &'static str,
     pub message: &'a str,

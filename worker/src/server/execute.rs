@@ -21,8 +21,9 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::error::{ApiError, ApiJson};
+use super::events::ErrorBody;
 use super::events::{event_data, event_name};
-use super::validation::{validate, ExecuteRequest, ValidExecuteRequest};
+use super::validation::{validate_with_ids, ExecuteRequest, ValidExecuteRequest};
 use super::AppState;
 use crate::engine::error::JobError;
 use crate::engine::job::{CancelFlag, Job, JobEvent, JobSink, JobStarted, Outcome, PromptFacts};
@@ -34,6 +35,22 @@ pub const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Longest `X-Deadline` value that is logged.
 const MAX_DEADLINE_HEADER: usize = 64;
 
+/// Runs one job and streams its events.
+#[utoipa::path(
+    post,
+    path = "/execute",
+    tag = "worker",
+    request_body = ExecuteRequest,
+    params(("X-Deadline" = Option<String>, Header, description = "Logged, not enforced")),
+    responses(
+        (status = 200, description = "SSE: `started` (StartedEvent), `token`* (TokenEvent), then `end` \
+            (EndEvent) or `error` (ErrorBody)", content_type = "text/event-stream", body = String),
+        (status = 400, description = "A field is invalid; `code` is `INVALID_REQUEST`", body = ErrorBody),
+        (status = 413, description = "The body is over 1 MiB", body = ErrorBody),
+        (status = 503, description = "`QUEUE_FULL` or `SHUTTING_DOWN`, with Retry-After", body = ErrorBody),
+    )
+)]
+///
 /// The request path, in order: validate → queue → (the engine thread
 /// generates, sending events into the job's stream) → stream.
 pub async fn execute(
@@ -41,29 +58,49 @@ pub async fn execute(
     headers: HeaderMap,
     body: Result<ApiJson<ExecuteRequest>, ApiError>,
 ) -> Result<Response, ApiError> {
-    let valid = validate_request(&state, body).await?;
-    let events = queue(&state, valid, &headers)?;
+    let (_, events) = admit(&state, body.map(|ApiJson(req)| req), None, &headers).await?;
     Ok(stream(events))
+}
+
+/// What every front door shares (`/execute`, the OpenAI routes): validate
+/// `body` (with `prompt_ids` as the prompt's tokens when the client sent ids),
+/// accept and queue. Refusals are counted and logged here.
+pub(super) async fn admit(
+    state: &AppState,
+    body: Result<ExecuteRequest, ApiError>,
+    prompt_ids: Option<Vec<u32>>,
+    headers: &HeaderMap,
+) -> Result<(ValidExecuteRequest, UnboundedReceiver<JobEvent>), ApiError> {
+    let valid = validate_request(state, body, prompt_ids).await?;
+    let events = queue(state, &valid, headers)?;
+    Ok((valid, events))
 }
 
 /// Counts and logs a refused request. Refusals are logged by code and status
 /// only: a JSON error message may quote a value from the body (M0-W-1902).
 fn refuse(state: &AppState, outcome: Outcome, err: ApiError) -> ApiError {
+    log_refusal(state, outcome, err.error.code.as_str(), err.status.as_u16());
+    err
+}
+
+/// Counts and logs a refusal by its code and status (the OpenAI routes
+/// refuse some requests before they reach [`admit`]).
+pub(super) fn log_refusal(state: &AppState, outcome: Outcome, code: &str, status: u16) {
     state.metrics.request_finished(outcome);
     narrate!(
         info,
         "execute_rejected",
         outcome = outcome.as_str(),
-        code = err.error.code.as_str(),
-        status = err.status.as_u16(),
+        code = code,
+        status = status,
     );
-    err
 }
 
 /// Step 1: refuse while shutting down, then parse and validate the body.
 async fn validate_request(
     state: &AppState,
-    body: Result<ApiJson<ExecuteRequest>, ApiError>,
+    body: Result<ExecuteRequest, ApiError>,
+    prompt_ids: Option<Vec<u32>>,
 ) -> Result<ValidExecuteRequest, ApiError> {
     if state.shutdown.is_triggered() {
         return Err(refuse(
@@ -72,11 +109,11 @@ async fn validate_request(
             JobError::shutting_down().into(),
         ));
     }
-    let ApiJson(req) = body.map_err(|e| refuse(state, Outcome::Invalid, e))?;
+    let req = body.map_err(|e| refuse(state, Outcome::Invalid, e))?;
     // Tokenizing a long prompt takes milliseconds: keep it off the async threads.
     let (tokenizer, limits) = (state.tokenizer.clone(), state.limits);
     let checked = tokio::task::spawn_blocking(move || {
-        validate(req, &limits, &tokenizer, rand::random::<u64>)
+        validate_with_ids(req, prompt_ids, &limits, &tokenizer, rand::random::<u64>)
     })
     .await
     .map_err(|_| {
@@ -99,7 +136,7 @@ async fn validate_request(
 /// the engine's queue; a full queue or a duplicate id refuses it.
 fn queue(
     state: &AppState,
-    valid: ValidExecuteRequest,
+    valid: &ValidExecuteRequest,
     headers: &HeaderMap,
 ) -> Result<UnboundedReceiver<JobEvent>, ApiError> {
     let deadline = headers

@@ -14,7 +14,7 @@ use super::AppState;
 use crate::backend::BackendKind;
 use crate::telemetry::metrics::{Snapshot, CONTENT_TYPE};
 
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Health {
     pub status: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -79,10 +79,18 @@ pub fn health_snapshot(state: &AppState) -> Health {
     }
 }
 
+#[utoipa::path(get, path = "/health", tag = "worker", responses((status = 200, body = Health)))]
 pub async fn health(State(state): State<AppState>) -> Json<Health> {
     Json(health_snapshot(&state))
 }
 
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "worker",
+    responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text",
+        body = String))
+)]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let text = state.metrics.render(Snapshot {
         vram_bytes: state.engine.status().vram_bytes_used(),

@@ -9,6 +9,8 @@
 //! | `GET /metrics` | | OpenMetrics text |
 //! | `POST /tokenize` | `{content, add_special=true, parse_special=true}` | `{tokens}` |
 //! | `POST /detokenize` | `{tokens}` | `{content}` |
+//! | `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models` | OpenAI's | see [`openai`] |
+//! | `GET /openapi.json` | | the OpenAPI document of all of these ([`openapi`]) |
 //!
 //! Errors are `{code, message, retriable}` with the status of the code (see
 //! [`error`]). No route has a timeout layer: SSE streams live as long as
@@ -19,6 +21,8 @@ pub mod error;
 pub mod events;
 pub mod execute;
 pub mod info;
+pub mod openai;
+pub mod openapi;
 pub mod tokenize;
 pub mod validation;
 
@@ -139,6 +143,8 @@ pub fn app(state: AppState) -> Router {
         .route("/metrics", get(info::metrics))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
+        .route("/openapi.json", get(openapi::openapi_json))
+        .merge(openai::routes())
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -20,6 +20,7 @@ use crate::engine::{Engine, EngineConfig, EngineStatus, Outcome};
 mod device;
 mod jobs;
 mod lifecycle;
+mod openai;
 mod stream;
 
 struct Opts {

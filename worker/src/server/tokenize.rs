@@ -17,7 +17,7 @@ fn yes() -> bool {
     true
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenizeRequest {
     pub content: String,
@@ -27,22 +27,32 @@ pub struct TokenizeRequest {
     pub parse_special: bool,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TokenizeResponse {
     pub tokens: Vec<u32>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DetokenizeRequest {
     pub tokens: Vec<i64>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DetokenizeResponse {
     pub content: String,
 }
 
+#[utoipa::path(
+    post,
+    path = "/tokenize",
+    tag = "worker",
+    request_body = TokenizeRequest,
+    responses(
+        (status = 200, body = TokenizeResponse),
+        (status = 400, body = super::events::ErrorBody),
+    )
+)]
 pub async fn tokenize(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<TokenizeRequest>,
@@ -63,6 +73,16 @@ pub async fn tokenize(
     Ok(Json(TokenizeResponse { tokens }))
 }
 
+#[utoipa::path(
+    post,
+    path = "/detokenize",
+    tag = "worker",
+    request_body = DetokenizeRequest,
+    responses(
+        (status = 200, body = DetokenizeResponse),
+        (status = 400, body = super::events::ErrorBody),
+    )
+)]
 pub async fn detokenize(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<DetokenizeRequest>,

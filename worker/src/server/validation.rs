@@ -38,7 +38,7 @@ pub const MAX_STOP_TOKENS: usize = 32;
 pub const MAX_LOGPROBS: usize = crate::sampling::MAX_LOGPROBS;
 
 /// One chat message as the client sends it.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MessageIn {
     pub role: String,
@@ -46,7 +46,7 @@ pub struct MessageIn {
 }
 
 /// The `/execute` body as sent. Unknown fields are refused.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecuteRequest {
     pub job_id: Option<String>,
@@ -166,7 +166,22 @@ pub fn validate(
     tokenizer: &Tokenizer,
     pick_seed: impl FnOnce() -> u64,
 ) -> Result<ValidExecuteRequest, ValidationErrors> {
-    check_fields(req, limits, tokenizer)?.tokenize(limits, tokenizer, pick_seed)
+    validate_with_ids(req, None, limits, tokenizer, pick_seed)
+}
+
+/// [`validate`], with `prompt_ids` as the prompt's tokens when the client sent
+/// token ids (the OpenAI completions route); `req.prompt` is then their text,
+/// for the field rules and the log's hash.
+pub fn validate_with_ids(
+    req: ExecuteRequest,
+    prompt_ids: Option<Vec<u32>>,
+    limits: &Limits,
+    tokenizer: &Tokenizer,
+    pick_seed: impl FnOnce() -> u64,
+) -> Result<ValidExecuteRequest, ValidationErrors> {
+    let mut checked = check_fields(req, limits, tokenizer)?;
+    checked.prompt_ids = prompt_ids;
+    checked.tokenize(limits, tokenizer, pick_seed)
 }
 
 /// A request whose fields passed every rule that does not need the prompt's
@@ -178,6 +193,8 @@ pub struct CheckedRequest {
     /// field to blame for it.
     field: &'static str,
     text: String,
+    /// The prompt's tokens as sent, instead of tokenizing `text`.
+    prompt_ids: Option<Vec<u32>>,
     max_tokens: Option<usize>,
     max_tokens_cap: usize,
     temperature: f32,
@@ -348,6 +365,7 @@ pub fn check_fields(
             job_id,
             field,
             text,
+            prompt_ids: None,
             max_tokens,
             max_tokens_cap,
             temperature,
@@ -367,14 +385,20 @@ impl CheckedRequest {
     /// The rest of [`validate`]: tokenizes the input and checks its length
     /// against `--max-tokens-in`, the context and `max_tokens`.
     pub fn tokenize(
-        self,
+        mut self,
         limits: &Limits,
         tokenizer: &Tokenizer,
         pick_seed: impl FnOnce() -> u64,
     ) -> Result<ValidExecuteRequest, ValidationErrors> {
         let mut errs = Collector(Vec::new());
         let field = self.field;
-        let prompt_tokens = match tokenizer.encode(&self.text, true, true) {
+        let encoded = match self.prompt_ids.take() {
+            Some(ids) => check_ids(ids, limits.vocab_size),
+            None => tokenizer
+                .encode(&self.text, true, true)
+                .map_err(|e| e.to_string()),
+        };
+        let prompt_tokens = match encoded {
             Err(e) => {
                 errs.add(field, format!("cannot be tokenized: {e}"));
                 Vec::new()
@@ -447,6 +471,17 @@ impl CheckedRequest {
             stop: self.stop,
             logprobs: self.logprobs,
         })
+    }
+}
+
+/// Token ids sent as the prompt must be in the vocabulary.
+fn check_ids(ids: Vec<u32>, vocab_size: usize) -> Result<Vec<u32>, String> {
+    match ids.iter().position(|&id| id as usize >= vocab_size) {
+        Some(i) => Err(format!(
+            "token id {} at index {i} is outside the vocabulary (0..{vocab_size})",
+            ids[i]
+        )),
+        None => Ok(ids),
     }
 }
 

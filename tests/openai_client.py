@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""The official `openai` package, unmodified, against a spawned CPU worker (issue 16).
+
+Both endpoints, streaming and not, with log-probabilities, stop strings, seeds
+(same seed, same text), usage, and refusals surfacing as the client's typed
+exceptions (BadRequestError, NotFoundError, APIStatusError 503 for a full queue).
+
+    python tests/openai_client.py --worker target/debug/worker-orcd \
+        --model .models/smollm2-135m-instruct-q4_1.gguf
+
+Exits non-zero on the first failed check. The worker's log is kept in a
+temporary file and printed when a check fails.
+"""
+
+import argparse
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import openai
+
+WORKER_ID = "6f1d7a2e-0000-4000-8000-000000000016"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def worker(binary: str, model: str, *flags: str, backend: str = "cpu"):
+    """A worker (CPU unless `backend` says otherwise) on a free port, ready; yields its base URL."""
+    port = free_port()
+    log = tempfile.NamedTemporaryFile(prefix="worker-", suffix=".log", delete=False)
+    cmd = [binary, "--worker-id", WORKER_ID, "--model", os.path.abspath(model), "--gpu-device", "0",
+           "--port", str(port), "--backend", backend, *flags]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"worker exited {proc.returncode}: {open(log.name).read()[-4000:]}")
+            try:
+                urllib.request.urlopen(base + "/health", timeout=1)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("worker not ready after 120 s")
+                time.sleep(0.2)
+        yield base
+    except BaseException:
+        print(open(log.name).read()[-4000:], file=sys.stderr)
+        raise
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        os.unlink(log.name)
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+    print(f"ok  {what}")
+
+
+def expect(exc_type, call, what):
+    try:
+        call()
+    except exc_type as e:
+        print(f"ok  {what}: {type(e).__name__} {getattr(e, 'status_code', '')} param={getattr(e, 'param', None)}")
+        return e
+    raise AssertionError(f"{what}: no {exc_type.__name__}")
+
+
+def chat_stream_text(client, **kw):
+    """Joined text, finish reason and usage of a streamed chat."""
+    text, finish, usage, logprobs = "", None, None, []
+    for chunk in client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kw):
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for c in chunk.choices:
+            text += c.delta.content or ""
+            finish = c.finish_reason or finish
+            if c.logprobs and c.logprobs.content:
+                logprobs += c.logprobs.content
+    return text, finish, usage, logprobs
+
+
+def test_chat(client, model):
+    msgs = [{"role": "user", "content": "Write a haiku about GPU computing"}]
+    whole = client.chat.completions.create(model=model, messages=msgs, max_tokens=16, temperature=0.8, seed=7,
+                                           logprobs=True, top_logprobs=3)
+    choice = whole.choices[0]
+    check(whole.object == "chat.completion" and choice.message.role == "assistant", "chat: a chat.completion")
+    check(bool(choice.message.content), f"chat: text {choice.message.content!r}")
+    check(choice.finish_reason in ("stop", "length"), f"chat: finish_reason {choice.finish_reason}")
+    u = whole.usage
+    check(u.prompt_tokens > 0 and u.completion_tokens > 0 and u.total_tokens == u.prompt_tokens + u.completion_tokens,
+          f"chat: usage {u.prompt_tokens}+{u.completion_tokens}={u.total_tokens}")
+    lps = choice.logprobs.content
+    check(len(lps) == u.completion_tokens, f"chat: {len(lps)} logprob entries for {u.completion_tokens} tokens")
+    check(all(len(t.top_logprobs) == 3 and t.logprob <= 0 for t in lps), "chat: 3 top_logprobs per token, each <= 0")
+    text, finish, usage, slps = chat_stream_text(client, model=model, messages=msgs, max_tokens=16, temperature=0.8,
+                                                 seed=7, logprobs=True, top_logprobs=3)
+    check(text == choice.message.content, "chat: the stream gives the same text for the same seed")
+    check(finish == choice.finish_reason and usage.completion_tokens == u.completion_tokens,
+          "chat: the stream's finish_reason and usage agree")
+    check([t.token for t in slps] == [t.token for t in lps], "chat: the stream's logprobs agree")
+    again = client.chat.completions.create(model=model, messages=msgs, max_tokens=16, temperature=0.8, seed=7)
+    check(again.choices[0].message.content == choice.message.content, "chat: same seed, same text")
+    others = {client.chat.completions.create(model=model, messages=msgs, max_tokens=16, temperature=1.0,
+                                             seed=s).choices[0].message.content for s in (1, 2, 3)}
+    check(len(others) > 1, f"chat: other seeds give other texts ({len(others)} distinct of 3)")
+
+
+def test_completions(client, model):
+    prompt = "1, 2, 3, 4,"
+    whole = client.completions.create(model=model, prompt=prompt, max_tokens=24, temperature=0, stop=[" 7"],
+                                      logprobs=2)
+    c = whole.choices[0]
+    check(whole.object == "text_completion", "completions: a text_completion")
+    check(" 7" not in c.text and c.text.strip() != "", f"completions: text {c.text!r} stops before ' 7'")
+    check(c.finish_reason == "stop", f"completions: finish_reason {c.finish_reason}")
+    lp = c.logprobs
+    check(len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == whole.usage.completion_tokens,
+          f"completions: {len(lp.tokens)} tokens with logprobs")
+    check(all(len(t) <= 2 for t in lp.top_logprobs), "completions: at most 2 top_logprobs per token")
+    text, finish = "", None
+    for chunk in client.completions.create(model=model, prompt=prompt, max_tokens=24, temperature=0, stop=" 7",
+                                           stream=True):
+        for ch in chunk.choices:
+            text += ch.text
+            finish = ch.finish_reason or finish
+    check(text == c.text and finish == "stop", "completions: the stream gives the same text and finish_reason")
+    short = client.completions.create(model=model, prompt=prompt, max_tokens=2, temperature=0)
+    check(short.choices[0].finish_reason == "length" and short.usage.completion_tokens == 2,
+          "completions: max_tokens ends with length")
+
+
+def test_errors(client, model):
+    msgs = [{"role": "user", "content": "hi"}]
+    e = expect(openai.BadRequestError, lambda: client.chat.completions.create(model=model, messages=msgs, n=2),
+               "errors: n=2")
+    check(e.param == "n" and e.type == "invalid_request_error", "errors: n=2 names its param")
+    e = expect(openai.BadRequestError,
+               lambda: client.chat.completions.create(model=model, messages=msgs, max_tokens=100000),
+               "errors: max_tokens too large")
+    check(e.param == "max_tokens", "errors: max_tokens names its param")
+    e = expect(openai.BadRequestError, lambda: client.chat.completions.create(
+        model=model, messages=msgs, tools=[{"type": "function", "function": {"name": "f"}}]), "errors: tools")
+    check(e.param == "tools", "errors: tools names its param")
+    expect(openai.NotFoundError, lambda: client.chat.completions.create(model="gpt-4o", messages=msgs),
+           "errors: another model")
+
+
+def test_queue_full(base, model):
+    """Queue depth 1: one running, one waiting, the third refused with 503."""
+    client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+    long = dict(model=model, prompt="Once upon a time", max_tokens=2048, temperature=1.0, stream=True)
+    running = client.completions.create(**long)
+    next(iter(running))
+    waiting = client.completions.create(**long)
+    e = expect(openai.APIStatusError, lambda: client.completions.create(model=model, prompt="x", max_tokens=1),
+               "queue: a third job")
+    check(e.status_code == 503 and e.response.headers.get("retry-after") == "1",
+          "queue: 503 with Retry-After: 1")
+    check(e.code == "queue_full", "queue: code queue_full")
+    running.close()
+    waiting.close()
+    # The waiting job leaves the queue when its turn comes; the client's own
+    # retries (honouring Retry-After) cover that moment.
+    t = time.monotonic()
+    ok = client.with_options(max_retries=5).completions.create(model=model, prompt="x", max_tokens=1)
+    check(ok.choices[0].finish_reason in ("stop", "length") and time.monotonic() - t < 10,
+          f"queue: closing the streams cancels their jobs; the next is answered in {time.monotonic() - t:.1f} s")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--worker", default="target/debug/worker-orcd")
+    ap.add_argument("--model", default=".models/smollm2-135m-instruct-q4_1.gguf")
+    ap.add_argument("--backend", default="cpu", help="cpu, or cuda on a GPU machine")
+    args = ap.parse_args()
+    print(f"openai {openai.__version__}")
+    with worker(args.worker, args.model, "--queue-depth", "1", backend=args.backend) as base:
+        client = openai.OpenAI(base_url=base + "/v1", api_key="unused")
+        models = client.models.list().data
+        check(len(models) == 1 and models[0].owned_by == "worker-orcd", f"models: {models[0].id}")
+        model = models[0].id
+        test_chat(client, model)
+        test_completions(client, model)
+        test_errors(client, model)
+        test_queue_full(base, model)
+    print("all checks passed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,273 @@
+//! `POST /v1/chat/completions`: the request is mapped onto `/execute`'s (the
+//! messages rendered by the model's chat template), runs through the same
+//! validation, queue and engine, and is answered as one `chat.completion` or
+//! a stream of `chat.completion.chunk`s.
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use super::error::OpenAiError;
+use super::reply::{collect, finish_reason, Collected, ReplyCtx, SYSTEM_FINGERPRINT};
+use super::stream::{error_lines, sse, DONE};
+use super::types::{
+    AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk,
+    ChatCompletionRequest, ChatDelta, ChatLogprobs, ErrorResponse,
+};
+use super::{admit, served_names, Body};
+use crate::engine::job::JobEvent;
+use crate::server::AppState;
+
+/// Runs a chat completion.
+#[utoipa::path(
+    post,
+    path = "/v1/chat/completions",
+    tag = "openai",
+    request_body = ChatCompletionRequest,
+    responses(
+        (status = 200, description = "The reply; with `stream: true`, `chat.completion.chunk`s as SSE \
+            `data:` lines ending with `data: [DONE]`", content(
+            (ChatCompletion = "application/json"),
+            (String = "text/event-stream"),
+        )),
+        (status = 400, description = "A field is invalid or not served", body = ErrorResponse),
+        (status = 404, description = "`model` is not the served model", body = ErrorResponse),
+        (status = 413, description = "The body is over 1 MiB", body = ErrorResponse),
+        (status = 503, description = "The queue is full or the worker is shutting down (Retry-After)",
+            body = ErrorResponse),
+    )
+)]
+pub async fn chat_completions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body<ChatCompletionRequest>,
+) -> Result<Response, OpenAiError> {
+    let id = format!("chatcmpl-{}", uuid::Uuid::new_v4().simple());
+    let names = served_names(&state);
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mapped = super::parse(body)
+        .and_then(|req| super::request::map_chat(req, &id, &names))
+        .map_err(|e| super::refused(&state, e))?;
+    let (ctx, events) = admit(&state, &headers, id, mapped).await?;
+    if ctx.shape.stream {
+        return Ok(sse(events, move |event| chunk_lines(&ctx, event)));
+    }
+    let collected = collect(events).await?;
+    Ok(Json(completion(&ctx, &collected)).into_response())
+}
+
+/// The whole answer of a non-streaming request.
+pub fn completion(ctx: &ReplyCtx, c: &Collected) -> ChatCompletion {
+    let summary = c.summary.as_ref().expect("a collected job has its summary");
+    let logprobs = ctx.shape.logprobs.then(|| ChatLogprobs {
+        content: c.tokens.iter().map(|t| ctx.logprob_entry(t)).collect(),
+    });
+    ChatCompletion {
+        id: ctx.id.clone(),
+        object: "chat.completion".into(),
+        created: ctx.created,
+        model: ctx.model.clone(),
+        system_fingerprint: SYSTEM_FINGERPRINT.into(),
+        choices: vec![ChatChoice {
+            index: 0,
+            message: AssistantMessage {
+                role: "assistant".into(),
+                content: c.text(),
+            },
+            logprobs,
+            finish_reason: finish_reason(summary).into(),
+        }],
+        usage: ctx.usage(summary),
+    }
+}
+
+fn chunk(ctx: &ReplyCtx, choices: Vec<ChatChunkChoice>, tokens: usize) -> ChatCompletionChunk {
+    ChatCompletionChunk {
+        id: ctx.id.clone(),
+        object: "chat.completion.chunk".into(),
+        created: ctx.created,
+        model: ctx.model.clone(),
+        system_fingerprint: SYSTEM_FINGERPRINT.into(),
+        choices,
+        usage: ctx.chunk_usage(tokens),
+    }
+}
+
+fn choice(
+    delta: ChatDelta,
+    logprobs: Option<ChatLogprobs>,
+    finish: Option<&str>,
+) -> ChatChunkChoice {
+    ChatChunkChoice {
+        index: 0,
+        delta,
+        logprobs,
+        finish_reason: finish.map(str::to_string),
+    }
+}
+
+/// The `data:` lines one job event becomes: the role first, one chunk per
+/// token that releases text or carries log-probabilities, the finish reason,
+/// the usage when asked for, then `[DONE]`.
+pub fn chunk_lines(ctx: &ReplyCtx, event: &JobEvent) -> Vec<String> {
+    let json = |c: &ChatCompletionChunk| serde_json::to_string(c).expect("chunks serialize");
+    match event {
+        JobEvent::Started(_) => {
+            let delta = ChatDelta {
+                role: Some("assistant".into()),
+                content: Some(String::new()),
+            };
+            vec![json(&chunk(ctx, vec![choice(delta, None, None)], 0))]
+        }
+        JobEvent::Token(t) if t.text.is_empty() && !ctx.shape.logprobs => Vec::new(),
+        JobEvent::Token(t) => {
+            let logprobs = ctx.shape.logprobs.then(|| ChatLogprobs {
+                content: vec![ctx.logprob_entry(t)],
+            });
+            let delta = ChatDelta {
+                role: None,
+                content: Some(t.text.clone()),
+            };
+            vec![json(&chunk(
+                ctx,
+                vec![choice(delta, logprobs, None)],
+                t.index + 1,
+            ))]
+        }
+        JobEvent::End(summary) => {
+            let last = choice(ChatDelta::default(), None, Some(finish_reason(summary)));
+            let mut lines = vec![json(&chunk(ctx, vec![last], summary.tokens_out))];
+            if ctx.shape.include_usage {
+                let mut usage = chunk(ctx, Vec::new(), summary.tokens_out);
+                usage.usage = Some(Some(ctx.usage(summary)));
+                lines.push(json(&usage));
+            }
+            lines.push(DONE.to_string());
+            lines
+        }
+        JobEvent::Error(e) => error_lines(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::reply::tests::{ctx, token};
+    use super::*;
+    use crate::engine::generate::{GenerationSummary, StopReason};
+    use crate::engine::job::JobStarted;
+    use crate::engine::JobError;
+    use serde_json::{json, Value};
+
+    fn summary(reason: StopReason) -> GenerationSummary {
+        GenerationSummary {
+            tokens_in: 5,
+            tokens_out: 2,
+            first_token_ms: 1,
+            decode_time_ms: 2,
+            stop_reason: reason,
+        }
+    }
+
+    fn parse(lines: Vec<String>) -> Vec<Value> {
+        lines
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap_or(Value::String(l.clone())))
+            .collect()
+    }
+
+    fn started() -> JobEvent {
+        JobEvent::Started(JobStarted {
+            job_id: "x-1".into(),
+            model: "/m.gguf".into(),
+            started_at: chrono::Utc::now(),
+            seed: 1,
+        })
+    }
+
+    #[test]
+    fn a_stream_is_role_tokens_finish_usage_done() {
+        let c = ctx(false, 0, true);
+        let mut out = Vec::new();
+        for ev in [
+            started(),
+            JobEvent::Token(token(0, b'H', &[])),
+            JobEvent::Token(token(1, b'i', &[])),
+            JobEvent::End(summary(StopReason::MaxTokens)),
+        ] {
+            out.extend(parse(chunk_lines(&c, &ev)));
+        }
+        assert_eq!(out.len(), 6);
+        let head = json!({"id": "x-1", "object": "chat.completion.chunk", "created": 1_700_000_000,
+            "model": "smol", "system_fingerprint": SYSTEM_FINGERPRINT, "usage": null,
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                         "logprobs": null, "finish_reason": null}]});
+        assert_eq!(out[0], head);
+        assert_eq!(out[1]["choices"][0]["delta"], json!({"content": "H"}));
+        assert_eq!(out[3]["choices"][0]["delta"], json!({}));
+        assert_eq!(out[3]["choices"][0]["finish_reason"], "length");
+        assert_eq!(out[4]["choices"], json!([]));
+        let usage = json!({"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7});
+        assert_eq!(out[4]["usage"], usage);
+        assert_eq!(out[5], "[DONE]");
+    }
+
+    #[test]
+    fn without_include_usage_chunks_have_no_usage_key() {
+        let c = ctx(true, 2, false);
+        let lines = parse(chunk_lines(
+            &c,
+            &JobEvent::Token(token(0, b'a', &[(b'a', -0.2), (b'b', -1.9)])),
+        ));
+        assert!(lines[0].get("usage").is_none());
+        let lp = &lines[0]["choices"][0]["logprobs"]["content"][0];
+        assert_eq!(lp["token"], "a");
+        assert_eq!(lp["bytes"], json!([97]));
+        assert_eq!(lp["top_logprobs"].as_array().unwrap().len(), 2);
+        let end = parse(chunk_lines(&c, &JobEvent::End(summary(StopReason::Eos))));
+        assert_eq!(end.len(), 2);
+        assert_eq!(end[0]["choices"][0]["finish_reason"], "stop");
+    }
+
+    #[test]
+    fn continuous_usage_counts_the_tokens_so_far() {
+        let mut c = ctx(false, 0, true);
+        c.shape.continuous_usage = true;
+        let lines = parse(chunk_lines(&c, &JobEvent::Token(token(1, b'a', &[]))));
+        assert_eq!(lines[0]["usage"]["prompt_tokens"], 5);
+        assert_eq!(lines[0]["usage"]["completion_tokens"], 2);
+    }
+
+    #[test]
+    fn an_error_mid_stream_is_an_error_object_then_done() {
+        let c = ctx(false, 0, false);
+        let lines = parse(chunk_lines(&c, &JobEvent::Error(JobError::timeout(3))));
+        assert_eq!(lines[0]["error"]["code"], "inference_timeout");
+        assert_eq!(lines[0]["error"]["type"], "server_error");
+        assert_eq!(lines[1], "[DONE]");
+    }
+
+    #[test]
+    fn a_whole_completion_has_message_usage_and_logprobs() {
+        let c = ctx(true, 0, false);
+        let collected = Collected {
+            tokens: vec![
+                token(0, b'o', &[(b'o', -0.5)]),
+                token(1, b'k', &[(b'x', -0.1)]),
+            ],
+            summary: Some(summary(StopReason::StopSequence("\n".into()))),
+        };
+        let v = serde_json::to_value(completion(&c, &collected)).unwrap();
+        assert_eq!(v["object"], "chat.completion");
+        assert_eq!(
+            v["choices"][0]["message"],
+            json!({"role": "assistant", "content": "ok"})
+        );
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
+        assert_eq!(v["usage"]["total_tokens"], 7);
+        let content = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+        assert_eq!(content[0]["logprob"], -0.5);
+        assert_eq!(content[1]["logprob"], -9999.0);
+        assert_eq!(content[0]["top_logprobs"], json!([]));
+    }
+}

@@ -1,0 +1,239 @@
+//! `POST /v1/completions`: a raw prompt (text or token ids) through
+//! `/execute`'s validation, queue and engine, answered as one
+//! `text_completion` or a stream of them, with the legacy `logprobs` shape.
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use super::error::OpenAiError;
+use super::reply::{collect, finish_reason, Collected, ReplyCtx, SYSTEM_FINGERPRINT};
+use super::stream::{error_lines, sse, DONE};
+use super::types::{
+    Completion, CompletionChoice, CompletionLogprobs, CompletionRequest, ErrorResponse,
+};
+use super::{admit, served_names, Body};
+use crate::engine::job::{JobEvent, TokenOut};
+use crate::server::AppState;
+
+/// Runs a text completion.
+#[utoipa::path(
+    post,
+    path = "/v1/completions",
+    tag = "openai",
+    request_body = CompletionRequest,
+    responses(
+        (status = 200, description = "The completion; with `stream: true`, `text_completion` chunks as SSE \
+            `data:` lines ending with `data: [DONE]`", content(
+            (Completion = "application/json"),
+            (String = "text/event-stream"),
+        )),
+        (status = 400, description = "A field is invalid or not served", body = ErrorResponse),
+        (status = 404, description = "`model` is not the served model", body = ErrorResponse),
+        (status = 413, description = "The body is over 1 MiB", body = ErrorResponse),
+        (status = 503, description = "The queue is full or the worker is shutting down (Retry-After)",
+            body = ErrorResponse),
+    )
+)]
+pub async fn completions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body<CompletionRequest>,
+) -> Result<Response, OpenAiError> {
+    let id = format!("cmpl-{}", uuid::Uuid::new_v4().simple());
+    let names = served_names(&state);
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let tokenizer = state.tokenizer.clone();
+    let decode = |ids: &[u32]| tokenizer.decode(ids).ok();
+    let mapped = super::parse(body)
+        .and_then(|req| super::request::map_completion(req, &id, &names, decode))
+        .map_err(|e| super::refused(&state, e))?;
+    let (ctx, events) = admit(&state, &headers, id, mapped).await?;
+    if ctx.shape.stream {
+        let mut stream = StreamState { ctx, offset: 0 };
+        return Ok(sse(events, move |event| stream.lines(event)));
+    }
+    let collected = collect(events).await?;
+    Ok(Json(completion(&ctx, &collected)).into_response())
+}
+
+/// Appends one token to the legacy `logprobs` lists; `offset` is the
+/// character offset of the token's text in the completion.
+fn push_logprobs(ctx: &ReplyCtx, lp: &mut CompletionLogprobs, token: &TokenOut, offset: usize) {
+    let entry = ctx.logprob_entry(token);
+    lp.tokens.push(entry.token);
+    lp.token_logprobs.push(entry.logprob);
+    let top: BTreeMap<String, f32> = entry
+        .top_logprobs
+        .into_iter()
+        .map(|t| (t.token, t.logprob))
+        .collect();
+    lp.top_logprobs.push(top);
+    lp.text_offset.push(offset);
+}
+
+fn text_completion(ctx: &ReplyCtx, choices: Vec<CompletionChoice>) -> Completion {
+    Completion {
+        id: ctx.id.clone(),
+        object: "text_completion".into(),
+        created: ctx.created,
+        model: ctx.model.clone(),
+        system_fingerprint: SYSTEM_FINGERPRINT.into(),
+        choices,
+        usage: None,
+    }
+}
+
+/// The whole answer of a non-streaming request.
+pub fn completion(ctx: &ReplyCtx, c: &Collected) -> Completion {
+    let summary = c.summary.as_ref().expect("a collected job has its summary");
+    let logprobs = ctx.shape.logprobs.then(|| {
+        let mut lp = CompletionLogprobs::default();
+        let mut offset = 0;
+        for t in &c.tokens {
+            push_logprobs(ctx, &mut lp, t, offset);
+            offset += t.text.chars().count();
+        }
+        lp
+    });
+    let choice = CompletionChoice {
+        index: 0,
+        text: c.text(),
+        logprobs,
+        finish_reason: Some(finish_reason(summary).into()),
+    };
+    Completion {
+        usage: Some(Some(ctx.usage(summary))),
+        ..text_completion(ctx, vec![choice])
+    }
+}
+
+/// A stream's reply facts and the characters sent so far.
+pub struct StreamState {
+    pub ctx: ReplyCtx,
+    pub offset: usize,
+}
+
+impl StreamState {
+    fn chunk(&self, choices: Vec<CompletionChoice>, tokens: usize) -> Completion {
+        Completion {
+            usage: self.ctx.chunk_usage(tokens),
+            ..text_completion(&self.ctx, choices)
+        }
+    }
+
+    /// The `data:` lines one job event becomes: one chunk per token that
+    /// releases text or carries log-probabilities, the finish reason, the
+    /// usage when asked for, then `[DONE]`.
+    pub fn lines(&mut self, event: &JobEvent) -> Vec<String> {
+        let json = |c: &Completion| serde_json::to_string(c).expect("chunks serialize");
+        match event {
+            JobEvent::Started(_) => Vec::new(),
+            JobEvent::Token(t) if t.text.is_empty() && !self.ctx.shape.logprobs => Vec::new(),
+            JobEvent::Token(t) => {
+                let logprobs = self.ctx.shape.logprobs.then(|| {
+                    let mut lp = CompletionLogprobs::default();
+                    push_logprobs(&self.ctx, &mut lp, t, self.offset);
+                    lp
+                });
+                self.offset += t.text.chars().count();
+                let choice = CompletionChoice {
+                    index: 0,
+                    text: t.text.clone(),
+                    logprobs,
+                    finish_reason: None,
+                };
+                vec![json(&self.chunk(vec![choice], t.index + 1))]
+            }
+            JobEvent::End(summary) => {
+                let last = CompletionChoice {
+                    index: 0,
+                    text: String::new(),
+                    logprobs: None,
+                    finish_reason: Some(finish_reason(summary).into()),
+                };
+                let mut lines = vec![json(&self.chunk(vec![last], summary.tokens_out))];
+                if self.ctx.shape.include_usage {
+                    let mut usage = self.chunk(Vec::new(), summary.tokens_out);
+                    usage.usage = Some(Some(self.ctx.usage(summary)));
+                    lines.push(json(&usage));
+                }
+                lines.push(DONE.to_string());
+                lines
+            }
+            JobEvent::Error(e) => error_lines(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::reply::tests::{ctx, token};
+    use super::*;
+    use crate::engine::generate::{GenerationSummary, StopReason};
+    use serde_json::{json, Value};
+
+    fn summary() -> GenerationSummary {
+        GenerationSummary {
+            tokens_in: 5,
+            tokens_out: 2,
+            first_token_ms: 1,
+            decode_time_ms: 2,
+            stop_reason: StopReason::MaxTokens,
+        }
+    }
+
+    #[test]
+    fn a_whole_completion_has_text_usage_and_legacy_logprobs() {
+        let c = ctx(true, 1, false);
+        let collected = Collected {
+            tokens: vec![
+                token(0, b'o', &[(b'o', -0.5), (b'a', -1.0)]),
+                token(1, b'k', &[(b'k', -0.125)]),
+            ],
+            summary: Some(summary()),
+        };
+        let v = serde_json::to_value(completion(&c, &collected)).unwrap();
+        assert_eq!(v["object"], "text_completion");
+        assert_eq!(v["choices"][0]["text"], "ok");
+        assert_eq!(v["choices"][0]["finish_reason"], "length");
+        assert_eq!(
+            v["usage"],
+            json!({"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7})
+        );
+        let lp = &v["choices"][0]["logprobs"];
+        assert_eq!(lp["tokens"], json!(["o", "k"]));
+        assert_eq!(lp["token_logprobs"], json!([-0.5, -0.125]));
+        assert_eq!(lp["top_logprobs"], json!([{"o": -0.5}, {"k": -0.125}]));
+        assert_eq!(lp["text_offset"], json!([0, 1]));
+    }
+
+    #[test]
+    fn a_stream_is_tokens_finish_usage_done() {
+        let mut s = StreamState {
+            ctx: ctx(false, 0, true),
+            offset: 0,
+        };
+        let mut out: Vec<Value> = Vec::new();
+        for ev in [
+            JobEvent::Token(token(0, b'a', &[])),
+            JobEvent::End(summary()),
+        ] {
+            for line in s.lines(&ev) {
+                out.push(serde_json::from_str(&line).unwrap_or(Value::String(line)));
+            }
+        }
+        assert_eq!(out.len(), 4);
+        assert_eq!(out[0]["object"], "text_completion");
+        assert_eq!(out[0]["choices"][0]["text"], "a");
+        assert_eq!(out[0]["usage"], Value::Null);
+        assert_eq!(out[0]["choices"][0]["finish_reason"], Value::Null);
+        assert_eq!(out[1]["choices"][0]["finish_reason"], "length");
+        assert_eq!(out[2]["usage"]["completion_tokens"], 2);
+        assert_eq!(out[2]["choices"], json!([]));
+        assert_eq!(out[3], "[DONE]");
+    }
+}

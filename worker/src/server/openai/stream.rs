@@ -1,0 +1,47 @@
+//! OpenAI's streaming framing: each chunk is one `data:` line of JSON (no
+//! `event:` names), and the stream ends with `data: [DONE]` after the job's
+//! terminal event, also when that event is an error (sent as
+//! `data: {"error": {...}}`, which the official clients raise).
+
+use std::convert::Infallible;
+
+use axum::http::{header, HeaderValue};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use super::error::OpenAiError;
+use crate::engine::job::JobEvent;
+use crate::server::execute::SSE_KEEP_ALIVE;
+
+/// The line that ends every stream.
+pub const DONE: &str = "[DONE]";
+
+/// The `data:` lines of a job's terminal error.
+pub fn error_lines(error: &crate::engine::JobError) -> Vec<String> {
+    vec![OpenAiError::from(error.clone()).to_json(), DONE.to_string()]
+}
+
+/// Streams a job's events as the `data:` lines `to_lines` makes of each.
+/// Dropping the response (the client went away) drops `events`, which
+/// cancels the job.
+pub fn sse<F>(events: UnboundedReceiver<JobEvent>, mut to_lines: F) -> Response
+where
+    F: FnMut(&JobEvent) -> Vec<String> + Send + 'static,
+{
+    let stream = UnboundedReceiverStream::new(events).flat_map(move |event| {
+        let lines = to_lines(&event)
+            .into_iter()
+            .map(|line| Ok::<Event, Infallible>(Event::default().data(line)));
+        futures::stream::iter(lines.collect::<Vec<_>>())
+    });
+    let mut response = Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE))
+        .into_response();
+    let h = response.headers_mut();
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}

@@ -1,0 +1,312 @@
+//! The OpenAI wire types the worker reads and writes, after OpenAI's API
+//! reference (`/v1/chat/completions`, `/v1/completions`, `/v1/models`) and
+//! the extension fields llama-server and vLLM accept (`top_k`, `min_p`,
+//! `repetition_penalty`). Only what the worker serves is here; a field it
+//! cannot honour lands in `other` and is refused by name (see `request.rs`).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+/// `stop`: one string or a list of them.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+#[serde(untagged)]
+pub enum StopField {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// `stream_options`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StreamOptions {
+    /// Send a last chunk with `usage` (and empty `choices`) before `[DONE]`.
+    #[serde(default)]
+    pub include_usage: bool,
+    /// vLLM's extension: with `include_usage`, every chunk carries the usage so far.
+    #[serde(default)]
+    pub continuous_usage_stats: bool,
+}
+
+/// The sampling and length fields both routes share.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema)]
+pub struct SamplingFields {
+    /// The id from `GET /v1/models`.
+    pub model: String,
+    #[schema(minimum = 1, maximum = 2048)]
+    pub max_tokens: Option<i64>,
+    #[schema(minimum = 0.0, maximum = 2.0)]
+    pub temperature: Option<f64>,
+    #[schema(minimum = 0.0, maximum = 1.0)]
+    pub top_p: Option<f64>,
+    /// Any JSON number: serde's `flatten` cannot hold 128-bit integers, so
+    /// the range (0 to 2^64 − 1) is checked by `/execute`'s validation.
+    #[schema(value_type = Option<u64>, minimum = 0)]
+    pub seed: Option<serde_json::Number>,
+    pub stop: Option<StopField>,
+    /// Only 1.
+    #[schema(minimum = 1, maximum = 1)]
+    pub n: Option<i64>,
+    #[serde(default)]
+    pub stream: bool,
+    pub stream_options: Option<StreamOptions>,
+    /// Extension (llama-server, vLLM): 0 is off.
+    #[schema(minimum = 0)]
+    pub top_k: Option<i64>,
+    /// Extension (llama-server, vLLM).
+    #[schema(minimum = 0.0, maximum = 1.0)]
+    pub min_p: Option<f64>,
+    /// Extension (llama-server, vLLM): 1 is off.
+    #[schema(minimum = 0.0, maximum = 2.0)]
+    pub repetition_penalty: Option<f64>,
+}
+
+/// Text content, or a list of parts of which only `text` parts are served.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum MessageContent {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+/// One part of a message's content.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ContentPart {
+    /// Only `text`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+}
+
+/// One chat message as sent.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChatMessageIn {
+    /// `system`, `developer` (served as `system`), `user` or `assistant`.
+    pub role: String,
+    pub content: MessageContent,
+}
+
+/// `POST /v1/chat/completions`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct ChatCompletionRequest {
+    pub messages: Vec<ChatMessageIn>,
+    #[serde(flatten)]
+    pub sampling: SamplingFields,
+    /// Same as `max_tokens`; `max_tokens` wins when both are given.
+    #[schema(minimum = 1, maximum = 2048)]
+    pub max_completion_tokens: Option<i64>,
+    #[serde(default)]
+    pub logprobs: bool,
+    /// The most likely tokens to list at each position (needs `logprobs`).
+    #[schema(minimum = 0, maximum = 20)]
+    pub top_logprobs: Option<i64>,
+    /// Every other field: refused by name unless it leaves the answer as is.
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub other: Map<String, Value>,
+}
+
+/// `prompt`: text, or token ids; a list of them holds exactly one prompt.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum PromptField {
+    Text(String),
+    Tokens(Vec<u32>),
+    Texts(Vec<String>),
+    TokenLists(Vec<Vec<u32>>),
+}
+
+/// `POST /v1/completions`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct CompletionRequest {
+    pub prompt: PromptField,
+    #[serde(flatten)]
+    pub sampling: SamplingFields,
+    /// The most likely tokens to list at each position (0 lists only the chosen one's).
+    #[schema(minimum = 0, maximum = 20)]
+    pub logprobs: Option<i64>,
+    /// Every other field: refused by name unless it leaves the answer as is.
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub other: Map<String, Value>,
+}
+
+/// Token counts of one request.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub total_tokens: usize,
+}
+
+impl Usage {
+    pub fn new(prompt_tokens: usize, completion_tokens: usize) -> Self {
+        Usage {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+        }
+    }
+}
+
+/// One of the most likely tokens at a position (chat).
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct TopLogprob {
+    pub token: String,
+    pub logprob: f32,
+    /// The token's UTF-8 bytes (a token may hold part of a character).
+    pub bytes: Vec<u8>,
+}
+
+/// The chosen token at a position and the most likely ones (chat).
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct TokenLogprobEntry {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+/// A choice's `logprobs` (chat).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct ChatLogprobs {
+    pub content: Vec<TokenLogprobEntry>,
+}
+
+/// The assistant's reply.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct AssistantMessage {
+    /// Always `assistant`.
+    pub role: String,
+    pub content: String,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct ChatChoice {
+    pub index: u32,
+    pub message: AssistantMessage,
+    pub logprobs: Option<ChatLogprobs>,
+    /// `stop` (end of generation or a stop string) or `length` (`max_tokens`).
+    pub finish_reason: String,
+}
+
+/// The answer of a non-streaming `POST /v1/chat/completions`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct ChatCompletion {
+    pub id: String,
+    /// Always `chat.completion`.
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub system_fingerprint: String,
+    pub choices: Vec<ChatChoice>,
+    pub usage: Usage,
+}
+
+/// What a chunk adds to the reply.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct ChatDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct ChatChunkChoice {
+    pub index: u32,
+    pub delta: ChatDelta,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: Option<String>,
+}
+
+/// One `data:` chunk of a streaming `POST /v1/chat/completions`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct ChatCompletionChunk {
+    pub id: String,
+    /// Always `chat.completion.chunk`.
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub system_fingerprint: String,
+    pub choices: Vec<ChatChunkChoice>,
+    /// Present (null until the last chunk) when `stream_options.include_usage` is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Option<Usage>>,
+}
+
+/// A choice's `logprobs` (completions): one entry per generated token.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct CompletionLogprobs {
+    pub tokens: Vec<String>,
+    pub token_logprobs: Vec<f32>,
+    /// Token text → log-probability, for the most likely tokens at each position.
+    pub top_logprobs: Vec<std::collections::BTreeMap<String, f32>>,
+    /// Character offset of each token in the completion's text.
+    pub text_offset: Vec<usize>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct CompletionChoice {
+    pub index: u32,
+    pub text: String,
+    pub logprobs: Option<CompletionLogprobs>,
+    /// `stop` or `length`; null in a streaming chunk before the last.
+    pub finish_reason: Option<String>,
+}
+
+/// The answer of `POST /v1/completions`, and each `data:` chunk of its stream.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct Completion {
+    pub id: String,
+    /// Always `text_completion`.
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub system_fingerprint: String,
+    pub choices: Vec<CompletionChoice>,
+    /// Always present in a non-streaming answer; in a stream, null until the
+    /// last chunk when `stream_options.include_usage` is set, else absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Option<Usage>>,
+}
+
+/// One entry of `GET /v1/models`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct Model {
+    pub id: String,
+    /// Always `model`.
+    pub object: String,
+    /// When the worker started (Unix seconds).
+    pub created: u64,
+    pub owned_by: String,
+}
+
+/// `GET /v1/models`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct ModelList {
+    /// Always `list`.
+    pub object: String,
+    pub data: Vec<Model>,
+}
+
+/// `{"error": {...}}`: every error answer of the OpenAI routes, and the
+/// `data:` of a stream that fails after it began.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct ErrorResponse {
+    pub error: ErrorObject,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct ErrorObject {
+    pub message: String,
+    /// `invalid_request_error` (4xx) or `server_error` (5xx).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The request field at fault, when one is.
+    pub param: Option<String>,
+    /// The worker's error code in lower case (`invalid_request`, `queue_full`, ...).
+    pub code: Option<String>,
+}

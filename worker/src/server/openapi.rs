@@ -1,0 +1,113 @@
+//! `GET /openapi.json`: the OpenAPI document of the whole HTTP API, both front
+//! doors (`/execute` and its companions, and the OpenAI routes), generated
+//! from the request and response types and the handlers' `#[utoipa::path]`
+//! annotations, as TGI does, so the document cannot drift from the code's
+//! types. CI checks the running worker against it with schemathesis.
+
+use axum::extract::State;
+use axum::Json;
+use utoipa::OpenApi;
+
+use super::{openai, AppState};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "worker-orcd", description = "One GGUF model on one GPU over HTTP/SSE: the worker's own API \
+        (`/execute` ...) and an OpenAI-compatible one (`/v1/...`)."),
+    paths(
+        super::execute::execute,
+        super::control::cancel,
+        super::control::shutdown,
+        super::info::health,
+        super::info::metrics,
+        super::tokenize::tokenize,
+        super::tokenize::detokenize,
+        openai::chat::chat_completions,
+        openai::completions::completions,
+        openai::models::list_models,
+        openapi_json,
+    ),
+    components(schemas(
+        super::events::StartedEvent,
+        super::events::TokenEvent,
+        super::events::EndEvent,
+        super::events::LogprobEntry,
+        openai::types::ChatCompletionChunk,
+    )),
+    tags(
+        (name = "worker", description = "The worker's own API"),
+        (name = "openai", description = "The OpenAI-compatible API"),
+    )
+)]
+pub struct ApiDoc;
+
+/// The document as JSON.
+pub fn document() -> String {
+    ApiDoc::openapi()
+        .to_json()
+        .expect("the OpenAPI document serializes")
+}
+
+/// The document as this worker serves it: `model` of the OpenAI requests is
+/// one of the names it answers to, so clients and fuzzers (schemathesis) can
+/// make requests that reach the engine.
+pub fn served_document(model_names: &[String]) -> serde_json::Value {
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&document()).expect("the OpenAPI document is JSON");
+    let model = &mut doc["components"]["schemas"]["SamplingFields"]["properties"]["model"];
+    if model.is_object() {
+        model["enum"] = serde_json::json!(model_names);
+    }
+    doc
+}
+
+/// This document.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "worker",
+    responses((status = 200, description = "The OpenAPI document", content_type = "application/json", body = Object))
+)]
+pub async fn openapi_json(State(state): State<AppState>) -> Json<serde_json::Value> {
+    Json(served_document(&openai::models::served_names(&state)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_front_doors_are_documented_with_their_types() {
+        let doc: serde_json::Value = serde_json::from_str(&document()).unwrap();
+        for path in [
+            "/execute",
+            "/cancel",
+            "/shutdown",
+            "/health",
+            "/metrics",
+            "/tokenize",
+            "/detokenize",
+            "/v1/chat/completions",
+            "/v1/completions",
+            "/v1/models",
+            "/openapi.json",
+        ] {
+            assert!(doc["paths"].get(path).is_some(), "{path} is missing");
+        }
+        let schemas = &doc["components"]["schemas"];
+        for name in [
+            "ExecuteRequest",
+            "ChatCompletionRequest",
+            "ChatCompletion",
+            "Completion",
+            "ErrorResponse",
+        ] {
+            assert!(schemas.get(name).is_some(), "{name} is missing");
+        }
+        // The /execute body keeps refusing unknown fields, and says so.
+        assert_eq!(schemas["ExecuteRequest"]["additionalProperties"], false);
+        let served = served_document(&["m".to_string()]);
+        let model = &served["components"]["schemas"]["SamplingFields"]["properties"]["model"];
+        assert_eq!(model["enum"], serde_json::json!(["m"]));
+    }
+}

@@ -1,0 +1,214 @@
+//! The OpenAI routes (issue 16) over the real router, queue and engine: both
+//! endpoints streaming and not, the shared limits and refusals in OpenAI's
+//! error shape, cancel on disconnect, and the OpenAPI document.
+
+use super::*;
+
+/// The `data:` payloads of a finished OpenAI stream (`[DONE]` as a string).
+async fn data_lines(resp: reqwest::Response) -> Vec<Value> {
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let text = resp.text().await.unwrap();
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap_or(Value::String(d.to_string())))
+        .collect()
+}
+
+fn chat(extra: Value) -> Value {
+    let mut body = json!({"model": "scripted", "messages": [{"role": "user", "content": "hello"}]});
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_answers_whole_and_streamed() {
+    let h = start(ScriptedBackend::spelling("Hi!"), Opts::default()).await;
+    let resp = h
+        .post("/v1/chat/completions", chat(json!({"seed": 3})))
+        .await;
+    assert_eq!(resp.status(), 200);
+    let v: Value = resp.json().await.unwrap();
+    assert!(v["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["model"], "scripted");
+    assert_eq!(v["choices"][0]["message"]["content"], "Hi!");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    let prompt_tokens = h.probe.prompts.lock().unwrap()[0].len() as u64;
+    assert_eq!(v["usage"]["prompt_tokens"], prompt_tokens);
+    assert_eq!(v["usage"]["completion_tokens"], 3);
+
+    let body =
+        chat(json!({"stream": true, "stream_options": {"include_usage": true}, "max_tokens": 2}));
+    let lines = data_lines(h.post("/v1/chat/completions", body).await).await;
+    assert_eq!(lines.last().unwrap(), "[DONE]");
+    assert_eq!(lines[0]["choices"][0]["delta"]["role"], "assistant");
+    let text: String = lines
+        .iter()
+        .filter_map(|l| l["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, "Hi");
+    let finish = &lines[lines.len() - 3];
+    assert_eq!(finish["choices"][0]["finish_reason"], "length");
+    assert_eq!(lines[lines.len() - 2]["usage"]["completion_tokens"], 2);
+    assert_eq!(h.state.metrics.requests(Outcome::Completed), 2);
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_take_text_or_ids_and_stop_strings() {
+    let h = start(ScriptedBackend::spelling("ab\n\ncd"), Opts::default()).await;
+    let body = json!({"model": "scripted", "prompt": [[104, 105]], "stop": "\n\n", "logprobs": 1});
+    let v: Value = h.post("/v1/completions", body).await.json().await.unwrap();
+    assert_eq!(v["object"], "text_completion");
+    assert_eq!(v["choices"][0]["text"], "ab");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert_eq!(h.probe.prompts.lock().unwrap()[0], vec![104, 105]);
+    let lp = &v["choices"][0]["logprobs"];
+    assert_eq!(lp["tokens"][0], "a");
+    assert!(lp["token_logprobs"][0].as_f64().unwrap() <= 0.0);
+
+    let body = json!({"model": "scripted", "prompt": "x", "stream": true});
+    let lines = data_lines(h.post("/v1/completions", body).await).await;
+    let text: String = lines
+        .iter()
+        .filter_map(|l| l["choices"][0]["text"].as_str())
+        .collect();
+    assert_eq!(text, "ab\n\ncd");
+    assert_eq!(lines.last().unwrap(), "[DONE]");
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_are_openai_errors_with_execute_statuses() {
+    let backend = ScriptedBackend::spelling("abcdef").with_delay(Duration::from_millis(50));
+    let opts = Opts {
+        queue_depth: 1,
+        ..Opts::default()
+    };
+    let h = start(backend, opts).await;
+    let resp = h
+        .post("/v1/chat/completions", chat(json!({"temperature": 3})))
+        .await;
+    assert_eq!(resp.status(), 400);
+    let e: Value = resp.json().await.unwrap();
+    assert_eq!(e["error"]["type"], "invalid_request_error");
+    assert_eq!(e["error"]["param"], "temperature");
+    let resp = h
+        .post("/v1/chat/completions", chat(json!({"tools": []})))
+        .await;
+    assert_eq!(
+        resp.json::<Value>().await.unwrap()["error"]["param"],
+        "tools"
+    );
+    let resp = h
+        .post("/v1/completions", json!({"model": "other", "prompt": "x"}))
+        .await;
+    assert_eq!(resp.status(), 404);
+    let resp = h
+        .post(
+            "/v1/completions",
+            json!({"model": "scripted", "prompt": [300]}),
+        )
+        .await;
+    assert_eq!(resp.status(), 400, "an id outside the vocabulary");
+
+    let big = "x".repeat(MAX_BODY_BYTES + 1);
+    let resp = h
+        .post(
+            "/v1/completions",
+            json!({"model": "scripted", "prompt": big}),
+        )
+        .await;
+    assert_eq!(resp.status(), 413);
+    assert!(resp.json::<Value>().await.unwrap()["error"]["message"].is_string());
+
+    // One running, one queued, the next refused: 503 with Retry-After.
+    let running = h.post(
+        "/v1/completions",
+        json!({"model": "scripted", "prompt": "1", "stream": true}),
+    );
+    let running = running.await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let queued = h.post(
+        "/v1/completions",
+        json!({"model": "scripted", "prompt": "2", "stream": true}),
+    );
+    let queued = queued.await;
+    let full = h
+        .post(
+            "/v1/completions",
+            json!({"model": "scripted", "prompt": "3"}),
+        )
+        .await;
+    assert_eq!(full.status(), 503);
+    assert!(full.headers().contains_key("retry-after"));
+    assert_eq!(
+        full.json::<Value>().await.unwrap()["error"]["code"],
+        "queue_full"
+    );
+    drop((running, queued));
+    assert!(h.state.metrics.requests(Outcome::Invalid) >= 5);
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_cancels_its_job() {
+    let h = start(long_backend(), Opts::default()).await;
+    let resp = h
+        .post("/v1/chat/completions", chat(json!({"stream": true})))
+        .await;
+    let mut body = resp.bytes_stream();
+    for _ in 0..3 {
+        body.next().await.unwrap().unwrap();
+    }
+    drop(body);
+    let t = Instant::now();
+    while h.state.metrics.requests(Outcome::Disconnected) == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the job was not cancelled"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    h.shutdown().await;
+}
+
+/// A non-streaming client waits for the whole answer; when it gives up, the
+/// handler's future is dropped with its event stream, which cancels the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_before_a_whole_answer_cancels_its_job() {
+    let h = start(long_backend(), Opts::default()).await;
+    let body = json!({"model": "scripted", "prompt": "x", "max_tokens": 2000});
+    let waited =
+        tokio::time::timeout(Duration::from_millis(300), h.post("/v1/completions", body)).await;
+    assert!(
+        waited.is_err(),
+        "the answer came before the job could have ended"
+    );
+    let t = Instant::now();
+    while h.state.metrics.requests(Outcome::Disconnected) == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the job was not cancelled"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_and_the_openapi_document_are_served() {
+    let h = start(ScriptedBackend::spelling("a"), Opts::default()).await;
+    let models = h.get_json("/v1/models").await;
+    assert_eq!(models["object"], "list");
+    assert_eq!(models["data"][0]["id"], "scripted");
+    assert_eq!(models["data"][0]["owned_by"], "worker-orcd");
+    assert!(models["data"][0]["created"].as_u64().unwrap() > 1_700_000_000);
+    let doc = h.get_json("/openapi.json").await;
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    assert!(doc["paths"]["/v1/chat/completions"]["post"].is_object());
+    h.shutdown().await;
+}
