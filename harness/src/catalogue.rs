@@ -310,6 +310,22 @@ mod tests {
     }
 
     #[test]
+    fn the_project_requirements_add_new_ids() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata");
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+        let spec = parse_requirements(&read("REQUIREMENTS.md")).unwrap();
+        let project = parse_requirements(&read("REQUIREMENTS-project.md")).unwrap();
+        assert!(!project.is_empty());
+        for p in &project {
+            assert!(
+                !spec.iter().any(|s| s.id == p.id),
+                "{} is already a requirement of the specification",
+                p.id
+            );
+        }
+    }
+
+    #[test]
     fn the_real_catalogue_has_every_area() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/REQUIREMENTS.md");
         let r = parse_requirements(&std::fs::read_to_string(path).unwrap()).unwrap();

@@ -95,6 +95,9 @@ fn absolute(p: &Path) -> PathBuf {
     })
 }
 
+/// Requirements the project added from its issues, always read after the catalogue.
+pub const PROJECT_REQUIREMENTS: &str = "testdata/REQUIREMENTS-project.md";
+
 /// `--requirements`, else `../shared/REQUIREMENTS.md` beside the workspace, else the copy in `testdata/`.
 pub fn requirements_path(workspace: &Path, explicit: Option<&Path>) -> PathBuf {
     if let Some(p) = explicit {
@@ -112,8 +115,15 @@ pub fn coverage(
     workspace: &Path,
     requirements: &Path,
 ) -> Result<(Vec<catalogue::Requirement>, Vec<catalogue::ScenarioInfo>)> {
-    let text = std::fs::read_to_string(requirements)
+    let mut text = std::fs::read_to_string(requirements)
         .with_context(|| format!("reading {}", requirements.display()))?;
+    // The project's own requirements (from its issues) beside the specification's.
+    let project = workspace.join(PROJECT_REQUIREMENTS);
+    text.push('\n');
+    text.push_str(
+        &std::fs::read_to_string(&project)
+            .with_context(|| format!("reading {}", project.display()))?,
+    );
     let reqs = catalogue::parse_requirements(&text)?;
     let scenarios = catalogue::parse_features(&workspace.join("features"))?;
     let cov = catalogue::check_coverage(&reqs, &scenarios);
