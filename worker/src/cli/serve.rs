@@ -365,7 +365,9 @@ async fn serve(cfg: &ServeConfig, state: AppState, engine: Engine, vram_bytes: u
         watchdog_signal.triggered().await;
         start_watchdog();
     });
-    match crate::server::serve(listener, state, engine, cfg.shutdown_grace).await {
+    warn_if_open(cfg);
+    let served = crate::server::serve_with(listener, state, engine, cfg.shutdown_grace, &cfg.http);
+    match served.await {
         Ok(outcome) => {
             narrate!(
                 info,
@@ -382,6 +384,19 @@ async fn serve(cfg: &ServeConfig, state: AppState, engine: Engine, vram_bytes: u
             narrate!(error, "error", code = "INTERNAL", message = %format!("the HTTP server failed: {e}"));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Issue #15: anyone who can reach a non-loopback address can run jobs
+/// and stop the worker unless a key is required.
+fn warn_if_open(cfg: &ServeConfig) {
+    if cfg.http.api_key.is_none() && !cfg.host.is_loopback() {
+        narrate!(
+            warn,
+            "startup",
+            host = %cfg.host,
+            message = "listening on a non-loopback address without --api-key: every client that can reach it may run jobs and stop the worker",
+        );
     }
 }
 

@@ -18,6 +18,7 @@ pub mod control;
 pub mod error;
 pub mod events;
 pub mod execute;
+pub mod guard;
 pub mod info;
 pub mod tokenize;
 pub mod validation;
@@ -184,6 +185,18 @@ pub async fn serve(
     engine: Engine,
     grace: Duration,
 ) -> std::io::Result<ServeOutcome> {
+    serve_with(listener, state, engine, grace, &guard::HttpOptions::default()).await
+}
+
+/// [`serve`] with the HTTP protections of `http` (timeouts, connection
+/// limit, API key) around every route.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    engine: Engine,
+    grace: Duration,
+    http: &guard::HttpOptions,
+) -> std::io::Result<ServeOutcome> {
     let shutdown = state.shutdown.clone();
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
     let drain = tokio::spawn(async move {
@@ -196,14 +209,12 @@ pub async fn serve(
         let _ = stop_http.send(());
         (reason, begun, cancelled)
     });
-    let served = axum::serve(listener, app(state.clone()))
-        .with_graceful_shutdown(async move {
-            let _ = http_stopped.await;
-        })
-        .await;
-    if served.is_err() {
-        state.shutdown.trigger("server error");
-    }
+    let router = guard::protect(app(state.clone()), http);
+    guard::serve_connections(listener, router, http, async move {
+        let _ = http_stopped.await;
+    })
+    .await;
+    let served: std::io::Result<()> = Ok(());
     let (reason, begun, running_job_cancelled) =
         drain.await.unwrap_or(("unknown", Instant::now(), true));
     served.map(|()| ServeOutcome {
