@@ -257,14 +257,14 @@ async fn a_cross_site_post_cannot_stop_the_worker() {
          Content-Length: 2\r\nConnection: close\r\n\r\n{{}}"
     );
     let (status, _) = raw(port, &text, Duration::from_secs(5)).await;
-    assert!(status.contains("415"), "{status}");
+    assert!(status.contains("400"), "{status}");
     let foreign = format!(
         "POST /shutdown HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: http://127.0.0.1:1\r\n{JSON}\
          Content-Length: 2\r\nConnection: close\r\n\r\n{{}}"
     );
     let (status, _) = raw(port, &foreign, Duration::from_secs(5)).await;
     assert!(status.contains("403"), "{status}");
-    assert_eq!(w.health().await["status"].is_string(), true);
+    assert!(w.health().await["status"].is_string());
     assert!(w.events("shutdown").is_empty());
     let own = format!(
         "POST /shutdown HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: http://127.0.0.1:{port}\r\n{JSON}\
@@ -318,4 +318,49 @@ async fn an_open_non_loopback_bind_is_warned_about() {
         .into_iter()
         .any(|r| r["level"] == "WARN" && r["message"].as_str().unwrap_or("").contains("--api-key"));
     assert!(warned, "{:?}", w.raw_log());
+}
+
+/// Issue #15, failure 6: an over-long `job_id` is refused by /cancel and
+/// /execute with 400 and never reaches the log.
+#[tokio::test]
+async fn an_over_long_job_id_is_refused_and_not_logged() {
+    let Some(w) = Worker::start(&[]).await else {
+        return;
+    };
+    let long = "x".repeat(900_000);
+    let resp = w.post("/cancel", json!({ "job_id": long })).await;
+    assert_eq!(resp.status(), 400);
+    structured(&resp.json().await.unwrap());
+    let body = json!({"job_id": long, "prompt": "hi", "max_tokens": 1});
+    assert_eq!(w.post("/execute", body).await.status(), 400);
+    let resp = w.post("/cancel", json!({ "job_id": "a\u{7}b" })).await;
+    assert_eq!(resp.status(), 400);
+    assert_eq!(
+        w.post("/cancel", json!({ "job_id": "ok-1" }))
+            .await
+            .status(),
+        202
+    );
+    w.wait_for_event("cancel", Duration::from_secs(5)).await;
+    let longest = w.raw_log().iter().map(String::len).max().unwrap();
+    assert!(longest < 4096, "a log line of {longest} bytes");
+}
+
+/// Issue #15, failure 8: /health and /metrics name the model's file, not
+/// where it lies on the host.
+#[tokio::test]
+async fn health_and_metrics_show_the_file_name_not_the_path() {
+    let Some(w) = Worker::start(&[]).await else {
+        return;
+    };
+    assert_eq!(w.health().await["model"], "smollm2-135m-instruct-q4_1.gguf");
+    let metrics = w.metrics().await;
+    assert!(
+        metrics.contains(r#"model="smollm2-135m-instruct-q4_1.gguf""#),
+        "{metrics}"
+    );
+    let root = workspace_root().display().to_string();
+    assert!(!metrics.contains(&root), "{metrics}");
+    let frames = w.run(job("name-1", 1)).await;
+    assert_eq!(frames[0].data["model"], "smollm2-135m-instruct-q4_1.gguf");
 }

@@ -31,9 +31,7 @@ impl From<GraphError> for BackendError {
         match e {
             GraphError::MissingTensor(_)
             | GraphError::WrongShape { .. }
-            | GraphError::TooFewTensors { .. } => {
-                BackendError::ModelLoadFailed(e.to_string())
-            }
+            | GraphError::TooFewTensors { .. } => BackendError::ModelLoadFailed(e.to_string()),
             GraphError::NoTokens => BackendError::InferenceFailed(e.to_string()),
         }
     }

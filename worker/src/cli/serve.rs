@@ -140,7 +140,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
     let device = backend.device().clone();
     let vram_bytes = backend.memory_use().total();
     let metrics = Arc::new(Metrics::new(InfoLabels {
-        model: cfg.model.display().to_string(),
+        model: model_file_name(&cfg.model),
         quant_kind: info.quant_kind.clone(),
         backend: cfg.backend.as_str().into(),
         architecture: info.architecture.clone(),
@@ -225,7 +225,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         tokenizer,
         model: ModelFacts {
             worker_id: cfg.worker_id.clone(),
-            model_ref: cfg.model.display().to_string(),
+            model_ref: model_file_name(&cfg.model),
             info,
             device,
         },
@@ -385,6 +385,14 @@ async fn serve(cfg: &ServeConfig, state: AppState, engine: Engine, vram_bytes: u
             ExitCode::FAILURE
         }
     }
+}
+
+/// What clients see of the model (`/health`, `/metrics`, `started`): its file
+/// name; the path says how the host is laid out and stays in the log.
+fn model_file_name(path: &std::path::Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
 }
 
 /// Issue #15: anyone who can reach a non-loopback address can run jobs

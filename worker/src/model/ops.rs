@@ -21,7 +21,11 @@ pub enum GraphError {
         want: Vec<u64>,
     },
     #[error("block_count {layers} needs at least {needed} tensors; the file has {have}")]
-    TooFewTensors { layers: usize, needed: u64, have: usize },
+    TooFewTensors {
+        layers: usize,
+        needed: u64,
+        have: usize,
+    },
     #[error("forward called with no tokens")]
     NoTokens,
 }

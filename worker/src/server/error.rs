@@ -134,8 +134,10 @@ fn body_error(e: axum::Error, oversized: bool) -> Response {
 /// The connection closes after this answer: what is left of the request
 /// body is not read.
 fn closing(mut resp: Response) -> Response {
-    resp.headers_mut()
-        .insert(header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+    resp.headers_mut().insert(
+        header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
     resp
 }
 

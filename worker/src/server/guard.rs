@@ -32,8 +32,9 @@ use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
 use super::error::ApiError;
-use crate::engine::JobError;
+use crate::engine::{JobError, Outcome};
 use crate::narrate;
+use crate::telemetry::metrics::Metrics;
 
 /// Default of `--header-timeout-sec`.
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -71,7 +72,8 @@ impl Default for HttpOptions {
 }
 
 /// Wraps every route of `router` in the access checks and the body deadline.
-pub fn protect(router: Router, opts: &HttpOptions) -> Router {
+/// A refused `/execute` counts as `invalid` in `metrics`, as the body limit's do.
+pub fn protect(router: Router, opts: &HttpOptions, metrics: Arc<Metrics>) -> Router {
     let key = opts.api_key.clone().map(Arc::<str>::from);
     let body_timeout = opts.body_timeout;
     router
@@ -82,10 +84,29 @@ pub fn protect(router: Router, opts: &HttpOptions) -> Router {
         .layer(axum::middleware::from_fn(
             move |req: Request, next: Next| require_key(key.clone(), req, next),
         ))
+        .layer(axum::middleware::from_fn(
+            move |req: Request, next: Next| count_refusals(metrics.clone(), req, next),
+        ))
+}
+
+/// Marks an answer given by a check here rather than by the route.
+#[derive(Clone, Copy)]
+struct Refused;
+
+/// Counts an `/execute` that a check here refused as `invalid`.
+async fn count_refusals(metrics: Arc<Metrics>, req: Request, next: Next) -> Response {
+    let execute = req.uri().path() == "/execute";
+    let resp = next.run(req).await;
+    if execute && resp.extensions().get::<Refused>().is_some() {
+        metrics.request_finished(Outcome::Invalid);
+    }
+    resp
 }
 
 fn refuse(status: StatusCode, message: impl Into<String>) -> Response {
-    ApiError::with_status(status, JobError::invalid(message)).into_response()
+    let mut resp = ApiError::with_status(status, JobError::invalid(message)).into_response();
+    resp.extensions_mut().insert(Refused);
+    resp
 }
 
 /// `/health` stays open for probes; everything else needs the key.
@@ -144,8 +165,9 @@ async fn same_site_json(req: Request, next: Next) -> Response {
         .and_then(|v| v.split(';').next())
         .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"));
     if !json {
+        // 400 as the API has always answered a body that is not JSON.
         return refuse(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            StatusCode::BAD_REQUEST,
             "a POST needs Content-Type: application/json",
         );
     }

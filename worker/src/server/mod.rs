@@ -54,7 +54,8 @@ pub const MAX_DRAINED_BYTES: u64 = 64 << 20;
 #[derive(Clone, Debug)]
 pub struct ModelFacts {
     pub worker_id: String,
-    /// The model as named at start (`--model`): `/health.model` and `started.model`.
+    /// The model's file name (`--model` without its directories, issue #15):
+    /// `/health.model` and `started.model`.
     pub model_ref: String,
     pub info: ModelInfo,
     pub device: DeviceInfo,
@@ -209,7 +210,7 @@ pub async fn serve_with(
         let _ = stop_http.send(());
         (reason, begun, cancelled)
     });
-    let router = guard::protect(app(state.clone()), http);
+    let router = guard::protect(app(state.clone()), http, state.metrics.clone());
     guard::serve_connections(listener, router, http, async move {
         let _ = http_stopped.await;
     })

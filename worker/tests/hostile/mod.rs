@@ -94,7 +94,7 @@ impl Walker<'_> {
         match ty {
             0 | 1 | 7 => self.pos += 1,
             2 | 3 => self.pos += 2,
-            4 | 5 | 6 => self.pos += 4,
+            4..=6 => self.pos += 4,
             10..=12 => self.pos += 8,
             8 => {
                 self.string(format!("{key}: string length"), record);
@@ -328,7 +328,7 @@ pub fn corpus(base: &[u8], tensor_stride: usize) -> Vec<Case> {
     let n = lay.tensors.len();
     // Tensor infos all look alike: the first four, the last two and every
     // `tensor_stride`-th get every hostile value and every cut.
-    let keep = |i: usize| i < 4 || i + 2 >= n || i % tensor_stride == 0;
+    let keep = |i: usize| i < 4 || i + 2 >= n || i.is_multiple_of(tensor_stride);
     let mut cases = Vec::new();
     truncations(base, &lay, &keep, &mut cases);
     field_pokes(base, &lay, &keep, &mut cases);
@@ -449,7 +449,7 @@ fn weights(lay: &Layout, file_len: usize, cases: &mut Vec<Case>) {
         ("f32 Inf", vec![0x00, 0x00, 0x80, 0x7f]),
     ];
     for (i, (name, _, at)) in lay.tensors.iter().enumerate() {
-        if i % 29 != 0 && !name.starts_with("output_norm") {
+        if !i.is_multiple_of(29) && !name.starts_with("output_norm") {
             continue;
         }
         for (what, pattern) in &patterns {
