@@ -364,3 +364,43 @@ async fn health_and_metrics_show_the_file_name_not_the_path() {
     let frames = w.run(job("name-1", 1)).await;
     assert_eq!(frames[0].data["model"], "smollm2-135m-instruct-q4_1.gguf");
 }
+
+/// Issue #15, failure 2: a model whose chat template loops gets a clear
+/// 400 naming the exhausted budget within a second, and the worker serves on.
+#[tokio::test]
+async fn a_looping_chat_template_ends_with_a_clear_error() {
+    let Some(model) = reference_model() else {
+        return;
+    };
+    let f = worker_orcd::gguf::GgufFile::open(&model).unwrap();
+    let looping =
+        "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}\
+                   {% endfor %}{% endfor %}{% endfor %}";
+    let mut out = worker_orcd::gguf::GgufWriter::new();
+    for (k, v) in f.metadata.iter() {
+        let v = match k {
+            "tokenizer.chat_template" => worker_orcd::gguf::MetaValue::String(looping.into()),
+            _ => v.clone(),
+        };
+        out.metadata(k, v);
+    }
+    for t in &f.tensors {
+        out.tensor(&t.name, &t.dims, t.ggml_type, f.tensor_data(t).to_vec());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("looping-template.gguf");
+    std::fs::write(&path, out.to_bytes()).unwrap();
+    drop(f);
+    let w = Worker::start_model(&path, &[], &[]).await;
+    let body = json!({"job_id": "loop-1", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
+    let t = Instant::now();
+    let resp = w.post("/execute", body).await;
+    let took = t.elapsed();
+    assert_eq!(resp.status(), 400);
+    let err: Value = resp.json().await.unwrap();
+    structured(&err);
+    assert!(err["message"].as_str().unwrap().contains("fuel"), "{err}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    let frames = w.run(job("after-loop", 2)).await;
+    check_grammar(&frames);
+}
