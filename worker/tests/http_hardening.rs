@@ -258,6 +258,13 @@ async fn a_cross_site_post_cannot_stop_the_worker() {
     );
     let (status, _) = raw(port, &text, Duration::from_secs(5)).await;
     assert!(status.contains("400"), "{status}");
+    // No body and no type, but a foreign Origin (a no-cors fetch): refused.
+    let bare = format!(
+        "POST /shutdown HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: null\r\n\
+         Content-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    let (status, _) = raw(port, &bare, Duration::from_secs(5)).await;
+    assert!(status.contains("403"), "{status}");
     let foreign = format!(
         "POST /shutdown HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: http://127.0.0.1:1\r\n{JSON}\
          Content-Length: 2\r\nConnection: close\r\n\r\n{{}}"

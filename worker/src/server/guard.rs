@@ -9,8 +9,9 @@
 //!   not reset it, unlike a per-frame timeout);
 //! - access: `--api-key` (or `WORKER_API_KEY`) required as
 //!   `Authorization: Bearer` on every route but `/health`, compared in
-//!   constant time; a `POST` must be `application/json` and may not come
-//!   from another site (an `Origin` that is not this worker's own).
+//!   constant time; a `POST` with a body must be `application/json`, and no
+//!   `POST` may come from another site (an `Origin` that is not this
+//!   worker's own).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -158,13 +159,20 @@ async fn same_site_json(req: Request, next: Next) -> Response {
             );
         }
     }
-    let json = req
-        .headers()
+    let headers = req.headers();
+    let json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
         .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"));
-    if !json {
+    // M0-W-1340 takes an empty `/shutdown` body: with no body and no content
+    // type there is nothing to misread, and a browser form always sends a type.
+    let bodiless = !headers.contains_key(header::CONTENT_TYPE)
+        && !headers.contains_key(header::TRANSFER_ENCODING)
+        && headers
+            .get(header::CONTENT_LENGTH)
+            .is_none_or(|v| v.as_bytes() == b"0");
+    if !json && !bodiless {
         // 400 as the API has always answered a body that is not JSON.
         return refuse(
             StatusCode::BAD_REQUEST,

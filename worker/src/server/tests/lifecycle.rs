@@ -20,11 +20,9 @@ async fn shutdown_drains_the_queue_and_the_running_job() {
     let queued = SseReader::new(h.execute(json!({"job_id": "q", "prompt": "x"})).await);
     let probe = h.probe.clone();
 
-    // Issue #15: a POST must say application/json (an empty body still does).
     let resp = h
         .client
         .post(format!("{}/shutdown", h.base))
-        .header("content-type", "application/json")
         .send()
         .await
         .unwrap();
