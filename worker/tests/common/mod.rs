@@ -141,7 +141,7 @@ impl Worker {
             "cpu",
         ])
         .arg("--model")
-        .arg(&model)
+        .arg(model)
         .args(["--port", &port.to_string()])
         .args(extra)
         .stdout(Stdio::null())
