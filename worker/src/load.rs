@@ -128,7 +128,16 @@ pub fn load_model(
     opts: &LoadOptions,
     progress: &mut dyn FnMut(LoadProgress),
 ) -> Result<LoadedModel, LoadError> {
-    let file = Arc::new(GgufFile::open(path)?);
+    load_file(Arc::new(GgufFile::open(path)?), opts, progress)
+}
+
+/// [`load_model`] for a file already parsed (from memory, in tests and the
+/// hostile-file corpus): everything after the GGUF reader's own checks.
+pub fn load_file(
+    file: Arc<GgufFile>,
+    opts: &LoadOptions,
+    progress: &mut dyn FnMut(LoadProgress),
+) -> Result<LoadedModel, LoadError> {
     let mut config = ModelConfig::try_from(&file.metadata)?;
     if let Some(cap) = opts.max_context {
         config.context_length = config.context_length.min(cap);

@@ -29,9 +29,9 @@ pub enum BackendError {
 impl From<GraphError> for BackendError {
     fn from(e: GraphError) -> Self {
         match e {
-            GraphError::MissingTensor(_) | GraphError::WrongShape { .. } => {
-                BackendError::ModelLoadFailed(e.to_string())
-            }
+            GraphError::MissingTensor(_)
+            | GraphError::WrongShape { .. }
+            | GraphError::TooFewTensors { .. } => BackendError::ModelLoadFailed(e.to_string()),
             GraphError::NoTokens => BackendError::InferenceFailed(e.to_string()),
         }
     }

@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::backend::BackendKind;
+use crate::server::guard::HttpOptions;
 use crate::server::validation::MAX_TOKENS_LIMIT;
 use crate::telemetry::logging::LogFormat;
 
@@ -84,6 +85,20 @@ pub struct ServeArgs {
     /// text), or auto: pretty when stderr is a terminal, json otherwise [default: auto].
     #[arg(long, value_name = "FORMAT", hide_possible_values = true)]
     pub log_format: Option<LogFormat>,
+    /// Longest wait for a request's headers, also for the next request on an
+    /// idle keep-alive connection [default: 10].
+    #[arg(long, value_name = "SECONDS")]
+    pub header_timeout_sec: Option<u64>,
+    /// Longest time to receive a whole request body; 408 after it [default: 30].
+    #[arg(long, value_name = "SECONDS")]
+    pub body_timeout_sec: Option<u64>,
+    /// Connections served at once; more wait in the listen backlog [default: 512].
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Require `Authorization: Bearer KEY` on every endpoint but /health
+    /// [default: the WORKER_API_KEY environment variable; none: open].
+    #[arg(long, value_name = "KEY")]
+    pub api_key: Option<String>,
     /// YAML file with any of the flags above, keyed by long name.
     #[arg(long, value_name = "FILE.yaml")]
     pub config: Option<PathBuf>,
@@ -110,6 +125,10 @@ pub struct FileConfig {
     pub shutdown_grace_sec: Option<u64>,
     pub upload_chunk_bytes: Option<usize>,
     pub log_format: Option<LogFormat>,
+    pub header_timeout_sec: Option<u64>,
+    pub body_timeout_sec: Option<u64>,
+    pub max_connections: Option<usize>,
+    pub api_key: Option<String>,
 }
 
 /// The checked configuration the worker runs with.
@@ -133,6 +152,8 @@ pub struct ServeConfig {
     pub shutdown_grace: Duration,
     pub upload_chunk_bytes: usize,
     pub log_format: LogFormat,
+    /// Timeouts, connection limit and API key of the HTTP server.
+    pub http: crate::server::guard::HttpOptions,
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -182,6 +203,7 @@ pub fn resolve(args: ServeArgs) -> Result<ServeConfig, ConfigError> {
         Some(path) => read_file(path)?,
         None => FileConfig::default(),
     };
+    let http = http_options(&args, &file)?;
     let worker_id = args
         .worker_id
         .or(file.worker_id)
@@ -314,6 +336,48 @@ pub fn resolve(args: ServeArgs) -> Result<ServeConfig, ConfigError> {
         shutdown_grace: Duration::from_secs(grace_s),
         upload_chunk_bytes,
         log_format,
+        http,
+    })
+}
+
+/// The environment variable `--api-key` falls back to.
+pub const API_KEY_ENV: &str = "WORKER_API_KEY";
+
+fn http_options(args: &ServeArgs, file: &FileConfig) -> Result<HttpOptions, ConfigError> {
+    let d = HttpOptions::default();
+    let secs = |flag: &'static str, v: Option<u64>, default: Duration| match v {
+        Some(0) => Err(invalid(flag, "must be at least 1")),
+        Some(s) => Ok(Duration::from_secs(s)),
+        None => Ok(default),
+    };
+    let header_timeout = secs(
+        "--header-timeout-sec",
+        args.header_timeout_sec.or(file.header_timeout_sec),
+        d.header_timeout,
+    )?;
+    let body_timeout = secs(
+        "--body-timeout-sec",
+        args.body_timeout_sec.or(file.body_timeout_sec),
+        d.body_timeout,
+    )?;
+    let max_connections = args
+        .max_connections
+        .or(file.max_connections)
+        .unwrap_or(d.max_connections);
+    if max_connections == 0 {
+        return Err(invalid("--max-connections", "must be at least 1"));
+    }
+    let api_key = args
+        .api_key
+        .clone()
+        .or_else(|| file.api_key.clone())
+        .or_else(|| std::env::var(API_KEY_ENV).ok())
+        .filter(|k| !k.is_empty());
+    Ok(HttpOptions {
+        header_timeout,
+        body_timeout,
+        max_connections,
+        api_key,
     })
 }
 

@@ -140,7 +140,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
     let device = backend.device().clone();
     let vram_bytes = backend.memory_use().total();
     let metrics = Arc::new(Metrics::new(InfoLabels {
-        model: cfg.model.display().to_string(),
+        model: model_file_name(&cfg.model),
         quant_kind: info.quant_kind.clone(),
         backend: cfg.backend.as_str().into(),
         architecture: info.architecture.clone(),
@@ -225,7 +225,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         tokenizer,
         model: ModelFacts {
             worker_id: cfg.worker_id.clone(),
-            model_ref: cfg.model.display().to_string(),
+            model_ref: model_file_name(&cfg.model),
             info,
             device,
         },
@@ -365,7 +365,9 @@ async fn serve(cfg: &ServeConfig, state: AppState, engine: Engine, vram_bytes: u
         watchdog_signal.triggered().await;
         start_watchdog();
     });
-    match crate::server::serve(listener, state, engine, cfg.shutdown_grace).await {
+    warn_if_open(cfg);
+    let served = crate::server::serve_with(listener, state, engine, cfg.shutdown_grace, &cfg.http);
+    match served.await {
         Ok(outcome) => {
             narrate!(
                 info,
@@ -382,6 +384,27 @@ async fn serve(cfg: &ServeConfig, state: AppState, engine: Engine, vram_bytes: u
             narrate!(error, "error", code = "INTERNAL", message = %format!("the HTTP server failed: {e}"));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// What clients see of the model (`/health`, `/metrics`, `started`): its file
+/// name; the path says how the host is laid out and stays in the log.
+fn model_file_name(path: &std::path::Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+/// Issue #15: anyone who can reach a non-loopback address can run jobs
+/// and stop the worker unless a key is required.
+fn warn_if_open(cfg: &ServeConfig) {
+    if cfg.http.api_key.is_none() && !cfg.host.is_loopback() {
+        narrate!(
+            warn,
+            "startup",
+            host = %cfg.host,
+            message = "listening on a non-loopback address without --api-key: every client that can reach it may run jobs and stop the worker",
+        );
     }
 }
 

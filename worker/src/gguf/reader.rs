@@ -120,6 +120,12 @@ impl GgufFile {
         Self::from_storage(Storage::Mapped(map))
     }
 
+    /// Parses an existing read-only map (for instance a private copy-on-write
+    /// map that a test has altered) with the same validation as [`Self::open`].
+    pub fn from_map(map: Mmap) -> Result<GgufFile> {
+        Self::from_storage(Storage::Mapped(map))
+    }
+
     /// Parses an in-memory file with the same validation as [`Self::open`].
     /// The buffer only has byte alignment, so read tensor values with
     /// `from_le_bytes`, never by casting the slice.

@@ -66,6 +66,30 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// Upper bounds on the hyperparameters a file may claim. Each sizes an
+/// allocation (layers, KV cache, activations, logits), so each is checked
+/// before anything is built from it; the bounds sit far above any published
+/// llama-family model (at most ~130 layers, width 16 384, vocabulary 256 000,
+/// context 10M) and far below what would overflow a product of them.
+#[derive(Clone, Copy, Debug)]
+pub struct HyperLimits {
+    pub block_count: u64,
+    pub embedding_length: u64,
+    pub feed_forward_length: u64,
+    pub head_count: u64,
+    pub context_length: u64,
+    pub vocab_size: u64,
+}
+
+pub const HYPER_LIMITS: HyperLimits = HyperLimits {
+    block_count: 1024,
+    embedding_length: 1 << 16,
+    feed_forward_length: 1 << 20,
+    head_count: 1024,
+    context_length: 1 << 24,
+    vocab_size: 1 << 21,
+};
+
 /// Hyperparameters of a llama-family transformer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
@@ -110,22 +134,29 @@ impl TryFrom<&Metadata> for ModelConfig {
         let arch_name = md.get_str("general.architecture")?;
         let architecture = Architecture::from_name(arch_name)?;
         let key = |k: &str| format!("{arch_name}.{k}");
-        let usize_key = |k: &str| -> Result<usize, ConfigError> {
-            let v = md.get_u64(&key(k))?;
-            usize::try_from(v)
-                .map_err(|_| ConfigError::Invalid(format!("{} = {v} is too large", key(k))))
+        let lim = &HYPER_LIMITS;
+        let bounded = |k: &str, v: u64, max: u64| -> Result<usize, ConfigError> {
+            if v > max {
+                return Err(ConfigError::Invalid(format!(
+                    "{} = {v} is above the limit of {max}",
+                    key(k)
+                )));
+            }
+            // `max` is far below u32::MAX, so this cannot fail.
+            Ok(v as usize)
         };
+        let usize_key = |k: &str, max: u64| bounded(k, md.get_u64(&key(k))?, max);
 
         let name = md.get_str("general.name")?.to_string();
-        let context_length = usize_key("context_length")?;
-        let n_embd = usize_key("embedding_length")?;
-        let n_layer = usize_key("block_count")?;
-        let n_head = usize_key("attention.head_count")?;
+        let context_length = usize_key("context_length", lim.context_length)?;
+        let n_embd = usize_key("embedding_length", lim.embedding_length)?;
+        let n_layer = usize_key("block_count", lim.block_count)?;
+        let n_head = usize_key("attention.head_count", lim.head_count)?;
         let n_head_kv = match md.opt_u64(&key("attention.head_count_kv"))? {
-            Some(v) => v as usize,
+            Some(v) => bounded("attention.head_count_kv", v, lim.head_count)?,
             None => n_head,
         };
-        let n_ff = usize_key("feed_forward_length")?;
+        let n_ff = usize_key("feed_forward_length", lim.feed_forward_length)?;
         let rms_eps = md.get_f32(&key("attention.layer_norm_rms_epsilon"))?;
         let rope_freq_base = md.opt_f32(&key("rope.freq_base"))?.unwrap_or(10_000.0);
         let rope_freq_scale = match md.opt_str(&key("rope.scaling.type"))? {
@@ -137,8 +168,9 @@ impl TryFrom<&Metadata> for ModelConfig {
                 )))
             }
         };
+        check_floats(rms_eps, rope_freq_base, rope_freq_scale)?;
         let vocab_size = match md.opt_u64(&key("vocab_size"))? {
-            Some(v) => v as usize,
+            Some(v) => bounded("vocab_size", v, lim.vocab_size)?,
             None => md.get_str_array("tokenizer.ggml.tokens")?.len(),
         };
 
@@ -149,7 +181,8 @@ impl TryFrom<&Metadata> for ModelConfig {
         }
         let head_dim = n_embd / n_head;
         let n_rot = match md.opt_u64(&key("rope.dimension_count"))? {
-            Some(v) => v as usize,
+            // Anything above the head size is refused just below.
+            Some(v) => usize::try_from(v).unwrap_or(usize::MAX),
             None => head_dim,
         };
         if n_rot > head_dim || n_rot % 2 != 0 {
@@ -177,4 +210,21 @@ impl TryFrom<&Metadata> for ModelConfig {
             vocab_size,
         })
     }
+}
+
+/// The float hyperparameters must be finite and positive: a NaN epsilon or
+/// frequency would turn every activation into NaN without an error.
+fn check_floats(rms_eps: f32, freq_base: f32, freq_scale: f32) -> Result<(), ConfigError> {
+    for (name, v) in [
+        ("attention.layer_norm_rms_epsilon", rms_eps),
+        ("rope.freq_base", freq_base),
+        ("rope scaling (1 / rope.scaling.factor)", freq_scale),
+    ] {
+        if !(v.is_finite() && v > 0.0) {
+            return Err(ConfigError::Invalid(format!(
+                "{name} = {v} must be finite and positive"
+            )));
+        }
+    }
+    Ok(())
 }

@@ -100,6 +100,7 @@ impl<W> LlamaWeights<W> {
             upload(WeightSpec { info, rows, cols })
         };
 
+        check_layer_count(cfg, file)?;
         let (d, v, ff) = (cfg.n_embd, cfg.vocab_size, cfg.n_ff);
         let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
         let token_embd = get("token_embd.weight", v, d)?;
@@ -146,6 +147,24 @@ impl<W> LlamaWeights<W> {
             output,
         })
     }
+}
+
+/// Tensors every layer has whatever the architecture: two norms, four
+/// attention and three feed-forward matrices.
+const TENSORS_PER_LAYER: u64 = 9;
+
+/// A layer count the file cannot hold is refused before anything is sized
+/// from it (a hostile `block_count` would otherwise size the layer table).
+fn check_layer_count(cfg: &ModelConfig, file: &GgufFile) -> Result<(), GraphError> {
+    let needed = (cfg.n_layer as u64).saturating_mul(TENSORS_PER_LAYER);
+    if needed > file.tensors.len() as u64 {
+        return Err(GraphError::TooFewTensors {
+            layers: cfg.n_layer,
+            needed,
+            have: file.tensors.len(),
+        });
+    }
+    Ok(())
 }
 
 /// Runs `tokens` at positions `start_pos..` through the model, appending

@@ -20,6 +20,12 @@ pub enum GraphError {
         dims: Vec<u64>,
         want: Vec<u64>,
     },
+    #[error("block_count {layers} needs at least {needed} tensors; the file has {have}")]
+    TooFewTensors {
+        layers: usize,
+        needed: u64,
+        have: usize,
+    },
     #[error("forward called with no tokens")]
     NoTokens,
 }

@@ -39,14 +39,11 @@ pub async fn cancel(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<CancelRequest>,
 ) -> Result<(StatusCode, Json<CancelResponse>), ApiError> {
-    let job_id = match req.job_id {
-        Some(id) if !id.trim().is_empty() => id,
-        _ => {
-            return Err(ApiError::invalid(
-                "job_id: is required and must not be empty",
-            ))
-        }
-    };
+    let job_id = req
+        .job_id
+        .ok_or_else(|| "is required and must not be empty".to_string())
+        .and_then(|id| super::validation::check_job_id(&id).map(|()| id))
+        .map_err(|reason| ApiError::invalid(format!("job_id: {reason}")))?;
     let found = state.engine.cancel(&job_id);
     let label = match found {
         CancelState::Queued => "queued",

@@ -111,6 +111,36 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// 408 when the body missed its deadline ([`super::guard::BodyTimeout`]),
+/// 413 when it was already too large, else 400 (malformed framing, such as
+/// a bad chunk size).
+fn body_error(e: axum::Error, oversized: bool) -> Response {
+    let source = e.into_inner();
+    // The timeout may come wrapped in layers of body errors.
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
+    while let Some(c) = cause {
+        if let Some(t) = c.downcast_ref::<super::guard::BodyTimeout>() {
+            let error = JobError::invalid(t.to_string());
+            return ApiError::with_status(StatusCode::REQUEST_TIMEOUT, error).into_response();
+        }
+        cause = c.source();
+    }
+    if oversized {
+        return too_large().into_response();
+    }
+    ApiError::invalid(format!("the request body could not be read: {source}")).into_response()
+}
+
+/// The connection closes after this answer: what is left of the request
+/// body is not read.
+fn closing(mut resp: Response) -> Response {
+    resp.headers_mut().insert(
+        header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    resp
+}
+
 fn too_large() -> ApiError {
     ApiError::with_status(
         StatusCode::PAYLOAD_TOO_LARGE,
@@ -139,12 +169,17 @@ pub async fn limit_body(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let mut oversized = declared.is_some_and(|n| n > limit);
+    // Far too large to drain: answer at once and close the connection.
+    if declared.is_some_and(|n| n > super::MAX_DRAINED_BYTES) {
+        return closing(too_large().into_response());
+    }
     let mut kept = Vec::with_capacity(declared.filter(|_| !oversized).unwrap_or(0) as usize);
     let mut seen = 0u64;
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
-        let Ok(chunk) = chunk else {
-            return ApiError::invalid("the request body could not be read").into_response();
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            Err(e) => return closing(body_error(e, oversized)),
         };
         seen += chunk.len() as u64;
         oversized |= seen > limit;

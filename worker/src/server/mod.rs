@@ -20,6 +20,7 @@ pub mod control;
 pub mod error;
 pub mod events;
 pub mod execute;
+pub mod guard;
 pub mod info;
 pub mod openai;
 pub mod openapi;
@@ -57,7 +58,8 @@ pub const MAX_DRAINED_BYTES: u64 = 64 << 20;
 #[derive(Clone, Debug)]
 pub struct ModelFacts {
     pub worker_id: String,
-    /// The model as named at start (`--model`): `/health.model` and `started.model`.
+    /// The model's file name (`--model` without its directories, issue #15):
+    /// `/health.model` and `started.model`.
     pub model_ref: String,
     pub info: ModelInfo,
     pub device: DeviceInfo,
@@ -190,6 +192,18 @@ pub async fn serve(
     engine: Engine,
     grace: Duration,
 ) -> std::io::Result<ServeOutcome> {
+    serve_with(listener, state, engine, grace, &guard::HttpOptions::default()).await
+}
+
+/// [`serve`] with the HTTP protections of `http` (timeouts, connection
+/// limit, API key) around every route.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    engine: Engine,
+    grace: Duration,
+    http: &guard::HttpOptions,
+) -> std::io::Result<ServeOutcome> {
     let shutdown = state.shutdown.clone();
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
     let drain = tokio::spawn(async move {
@@ -202,14 +216,12 @@ pub async fn serve(
         let _ = stop_http.send(());
         (reason, begun, cancelled)
     });
-    let served = axum::serve(listener, app(state.clone()))
-        .with_graceful_shutdown(async move {
-            let _ = http_stopped.await;
-        })
-        .await;
-    if served.is_err() {
-        state.shutdown.trigger("server error");
-    }
+    let router = guard::protect(app(state.clone()), http, state.metrics.clone());
+    guard::serve_connections(listener, router, http, async move {
+        let _ = http_stopped.await;
+    })
+    .await;
+    let served: std::io::Result<()> = Ok(());
     let (reason, begun, running_job_cancelled) =
         drain.await.unwrap_or(("unknown", Instant::now(), true));
     served.map(|()| ServeOutcome {

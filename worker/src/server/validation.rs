@@ -17,6 +17,21 @@ use crate::tokenizer::{ChatMessage, Tokenizer};
 
 /// Longest `job_id`, in characters.
 pub const MAX_JOB_ID_CHARS: usize = 256;
+
+/// The rules for a `job_id` wherever one arrives (`/execute`, `/cancel`):
+/// not blank, at most [`MAX_JOB_ID_CHARS`], no control characters (it is
+/// logged, and an over-long one must never reach the log).
+pub fn check_job_id(id: &str) -> Result<(), String> {
+    if id.trim().is_empty() {
+        Err("must not be empty".into())
+    } else if id.chars().count() > MAX_JOB_ID_CHARS {
+        Err(format!("must be at most {MAX_JOB_ID_CHARS} characters"))
+    } else if id.chars().any(char::is_control) {
+        Err("must not contain control characters".into())
+    } else {
+        Ok(())
+    }
+}
 /// Longest `prompt`, and longest total `content` of `messages`, in characters.
 pub const MAX_PROMPT_CHARS: usize = 32_768;
 /// Most entries in `messages`.
@@ -222,22 +237,12 @@ pub fn check_fields(
             errs.add("job_id", "is required");
             String::new()
         }
-        Some(id) if id.trim().is_empty() => {
-            errs.add("job_id", "must not be empty");
+        Some(id) => {
+            if let Err(reason) = check_job_id(&id) {
+                errs.add("job_id", reason);
+            }
             id
         }
-        Some(id) if id.chars().count() > MAX_JOB_ID_CHARS => {
-            errs.add(
-                "job_id",
-                format!("must be at most {MAX_JOB_ID_CHARS} characters"),
-            );
-            id
-        }
-        Some(id) if id.chars().any(char::is_control) => {
-            errs.add("job_id", "must not contain control characters");
-            id
-        }
-        Some(id) => id,
     };
 
     // The text to tokenize, and the field to blame for its length.

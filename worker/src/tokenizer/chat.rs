@@ -30,6 +30,37 @@ impl ChatMessage {
 
 const TEMPLATE_NAME: &str = "chat_template";
 
+/// Bounds on one rendering (issue #15): a template comes from the model file
+/// and messages from clients, so neither may loop, recurse or grow without
+/// end. Real templates spend a few hundred instructions per message; the
+/// fuel allows thousands of messages and stops a runaway loop in well under
+/// a second.
+pub const TEMPLATE_FUEL: u64 = 2_000_000;
+/// Nesting depth of macros, includes and expressions.
+pub const TEMPLATE_RECURSION: usize = 64;
+/// Largest rendered prompt, in bytes: far above the request's own limits
+/// (32 768 characters of content) plus any template's markup.
+pub const MAX_RENDERED_BYTES: usize = 4 << 20;
+
+/// A `String` writer that refuses to grow past [`MAX_RENDERED_BYTES`].
+struct Bounded(Vec<u8>);
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + buf.len() > MAX_RENDERED_BYTES {
+            return Err(std::io::Error::other(format!(
+                "the rendered prompt is longer than {MAX_RENDERED_BYTES} bytes"
+            )));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// A compiled chat template. Compile once per model; render per request.
 pub struct ChatTemplate {
     env: Environment<'static>,
@@ -53,6 +84,8 @@ impl ChatTemplate {
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_keep_trailing_newline(false);
+        env.set_fuel(Some(TEMPLATE_FUEL));
+        env.set_recursion_limit(TEMPLATE_RECURSION);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.set_formatter(python_formatter);
         env.add_function("raise_exception", raise_exception);
@@ -78,15 +111,27 @@ impl ChatTemplate {
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(template_error)?;
-        tmpl.render(minijinja::context! {
+        let mut out = Bounded(Vec::new());
+        let ctx = minijinja::context! {
             messages => Value::from_serialize(messages),
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
             tools => Value::from(()),
             documents => Value::from(()),
-        })
-        .map_err(template_error)
+        };
+        tmpl.render_captured_to(ctx, &mut out).map_err(|e| {
+            // minijinja reports a failed write without its reason.
+            if e.kind() == ErrorKind::WriteFailure {
+                TokenizerError::Template(format!(
+                    "the rendered prompt is longer than {MAX_RENDERED_BYTES} bytes"
+                ))
+            } else {
+                template_error(e)
+            }
+        })?;
+        // Templates render str values only, so the bytes are UTF-8.
+        String::from_utf8(out.0).map_err(|e| TokenizerError::Template(e.to_string()))
     }
 
     pub fn bos_token(&self) -> &str {
@@ -411,4 +456,61 @@ fn write_json_str(out: &mut String, s: &str, ensure_ascii: bool) {
         }
     }
     out.push('"');
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    fn render(source: &str) -> Result<String, TokenizerError> {
+        let t = ChatTemplate::new(source, "<s>", "</s>").unwrap();
+        t.render(&[ChatMessage::new("user", "hi")], true)
+    }
+
+    /// Issue #15, failure 2: hostile templates end with a clear error,
+    /// quickly, instead of keeping a core busy or exhausting memory.
+    #[test]
+    fn hostile_templates_end_with_an_error() {
+        let cases = [
+            // An endless loop: nested ranges, about 10^15 steps.
+            (
+                "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}\
+                 {% endfor %}{% endfor %}{% endfor %}",
+                "fuel",
+            ),
+            // Unbounded recursion.
+            ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "recursion"),
+            // Output growing past the cap in few instructions.
+            (
+                "{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}",
+                "longer than",
+            ),
+        ];
+        for (source, want) in cases {
+            let t = Instant::now();
+            let err = render(source).expect_err(source).to_string();
+            assert!(err.contains(want), "{source}: {err}");
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "{source}: {:?}",
+                t.elapsed()
+            );
+        }
+    }
+
+    /// The bounds leave real conversations alone: 256 messages through a
+    /// ChatML template.
+    #[test]
+    fn a_long_real_conversation_renders() {
+        let chatml = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
+                      {% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+        let t = ChatTemplate::new(chatml, "", "").unwrap();
+        let msgs: Vec<ChatMessage> = (0..256)
+            .map(|i| ChatMessage::new("user", "word ".repeat(25) + &i.to_string()))
+            .collect();
+        let out = t.render(&msgs, true).unwrap();
+        assert!(out.ends_with("<|im_start|>assistant\n") && out.len() > 256 * 125);
+    }
 }

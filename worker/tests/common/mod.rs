@@ -120,6 +120,15 @@ impl Worker {
 
     pub async fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Option<Worker> {
         let model = reference_model()?;
+        Some(Worker::start_model(&model, extra, env).await)
+    }
+
+    /// Starts a worker on `model` (a derived file, say) and waits for `ready`.
+    pub async fn start_model(
+        model: &std::path::Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Worker {
         let turn = model_turn();
         let port = free_port();
         let mut cmd = Command::new(binary());
@@ -132,7 +141,7 @@ impl Worker {
             "cpu",
         ])
         .arg("--model")
-        .arg(&model)
+        .arg(model)
         .args(["--port", &port.to_string()])
         .args(extra)
         .stdout(Stdio::null())
@@ -153,7 +162,7 @@ impl Worker {
         worker
             .wait_for_event("ready", Duration::from_secs(60))
             .await;
-        Some(worker)
+        worker
     }
 
     pub fn pid(&self) -> u32 {

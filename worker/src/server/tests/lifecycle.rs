@@ -66,6 +66,7 @@ async fn shutdown_body_must_be_empty_or_an_empty_object() {
     let bad = h
         .client
         .post(format!("{}/shutdown", h.base))
+        .header("content-type", "application/json")
         .body("{\"now\": true}")
         .send()
         .await
