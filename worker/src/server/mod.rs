@@ -192,7 +192,14 @@ pub async fn serve(
     engine: Engine,
     grace: Duration,
 ) -> std::io::Result<ServeOutcome> {
-    serve_with(listener, state, engine, grace, &guard::HttpOptions::default()).await
+    serve_with(
+        listener,
+        state,
+        engine,
+        grace,
+        &guard::HttpOptions::default(),
+    )
+    .await
 }
 
 /// [`serve`] with the HTTP protections of `http` (timeouts, connection
