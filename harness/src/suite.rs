@@ -110,20 +110,26 @@ pub fn requirements_path(workspace: &Path, explicit: Option<&Path>) -> PathBuf {
     workspace.join("testdata/REQUIREMENTS.md")
 }
 
-/// Fails (with every problem listed) when an ID lacks its scenario or a scenario carries an unknown ID.
-pub fn coverage(
-    workspace: &Path,
-    requirements: &Path,
-) -> Result<(Vec<catalogue::Requirement>, Vec<catalogue::ScenarioInfo>)> {
+/// The catalogue the suite checks against: `requirements`, then the
+/// project's own requirements (from its issues) from [`PROJECT_REQUIREMENTS`].
+pub fn catalogue_text(workspace: &Path, requirements: &Path) -> Result<String> {
     let mut text = std::fs::read_to_string(requirements)
         .with_context(|| format!("reading {}", requirements.display()))?;
-    // The project's own requirements (from its issues) beside the specification's.
     let project = workspace.join(PROJECT_REQUIREMENTS);
     text.push('\n');
     text.push_str(
         &std::fs::read_to_string(&project)
             .with_context(|| format!("reading {}", project.display()))?,
     );
+    Ok(text)
+}
+
+/// Fails (with every problem listed) when an ID lacks its scenario or a scenario carries an unknown ID.
+pub fn coverage(
+    workspace: &Path,
+    requirements: &Path,
+) -> Result<(Vec<catalogue::Requirement>, Vec<catalogue::ScenarioInfo>)> {
+    let text = catalogue_text(workspace, requirements)?;
     let reqs = catalogue::parse_requirements(&text)?;
     let scenarios = catalogue::parse_features(&workspace.join("features"))?;
     let cov = catalogue::check_coverage(&reqs, &scenarios);

@@ -148,8 +148,8 @@ async fn matrix_complete(w: &mut TestWorld) -> StepResult {
         .clone()
         .ok_or_else(|| anyhow!("the nested run printed no proof bundle path"))?;
     let m = read_json(&dir.join("matrix.json"))?;
-    let reqs =
-        crate::catalogue::parse_requirements(&std::fs::read_to_string(&w.cfg.requirements)?)?;
+    let text = crate::suite::catalogue_text(&w.cfg.workspace, &w.cfg.requirements)?;
+    let reqs = crate::catalogue::parse_requirements(&text)?;
     let rows = m["rows"]
         .as_array()
         .ok_or_else(|| anyhow!("matrix.json has no rows"))?;
