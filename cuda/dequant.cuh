@@ -101,6 +101,29 @@ __device__ __forceinline__ void ld8(const u8* p, u32& lo, u32& hi) {
     }
 }
 
+// N little-endian words from p, which is A-byte aligned (A = 2, 4 or 16):
+// aligned loads, funnel-shifted when p is only 2-byte aligned.
+template <int N, int A>
+__device__ __forceinline__ void ld_words(const u8* p, u32* w) {
+    if (A >= 16 && N == 4) {
+        const uint4 v = *(const uint4*)p;
+        w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+    } else if (A >= 4) {
+#pragma unroll
+        for (int i = 0; i < N; i++) w[i] = ((const u32*)p)[i];
+    } else {
+        const u32* q = (const u32*)((u64)p & ~(u64)3);
+        const u32 sh = ((u32)(u64)p & 3) * 8;
+        u32 prev = q[0];
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            const u32 next = q[i + 1];
+            w[i] = __funnelshift_r(prev, next, sh);
+            prev = next;
+        }
+    }
+}
+
 __device__ __forceinline__ u32 byte_of(u32 lo, u32 hi, int i) {
     return ((i < 4 ? lo : hi) >> (8 * (i & 3))) & 0xFFu;
 }

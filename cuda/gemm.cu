@@ -61,6 +61,23 @@ __device__ __forceinline__ void store_split(const float* v, u32* hi, u32* lo) {
     ((uint4*)lo)[1] = make_uint4(l[4], l[5], l[6], l[7]);
 }
 
+// Writes a warp's 32 x 32 tile of out^T (+ bias): acc[i][j] holds rows
+// row0 + 16i + g (+8) and tokens tok0 + 8j + 2q (+1), as mma.sync leaves them.
+__device__ __forceinline__ void store_tile(const float (&acc)[2][4][4], int row0, int tok0, int lane, int rows,
+                                           int n, const float* __restrict__ bias, float* __restrict__ out) {
+    const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = row0 + 16 * i + g + 8 * (e >> 1);
+                const int t = tok0 + 8 * j + 2 * q + (e & 1);
+                if (r < rows && t < n) out[(i64)t * rows + r] = bias ? acc[i][j][e] + bias[r] : acc[i][j][e];
+            }
+}
+
 // The block's dynamic shared memory: 2 * (GTC_BR + GTC_BT) * (GTC_BK +
 // GTC_PAD) * 4 bytes, over the 48 KB static limit (the loader raises the
 // kernel's limit; GTC_SMEM_BYTES in source.rs).
@@ -150,17 +167,7 @@ __device__ __forceinline__ void gemm_tf32_impl(const u8* __restrict__ W, i64 row
         }
         __syncthreads();
     }
-    // acc[i][j]: rows wr + 16i + g (+8), tokens wt + 8j + 2q (+1).
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int r = r0 + wr + 16 * i + g + 8 * (e >> 1);
-                const int t = t0 + wt + 8 * j + 2 * q + (e & 1);
-                if (r < rows && t < n) out[(i64)t * rows + r] = bias ? acc[i][j][e] + bias[r] : acc[i][j][e];
-            }
+    store_tile(acc, r0 + wr, t0 + wt, lane, rows, n, bias, out);
 }
 
 
@@ -206,29 +213,6 @@ __device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
     u32 r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
-}
-
-// N little-endian words from p, which is A-byte aligned (A = 2, 4 or 16):
-// aligned loads, funnel-shifted when p is only 2-byte aligned.
-template <int N, int A>
-__device__ __forceinline__ void ld_words(const u8* p, u32* w) {
-    if (A >= 16 && N == 4) {
-        const uint4 v = *(const uint4*)p;
-        w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
-    } else if (A >= 4) {
-#pragma unroll
-        for (int i = 0; i < N; i++) w[i] = ((const u32*)p)[i];
-    } else {
-        const u32* q = (const u32*)((u64)p & ~(u64)3);
-        const u32 sh = ((u32)(u64)p & 3) * 8;
-        u32 prev = q[0];
-#pragma unroll
-        for (int i = 0; i < N; i++) {
-            const u32 next = q[i + 1];
-            w[i] = __funnelshift_r(prev, next, sh);
-            prev = next;
-        }
-    }
 }
 
 // The raw bytes one thread needs for its 16 values of a weight row in one
@@ -514,16 +498,7 @@ __device__ __forceinline__ void gemm_int_impl(const u8* __restrict__ W, i64 row_
         if (s + 1 < steps) stage(s + 1, (s + 1) & 1);
         __syncthreads();
     }
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int r = r0 + wr + 16 * i + g + 8 * (e >> 1);
-                const int t = t0 + wt + 8 * j + 2 * q + (e & 1);
-                if (r < rows && t < n) out[(i64)t * rows + r] = bias ? acc[i][j][e] + bias[r] : acc[i][j][e];
-            }
+    store_tile(acc, r0 + wr, t0 + wt, lane, rows, n, bias, out);
 }
 
 // Two blocks per SM: registers are capped at 128 a thread.

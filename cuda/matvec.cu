@@ -105,26 +105,6 @@ __device__ __forceinline__ float dot4(u32 w, float bias, const float* x, float s
     return fmaf(byte_minus<3>(w, bias), x[3], s);
 }
 
-// N little-endian words from p, which is 2-byte aligned (A = 2) or
-// 4-byte aligned (A >= 4): aligned loads, funnel-shifted when needed.
-template <int N, int A>
-__device__ __forceinline__ void ld_words(const u8* p, u32* w) {
-    if (A >= 4) {
-#pragma unroll
-        for (int i = 0; i < N; i++) w[i] = ((const u32*)p)[i];
-    } else {
-        const u32* q = (const u32*)((u64)p & ~(u64)3);
-        const u32 sh = ((u32)(u64)p & 3) * 8;
-        u32 prev = q[0];
-#pragma unroll
-        for (int i = 0; i < N; i++) {
-            const u32 next = q[i + 1];
-            w[i] = __funnelshift_r(prev, next, sh);
-            prev = next;
-        }
-    }
-}
-
 // sum_k W[8 c + k] * x[k] over chunk `c` of a row (8 values, never
 // straddling a block), the format's scales applied once to the
 // integer-valued partial sum rather than to every value: this rounds
