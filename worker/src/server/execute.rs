@@ -31,7 +31,7 @@ use crate::engine::SubmitError;
 use crate::narrate;
 
 /// Interval of SSE keep-alive comments while a job waits or runs.
-pub const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
+const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Longest `X-Deadline` value that is logged.
 const MAX_DEADLINE_HEADER: usize = 64;
 
@@ -186,6 +186,15 @@ fn stream(events: UnboundedReceiver<JobEvent>) -> Response {
                 .data(event_data(&ev)),
         )
     });
+    sse_response(stream)
+}
+
+/// An SSE response of `stream` as both front doors send it: keep-alive
+/// comments, and headers that stop proxies from buffering or caching it.
+pub fn sse_response<S>(stream: S) -> Response
+where
+    S: futures::Stream<Item = Result<Event, Infallible>> + Send + 'static,
+{
     let mut response = Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE))
         .into_response();

@@ -5,16 +5,15 @@
 
 use std::convert::Infallible;
 
-use axum::http::{header, HeaderValue};
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
+use axum::response::sse::Event;
+use axum::response::Response;
 use futures::StreamExt;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::error::OpenAiError;
 use crate::engine::job::JobEvent;
-use crate::server::execute::SSE_KEEP_ALIVE;
+use crate::server::execute::sse_response;
 
 /// The line that ends every stream.
 pub const DONE: &str = "[DONE]";
@@ -37,11 +36,5 @@ where
             .map(|line| Ok::<Event, Infallible>(Event::default().data(line)));
         futures::stream::iter(lines.collect::<Vec<_>>())
     });
-    let mut response = Sse::new(stream)
-        .keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE))
-        .into_response();
-    let h = response.headers_mut();
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    response
+    sse_response(stream)
 }
