@@ -31,3 +31,28 @@ extern "C" __global__ void add_assign(float* __restrict__ x, const float* __rest
     if (i >= n) return;
     x[i] = x[i] + y[i];
 }
+
+// One row of x for the integer mat-vec (`mv8_*`, matvec.cu): per 32 values a
+// scale d = max|x| / 127 and two int8 parts, x ~ d * (hi + lo / 256) (about
+// 15 bits, so a dot product stays within ~1e-4 of f32, where llama.cpp's one
+// int8 part is off by ~1e-2), and the exact f32 sum of every 16 values (for
+// the formats' offsets). A warp per 32 values: cols must be a multiple of 32,
+// so whole warps return together.
+extern "C" __global__ void quantize_x8(const float* __restrict__ x, int cols, i8* __restrict__ xh,
+                                       i8* __restrict__ xl, float* __restrict__ xd, float* __restrict__ xs) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x & 31;
+    if (i >= cols) return;
+    const float v = x[i];
+    const float d = warp_max(fabsf(v)) / 127.0f;
+    const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+    const int h = max(-127, min(127, __float2int_rn(v * inv)));
+    const float rest = fmaf(-d, (float)h, v);
+    xh[i] = (i8)h;
+    xl[i] = (i8)max(-127, min(127, __float2int_rn(rest * inv * 256.0f)));
+    // Sums of lanes 0-15 and 16-31, in a fixed order.
+    float s = v;
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(FULL_MASK, s, o);
+    if (lane == 0) xd[i >> 5] = d;
+    if ((lane & 15) == 0) xs[i >> 4] = s;
+}

@@ -250,3 +250,139 @@ __device__ __forceinline__ void mv1_impl(const u8* __restrict__ W, i64 row_bytes
     }
 
 FOR_EACH_TYPE(DEF_MV1)
+
+// ---------------------------------------------------------------------------
+// `mv8_<type>` / `mv8w_<type>`: the same product on the integer units, for
+// Q4_K, from x split by `quantize_x8` (elementwise.cu) into int8 parts hi
+// and lo (x ~ d * (hi + lo / 256) per 32 values) and exact sums of 16. Four
+// nibbles meet four int8 values in one dp4a, where mv1 spends three
+// instructions per value: on the H100 1.6-2.1x mv1 (benches/cuda-lab/
+// mvq_lab.cu). No shared memory: each thread loads a 16-byte unit of the
+// weights and the block header beside it, U units before it multiplies
+// any. MV8_ROWS rows a block for rows of up to MV8_WIDE_COLS columns,
+// MV8W_ROWS (with two units in flight) for longer rows.
+#if !defined(MV8_THREADS) || !defined(MV8_ROWS) || !defined(MV8W_ROWS)
+#error "MV8_THREADS, MV8_ROWS and MV8W_ROWS come from the worker as -D options"
+#endif
+
+// Q4_K's 6-bit scale and min of sub-block j from the 12 scale bytes held in
+// three words (no local-memory array).
+__device__ __forceinline__ void k_scale_min_w(u32 a, u32 b, u32 c, int j, float d, float dmin, float* sc,
+                                              float* mn) {
+    int s, m;
+    if (j < 4) {
+        s = (a >> (8 * j)) & 63;
+        m = (b >> (8 * j)) & 63;
+    } else {
+        const int o = 8 * (j - 4);
+        s = ((c >> o) & 0xF) | (((a >> (o + 6)) & 3) << 4);
+        m = ((c >> (o + 4)) & 0xF) | (((b >> (o + 6)) & 3) << 4);
+    }
+    *sc = __fmul_rn(d, (float)s);
+    *mn = __fmul_rn(dmin, (float)m);
+}
+
+// Sixteen 4-bit values (a byte each in q[0..3]) against x's hi and lo parts.
+__device__ __forceinline__ float dot16(const u32* q, uint4 h, uint4 l) {
+    int sh = __dp4a((int)q[0], (int)h.x, 0), sl = __dp4a((int)q[0], (int)l.x, 0);
+    sh = __dp4a((int)q[1], (int)h.y, sh);
+    sl = __dp4a((int)q[1], (int)l.y, sl);
+    sh = __dp4a((int)q[2], (int)h.z, sh);
+    sl = __dp4a((int)q[2], (int)l.z, sl);
+    sh = __dp4a((int)q[3], (int)h.w, sh);
+    sl = __dp4a((int)q[3], (int)l.w, sl);
+    return fmaf((float)sl, 0.00390625f, (float)sh);
+}
+
+// The quantized x of one row.
+struct X8 {
+    const i8* __restrict__ hi;
+    const i8* __restrict__ lo;
+    const float* __restrict__ d;
+    const float* __restrict__ sum16;
+};
+
+// A Q4_K unit: 16 bytes of qs (16 values of sub-block 2k in the low
+// nibbles, 16 of sub-block 2k+1 in the high ones) and its block's header
+// (d, dmin, the 12 scale bytes); 8 units per 256-value block.
+struct Q4kUnit {
+    uint4 head, qs;
+};
+
+__device__ __forceinline__ Q4kUnit q4k_unit_load(const u8* __restrict__ row, int u) {
+    const u8* b = row + (i64)(u >> 3) * 144;
+    return {*(const uint4*)b, *(const uint4*)(b + 16 + 32 * ((u >> 1) & 3) + 16 * (u & 1))};
+}
+
+__device__ __forceinline__ float q4k_unit_dot(const Q4kUnit& w, int u, const X8& x) {
+    const int k = (u >> 1) & 3;
+    const float d = f16_to_f32((u16)(w.head.x & 0xFFFF)), dmin = f16_to_f32((u16)(w.head.x >> 16));
+    float s0, m0, s1, m1;
+    k_scale_min_w(w.head.y, w.head.z, w.head.w, 2 * k, d, dmin, &s0, &m0);
+    k_scale_min_w(w.head.y, w.head.z, w.head.w, 2 * k + 1, d, dmin, &s1, &m1);
+    const int c0 = (u >> 3) * 256 + 64 * k + 16 * (u & 1), c1 = c0 + 32;  // first column of each 16
+    const u32 q[4] = {w.qs.x, w.qs.y, w.qs.z, w.qs.w};
+    u32 lo[4], hi[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        lo[i] = q[i] & 0x0F0F0F0Fu;
+        hi[i] = (q[i] >> 4) & 0x0F0F0F0Fu;
+    }
+    const float p0 = dot16(lo, *(const uint4*)(x.hi + c0), *(const uint4*)(x.lo + c0));
+    const float p1 = dot16(hi, *(const uint4*)(x.hi + c1), *(const uint4*)(x.lo + c1));
+    float acc = s0 * x.d[c0 >> 5] * p0;
+    acc = fmaf(-m0, x.sum16[c0 >> 4], acc);
+    acc = fmaf(s1 * x.d[c1 >> 5], p1, acc);
+    return fmaf(-m1, x.sum16[c1 >> 4], acc);
+}
+
+// R rows a block, MV8_THREADS / R threads a row, U units loaded at a time.
+// Summation order is fixed (a thread's units in order, then a butterfly,
+// then warps in order).
+template <int R, int U>
+__device__ __forceinline__ void mv8_q4k_impl(const u8* __restrict__ W, i64 row_bytes, int rows, int cols,
+                                             const X8& x, const float* __restrict__ bias,
+                                             float* __restrict__ out) {
+    constexpr int TPR = MV8_THREADS / R;
+    static_assert(TPR % 32 == 0 && MV8_THREADS % 32 == 0, "whole warps per row");
+    __shared__ float red[MV8_THREADS / 32];
+    const int r = blockIdx.x * R + threadIdx.x / TPR, t = threadIdx.x % TPR;
+    const int units = cols / 256 * 8;
+    float acc = 0.0f;
+    if (r < rows) {
+        const u8* row = W + (i64)r * row_bytes;
+        for (int u0 = t; u0 < units; u0 += U * TPR) {
+            Q4kUnit w[U];
+#pragma unroll
+            for (int i = 0; i < U; i++)
+                if (u0 + i * TPR < units) w[i] = q4k_unit_load(row, u0 + i * TPR);
+#pragma unroll
+            for (int i = 0; i < U; i++)
+                if (u0 + i * TPR < units) acc += q4k_unit_dot(w[i], u0 + i * TPR, x);
+        }
+    }
+    acc = warp_sum(acc);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    constexpr int WPR = TPR / 32;
+    const int j = threadIdx.x, rj = blockIdx.x * R + j;
+    if (j < R && rj < rows) {
+        float s = 0.0f;
+        for (int w = 0; w < WPR; w++) s += red[j * WPR + w];
+        out[rj] = bias ? s + bias[rj] : s;
+    }
+}
+
+#if !defined(ONE_FORMAT_ID) || ONE_FORMAT_ID == T_Q4_K
+extern "C" __global__ void __launch_bounds__(MV8_THREADS)
+    mv8_q4_k(const u8* W, i64 row_bytes, int rows, int cols, const i8* xh, const i8* xl, const float* xd,
+             const float* xs, const float* bias, float* out) {
+    mv8_q4k_impl<MV8_ROWS, 1>(W, row_bytes, rows, cols, X8{xh, xl, xd, xs}, bias, out);
+}
+
+extern "C" __global__ void __launch_bounds__(MV8_THREADS)
+    mv8w_q4_k(const u8* W, i64 row_bytes, int rows, int cols, const i8* xh, const i8* xl, const float* xd,
+              const float* xs, const float* bias, float* out) {
+    mv8_q4k_impl<MV8W_ROWS, 2>(W, row_bytes, rows, cols, X8{xh, xl, xd, xs}, bias, out);
+}
+#endif

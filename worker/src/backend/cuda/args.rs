@@ -9,7 +9,7 @@
 
 use cudarc::driver::sys::CUdeviceptr;
 
-use crate::backend::cuda::launch::{refusal, Kernel, KernelCall, Plan, Work};
+use crate::backend::cuda::launch::{has_mv8, refusal, Kernel, KernelCall, Plan, Work};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -315,6 +315,178 @@ impl KernelCall for MatVec1Call {
             rows,
             cols,
             a.x,
+            DevPtr::or_null(a.bias),
+            a.out,
+        )
+    }
+}
+
+/// One row of x split for `mv8_*` by `quantize_x8`, in one scratch block:
+/// `[cols]` i8 high parts, `[cols]` i8 low parts, `[cols / 32]` f32
+/// scales, `[cols / 16]` f32 sums of 16 values.
+#[derive(Clone, Copy, Debug)]
+pub struct X8Bufs {
+    pub hi: DevPtrMut<i8>,
+    pub lo: DevPtrMut<i8>,
+    pub d: DevPtrMut<f32>,
+    pub sums: DevPtrMut<f32>,
+}
+
+impl X8Bufs {
+    /// Bytes of the block for `cols` columns.
+    pub fn bytes(cols: usize) -> usize {
+        2 * cols + cols / 32 * 4 + cols / 16 * 4
+    }
+
+    /// The parts of the block at `base` for `cols` columns (a multiple of
+    /// 256 for every `mv8_*` format, so each part stays 16-byte aligned
+    /// for the kernels' vector loads).
+    pub fn at(base: CUdeviceptr, cols: usize) -> X8Bufs {
+        let d = base + 2 * cols as u64;
+        X8Bufs {
+            hi: DevPtrMut::new(base),
+            lo: DevPtrMut::new(base + cols as u64),
+            d: DevPtrMut::new(d),
+            sums: DevPtrMut::new(d + (cols / 32 * 4) as u64),
+        }
+    }
+
+    fn addrs(&self) -> [(&'static str, CUdeviceptr); 4] {
+        [
+            ("x8 hi", self.hi.addr()),
+            ("x8 lo", self.lo.addr()),
+            ("x8 d", self.d.addr()),
+            ("x8 sums", self.sums.addr()),
+        ]
+    }
+}
+
+/// `quantize_x8`: one row of `cols` values of x into [`X8Bufs`].
+#[derive(Clone, Copy, Debug)]
+pub struct QuantizeX8Args {
+    /// `[cols]` f32.
+    pub x: DevPtr<f32>,
+    /// A multiple of 32.
+    pub cols: usize,
+    pub out: X8Bufs,
+}
+
+impl KernelCall for QuantizeX8Args {
+    type Params = (
+        DevPtr<f32>,
+        i32,
+        DevPtrMut<i8>,
+        DevPtrMut<i8>,
+        DevPtrMut<f32>,
+        DevPtrMut<f32>,
+    );
+
+    fn plan(&self) -> Plan {
+        let [hi, lo, d, sums] = self.out.addrs();
+        plan(
+            Kernel::QuantizeX8,
+            [("cols", self.cols)],
+            [("x", self.x.addr()), hi, lo, d, sums],
+            Work::Elements(self.cols),
+        )
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        if self.cols % 32 != 0 {
+            return Err(refusal(
+                Kernel::QuantizeX8,
+                format!("{} columns, not a multiple of 32", self.cols),
+            ));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        let o = &self.out;
+        (self.x, self.cols as i32, o.hi, o.lo, o.d, o.sums)
+    }
+}
+
+/// A matmul of one row of x through `mv8_*` or `mv8w_*`, reading x as
+/// `quantize_x8` wrote it into `x8` (`args.x` itself is not read).
+#[derive(Clone, Copy, Debug)]
+pub struct MatVec8Call {
+    pub args: MatmulArgs,
+    pub x8: X8Bufs,
+    pub wide: bool,
+}
+
+impl MatVec8Call {
+    fn kernel(&self) -> Kernel {
+        let ty = self.args.w.ty;
+        if self.wide {
+            Kernel::MatVec8Wide(ty)
+        } else {
+            Kernel::MatVec8(ty)
+        }
+    }
+}
+
+impl KernelCall for MatVec8Call {
+    type Params = (
+        DevPtr<u8>,
+        i64,
+        i32,
+        i32,
+        DevPtr<i8>,
+        DevPtr<i8>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtrMut<f32>,
+    );
+
+    fn plan(&self) -> Plan {
+        let a = &self.args;
+        let [hi, lo, d, sums] = self.x8.addrs();
+        plan(
+            self.kernel(),
+            a.w.dims(a.n),
+            [
+                ("w", a.w.ptr.addr()),
+                hi,
+                lo,
+                d,
+                sums,
+                ("out", a.out.addr()),
+            ],
+            Work::Matrix {
+                rows: a.w.rows,
+                n: a.n,
+            },
+        )
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        let a = &self.args;
+        if a.n != 1 || a.w.cols % 256 != 0 || !has_mv8(a.w.ty) {
+            return Err(refusal(
+                self.kernel(),
+                format!(
+                    "{} rows of x by {} {} columns",
+                    a.n,
+                    a.w.cols,
+                    a.w.ty.name()
+                ),
+            ));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        let a = &self.args;
+        let (w, row_bytes, rows, cols) = a.w.params();
+        let x = &self.x8;
+        (
+            w,
+            row_bytes,
+            rows,
+            cols,
+            x.hi.as_const(),
+            x.lo.as_const(),
+            x.d.as_const(),
+            x.sums.as_const(),
             DevPtr::or_null(a.bias),
             a.out,
         )

@@ -139,6 +139,7 @@ impl DecodeGraph {
             .map_or(0, |sp| cfg.n_head * sp.nsplit * (cfg.head_dim + 2));
         let step_offset = arena_bytes(cfg) + align_up(part_floats as u64 * 4);
         let arena = dev.alloc(Purpose::Scratch, step_offset + 256)?;
+        ops.forget_x8();
         ops.capture = Some(GraphCapture {
             arena: arena.ptr(),
             arena_bytes: step_offset,
@@ -225,6 +226,8 @@ impl DecodeGraph {
             drv::graph::launch(self.exec, stream)
                 .map_err(|e| driver_error("launching the decode graph", e))?;
         }
+        // The graph's kernels wrote device memory behind `Kernels::launch`.
+        self.dev.kernels.note_write();
         let Some(out) = out else {
             // The pinned step buffer is rewritten by the next replay: wait
             // for this one's copy of it.

@@ -10,7 +10,7 @@
 //! (`ops.rs`, `sample.rs`) check shapes and buffer sizes before that.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
@@ -40,6 +40,10 @@ pub const MV_WARP_MIN_ROWS: usize = 4096;
 /// streams 8 rows a block; on the H100 1.5-2.6x `mvw_*` at 4096 rows and
 /// more, and no faster below ~2048).
 pub const MV1_MIN_ROWS: usize = 2048;
+/// From this many columns on, `mv8w_*` (two rows a block, two units in
+/// flight per thread) rather than `mv8_*` (four rows): on the H100 1.2x at
+/// 4096 x 14336, 0.9x at 4096 x 4096 (benches/cuda-lab/mvq_lab.cu).
+pub const MV8_WIDE_COLS: usize = 8192;
 /// For float formats, `gemm_tc_*` (3xTF32) is used when its grid has at
 /// least this many blocks per SM (fewer blocks than SMs leave tensor cores
 /// idle, and `gemm_*` is faster). The quantized formats' `gemm_tc_*`
@@ -66,6 +70,11 @@ pub struct Kernels {
     mv1_min_rows: AtomicUsize,
     tc_min_blocks: AtomicUsize,
     split_min_context: AtomicUsize,
+    /// Whether one row of x goes through `mv8_*` where the format has one.
+    mv8: AtomicBool,
+    /// Kernel launches and copies into device memory so far: a buffer's
+    /// contents are unchanged while this count is (see `CudaOps`'s x8 block).
+    writes: AtomicU64,
     sm_count: usize,
 }
 
@@ -183,6 +192,8 @@ impl Kernels {
             mv1_min_rows: AtomicUsize::new(MV1_MIN_ROWS),
             tc_min_blocks: AtomicUsize::new(TC_MIN_BLOCKS_PER_SM * sm_count),
             split_min_context: AtomicUsize::new(SPLIT_MIN_CONTEXT),
+            mv8: AtomicBool::new(true),
+            writes: AtomicU64::new(0),
             sm_count,
         })
     }
@@ -217,6 +228,37 @@ impl Kernels {
     #[cfg(test)]
     pub fn set_split_min_context(&self, positions: usize) {
         self.split_min_context.store(positions, Ordering::Relaxed);
+    }
+
+    /// Turns `mv8_*` on or off (for tests and benchmarks).
+    #[cfg(test)]
+    pub fn set_mv8(&self, on: bool) {
+        self.mv8.store(on, Ordering::Relaxed);
+    }
+
+    /// Counts a write into device memory made outside [`Kernels::launch`]
+    /// (a copy or a fill).
+    pub fn note_write(&self) {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Kernel launches and noted writes so far.
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::Relaxed)
+    }
+
+    /// Whether this matmul runs as `mv8_*` (`Some(false)`) or `mv8w_*`
+    /// (`Some(true)`, rows of [`MV8_WIDE_COLS`] columns or more) from a
+    /// quantized x: one row of x, where `mv1_*` would run, in a format
+    /// that has such a kernel compiled.
+    pub fn mv8_choice(&self, m: &MatmulArgs) -> Option<bool> {
+        let w = &m.w;
+        (self.mv8.load(Ordering::Relaxed)
+            && m.n == 1
+            && w.rows >= self.mv1_min_rows.load(Ordering::Relaxed)
+            && w.cols % 256 == 0
+            && self.funcs.contains_key(&Kernel::MatVec8(w.ty)))
+        .then_some(w.cols >= MV8_WIDE_COLS)
     }
 
     /// Whether a decode step at a context of `positions` splits its attention.
@@ -265,6 +307,7 @@ impl Kernels {
                 self.formats
             ))
         })?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
         let mut b = s.launch_builder(f);
         params.push_all(&mut b);
         // SAFETY: `C::Params` is the kernel's C signature (compared with the

@@ -11,7 +11,8 @@ use cudarc::driver::{LaunchArgs, LaunchConfig, PushKernelArg};
 use crate::backend::cuda::ptr::Param;
 use crate::backend::cuda::source::{
     Module, ATS_THREADS, ATT_THREADS, GEMM_BM, GEMM_BN, GEMM_THREADS, GTC_BR, GTC_BT,
-    GTC_SMEM_BYTES, GTC_THREADS, MV1_ROWS, MV1_THREADS, MV_THREADS, SAMPLE_THREADS,
+    GTC_SMEM_BYTES, GTC_THREADS, MV1_ROWS, MV1_THREADS, MV8W_ROWS, MV8_ROWS, MV8_THREADS,
+    MV_THREADS, SAMPLE_THREADS,
 };
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -30,6 +31,13 @@ pub enum Kernel {
     /// `mv1_<type>`: matrix product for one row of x (decode), streaming
     /// tiles of `MV1_ROWS` weight rows through shared memory.
     MatVec1(GgmlType),
+    /// `mv8_<type>`: matrix product for one row of x (decode) on the integer
+    /// units, from x split by `quantize_x8`; `MV8_ROWS` weight rows a block.
+    MatVec8(GgmlType),
+    /// `mv8w_<type>`: the same for long rows, `MV8W_ROWS` rows a block.
+    MatVec8Wide(GgmlType),
+    /// `quantize_x8`: one row of x as `mv8_*` reads it.
+    QuantizeX8,
     /// `gemm_tc_<type>`: matrix product for many rows of x on tensor cores
     /// (quantized formats: their integers on bf16; float formats: 3xTF32).
     GemmTc(GgmlType),
@@ -65,8 +73,12 @@ impl Kernel {
                 Kernel::Gemm(t),
             ]);
             v.extend([Kernel::MatVec1(t), Kernel::GemmTc(t)]);
+            if has_mv8(t) {
+                v.extend([Kernel::MatVec8(t), Kernel::MatVec8Wide(t)]);
+            }
         }
         v.extend([
+            Kernel::QuantizeX8,
             Kernel::RmsNorm,
             Kernel::LayerNorm,
             Kernel::Rope,
@@ -87,7 +99,7 @@ impl Kernel {
         match self {
             Kernel::Embed(_) => Module::Embed,
             Kernel::MatVec(_) | Kernel::MatVecWarp(_) | Kernel::Gemm(_) => Module::Matmul,
-            Kernel::MatVec1(_) => Module::Matvec,
+            Kernel::MatVec1(_) | Kernel::MatVec8(_) | Kernel::MatVec8Wide(_) => Module::Matvec,
             Kernel::GemmTc(_) => Module::GemmTc,
             Kernel::RmsNorm | Kernel::LayerNorm => Module::Norm,
             Kernel::Rope => Module::Rope,
@@ -95,7 +107,9 @@ impl Kernel {
             | Kernel::Attention
             | Kernel::AttentionSplit
             | Kernel::AttentionCombine => Module::Attention,
-            Kernel::Swiglu | Kernel::Gelu | Kernel::AddAssign => Module::Elementwise,
+            Kernel::Swiglu | Kernel::Gelu | Kernel::AddAssign | Kernel::QuantizeX8 => {
+                Module::Elementwise
+            }
             Kernel::SampleSelect | Kernel::SampleLogprobs => Module::Sample,
         }
     }
@@ -108,6 +122,8 @@ impl Kernel {
             | Kernel::MatVecWarp(t)
             | Kernel::Gemm(t)
             | Kernel::MatVec1(t)
+            | Kernel::MatVec8(t)
+            | Kernel::MatVec8Wide(t)
             | Kernel::GemmTc(t) => Some(t),
             _ => None,
         }
@@ -122,6 +138,9 @@ impl Kernel {
             Kernel::MatVecWarp(t) => format!("mvw_{}", ty(t)),
             Kernel::Gemm(t) => format!("gemm_{}", ty(t)),
             Kernel::MatVec1(t) => format!("mv1_{}", ty(t)),
+            Kernel::MatVec8(t) => format!("mv8_{}", ty(t)),
+            Kernel::MatVec8Wide(t) => format!("mv8w_{}", ty(t)),
+            Kernel::QuantizeX8 => "quantize_x8".into(),
             Kernel::GemmTc(t) => format!("gemm_tc_{}", ty(t)),
             Kernel::RmsNorm => "rms_norm".into(),
             Kernel::LayerNorm => "layer_norm".into(),
@@ -137,6 +156,11 @@ impl Kernel {
             Kernel::SampleLogprobs => "sample_logprobs".into(),
         }
     }
+}
+
+/// Formats with an integer decode mat-vec (`mv8_*`, matvec.cu).
+pub fn has_mv8(t: GgmlType) -> bool {
+    t == GgmlType::Q4K
 }
 
 /// M0-W-1431: the checks every launch makes before it queues anything, so
@@ -254,6 +278,12 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
         (Kernel::MatVec1(_), Work::Matrix { rows, .. }) => {
             Ok(blocks(((rows as u32).div_ceil(MV1_ROWS), 1), MV1_THREADS))
         }
+        (Kernel::MatVec8(_), Work::Matrix { rows, .. }) => {
+            Ok(blocks(((rows as u32).div_ceil(MV8_ROWS), 1), MV8_THREADS))
+        }
+        (Kernel::MatVec8Wide(_), Work::Matrix { rows, .. }) => {
+            Ok(blocks(((rows as u32).div_ceil(MV8W_ROWS), 1), MV8_THREADS))
+        }
         (Kernel::GemmTc(_), Work::Matrix { rows, n }) => {
             let tiles_n = (n as u32).div_ceil(GTC_BT);
             if tiles_n > 65535 {
@@ -283,7 +313,12 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
             Ok(blocks((rows as u32, 1), norm_threads(cols)))
         }
         (
-            Kernel::Rope | Kernel::KvStore | Kernel::Swiglu | Kernel::Gelu | Kernel::AddAssign,
+            Kernel::Rope
+            | Kernel::KvStore
+            | Kernel::Swiglu
+            | Kernel::Gelu
+            | Kernel::AddAssign
+            | Kernel::QuantizeX8,
             Work::Elements(n),
         ) => grid_1d(n as u64, ELEMENT_THREADS),
         (Kernel::Attention, Work::Heads { n, n_head }) => {

@@ -266,6 +266,16 @@ impl CudaBackend {
         };
         let mut ops = CudaOps::new(dev.clone());
         ops.prepare_rope(cfg.rope_freq_base, cfg.n_rot)?;
+        // The widest row of x that a decode mat-vec splits for `mv8_*`.
+        let x8_cols = names
+            .iter()
+            .filter_map(|n| file.tensor(n))
+            .filter(|i| i.dims.len() > 1 && launch::has_mv8(i.ggml_type))
+            .map(|i| i.dims[0] as usize)
+            .max();
+        if let Some(cols) = x8_cols {
+            ops.reserve_x8(cols)?;
+        }
         let sampler = DeviceSampler::new(&dev, cfg.vocab_size)?;
         ops.keep_logits_in(sampler.logits_ptr(), cfg.vocab_size);
         let graph_host = graph::GraphHost::new(&dev, cfg.vocab_size)?;

@@ -14,7 +14,8 @@ use cudarc::driver::sys::CUdeviceptr;
 
 use crate::backend::cuda::args::{
     AddAssignArgs, AttentionArgs, AttentionCombineArgs, AttentionSplitArgs, CacheWindow, EmbedArgs,
-    GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs, RmsNormArgs, RopeArgs, RopePairs, SwigluArgs,
+    GeluArgs, KvStoreArgs, LayerNormArgs, MatVec8Call, MatmulArgs, QuantizeX8Args, RmsNormArgs,
+    RopeArgs, RopePairs, SwigluArgs, X8Bufs,
 };
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::ptr::DevPtr;
@@ -60,11 +61,22 @@ struct RopeTable {
     mem: DevBuf,
 }
 
+/// The block `quantize_x8` writes for `mv8_*`, and which x it holds:
+/// `(address, cols, Kernels::writes)` when it was written, so that Q, K and
+/// V (or gate and up), which read one x, split it once. Any launch or copy
+/// since changes the count, and the x is split again.
+struct X8Block {
+    mem: DevBuf,
+    cols: usize,
+    holds: Option<(CUdeviceptr, usize, u64)>,
+}
+
 /// The `Ops` implementation over one device.
 pub struct CudaOps {
     pub(crate) dev: Arc<CudaDevice>,
     pub(crate) capture: Option<GraphCapture>,
     rope_tables: Vec<RopeTable>,
+    x8: Option<X8Block>,
     /// Where `keep_last_row` copies the last position's logits: a device
     /// buffer of this many f32 (the sampler's); none: nowhere.
     kept_logits: Option<(CUdeviceptr, usize)>,
@@ -86,7 +98,89 @@ impl CudaOps {
             dev,
             capture: None,
             rope_tables: Vec::new(),
+            x8: None,
             kept_logits: None,
+        }
+    }
+
+    /// Makes room for x rows of up to `cols` columns in the block that
+    /// `mv8_*` reads (done at load, so that no decode graph needs to
+    /// allocate; without it the first such matmul allocates).
+    pub fn reserve_x8(&mut self, cols: usize) -> Result<(), BackendError> {
+        if self.x8.as_ref().is_some_and(|b| b.cols >= cols) {
+            return Ok(());
+        }
+        self.dev.bind()?;
+        let mem = self
+            .dev
+            .alloc(Purpose::Scratch, X8Bufs::bytes(cols) as u64)?;
+        self.x8 = Some(X8Block {
+            mem,
+            cols,
+            holds: None,
+        });
+        Ok(())
+    }
+
+    /// One row of x split for `mv8_*`, split now unless the block holds it
+    /// already; `None` inside a graph capture when the block is too small
+    /// (nothing may be allocated there: `mv1_*` runs instead).
+    fn quantized_x(&mut self, x: &CudaBuf) -> Result<Option<X8Bufs>, BackendError> {
+        let cols = x.cols;
+        if self.x8.as_ref().is_none_or(|b| b.cols < cols) {
+            if self.capture.is_some() {
+                return Ok(None);
+            }
+            self.reserve_x8(cols)?;
+        }
+        let kernels = &self.dev.kernels;
+        let block = self.x8.as_mut().expect("reserved above");
+        let bufs = X8Bufs::at(block.mem.ptr(), cols);
+        if block.holds != Some((x.ptr(), cols, kernels.writes())) {
+            let args = QuantizeX8Args {
+                x: x.input(),
+                cols,
+                out: bufs,
+            };
+            kernels.launch(&self.dev.stream, &args)?;
+        }
+        Ok(Some(bufs))
+    }
+
+    /// `out = x W^T (+ bias)` through `mv8_*`, when it applies; `false`:
+    /// it does not, nothing was launched.
+    fn matmul_x8(
+        &mut self,
+        x: &CudaBuf,
+        args: &MatmulArgs,
+        out: &CudaBuf,
+    ) -> Result<bool, BackendError> {
+        let Some(wide) = self.dev.kernels.mv8_choice(args) else {
+            return Ok(false);
+        };
+        let Some(x8) = self.quantized_x(x)? else {
+            return Ok(false);
+        };
+        let call = MatVec8Call {
+            args: *args,
+            x8,
+            wide,
+        };
+        self.dev.kernels.launch(&self.dev.stream, &call)?;
+        // The block still holds x, unless the product overwrote x itself.
+        let kernels = &self.dev.kernels;
+        let block = self.x8.as_mut().expect("quantized_x reserved it");
+        let (xs, xe) = (x.ptr(), x.ptr() + x.len() as u64 * 4);
+        let (os, oe) = (out.ptr(), out.ptr() + out.len() as u64 * 4);
+        block.holds = (oe <= xs || xe <= os).then_some((x.ptr(), x.cols, kernels.writes()));
+        Ok(true)
+    }
+
+    /// Forgets which x the `mv8_*` block holds (a decode graph replayed
+    /// writes it without the host's launches).
+    pub(crate) fn forget_x8(&mut self) {
+        if let Some(b) = &mut self.x8 {
+            b.holds = None;
         }
     }
 
@@ -149,6 +243,7 @@ impl CudaOps {
         // host memory is staged before the call returns.
         unsafe { drv::memcpy_htod_async(b.ptr(), data, self.dev.cu_stream()) }
             .map_err(|e| driver_error("copying to the device", e))?;
+        self.dev.kernels.note_write();
         Ok(b)
     }
 
@@ -215,6 +310,7 @@ impl CudaOps {
     }
 
     fn zero(&self, b: &CudaBuf) -> Result<(), BackendError> {
+        self.dev.kernels.note_write();
         // SAFETY: the range is the buffer's own.
         unsafe { drv::memset_d8_async(b.ptr(), 0, b.len() * 4, self.dev.cu_stream()) }
             .map_err(|e| driver_error("zeroing device memory", e))
@@ -356,6 +452,9 @@ impl Ops for CudaOps {
             bias,
             out: out.output(),
         };
+        if self.matmul_x8(x, &args, out)? {
+            return Ok(());
+        }
         self.dev.kernels.matmul(&self.dev.stream, &args)
     }
 
@@ -624,6 +723,7 @@ impl Ops for CudaOps {
             drv::memcpy_dtod_async(out.ptr(), x.row_ptr(row), x.cols * 4, self.dev.cu_stream())
         }
         .map_err(|e| driver_error("copying a row", e))?;
+        self.dev.kernels.note_write();
         Ok(out)
     }
 
@@ -656,6 +756,7 @@ impl Ops for CudaOps {
             )));
         }
         self.dev.bind()?;
+        self.dev.kernels.note_write();
         // SAFETY: one row of `len` f32 inside the block, into a buffer of `len` f32.
         unsafe { drv::memcpy_dtod_async(dst, x.row_ptr(x.rows - 1), len * 4, self.dev.cu_stream()) }
             .map_err(|e| driver_error("keeping the logits on the device", e))

@@ -58,6 +58,11 @@ shared_constants! {
     MV1_THREADS: u32 = 256;
     MV1_ROWS: u32 = 8;
     MV1_STAGES: u32 = 4;
+    /// `mv8_*` / `mv8w_*` (integer decode mat-vec, matvec.cu): threads per
+    /// block, and weight rows per block for short and for wide rows.
+    MV8_THREADS: u32 = 128;
+    MV8_ROWS: u32 = 4;
+    MV8W_ROWS: u32 = 2;
     /// `gemm_tc_*` (gemm.cu): output tile of `GTC_BR` weight rows by
     /// `GTC_BT` rows of x over slices of `GTC_BK` columns, `GTC_THREADS`
     /// threads (8 warps of 32 x 32), shared-memory rows padded by `GTC_PAD`.

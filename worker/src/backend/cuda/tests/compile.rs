@@ -227,8 +227,13 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
             v.push((k, sig::<MatmulCall>()));
         }
         v.push((Kernel::MatVec1(t), sig::<MatVec1Call>()));
+        if crate::backend::cuda::launch::has_mv8(t) {
+            v.push((Kernel::MatVec8(t), sig::<MatVec8Call>()));
+            v.push((Kernel::MatVec8Wide(t), sig::<MatVec8Call>()));
+        }
     }
     v.extend([
+        (Kernel::QuantizeX8, sig::<QuantizeX8Args>()),
         (Kernel::RmsNorm, sig::<RmsNormArgs>()),
         (Kernel::LayerNorm, sig::<LayerNormArgs>()),
         (Kernel::Rope, sig::<RopeArgs>()),

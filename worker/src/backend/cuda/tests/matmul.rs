@@ -55,15 +55,23 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
             let xv = random_vec(&mut rng, n * cols, 1.0);
             let bias_v = random_vec(&mut rng, rows, 1.0);
             let bias = test_weight(&mut ops, GgmlType::F32, 1, rows, &bias_v);
-            for (with_bias, (warp_rows, newer)) in [false, true].into_iter().flat_map(|b| {
-                [(0, false), (usize::MAX, false), (usize::MAX, true)]
-                    .into_iter()
-                    .map(move |k| (b, k))
-            }) {
-                // Every shape through both mv kernels (a warp or a block per
-                // row), then through mv1 (one row of x) and gemm_tc (many).
+            // Every shape through both mv kernels (a warp or a block per
+            // row), then through mv1 or mv8 (one row of x) and gemm_tc (many).
+            let mut kinds = vec![
+                (0, false, false),
+                (usize::MAX, false, false),
+                (usize::MAX, true, true),
+            ];
+            if launch::has_mv8(ty) && n == 1 {
+                kinds.push((usize::MAX, true, false));
+            }
+            for (with_bias, (warp_rows, newer, mv8)) in [false, true]
+                .into_iter()
+                .flat_map(|b| kinds.clone().into_iter().map(move |k| (b, k)))
+            {
                 dev().set_mv_warp_min_rows(warp_rows);
                 force_newer_matmuls(newer);
+                dev().kernels.set_mv8(mv8);
                 let b = with_bias.then_some(&bias);
                 let mut cpu_out = cpu_buf(n, rows, vec![0.0; n * rows]);
                 CpuOps
@@ -80,7 +88,7 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
                 let g = host(&mut ops, &out);
                 let e = rel_err(&g, &cpu_out.data);
                 let what = format!(
-                    "{ty} {rows}x{cols} n={n} bias={with_bias} mvw from {warp_rows} mv1/tc {newer}"
+                    "{ty} {rows}x{cols} n={n} bias={with_bias} mvw from {warp_rows} mv1/tc {newer} mv8 {mv8}"
                 );
                 assert!(e <= 1e-3, "{what}: relative error {e:e}");
                 worst_ty = worst_ty.max(e);
@@ -151,6 +159,7 @@ fn force_newer_matmuls(on: bool) {
 
 /// The matmul kernel choice as the backend makes it.
 fn restore_matmul_choice() {
+    dev().kernels.set_mv8(true);
     dev().set_mv_warp_min_rows(kernels::MV_WARP_MIN_ROWS);
     dev().kernels.set_mv1_min_rows(kernels::MV1_MIN_ROWS);
     dev()
@@ -316,4 +325,77 @@ fn matmul_timings() {
             eprintln!("{line}");
         }
     }
+}
+
+/// `mv8_*` splits x once for products that read the same x (Q, K and V),
+/// and again whenever x may have changed: rewritten by a kernel, by a copy
+/// into a new buffer at a freed buffer's address, or by a product into x.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn mv8_splits_x_again_whenever_it_may_have_changed() {
+    let _gpu = shared_gpu();
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let (rows, cols, ty) = (2304, 512, GgmlType::Q4K);
+    let ws: Vec<TestWeight> = (0..2)
+        .map(|_| {
+            test_weight(
+                &mut ops,
+                ty,
+                rows,
+                cols,
+                &random_vec(&mut rng, rows * cols, 1.0),
+            )
+        })
+        .collect();
+    let cpu = |w: &TestWeight, xv: &[f32]| {
+        let mut out = cpu_buf(1, rows, vec![0.0; rows]);
+        CpuOps
+            .matmul(&cpu_buf(1, cols, xv.to_vec()), &w.cpu, None, &mut out)
+            .unwrap();
+        out.data
+    };
+    let check = |ops: &mut CudaOps, x: &CudaBuf, xv: &[f32], w: &TestWeight, what: &str| {
+        let mut out = ops.buf(1, rows).unwrap();
+        ops.matmul(x, &w.gpu, None, &mut out).unwrap();
+        let e = rel_err(&host(ops, &out), &cpu(w, xv));
+        assert!(e <= 1e-3, "{what}: relative error {e:e}");
+    };
+    force_newer_matmuls(false);
+    dev().kernels.set_mv1_min_rows(0);
+    // The same x through two weights: split once, right for both.
+    let xv = random_vec(&mut rng, cols, 1.0);
+    let x = ops.upload(1, cols, &xv).unwrap();
+    let before = dev().kernels.writes();
+    check(&mut ops, &x, &xv, &ws[0], "first product");
+    check(&mut ops, &x, &xv, &ws[1], "second product, same x");
+    // quantize_x8 + 2 x mv8_q4_k: the second product did not split x again.
+    assert_eq!(dev().kernels.writes() - before, 3, "x was split twice");
+    drop(x);
+    // A new x, copied to wherever the pool puts it (often the freed
+    // address), then rewritten in place by a kernel.
+    for round in 0..3 {
+        let xv = random_vec(&mut rng, cols, 1.0 + round as f32);
+        let x = ops.upload(1, cols, &xv).unwrap();
+        check(&mut ops, &x, &xv, &ws[round % 2], &format!("new x {round}"));
+        check(
+            &mut ops,
+            &x,
+            &xv,
+            &ws[(round + 1) % 2],
+            &format!("new x {round}, other weight"),
+        );
+        let mut sum = x;
+        let add = ops.upload(1, cols, &xv).unwrap();
+        ops.add_assign(&mut sum, &add).unwrap();
+        let doubled: Vec<f32> = xv.iter().map(|v| v + v).collect();
+        check(
+            &mut ops,
+            &sum,
+            &doubled,
+            &ws[0],
+            &format!("x {round} doubled by a kernel"),
+        );
+    }
+    restore_matmul_choice();
 }
