@@ -253,17 +253,39 @@ FOR_EACH_TYPE(DEF_MV1)
 
 // ---------------------------------------------------------------------------
 // `mv8_<type>` / `mv8w_<type>`: the same product on the integer units, for
-// Q4_K, from x split by `quantize_x8` (elementwise.cu) into int8 parts hi
-// and lo (x ~ d * (hi + lo / 256) per 32 values) and exact sums of 16. Four
-// nibbles meet four int8 values in one dp4a, where mv1 spends three
-// instructions per value: on the H100 1.6-2.1x mv1 (benches/cuda-lab/
-// mvq_lab.cu). No shared memory: each thread loads a 16-byte unit of the
-// weights and the block header beside it, U units before it multiplies
-// any. MV8_ROWS rows a block for rows of up to MV8_WIDE_COLS columns,
-// MV8W_ROWS (with two units in flight) for longer rows.
+// Q4_K, Q5_0 and Q8_0, from x split by `quantize_x8` (elementwise.cu) into
+// int8 parts hi and lo (x ~ d * (hi + lo / 256) per 32 values) and exact
+// sums of 16. Four weights meet four int8 values in one dp4a, where mv1
+// spends three instructions per value: on the H100 Q4_K runs 1.6-2.1x mv1
+// (benches/cuda-lab/mvq_lab.cu). No shared memory: each thread loads a
+// unit of 32 weights (and its block's scales), U units before it
+// multiplies any. MV8_ROWS rows a block, or MV8W_ROWS with two units in
+// flight per thread (long rows, and matrices of few rows).
 #if !defined(MV8_THREADS) || !defined(MV8_ROWS) || !defined(MV8W_ROWS)
 #error "MV8_THREADS, MV8_ROWS and MV8W_ROWS come from the worker as -D options"
 #endif
+
+// The quantized x of one row.
+struct X8 {
+    const i8* __restrict__ hi;
+    const i8* __restrict__ lo;
+    const float* __restrict__ d;
+    const float* __restrict__ sum16;
+};
+
+// Sixteen weights (a signed byte each in q[0..3]) against x's hi and lo
+// parts from column c.
+__device__ __forceinline__ float dot16(const u32* q, const X8& x, int c) {
+    const uint4 h = *(const uint4*)(x.hi + c), l = *(const uint4*)(x.lo + c);
+    int sh = __dp4a((int)q[0], (int)h.x, 0), sl = __dp4a((int)q[0], (int)l.x, 0);
+    sh = __dp4a((int)q[1], (int)h.y, sh);
+    sl = __dp4a((int)q[1], (int)l.y, sl);
+    sh = __dp4a((int)q[2], (int)h.z, sh);
+    sl = __dp4a((int)q[2], (int)l.z, sl);
+    sh = __dp4a((int)q[3], (int)h.w, sh);
+    sl = __dp4a((int)q[3], (int)l.w, sl);
+    return fmaf((float)sl, 0.00390625f, (float)sh);
+}
 
 // Q4_K's 6-bit scale and min of sub-block j from the 12 scale bytes held in
 // three words (no local-memory array).
@@ -282,83 +304,109 @@ __device__ __forceinline__ void k_scale_min_w(u32 a, u32 b, u32 c, int j, float 
     *mn = __fmul_rn(dmin, (float)m);
 }
 
-// Sixteen 4-bit values (a byte each in q[0..3]) against x's hi and lo parts.
-__device__ __forceinline__ float dot16(const u32* q, uint4 h, uint4 l) {
-    int sh = __dp4a((int)q[0], (int)h.x, 0), sl = __dp4a((int)q[0], (int)l.x, 0);
-    sh = __dp4a((int)q[1], (int)h.y, sh);
-    sl = __dp4a((int)q[1], (int)l.y, sl);
-    sh = __dp4a((int)q[2], (int)h.z, sh);
-    sl = __dp4a((int)q[2], (int)l.z, sl);
-    sh = __dp4a((int)q[3], (int)h.w, sh);
-    sl = __dp4a((int)q[3], (int)l.w, sl);
-    return fmaf((float)sl, 0.00390625f, (float)sh);
-}
+// A unit is 32 weights of one row: unit u covers columns 32u.. for Q5_0
+// and Q8_0 (one block). For Q4_K it is 16 bytes of qs, 16 values of
+// sub-block 2k in the low nibbles and 16 of sub-block 2k+1 in the high
+// ones, with the block's header (d, dmin, 12 scale bytes); 8 units a block.
+template <int T>
+struct Mv8Unit;
 
-// The quantized x of one row.
-struct X8 {
-    const i8* __restrict__ hi;
-    const i8* __restrict__ lo;
-    const float* __restrict__ d;
-    const float* __restrict__ sum16;
-};
-
-// A Q4_K unit: 16 bytes of qs (16 values of sub-block 2k in the low
-// nibbles, 16 of sub-block 2k+1 in the high ones) and its block's header
-// (d, dmin, the 12 scale bytes); 8 units per 256-value block.
-struct Q4kUnit {
+template <>
+struct Mv8Unit<T_Q4_K> {
     uint4 head, qs;
+    __device__ __forceinline__ void load(const u8* __restrict__ row, int u) {
+        const u8* b = row + (i64)(u >> 3) * 144;
+        head = *(const uint4*)b;
+        qs = *(const uint4*)(b + 16 + 32 * ((u >> 1) & 3) + 16 * (u & 1));
+    }
+    __device__ __forceinline__ float dot(int u, const X8& x) const {
+        const int k = (u >> 1) & 3;
+        const float d = f16_to_f32((u16)(head.x & 0xFFFF)), dmin = f16_to_f32((u16)(head.x >> 16));
+        float s0, m0, s1, m1;
+        k_scale_min_w(head.y, head.z, head.w, 2 * k, d, dmin, &s0, &m0);
+        k_scale_min_w(head.y, head.z, head.w, 2 * k + 1, d, dmin, &s1, &m1);
+        const int c0 = (u >> 3) * 256 + 64 * k + 16 * (u & 1), c1 = c0 + 32;  // first column of each 16
+        const u32 q[4] = {qs.x, qs.y, qs.z, qs.w};
+        u32 lo[4], hi[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            lo[i] = q[i] & 0x0F0F0F0Fu;
+            hi[i] = (q[i] >> 4) & 0x0F0F0F0Fu;
+        }
+        float acc = s0 * x.d[c0 >> 5] * dot16(lo, x, c0);
+        acc = fmaf(-m0, x.sum16[c0 >> 4], acc);
+        acc = fmaf(s1 * x.d[c1 >> 5], dot16(hi, x, c1), acc);
+        return fmaf(-m1, x.sum16[c1 >> 4], acc);
+    }
 };
 
-__device__ __forceinline__ Q4kUnit q4k_unit_load(const u8* __restrict__ row, int u) {
-    const u8* b = row + (i64)(u >> 3) * 144;
-    return {*(const uint4*)b, *(const uint4*)(b + 16 + 32 * ((u >> 1) & 3) + 16 * (u & 1))};
+// Bits i..i+3 of h, one into bit 4 of each byte (the fifth bit of 4 values).
+__device__ __forceinline__ u32 spread4(u32 h, int i) {
+    return (((h >> i) & 0xFu) * 0x00204081u & 0x01010101u) << 4;
 }
 
-__device__ __forceinline__ float q4k_unit_dot(const Q4kUnit& w, int u, const X8& x) {
-    const int k = (u >> 1) & 3;
-    const float d = f16_to_f32((u16)(w.head.x & 0xFFFF)), dmin = f16_to_f32((u16)(w.head.x >> 16));
-    float s0, m0, s1, m1;
-    k_scale_min_w(w.head.y, w.head.z, w.head.w, 2 * k, d, dmin, &s0, &m0);
-    k_scale_min_w(w.head.y, w.head.z, w.head.w, 2 * k + 1, d, dmin, &s1, &m1);
-    const int c0 = (u >> 3) * 256 + 64 * k + 16 * (u & 1), c1 = c0 + 32;  // first column of each 16
-    const u32 q[4] = {w.qs.x, w.qs.y, w.qs.z, w.qs.w};
-    u32 lo[4], hi[4];
+// Blocks of 22 and 34 bytes sit only 2-byte aligned: loaded as u16s.
+template <>
+struct Mv8Unit<T_Q5_0> {
+    u32 dh, qh, qs[4];
+    __device__ __forceinline__ void load(const u8* __restrict__ row, int u) {
+        const u16* b = (const u16*)(row + (i64)u * 22);
+        dh = b[0];
+        qh = b[1] | ((u32)b[2] << 16);
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        lo[i] = q[i] & 0x0F0F0F0Fu;
-        hi[i] = (q[i] >> 4) & 0x0F0F0F0Fu;
+        for (int i = 0; i < 4; i++) qs[i] = b[3 + 2 * i] | ((u32)b[4 + 2 * i] << 16);
     }
-    const float p0 = dot16(lo, *(const uint4*)(x.hi + c0), *(const uint4*)(x.lo + c0));
-    const float p1 = dot16(hi, *(const uint4*)(x.hi + c1), *(const uint4*)(x.lo + c1));
-    float acc = s0 * x.d[c0 >> 5] * p0;
-    acc = fmaf(-m0, x.sum16[c0 >> 4], acc);
-    acc = fmaf(s1 * x.d[c1 >> 5], p1, acc);
-    return fmaf(-m1, x.sum16[c1 >> 4], acc);
-}
+    __device__ __forceinline__ float dot(int u, const X8& x) const {
+        u32 lo[4], hi[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            lo[i] = (qs[i] & 0x0F0F0F0Fu) | spread4(qh, 4 * i);
+            hi[i] = ((qs[i] >> 4) & 0x0F0F0F0Fu) | spread4(qh, 16 + 4 * i);
+        }
+        const int c = 32 * u;
+        const float d = f16_to_f32((u16)dh);
+        const float q = dot16(lo, x, c) + dot16(hi, x, c + 16);  // sum of (value + 16) * x
+        return d * fmaf(x.d[u], q, -16.0f * (x.sum16[2 * u] + x.sum16[2 * u + 1]));
+    }
+};
+
+template <>
+struct Mv8Unit<T_Q8_0> {
+    u32 dh, qs[8];
+    __device__ __forceinline__ void load(const u8* __restrict__ row, int u) {
+        const u16* b = (const u16*)(row + (i64)u * 34);
+        dh = b[0];
+#pragma unroll
+        for (int i = 0; i < 8; i++) qs[i] = b[1 + 2 * i] | ((u32)b[2 + 2 * i] << 16);
+    }
+    __device__ __forceinline__ float dot(int u, const X8& x) const {
+        const int c = 32 * u;
+        return f16_to_f32((u16)dh) * x.d[u] * (dot16(qs, x, c) + dot16(qs + 4, x, c + 16));
+    }
+};
 
 // R rows a block, MV8_THREADS / R threads a row, U units loaded at a time.
 // Summation order is fixed (a thread's units in order, then a butterfly,
 // then warps in order).
-template <int R, int U>
-__device__ __forceinline__ void mv8_q4k_impl(const u8* __restrict__ W, i64 row_bytes, int rows, int cols,
-                                             const X8& x, const float* __restrict__ bias,
-                                             float* __restrict__ out) {
+template <int T, int R, int U>
+__device__ __forceinline__ void mv8_impl(const u8* __restrict__ W, i64 row_bytes, int rows, int cols, const X8& x,
+                                         const float* __restrict__ bias, float* __restrict__ out) {
     constexpr int TPR = MV8_THREADS / R;
     static_assert(TPR % 32 == 0 && MV8_THREADS % 32 == 0, "whole warps per row");
     __shared__ float red[MV8_THREADS / 32];
     const int r = blockIdx.x * R + threadIdx.x / TPR, t = threadIdx.x % TPR;
-    const int units = cols / 256 * 8;
+    const int units = cols / 32;
     float acc = 0.0f;
     if (r < rows) {
         const u8* row = W + (i64)r * row_bytes;
         for (int u0 = t; u0 < units; u0 += U * TPR) {
-            Q4kUnit w[U];
+            Mv8Unit<T> w[U];
 #pragma unroll
             for (int i = 0; i < U; i++)
-                if (u0 + i * TPR < units) w[i] = q4k_unit_load(row, u0 + i * TPR);
+                if (u0 + i * TPR < units) w[i].load(row, u0 + i * TPR);
 #pragma unroll
             for (int i = 0; i < U; i++)
-                if (u0 + i * TPR < units) acc += q4k_unit_dot(w[i], u0 + i * TPR, x);
+                if (u0 + i * TPR < units) acc += w[i].dot(u0 + i * TPR, x);
         }
     }
     acc = warp_sum(acc);
@@ -373,16 +421,25 @@ __device__ __forceinline__ void mv8_q4k_impl(const u8* __restrict__ W, i64 row_b
     }
 }
 
-#if !defined(ONE_FORMAT_ID) || ONE_FORMAT_ID == T_Q4_K
-extern "C" __global__ void __launch_bounds__(MV8_THREADS)
-    mv8_q4_k(const u8* W, i64 row_bytes, int rows, int cols, const i8* xh, const i8* xl, const float* xd,
-             const float* xs, const float* bias, float* out) {
-    mv8_q4k_impl<MV8_ROWS, 1>(W, row_bytes, rows, cols, X8{xh, xl, xd, xs}, bias, out);
-}
+#define DEF_MV8(name, T)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(MV8_THREADS)                                            \
+        mv8_##name(const u8* W, i64 row_bytes, int rows, int cols, const i8* xh, const i8* xl,           \
+                   const float* xd, const float* xs, const float* bias, float* out) {                    \
+        mv8_impl<T, MV8_ROWS, 1>(W, row_bytes, rows, cols, X8{xh, xl, xd, xs}, bias, out);               \
+    }                                                                                                    \
+    extern "C" __global__ void __launch_bounds__(MV8_THREADS)                                            \
+        mv8w_##name(const u8* W, i64 row_bytes, int rows, int cols, const i8* xh, const i8* xl,          \
+                    const float* xd, const float* xs, const float* bias, float* out) {                   \
+        mv8_impl<T, MV8W_ROWS, 2>(W, row_bytes, rows, cols, X8{xh, xl, xd, xs}, bias, out);              \
+    }
 
-extern "C" __global__ void __launch_bounds__(MV8_THREADS)
-    mv8w_q4_k(const u8* W, i64 row_bytes, int rows, int cols, const i8* xh, const i8* xl, const float* xd,
-              const float* xs, const float* bias, float* out) {
-    mv8_q4k_impl<MV8W_ROWS, 2>(W, row_bytes, rows, cols, X8{xh, xl, xd, xs}, bias, out);
-}
+// The formats with a unit above, among those this module is compiled for.
+#if !defined(ONE_FORMAT_ID) || ONE_FORMAT_ID == T_Q4_K
+DEF_MV8(q4_k, T_Q4_K)
+#endif
+#if !defined(ONE_FORMAT_ID) || ONE_FORMAT_ID == T_Q5_0
+DEF_MV8(q5_0, T_Q5_0)
+#endif
+#if !defined(ONE_FORMAT_ID) || ONE_FORMAT_ID == T_Q8_0
+DEF_MV8(q8_0, T_Q8_0)
 #endif

@@ -13,10 +13,36 @@ extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __
     const float* xr = x + (i64)r * cols;
     float* o = out + (i64)r * cols;
     float s = 0.0f;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) s = fmaf(xr[c], xr[c], s);
+    // Rows of whole float4s (every model's widths) in 16-byte loads, unrolled
+    // so that a thread's loads are in flight together: a decode step's one
+    // row is latency-bound.
+    const bool vec = (cols & 3) == 0 && (((u64)xr | (u64)w | (u64)o) & 15) == 0;
+    if (vec) {
+        const float4* x4 = (const float4*)xr;
+#pragma unroll 4
+        for (int c = threadIdx.x; c < cols / 4; c += blockDim.x) {
+            const float4 v = x4[c];
+            s = fmaf(v.x, v.x, s);
+            s = fmaf(v.y, v.y, s);
+            s = fmaf(v.z, v.z, s);
+            s = fmaf(v.w, v.w, s);
+        }
+    } else {
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) s = fmaf(xr[c], xr[c], s);
+    }
     s = block_sum(s, red);
     const float scale = 1.0f / sqrtf(s / (float)cols + eps);
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = __fmul_rn(__fmul_rn(xr[c], scale), w[c]);
+    if (vec) {
+        const float4 *x4 = (const float4*)xr, *w4 = (const float4*)w;
+#pragma unroll 4
+        for (int c = threadIdx.x; c < cols / 4; c += blockDim.x) {
+            const float4 v = x4[c], g = w4[c];
+            ((float4*)o)[c] = make_float4(__fmul_rn(__fmul_rn(v.x, scale), g.x), __fmul_rn(__fmul_rn(v.y, scale), g.y),
+                                          __fmul_rn(__fmul_rn(v.z, scale), g.z), __fmul_rn(__fmul_rn(v.w, scale), g.w));
+        }
+    } else {
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = __fmul_rn(__fmul_rn(xr[c], scale), w[c]);
+    }
 }
 
 // GPT-2's LayerNorm (M0-W-1432):

@@ -339,8 +339,8 @@ impl X8Bufs {
     }
 
     /// The parts of the block at `base` for `cols` columns (a multiple of
-    /// 256 for every `mv8_*` format, so each part stays 16-byte aligned
-    /// for the kernels' vector loads).
+    /// 32, so that each part stays 16-byte aligned for the kernels' vector
+    /// loads).
     pub fn at(base: CUdeviceptr, cols: usize) -> X8Bufs {
         let d = base + 2 * cols as u64;
         X8Bufs {
@@ -461,7 +461,7 @@ impl KernelCall for MatVec8Call {
     }
     fn validate(&self) -> Result<(), BackendError> {
         let a = &self.args;
-        if a.n != 1 || a.w.cols % 256 != 0 || !has_mv8(a.w.ty) {
+        if a.n != 1 || a.w.cols % 32 != 0 || !has_mv8(a.w.ty) {
             return Err(refusal(
                 self.kernel(),
                 format!(

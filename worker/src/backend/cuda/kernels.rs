@@ -248,17 +248,17 @@ impl Kernels {
     }
 
     /// Whether this matmul runs as `mv8_*` (`Some(false)`) or `mv8w_*`
-    /// (`Some(true)`, rows of [`MV8_WIDE_COLS`] columns or more) from a
-    /// quantized x: one row of x, where `mv1_*` would run, in a format
-    /// that has such a kernel compiled.
+    /// (`Some(true)`: rows of [`MV8_WIDE_COLS`] columns or more, or fewer
+    /// than [`MV1_MIN_ROWS`] rows, where two rows a block keep more SMs
+    /// busy) from a quantized x: one row of x, in a format that has such a
+    /// kernel compiled.
     pub fn mv8_choice(&self, m: &MatmulArgs) -> Option<bool> {
         let w = &m.w;
         (self.mv8.load(Ordering::Relaxed)
             && m.n == 1
-            && w.rows >= self.mv1_min_rows.load(Ordering::Relaxed)
-            && w.cols % 256 == 0
+            && w.cols % 32 == 0
             && self.funcs.contains_key(&Kernel::MatVec8(w.ty)))
-        .then_some(w.cols >= MV8_WIDE_COLS)
+        .then_some(w.cols >= MV8_WIDE_COLS || w.rows < MV1_MIN_ROWS)
     }
 
     /// Whether a decode step at a context of `positions` splits its attention.

@@ -160,7 +160,7 @@ impl Kernel {
 
 /// Formats with an integer decode mat-vec (`mv8_*`, matvec.cu).
 pub fn has_mv8(t: GgmlType) -> bool {
-    t == GgmlType::Q4K
+    matches!(t, GgmlType::Q4K | GgmlType::Q5_0 | GgmlType::Q8_0)
 }
 
 /// M0-W-1431: the checks every launch makes before it queues anything, so

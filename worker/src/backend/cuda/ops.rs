@@ -62,13 +62,13 @@ struct RopeTable {
 }
 
 /// The block `quantize_x8` writes for `mv8_*`, and which x it holds:
-/// `(address, cols, Kernels::writes)` when it was written, so that Q, K and
-/// V (or gate and up), which read one x, split it once. Any launch or copy
-/// since changes the count, and the x is split again.
+/// `(CudaBuf::id, cols, Kernels::writes)` when it was written, so that Q, K
+/// and V (or gate and up), which read one x, split it once. Any launch or
+/// copy since changes the count, and the x is split again.
 struct X8Block {
     mem: DevBuf,
     cols: usize,
-    holds: Option<(CUdeviceptr, usize, u64)>,
+    holds: Option<(u64, usize, u64)>,
 }
 
 /// The `Ops` implementation over one device.
@@ -136,7 +136,7 @@ impl CudaOps {
         let kernels = &self.dev.kernels;
         let block = self.x8.as_mut().expect("reserved above");
         let bufs = X8Bufs::at(block.mem.ptr(), cols);
-        if block.holds != Some((x.ptr(), cols, kernels.writes())) {
+        if block.holds != Some((x.id(), cols, kernels.writes())) {
             let args = QuantizeX8Args {
                 x: x.input(),
                 cols,
@@ -172,7 +172,7 @@ impl CudaOps {
         let block = self.x8.as_mut().expect("quantized_x reserved it");
         let (xs, xe) = (x.ptr(), x.ptr() + x.len() as u64 * 4);
         let (os, oe) = (out.ptr(), out.ptr() + out.len() as u64 * 4);
-        block.holds = (oe <= xs || xe <= os).then_some((x.ptr(), x.cols, kernels.writes()));
+        block.holds = (oe <= xs || xe <= os).then_some((x.id(), x.cols, kernels.writes()));
         Ok(true)
     }
 
@@ -295,22 +295,15 @@ impl CudaOps {
             }
             let ptr = c.arena + c.arena_used;
             c.arena_used += size;
-            return Ok(CudaBuf {
-                mem: BufMem::Arena(ptr),
-                rows,
-                cols,
-            });
+            return Ok(CudaBuf::new(BufMem::Arena(ptr), rows, cols));
         }
         let mem = self.dev.alloc_async(Purpose::Scratch, bytes)?;
-        Ok(CudaBuf {
-            mem: BufMem::Owned(mem),
-            rows,
-            cols,
-        })
+        Ok(CudaBuf::new(BufMem::Owned(mem), rows, cols))
     }
 
+    /// Zeroes a buffer just made (no other buffer's contents change, so no
+    /// write is counted for `mv8_*`'s block).
     fn zero(&self, b: &CudaBuf) -> Result<(), BackendError> {
-        self.dev.kernels.note_write();
         // SAFETY: the range is the buffer's own.
         unsafe { drv::memset_d8_async(b.ptr(), 0, b.len() * 4, self.dev.cu_stream()) }
             .map_err(|e| driver_error("zeroing device memory", e))

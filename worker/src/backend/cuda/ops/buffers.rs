@@ -2,6 +2,7 @@
 //! format, f32 activation matrices, one sequence's KV cache, and the checks
 //! that a matrix's stated shape fits the memory behind it (M0-W-1431).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use cudarc::driver::result as drv;
@@ -61,9 +62,26 @@ pub struct CudaBuf {
     pub(crate) mem: BufMem,
     pub rows: usize,
     pub cols: usize,
+    id: u64,
 }
 
 impl CudaBuf {
+    pub(crate) fn new(mem: BufMem, rows: usize, cols: usize) -> CudaBuf {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        CudaBuf {
+            mem,
+            rows,
+            cols,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// This buffer among all made in the process: one made later at a freed
+    /// buffer's address is another buffer.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     pub fn ptr(&self) -> CUdeviceptr {
         match &self.mem {
             BufMem::Owned(b) => b.ptr(),

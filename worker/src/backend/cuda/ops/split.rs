@@ -36,11 +36,7 @@ impl CudaOps {
     pub(super) fn split_part(&mut self, rows: usize, cols: usize) -> Result<CudaBuf, BackendError> {
         if let Some((ptr, r, c)) = self.capture.as_ref().and_then(|c| c.split_part) {
             if (r, c) == (rows, cols) {
-                return Ok(CudaBuf {
-                    mem: BufMem::Arena(ptr),
-                    rows,
-                    cols,
-                });
+                return Ok(CudaBuf::new(BufMem::Arena(ptr), rows, cols));
             }
         }
         let b = self.alloc_buf(rows, cols)?;

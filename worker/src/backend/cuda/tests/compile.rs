@@ -162,6 +162,11 @@ fn every_kernel_symbol_is_defined_in_its_module() {
             Kernel::MatVecWarp(_) => src.contains("mvw_##name"),
             Kernel::Gemm(_) => src.contains("gemm_##name"),
             Kernel::MatVec1(_) => src.contains("mv1_##name"),
+            Kernel::MatVec8(t) => {
+                src.contains("mv8_##name")
+                    && src.contains(&format!("DEF_MV8({}, ", t.name().to_ascii_lowercase()))
+            }
+            Kernel::MatVec8Wide(_) => src.contains("mv8w_##name"),
             Kernel::GemmTc(_) => src.contains("gemm_tc_##name"),
             _ => src.contains(&format!(" {sym}(")) || src.contains(&format!("\n    {sym}(")),
         };
@@ -184,6 +189,8 @@ fn c_signature(k: Kernel) -> Vec<String> {
         Kernel::MatVecWarp(_) => vec!["mvw_##name(".to_string()],
         Kernel::Gemm(_) => vec!["gemm_##name(".to_string()],
         Kernel::MatVec1(_) => vec!["mv1_##name(".to_string()],
+        Kernel::MatVec8(_) => vec!["mv8_##name(".to_string()],
+        Kernel::MatVec8Wide(_) => vec!["mv8w_##name(".to_string()],
         Kernel::GemmTc(_) => vec!["gemm_tc_##name(".to_string()],
         _ => vec![format!("void {sym}("), format!(")\n    {sym}(")],
     };
