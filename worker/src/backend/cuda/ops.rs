@@ -111,9 +111,10 @@ impl CudaOps {
             return Ok(());
         }
         self.dev.bind()?;
+        // Held for the model's lifetime, as the sampler's buffers are.
         let mem = self
             .dev
-            .alloc(Purpose::Scratch, X8Bufs::bytes(cols) as u64)?;
+            .alloc(Purpose::Weights, X8Bufs::bytes(cols) as u64)?;
         self.x8 = Some(X8Block {
             mem,
             cols,
