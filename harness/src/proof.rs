@@ -256,7 +256,9 @@ fn readme(meta: &Value, matrix: &Matrix, r: &Recorder, extra: &str) -> String {
          - `junit.xml`: the cucumber run as JUnit.\n\
          - `matrix.md`, `matrix.json`: requirement ID -> scenario -> passed/failed/skipped/pending.\n\
          - `logs/`: the worker's log for each failed scenario; other `*.json` files are named evidence (haiku, parity).\n\n\
-         ## Budgets missed\n{missed}\n\n## Measured figures\n{figures}\n\n{extra}\n## Requirement matrix\n\n{table}",
+         ## Budgets missed\n{missed}\n\n\
+         ## Measured figures\n{figures}\n\n\
+         {extra}\n## Requirement matrix\n\n{table}",
         run = g("run_id"),
         worker = g("worker_bin"),
         version = g("worker_version"),
