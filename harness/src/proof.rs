@@ -256,7 +256,9 @@ fn readme(meta: &Value, matrix: &Matrix, r: &Recorder, extra: &str) -> String {
          - `junit.xml`: the cucumber run as JUnit.\n\
          - `matrix.md`, `matrix.json`: requirement ID -> scenario -> passed/failed/skipped/pending.\n\
          - `logs/`: the worker's log for each failed scenario; other `*.json` files are named evidence (haiku, parity).\n\n\
-         ## Budgets missed\n{missed}\n\n{extra}\n## Requirement matrix\n\n{table}",
+         ## Budgets missed\n{missed}\n\n\
+         ## Measured figures\n{figures}\n\n\
+         {extra}\n## Requirement matrix\n\n{table}",
         run = g("run_id"),
         worker = g("worker_bin"),
         version = g("worker_version"),
@@ -268,13 +270,63 @@ fn readme(meta: &Value, matrix: &Matrix, r: &Recorder, extra: &str) -> String {
         tags = g("tags"),
         summary = matrix.summary(),
         missed = if missed.is_empty() { "none".to_owned() } else { missed.join("\n") },
+        figures = figures_md(&r.measurements),
         table = matrix.markdown(),
     )
+}
+
+/// One line per measurement: a single sample as its value (e.g. M0-W-1221's
+/// peak RssAnon), several as p50/p95/max.
+fn figures_md(measurements: &[Measurement]) -> String {
+    let lines: Vec<String> = measurements
+        .iter()
+        .filter_map(|m| {
+            let s = m.summary.as_ref()?;
+            let value = if s.n == 1 {
+                format!("{:.3} {}", s.p50, m.unit)
+            } else {
+                format!(
+                    "p50 {:.3}, p95 {:.3}, max {:.3} {} (n = {})",
+                    s.p50, s.p95, s.max, m.unit, s.n
+                )
+            };
+            Some(format!("- {}: `{}` = {value}", m.scenario, m.name))
+        })
+        .collect();
+    if lines.is_empty() {
+        "none".to_owned()
+    } else {
+        lines.join("\n")
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn measurement(name: &str, unit: &str, samples: &[f64]) -> Measurement {
+        Measurement {
+            scenario: "A 2 GB model loads".into(),
+            name: name.into(),
+            unit: unit.into(),
+            summary: Summary::of(samples),
+            samples: samples.to_vec(),
+        }
+    }
+
+    #[test]
+    fn measured_figures_show_their_values() {
+        let md = figures_md(&[
+            measurement("load_peak_rss_anon_mib", "MiB", &[87.25]),
+            measurement("ttft_ms", "ms", &[1.0, 2.0, 3.0]),
+        ]);
+        assert_eq!(
+            md,
+            "- A 2 GB model loads: `load_peak_rss_anon_mib` = 87.250 MiB\n\
+             - A 2 GB model loads: `ttft_ms` = p50 2.000, p95 3.000, max 3.000 ms (n = 3)"
+        );
+        assert_eq!(figures_md(&[]), "none");
+    }
 
     #[test]
     fn the_root_moves_with_the_explicit_dir() {

@@ -167,6 +167,7 @@ impl JobSink {
         self.finished = true;
         self.log_end(&end);
         self.metrics.request_finished(end.outcome);
+        self.metrics.job_ended();
         let _ = self.tx.send(end.event);
     }
 
@@ -198,6 +199,7 @@ impl Drop for JobSink {
     fn drop(&mut self) {
         if !self.finished {
             self.metrics.request_finished(Outcome::Error);
+            self.metrics.job_ended();
             let _ = self.tx.send(JobEvent::Error(JobError::internal(
                 "the job ended without a result (internal error)",
             )));
@@ -276,6 +278,14 @@ mod tests {
         );
         assert!(rx.try_recv().is_err());
         assert_eq!(metrics.requests(Outcome::Error), 1);
+        assert_eq!(
+            metrics.jobs(),
+            (0, 1),
+            "ended once; accepting is the server's count"
+        );
+        let (refused, _rx) = JobSink::channel("k", 1, metrics.clone());
+        refused.discard();
+        assert_eq!(metrics.jobs(), (0, 1), "a discarded sink never ended a job");
     }
 
     #[test]

@@ -174,6 +174,7 @@ fn queue(
         };
         refuse(state, outcome, e.into_error().into())
     })?;
+    state.metrics.job_accepted();
     Ok(events)
 }
 

@@ -5,6 +5,8 @@
 //! |---|---|---|
 //! | `worker_info{model,quant_kind,backend,architecture,tokenizer_kind}` | gauge | always 1; carries the labels |
 //! | `worker_requests_total{outcome}` | counter | `/execute` requests by how they ended: completed, cancelled, disconnected, timeout, error, invalid, rejected |
+//! | `worker_jobs_accepted_total` | counter | jobs accepted into the queue (their stream opened with `started`) |
+//! | `worker_jobs_ended_total` | counter | accepted jobs that got their terminal event; equals accepted once idle |
 //! | `worker_tokens_generated_total` | counter | tokens streamed |
 //! | `worker_inference_duration_ms` | histogram | run time of jobs that ran (queue wait excluded) |
 //! | `worker_first_token_ms` | histogram | job start to first token |
@@ -93,6 +95,8 @@ pub struct Snapshot {
 pub struct Metrics {
     registry: Registry,
     requests: Family<OutcomeLabels, Counter>,
+    jobs_accepted: Counter,
+    jobs_ended: Counter,
     tokens: Counter,
     inference_ms: Histogram,
     first_token_ms: Histogram,
@@ -109,6 +113,8 @@ impl Metrics {
     pub fn new(info: InfoLabels) -> Self {
         let mut registry = Registry::default();
         let requests = Family::<OutcomeLabels, Counter>::default();
+        let jobs_accepted = Counter::default();
+        let jobs_ended = Counter::default();
         let tokens = Counter::default();
         let inference_ms = Histogram::new(exponential_buckets(10.0, 2.0, 16));
         let first_token_ms = Histogram::new(exponential_buckets(1.0, 2.0, 15));
@@ -130,6 +136,18 @@ impl Metrics {
             "worker_requests",
             "Execute requests by outcome",
             requests.clone(),
+        );
+        // Accepted and ended jobs, apart from refusals: a load test checks
+        // that every accepted job ended (accepted == ended once idle).
+        registry.register(
+            "worker_jobs_accepted",
+            "Jobs accepted into the queue",
+            jobs_accepted.clone(),
+        );
+        registry.register(
+            "worker_jobs_ended",
+            "Accepted jobs that got their terminal event",
+            jobs_ended.clone(),
         );
         registry.register(
             "worker_tokens_generated",
@@ -183,6 +201,8 @@ impl Metrics {
         Metrics {
             registry,
             requests,
+            jobs_accepted,
+            jobs_ended,
             tokens,
             inference_ms,
             first_token_ms,
@@ -216,6 +236,21 @@ impl Metrics {
                 outcome: outcome.as_str().into(),
             })
             .get()
+    }
+
+    /// A job was accepted into the queue.
+    pub fn job_accepted(&self) {
+        self.jobs_accepted.inc();
+    }
+
+    /// An accepted job got its terminal event.
+    pub fn job_ended(&self) {
+        self.jobs_ended.inc();
+    }
+
+    /// `(accepted, ended)` jobs so far.
+    pub fn jobs(&self) -> (u64, u64) {
+        (self.jobs_accepted.get(), self.jobs_ended.get())
     }
 
     pub fn token_generated(&self) {
@@ -273,6 +308,9 @@ mod tests {
             tokenizer_kind: "gguf-bpe".into(),
         });
         m.request_finished(Outcome::Completed);
+        m.job_accepted();
+        m.job_accepted();
+        m.job_ended();
         m.token_generated();
         m.observe_inference_ms(12.0);
         let text = m.render(Snapshot {
@@ -285,6 +323,8 @@ mod tests {
             "worker_requests_total{outcome=\"completed\"} 1",
             "worker_requests_total{outcome=\"disconnected\"} 0",
             "worker_tokens_generated_total 1",
+            "worker_jobs_accepted_total 2",
+            "worker_jobs_ended_total 1",
             "worker_inference_duration_ms_bucket",
             "worker_inference_duration_ms_count 1",
             "worker_first_token_ms_bucket",

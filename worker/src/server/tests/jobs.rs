@@ -51,6 +51,8 @@ async fn queue_runs_jobs_in_order_and_refuses_when_full() {
         vec![vec![b'0' as u32], vec![b'1' as u32], vec![b'2' as u32]]
     );
     assert_eq!(h.state.metrics.requests(Outcome::Rejected), 1);
+    // Three accepted, three ended; the full queue's and the duplicate's refusals are neither.
+    assert_eq!(h.state.metrics.jobs(), (3, 3));
     h.shutdown().await;
 }
 
@@ -96,6 +98,7 @@ async fn cancel_a_running_job() {
     );
     assert_eq!(h.post("/cancel", json!({})).await.status(), 400);
     assert_eq!(h.state.metrics.requests(Outcome::Cancelled), 1);
+    assert_eq!(h.state.metrics.jobs(), (1, 1));
     let probe = h.probe.clone();
     h.shutdown().await;
     assert_eq!(h_probe_balance(&probe), 0);
@@ -157,6 +160,11 @@ async fn a_disconnect_frees_the_engine() {
         t.elapsed()
     );
     assert_eq!(h.state.metrics.requests(Outcome::Disconnected), 1);
+    assert_eq!(
+        h.state.metrics.jobs(),
+        (2, 2),
+        "the vanished client's job ended too"
+    );
     let probe = h.probe.clone();
     h.shutdown().await;
     assert_eq!(h_probe_balance(&probe), 0);
