@@ -193,10 +193,10 @@ fn run(
             checkpoints = Some(Checkpoints::default());
         }
         if !req.ignore_eos && tokenizer.is_eog(id) {
-            // The end-of-generation token is never streamed. Text still held
-            // back at this point (a stop-string prefix, or bytes of an
-            // unfinished character) has no token left to travel with and is
-            // dropped: see README, "Streaming".
+            // Unless ignored, the end-of-generation token ends the job and is
+            // never streamed. Text still held back at this point (a
+            // stop-string prefix, or bytes of an unfinished character) has no
+            // token left to travel with and is dropped: see README, "Streaming".
             generated.pop();
             break StopReason::Eos;
         }
