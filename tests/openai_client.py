@@ -2,7 +2,7 @@
 """The official `openai` package, unmodified, against a spawned CPU worker (issue 16).
 
 Both endpoints, streaming and not, with log-probabilities, stop strings, seeds
-(same seed, same text), usage, and refusals surfacing as the client's typed
+(same seed, same text), usage, `ignore_eos`, and refusals surfacing as the client's typed
 exceptions (BadRequestError, NotFoundError, APIStatusError 503 for a full queue).
 
     python tests/openai_client.py --worker target/debug/worker-orcd \
@@ -147,6 +147,29 @@ def test_completions(client, model):
           "completions: max_tokens ends with length")
 
 
+def test_ignore_eos(client, model):
+    """vLLM's and llama-server's `ignore_eos` (guidellm sends it): the same greedy chat that ends at the model's
+    end-of-sequence token runs on to exactly max_tokens, its first tokens unchanged."""
+    msgs = [{"role": "user", "content": "Say hello."}]
+    short = client.chat.completions.create(model=model, messages=msgs, max_tokens=64, temperature=0)
+    n = short.usage.completion_tokens
+    check(short.choices[0].finish_reason == "stop" and n < 64, f"ignore_eos: without it, EOS after {n} tokens")
+    long = client.chat.completions.create(model=model, messages=msgs, max_tokens=64, temperature=0,
+                                          extra_body={"ignore_eos": True})
+    check(long.choices[0].finish_reason == "length" and long.usage.completion_tokens == 64,
+          f"ignore_eos: with it, {long.usage.completion_tokens} tokens, finish_reason {long.choices[0].finish_reason}")
+    check(long.choices[0].message.content.startswith(short.choices[0].message.content),
+          "ignore_eos: the greedy text before the EOS is unchanged")
+    text, finish, usage, _ = chat_stream_text(client, model=model, messages=msgs, max_tokens=64, temperature=0,
+                                              extra_body={"ignore_eos": True})
+    check(text == long.choices[0].message.content and usage.completion_tokens == 64 and finish == "length",
+          "ignore_eos: the stream agrees")
+    c = client.completions.create(model=model, prompt="The capital of France is", max_tokens=40, temperature=0,
+                                  extra_body={"ignore_eos": True})
+    check(c.usage.completion_tokens == 40 and c.choices[0].finish_reason == "length",
+          f"ignore_eos: completions give {c.usage.completion_tokens} of 40 tokens")
+
+
 def test_errors(client, model):
     msgs = [{"role": "user", "content": "hi"}]
     e = expect(openai.BadRequestError, lambda: client.chat.completions.create(model=model, messages=msgs, n=2),
@@ -199,6 +222,7 @@ def main():
         model = models[0].id
         test_chat(client, model)
         test_completions(client, model)
+        test_ignore_eos(client, model)
         test_errors(client, model)
         test_queue_full(base, model)
     print("all checks passed")

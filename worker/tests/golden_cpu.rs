@@ -200,6 +200,7 @@ fn free_running_greedy_matches_llama_cpp() {
             },
             stop: Vec::new(),
             logprobs: 0,
+            ignore_eos: false,
             accepted_at: None,
         };
         let mut got = Collect(Vec::new());

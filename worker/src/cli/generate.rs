@@ -121,6 +121,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         },
         stop: Vec::new(),
         logprobs: args.logprobs,
+        ignore_eos: false,
         accepted_at: None,
     };
     let mut printer = Printer {

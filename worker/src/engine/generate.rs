@@ -1,5 +1,6 @@
 //! One job's token loop: prefill the prompt, then sample and decode one token
-//! at a time until `max_tokens`, an end-of-generation token or a stop string.
+//! at a time until `max_tokens`, an end-of-generation token (unless the job
+//! ignores them) or a stop string.
 //!
 //! This is the whole of generation and nothing else: queueing, cancellation
 //! requests, timeouts and transport live in the caller, which answers
@@ -26,6 +27,11 @@ pub struct GenerationRequest {
     pub stop: Vec<String>,
     /// How many top log-probabilities to report with each token (0: none).
     pub logprobs: usize,
+    /// Do not stop at end-of-generation tokens: they are streamed like any
+    /// other token, and only `max_tokens`, a stop string or an abort ends
+    /// the job (vLLM's and llama-server's `ignore_eos`, which load tools use
+    /// to get fixed output lengths).
+    pub ignore_eos: bool,
     /// When the job was accepted: `first_token_ms` counts from here
     /// (M0-W-1600). `None`: from the start of generation.
     pub accepted_at: Option<Instant>,
@@ -186,11 +192,11 @@ fn run(
             });
             checkpoints = Some(Checkpoints::default());
         }
-        if tokenizer.is_eog(id) {
-            // The end-of-generation token is never streamed. Text still held
-            // back at this point (a stop-string prefix, or bytes of an
-            // unfinished character) has no token left to travel with and is
-            // dropped: see README, "Streaming".
+        if !req.ignore_eos && tokenizer.is_eog(id) {
+            // Unless ignored, the end-of-generation token ends the job and is
+            // never streamed. Text still held back at this point (a
+            // stop-string prefix, or bytes of an unfinished character) has no
+            // token left to travel with and is dropped: see README, "Streaming".
             generated.pop();
             break StopReason::Eos;
         }
@@ -241,5 +247,58 @@ fn check_abort(observer: &mut dyn GenerationObserver) -> Result<(), GenerationEr
     match observer.should_abort() {
         Some(reason) => Err(GenerationError::Aborted(reason)),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::testing::{byte_tokenizer, ScriptedBackend, BYTE_VOCAB_SIZE, EOS_ID};
+
+    struct Collect(Vec<GeneratedToken>);
+
+    impl GenerationObserver for Collect {
+        fn should_abort(&mut self) -> Option<AbortReason> {
+            None
+        }
+        fn on_token(&mut self, token: GeneratedToken) -> Option<AbortReason> {
+            self.0.push(token);
+            None
+        }
+    }
+
+    /// Greedy "hi", then the scripted backend's EOS at every later step.
+    fn run_hi(ignore_eos: bool, max_tokens: usize) -> (GenerationSummary, Vec<GeneratedToken>) {
+        let mut backend = ScriptedBackend::new(vec![b'h' as u32, b'i' as u32], BYTE_VOCAB_SIZE);
+        let req = GenerationRequest {
+            prompt_tokens: vec![b'x' as u32],
+            max_tokens,
+            sampling: SamplingParams {
+                temperature: 0.0,
+                ..SamplingParams::default()
+            },
+            stop: Vec::new(),
+            logprobs: 0,
+            ignore_eos,
+            accepted_at: None,
+        };
+        let mut seen = Collect(Vec::new());
+        let summary = generate(&mut backend, &byte_tokenizer(), &req, &mut seen).unwrap();
+        (summary, seen.0)
+    }
+
+    #[test]
+    fn eos_ends_the_job_unless_it_is_ignored() {
+        let (summary, tokens) = run_hi(false, 5);
+        assert_eq!(summary.stop_reason, StopReason::Eos);
+        assert_eq!((summary.tokens_out, tokens.len()), (2, 2));
+
+        let (summary, tokens) = run_hi(true, 5);
+        assert_eq!(summary.stop_reason, StopReason::MaxTokens);
+        assert_eq!((summary.tokens_out, tokens.len()), (5, 5));
+        let ids: Vec<u32> = tokens.iter().map(|t| t.id).collect();
+        assert_eq!(ids, [b'h' as u32, b'i' as u32, EOS_ID, EOS_ID, EOS_ID]);
+        // The end-of-sequence token travels with its text, like any control token.
+        assert_eq!(tokens[2].text, "<|endoftext|>");
     }
 }

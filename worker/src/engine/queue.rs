@@ -232,6 +232,7 @@ mod tests {
                 sampling: SamplingParams::default(),
                 stop: vec![],
                 logprobs: 0,
+                ignore_eos: false,
                 accepted_at: None,
             },
             accepted_at: Instant::now(),

@@ -76,6 +76,10 @@ pub struct ExecuteRequest {
     pub stop: Option<Vec<String>>,
     pub seed: Option<i128>,
     pub logprobs: Option<i64>,
+    /// Not an `/execute` field (M0-W-1300 lists them, and unknown fields are
+    /// refused): set only by the OpenAI routes' `ignore_eos`.
+    #[serde(skip)]
+    pub ignore_eos: bool,
 }
 
 /// The worker's side of the limits.
@@ -104,6 +108,8 @@ pub struct ValidExecuteRequest {
     pub seed_given: bool,
     pub stop: Vec<String>,
     pub logprobs: usize,
+    /// Generation does not stop at end-of-generation tokens.
+    pub ignore_eos: bool,
 }
 
 impl ValidExecuteRequest {
@@ -114,6 +120,7 @@ impl ValidExecuteRequest {
             sampling: self.sampling.clone(),
             stop: self.stop.clone(),
             logprobs: self.logprobs,
+            ignore_eos: self.ignore_eos,
             accepted_at: None,
         }
     }
@@ -220,6 +227,7 @@ pub struct CheckedRequest {
     seed: Option<u64>,
     stop: Vec<String>,
     logprobs: usize,
+    ignore_eos: bool,
 }
 
 /// The cheap half of [`validate`]: every field's rule, the chat template and
@@ -381,6 +389,7 @@ pub fn check_fields(
             seed,
             stop,
             logprobs,
+            ignore_eos: req.ignore_eos,
         }),
         _ => Err(ValidationErrors(errs.0)),
     }
@@ -475,6 +484,7 @@ impl CheckedRequest {
             seed_given: self.seed.is_some(),
             stop: self.stop,
             logprobs: self.logprobs,
+            ignore_eos: self.ignore_eos,
         })
     }
 }

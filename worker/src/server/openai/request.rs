@@ -22,8 +22,6 @@ fn harmless(field: &str, value: &Value) -> bool {
         "user" | "metadata" | "service_tier" | "store" => !matches!(value, Value::Bool(true)),
         "frequency_penalty" | "presence_penalty" => value.as_f64() == Some(0.0),
         "logit_bias" => value.as_object().is_some_and(Map::is_empty),
-        // vLLM's and llama-server's extension; only its default is served.
-        "ignore_eos" => value == &Value::Bool(false),
         "parallel_tool_calls" => true,
         _ => false,
     }
@@ -113,6 +111,7 @@ fn map_sampling(
             StopField::Many(many) => many,
         }),
         seed,
+        ignore_eos: s.ignore_eos.unwrap_or(false),
         ..ExecuteRequest::default()
     };
     Ok((execute, s.stream, usage))
@@ -313,6 +312,7 @@ mod tests {
         assert_eq!(e.seed, Some(u64::MAX as i128));
         assert_eq!(e.stop, Some(vec!["\n".to_string()]));
         assert_eq!(e.logprobs, Some(MAX_LOGPROBS as i64));
+        assert!(!e.ignore_eos);
         assert!(e.prompt.is_none());
         let want = ReplyShape {
             stream: true,
@@ -353,7 +353,6 @@ mod tests {
             ("top_logprobs", json!(2)),
             ("stream_options", json!({"include_usage": true})),
             ("seed", json!(1.5)),
-            ("ignore_eos", json!(true)),
         ] {
             let e = with(field, value);
             assert_eq!(e.status.as_u16(), 400, "{field}");
@@ -374,6 +373,33 @@ mod tests {
             json!([{"role": "user", "content": [{"type": "image_url"}]}]),
         );
         assert_eq!(e.body.error.param.as_deref(), Some("messages"));
+    }
+
+    #[test]
+    fn ignore_eos_reaches_the_job_on_both_routes() {
+        let msgs = json!([{"role": "user", "content": "x"}]);
+        for (value, want) in [
+            (json!(true), true),
+            (json!(false), false),
+            (Value::Null, false),
+        ] {
+            let m = chat(json!({"model": "smol", "messages": msgs, "ignore_eos": value})).unwrap();
+            assert_eq!(m.execute.ignore_eos, want, "chat {value}");
+            let m =
+                completion(json!({"model": "smol", "prompt": "x", "ignore_eos": value})).unwrap();
+            assert_eq!(m.execute.ignore_eos, want, "completions {value}");
+        }
+        // What guidellm sends for a fixed output length.
+        let m = chat(
+            json!({"model": "smol", "messages": msgs, "max_completion_tokens": 64,
+            "stop": null, "ignore_eos": true, "stream": true,
+            "stream_options": {"include_usage": true, "continuous_usage_stats": true}}),
+        )
+        .unwrap();
+        assert!(m.execute.ignore_eos && m.execute.stop.is_none());
+        assert_eq!(m.execute.max_tokens, Some(64));
+        let body = json!({"model": "smol", "messages": msgs, "ignore_eos": "yes"});
+        assert!(serde_json::from_value::<ChatCompletionRequest>(body).is_err());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The OpenAI wire types the worker reads and writes, after OpenAI's API
 //! reference (`/v1/chat/completions`, `/v1/completions`, `/v1/models`) and
 //! the extension fields llama-server and vLLM accept (`top_k`, `min_p`,
-//! `repetition_penalty`). Only what the worker serves is here; a field it
+//! `repetition_penalty`, `ignore_eos`). Only what the worker serves is here; a field it
 //! cannot honour lands in `other` and is refused by name (see `request.rs`).
 
 use serde::{Deserialize, Serialize};
@@ -59,6 +59,10 @@ pub struct SamplingFields {
     /// Extension (llama-server, vLLM): 1 is off.
     #[schema(minimum = 0.0, maximum = 2.0)]
     pub repetition_penalty: Option<f64>,
+    /// Extension (llama-server, vLLM): do not stop at the model's
+    /// end-of-sequence tokens, which are then streamed like any other; only
+    /// the token limit, a stop string or a disconnect ends the answer.
+    pub ignore_eos: Option<bool>,
 }
 
 /// Text content, or a list of parts of which only `text` parts are served.

@@ -205,4 +205,10 @@ fn unknown_fields_and_wrong_types_fail_to_parse() {
         serde_json::json!({"job_id": "j", "max_tokens": "5"})
     )
     .is_err());
+    // The OpenAI routes' `ignore_eos` is no `/execute` field (M0-W-1300).
+    let err = serde_json::from_value::<ExecuteRequest>(
+        serde_json::json!({"job_id": "j", "prompt": "x", "ignore_eos": true}),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("ignore_eos"), "{err}");
 }
