@@ -260,9 +260,11 @@ FOR_EACH_TYPE(DEF_MV1)
 // (benches/cuda-lab/mvq_lab.cu). No shared memory: each thread loads a
 // unit of 32 weights (and its block's scales), U units before it
 // multiplies any. MV8_ROWS rows a block, or MV8W_ROWS with two units in
-// flight per thread (long rows, and matrices of few rows).
-#if !defined(MV8_THREADS) || !defined(MV8_ROWS) || !defined(MV8W_ROWS)
-#error "MV8_THREADS, MV8_ROWS and MV8W_ROWS come from the worker as -D options"
+// flight per thread (long rows, and matrices of few rows). `mv8n_*` takes up
+// to MV8_MAX_TOKENS rows of x (short prompts), each weight unit decoded once
+// for all of them.
+#if !defined(MV8_THREADS) || !defined(MV8_ROWS) || !defined(MV8W_ROWS) || !defined(MV8_MAX_TOKENS)
+#error "MV8_THREADS, MV8_ROWS, MV8W_ROWS and MV8_MAX_TOKENS come from the worker as -D options"
 #endif
 
 // The quantized x of one row.
@@ -271,6 +273,11 @@ struct X8 {
     const i8* __restrict__ lo;
     const float* __restrict__ d;
     const float* __restrict__ sum16;
+
+    // Row t of rows of `cols` values split one after another.
+    __device__ __forceinline__ X8 row(int t, int cols) const {
+        return {hi + (i64)t * cols, lo + (i64)t * cols, d + (i64)t * (cols / 32), sum16 + (i64)t * (cols / 16)};
+    }
 };
 
 // Sixteen weights (a signed byte each in q[0..3]) against x's hi and lo
@@ -308,6 +315,8 @@ __device__ __forceinline__ void k_scale_min_w(u32 a, u32 b, u32 c, int j, float 
 // and Q8_0 (one block). For Q4_K it is 16 bytes of qs, 16 values of
 // sub-block 2k in the low nibbles and 16 of sub-block 2k+1 in the high
 // ones, with the block's header (d, dmin, 12 scale bytes); 8 units a block.
+// `dots` decodes a unit once and adds its products with rows 0..n-1 of x
+// (at most NX) to acc.
 template <int T>
 struct Mv8Unit;
 
@@ -319,7 +328,8 @@ struct Mv8Unit<T_Q4_K> {
         head = *(const uint4*)b;
         qs = *(const uint4*)(b + 16 + 32 * ((u >> 1) & 3) + 16 * (u & 1));
     }
-    __device__ __forceinline__ float dot(int u, const X8& x) const {
+    template <int NX>
+    __device__ __forceinline__ void dots(int u, const X8& x, int cols, int n, float* acc) const {
         const int k = (u >> 1) & 3;
         const float d = f16_to_f32((u16)(head.x & 0xFFFF)), dmin = f16_to_f32((u16)(head.x >> 16));
         float s0, m0, s1, m1;
@@ -333,10 +343,15 @@ struct Mv8Unit<T_Q4_K> {
             lo[i] = q[i] & 0x0F0F0F0Fu;
             hi[i] = (q[i] >> 4) & 0x0F0F0F0Fu;
         }
-        float acc = s0 * x.d[c0 >> 5] * dot16(lo, x, c0);
-        acc = fmaf(-m0, x.sum16[c0 >> 4], acc);
-        acc = fmaf(s1 * x.d[c1 >> 5], dot16(hi, x, c1), acc);
-        return fmaf(-m1, x.sum16[c1 >> 4], acc);
+#pragma unroll
+        for (int t = 0; t < NX; t++) {
+            if (t >= n) break;
+            const X8 xt = x.row(t, cols);
+            float a = s0 * xt.d[c0 >> 5] * dot16(lo, xt, c0);
+            a = fmaf(-m0, xt.sum16[c0 >> 4], a);
+            a = fmaf(s1 * xt.d[c1 >> 5], dot16(hi, xt, c1), a);
+            acc[t] += fmaf(-m1, xt.sum16[c1 >> 4], a);
+        }
     }
 };
 
@@ -356,7 +371,8 @@ struct Mv8Unit<T_Q5_0> {
 #pragma unroll
         for (int i = 0; i < 4; i++) qs[i] = b[3 + 2 * i] | ((u32)b[4 + 2 * i] << 16);
     }
-    __device__ __forceinline__ float dot(int u, const X8& x) const {
+    template <int NX>
+    __device__ __forceinline__ void dots(int u, const X8& x, int cols, int n, float* acc) const {
         u32 lo[4], hi[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -365,8 +381,13 @@ struct Mv8Unit<T_Q5_0> {
         }
         const int c = 32 * u;
         const float d = f16_to_f32((u16)dh);
-        const float q = dot16(lo, x, c) + dot16(hi, x, c + 16);  // sum of (value + 16) * x
-        return d * fmaf(x.d[u], q, -16.0f * (x.sum16[2 * u] + x.sum16[2 * u + 1]));
+#pragma unroll
+        for (int t = 0; t < NX; t++) {
+            if (t >= n) break;
+            const X8 xt = x.row(t, cols);
+            const float q = dot16(lo, xt, c) + dot16(hi, xt, c + 16);  // sum of (value + 16) * x
+            acc[t] += d * fmaf(xt.d[u], q, -16.0f * (xt.sum16[2 * u] + xt.sum16[2 * u + 1]));
+        }
     }
 };
 
@@ -379,24 +400,34 @@ struct Mv8Unit<T_Q8_0> {
 #pragma unroll
         for (int i = 0; i < 8; i++) qs[i] = b[1 + 2 * i] | ((u32)b[2 + 2 * i] << 16);
     }
-    __device__ __forceinline__ float dot(int u, const X8& x) const {
+    template <int NX>
+    __device__ __forceinline__ void dots(int u, const X8& x, int cols, int n, float* acc) const {
         const int c = 32 * u;
-        return f16_to_f32((u16)dh) * x.d[u] * (dot16(qs, x, c) + dot16(qs + 4, x, c + 16));
+        const float d = f16_to_f32((u16)dh);
+#pragma unroll
+        for (int t = 0; t < NX; t++) {
+            if (t >= n) break;
+            const X8 xt = x.row(t, cols);
+            acc[t] += d * xt.d[u] * (dot16(qs, xt, c) + dot16(qs + 4, xt, c + 16));
+        }
     }
 };
 
-// R rows a block, MV8_THREADS / R threads a row, U units loaded at a time.
-// Summation order is fixed (a thread's units in order, then a butterfly,
-// then warps in order).
-template <int T, int R, int U>
-__device__ __forceinline__ void mv8_impl(const u8* __restrict__ W, i64 row_bytes, int rows, int cols, const X8& x,
-                                         const float* __restrict__ bias, float* __restrict__ out) {
+// R rows a block, MV8_THREADS / R threads a row, U units loaded at a time,
+// n <= NX rows of x (out is [n][rows]). Summation order is fixed (a
+// thread's units in order, then a butterfly, then warps in order), and the
+// same for every row of x whatever n is.
+template <int T, int R, int U, int NX>
+__device__ __forceinline__ void mv8_impl(const u8* __restrict__ W, i64 row_bytes, int rows, int cols, int n,
+                                         const X8& x, const float* __restrict__ bias, float* __restrict__ out) {
     constexpr int TPR = MV8_THREADS / R;
     static_assert(TPR % 32 == 0 && MV8_THREADS % 32 == 0, "whole warps per row");
-    __shared__ float red[MV8_THREADS / 32];
+    __shared__ float red[NX][MV8_THREADS / 32];
     const int r = blockIdx.x * R + threadIdx.x / TPR, t = threadIdx.x % TPR;
     const int units = cols / 32;
-    float acc = 0.0f;
+    float acc[NX];
+#pragma unroll
+    for (int i = 0; i < NX; i++) acc[i] = 0.0f;
     if (r < rows) {
         const u8* row = W + (i64)r * row_bytes;
         for (int u0 = t; u0 < units; u0 += U * TPR) {
@@ -406,18 +437,22 @@ __device__ __forceinline__ void mv8_impl(const u8* __restrict__ W, i64 row_bytes
                 if (u0 + i * TPR < units) w[i].load(row, u0 + i * TPR);
 #pragma unroll
             for (int i = 0; i < U; i++)
-                if (u0 + i * TPR < units) acc += w[i].dot(u0 + i * TPR, x);
+                if (u0 + i * TPR < units) w[i].template dots<NX>(u0 + i * TPR, x, cols, n, acc);
         }
     }
-    acc = warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = acc;
+#pragma unroll
+    for (int i = 0; i < NX; i++) {
+        const float s = warp_sum(acc[i]);
+        if ((threadIdx.x & 31) == 0) red[i][threadIdx.x >> 5] = s;
+    }
     __syncthreads();
     constexpr int WPR = TPR / 32;
-    const int j = threadIdx.x, rj = blockIdx.x * R + j;
-    if (j < R && rj < rows) {
+    for (int k = threadIdx.x; k < R * n; k += MV8_THREADS) {
+        const int j = k % R, i = k / R, rj = blockIdx.x * R + j;
+        if (rj >= rows) continue;
         float s = 0.0f;
-        for (int w = 0; w < WPR; w++) s += red[j * WPR + w];
-        out[rj] = bias ? s + bias[rj] : s;
+        for (int w = 0; w < WPR; w++) s += red[i][j * WPR + w];
+        out[(i64)i * rows + rj] = bias ? s + bias[rj] : s;
     }
 }
 
@@ -425,12 +460,18 @@ __device__ __forceinline__ void mv8_impl(const u8* __restrict__ W, i64 row_bytes
     extern "C" __global__ void __launch_bounds__(MV8_THREADS)                                            \
         mv8_##name(const u8* W, i64 row_bytes, int rows, int cols, const i8* xh, const i8* xl,           \
                    const float* xd, const float* xs, const float* bias, float* out) {                    \
-        mv8_impl<T, MV8_ROWS, 1>(W, row_bytes, rows, cols, X8{xh, xl, xd, xs}, bias, out);               \
+        mv8_impl<T, MV8_ROWS, 1, 1>(W, row_bytes, rows, cols, 1, X8{xh, xl, xd, xs}, bias, out);         \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(MV8_THREADS)                                            \
         mv8w_##name(const u8* W, i64 row_bytes, int rows, int cols, const i8* xh, const i8* xl,          \
                     const float* xd, const float* xs, const float* bias, float* out) {                   \
-        mv8_impl<T, MV8W_ROWS, 2>(W, row_bytes, rows, cols, X8{xh, xl, xd, xs}, bias, out);              \
+        mv8_impl<T, MV8W_ROWS, 2, 1>(W, row_bytes, rows, cols, 1, X8{xh, xl, xd, xs}, bias, out);        \
+    }                                                                                                    \
+    extern "C" __global__ void __launch_bounds__(MV8_THREADS)                                            \
+        mv8n_##name(const u8* W, i64 row_bytes, int rows, int cols, int n, const i8* xh, const i8* xl,   \
+                    const float* xd, const float* xs, const float* bias, float* out) {                   \
+        mv8_impl<T, MV8_ROWS, 1, MV8_MAX_TOKENS>(W, row_bytes, rows, cols, n, X8{xh, xl, xd, xs}, bias,  \
+                                                 out);                                                   \
     }
 
 // The formats with a unit above, among those this module is compiled for.

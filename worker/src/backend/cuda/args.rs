@@ -11,6 +11,7 @@ use cudarc::driver::sys::CUdeviceptr;
 
 use crate::backend::cuda::launch::{has_mv8, refusal, Kernel, KernelCall, Plan, Work};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
+use crate::backend::cuda::source::MV8_MAX_TOKENS;
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
@@ -321,9 +322,10 @@ impl KernelCall for MatVec1Call {
     }
 }
 
-/// One row of x split for `mv8_*` by `quantize_x8`, in one scratch block:
-/// `[cols]` i8 high parts, `[cols]` i8 low parts, `[cols / 32]` f32
-/// scales, `[cols / 16]` f32 sums of 16 values.
+/// Rows of x split for `mv8_*` by `quantize_x8`, in one scratch block: for
+/// `len` values (rows of `cols` one after another), `[len]` i8 high parts,
+/// `[len]` i8 low parts, `[len / 32]` f32 scales, `[len / 16]` f32 sums of
+/// 16 values.
 #[derive(Clone, Copy, Debug)]
 pub struct X8Bufs {
     pub hi: DevPtrMut<i8>,
@@ -333,21 +335,32 @@ pub struct X8Bufs {
 }
 
 impl X8Bufs {
-    /// Bytes of the block for `cols` columns.
-    pub fn bytes(cols: usize) -> usize {
-        2 * cols + cols / 32 * 4 + cols / 16 * 4
+    /// Bytes of the block for `len` values.
+    pub fn bytes(len: usize) -> usize {
+        2 * len + len / 32 * 4 + len / 16 * 4
     }
 
-    /// The parts of the block at `base` for `cols` columns (a multiple of
+    /// The parts of the block at `base` for `len` values (a multiple of
     /// 32, so that each part stays 16-byte aligned for the kernels' vector
     /// loads).
-    pub fn at(base: CUdeviceptr, cols: usize) -> X8Bufs {
-        let d = base + 2 * cols as u64;
+    pub fn at(base: CUdeviceptr, len: usize) -> X8Bufs {
+        let d = base + 2 * len as u64;
         X8Bufs {
             hi: DevPtrMut::new(base),
-            lo: DevPtrMut::new(base + cols as u64),
+            lo: DevPtrMut::new(base + len as u64),
             d: DevPtrMut::new(d),
-            sums: DevPtrMut::new(d + (cols / 32 * 4) as u64),
+            sums: DevPtrMut::new(d + (len / 32 * 4) as u64),
+        }
+    }
+
+    /// The parts from row `t0` on, of rows of `cols` values.
+    pub fn from_row(&self, t0: usize, cols: usize) -> X8Bufs {
+        let v = t0 * cols;
+        X8Bufs {
+            hi: self.hi.offset(v),
+            lo: self.lo.offset(v),
+            d: self.d.offset(v / 32),
+            sums: self.sums.offset(v / 16),
         }
     }
 
@@ -361,12 +374,12 @@ impl X8Bufs {
     }
 }
 
-/// `quantize_x8`: one row of `cols` values of x into [`X8Bufs`].
+/// `quantize_x8`: `cols` values of x (whole rows) into [`X8Bufs`].
 #[derive(Clone, Copy, Debug)]
 pub struct QuantizeX8Args {
     /// `[cols]` f32.
     pub x: DevPtr<f32>,
-    /// A multiple of 32.
+    /// A multiple of 32 (rows of a multiple of 32 values, one after another).
     pub cols: usize,
     pub out: X8Bufs,
 }
@@ -483,6 +496,84 @@ impl KernelCall for MatVec8Call {
             row_bytes,
             rows,
             cols,
+            x.hi.as_const(),
+            x.lo.as_const(),
+            x.d.as_const(),
+            x.sums.as_const(),
+            DevPtr::or_null(a.bias),
+            a.out,
+        )
+    }
+}
+
+/// A matmul of 2 to `MV8_MAX_TOKENS` rows of x through `mv8n_*`, reading
+/// x as `quantize_x8` wrote it into `x8` (`args.x` itself is not read).
+#[derive(Clone, Copy, Debug)]
+pub struct MatVec8NCall {
+    pub args: MatmulArgs,
+    pub x8: X8Bufs,
+}
+
+impl KernelCall for MatVec8NCall {
+    type Params = (
+        DevPtr<u8>,
+        i64,
+        i32,
+        i32,
+        i32,
+        DevPtr<i8>,
+        DevPtr<i8>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtrMut<f32>,
+    );
+
+    fn plan(&self) -> Plan {
+        let a = &self.args;
+        let [hi, lo, d, sums] = self.x8.addrs();
+        plan(
+            Kernel::MatVec8N(a.w.ty),
+            a.w.dims(a.n),
+            [
+                ("w", a.w.ptr.addr()),
+                hi,
+                lo,
+                d,
+                sums,
+                ("out", a.out.addr()),
+            ],
+            Work::Matrix {
+                rows: a.w.rows,
+                n: a.n,
+            },
+        )
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        let a = &self.args;
+        if a.n > MV8_MAX_TOKENS || a.w.cols % 32 != 0 || !has_mv8(a.w.ty) {
+            return Err(refusal(
+                Kernel::MatVec8N(a.w.ty),
+                format!(
+                    "{} rows of x by {} {} columns",
+                    a.n,
+                    a.w.cols,
+                    a.w.ty.name()
+                ),
+            ));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        let a = &self.args;
+        let (w, row_bytes, rows, cols) = a.w.params();
+        let x = &self.x8;
+        (
+            w,
+            row_bytes,
+            rows,
+            cols,
+            a.n as i32,
             x.hi.as_const(),
             x.lo.as_const(),
             x.d.as_const(),

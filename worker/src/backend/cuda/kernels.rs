@@ -16,12 +16,14 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
 
-use crate::backend::cuda::args::{AttentionCombineArgs, AttentionSplitArgs, MatmulArgs};
+use crate::backend::cuda::args::{
+    AttentionCombineArgs, AttentionSplitArgs, MatVec8Call, MatVec8NCall, MatmulArgs, X8Bufs,
+};
 use crate::backend::cuda::launch::{launch_config, Kernel, KernelCall, ParamList};
 use crate::backend::cuda::nvrtc::{compile_unit, KernelCache};
 use crate::backend::cuda::source::{
     Unit, ATS_MAX_CHUNK, ATS_MAX_SPLITS, GEMM_BM, GEMM_BN, GTC_BR, GTC_BT, GTC_SMEM_BYTES,
-    MV_MAX_TOKENS,
+    MV8_MAX_TOKENS, MV_MAX_TOKENS,
 };
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -40,6 +42,22 @@ pub const MV_WARP_MIN_ROWS: usize = 4096;
 /// streams 8 rows a block; on the H100 1.5-2.6x `mvw_*` at 4096 rows and
 /// more, and no faster below ~2048).
 pub const MV1_MIN_ROWS: usize = 2048;
+/// Up to this many rows of x, quantized formats with `mv8n_*` run it over
+/// groups of `MV8_MAX_TOKENS` rows (short prompts: each group reads the
+/// weights once) instead of `mv_*` groups or a GEMM.
+pub const MV8_LOOP_MAX_TOKENS: usize = MV_LOOP_MAX_TOKENS;
+
+/// How a matmul runs on the integer mat-vec kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mv8Plan {
+    /// One row of x: `mv8_*`, or `mv8w_*` when `wide` (rows of
+    /// [`MV8_WIDE_COLS`] columns or more, or fewer than [`MV1_MIN_ROWS`]
+    /// rows, where two rows a block keep more SMs busy).
+    One { wide: bool },
+    /// Several rows: `mv8n_*` per group of `MV8_MAX_TOKENS`.
+    Rows,
+}
+
 /// From this many columns on, `mv8w_*` (two rows a block, two units in
 /// flight per thread) rather than `mv8_*` (four rows): on the H100 1.2x at
 /// 4096 x 14336, 0.9x at 4096 x 4096 (benches/cuda-lab/mvq_lab.cu).
@@ -247,18 +265,45 @@ impl Kernels {
         self.writes.load(Ordering::Relaxed)
     }
 
-    /// Whether this matmul runs as `mv8_*` (`Some(false)`) or `mv8w_*`
-    /// (`Some(true)`: rows of [`MV8_WIDE_COLS`] columns or more, or fewer
-    /// than [`MV1_MIN_ROWS`] rows, where two rows a block keep more SMs
-    /// busy) from a quantized x: one row of x, in a format that has such a
+    /// Whether this matmul runs on `mv8_*` from a quantized x, and how: up
+    /// to [`MV8_LOOP_MAX_TOKENS`] rows of x in a format that has such a
     /// kernel compiled.
-    pub fn mv8_choice(&self, m: &MatmulArgs) -> Option<bool> {
+    pub fn mv8_choice(&self, m: &MatmulArgs) -> Option<Mv8Plan> {
         let w = &m.w;
-        (self.mv8.load(Ordering::Relaxed)
-            && m.n == 1
-            && w.cols % 32 == 0
-            && self.funcs.contains_key(&Kernel::MatVec8(w.ty)))
-        .then_some(w.cols >= MV8_WIDE_COLS || w.rows < MV1_MIN_ROWS)
+        if !self.mv8.load(Ordering::Relaxed)
+            || w.cols % 32 != 0
+            || !self.funcs.contains_key(&Kernel::MatVec8(w.ty))
+        {
+            return None;
+        }
+        match m.n {
+            1 => Some(Mv8Plan::One {
+                wide: w.cols >= MV8_WIDE_COLS || w.rows < MV1_MIN_ROWS,
+            }),
+            n if n <= MV8_LOOP_MAX_TOKENS => Some(Mv8Plan::Rows),
+            _ => None,
+        }
+    }
+
+    /// `out = x W^T (+ bias)` on `mv8_*` as `plan` says, from x split into `x8`.
+    pub fn matvec8(
+        &self,
+        s: &Arc<CudaStream>,
+        m: &MatmulArgs,
+        plan: Mv8Plan,
+        x8: X8Bufs,
+    ) -> Result<(), BackendError> {
+        match plan {
+            Mv8Plan::One { wide } => self.launch(s, &MatVec8Call { args: *m, x8, wide }),
+            Mv8Plan::Rows => {
+                for t0 in (0..m.n).step_by(MV8_MAX_TOKENS) {
+                    let args = m.rows_of_x(t0, MV8_MAX_TOKENS.min(m.n - t0));
+                    let x8 = x8.from_row(t0, m.w.cols);
+                    self.launch(s, &MatVec8NCall { args, x8 })?;
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Whether a decode step at a context of `positions` splits its attention.

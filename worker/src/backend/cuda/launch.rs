@@ -36,7 +36,9 @@ pub enum Kernel {
     MatVec8(GgmlType),
     /// `mv8w_<type>`: the same for long rows, `MV8W_ROWS` rows a block.
     MatVec8Wide(GgmlType),
-    /// `quantize_x8`: one row of x as `mv8_*` reads it.
+    /// `mv8n_<type>`: the same for up to `MV8_MAX_TOKENS` rows of x.
+    MatVec8N(GgmlType),
+    /// `quantize_x8`: rows of x as `mv8_*` reads them.
     QuantizeX8,
     /// `gemm_tc_<type>`: matrix product for many rows of x on tensor cores
     /// (quantized formats: their integers on bf16; float formats: 3xTF32).
@@ -74,7 +76,11 @@ impl Kernel {
             ]);
             v.extend([Kernel::MatVec1(t), Kernel::GemmTc(t)]);
             if has_mv8(t) {
-                v.extend([Kernel::MatVec8(t), Kernel::MatVec8Wide(t)]);
+                v.extend([
+                    Kernel::MatVec8(t),
+                    Kernel::MatVec8Wide(t),
+                    Kernel::MatVec8N(t),
+                ]);
             }
         }
         v.extend([
@@ -99,7 +105,10 @@ impl Kernel {
         match self {
             Kernel::Embed(_) => Module::Embed,
             Kernel::MatVec(_) | Kernel::MatVecWarp(_) | Kernel::Gemm(_) => Module::Matmul,
-            Kernel::MatVec1(_) | Kernel::MatVec8(_) | Kernel::MatVec8Wide(_) => Module::Matvec,
+            Kernel::MatVec1(_)
+            | Kernel::MatVec8(_)
+            | Kernel::MatVec8Wide(_)
+            | Kernel::MatVec8N(_) => Module::Matvec,
             Kernel::GemmTc(_) => Module::GemmTc,
             Kernel::RmsNorm | Kernel::LayerNorm => Module::Norm,
             Kernel::Rope => Module::Rope,
@@ -124,6 +133,7 @@ impl Kernel {
             | Kernel::MatVec1(t)
             | Kernel::MatVec8(t)
             | Kernel::MatVec8Wide(t)
+            | Kernel::MatVec8N(t)
             | Kernel::GemmTc(t) => Some(t),
             _ => None,
         }
@@ -140,6 +150,7 @@ impl Kernel {
             Kernel::MatVec1(t) => format!("mv1_{}", ty(t)),
             Kernel::MatVec8(t) => format!("mv8_{}", ty(t)),
             Kernel::MatVec8Wide(t) => format!("mv8w_{}", ty(t)),
+            Kernel::MatVec8N(t) => format!("mv8n_{}", ty(t)),
             Kernel::QuantizeX8 => "quantize_x8".into(),
             Kernel::GemmTc(t) => format!("gemm_tc_{}", ty(t)),
             Kernel::RmsNorm => "rms_norm".into(),
@@ -278,7 +289,7 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
         (Kernel::MatVec1(_), Work::Matrix { rows, .. }) => {
             Ok(blocks(((rows as u32).div_ceil(MV1_ROWS), 1), MV1_THREADS))
         }
-        (Kernel::MatVec8(_), Work::Matrix { rows, .. }) => {
+        (Kernel::MatVec8(_) | Kernel::MatVec8N(_), Work::Matrix { rows, .. }) => {
             Ok(blocks(((rows as u32).div_ceil(MV8_ROWS), 1), MV8_THREADS))
         }
         (Kernel::MatVec8Wide(_), Work::Matrix { rows, .. }) => {

@@ -14,10 +14,11 @@ use cudarc::driver::sys::CUdeviceptr;
 
 use crate::backend::cuda::args::{
     AddAssignArgs, AttentionArgs, AttentionCombineArgs, AttentionSplitArgs, CacheWindow, EmbedArgs,
-    GeluArgs, KvStoreArgs, LayerNormArgs, MatVec8Call, MatmulArgs, QuantizeX8Args, RmsNormArgs,
-    RopeArgs, RopePairs, SwigluArgs, X8Bufs,
+    GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs, QuantizeX8Args, RmsNormArgs, RopeArgs,
+    RopePairs, SwigluArgs, X8Bufs,
 };
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
+use crate::backend::cuda::kernels::MV8_LOOP_MAX_TOKENS;
 use crate::backend::cuda::ptr::DevPtr;
 use crate::backend::cuda::source::ATT_MAX_HEAD_DIM;
 use crate::backend::BackendError;
@@ -61,14 +62,15 @@ struct RopeTable {
     mem: DevBuf,
 }
 
-/// The block `quantize_x8` writes for `mv8_*`, and which x it holds:
-/// `(CudaBuf::id, cols, Kernels::writes)` when it was written, so that Q, K
-/// and V (or gate and up), which read one x, split it once. Any launch or
-/// copy since changes the count, and the x is split again.
+/// The block `quantize_x8` writes for `mv8_*` (room for `len` values), and
+/// which x it holds: `(CudaBuf::id, rows, cols, Kernels::writes)` when it
+/// was written, so that Q, K and V (or gate and up), which read one x,
+/// split it once. Any launch or copy since changes the count, and the x is
+/// split again.
 struct X8Block {
     mem: DevBuf,
-    cols: usize,
-    holds: Option<(u64, usize, u64)>,
+    len: usize,
+    holds: Option<(u64, usize, usize, u64)>,
 }
 
 /// The `Ops` implementation over one device.
@@ -103,44 +105,49 @@ impl CudaOps {
         }
     }
 
-    /// Makes room for x rows of up to `cols` columns in the block that
-    /// `mv8_*` reads (done at load, so that no decode graph needs to
-    /// allocate; without it the first such matmul allocates).
+    /// Makes room for up to `MV8_LOOP_MAX_TOKENS` rows of x of up to `cols`
+    /// columns in the block that `mv8_*` reads (done at load, so that no
+    /// decode graph needs to allocate; without it the first such matmul
+    /// allocates).
     pub fn reserve_x8(&mut self, cols: usize) -> Result<(), BackendError> {
-        if self.x8.as_ref().is_some_and(|b| b.cols >= cols) {
+        self.reserve_x8_values(cols * MV8_LOOP_MAX_TOKENS)
+    }
+
+    fn reserve_x8_values(&mut self, len: usize) -> Result<(), BackendError> {
+        if self.x8.as_ref().is_some_and(|b| b.len >= len) {
             return Ok(());
         }
         self.dev.bind()?;
         // Held for the model's lifetime, as the sampler's buffers are.
         let mem = self
             .dev
-            .alloc(Purpose::Weights, X8Bufs::bytes(cols) as u64)?;
+            .alloc(Purpose::Weights, X8Bufs::bytes(len) as u64)?;
         self.x8 = Some(X8Block {
             mem,
-            cols,
+            len,
             holds: None,
         });
         Ok(())
     }
 
-    /// One row of x split for `mv8_*`, split now unless the block holds it
-    /// already; `None` inside a graph capture when the block is too small
-    /// (nothing may be allocated there: `mv1_*` runs instead).
+    /// x split for `mv8_*`, split now unless the block holds it already;
+    /// `None` inside a graph capture when the block is too small (nothing
+    /// may be allocated there: `mv1_*` runs instead).
     fn quantized_x(&mut self, x: &CudaBuf) -> Result<Option<X8Bufs>, BackendError> {
-        let cols = x.cols;
-        if self.x8.as_ref().is_none_or(|b| b.cols < cols) {
+        let len = x.len();
+        if self.x8.as_ref().is_none_or(|b| b.len < len) {
             if self.capture.is_some() {
                 return Ok(None);
             }
-            self.reserve_x8(cols)?;
+            self.reserve_x8_values(len)?;
         }
         let kernels = &self.dev.kernels;
         let block = self.x8.as_mut().expect("reserved above");
-        let bufs = X8Bufs::at(block.mem.ptr(), cols);
-        if block.holds != Some((x.id(), cols, kernels.writes())) {
+        let bufs = X8Bufs::at(block.mem.ptr(), len);
+        if block.holds != Some((x.id(), x.rows, x.cols, kernels.writes())) {
             let args = QuantizeX8Args {
                 x: x.input(),
-                cols,
+                cols: len,
                 out: bufs,
             };
             kernels.launch(&self.dev.stream, &args)?;
@@ -156,24 +163,19 @@ impl CudaOps {
         args: &MatmulArgs,
         out: &CudaBuf,
     ) -> Result<bool, BackendError> {
-        let Some(wide) = self.dev.kernels.mv8_choice(args) else {
+        let Some(plan) = self.dev.kernels.mv8_choice(args) else {
             return Ok(false);
         };
         let Some(x8) = self.quantized_x(x)? else {
             return Ok(false);
         };
-        let call = MatVec8Call {
-            args: *args,
-            x8,
-            wide,
-        };
-        self.dev.kernels.launch(&self.dev.stream, &call)?;
+        self.dev.kernels.matvec8(&self.dev.stream, args, plan, x8)?;
         // The block still holds x, unless the product overwrote x itself.
         let kernels = &self.dev.kernels;
         let block = self.x8.as_mut().expect("quantized_x reserved it");
         let (xs, xe) = (x.ptr(), x.ptr() + x.len() as u64 * 4);
         let (os, oe) = (out.ptr(), out.ptr() + out.len() as u64 * 4);
-        block.holds = (oe <= xs || xe <= os).then_some((x.id(), x.cols, kernels.writes()));
+        block.holds = (oe <= xs || xe <= os).then_some((x.id(), x.rows, x.cols, kernels.writes()));
         Ok(true)
     }
 

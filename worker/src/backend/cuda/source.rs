@@ -63,6 +63,8 @@ shared_constants! {
     MV8_THREADS: u32 = 128;
     MV8_ROWS: u32 = 4;
     MV8W_ROWS: u32 = 2;
+    /// Most rows of x one `mv8n_*` launch takes.
+    MV8_MAX_TOKENS: usize = 8;
     /// `gemm_tc_*` (gemm.cu): output tile of `GTC_BR` weight rows by
     /// `GTC_BT` rows of x over slices of `GTC_BK` columns, `GTC_THREADS`
     /// threads (8 warps of 32 x 32), shared-memory rows padded by `GTC_PAD`.

@@ -167,6 +167,7 @@ fn every_kernel_symbol_is_defined_in_its_module() {
                     && src.contains(&format!("DEF_MV8({}, ", t.name().to_ascii_lowercase()))
             }
             Kernel::MatVec8Wide(_) => src.contains("mv8w_##name"),
+            Kernel::MatVec8N(_) => src.contains("mv8n_##name"),
             Kernel::GemmTc(_) => src.contains("gemm_tc_##name"),
             _ => src.contains(&format!(" {sym}(")) || src.contains(&format!("\n    {sym}(")),
         };
@@ -191,6 +192,7 @@ fn c_signature(k: Kernel) -> Vec<String> {
         Kernel::MatVec1(_) => vec!["mv1_##name(".to_string()],
         Kernel::MatVec8(_) => vec!["mv8_##name(".to_string()],
         Kernel::MatVec8Wide(_) => vec!["mv8w_##name(".to_string()],
+        Kernel::MatVec8N(_) => vec!["mv8n_##name(".to_string()],
         Kernel::GemmTc(_) => vec!["gemm_tc_##name(".to_string()],
         _ => vec![format!("void {sym}("), format!(")\n    {sym}(")],
     };
@@ -237,6 +239,7 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         if crate::backend::cuda::launch::has_mv8(t) {
             v.push((Kernel::MatVec8(t), sig::<MatVec8Call>()));
             v.push((Kernel::MatVec8Wide(t), sig::<MatVec8Call>()));
+            v.push((Kernel::MatVec8N(t), sig::<MatVec8NCall>()));
         }
     }
     v.extend([

@@ -56,7 +56,8 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
             let bias_v = random_vec(&mut rng, rows, 1.0);
             let bias = test_weight(&mut ops, GgmlType::F32, 1, rows, &bias_v);
             // Every shape through both mv kernels (a warp or a block per
-            // row), then through mv1 or mv8 (one row of x) and gemm_tc (many).
+            // row), then through mv8 (up to 32 rows of x, integer formats),
+            // mv1 (one row) and gemm_tc (many).
             let mut kinds = vec![
                 (0, false, false),
                 (usize::MAX, false, false),
