@@ -306,8 +306,22 @@ fn m0_w_1201_cuda_weights_stay_in_stored_format_byte_for_byte() {
         } else {
             0
         };
-        let extra =
-            rope_table + crate::backend::cuda::sample::DeviceSampler::bytes_for(cfg.vocab_size);
+        // And the block the integer mat-vec splits x into (`CudaOps::reserve_x8`),
+        // sized for the widest matrix in a format that has one.
+        let x8_block = names
+            .iter()
+            .filter_map(|n| m.file.tensor(n))
+            .filter(|t| t.dims.len() >= 2 && crate::backend::cuda::launch::has_mv8(t.ggml_type))
+            .map(|t| t.dims[0] as usize)
+            .max()
+            .map_or(0, |cols| {
+                align_up(crate::backend::cuda::args::X8Bufs::bytes(
+                    cols * crate::backend::cuda::kernels::MV8_LOOP_MAX_TOKENS,
+                ) as u64)
+            });
+        let extra = rope_table
+            + x8_block
+            + crate::backend::cuda::sample::DeviceSampler::bytes_for(cfg.vocab_size);
         let padding = device_bytes - file_bytes;
         assert!(
             padding < 256 * gpu.weight_buffers().len() as u64,
