@@ -404,11 +404,13 @@ struct Mv8Unit<T_Q8_0> {
     __device__ __forceinline__ void dots(int u, const X8& x, int cols, int n, float* acc) const {
         const int c = 32 * u;
         const float d = f16_to_f32((u16)dh);
+        // Halves copied out: a pointer into qs put it in local memory.
+        const u32 q0[4] = {qs[0], qs[1], qs[2], qs[3]}, q1[4] = {qs[4], qs[5], qs[6], qs[7]};
 #pragma unroll
         for (int t = 0; t < NX; t++) {
             if (t >= n) break;
             const X8 xt = x.row(t, cols);
-            acc[t] += d * xt.d[u] * (dot16(qs, xt, c) + dot16(qs + 4, xt, c + 16));
+            acc[t] += d * xt.d[u] * (dot16(q0, xt, c) + dot16(q1, xt, c + 16));
         }
     }
 };

@@ -277,10 +277,6 @@ impl Kernels {
             return None;
         }
         match m.n {
-            // Q8_0's one-row product stays on mv1_*: its 34-byte blocks load
-            // as u16s here, and mv8 decoded 8B Q8_0 at 194 tok/s against
-            // mv1's 210 on the H100 (its groups of rows gain: pp16 337 -> 638).
-            1 if w.ty == GgmlType::Q8_0 => None,
             1 => Some(Mv8Plan::One {
                 wide: w.cols >= MV8_WIDE_COLS || w.rows < MV1_MIN_ROWS,
             }),
