@@ -354,7 +354,7 @@ impl X8Bufs {
     }
 
     /// The parts from row `t0` on, of rows of `cols` values.
-    pub fn from_row(&self, t0: usize, cols: usize) -> X8Bufs {
+    pub fn row_on(&self, t0: usize, cols: usize) -> X8Bufs {
         let v = t0 * cols;
         X8Bufs {
             hi: self.hi.offset(v),
@@ -404,7 +404,7 @@ impl KernelCall for QuantizeX8Args {
         )
     }
     fn validate(&self) -> Result<(), BackendError> {
-        if self.cols % 32 != 0 {
+        if !self.cols.is_multiple_of(32) {
             return Err(refusal(
                 Kernel::QuantizeX8,
                 format!("{} columns, not a multiple of 32", self.cols),
@@ -474,7 +474,7 @@ impl KernelCall for MatVec8Call {
     }
     fn validate(&self) -> Result<(), BackendError> {
         let a = &self.args;
-        if a.n != 1 || a.w.cols % 32 != 0 || !has_mv8(a.w.ty) {
+        if a.n != 1 || !a.w.cols.is_multiple_of(32) || !has_mv8(a.w.ty) {
             return Err(refusal(
                 self.kernel(),
                 format!(
@@ -551,7 +551,7 @@ impl KernelCall for MatVec8NCall {
     }
     fn validate(&self) -> Result<(), BackendError> {
         let a = &self.args;
-        if a.n > MV8_MAX_TOKENS || a.w.cols % 32 != 0 || !has_mv8(a.w.ty) {
+        if a.n > MV8_MAX_TOKENS || !a.w.cols.is_multiple_of(32) || !has_mv8(a.w.ty) {
             return Err(refusal(
                 Kernel::MatVec8N(a.w.ty),
                 format!(

@@ -271,7 +271,7 @@ impl Kernels {
     pub fn mv8_choice(&self, m: &MatmulArgs) -> Option<Mv8Plan> {
         let w = &m.w;
         if !self.mv8.load(Ordering::Relaxed)
-            || w.cols % 32 != 0
+            || !w.cols.is_multiple_of(32)
             || !self.funcs.contains_key(&Kernel::MatVec8(w.ty))
         {
             return None;
@@ -298,7 +298,7 @@ impl Kernels {
             Mv8Plan::Rows => {
                 for t0 in (0..m.n).step_by(MV8_MAX_TOKENS) {
                     let args = m.rows_of_x(t0, MV8_MAX_TOKENS.min(m.n - t0));
-                    let x8 = x8.from_row(t0, m.w.cols);
+                    let x8 = x8.row_on(t0, m.w.cols);
                     self.launch(s, &MatVec8NCall { args, x8 })?;
                 }
                 Ok(())
