@@ -364,6 +364,16 @@ impl X8Bufs {
         }
     }
 
+    /// The parts as the `mv8*` kernels read them.
+    fn reads(&self) -> (DevPtr<i8>, DevPtr<i8>, DevPtr<f32>, DevPtr<f32>) {
+        (
+            self.hi.as_const(),
+            self.lo.as_const(),
+            self.d.as_const(),
+            self.sums.as_const(),
+        )
+    }
+
     fn addrs(&self) -> [(&'static str, CUdeviceptr); 4] {
         [
             ("x8 hi", self.hi.addr()),
@@ -453,56 +463,17 @@ impl KernelCall for MatVec8Call {
     );
 
     fn plan(&self) -> Plan {
-        let a = &self.args;
-        let [hi, lo, d, sums] = self.x8.addrs();
-        plan(
-            self.kernel(),
-            a.w.dims(a.n),
-            [
-                ("w", a.w.ptr.addr()),
-                hi,
-                lo,
-                d,
-                sums,
-                ("out", a.out.addr()),
-            ],
-            Work::Matrix {
-                rows: a.w.rows,
-                n: a.n,
-            },
-        )
+        mv8_plan(self.kernel(), &self.args, &self.x8)
     }
     fn validate(&self) -> Result<(), BackendError> {
-        let a = &self.args;
-        if a.n != 1 || !a.w.cols.is_multiple_of(32) || !has_mv8(a.w.ty) {
-            return Err(refusal(
-                self.kernel(),
-                format!(
-                    "{} rows of x by {} {} columns",
-                    a.n,
-                    a.w.cols,
-                    a.w.ty.name()
-                ),
-            ));
-        }
-        Ok(())
+        mv8_validate(self.kernel(), &self.args, 1)
     }
     fn params(&self) -> Self::Params {
         let a = &self.args;
         let (w, row_bytes, rows, cols) = a.w.params();
-        let x = &self.x8;
-        (
-            w,
-            row_bytes,
-            rows,
-            cols,
-            x.hi.as_const(),
-            x.lo.as_const(),
-            x.d.as_const(),
-            x.sums.as_const(),
-            DevPtr::or_null(a.bias),
-            a.out,
-        )
+        let (hi, lo, d, sums) = self.x8.reads();
+        let bias = DevPtr::or_null(a.bias);
+        (w, row_bytes, rows, cols, hi, lo, d, sums, bias, a.out)
     }
 }
 
@@ -530,58 +501,58 @@ impl KernelCall for MatVec8NCall {
     );
 
     fn plan(&self) -> Plan {
-        let a = &self.args;
-        let [hi, lo, d, sums] = self.x8.addrs();
-        plan(
-            Kernel::MatVec8N(a.w.ty),
-            a.w.dims(a.n),
-            [
-                ("w", a.w.ptr.addr()),
-                hi,
-                lo,
-                d,
-                sums,
-                ("out", a.out.addr()),
-            ],
-            Work::Matrix {
-                rows: a.w.rows,
-                n: a.n,
-            },
-        )
+        mv8_plan(Kernel::MatVec8N(self.args.w.ty), &self.args, &self.x8)
     }
     fn validate(&self) -> Result<(), BackendError> {
-        let a = &self.args;
-        if a.n > MV8_MAX_TOKENS || !a.w.cols.is_multiple_of(32) || !has_mv8(a.w.ty) {
-            return Err(refusal(
-                Kernel::MatVec8N(a.w.ty),
-                format!(
-                    "{} rows of x by {} {} columns",
-                    a.n,
-                    a.w.cols,
-                    a.w.ty.name()
-                ),
-            ));
-        }
-        Ok(())
+        mv8_validate(Kernel::MatVec8N(self.args.w.ty), &self.args, MV8_MAX_TOKENS)
     }
     fn params(&self) -> Self::Params {
         let a = &self.args;
         let (w, row_bytes, rows, cols) = a.w.params();
-        let x = &self.x8;
+        let (hi, lo, d, sums) = self.x8.reads();
+        let bias = DevPtr::or_null(a.bias);
         (
-            w,
-            row_bytes,
-            rows,
-            cols,
-            a.n as i32,
-            x.hi.as_const(),
-            x.lo.as_const(),
-            x.d.as_const(),
-            x.sums.as_const(),
-            DevPtr::or_null(a.bias),
-            a.out,
+            w, row_bytes, rows, cols, a.n as i32, hi, lo, d, sums, bias, a.out,
         )
     }
+}
+
+/// The plan of an `mv8*` launch: the weights, x's parts and the output.
+fn mv8_plan(kernel: Kernel, a: &MatmulArgs, x8: &X8Bufs) -> Plan {
+    let [hi, lo, d, sums] = x8.addrs();
+    plan(
+        kernel,
+        a.w.dims(a.n),
+        [
+            ("w", a.w.ptr.addr()),
+            hi,
+            lo,
+            d,
+            sums,
+            ("out", a.out.addr()),
+        ],
+        Work::Matrix {
+            rows: a.w.rows,
+            n: a.n,
+        },
+    )
+}
+
+/// An `mv8*` kernel takes up to `max_n` rows of x, whole 32-value blocks
+/// of a format it has a unit for.
+fn mv8_validate(kernel: Kernel, a: &MatmulArgs, max_n: usize) -> Result<(), BackendError> {
+    if a.n > max_n || !a.w.cols.is_multiple_of(32) || !has_mv8(a.w.ty) {
+        return Err(refusal(
+            kernel,
+            format!(
+                "{} rows of x by {} {} columns",
+                a.n,
+                a.w.cols,
+                a.w.ty.name()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `rms_norm`: `out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w`.

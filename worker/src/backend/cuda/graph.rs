@@ -139,7 +139,6 @@ impl DecodeGraph {
             .map_or(0, |sp| cfg.n_head * sp.nsplit * (cfg.head_dim + 2));
         let step_offset = arena_bytes(cfg) + align_up(part_floats as u64 * 4);
         let arena = dev.alloc(Purpose::Scratch, step_offset + 256)?;
-        ops.forget_x8();
         ops.capture = Some(GraphCapture {
             arena: arena.ptr(),
             arena_bytes: step_offset,

@@ -179,14 +179,6 @@ impl CudaOps {
         Ok(true)
     }
 
-    /// Forgets which x the `mv8_*` block holds (a decode graph replayed
-    /// writes it without the host's launches).
-    pub(crate) fn forget_x8(&mut self) {
-        if let Some(b) = &mut self.x8 {
-            b.holds = None;
-        }
-    }
-
     /// Makes `keep_last_row` copy the last position's logits to `ptr`, a
     /// device buffer of `len` f32 that outlives these ops (and every graph
     /// captured through them).
