@@ -10,14 +10,10 @@
 #include <vector>
 #include <cuda_fp16.h>
 
+#include "lab.cuh"
+
 #include "attention.cu"
 
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
-    fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); exit(1); } } while (0)
-static unsigned long long rng = 0x9E3779B97F4A7C15ull;
-static inline unsigned next_u32() { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (unsigned)(rng >> 16); }
-static inline float unif(float lo, float hi) { return lo + (hi - lo) * (next_u32() & 0xFFFFFF) / 16777216.0f; }
-static float median(std::vector<float> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; }
 
 int main() {
     struct Case { int n_head, n_kv, hd, capacity, n_ctx; };

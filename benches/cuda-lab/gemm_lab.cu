@@ -10,14 +10,14 @@
 #include <cuda_fp16.h>
 #include <vector>
 
+#include "lab.cuh"
+
 #include "matmul.cu"
 #include "gemm.cu"
 
 // As GTC_SMEM_BYTES in source.rs.
 #define GTC_SMEM_BYTES (2 * (GTC_BR + GTC_BT) * (GTC_BK + GTC_PAD) * 4)
 
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
-    fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); exit(1); } } while (0)
 
 typedef void (*Kern)(const u8*, i64, int, int, const float*, int, const float*, float*);
 struct Fmt { const char* name; int id, block_values, block_bytes; Kern old_k, new_k; };
@@ -26,10 +26,6 @@ static Fmt FMTS[] = {FMT(q4_k, T_Q4_K, 256, 144), FMT(q6_k, T_Q6_K, 256, 210), F
                      FMT(q4_1, T_Q4_1, 32, 20), FMT(q4_0, T_Q4_0, 32, 18), FMT(q5_0, T_Q5_0, 32, 22),
                      FMT(q5_1, T_Q5_1, 32, 24), FMT(q5_k, T_Q5_K, 256, 176), FMT(f16, T_F16, 8, 16)};
 
-static unsigned long long rng = 0x9E3779B97F4A7C15ull;
-static inline unsigned next_u32() { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (unsigned)(rng >> 16); }
-static inline float unif(float lo, float hi) { return lo + (hi - lo) * (next_u32() & 0xFFFFFF) / 16777216.0f; }
-static inline void put_f16(u8* p, float f) { __half h = __float2half(f); memcpy(p, &h, 2); }
 static void fill(const Fmt& f, u8* w, size_t bytes) {
     for (size_t i = 0; i + 4 <= bytes; i += 4) { unsigned v = next_u32(); memcpy(w + i, &v, 4); }
     for (size_t b = 0; b < bytes / f.block_bytes; b++) {
@@ -43,7 +39,6 @@ static void fill(const Fmt& f, u8* w, size_t bytes) {
         }
     }
 }
-static float median(std::vector<float> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; }
 
 int main(int argc, char** argv) {
     const char* only = argc > 1 ? argv[1] : "q4_k,q6_k,q8_0,q4_1,q4_0,q5_0,q5_1,q5_k,f16";

@@ -13,17 +13,11 @@
 #include <cuda_fp16.h>
 #include <vector>
 
+#include "lab.cuh"
+
 #include "matmul.cu"
 #include "matvec.cu"
 
-#define CK(x)                                                                       \
-    do {                                                                            \
-        cudaError_t e = (x);                                                        \
-        if (e != cudaSuccess) {                                                     \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-            exit(1);                                                                \
-        }                                                                           \
-    } while (0)
 
 typedef void (*Kern)(const u8*, i64, int, int, const float*, int, const float*, float*);
 typedef void (*Kern1)(const u8*, i64, int, int, const float*, const float*, float*);
@@ -42,13 +36,6 @@ static Fmt FMTS[] = {
     FMT(f16, T_F16, 8, 16),      FMT(bf16, T_BF16, 8, 16),    FMT(f32, T_F32, 8, 32),
 };
 
-static unsigned long long rng = 0x9E3779B97F4A7C15ull;
-static inline unsigned next_u32() {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (unsigned)(rng >> 16);
-}
-static inline float unif(float lo, float hi) { return lo + (hi - lo) * (next_u32() & 0xFFFFFF) / 16777216.0f; }
-static inline void put_f16(u8* p, float f) { __half h = __float2half(f); memcpy(p, &h, 2); }
 
 // Random weights with sane scales: random quant bytes, scale fields set to
 // small finite values, float formats to values in [-1, 1].
@@ -86,7 +73,6 @@ static void new_mv(const Fmt& f, const u8* w, i64 rb, int rows, int cols, const 
     f.mv1<<<(rows + MV1_ROWS - 1) / MV1_ROWS, MV1_THREADS>>>(w, rb, rows, cols, x, nullptr, out);
 }
 
-static float median(std::vector<float> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; }
 
 int main(int argc, char** argv) {
     const char* only = argc > 1 ? argv[1] : nullptr;  // a comma-separated list of formats
