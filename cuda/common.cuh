@@ -79,3 +79,50 @@ __device__ __forceinline__ float block_max(float v, float* red) {
     for (int w = 1; w < nwarps; w++) m = fmaxf(m, red[w]);
     return m;
 }
+
+// ---- tensor-core building blocks (gemm.cu, attention.cu) ----
+
+// Four 8x8 matrices of 16-bit values from shared memory: lane l gives the
+// address of row l % 8 of matrix l / 8, and gets, of each matrix, row l / 4,
+// values 2 (l % 4) and the one after (.trans: the transposed matrix's).
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ u32 shared_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// c += a b on f16 (m16n8k16, f32 accumulation).
+__device__ __forceinline__ void mma_f16(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as f16x2 (round to nearest even), `lo` in the low half.
+__device__ __forceinline__ u32 pack_f16(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// a and b as f16 high parts plus the f16 rounding of what is left: about 22
+// bits of values near 1, fewer as the low part nears f16's subnormal range
+// (below ~1e-3 the high part's 11 bits are all that is kept).
+__device__ __forceinline__ void split_f16x2(float a, float b, u32& hi, u32& lo) {
+    hi = pack_f16(a, b);
+    lo = pack_f16(a - f16_to_f32((u16)(hi & 0xFFFFu)), b - f16_to_f32((u16)(hi >> 16)));
+}

@@ -102,7 +102,9 @@ __device__ __forceinline__ void ld8(const u8* p, u32& lo, u32& hi) {
 }
 
 // N little-endian words from p, which is A-byte aligned (A = 2, 4 or 16):
-// aligned loads, funnel-shifted when p is only 2-byte aligned.
+// aligned loads, funnel-shifted when p is only 2-byte aligned. No byte past
+// p + 4N is read (the last half word is read as such), so a block at the
+// very end of an allocation is safe (compute-sanitizer, M0-W-1431).
 template <int N, int A>
 __device__ __forceinline__ void ld_words(const u8* p, u32* w) {
     if (A >= 16 && N == 4) {
@@ -113,14 +115,16 @@ __device__ __forceinline__ void ld_words(const u8* p, u32* w) {
         for (int i = 0; i < N; i++) w[i] = ((const u32*)p)[i];
     } else {
         const u32* q = (const u32*)((u64)p & ~(u64)3);
-        const u32 sh = ((u32)(u64)p & 3) * 8;
+        const u32 sh = ((u32)(u64)p & 3) * 8;  // 0 or 16
         u32 prev = q[0];
 #pragma unroll
-        for (int i = 0; i < N; i++) {
+        for (int i = 0; i + 1 < N; i++) {
             const u32 next = q[i + 1];
             w[i] = __funnelshift_r(prev, next, sh);
             prev = next;
         }
+        const u32 tail = sh ? (u32) * (const u16*)(q + N) : 0u;
+        w[N - 1] = __funnelshift_r(prev, tail, sh);
     }
 }
 

@@ -22,7 +22,7 @@ use crate::backend::cuda::args::{
 use crate::backend::cuda::launch::{launch_config, Kernel, KernelCall, ParamList};
 use crate::backend::cuda::nvrtc::{compile_unit, KernelCache};
 use crate::backend::cuda::source::{
-    Unit, ATS_MAX_CHUNK, ATS_MAX_SPLITS, GEMM_BM, GEMM_BN, GTC_BR, GTC_BT, GTC_SMEM_BYTES,
+    Unit, ATC_HEAD_DIMS, ATS_MAX_CHUNK, ATS_MAX_SPLITS, GEMM_BM, GEMM_BN, GTC_BR, GTC_BT,
     MV8_MAX_TOKENS, MV_MAX_TOKENS,
 };
 use crate::backend::BackendError;
@@ -72,6 +72,10 @@ pub const TC_MIN_BLOCKS_PER_SM: usize = 1;
 /// over the context (`attention_split`); below, one block per head is faster.
 pub const SPLIT_MIN_CONTEXT: usize = 1024;
 
+/// The fewest query rows (prefill) that go to `attention_tc`: from two rows
+/// on, one block reading each key once for 64 rows beats a block per row.
+pub const ATC_MIN_ROWS: usize = 2;
+
 /// How `attention_split` divides a context of `capacity` positions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ContextSplit {
@@ -88,6 +92,7 @@ pub struct Kernels {
     mv1_min_rows: AtomicUsize,
     tc_min_blocks: AtomicUsize,
     split_min_context: AtomicUsize,
+    attention_tc_min_rows: AtomicUsize,
     /// Whether one row of x goes through `mv8_*` where the format has one.
     mv8: AtomicBool,
     /// Kernel launches and copies into device memory so far: a buffer's
@@ -184,15 +189,27 @@ impl Kernels {
                     k.symbol()
                 ))
             })?;
-            if let Kernel::GemmTc(_) = k {
-                // Its shared memory is over the default 48 KB limit.
-                let attr = cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-                f.set_attribute(attr, GTC_SMEM_BYTES as i32).map_err(|e| {
+            use cudarc::driver::sys::CUfunction_attribute as Attr;
+            let set = |attr: Attr, value: i32| {
+                f.set_attribute(attr, value).map_err(|e| {
                     BackendError::KernelLaunchFailed(format!(
-                        "raising {}'s shared memory: {e:?}",
+                        "setting {}'s {attr:?}: {e:?}",
                         k.symbol()
                     ))
-                })?;
+                })
+            };
+            if let Some(bytes) = k.dynamic_smem() {
+                set(
+                    Attr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    bytes as i32,
+                )?;
+            }
+            if k.prefers_shared_memory() {
+                // Percent of the unified L1/shared memory (100: the most).
+                set(
+                    Attr::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                    100,
+                )?;
             }
             funcs.insert(k, f);
         }
@@ -210,6 +227,7 @@ impl Kernels {
             mv1_min_rows: AtomicUsize::new(MV1_MIN_ROWS),
             tc_min_blocks: AtomicUsize::new(TC_MIN_BLOCKS_PER_SM * sm_count),
             split_min_context: AtomicUsize::new(SPLIT_MIN_CONTEXT),
+            attention_tc_min_rows: AtomicUsize::new(ATC_MIN_ROWS),
             mv8: AtomicBool::new(true),
             writes: AtomicU64::new(0),
             sm_count,
@@ -304,6 +322,20 @@ impl Kernels {
                 Ok(())
             }
         }
+    }
+
+    /// Whether `n` query rows of heads of `head_dim` dims take `attention_tc`.
+    pub fn attention_on_tensor_cores(&self, n: usize, head_dim: usize) -> bool {
+        n >= self.attention_tc_min_rows.load(Ordering::Relaxed)
+            && ATC_HEAD_DIMS.contains(&head_dim)
+            && self.funcs.contains_key(&Kernel::AttentionTc)
+    }
+
+    /// Tests: the fewest query rows that take `attention_tc`
+    /// ([`ATC_MIN_ROWS`] by default; `usize::MAX`: never).
+    #[cfg(test)]
+    pub fn set_attention_tc_min_rows(&self, rows: usize) {
+        self.attention_tc_min_rows.store(rows, Ordering::Relaxed);
     }
 
     /// Whether a decode step at a context of `positions` splits its attention.

@@ -10,9 +10,9 @@ use cudarc::driver::{LaunchArgs, LaunchConfig, PushKernelArg};
 
 use crate::backend::cuda::ptr::Param;
 use crate::backend::cuda::source::{
-    Module, ATS_THREADS, ATT_THREADS, GEMM_BM, GEMM_BN, GEMM_THREADS, GTC_BR, GTC_BT,
-    GTC_SMEM_BYTES, GTC_THREADS, MV1_ROWS, MV1_THREADS, MV8W_ROWS, MV8_ROWS, MV8_THREADS,
-    MV_THREADS, SAMPLE_THREADS,
+    Module, ATC_BQ, ATC_SMEM_BYTES, ATC_THREADS, ATS_THREADS, ATT_THREADS, GEMM_BM, GEMM_BN,
+    GEMM_THREADS, GTC_BR, GTC_BT, GTC_SMEM_BYTES, GTC_THREADS, MV1_ROWS, MV1_THREADS, MV8W_ROWS,
+    MV8_ROWS, MV8_THREADS, MV_THREADS, SAMPLE_THREADS,
 };
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -49,6 +49,9 @@ pub enum Kernel {
     Rope,
     KvStore,
     Attention,
+    /// `attention_tc`: the same for many query rows at once, on tensor
+    /// cores (flash attention; heads of 64 or 128 dims).
+    AttentionTc,
     /// `attention_split`: one query row over a long context, the context
     /// split into chunks across blocks; `attention_combine` merges them.
     AttentionSplit,
@@ -90,6 +93,7 @@ impl Kernel {
             Kernel::Rope,
             Kernel::KvStore,
             Kernel::Attention,
+            Kernel::AttentionTc,
             Kernel::AttentionSplit,
             Kernel::AttentionCombine,
             Kernel::Swiglu,
@@ -114,6 +118,7 @@ impl Kernel {
             Kernel::Rope => Module::Rope,
             Kernel::KvStore
             | Kernel::Attention
+            | Kernel::AttentionTc
             | Kernel::AttentionSplit
             | Kernel::AttentionCombine => Module::Attention,
             Kernel::Swiglu | Kernel::Gelu | Kernel::AddAssign | Kernel::QuantizeX8 => {
@@ -121,6 +126,26 @@ impl Kernel {
             }
             Kernel::SampleSelect | Kernel::SampleLogprobs => Module::Sample,
         }
+    }
+
+    /// Dynamic shared memory a block needs, for the kernels that take it
+    /// (over the 48 KB default: the loader raises their limit to this).
+    pub fn dynamic_smem(self) -> Option<u32> {
+        match self {
+            Kernel::GemmTc(_) => Some(GTC_SMEM_BYTES),
+            Kernel::AttentionTc => Some(ATC_SMEM_BYTES),
+            _ => None,
+        }
+    }
+
+    /// Whether the kernel's blocks hold tens of KB of shared memory, so that
+    /// the SM should give shared memory all it can (left to the driver, the
+    /// H100 ran `attention_split` at one 41 KB block per SM: 6% occupancy).
+    pub fn prefers_shared_memory(self) -> bool {
+        matches!(
+            self,
+            Kernel::GemmTc(_) | Kernel::MatVec1(_) | Kernel::AttentionTc | Kernel::AttentionSplit
+        )
     }
 
     /// The weight format of a per-format kernel.
@@ -158,6 +183,7 @@ impl Kernel {
             Kernel::Rope => "rope".into(),
             Kernel::KvStore => "kv_store".into(),
             Kernel::Attention => "attention".into(),
+            Kernel::AttentionTc => "attention_tc".into(),
             Kernel::AttentionSplit => "attention_split".into(),
             Kernel::AttentionCombine => "attention_combine".into(),
             Kernel::Swiglu => "swiglu".into(),
@@ -339,6 +365,18 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
                 ));
             }
             Ok(blocks((n as u32, n_head as u32), ATT_THREADS))
+        }
+        (Kernel::AttentionTc, Work::Heads { n, n_head }) => {
+            let tiles = (n as u32).div_ceil(ATC_BQ);
+            if n_head > 65535 {
+                return Err(BackendError::InferenceFailed(
+                    "attention shape exceeds one launch".into(),
+                ));
+            }
+            Ok(LaunchConfig {
+                shared_mem_bytes: ATC_SMEM_BYTES,
+                ..blocks((tiles, n_head as u32), ATC_THREADS)
+            })
         }
         (Kernel::SampleSelect | Kernel::SampleLogprobs, Work::Single) => {
             Ok(blocks((1, 1), SAMPLE_THREADS))

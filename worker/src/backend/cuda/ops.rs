@@ -602,6 +602,7 @@ impl Ops for CudaOps {
             v_cache,
             scale,
             out: out.output(),
+            tensor_cores: kernels.attention_on_tensor_cores(n, hd),
         };
         kernels.launch(st, &attend)
     }

@@ -80,11 +80,23 @@ shared_constants! {
     ATS_MAX_GROUP: usize = 8;
     ATS_MAX_CHUNK: usize = 512;
     ATS_MAX_SPLITS: usize = 1024;
+    /// `attention_tc` (attention.cu, prefill on tensor cores): threads per
+    /// block, query rows per block, keys per step.
+    ATC_THREADS: u32 = 128;
+    ATC_BQ: u32 = 64;
+    ATC_BK: u32 = 64;
 }
 
 /// Dynamic shared memory of a `gemm_tc_*` block: W and x tiles, each as TF32
 /// high and low parts (over the 48 KB static limit; the loader raises it).
 pub const GTC_SMEM_BYTES: u32 = 2 * (GTC_BR + GTC_BT) * (GTC_BK + GTC_PAD) * 4;
+
+/// The head sizes `attention_tc` has a path for.
+pub const ATC_HEAD_DIMS: [usize; 2] = [64, 128];
+
+/// Dynamic shared memory of an `attention_tc` block: q's high and low parts
+/// and one tile of K and of V, rows of the largest head padded by 8 halves.
+pub const ATC_SMEM_BYTES: u32 = (2 * ATC_BQ + 2 * ATC_BK) * (128 + 8) * 2;
 
 /// The NVRTC options that define [`SHARED_CONSTANTS`] for every module.
 pub fn defines() -> Vec<String> {

@@ -7,7 +7,7 @@ use super::{plan, CacheWindow};
 use crate::backend::cuda::launch::{refusal, Kernel, KernelCall, Plan, Work};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
-    ATS_MAX_CHUNK, ATS_MAX_GROUP, ATS_MAX_SPLITS, ATT_MAX_HEAD_DIM,
+    ATC_HEAD_DIMS, ATS_MAX_CHUNK, ATS_MAX_GROUP, ATS_MAX_SPLITS, ATT_MAX_HEAD_DIM,
 };
 use crate::backend::BackendError;
 
@@ -203,6 +203,18 @@ pub struct AttentionArgs {
     pub scale: f32,
     /// `[n, n_head * head_dim]` f32.
     pub out: DevPtrMut<f32>,
+    /// `attention_tc` (heads of [`ATC_HEAD_DIMS`] dims), else `attention`.
+    pub tensor_cores: bool,
+}
+
+impl AttentionArgs {
+    fn kernel(&self) -> Kernel {
+        if self.tensor_cores {
+            Kernel::AttentionTc
+        } else {
+            Kernel::Attention
+        }
+    }
 }
 
 impl KernelCall for AttentionArgs {
@@ -238,17 +250,22 @@ impl KernelCall for AttentionArgs {
             self.out.addr(),
         );
         let buffers = [("q", q), ("k_cache", kc), ("v_cache", vc), ("out", out)];
-        plan(Kernel::Attention, dims, buffers, Work::Heads { n, n_head })
+        plan(self.kernel(), dims, buffers, Work::Heads { n, n_head })
     }
     fn validate(&self) -> Result<(), BackendError> {
-        if self.head_dim > ATT_MAX_HEAD_DIM || !self.n_head.is_multiple_of(self.n_head_kv) {
+        let head_ok = if self.tensor_cores {
+            ATC_HEAD_DIMS.contains(&self.head_dim)
+        } else {
+            self.head_dim <= ATT_MAX_HEAD_DIM
+        };
+        if !head_ok || !self.n_head.is_multiple_of(self.n_head_kv) {
             let msg = format!(
                 "{}/{} heads of {}",
                 self.n_head, self.n_head_kv, self.head_dim
             );
-            return Err(refusal(Kernel::Attention, msg));
+            return Err(refusal(self.kernel(), msg));
         }
-        self.window.check(Kernel::Attention, self.n)
+        self.window.check(self.kernel(), self.n)
     }
     fn params(&self) -> Self::Params {
         let (start, pos, cap) = self.window.params();

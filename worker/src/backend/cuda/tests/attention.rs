@@ -58,23 +58,32 @@ fn attention_matches_cpu_over_prefill_and_decode() {
     let mut rng = ChaCha8Rng::seed_from_u64(6);
     let mut worst = 0f64;
     // (n_head, n_head_kv, head_dim, capacity, steps as token counts)
-    let cases: [(usize, usize, usize, usize, &[usize]); 6] = [
+    let cases: [(usize, usize, usize, usize, &[usize]); 7] = [
         (9, 3, 64, 200, &[64, 1, 1, 5, 1]),
         (9, 3, 64, 1100, &[300, 1, 700, 1]),
         (4, 4, 128, 40, &[1, 1, 17, 1]),
+        (8, 2, 128, 700, &[130, 2, 1, 520, 1]),
         (8, 2, 256, 20, &[9, 1]),
         (6, 1, 80, 33, &[32, 1]),
         (2, 1, 36, 150, &[140, 1, 2]),
     ];
-    // Each case with one block per head, then with every decode step's
-    // attention split over the context (attention_split + combine).
-    for ((n_head, n_kv, hd, capacity, steps), split_from) in
-        cases.into_iter().flat_map(|c| [(c, usize::MAX), (c, 0)])
+    // Each case with prefill on attention_tc (heads of 64 and 128) and
+    // decode on one block per head, then with every decode step's
+    // attention split over the context (attention_split + combine), then
+    // with prefill on one block per (row, head) too.
+    let configs = [
+        (usize::MAX, kernels::ATC_MIN_ROWS),
+        (0, kernels::ATC_MIN_ROWS),
+        (usize::MAX, usize::MAX),
+    ];
+    for ((n_head, n_kv, hd, capacity, steps), (split_from, tc_from)) in
+        cases.into_iter().flat_map(|c| configs.map(|k| (c, k)))
     {
         if quick() && capacity > 1000 {
             continue;
         }
         dev().kernels.set_split_min_context(split_from);
+        dev().kernels.set_attention_tc_min_rows(tc_from);
         let n_layer = 2;
         let mut cpu_cache = CpuCache::new(n_layer, capacity, n_kv * hd);
         let mut gpu_cache = CudaCache::new(&dev(), n_layer, n_kv, hd, capacity).unwrap();
@@ -115,7 +124,7 @@ fn attention_matches_cpu_over_prefill_and_decode() {
                 let e = rel_err(&g, &cpu_out.data);
                 assert!(
                     e <= 1e-2,
-                    "attention {n_head}/{n_kv}x{hd} pos {pos} n {n} split from {split_from}: {e:e}"
+                    "attention {n_head}/{n_kv}x{hd} pos {pos} n {n} split from {split_from} tc from {tc_from}: {e:e}"
                 );
                 worst = worst.max(e);
                 assert_deterministic("attention", || {
@@ -153,5 +162,8 @@ fn attention_matches_cpu_over_prefill_and_decode() {
     dev()
         .kernels
         .set_split_min_context(kernels::SPLIT_MIN_CONTEXT);
+    dev()
+        .kernels
+        .set_attention_tc_min_rows(kernels::ATC_MIN_ROWS);
     eprintln!("attention (f16 KV): max relative error {worst:.2e}");
 }

@@ -249,6 +249,7 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         (Kernel::Rope, sig::<RopeArgs>()),
         (Kernel::KvStore, sig::<KvStoreArgs>()),
         (Kernel::Attention, sig::<AttentionArgs>()),
+        (Kernel::AttentionTc, sig::<AttentionArgs>()),
         (Kernel::AttentionSplit, sig::<AttentionSplitArgs>()),
         (Kernel::AttentionCombine, sig::<AttentionCombineArgs>()),
         (Kernel::Swiglu, sig::<SwigluArgs>()),

@@ -95,6 +95,10 @@ fn every_kernel_is_laid_out_as_before() {
         shape(Kernel::Attention, Work::Heads { n: 5, n_head: 9 }),
         ((5, 9, 1), (256, 1, 1))
     );
+    // 64 query rows a block, with its dynamic shared memory.
+    let tc = launch_config(Kernel::AttentionTc, Work::Heads { n: 65, n_head: 9 }).unwrap();
+    assert_eq!((tc.grid_dim, tc.block_dim), ((2, 9, 1), (128, 1, 1)));
+    assert_eq!(tc.shared_mem_bytes, (2 * 64 + 2 * 64) * 136 * 2);
     let chunks = Work::Chunks {
         n_head_kv: 8,
         nsplit: 33,
@@ -137,6 +141,13 @@ fn launches_past_the_grid_limits_are_refused() {
         Work::Heads {
             n: 65535 * 1024 + 1,
             n_head: 1,
+        },
+    );
+    refused(
+        Kernel::AttentionTc,
+        Work::Heads {
+            n: 1,
+            n_head: 65536,
         },
     );
     refused(Kernel::Gelu, Work::Elements(0));

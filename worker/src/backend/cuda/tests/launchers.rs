@@ -256,6 +256,7 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
         v_cache,
         scale: 0.125,
         out,
+        tensor_cores: false,
     };
     refused(
         "attention of zero tokens",
@@ -295,6 +296,17 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
     refused(
         "attention of uneven head groups",
         k.launch(s, &AttentionArgs { n_head: 5, ..att }),
+    );
+    refused(
+        "attention on tensor cores of a head size it has no path for",
+        k.launch(
+            s,
+            &AttentionArgs {
+                head_dim: 96,
+                tensor_cores: true,
+                ..att
+            },
+        ),
     );
 
     let (a, b) = (DevPtr::new(p), DevPtr::new(p));
