@@ -56,3 +56,14 @@ extern "C" __global__ void quantize_x8(const float* __restrict__ x, int cols, i8
     if (lane == 0) xd[i >> 5] = d;
     if ((lane & 15) == 0) xs[i >> 4] = s;
 }
+
+// After gemm_tck_* (gemm.cu): out[i] = the sum over z of part[z * len + i],
+// in z order (+ bias[i % rows]).
+extern "C" __global__ void gemm_splits_sum(const float* __restrict__ part, int splits, i64 len, int rows,
+                                           const float* __restrict__ bias, float* __restrict__ out) {
+    const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= len) return;
+    float s = 0.0f;
+    for (int z = 0; z < splits; z++) s += part[(i64)z * len + i];
+    out[i] = bias ? s + bias[i % rows] : s;
+}

@@ -337,7 +337,7 @@ __device__ __forceinline__ void decode_w(const RawW& r, int s, int half, u32 (&o
 template <int T>
 __device__ __forceinline__ void gemm_int_impl(const u8* __restrict__ W, i64 row_bytes, int rows, int cols,
                                               const float* __restrict__ x, int n, const float* __restrict__ bias,
-                                              float* __restrict__ out) {
+                                              float* __restrict__ out, int s_begin, int s_end) {
     extern __shared__ __align__(16) u32 smem[];
     // Two buffers of: weights [GTC_BR][GQ_STRIDE], x high and low parts
     // [GTC_BT][GQ_STRIDE], scales [GTC_BR][2], mins [GTC_BR], x sums [GTC_BT].
@@ -357,7 +357,6 @@ __device__ __forceinline__ void gemm_int_impl(const u8* __restrict__ W, i64 row_
     const bool wvalid = r0 + wrow < rows, xvalid = t0 + xt < n;
     const u8* wsrc = W + (i64)(wvalid ? r0 + wrow : 0) * row_bytes;
     const float* xsrc = x + (i64)(xvalid ? t0 + xt : 0) * cols + 8 * xpart;
-    const int steps = cols / GTC_BK;
 
     float acc[2][4][4];
 #pragma unroll
@@ -415,12 +414,12 @@ __device__ __forceinline__ void gemm_int_impl(const u8* __restrict__ W, i64 row_
         }
     };
 
-    fetch(0);
-    stage(0, 0);
+    fetch(s_begin);
+    stage(s_begin, 0);
     __syncthreads();
-    for (int s = 0; s < steps; s++) {
-        if (s + 1 < steps) fetch(s + 1);
-        const u32* buf = smem + (s & 1) * BUF;
+    for (int s = s_begin; s < s_end; s++) {
+        if (s + 1 < s_end) fetch(s + 1);
+        const u32* buf = smem + ((s - s_begin) & 1) * BUF;
         const float* scs = (const float*)(buf + W_WORDS + 2 * X_WORDS);
         const u32 wbase = shared_addr(buf), xhbase = shared_addr(buf + W_WORDS);
         const u32 xlbase = shared_addr(buf + W_WORDS + X_WORDS);
@@ -483,7 +482,7 @@ __device__ __forceinline__ void gemm_int_impl(const u8* __restrict__ W, i64 row_
                     }
             }
         }
-        if (s + 1 < steps) stage(s + 1, (s + 1) & 1);
+        if (s + 1 < s_end) stage(s + 1, (s + 1 - s_begin) & 1);
         __syncthreads();
     }
     store_tile(acc, r0 + wr, t0 + wt, lane, rows, n, bias, out);
@@ -495,10 +494,34 @@ __device__ __forceinline__ void gemm_int_impl(const u8* __restrict__ W, i64 row_
         gemm_tc_##name(const u8* W, i64 row_bytes, int rows, int cols, const float* x, int n,            \
                        const float* bias, float* out) {                                                  \
         if constexpr (is_int_format(T)) {                                                                \
-            gemm_int_impl<T>(W, row_bytes, rows, cols, x, n, bias, out);                                 \
+            gemm_int_impl<T>(W, row_bytes, rows, cols, x, n, bias, out, 0, cols / GTC_BK);               \
         } else {                                                                                         \
             gemm_tf32_impl<T>(W, row_bytes, rows, cols, x, n, bias, out);                                \
         }                                                                                                \
     }
 
 FOR_EACH_TYPE(DEF_GEMM_TC)
+
+// ---- split over the columns (short prompts on wide models) ----
+//
+// With few rows of x, gemm_tc's grid (weight rows / GTC_BR tiles) leaves
+// most SMs idle. gemm_tck_<type> splits the columns into `splits` ranges of
+// whole steps, one per blockIdx.z, and writes range z's products to
+// part + z * n * rows (no bias); gemm_splits_sum adds the ranges in order
+// (and the bias; elementwise.cu). Deterministic for a given `splits`, which the host picks
+// from the shape alone.
+#define DEF_GEMM_TCK(name, T)                                                                            \
+    extern "C" __global__ void __launch_bounds__(GTC_THREADS, 2)                                         \
+        gemm_tck_##name(const u8* W, i64 row_bytes, int rows, int cols, const float* x, int n, int splits, \
+                        float* part) {                                                                   \
+        if constexpr (is_int_format(T)) {                                                                \
+            const int steps = cols / GTC_BK, per = (steps + splits - 1) / splits;                       \
+            const int s0 = blockIdx.z * per, s1 = min(steps, s0 + per);                                  \
+            if (s0 >= s1) return;                                                                        \
+            gemm_int_impl<T>(W, row_bytes, rows, cols, x, n, nullptr, part + (i64)blockIdx.z * n * rows, \
+                             s0, s1);                                                                    \
+        }                                                                                                \
+    }
+
+FOR_EACH_TYPE(DEF_GEMM_TCK)
+

@@ -257,6 +257,114 @@ impl KernelCall for MatmulCall {
     }
 }
 
+/// A matmul through `gemm_tck_*`: the columns split into `splits` ranges
+/// of whole 32-column steps, range z's products (no bias) written to
+/// `part + z * n * rows`; [`GemmSplitsSumArgs`] adds them up.
+#[derive(Clone, Copy, Debug)]
+pub struct GemmTcSplitCall {
+    pub args: MatmulArgs,
+    pub splits: usize,
+    /// `[splits, n, w.rows]` f32.
+    pub part: DevPtrMut<f32>,
+}
+
+impl KernelCall for GemmTcSplitCall {
+    type Params = (
+        DevPtr<u8>,
+        i64,
+        i32,
+        i32,
+        DevPtr<f32>,
+        i32,
+        i32,
+        DevPtrMut<f32>,
+    );
+
+    fn plan(&self) -> Plan {
+        let a = &self.args;
+        let buffers = [
+            ("w", a.w.ptr.addr()),
+            ("x", a.x.addr()),
+            ("part", self.part.addr()),
+        ];
+        let (rows, n, splits) = (a.w.rows, a.n, self.splits);
+        plan(
+            Kernel::GemmTcSplit(a.w.ty),
+            a.w.dims(n),
+            buffers,
+            Work::SplitMatrix { rows, n, splits },
+        )
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        let steps = self.args.w.cols / 32;
+        if self.splits == 0 || self.splits > steps || !self.args.w.cols.is_multiple_of(32) {
+            let msg = format!(
+                "{} column ranges of {} columns",
+                self.splits, self.args.w.cols
+            );
+            return Err(refusal(Kernel::GemmTcSplit(self.args.w.ty), msg));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        let a = &self.args;
+        let (w, row_bytes, rows, cols) = a.w.params();
+        let (n, splits) = (a.n as i32, self.splits as i32);
+        (w, row_bytes, rows, cols, a.x, n, splits, self.part)
+    }
+}
+
+/// `gemm_splits_sum`: `out[i] = sum_z part[z * len + i] (+ bias[i % rows])`.
+#[derive(Clone, Copy, Debug)]
+pub struct GemmSplitsSumArgs {
+    /// `[splits, len]` f32.
+    pub part: DevPtr<f32>,
+    pub splits: usize,
+    /// `n * rows`.
+    pub len: usize,
+    pub rows: usize,
+    /// `[rows]` f32, or none.
+    pub bias: Option<DevPtr<f32>>,
+    /// `[len]` f32.
+    pub out: DevPtrMut<f32>,
+}
+
+impl KernelCall for GemmSplitsSumArgs {
+    type Params = (DevPtr<f32>, i32, i64, i32, DevPtr<f32>, DevPtrMut<f32>);
+
+    fn plan(&self) -> Plan {
+        let dims = [
+            ("splits", self.splits),
+            ("len", self.len),
+            ("rows", self.rows),
+        ];
+        let buffers = [("part", self.part.addr()), ("out", self.out.addr())];
+        plan(
+            Kernel::GemmSplitsSum,
+            dims,
+            buffers,
+            Work::Elements(self.len),
+        )
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        if self.rows == 0 || !self.len.is_multiple_of(self.rows) {
+            let msg = format!("{} values in rows of {}", self.len, self.rows);
+            return Err(refusal(Kernel::GemmSplitsSum, msg));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        (
+            self.part,
+            self.splits as i32,
+            self.len as i64,
+            self.rows as i32,
+            DevPtr::or_null(self.bias),
+            self.out,
+        )
+    }
+}
+
 /// A matmul of one row of x through `mv1_*`, whose signature has no row count.
 #[derive(Clone, Copy, Debug)]
 pub struct MatVec1Call {

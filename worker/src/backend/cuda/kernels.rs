@@ -17,10 +17,12 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
 
 use crate::backend::cuda::args::{
-    AttentionCombineArgs, AttentionSplitArgs, MatVec8Call, MatVec8NCall, MatmulArgs, X8Bufs,
+    AttentionCombineArgs, AttentionSplitArgs, GemmSplitsSumArgs, GemmTcSplitCall, MatVec8Call,
+    MatVec8NCall, MatmulArgs, X8Bufs,
 };
 use crate::backend::cuda::launch::{launch_config, Kernel, KernelCall, ParamList};
 use crate::backend::cuda::nvrtc::{compile_unit, KernelCache};
+use crate::backend::cuda::ptr::DevPtrMut;
 use crate::backend::cuda::source::{
     Unit, ATC_HEAD_DIMS, ATS_MAX_CHUNK, ATS_MAX_SPLITS, GEMM_BM, GEMM_BN, GTC_BR, GTC_BT,
     MV8_MAX_TOKENS, MV_MAX_TOKENS,
@@ -72,6 +74,10 @@ pub const TC_MIN_BLOCKS_PER_SM: usize = 1;
 /// over the context (`attention_split`); below, one block per head is faster.
 pub const SPLIT_MIN_CONTEXT: usize = 1024;
 
+/// The fewest 32-column steps a `gemm_tck_*` column range holds (so that
+/// each block's loads have work to hide behind).
+pub const GEMM_SPLIT_MIN_STEPS: usize = 8;
+
 /// The fewest query rows (prefill) that go to `attention_tc`: from two rows
 /// on, one block reading each key once for 64 rows beats a block per row.
 pub const ATC_MIN_ROWS: usize = 2;
@@ -93,6 +99,8 @@ pub struct Kernels {
     tc_min_blocks: AtomicUsize,
     split_min_context: AtomicUsize,
     attention_tc_min_rows: AtomicUsize,
+    /// Whether short prompts' matmuls may run on `gemm_tck_*`.
+    gemm_split: AtomicBool,
     /// Whether one row of x goes through `mv8_*` where the format has one.
     mv8: AtomicBool,
     /// Kernel launches and copies into device memory so far: a buffer's
@@ -228,6 +236,7 @@ impl Kernels {
             tc_min_blocks: AtomicUsize::new(TC_MIN_BLOCKS_PER_SM * sm_count),
             split_min_context: AtomicUsize::new(SPLIT_MIN_CONTEXT),
             attention_tc_min_rows: AtomicUsize::new(ATC_MIN_ROWS),
+            gemm_split: AtomicBool::new(true),
             mv8: AtomicBool::new(true),
             writes: AtomicU64::new(0),
             sm_count,
@@ -322,6 +331,62 @@ impl Kernels {
                 Ok(())
             }
         }
+    }
+
+    /// Into how many column ranges `gemm_tck_*` splits this matmul, or
+    /// none: only for more rows of x than one `mv8n_*` launch takes, in a
+    /// format with the kernel, when `gemm_tc_*` alone would leave SMs idle;
+    /// enough ranges for about two blocks per SM, each of at least
+    /// [`GEMM_SPLIT_MIN_STEPS`] steps of 32 columns. Depends on the shape
+    /// only, so a row's result never depends on the other rows.
+    pub fn gemm_splits(&self, m: &MatmulArgs) -> Option<usize> {
+        let w = &m.w;
+        if !self.gemm_split.load(Ordering::Relaxed)
+            || m.n <= MV8_MAX_TOKENS
+            || !w.cols.is_multiple_of(32)
+            || !self.funcs.contains_key(&Kernel::GemmTcSplit(w.ty))
+        {
+            return None;
+        }
+        let tiles = w.rows.div_ceil(GTC_BR as usize) * m.n.div_ceil(GTC_BT as usize);
+        let splits = (2 * self.sm_count)
+            .div_ceil(tiles)
+            .min(w.cols / 32 / GEMM_SPLIT_MIN_STEPS);
+        (tiles < self.sm_count && splits >= 2).then_some(splits)
+    }
+
+    /// `out = x W^T (+ bias)` on `gemm_tck_*` over `splits` column ranges
+    /// into `part` (`[splits, n, rows]` f32), then `gemm_splits_sum`.
+    pub fn gemm_split(
+        &self,
+        s: &Arc<CudaStream>,
+        m: &MatmulArgs,
+        splits: usize,
+        part: DevPtrMut<f32>,
+    ) -> Result<(), BackendError> {
+        self.launch(
+            s,
+            &GemmTcSplitCall {
+                args: *m,
+                splits,
+                part,
+            },
+        )?;
+        let sum = GemmSplitsSumArgs {
+            part: part.as_const(),
+            splits,
+            len: m.n * m.w.rows,
+            rows: m.w.rows,
+            bias: m.bias,
+            out: m.out,
+        };
+        self.launch(s, &sum)
+    }
+
+    /// Turns `gemm_tck_*` on or off (for tests and benchmarks).
+    #[cfg(test)]
+    pub fn set_gemm_split(&self, on: bool) {
+        self.gemm_split.store(on, Ordering::Relaxed);
     }
 
     /// Whether `n` query rows of heads of `head_dim` dims take `attention_tc`.
@@ -436,6 +501,5 @@ impl Kernels {
 /// Formats whose `gemm_tc_*` multiplies their integers on bf16 tensor cores
 /// (gemm.cu, `gemm_int_impl`).
 fn integer_gemm(ty: GgmlType) -> bool {
-    use GgmlType::*;
-    matches!(ty, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4K | Q5K | Q6K)
+    crate::backend::cuda::launch::has_gemm_split(ty)
 }

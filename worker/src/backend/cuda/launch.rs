@@ -43,6 +43,10 @@ pub enum Kernel {
     /// `gemm_tc_<type>`: matrix product for many rows of x on tensor cores
     /// (quantized formats: their integers on bf16; float formats: 3xTF32).
     GemmTc(GgmlType),
+    /// `gemm_tck_<type>`: `gemm_tc_*` with the columns split across
+    /// blocks (few rows of x, wide models); `GemmSplitsSum` adds the parts.
+    GemmTcSplit(GgmlType),
+    GemmSplitsSum,
     RmsNorm,
     /// `layer_norm`: GPT-2's LayerNorm (M0-W-1432).
     LayerNorm,
@@ -78,6 +82,9 @@ impl Kernel {
                 Kernel::Gemm(t),
             ]);
             v.extend([Kernel::MatVec1(t), Kernel::GemmTc(t)]);
+            if has_gemm_split(t) {
+                v.push(Kernel::GemmTcSplit(t));
+            }
             if has_mv8(t) {
                 v.extend([
                     Kernel::MatVec8(t),
@@ -88,6 +95,7 @@ impl Kernel {
         }
         v.extend([
             Kernel::QuantizeX8,
+            Kernel::GemmSplitsSum,
             Kernel::RmsNorm,
             Kernel::LayerNorm,
             Kernel::Rope,
@@ -113,7 +121,7 @@ impl Kernel {
             | Kernel::MatVec8(_)
             | Kernel::MatVec8Wide(_)
             | Kernel::MatVec8N(_) => Module::Matvec,
-            Kernel::GemmTc(_) => Module::GemmTc,
+            Kernel::GemmTc(_) | Kernel::GemmTcSplit(_) => Module::GemmTc,
             Kernel::RmsNorm | Kernel::LayerNorm => Module::Norm,
             Kernel::Rope => Module::Rope,
             Kernel::KvStore
@@ -121,9 +129,11 @@ impl Kernel {
             | Kernel::AttentionTc
             | Kernel::AttentionSplit
             | Kernel::AttentionCombine => Module::Attention,
-            Kernel::Swiglu | Kernel::Gelu | Kernel::AddAssign | Kernel::QuantizeX8 => {
-                Module::Elementwise
-            }
+            Kernel::Swiglu
+            | Kernel::Gelu
+            | Kernel::AddAssign
+            | Kernel::QuantizeX8
+            | Kernel::GemmSplitsSum => Module::Elementwise,
             Kernel::SampleSelect | Kernel::SampleLogprobs => Module::Sample,
         }
     }
@@ -132,7 +142,7 @@ impl Kernel {
     /// (over the 48 KB default: the loader raises their limit to this).
     pub fn dynamic_smem(self) -> Option<u32> {
         match self {
-            Kernel::GemmTc(_) => Some(GTC_SMEM_BYTES),
+            Kernel::GemmTc(_) | Kernel::GemmTcSplit(_) => Some(GTC_SMEM_BYTES),
             Kernel::AttentionTc => Some(ATC_SMEM_BYTES),
             _ => None,
         }
@@ -144,7 +154,11 @@ impl Kernel {
     pub fn prefers_shared_memory(self) -> bool {
         matches!(
             self,
-            Kernel::GemmTc(_) | Kernel::MatVec1(_) | Kernel::AttentionTc | Kernel::AttentionSplit
+            Kernel::GemmTc(_)
+                | Kernel::GemmTcSplit(_)
+                | Kernel::MatVec1(_)
+                | Kernel::AttentionTc
+                | Kernel::AttentionSplit
         )
     }
 
@@ -159,7 +173,8 @@ impl Kernel {
             | Kernel::MatVec8(t)
             | Kernel::MatVec8Wide(t)
             | Kernel::MatVec8N(t)
-            | Kernel::GemmTc(t) => Some(t),
+            | Kernel::GemmTc(t)
+            | Kernel::GemmTcSplit(t) => Some(t),
             _ => None,
         }
     }
@@ -178,6 +193,8 @@ impl Kernel {
             Kernel::MatVec8N(t) => format!("mv8n_{}", ty(t)),
             Kernel::QuantizeX8 => "quantize_x8".into(),
             Kernel::GemmTc(t) => format!("gemm_tc_{}", ty(t)),
+            Kernel::GemmTcSplit(t) => format!("gemm_tck_{}", ty(t)),
+            Kernel::GemmSplitsSum => "gemm_splits_sum".into(),
             Kernel::RmsNorm => "rms_norm".into(),
             Kernel::LayerNorm => "layer_norm".into(),
             Kernel::Rope => "rope".into(),
@@ -193,6 +210,13 @@ impl Kernel {
             Kernel::SampleLogprobs => "sample_logprobs".into(),
         }
     }
+}
+
+/// Formats whose `gemm_tc_*` multiplies their integers on bf16 tensor
+/// cores (gemm.cu, `gemm_int_impl`), and so have a `gemm_tck_*`.
+pub fn has_gemm_split(t: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(t, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4K | Q5K | Q6K)
 }
 
 /// Formats with an integer decode mat-vec (`mv8_*`, matvec.cu).
@@ -242,6 +266,12 @@ pub enum Work {
     Rows { rows: usize, cols: usize },
     /// An output of `rows` weight rows by `n` rows of x (matmul).
     Matrix { rows: usize, n: usize },
+    /// The same, its columns split into `splits` ranges.
+    SplitMatrix {
+        rows: usize,
+        n: usize,
+        splits: usize,
+    },
     /// One block per (query row, head).
     Heads { n: usize, n_head: usize },
     /// One block per (KV head, chunk of the context).
@@ -334,6 +364,19 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
                 ..cfg
             })
         }
+        (Kernel::GemmTcSplit(_), Work::SplitMatrix { rows, n, splits }) => {
+            let tiles_n = (n as u32).div_ceil(GTC_BT);
+            if tiles_n > 65535 || splits > 64 {
+                return Err(BackendError::InferenceFailed(format!(
+                    "{n} rows in {splits} column ranges exceed one matmul launch"
+                )));
+            }
+            Ok(LaunchConfig {
+                grid_dim: ((rows as u32).div_ceil(GTC_BR), tiles_n, splits as u32),
+                block_dim: (GTC_THREADS, 1, 1),
+                shared_mem_bytes: GTC_SMEM_BYTES,
+            })
+        }
         (Kernel::AttentionSplit, Work::Chunks { n_head_kv, nsplit }) => {
             if nsplit > 65535 {
                 return Err(BackendError::InferenceFailed(format!(
@@ -355,7 +398,8 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
             | Kernel::Swiglu
             | Kernel::Gelu
             | Kernel::AddAssign
-            | Kernel::QuantizeX8,
+            | Kernel::QuantizeX8
+            | Kernel::GemmSplitsSum,
             Work::Elements(n),
         ) => grid_1d(n as u64, ELEMENT_THREADS),
         (Kernel::Attention, Work::Heads { n, n_head }) => {

@@ -440,6 +440,21 @@ impl Ops for CudaOps {
             bias,
             out: out.output(),
         };
+        // Short prompts on wide models: tensor cores over split columns
+        // (never inside a capture, which may not allocate; decode is n = 1).
+        if let Some(splits) = self
+            .dev
+            .kernels
+            .gemm_splits(&args)
+            .filter(|_| self.capture.is_none())
+        {
+            let mut part = self.alloc_buf(splits * x.rows, w.rows)?;
+            let st = &self.dev.stream;
+            return self
+                .dev
+                .kernels
+                .gemm_split(st, &args, splits, part.output());
+        }
         if self.matmul_x8(x, &args, out)? {
             return Ok(());
         }

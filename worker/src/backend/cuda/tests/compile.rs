@@ -169,6 +169,7 @@ fn every_kernel_symbol_is_defined_in_its_module() {
             Kernel::MatVec8Wide(_) => src.contains("mv8w_##name"),
             Kernel::MatVec8N(_) => src.contains("mv8n_##name"),
             Kernel::GemmTc(_) => src.contains("gemm_tc_##name"),
+            Kernel::GemmTcSplit(_) => src.contains("gemm_tck_##name"),
             _ => src.contains(&format!(" {sym}(")) || src.contains(&format!("\n    {sym}(")),
         };
         assert!(
@@ -194,6 +195,7 @@ fn c_signature(k: Kernel) -> Vec<String> {
         Kernel::MatVec8Wide(_) => vec!["mv8w_##name(".to_string()],
         Kernel::MatVec8N(_) => vec!["mv8n_##name(".to_string()],
         Kernel::GemmTc(_) => vec!["gemm_tc_##name(".to_string()],
+        Kernel::GemmTcSplit(_) => vec!["gemm_tck_##name(".to_string()],
         _ => vec![format!("void {sym}("), format!(")\n    {sym}(")],
     };
     let start = heads
@@ -236,6 +238,9 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
             v.push((k, sig::<MatmulCall>()));
         }
         v.push((Kernel::MatVec1(t), sig::<MatVec1Call>()));
+        if crate::backend::cuda::launch::has_gemm_split(t) {
+            v.push((Kernel::GemmTcSplit(t), sig::<GemmTcSplitCall>()));
+        }
         if crate::backend::cuda::launch::has_mv8(t) {
             v.push((Kernel::MatVec8(t), sig::<MatVec8Call>()));
             v.push((Kernel::MatVec8Wide(t), sig::<MatVec8Call>()));
@@ -244,6 +249,7 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
     }
     v.extend([
         (Kernel::QuantizeX8, sig::<QuantizeX8Args>()),
+        (Kernel::GemmSplitsSum, sig::<GemmSplitsSumArgs>()),
         (Kernel::RmsNorm, sig::<RmsNormArgs>()),
         (Kernel::LayerNorm, sig::<LayerNormArgs>()),
         (Kernel::Rope, sig::<RopeArgs>()),

@@ -95,6 +95,14 @@ fn every_kernel_is_laid_out_as_before() {
         shape(Kernel::Attention, Work::Heads { n: 5, n_head: 9 }),
         ((5, 9, 1), (256, 1, 1))
     );
+    // Column ranges along z.
+    let split = Work::SplitMatrix {
+        rows: 4096,
+        n: 40,
+        splits: 9,
+    };
+    let tck = launch_config(Kernel::GemmTcSplit(GgmlType::Q4K), split).unwrap();
+    assert_eq!((tck.grid_dim, tck.block_dim), ((32, 1, 9), (256, 1, 1)));
     // 64 query rows a block, with its dynamic shared memory.
     let tc = launch_config(Kernel::AttentionTc, Work::Heads { n: 65, n_head: 9 }).unwrap();
     assert_eq!((tc.grid_dim, tc.block_dim), ((2, 9, 1), (128, 1, 1)));

@@ -22,6 +22,7 @@ fn matmul_shapes(ty: GgmlType) -> Vec<(usize, usize, usize)> {
         (49152, 576, 1),
         (49152, 576, 64),
         (577, 768, 3),
+        (600, 800, 20),
         (191, 256, 65),
         (3, 512, 9),
     ];
@@ -57,22 +58,25 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
             let bias = test_weight(&mut ops, GgmlType::F32, 1, rows, &bias_v);
             // Every shape through both mv kernels (a warp or a block per
             // row), then through mv8 (up to 32 rows of x, integer formats),
-            // mv1 (one row) and gemm_tc (many).
+            // mv1 (one row) and gemm_tc (many), then as the backend
+            // chooses, gemm_tck (split columns) included.
             let mut kinds = vec![
-                (0, false, false),
-                (usize::MAX, false, false),
-                (usize::MAX, true, true),
+                (0, false, false, false),
+                (usize::MAX, false, false, false),
+                (usize::MAX, true, true, false),
+                (usize::MAX, true, true, true),
             ];
             if launch::has_mv8(ty) && n == 1 {
-                kinds.push((usize::MAX, true, false));
+                kinds.push((usize::MAX, true, false, false));
             }
-            for (with_bias, (warp_rows, newer, mv8)) in [false, true]
+            for (with_bias, (warp_rows, newer, mv8, split)) in [false, true]
                 .into_iter()
                 .flat_map(|b| kinds.clone().into_iter().map(move |k| (b, k)))
             {
                 dev().set_mv_warp_min_rows(warp_rows);
                 force_newer_matmuls(newer);
                 dev().kernels.set_mv8(mv8);
+                dev().kernels.set_gemm_split(split);
                 let b = with_bias.then_some(&bias);
                 let mut cpu_out = cpu_buf(n, rows, vec![0.0; n * rows]);
                 CpuOps
@@ -89,7 +93,7 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
                 let g = host(&mut ops, &out);
                 let e = rel_err(&g, &cpu_out.data);
                 let what = format!(
-                    "{ty} {rows}x{cols} n={n} bias={with_bias} mvw from {warp_rows} mv1/tc {newer} mv8 {mv8}"
+                    "{ty} {rows}x{cols} n={n} bias={with_bias} mvw from {warp_rows} mv1/tc {newer} mv8 {mv8} split {split}"
                 );
                 assert!(e <= 1e-3, "{what}: relative error {e:e}");
                 worst_ty = worst_ty.max(e);
@@ -161,6 +165,7 @@ fn force_newer_matmuls(on: bool) {
 /// The matmul kernel choice as the backend makes it.
 fn restore_matmul_choice() {
     dev().kernels.set_mv8(true);
+    dev().kernels.set_gemm_split(true);
     dev().set_mv_warp_min_rows(kernels::MV_WARP_MIN_ROWS);
     dev().kernels.set_mv1_min_rows(kernels::MV1_MIN_ROWS);
     dev()
