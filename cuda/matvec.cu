@@ -415,6 +415,51 @@ struct Mv8Unit<T_Q8_0> {
     }
 };
 
+// Q6_K: unit u is values 32 j .. 32 j + 31 of half n of block u / 8 (v = u % 8,
+// n = v / 4, j = v % 4): the low (j < 2) or high nibbles of 32 bytes of ql
+// and bits 2 j, 2 j + 1 of 32 bytes of qh, with one int8 scale per 16 values.
+// Units j and j + 2 read the same bytes; neighbouring lanes take them, so the
+// loads meet in the same sectors. Blocks sit 2-byte aligned: loaded as u16s.
+template <>
+struct Mv8Unit<T_Q6_K> {
+    u32 ql[8], qh[8], sc, dh;
+    __device__ __forceinline__ void load(const u8* __restrict__ row, int u) {
+        const u8* b = row + (i64)(u >> 3) * 210;
+        const int n = (u >> 2) & 1, j = u & 3;
+        const u16* l = (const u16*)(b + 64 * n + 32 * (j & 1));
+        const u16* h = (const u16*)(b + 128 + 32 * n);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            ql[i] = l[2 * i] | ((u32)l[2 * i + 1] << 16);
+            qh[i] = h[2 * i] | ((u32)h[2 * i + 1] << 16);
+        }
+        sc = *(const u16*)(b + 192 + 8 * n + 2 * j);
+        dh = *(const u16*)(b + 208);
+    }
+    template <int NX>
+    __device__ __forceinline__ void dots(int u, const X8& x, int cols, int n, float* acc) const {
+        const int j = u & 3, sh = 4 * (j >> 1);
+        // 6-bit q in bytes, minus 32 without borrows: (q + 0x60) ^ 0x80 per byte.
+        u32 q0[4], q1[4];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const u32 q = ((ql[i] >> sh) & 0x0F0F0F0Fu) | (((qh[i] >> (2 * j)) & 0x03030303u) << 4);
+            const u32 s = (q + 0x60606060u) ^ 0x80808080u;
+            if (i < 4) q0[i] = s;
+            else q1[i - 4] = s;
+        }
+        const float d = f16_to_f32((u16)dh);
+        const float s0 = __fmul_rn(d, (float)(i8)(sc & 0xFF)), s1 = __fmul_rn(d, (float)(i8)(sc >> 8));
+        const int c = 32 * u;
+#pragma unroll
+        for (int t = 0; t < NX; t++) {
+            if (t >= n) break;
+            const X8 xt = x.row(t, cols);
+            acc[t] += xt.d[u] * fmaf(s0, dot16(q0, xt, c), s1 * dot16(q1, xt, c + 16));
+        }
+    }
+};
+
 // R rows a block, MV8_THREADS / R threads a row, U units loaded at a time,
 // n <= NX rows of x (out is [n][rows]). Summation order is fixed (a
 // thread's units in order, then a butterfly, then warps in order), and the
@@ -485,4 +530,7 @@ DEF_MV8(q5_0, T_Q5_0)
 #endif
 #if !defined(ONE_FORMAT_ID) || ONE_FORMAT_ID == T_Q8_0
 DEF_MV8(q8_0, T_Q8_0)
+#endif
+#if !defined(ONE_FORMAT_ID) || ONE_FORMAT_ID == T_Q6_K
+DEF_MV8(q6_k, T_Q6_K)
 #endif

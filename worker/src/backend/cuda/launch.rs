@@ -221,7 +221,10 @@ pub fn has_gemm_split(t: GgmlType) -> bool {
 
 /// Formats with an integer decode mat-vec (`mv8_*`, matvec.cu).
 pub fn has_mv8(t: GgmlType) -> bool {
-    matches!(t, GgmlType::Q4K | GgmlType::Q5_0 | GgmlType::Q8_0)
+    matches!(
+        t,
+        GgmlType::Q4K | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Q6K
+    )
 }
 
 /// M0-W-1431: the checks every launch makes before it queues anything, so
