@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use cudarc::driver::sys::CUfunction_attribute as Attr;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
 
@@ -20,7 +21,7 @@ use crate::backend::cuda::args::{
     AttentionCombineArgs, AttentionSplitArgs, GemmSplitsSumArgs, GemmTcSplitCall, MatVec8Call,
     MatVec8NCall, MatmulArgs, X8Bufs,
 };
-use crate::backend::cuda::launch::{launch_config, Kernel, KernelCall, ParamList};
+use crate::backend::cuda::launch::{integer_gemm, launch_config, Kernel, KernelCall, ParamList};
 use crate::backend::cuda::nvrtc::{compile_unit, KernelCache};
 use crate::backend::cuda::ptr::DevPtrMut;
 use crate::backend::cuda::source::{
@@ -197,7 +198,6 @@ impl Kernels {
                     k.symbol()
                 ))
             })?;
-            use cudarc::driver::sys::CUfunction_attribute as Attr;
             let set = |attr: Attr, value: i32| {
                 f.set_attribute(attr, value).map_err(|e| {
                     BackendError::KernelLaunchFailed(format!(
@@ -348,7 +348,7 @@ impl Kernels {
         {
             return None;
         }
-        let tiles = w.rows.div_ceil(GTC_BR as usize) * m.n.div_ceil(GTC_BT as usize);
+        let tiles = tc_tiles(w.rows, m.n);
         let splits = (2 * self.sm_count)
             .div_ceil(tiles)
             .min(w.cols / 32 / GEMM_SPLIT_MIN_STEPS);
@@ -482,7 +482,7 @@ impl Kernels {
             }
             return Ok(());
         }
-        let tc_blocks = rows.div_ceil(GTC_BR as usize) * n.div_ceil(GTC_BT as usize);
+        let tc_blocks = tc_tiles(rows, n);
         let kernel = if n > MV_MAX_TOKENS
             && (tc_blocks >= self.tc_min_blocks.load(Ordering::Relaxed) || integer_gemm(m.w.ty))
         {
@@ -498,8 +498,7 @@ impl Kernels {
     }
 }
 
-/// Formats whose `gemm_tc_*` multiplies their integers on bf16 tensor cores
-/// (gemm.cu, `gemm_int_impl`).
-fn integer_gemm(ty: GgmlType) -> bool {
-    crate::backend::cuda::launch::has_gemm_split(ty)
+/// Blocks of a `gemm_tc_*` grid (per column range, for `gemm_tck_*`).
+fn tc_tiles(rows: usize, n: usize) -> usize {
+    rows.div_ceil(GTC_BR as usize) * n.div_ceil(GTC_BT as usize)
 }

@@ -82,7 +82,7 @@ impl Kernel {
                 Kernel::Gemm(t),
             ]);
             v.extend([Kernel::MatVec1(t), Kernel::GemmTc(t)]);
-            if has_gemm_split(t) {
+            if integer_gemm(t) {
                 v.push(Kernel::GemmTcSplit(t));
             }
             if has_mv8(t) {
@@ -214,7 +214,7 @@ impl Kernel {
 
 /// Formats whose `gemm_tc_*` multiplies their integers on bf16 tensor
 /// cores (gemm.cu, `gemm_int_impl`), and so have a `gemm_tck_*`.
-pub fn has_gemm_split(t: GgmlType) -> bool {
+pub fn integer_gemm(t: GgmlType) -> bool {
     use GgmlType::*;
     matches!(t, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4K | Q5K | Q6K)
 }
@@ -320,6 +320,22 @@ fn grid_1d(n: u64, block: u32) -> Result<LaunchConfig, BackendError> {
     Ok(blocks((count, 1), block))
 }
 
+/// `gemm_tc_*` (`splits` = 1) and `gemm_tck_*`: a block per tile of `GTC_BR`
+/// weight rows by `GTC_BT` rows of x, for each column range along z.
+fn gemm_tc_config(rows: usize, n: usize, splits: usize) -> Result<LaunchConfig, BackendError> {
+    let tiles_n = (n as u32).div_ceil(GTC_BT);
+    if tiles_n > 65535 || splits > 64 {
+        return Err(BackendError::InferenceFailed(format!(
+            "{n} rows in {splits} column ranges exceed one matmul launch"
+        )));
+    }
+    Ok(LaunchConfig {
+        grid_dim: ((rows as u32).div_ceil(GTC_BR), tiles_n, splits as u32),
+        block_dim: (GTC_THREADS, 1, 1),
+        shared_mem_bytes: GTC_SMEM_BYTES,
+    })
+}
+
 /// The grid and block of kernel `k` over `work`: the launch geometry of
 /// every kernel, in one place. The block sizes are the ones the kernels
 /// are compiled for (`source.rs`, `__launch_bounds__`); dimensions were
@@ -354,31 +370,9 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
         (Kernel::MatVec8Wide(_), Work::Matrix { rows, .. }) => {
             Ok(blocks(((rows as u32).div_ceil(MV8W_ROWS), 1), MV8_THREADS))
         }
-        (Kernel::GemmTc(_), Work::Matrix { rows, n }) => {
-            let tiles_n = (n as u32).div_ceil(GTC_BT);
-            if tiles_n > 65535 {
-                return Err(BackendError::InferenceFailed(format!(
-                    "{n} rows exceed one matmul launch"
-                )));
-            }
-            let cfg = blocks(((rows as u32).div_ceil(GTC_BR), tiles_n), GTC_THREADS);
-            Ok(LaunchConfig {
-                shared_mem_bytes: GTC_SMEM_BYTES,
-                ..cfg
-            })
-        }
+        (Kernel::GemmTc(_), Work::Matrix { rows, n }) => gemm_tc_config(rows, n, 1),
         (Kernel::GemmTcSplit(_), Work::SplitMatrix { rows, n, splits }) => {
-            let tiles_n = (n as u32).div_ceil(GTC_BT);
-            if tiles_n > 65535 || splits > 64 {
-                return Err(BackendError::InferenceFailed(format!(
-                    "{n} rows in {splits} column ranges exceed one matmul launch"
-                )));
-            }
-            Ok(LaunchConfig {
-                grid_dim: ((rows as u32).div_ceil(GTC_BR), tiles_n, splits as u32),
-                block_dim: (GTC_THREADS, 1, 1),
-                shared_mem_bytes: GTC_SMEM_BYTES,
-            })
+            gemm_tc_config(rows, n, splits)
         }
         (Kernel::AttentionSplit, Work::Chunks { n_head_kv, nsplit }) => {
             if nsplit > 65535 {

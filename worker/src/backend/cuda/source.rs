@@ -91,12 +91,13 @@ shared_constants! {
 /// high and low parts (over the 48 KB static limit; the loader raises it).
 pub const GTC_SMEM_BYTES: u32 = 2 * (GTC_BR + GTC_BT) * (GTC_BK + GTC_PAD) * 4;
 
-/// The head sizes `attention_tc` has a path for.
+/// The head sizes `attention_tc` has a path for, the largest last.
 pub const ATC_HEAD_DIMS: [usize; 2] = [64, 128];
 
 /// Dynamic shared memory of an `attention_tc` block: q's high and low parts
 /// and one tile of K and of V, rows of the largest head padded by 8 halves.
-pub const ATC_SMEM_BYTES: u32 = (2 * ATC_BQ + 2 * ATC_BK) * (128 + 8) * 2;
+pub const ATC_SMEM_BYTES: u32 =
+    (2 * ATC_BQ + 2 * ATC_BK) * (ATC_HEAD_DIMS[ATC_HEAD_DIMS.len() - 1] as u32 + 8) * 2;
 
 /// The NVRTC options that define [`SHARED_CONSTANTS`] for every module.
 pub fn defines() -> Vec<String> {

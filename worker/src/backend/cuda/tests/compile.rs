@@ -238,7 +238,7 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
             v.push((k, sig::<MatmulCall>()));
         }
         v.push((Kernel::MatVec1(t), sig::<MatVec1Call>()));
-        if crate::backend::cuda::launch::has_gemm_split(t) {
+        if crate::backend::cuda::launch::integer_gemm(t) {
             v.push((Kernel::GemmTcSplit(t), sig::<GemmTcSplitCall>()));
         }
         if crate::backend::cuda::launch::has_mv8(t) {
