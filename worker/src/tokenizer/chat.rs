@@ -7,6 +7,7 @@
 //! `add_generation_prompt`, `bos_token`, `eos_token` (with `tools` and `documents`
 //! set to none, as transformers passes them).
 
+use minijinja::limits::{self, RenderLimits};
 use minijinja::value::Kwargs;
 use minijinja::{Environment, Error, ErrorKind, State, Value};
 
@@ -41,6 +42,14 @@ pub const TEMPLATE_RECURSION: usize = 64;
 /// Largest rendered prompt, in bytes: far above the request's own limits
 /// (32 768 characters of content) plus any template's markup.
 pub const MAX_RENDERED_BYTES: usize = 4 << 20;
+/// Wall-clock time for one rendering. Real templates take well under a
+/// millisecond; fuel alone does not bound time, since one instruction can
+/// scan a string of megabytes.
+pub const TEMPLATE_TIME: std::time::Duration = std::time::Duration::from_millis(500);
+/// Bytes one rendering may create (values and output, counted as if every
+/// lazy sequence were materialised). One instruction can double a string
+/// (`{% set x = x ~ x %}`), so neither fuel nor the output cap bounds memory.
+pub const TEMPLATE_BYTES: usize = 128 << 20;
 
 /// A `String` writer that refuses to grow past [`MAX_RENDERED_BYTES`].
 struct Bounded(Vec<u8>);
@@ -86,7 +95,11 @@ impl ChatTemplate {
         env.set_keep_trailing_newline(false);
         env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_recursion_limit(TEMPLATE_RECURSION);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_render_limits(RenderLimits {
+            time: Some(TEMPLATE_TIME),
+            bytes: Some(TEMPLATE_BYTES),
+        });
+        env.set_unknown_method_callback(python_methods);
         env.set_formatter(python_formatter);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
@@ -240,8 +253,50 @@ fn find_endraw(s: &str) -> Option<usize> {
     None
 }
 
+/// The error with its causes (a wrapped "cannot convert value to list" says
+/// why only in its source).
 fn template_error(e: Error) -> TokenizerError {
-    TokenizerError::Template(e.to_string())
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    TokenizerError::Template(text)
+}
+
+/// Python's string, dict and list methods (minijinja-contrib's `pycompat`),
+/// with the size of the output checked first where it can outgrow the input:
+/// `str.replace` and `str.join` square it, `str.split` makes a value per part.
+fn python_methods(
+    state: &State,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> Result<Value, Error> {
+    if let Some(s) = value.as_str() {
+        let arg_str = |i: usize| args.get(i).and_then(Value::as_str).unwrap_or("");
+        match method {
+            "replace" => {
+                let hits = s.matches(arg_str(0)).count();
+                limits::ensure(
+                    hits.saturating_mul(arg_str(1).len())
+                        .saturating_add(s.len()),
+                )?;
+            }
+            "join" => {
+                if let Some(items) = args.first() {
+                    limits::ensure(limits::size_within(items, TEMPLATE_BYTES)?)?;
+                    let n = items.len().unwrap_or(0);
+                    limits::ensure(n.saturating_mul(s.len()))?;
+                }
+            }
+            "split" | "splitlines" => limits::ensure(s.len().saturating_mul(32))?,
+            _ => {}
+        }
+    }
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
 }
 
 /// `raise_exception(msg)`: the template refuses the conversation.
@@ -294,7 +349,10 @@ fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value,
         Some(v) if v.is_none() || v.is_undefined() => None,
         Some(v) => {
             if let Some(n) = v.as_i64() {
-                Some(" ".repeat(n.max(0) as usize))
+                let n = n.max(0) as usize;
+                // Written once per level on every line.
+                limits::ensure(n.saturating_mul(JSON_MAX_DEPTH))?;
+                Some(" ".repeat(n))
             } else if let Some(s) = v.as_str() {
                 Some(s.to_string())
             } else {
@@ -320,6 +378,9 @@ fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value,
         None if indent.is_some() => (",".to_string(), ": ".to_string()),
         None => (", ".to_string(), ": ".to_string()),
     };
+    for s in [&item_sep, &key_sep].into_iter().chain(indent.as_ref()) {
+        limits::ensure(s.len().saturating_mul(JSON_MAX_DEPTH))?;
+    }
     let opts = JsonOpts {
         indent,
         item_sep,
@@ -340,8 +401,19 @@ struct JsonOpts {
     sort_keys: bool,
 }
 
+/// Deepest nesting `tojson` writes.
+const JSON_MAX_DEPTH: usize = 64;
+
 fn write_json(out: &mut String, v: &Value, o: &JsonOpts, depth: usize) -> Result<(), Error> {
     use minijinja::value::ValueKind as K;
+    if depth > JSON_MAX_DEPTH {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("tojson: value nested more than {JSON_MAX_DEPTH} levels deep"),
+        ));
+    }
+    // Indents and separators repeat per item: the output can outgrow the value.
+    limits::ensure(out.len())?;
     let newline = |out: &mut String, depth: usize| {
         if let Some(ind) = &o.indent {
             out.push('\n');
@@ -498,6 +570,77 @@ mod limit_tests {
                 t.elapsed()
             );
         }
+    }
+
+    /// Issue #15: templates that build huge values in few instructions (so
+    /// fuel does not stop them) end with an error, in bounded time, without
+    /// exhausting memory: each of these allocated gigabytes or more before the
+    /// render limits.
+    #[test]
+    fn templates_that_grow_values_end_with_an_error() {
+        let cases = [
+            // Found by the chat_template fuzzer (see the test below); this one doubles a
+            // string 40 times: libFuzzer's out-of-memory at 3 GB after 9 s.
+            "{% set ns = namespace(x='ab') %}{% for i in range(40) %}{% set ns.x = ns.x ~ ns.x %}{% endfor %}",
+            "{% set ns = namespace(x='ab') %}{% for i in range(40) %}{% set ns.x = ns.x + ns.x %}{% endfor %}",
+            "{% macro d(s, n) %}{% if n > 0 %}{{ d(s ~ s, n - 1) }}{% endif %}{% endmacro %}{{ d('x' * 100000, 40) }}",
+            // Lazy sequences, doubled, then materialised or joined in one call.
+            "{% set ns = namespace(x=[1]) %}{% for i in range(60) %}{% set ns.x = ns.x + ns.x %}{% endfor %}{{ ns.x|join(',') }}",
+            "{% set ns = namespace(x=[1]) %}{% for i in range(60) %}{% set ns.x = ns.x|chain(ns.x) %}{% endfor %}{{ ns.x|list|length }}",
+            // Shared items: a list of one big string, repeated.
+            "{% set s = 'x' * 10000000 %}{{ ([s] * 100000)|string|length }}",
+            // Outputs that are the square of their inputs.
+            "{% set s = 'x' * 100000 %}{{ s|replace('x', s)|length }}",
+            "{% set s = 'x' * 100000 %}{{ s.replace('', s)|length }}",
+            "{% set s = 'x' * 100000 %}{{ s.join([s] * 100000)|length }}",
+            "{{ ('a\n' * 1000000)|indent(100000)|length }}",
+            "{{ '%1000000000000d'|format(1)|length }}",
+            "{{ '{:>1000000000000}'.format(1)|length }}",
+            "{{ [1, 2]|batch(1000000000000)|length }}",
+            "{{ [1, 2]|slice(1000000000000)|length }}",
+            "{{ messages|tojson(indent=1000000000000) }}",
+            // Per-character values.
+            "{% set s = 'ab' * 50000000 %}{{ s|list|length }}",
+            "{% set s = ',' * 100000000 %}{{ s.split(',')|length }}",
+            // Captures and loops writing into a variable, not the output.
+            "{% set s = 'x' * 10000000 %}{% set y %}{% for i in range(100000) %}{{ s }}{% endfor %}{% endset %}{{ y|length }}",
+            // Many cheap-looking scans of a long string: time, not memory.
+            "{% set s = 'x' * 90000000 %}{% for i in range(100000) %}{% if 'y' in s %}{% endif %}{% endfor %}",
+        ];
+        for source in cases {
+            let t = Instant::now();
+            let err = render(source).expect_err(source).to_string();
+            eprintln!("{:>8.1?} {source}: {err}", t.elapsed());
+            assert!(
+                ["memory budget", "time limit", "too large", "longer than"]
+                    .iter()
+                    .any(|w| err.contains(w)),
+                "{source}: {err}"
+            );
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "{source}: {:?}",
+                t.elapsed()
+            );
+        }
+    }
+
+    /// The chat_template fuzzer's timeout (8,028,151 runs): `'...' * n` up to
+    /// minijinja's 100 MB per operation, over and over, rendered for 4.2 s
+    /// under ASan. Replayed the way the fuzz target splits its input.
+    #[test]
+    fn the_fuzzers_slow_template_ends_in_time() {
+        let data = include_bytes!("../../../fuzz/corpus/chat_template/regression-timeout-cca771e7");
+        let text = String::from_utf8_lossy(data);
+        let (source, rest) = text.split_once('\0').unwrap();
+        let t = ChatTemplate::new(source, "<s>", "</s>").unwrap();
+        let messages: Vec<ChatMessage> = rest
+            .split('\0')
+            .map(|content| ChatMessage::new("user", content))
+            .collect();
+        let start = Instant::now();
+        let _ = t.render(&messages, true);
+        assert!(start.elapsed() < TEMPLATE_TIME + Duration::from_millis(500));
     }
 
     /// The bounds leave real conversations alone: 256 messages through a
