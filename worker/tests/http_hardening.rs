@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -372,21 +373,13 @@ async fn health_and_metrics_show_the_file_name_not_the_path() {
     assert_eq!(frames[0].data["model"], "smollm2-135m-instruct-q4_1.gguf");
 }
 
-/// Issue #15, failure 2: a model whose chat template loops gets a clear
-/// 400 naming the exhausted budget within a second, and the worker serves on.
-#[tokio::test]
-async fn a_looping_chat_template_ends_with_a_clear_error() {
-    let Some(model) = reference_model() else {
-        return;
-    };
-    let f = worker_orcd::gguf::GgufFile::open(&model).unwrap();
-    let looping =
-        "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}\
-                   {% endfor %}{% endfor %}{% endfor %}";
+/// The reference model with its chat template replaced by `template`.
+fn model_with_template(model: &Path, template: &str, dir: &Path) -> PathBuf {
+    let f = worker_orcd::gguf::GgufFile::open(model).unwrap();
     let mut out = worker_orcd::gguf::GgufWriter::new();
     for (k, v) in f.metadata.iter() {
         let v = match k {
-            "tokenizer.chat_template" => worker_orcd::gguf::MetaValue::String(looping.into()),
+            "tokenizer.chat_template" => worker_orcd::gguf::MetaValue::String(template.into()),
             _ => v.clone(),
         };
         out.metadata(k, v);
@@ -394,20 +387,51 @@ async fn a_looping_chat_template_ends_with_a_clear_error() {
     for t in &f.tensors {
         out.tensor(&t.name, &t.dims, t.ggml_type, f.tensor_data(t).to_vec());
     }
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("looping-template.gguf");
+    let path = dir.join("hostile-template.gguf");
     std::fs::write(&path, out.to_bytes()).unwrap();
-    drop(f);
-    let w = Worker::start_model(&path, &[], &[]).await;
-    let body = json!({"job_id": "loop-1", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
-    let t = Instant::now();
-    let resp = w.post("/execute", body).await;
-    let took = t.elapsed();
-    assert_eq!(resp.status(), 400);
-    let err: Value = resp.json().await.unwrap();
-    structured(&err);
-    assert!(err["message"].as_str().unwrap().contains("fuel"), "{err}");
-    assert!(took < Duration::from_secs(2), "{took:?}");
-    let frames = w.run(job("after-loop", 2)).await;
-    check_grammar(&frames);
+    path
+}
+
+/// Issue #15, failure 2: a model whose chat template loops, or builds a
+/// string of terabytes in a few instructions (found by the chat_template
+/// fuzzer: fuel alone did not stop it), gets a clear 400 naming the
+/// exhausted budget within a second or two, and the worker serves on.
+#[tokio::test]
+async fn a_hostile_chat_template_ends_with_a_clear_error() {
+    let Some(model) = reference_model() else {
+        return;
+    };
+    let cases = [
+        (
+            "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}\
+             {% endfor %}{% endfor %}{% endfor %}",
+            "fuel",
+        ),
+        (
+            "{% set ns = namespace(x='ab') %}{% for i in range(40) %}{% set ns.x = ns.x ~ ns.x %}\
+             {% endfor %}{{ ns.x }}",
+            "memory budget",
+        ),
+        (
+            "{% set s = 'x' * 90000000 %}{% for i in range(100000) %}{% if 'y' in s %}{% endif %}{% endfor %}",
+            "time limit",
+        ),
+    ];
+    for (i, (template, want)) in cases.into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = model_with_template(&model, template, dir.path());
+        let w = Worker::start_model(&path, &[], &[]).await;
+        let job_id = format!("hostile-template-{i}");
+        let body = json!({"job_id": job_id, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
+        let t = Instant::now();
+        let resp = w.post("/execute", body).await;
+        let took = t.elapsed();
+        assert_eq!(resp.status(), 400, "{template}");
+        let err: Value = resp.json().await.unwrap();
+        structured(&err);
+        assert!(err["message"].as_str().unwrap().contains(want), "{err}");
+        assert!(took < Duration::from_secs(2), "{template}: {took:?}");
+        let frames = w.run(job(&format!("after-{i}"), 2)).await;
+        check_grammar(&frames);
+    }
 }
