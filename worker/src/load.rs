@@ -29,6 +29,8 @@ pub struct LoadOptions {
     pub upload_chunk_bytes: usize,
     /// Caps the model's context length (`--max-tokens-in` plus output).
     pub max_context: Option<usize>,
+    /// A chat template replacing the file's (`--chat-template[-file]`).
+    pub chat_template: Option<String>,
 }
 
 impl Default for LoadOptions {
@@ -39,6 +41,7 @@ impl Default for LoadOptions {
             kv_cache_size_mb: None,
             upload_chunk_bytes: 1 << 20,
             max_context: None,
+            chat_template: None,
         }
     }
 }
@@ -142,7 +145,11 @@ pub fn load_file(
     if let Some(cap) = opts.max_context {
         config.context_length = config.context_length.min(cap);
     }
-    let tokenizer = Arc::new(Tokenizer::from_gguf(&file.metadata)?);
+    let mut tokenizer = Tokenizer::from_gguf(&file.metadata)?;
+    if let Some(source) = &opts.chat_template {
+        tokenizer.set_chat_template(source)?;
+    }
+    let tokenizer = Arc::new(tokenizer);
     let info = model_info(&file, &config);
 
     let mut marks = ProgressMarks::new(file.tensor_bytes_total(), progress);

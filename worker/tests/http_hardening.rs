@@ -435,3 +435,54 @@ async fn a_hostile_chat_template_ends_with_a_clear_error() {
         check_grammar(&frames);
     }
 }
+
+/// Issue #13: a model file without a chat template answers `messages` with a
+/// 400 that says how to give it one; `--chat-template NAME` does, and the
+/// conversation renders with it (here ChatML, which the reference model's
+/// own template also is).
+#[tokio::test]
+async fn a_model_without_a_chat_template_takes_one_by_name() {
+    let Some(model) = reference_model() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bare = model_without_template(&model, dir.path());
+    let chat = |id: &str| json!({"job_id": id, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
+
+    let w = Worker::start_model(&bare, &[], &[]).await;
+    let resp = w.post("/execute", chat("bare-1")).await;
+    assert_eq!(resp.status(), 400);
+    let err: Value = resp.json().await.unwrap();
+    structured(&err);
+    let message = err["message"].as_str().unwrap();
+    assert!(
+        message.contains("--chat-template NAME (chatml, llama3, gemma, phi3)"),
+        "{err}"
+    );
+    let frames = w.run(job("bare-prompt", 2)).await;
+    check_grammar(&frames);
+    drop(w);
+
+    let w = Worker::start_model(&bare, &["--chat-template", "chatml"], &[]).await;
+    let frames = w.run(chat("named-1")).await;
+    check_grammar(&frames);
+    let tokens: Vec<&Frame> = frames.iter().filter(|f| f.event == "token").collect();
+    assert_eq!(tokens.len(), 2, "{frames:?}");
+}
+
+/// The reference model with no `tokenizer.chat_template`.
+fn model_without_template(model: &Path, dir: &Path) -> PathBuf {
+    let f = worker_orcd::gguf::GgufFile::open(model).unwrap();
+    let mut out = worker_orcd::gguf::GgufWriter::new();
+    for (k, v) in f.metadata.iter() {
+        if k != "tokenizer.chat_template" {
+            out.metadata(k, v.clone());
+        }
+    }
+    for t in &f.tensors {
+        out.tensor(&t.name, &t.dims, t.ggml_type, f.tensor_data(t).to_vec());
+    }
+    let path = dir.join("no-template.gguf");
+    std::fs::write(&path, out.to_bytes()).unwrap();
+    path
+}

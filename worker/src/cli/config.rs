@@ -99,6 +99,13 @@ pub struct ServeArgs {
     /// [default: the WORKER_API_KEY environment variable; none: open].
     #[arg(long, value_name = "KEY")]
     pub api_key: Option<String>,
+    /// Chat template for `messages`, replacing the model file's: one of the
+    /// built-in names (chatml, llama3, gemma, phi3) [default: the file's].
+    #[arg(long, value_name = "NAME", conflicts_with = "chat_template_file")]
+    pub chat_template: Option<String>,
+    /// Chat template for `messages` from a Jinja file, replacing the model file's.
+    #[arg(long, value_name = "FILE.jinja")]
+    pub chat_template_file: Option<PathBuf>,
     /// YAML file with any of the flags above, keyed by long name.
     #[arg(long, value_name = "FILE.yaml")]
     pub config: Option<PathBuf>,
@@ -129,6 +136,8 @@ pub struct FileConfig {
     pub body_timeout_sec: Option<u64>,
     pub max_connections: Option<usize>,
     pub api_key: Option<String>,
+    pub chat_template: Option<String>,
+    pub chat_template_file: Option<PathBuf>,
 }
 
 /// The checked configuration the worker runs with.
@@ -154,6 +163,8 @@ pub struct ServeConfig {
     pub log_format: LogFormat,
     /// Timeouts, connection limit and API key of the HTTP server.
     pub http: crate::server::guard::HttpOptions,
+    /// The source of a chat template replacing the model file's.
+    pub chat_template: Option<String>,
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -317,6 +328,12 @@ pub fn resolve(args: ServeArgs) -> Result<ServeConfig, ConfigError> {
     if upload_chunk_bytes < 4096 {
         return Err(invalid("--upload-chunk-bytes", "must be at least 4096"));
     }
+    let chat_template = chat_template_source(
+        args.chat_template.or(file.chat_template).as_deref(),
+        args.chat_template_file
+            .or(file.chat_template_file)
+            .as_deref(),
+    )?;
 
     Ok(ServeConfig {
         worker_id,
@@ -337,7 +354,58 @@ pub fn resolve(args: ServeArgs) -> Result<ServeConfig, ConfigError> {
         upload_chunk_bytes,
         log_format,
         http,
+        chat_template,
     })
+}
+
+/// Largest `--chat-template-file` read: real templates are a few KB.
+pub const MAX_CHAT_TEMPLATE_BYTES: u64 = 1 << 20;
+
+/// The chat template `--chat-template NAME` or `--chat-template-file PATH`
+/// asks for (not both), checked to compile.
+pub fn chat_template_source(
+    name: Option<&str>,
+    path: Option<&Path>,
+) -> Result<Option<String>, ConfigError> {
+    let (flag, source) = match (name, path) {
+        (None, None) => return Ok(None),
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "--chat-template",
+                "give a name or --chat-template-file, not both",
+            ))
+        }
+        (Some(name), None) => {
+            let source = crate::tokenizer::builtin_template(name).ok_or_else(|| {
+                invalid(
+                    "--chat-template",
+                    format!(
+                        "{name:?} is not a built-in template (known: {})",
+                        crate::tokenizer::builtin_template_names()
+                    ),
+                )
+            })?;
+            ("--chat-template", source.to_string())
+        }
+        (None, Some(path)) => {
+            let shown = path.display();
+            let flag = "--chat-template-file";
+            let meta =
+                std::fs::metadata(path).map_err(|e| invalid(flag, format!("{shown}: {e}")))?;
+            if meta.len() > MAX_CHAT_TEMPLATE_BYTES {
+                return Err(invalid(
+                    flag,
+                    format!("{shown} is larger than {MAX_CHAT_TEMPLATE_BYTES} bytes"),
+                ));
+            }
+            let source = std::fs::read_to_string(path)
+                .map_err(|e| invalid(flag, format!("{shown}: {e}")))?;
+            (flag, source)
+        }
+    };
+    crate::tokenizer::ChatTemplate::new(&source, "", "")
+        .map_err(|e| invalid(flag, format!("does not compile: {e}")))?;
+    Ok(Some(source))
 }
 
 /// The environment variable `--api-key` falls back to.
@@ -756,5 +824,67 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    /// Issue #13: a chat template by built-in name or from a file, checked
+    /// before anything loads; a name or a file, not both.
+    #[test]
+    fn chat_templates_by_name_or_file() {
+        let f = fixture();
+        let c = resolve(ServeArgs {
+            chat_template: Some("gemma".into()),
+            ..args(&f)
+        })
+        .unwrap();
+        assert!(c.chat_template.unwrap().contains("<start_of_turn>"));
+        assert_eq!(resolve(args(&f)).unwrap().chat_template, None);
+
+        let good = f.dir.path().join("t.jinja");
+        std::fs::write(&good, "{% for m in messages %}{{ m.content }}{% endfor %}").unwrap();
+        let c = resolve(ServeArgs {
+            chat_template_file: Some(good.clone()),
+            ..args(&f)
+        })
+        .unwrap();
+        assert!(c.chat_template.unwrap().starts_with("{% for m"));
+
+        let broken = f.dir.path().join("broken.jinja");
+        std::fs::write(&broken, "{% for m in messages %}").unwrap();
+        let cases = [
+            (
+                Some("vicuna"),
+                None,
+                "--chat-template",
+                "known: chatml, llama3, gemma, phi3",
+            ),
+            (Some("chatml"), Some(good), "--chat-template", "not both"),
+            (
+                None,
+                Some(broken),
+                "--chat-template-file",
+                "does not compile",
+            ),
+            (
+                None,
+                Some(f.dir.path().join("absent.jinja")),
+                "--chat-template-file",
+                "absent",
+            ),
+        ];
+        for (name, file, want_flag, want) in cases {
+            let err = resolve(ServeArgs {
+                chat_template: name.map(str::to_string),
+                chat_template_file: file,
+                ..args(&f)
+            })
+            .unwrap_err();
+            match &err {
+                ConfigError::Invalid { flag, message } => {
+                    assert_eq!(*flag, want_flag, "{err}");
+                    assert!(message.contains(want), "{err}");
+                }
+                _ => panic!("{err}"),
+            }
+        }
     }
 }

@@ -49,6 +49,12 @@ pub struct GenerateArgs {
     /// GPU ordinal for the cuda backend.
     #[arg(long, default_value_t = 0)]
     pub gpu_device: usize,
+    /// Chat template for --chat, replacing the file's: chatml, llama3, gemma or phi3.
+    #[arg(long, value_name = "NAME", conflicts_with = "chat_template_file")]
+    pub chat_template: Option<String>,
+    /// Chat template for --chat from a Jinja file.
+    #[arg(long, value_name = "FILE.jinja")]
+    pub chat_template_file: Option<PathBuf>,
 }
 
 struct Printer<'a> {
@@ -80,6 +86,10 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let opts = LoadOptions {
         backend: args.backend,
         gpu_device: args.gpu_device,
+        chat_template: super::config::chat_template_source(
+            args.chat_template.as_deref(),
+            args.chat_template_file.as_deref(),
+        )?,
         ..LoadOptions::default()
     };
     let mut model = load_model(&args.model, &opts, &mut |_| {})
@@ -88,9 +98,9 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let prompt = match (&args.prompt, &args.chat) {
         (Some(p), None) => p.clone(),
         (None, Some(c)) => {
-            let template = tokenizer
-                .chat_template()
-                .context("the model has no chat template")?;
+            let template = tokenizer.chat_template().context(
+                "the model has no chat template: give --chat-template NAME or --chat-template-file",
+            )?;
             template.render(
                 &[ChatMessage {
                     role: "user".into(),

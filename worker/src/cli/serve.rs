@@ -254,6 +254,7 @@ fn load(cfg: &ServeConfig) -> Result<LoadedModel, ExitCode> {
         kv_cache_size_mb: cfg.kv_cache_size_mb,
         upload_chunk_bytes: cfg.upload_chunk_bytes,
         max_context: cfg.max_tokens_in.map(|n| n + cfg.max_tokens_out),
+        chat_template: cfg.chat_template.clone(),
     };
     let mut report = |p: LoadProgress| {
         narrate!(

@@ -545,9 +545,16 @@ fn check_messages(
     let Some(template) = tokenizer.chat_template() else {
         let why = match tokenizer.chat_template_error() {
             Some(e) => {
-                format!("the model's chat template does not compile ({e}); send a prompt instead")
+                format!(
+                    "the model's chat template does not compile ({e}): start the worker with \
+                     --chat-template NAME or --chat-template-file PATH, or send a prompt instead"
+                )
             }
-            None => "the model has no chat template; send a prompt instead".to_string(),
+            None => format!(
+                "the model has no chat template: start the worker with --chat-template NAME ({}) \
+                 or --chat-template-file PATH, or send a prompt instead",
+                crate::tokenizer::builtin_template_names()
+            ),
         };
         errs.add("messages", why);
         return None;

@@ -28,6 +28,7 @@
 //! transformers does.
 
 mod bpe;
+mod builtin_templates;
 mod chat;
 mod stream;
 mod vocab;
@@ -37,6 +38,7 @@ mod tests;
 
 use std::collections::HashSet;
 
+pub use builtin_templates::{builtin_template, builtin_template_names, BUILTIN_TEMPLATES};
 pub use chat::{ChatMessage, ChatTemplate};
 pub use stream::StreamDecoder;
 pub use vocab::{token_type, VocabSpec};
@@ -398,6 +400,24 @@ impl Tokenizer {
     /// Why the model's chat template did not compile, when it did not.
     pub fn chat_template_error(&self) -> Option<&str> {
         self.chat_template_error.as_deref()
+    }
+
+    /// Replaces the file's chat template (or gives one to a file without):
+    /// `--chat-template` / `--chat-template-file`. `bos_token` and
+    /// `eos_token` are the file's.
+    pub fn set_chat_template(&mut self, source: &str) -> Result<(), TokenizerError> {
+        let text_of = |id: Option<u32>| {
+            id.and_then(|i| self.tokens.get(i as usize))
+                .map(String::as_str)
+                .unwrap_or("")
+        };
+        self.chat_template = Some(ChatTemplate::new(
+            source,
+            text_of(self.bos_id),
+            text_of(self.eos_id),
+        )?);
+        self.chat_template_error = None;
+        Ok(())
     }
 }
 
