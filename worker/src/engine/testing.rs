@@ -66,6 +66,7 @@ pub fn byte_vocab_spec(chat_template: Option<&str>) -> VocabSpec {
         pad_id: None,
         add_bos: false,
         add_eos: false,
+        add_space_prefix: false,
         chat_template: chat_template.map(str::to_string),
     }
 }

@@ -30,6 +30,7 @@
 mod bpe;
 mod builtin_templates;
 mod chat;
+mod spm;
 mod stream;
 mod vocab;
 
@@ -51,7 +52,7 @@ use vocab::{ATTR_BYTE, ATTR_CONTROL, ATTR_NORMAL, ATTR_UNKNOWN, ATTR_USER_DEFINE
 pub enum TokenizerKind {
     /// GGUF `tokenizer.ggml.model = "gpt2"`: byte-level BPE.
     GgufBpe,
-    /// GGUF `tokenizer.ggml.model = "llama"`: SentencePiece BPE (not built yet).
+    /// GGUF `tokenizer.ggml.model = "llama"`: SentencePiece BPE.
     GgufSpm,
     /// A Hugging Face `tokenizer.json` (not built yet).
     HfJson,
@@ -114,6 +115,9 @@ pub struct Tokenizer {
     eos_id: Option<u32>,
     add_bos: bool,
     add_eos: bool,
+    /// SentencePiece: a space before text that opens the input or follows a
+    /// special token.
+    add_space_prefix: bool,
     chat_template: Option<ChatTemplate>,
     chat_template_error: Option<String>,
 }
@@ -138,16 +142,11 @@ impl Tokenizer {
     pub fn from_spec(spec: VocabSpec) -> Result<Tokenizer, TokenizerError> {
         let kind = match spec.model.as_str() {
             "gpt2" => TokenizerKind::GgufBpe,
-            "llama" => {
-                return Err(TokenizerError::UnsupportedModel(
-                    "tokenizer.ggml.model \"llama\" is a SentencePiece vocabulary (gguf-spm), \
-                     which is not supported yet; only \"gpt2\" byte-level BPE (gguf-bpe) is"
-                        .to_string(),
-                ))
-            }
+            "llama" => TokenizerKind::GgufSpm,
             other => {
                 return Err(TokenizerError::UnsupportedModel(format!(
-                    "tokenizer.ggml.model {other:?} is not supported; only \"gpt2\" byte-level BPE (gguf-bpe) is"
+                    "tokenizer.ggml.model {other:?} is not supported; \"gpt2\" (byte-level BPE, \
+                     gguf-bpe) and \"llama\" (SentencePiece, gguf-spm) are"
                 )))
             }
         };
@@ -186,7 +185,6 @@ impl Tokenizer {
             ));
         }
 
-        let pre = bpe::pre_tokenizer_spec(spec.pre.as_deref())?;
         let derived = vocab::derive(&spec)?;
 
         // The BPE model wants unique, non-empty token strings; llama.cpp renames
@@ -231,13 +229,25 @@ impl Tokenizer {
                 special: s.control_like,
             })
             .collect();
-        let built = bpe::build(&model_texts, &spec.merges, &pre, &added)?;
-        if built.skipped_merges > 0 {
-            tracing::warn!(
-                skipped = built.skipped_merges,
-                "BPE merges left out: a part or the result is not a token, or the pair repeats"
-            );
-        }
+        let inner = match kind {
+            TokenizerKind::GgufSpm => {
+                let scores = spec.scores.as_deref().ok_or_else(|| {
+                    TokenizerError::MissingKey("tokenizer.ggml.scores".to_string())
+                })?;
+                spm::build(&model_texts, scores)?
+            }
+            _ => {
+                let pre = bpe::pre_tokenizer_spec(spec.pre.as_deref())?;
+                let built = bpe::build(&model_texts, &spec.merges, &pre, &added)?;
+                if built.skipped_merges > 0 {
+                    tracing::warn!(
+                        skipped = built.skipped_merges,
+                        "BPE merges left out: a part or the result is not a token, or the pair repeats"
+                    );
+                }
+                built.tokenizer
+            }
+        };
         drop(added);
 
         // Bytes per token, as llama.cpp's token_to_piece(special = true) renders them.
@@ -248,6 +258,8 @@ impl Tokenizer {
         for (text, &attr) in spec.tokens.iter().zip(&derived.attrs) {
             if attr & (ATTR_CONTROL | ATTR_UNKNOWN | ATTR_USER_DEFINED) != 0 {
                 piece_bytes.extend_from_slice(text.as_bytes());
+            } else if attr & ATTR_NORMAL != 0 && kind == TokenizerKind::GgufSpm {
+                piece_bytes.extend_from_slice(&spm::piece_bytes(text));
             } else if attr & ATTR_NORMAL != 0 {
                 piece_bytes.extend_from_slice(&bpe::byte_level_decode(text, &u2b));
             } else if attr & ATTR_BYTE != 0 {
@@ -275,7 +287,7 @@ impl Tokenizer {
 
         Ok(Tokenizer {
             kind,
-            inner: built.tokenizer,
+            inner,
             tokens: spec.tokens,
             attrs: derived.attrs,
             piece_bytes,
@@ -286,6 +298,7 @@ impl Tokenizer {
             eos_id: spec.eos_id,
             add_bos: spec.add_bos,
             add_eos: spec.add_eos,
+            add_space_prefix: kind == TokenizerKind::GgufSpm && spec.add_space_prefix,
             chat_template,
             chat_template_error,
         })
@@ -340,15 +353,29 @@ impl Tokenizer {
         if add_special && self.add_bos {
             out.extend(self.bos_id);
         }
+        // llama.cpp's SPM branch: "prefix with space if previous is special",
+        // the start of the input counting as special.
+        let mut prev_special = true;
         for frag in bpe::partition(text, &self.specials, parse_special) {
             match frag {
-                Fragment::Token(id) => out.push(id),
+                Fragment::Token(id) => {
+                    out.push(id);
+                    prev_special = true;
+                }
                 Fragment::Text(s) => {
+                    let spaced;
+                    let s = if self.add_space_prefix && prev_special {
+                        spaced = format!(" {s}");
+                        spaced.as_str()
+                    } else {
+                        s
+                    };
                     let enc = self
                         .inner
                         .encode_fast(s, false)
                         .map_err(|e| TokenizerError::Encode(e.to_string()))?;
                     out.extend_from_slice(enc.get_ids());
+                    prev_special = false;
                 }
             }
         }

@@ -38,6 +38,7 @@ pub(super) fn tiny_spec() -> VocabSpec {
         pad_id: None,
         add_bos: false,
         add_eos: false,
+        add_space_prefix: false,
         chat_template: Some("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}".into()),
     }
 }
@@ -247,10 +248,79 @@ fn unknown_pre_tokenizer_is_an_error() {
     }
 }
 
+/// A hand-built SentencePiece vocabulary: pieces merge by the score of the
+/// piece they make (not by position), spaces become `▁`, a space goes before
+/// text that opens the input or follows a special token when the file says
+/// `add_space_prefix`, characters outside the vocabulary fall back to bytes.
+#[test]
+fn sentencepiece_merges_by_score_with_byte_fallback() {
+    let mut tokens: Vec<String> = [
+        "<unk>",
+        "<s>",
+        "</s>",
+        "\u{2581}",
+        "a",
+        "b",
+        "c",
+        "ab",
+        "bc",
+        "\u{2581}a",
+        "abc",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut types = vec![
+        token_type::UNKNOWN,
+        token_type::CONTROL,
+        token_type::CONTROL,
+    ];
+    types.extend([token_type::NORMAL; 8]);
+    let mut scores = vec![
+        0.0f32, 0.0, 0.0, -1.0, -2.0, -2.0, -2.0, -5.0, -3.0, -4.0, -6.0,
+    ];
+    for b in 0..=255u8 {
+        tokens.push(format!("<0x{b:02X}>"));
+        types.push(token_type::BYTE);
+        scores.push(0.0);
+    }
+    let spec = VocabSpec {
+        model: "llama".into(),
+        tokens,
+        token_types: types,
+        scores: Some(scores),
+        bos_id: Some(1),
+        eos_id: Some(2),
+        unk_id: Some(0),
+        add_bos: true,
+        add_space_prefix: true,
+        ..Default::default()
+    };
+    let t = Tokenizer::from_spec(spec).unwrap();
+    assert_eq!(t.kind(), TokenizerKind::GgufSpm);
+    // " abc": "▁a" (-4) beats "ab" (-5), but "bc" (-3) goes first: ▁, a, bc -> ▁a, bc.
+    assert_eq!(t.encode("abc", false, true).unwrap(), vec![9, 8]);
+    // BOS, and the prefix space again after a special token.
+    assert_eq!(
+        t.encode("ab</s>ab", true, true).unwrap(),
+        vec![1, 9, 5, 2, 9, 5]
+    );
+    // "é" is not a piece: its two UTF-8 bytes.
+    let e = t.encode("é", false, true).unwrap();
+    assert_eq!(e, vec![3, 11 + 0xC3, 11 + 0xA9]);
+    assert_eq!(t.decode(&e).unwrap(), " é");
+}
+
 #[test]
 fn unsupported_models_are_errors() {
     let mut spec = tiny_spec();
     spec.model = "llama".into();
+    match Tokenizer::from_spec(spec) {
+        Err(TokenizerError::MissingKey(k)) => assert_eq!(k, "tokenizer.ggml.scores"),
+        other => panic!("a SentencePiece vocabulary without scores: {other:?}"),
+    }
+    let mut spec = tiny_spec();
+    spec.model = "t5".into();
     match Tokenizer::from_spec(spec) {
         Err(TokenizerError::UnsupportedModel(msg)) => assert!(msg.contains("gguf-spm"), "{msg}"),
         other => panic!("expected UnsupportedModel, got {other:?}"),
@@ -423,6 +493,7 @@ fn chat_message_serde() {
 }
 
 mod golden;
+mod golden_gemma3;
 
 mod metadata {
     use super::*;
@@ -537,9 +608,10 @@ mod metadata {
             .unwrap();
         md.insert("tokenizer.ggml.tokens", strings(&["a".to_string()]))
             .unwrap();
-        assert!(matches!(
-            Tokenizer::from_gguf(&md),
-            Err(TokenizerError::UnsupportedModel(_))
-        ));
+        // SentencePiece adds BOS by default, and this vocabulary names none.
+        match Tokenizer::from_gguf(&md) {
+            Err(TokenizerError::Build(msg)) => assert!(msg.contains("no BOS"), "{msg}"),
+            other => panic!("{other:?}"),
+        }
     }
 }

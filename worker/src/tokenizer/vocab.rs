@@ -41,6 +41,9 @@ pub struct VocabSpec {
     pub add_bos: bool,
     /// Append EOS when encoding with `add_special` (`tokenizer.ggml.add_eos_token`).
     pub add_eos: bool,
+    /// SentencePiece: a space before the text (`tokenizer.ggml.add_space_prefix`,
+    /// llama.cpp's default true).
+    pub add_space_prefix: bool,
     /// `tokenizer.chat_template` (Jinja source).
     pub chat_template: Option<String>,
 }
@@ -237,6 +240,10 @@ impl VocabSpec {
             .opt_bool("tokenizer.ggml.add_eos_token")
             .map_err(meta_err)?
             .unwrap_or(false);
+        let add_space_prefix = md
+            .opt_bool("tokenizer.ggml.add_space_prefix")
+            .map_err(meta_err)?
+            .unwrap_or(true);
         let chat_template = md
             .opt_str("tokenizer.chat_template")
             .map_err(meta_err)?
@@ -257,6 +264,7 @@ impl VocabSpec {
             pad_id,
             add_bos,
             add_eos,
+            add_space_prefix,
             chat_template,
         })
     }
