@@ -55,28 +55,16 @@ fn golden_tokenize() {
     let cases = read_json("tokenize.json");
     let cases = cases.as_array().unwrap();
     assert_eq!(cases.len(), 66);
-    let mut failures = Vec::new();
-    for c in cases {
-        let text = c["text"].as_str().unwrap();
-        let parse_special = c["parse_special"].as_bool().unwrap();
-        let want: Vec<u32> = c["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as u32)
-            .collect();
-        let got = t.encode(text, true, parse_special).unwrap();
-        if got != want {
-            failures.push(format!(
-                "{} (parse_special={parse_special}):\n  want {want:?}\n  got  {got:?}",
-                c["name"]
-            ));
-        }
-        // Decoding gives the text back (special tokens come back as their text too).
-        assert_eq!(t.decode(&got).unwrap(), text, "{}", c["name"]);
-    }
+    assert_all_match("golden tokenize", &t, cases);
+}
+
+/// Encodes each golden vector (`text`, `ids`, `add_bos`, `parse_special`)
+/// and fails listing every mismatch; a match must also decode back to its
+/// text (special tokens as their text, BOS left out).
+pub(super) fn assert_all_match(label: &str, t: &Tokenizer, cases: &[serde_json::Value]) {
+    let failures = mismatches(t, cases);
     eprintln!(
-        "golden tokenize: {}/{} match",
+        "{label}: {}/{} match",
         cases.len() - failures.len(),
         cases.len()
     );
@@ -86,6 +74,32 @@ fn golden_tokenize() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+fn mismatches(t: &Tokenizer, cases: &[serde_json::Value]) -> Vec<String> {
+    let mut failures = Vec::new();
+    for c in cases {
+        let text = c["text"].as_str().unwrap();
+        let add_bos = c["add_bos"].as_bool().unwrap();
+        let parse_special = c["parse_special"].as_bool().unwrap();
+        let want: Vec<u32> = c["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        let got = t.encode(text, add_bos, parse_special).unwrap();
+        if got != want {
+            failures.push(format!(
+                "{} (add_bos={add_bos}, parse_special={parse_special}):\n  want {want:?}\n  got  {got:?}",
+                c["name"]
+            ));
+            continue;
+        }
+        let skip = usize::from(add_bos);
+        assert_eq!(t.decode(&got[skip..]).unwrap(), text, "{}", c["name"]);
+    }
+    failures
 }
 
 #[test]

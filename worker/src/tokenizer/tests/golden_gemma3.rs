@@ -48,38 +48,5 @@ fn gemma3_golden_tokenize() {
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let cases = cases.as_array().unwrap();
     assert_eq!(cases.len(), 117);
-    let mut failures = Vec::new();
-    for c in cases {
-        let text = c["text"].as_str().unwrap();
-        let add_bos = c["add_bos"].as_bool().unwrap();
-        let parse_special = c["parse_special"].as_bool().unwrap();
-        let want: Vec<u32> = c["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as u32)
-            .collect();
-        let got = t.encode(text, add_bos, parse_special).unwrap();
-        if got != want {
-            failures.push(format!(
-                "{} (add_bos={add_bos}, parse_special={parse_special}):\n  want {want:?}\n  got  {got:?}",
-                c["name"]
-            ));
-            continue;
-        }
-        // Decoding gives the text back (BOS and special tokens as their text).
-        let skip = usize::from(add_bos);
-        assert_eq!(t.decode(&got[skip..]).unwrap(), text, "{}", c["name"]);
-    }
-    eprintln!(
-        "gemma3 golden tokenize: {}/{} match",
-        cases.len() - failures.len(),
-        cases.len()
-    );
-    assert!(
-        failures.is_empty(),
-        "{} mismatches:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    super::golden::assert_all_match("gemma3 golden tokenize", &t, cases);
 }
