@@ -373,13 +373,15 @@ async fn health_and_metrics_show_the_file_name_not_the_path() {
     assert_eq!(frames[0].data["model"], "smollm2-135m-instruct-q4_1.gguf");
 }
 
-/// The reference model with its chat template replaced by `template`.
-fn model_with_template(model: &Path, template: &str, dir: &Path) -> PathBuf {
+/// The reference model with its chat template replaced by `template`, or
+/// removed (`None`).
+fn model_with_template(model: &Path, template: Option<&str>, dir: &Path) -> PathBuf {
     let f = worker_orcd::gguf::GgufFile::open(model).unwrap();
     let mut out = worker_orcd::gguf::GgufWriter::new();
     for (k, v) in f.metadata.iter() {
-        let v = match k {
-            "tokenizer.chat_template" => worker_orcd::gguf::MetaValue::String(template.into()),
+        let v = match (k, template) {
+            ("tokenizer.chat_template", Some(t)) => worker_orcd::gguf::MetaValue::String(t.into()),
+            ("tokenizer.chat_template", None) => continue,
             _ => v.clone(),
         };
         out.metadata(k, v);
@@ -387,7 +389,7 @@ fn model_with_template(model: &Path, template: &str, dir: &Path) -> PathBuf {
     for t in &f.tensors {
         out.tensor(&t.name, &t.dims, t.ggml_type, f.tensor_data(t).to_vec());
     }
-    let path = dir.join("hostile-template.gguf");
+    let path = dir.join("template.gguf");
     std::fs::write(&path, out.to_bytes()).unwrap();
     path
 }
@@ -419,7 +421,7 @@ async fn a_hostile_chat_template_ends_with_a_clear_error() {
     ];
     for (i, (template, want)) in cases.into_iter().enumerate() {
         let dir = tempfile::tempdir().unwrap();
-        let path = model_with_template(&model, template, dir.path());
+        let path = model_with_template(&model, Some(template), dir.path());
         let w = Worker::start_model(&path, &[], &[]).await;
         let job_id = format!("hostile-template-{i}");
         let body = json!({"job_id": job_id, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
@@ -446,7 +448,7 @@ async fn a_model_without_a_chat_template_takes_one_by_name() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let bare = model_without_template(&model, dir.path());
+    let bare = model_with_template(&model, None, dir.path());
     let chat = |id: &str| json!({"job_id": id, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
 
     let w = Worker::start_model(&bare, &[], &[]).await;
@@ -468,21 +470,4 @@ async fn a_model_without_a_chat_template_takes_one_by_name() {
     check_grammar(&frames);
     let tokens: Vec<&Frame> = frames.iter().filter(|f| f.event == "token").collect();
     assert_eq!(tokens.len(), 2, "{frames:?}");
-}
-
-/// The reference model with no `tokenizer.chat_template`.
-fn model_without_template(model: &Path, dir: &Path) -> PathBuf {
-    let f = worker_orcd::gguf::GgufFile::open(model).unwrap();
-    let mut out = worker_orcd::gguf::GgufWriter::new();
-    for (k, v) in f.metadata.iter() {
-        if k != "tokenizer.chat_template" {
-            out.metadata(k, v.clone());
-        }
-    }
-    for t in &f.tensors {
-        out.tensor(&t.name, &t.dims, t.ggml_type, f.tensor_data(t).to_vec());
-    }
-    let path = dir.join("no-template.gguf");
-    std::fs::write(&path, out.to_bytes()).unwrap();
-    path
 }

@@ -275,12 +275,10 @@ mod builtins {
     ) -> Result<Value, Error> {
         let safety_aware = !matches!(state.auto_escape(), AutoEscape::None)
             && (value.is_safe() || from.is_safe() || to.is_safe());
-        // The output can be the square of the input ("" matches between every
-        // character): check its size before building it.
-        let hits = value.as_str().matches(from.as_str()).count();
-        ok!(crate::limits::ensure(
-            hits.saturating_mul(to.as_str().len())
-                .saturating_add(value.as_str().len())
+        ok!(crate::limits::ensure_replaced(
+            value.as_str(),
+            from.as_str(),
+            to.as_str()
         ));
 
         if safety_aware {
@@ -474,13 +472,8 @@ mod builtins {
         value: &Value,
         joiner: Option<StringInput<'_>>,
     ) -> Result<Value, Error> {
-        // The joiner is repeated once per item: check the output's size first.
         if let Some(ref joiner) = joiner {
-            ok!(crate::limits::ensure_copies(value, 1));
-            let items = value.len().unwrap_or(0);
-            ok!(crate::limits::ensure(
-                items.saturating_mul(joiner.as_str().len())
-            ));
+            ok!(crate::limits::ensure_joined(value, joiner.as_str()));
         }
 
         fn join_plain(iter: impl Iterator<Item = Value>, joiner: &str) -> String {
@@ -583,7 +576,7 @@ mod builtins {
             Some(ref sep) => string.matches(sep.as_ref()).count() + 1,
             None => string.len() / 2 + 1,
         };
-        ok!(crate::limits::ensure(parts.saturating_mul(32)));
+        ok!(crate::limits::ensure_items(parts));
         let maxsplits = maxsplits.and_then(|x| if x >= 0 { Some(x as usize + 1) } else { None });
         let preserve_safety = value.kind() == ValueKind::String && value.is_safe();
         let wrap = |item: &str| {
@@ -617,7 +610,7 @@ mod builtins {
     pub fn lines(value: &Value) -> Result<Value, Error> {
         let string = Arc::<str>::try_from(value.clone())?;
         let lines = string.bytes().filter(|&b| b == b'\n').count() + 1;
-        ok!(crate::limits::ensure(lines.saturating_mul(32)));
+        ok!(crate::limits::ensure_items(lines));
         let preserve_safety = value.kind() == ValueKind::String && value.is_safe();
         Ok(Value::from_iter(string.lines().map(|line| {
             if preserve_safety {

@@ -123,12 +123,32 @@ pub(crate) fn charge_value(value: &Value) -> Result<(), Error> {
 }
 
 /// Fails unless `n` copies of `value` fit in the budget; charges nothing.
-pub(crate) fn ensure_copies(value: &Value, n: usize) -> Result<(), Error> {
+pub fn ensure_copies(value: &Value, n: usize) -> Result<(), Error> {
     let Some(budget) = BUDGET.with(|b| b.get()) else {
         return Ok(());
     };
     let one = ok!(size_within(value, budget.bytes_left));
     ensure(one.saturating_mul(n))
+}
+
+/// Fails unless `n` values (items of a sequence being built) fit.
+pub fn ensure_items(n: usize) -> Result<(), Error> {
+    ensure(n.saturating_mul(BYTES_PER_ITEM))
+}
+
+/// Fails unless `s` with every `from` replaced by `to` fits: the output is
+/// the square of the input when `from` is empty (it matches between every
+/// character) and `to` is long.
+pub fn ensure_replaced(s: &str, from: &str, to: &str) -> Result<(), Error> {
+    let hits = s.matches(from).count();
+    ensure(hits.saturating_mul(to.len()).saturating_add(s.len()))
+}
+
+/// Fails unless the items of `seq` joined by `joiner` fit: the joiner is
+/// written once per item.
+pub fn ensure_joined(seq: &Value, joiner: &str) -> Result<(), Error> {
+    ok!(ensure_copies(seq, 1));
+    ensure(seq.len().unwrap_or(0).saturating_mul(joiner.len()))
 }
 
 /// About how many bytes `value` would take if written out or materialised:

@@ -543,18 +543,14 @@ fn check_messages(
         return None;
     }
     let Some(template) = tokenizer.chat_template() else {
+        let fix = format!(
+            "start the worker with --chat-template NAME ({}) or --chat-template-file PATH, \
+             or send a prompt instead",
+            crate::tokenizer::builtin_template_names()
+        );
         let why = match tokenizer.chat_template_error() {
-            Some(e) => {
-                format!(
-                    "the model's chat template does not compile ({e}): start the worker with \
-                     --chat-template NAME or --chat-template-file PATH, or send a prompt instead"
-                )
-            }
-            None => format!(
-                "the model has no chat template: start the worker with --chat-template NAME ({}) \
-                 or --chat-template-file PATH, or send a prompt instead",
-                crate::tokenizer::builtin_template_names()
-            ),
+            Some(e) => format!("the model's chat template does not compile ({e}): {fix}"),
+            None => format!("the model has no chat template: {fix}"),
         };
         errs.add("messages", why);
         return None;

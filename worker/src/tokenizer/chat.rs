@@ -278,21 +278,13 @@ fn python_methods(
     if let Some(s) = value.as_str() {
         let arg_str = |i: usize| args.get(i).and_then(Value::as_str).unwrap_or("");
         match method {
-            "replace" => {
-                let hits = s.matches(arg_str(0)).count();
-                limits::ensure(
-                    hits.saturating_mul(arg_str(1).len())
-                        .saturating_add(s.len()),
-                )?;
-            }
+            "replace" => limits::ensure_replaced(s, arg_str(0), arg_str(1))?,
             "join" => {
                 if let Some(items) = args.first() {
-                    limits::ensure(limits::size_within(items, TEMPLATE_BYTES)?)?;
-                    let n = items.len().unwrap_or(0);
-                    limits::ensure(n.saturating_mul(s.len()))?;
+                    limits::ensure_joined(items, s)?;
                 }
             }
-            "split" | "splitlines" => limits::ensure(s.len().saturating_mul(32))?,
+            "split" | "splitlines" => limits::ensure_items(s.len())?,
             _ => {}
         }
     }

@@ -222,13 +222,6 @@ impl Tokenizer {
             .collect();
         specials.sort_by_key(|s| std::cmp::Reverse(s.text.len()));
 
-        let added: Vec<bpe::AddedSpec<'_>> = specials
-            .iter()
-            .map(|s| bpe::AddedSpec {
-                text: &s.text,
-                special: s.control_like,
-            })
-            .collect();
         let inner = match kind {
             TokenizerKind::GgufSpm => {
                 let scores = spec.scores.as_deref().ok_or_else(|| {
@@ -238,6 +231,13 @@ impl Tokenizer {
             }
             _ => {
                 let pre = bpe::pre_tokenizer_spec(spec.pre.as_deref())?;
+                let added: Vec<bpe::AddedSpec<'_>> = specials
+                    .iter()
+                    .map(|s| bpe::AddedSpec {
+                        text: &s.text,
+                        special: s.control_like,
+                    })
+                    .collect();
                 let built = bpe::build(&model_texts, &spec.merges, &pre, &added)?;
                 if built.skipped_merges > 0 {
                     tracing::warn!(
@@ -248,7 +248,6 @@ impl Tokenizer {
                 built.tokenizer
             }
         };
-        drop(added);
 
         // Bytes per token, as llama.cpp's token_to_piece(special = true) renders them.
         let u2b = bpe::unicode_to_byte();
@@ -273,19 +272,7 @@ impl Tokenizer {
         }
         piece_bytes.shrink_to_fit();
 
-        let text_of = |id: Option<u32>| id.map(|i| spec.tokens[i as usize].as_str()).unwrap_or("");
-        let (chat_template, chat_template_error) = match &spec.chat_template {
-            None => (None, None),
-            Some(src) => match ChatTemplate::new(src, text_of(spec.bos_id), text_of(spec.eos_id)) {
-                Ok(t) => (Some(t), None),
-                Err(e) => {
-                    tracing::warn!(error = %e, "the model's chat template does not compile");
-                    (None, Some(e.to_string()))
-                }
-            },
-        };
-
-        Ok(Tokenizer {
+        let mut tokenizer = Tokenizer {
             kind,
             inner,
             tokens: spec.tokens,
@@ -299,9 +286,16 @@ impl Tokenizer {
             add_bos: spec.add_bos,
             add_eos: spec.add_eos,
             add_space_prefix: kind == TokenizerKind::GgufSpm && spec.add_space_prefix,
-            chat_template,
-            chat_template_error,
-        })
+            chat_template: None,
+            chat_template_error: None,
+        };
+        if let Some(source) = &spec.chat_template {
+            if let Err(e) = tokenizer.set_chat_template(source) {
+                tracing::warn!(error = %e, "the model's chat template does not compile");
+                tokenizer.chat_template_error = Some(e.to_string());
+            }
+        }
+        Ok(tokenizer)
     }
 
     /// Builds the tokenizer a GGUF file describes (`tokenizer.*` keys).

@@ -12,8 +12,6 @@
 //! that opens the input or follows a special token when the file says
 //! `add_space_prefix`.
 
-use std::collections::HashMap;
-
 use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::normalizers::replace::Replace;
 
@@ -35,17 +33,12 @@ pub(crate) fn build(
             texts.len()
         )));
     }
-    let ids: HashMap<&str, u32> = texts
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.as_str(), i as u32))
-        .collect();
-    let merges = merges_from_scores(texts, scores, &ids)?;
     let vocab: Vocab = texts
         .iter()
         .enumerate()
         .map(|(i, t)| (t.clone(), i as u32))
         .collect();
+    let merges = merges_from_scores(texts, scores, &vocab)?;
     let model = BPE::builder()
         .vocab_and_merges(vocab, merges)
         .byte_fallback(true)
@@ -68,7 +61,7 @@ const MAX_MERGE_WORK: usize = 256 << 20;
 fn merges_from_scores(
     texts: &[String],
     scores: &[f32],
-    ids: &HashMap<&str, u32>,
+    ids: &Vocab,
 ) -> Result<Vec<(String, String)>, TokenizerError> {
     let mut merges: Vec<(f32, u32, u32, u32)> = Vec::new();
     let mut work = 0usize;

@@ -1475,7 +1475,7 @@ impl Value {
     pub fn try_iter(&self) -> Result<ValueIter, Error> {
         if let ValueRepr::String(ref s, _) = self.0 {
             // Each character becomes a value wherever the items are collected.
-            ok!(crate::limits::ensure(s.len().saturating_mul(32)));
+            ok!(crate::limits::ensure_items(s.len()));
         }
         match self.0 {
             ValueRepr::None | ValueRepr::Undefined(_) => Some(ValueIterImpl::Empty),

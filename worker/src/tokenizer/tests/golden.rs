@@ -19,32 +19,41 @@ fn read_json(name: &str) -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
-/// The tokenizer of the reference model, or `None` (with a note) when the file is
-/// absent: CI fetches it before the tests, and `reference_model_present_in_ci`
-/// makes sure a CI run never skips silently.
-fn reference_tokenizer() -> Option<Tokenizer> {
-    let path = model_path();
+/// The tokenizer of the model file at `path`, or `None` (with a note) when
+/// the file is absent: CI fetches the real models before the tests, and each
+/// golden module's `*_present_in_ci` test makes sure a CI run never skips
+/// silently.
+pub(super) fn tokenizer_of(path: &std::path::Path) -> Option<Tokenizer> {
     if !path.exists() {
-        eprintln!(
-            "note: reference model {} not present; skipping",
-            path.display()
-        );
+        eprintln!("note: {} not present; skipping", path.display());
         return None;
     }
     let file =
-        crate::gguf::GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    Some(Tokenizer::from_gguf(&file.metadata).expect("SmolLM2's tokenizer builds"))
+        crate::gguf::GgufFile::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    Some(
+        Tokenizer::from_gguf(&file.metadata)
+            .unwrap_or_else(|e| panic!("{}: the tokenizer builds: {e}", path.display())),
+    )
+}
+
+/// Under CI (`CI` set) the model file at `path` must be there.
+pub(super) fn assert_present_in_ci(path: &std::path::Path) {
+    if std::env::var_os("CI").is_some() {
+        assert!(
+            path.exists(),
+            "CI is set but {} is missing (its golden tokenizer tests would skip)",
+            path.display()
+        );
+    }
+}
+
+fn reference_tokenizer() -> Option<Tokenizer> {
+    tokenizer_of(&model_path())
 }
 
 #[test]
 fn reference_model_present_in_ci() {
-    if std::env::var_os("CI").is_some() {
-        assert!(
-            model_path().exists(),
-            "CI is set but the reference model {} is missing (the golden tokenizer tests would skip)",
-            model_path().display()
-        );
-    }
+    assert_present_in_ci(&model_path());
 }
 
 #[test]

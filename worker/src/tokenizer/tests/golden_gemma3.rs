@@ -10,31 +10,16 @@ fn model_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.models/gemma-3-270m-q4_k_m.gguf")
 }
 
-/// Gemma 3's tokenizer, or `None` (with a note) when the file is absent; CI
-/// fetches it (`ci/fetch-model gemma3`), and `gemma3_present_in_ci` makes
-/// sure a CI run never skips silently.
+/// Gemma 3's tokenizer (CI fetches the file: `ci/fetch-model gemma3`).
 fn gemma3_tokenizer() -> Option<Tokenizer> {
-    let path = model_path();
-    if !path.exists() {
-        eprintln!("note: {} not present; skipping", path.display());
-        return None;
-    }
-    let file =
-        crate::gguf::GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let t = Tokenizer::from_gguf(&file.metadata).expect("Gemma 3's tokenizer builds");
+    let t = super::golden::tokenizer_of(&model_path())?;
     assert_eq!(t.kind(), TokenizerKind::GgufSpm);
     Some(t)
 }
 
 #[test]
 fn gemma3_present_in_ci() {
-    if std::env::var_os("CI").is_some() {
-        assert!(
-            model_path().exists(),
-            "CI is set but {} is missing (the gguf-spm golden tests would skip)",
-            model_path().display()
-        );
-    }
+    super::golden::assert_present_in_ci(&model_path());
 }
 
 #[test]
