@@ -44,7 +44,7 @@ pub use chat::{ChatMessage, ChatTemplate};
 pub use stream::StreamDecoder;
 pub use vocab::{token_type, VocabSpec};
 
-use bpe::{Fragment, SpecialToken};
+use bpe::{Fragment, SpecialToken, SpecialTokens};
 use vocab::{ATTR_BYTE, ATTR_CONTROL, ATTR_NORMAL, ATTR_UNKNOWN, ATTR_USER_DEFINED};
 
 /// Which tokenizer implementation a [`Tokenizer`] is.
@@ -108,7 +108,7 @@ pub struct Tokenizer {
     piece_bytes: Vec<u8>,
     piece_offsets: Vec<usize>,
     /// Control, unknown and user-defined tokens, longest text first.
-    specials: Vec<SpecialToken>,
+    specials: SpecialTokens,
     /// End-of-generation ids, sorted.
     eog: Vec<u32>,
     bos_id: Option<u32>,
@@ -206,7 +206,7 @@ impl Tokenizer {
         }
         drop(seen);
 
-        let mut specials: Vec<SpecialToken> = derived
+        let specials: Vec<SpecialToken> = derived
             .attrs
             .iter()
             .enumerate()
@@ -220,7 +220,7 @@ impl Tokenizer {
                 control_like: a & (ATTR_CONTROL | ATTR_UNKNOWN) != 0,
             })
             .collect();
-        specials.sort_by_key(|s| std::cmp::Reverse(s.text.len()));
+        let specials = SpecialTokens::new(specials)?;
 
         let inner = match kind {
             TokenizerKind::GgufSpm => {
@@ -350,7 +350,7 @@ impl Tokenizer {
         // llama.cpp's SPM branch: "prefix with space if previous is special",
         // the start of the input counting as special.
         let mut prev_special = true;
-        for frag in bpe::partition(text, &self.specials, parse_special) {
+        for frag in self.specials.partition(text, parse_special) {
             match frag {
                 Fragment::Token(id) => {
                     out.push(id);
