@@ -140,36 +140,45 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
 //
 // For one query row (decode) the kernel above runs one block per head, so a
 // 32-head model keeps 32 SMs busy however long the context. Here the context
-// is split into `nsplit` chunks of `chunk` positions and each block takes one
-// KV head and one chunk, for all the query heads that share that KV head
-// (each K and V row is read once per group, not once per head). A block
-// writes its chunk's softmax state (max, sum of weights, unnormalised output)
-// to `part`; attention_combine then merges the chunks of each head in chunk
-// order. The grid is fixed by the capacity, not the filled length (so a
-// captured graph replays for any position): chunks past the end write an
-// empty state. Every sum has a fixed order.
-#if !defined(ATS_THREADS) || !defined(ATS_MAX_GROUP) || !defined(ATS_MAX_CHUNK) || !defined(ATS_MAX_SPLITS)
-#error "ATS_THREADS, ATS_MAX_GROUP, ATS_MAX_CHUNK and ATS_MAX_SPLITS come from the worker as -D options"
+// of n_ctx positions is cut into `nsplit` chunks of ceil(n_ctx / nsplit)
+// positions and each block takes one KV head and one chunk, for all the query
+// heads that share that KV head (each K and V row is read once per group,
+// not once per head). n_ctx is read on the device when pos_ptr is set, so a
+// captured graph replays at any position with every block busy.
+//
+// Each warp runs its own online softmax over keys w, w + ATS_WARPS, ... of
+// the chunk, ATS_KEYS keys at a time: their K and V rows are all loaded
+// before any is used (lanes over dim pairs: each row one coalesced read),
+// which keeps enough reads in flight to stream the cache. A score is summed
+// across the warp by a butterfly (every lane gets the same bits). The block
+// then merges its warps' states in warp order and writes the chunk's state
+// (max, sum of weights, unnormalised output) to `part`; attention_combine
+// merges the chunks of each head in chunk order. Every sum has a fixed order.
+#if !defined(ATS_THREADS) || !defined(ATS_MAX_GROUP) || !defined(ATS_KEYS) || !defined(ATS_MAX_SPLITS)
+#error "ATS_THREADS, ATS_MAX_GROUP, ATS_KEYS and ATS_MAX_SPLITS come from the worker as -D options"
 #endif
 static_assert(ATS_THREADS % 32 == 0, "whole warps");
 #define ATS_WARPS (ATS_THREADS / 32)
 
+// PPL: dim pairs per lane (head_dim <= 64 * PPL); one instance per head
+// size class, so that q and the outputs of 8 heads fit in registers.
 // part: [n_head][nsplit][head_dim + 2] floats: max, sum, then output.
-extern "C" __global__ void __launch_bounds__(ATS_THREADS)
-    attention_split(const float* __restrict__ q, int n_head, int n_head_kv, int head_dim, int start_pos,
-                    const int* __restrict__ pos_ptr, int capacity, const u16* __restrict__ k_cache,
-                    const u16* __restrict__ v_cache, float scale, int chunk, int nsplit, float* __restrict__ part) {
-    __shared__ __align__(16) float qs[ATS_MAX_GROUP][ATT_MAX_HEAD_DIM];
-    __shared__ float p[ATS_MAX_GROUP][ATS_MAX_CHUNK];
-    __shared__ float red[32];
-    __shared__ float ogrp[ATS_WARPS][ATS_MAX_GROUP][ATT_MAX_HEAD_DIM / 2 + 1];
+template <int PPL>
+__device__ __forceinline__ void attention_split_impl(const float* __restrict__ q, int n_head, int n_head_kv,
+                                                     int head_dim, int start_pos, const int* __restrict__ pos_ptr,
+                                                     int capacity, const u16* __restrict__ k_cache,
+                                                     const u16* __restrict__ v_cache, float scale, int nsplit,
+                                                     float* __restrict__ part) {
+    __shared__ float ow[ATS_WARPS][ATT_MAX_HEAD_DIM];
+    __shared__ float mw[ATS_WARPS][ATS_MAX_GROUP], lw[ATS_WARPS][ATS_MAX_GROUP];
     const int kvh = blockIdx.x, s = blockIdx.y;
     const int group = n_head / n_head_kv;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     if (pos_ptr) start_pos = *pos_ptr;
     const int n_ctx = min(start_pos + 1, capacity);
+    const int chunk = (n_ctx + nsplit - 1) / nsplit;
     const int j0 = s * chunk, cnt = max(0, min(chunk, n_ctx - j0));
-    const int stride = head_dim + 2;
+    const int stride = head_dim + 2, npairs = head_dim >> 1;
     if (cnt == 0) {
         for (int g = 0; g < group; g++) {
             float* dst = part + ((i64)(kvh * group + g) * nsplit + s) * stride;
@@ -177,147 +186,214 @@ extern "C" __global__ void __launch_bounds__(ATS_THREADS)
         }
         return;
     }
-    for (int i = tid; i < group * head_dim; i += ATS_THREADS) {
-        const int g = i / head_dim, d = i % head_dim;
-        qs[g][d] = q[(i64)(kvh * group + g) * head_dim + d];
-    }
-    const u16* kh = k_cache + (i64)kvh * capacity * head_dim;
-    const u16* vh = v_cache + (i64)kvh * capacity * head_dim;
-    __syncthreads();
-
-    // Scores: thread i takes keys i, i + ATS_THREADS, ... of the chunk, for
-    // every head of the group, reading each key row once.
-    for (int j = tid; j < cnt; j += ATS_THREADS) {
-        const u16* kr = kh + (i64)(j0 + j) * head_dim;
-        float sc[ATS_MAX_GROUP];
-#pragma unroll
-        for (int g = 0; g < ATS_MAX_GROUP; g++) sc[g] = 0.0f;
-        // Unrolled so that several loads of the row are in flight at once.
-#pragma unroll 8
-        for (int d = 0; d < head_dim; d += 8) {
-            const uint4 w = *(const uint4*)(kr + d);
-            const u32 ws[4] = {w.x, w.y, w.z, w.w};
-            float kv[8];
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                kv[2 * i] = f16_to_f32((u16)(ws[i] & 0xFFFFu));
-                kv[2 * i + 1] = f16_to_f32((u16)(ws[i] >> 16));
-            }
-#pragma unroll
-            for (int g = 0; g < ATS_MAX_GROUP; g++) {
-                if (g < group) {
-#pragma unroll
-                    for (int i = 0; i < 8; i++) sc[g] = fmaf(qs[g][d + i], kv[i], sc[g]);
-                }
-            }
-        }
-#pragma unroll
-        for (int g = 0; g < ATS_MAX_GROUP; g++)
-            if (g < group) p[g][j] = sc[g] * scale;
-    }
-    __syncthreads();
-    // Per head: the chunk's max, then weights and their sum (block reductions in a fixed order).
-    float mx[ATS_MAX_GROUP], sum[ATS_MAX_GROUP];
+    // The lane's dim pairs of each query head, scaled.
+    float2 qv[ATS_MAX_GROUP][PPL];
 #pragma unroll
     for (int g = 0; g < ATS_MAX_GROUP; g++) {
-        if (g >= group) break;
-        float m = NEG_INF;
-        for (int j = tid; j < cnt; j += ATS_THREADS) m = fmaxf(m, p[g][j]);
-        mx[g] = block_max(m, red);
-        float e = 0.0f;
-        for (int j = tid; j < cnt; j += ATS_THREADS) {
-            const float w = expf(p[g][j] - mx[g]);
-            p[g][j] = w;
-            e += w;
+        const float2* qh = (const float2*)(q + (i64)(kvh * group + min(g, group - 1)) * head_dim);
+#pragma unroll
+        for (int k = 0; k < PPL; k++) {
+            const int pr = lane + 32 * k;
+            const float2 v = g < group && pr < npairs ? qh[pr] : make_float2(0.0f, 0.0f);
+            qv[g][k] = make_float2(v.x * scale, v.y * scale);
         }
-        sum[g] = block_sum(e, red);  // its barriers also publish p[g]
     }
-    // Weighted V: warp w takes keys w, w + ATS_WARPS, ...; lane holds dim pairs lane, lane + 32, ...
-    float o[ATS_MAX_GROUP][2 * ATT_PAIRS_PER_LANE];
+    float m[ATS_MAX_GROUP], l[ATS_MAX_GROUP];
+    float2 o[ATS_MAX_GROUP][PPL];
 #pragma unroll
-    for (int g = 0; g < ATS_MAX_GROUP; g++)
+    for (int g = 0; g < ATS_MAX_GROUP; g++) {
+        m[g] = NEG_INF;
+        l[g] = 0.0f;
 #pragma unroll
-        for (int k = 0; k < 2 * ATT_PAIRS_PER_LANE; k++) o[g][k] = 0.0f;
-#pragma unroll 8
-    for (int j = warp; j < cnt; j += ATS_WARPS) {
-        const u32* vr = (const u32*)(vh + (i64)(j0 + j) * head_dim);
+        for (int k = 0; k < PPL; k++) o[g][k] = make_float2(0.0f, 0.0f);
+    }
+    const u32* kh = (const u32*)(k_cache + (i64)kvh * capacity * head_dim);
+    const u32* vh = (const u32*)(v_cache + (i64)kvh * capacity * head_dim);
+    for (int base = warp; base < cnt; base += ATS_WARPS * ATS_KEYS) {
+        u32 kr[ATS_KEYS][PPL], vr[ATS_KEYS][PPL];
 #pragma unroll
-        for (int k = 0; k < ATT_PAIRS_PER_LANE; k++) {
-            const int d2 = lane + 32 * k;
-            if (2 * d2 < head_dim) {
-                const u32 w = vr[d2];
-                const float v0 = f16_to_f32((u16)(w & 0xFFFFu)), v1 = f16_to_f32((u16)(w >> 16));
+        for (int u = 0; u < ATS_KEYS; u++) {
+            const int j = base + u * ATS_WARPS;
+            const i64 row = (i64)(j0 + min(j, cnt - 1)) * npairs;
 #pragma unroll
-                for (int g = 0; g < ATS_MAX_GROUP; g++) {
-                    if (g < group) {
-                        o[g][2 * k] = fmaf(p[g][j], v0, o[g][2 * k]);
-                        o[g][2 * k + 1] = fmaf(p[g][j], v1, o[g][2 * k + 1]);
-                    }
-                }
+            for (int k = 0; k < PPL; k++) {
+                const int pr = lane + 32 * k;
+                const bool in = j < cnt && pr < npairs;
+                kr[u][k] = in ? kh[row + pr] : 0u;
+                vr[u][k] = in ? vh[row + pr] : 0u;
             }
         }
-    }
-    // Warps' outputs added in warp order, one dim pair at a time. (Unrolled,
-    // so that o stays in registers.)
+        // Every score of the batch, then their butterfly sums side by side
+        // (independent shuffles in flight, not one chain per key).
+        float sc[ATS_KEYS][ATS_MAX_GROUP];
 #pragma unroll
-    for (int k = 0; k < ATT_PAIRS_PER_LANE; k++) {
-        const int d2 = lane + 32 * k;
-        if (32 * k >= head_dim / 2) break;  // the same for every thread
+        for (int u = 0; u < ATS_KEYS; u++) {
+            float2 kf[PPL];
 #pragma unroll
-        for (int half = 0; half < 2; half++) {
-            if (2 * d2 < head_dim) {
+            for (int k = 0; k < PPL; k++)
+                kf[k] = make_float2(f16_to_f32((u16)(kr[u][k] & 0xFFFFu)), f16_to_f32((u16)(kr[u][k] >> 16)));
+#pragma unroll
+            for (int g = 0; g < ATS_MAX_GROUP; g++) {
+                float acc = 0.0f;
+#pragma unroll
+                for (int k = 0; k < PPL; k++) {
+                    acc = fmaf(qv[g][k].x, kf[k].x, acc);
+                    acc = fmaf(qv[g][k].y, kf[k].y, acc);
+                }
+                sc[u][g] = acc;
+            }
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+#pragma unroll
+            for (int u = 0; u < ATS_KEYS; u++)
 #pragma unroll
                 for (int g = 0; g < ATS_MAX_GROUP; g++)
-                    if (g < group) ogrp[warp][g][d2] = o[g][2 * k + half];
-            }
-            __syncthreads();
-            for (int i = tid; i < group * 32; i += ATS_THREADS) {
-                const int g = i / 32, dd = 32 * k + i % 32;  // the pairs written in this round
-                if (2 * dd >= head_dim) continue;
-                float acc = 0.0f;
-                for (int w = 0; w < ATS_WARPS; w++) acc += ogrp[w][g][dd];
-                part[((i64)(kvh * group + g) * nsplit + s) * stride + 2 + 2 * dd + half] = acc;
-            }
-            __syncthreads();
+                    if (g < group) sc[u][g] += __shfl_xor_sync(FULL_MASK, sc[u][g], off);
         }
-    }
-    if (tid == 0) {
+        // Online softmax over the batch: one rescale per head, the keys'
+        // weights and values added in key order. Keys past the chunk (the
+        // same for the whole warp) weigh nothing.
+        const int nk = min(ATS_KEYS, (cnt - base + ATS_WARPS - 1) / ATS_WARPS);
+        float2 vf[ATS_KEYS][PPL];
+#pragma unroll
+        for (int u = 0; u < ATS_KEYS; u++)
+#pragma unroll
+            for (int k = 0; k < PPL; k++)
+                vf[u][k] = make_float2(f16_to_f32((u16)(vr[u][k] & 0xFFFFu)), f16_to_f32((u16)(vr[u][k] >> 16)));
 #pragma unroll
         for (int g = 0; g < ATS_MAX_GROUP; g++) {
-            if (g >= group) break;
-            float* dst = part + ((i64)(kvh * group + g) * nsplit + s) * stride;
-            dst[0] = mx[g];
-            dst[1] = sum[g];
+            if (g >= group) break;  // the same for every thread
+            float mx = m[g];
+#pragma unroll
+            for (int u = 0; u < ATS_KEYS; u++)
+                if (u < nk) mx = fmaxf(mx, sc[u][g]);
+            const float alpha = expf(m[g] - mx);  // 0 at the first batch (m = -inf)
+            float p[ATS_KEYS], psum = 0.0f;
+#pragma unroll
+            for (int u = 0; u < ATS_KEYS; u++) {
+                p[u] = u < nk ? expf(sc[u][g] - mx) : 0.0f;
+                psum += p[u];
+            }
+            l[g] = fmaf(l[g], alpha, psum);
+#pragma unroll
+            for (int k = 0; k < PPL; k++) {
+                float ox = o[g][k].x * alpha, oy = o[g][k].y * alpha;
+#pragma unroll
+                for (int u = 0; u < ATS_KEYS; u++) {
+                    ox = fmaf(p[u], vf[u][k].x, ox);
+                    oy = fmaf(p[u], vf[u][k].y, oy);
+                }
+                o[g][k] = make_float2(ox, oy);
+            }
+            m[g] = mx;
         }
+    }
+    // The warps' states merged in warp order, one head at a time. (Unrolled,
+    // so that o stays in registers.) A warp without keys has m = -inf.
+    if (lane == 0) {
+#pragma unroll
+        for (int g = 0; g < ATS_MAX_GROUP; g++) {
+            mw[warp][g] = m[g];
+            lw[warp][g] = l[g];
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < ATS_MAX_GROUP; g++) {
+        if (g >= group) break;  // the same for every thread
+#pragma unroll
+        for (int k = 0; k < PPL; k++) {
+            const int pr = lane + 32 * k;
+            if (pr < npairs) {
+                ow[warp][2 * pr] = o[g][k].x;
+                ow[warp][2 * pr + 1] = o[g][k].y;
+            }
+        }
+        __syncthreads();
+        float mx = NEG_INF;
+        for (int w = 0; w < ATS_WARPS; w++) mx = fmaxf(mx, mw[w][g]);
+        float* dst = part + ((i64)(kvh * group + g) * nsplit + s) * stride;
+        for (int d = tid; d < head_dim; d += ATS_THREADS) {
+            float acc = 0.0f;
+            for (int w = 0; w < ATS_WARPS; w++)
+                if (mw[w][g] != NEG_INF) acc = fmaf(ow[w][d], expf(mw[w][g] - mx), acc);
+            dst[2 + d] = acc;
+        }
+        if (tid == 0) {
+            float sum = 0.0f;
+            for (int w = 0; w < ATS_WARPS; w++)
+                if (mw[w][g] != NEG_INF) sum = fmaf(lw[w][g], expf(mw[w][g] - mx), sum);
+            dst[0] = mx;
+            dst[1] = sum;
+        }
+        __syncthreads();
     }
 }
 
-// out[h] = the merge of head h's chunk states, in chunk order. One block per
-// head; the chunks' weights are computed once into shared memory so that the
-// output loop's loads do not wait on one another.
-extern "C" __global__ void attention_combine(const float* __restrict__ part, int n_head, int head_dim, int nsplit,
-                                             float* __restrict__ out) {
+#define ATTENTION_SPLIT(NAME, PPL)                                                                               \
+    extern "C" __global__ void __launch_bounds__(ATS_THREADS)                                                    \
+        NAME(const float* __restrict__ q, int n_head, int n_head_kv, int head_dim, int start_pos,                \
+             const int* __restrict__ pos_ptr, int capacity, const u16* __restrict__ k_cache,                     \
+             const u16* __restrict__ v_cache, float scale, int nsplit, float* __restrict__ part) {               \
+        attention_split_impl<PPL>(q, n_head, n_head_kv, head_dim, start_pos, pos_ptr, capacity, k_cache, v_cache, \
+                                  scale, nsplit, part);                                                          \
+    }
+ATTENTION_SPLIT(attention_split_64, 1)
+ATTENTION_SPLIT(attention_split_128, 2)
+ATTENTION_SPLIT(attention_split_256, 4)
+
+// out[h] = the merge of head h's chunk states, in chunk order. One block of
+// ATSC_THREADS per head; the chunks' weights are computed once into shared
+// memory. Warp w adds chunks w, w + ATSC_WARPS, ... (lanes over dims, so each
+// chunk's output is one coalesced read, and the reads of different chunks
+// are independent); the warps' sums are then added in warp order.
+#if !defined(ATSC_THREADS)
+#error "ATSC_THREADS comes from the worker as a -D option"
+#endif
+static_assert(ATSC_THREADS % 32 == 0, "whole warps");
+#define ATSC_WARPS (ATSC_THREADS / 32)
+extern "C" __global__ void __launch_bounds__(ATSC_THREADS)
+    attention_combine(const float* __restrict__ part, int n_head, int head_dim, int nsplit, float* __restrict__ out) {
     __shared__ float wgt[ATS_MAX_SPLITS];
     __shared__ float red[32];
-    const int h = blockIdx.x, tid = threadIdx.x;
+    __shared__ float accw[ATSC_WARPS][ATT_MAX_HEAD_DIM];
+    const int h = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     if (h >= n_head) return;
     const int stride = head_dim + 2;
     const float* ph = part + (i64)h * nsplit * stride;
     float m = NEG_INF;
-    for (int s = tid; s < nsplit; s += blockDim.x) m = fmaxf(m, ph[(i64)s * stride]);
+    for (int s = tid; s < nsplit; s += ATSC_THREADS) m = fmaxf(m, ph[(i64)s * stride]);
     m = block_max(m, red);
     float l = 0.0f;
-    for (int s = tid; s < nsplit; s += blockDim.x) {
+    for (int s = tid; s < nsplit; s += ATSC_THREADS) {
         const float ls = ph[(i64)s * stride + 1];
         const float a = ls == 0.0f ? 0.0f : expf(ph[(i64)s * stride] - m);  // 0: an empty chunk
         wgt[s] = a;
         l = fmaf(ls, a, l);
     }
     l = block_sum(l, red);  // its barriers also publish wgt
-    for (int d = tid; d < head_dim; d += blockDim.x) {
+    float acc[2 * ATT_PAIRS_PER_LANE];
+#pragma unroll
+    for (int k = 0; k < 2 * ATT_PAIRS_PER_LANE; k++) acc[k] = 0.0f;
+#pragma unroll 4
+    for (int s = warp; s < nsplit; s += ATSC_WARPS) {
+        const float* ps = ph + (i64)s * stride + 2;
+        const float a = wgt[s];
+#pragma unroll
+        for (int k = 0; k < 2 * ATT_PAIRS_PER_LANE; k++) {
+            const int d = lane + 32 * k;
+            if (d < head_dim) acc[k] = fmaf(ps[d], a, acc[k]);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 2 * ATT_PAIRS_PER_LANE; k++) {
+        const int d = lane + 32 * k;
+        if (d < head_dim) accw[warp][d] = acc[k];
+    }
+    __syncthreads();
+    for (int d = tid; d < head_dim; d += ATSC_THREADS) {
         float o = 0.0f;
-#pragma unroll 16
-        for (int s = 0; s < nsplit; s++) o = fmaf(ph[(i64)s * stride + 2 + d], wgt[s], o);
+        for (int w = 0; w < ATSC_WARPS; w++) o += accw[w][d];
         out[(i64)h * head_dim + d] = o / l;
     }
 }

@@ -136,7 +136,9 @@ impl DecodeGraph {
         let part_floats = dev
             .kernels
             .context_split(cfg.n_head_kv, cache.capacity)
-            .map_or(0, |sp| cfg.n_head * sp.nsplit * (cfg.head_dim + 2));
+            .nsplit
+            * cfg.n_head
+            * (cfg.head_dim + 2);
         let step_offset = arena_bytes(cfg) + align_up(part_floats as u64 * 4);
         let arena = dev.alloc(Purpose::Scratch, step_offset + 256)?;
         ops.capture = Some(GraphCapture {

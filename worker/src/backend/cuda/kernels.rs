@@ -25,8 +25,8 @@ use crate::backend::cuda::launch::{integer_gemm, launch_config, Kernel, KernelCa
 use crate::backend::cuda::nvrtc::{compile_unit, KernelCache};
 use crate::backend::cuda::ptr::DevPtrMut;
 use crate::backend::cuda::source::{
-    Unit, ATC_HEAD_DIMS, ATS_MAX_CHUNK, ATS_MAX_SPLITS, GEMM_BM, GEMM_BN, GTC_BR, GTC_BT,
-    MV8_MAX_TOKENS, MV_MAX_TOKENS,
+    Unit, ATC_HEAD_DIMS, ATS_MAX_SPLITS, GEMM_BM, GEMM_BN, GTC_BR, GTC_BT, MV8_MAX_TOKENS,
+    MV_MAX_TOKENS,
 };
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -83,11 +83,15 @@ pub const GEMM_SPLIT_MIN_STEPS: usize = 8;
 /// on, one block reading each key once for 64 rows beats a block per row.
 pub const ATC_MIN_ROWS: usize = 2;
 
-/// How `attention_split` divides a context of `capacity` positions.
+/// `attention_split` blocks per SM: four blocks of four warps, each warp
+/// with `ATS_KEYS` K and V rows in flight, keep enough reads going to
+/// stream the cache (two left it latency-bound at 16 MB a layer).
+pub const SPLIT_BLOCKS_PER_SM: usize = 4;
+
+/// How `attention_split` divides a context: into `nsplit` chunks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ContextSplit {
     pub nsplit: usize,
-    pub chunk: usize,
 }
 
 /// The loaded kernels of one context.
@@ -408,18 +412,15 @@ impl Kernels {
         positions >= self.split_min_context.load(Ordering::Relaxed)
     }
 
-    /// How a context of `capacity` positions is split for `n_head_kv` KV
-    /// heads: enough chunks for two blocks per SM, each at most
-    /// `ATS_MAX_CHUNK` positions; none when that needs too many chunks.
-    pub fn context_split(&self, n_head_kv: usize, capacity: usize) -> Option<ContextSplit> {
-        let for_sms = (2 * self.sm_count).div_ceil(n_head_kv.max(1));
-        let nsplit = for_sms
-            .max(capacity.div_ceil(ATS_MAX_CHUNK))
+    /// How a context of up to `capacity` positions is split for `n_head_kv`
+    /// KV heads: [`SPLIT_BLOCKS_PER_SM`] blocks per SM (the kernel cuts the
+    /// filled context into that many chunks at run time).
+    pub fn context_split(&self, n_head_kv: usize, capacity: usize) -> ContextSplit {
+        let nsplit = (SPLIT_BLOCKS_PER_SM * self.sm_count)
+            .div_ceil(n_head_kv.max(1))
             .min(capacity)
-            .max(1);
-        let chunk = capacity.div_ceil(nsplit);
-        (nsplit <= ATS_MAX_SPLITS && chunk <= ATS_MAX_CHUNK)
-            .then_some(ContextSplit { nsplit, chunk })
+            .clamp(1, ATS_MAX_SPLITS);
+        ContextSplit { nsplit }
     }
 
     /// Decode attention split over the context: `attention_split`, then

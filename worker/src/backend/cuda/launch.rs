@@ -10,9 +10,9 @@ use cudarc::driver::{LaunchArgs, LaunchConfig, PushKernelArg};
 
 use crate::backend::cuda::ptr::Param;
 use crate::backend::cuda::source::{
-    Module, ATC_BQ, ATC_SMEM_BYTES, ATC_THREADS, ATS_THREADS, ATT_THREADS, GEMM_BM, GEMM_BN,
-    GEMM_THREADS, GTC_BR, GTC_BT, GTC_SMEM_BYTES, GTC_THREADS, MV1_ROWS, MV1_THREADS, MV8W_ROWS,
-    MV8_ROWS, MV8_THREADS, MV_THREADS, SAMPLE_THREADS,
+    Module, ATC_BQ, ATC_SMEM_BYTES, ATC_THREADS, ATSC_THREADS, ATS_THREADS, ATT_THREADS, GEMM_BM,
+    GEMM_BN, GEMM_THREADS, GTC_BR, GTC_BT, GTC_SMEM_BYTES, GTC_THREADS, MV1_ROWS, MV1_THREADS,
+    MV8W_ROWS, MV8_ROWS, MV8_THREADS, MV_THREADS, SAMPLE_THREADS,
 };
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -56,9 +56,10 @@ pub enum Kernel {
     /// `attention_tc`: the same for many query rows at once, on tensor
     /// cores (flash attention; heads of 64 or 128 dims).
     AttentionTc,
-    /// `attention_split`: one query row over a long context, the context
-    /// split into chunks across blocks; `attention_combine` merges them.
-    AttentionSplit,
+    /// `attention_split_<64 * n>`: one query row over a long context, the
+    /// context split into chunks across blocks, for heads of up to 64 * n
+    /// dims (n = 1, 2, 4); `attention_combine` merges the chunks.
+    AttentionSplit(u8),
     AttentionCombine,
     Swiglu,
     /// `gelu`: GPT-2's tanh-approximated GELU (M0-W-1433).
@@ -102,7 +103,9 @@ impl Kernel {
             Kernel::KvStore,
             Kernel::Attention,
             Kernel::AttentionTc,
-            Kernel::AttentionSplit,
+            Kernel::AttentionSplit(1),
+            Kernel::AttentionSplit(2),
+            Kernel::AttentionSplit(4),
             Kernel::AttentionCombine,
             Kernel::Swiglu,
             Kernel::Gelu,
@@ -127,7 +130,7 @@ impl Kernel {
             Kernel::KvStore
             | Kernel::Attention
             | Kernel::AttentionTc
-            | Kernel::AttentionSplit
+            | Kernel::AttentionSplit(_)
             | Kernel::AttentionCombine => Module::Attention,
             Kernel::Swiglu
             | Kernel::Gelu
@@ -150,7 +153,10 @@ impl Kernel {
 
     /// Whether the kernel's blocks hold tens of KB of shared memory, so that
     /// the SM should give shared memory all it can (left to the driver, the
-    /// H100 ran `attention_split` at one 41 KB block per SM: 6% occupancy).
+    /// H100 ran an earlier `attention_split` of 41 KB blocks at one block
+    /// per SM: 6% occupancy), or blocks of a few KB that should share an SM
+    /// four at a time (left to the driver, `attention_split`'s 4 KB blocks
+    /// also ran one at a time).
     pub fn prefers_shared_memory(self) -> bool {
         matches!(
             self,
@@ -158,7 +164,7 @@ impl Kernel {
                 | Kernel::GemmTcSplit(_)
                 | Kernel::MatVec1(_)
                 | Kernel::AttentionTc
-                | Kernel::AttentionSplit
+                | Kernel::AttentionSplit(_)
         )
     }
 
@@ -201,7 +207,7 @@ impl Kernel {
             Kernel::KvStore => "kv_store".into(),
             Kernel::Attention => "attention".into(),
             Kernel::AttentionTc => "attention_tc".into(),
-            Kernel::AttentionSplit => "attention_split".into(),
+            Kernel::AttentionSplit(pairs) => format!("attention_split_{}", 64 * pairs as usize),
             Kernel::AttentionCombine => "attention_combine".into(),
             Kernel::Swiglu => "swiglu".into(),
             Kernel::Gelu => "gelu".into(),
@@ -374,7 +380,7 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
         (Kernel::GemmTcSplit(_), Work::SplitMatrix { rows, n, splits }) => {
             gemm_tc_config(rows, n, splits)
         }
-        (Kernel::AttentionSplit, Work::Chunks { n_head_kv, nsplit }) => {
+        (Kernel::AttentionSplit(_), Work::Chunks { n_head_kv, nsplit }) => {
             if nsplit > 65535 {
                 return Err(BackendError::InferenceFailed(format!(
                     "{nsplit} context chunks exceed one launch"
@@ -384,7 +390,7 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
         }
         // One block per head.
         (Kernel::AttentionCombine, Work::Rows { rows, .. }) => {
-            Ok(blocks((rows as u32, 1), ATS_THREADS))
+            Ok(blocks((rows as u32, 1), ATSC_THREADS))
         }
         (Kernel::RmsNorm | Kernel::LayerNorm, Work::Rows { rows, cols }) => {
             Ok(blocks((rows as u32, 1), norm_threads(cols)))

@@ -593,7 +593,6 @@ impl Ops for CudaOps {
                 k_cache,
                 v_cache,
                 scale,
-                chunk: sp.chunk,
                 nsplit,
                 part: part.output(),
             };

@@ -74,12 +74,15 @@ shared_constants! {
     GTC_THREADS: u32 = 256;
     GTC_PAD: u32 = 4;
     /// `attention_split` (attention.cu): threads per block, most query heads
-    /// per KV head, most positions per chunk, and most chunks
+    /// per KV head, keys each warp loads before using them, and most chunks
     /// (`attention_combine`'s shared memory).
     ATS_THREADS: u32 = 128;
     ATS_MAX_GROUP: usize = 8;
-    ATS_MAX_CHUNK: usize = 512;
+    ATS_KEYS: u32 = 4;
     ATS_MAX_SPLITS: usize = 1024;
+    /// Threads per `attention_combine` block (one block per head: many
+    /// warps, so that each reads few chunks).
+    ATSC_THREADS: u32 = 512;
     /// `attention_tc` (attention.cu, prefill on tensor cores): threads per
     /// block, query rows per block, keys per step.
     ATC_THREADS: u32 = 128;

@@ -7,7 +7,7 @@ use super::{plan, CacheWindow};
 use crate::backend::cuda::launch::{refusal, Kernel, KernelCall, Plan, Work};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
-    ATC_HEAD_DIMS, ATS_MAX_CHUNK, ATS_MAX_GROUP, ATS_MAX_SPLITS, ATT_MAX_HEAD_DIM,
+    ATC_HEAD_DIMS, ATS_MAX_GROUP, ATS_MAX_SPLITS, ATT_MAX_HEAD_DIM,
 };
 use crate::backend::BackendError;
 
@@ -288,9 +288,20 @@ impl KernelCall for AttentionArgs {
     }
 }
 
+/// The `attention_split_*` instance for heads of `head_dim`: dim pairs per
+/// lane, 1, 2 or 4 (larger heads are refused by `validate`).
+fn pairs_per_lane(head_dim: usize) -> u8 {
+    match head_dim {
+        0..=64 => 1,
+        65..=128 => 2,
+        _ => 4,
+    }
+}
+
 /// `attention_split`: one query row (decode) over a long context split into
-/// `nsplit` chunks of `chunk` positions; block (KV head, chunk) writes the
-/// softmax state of its chunk for every query head of the group to `part`.
+/// `nsplit` chunks of equal length (fixed at run time from the position);
+/// block (KV head, chunk) writes the softmax state of its chunk for every
+/// query head of the group to `part`.
 #[derive(Clone, Copy, Debug)]
 pub struct AttentionSplitArgs {
     /// `[n_head * head_dim]` f32, at position `start_pos`.
@@ -305,8 +316,7 @@ pub struct AttentionSplitArgs {
     pub k_cache: DevPtr<f16>,
     pub v_cache: DevPtr<f16>,
     pub scale: f32,
-    /// At most `ATS_MAX_CHUNK`, with `chunk * nsplit >= capacity`.
-    pub chunk: usize,
+    /// At least 1, at most `ATS_MAX_SPLITS`.
     pub nsplit: usize,
     /// `[n_head, nsplit, head_dim + 2]` f32: max, sum of weights, then the unnormalised output.
     pub part: DevPtrMut<f32>,
@@ -325,7 +335,6 @@ impl KernelCall for AttentionSplitArgs {
         DevPtr<f16>,
         f32,
         i32,
-        i32,
         DevPtrMut<f32>,
     );
 
@@ -337,14 +346,7 @@ impl KernelCall for AttentionSplitArgs {
             ("head_dim", hd),
             ("capacity", capacity),
         ];
-        let dims = [
-            dims[0],
-            dims[1],
-            dims[2],
-            dims[3],
-            ("chunk", self.chunk),
-            ("nsplit", self.nsplit),
-        ];
+        let dims = [dims[0], dims[1], dims[2], dims[3], ("nsplit", self.nsplit)];
         let (q, kc, vc, part) = (
             self.q.addr(),
             self.k_cache.addr(),
@@ -353,7 +355,7 @@ impl KernelCall for AttentionSplitArgs {
         );
         let buffers = [("q", q), ("k_cache", kc), ("v_cache", vc), ("part", part)];
         plan(
-            Kernel::AttentionSplit,
+            Kernel::AttentionSplit(pairs_per_lane(hd)),
             dims,
             buffers,
             Work::Chunks {
@@ -363,7 +365,7 @@ impl KernelCall for AttentionSplitArgs {
         )
     }
     fn validate(&self) -> Result<(), BackendError> {
-        let k = Kernel::AttentionSplit;
+        let k = Kernel::AttentionSplit(pairs_per_lane(self.head_dim));
         let group = self.n_head / self.n_head_kv.max(1);
         if !self.n_head.is_multiple_of(self.n_head_kv) || group > ATS_MAX_GROUP {
             return Err(refusal(
@@ -374,15 +376,8 @@ impl KernelCall for AttentionSplitArgs {
         if !self.head_dim.is_multiple_of(8) || self.head_dim > ATT_MAX_HEAD_DIM {
             return Err(refusal(k, format!("heads of {}", self.head_dim)));
         }
-        if self.chunk > ATS_MAX_CHUNK
-            || self.nsplit > ATS_MAX_SPLITS
-            || self.chunk * self.nsplit < self.window.capacity
-        {
-            let msg = format!(
-                "{} chunks of {} for {} positions",
-                self.nsplit, self.chunk, self.window.capacity
-            );
-            return Err(refusal(k, msg));
+        if self.nsplit == 0 || self.nsplit > ATS_MAX_SPLITS {
+            return Err(refusal(k, format!("{} chunks", self.nsplit)));
         }
         self.window.check(k, 1)
     }
@@ -393,7 +388,7 @@ impl KernelCall for AttentionSplitArgs {
             self.n_head_kv as i32,
             self.head_dim as i32,
         );
-        let (chunk, nsplit) = (self.chunk as i32, self.nsplit as i32);
+        let nsplit = self.nsplit as i32;
         (
             self.q,
             heads,
@@ -405,7 +400,6 @@ impl KernelCall for AttentionSplitArgs {
             self.k_cache,
             self.v_cache,
             self.scale,
-            chunk,
             nsplit,
             self.part,
         )

@@ -27,7 +27,7 @@ impl CudaOps {
         if s.n_tokens != 1 || !long || !shape_ok {
             return None;
         }
-        kernels.context_split(s.n_head_kv, capacity)
+        Some(kernels.context_split(s.n_head_kv, capacity))
     }
 
     /// Scratch for the split attention's chunk states: while capturing, one

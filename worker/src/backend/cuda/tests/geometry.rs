@@ -112,12 +112,12 @@ fn every_kernel_is_laid_out_as_before() {
         nsplit: 33,
     };
     assert_eq!(
-        shape(Kernel::AttentionSplit, chunks),
+        shape(Kernel::AttentionSplit(2), chunks),
         ((8, 33, 1), (128, 1, 1))
     );
     assert_eq!(
         shape(Kernel::AttentionCombine, rows(32, 128)),
-        ((32, 1, 1), (128, 1, 1))
+        ((32, 1, 1), (512, 1, 1))
     );
     for k in [Kernel::SampleSelect, Kernel::SampleLogprobs] {
         assert_eq!(shape(k, Work::Single), ((1, 1, 1), (1024, 1, 1)));
