@@ -136,6 +136,10 @@ pub fn sample_on_host(
     Ok(SampledToken { id, logprobs })
 }
 
+/// [`Backend::prefill_chunk`] unless a backend says otherwise: the CPU
+/// backend's scratch stays bounded.
+pub const DEFAULT_PREFILL_CHUNK: usize = 256;
+
 /// A loaded model on a device, able to run one sequence at a time.
 ///
 /// Calls come from the engine thread only. Errors never panic across this
@@ -172,6 +176,13 @@ pub trait Backend: Send {
 
     /// Frees the current sequence's KV cache and scratch.
     fn end_sequence(&mut self);
+
+    /// Prompt tokens per `forward` call during prefill: as many as the
+    /// backend runs well in one pass within its scratch budget (the engine
+    /// checks for aborts between calls).
+    fn prefill_chunk(&self) -> usize {
+        DEFAULT_PREFILL_CHUNK
+    }
 
     /// Bytes held on the device now.
     fn memory_use(&self) -> MemoryUse;

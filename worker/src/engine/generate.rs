@@ -14,10 +14,6 @@ use crate::engine::stop::{StopMatcher, StopOutcome};
 use crate::sampling::{top_logprobs, Sampler, SamplingParams, TokenLogprob};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 
-/// Prompt tokens per forward call during prefill: the abort check runs
-/// between chunks (M0-W-1610), and the CPU backend's scratch stays bounded.
-pub const PREFILL_CHUNK: usize = 256;
-
 /// A validated job, ready to run.
 #[derive(Clone, Debug)]
 pub struct GenerationRequest {
@@ -128,9 +124,13 @@ pub fn generate(
     observer: &mut dyn GenerationObserver,
 ) -> Result<GenerationSummary, GenerationError> {
     let capacity = req.prompt_tokens.len() + req.max_tokens;
+    let t = Instant::now();
     backend.begin_sequence(capacity)?;
+    tracing::debug!(positions = capacity, us = micros(t), "sequence begun");
     let result = run(backend, tokenizer, req, observer);
+    let t = Instant::now();
     backend.end_sequence();
+    tracing::debug!(us = micros(t), "sequence ended");
     result
 }
 
@@ -151,14 +151,16 @@ fn run(
         Logits::None
     };
 
-    // Prefill in chunks, checking for an abort between them.
-    for chunk in req.prompt_tokens.chunks(PREFILL_CHUNK) {
+    // Prefill in chunks of the backend's size, checking for an abort between
+    // them (M0-W-1610).
+    for chunk in req.prompt_tokens.chunks(backend.prefill_chunk()) {
         check_abort(observer)?;
         if let Some(cp) = checkpoints.as_mut() {
             cp.entries.clear();
         }
         backend.forward(chunk, wanted, &mut logits, checkpoints.as_mut())?;
     }
+    let prefill_us = micros(started);
 
     let mut sampler = Sampler::new(req.sampling.clone());
     let mut stream = StreamDecoder::new();
@@ -181,6 +183,9 @@ fn run(
         if index == 0 {
             first_token_ms = req.accepted_at.unwrap_or(started).elapsed().as_millis() as u64;
             decode_started = Instant::now();
+            let tokens = req.prompt_tokens.len();
+            let sampled_us = micros(started);
+            tracing::debug!(tokens, prefill_us, sampled_us, "first token");
         }
         if let Some(cp) = checkpoints.take() {
             observer.on_parity(ParityStep {
@@ -248,6 +253,11 @@ fn check_abort(observer: &mut dyn GenerationObserver) -> Result<(), GenerationEr
         Some(reason) => Err(GenerationError::Aborted(reason)),
         None => Ok(()),
     }
+}
+
+/// Microseconds since `since`, for the timing logs.
+fn micros(since: Instant) -> u64 {
+    since.elapsed().as_micros() as u64
 }
 
 #[cfg(test)]
