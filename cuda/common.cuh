@@ -55,6 +55,26 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+// One value of x split for the integer mat-vec (`mv8_*`, matvec.cu), as
+// `quantize_x8` (elementwise.cu) describes: the 32 lanes of the calling warp
+// must hold values i..i+31 of one 32-value group, all lanes present.
+__device__ __forceinline__ void split_x8(float v, i64 i, i8* __restrict__ xh, i8* __restrict__ xl,
+                                         float* __restrict__ xd, float* __restrict__ xs) {
+    const int lane = threadIdx.x & 31;
+    const float d = warp_max(fabsf(v)) / 127.0f;
+    const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+    const int h = max(-127, min(127, __float2int_rn(v * inv)));
+    const float rest = fmaf(-d, (float)h, v);
+    xh[i] = (i8)h;
+    xl[i] = (i8)max(-127, min(127, __float2int_rn(rest * inv * 256.0f)));
+    // Sums of lanes 0-15 and 16-31, in a fixed order.
+    float s = v;
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(FULL_MASK, s, o);
+    if (lane == 0) xd[i >> 5] = d;
+    if ((lane & 15) == 0) xs[i >> 4] = s;
+}
+
 // Block-wide sum for blockDim.x a multiple of 32 and at most 1024. `red` is
 // shared scratch of 32 floats. Every thread gets the result; warps' partial
 // sums are combined in warp order by each thread alike.

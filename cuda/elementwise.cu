@@ -2,12 +2,17 @@
 #include "common.cuh"
 
 // out[i] = silu(gate[i]) * up[i] = gate / (1 + exp(-gate)) * up
+// With xh set (one row, n a multiple of 32), out is also split for the
+// next mat-vec as quantize_x8 splits it, saving that launch in decode.
 extern "C" __global__ void swiglu(const float* __restrict__ gate, const float* __restrict__ up, i64 n,
-                                  float* __restrict__ out) {
+                                  float* __restrict__ out, i8* __restrict__ xh, i8* __restrict__ xl,
+                                  float* __restrict__ xd, float* __restrict__ xs) {
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const float g = gate[i];
-    out[i] = __fmul_rn(__fdiv_rn(g, 1.0f + expf(-g)), up[i]);
+    const float y = __fmul_rn(__fdiv_rn(g, 1.0f + expf(-g)), up[i]);
+    out[i] = y;
+    if (xh) split_x8(y, i, xh, xl, xd, xs);
 }
 
 // GPT-2's GELU, the tanh approximation (M0-W-1433):
@@ -40,21 +45,9 @@ extern "C" __global__ void add_assign(float* __restrict__ x, const float* __rest
 // so whole warps return together.
 extern "C" __global__ void quantize_x8(const float* __restrict__ x, int cols, i8* __restrict__ xh,
                                        i8* __restrict__ xl, float* __restrict__ xd, float* __restrict__ xs) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x & 31;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= cols) return;
-    const float v = x[i];
-    const float d = warp_max(fabsf(v)) / 127.0f;
-    const float inv = d > 0.0f ? 1.0f / d : 0.0f;
-    const int h = max(-127, min(127, __float2int_rn(v * inv)));
-    const float rest = fmaf(-d, (float)h, v);
-    xh[i] = (i8)h;
-    xl[i] = (i8)max(-127, min(127, __float2int_rn(rest * inv * 256.0f)));
-    // Sums of lanes 0-15 and 16-31, in a fixed order.
-    float s = v;
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(FULL_MASK, s, o);
-    if (lane == 0) xd[i >> 5] = d;
-    if ((lane & 15) == 0) xs[i >> 4] = s;
+    split_x8(x[i], i, xh, xl, xd, xs);
 }
 
 // After gemm_tck_* (gemm.cu): out[i] = the sum over z of part[z * len + i],

@@ -5,8 +5,11 @@
 #include "common.cuh"
 
 // out[t] = x[t] * (1 / sqrt(mean(x[t]^2) + eps)) * w, rounded as (x * scale) * w.
+// With xh set (one row, cols a multiple of 32), out is also split for the
+// next mat-vec as quantize_x8 splits it, saving that launch in decode.
 extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __restrict__ w, int cols, float eps,
-                                    int rows, float* __restrict__ out) {
+                                    int rows, float* __restrict__ out, i8* __restrict__ xh, i8* __restrict__ xl,
+                                    float* __restrict__ xd, float* __restrict__ xs) {
     __shared__ float red[32];
     const int r = blockIdx.x;
     if (r >= rows) return;
@@ -42,6 +45,10 @@ extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __
         }
     } else {
         for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = __fmul_rn(__fmul_rn(xr[c], scale), w[c]);
+    }
+    if (xh && rows == 1) {
+        __syncthreads();  // the row's outputs, written by other threads, are visible
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) split_x8(o[c], c, xh, xl, xd, xs);
     }
 }
 

@@ -472,6 +472,19 @@ impl X8Bufs {
         }
     }
 
+    /// The parts as a kernel that also splits its output writes them: all
+    /// null when there is no block (the kernel then skips the split).
+    fn writes_or_null(
+        x8: Option<X8Bufs>,
+    ) -> (DevPtrMut<i8>, DevPtrMut<i8>, DevPtrMut<f32>, DevPtrMut<f32>) {
+        (
+            DevPtrMut::or_null(x8.map(|b| b.hi)),
+            DevPtrMut::or_null(x8.map(|b| b.lo)),
+            DevPtrMut::or_null(x8.map(|b| b.d)),
+            DevPtrMut::or_null(x8.map(|b| b.sums)),
+        )
+    }
+
     /// The parts as the `mv8*` kernels read them.
     fn reads(&self) -> (DevPtr<i8>, DevPtr<i8>, DevPtr<f32>, DevPtr<f32>) {
         (
@@ -675,10 +688,24 @@ pub struct RmsNormArgs {
     pub eps: f32,
     /// `[rows, cols]` f32.
     pub out: DevPtrMut<f32>,
+    /// Where `out` is also split for `mv8_*` (one row of a multiple of 32
+    /// values), or none.
+    pub x8: Option<X8Bufs>,
 }
 
 impl KernelCall for RmsNormArgs {
-    type Params = (DevPtr<f32>, DevPtr<f32>, i32, f32, i32, DevPtrMut<f32>);
+    type Params = (
+        DevPtr<f32>,
+        DevPtr<f32>,
+        i32,
+        f32,
+        i32,
+        DevPtrMut<f32>,
+        DevPtrMut<i8>,
+        DevPtrMut<i8>,
+        DevPtrMut<f32>,
+        DevPtrMut<f32>,
+    );
 
     fn plan(&self) -> Plan {
         norm_plan(
@@ -690,7 +717,11 @@ impl KernelCall for RmsNormArgs {
             self.out,
         )
     }
+    fn validate(&self) -> Result<(), BackendError> {
+        validate_x8_output(Kernel::RmsNorm, self.x8, self.rows, self.cols)
+    }
     fn params(&self) -> Self::Params {
+        let (hi, lo, d, sums) = X8Bufs::writes_or_null(self.x8);
         (
             self.x,
             self.w,
@@ -698,8 +729,29 @@ impl KernelCall for RmsNormArgs {
             self.eps,
             self.rows as i32,
             self.out,
+            hi,
+            lo,
+            d,
+            sums,
         )
     }
+}
+
+/// A kernel splits its output for `mv8_*` only for one row of whole
+/// 32-value groups (its warps each take one group).
+fn validate_x8_output(
+    k: Kernel,
+    x8: Option<X8Bufs>,
+    rows: usize,
+    cols: usize,
+) -> Result<(), BackendError> {
+    if x8.is_some() && (rows != 1 || !cols.is_multiple_of(32)) {
+        return Err(refusal(
+            k,
+            format!("splitting {rows} rows of {cols} values"),
+        ));
+    }
+    Ok(())
 }
 
 /// `layer_norm`: `out[t] = (x[t] - mean) / sqrt(var + eps) * w + b`, the
@@ -761,12 +813,24 @@ pub struct SwigluArgs {
     pub up: DevPtr<f32>,
     pub len: usize,
     pub out: DevPtrMut<f32>,
+    /// Where `out` is also split for `mv8_*` (one row: `len` a multiple of
+    /// 32), or none.
+    pub x8: Option<X8Bufs>,
 }
 
 // The element-wise kernels take an i64 length: no `int` dimension to check;
 // the grid refuses zero elements.
 impl KernelCall for SwigluArgs {
-    type Params = (DevPtr<f32>, DevPtr<f32>, i64, DevPtrMut<f32>);
+    type Params = (
+        DevPtr<f32>,
+        DevPtr<f32>,
+        i64,
+        DevPtrMut<f32>,
+        DevPtrMut<i8>,
+        DevPtrMut<i8>,
+        DevPtrMut<f32>,
+        DevPtrMut<f32>,
+    );
 
     fn plan(&self) -> Plan {
         let buffers = [
@@ -776,8 +840,21 @@ impl KernelCall for SwigluArgs {
         ];
         plan(Kernel::Swiglu, [], buffers, Work::Elements(self.len))
     }
+    fn validate(&self) -> Result<(), BackendError> {
+        validate_x8_output(Kernel::Swiglu, self.x8, 1, self.len)
+    }
     fn params(&self) -> Self::Params {
-        (self.gate, self.up, self.len as i64, self.out)
+        let (hi, lo, d, sums) = X8Bufs::writes_or_null(self.x8);
+        (
+            self.gate,
+            self.up,
+            self.len as i64,
+            self.out,
+            hi,
+            lo,
+            d,
+            sums,
+        )
     }
 }
 

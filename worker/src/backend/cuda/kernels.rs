@@ -296,6 +296,11 @@ impl Kernels {
         self.writes.load(Ordering::Relaxed)
     }
 
+    /// Whether one row of x may go through `mv8_*` at all.
+    pub fn mv8_enabled(&self) -> bool {
+        self.mv8.load(Ordering::Relaxed)
+    }
+
     /// Whether this matmul runs on `mv8_*` from a quantized x, and how: up
     /// to [`MV8_LOOP_MAX_TOKENS`] rows of x in a format that has such a
     /// kernel compiled.

@@ -155,6 +155,25 @@ impl CudaOps {
         Ok(Some(bufs))
     }
 
+    /// Where a kernel writing `out` may also split it for `mv8_*`, saving
+    /// `quantize_x8`'s launch before the next matmul of `out` (decode: the
+    /// norms and SwiGLU feed mat-vecs): one row of whole 32-value groups,
+    /// the integer mat-vec on, and a block reserved for that many values.
+    fn x8_for(&self, out: &CudaBuf) -> Option<X8Bufs> {
+        let block = self.x8.as_ref()?;
+        let fits = out.rows == 1 && out.cols.is_multiple_of(32) && block.len >= out.len();
+        (fits && self.dev.kernels.mv8_enabled()).then(|| X8Bufs::at(block.mem.ptr(), out.len()))
+    }
+
+    /// After a launch that split `out` into the block: the block holds `out`
+    /// as it is now (until the next launch or copy).
+    fn note_x8_holds(&mut self, out: &CudaBuf) {
+        let writes = self.dev.kernels.writes();
+        if let Some(b) = self.x8.as_mut() {
+            b.holds = Some((out.id(), out.rows, out.cols, writes));
+        }
+    }
+
     /// `out = x W^T (+ bias)` through `mv8_*`, when it applies; `false`:
     /// it does not, nothing was launched.
     fn matmul_x8(
@@ -388,6 +407,7 @@ impl Ops for CudaOps {
         check_bufs("rms_norm", &[x, out])?;
         self.dev.bind()?;
         let (w, rows, cols) = (weight.vector(), x.rows, x.cols);
+        let x8 = self.x8_for(out);
         let args = RmsNormArgs {
             x: x.input(),
             w,
@@ -395,8 +415,13 @@ impl Ops for CudaOps {
             cols,
             eps,
             out: out.output(),
+            x8,
         };
-        self.dev.kernels.launch(&self.dev.stream, &args)
+        self.dev.kernels.launch(&self.dev.stream, &args)?;
+        if x8.is_some() {
+            self.note_x8_holds(out);
+        }
+        Ok(())
     }
 
     fn matmul(
@@ -632,13 +657,19 @@ impl Ops for CudaOps {
         }
         check_bufs("swiglu", &[gate, up, out])?;
         self.dev.bind()?;
+        let x8 = self.x8_for(out);
         let args = SwigluArgs {
             gate: gate.input(),
             up: up.input(),
             len: up.len(),
             out: out.output(),
+            x8,
         };
-        self.dev.kernels.launch(&self.dev.stream, &args)
+        self.dev.kernels.launch(&self.dev.stream, &args)?;
+        if x8.is_some() {
+            self.note_x8_holds(out);
+        }
+        Ok(())
     }
 
     fn layer_norm(

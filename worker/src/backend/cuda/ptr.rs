@@ -109,6 +109,13 @@ impl<T> DevPtr<T> {
 }
 
 impl<T> DevPtrMut<T> {
+    /// `p`, or null for an optional output left out.
+    pub fn or_null(p: Option<Self>) -> Self {
+        p.unwrap_or(Self::new(0))
+    }
+}
+
+impl<T> DevPtrMut<T> {
     /// The same memory, read only.
     pub fn as_const(self) -> DevPtr<T> {
         DevPtr::new(self.addr)

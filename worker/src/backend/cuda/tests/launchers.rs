@@ -6,7 +6,7 @@ use super::safety::refused;
 use super::*;
 use crate::backend::cuda::args::{
     AddAssignArgs, AttentionArgs, CacheWindow, EmbedArgs, GeluArgs, KvStoreArgs, LayerNormArgs,
-    MatmulArgs, RmsNormArgs, RopeArgs, RopePairs, Stored, SwigluArgs,
+    MatmulArgs, RmsNormArgs, RopeArgs, RopePairs, Stored, SwigluArgs, X8Bufs,
 };
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 
@@ -115,6 +115,7 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
         cols: 256,
         eps: 1e-5,
         out,
+        x8: None,
     };
     refused(
         "rms_norm of zero rows",
@@ -123,6 +124,16 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
     refused(
         "rms_norm of zero columns",
         k.launch(s, &RmsNormArgs { cols: 0, ..rms }),
+    );
+    refused(
+        "rms_norm split for mv8 over two rows",
+        k.launch(
+            s,
+            &RmsNormArgs {
+                x8: Some(X8Bufs::at(p, 512)),
+                ..rms
+            },
+        ),
     );
     refused(
         "rms_norm with a null weight",
@@ -319,6 +330,7 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
                 up: b,
                 len: 0,
                 out,
+                x8: None,
             },
         ),
     );
@@ -331,6 +343,20 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
                 up: b,
                 len: 16,
                 out: DevPtrMut::new(0),
+                x8: None,
+            },
+        ),
+    );
+    refused(
+        "swiglu split for mv8 in part groups",
+        k.launch(
+            s,
+            &SwigluArgs {
+                gate: a,
+                up: b,
+                len: 48,
+                out,
+                x8: Some(X8Bufs::at(p, 64)),
             },
         ),
     );

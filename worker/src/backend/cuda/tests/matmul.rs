@@ -405,3 +405,86 @@ fn mv8_splits_x_again_whenever_it_may_have_changed() {
     }
     restore_matmul_choice();
 }
+
+/// A decode step's RMSNorm and SwiGLU split their one output row for
+/// `mv8_*` as they write it: the next product launches no `quantize_x8`,
+/// and agrees with the CPU (a wrong split would not).
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn norm_and_swiglu_split_their_row_for_mv8() {
+    let _gpu = shared_gpu();
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(10);
+    let (rows, cols, ty) = (2304, 512, GgmlType::Q4K);
+    ops.reserve_x8(cols).unwrap();
+    let w = test_weight(
+        &mut ops,
+        ty,
+        rows,
+        cols,
+        &random_vec(&mut rng, rows * cols, 1.0),
+    );
+    let cpu_product = |xv: Vec<f32>| {
+        let mut out = cpu_buf(1, rows, vec![0.0; rows]);
+        CpuOps
+            .matmul(&cpu_buf(1, cols, xv), &w.cpu, None, &mut out)
+            .unwrap();
+        out.data
+    };
+    force_newer_matmuls(false);
+    dev().kernels.set_mv1_min_rows(0);
+    let gpu_product = |ops: &mut CudaOps, x: &CudaBuf, what: &str| {
+        let before = dev().kernels.writes();
+        let mut out = ops.buf(1, rows).unwrap();
+        ops.matmul(x, &w.gpu, None, &mut out).unwrap();
+        assert_eq!(
+            dev().kernels.writes() - before,
+            1,
+            "{what}: x was split again"
+        );
+        host(ops, &out)
+    };
+
+    let nv: Vec<f32> = (0..cols)
+        .map(|_| 1.0 + rng.random_range(-0.5f32..0.5))
+        .collect();
+    let norm = test_weight(&mut ops, GgmlType::F32, 1, cols, &nv);
+    let xv = random_vec(&mut rng, cols, 3.0);
+    let mut cpu_h = cpu_buf(1, cols, vec![0.0; cols]);
+    CpuOps
+        .rms_norm(&cpu_buf(1, cols, xv.clone()), &norm.cpu, 1e-5, &mut cpu_h)
+        .unwrap();
+    let x = ops.upload(1, cols, &xv).unwrap();
+    let mut h = ops.buf(1, cols).unwrap();
+    ops.rms_norm(&x, &norm.gpu, 1e-5, &mut h).unwrap();
+    let e = rel_err(
+        &gpu_product(&mut ops, &h, "rms_norm"),
+        &cpu_product(cpu_h.data),
+    );
+    assert!(e <= 1e-3, "product of rms_norm's row: relative error {e:e}");
+
+    let (gv, uv) = (
+        random_vec(&mut rng, cols, 2.0),
+        random_vec(&mut rng, cols, 2.0),
+    );
+    let mut cpu_act = cpu_buf(1, cols, vec![0.0; cols]);
+    CpuOps
+        .swiglu(
+            &cpu_buf(1, cols, gv.clone()),
+            &cpu_buf(1, cols, uv.clone()),
+            &mut cpu_act,
+        )
+        .unwrap();
+    let (g, u) = (
+        ops.upload(1, cols, &gv).unwrap(),
+        ops.upload(1, cols, &uv).unwrap(),
+    );
+    let mut act = ops.buf(1, cols).unwrap();
+    ops.swiglu(&g, &u, &mut act).unwrap();
+    let e = rel_err(
+        &gpu_product(&mut ops, &act, "swiglu"),
+        &cpu_product(cpu_act.data),
+    );
+    assert!(e <= 1e-3, "product of swiglu's row: relative error {e:e}");
+    restore_matmul_choice();
+}
