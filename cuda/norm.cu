@@ -4,34 +4,51 @@
 // on every run. Products are rounded as the CPU reference rounds them.
 #include "common.cuh"
 
-// out[t] = x[t] * (1 / sqrt(mean(x[t]^2) + eps)) * w, rounded as (x * scale) * w.
+// out[t] = x[t] * (1 / sqrt(mean(x[t]^2) + eps)) * w, rounded as (x * scale) * w;
+// with ADD, x[t] += y[t] first (written back: the residual add before the
+// next norm, one launch instead of two, with add_assign's rounding).
 // With xh set (one row, cols a multiple of 32), out is also split for the
 // next mat-vec as quantize_x8 splits it, saving that launch in decode.
-extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __restrict__ w, int cols, float eps,
-                                    int rows, float* __restrict__ out, i8* __restrict__ xh, i8* __restrict__ xl,
-                                    float* __restrict__ xd, float* __restrict__ xs) {
+template <bool ADD>
+__device__ __forceinline__ void rms_norm_row(float* x, const float* __restrict__ y, const float* __restrict__ w,
+                                             int cols, float eps, int rows, float* __restrict__ out,
+                                             i8* __restrict__ xh, i8* __restrict__ xl, float* __restrict__ xd,
+                                             float* __restrict__ xs) {
     __shared__ float red[32];
     const int r = blockIdx.x;
     if (r >= rows) return;
-    const float* xr = x + (i64)r * cols;
+    float* xr = x + (i64)r * cols;
+    const float* yr = ADD ? y + (i64)r * cols : nullptr;
     float* o = out + (i64)r * cols;
     float s = 0.0f;
     // Rows of whole float4s (every model's widths) in 16-byte loads, unrolled
     // so that a thread's loads are in flight together: a decode step's one
-    // row is latency-bound.
-    const bool vec = (cols & 3) == 0 && (((u64)xr | (u64)w | (u64)o) & 15) == 0;
+    // row is latency-bound. Each thread reads back only what it wrote.
+    const bool vec = (cols & 3) == 0 && (((u64)xr | (u64)yr | (u64)w | (u64)o) & 15) == 0;
     if (vec) {
-        const float4* x4 = (const float4*)xr;
+        float4* x4 = (float4*)xr;
 #pragma unroll 4
         for (int c = threadIdx.x; c < cols / 4; c += blockDim.x) {
-            const float4 v = x4[c];
+            float4 v = x4[c];
+            if (ADD) {
+                const float4 a = ((const float4*)yr)[c];
+                v = make_float4(v.x + a.x, v.y + a.y, v.z + a.z, v.w + a.w);
+                x4[c] = v;
+            }
             s = fmaf(v.x, v.x, s);
             s = fmaf(v.y, v.y, s);
             s = fmaf(v.z, v.z, s);
             s = fmaf(v.w, v.w, s);
         }
     } else {
-        for (int c = threadIdx.x; c < cols; c += blockDim.x) s = fmaf(xr[c], xr[c], s);
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+            float v = xr[c];
+            if (ADD) {
+                v = v + yr[c];
+                xr[c] = v;
+            }
+            s = fmaf(v, v, s);
+        }
     }
     s = block_sum(s, red);
     const float scale = 1.0f / sqrtf(s / (float)cols + eps);
@@ -50,6 +67,19 @@ extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __
         __syncthreads();  // the row's outputs, written by other threads, are visible
         for (int c = threadIdx.x; c < cols; c += blockDim.x) split_x8(o[c], c, xh, xl, xd, xs);
     }
+}
+
+extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __restrict__ w, int cols, float eps,
+                                    int rows, float* __restrict__ out, i8* __restrict__ xh, i8* __restrict__ xl,
+                                    float* __restrict__ xd, float* __restrict__ xs) {
+    rms_norm_row<false>((float*)x, nullptr, w, cols, eps, rows, out, xh, xl, xd, xs);  // x is only read
+}
+
+extern "C" __global__ void add_rms_norm(float* __restrict__ x, const float* __restrict__ y,
+                                        const float* __restrict__ w, int cols, float eps, int rows,
+                                        float* __restrict__ out, i8* __restrict__ xh, i8* __restrict__ xl,
+                                        float* __restrict__ xd, float* __restrict__ xs) {
+    rms_norm_row<true>(x, y, w, cols, eps, rows, out, xh, xl, xd, xs);
 }
 
 // GPT-2's LayerNorm (M0-W-1432):

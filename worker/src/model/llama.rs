@@ -225,8 +225,12 @@ pub fn forward<O: Ops>(
         style: cfg.rope_style(),
     };
 
+    // Each residual add is done with the norm after it (`add_rms_norm`);
+    // only the first layer's input norm stands alone.
+    if let Some(first) = w.layers.first() {
+        ops.rms_norm(&x, &first.attn_norm, cfg.rms_eps, &mut h)?;
+    }
     for (il, l) in w.layers.iter().enumerate() {
-        ops.rms_norm(&x, &l.attn_norm, cfg.rms_eps, &mut h)?;
         ops.matmul(&h, &l.wq, l.bq.as_ref(), &mut q)?;
         ops.matmul(&h, &l.wk, l.bk.as_ref(), &mut k)?;
         ops.matmul(&h, &l.wv, l.bv.as_ref(), &mut v)?;
@@ -242,14 +246,16 @@ pub fn forward<O: Ops>(
         };
         ops.attention(&q, &k, &v, cache, shape, &mut attn)?;
         ops.matmul(&attn, &l.wo, None, &mut proj)?;
-        ops.add_assign(&mut x, &proj)?;
+        ops.add_rms_norm(&mut x, &proj, &l.ffn_norm, cfg.rms_eps, &mut h)?;
 
-        ops.rms_norm(&x, &l.ffn_norm, cfg.rms_eps, &mut h)?;
         ops.matmul(&h, &l.ffn_gate, None, &mut gate)?;
         ops.matmul(&h, &l.ffn_up, None, &mut up)?;
         ops.swiglu(&gate, &up, &mut act)?;
         ops.matmul(&act, &l.ffn_down, None, &mut proj)?;
-        ops.add_assign(&mut x, &proj)?;
+        match w.layers.get(il + 1) {
+            Some(next) => ops.add_rms_norm(&mut x, &proj, &next.attn_norm, cfg.rms_eps, &mut h)?,
+            None => ops.add_assign(&mut x, &proj)?,
+        }
         record(ops, &format!("l_out-{il}"), &x, &mut checkpoints)?;
     }
 

@@ -163,6 +163,20 @@ pub trait Ops {
     /// `x += y`, elementwise.
     fn add_assign(&mut self, x: &mut Self::Buf, y: &Self::Buf) -> Result<(), Self::Error>;
 
+    /// `x += y`, then `out = rms_norm(x) * weight`: a residual add and the
+    /// norm after it, which a backend may do in one pass (same results).
+    fn add_rms_norm(
+        &mut self,
+        x: &mut Self::Buf,
+        y: &Self::Buf,
+        weight: &Self::Weight,
+        eps: f32,
+        out: &mut Self::Buf,
+    ) -> Result<(), Self::Error> {
+        self.add_assign(x, y)?;
+        self.rms_norm(x, weight, eps, out)
+    }
+
     /// Copies row `row` of `x` into a new one-row matrix.
     fn take_row(&mut self, x: &Self::Buf, row: usize) -> Result<Self::Buf, Self::Error>;
 

@@ -737,6 +737,62 @@ impl KernelCall for RmsNormArgs {
     }
 }
 
+/// `add_rms_norm`: `x[t] += y[t]`, then `out[t]` as [`RmsNormArgs`] has it.
+#[derive(Clone, Copy, Debug)]
+pub struct AddRmsNormArgs {
+    /// `[rows, cols]` f32, updated in place; overlapping neither `y` nor `out`.
+    pub x: DevPtrMut<f32>,
+    /// `[rows, cols]` f32.
+    pub y: DevPtr<f32>,
+    /// `[cols]` f32.
+    pub w: DevPtr<f32>,
+    pub rows: usize,
+    pub cols: usize,
+    pub eps: f32,
+    /// `[rows, cols]` f32.
+    pub out: DevPtrMut<f32>,
+    /// As in [`RmsNormArgs`].
+    pub x8: Option<X8Bufs>,
+}
+
+impl KernelCall for AddRmsNormArgs {
+    type Params = (
+        DevPtrMut<f32>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        i32,
+        f32,
+        i32,
+        DevPtrMut<f32>,
+        DevPtrMut<i8>,
+        DevPtrMut<i8>,
+        DevPtrMut<f32>,
+        DevPtrMut<f32>,
+    );
+
+    fn plan(&self) -> Plan {
+        let buffers = [
+            ("x", self.x.addr()),
+            ("y", self.y.addr()),
+            ("w", self.w.addr()),
+            ("out", self.out.addr()),
+        ];
+        let (rows, cols) = (self.rows, self.cols);
+        let dims = [("rows", rows), ("cols", cols)];
+        plan(Kernel::AddRmsNorm, dims, buffers, Work::Rows { rows, cols })
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        validate_x8_output(Kernel::AddRmsNorm, self.x8, self.rows, self.cols)
+    }
+    fn params(&self) -> Self::Params {
+        let (hi, lo, d, sums) = X8Bufs::writes_or_null(self.x8);
+        let (rows, cols) = (self.rows as i32, self.cols as i32);
+        (
+            self.x, self.y, self.w, cols, self.eps, rows, self.out, hi, lo, d, sums,
+        )
+    }
+}
+
 /// A kernel splits its output for `mv8_*` only for one row of whole
 /// 32-value groups (its warps each take one group).
 fn validate_x8_output(

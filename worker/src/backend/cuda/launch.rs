@@ -48,6 +48,8 @@ pub enum Kernel {
     GemmTcSplit(GgmlType),
     GemmSplitsSum,
     RmsNorm,
+    /// `add_rms_norm`: a residual add, then `rms_norm` of the sum.
+    AddRmsNorm,
     /// `layer_norm`: GPT-2's LayerNorm (M0-W-1432).
     LayerNorm,
     Rope,
@@ -98,6 +100,7 @@ impl Kernel {
             Kernel::QuantizeX8,
             Kernel::GemmSplitsSum,
             Kernel::RmsNorm,
+            Kernel::AddRmsNorm,
             Kernel::LayerNorm,
             Kernel::Rope,
             Kernel::KvStore,
@@ -125,7 +128,7 @@ impl Kernel {
             | Kernel::MatVec8Wide(_)
             | Kernel::MatVec8N(_) => Module::Matvec,
             Kernel::GemmTc(_) | Kernel::GemmTcSplit(_) => Module::GemmTc,
-            Kernel::RmsNorm | Kernel::LayerNorm => Module::Norm,
+            Kernel::RmsNorm | Kernel::AddRmsNorm | Kernel::LayerNorm => Module::Norm,
             Kernel::Rope => Module::Rope,
             Kernel::KvStore
             | Kernel::Attention
@@ -202,6 +205,7 @@ impl Kernel {
             Kernel::GemmTcSplit(t) => format!("gemm_tck_{}", ty(t)),
             Kernel::GemmSplitsSum => "gemm_splits_sum".into(),
             Kernel::RmsNorm => "rms_norm".into(),
+            Kernel::AddRmsNorm => "add_rms_norm".into(),
             Kernel::LayerNorm => "layer_norm".into(),
             Kernel::Rope => "rope".into(),
             Kernel::KvStore => "kv_store".into(),
@@ -392,7 +396,7 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
         (Kernel::AttentionCombine, Work::Rows { rows, .. }) => {
             Ok(blocks((rows as u32, 1), ATSC_THREADS))
         }
-        (Kernel::RmsNorm | Kernel::LayerNorm, Work::Rows { rows, cols }) => {
+        (Kernel::RmsNorm | Kernel::AddRmsNorm | Kernel::LayerNorm, Work::Rows { rows, cols }) => {
             Ok(blocks((rows as u32, 1), norm_threads(cols)))
         }
         (

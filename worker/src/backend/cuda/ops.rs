@@ -13,9 +13,9 @@ use cudarc::driver::result as drv;
 use cudarc::driver::sys::CUdeviceptr;
 
 use crate::backend::cuda::args::{
-    AddAssignArgs, AttentionArgs, AttentionCombineArgs, AttentionSplitArgs, CacheWindow, EmbedArgs,
-    GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs, QuantizeX8Args, RmsNormArgs, RopeArgs,
-    RopePairs, SwigluArgs, X8Bufs,
+    AddAssignArgs, AddRmsNormArgs, AttentionArgs, AttentionCombineArgs, AttentionSplitArgs,
+    CacheWindow, EmbedArgs, GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs, QuantizeX8Args,
+    RmsNormArgs, RopeArgs, RopePairs, SwigluArgs, X8Bufs,
 };
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::kernels::MV8_LOOP_MAX_TOKENS;
@@ -744,6 +744,42 @@ impl Ops for CudaOps {
             y: y.input(),
         };
         self.dev.kernels.launch(&self.dev.stream, &args)
+    }
+
+    fn add_rms_norm(
+        &mut self,
+        x: &mut CudaBuf,
+        y: &CudaBuf,
+        weight: &CudaWeight,
+        eps: f32,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        let same = |b: &CudaBuf| b.rows == x.rows && b.cols == x.cols;
+        if !is_f32_vector(weight, x.cols) || !same(y) || !same(out) || x.is_empty() {
+            return Err(shape_error(format!(
+                "add_rms_norm: x {}x{}, y {}x{}, w {}, out {}x{}",
+                x.rows, x.cols, y.rows, y.cols, weight.cols, out.rows, out.cols
+            )));
+        }
+        check_weights("add_rms_norm", &[weight])?;
+        check_bufs("add_rms_norm", &[x, y, out])?;
+        self.dev.bind()?;
+        let x8 = self.x8_for(out);
+        let args = AddRmsNormArgs {
+            x: x.output(),
+            y: y.input(),
+            w: weight.vector(),
+            rows: x.rows,
+            cols: x.cols,
+            eps,
+            out: out.output(),
+            x8,
+        };
+        self.dev.kernels.launch(&self.dev.stream, &args)?;
+        if x8.is_some() {
+            self.note_x8_holds(out);
+        }
+        Ok(())
     }
 
     fn take_row(&mut self, x: &CudaBuf, row: usize) -> Result<CudaBuf, BackendError> {

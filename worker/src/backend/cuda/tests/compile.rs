@@ -255,6 +255,7 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         (Kernel::QuantizeX8, sig::<QuantizeX8Args>()),
         (Kernel::GemmSplitsSum, sig::<GemmSplitsSumArgs>()),
         (Kernel::RmsNorm, sig::<RmsNormArgs>()),
+        (Kernel::AddRmsNorm, sig::<AddRmsNormArgs>()),
         (Kernel::LayerNorm, sig::<LayerNormArgs>()),
         (Kernel::Rope, sig::<RopeArgs>()),
         (Kernel::KvStore, sig::<KvStoreArgs>()),

@@ -29,6 +29,31 @@ fn rms_norm_matches_cpu() {
             ops.rms_norm(&x, &w.gpu, 1e-5, &mut out).unwrap();
             host(&mut ops, &out)
         });
+        // The residual add and the norm in one launch: the sum rounded as
+        // add_assign rounds it, the norm as rms_norm's.
+        let yv = random_vec(&mut rng, rows * cols, 3.0);
+        let sum: Vec<f32> = xv.iter().zip(&yv).map(|(a, b)| a + b).collect();
+        let mut cpu_out = cpu_buf(rows, cols, vec![0.0; rows * cols]);
+        CpuOps
+            .rms_norm(
+                &cpu_buf(rows, cols, sum.clone()),
+                &w.cpu,
+                1e-5,
+                &mut cpu_out,
+            )
+            .unwrap();
+        let mut xs = ops.upload(rows, cols, &xv).unwrap();
+        let y = ops.upload(rows, cols, &yv).unwrap();
+        ops.add_rms_norm(&mut xs, &y, &w.gpu, 1e-5, &mut out)
+            .unwrap();
+        assert_eq!(
+            host(&mut ops, &xs),
+            sum,
+            "add_rms_norm {rows}x{cols}: the sum"
+        );
+        let e = rel_err(&host(&mut ops, &out), &cpu_out.data);
+        assert!(e <= 1e-5, "add_rms_norm {rows}x{cols}: {e:e}");
+        worst = worst.max(e);
     }
     eprintln!("rms_norm: max relative error {worst:.2e}");
 }
