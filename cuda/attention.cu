@@ -160,17 +160,19 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
 static_assert(ATS_THREADS % 32 == 0, "whole warps");
 #define ATS_WARPS (ATS_THREADS / 32)
 
-// PPL: dim pairs per lane (head_dim <= 64 * PPL); one instance per head
-// size class, so that q and the outputs of 8 heads fit in registers.
+// PPL: dim pairs per lane (head_dim <= 64 * PPL); G: most query heads per
+// KV head. One instance per class, so that q and the outputs stay in
+// registers and a group of 4 (Llama 3) neither computes nor holds 8 heads'
+// (at 8 it ran 3 blocks an SM, bound by registers and instruction latency).
 // part: [n_head][nsplit][head_dim + 2] floats: max, sum, then output.
-template <int PPL>
+template <int PPL, int G>
 __device__ __forceinline__ void attention_split_impl(const float* __restrict__ q, int n_head, int n_head_kv,
                                                      int head_dim, int start_pos, const int* __restrict__ pos_ptr,
                                                      int capacity, const u16* __restrict__ k_cache,
                                                      const u16* __restrict__ v_cache, float scale, int nsplit,
                                                      float* __restrict__ part) {
     __shared__ float ow[ATS_WARPS][ATT_MAX_HEAD_DIM];
-    __shared__ float mw[ATS_WARPS][ATS_MAX_GROUP], lw[ATS_WARPS][ATS_MAX_GROUP];
+    __shared__ float mw[ATS_WARPS][G], lw[ATS_WARPS][G];
     const int kvh = blockIdx.x, s = blockIdx.y;
     const int group = n_head / n_head_kv;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -187,9 +189,9 @@ __device__ __forceinline__ void attention_split_impl(const float* __restrict__ q
         return;
     }
     // The lane's dim pairs of each query head, scaled.
-    float2 qv[ATS_MAX_GROUP][PPL];
+    float2 qv[G][PPL];
 #pragma unroll
-    for (int g = 0; g < ATS_MAX_GROUP; g++) {
+    for (int g = 0; g < G; g++) {
         const float2* qh = (const float2*)(q + (i64)(kvh * group + min(g, group - 1)) * head_dim);
 #pragma unroll
         for (int k = 0; k < PPL; k++) {
@@ -198,10 +200,10 @@ __device__ __forceinline__ void attention_split_impl(const float* __restrict__ q
             qv[g][k] = make_float2(v.x * scale, v.y * scale);
         }
     }
-    float m[ATS_MAX_GROUP], l[ATS_MAX_GROUP];
-    float2 o[ATS_MAX_GROUP][PPL];
+    float m[G], l[G];
+    float2 o[G][PPL];
 #pragma unroll
-    for (int g = 0; g < ATS_MAX_GROUP; g++) {
+    for (int g = 0; g < G; g++) {
         m[g] = NEG_INF;
         l[g] = 0.0f;
 #pragma unroll
@@ -225,7 +227,7 @@ __device__ __forceinline__ void attention_split_impl(const float* __restrict__ q
         }
         // Every score of the batch, then their butterfly sums side by side
         // (independent shuffles in flight, not one chain per key).
-        float sc[ATS_KEYS][ATS_MAX_GROUP];
+        float sc[ATS_KEYS][G];
 #pragma unroll
         for (int u = 0; u < ATS_KEYS; u++) {
             float2 kf[PPL];
@@ -233,7 +235,8 @@ __device__ __forceinline__ void attention_split_impl(const float* __restrict__ q
             for (int k = 0; k < PPL; k++)
                 kf[k] = make_float2(f16_to_f32((u16)(kr[u][k] & 0xFFFFu)), f16_to_f32((u16)(kr[u][k] >> 16)));
 #pragma unroll
-            for (int g = 0; g < ATS_MAX_GROUP; g++) {
+            for (int g = 0; g < G; g++) {
+                if (g >= group) break;  // the same for every thread
                 float acc = 0.0f;
 #pragma unroll
                 for (int k = 0; k < PPL; k++) {
@@ -248,7 +251,7 @@ __device__ __forceinline__ void attention_split_impl(const float* __restrict__ q
 #pragma unroll
             for (int u = 0; u < ATS_KEYS; u++)
 #pragma unroll
-                for (int g = 0; g < ATS_MAX_GROUP; g++)
+                for (int g = 0; g < G; g++)
                     if (g < group) sc[u][g] += __shfl_xor_sync(FULL_MASK, sc[u][g], off);
         }
         // Online softmax over the batch: one rescale per head, the keys'
@@ -262,7 +265,7 @@ __device__ __forceinline__ void attention_split_impl(const float* __restrict__ q
             for (int k = 0; k < PPL; k++)
                 vf[u][k] = make_float2(f16_to_f32((u16)(vr[u][k] & 0xFFFFu)), f16_to_f32((u16)(vr[u][k] >> 16)));
 #pragma unroll
-        for (int g = 0; g < ATS_MAX_GROUP; g++) {
+        for (int g = 0; g < G; g++) {
             if (g >= group) break;  // the same for every thread
             float mx = m[g];
 #pragma unroll
@@ -293,13 +296,13 @@ __device__ __forceinline__ void attention_split_impl(const float* __restrict__ q
     // so that o stays in registers.) A warp without keys has m = -inf.
     if (lane == 0) {
 #pragma unroll
-        for (int g = 0; g < ATS_MAX_GROUP; g++) {
+        for (int g = 0; g < G; g++) {
             mw[warp][g] = m[g];
             lw[warp][g] = l[g];
         }
     }
 #pragma unroll
-    for (int g = 0; g < ATS_MAX_GROUP; g++) {
+    for (int g = 0; g < G; g++) {
         if (g >= group) break;  // the same for every thread
 #pragma unroll
         for (int k = 0; k < PPL; k++) {
@@ -330,17 +333,21 @@ __device__ __forceinline__ void attention_split_impl(const float* __restrict__ q
     }
 }
 
-#define ATTENTION_SPLIT(NAME, PPL)                                                                               \
+#define ATTENTION_SPLIT(NAME, PPL, G)                                                                            \
     extern "C" __global__ void __launch_bounds__(ATS_THREADS)                                                    \
         NAME(const float* __restrict__ q, int n_head, int n_head_kv, int head_dim, int start_pos,                \
              const int* __restrict__ pos_ptr, int capacity, const u16* __restrict__ k_cache,                     \
              const u16* __restrict__ v_cache, float scale, int nsplit, float* __restrict__ part) {               \
-        attention_split_impl<PPL>(q, n_head, n_head_kv, head_dim, start_pos, pos_ptr, capacity, k_cache, v_cache, \
-                                  scale, nsplit, part);                                                          \
+        attention_split_impl<PPL, G>(q, n_head, n_head_kv, head_dim, start_pos, pos_ptr, capacity, k_cache,       \
+                                     v_cache, scale, nsplit, part);                                              \
     }
-ATTENTION_SPLIT(attention_split_64, 1)
-ATTENTION_SPLIT(attention_split_128, 2)
-ATTENTION_SPLIT(attention_split_256, 4)
+static_assert(ATS_MAX_GROUP == 8, "the instances below take groups of up to 4 or 8 heads");
+ATTENTION_SPLIT(attention_split_64_g4, 1, 4)
+ATTENTION_SPLIT(attention_split_64_g8, 1, 8)
+ATTENTION_SPLIT(attention_split_128_g4, 2, 4)
+ATTENTION_SPLIT(attention_split_128_g8, 2, 8)
+ATTENTION_SPLIT(attention_split_256_g4, 4, 4)
+ATTENTION_SPLIT(attention_split_256_g8, 4, 8)
 
 // out[h] = the merge of head h's chunk states, in chunk order. One block of
 // ATSC_THREADS per head; the chunks' weights are computed once into shared

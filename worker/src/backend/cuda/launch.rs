@@ -58,10 +58,11 @@ pub enum Kernel {
     /// `attention_tc`: the same for many query rows at once, on tensor
     /// cores (flash attention; heads of 64 or 128 dims).
     AttentionTc,
-    /// `attention_split_<64 * n>`: one query row over a long context, the
-    /// context split into chunks across blocks, for heads of up to 64 * n
-    /// dims (n = 1, 2, 4); `attention_combine` merges the chunks.
-    AttentionSplit(u8),
+    /// `attention_split_<64 * n>_g<g>`: one query row over a long context,
+    /// the context split into chunks across blocks, for heads of up to 64 * n
+    /// dims (n = 1, 2, 4) and up to g query heads per KV head (g = 4, 8);
+    /// `attention_combine` merges the chunks.
+    AttentionSplit(u8, u8),
     AttentionCombine,
     Swiglu,
     /// `gelu`: GPT-2's tanh-approximated GELU (M0-W-1433).
@@ -106,9 +107,12 @@ impl Kernel {
             Kernel::KvStore,
             Kernel::Attention,
             Kernel::AttentionTc,
-            Kernel::AttentionSplit(1),
-            Kernel::AttentionSplit(2),
-            Kernel::AttentionSplit(4),
+            Kernel::AttentionSplit(1, 4),
+            Kernel::AttentionSplit(1, 8),
+            Kernel::AttentionSplit(2, 4),
+            Kernel::AttentionSplit(2, 8),
+            Kernel::AttentionSplit(4, 4),
+            Kernel::AttentionSplit(4, 8),
             Kernel::AttentionCombine,
             Kernel::Swiglu,
             Kernel::Gelu,
@@ -133,7 +137,7 @@ impl Kernel {
             Kernel::KvStore
             | Kernel::Attention
             | Kernel::AttentionTc
-            | Kernel::AttentionSplit(_)
+            | Kernel::AttentionSplit(..)
             | Kernel::AttentionCombine => Module::Attention,
             Kernel::Swiglu
             | Kernel::Gelu
@@ -167,7 +171,7 @@ impl Kernel {
                 | Kernel::GemmTcSplit(_)
                 | Kernel::MatVec1(_)
                 | Kernel::AttentionTc
-                | Kernel::AttentionSplit(_)
+                | Kernel::AttentionSplit(..)
         )
     }
 
@@ -211,7 +215,9 @@ impl Kernel {
             Kernel::KvStore => "kv_store".into(),
             Kernel::Attention => "attention".into(),
             Kernel::AttentionTc => "attention_tc".into(),
-            Kernel::AttentionSplit(pairs) => format!("attention_split_{}", 64 * pairs as usize),
+            Kernel::AttentionSplit(pairs, group) => {
+                format!("attention_split_{}_g{group}", 64 * pairs as usize)
+            }
             Kernel::AttentionCombine => "attention_combine".into(),
             Kernel::Swiglu => "swiglu".into(),
             Kernel::Gelu => "gelu".into(),
@@ -384,7 +390,7 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
         (Kernel::GemmTcSplit(_), Work::SplitMatrix { rows, n, splits }) => {
             gemm_tc_config(rows, n, splits)
         }
-        (Kernel::AttentionSplit(_), Work::Chunks { n_head_kv, nsplit }) => {
+        (Kernel::AttentionSplit(..), Work::Chunks { n_head_kv, nsplit }) => {
             if nsplit > 65535 {
                 return Err(BackendError::InferenceFailed(format!(
                     "{nsplit} context chunks exceed one launch"

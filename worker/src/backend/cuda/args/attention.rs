@@ -288,14 +288,16 @@ impl KernelCall for AttentionArgs {
     }
 }
 
-/// The `attention_split_*` instance for heads of `head_dim`: dim pairs per
-/// lane, 1, 2 or 4 (larger heads are refused by `validate`).
-fn pairs_per_lane(head_dim: usize) -> u8 {
-    match head_dim {
+/// The `attention_split_*` instance for heads of `head_dim` and `group`
+/// query heads per KV head: dim pairs per lane, 1, 2 or 4, and most heads,
+/// 4 or 8 (larger heads and groups are refused by `validate`).
+fn split_kernel(head_dim: usize, group: usize) -> Kernel {
+    let pairs = match head_dim {
         0..=64 => 1,
         65..=128 => 2,
         _ => 4,
-    }
+    };
+    Kernel::AttentionSplit(pairs, if group <= 4 { 4 } else { 8 })
 }
 
 /// `attention_split`: one query row (decode) over a long context split into
@@ -355,7 +357,7 @@ impl KernelCall for AttentionSplitArgs {
         );
         let buffers = [("q", q), ("k_cache", kc), ("v_cache", vc), ("part", part)];
         plan(
-            Kernel::AttentionSplit(pairs_per_lane(hd)),
+            split_kernel(hd, self.n_head / kv.max(1)),
             dims,
             buffers,
             Work::Chunks {
@@ -365,8 +367,8 @@ impl KernelCall for AttentionSplitArgs {
         )
     }
     fn validate(&self) -> Result<(), BackendError> {
-        let k = Kernel::AttentionSplit(pairs_per_lane(self.head_dim));
         let group = self.n_head / self.n_head_kv.max(1);
+        let k = split_kernel(self.head_dim, group);
         if !self.n_head.is_multiple_of(self.n_head_kv) || group > ATS_MAX_GROUP {
             return Err(refusal(
                 k,

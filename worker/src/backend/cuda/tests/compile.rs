@@ -170,8 +170,9 @@ fn every_kernel_symbol_is_defined_in_its_module() {
             Kernel::MatVec8N(_) => src.contains("mv8n_##name"),
             Kernel::GemmTc(_) => src.contains("gemm_tc_##name"),
             Kernel::GemmTcSplit(_) => src.contains("gemm_tck_##name"),
-            Kernel::AttentionSplit(pairs) => {
-                src.contains(" NAME(") && src.contains(&format!("ATTENTION_SPLIT({sym}, {pairs})"))
+            Kernel::AttentionSplit(pairs, group) => {
+                src.contains(" NAME(")
+                    && src.contains(&format!("ATTENTION_SPLIT({sym}, {pairs}, {group})"))
             }
             _ => src.contains(&format!(" {sym}(")) || src.contains(&format!("\n    {sym}(")),
         };
@@ -199,7 +200,7 @@ fn c_signature(k: Kernel) -> Vec<String> {
         Kernel::MatVec8N(_) => vec!["mv8n_##name(".to_string()],
         Kernel::GemmTc(_) => vec!["gemm_tc_##name(".to_string()],
         Kernel::GemmTcSplit(_) => vec!["gemm_tck_##name(".to_string()],
-        Kernel::AttentionSplit(_) => vec![" NAME(".to_string()],
+        Kernel::AttentionSplit(..) => vec![" NAME(".to_string()],
         _ => vec![format!("void {sym}("), format!(")\n    {sym}(")],
     };
     let start = heads
@@ -261,9 +262,12 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         (Kernel::KvStore, sig::<KvStoreArgs>()),
         (Kernel::Attention, sig::<AttentionArgs>()),
         (Kernel::AttentionTc, sig::<AttentionArgs>()),
-        (Kernel::AttentionSplit(1), sig::<AttentionSplitArgs>()),
-        (Kernel::AttentionSplit(2), sig::<AttentionSplitArgs>()),
-        (Kernel::AttentionSplit(4), sig::<AttentionSplitArgs>()),
+        (Kernel::AttentionSplit(1, 4), sig::<AttentionSplitArgs>()),
+        (Kernel::AttentionSplit(1, 8), sig::<AttentionSplitArgs>()),
+        (Kernel::AttentionSplit(2, 4), sig::<AttentionSplitArgs>()),
+        (Kernel::AttentionSplit(2, 8), sig::<AttentionSplitArgs>()),
+        (Kernel::AttentionSplit(4, 4), sig::<AttentionSplitArgs>()),
+        (Kernel::AttentionSplit(4, 8), sig::<AttentionSplitArgs>()),
         (Kernel::AttentionCombine, sig::<AttentionCombineArgs>()),
         (Kernel::Swiglu, sig::<SwigluArgs>()),
         (Kernel::Gelu, sig::<GeluArgs>()),

@@ -112,7 +112,7 @@ fn every_kernel_is_laid_out_as_before() {
         nsplit: 33,
     };
     assert_eq!(
-        shape(Kernel::AttentionSplit(2), chunks),
+        shape(Kernel::AttentionSplit(2, 4), chunks),
         ((8, 33, 1), (128, 1, 1))
     );
     assert_eq!(
