@@ -793,6 +793,30 @@ impl KernelCall for AddRmsNormArgs {
     }
 }
 
+/// A kernel that may also split its output for `mv8_*`.
+pub trait SplitsOutput: KernelCall {
+    /// Where it splits its output, if it does.
+    fn x8(&self) -> Option<X8Bufs>;
+}
+
+impl SplitsOutput for RmsNormArgs {
+    fn x8(&self) -> Option<X8Bufs> {
+        self.x8
+    }
+}
+
+impl SplitsOutput for AddRmsNormArgs {
+    fn x8(&self) -> Option<X8Bufs> {
+        self.x8
+    }
+}
+
+impl SplitsOutput for SwigluArgs {
+    fn x8(&self) -> Option<X8Bufs> {
+        self.x8
+    }
+}
+
 /// A kernel splits its output for `mv8_*` only for one row of whole
 /// 32-value groups (its warps each take one group).
 fn validate_x8_output(

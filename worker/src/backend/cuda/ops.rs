@@ -15,7 +15,7 @@ use cudarc::driver::sys::CUdeviceptr;
 use crate::backend::cuda::args::{
     AddAssignArgs, AddRmsNormArgs, AttentionArgs, AttentionCombineArgs, AttentionSplitArgs,
     CacheWindow, EmbedArgs, GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs, QuantizeX8Args,
-    RmsNormArgs, RopeArgs, RopePairs, SwigluArgs, X8Bufs,
+    RmsNormArgs, RopeArgs, RopePairs, SplitsOutput, SwigluArgs, X8Bufs,
 };
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::kernels::MV8_LOOP_MAX_TOKENS;
@@ -165,13 +165,22 @@ impl CudaOps {
         (fits && self.dev.kernels.mv8_enabled()).then(|| X8Bufs::at(block.mem.ptr(), out.len()))
     }
 
-    /// After a launch that split `out` into the block: the block holds `out`
-    /// as it is now (until the next launch or copy).
-    fn note_x8_holds(&mut self, out: &CudaBuf) {
-        let writes = self.dev.kernels.writes();
-        if let Some(b) = self.x8.as_mut() {
-            b.holds = Some((out.id(), out.rows, out.cols, writes));
+    /// Launches a kernel that writes `out` and, when `args.x8()` says so,
+    /// splits it into the block; the block then holds `out` as it is now
+    /// (until the next launch or copy).
+    fn launch_splitting<C: SplitsOutput>(
+        &mut self,
+        args: &C,
+        out: &CudaBuf,
+    ) -> Result<(), BackendError> {
+        self.dev.kernels.launch(&self.dev.stream, args)?;
+        if args.x8().is_some() {
+            let writes = self.dev.kernels.writes();
+            if let Some(b) = self.x8.as_mut() {
+                b.holds = Some((out.id(), out.rows, out.cols, writes));
+            }
         }
+        Ok(())
     }
 
     /// `out = x W^T (+ bias)` through `mv8_*`, when it applies; `false`:
@@ -417,11 +426,7 @@ impl Ops for CudaOps {
             out: out.output(),
             x8,
         };
-        self.dev.kernels.launch(&self.dev.stream, &args)?;
-        if x8.is_some() {
-            self.note_x8_holds(out);
-        }
-        Ok(())
+        self.launch_splitting(&args, out)
     }
 
     fn matmul(
@@ -665,11 +670,7 @@ impl Ops for CudaOps {
             out: out.output(),
             x8,
         };
-        self.dev.kernels.launch(&self.dev.stream, &args)?;
-        if x8.is_some() {
-            self.note_x8_holds(out);
-        }
-        Ok(())
+        self.launch_splitting(&args, out)
     }
 
     fn layer_norm(
@@ -775,11 +776,7 @@ impl Ops for CudaOps {
             out: out.output(),
             x8,
         };
-        self.dev.kernels.launch(&self.dev.stream, &args)?;
-        if x8.is_some() {
-            self.note_x8_holds(out);
-        }
-        Ok(())
+        self.launch_splitting(&args, out)
     }
 
     fn take_row(&mut self, x: &CudaBuf, row: usize) -> Result<CudaBuf, BackendError> {
