@@ -160,7 +160,9 @@ fn run(
         }
         backend.forward(chunk, wanted, &mut logits, checkpoints.as_mut())?;
     }
-    let prefill_us = micros(started);
+    // Time in the prefill's forward calls: on the GPU the work is queued
+    // then, and `sampled_us` below includes its completion.
+    let prefill_calls_us = micros(started);
 
     let mut sampler = Sampler::new(req.sampling.clone());
     let mut stream = StreamDecoder::new();
@@ -185,7 +187,7 @@ fn run(
             decode_started = Instant::now();
             let tokens = req.prompt_tokens.len();
             let sampled_us = micros(started);
-            tracing::debug!(tokens, prefill_us, sampled_us, "first token");
+            tracing::debug!(tokens, prefill_calls_us, sampled_us, "first token");
         }
         if let Some(cp) = checkpoints.take() {
             observer.on_parity(ParityStep {

@@ -83,9 +83,9 @@ pub const GEMM_SPLIT_MIN_STEPS: usize = 8;
 /// on, one block reading each key once for 64 rows beats a block per row.
 pub const ATC_MIN_ROWS: usize = 2;
 
-/// `attention_split` blocks per SM: four blocks of four warps, each warp
-/// with `ATS_KEYS` K and V rows in flight, keep enough reads going to
-/// stream the cache (two left it latency-bound at 16 MB a layer).
+/// `attention_split` blocks per SM. Measured on the H100 at depth 4096
+/// (tok/s with 4 / 2 / 1 blocks an SM, before the instances for groups of
+/// 4, which fit 5 an SM): 0.5B shape 630 / 608 / 515, 8B 198 / 204 / 169.
 pub const SPLIT_BLOCKS_PER_SM: usize = 4;
 
 /// How `attention_split` divides a context: into `nsplit` chunks.
