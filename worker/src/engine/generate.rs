@@ -299,6 +299,37 @@ mod tests {
         (summary, seen.0)
     }
 
+    /// The prompt goes to the backend in passes of the backend's size.
+    #[test]
+    fn the_prompt_is_prefilled_in_the_backends_passes() {
+        for (chunk, want) in [(256, vec![256, 256, 88]), (512, vec![512, 88])] {
+            let mut backend =
+                ScriptedBackend::new(Vec::new(), BYTE_VOCAB_SIZE).with_prefill_chunk(chunk);
+            let probe = backend.probe();
+            let req = GenerationRequest {
+                prompt_tokens: vec![b'x' as u32; 600],
+                max_tokens: 1,
+                sampling: SamplingParams::default(),
+                stop: Vec::new(),
+                logprobs: 0,
+                ignore_eos: true,
+                accepted_at: None,
+            };
+            generate(
+                &mut backend,
+                &byte_tokenizer(),
+                &req,
+                &mut Collect(Vec::new()),
+            )
+            .unwrap();
+            assert_eq!(
+                *probe.forward_sizes.lock().unwrap(),
+                want,
+                "passes of {chunk}"
+            );
+        }
+    }
+
     #[test]
     fn eos_ends_the_job_unless_it_is_ignored() {
         let (summary, tokens) = run_hi(false, 5);

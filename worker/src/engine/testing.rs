@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::backend::{
     sample_on_host, Backend, BackendError, BackendKind, Checkpoints, DeviceInfo, Logits, MemoryUse,
-    SampleRequest, SampledToken,
+    SampleRequest, SampledToken, DEFAULT_PREFILL_CHUNK,
 };
 use crate::sampling::Selector;
 use crate::tokenizer::{Tokenizer, VocabSpec};
@@ -85,6 +85,8 @@ pub struct ScriptProbe {
     pub sequences_begun: AtomicUsize,
     pub sequences_ended: AtomicUsize,
     pub forward_calls: AtomicUsize,
+    /// Tokens of each forward call, in order.
+    pub forward_sizes: Mutex<Vec<usize>>,
     /// Prompt tokens of each sequence, in order.
     pub prompts: Mutex<Vec<Vec<u32>>>,
     /// What `check_residency` answers on a scripted `cuda` device.
@@ -106,6 +108,8 @@ pub struct ScriptedBackend {
     panic_at: Option<usize>,
     memory: MemoryUse,
     device: DeviceInfo,
+    /// What `prefill_chunk` answers (the trait's default when unset).
+    prefill_chunk: Option<usize>,
     step: usize,
     len: usize,
     open: bool,
@@ -124,6 +128,7 @@ impl ScriptedBackend {
             fail_at: None,
             panic_at: None,
             memory: MemoryUse::default(),
+            prefill_chunk: None,
             device: DeviceInfo {
                 backend: BackendKind::Cpu,
                 name: "scripted".into(),
@@ -171,6 +176,11 @@ impl ScriptedBackend {
         self
     }
 
+    pub fn with_prefill_chunk(mut self, tokens: usize) -> Self {
+        self.prefill_chunk = Some(tokens);
+        self
+    }
+
     pub fn with_memory(mut self, memory: MemoryUse) -> Self {
         self.memory = memory;
         self
@@ -202,6 +212,10 @@ impl Backend for ScriptedBackend {
         self.len
     }
 
+    fn prefill_chunk(&self) -> usize {
+        self.prefill_chunk.unwrap_or(DEFAULT_PREFILL_CHUNK)
+    }
+
     fn forward(
         &mut self,
         tokens: &[u32],
@@ -215,6 +229,7 @@ impl Backend for ScriptedBackend {
             ));
         }
         self.probe.forward_calls.fetch_add(1, Ordering::SeqCst);
+        self.probe.forward_sizes.lock().unwrap().push(tokens.len());
         if self.step == 0 {
             self.probe.prompts.lock().unwrap().push(tokens.to_vec());
         }
