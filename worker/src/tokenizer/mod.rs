@@ -210,10 +210,7 @@ impl Tokenizer {
             .attrs
             .iter()
             .enumerate()
-            .filter(|(i, &a)| {
-                a & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN) != 0
-                    && !spec.tokens[*i].is_empty()
-            })
+            .filter(|(_, &a)| a & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN) != 0)
             .map(|(i, &a)| SpecialToken {
                 id: i as u32,
                 text: spec.tokens[i].clone(),

@@ -333,6 +333,15 @@ fn matmul_timings() {
     }
 }
 
+/// `x W^T` for one row `xv` on the CPU: the reference for the mv8 tests.
+fn cpu_row_product(w: &TestWeight, rows: usize, xv: &[f32]) -> Vec<f32> {
+    let mut out = cpu_buf(1, rows, vec![0.0; rows]);
+    CpuOps
+        .matmul(&cpu_buf(1, xv.len(), xv.to_vec()), &w.cpu, None, &mut out)
+        .unwrap();
+    out.data
+}
+
 /// `mv8_*` splits x once for products that read the same x (Q, K and V),
 /// and again whenever x may have changed: rewritten by a kernel, by a copy
 /// into a new buffer at a freed buffer's address, or by a product into x.
@@ -354,17 +363,10 @@ fn mv8_splits_x_again_whenever_it_may_have_changed() {
             )
         })
         .collect();
-    let cpu = |w: &TestWeight, xv: &[f32]| {
-        let mut out = cpu_buf(1, rows, vec![0.0; rows]);
-        CpuOps
-            .matmul(&cpu_buf(1, cols, xv.to_vec()), &w.cpu, None, &mut out)
-            .unwrap();
-        out.data
-    };
     let check = |ops: &mut CudaOps, x: &CudaBuf, xv: &[f32], w: &TestWeight, what: &str| {
         let mut out = ops.buf(1, rows).unwrap();
         ops.matmul(x, &w.gpu, None, &mut out).unwrap();
-        let e = rel_err(&host(ops, &out), &cpu(w, xv));
+        let e = rel_err(&host(ops, &out), &cpu_row_product(w, rows, xv));
         assert!(e <= 1e-3, "{what}: relative error {e:e}");
     };
     force_newer_matmuls(false);
@@ -424,13 +426,6 @@ fn norm_and_swiglu_split_their_row_for_mv8() {
         cols,
         &random_vec(&mut rng, rows * cols, 1.0),
     );
-    let cpu_product = |xv: Vec<f32>| {
-        let mut out = cpu_buf(1, rows, vec![0.0; rows]);
-        CpuOps
-            .matmul(&cpu_buf(1, cols, xv), &w.cpu, None, &mut out)
-            .unwrap();
-        out.data
-    };
     force_newer_matmuls(false);
     dev().kernels.set_mv1_min_rows(0);
     let gpu_product = |ops: &mut CudaOps, x: &CudaBuf, what: &str| {
@@ -459,7 +454,7 @@ fn norm_and_swiglu_split_their_row_for_mv8() {
     ops.rms_norm(&x, &norm.gpu, 1e-5, &mut h).unwrap();
     let e = rel_err(
         &gpu_product(&mut ops, &h, "rms_norm"),
-        &cpu_product(cpu_h.data),
+        &cpu_row_product(&w, rows, &cpu_h.data),
     );
     assert!(e <= 1e-3, "product of rms_norm's row: relative error {e:e}");
 
@@ -483,7 +478,7 @@ fn norm_and_swiglu_split_their_row_for_mv8() {
     ops.swiglu(&g, &u, &mut act).unwrap();
     let e = rel_err(
         &gpu_product(&mut ops, &act, "swiglu"),
-        &cpu_product(cpu_act.data),
+        &cpu_row_product(&w, rows, &cpu_act.data),
     );
     assert!(e <= 1e-3, "product of swiglu's row: relative error {e:e}");
     restore_matmul_choice();
