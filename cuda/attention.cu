@@ -5,6 +5,10 @@
 // use the capacity, never the filled length.
 #include "common.cuh"
 
+// The first cached position a query at `pos` sees: 0, or with a sliding
+// window of swa > 0 positions (itself included) pos + 1 - swa.
+__device__ __forceinline__ int first_visible(int pos, int swa) { return swa > 0 ? max(0, pos + 1 - swa) : 0; }
+
 // Writes rows t of k and v ([n, n_head_kv * head_dim] f32) to positions
 // start_pos + t of the layer's cache planes, rounded to f16. Positions past
 // the capacity are dropped (the host refuses them before launching).
@@ -53,8 +57,9 @@ __device__ __forceinline__ float dot_q_k(const float* __restrict__ q, const u16*
     return s;
 }
 
-// out[t][h] = softmax_j(q[t][h] . K[j] / sqrt(head_dim)) V[j] over positions
-// j = 0..start_pos + t, with K, V from KV head h / (n_head / n_head_kv).
+// out[t][h] = softmax_j(scale * q[t][h] . K[j]) V[j] over positions
+// j = 0..start_pos + t, with K, V from KV head h / (n_head / n_head_kv); with
+// a sliding window (swa > 0) only the swa positions up to start_pos + t.
 // start_pos is read from pos_ptr when that is not null (graph replay).
 //
 // One block of ATT_THREADS per (row t, head h). Keys are taken ATT_THREADS at
@@ -67,7 +72,7 @@ __device__ __forceinline__ float dot_q_k(const float* __restrict__ q, const u16*
 extern "C" __global__ void __launch_bounds__(ATT_THREADS)
     attention(const float* __restrict__ q, int n, int n_head, int n_head_kv, int head_dim, int start_pos,
               const int* __restrict__ pos_ptr, int capacity, const u16* __restrict__ k_cache,
-              const u16* __restrict__ v_cache, float scale, float* __restrict__ out) {
+              const u16* __restrict__ v_cache, float scale, int swa, float* __restrict__ out) {
     __shared__ __align__(16) float qs[ATT_MAX_HEAD_DIM];
     __shared__ float p[ATT_THREADS];
     __shared__ float red[32];
@@ -78,6 +83,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int kvh = h / (n_head / n_head_kv);
     const int n_ctx = min(start_pos + t + 1, capacity);
+    const int first = first_visible(start_pos + t, swa);
     const float* qrow = q + ((i64)t * n_head + h) * head_dim;
     for (int d = tid; d < head_dim; d += ATT_THREADS) qs[d] = qrow[d];
     const u16* kh = k_cache + (i64)kvh * capacity * head_dim;
@@ -89,7 +95,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
     float o[2 * ATT_PAIRS_PER_LANE];
 #pragma unroll
     for (int k = 0; k < 2 * ATT_PAIRS_PER_LANE; k++) o[k] = 0.0f;
-    for (int base = 0; base < n_ctx; base += ATT_THREADS) {
+    for (int base = first; base < n_ctx; base += ATT_THREADS) {
         const int cnt = min(ATT_THREADS, n_ctx - base);
         const float sc = tid < cnt ? dot_q_k(qs, kh + (i64)(base + tid) * head_dim, head_dim) * scale : NEG_INF;
         const float m_new = fmaxf(m, block_max(sc, red));
@@ -169,17 +175,17 @@ template <int PPL, int G>
 __device__ __forceinline__ void attention_split_impl(const float* __restrict__ q, int n_head, int n_head_kv,
                                                      int head_dim, int start_pos, const int* __restrict__ pos_ptr,
                                                      int capacity, const u16* __restrict__ k_cache,
-                                                     const u16* __restrict__ v_cache, float scale, int nsplit,
-                                                     float* __restrict__ part) {
+                                                     const u16* __restrict__ v_cache, float scale, int swa,
+                                                     int nsplit, float* __restrict__ part) {
     __shared__ float ow[ATS_WARPS][ATT_MAX_HEAD_DIM];
     __shared__ float mw[ATS_WARPS][G], lw[ATS_WARPS][G];
     const int kvh = blockIdx.x, s = blockIdx.y;
     const int group = n_head / n_head_kv;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     if (pos_ptr) start_pos = *pos_ptr;
-    const int n_ctx = min(start_pos + 1, capacity);
-    const int chunk = (n_ctx + nsplit - 1) / nsplit;
-    const int j0 = s * chunk, cnt = max(0, min(chunk, n_ctx - j0));
+    const int n_ctx = min(start_pos + 1, capacity), first = first_visible(start_pos, swa);
+    const int chunk = (n_ctx - first + nsplit - 1) / nsplit;
+    const int j0 = first + s * chunk, cnt = max(0, min(chunk, n_ctx - j0));
     const int stride = head_dim + 2, npairs = head_dim >> 1;
     if (cnt == 0) {
         for (int g = 0; g < group; g++) {
@@ -337,9 +343,9 @@ __device__ __forceinline__ void attention_split_impl(const float* __restrict__ q
     extern "C" __global__ void __launch_bounds__(ATS_THREADS)                                                    \
         NAME(const float* __restrict__ q, int n_head, int n_head_kv, int head_dim, int start_pos,                \
              const int* __restrict__ pos_ptr, int capacity, const u16* __restrict__ k_cache,                     \
-             const u16* __restrict__ v_cache, float scale, int nsplit, float* __restrict__ part) {               \
+             const u16* __restrict__ v_cache, float scale, int swa, int nsplit, float* __restrict__ part) {      \
         attention_split_impl<PPL, G>(q, n_head, n_head_kv, head_dim, start_pos, pos_ptr, capacity, k_cache,       \
-                                     v_cache, scale, nsplit, part);                                              \
+                                     v_cache, scale, swa, nsplit, part);                                         \
     }
 static_assert(ATS_MAX_GROUP == 8, "the instances below take groups of up to 4 or 8 heads");
 ATTENTION_SPLIT(attention_split_64_g4, 1, 4)
@@ -429,7 +435,7 @@ __device__ __forceinline__ constexpr int atc_stride() { return D + 8; }
 template <int D>
 __device__ __forceinline__ void attention_tc_impl(const float* __restrict__ q, int n, int n_head, int n_head_kv,
                                                   int start_pos, int capacity, const u16* __restrict__ k_cache,
-                                                  const u16* __restrict__ v_cache, float scale,
+                                                  const u16* __restrict__ v_cache, float scale, int swa,
                                                   float* __restrict__ out) {
     constexpr int S = atc_stride<D>(), NT = D / 8, KS = D / 16;
     extern __shared__ __align__(16) u16 atc_smem[];
@@ -464,13 +470,16 @@ __device__ __forceinline__ void attention_tc_impl(const float* __restrict__ q, i
     const int wr = warp * 16;
     const int pos0 = start_pos + q0 + wr + g, pos1 = pos0 + 8;
     const int warp_last = start_pos + q0 + min(wr + 15, rows - 1);  // the warp's last row sees up to here
+    const int warp_first = first_visible(start_pos + q0 + wr, swa);  // and its first row from here
     float o[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.0f, l1 = 0.0f;
     const u32 qh_a = shared_addr(qh), ql_a = shared_addr(ql), ks_a = shared_addr(ks), vs_a = shared_addr(vs);
 
-    for (int k0 = 0; k0 < n_ctx; k0 += ATC_BK) {
+    // The first tile any row of the block sees.
+    const int k_begin = first_visible(start_pos + q0, swa) / ATC_BK * ATC_BK;
+    for (int k0 = k_begin; k0 < n_ctx; k0 += ATC_BK) {
         __syncthreads();  // the previous tile is no longer read (and q is staged)
         for (int i = tid; i < ATC_BK * D / 8; i += ATC_THREADS) {
             const int r = i / (D / 8), d = 8 * (i % (D / 8));
@@ -483,7 +492,7 @@ __device__ __forceinline__ void attention_tc_impl(const float* __restrict__ q, i
             *(uint4*)(vs + r * S + d) = vv;
         }
         __syncthreads();
-        if (wr >= rows || k0 > warp_last) continue;  // nothing this warp sees
+        if (wr >= rows || k0 > warp_last || k0 + ATC_BK <= warp_first) continue;  // nothing this warp sees
 
         // Scores of the warp's 16 rows with the tile's 64 keys: 8 tiles of 8 keys.
         float s[8][4];
@@ -514,8 +523,8 @@ __device__ __forceinline__ void attention_tc_impl(const float* __restrict__ q, i
 #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int key = k0 + 8 * j + 2 * qd + c;
-                if (key > pos0 || key >= n_ctx) s[j][c] = NEG_INF;
-                if (key > pos1 || key >= n_ctx) s[j][2 + c] = NEG_INF;
+                if (key > pos0 || key >= n_ctx || key < first_visible(pos0, swa)) s[j][c] = NEG_INF;
+                if (key > pos1 || key >= n_ctx || key < first_visible(pos1, swa)) s[j][2 + c] = NEG_INF;
                 mx0 = fmaxf(mx0, s[j][c]);
                 mx1 = fmaxf(mx1, s[j][2 + c]);
             }
@@ -583,12 +592,12 @@ __device__ __forceinline__ void attention_tc_impl(const float* __restrict__ q, i
 extern "C" __global__ void __launch_bounds__(ATC_THREADS)
     attention_tc(const float* __restrict__ q, int n, int n_head, int n_head_kv, int head_dim, int start_pos,
                  const int* __restrict__ pos_ptr, int capacity, const u16* __restrict__ k_cache,
-                 const u16* __restrict__ v_cache, float scale, float* __restrict__ out) {
+                 const u16* __restrict__ v_cache, float scale, int swa, float* __restrict__ out) {
     if (pos_ptr) start_pos = *pos_ptr;
     if (blockIdx.x * ATC_BQ >= n || blockIdx.y >= n_head) return;
     if (head_dim == 64) {
-        attention_tc_impl<64>(q, n, n_head, n_head_kv, start_pos, capacity, k_cache, v_cache, scale, out);
+        attention_tc_impl<64>(q, n, n_head, n_head_kv, start_pos, capacity, k_cache, v_cache, scale, swa, out);
     } else if (head_dim == 128) {
-        attention_tc_impl<128>(q, n, n_head, n_head_kv, start_pos, capacity, k_cache, v_cache, scale, out);
+        attention_tc_impl<128>(q, n, n_head, n_head_kv, start_pos, capacity, k_cache, v_cache, scale, swa, out);
     }
 }

@@ -1,33 +1,58 @@
-// elementwise.cu: SwiGLU, GELU and the residual add, one thread per element.
+// elementwise.cu: SwiGLU, GeGLU, GELU, scaling and the residual add, one
+// thread per element.
 #include "common.cuh"
 
-// out[i] = silu(gate[i]) * up[i] = gate / (1 + exp(-gate)) * up
-// With xh set (one row, n a multiple of 32), out is also split for the
-// next mat-vec as quantize_x8 splits it, saving that launch in decode.
-extern "C" __global__ void swiglu(const float* __restrict__ gate, const float* __restrict__ up, i64 n,
-                                  float* __restrict__ out, i8* __restrict__ xh, i8* __restrict__ xl,
-                                  float* __restrict__ xd, float* __restrict__ xs) {
-    const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    const float g = gate[i];
-    const float y = __fmul_rn(__fdiv_rn(g, 1.0f + expf(-g)), up[i]);
-    out[i] = y;
-    if (xh) split_x8(y, i, xh, xl, xd, xs);
-}
-
 // GPT-2's GELU, the tanh approximation (M0-W-1433):
-//   out[i] = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
+//   gelu(x) = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
 // The argument is written x * (1 + 0.044715 * x^2) so that it overflows only
 // where x^2 does; tanhf saturates to +-1 for any large or infinite argument
 // (it is not computed as a ratio of exponentials, which would give inf/inf),
 // so the result is x for large positive x and -0 for large negative x.
+__device__ __forceinline__ float gelu_tanh(float v) {
+    const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+    const float u = k * v * (1.0f + 0.044715f * v * v);
+    return 0.5f * v * (1.0f + tanhf(u));
+}
+
+// out[i] = act(gate[i]) * up[i]: silu(g) = g / (1 + exp(-g)), or gelu_tanh.
+// With xh set (one row, n a multiple of 32), out is also split for the
+// next mat-vec as quantize_x8 splits it, saving that launch in decode.
+template <bool GELU>
+__device__ __forceinline__ void glu(const float* __restrict__ gate, const float* __restrict__ up, i64 n,
+                                    float* __restrict__ out, i8* __restrict__ xh, i8* __restrict__ xl,
+                                    float* __restrict__ xd, float* __restrict__ xs) {
+    const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float g = gate[i];
+    const float a = GELU ? gelu_tanh(g) : __fdiv_rn(g, 1.0f + expf(-g));
+    const float y = __fmul_rn(a, up[i]);
+    out[i] = y;
+    if (xh) split_x8(y, i, xh, xl, xd, xs);
+}
+
+extern "C" __global__ void swiglu(const float* __restrict__ gate, const float* __restrict__ up, i64 n,
+                                  float* __restrict__ out, i8* __restrict__ xh, i8* __restrict__ xl,
+                                  float* __restrict__ xd, float* __restrict__ xs) {
+    glu<false>(gate, up, n, out, xh, xl, xd, xs);
+}
+
+extern "C" __global__ void geglu(const float* __restrict__ gate, const float* __restrict__ up, i64 n,
+                                 float* __restrict__ out, i8* __restrict__ xh, i8* __restrict__ xl,
+                                 float* __restrict__ xd, float* __restrict__ xs) {
+    glu<true>(gate, up, n, out, xh, xl, xd, xs);
+}
+
 extern "C" __global__ void gelu(const float* __restrict__ x, i64 n, float* __restrict__ out) {
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const float v = x[i];
-    const float k = 0.7978845608028654f;  // sqrt(2 / pi)
-    const float u = k * v * (1.0f + 0.044715f * v * v);
-    out[i] = 0.5f * v * (1.0f + tanhf(u));
+    out[i] = gelu_tanh(x[i]);
+}
+
+// x[i] *= factor
+extern "C" __global__ void scale(float* __restrict__ x, i64 n, float factor) {
+    const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    x[i] = x[i] * factor;
 }
 
 // x[i] += y[i]

@@ -140,6 +140,8 @@ fn bench_attention(c: &mut Criterion, dev: &Arc<CudaDevice>, ops: &mut CudaOps, 
             n_head: shape.n_head,
             n_head_kv: shape.n_head_kv,
             head_dim: shape.head_dim,
+            window: None,
+            scale: 1.0 / (shape.head_dim as f32).sqrt(),
         };
         g.throughput(Throughput::Bytes(CudaCache::bytes_for(
             1,

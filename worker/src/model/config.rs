@@ -4,13 +4,14 @@
 //! with an error naming it (M0-W-1211). Architecture-specific choices, such
 //! as the rotary layout, are decided here and nowhere else.
 
-use crate::gguf::{GgufError, Metadata};
+use crate::gguf::{GgufError, MetaValue, Metadata};
 
 /// The architectures this worker runs (M0-W-1212).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Architecture {
     Llama,
     Qwen2,
+    Gemma3,
 }
 
 impl Architecture {
@@ -18,6 +19,7 @@ impl Architecture {
         match name {
             "llama" => Ok(Architecture::Llama),
             "qwen2" => Ok(Architecture::Qwen2),
+            "gemma3" => Ok(Architecture::Gemma3),
             other => Err(ConfigError::UnsupportedArchitecture(other.to_string())),
         }
     }
@@ -26,18 +28,20 @@ impl Architecture {
         match self {
             Architecture::Llama => "llama",
             Architecture::Qwen2 => "qwen2",
+            Architecture::Gemma3 => "gemma3",
         }
     }
 
     /// The rotary layout llama.cpp assigns to the architecture
     /// (`llama_model_rope_type`): `llama` GGUF files store Q/K rows permuted
-    /// for adjacent pairs; `qwen2` (like phi3, gpt-oss) rotates halves (NEOX).
+    /// for adjacent pairs; `qwen2` and `gemma3` (like phi3, gpt-oss) rotate
+    /// halves (NEOX).
     /// Position 0 is unaffected by either, so a wrong choice only shows from
     /// the second token on.
     pub fn rope_style(self) -> RopeStyle {
         match self {
             Architecture::Llama => RopeStyle::Normal,
-            Architecture::Qwen2 => RopeStyle::Neox,
+            Architecture::Qwen2 | Architecture::Gemma3 => RopeStyle::Neox,
         }
     }
 
@@ -58,7 +62,7 @@ pub enum RopeStyle {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("unsupported architecture {0:?} (supported: llama, qwen2)")]
+    #[error("unsupported architecture {0:?} (supported: llama, qwen2, gemma3)")]
     UnsupportedArchitecture(String),
     #[error(transparent)]
     Gguf(#[from] GgufError),
@@ -109,6 +113,14 @@ pub struct ModelConfig {
     pub rope_freq_scale: f32,
     pub rms_eps: f32,
     pub vocab_size: usize,
+    /// Sliding-window attention: how many positions back a query of a
+    /// windowed layer sees, itself included (`attention.sliding_window`).
+    pub sliding_window: Option<usize>,
+    /// Which layers attend through the window (empty without one).
+    pub swa_layers: Vec<bool>,
+    /// The RoPE base of windowed layers (`rope.freq_base_swa`; llama.cpp's
+    /// default 10 000 where the file has none).
+    pub rope_freq_base_swa: f32,
 }
 
 impl ModelConfig {
@@ -124,6 +136,22 @@ impl ModelConfig {
     /// Width of the Q projection.
     pub fn q_dim(&self) -> usize {
         self.n_head * self.head_dim
+    }
+
+    /// The window of layer `il`'s attention, `None` where it sees every position.
+    pub fn window(&self, il: usize) -> Option<usize> {
+        match self.swa_layers.get(il) {
+            Some(true) => self.sliding_window,
+            _ => None,
+        }
+    }
+
+    /// The RoPE base of layer `il`: windowed layers have their own.
+    pub fn rope_base(&self, il: usize) -> f32 {
+        match self.window(il) {
+            Some(_) => self.rope_freq_base_swa,
+            None => self.rope_freq_base,
+        }
     }
 }
 
@@ -168,18 +196,12 @@ impl TryFrom<&Metadata> for ModelConfig {
                 )))
             }
         };
-        check_floats(rms_eps, rope_freq_base, rope_freq_scale)?;
         let vocab_size = match md.opt_u64(&key("vocab_size"))? {
             Some(v) => bounded("vocab_size", v, lim.vocab_size)?,
             None => md.get_str_array("tokenizer.ggml.tokens")?.len(),
         };
 
-        if n_head == 0 || n_head_kv == 0 || n_embd % n_head != 0 || n_head % n_head_kv != 0 {
-            return Err(ConfigError::Invalid(format!(
-                "{n_head} heads, {n_head_kv} KV heads and width {n_embd} do not divide evenly"
-            )));
-        }
-        let head_dim = n_embd / n_head;
+        let head_dim = head_dim(md, arch_name, n_embd, n_head, n_head_kv)?;
         let n_rot = match md.opt_u64(&key("rope.dimension_count"))? {
             // Anything above the head size is refused just below.
             Some(v) => usize::try_from(v).unwrap_or(usize::MAX),
@@ -192,6 +214,22 @@ impl TryFrom<&Metadata> for ModelConfig {
         }
         if n_layer == 0 || n_ff == 0 || vocab_size == 0 || context_length == 0 {
             return Err(ConfigError::Invalid("a zero dimension".into()));
+        }
+        let sliding = sliding_window(md, architecture, n_layer)?;
+        let rope_freq_base_swa = md.opt_f32(&key("rope.freq_base_swa"))?.unwrap_or(10_000.0);
+        check_floats(&[
+            ("attention.layer_norm_rms_epsilon", rms_eps),
+            ("rope.freq_base", rope_freq_base),
+            ("rope.freq_base_swa", rope_freq_base_swa),
+            ("rope scaling (1 / rope.scaling.factor)", rope_freq_scale),
+        ])?;
+        if md
+            .opt_f32(&key("final_logit_softcapping"))?
+            .is_some_and(|c| c != 0.0)
+        {
+            return Err(ConfigError::Invalid(
+                "final_logit_softcapping is not supported".into(),
+            ));
         }
         Ok(ModelConfig {
             architecture,
@@ -208,18 +246,99 @@ impl TryFrom<&Metadata> for ModelConfig {
             rope_freq_scale,
             rms_eps,
             vocab_size,
+            sliding_window: sliding.as_ref().map(|s| s.0),
+            swa_layers: sliding.map(|s| s.1).unwrap_or_default(),
+            rope_freq_base_swa,
         })
     }
 }
 
+/// The head size: `attention.key_length` where the file has it (Gemma 3's
+/// heads are wider than `embedding_length / head_count`), else the width
+/// shared among the heads. K and V heads must be the same size.
+fn head_dim(
+    md: &Metadata,
+    arch: &str,
+    n_embd: usize,
+    n_head: usize,
+    n_head_kv: usize,
+) -> Result<usize, ConfigError> {
+    if n_head == 0 || n_head_kv == 0 || !n_head.is_multiple_of(n_head_kv) {
+        return Err(ConfigError::Invalid(format!(
+            "{n_head} heads and {n_head_kv} KV heads do not divide evenly"
+        )));
+    }
+    let key_len = md.opt_u64(&format!("{arch}.attention.key_length"))?;
+    let value_len = md.opt_u64(&format!("{arch}.attention.value_length"))?;
+    match (key_len, value_len) {
+        (Some(k), v) if v.is_none_or(|v| v == k) => {
+            if k == 0 || k > MAX_HEAD_DIM {
+                return Err(ConfigError::Invalid(format!(
+                    "attention.key_length {k} must be 1 to {MAX_HEAD_DIM}"
+                )));
+            }
+            Ok(k as usize)
+        }
+        (None, None) if n_embd.is_multiple_of(n_head) => Ok(n_embd / n_head),
+        (None, None) => Err(ConfigError::Invalid(format!(
+            "{n_head} heads do not divide the width {n_embd}"
+        ))),
+        (k, v) => Err(ConfigError::Invalid(format!(
+            "attention.key_length {k:?} and value_length {v:?} differ"
+        ))),
+    }
+}
+
+/// Largest head size a file may claim (every backend also checks its own).
+const MAX_HEAD_DIM: u64 = 1024;
+
+/// The sliding window and the layers that use it, as llama.cpp's gemma3
+/// loader reads them: `attention.sliding_window`, and either a per-layer
+/// `attention.sliding_window_pattern` array or a period `n` (default 6) in
+/// which every layer but the `n`-th is windowed.
+fn sliding_window(
+    md: &Metadata,
+    arch: Architecture,
+    n_layer: usize,
+) -> Result<Option<(usize, Vec<bool>)>, ConfigError> {
+    let name = arch.name();
+    let window = match md.opt_u64(&format!("{name}.attention.sliding_window"))? {
+        Some(w) if w > 0 => w,
+        _ => return Ok(None),
+    };
+    if arch != Architecture::Gemma3 {
+        return Err(ConfigError::Invalid(format!(
+            "sliding-window attention is not supported for {name}"
+        )));
+    }
+    let window = usize::try_from(window).unwrap_or(usize::MAX);
+    let pattern_key = format!("{name}.attention.sliding_window_pattern");
+    let layers = match md.get(&pattern_key) {
+        Some(MetaValue::Array(items)) => {
+            let layers: Option<Vec<bool>> = items.iter().map(MetaValue::as_bool).collect();
+            match layers {
+                Some(l) if l.len() == n_layer => l,
+                _ => {
+                    return Err(ConfigError::Invalid(format!(
+                        "{pattern_key} must hold {n_layer} booleans"
+                    )))
+                }
+            }
+        }
+        _ => {
+            let period = md.opt_u64(&pattern_key)?.unwrap_or(6) as usize;
+            (0..n_layer)
+                .map(|il| period == 0 || il % period < period - 1)
+                .collect()
+        }
+    };
+    Ok(Some((window, layers)))
+}
+
 /// The float hyperparameters must be finite and positive: a NaN epsilon or
 /// frequency would turn every activation into NaN without an error.
-fn check_floats(rms_eps: f32, freq_base: f32, freq_scale: f32) -> Result<(), ConfigError> {
-    for (name, v) in [
-        ("attention.layer_norm_rms_epsilon", rms_eps),
-        ("rope.freq_base", freq_base),
-        ("rope scaling (1 / rope.scaling.factor)", freq_scale),
-    ] {
+fn check_floats(values: &[(&str, f32)]) -> Result<(), ConfigError> {
+    for &(name, v) in values {
         if !(v.is_finite() && v > 0.0) {
             return Err(ConfigError::Invalid(format!(
                 "{name} = {v} must be finite and positive"

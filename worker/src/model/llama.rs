@@ -6,9 +6,10 @@
 //! output projection, residual; RMSNorm, SwiGLU feed-forward, residual.
 //! Then `output_norm` and the LM head (`output`, or the tied `token_embd`).
 
-use crate::gguf::{GgufFile, TensorInfo};
+use crate::gguf::GgufFile;
 use crate::model::config::ModelConfig;
 use crate::model::ops::{AttentionShape, Checkpoints, GraphError, Logits, Ops, RopeParams};
+use crate::model::parts::{check_layer_count, lm_head, Binder, Recorder, Upload};
 
 /// One transformer block's weights.
 pub struct LayerWeights<W> {
@@ -33,14 +34,6 @@ pub struct LlamaWeights<W> {
     pub output_norm: W,
     /// `None` when the LM head is tied to `token_embd`.
     pub output: Option<W>,
-}
-
-/// Where a weight's bytes are and what logical shape it has.
-pub struct WeightSpec<'a> {
-    pub info: &'a TensorInfo,
-    /// `[rows, cols]`; a vector is `[1, len]`.
-    pub rows: usize,
-    pub cols: usize,
 }
 
 impl<W> LlamaWeights<W> {
@@ -82,64 +75,34 @@ impl<W> LlamaWeights<W> {
     pub fn load<E: From<GraphError>>(
         cfg: &ModelConfig,
         file: &GgufFile,
-        upload: &mut dyn FnMut(WeightSpec<'_>) -> Result<W, E>,
+        upload: &mut Upload<'_, W, E>,
     ) -> Result<Self, E> {
-        let mut get = |name: &str, rows: usize, cols: usize| -> Result<W, E> {
-            let info = file
-                .tensor(name)
-                .ok_or_else(|| GraphError::MissingTensor(name.to_string()))?;
-            let want: &[u64] = if rows == 1 {
-                &[cols as u64]
-            } else {
-                &[cols as u64, rows as u64]
-            };
-            if info.dims != want {
-                let (name, dims, want) = (name.to_string(), info.dims.to_vec(), want.to_vec());
-                return Err(GraphError::WrongShape { name, dims, want }.into());
-            }
-            upload(WeightSpec { info, rows, cols })
-        };
-
-        check_layer_count(cfg, file)?;
+        check_layer_count(cfg, file, TENSORS_PER_LAYER)?;
+        let mut b = Binder { file, upload };
         let (d, v, ff) = (cfg.n_embd, cfg.vocab_size, cfg.n_ff);
         let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
-        let token_embd = get("token_embd.weight", v, d)?;
+        let bias = cfg.architecture.has_qkv_bias();
+        let token_embd = b.get("token_embd.weight", v, d)?;
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
             let n = |s: &str| format!("blk.{i}.{s}");
-            let bias = cfg.architecture.has_qkv_bias();
             layers.push(LayerWeights {
-                attn_norm: get(&n("attn_norm.weight"), 1, d)?,
-                wq: get(&n("attn_q.weight"), qd, d)?,
-                wk: get(&n("attn_k.weight"), kvd, d)?,
-                wv: get(&n("attn_v.weight"), kvd, d)?,
-                bq: if bias {
-                    Some(get(&n("attn_q.bias"), 1, qd)?)
-                } else {
-                    None
-                },
-                bk: if bias {
-                    Some(get(&n("attn_k.bias"), 1, kvd)?)
-                } else {
-                    None
-                },
-                bv: if bias {
-                    Some(get(&n("attn_v.bias"), 1, kvd)?)
-                } else {
-                    None
-                },
-                wo: get(&n("attn_output.weight"), d, qd)?,
-                ffn_norm: get(&n("ffn_norm.weight"), 1, d)?,
-                ffn_gate: get(&n("ffn_gate.weight"), ff, d)?,
-                ffn_up: get(&n("ffn_up.weight"), ff, d)?,
-                ffn_down: get(&n("ffn_down.weight"), d, ff)?,
+                attn_norm: b.get(&n("attn_norm.weight"), 1, d)?,
+                wq: b.get(&n("attn_q.weight"), qd, d)?,
+                wk: b.get(&n("attn_k.weight"), kvd, d)?,
+                wv: b.get(&n("attn_v.weight"), kvd, d)?,
+                bq: b.when(bias, &n("attn_q.bias"), 1, qd)?,
+                bk: b.when(bias, &n("attn_k.bias"), 1, kvd)?,
+                bv: b.when(bias, &n("attn_v.bias"), 1, kvd)?,
+                wo: b.get(&n("attn_output.weight"), d, qd)?,
+                ffn_norm: b.get(&n("ffn_norm.weight"), 1, d)?,
+                ffn_gate: b.get(&n("ffn_gate.weight"), ff, d)?,
+                ffn_up: b.get(&n("ffn_up.weight"), ff, d)?,
+                ffn_down: b.get(&n("ffn_down.weight"), d, ff)?,
             });
         }
-        let output_norm = get("output_norm.weight", 1, d)?;
-        let output = match file.tensor("output.weight") {
-            Some(_) => Some(get("output.weight", v, d)?),
-            None => None,
-        };
+        let output_norm = b.get("output_norm.weight", 1, d)?;
+        let output = b.optional("output.weight", v, d)?;
         Ok(LlamaWeights {
             token_embd,
             layers,
@@ -152,20 +115,6 @@ impl<W> LlamaWeights<W> {
 /// Tensors every layer has whatever the architecture: two norms, four
 /// attention and three feed-forward matrices.
 const TENSORS_PER_LAYER: u64 = 9;
-
-/// A layer count the file cannot hold is refused before anything is sized
-/// from it (a hostile `block_count` would otherwise size the layer table).
-fn check_layer_count(cfg: &ModelConfig, file: &GgufFile) -> Result<(), GraphError> {
-    let needed = (cfg.n_layer as u64).saturating_mul(TENSORS_PER_LAYER);
-    if needed > file.tensors.len() as u64 {
-        return Err(GraphError::TooFewTensors {
-            layers: cfg.n_layer,
-            needed,
-            have: file.tensors.len(),
-        });
-    }
-    Ok(())
-}
 
 /// Runs `tokens` at positions `start_pos..` through the model, appending
 /// their K/V to `cache`, writes the requested logits to `out` (left empty for
@@ -181,30 +130,18 @@ pub fn forward<O: Ops>(
     start_pos: usize,
     logits: Logits,
     out: &mut Vec<f32>,
-    mut checkpoints: Option<&mut Checkpoints>,
+    checkpoints: Option<&mut Checkpoints>,
 ) -> Result<(), O::Error> {
     let n = tokens.len();
     if n == 0 {
         return Err(GraphError::NoTokens.into());
     }
     let (d, qd, kvd) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim());
-    let last = n - 1;
-    let mut host_row = Vec::new();
-    let mut record = |ops: &mut O,
-                      name: &str,
-                      x: &O::Buf,
-                      cp: &mut Option<&mut Checkpoints>|
-     -> Result<(), O::Error> {
-        if let Some(cp) = cp.as_deref_mut() {
-            ops.row_to_host(x, last, &mut host_row)?;
-            cp.record(name, &host_row);
-        }
-        Ok(())
-    };
+    let mut rec = Recorder::new(checkpoints, n);
 
     let mut x = ops.buf(n, d)?;
     ops.embed(&w.token_embd, tokens, &mut x)?;
-    record(ops, "inp_embd", &x, &mut checkpoints)?;
+    rec.record(ops, "inp_embd", &x)?;
 
     let mut h = ops.buf(n, d)?;
     let mut q = ops.buf(n, qd)?;
@@ -243,6 +180,8 @@ pub fn forward<O: Ops>(
             n_head: cfg.n_head,
             n_head_kv: cfg.n_head_kv,
             head_dim: cfg.head_dim,
+            window: None,
+            scale: 1.0 / (cfg.head_dim as f32).sqrt(),
         };
         ops.attention(&q, &k, &v, cache, shape, &mut attn)?;
         ops.matmul(&attn, &l.wo, None, &mut proj)?;
@@ -256,34 +195,11 @@ pub fn forward<O: Ops>(
             Some(next) => ops.add_rms_norm(&mut x, &proj, &next.attn_norm, cfg.rms_eps, &mut h)?,
             None => ops.add_assign(&mut x, &proj)?,
         }
-        record(ops, &format!("l_out-{il}"), &x, &mut checkpoints)?;
+        rec.record(ops, &format!("l_out-{il}"), &x)?;
     }
 
-    // Only the rows whose logits are wanted go through the final norm and head.
-    let x = match logits {
-        Logits::All => x,
-        Logits::Last | Logits::None if n == 1 => x,
-        Logits::Last | Logits::None => ops.take_row(&x, last)?,
-    };
-    let rows = match logits {
-        Logits::All => n,
-        Logits::Last | Logits::None => 1,
-    };
-    let mut normed = ops.buf(rows, d)?;
-    ops.rms_norm(&x, &w.output_norm, cfg.rms_eps, &mut normed)?;
-    if let Some(cp) = checkpoints {
-        ops.row_to_host(&normed, rows - 1, &mut host_row)?;
-        cp.record("result_norm", &host_row);
-    }
     let head = w.output.as_ref().unwrap_or(&w.token_embd);
-    let mut result = ops.buf(rows, cfg.vocab_size)?;
-    ops.matmul(&normed, head, None, &mut result)?;
-    ops.keep_last_row(&result)?;
-    if logits == Logits::None {
-        out.clear();
-        return Ok(());
-    }
-    ops.to_host(&result, out)
+    lm_head(ops, cfg, x, &w.output_norm, head, logits, out, &mut rec)
 }
 
 #[cfg(test)]

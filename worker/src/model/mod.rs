@@ -4,11 +4,95 @@
 //! Nothing here names a backend: `crate::load` puts a model on one.
 
 pub mod config;
+pub mod gemma3;
 pub mod llama;
 pub mod ops;
+pub mod parts;
 pub mod synthetic;
 
 pub use config::{Architecture, ConfigError, ModelConfig, RopeStyle};
+
+use crate::gguf::GgufFile;
+use gemma3::Gemma3Weights;
+use llama::LlamaWeights;
+use ops::{Checkpoints, GraphError, Logits, Ops};
+use parts::Upload;
+
+/// A model's weights, as handles of a backend's weight type, in the layout
+/// of its architecture family: what a backend holds and runs.
+pub enum Weights<W> {
+    /// `llama` and `qwen2`.
+    Llama(LlamaWeights<W>),
+    Gemma3(Gemma3Weights<W>),
+}
+
+impl<W> Weights<W> {
+    /// Every tensor name the architecture reads, for checks that nothing is
+    /// left unused (M0-W-1213).
+    pub fn tensor_names(cfg: &ModelConfig, file: &GgufFile) -> Vec<String> {
+        match cfg.architecture {
+            Architecture::Llama | Architecture::Qwen2 => LlamaWeights::<W>::tensor_names(cfg, file),
+            Architecture::Gemma3 => Gemma3Weights::<W>::tensor_names(cfg, file),
+        }
+    }
+
+    /// Binds every tensor through `upload` (the device's), checking each
+    /// one's shape first. `E` is the device's error type.
+    pub fn load<E: From<GraphError>>(
+        cfg: &ModelConfig,
+        file: &GgufFile,
+        upload: &mut Upload<'_, W, E>,
+    ) -> Result<Self, E> {
+        Ok(match cfg.architecture {
+            Architecture::Llama | Architecture::Qwen2 => {
+                Weights::Llama(LlamaWeights::load(cfg, file, upload)?)
+            }
+            Architecture::Gemma3 => Weights::Gemma3(Gemma3Weights::load(cfg, file, upload)?),
+        })
+    }
+}
+
+/// Runs `tokens` at positions `start_pos..` through the model, appending
+/// their K/V to `cache`, writes the requested logits to `out` (left empty for
+/// `Logits::None`) and hands the last position's logits to
+/// `Ops::keep_last_row`.
+#[allow(clippy::too_many_arguments)]
+pub fn forward<O: Ops>(
+    ops: &mut O,
+    cfg: &ModelConfig,
+    w: &Weights<O::Weight>,
+    cache: &mut O::Cache,
+    tokens: &[u32],
+    start_pos: usize,
+    logits: Logits,
+    out: &mut Vec<f32>,
+    checkpoints: Option<&mut Checkpoints>,
+) -> Result<(), O::Error> {
+    match w {
+        Weights::Llama(w) => llama::forward(
+            ops,
+            cfg,
+            w,
+            cache,
+            tokens,
+            start_pos,
+            logits,
+            out,
+            checkpoints,
+        ),
+        Weights::Gemma3(w) => gemma3::forward(
+            ops,
+            cfg,
+            w,
+            cache,
+            tokens,
+            start_pos,
+            logits,
+            out,
+            checkpoints,
+        ),
+    }
+}
 
 /// What the rest of the worker needs to know about the loaded model.
 #[derive(Clone, Debug, serde::Serialize)]

@@ -68,6 +68,24 @@ pub struct AttentionShape {
     pub n_head: usize,
     pub n_head_kv: usize,
     pub head_dim: usize,
+    /// Query row `t` sees the cached positions `p` with
+    /// `start_pos + t - p < window` (sliding-window layers), or all of
+    /// `0..=start_pos + t` when `None`.
+    pub window: Option<usize>,
+    /// The factor on `q . k` before the softmax (`1 / sqrt(head_dim)` in
+    /// most architectures).
+    pub scale: f32,
+}
+
+impl AttentionShape {
+    /// The first cached position query row `t` sees.
+    pub fn first_visible(&self, t: usize) -> usize {
+        let pos = self.start_pos + t;
+        match self.window {
+            Some(w) => (pos + 1).saturating_sub(w),
+            None => 0,
+        }
+    }
 }
 
 /// Parameters of one RoPE call.
@@ -104,7 +122,9 @@ pub trait Ops {
         out: &mut Self::Buf,
     ) -> Result<(), Self::Error>;
 
-    /// `out[t] = x[t] / rms(x[t]) * weight`.
+    /// `out[t] = x[t] / rms(x[t]) * weight`. A weight narrower than the row
+    /// normalises each `weight`-wide group of it on its own (Gemma 3's
+    /// per-head Q and K norms); the row width must be a multiple of it.
     fn rms_norm(
         &mut self,
         x: &Self::Buf,
@@ -145,6 +165,17 @@ pub trait Ops {
         up: &Self::Buf,
         out: &mut Self::Buf,
     ) -> Result<(), Self::Error>;
+
+    /// `out = gelu(gate) * up`, elementwise, GELU in its tanh form (Gemma's GeGLU).
+    fn geglu(
+        &mut self,
+        gate: &Self::Buf,
+        up: &Self::Buf,
+        out: &mut Self::Buf,
+    ) -> Result<(), Self::Error>;
+
+    /// `x *= factor`, elementwise.
+    fn scale(&mut self, x: &mut Self::Buf, factor: f32) -> Result<(), Self::Error>;
 
     /// GPT-2's LayerNorm: `out[t] = (x[t] - mean(x[t])) / sqrt(var(x[t]) + eps) * weight (+ bias)`,
     /// the variance being the mean squared deviation (M0-W-1432).

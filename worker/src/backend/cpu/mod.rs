@@ -14,13 +14,13 @@ use crate::backend::{
     SampleRequest, SampledToken,
 };
 use crate::gguf::GgufFile;
-use crate::model::llama::{self, LlamaWeights};
 use crate::model::ModelConfig;
+use crate::model::{self, Weights};
 use crate::sampling::Selector;
 
 pub struct CpuBackend {
     cfg: ModelConfig,
-    weights: LlamaWeights<CpuWeight>,
+    weights: Weights<CpuWeight>,
     cache: Option<CpuCache>,
     len: usize,
     device: DeviceInfo,
@@ -37,7 +37,7 @@ impl CpuBackend {
         file: Arc<GgufFile>,
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<Self, BackendError> {
-        let weights = LlamaWeights::load(&cfg, &file, &mut |spec| {
+        let weights = Weights::load(&cfg, &file, &mut |spec| {
             on_bytes(spec.info.n_bytes);
             if spec.rows == 1 {
                 CpuWeight::dense(&file, spec.info, spec.cols)
@@ -106,7 +106,7 @@ impl Backend for CpuBackend {
         let (ops, cfg, w, start) = (&mut CpuOps, &self.cfg, &self.weights, self.len);
         if logits == Logits::None {
             // Host memory either way: the last row goes straight to the sampler's copy.
-            llama::forward(
+            model::forward(
                 ops,
                 cfg,
                 w,
@@ -119,7 +119,7 @@ impl Backend for CpuBackend {
             )?;
             out.clear();
         } else {
-            llama::forward(ops, cfg, w, cache, tokens, start, logits, out, checkpoints)?;
+            model::forward(ops, cfg, w, cache, tokens, start, logits, out, checkpoints)?;
             self.last_logits
                 .extend_from_slice(&out[out.len() - cfg.vocab_size..]);
         }

@@ -202,15 +202,16 @@ impl Ops for CpuOps {
         out: &mut CpuBuf,
     ) -> Result<(), BackendError> {
         let w = weight.values();
-        if w.len() != x.cols || out.rows != x.rows || out.cols != x.cols {
+        let width = w.len();
+        if width == 0 || !x.cols.is_multiple_of(width) || out.rows != x.rows || out.cols != x.cols {
             return Err(shape_error("rms_norm"));
         }
         for (xr, or) in x
             .data
-            .chunks_exact(x.cols)
-            .zip(out.data.chunks_exact_mut(x.cols))
+            .chunks_exact(width)
+            .zip(out.data.chunks_exact_mut(width))
         {
-            let mean_sq = xr.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / x.cols as f64;
+            let mean_sq = xr.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / width as f64;
             let scale = (1.0 / (mean_sq + eps as f64).sqrt()) as f32;
             for ((o, &v), &g) in or.iter_mut().zip(xr).zip(w) {
                 *o = v * scale * g;
@@ -367,7 +368,7 @@ impl Ops for CpuOps {
         let (kc, vc) = (&cache.k[s.layer], &cache.v[s.layer]);
 
         let group = s.n_head / s.n_head_kv;
-        let scale = 1.0 / (hd as f32).sqrt();
+        let scale = s.scale;
         out.data
             .par_chunks_mut(hd)
             .enumerate()
@@ -379,9 +380,9 @@ impl Ops for CpuOps {
                 let mut qv = [0.0f32; MAX_HEAD_DIM];
                 let qv = &mut qv[..hd];
                 round_f16_into(&q.data[t * q.cols + h * hd..t * q.cols + (h + 1) * hd], qv);
-                let n_ctx = s.start_pos + t + 1;
+                let (first, n_ctx) = (s.first_visible(t), s.start_pos + t + 1);
                 scores.clear();
-                scores.extend((0..n_ctx).map(|j| {
+                scores.extend((first..n_ctx).map(|j| {
                     dot_f32(qv, &kc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd]) * scale
                 }));
                 let max = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
@@ -392,7 +393,7 @@ impl Ops for CpuOps {
                 }
                 let inv = (1.0 / sum) as f32;
                 o.fill(0.0);
-                for (j, &p) in scores.iter().enumerate() {
+                for (j, &p) in (first..).zip(scores.iter()) {
                     let vrow = &vc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd];
                     let p = half::f16::from_f32(p * inv).to_f32();
                     for (oi, &vi) in o.iter_mut().zip(vrow) {
@@ -409,6 +410,23 @@ impl Ops for CpuOps {
         }
         for ((o, &g), &u) in out.data.iter_mut().zip(&gate.data).zip(&up.data) {
             *o = g / (1.0 + (-g).exp()) * u;
+        }
+        Ok(())
+    }
+
+    fn geglu(&mut self, gate: &CpuBuf, up: &CpuBuf, out: &mut CpuBuf) -> Result<(), BackendError> {
+        if gate.data.len() != up.data.len() || out.data.len() != up.data.len() {
+            return Err(shape_error("geglu"));
+        }
+        for ((o, &g), &u) in out.data.iter_mut().zip(&gate.data).zip(&up.data) {
+            *o = gelu(g) * u;
+        }
+        Ok(())
+    }
+
+    fn scale(&mut self, x: &mut CpuBuf, factor: f32) -> Result<(), BackendError> {
+        for v in x.data.iter_mut() {
+            *v *= factor;
         }
         Ok(())
     }
@@ -519,6 +537,130 @@ mod tests {
         CpuWeight::Dense {
             values: values.to_vec(),
         }
+    }
+
+    /// A weight as wide as a head normalises each head of the row on its
+    /// own: the same as normalising the heads as rows of their own.
+    #[test]
+    fn a_narrow_rms_norm_weight_normalises_each_group() {
+        let x: Vec<f32> = (0..24)
+            .map(|i| (i as f32 * 0.7).sin() * (1 + i / 8) as f32)
+            .collect();
+        let w = vector(&[1.0, 0.5, 2.0, -1.0, 0.25, 3.0, 1.5, 0.75]);
+        let mut whole = CpuBuf {
+            rows: 1,
+            cols: 24,
+            data: vec![0.0; 24],
+        };
+        CpuOps
+            .rms_norm(
+                &CpuBuf {
+                    rows: 1,
+                    cols: 24,
+                    data: x.clone(),
+                },
+                &w,
+                1e-6,
+                &mut whole,
+            )
+            .unwrap();
+        let mut heads = CpuBuf {
+            rows: 3,
+            cols: 8,
+            data: vec![0.0; 24],
+        };
+        CpuOps
+            .rms_norm(
+                &CpuBuf {
+                    rows: 3,
+                    cols: 8,
+                    data: x,
+                },
+                &w,
+                1e-6,
+                &mut heads,
+            )
+            .unwrap();
+        assert_eq!(whole.data, heads.data);
+        let mut odd = CpuBuf {
+            rows: 1,
+            cols: 20,
+            data: vec![0.0; 20],
+        };
+        let x20 = CpuBuf {
+            rows: 1,
+            cols: 20,
+            data: vec![1.0; 20],
+        };
+        assert!(CpuOps.rms_norm(&x20, &w, 1e-6, &mut odd).is_err());
+    }
+
+    /// With a sliding window, a query sees only the window's positions: the
+    /// same output as attention over just those keys, and different from
+    /// attention over all of them.
+    #[test]
+    fn a_sliding_window_hides_older_positions() {
+        let (hd, n) = (4, 6);
+        let rows = |seed: f32| -> Vec<f32> {
+            (0..n * hd)
+                .map(|i| ((i as f32 + seed) * 0.37).sin())
+                .collect()
+        };
+        let (q, k, v) = (rows(0.0), rows(1.0), rows(2.0));
+        let shape = AttentionShape {
+            layer: 0,
+            start_pos: 0,
+            n_tokens: n,
+            n_head: 1,
+            n_head_kv: 1,
+            head_dim: hd,
+            window: Some(3),
+            scale: 0.5,
+        };
+        let buf = |data: &[f32], rows: usize| CpuBuf {
+            rows,
+            cols: hd,
+            data: data.to_vec(),
+        };
+        let run = |shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32]| {
+            let rows = shape.n_tokens;
+            let mut cache = CpuCache::new(1, n, hd);
+            let mut out = buf(&vec![0.0; rows * hd], rows);
+            CpuOps
+                .attention(
+                    &buf(q, rows),
+                    &buf(k, rows),
+                    &buf(v, rows),
+                    &mut cache,
+                    shape,
+                    &mut out,
+                )
+                .unwrap();
+            out.data
+        };
+        let windowed = run(shape, &q, &k, &v);
+        let full = run(
+            AttentionShape {
+                window: None,
+                ..shape
+            },
+            &q,
+            &k,
+            &v,
+        );
+        // The last row (position 5) sees positions 3, 4, 5: attention of a
+        // three-token sequence made of just those keys, at its last row.
+        let tail = |x: &[f32]| x[3 * hd..].to_vec();
+        let three = AttentionShape {
+            n_tokens: 3,
+            window: None,
+            ..shape
+        };
+        let alone = run(three, &tail(&q), &tail(&k), &tail(&v));
+        assert_eq!(&windowed[5 * hd..], &alone[2 * hd..]);
+        assert_ne!(&windowed[5 * hd..], &full[5 * hd..]);
+        // Rows within the window of the start see everything, as without one.
+        assert_eq!(&windowed[..3 * hd], &full[..3 * hd]);
     }
 
     /// M0-W-1432: the CPU LayerNorm against the formula worked out in f64,

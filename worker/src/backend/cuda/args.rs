@@ -885,9 +885,12 @@ impl KernelCall for LayerNormArgs {
     }
 }
 
-/// `swiglu`: `out[i] = gate[i] / (1 + exp(-gate[i])) * up[i]`.
+/// `swiglu`: `out[i] = gate[i] / (1 + exp(-gate[i])) * up[i]`, or with
+/// `gelu`, `geglu`: `out[i] = gelu(gate[i]) * up[i]`.
 #[derive(Clone, Copy, Debug)]
 pub struct SwigluArgs {
+    /// GeGLU instead of SwiGLU.
+    pub gelu: bool,
     /// `[len]` f32 each.
     pub gate: DevPtr<f32>,
     pub up: DevPtr<f32>,
@@ -918,10 +921,10 @@ impl KernelCall for SwigluArgs {
             ("up", self.up.addr()),
             ("out", self.out.addr()),
         ];
-        plan(Kernel::Swiglu, [], buffers, Work::Elements(self.len))
+        plan(self.kernel(), [], buffers, Work::Elements(self.len))
     }
     fn validate(&self) -> Result<(), BackendError> {
-        validate_x8_output(Kernel::Swiglu, self.x8, 1, self.len)
+        validate_x8_output(self.kernel(), self.x8, 1, self.len)
     }
     fn params(&self) -> Self::Params {
         let (hi, lo, d, sums) = X8Bufs::writes_or_null(self.x8);
@@ -961,6 +964,41 @@ impl KernelCall for GeluArgs {
     }
     fn params(&self) -> Self::Params {
         (self.x, self.len as i64, self.out)
+    }
+}
+
+impl SwigluArgs {
+    fn kernel(&self) -> Kernel {
+        if self.gelu {
+            Kernel::Geglu
+        } else {
+            Kernel::Swiglu
+        }
+    }
+}
+
+/// `scale`: `x[i] *= factor`.
+#[derive(Clone, Copy, Debug)]
+pub struct ScaleArgs {
+    /// `[len]` f32.
+    pub x: DevPtrMut<f32>,
+    pub len: usize,
+    pub factor: f32,
+}
+
+impl KernelCall for ScaleArgs {
+    type Params = (DevPtrMut<f32>, i64, f32);
+
+    fn plan(&self) -> Plan {
+        plan(
+            Kernel::Scale,
+            [],
+            [("x", self.x.addr())],
+            Work::Elements(self.len),
+        )
+    }
+    fn params(&self) -> Self::Params {
+        (self.x, self.len as i64, self.factor)
     }
 }
 

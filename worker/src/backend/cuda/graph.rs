@@ -3,7 +3,7 @@
 //! A decode step (one token, last-position logits) launches a few hundred
 //! small kernels; launched one by one, the host's launch cost dominates. So
 //! the first decode step of a sequence is captured from the stream into a
-//! graph (running the unchanged `llama::forward` over `CudaOps` in capture
+//! graph (running the unchanged `model::forward` over `CudaOps` in capture
 //! mode, see `ops::GraphCapture`), and every decode step, that one included,
 //! replays it: the host writes the token id and position into pinned memory,
 //! copies them to the step's device slot, launches the graph and waits for
@@ -25,8 +25,8 @@ use cudarc::driver::sys::{self, CUgraphExec};
 use crate::backend::cuda::device::{align_up, driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::ops::{CudaCache, CudaOps, CudaWeight, GraphCapture};
 use crate::backend::{BackendError, Logits};
-use crate::model::llama::{self, LlamaWeights};
 use crate::model::ModelConfig;
+use crate::model::{self, Weights};
 
 /// Pinned host memory, freed on drop.
 pub struct Pinned {
@@ -113,20 +113,38 @@ impl Drop for DecodeGraph {
     }
 }
 
-/// Bytes of activations one decode step of `llama::forward` allocates, with slack.
+/// Bytes of activations one decode step of `model::forward` allocates, with slack.
 fn arena_bytes(cfg: &ModelConfig) -> u64 {
     let (d, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
-    let bufs = [d, d, qd, kvd, kvd, qd, d, ff, ff, ff, d, d, cfg.vocab_size];
+    // Every architecture's buffers fit in this (Gemma 3's, the most, use
+    // four rows of `d`, three of `qd` and `kvd`).
+    let bufs = [
+        d,
+        d,
+        d,
+        d,
+        d,
+        qd,
+        qd,
+        qd,
+        kvd,
+        kvd,
+        kvd,
+        ff,
+        ff,
+        ff,
+        cfg.vocab_size,
+    ];
     bufs.iter().map(|&n| align_up(n as u64 * 4)).sum::<u64>() + (64 << 10)
 }
 
 impl DecodeGraph {
-    /// Captures one decode step of `llama::forward` for the sequence whose
+    /// Captures one decode step of `model::forward` for the sequence whose
     /// cache is `cache`, with its attention split over the context or not.
     pub fn capture(
         ops: &mut CudaOps,
         cfg: &ModelConfig,
-        weights: &LlamaWeights<CudaWeight>,
+        weights: &Weights<CudaWeight>,
         cache: &mut CudaCache,
         split_attention: bool,
     ) -> Result<DecodeGraph, BackendError> {
@@ -161,7 +179,7 @@ impl DecodeGraph {
         let recorded = begun
             .map_err(|e| driver_error("beginning a graph capture", e))
             .and_then(|()| {
-                llama::forward(
+                model::forward(
                     ops,
                     cfg,
                     weights,

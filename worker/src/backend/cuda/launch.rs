@@ -65,9 +65,13 @@ pub enum Kernel {
     AttentionSplit(u8, u8),
     AttentionCombine,
     Swiglu,
+    /// `geglu`: `swiglu` with the tanh-approximated GELU (Gemma's feed-forward).
+    Geglu,
     /// `gelu`: GPT-2's tanh-approximated GELU (M0-W-1433).
     Gelu,
     AddAssign,
+    /// `scale`: `x *= factor` (Gemma's embeddings).
+    Scale,
     /// `sample_select`: the sampling pipeline over one logit vector.
     SampleSelect,
     /// `sample_logprobs`: the top log-probabilities of one logit vector.
@@ -115,8 +119,10 @@ impl Kernel {
             Kernel::AttentionSplit(4, 8),
             Kernel::AttentionCombine,
             Kernel::Swiglu,
+            Kernel::Geglu,
             Kernel::Gelu,
             Kernel::AddAssign,
+            Kernel::Scale,
             Kernel::SampleSelect,
             Kernel::SampleLogprobs,
         ]);
@@ -140,8 +146,10 @@ impl Kernel {
             | Kernel::AttentionSplit(..)
             | Kernel::AttentionCombine => Module::Attention,
             Kernel::Swiglu
+            | Kernel::Geglu
             | Kernel::Gelu
             | Kernel::AddAssign
+            | Kernel::Scale
             | Kernel::QuantizeX8
             | Kernel::GemmSplitsSum => Module::Elementwise,
             Kernel::SampleSelect | Kernel::SampleLogprobs => Module::Sample,
@@ -220,8 +228,10 @@ impl Kernel {
             }
             Kernel::AttentionCombine => "attention_combine".into(),
             Kernel::Swiglu => "swiglu".into(),
+            Kernel::Geglu => "geglu".into(),
             Kernel::Gelu => "gelu".into(),
             Kernel::AddAssign => "add_assign".into(),
+            Kernel::Scale => "scale".into(),
             Kernel::SampleSelect => "sample_select".into(),
             Kernel::SampleLogprobs => "sample_logprobs".into(),
         }
@@ -409,8 +419,10 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
             Kernel::Rope
             | Kernel::KvStore
             | Kernel::Swiglu
+            | Kernel::Geglu
             | Kernel::Gelu
             | Kernel::AddAssign
+            | Kernel::Scale
             | Kernel::QuantizeX8
             | Kernel::GemmSplitsSum,
             Work::Elements(n),

@@ -2,7 +2,7 @@
 //! run time), kernels from `cuda/*.cu` compiled by NVRTC.
 //!
 //! It mirrors the CPU reference backend (`backend::cpu`): the same
-//! `llama::forward` graph runs over [`CudaOps`]. Weights sit in VRAM in their
+//! `model::forward` graph runs over [`CudaOps`]. Weights sit in VRAM in their
 //! stored GGUF format (M0-W-1201) and are decoded inside the kernels; the KV
 //! cache is f16. Each forward pass leaves its last position's logits on the
 //! device, where `Backend::sample` picks the next token with the sampling
@@ -55,8 +55,8 @@ use crate::backend::{
     Backend, BackendError, Checkpoints, DeviceInfo, Logits, MemoryUse, SampleRequest, SampledToken,
 };
 use crate::gguf::GgufFile;
-use crate::model::llama::{self, LlamaWeights};
 use crate::model::ModelConfig;
+use crate::model::{self, Weights};
 use crate::quant::{self, GgmlType};
 use device::{memory_type, Purpose};
 
@@ -118,7 +118,7 @@ pub struct CudaBackend {
     cfg: ModelConfig,
     dev: Arc<CudaDevice>,
     ops: CudaOps,
-    weights: LlamaWeights<CudaWeight>,
+    weights: Weights<CudaWeight>,
     /// Every weight buffer, by tensor name, for the residency check.
     weight_bufs: Vec<WeightBuffer>,
     host_mapped: Option<HostMapped>,
@@ -167,7 +167,7 @@ impl CudaBackend {
             ));
         }
         // Only the kernels of the model's matrix formats are compiled.
-        let names = LlamaWeights::<CudaWeight>::tensor_names(&cfg, file);
+        let names = Weights::<CudaWeight>::tensor_names(&cfg, file);
         let mut formats = Vec::new();
         for info in names.iter().filter_map(|n| file.tensor(n)) {
             if info.dims.len() > 1 && !formats.contains(&info.ggml_type) {
@@ -202,7 +202,7 @@ impl CudaBackend {
 
         let mut uploader = upload::Uploader::new(dev.clone(), opts.upload_chunk_bytes)?;
         let mut weight_bufs = Vec::with_capacity(names.len());
-        let weights = LlamaWeights::load(&cfg, file, &mut |spec| {
+        let weights = Weights::load(&cfg, file, &mut |spec| {
             let info = spec.info;
             let data = file.tensor_data(info);
             let w = if spec.rows == 1 {
@@ -321,7 +321,7 @@ impl CudaBackend {
         &self.weight_bufs
     }
 
-    pub fn weights(&self) -> &LlamaWeights<CudaWeight> {
+    pub fn weights(&self) -> &Weights<CudaWeight> {
         &self.weights
     }
 
@@ -406,11 +406,11 @@ impl CudaBackend {
     }
 }
 
-/// Scratch one decode step needs (the activations of `llama::forward` for one
+/// Scratch one decode step needs (the activations of `model::forward` for one
 /// token), with slack for the pool's granularity.
 fn decode_scratch_bytes(cfg: &ModelConfig) -> u64 {
     let floats =
-        4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 3 * cfg.n_ff + cfg.vocab_size;
+        5 * cfg.n_embd + 3 * cfg.q_dim() + 3 * cfg.kv_dim() + 3 * cfg.n_ff + cfg.vocab_size;
     align_up(floats as u64 * 4) + (4 << 20)
 }
 
@@ -534,7 +534,7 @@ impl Backend for CudaBackend {
             }
         }
         let cache = self.cache.as_mut().expect("checked above");
-        llama::forward(
+        model::forward(
             &mut self.ops,
             &self.cfg,
             &self.weights,

@@ -15,7 +15,7 @@ use cudarc::driver::sys::CUdeviceptr;
 use crate::backend::cuda::args::{
     AddAssignArgs, AddRmsNormArgs, AttentionArgs, AttentionCombineArgs, AttentionSplitArgs,
     CacheWindow, EmbedArgs, GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs, QuantizeX8Args,
-    RmsNormArgs, RopeArgs, RopePairs, SplitsOutput, SwigluArgs, X8Bufs,
+    RmsNormArgs, RopeArgs, RopePairs, ScaleArgs, SplitsOutput, SwigluArgs, X8Bufs,
 };
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::kernels::MV8_LOOP_MAX_TOKENS;
@@ -163,6 +163,36 @@ impl CudaOps {
         let block = self.x8.as_ref()?;
         let fits = out.rows == 1 && out.cols.is_multiple_of(32) && block.len >= out.len();
         (fits && self.dev.kernels.mv8_enabled()).then(|| X8Bufs::at(block.mem.ptr(), out.len()))
+    }
+
+    /// `out = act(gate) * up` with SiLU, or GELU when `gelu`.
+    fn glu(
+        &mut self,
+        gelu: bool,
+        gate: &CudaBuf,
+        up: &CudaBuf,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        if gate.len() != up.len() || out.len() != up.len() || up.is_empty() {
+            return Err(shape_error(format!(
+                "glu: {} {} {}",
+                gate.len(),
+                up.len(),
+                out.len()
+            )));
+        }
+        check_bufs("glu", &[gate, up, out])?;
+        self.dev.bind()?;
+        let x8 = self.x8_for(out);
+        let args = SwigluArgs {
+            gelu,
+            gate: gate.input(),
+            up: up.input(),
+            len: up.len(),
+            out: out.output(),
+            x8,
+        };
+        self.launch_splitting(&args, out)
     }
 
     /// Launches a kernel that writes `out` and, when `args.x8()` says so,
@@ -402,7 +432,10 @@ impl Ops for CudaOps {
         eps: f32,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
-        if !is_f32_vector(weight, x.cols)
+        let width = weight.cols;
+        if !is_f32_vector(weight, width)
+            || width == 0
+            || !x.cols.is_multiple_of(width)
             || out.rows != x.rows
             || out.cols != x.cols
             || x.is_empty()
@@ -415,8 +448,11 @@ impl Ops for CudaOps {
         check_weights("rms_norm", &[weight])?;
         check_bufs("rms_norm", &[x, out])?;
         self.dev.bind()?;
-        let (w, rows, cols) = (weight.vector(), x.rows, x.cols);
-        let x8 = self.x8_for(out);
+        // A narrower weight normalises each group of a row: the kernel sees
+        // the groups as rows of their own (the buffer is contiguous).
+        let groups = x.cols / width;
+        let (w, rows, cols) = (weight.vector(), x.rows * groups, width);
+        let x8 = if groups == 1 { self.x8_for(out) } else { None };
         let args = RmsNormArgs {
             x: x.input(),
             w,
@@ -607,11 +643,9 @@ impl Ops for CudaOps {
             v_cache,
         };
         kernels.launch(st, &store)?;
-        let (k_cache, v_cache, scale) = (
-            k_cache.as_const(),
-            v_cache.as_const(),
-            1.0 / (hd as f32).sqrt(),
-        );
+        // A window as wide as the cache hides nothing.
+        let sliding = s.window.map_or(0, |w| w.min(cache.capacity));
+        let (k_cache, v_cache, scale) = (k_cache.as_const(), v_cache.as_const(), s.scale);
         if let (Some(sp), Some(mut part)) = (split, part) {
             let (n_head, nsplit) = (s.n_head, sp.nsplit);
             let a = AttentionSplitArgs {
@@ -623,6 +657,7 @@ impl Ops for CudaOps {
                 k_cache,
                 v_cache,
                 scale,
+                sliding,
                 nsplit,
                 part: part.output(),
             };
@@ -645,6 +680,7 @@ impl Ops for CudaOps {
             k_cache,
             v_cache,
             scale,
+            sliding,
             out: out.output(),
             tensor_cores: kernels.attention_on_tensor_cores(n, hd),
         };
@@ -657,20 +693,30 @@ impl Ops for CudaOps {
         up: &CudaBuf,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
-        if gate.len() != up.len() || out.len() != up.len() || up.is_empty() {
-            return Err(shape_error("swiglu".into()));
+        self.glu(false, gate, up, out)
+    }
+
+    fn geglu(
+        &mut self,
+        gate: &CudaBuf,
+        up: &CudaBuf,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        self.glu(true, gate, up, out)
+    }
+
+    fn scale(&mut self, x: &mut CudaBuf, factor: f32) -> Result<(), BackendError> {
+        if x.is_empty() {
+            return Err(shape_error("scale: an empty buffer".into()));
         }
-        check_bufs("swiglu", &[gate, up, out])?;
+        check_bufs("scale", &[x])?;
         self.dev.bind()?;
-        let x8 = self.x8_for(out);
-        let args = SwigluArgs {
-            gate: gate.input(),
-            up: up.input(),
-            len: up.len(),
-            out: out.output(),
-            x8,
+        let args = ScaleArgs {
+            x: x.output(),
+            len: x.len(),
+            factor,
         };
-        self.launch_splitting(&args, out)
+        self.dev.kernels.launch(&self.dev.stream, &args)
     }
 
     fn layer_norm(

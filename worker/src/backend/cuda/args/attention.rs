@@ -201,6 +201,9 @@ pub struct AttentionArgs {
     pub k_cache: DevPtr<f16>,
     pub v_cache: DevPtr<f16>,
     pub scale: f32,
+    /// A sliding window: row `t` sees only the `sliding` positions up to
+    /// `start_pos + t`; 0 for all of them. At most the capacity.
+    pub sliding: usize,
     /// `[n, n_head * head_dim]` f32.
     pub out: DevPtrMut<f32>,
     /// `attention_tc` (heads of [`ATC_HEAD_DIMS`] dims), else `attention`.
@@ -230,6 +233,7 @@ impl KernelCall for AttentionArgs {
         DevPtr<f16>,
         DevPtr<f16>,
         f32,
+        i32,
         DevPtrMut<f32>,
     );
 
@@ -242,6 +246,7 @@ impl KernelCall for AttentionArgs {
             ("n_head_kv", kv),
             ("head_dim", hd),
             ("capacity", capacity),
+            ("sliding", self.sliding),
         ];
         let (q, kc, vc, out) = (
             self.q.addr(),
@@ -283,6 +288,7 @@ impl KernelCall for AttentionArgs {
             self.k_cache,
             self.v_cache,
             self.scale,
+            self.sliding as i32,
             self.out,
         )
     }
@@ -318,6 +324,8 @@ pub struct AttentionSplitArgs {
     pub k_cache: DevPtr<f16>,
     pub v_cache: DevPtr<f16>,
     pub scale: f32,
+    /// As [`AttentionArgs::sliding`]; the chunks cover only the visible positions.
+    pub sliding: usize,
     /// At least 1, at most `ATS_MAX_SPLITS`.
     pub nsplit: usize,
     /// `[n_head, nsplit, head_dim + 2]` f32: max, sum of weights, then the unnormalised output.
@@ -337,6 +345,7 @@ impl KernelCall for AttentionSplitArgs {
         DevPtr<f16>,
         f32,
         i32,
+        i32,
         DevPtrMut<f32>,
     );
 
@@ -348,7 +357,14 @@ impl KernelCall for AttentionSplitArgs {
             ("head_dim", hd),
             ("capacity", capacity),
         ];
-        let dims = [dims[0], dims[1], dims[2], dims[3], ("nsplit", self.nsplit)];
+        let dims = [
+            dims[0],
+            dims[1],
+            dims[2],
+            dims[3],
+            ("nsplit", self.nsplit),
+            ("sliding", self.sliding),
+        ];
         let (q, kc, vc, part) = (
             self.q.addr(),
             self.k_cache.addr(),
@@ -402,6 +418,7 @@ impl KernelCall for AttentionSplitArgs {
             self.k_cache,
             self.v_cache,
             self.scale,
+            self.sliding as i32,
             nsplit,
             self.part,
         )

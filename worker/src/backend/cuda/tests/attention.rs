@@ -57,15 +57,21 @@ fn attention_matches_cpu_over_prefill_and_decode() {
     let mut ops = gpu_ops();
     let mut rng = ChaCha8Rng::seed_from_u64(6);
     let mut worst = 0f64;
-    // (n_head, n_head_kv, head_dim, capacity, steps as token counts)
-    let cases: [(usize, usize, usize, usize, &[usize]); 7] = [
-        (9, 3, 64, 200, &[64, 1, 1, 5, 1]),
-        (9, 3, 64, 1100, &[300, 1, 700, 1]),
-        (4, 4, 128, 40, &[1, 1, 17, 1]),
-        (8, 2, 128, 700, &[130, 2, 1, 520, 1]),
-        (8, 2, 256, 20, &[9, 1]),
-        (6, 1, 80, 33, &[32, 1]),
-        (2, 1, 36, 150, &[140, 1, 2]),
+    // (n_head, n_head_kv, head_dim, capacity, steps as token counts,
+    // sliding window)
+    type Case = (usize, usize, usize, usize, &'static [usize], Option<usize>);
+    let cases: [Case; 10] = [
+        (9, 3, 64, 200, &[64, 1, 1, 5, 1], None),
+        (9, 3, 64, 1100, &[300, 1, 700, 1], None),
+        (4, 4, 128, 40, &[1, 1, 17, 1], None),
+        (8, 2, 128, 700, &[130, 2, 1, 520, 1], None),
+        (8, 2, 256, 20, &[9, 1], None),
+        (6, 1, 80, 33, &[32, 1], None),
+        (2, 1, 36, 150, &[140, 1, 2], None),
+        // Windows narrower than a prefill pass, wider, and as wide as the cache.
+        (4, 1, 256, 700, &[300, 1, 250, 1, 1], Some(128)),
+        (8, 2, 128, 700, &[130, 2, 1, 520, 1], Some(200)),
+        (9, 3, 64, 150, &[100, 1, 40, 1], Some(150)),
     ];
     // Each case with prefill on attention_tc (heads of 64 and 128) and
     // decode on one block per head, then with every decode step's
@@ -76,7 +82,7 @@ fn attention_matches_cpu_over_prefill_and_decode() {
         (0, kernels::ATC_MIN_ROWS),
         (usize::MAX, usize::MAX),
     ];
-    for ((n_head, n_kv, hd, capacity, steps), (split_from, tc_from)) in
+    for ((n_head, n_kv, hd, capacity, steps, window), (split_from, tc_from)) in
         cases.into_iter().flat_map(|c| configs.map(|k| (c, k)))
     {
         if quick() && capacity > 1000 {
@@ -97,6 +103,13 @@ fn attention_matches_cpu_over_prefill_and_decode() {
                     n_head,
                     n_head_kv: n_kv,
                     head_dim: hd,
+                    window,
+                    // Another factor than the usual one where there is a window.
+                    scale: if window.is_some() {
+                        0.3
+                    } else {
+                        1.0 / (hd as f32).sqrt()
+                    },
                 };
                 let qv = random_vec(&mut rng, n * n_head * hd, 2.0);
                 let kv = random_vec(&mut rng, n * n_kv * hd, 2.0);
@@ -124,7 +137,7 @@ fn attention_matches_cpu_over_prefill_and_decode() {
                 let e = rel_err(&g, &cpu_out.data);
                 assert!(
                     e <= 1e-2,
-                    "attention {n_head}/{n_kv}x{hd} pos {pos} n {n} split from {split_from} tc from {tc_from}: {e:e}"
+                    "attention {n_head}/{n_kv}x{hd} pos {pos} n {n} window {window:?} split from {split_from} tc from {tc_from}: {e:e}"
                 );
                 worst = worst.max(e);
                 assert_deterministic("attention", || {
@@ -151,6 +164,8 @@ fn attention_matches_cpu_over_prefill_and_decode() {
             n_head,
             n_head_kv: n_kv,
             head_dim: hd,
+            window,
+            scale: 1.0,
         };
         let q = ops.buf(1, n_head * hd).unwrap();
         let k = ops.buf(1, n_kv * hd).unwrap();

@@ -270,8 +270,10 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         (Kernel::AttentionSplit(4, 8), sig::<AttentionSplitArgs>()),
         (Kernel::AttentionCombine, sig::<AttentionCombineArgs>()),
         (Kernel::Swiglu, sig::<SwigluArgs>()),
+        (Kernel::Geglu, sig::<SwigluArgs>()),
         (Kernel::Gelu, sig::<GeluArgs>()),
         (Kernel::AddAssign, sig::<AddAssignArgs>()),
+        (Kernel::Scale, sig::<ScaleArgs>()),
         (Kernel::SampleSelect, sig::<SampleSelectArgs>()),
         (Kernel::SampleLogprobs, sig::<SampleLogprobsArgs>()),
     ]);

@@ -1,4 +1,4 @@
-//! SwiGLU, residual add, and GPT-2's GELU (M0-W-1433).
+//! SwiGLU, GeGLU, scaling, residual add, and GPT-2's GELU (M0-W-1433).
 
 use super::*;
 
@@ -8,7 +8,7 @@ fn swiglu_and_add_match_cpu() {
     let _gpu = shared_gpu();
     let mut ops = gpu_ops();
     let mut rng = ChaCha8Rng::seed_from_u64(7);
-    let (mut worst_s, mut worst_a) = (0f64, 0f64);
+    let (mut worst_s, mut worst_g, mut worst_a) = (0f64, 0f64, 0f64);
     for (rows, cols) in [(1, 1536), (64, 1536), (3, 577), (1, 1)] {
         let n = rows * cols;
         let (gv, uv) = (random_vec(&mut rng, n, 8.0), random_vec(&mut rng, n, 2.0));
@@ -34,6 +34,25 @@ fn swiglu_and_add_match_cpu() {
             host(&mut ops, &out)
         });
 
+        // GeGLU: tanhf here and Rust's tanh on the CPU may differ in the last bit.
+        CpuOps
+            .geglu(
+                &cpu_buf(rows, cols, gv.clone()),
+                &cpu_buf(rows, cols, uv.clone()),
+                &mut cpu_out,
+            )
+            .unwrap();
+        ops.geglu(&g, &u, &mut out).unwrap();
+        let e = rel_err(&host(&mut ops, &out), &cpu_out.data);
+        assert!(e <= 1e-5, "geglu {rows}x{cols}: {e:e}");
+        worst_g = worst_g.max(e);
+
+        let mut cpu_x = cpu_buf(rows, cols, gv.clone());
+        CpuOps.scale(&mut cpu_x, 25.3).unwrap();
+        let mut x = ops.upload(rows, cols, &gv).unwrap();
+        ops.scale(&mut x, 25.3).unwrap();
+        assert_eq!(host(&mut ops, &x), cpu_x.data, "scale {rows}x{cols}");
+
         let mut cpu_x = cpu_buf(rows, cols, gv.clone());
         CpuOps
             .add_assign(&mut cpu_x, &cpu_buf(rows, cols, uv.clone()))
@@ -54,7 +73,8 @@ fn swiglu_and_add_match_cpu() {
     let mut b = ops.buf(3, 3).unwrap();
     assert!(ops.add_assign(&mut b, &a).is_err());
     assert!(ops.swiglu(&a, &a, &mut b).is_err());
-    eprintln!("swiglu: max relative error {worst_s:.2e}; add: {worst_a:.2e}");
+    assert!(ops.geglu(&a, &a, &mut b).is_err());
+    eprintln!("swiglu: max relative error {worst_s:.2e}; geglu: {worst_g:.2e}; add: {worst_a:.2e}");
 }
 
 /// GELU (tanh form) in f64, the reference for M0-W-1433.

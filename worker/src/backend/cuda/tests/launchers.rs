@@ -266,6 +266,7 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
         k_cache,
         v_cache,
         scale: 0.125,
+        sliding: 0,
         out,
         tensor_cores: false,
     };
@@ -326,6 +327,7 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
         k.launch(
             s,
             &SwigluArgs {
+                gelu: false,
                 gate: a,
                 up: b,
                 len: 0,
@@ -339,6 +341,7 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
         k.launch(
             s,
             &SwigluArgs {
+                gelu: false,
                 gate: a,
                 up: b,
                 len: 16,
@@ -352,6 +355,7 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
         k.launch(
             s,
             &SwigluArgs {
+                gelu: false,
                 gate: a,
                 up: b,
                 len: 48,

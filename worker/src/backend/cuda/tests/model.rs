@@ -320,6 +320,43 @@ fn reference_model_matches_the_cpu_backend() {
     );
 }
 
+/// Gemma 3 270M (the real file, `WORKER_ORCD_GEMMA3_MODEL` or
+/// `.models/gemma-3-270m-q4_k_m.gguf`): GPU vs CPU logits at every position
+/// of a real-text sequence longer than its 512-position sliding window, so
+/// that the local layers' window hides keys in prefill and in decode.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn gemma3_matches_the_cpu_backend() {
+    let _gpu = shared_gpu();
+    let path = match std::env::var_os("WORKER_ORCD_GEMMA3_MODEL") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => workspace_path(".models/gemma-3-270m-q4_k_m.gguf"),
+    };
+    if !path.exists() {
+        assert!(std::env::var_os("CI").is_none(), "CI must fetch gemma3");
+        eprintln!("skipping: {} is absent", path.display());
+        return;
+    }
+    let file = Arc::new(GgufFile::open(&path).unwrap());
+    let (mut cpu, mut gpu) = both_backends(file.clone(), &CudaLoadOptions::default());
+    assert_eq!(cpu.config().sliding_window, Some(512));
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(workspace_path("testdata/golden-gemma3/greedy.json")).unwrap(),
+    )
+    .unwrap();
+    let mut text = Vec::new();
+    for case in golden["cases"].as_array().unwrap() {
+        for key in ["prompt_token_ids", "generated_token_ids"] {
+            let ids = case[key].as_array().unwrap();
+            text.extend(ids.iter().map(|v| v.as_u64().unwrap() as u32));
+        }
+    }
+    let tokens: Vec<u32> = text.iter().cycle().take(560).copied().collect();
+    let short = compare_sequence(&mut cpu, &mut gpu, &tokens[..48], 32, "Gemma 3");
+    let long = compare_sequence(&mut cpu, &mut gpu, &tokens, 530, "Gemma 3 past the window");
+    eprintln!("Gemma 3 270M Q4_K_M: GPU vs CPU logits, 32 + 16 and 530 + 30 positions: max relative error {:.2e} and {long:.2e}, same argmax", short);
+}
+
 /// Decode speed, time to first token and prefill speed at SmolLM2-135M's shapes.
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]

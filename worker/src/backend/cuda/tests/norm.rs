@@ -58,6 +58,41 @@ fn rms_norm_matches_cpu() {
     eprintln!("rms_norm: max relative error {worst:.2e}");
 }
 
+/// A weight as wide as one head normalises each head on its own (Gemma 3's
+/// Q and K norms), in prefill and in decode.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn rms_norm_of_each_head_matches_cpu() {
+    let _gpu = shared_gpu();
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(14);
+    for (rows, heads, width) in [(1, 4, 256), (9, 4, 256), (1, 1, 256), (3, 8, 64)] {
+        let cols = heads * width;
+        let wv: Vec<f32> = (0..width)
+            .map(|_| 1.0 + rng.random_range(-0.5f32..0.5))
+            .collect();
+        let w = test_weight(&mut ops, GgmlType::F32, 1, width, &wv);
+        let xv = random_vec(&mut rng, rows * cols, 3.0);
+        let mut cpu_out = cpu_buf(rows, cols, vec![0.0; rows * cols]);
+        CpuOps
+            .rms_norm(&cpu_buf(rows, cols, xv.clone()), &w.cpu, 1e-6, &mut cpu_out)
+            .unwrap();
+        let x = ops.upload(rows, cols, &xv).unwrap();
+        let mut out = ops.buf(rows, cols).unwrap();
+        ops.rms_norm(&x, &w.gpu, 1e-6, &mut out).unwrap();
+        let e = rel_err(&host(&mut ops, &out), &cpu_out.data);
+        assert!(
+            e <= 1e-5,
+            "rms_norm of {heads} heads of {width}, {rows} rows: {e:e}"
+        );
+    }
+    // A weight that does not divide the row is refused.
+    let w = test_weight(&mut ops, GgmlType::F32, 1, 100, &[1.0; 100]);
+    let x = ops.buf(1, 256).unwrap();
+    let mut out = ops.buf(1, 256).unwrap();
+    assert!(ops.rms_norm(&x, &w.gpu, 1e-6, &mut out).is_err());
+}
+
 /// M0-W-1432: GPT-2's LayerNorm against the CPU at GPT-2's widths (768,
 /// 1600) and an odd one (577), with and without bias, on rows centred at 0
 /// and rows with a large mean (where E[x^2] - mean^2 would lose the

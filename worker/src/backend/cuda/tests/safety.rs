@@ -282,6 +282,8 @@ fn m0_w_1431_cuda_operations_refuse_undersized_buffers_and_zero_lengths() {
         n_head,
         n_head_kv: n_kv,
         head_dim: hd,
+        window: None,
+        scale: 0.125,
     };
     let q = ops
         .upload(2, n_head * hd, &random_vec(&mut rng, 2 * n_head * hd, 1.0))

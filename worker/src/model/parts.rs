@@ -1,0 +1,161 @@
+//! Pieces every architecture file shares: binding a file's tensors with
+//! their shapes checked, recording checkpoints, and the LM head at the end
+//! of the forward pass.
+
+use crate::gguf::{GgufFile, TensorInfo};
+use crate::model::config::ModelConfig;
+use crate::model::ops::{Checkpoints, GraphError, Logits, Ops};
+
+/// Where a weight's bytes are and what logical shape it has.
+pub struct WeightSpec<'a> {
+    pub info: &'a TensorInfo,
+    /// `[rows, cols]`; a vector is `[1, len]`.
+    pub rows: usize,
+    pub cols: usize,
+}
+
+/// The device's upload function: binds one tensor as a weight handle.
+pub type Upload<'u, W, E> = dyn FnMut(WeightSpec<'_>) -> Result<W, E> + 'u;
+
+/// Binds tensors by name through the device's upload, checking each one's
+/// shape first.
+pub struct Binder<'a, 'u, W, E> {
+    pub file: &'a GgufFile,
+    pub upload: &'a mut Upload<'u, W, E>,
+}
+
+impl<W, E: From<GraphError>> Binder<'_, '_, W, E> {
+    /// The tensor `name`, which must be `[rows, cols]` (`cols` = `ne0`); a
+    /// vector is asked for as `rows == 1`.
+    pub fn get(&mut self, name: &str, rows: usize, cols: usize) -> Result<W, E> {
+        let info = self
+            .file
+            .tensor(name)
+            .ok_or_else(|| GraphError::MissingTensor(name.to_string()))?;
+        let want: &[u64] = if rows == 1 {
+            &[cols as u64]
+        } else {
+            &[cols as u64, rows as u64]
+        };
+        if info.dims != want {
+            let (name, dims, want) = (name.to_string(), info.dims.to_vec(), want.to_vec());
+            return Err(GraphError::WrongShape { name, dims, want }.into());
+        }
+        (self.upload)(WeightSpec { info, rows, cols })
+    }
+
+    /// Like [`get`](Self::get) for a tensor the file may leave out.
+    pub fn optional(&mut self, name: &str, rows: usize, cols: usize) -> Result<Option<W>, E> {
+        match self.file.tensor(name) {
+            Some(_) => self.get(name, rows, cols).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The tensor when `present`, else `None` (biases an architecture has or lacks).
+    pub fn when(
+        &mut self,
+        present: bool,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Option<W>, E> {
+        if present {
+            self.get(name, rows, cols).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+/// A layer count the file cannot hold is refused before anything is sized
+/// from it (a hostile `block_count` would otherwise size the layer table).
+pub fn check_layer_count(
+    cfg: &ModelConfig,
+    file: &GgufFile,
+    tensors_per_layer: u64,
+) -> Result<(), GraphError> {
+    let needed = (cfg.n_layer as u64).saturating_mul(tensors_per_layer);
+    if needed > file.tensors.len() as u64 {
+        return Err(GraphError::TooFewTensors {
+            layers: cfg.n_layer,
+            needed,
+            have: file.tensors.len(),
+        });
+    }
+    Ok(())
+}
+
+/// Records the last row of named intermediate values when checkpoints are
+/// asked for (parity logging), and does nothing otherwise.
+pub struct Recorder<'c> {
+    checkpoints: Option<&'c mut Checkpoints>,
+    last: usize,
+    row: Vec<f32>,
+}
+
+impl<'c> Recorder<'c> {
+    pub fn new(checkpoints: Option<&'c mut Checkpoints>, n_tokens: usize) -> Self {
+        Recorder {
+            checkpoints,
+            last: n_tokens.saturating_sub(1),
+            row: Vec::new(),
+        }
+    }
+
+    pub fn record<O: Ops>(&mut self, ops: &mut O, name: &str, x: &O::Buf) -> Result<(), O::Error> {
+        self.record_row(ops, name, x, self.last)
+    }
+
+    fn record_row<O: Ops>(
+        &mut self,
+        ops: &mut O,
+        name: &str,
+        x: &O::Buf,
+        row: usize,
+    ) -> Result<(), O::Error> {
+        if let Some(cp) = self.checkpoints.as_deref_mut() {
+            ops.row_to_host(x, row, &mut self.row)?;
+            cp.record(name, &self.row);
+        }
+        Ok(())
+    }
+}
+
+/// The end of every forward pass: the rows whose logits are wanted go
+/// through the final RMSNorm and the LM head; the last row is kept for the
+/// backend's sampler and the requested logits copied to `out` (left empty for
+/// `Logits::None`).
+#[allow(clippy::too_many_arguments)]
+pub fn lm_head<O: Ops>(
+    ops: &mut O,
+    cfg: &ModelConfig,
+    x: O::Buf,
+    norm: &O::Weight,
+    head: &O::Weight,
+    logits: Logits,
+    out: &mut Vec<f32>,
+    recorder: &mut Recorder<'_>,
+) -> Result<(), O::Error> {
+    let n = recorder.last + 1;
+    let x = match logits {
+        Logits::All => x,
+        Logits::Last | Logits::None if n == 1 => x,
+        Logits::Last | Logits::None => ops.take_row(&x, recorder.last)?,
+    };
+    let rows = match logits {
+        Logits::All => n,
+        Logits::Last | Logits::None => 1,
+    };
+    let mut normed = ops.buf(rows, cfg.n_embd)?;
+    ops.rms_norm(&x, norm, cfg.rms_eps, &mut normed)?;
+    recorder.record_row(ops, "result_norm", &normed, rows - 1)?;
+    let mut result = ops.buf(rows, cfg.vocab_size)?;
+    ops.matmul(&normed, head, None, &mut result)?;
+    ops.keep_last_row(&result)?;
+    if logits == Logits::None {
+        out.clear();
+        return Ok(());
+    }
+    ops.to_host(&result, out)
+}
