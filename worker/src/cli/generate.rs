@@ -101,13 +101,14 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             let template = tokenizer.chat_template().context(
                 "the model has no chat template: give --chat-template NAME or --chat-template-file",
             )?;
-            template.render(
+            let rendered = template.render(
                 &[ChatMessage {
                     role: "user".into(),
                     content: c.clone(),
                 }],
                 true,
-            )?
+            )?;
+            tokenizer.without_added_specials(&rendered).to_string()
         }
         _ => bail!("give exactly one of --prompt and --chat"),
     };

@@ -563,7 +563,7 @@ fn check_messages(
         })
         .collect();
     match template.render(&messages, true) {
-        Ok(text) => Some(text),
+        Ok(text) => Some(tokenizer.without_added_specials(&text).to_string()),
         Err(e) => {
             errs.add("messages", format!("the chat template failed: {e}"));
             None

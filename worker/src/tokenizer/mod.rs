@@ -420,6 +420,27 @@ impl Tokenizer {
         self.chat_template_error.as_deref()
     }
 
+    /// A rendered chat prompt as llama.cpp hands it to the tokenizer
+    /// (`common_chat_templates_apply`): where `encode` adds BOS (EOS)
+    /// itself, a BOS text the template wrote at the start (an EOS text at the
+    /// end) is dropped, so that the prompt holds one, not two (Gemma's
+    /// template begins with `<bos>` and its vocabulary adds BOS).
+    pub fn without_added_specials<'a>(&self, rendered: &'a str) -> &'a str {
+        let text = |add: bool, id: Option<u32>| {
+            id.filter(|_| add)
+                .and_then(|i| self.token_text(i))
+                .filter(|t| !t.is_empty())
+        };
+        let mut s = rendered;
+        if let Some(bos) = text(self.add_bos, self.bos_id) {
+            s = s.strip_prefix(bos).unwrap_or(s);
+        }
+        if let Some(eos) = text(self.add_eos, self.eos_id) {
+            s = s.strip_suffix(eos).unwrap_or(s);
+        }
+        s
+    }
+
     /// Replaces the file's chat template (or gives one to a file without):
     /// `--chat-template` / `--chat-template-file`. `bos_token` and
     /// `eos_token` are the file's.

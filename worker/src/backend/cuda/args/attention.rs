@@ -246,7 +246,6 @@ impl KernelCall for AttentionArgs {
             ("n_head_kv", kv),
             ("head_dim", hd),
             ("capacity", capacity),
-            ("sliding", self.sliding),
         ];
         let (q, kc, vc, out) = (
             self.q.addr(),
@@ -263,6 +262,12 @@ impl KernelCall for AttentionArgs {
         } else {
             self.head_dim <= ATT_MAX_HEAD_DIM
         };
+        if self.sliding > self.window.capacity {
+            return Err(refusal(
+                self.kernel(),
+                format!("a window of {}", self.sliding),
+            ));
+        }
         if !head_ok || !self.n_head.is_multiple_of(self.n_head_kv) {
             let msg = format!(
                 "{}/{} heads of {}",
@@ -357,14 +362,7 @@ impl KernelCall for AttentionSplitArgs {
             ("head_dim", hd),
             ("capacity", capacity),
         ];
-        let dims = [
-            dims[0],
-            dims[1],
-            dims[2],
-            dims[3],
-            ("nsplit", self.nsplit),
-            ("sliding", self.sliding),
-        ];
+        let dims = [dims[0], dims[1], dims[2], dims[3], ("nsplit", self.nsplit)];
         let (q, kc, vc, part) = (
             self.q.addr(),
             self.k_cache.addr(),
@@ -393,6 +391,9 @@ impl KernelCall for AttentionSplitArgs {
         }
         if !self.head_dim.is_multiple_of(8) || self.head_dim > ATT_MAX_HEAD_DIM {
             return Err(refusal(k, format!("heads of {}", self.head_dim)));
+        }
+        if self.sliding > self.window.capacity {
+            return Err(refusal(k, format!("a window of {}", self.sliding)));
         }
         if self.nsplit == 0 || self.nsplit > ATS_MAX_SPLITS {
             return Err(refusal(k, format!("{} chunks", self.nsplit)));

@@ -275,6 +275,16 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
         k.launch(s, &AttentionArgs { n: 0, ..att }),
     );
     refused(
+        "attention through a window wider than the cache",
+        k.launch(
+            s,
+            &AttentionArgs {
+                sliding: window.capacity + 1,
+                ..att
+            },
+        ),
+    );
+    refused(
         "attention of zero KV heads",
         k.launch(
             s,
