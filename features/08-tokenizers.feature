@@ -17,12 +17,11 @@ Feature: Tokenizers
       | model          | flags | outcome                          |
       | synthetic-phi3 |       | serves with tokenizer "gguf-spm" |
 
-    @pending:hf-json
     Examples:
       | model                    | flags               | outcome                         |
       | reference-tokenizer-json | --tokenizer hf-json | serves with tokenizer "hf-json" |
 
-  @M0-W-1361 @any @pending:hf-json
+  @M0-W-1361 @any
   Scenario: hf-json loads a tokenizer.json beside the model and encodes the goldens like gguf-bpe
     When the worker is started on the "reference-tokenizer-json" model with flags "--tokenizer hf-json"
     Then the start serves with tokenizer "hf-json"

@@ -1,5 +1,6 @@
 //! Loading, the one place that knows both the model and the backends: map →
-//! parse → validate → configure (which picks the architecture) → tokenizer →
+//! parse → validate → configure (which picks the architecture) → tokenizer
+//! (from the GGUF metadata, or `tokenizer.json` beside the file: M0-W-1360) →
 //! construct the chosen backend, which binds the weights (M0-W-1410), with
 //! progress reported by bytes.
 //!
@@ -16,7 +17,47 @@ use crate::backend::{Backend, BackendError, BackendKind};
 use crate::gguf::{file_type_name, GgufError, GgufFile};
 use crate::model::config::{ConfigError, ModelConfig};
 use crate::model::ModelInfo;
-use crate::tokenizer::{Tokenizer, TokenizerError};
+use crate::tokenizer::{Tokenizer, TokenizerError, TokenizerKind, HF_TOKENIZER_FILE};
+
+/// Where the tokenizer comes from (`--tokenizer`, M0-W-1360).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TokenizerChoice {
+    /// The GGUF file's metadata (`gguf-bpe`, `gguf-spm`); `hf-json` when the
+    /// file has no tokenizer and a `tokenizer.json` is beside it.
+    #[default]
+    Gguf,
+    /// `tokenizer.json` in the model file's folder (`hf-json`).
+    HfJson,
+}
+
+impl TokenizerChoice {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenizerChoice::Gguf => "gguf",
+            TokenizerChoice::HfJson => "hf-json",
+        }
+    }
+}
+
+impl std::fmt::Display for TokenizerChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for TokenizerChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "gguf" => Ok(TokenizerChoice::Gguf),
+            "hf-json" => Ok(TokenizerChoice::HfJson),
+            other => Err(format!(
+                "unknown tokenizer {other:?} (expected gguf or hf-json)"
+            )),
+        }
+    }
+}
 
 /// How to load a model.
 #[derive(Clone, Debug)]
@@ -31,6 +72,8 @@ pub struct LoadOptions {
     pub max_context: Option<usize>,
     /// A chat template replacing the file's (`--chat-template[-file]`).
     pub chat_template: Option<String>,
+    /// `--tokenizer`.
+    pub tokenizer: TokenizerChoice,
 }
 
 impl Default for LoadOptions {
@@ -42,6 +85,7 @@ impl Default for LoadOptions {
             upload_chunk_bytes: 1 << 20,
             max_context: None,
             chat_template: None,
+            tokenizer: TokenizerChoice::Gguf,
         }
     }
 }
@@ -131,13 +175,29 @@ pub fn load_model(
     opts: &LoadOptions,
     progress: &mut dyn FnMut(LoadProgress),
 ) -> Result<LoadedModel, LoadError> {
-    load_file(Arc::new(GgufFile::open(path)?), opts, progress)
+    load_from(
+        Arc::new(GgufFile::open(path)?),
+        path.parent(),
+        opts,
+        progress,
+    )
 }
 
 /// [`load_model`] for a file already parsed (from memory, in tests and the
-/// hostile-file corpus): everything after the GGUF reader's own checks.
+/// hostile-file corpus): everything after the GGUF reader's own checks. It
+/// has no folder, so no `tokenizer.json`.
 pub fn load_file(
     file: Arc<GgufFile>,
+    opts: &LoadOptions,
+    progress: &mut dyn FnMut(LoadProgress),
+) -> Result<LoadedModel, LoadError> {
+    load_from(file, None, opts, progress)
+}
+
+/// `folder`: the model file's, where a `tokenizer.json` may be.
+fn load_from(
+    file: Arc<GgufFile>,
+    folder: Option<&Path>,
     opts: &LoadOptions,
     progress: &mut dyn FnMut(LoadProgress),
 ) -> Result<LoadedModel, LoadError> {
@@ -145,7 +205,8 @@ pub fn load_file(
     if let Some(cap) = opts.max_context {
         config.context_length = config.context_length.min(cap);
     }
-    let mut tokenizer = Tokenizer::from_gguf(&file.metadata)?;
+    let mut tokenizer = build_tokenizer(&file.metadata, folder, opts.tokenizer)?;
+    check_fits_model(&tokenizer, &config)?;
     if let Some(source) = &opts.chat_template {
         tokenizer.set_chat_template(source)?;
     }
@@ -161,6 +222,44 @@ pub fn load_file(
         info,
         config,
     })
+}
+
+/// The tokenizer `choice` asks for (M0-W-1360), reading `tokenizer.json`
+/// from `folder` for hf-json.
+fn build_tokenizer(
+    md: &crate::gguf::Metadata,
+    folder: Option<&Path>,
+    choice: TokenizerChoice,
+) -> Result<Tokenizer, TokenizerError> {
+    let json = folder.map(|dir| dir.join(HF_TOKENIZER_FILE));
+    match (choice, json) {
+        (TokenizerChoice::HfJson, Some(path)) => Tokenizer::from_hf_json(&path, md),
+        (TokenizerChoice::HfJson, None) => Err(TokenizerError::Build(
+            "--tokenizer hf-json reads tokenizer.json beside the model file, and this model \
+             was not loaded from a file"
+                .into(),
+        )),
+        (TokenizerChoice::Gguf, Some(path))
+            if md.get("tokenizer.ggml.model").is_none() && path.is_file() =>
+        {
+            Tokenizer::from_hf_json(&path, md)
+        }
+        (TokenizerChoice::Gguf, _) => Tokenizer::from_gguf(md),
+    }
+}
+
+/// A `tokenizer.json` comes from elsewhere than the weights: every id it can
+/// produce must have a row in the model (the GGUF kinds are the model's own
+/// vocabulary).
+fn check_fits_model(tokenizer: &Tokenizer, config: &ModelConfig) -> Result<(), TokenizerError> {
+    if tokenizer.kind() == TokenizerKind::HfJson && tokenizer.vocab_size() > config.vocab_size {
+        return Err(TokenizerError::Build(format!(
+            "tokenizer.json has {} tokens, more than the model's vocabulary of {}",
+            tokenizer.vocab_size(),
+            config.vocab_size
+        )));
+    }
+    Ok(())
 }
 
 /// The chosen backend with the model's weights bound on it; `bound` hears
@@ -306,6 +405,83 @@ mod tests {
             let cfg = ModelConfig::try_from(&file.metadata).unwrap();
             assert_eq!(model_info(&file, &cfg).quant_kind, "Q4_1");
         }
+    }
+
+    /// M0-W-1360: a file without a tokenizer of its own takes the
+    /// `tokenizer.json` beside it; `--tokenizer hf-json` insists on one,
+    /// naming the path it looked at; a `tokenizer.json` with more tokens than
+    /// the model has rows is refused.
+    #[test]
+    fn m0_w_1360_hf_json_beside_a_file_without_a_tokenizer() {
+        // synthetic_llama names 384 tokens but no tokenizer.ggml.model.
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("m.gguf");
+        std::fs::write(&model, synthetic_llama("llama", 5, 32)).unwrap();
+        let json = dir.path().join(HF_TOKENIZER_FILE);
+        let load = |choice| {
+            let opts = LoadOptions {
+                tokenizer: choice,
+                ..LoadOptions::default()
+            };
+            load_model(&model, &opts, &mut |_| {})
+        };
+        let err = load(TokenizerChoice::HfJson)
+            .err()
+            .expect("no tokenizer.json");
+        assert!(
+            matches!(&err, LoadError::Tokenizer(TokenizerError::Read { path, .. }) if *path == json),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains(&json.display().to_string()),
+            "{err}"
+        );
+        let err = load(TokenizerChoice::Gguf)
+            .err()
+            .expect("no tokenizer at all");
+        assert!(
+            matches!(&err, LoadError::Tokenizer(TokenizerError::MissingKey(k)) if k == "tokenizer.ggml.model"),
+            "{err}"
+        );
+
+        std::fs::write(&json, tiny_tokenizer_json(384)).unwrap();
+        for choice in [TokenizerChoice::Gguf, TokenizerChoice::HfJson] {
+            let loaded = load(choice).unwrap_or_else(|e| panic!("{choice}: {e}"));
+            assert_eq!(loaded.tokenizer.kind(), TokenizerKind::HfJson);
+            assert_eq!(loaded.tokenizer.vocab_size(), 384);
+        }
+        std::fs::write(&json, tiny_tokenizer_json(385)).unwrap();
+        let err = load(TokenizerChoice::HfJson)
+            .err()
+            .expect("one token too many");
+        assert!(
+            err.to_string()
+                .contains("385 tokens, more than the model's vocabulary of 384"),
+            "{err}"
+        );
+    }
+
+    /// A `tokenizer.json` of `n` tokens, `t0` up, as the synthetic file names them.
+    fn tiny_tokenizer_json(n: usize) -> String {
+        let vocab: serde_json::Map<String, serde_json::Value> =
+            (0..n).map(|i| (format!("t{i}"), i.into())).collect();
+        serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+            "normalizer": null, "pre_tokenizer": null, "post_processor": null, "decoder": null,
+            "model": {"type": "BPE", "dropout": null, "unk_token": null,
+                "continuing_subword_prefix": null, "end_of_word_suffix": null, "fuse_unk": false,
+                "byte_fallback": false, "ignore_merges": false, "vocab": vocab, "merges": []}
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn tokenizer_choice_names() {
+        for c in [TokenizerChoice::Gguf, TokenizerChoice::HfJson] {
+            assert_eq!(c.as_str().parse::<TokenizerChoice>(), Ok(c));
+        }
+        assert!("sentencepiece".parse::<TokenizerChoice>().is_err());
+        assert_eq!(TokenizerChoice::default(), TokenizerChoice::Gguf);
     }
 
     #[test]

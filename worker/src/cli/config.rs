@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::backend::BackendKind;
+use crate::load::TokenizerChoice;
 use crate::server::guard::HttpOptions;
 use crate::server::validation::MAX_TOKENS_LIMIT;
 use crate::telemetry::logging::LogFormat;
@@ -106,6 +107,10 @@ pub struct ServeArgs {
     /// Chat template for `messages` from a Jinja file, replacing the model file's.
     #[arg(long, value_name = "FILE.jinja")]
     pub chat_template_file: Option<PathBuf>,
+    /// Tokenizer: gguf (built from the model file's metadata: gguf-bpe or
+    /// gguf-spm) or hf-json (tokenizer.json in the model file's folder) [default: gguf].
+    #[arg(long, value_name = "KIND")]
+    pub tokenizer: Option<TokenizerChoice>,
     /// YAML file with any of the flags above, keyed by long name.
     #[arg(long, value_name = "FILE.yaml")]
     pub config: Option<PathBuf>,
@@ -138,6 +143,7 @@ pub struct FileConfig {
     pub api_key: Option<String>,
     pub chat_template: Option<String>,
     pub chat_template_file: Option<PathBuf>,
+    pub tokenizer: Option<TokenizerChoice>,
 }
 
 /// The checked configuration the worker runs with.
@@ -165,6 +171,7 @@ pub struct ServeConfig {
     pub http: crate::server::guard::HttpOptions,
     /// The source of a chat template replacing the model file's.
     pub chat_template: Option<String>,
+    pub tokenizer: TokenizerChoice,
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -334,6 +341,10 @@ pub fn resolve(args: ServeArgs) -> Result<ServeConfig, ConfigError> {
             .or(file.chat_template_file)
             .as_deref(),
     )?;
+    let tokenizer = args.tokenizer.or(file.tokenizer).unwrap_or_default();
+    if tokenizer == TokenizerChoice::HfJson {
+        check_tokenizer_json(&model)?;
+    }
 
     Ok(ServeConfig {
         worker_id,
@@ -355,7 +366,28 @@ pub fn resolve(args: ServeArgs) -> Result<ServeConfig, ConfigError> {
         log_format,
         http,
         chat_template,
+        tokenizer,
     })
+}
+
+/// `--tokenizer hf-json` reads `tokenizer.json` from the model file's folder:
+/// a start without one fails here, naming the path, before anything loads.
+fn check_tokenizer_json(model: &Path) -> Result<(), ConfigError> {
+    let path = model
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .join(crate::tokenizer::HF_TOKENIZER_FILE);
+    match std::fs::metadata(&path) {
+        Ok(meta) if meta.is_file() => Ok(()),
+        Ok(_) => Err(invalid(
+            "--tokenizer",
+            format!("hf-json reads {}, which is not a file", path.display()),
+        )),
+        Err(e) => Err(invalid(
+            "--tokenizer",
+            format!("hf-json reads {}: {e}", path.display()),
+        )),
+    }
 }
 
 /// Largest `--chat-template-file` read: real templates are a few KB.
@@ -824,6 +856,35 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    /// M0-W-1360: `--tokenizer hf-json` (flag or file) needs tokenizer.json
+    /// beside the model; its absence fails the start naming the path.
+    #[test]
+    fn tokenizer_hf_json_needs_the_file_beside_the_model() {
+        let f = fixture();
+        assert_eq!(resolve(args(&f)).unwrap().tokenizer, TokenizerChoice::Gguf);
+        let hf = ServeArgs {
+            tokenizer: Some(TokenizerChoice::HfJson),
+            ..args(&f)
+        };
+        let json = f.dir.path().join("tokenizer.json");
+        match resolve(hf.clone()) {
+            Err(ConfigError::Invalid { flag, message }) => {
+                assert_eq!(flag, "--tokenizer");
+                assert!(message.contains(&json.display().to_string()), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        std::fs::write(&json, "{}").unwrap();
+        assert_eq!(resolve(hf).unwrap().tokenizer, TokenizerChoice::HfJson);
+        let yaml = f.dir.path().join("w.yaml");
+        std::fs::write(&yaml, "tokenizer: hf-json\n").unwrap();
+        let from_file = resolve(ServeArgs {
+            config: Some(yaml),
+            ..args(&f)
+        });
+        assert_eq!(from_file.unwrap().tokenizer, TokenizerChoice::HfJson);
     }
 
     /// Issue #13: a chat template by built-in name or from a file, checked

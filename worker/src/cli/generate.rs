@@ -10,7 +10,7 @@ use crate::backend::BackendKind;
 use crate::engine::generate::{
     generate, AbortReason, GeneratedToken, GenerationObserver, GenerationRequest,
 };
-use crate::load::{load_model, LoadOptions};
+use crate::load::{load_model, LoadOptions, TokenizerChoice};
 use crate::sampling::SamplingParams;
 use crate::tokenizer::ChatMessage;
 
@@ -55,6 +55,10 @@ pub struct GenerateArgs {
     /// Chat template for --chat from a Jinja file.
     #[arg(long, value_name = "FILE.jinja")]
     pub chat_template_file: Option<PathBuf>,
+    /// Tokenizer: gguf (from the model file's metadata) or hf-json
+    /// (tokenizer.json in the model file's folder).
+    #[arg(long, value_name = "KIND", default_value = "gguf")]
+    pub tokenizer: TokenizerChoice,
 }
 
 struct Printer<'a> {
@@ -90,6 +94,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             args.chat_template.as_deref(),
             args.chat_template_file.as_deref(),
         )?,
+        tokenizer: args.tokenizer,
         ..LoadOptions::default()
     };
     let mut model = load_model(&args.model, &opts, &mut |_| {})

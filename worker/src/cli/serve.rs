@@ -255,6 +255,7 @@ fn load(cfg: &ServeConfig) -> Result<LoadedModel, ExitCode> {
         upload_chunk_bytes: cfg.upload_chunk_bytes,
         max_context: cfg.max_tokens_in.map(|n| n + cfg.max_tokens_out),
         chat_template: cfg.chat_template.clone(),
+        tokenizer: cfg.tokenizer,
     };
     let mut report = |p: LoadProgress| {
         narrate!(

@@ -1,8 +1,11 @@
 //! Tokenizer and chat templates.
 //!
-//! A [`Tokenizer`] is built from a GGUF file's `tokenizer.*` metadata (through a
-//! [`VocabSpec`]) and must give exactly the token ids llama.cpp gives for the same
-//! file; `testdata/golden/` holds llama.cpp's own output to prove it.
+//! A [`Tokenizer`] is chosen at load (M0-W-1360): built from a GGUF file's
+//! `tokenizer.*` metadata (through a [`VocabSpec`]), or from a Hugging Face
+//! `tokenizer.json` beside the model file. The GGUF kinds must give exactly the
+//! token ids llama.cpp gives for the same file; `testdata/golden/` holds
+//! llama.cpp's own output to prove it. All three kinds run on the `tokenizers`
+//! crate, built without native code (M0-W-1365).
 //!
 //! * `gguf-bpe` (`tokenizer.ggml.model = "gpt2"`): GPT-2 style byte-level BPE. The
 //!   merging runs in the `tokenizers` crate; around it this module follows
@@ -16,12 +19,19 @@
 //!   no `clean_spaces` post-processing). A byte with no token of its own stops
 //!   merging across it and is dropped, as in llama.cpp.
 //!
-//! Proof: `tests/golden.rs` checks the 66 `testdata/golden/tokenize.json` vectors,
-//! the four chat prompts of `greedy.json` (rendering and ids), and ~950 more
-//! llama.cpp vectors (`testdata/llama_cpp_vectors.json` here) covering seven
-//! `tokenizer.ggml.pre` values.
-//! * `gguf-spm` (`"llama"`, SentencePiece) and `hf-json` are not built yet:
-//!   [`TokenizerError::UnsupportedModel`].
+//!   Proof: `tests/golden.rs` checks the 66 `testdata/golden/tokenize.json` vectors,
+//!   the four chat prompts of `greedy.json` (rendering and ids), and ~950 more
+//!   llama.cpp vectors (`testdata/llama_cpp_vectors.json` here) covering seven
+//!   `tokenizer.ggml.pre` values.
+//! * `gguf-spm` (`"llama"`, SentencePiece: `spm.rs`): merges derived from the
+//!   pieces' scores, `▁` spaces, `<0xNN>` byte fallback; Gemma 3's 117 llama.cpp
+//!   vectors in `tests/golden_gemma3.rs`.
+//! * `hf-json` (`--tokenizer hf-json`, or a GGUF without a tokenizer: `hf.rs`):
+//!   the file's own pipeline, with the same special-token partition, BOS/EOS
+//!   from the GGUF when it names them (checked against the file), and pieces
+//!   rendered through the file's decoder one token at a time. Proof:
+//!   `tests/hf_json.rs` runs transformers' export of the reference model
+//!   (`testdata/golden/tokenizer.json`) through the 66 golden vectors.
 //!
 //! [`StreamDecoder`] turns generated ids into text without ever splitting a UTF-8
 //! character; [`ChatTemplate`] renders `tokenizer.chat_template` as Hugging Face
@@ -30,6 +40,7 @@
 mod bpe;
 mod builtin_templates;
 mod chat;
+mod hf;
 mod spm;
 mod stream;
 mod vocab;
@@ -38,9 +49,11 @@ mod vocab;
 mod tests;
 
 use std::collections::HashSet;
+use std::path::PathBuf;
 
 pub use builtin_templates::{builtin_template, builtin_template_names, BUILTIN_TEMPLATES};
 pub use chat::{ChatMessage, ChatTemplate};
+pub use hf::FILE_NAME as HF_TOKENIZER_FILE;
 pub use stream::StreamDecoder;
 pub use vocab::{token_type, VocabSpec};
 
@@ -54,7 +67,7 @@ pub enum TokenizerKind {
     GgufBpe,
     /// GGUF `tokenizer.ggml.model = "llama"`: SentencePiece BPE.
     GgufSpm,
-    /// A Hugging Face `tokenizer.json` (not built yet).
+    /// A Hugging Face `tokenizer.json` beside the model file.
     HfJson,
 }
 
@@ -84,6 +97,8 @@ pub enum TokenizerError {
     UnknownPreTokenizer(String),
     #[error("cannot build tokenizer: {0}")]
     Build(String),
+    #[error("cannot read {}: {message}", path.display())]
+    Read { path: PathBuf, message: String },
     #[error("cannot encode text: {0}")]
     Encode(String),
     #[error("cannot decode tokens: {0}")]
@@ -97,7 +112,8 @@ pub enum TokenizerError {
 /// A loaded tokenizer. Immutable after loading; share it between jobs (`Send + Sync`).
 pub struct Tokenizer {
     kind: TokenizerKind,
-    /// Byte-level BPE pipeline; encodes the plain text between special tokens.
+    /// The `tokenizers` pipeline; encodes the plain text between special
+    /// tokens (it never splits special tokens out itself).
     inner: tokenizers::Tokenizer,
     /// Token text by id, as stored in the vocabulary.
     tokens: Vec<String>,
@@ -118,6 +134,8 @@ pub struct Tokenizer {
     /// SentencePiece: a space before text that opens the input or follows a
     /// special token.
     add_space_prefix: bool,
+    /// hf-json: the file's `truncation.max_length`, when it has one.
+    model_max_context: Option<usize>,
     chat_template: Option<ChatTemplate>,
     chat_template_error: Option<String>,
 }
@@ -283,16 +301,23 @@ impl Tokenizer {
             add_bos: spec.add_bos,
             add_eos: spec.add_eos,
             add_space_prefix: kind == TokenizerKind::GgufSpm && spec.add_space_prefix,
+            model_max_context: None,
             chat_template: None,
             chat_template_error: None,
         };
-        if let Some(source) = &spec.chat_template {
-            if let Err(e) = tokenizer.set_chat_template(source) {
+        tokenizer.adopt_chat_template(spec.chat_template.as_deref());
+        Ok(tokenizer)
+    }
+
+    /// The model's own chat template; one that does not compile is kept as
+    /// an error for requests that need it, not a load failure.
+    fn adopt_chat_template(&mut self, source: Option<&str>) {
+        if let Some(source) = source {
+            if let Err(e) = self.set_chat_template(source) {
                 tracing::warn!(error = %e, "the model's chat template does not compile");
-                tokenizer.chat_template_error = Some(e.to_string());
+                self.chat_template_error = Some(e.to_string());
             }
         }
-        Ok(tokenizer)
     }
 
     /// Builds the tokenizer a GGUF file describes (`tokenizer.*` keys).
@@ -302,6 +327,13 @@ impl Tokenizer {
 
     pub fn kind(&self) -> TokenizerKind {
         self.kind
+    }
+
+    /// hf-json: the longest input the `tokenizer.json` states
+    /// (`truncation.max_length`), when it states one. The worker never
+    /// truncates with it; the model's context length is the limit.
+    pub fn model_max_context(&self) -> Option<usize> {
+        self.model_max_context
     }
 
     pub fn vocab_size(&self) -> usize {

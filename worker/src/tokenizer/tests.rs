@@ -494,6 +494,7 @@ fn chat_message_serde() {
 
 mod golden;
 mod golden_gemma3;
+mod hf_json;
 
 mod metadata {
     use super::*;

@@ -270,7 +270,7 @@ impl VocabSpec {
     }
 }
 
-fn meta_err(e: crate::gguf::GgufError) -> TokenizerError {
+pub(crate) fn meta_err(e: crate::gguf::GgufError) -> TokenizerError {
     match e {
         crate::gguf::GgufError::MissingKey(k) => TokenizerError::MissingKey(k),
         other => TokenizerError::Build(other.to_string()),
