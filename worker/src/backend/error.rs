@@ -31,7 +31,8 @@ impl From<GraphError> for BackendError {
         match e {
             GraphError::MissingTensor(_)
             | GraphError::WrongShape { .. }
-            | GraphError::TooFewTensors { .. } => BackendError::ModelLoadFailed(e.to_string()),
+            | GraphError::TooFewTensors { .. }
+            | GraphError::Unsupported(_) => BackendError::ModelLoadFailed(e.to_string()),
             GraphError::NoTokens => BackendError::InferenceFailed(e.to_string()),
         }
     }

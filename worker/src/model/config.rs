@@ -12,6 +12,8 @@ pub enum Architecture {
     Llama,
     Qwen2,
     Gemma3,
+    Phi3,
+    Gpt2,
 }
 
 impl Architecture {
@@ -20,6 +22,8 @@ impl Architecture {
             "llama" => Ok(Architecture::Llama),
             "qwen2" => Ok(Architecture::Qwen2),
             "gemma3" => Ok(Architecture::Gemma3),
+            "phi3" => Ok(Architecture::Phi3),
+            "gpt2" => Ok(Architecture::Gpt2),
             other => Err(ConfigError::UnsupportedArchitecture(other.to_string())),
         }
     }
@@ -29,19 +33,21 @@ impl Architecture {
             Architecture::Llama => "llama",
             Architecture::Qwen2 => "qwen2",
             Architecture::Gemma3 => "gemma3",
+            Architecture::Phi3 => "phi3",
+            Architecture::Gpt2 => "gpt2",
         }
     }
 
     /// The rotary layout llama.cpp assigns to the architecture
     /// (`llama_model_rope_type`): `llama` GGUF files store Q/K rows permuted
-    /// for adjacent pairs; `qwen2` and `gemma3` (like phi3, gpt-oss) rotate
-    /// halves (NEOX).
+    /// for adjacent pairs; `qwen2`, `gemma3` and `phi3` (like gpt-oss) rotate
+    /// halves (NEOX). `gpt2` has no RoPE (learned positions).
     /// Position 0 is unaffected by either, so a wrong choice only shows from
     /// the second token on.
     pub fn rope_style(self) -> RopeStyle {
         match self {
-            Architecture::Llama => RopeStyle::Normal,
-            Architecture::Qwen2 | Architecture::Gemma3 => RopeStyle::Neox,
+            Architecture::Llama | Architecture::Gpt2 => RopeStyle::Normal,
+            Architecture::Qwen2 | Architecture::Gemma3 | Architecture::Phi3 => RopeStyle::Neox,
         }
     }
 
@@ -62,7 +68,7 @@ pub enum RopeStyle {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("unsupported architecture {0:?} (supported: llama, qwen2, gemma3)")]
+    #[error("unsupported architecture {0:?} (supported: llama, qwen2, gemma3, phi3, gpt2)")]
     UnsupportedArchitecture(String),
     #[error(transparent)]
     Gguf(#[from] GgufError),
@@ -111,7 +117,8 @@ pub struct ModelConfig {
     pub rope_freq_base: f32,
     /// Linear RoPE scaling factor: positions are multiplied by `1 / factor`.
     pub rope_freq_scale: f32,
-    pub rms_eps: f32,
+    /// The epsilon of the architecture's norms: RMSNorm's, or LayerNorm's for gpt2.
+    pub norm_eps: f32,
     pub vocab_size: usize,
     /// Sliding-window attention: how many positions back a query of a
     /// windowed layer sees, itself included (`attention.sliding_window`).
@@ -185,7 +192,10 @@ impl TryFrom<&Metadata> for ModelConfig {
             None => n_head,
         };
         let n_ff = usize_key("feed_forward_length", lim.feed_forward_length)?;
-        let rms_eps = md.get_f32(&key("attention.layer_norm_rms_epsilon"))?;
+        let norm_eps = match architecture {
+            Architecture::Gpt2 => md.get_f32(&key("attention.layer_norm_epsilon"))?,
+            _ => md.get_f32(&key("attention.layer_norm_rms_epsilon"))?,
+        };
         let rope_freq_base = md.opt_f32(&key("rope.freq_base"))?.unwrap_or(10_000.0);
         let rope_freq_scale = match md.opt_str(&key("rope.scaling.type"))? {
             None | Some("none") => 1.0,
@@ -216,9 +226,14 @@ impl TryFrom<&Metadata> for ModelConfig {
             return Err(ConfigError::Invalid("a zero dimension".into()));
         }
         let sliding = sliding_window(md, architecture, n_layer)?;
-        let rope_freq_base_swa = md.opt_f32(&key("rope.freq_base_swa"))?.unwrap_or(10_000.0);
+        // Gemma 3's windowed layers have a base of their own (llama.cpp's
+        // default 10 000 where the file names none); phi3's share the one base.
+        let rope_freq_base_swa = match architecture {
+            Architecture::Gemma3 => md.opt_f32(&key("rope.freq_base_swa"))?.unwrap_or(10_000.0),
+            _ => rope_freq_base,
+        };
         check_floats(&[
-            ("attention.layer_norm_rms_epsilon", rms_eps),
+            ("the norms' epsilon", norm_eps),
             ("rope.freq_base", rope_freq_base),
             ("rope.freq_base_swa", rope_freq_base_swa),
             ("rope scaling (1 / rope.scaling.factor)", rope_freq_scale),
@@ -244,7 +259,7 @@ impl TryFrom<&Metadata> for ModelConfig {
             n_rot,
             rope_freq_base,
             rope_freq_scale,
-            rms_eps,
+            norm_eps,
             vocab_size,
             sliding_window: sliding.as_ref().map(|s| s.0),
             swa_layers: sliding.map(|s| s.1).unwrap_or_default(),
@@ -292,10 +307,12 @@ fn head_dim(
 /// Largest head size a file may claim (every backend also checks its own).
 const MAX_HEAD_DIM: u64 = 1024;
 
-/// The sliding window and the layers that use it, as llama.cpp's gemma3
-/// loader reads them: `attention.sliding_window`, and either a per-layer
+/// The sliding window and the layers that use it. Gemma 3, as llama.cpp's
+/// loader reads it: `attention.sliding_window`, and either a per-layer
 /// `attention.sliding_window_pattern` array or a period `n` (default 6) in
-/// which every layer but the `n`-th is windowed.
+/// which every layer but the `n`-th is windowed. Phi-3: every layer, as
+/// Hugging Face's Phi-3 attends (llama.cpp ignores phi3's window, which
+/// makes a difference only past it: 2,047 positions for Phi-3-mini-4k).
 fn sliding_window(
     md: &Metadata,
     arch: Architecture,
@@ -306,12 +323,16 @@ fn sliding_window(
         Some(w) if w > 0 => w,
         _ => return Ok(None),
     };
-    if arch != Architecture::Gemma3 {
-        return Err(ConfigError::Invalid(format!(
-            "sliding-window attention is not supported for {name}"
-        )));
-    }
     let window = usize::try_from(window).unwrap_or(usize::MAX);
+    match arch {
+        Architecture::Gemma3 => {}
+        Architecture::Phi3 => return Ok(Some((window, vec![true; n_layer]))),
+        _ => {
+            return Err(ConfigError::Invalid(format!(
+                "sliding-window attention is not supported for {name}"
+            )))
+        }
+    }
     let pattern_key = format!("{name}.attention.sliding_window_pattern");
     let layers = match md.get(&pattern_key) {
         Some(MetaValue::Array(items)) => {

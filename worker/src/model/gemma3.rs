@@ -12,7 +12,7 @@
 use crate::gguf::GgufFile;
 use crate::model::config::ModelConfig;
 use crate::model::ops::{AttentionShape, Checkpoints, GraphError, Logits, Ops, RopeParams};
-use crate::model::parts::{check_layer_count, lm_head, Binder, Recorder, Upload};
+use crate::model::parts::{check_layer_count, lm_head, Binder, FinalNorm, Recorder, Upload};
 
 /// One transformer block's weights.
 pub struct Gemma3Layer<W> {
@@ -151,6 +151,7 @@ pub fn forward<O: Ops>(
 
     let mut x = ops.buf(n, d)?;
     ops.embed(&w.token_embd, tokens, &mut x)?;
+    rec.record(ops, "inp_embd", &x)?;
     ops.scale(&mut x, (d as f32).sqrt())?;
     rec.record(ops, "inp_scaled", &x)?;
 
@@ -167,14 +168,14 @@ pub fn forward<O: Ops>(
     let scale = attention_scale(cfg);
 
     if let Some(first) = w.layers.first() {
-        ops.rms_norm(&x, &first.attn_norm, cfg.rms_eps, &mut h)?;
+        ops.rms_norm(&x, &first.attn_norm, cfg.norm_eps, &mut h)?;
     }
     for (il, l) in w.layers.iter().enumerate() {
         ops.matmul(&h, &l.wq, None, &mut q_raw)?;
         ops.matmul(&h, &l.wk, None, &mut k_raw)?;
         ops.matmul(&h, &l.wv, None, &mut v)?;
-        ops.rms_norm(&q_raw, &l.q_norm, cfg.rms_eps, &mut q)?;
-        ops.rms_norm(&k_raw, &l.k_norm, cfg.rms_eps, &mut k)?;
+        ops.rms_norm(&q_raw, &l.q_norm, cfg.norm_eps, &mut q)?;
+        ops.rms_norm(&k_raw, &l.k_norm, cfg.norm_eps, &mut k)?;
         let window = cfg.window(il);
         let rope = |n_head| RopeParams {
             n_head,
@@ -205,17 +206,17 @@ pub fn forward<O: Ops>(
         };
         ops.attention(&q, &k, &v, cache, shape, &mut attn)?;
         ops.matmul(&attn, &l.wo, None, &mut proj)?;
-        ops.rms_norm(&proj, &l.post_attn_norm, cfg.rms_eps, &mut normed)?;
-        ops.add_rms_norm(&mut x, &normed, &l.ffn_norm, cfg.rms_eps, &mut h)?;
+        ops.rms_norm(&proj, &l.post_attn_norm, cfg.norm_eps, &mut normed)?;
+        ops.add_rms_norm(&mut x, &normed, &l.ffn_norm, cfg.norm_eps, &mut h)?;
 
         ops.matmul(&h, &l.ffn_gate, None, &mut gate)?;
         ops.matmul(&h, &l.ffn_up, None, &mut up)?;
         ops.geglu(&gate, &up, &mut act)?;
         ops.matmul(&act, &l.ffn_down, None, &mut proj)?;
-        ops.rms_norm(&proj, &l.post_ffn_norm, cfg.rms_eps, &mut normed)?;
+        ops.rms_norm(&proj, &l.post_ffn_norm, cfg.norm_eps, &mut normed)?;
         match w.layers.get(il + 1) {
             Some(next) => {
-                ops.add_rms_norm(&mut x, &normed, &next.attn_norm, cfg.rms_eps, &mut h)?
+                ops.add_rms_norm(&mut x, &normed, &next.attn_norm, cfg.norm_eps, &mut h)?
             }
             None => ops.add_assign(&mut x, &normed)?,
         }
@@ -223,5 +224,14 @@ pub fn forward<O: Ops>(
     }
 
     let head = w.output.as_ref().unwrap_or(&w.token_embd);
-    lm_head(ops, cfg, x, &w.output_norm, head, logits, out, &mut rec)
+    lm_head(
+        ops,
+        cfg,
+        x,
+        FinalNorm::Rms(&w.output_norm),
+        head,
+        logits,
+        out,
+        &mut rec,
+    )
 }

@@ -9,7 +9,7 @@
 use crate::gguf::GgufFile;
 use crate::model::config::ModelConfig;
 use crate::model::ops::{AttentionShape, Checkpoints, GraphError, Logits, Ops, RopeParams};
-use crate::model::parts::{check_layer_count, lm_head, Binder, Recorder, Upload};
+use crate::model::parts::{check_layer_count, lm_head, Binder, FinalNorm, Recorder, Upload};
 
 /// One transformer block's weights.
 pub struct LayerWeights<W> {
@@ -165,7 +165,7 @@ pub fn forward<O: Ops>(
     // Each residual add is done with the norm after it (`add_rms_norm`);
     // only the first layer's input norm stands alone.
     if let Some(first) = w.layers.first() {
-        ops.rms_norm(&x, &first.attn_norm, cfg.rms_eps, &mut h)?;
+        ops.rms_norm(&x, &first.attn_norm, cfg.norm_eps, &mut h)?;
     }
     for (il, l) in w.layers.iter().enumerate() {
         ops.matmul(&h, &l.wq, l.bq.as_ref(), &mut q)?;
@@ -185,21 +185,30 @@ pub fn forward<O: Ops>(
         };
         ops.attention(&q, &k, &v, cache, shape, &mut attn)?;
         ops.matmul(&attn, &l.wo, None, &mut proj)?;
-        ops.add_rms_norm(&mut x, &proj, &l.ffn_norm, cfg.rms_eps, &mut h)?;
+        ops.add_rms_norm(&mut x, &proj, &l.ffn_norm, cfg.norm_eps, &mut h)?;
 
         ops.matmul(&h, &l.ffn_gate, None, &mut gate)?;
         ops.matmul(&h, &l.ffn_up, None, &mut up)?;
         ops.swiglu(&gate, &up, &mut act)?;
         ops.matmul(&act, &l.ffn_down, None, &mut proj)?;
         match w.layers.get(il + 1) {
-            Some(next) => ops.add_rms_norm(&mut x, &proj, &next.attn_norm, cfg.rms_eps, &mut h)?,
+            Some(next) => ops.add_rms_norm(&mut x, &proj, &next.attn_norm, cfg.norm_eps, &mut h)?,
             None => ops.add_assign(&mut x, &proj)?,
         }
         rec.record(ops, &format!("l_out-{il}"), &x)?;
     }
 
     let head = w.output.as_ref().unwrap_or(&w.token_embd);
-    lm_head(ops, cfg, x, &w.output_norm, head, logits, out, &mut rec)
+    lm_head(
+        ops,
+        cfg,
+        x,
+        FinalNorm::Rms(&w.output_norm),
+        head,
+        logits,
+        out,
+        &mut rec,
+    )
 }
 
 #[cfg(test)]
@@ -208,7 +217,8 @@ mod tests {
 
     use super::*;
     use crate::model::config::{Architecture, ConfigError};
-    use crate::model::synthetic::synthetic_llama;
+    use crate::model::synthetic::{synthetic_llama, synthetic_model, SYNTHETIC_ARCHS};
+    use crate::model::Weights;
 
     /// M0-W-1213: the factory maps each architecture name (an error names any
     /// other), and the adapter reads every tensor of its synthetic file.
@@ -228,11 +238,12 @@ mod tests {
             }
             other => panic!("expected UnsupportedArchitecture, got {other:?}"),
         }
-        for arch in ["llama", "qwen2"] {
-            let file = GgufFile::from_bytes(synthetic_llama(arch, 3, 32)).unwrap();
+        for arch in SYNTHETIC_ARCHS {
+            let file = GgufFile::from_bytes(synthetic_model(arch, 3, 32)).unwrap();
             let cfg = ModelConfig::try_from(&file.metadata).unwrap();
+            assert_eq!(cfg.architecture.name(), arch);
             let mut bound = BTreeSet::new();
-            LlamaWeights::<()>::load(&cfg, &file, &mut |spec| {
+            Weights::<()>::load(&cfg, &file, &mut |spec| {
                 bound.insert(spec.info.name.clone());
                 Ok::<(), GraphError>(())
             })
@@ -242,7 +253,7 @@ mod tests {
                 bound, in_file,
                 "{arch}: every tensor of the file is bound, and nothing else"
             );
-            let listed: BTreeSet<String> = LlamaWeights::<()>::tensor_names(&cfg, &file)
+            let listed: BTreeSet<String> = Weights::<()>::tensor_names(&cfg, &file)
                 .into_iter()
                 .collect();
             assert_eq!(

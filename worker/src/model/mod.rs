@@ -5,18 +5,22 @@
 
 pub mod config;
 pub mod gemma3;
+pub mod gpt2;
 pub mod llama;
 pub mod ops;
 pub mod parts;
+pub mod phi3;
 pub mod synthetic;
 
 pub use config::{Architecture, ConfigError, ModelConfig, RopeStyle};
 
 use crate::gguf::GgufFile;
 use gemma3::Gemma3Weights;
+use gpt2::Gpt2Weights;
 use llama::LlamaWeights;
 use ops::{Checkpoints, GraphError, Logits, Ops};
 use parts::Upload;
+use phi3::Phi3Weights;
 
 /// A model's weights, as handles of a backend's weight type, in the layout
 /// of its architecture family: what a backend holds and runs.
@@ -24,6 +28,8 @@ pub enum Weights<W> {
     /// `llama` and `qwen2`.
     Llama(LlamaWeights<W>),
     Gemma3(Gemma3Weights<W>),
+    Phi3(Phi3Weights<W>),
+    Gpt2(Gpt2Weights<W>),
 }
 
 impl<W> Weights<W> {
@@ -33,6 +39,8 @@ impl<W> Weights<W> {
         match cfg.architecture {
             Architecture::Llama | Architecture::Qwen2 => LlamaWeights::<W>::tensor_names(cfg, file),
             Architecture::Gemma3 => Gemma3Weights::<W>::tensor_names(cfg, file),
+            Architecture::Phi3 => Phi3Weights::<W>::tensor_names(cfg, file),
+            Architecture::Gpt2 => Gpt2Weights::<W>::tensor_names(cfg, file),
         }
     }
 
@@ -48,6 +56,8 @@ impl<W> Weights<W> {
                 Weights::Llama(LlamaWeights::load(cfg, file, upload)?)
             }
             Architecture::Gemma3 => Weights::Gemma3(Gemma3Weights::load(cfg, file, upload)?),
+            Architecture::Phi3 => Weights::Phi3(Phi3Weights::load(cfg, file, upload)?),
+            Architecture::Gpt2 => Weights::Gpt2(Gpt2Weights::load(cfg, file, upload)?),
         })
     }
 }
@@ -68,30 +78,35 @@ pub fn forward<O: Ops>(
     out: &mut Vec<f32>,
     checkpoints: Option<&mut Checkpoints>,
 ) -> Result<(), O::Error> {
+    let (c, s, l, o, cp) = (cache, start_pos, logits, out, checkpoints);
     match w {
-        Weights::Llama(w) => llama::forward(
-            ops,
-            cfg,
-            w,
-            cache,
-            tokens,
-            start_pos,
-            logits,
-            out,
-            checkpoints,
-        ),
-        Weights::Gemma3(w) => gemma3::forward(
-            ops,
-            cfg,
-            w,
-            cache,
-            tokens,
-            start_pos,
-            logits,
-            out,
-            checkpoints,
-        ),
+        Weights::Llama(w) => llama::forward(ops, cfg, w, c, tokens, s, l, o, cp),
+        Weights::Gemma3(w) => gemma3::forward(ops, cfg, w, c, tokens, s, l, o, cp),
+        Weights::Phi3(w) => phi3::forward(ops, cfg, w, c, tokens, s, l, o, cp),
+        Weights::Gpt2(w) => gpt2::forward(ops, cfg, w, c, tokens, s, l, o, cp),
     }
+}
+
+/// The f32 activation buffers (their lengths in values) that one forward
+/// pass of `n` tokens allocates at most, for the architecture's graph, the LM
+/// head's included: what a backend reserves for a decode step (`n = 1`).
+pub fn step_buffers(cfg: &ModelConfig, n: usize) -> Vec<usize> {
+    let (d, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
+    let mut v = match cfg.architecture {
+        // x, h, q, k, v, attn, proj, gate, up, act
+        Architecture::Llama | Architecture::Qwen2 => vec![d, d, qd, kvd, kvd, qd, d, ff, ff, ff],
+        // x, h, q_raw, q, k_raw, k, v, attn, proj, normed, gate, up, act
+        Architecture::Gemma3 => vec![d, d, qd, qd, kvd, kvd, kvd, qd, d, d, ff, ff, ff],
+        // x, h, qkv, q, k, v, attn, proj, gate_up, gate, up, act
+        Architecture::Phi3 => {
+            vec![d, d, qd + 2 * kvd, qd, kvd, kvd, qd, d, 2 * ff, ff, ff, ff]
+        }
+        // x, h, qkv, q, k, v, attn, proj, up, act
+        Architecture::Gpt2 => vec![d, d, qd + 2 * kvd, qd, kvd, kvd, qd, d, ff, ff],
+    };
+    // lm_head: the last row, its norm, the logits.
+    v.extend([d, d, cfg.vocab_size]);
+    v.iter().map(|&len| len * n).collect()
 }
 
 /// What the rest of the worker needs to know about the loaded model.

@@ -28,6 +28,8 @@ pub enum GraphError {
     },
     #[error("forward called with no tokens")]
     NoTokens,
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// Which positions of a forward pass the caller wants logits for. Whatever
@@ -119,6 +121,24 @@ pub trait Ops {
         &mut self,
         table: &Self::Weight,
         tokens: &[u32],
+        out: &mut Self::Buf,
+    ) -> Result<(), Self::Error>;
+
+    /// `out[t] = table[start_pos + t]`: learned position embeddings (GPT-2).
+    /// Positions past the table are refused.
+    fn embed_positions(
+        &mut self,
+        table: &Self::Weight,
+        start_pos: usize,
+        out: &mut Self::Buf,
+    ) -> Result<(), Self::Error>;
+
+    /// `out[t] = x[t][start..start + out.cols]`: one part of a fused
+    /// projection (Q, K and V of `attn_qkv`; gate and up of phi3's `ffn_up`).
+    fn copy_cols(
+        &mut self,
+        x: &Self::Buf,
+        start: usize,
         out: &mut Self::Buf,
     ) -> Result<(), Self::Error>;
 

@@ -122,8 +122,15 @@ impl<'c> Recorder<'c> {
     }
 }
 
+/// The norm before the LM head.
+pub enum FinalNorm<'w, W> {
+    Rms(&'w W),
+    /// LayerNorm with its bias (GPT-2).
+    Layer(&'w W, &'w W),
+}
+
 /// The end of every forward pass: the rows whose logits are wanted go
-/// through the final RMSNorm and the LM head; the last row is kept for the
+/// through the final norm and the LM head; the last row is kept for the
 /// backend's sampler and the requested logits copied to `out` (left empty for
 /// `Logits::None`).
 #[allow(clippy::too_many_arguments)]
@@ -131,7 +138,7 @@ pub fn lm_head<O: Ops>(
     ops: &mut O,
     cfg: &ModelConfig,
     x: O::Buf,
-    norm: &O::Weight,
+    norm: FinalNorm<'_, O::Weight>,
     head: &O::Weight,
     logits: Logits,
     out: &mut Vec<f32>,
@@ -148,7 +155,10 @@ pub fn lm_head<O: Ops>(
         Logits::Last | Logits::None => 1,
     };
     let mut normed = ops.buf(rows, cfg.n_embd)?;
-    ops.rms_norm(&x, norm, cfg.rms_eps, &mut normed)?;
+    match norm {
+        FinalNorm::Rms(w) => ops.rms_norm(&x, w, cfg.norm_eps, &mut normed)?,
+        FinalNorm::Layer(w, b) => ops.layer_norm(&x, w, Some(b), cfg.norm_eps, &mut normed)?,
+    }
     recorder.record_row(ops, "result_norm", &normed, rows - 1)?;
     let mut result = ops.buf(rows, cfg.vocab_size)?;
     ops.matmul(&normed, head, None, &mut result)?;

@@ -16,44 +16,64 @@ pub fn random_vec(rng: &mut ChaCha8Rng, n: usize, scale: f32) -> Vec<f32> {
         .collect()
 }
 
-/// A small random llama-family model with every weight format, written with
-/// `GgufWriter`. `qwen2` adds Q/K/V biases, NEOX RoPE and a tied LM head.
+/// A small random llama-family model with every weight format (see
+/// [`synthetic_model`]).
 pub fn synthetic_llama(arch: &str, seed: u64, context: u32) -> Vec<u8> {
+    synthetic_model(arch, seed, context)
+}
+
+/// The architectures [`synthetic_model`] writes.
+pub const SYNTHETIC_ARCHS: [&str; 5] = ["llama", "qwen2", "gemma3", "phi3", "gpt2"];
+
+/// A small random model of `arch` (one of [`SYNTHETIC_ARCHS`]) with every
+/// weight format, written with `GgufWriter`, laid out as llama.cpp's
+/// converter lays out that family: `qwen2` adds Q/K/V biases and a tied LM
+/// head; `gemma3` has heads wider than `d / n_head`, per-head Q/K norms,
+/// post-norms and an 8-position window on its first layer; `phi3` fuses QKV
+/// and gate/up and windows every layer at 16 positions; `gpt2` has learned
+/// positions, LayerNorms and biases everywhere.
+pub fn synthetic_model(arch: &str, seed: u64, context: u32) -> Vec<u8> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let (d, n_layer, n_head, n_kv, ff, vocab) =
-        (256usize, 2usize, 4usize, 2usize, 512usize, 384usize);
-    let hd = d / n_head;
+    let (d, n_layer, n_head, ff, vocab) = (256usize, 2usize, 4usize, 512usize, 384usize);
+    let n_kv = if arch == "gpt2" { n_head } else { 2 };
+    let hd = if arch == "gemma3" { 128 } else { d / n_head };
+    let (qd, kvd) = (n_head * hd, n_kv * hd);
     let mut w = GgufWriter::new();
     let s = |v: &str| MetaValue::String(v.to_string());
+    let u = |v: usize| MetaValue::U32(v as u32);
     w.metadata("general.architecture", s(arch));
     w.metadata("general.name", s("synthetic"));
-    w.metadata(&format!("{arch}.context_length"), MetaValue::U32(context));
-    w.metadata(
-        &format!("{arch}.embedding_length"),
-        MetaValue::U32(d as u32),
-    );
-    w.metadata(
-        &format!("{arch}.block_count"),
-        MetaValue::U32(n_layer as u32),
-    );
-    w.metadata(
-        &format!("{arch}.attention.head_count"),
-        MetaValue::U32(n_head as u32),
-    );
-    w.metadata(
-        &format!("{arch}.attention.head_count_kv"),
-        MetaValue::U32(n_kv as u32),
-    );
-    w.metadata(
-        &format!("{arch}.feed_forward_length"),
-        MetaValue::U32(ff as u32),
-    );
-    w.metadata(
-        &format!("{arch}.attention.layer_norm_rms_epsilon"),
-        MetaValue::F32(1e-5),
-    );
-    w.metadata(&format!("{arch}.rope.freq_base"), MetaValue::F32(10000.0));
-    w.metadata(&format!("{arch}.vocab_size"), MetaValue::U32(vocab as u32));
+    let key = |k: &str| format!("{arch}.{k}");
+    w.metadata(&key("context_length"), MetaValue::U32(context));
+    w.metadata(&key("embedding_length"), u(d));
+    w.metadata(&key("block_count"), u(n_layer));
+    w.metadata(&key("attention.head_count"), u(n_head));
+    w.metadata(&key("attention.head_count_kv"), u(n_kv));
+    w.metadata(&key("feed_forward_length"), u(ff));
+    w.metadata(&key("vocab_size"), u(vocab));
+    let eps_key = match arch {
+        "gpt2" => "attention.layer_norm_epsilon",
+        _ => "attention.layer_norm_rms_epsilon",
+    };
+    w.metadata(&key(eps_key), MetaValue::F32(1e-5));
+    match arch {
+        "gemma3" => {
+            w.metadata(&key("attention.key_length"), u(hd));
+            w.metadata(&key("attention.value_length"), u(hd));
+            w.metadata(&key("attention.sliding_window"), u(8));
+            w.metadata(&key("attention.sliding_window_pattern"), u(2));
+            w.metadata(&key("rope.freq_base"), MetaValue::F32(1_000_000.0));
+        }
+        "phi3" => {
+            w.metadata(&key("attention.sliding_window"), u(16));
+            w.metadata(&key("rope.dimension_count"), u(hd / 2));
+            w.metadata(&key("rope.freq_base"), MetaValue::F32(10000.0));
+        }
+        "gpt2" => {}
+        _ => {
+            w.metadata(&key("rope.freq_base"), MetaValue::F32(10000.0));
+        }
+    }
     let tokens: Vec<MetaValue> = (0..vocab)
         .map(|i| MetaValue::String(format!("t{i}")))
         .collect();
@@ -84,10 +104,9 @@ pub fn synthetic_llama(arch: &str, seed: u64, context: u32) -> Vec<u8> {
     };
     // The embedding table: every row with a distinct random pattern.
     let emb: Vec<f32> = random_vec(&mut rng, vocab * d, 1.0);
-    let emb_ty = if arch == "qwen2" {
-        GgmlType::Q8_0
-    } else {
-        GgmlType::Q6K
+    let emb_ty = match arch {
+        "qwen2" | "gemma3" => GgmlType::Q8_0,
+        _ => GgmlType::Q6K,
     };
     w.tensor(
         "token_embd.weight",
@@ -95,25 +114,74 @@ pub fn synthetic_llama(arch: &str, seed: u64, context: u32) -> Vec<u8> {
         emb_ty,
         quantize(emb_ty, &emb).unwrap(),
     );
+    if arch == "gpt2" {
+        let pos = random_vec(&mut rng, context as usize * d, 0.5);
+        let f16 = GgmlType::F16;
+        w.tensor(
+            "position_embd.weight",
+            &[d as u64, context as u64],
+            f16,
+            quantize(f16, &pos).unwrap(),
+        );
+    }
     for i in 0..n_layer {
         let n = |x: &str| format!("blk.{i}.{x}");
-        vector(&mut w, &n("attn_norm.weight"), d, 1.0, &mut rng);
-        matrix(&mut w, &n("attn_q.weight"), n_head * hd, d, &mut rng);
-        matrix(&mut w, &n("attn_k.weight"), n_kv * hd, d, &mut rng);
-        matrix(&mut w, &n("attn_v.weight"), n_kv * hd, d, &mut rng);
-        if arch == "qwen2" {
-            vector(&mut w, &n("attn_q.bias"), n_head * hd, 0.0, &mut rng);
-            vector(&mut w, &n("attn_k.bias"), n_kv * hd, 0.0, &mut rng);
-            vector(&mut w, &n("attn_v.bias"), n_kv * hd, 0.0, &mut rng);
+        match arch {
+            "gpt2" => {
+                for (name, rows, cols) in [
+                    ("attn_qkv", qd + 2 * kvd, d),
+                    ("attn_output", d, qd),
+                    ("ffn_up", ff, d),
+                    ("ffn_down", d, ff),
+                ] {
+                    matrix(&mut w, &n(&format!("{name}.weight")), rows, cols, &mut rng);
+                    vector(&mut w, &n(&format!("{name}.bias")), rows, 0.0, &mut rng);
+                }
+                for norm in ["attn_norm", "ffn_norm"] {
+                    vector(&mut w, &n(&format!("{norm}.weight")), d, 1.0, &mut rng);
+                    vector(&mut w, &n(&format!("{norm}.bias")), d, 0.0, &mut rng);
+                }
+                continue;
+            }
+            "phi3" => {
+                vector(&mut w, &n("attn_norm.weight"), d, 1.0, &mut rng);
+                matrix(&mut w, &n("attn_qkv.weight"), qd + 2 * kvd, d, &mut rng);
+                matrix(&mut w, &n("attn_output.weight"), d, qd, &mut rng);
+                vector(&mut w, &n("ffn_norm.weight"), d, 1.0, &mut rng);
+                matrix(&mut w, &n("ffn_up.weight"), 2 * ff, d, &mut rng);
+                matrix(&mut w, &n("ffn_down.weight"), d, ff, &mut rng);
+                continue;
+            }
+            _ => {}
         }
-        matrix(&mut w, &n("attn_output.weight"), d, n_head * hd, &mut rng);
+        vector(&mut w, &n("attn_norm.weight"), d, 1.0, &mut rng);
+        matrix(&mut w, &n("attn_q.weight"), qd, d, &mut rng);
+        matrix(&mut w, &n("attn_k.weight"), kvd, d, &mut rng);
+        matrix(&mut w, &n("attn_v.weight"), kvd, d, &mut rng);
+        if arch == "qwen2" {
+            vector(&mut w, &n("attn_q.bias"), qd, 0.0, &mut rng);
+            vector(&mut w, &n("attn_k.bias"), kvd, 0.0, &mut rng);
+            vector(&mut w, &n("attn_v.bias"), kvd, 0.0, &mut rng);
+        }
+        if arch == "gemma3" {
+            vector(&mut w, &n("attn_q_norm.weight"), hd, 1.0, &mut rng);
+            vector(&mut w, &n("attn_k_norm.weight"), hd, 1.0, &mut rng);
+            vector(&mut w, &n("post_attention_norm.weight"), d, 1.0, &mut rng);
+            vector(&mut w, &n("post_ffw_norm.weight"), d, 1.0, &mut rng);
+        }
+        matrix(&mut w, &n("attn_output.weight"), d, qd, &mut rng);
         vector(&mut w, &n("ffn_norm.weight"), d, 1.0, &mut rng);
         matrix(&mut w, &n("ffn_gate.weight"), ff, d, &mut rng);
         matrix(&mut w, &n("ffn_up.weight"), ff, d, &mut rng);
         matrix(&mut w, &n("ffn_down.weight"), d, ff, &mut rng);
     }
-    vector(&mut w, "output_norm.weight", d, 1.0, &mut rng);
-    if arch != "qwen2" {
+    if arch == "gpt2" {
+        vector(&mut w, "output_norm.weight", d, 1.0, &mut rng);
+        vector(&mut w, "output_norm.bias", d, 0.0, &mut rng);
+    } else {
+        vector(&mut w, "output_norm.weight", d, 1.0, &mut rng);
+    }
+    if matches!(arch, "llama" | "phi3") {
         matrix(&mut w, "output.weight", vocab, d, &mut rng);
     }
     w.to_bytes()

@@ -150,10 +150,10 @@ impl Backend for CpuBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::synthetic::synthetic_llama;
+    use crate::model::synthetic::{synthetic_model, SYNTHETIC_ARCHS};
 
     fn synthetic_backend(arch: &str) -> (CpuBackend, usize) {
-        let file = Arc::new(GgufFile::from_bytes(synthetic_llama(arch, 7, 64)).unwrap());
+        let file = Arc::new(GgufFile::from_bytes(synthetic_model(arch, 7, 64)).unwrap());
         let cfg = ModelConfig::try_from(&file.metadata).unwrap();
         let vocab = cfg.vocab_size;
         (CpuBackend::load(cfg, file, &mut |_| {}).unwrap(), vocab)
@@ -161,7 +161,7 @@ mod tests {
 
     #[test]
     fn m0_w_1052_backend_contract_cpu() {
-        for arch in ["llama", "qwen2"] {
+        for arch in SYNTHETIC_ARCHS {
             let (mut b, vocab) = synthetic_backend(arch);
             crate::backend::contract::check_backend_contract(&mut b, vocab);
         }

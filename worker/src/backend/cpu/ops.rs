@@ -194,6 +194,44 @@ impl Ops for CpuOps {
         Ok(())
     }
 
+    fn embed_positions(
+        &mut self,
+        table: &CpuWeight,
+        start_pos: usize,
+        out: &mut CpuBuf,
+    ) -> Result<(), BackendError> {
+        let end = start_pos + out.rows;
+        if let CpuWeight::Stored { rows, .. } = table {
+            if end > *rows {
+                return Err(BackendError::InferenceFailed(format!(
+                    "position {} is past the {rows} learned positions",
+                    end - 1
+                )));
+            }
+        }
+        let positions: Vec<u32> = (start_pos..end).map(|p| p as u32).collect();
+        self.embed(table, &positions, out)
+    }
+
+    fn copy_cols(
+        &mut self,
+        x: &CpuBuf,
+        start: usize,
+        out: &mut CpuBuf,
+    ) -> Result<(), BackendError> {
+        if out.rows != x.rows || start + out.cols > x.cols {
+            return Err(shape_error("copy_cols"));
+        }
+        for (xr, or) in x
+            .data
+            .chunks_exact(x.cols)
+            .zip(out.data.chunks_exact_mut(out.cols))
+        {
+            or.copy_from_slice(&xr[start..start + out.cols]);
+        }
+        Ok(())
+    }
+
     fn rms_norm(
         &mut self,
         x: &CpuBuf,

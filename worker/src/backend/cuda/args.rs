@@ -1002,6 +1002,57 @@ impl KernelCall for ScaleArgs {
     }
 }
 
+/// `copy_cols`: `out[t][c] = x[t][start + c]` for `c < cols`.
+#[derive(Clone, Copy, Debug)]
+pub struct CopyColsArgs {
+    /// `[rows, x_cols]` f32.
+    pub x: DevPtr<f32>,
+    pub rows: usize,
+    pub x_cols: usize,
+    /// `start + cols <= x_cols`.
+    pub start: usize,
+    pub cols: usize,
+    /// `[rows, cols]` f32.
+    pub out: DevPtrMut<f32>,
+}
+
+impl KernelCall for CopyColsArgs {
+    type Params = (DevPtr<f32>, i32, i32, i32, DevPtrMut<f32>, i64);
+
+    fn plan(&self) -> Plan {
+        plan(
+            Kernel::CopyCols,
+            [("x_cols", self.x_cols), ("cols", self.cols)],
+            [("x", self.x.addr()), ("out", self.out.addr())],
+            Work::Elements(self.rows.saturating_mul(self.cols)),
+        )
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        if self.start + self.cols > self.x_cols {
+            return Err(refusal(
+                Kernel::CopyCols,
+                format!(
+                    "columns {}..{} of {}",
+                    self.start,
+                    self.start + self.cols,
+                    self.x_cols
+                ),
+            ));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        (
+            self.x,
+            self.x_cols as i32,
+            self.start as i32,
+            self.cols as i32,
+            self.out,
+            (self.rows * self.cols) as i64,
+        )
+    }
+}
+
 /// `add_assign`: `x[i] += y[i]`.
 #[derive(Clone, Copy, Debug)]
 pub struct AddAssignArgs {

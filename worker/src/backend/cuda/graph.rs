@@ -115,26 +115,7 @@ impl Drop for DecodeGraph {
 
 /// Bytes of activations one decode step of `model::forward` allocates, with slack.
 fn arena_bytes(cfg: &ModelConfig) -> u64 {
-    let (d, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
-    // Every architecture's buffers fit in this (Gemma 3's, the most, use
-    // four rows of `d`, three of `qd` and `kvd`).
-    let bufs = [
-        d,
-        d,
-        d,
-        d,
-        d,
-        qd,
-        qd,
-        qd,
-        kvd,
-        kvd,
-        kvd,
-        ff,
-        ff,
-        ff,
-        cfg.vocab_size,
-    ];
+    let bufs = crate::model::step_buffers(cfg, 1);
     bufs.iter().map(|&n| align_up(n as u64 * 4)).sum::<u64>() + (64 << 10)
 }
 

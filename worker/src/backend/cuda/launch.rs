@@ -72,6 +72,8 @@ pub enum Kernel {
     AddAssign,
     /// `scale`: `x *= factor` (Gemma's embeddings).
     Scale,
+    /// `copy_cols`: a column range of each row (fused projections' parts).
+    CopyCols,
     /// `sample_select`: the sampling pipeline over one logit vector.
     SampleSelect,
     /// `sample_logprobs`: the top log-probabilities of one logit vector.
@@ -123,6 +125,7 @@ impl Kernel {
             Kernel::Gelu,
             Kernel::AddAssign,
             Kernel::Scale,
+            Kernel::CopyCols,
             Kernel::SampleSelect,
             Kernel::SampleLogprobs,
         ]);
@@ -150,6 +153,7 @@ impl Kernel {
             | Kernel::Gelu
             | Kernel::AddAssign
             | Kernel::Scale
+            | Kernel::CopyCols
             | Kernel::QuantizeX8
             | Kernel::GemmSplitsSum => Module::Elementwise,
             Kernel::SampleSelect | Kernel::SampleLogprobs => Module::Sample,
@@ -232,6 +236,7 @@ impl Kernel {
             Kernel::Gelu => "gelu".into(),
             Kernel::AddAssign => "add_assign".into(),
             Kernel::Scale => "scale".into(),
+            Kernel::CopyCols => "copy_cols".into(),
             Kernel::SampleSelect => "sample_select".into(),
             Kernel::SampleLogprobs => "sample_logprobs".into(),
         }
@@ -423,6 +428,7 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
             | Kernel::Gelu
             | Kernel::AddAssign
             | Kernel::Scale
+            | Kernel::CopyCols
             | Kernel::QuantizeX8
             | Kernel::GemmSplitsSum,
             Work::Elements(n),

@@ -409,8 +409,7 @@ impl CudaBackend {
 /// Scratch one decode step needs (the activations of `model::forward` for one
 /// token), with slack for the pool's granularity.
 fn decode_scratch_bytes(cfg: &ModelConfig) -> u64 {
-    let floats =
-        5 * cfg.n_embd + 3 * cfg.q_dim() + 3 * cfg.kv_dim() + 3 * cfg.n_ff + cfg.vocab_size;
+    let floats: usize = model::step_buffers(cfg, 1).iter().sum();
     align_up(floats as u64 * 4) + (4 << 20)
 }
 

@@ -14,8 +14,8 @@ use cudarc::driver::sys::CUdeviceptr;
 
 use crate::backend::cuda::args::{
     AddAssignArgs, AddRmsNormArgs, AttentionArgs, AttentionCombineArgs, AttentionSplitArgs,
-    CacheWindow, EmbedArgs, GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs, QuantizeX8Args,
-    RmsNormArgs, RopeArgs, RopePairs, ScaleArgs, SplitsOutput, SwigluArgs, X8Bufs,
+    CacheWindow, CopyColsArgs, EmbedArgs, GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs,
+    QuantizeX8Args, RmsNormArgs, RopeArgs, RopePairs, ScaleArgs, SplitsOutput, SwigluArgs, X8Bufs,
 };
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::kernels::MV8_LOOP_MAX_TOKENS;
@@ -422,6 +422,65 @@ impl Ops for CudaOps {
         unsafe { drv::memcpy_htod_async(ids.ptr(), tokens, self.dev.cu_stream()) }
             .map_err(|e| driver_error("copying token ids", e))?;
         let args = embed_args(table, DevPtr::new(ids.ptr()), tokens.len(), out);
+        self.dev.kernels.launch(&self.dev.stream, &args)
+    }
+
+    fn embed_positions(
+        &mut self,
+        table: &CudaWeight,
+        start_pos: usize,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        let end = start_pos + out.rows;
+        if end > table.rows {
+            return Err(BackendError::InferenceFailed(format!(
+                "position {} is past the {} learned positions",
+                end - 1,
+                table.rows
+            )));
+        }
+        let Some(c) = &self.capture else {
+            let positions: Vec<u32> = (start_pos..end).map(|p| p as u32).collect();
+            return self.embed(table, &positions, out);
+        };
+        // A decode graph reads its position from the step's slot, the word
+        // after the token (the model's context, checked at load, is within
+        // the table).
+        if out.rows != 1 || out.cols != table.cols {
+            return Err(shape_error(format!(
+                "embed_positions: a decode graph takes one row of {}, not {}x{}",
+                table.cols, out.rows, out.cols
+            )));
+        }
+        check_weights("embed_positions", &[table])?;
+        check_bufs("embed_positions", &[out])?;
+        self.dev.bind()?;
+        let args = embed_args(table, DevPtr::new(c.step + 4), 1, out);
+        self.dev.kernels.launch(&self.dev.stream, &args)
+    }
+
+    fn copy_cols(
+        &mut self,
+        x: &CudaBuf,
+        start: usize,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        if out.rows != x.rows || start + out.cols > x.cols || out.is_empty() {
+            return Err(shape_error(format!(
+                "copy_cols: x {}x{} from {start}, out {}x{}",
+                x.rows, x.cols, out.rows, out.cols
+            )));
+        }
+        check_bufs("copy_cols", &[x, out])?;
+        self.dev.bind()?;
+        let args = CopyColsArgs {
+            x: x.input(),
+            rows: x.rows,
+            x_cols: x.cols,
+            start,
+            cols: out.cols,
+            out: out.output(),
+        };
         self.dev.kernels.launch(&self.dev.stream, &args)
     }
 

@@ -274,6 +274,7 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         (Kernel::Gelu, sig::<GeluArgs>()),
         (Kernel::AddAssign, sig::<AddAssignArgs>()),
         (Kernel::Scale, sig::<ScaleArgs>()),
+        (Kernel::CopyCols, sig::<CopyColsArgs>()),
         (Kernel::SampleSelect, sig::<SampleSelectArgs>()),
         (Kernel::SampleLogprobs, sig::<SampleLogprobsArgs>()),
     ]);

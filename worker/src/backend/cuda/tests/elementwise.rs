@@ -77,6 +77,40 @@ fn swiglu_and_add_match_cpu() {
     eprintln!("swiglu: max relative error {worst_s:.2e}; geglu: {worst_g:.2e}; add: {worst_a:.2e}");
 }
 
+/// `copy_cols` takes each part of a fused projection exactly; a range past
+/// the row is refused.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn copy_cols_takes_the_parts_of_fused_rows() {
+    let _gpu = shared_gpu();
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(21);
+    for (rows, cols, parts) in [
+        (1, 9216, [0, 3072, 6144]),
+        (7, 768 * 3, [0, 768, 1536]),
+        (3, 96, [0, 40, 70]),
+    ] {
+        let xv = random_vec(&mut rng, rows * cols, 2.0);
+        let x = ops.upload(rows, cols, &xv).unwrap();
+        for (i, &start) in parts.iter().enumerate() {
+            let end = parts.get(i + 1).copied().unwrap_or(cols);
+            let mut cpu_out = cpu_buf(rows, end - start, vec![0.0; rows * (end - start)]);
+            CpuOps
+                .copy_cols(&cpu_buf(rows, cols, xv.clone()), start, &mut cpu_out)
+                .unwrap();
+            let mut out = ops.buf(rows, end - start).unwrap();
+            ops.copy_cols(&x, start, &mut out).unwrap();
+            assert_eq!(
+                host(&mut ops, &out),
+                cpu_out.data,
+                "{rows}x{cols} from {start}"
+            );
+        }
+        let mut past = ops.buf(rows, 8).unwrap();
+        assert!(ops.copy_cols(&x, cols - 4, &mut past).is_err());
+    }
+}
+
 /// GELU (tanh form) in f64, the reference for M0-W-1433.
 fn gelu_f64(x: f64) -> f64 {
     0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())

@@ -1,6 +1,7 @@
 //! Decode steps replayed from a CUDA graph against eager decode.
 
 use super::*;
+use crate::model::synthetic::{synthetic_model, SYNTHETIC_ARCHS};
 
 /// Decode steps replayed from the captured graph give the same bits as the
 /// same steps launched one by one.
@@ -8,10 +9,8 @@ use super::*;
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
 fn graph_decode_is_bit_identical_to_eager_decode() {
     let _gpu = shared_gpu();
-    for arch in ["llama", "qwen2"] {
-        let file = Arc::new(
-            GgufFile::from_bytes(crate::model::synthetic::synthetic_llama(arch, 30, 512)).unwrap(),
-        );
+    for arch in SYNTHETIC_ARCHS {
+        let file = Arc::new(GgufFile::from_bytes(synthetic_model(arch, 30, 512)).unwrap());
         let cfg = ModelConfig::try_from(&file.metadata).unwrap();
         let mut gpu =
             CudaBackend::load(cfg, &file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();

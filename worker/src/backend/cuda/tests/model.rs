@@ -1,8 +1,9 @@
-//! Whole models on both backends: synthetic llama/qwen2 with every format,
+//! Whole models on both backends: every synthetic architecture with every format,
 //! the reference model when present, memory accounting and KV limits, the
 //! backend contract (M0-W-1052), and timings at SmolLM2-135M's shapes.
 
 use super::*;
+use crate::model::synthetic::{synthetic_model, SYNTHETIC_ARCHS};
 
 /// Prefill of `tokens[..n_prompt]` with logits at every position, then
 /// teacher-forced decode of the rest one token at a time: GPU logits vs CPU
@@ -56,11 +57,8 @@ fn compare_sequence(
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
 fn synthetic_models_with_every_format_match_the_cpu_backend() {
     let _gpu = shared_gpu();
-    for (arch, seed) in [("llama", 10u64), ("qwen2", 11)] {
-        let file = Arc::new(
-            GgufFile::from_bytes(crate::model::synthetic::synthetic_llama(arch, seed, 512))
-                .unwrap(),
-        );
+    for (arch, seed) in SYNTHETIC_ARCHS.into_iter().zip(10u64..) {
+        let file = Arc::new(GgufFile::from_bytes(synthetic_model(arch, seed, 512)).unwrap());
         let opts = CudaLoadOptions {
             upload_chunk_bytes: 4096,
             ..Default::default()

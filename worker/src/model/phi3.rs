@@ -1,0 +1,193 @@
+//! Phi-3 (`phi3`): GGUF tensor names, shapes, and the forward pass,
+//! following llama.cpp's `llama_model_phi3` graph.
+//!
+//! The llama block with two fused projections: `attn_qkv` holds Q, K and V
+//! one after another, and `ffn_up` holds the SwiGLU's gate then its up
+//! projection; NEOX RoPE over `rope.dimension_count` dimensions; and, where
+//! the file sets `attention.sliding_window`, every layer attends through that
+//! window (see `config::sliding_window`).
+
+use crate::gguf::GgufFile;
+use crate::model::config::ModelConfig;
+use crate::model::ops::{AttentionShape, Checkpoints, GraphError, Logits, Ops, RopeParams};
+use crate::model::parts::{check_layer_count, lm_head, Binder, FinalNorm, Recorder, Upload};
+
+/// One transformer block's weights.
+pub struct Phi3Layer<W> {
+    pub attn_norm: W,
+    /// `[q_dim + 2 kv_dim, n_embd]`: Q, K, V.
+    pub wqkv: W,
+    pub wo: W,
+    pub ffn_norm: W,
+    /// `[2 n_ff, n_embd]`: gate, then up.
+    pub ffn_up: W,
+    pub ffn_down: W,
+}
+
+/// All weights of a Phi-3 model.
+pub struct Phi3Weights<W> {
+    pub token_embd: W,
+    pub layers: Vec<Phi3Layer<W>>,
+    pub output_norm: W,
+    /// `None` when the LM head is tied to `token_embd`.
+    pub output: Option<W>,
+}
+
+const LAYER_TENSORS: [&str; 6] = [
+    "attn_norm",
+    "attn_qkv",
+    "attn_output",
+    "ffn_norm",
+    "ffn_up",
+    "ffn_down",
+];
+
+impl<W> Phi3Weights<W> {
+    /// Every tensor name this architecture reads.
+    pub fn tensor_names(cfg: &ModelConfig, file: &GgufFile) -> Vec<String> {
+        let mut names = vec![
+            "token_embd.weight".to_string(),
+            "output_norm.weight".to_string(),
+        ];
+        if file.tensor("output.weight").is_some() {
+            names.push("output.weight".into());
+        }
+        for i in 0..cfg.n_layer {
+            names.extend(LAYER_TENSORS.iter().map(|n| format!("blk.{i}.{n}.weight")));
+        }
+        names
+    }
+
+    /// Binds every tensor through `upload`, checking each one's shape first.
+    /// Files with LongRoPE factor tables (`rope_factors_long`/`_short`) are
+    /// refused by name: their frequencies are not modelled yet.
+    pub fn load<E: From<GraphError>>(
+        cfg: &ModelConfig,
+        file: &GgufFile,
+        upload: &mut Upload<'_, W, E>,
+    ) -> Result<Self, E> {
+        check_layer_count(cfg, file, LAYER_TENSORS.len() as u64)?;
+        if let Some(t) = file
+            .tensors
+            .iter()
+            .find(|t| t.name.starts_with("rope_factors"))
+        {
+            return Err(GraphError::Unsupported(format!(
+                "{}: LongRoPE factor tables are not supported yet",
+                t.name
+            ))
+            .into());
+        }
+        let mut b = Binder { file, upload };
+        let (d, v, ff) = (cfg.n_embd, cfg.vocab_size, cfg.n_ff);
+        let qkv = cfg.q_dim() + 2 * cfg.kv_dim();
+        let token_embd = b.get("token_embd.weight", v, d)?;
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for i in 0..cfg.n_layer {
+            let n = |s: &str| format!("blk.{i}.{s}.weight");
+            layers.push(Phi3Layer {
+                attn_norm: b.get(&n("attn_norm"), 1, d)?,
+                wqkv: b.get(&n("attn_qkv"), qkv, d)?,
+                wo: b.get(&n("attn_output"), d, cfg.q_dim())?,
+                ffn_norm: b.get(&n("ffn_norm"), 1, d)?,
+                ffn_up: b.get(&n("ffn_up"), 2 * ff, d)?,
+                ffn_down: b.get(&n("ffn_down"), d, ff)?,
+            });
+        }
+        let output_norm = b.get("output_norm.weight", 1, d)?;
+        let output = b.optional("output.weight", v, d)?;
+        Ok(Phi3Weights {
+            token_embd,
+            layers,
+            output_norm,
+            output,
+        })
+    }
+}
+
+/// Runs `tokens` at positions `start_pos..` through the model, as
+/// [`crate::model::llama::forward`] does for the llama family.
+#[allow(clippy::too_many_arguments)]
+pub fn forward<O: Ops>(
+    ops: &mut O,
+    cfg: &ModelConfig,
+    w: &Phi3Weights<O::Weight>,
+    cache: &mut O::Cache,
+    tokens: &[u32],
+    start_pos: usize,
+    logits: Logits,
+    out: &mut Vec<f32>,
+    checkpoints: Option<&mut Checkpoints>,
+) -> Result<(), O::Error> {
+    let n = tokens.len();
+    if n == 0 {
+        return Err(GraphError::NoTokens.into());
+    }
+    let (d, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
+    let mut rec = Recorder::new(checkpoints, n);
+
+    let mut x = ops.buf(n, d)?;
+    ops.embed(&w.token_embd, tokens, &mut x)?;
+    rec.record(ops, "inp_embd", &x)?;
+
+    let mut h = ops.buf(n, d)?;
+    let mut qkv = ops.buf(n, qd + 2 * kvd)?;
+    let mut q = ops.buf(n, qd)?;
+    let mut k = ops.buf(n, kvd)?;
+    let mut v = ops.buf(n, kvd)?;
+    let mut attn = ops.buf(n, qd)?;
+    let mut proj = ops.buf(n, d)?;
+    let mut gate_up = ops.buf(n, 2 * ff)?;
+    let mut gate = ops.buf(n, ff)?;
+    let mut up = ops.buf(n, ff)?;
+    let mut act = ops.buf(n, ff)?;
+    let rope = |n_head| RopeParams {
+        n_head,
+        head_dim: cfg.head_dim,
+        n_rot: cfg.n_rot,
+        start_pos,
+        freq_base: cfg.rope_freq_base,
+        freq_scale: cfg.rope_freq_scale,
+        style: cfg.rope_style(),
+    };
+
+    if let Some(first) = w.layers.first() {
+        ops.rms_norm(&x, &first.attn_norm, cfg.norm_eps, &mut h)?;
+    }
+    for (il, l) in w.layers.iter().enumerate() {
+        ops.matmul(&h, &l.wqkv, None, &mut qkv)?;
+        ops.copy_cols(&qkv, 0, &mut q)?;
+        ops.copy_cols(&qkv, qd, &mut k)?;
+        ops.copy_cols(&qkv, qd + kvd, &mut v)?;
+        ops.rope(&mut q, rope(cfg.n_head))?;
+        ops.rope(&mut k, rope(cfg.n_head_kv))?;
+        let shape = AttentionShape {
+            layer: il,
+            start_pos,
+            n_tokens: n,
+            n_head: cfg.n_head,
+            n_head_kv: cfg.n_head_kv,
+            head_dim: cfg.head_dim,
+            window: cfg.window(il),
+            scale: 1.0 / (cfg.head_dim as f32).sqrt(),
+        };
+        ops.attention(&q, &k, &v, cache, shape, &mut attn)?;
+        ops.matmul(&attn, &l.wo, None, &mut proj)?;
+        ops.add_rms_norm(&mut x, &proj, &l.ffn_norm, cfg.norm_eps, &mut h)?;
+
+        ops.matmul(&h, &l.ffn_up, None, &mut gate_up)?;
+        ops.copy_cols(&gate_up, 0, &mut gate)?;
+        ops.copy_cols(&gate_up, ff, &mut up)?;
+        ops.swiglu(&gate, &up, &mut act)?;
+        ops.matmul(&act, &l.ffn_down, None, &mut proj)?;
+        match w.layers.get(il + 1) {
+            Some(next) => ops.add_rms_norm(&mut x, &proj, &next.attn_norm, cfg.norm_eps, &mut h)?,
+            None => ops.add_assign(&mut x, &proj)?,
+        }
+        rec.record(ops, &format!("l_out-{il}"), &x)?;
+    }
+
+    let head = w.output.as_ref().unwrap_or(&w.token_embd);
+    let norm = FinalNorm::Rms(&w.output_norm);
+    lm_head(ops, cfg, x, norm, head, logits, out, &mut rec)
+}
