@@ -167,3 +167,59 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod gpt2_tests {
+    use super::*;
+    use crate::model::ops::Ops;
+    use crate::model::synthetic::synthetic_model;
+    use crate::quant;
+
+    /// M0-W-1434: GPT-2's input at position p is the token's embedding plus
+    /// row p of `position_embd`, checked at positions 0, 1 and n_ctx - 1; a
+    /// position past the table is refused.
+    #[test]
+    fn m0_w_1434_learned_positions_are_added_at_0_1_and_the_last() {
+        let n_ctx = 64;
+        let file =
+            Arc::new(GgufFile::from_bytes(synthetic_model("gpt2", 9, n_ctx as u32)).unwrap());
+        let cfg = ModelConfig::try_from(&file.metadata).unwrap();
+        let table = file.tensor("position_embd.weight").unwrap().clone();
+        let mut rows = vec![0f32; n_ctx * cfg.n_embd];
+        quant::dequantize(table.ggml_type, file.tensor_data(&table), &mut rows).unwrap();
+        let mut b = CpuBackend::load(cfg.clone(), file, &mut |_| {}).unwrap();
+        b.begin_sequence(n_ctx).unwrap();
+        let mut out = Vec::new();
+        let mut pos = 0;
+        for target in [0, 1, n_ctx - 1] {
+            if target > pos {
+                let filler: Vec<u32> = (pos..target).map(|p| (p % 300) as u32).collect();
+                b.forward(&filler, Logits::Last, &mut out, None).unwrap();
+                pos = target;
+            }
+            let mut cp = Checkpoints::default();
+            b.forward(&[7], Logits::Last, &mut out, Some(&mut cp))
+                .unwrap();
+            let get = |name: &str| &cp.entries.iter().find(|(n, _)| n == name).unwrap().1;
+            let (tok, input) = (get("inp_embd"), get("inpL"));
+            let want = &rows[target * cfg.n_embd..(target + 1) * cfg.n_embd];
+            for c in 0..cfg.n_embd {
+                assert_eq!(input[c], tok[c] + want[c], "position {target}, column {c}");
+            }
+            pos += 1;
+        }
+        // The table has n_ctx rows: position n_ctx cannot be embedded.
+        let mut ops = CpuOps;
+        let Weights::Gpt2(w) = &b.weights else {
+            panic!("a gpt2 file binds gpt2 weights")
+        };
+        let mut x = ops.buf(1, cfg.n_embd).unwrap();
+        let err = ops
+            .embed_positions(&w.position_embd, n_ctx, &mut x)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("past the 64 learned positions"),
+            "{err}"
+        );
+    }
+}
