@@ -51,6 +51,7 @@ Feature: Reading and placing the model
       | model        | outcome                  |
       | reference    | serves                   |
       | arch-qwen2   | serves                   |
+      | gemma3       | serves                   |
       | arch-mamba   | fails naming "mamba"     |
 
     @pending:phi3
@@ -97,6 +98,7 @@ Feature: Reading and placing the model
       | model                  |
       | synthetic-qwen2.5-0.5b |
       | synthetic-llama-3-8b   |
+      | gemma3                 |
 
     @cuda @pending:phi3
     Examples:

@@ -14,9 +14,13 @@ use anyhow::{anyhow, bail, Context, Result};
 use crate::gguf::{patched, Gguf};
 use crate::synth;
 
+/// The Gemma 3 270M file's name in the models folder.
+pub const GEMMA3_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
+
 /// Every fixture name a feature file may use.
 pub const NAMES: &[&str] = &[
     "reference",
+    "gemma3",
     "bad-magic",
     "gguf-v1",
     "gguf-v2",
@@ -42,6 +46,15 @@ pub const NAMES: &[&str] = &[
 pub fn materialize(name: &str, reference: &Path, golden_dir: &Path, dir: &Path) -> Result<PathBuf> {
     if name == "reference" {
         return Ok(reference.to_path_buf());
+    }
+    if name == "gemma3" {
+        // The real Gemma 3 270M file, which `ci/fetch-model gemma3` puts
+        // beside the reference model.
+        let path = reference.with_file_name(GEMMA3_FILE);
+        if !path.exists() {
+            bail!("{} is absent: run ci/fetch-model gemma3", path.display());
+        }
+        return Ok(path);
     }
     std::fs::create_dir_all(dir)?;
     if name == "reference-tokenizer-json" {
@@ -189,6 +202,10 @@ mod tests {
         let reference = dir.join("ref.gguf");
         std::fs::write(&reference, g.write()).unwrap();
         let g = Gguf::read(&reference).unwrap();
+        // The real Gemma file is found beside the reference model, or named as missing.
+        let err = materialize("gemma3", &reference, &dir, &dir.join("out")).unwrap_err();
+        assert!(err.to_string().contains("ci/fetch-model gemma3"), "{err}");
+        std::fs::write(dir.join(GEMMA3_FILE), b"GGUF").unwrap();
         let made = |n: &str| materialize(n, &reference, &dir, &dir.join("out")).unwrap();
         for name in NAMES {
             assert!(made(name).is_file(), "{name}");

@@ -26,6 +26,8 @@ pub struct Haiku {
 pub struct Parity {
     /// `(golden case index, transcript)` of each golden greedy case run.
     pub golden_runs: Vec<(usize, Transcript)>,
+    /// The `greedy.json` those cases came from, when not the reference model's.
+    pub golden_file: Option<std::path::PathBuf>,
     pub haiku: Option<Haiku>,
 }
 

@@ -39,7 +39,19 @@ pub struct GreedyCase {
 }
 
 pub fn greedy_cases(cfg: &SuiteConfig) -> anyhow::Result<Vec<GreedyCase>> {
-    let v = read_json(&cfg.golden_dir.join("greedy.json"))?;
+    cases_in(&cfg.golden_dir.join("greedy.json"))
+}
+
+/// The cases of the golden set this scenario ran (the reference model's by default).
+fn run_cases(w: &TestWorld) -> anyhow::Result<Vec<GreedyCase>> {
+    match &w.parity.golden_file {
+        Some(path) => cases_in(path),
+        None => greedy_cases(&w.cfg),
+    }
+}
+
+fn cases_in(path: &Path) -> anyhow::Result<Vec<GreedyCase>> {
+    let v = read_json(path)?;
     serde_json::from_value(
         v.get("cases")
             .cloned()
@@ -109,20 +121,38 @@ fn is_near_tie(pos: &Position) -> bool {
     }
 }
 
-#[when(expr = "I run every golden greedy case with logprobs {int} and max_tokens {int}")]
-async fn run_golden(w: &mut TestWorld, logprobs: u64, max_tokens: u64) -> StepResult {
-    for (k, case) in greedy_cases(&w.cfg)?.into_iter().enumerate() {
-        let id = format!("golden-{}", k + 1);
-        w.post_job(json!({"job_id": id, "prompt": case.prompt, "temperature": 0, "logprobs": logprobs, "max_tokens": max_tokens}), &[]).await?;
+/// A model's golden set (`testdata/<set>/greedy.json`), each case sent as
+/// one user message through the worker's chat template, so the prompt is
+/// rendered and tokenized by the worker (llama.cpp's ids are the golden's).
+#[when(
+    expr = "I run every golden greedy case of {string} as chat messages with logprobs {int} and max_tokens {int}"
+)]
+async fn run_golden_chat(
+    w: &mut TestWorld,
+    set: String,
+    logprobs: u64,
+    max_tokens: u64,
+) -> StepResult {
+    let testdata = w
+        .cfg
+        .golden_dir
+        .parent()
+        .context("golden_dir has no parent")?;
+    let path = testdata.join(&set).join("greedy.json");
+    for (k, case) in cases_in(&path)?.into_iter().enumerate() {
+        let id = format!("golden-{set}-{}", k + 1);
+        let messages = json!([{"role": "user", "content": case.user_message}]);
+        w.post_job(json!({"job_id": id, "messages": messages, "temperature": 0, "logprobs": logprobs, "max_tokens": max_tokens}), &[]).await?;
         let t = w.finish_job(&id, JOB_TIMEOUT).await?.clone();
         w.parity.golden_runs.push((k, t));
     }
+    w.parity.golden_file = Some(path);
     Ok(())
 }
 
 #[then(expr = "every golden case has llama.cpp's top-1 token at each of the first {int} positions")]
 async fn golden_top1(w: &mut TestWorld, n: usize) -> StepResult {
-    let cases = greedy_cases(&w.cfg)?;
+    let cases = run_cases(w)?;
     let mut bad = Vec::new();
     for (k, t) in &w.parity.golden_runs {
         let got = t.token_ids();
@@ -153,7 +183,7 @@ async fn golden_top1(w: &mut TestWorld, n: usize) -> StepResult {
     expr = "every golden case's top-10 log-probabilities are within {float} nats of llama.cpp's"
 )]
 async fn golden_logprobs(w: &mut TestWorld, tol: f64) -> StepResult {
-    let cases = greedy_cases(&w.cfg)?;
+    let cases = run_cases(w)?;
     let mut bad = Vec::new();
     let mut worst: f64 = 0.0;
     for (k, t) in &w.parity.golden_runs {
