@@ -2,10 +2,11 @@
 //! are made from the reference model (see `gguf`). `synthetic-<preset>` names are
 //! random-weight models of other architectures and real shapes, written as
 //! `harness synth-model --preset PRESET --out FILE --reference REF` does (see
-//! `synth`), with the reference model's tokenizer. Presets of
-//! architectures the worker does not run yet (phi3, gpt2, gpt-oss, MXFP4) do
-//! not exist: their scenarios are tagged pending, and running them anyway fails
-//! with the list of known presets.
+//! `synth`), with the reference model's tokenizer, or for the phi3 presets
+//! Gemma 3's SentencePiece vocabulary from `synth::SPM_REFERENCE_FILE` beside
+//! the reference model (`ci/fetch-model gemma3`). Presets of architectures
+//! not generated yet (gpt-oss, MXFP4) do not exist: their scenarios are tagged
+//! pending, and running them anyway fails with the list of known presets.
 
 use std::path::{Path, PathBuf};
 
@@ -156,10 +157,20 @@ fn edited(g: &Gguf, f: impl FnOnce(&mut Gguf) -> Result<()>) -> Result<Vec<u8>> 
 }
 
 /// Writes the preset's model in its default format, seed 0: what `harness
-/// synth-model --preset PRESET --out FILE --reference REF` writes.
+/// synth-model --preset PRESET --out FILE --reference REF` writes (with
+/// `--spm-reference` the Gemma 3 file beside REF, for the phi3 presets).
 fn synthesize(name: &str, reference: &Path, out: &Path) -> Result<()> {
     let preset =
         synth::preset(name).with_context(|| format!("synthetic model {name:?} unavailable"))?;
+    let spm = reference.with_file_name(synth::SPM_REFERENCE_FILE);
+    let reference = synth::tokenizer_source(preset, reference, &spm);
+    if preset.vocab_source == synth::Vocab::Spm && !spm.is_file() {
+        bail!(
+            "synthetic model {name:?} takes its SentencePiece vocabulary from {}, which is \
+             missing: run `ci/fetch-model gemma3`",
+            spm.display()
+        );
+    }
     let opts = synth::Options {
         preset,
         format: preset.default_format,
@@ -273,9 +284,26 @@ mod tests {
         let g = Gguf::read_header(&made).unwrap();
         assert_eq!(g.string("general.architecture").as_deref(), Some("qwen2"));
         assert_eq!(g.array_len("tokenizer.ggml.tokens"), Some(151_936));
-        let e = materialize("synthetic-phi3", &reference, &dir, &dir.join("out")).unwrap_err();
+        let e = materialize("synthetic-gpt-oss", &reference, &dir, &dir.join("out")).unwrap_err();
         let e = format!("{e:#}");
         assert!(e.contains("known: tiny-llama"), "{e}");
+        // The phi3 presets want the SentencePiece file beside the reference.
+        let e = materialize("synthetic-tiny-phi3", &reference, &dir, &dir.join("out")).unwrap_err();
+        let e = format!("{e:#}");
+        assert!(
+            e.contains("ci/fetch-model gemma3") && e.contains(crate::synth::SPM_REFERENCE_FILE),
+            "{e}"
+        );
+        std::fs::write(
+            dir.join(crate::synth::SPM_REFERENCE_FILE),
+            crate::synth::tests::fake_spm_reference(40).write(),
+        )
+        .unwrap();
+        let made = materialize("synthetic-tiny-phi3", &reference, &dir, &dir.join("out")).unwrap();
+        let g = Gguf::read_header(&made).unwrap();
+        assert_eq!(g.string("general.architecture").as_deref(), Some("phi3"));
+        assert_eq!(g.string("tokenizer.ggml.model").as_deref(), Some("llama"));
+        assert_eq!(g.array_len("tokenizer.ggml.tokens"), Some(32064));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

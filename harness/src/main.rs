@@ -3,9 +3,9 @@
 //! - `harness suite [--worker BIN] [--backend cpu|cuda] [--model PATH] [--tags EXPR] [--proof-dir DIR]`
 //! - `harness coverage [--requirements PATH]`
 //! - `harness parity LOG_A LOG_B [--atol X] [--rtol X] [--logit-tol X]`
-//! - `harness synth-model --preset NAME --out FILE [--format TYPE] [--reference PATH] [--seed N]`:
-//!   a random-weight model of a real shape (see `harness::synth`), used by the
-//!   `synthetic-<preset>` fixtures
+//! - `harness synth-model --preset NAME --out FILE [--format TYPE] [--reference PATH]
+//!   [--spm-reference PATH] [--seed N]`: a random-weight model of a real shape (see
+//!   `harness::synth`), used by the `synthetic-<preset>` fixtures
 //! - `harness bench report|gate ...`: the side-by-side report and regression gate of `ci/gpu-bench`
 
 use std::path::PathBuf;
@@ -49,7 +49,8 @@ enum Cmd {
     },
     /// Write a random-weight GGUF model of a named shape, with the reference's tokenizer.
     SynthModel {
-        /// tiny-llama, tiny-qwen2, smollm2, qwen2.5-0.5b, llama-3-8b or llama-2gb.
+        /// tiny-llama, tiny-qwen2, tiny-phi3, tiny-gpt2, smollm2, qwen2.5-0.5b, llama-3-8b,
+        /// llama-2gb, phi3 (Phi-3-mini-4k) or gpt2 (GPT-2 124M).
         #[arg(long)]
         preset: String,
         /// Output file (written as FILE.part, renamed when complete).
@@ -62,6 +63,10 @@ enum Cmd {
         /// Model whose tokenizer.* metadata is copied (default: .models/smollm2-135m-instruct-q4_1.gguf).
         #[arg(long)]
         reference: Option<PathBuf>,
+        /// SentencePiece model whose pieces the phi3 presets take, cut to their 32064 tokens
+        /// (default: .models/gemma-3-270m-q4_k_m.gguf, from `ci/fetch-model gemma3`).
+        #[arg(long)]
+        spm_reference: Option<PathBuf>,
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// Generator threads (default: all cores); the file does not depend on it.
@@ -118,6 +123,7 @@ fn main() -> anyhow::Result<()> {
             out,
             format,
             reference,
+            spm_reference,
             seed,
             threads,
         } => {
@@ -131,9 +137,11 @@ fn main() -> anyhow::Result<()> {
                     anyhow!("unknown format {f:?}; known: {}", known.join(", "))
                 })?,
             };
-            let reference = reference.unwrap_or_else(|| {
-                harness::suite::default_model(&harness::suite::find_workspace(None))
-            });
+            let workspace = harness::suite::find_workspace(None);
+            let reference = reference.unwrap_or_else(|| harness::suite::default_model(&workspace));
+            let spm_reference = spm_reference
+                .unwrap_or_else(|| workspace.join(".models").join(synth::SPM_REFERENCE_FILE));
+            let reference = synth::tokenizer_source(preset, &reference, &spm_reference);
             let threads = threads
                 .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
                 .unwrap_or(1);
@@ -143,7 +151,7 @@ fn main() -> anyhow::Result<()> {
                 seed,
                 threads,
             };
-            let w = synth::write_file(&opts, &reference, &out)?;
+            let w = synth::write_file(&opts, reference, &out)?;
             println!(
                 "{}: {} {} seed {seed}, {} tensors, {} bytes in {:.1} s ({threads} threads)",
                 out.display(),

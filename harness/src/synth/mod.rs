@@ -1,12 +1,17 @@
 //! `harness synth-model`: random-weight GGUF files of named, real model shapes,
 //! for scenarios that need an architecture or a size the reference model does
-//! not have (qwen2, Llama-3-8B, a 2 GB file, every weight format).
+//! not have (qwen2, phi3, gpt2, Llama-3-8B, a 2 GB file, every weight format).
 //!
-//! A file is the preset's hyperparameters (the keys the worker's
-//! `ModelConfig` reads), the reference model's `tokenizer.*` metadata (padded
-//! to the preset's vocabulary with unused `[PAD<id>]` tokens, as llama.cpp's
-//! converter pads Qwen2's), and llama.cpp-named tensors whose bytes come from
-//! `blocks`. The bytes are a function of (preset, format, seed) alone: each
+//! A file is the preset's hyperparameters (for phi3 and gpt2 exactly the keys
+//! llama.cpp's `convert_hf_to_gguf.py` writes for them), a vocabulary, and
+//! llama.cpp-named tensors (the converter's names, shapes and fusions) whose
+//! bytes come from `blocks`. The vocabulary is the reference model's
+//! `tokenizer.*` metadata (SmolLM2's byte-level BPE) padded to the preset's
+//! size with unused `[PAD<id>]` tokens, as llama.cpp's converter pads Qwen2's;
+//! or, for the phi3 presets, a SentencePiece vocabulary cut from another file
+//! (`--spm-reference`: Gemma 3's 262,144 pieces, the first 32,064 of which hold
+//! the 256 byte-fallback tokens, the special ones and the best-scored pieces),
+//! with a Phi-3 file's tokenizer keys. The bytes are a function of (preset, format, seed) alone: each
 //! 8192-value chunk of each tensor has its own random stream, so any number of
 //! threads writes the same file.
 //!
@@ -18,8 +23,10 @@
 //! Default formats: the tiny presets are Q8_0 (close to the float model, fast
 //! on the CPU); the real shapes are Q4_1, the reference model's type, so the
 //! large files stay small on disk (Llama-3-8B about 5 GB) and run the same
-//! kernels as the goldens. Norm weights and biases are F32 in every format, as
-//! in llama.cpp's files.
+//! kernels as the goldens; phi3 and gpt2 are Q4_K, the format of their
+//! llama.cpp goldens (testdata/golden-synth, which has the tiny ones in Q8_0,
+//! Q4_K and F16). Norm weights and biases are F32 in every format, as in
+//! llama.cpp's files (and gpt2's `position_embd`, which llama.cpp never quantizes).
 //!
 //! Like `gguf`, this deliberately does not use the worker's writer or quantizer.
 
@@ -49,6 +56,12 @@ pub enum Arch {
     Llama,
     /// Llama with Q/K/V biases and NEOX RoPE (the worker decides the RoPE style).
     Qwen2,
+    /// Fused `attn_qkv` (Q|K|V rows) and `ffn_up` (gate|up rows), RMSNorm,
+    /// NEOX RoPE, `attention.sliding_window` (which llama.cpp ignores for phi3).
+    Phi3,
+    /// LayerNorm with biases, learned `position_embd`, fused `attn_qkv` with a
+    /// bias, biases on every matrix, GELU, LM head tied to `token_embd`.
+    Gpt2,
 }
 
 impl Arch {
@@ -56,9 +69,26 @@ impl Arch {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
+            Arch::Phi3 => "phi3",
+            Arch::Gpt2 => "gpt2",
         }
     }
 }
+
+/// Where a preset's `tokenizer.*` metadata comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Vocab {
+    /// The reference model's (`--reference`, SmolLM2's byte-level BPE), padded
+    /// to the preset's size.
+    Reference,
+    /// A SentencePiece file's (`--spm-reference`, Gemma 3's), cut to the
+    /// preset's size (`spm_tokenizer_kvs`).
+    Spm,
+}
+
+/// The file `--spm-reference` defaults to, in `.models/` beside the reference
+/// model (`ci/fetch-model gemma3` puts it there).
+pub const SPM_REFERENCE_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
 
 /// A named model shape.
 #[derive(Clone, Debug, PartialEq)]
@@ -72,11 +102,16 @@ pub struct Preset {
     pub n_ff: u64,
     pub vocab: u64,
     pub context: u32,
+    /// Unused by gpt2 (learned positions, no RoPE key).
     pub rope_base: f32,
-    pub rms_eps: f32,
+    /// RMSNorm's epsilon, or LayerNorm's for gpt2.
+    pub norm_eps: f32,
     /// The LM head is `token_embd` (no `output.weight`).
     pub tied: bool,
     pub default_format: Format,
+    pub vocab_source: Vocab,
+    /// `attention.sliding_window` (phi3 only; 0: no key).
+    pub sliding_window: u32,
 }
 
 /// Shapes from the models' public `config.json`; the tiny ones are made up
@@ -94,9 +129,11 @@ pub const PRESETS: &[Preset] = &[
         vocab: 49152,
         context: 2048,
         rope_base: 10_000.0,
-        rms_eps: 1e-5,
+        norm_eps: 1e-5,
         tied: false,
         default_format: Format::Q8_0,
+        vocab_source: Vocab::Reference,
+        sliding_window: 0,
     },
     Preset {
         name: "tiny-qwen2",
@@ -109,9 +146,47 @@ pub const PRESETS: &[Preset] = &[
         vocab: 151_936,
         context: 2048,
         rope_base: 1_000_000.0,
-        rms_eps: 1e-6,
+        norm_eps: 1e-6,
         tied: true,
         default_format: Format::Q8_0,
+        vocab_source: Vocab::Reference,
+        sliding_window: 0,
+    },
+    // Phi-3-mini's layout and vocabulary size, small.
+    Preset {
+        name: "tiny-phi3",
+        arch: Arch::Phi3,
+        n_embd: 256,
+        n_layer: 2,
+        n_head: 4,
+        n_head_kv: 4,
+        n_ff: 512,
+        vocab: 32064,
+        context: 2048,
+        rope_base: 10_000.0,
+        norm_eps: 1e-5,
+        tied: false,
+        default_format: Format::Q8_0,
+        vocab_source: Vocab::Spm,
+        sliding_window: 2047,
+    },
+    // GPT-2's layout and vocabulary size, small.
+    Preset {
+        name: "tiny-gpt2",
+        arch: Arch::Gpt2,
+        n_embd: 256,
+        n_layer: 2,
+        n_head: 4,
+        n_head_kv: 4,
+        n_ff: 1024,
+        vocab: 50257,
+        context: 1024,
+        rope_base: 0.0,
+        norm_eps: 1e-5,
+        tied: true,
+        default_format: Format::Q8_0,
+        vocab_source: Vocab::Reference,
+        sliding_window: 0,
     },
     // HuggingFaceTB/SmolLM2-135M.
     Preset {
@@ -125,9 +200,11 @@ pub const PRESETS: &[Preset] = &[
         vocab: 49152,
         context: 8192,
         rope_base: 100_000.0,
-        rms_eps: 1e-5,
+        norm_eps: 1e-5,
         tied: true,
         default_format: Format::Q4_1,
+        vocab_source: Vocab::Reference,
+        sliding_window: 0,
     },
     // Qwen/Qwen2.5-0.5B.
     Preset {
@@ -141,9 +218,11 @@ pub const PRESETS: &[Preset] = &[
         vocab: 151_936,
         context: 32768,
         rope_base: 1_000_000.0,
-        rms_eps: 1e-6,
+        norm_eps: 1e-6,
         tied: true,
         default_format: Format::Q4_1,
+        vocab_source: Vocab::Reference,
+        sliding_window: 0,
     },
     // meta-llama/Meta-Llama-3-8B.
     Preset {
@@ -157,9 +236,11 @@ pub const PRESETS: &[Preset] = &[
         vocab: 128_256,
         context: 8192,
         rope_base: 500_000.0,
-        rms_eps: 1e-5,
+        norm_eps: 1e-5,
         tied: false,
         default_format: Format::Q4_1,
+        vocab_source: Vocab::Reference,
+        sliding_window: 0,
     },
     // meta-llama/Llama-3.2-3B (context cut to 8192): 3.2 B parameters, 2.0 GB in Q4_1.
     Preset {
@@ -173,9 +254,47 @@ pub const PRESETS: &[Preset] = &[
         vocab: 128_256,
         context: 8192,
         rope_base: 500_000.0,
-        rms_eps: 1e-5,
+        norm_eps: 1e-5,
         tied: true,
         default_format: Format::Q4_1,
+        vocab_source: Vocab::Reference,
+        sliding_window: 0,
+    },
+    // microsoft/Phi-3-mini-4k-instruct: 3.8 B parameters, 2.2 GB in Q4_K.
+    Preset {
+        name: "phi3",
+        arch: Arch::Phi3,
+        n_embd: 3072,
+        n_layer: 32,
+        n_head: 32,
+        n_head_kv: 32,
+        n_ff: 8192,
+        vocab: 32064,
+        context: 4096,
+        rope_base: 10_000.0,
+        norm_eps: 1e-5,
+        tied: false,
+        default_format: Format::Q4K,
+        vocab_source: Vocab::Spm,
+        sliding_window: 2047,
+    },
+    // openai-community/gpt2 (124 M; the converter writes no `output.weight`).
+    Preset {
+        name: "gpt2",
+        arch: Arch::Gpt2,
+        n_embd: 768,
+        n_layer: 12,
+        n_head: 12,
+        n_head_kv: 12,
+        n_ff: 3072,
+        vocab: 50257,
+        context: 1024,
+        rope_base: 0.0,
+        norm_eps: 1e-5,
+        tied: true,
+        default_format: Format::Q4K,
+        vocab_source: Vocab::Reference,
+        sliding_window: 0,
     },
 ];
 
@@ -207,7 +326,9 @@ impl TensorSpec {
 }
 
 /// Every tensor of `p` in file order, llama.cpp's names and shapes, matrices
-/// in `format` (or its fallback for their row length).
+/// in `format` (or its fallback for their row length). Vectors (norms,
+/// biases) and gpt2's `position_embd` are F32 in every format, as llama.cpp's
+/// converter writes them and its quantizer leaves them.
 pub fn tensors(p: &Preset, format: Format) -> Vec<TensorSpec> {
     let head_dim = p.n_embd / p.n_head;
     let (q_dim, kv_dim) = (p.n_head * head_dim, p.n_head_kv * head_dim);
@@ -227,22 +348,63 @@ pub fn tensors(p: &Preset, format: Format) -> Vec<TensorSpec> {
         init,
     };
     let mut t = vec![matrix("token_embd.weight".into(), p.vocab, p.n_embd)];
+    if p.arch == Arch::Gpt2 {
+        t.push(TensorSpec {
+            name: "position_embd.weight".into(),
+            dims: vec![p.n_embd, u64::from(p.context)],
+            format: Format::F32,
+            init: Init::Matrix {
+                std: 1.0 / (p.n_embd as f32).sqrt(),
+            },
+        });
+    }
+    // gpt2's LayerNorms and matrices all have biases.
+    let biased = p.arch == Arch::Gpt2;
     for i in 0..p.n_layer {
         let n = |s: &str| format!("blk.{i}.{s}");
-        t.push(vector(n("attn_norm.weight"), p.n_embd, Init::Norm));
-        for (m, rows) in [("q", q_dim), ("k", kv_dim), ("v", kv_dim)] {
-            t.push(matrix(n(&format!("attn_{m}.weight")), rows, p.n_embd));
-            if p.arch == Arch::Qwen2 {
-                t.push(vector(n(&format!("attn_{m}.bias")), rows, Init::Bias));
+        let norm = |t: &mut Vec<TensorSpec>, s: &str| {
+            t.push(vector(n(&format!("{s}.weight")), p.n_embd, Init::Norm));
+            if biased {
+                t.push(vector(n(&format!("{s}.bias")), p.n_embd, Init::Bias));
+            }
+        };
+        let linear = |t: &mut Vec<TensorSpec>, s: &str, rows: u64, cols: u64| {
+            t.push(matrix(n(&format!("{s}.weight")), rows, cols));
+            if biased {
+                t.push(vector(n(&format!("{s}.bias")), rows, Init::Bias));
+            }
+        };
+        norm(&mut t, "attn_norm");
+        match p.arch {
+            Arch::Llama | Arch::Qwen2 => {
+                for (m, rows) in [("q", q_dim), ("k", kv_dim), ("v", kv_dim)] {
+                    t.push(matrix(n(&format!("attn_{m}.weight")), rows, p.n_embd));
+                    if p.arch == Arch::Qwen2 {
+                        t.push(vector(n(&format!("attn_{m}.bias")), rows, Init::Bias));
+                    }
+                }
+            }
+            Arch::Phi3 | Arch::Gpt2 => {
+                linear(&mut t, "attn_qkv", q_dim + 2 * kv_dim, p.n_embd);
             }
         }
-        t.push(matrix(n("attn_output.weight"), p.n_embd, q_dim));
-        t.push(vector(n("ffn_norm.weight"), p.n_embd, Init::Norm));
-        t.push(matrix(n("ffn_gate.weight"), p.n_ff, p.n_embd));
-        t.push(matrix(n("ffn_up.weight"), p.n_ff, p.n_embd));
-        t.push(matrix(n("ffn_down.weight"), p.n_embd, p.n_ff));
+        linear(&mut t, "attn_output", p.n_embd, q_dim);
+        norm(&mut t, "ffn_norm");
+        match p.arch {
+            Arch::Llama | Arch::Qwen2 => {
+                t.push(matrix(n("ffn_gate.weight"), p.n_ff, p.n_embd));
+                t.push(matrix(n("ffn_up.weight"), p.n_ff, p.n_embd));
+            }
+            // Gate rows, then up rows (llama.cpp's LLM_FFN_SWIGLU split).
+            Arch::Phi3 => t.push(matrix(n("ffn_up.weight"), 2 * p.n_ff, p.n_embd)),
+            Arch::Gpt2 => linear(&mut t, "ffn_up", p.n_ff, p.n_embd),
+        }
+        linear(&mut t, "ffn_down", p.n_embd, p.n_ff);
     }
     t.push(vector("output_norm.weight".into(), p.n_embd, Init::Norm));
+    if biased {
+        t.push(vector("output_norm.bias".into(), p.n_embd, Init::Bias));
+    }
     if !p.tied {
         t.push(matrix("output.weight".into(), p.vocab, p.n_embd));
     }
@@ -261,6 +423,15 @@ pub fn layout(tensors: &[TensorSpec]) -> (Vec<u64>, u64) {
         })
         .collect();
     (offsets, at)
+}
+
+/// The file whose tokenizer a preset takes: `reference` (the BPE reference
+/// model) or `spm_reference`.
+pub fn tokenizer_source<'a>(p: &Preset, reference: &'a Path, spm_reference: &'a Path) -> &'a Path {
+    match p.vocab_source {
+        Vocab::Reference => reference,
+        Vocab::Spm => spm_reference,
+    }
 }
 
 /// What to generate.
@@ -356,37 +527,271 @@ pub fn tokenizer_kvs(reference: &Gguf, vocab: u64) -> Result<Vec<Kv>> {
     Ok(out)
 }
 
-/// Every metadata entry of the file.
+/// SentencePiece token types (llama.cpp's `llama_token_type`).
+const TOKEN_TYPE_NORMAL: i32 = 1;
+const TOKEN_TYPE_BYTE: i32 = 6;
+const BOOL: u32 = 7;
+
+/// The elements of array `key` of `g`, each as its raw bytes (a string's
+/// without its length), checking the element type.
+fn array_elems(g: &Gguf, key: &str, elem: u32) -> Result<Vec<Vec<u8>>> {
+    let k = g
+        .kv(key)
+        .ok_or_else(|| anyhow!("the SentencePiece reference has no {key}"))?;
+    let bad = || anyhow!("{key} in the SentencePiece reference is not an array of type {elem}");
+    if k.vtype != ARRAY || k.raw.len() < 12 || u32::from_le_bytes(k.raw[..4].try_into()?) != elem {
+        return Err(bad());
+    }
+    let n = u64::from_le_bytes(k.raw[4..12].try_into()?);
+    let mut at = 12usize;
+    let mut out = Vec::with_capacity(usize::try_from(n)?);
+    for _ in 0..n {
+        let (start, len) = if elem == STRING {
+            let len = k.raw.get(at..at + 8).ok_or_else(bad)?;
+            (
+                at + 8,
+                usize::try_from(u64::from_le_bytes(len.try_into()?))?,
+            )
+        } else {
+            (at, 4)
+        };
+        out.push(k.raw.get(start..start + len).ok_or_else(bad)?.to_vec());
+        at = start + len;
+    }
+    Ok(out)
+}
+
+fn array_raw(elem: u32, items: impl ExactSizeIterator<Item = Vec<u8>>) -> Vec<u8> {
+    let mut raw = elem.to_le_bytes().to_vec();
+    raw.extend_from_slice(&(items.len() as u64).to_le_bytes());
+    for i in items {
+        raw.extend(i);
+    }
+    raw
+}
+
+/// Which ids of a SentencePiece vocabulary of these token types to keep for a
+/// `vocab`-token one, in their new order. Ids `0..vocab` as they are when that
+/// keeps every byte-fallback token and every special id; otherwise every
+/// non-normal token (control, byte, user-defined, unknown) and the special
+/// ids, then the highest-scored normal pieces, kept in their original order
+/// (renumbered). A smaller vocabulary is kept whole (and padded by the caller).
+pub fn spm_selection(
+    types: &[i32],
+    scores: &[f32],
+    specials: &[u64],
+    vocab: u64,
+) -> Result<Vec<usize>> {
+    let n = usize::try_from(vocab)?;
+    if types.len() <= n {
+        return Ok((0..types.len()).collect());
+    }
+    let bytes_fit = types
+        .iter()
+        .enumerate()
+        .all(|(id, &t)| t != TOKEN_TYPE_BYTE || id < n);
+    if bytes_fit && specials.iter().all(|&id| id < vocab) {
+        return Ok((0..n).collect());
+    }
+    let mut keep: Vec<bool> = types.iter().map(|&t| t != TOKEN_TYPE_NORMAL).collect();
+    for &id in specials {
+        if let Some(k) = keep.get_mut(id as usize) {
+            *k = true;
+        }
+    }
+    let must = keep.iter().filter(|&&k| k).count();
+    if must > n {
+        bail!("the SentencePiece reference has {must} control, byte and special tokens, more than the preset's {n}");
+    }
+    let mut normal: Vec<usize> = (0..types.len()).filter(|&id| !keep[id]).collect();
+    normal.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    for &id in &normal[..n - must] {
+        keep[id] = true;
+    }
+    Ok((0..types.len()).filter(|&id| keep[id]).collect())
+}
+
+/// A Phi-3 file's `tokenizer.*` entries (as `convert_hf_to_gguf.py`'s
+/// `Phi3MiniModel.set_vocab` writes them: model `llama`, pre `default`,
+/// tokens, scores, types, the special ids, `add_bos_token` true and
+/// `add_eos_token` false, no `add_space_prefix`, so llama.cpp's SentencePiece
+/// default, true, applies) over the pieces of `reference`, cut to `vocab`
+/// tokens by `spm_selection` or padded with unused `[PAD<id>]` tokens as the
+/// converter pads Phi-3's 32011 to 32064.
+pub fn spm_tokenizer_kvs(reference: &Gguf, vocab: u64) -> Result<Vec<Kv>> {
+    if reference.string("tokenizer.ggml.model").as_deref() != Some("llama") {
+        bail!("the SentencePiece reference's tokenizer.ggml.model is not \"llama\"");
+    }
+    let tokens = array_elems(reference, "tokenizer.ggml.tokens", STRING)?;
+    let to_f32 = |b: Vec<u8>| f32::from_le_bytes(b.try_into().unwrap());
+    let to_i32 = |b: Vec<u8>| i32::from_le_bytes(b.try_into().unwrap());
+    let scores: Vec<f32> = array_elems(reference, "tokenizer.ggml.scores", F32)?
+        .into_iter()
+        .map(to_f32)
+        .collect();
+    let types: Vec<i32> = array_elems(reference, "tokenizer.ggml.token_type", I32)?
+        .into_iter()
+        .map(to_i32)
+        .collect();
+    if scores.len() != tokens.len() || types.len() != tokens.len() {
+        bail!("the SentencePiece reference's tokens, scores and types differ in length");
+    }
+    const IDS: [&str; 4] = [
+        "tokenizer.ggml.bos_token_id",
+        "tokenizer.ggml.eos_token_id",
+        "tokenizer.ggml.unknown_token_id",
+        "tokenizer.ggml.padding_token_id",
+    ];
+    let specials: Vec<(&str, u64)> = IDS
+        .iter()
+        .filter_map(|&k| Some((k, reference.u64_value(k)?)))
+        .collect();
+    let ids: Vec<u64> = specials.iter().map(|s| s.1).collect();
+    let keep = spm_selection(&types, &scores, &ids, vocab)?;
+    let pad = usize::try_from(vocab)? - keep.len();
+    let new_id = |old: u64| keep.iter().position(|&k| k as u64 == old);
+
+    let mut out = vec![
+        kv("tokenizer.ggml.model", STRING, string_raw("llama")),
+        kv("tokenizer.ggml.pre", STRING, string_raw("default")),
+    ];
+    let n = keep.len();
+    let token_items = keep
+        .iter()
+        .map(|&id| {
+            let mut r = (tokens[id].len() as u64).to_le_bytes().to_vec();
+            r.extend_from_slice(&tokens[id]);
+            r
+        })
+        .chain((n..n + pad).map(|id| string_raw(&format!("[PAD{id}]"))));
+    let token_items: Vec<Vec<u8>> = token_items.collect();
+    out.push(kv(
+        "tokenizer.ggml.tokens",
+        ARRAY,
+        array_raw(STRING, token_items.into_iter()),
+    ));
+    let score_items: Vec<Vec<u8>> = keep
+        .iter()
+        .map(|&id| scores[id])
+        .chain(std::iter::repeat_n(-10_000.0f32, pad))
+        .map(|s| s.to_le_bytes().to_vec())
+        .collect();
+    out.push(kv(
+        "tokenizer.ggml.scores",
+        ARRAY,
+        array_raw(F32, score_items.into_iter()),
+    ));
+    let type_items: Vec<Vec<u8>> = keep
+        .iter()
+        .map(|&id| types[id])
+        .chain(std::iter::repeat_n(TOKEN_TYPE_UNUSED, pad))
+        .map(|t| t.to_le_bytes().to_vec())
+        .collect();
+    out.push(kv(
+        "tokenizer.ggml.token_type",
+        ARRAY,
+        array_raw(I32, type_items.into_iter()),
+    ));
+    for (key, old) in specials {
+        let id = new_id(old).ok_or_else(|| anyhow!("{key} {old} was not kept"))?;
+        out.push(kv(key, U32, u32::try_from(id)?.to_le_bytes().to_vec()));
+    }
+    out.push(kv("tokenizer.ggml.add_bos_token", BOOL, vec![1]));
+    out.push(kv("tokenizer.ggml.add_eos_token", BOOL, vec![0]));
+    Ok(out)
+}
+
+/// `general.name`: `synthetic-<preset>`, but `phi 3` for `phi3`. llama.cpp
+/// (llama-vocab.cpp) sets Phi-3's special-token attributes when the lowercased
+/// name holds `phi3` or `phi-3`, looking up `</s>` and `<|endoftext|>` by text:
+/// a vocabulary without them (Gemma's) then fails to load. llama.cpp's
+/// converter names Phi-3-mini `Phi 3 Mini 4k Instruct`, which it does not
+/// match either.
+pub fn general_name(p: &Preset) -> String {
+    format!("synthetic-{}", p.name).replace("phi3", "phi 3")
+}
+
+/// Every metadata entry of the file. `reference` is the tokenizer's source:
+/// the BPE reference, or the SentencePiece one for `Vocab::Spm` presets.
 pub fn metadata(o: &Options, reference: &Gguf) -> Result<Vec<Kv>> {
     let p = o.preset;
     let a = p.arch.name();
     let u32_kv = |k: &str, v: u64| -> Result<Kv> {
-        Ok(kv(k, U32, u32::try_from(v)?.to_le_bytes().to_vec()))
+        Ok(kv(
+            &format!("{a}.{k}"),
+            U32,
+            u32::try_from(v)?.to_le_bytes().to_vec(),
+        ))
     };
-    let f32_kv = |k: &str, v: f32| kv(k, F32, v.to_le_bytes().to_vec());
+    let f32_kv = |k: &str, v: f32| kv(&format!("{a}.{k}"), F32, v.to_le_bytes().to_vec());
     let mut kvs = vec![
         kv("general.architecture", STRING, string_raw(a)),
+        kv("general.name", STRING, string_raw(&general_name(p))),
         kv(
-            "general.name",
-            STRING,
-            string_raw(&format!("synthetic-{}", p.name)),
+            "general.file_type",
+            U32,
+            o.format.file_type().to_le_bytes().to_vec(),
         ),
-        u32_kv("general.file_type", u64::from(o.format.file_type()))?,
-        u32_kv("general.alignment", ALIGNMENT)?,
-        u32_kv("general.quantization_version", 2)?,
-        u32_kv(&format!("{a}.context_length"), u64::from(p.context))?,
-        u32_kv(&format!("{a}.embedding_length"), p.n_embd)?,
-        u32_kv(&format!("{a}.block_count"), p.n_layer)?,
-        u32_kv(&format!("{a}.feed_forward_length"), p.n_ff)?,
-        u32_kv(&format!("{a}.attention.head_count"), p.n_head)?,
-        u32_kv(&format!("{a}.attention.head_count_kv"), p.n_head_kv)?,
-        f32_kv(&format!("{a}.rope.freq_base"), p.rope_base),
-        u32_kv(&format!("{a}.rope.dimension_count"), p.n_embd / p.n_head)?,
-        f32_kv(&format!("{a}.attention.layer_norm_rms_epsilon"), p.rms_eps),
-        u32_kv(&format!("{a}.vocab_size"), p.vocab)?,
-        kv("general.synthetic_seed", U64, o.seed.to_le_bytes().to_vec()),
+        kv(
+            "general.alignment",
+            U32,
+            (ALIGNMENT as u32).to_le_bytes().to_vec(),
+        ),
+        kv(
+            "general.quantization_version",
+            U32,
+            2u32.to_le_bytes().to_vec(),
+        ),
     ];
-    kvs.extend(tokenizer_kvs(reference, p.vocab)?);
+    let context = u64::from(p.context);
+    let head_dim = p.n_embd / p.n_head;
+    match p.arch {
+        Arch::Llama | Arch::Qwen2 => kvs.extend([
+            u32_kv("context_length", context)?,
+            u32_kv("embedding_length", p.n_embd)?,
+            u32_kv("block_count", p.n_layer)?,
+            u32_kv("feed_forward_length", p.n_ff)?,
+            u32_kv("attention.head_count", p.n_head)?,
+            u32_kv("attention.head_count_kv", p.n_head_kv)?,
+            f32_kv("rope.freq_base", p.rope_base),
+            u32_kv("rope.dimension_count", head_dim)?,
+            f32_kv("attention.layer_norm_rms_epsilon", p.norm_eps),
+            u32_kv("vocab_size", p.vocab)?,
+        ]),
+        // Phi3MiniModel.set_gguf_parameters, in its order (no vocab_size).
+        Arch::Phi3 => kvs.extend([
+            u32_kv("context_length", context)?,
+            u32_kv("rope.scaling.original_context_length", context)?,
+            u32_kv("embedding_length", p.n_embd)?,
+            u32_kv("feed_forward_length", p.n_ff)?,
+            u32_kv("block_count", p.n_layer)?,
+            u32_kv("attention.head_count", p.n_head)?,
+            u32_kv("attention.head_count_kv", p.n_head_kv)?,
+            f32_kv("attention.layer_norm_rms_epsilon", p.norm_eps),
+            u32_kv("rope.dimension_count", head_dim)?,
+            f32_kv("rope.freq_base", p.rope_base),
+            u32_kv("attention.sliding_window", u64::from(p.sliding_window))?,
+        ]),
+        // GPT2Model.set_gguf_parameters, in its order: no head_count_kv (llama.cpp
+        // takes head_count), no RoPE, no vocab_size.
+        Arch::Gpt2 => kvs.extend([
+            u32_kv("block_count", p.n_layer)?,
+            u32_kv("context_length", context)?,
+            u32_kv("embedding_length", p.n_embd)?,
+            u32_kv("feed_forward_length", p.n_ff)?,
+            u32_kv("attention.head_count", p.n_head)?,
+            f32_kv("attention.layer_norm_epsilon", p.norm_eps),
+        ]),
+    }
+    kvs.push(kv(
+        "general.synthetic_seed",
+        U64,
+        o.seed.to_le_bytes().to_vec(),
+    ));
+    kvs.extend(match p.vocab_source {
+        Vocab::Reference => tokenizer_kvs(reference, p.vocab)?,
+        Vocab::Spm => spm_tokenizer_kvs(reference, p.vocab)?,
+    });
     Ok(kvs)
 }
 
@@ -528,11 +933,17 @@ pub fn write_to(o: &Options, reference: &Gguf, w: &mut (impl Write + Send)) -> R
     })
 }
 
-/// Writes the file at `out` (through `out.part`, renamed when complete).
+/// Writes the file at `out` (through `out.part`, renamed when complete), with
+/// the tokenizer of `reference`: the BPE reference model, or for a preset of
+/// `Vocab::Spm` the SentencePiece one (`tokenizer_source` picks).
 pub fn write_file(o: &Options, reference: &Path, out: &Path) -> Result<Written> {
     let reference = Gguf::read_header(reference).with_context(|| {
         format!(
-            "reading the reference's tokenizer from {}",
+            "reading the {} tokenizer from {}",
+            match o.preset.vocab_source {
+                Vocab::Reference => "reference's",
+                Vocab::Spm => "SentencePiece reference's",
+            },
             reference.display()
         )
     })?;

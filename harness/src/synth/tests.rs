@@ -31,6 +31,82 @@ pub(crate) fn fake_reference() -> Gguf {
     Gguf::parse(g.write()).unwrap()
 }
 
+/// A stand-in SentencePiece reference: `<pad>`, `<eos>`, `<bos>` (control),
+/// `<unk>`, the 256 byte tokens, then `normals` pieces `▁p<i>` of score -i.
+pub(crate) fn fake_spm_reference(normals: usize) -> Gguf {
+    let mut g = Gguf::parse(crate::gguf::tests::tiny()).unwrap();
+    let mut tokens: Vec<String> = ["<pad>", "<eos>", "<bos>", "<unk>"]
+        .map(String::from)
+        .to_vec();
+    let mut types = vec![3i32, 3, 3, 2];
+    for b in 0..256 {
+        tokens.push(format!("<0x{b:02X}>"));
+        types.push(6);
+    }
+    for i in 0..normals {
+        tokens.push(format!("\u{2581}p{i}"));
+        types.push(1);
+    }
+    let scores: Vec<f32> = (0..tokens.len())
+        .map(|id| if types[id] == 1 { -(id as f32) } else { 0.0 })
+        .collect();
+    let id = |k: &str, v: u32| kv(k, U32, v.to_le_bytes().to_vec());
+    g.kvs.extend([
+        kv("tokenizer.ggml.model", STRING, string_raw("llama")),
+        kv("tokenizer.ggml.pre", STRING, string_raw("default")),
+        kv(
+            "tokenizer.ggml.tokens",
+            ARRAY,
+            array_raw(
+                STRING,
+                tokens
+                    .iter()
+                    .map(|t| string_raw(t))
+                    .collect::<Vec<_>>()
+                    .into_iter(),
+            ),
+        ),
+        kv(
+            "tokenizer.ggml.scores",
+            ARRAY,
+            array_raw(
+                F32,
+                scores
+                    .iter()
+                    .map(|s| s.to_le_bytes().to_vec())
+                    .collect::<Vec<_>>()
+                    .into_iter(),
+            ),
+        ),
+        kv(
+            "tokenizer.ggml.token_type",
+            ARRAY,
+            array_raw(
+                I32,
+                types
+                    .iter()
+                    .map(|t| t.to_le_bytes().to_vec())
+                    .collect::<Vec<_>>()
+                    .into_iter(),
+            ),
+        ),
+        id("tokenizer.ggml.bos_token_id", 2),
+        id("tokenizer.ggml.eos_token_id", 1),
+        id("tokenizer.ggml.unknown_token_id", 3),
+        id("tokenizer.ggml.padding_token_id", 0),
+        kv("tokenizer.ggml.add_space_prefix", BOOL, vec![0]),
+    ]);
+    Gguf::parse(g.write()).unwrap()
+}
+
+/// The stand-in reference a preset takes its tokenizer from.
+fn reference_for(p: &Preset) -> Gguf {
+    match p.vocab_source {
+        Vocab::Reference => fake_reference(),
+        Vocab::Spm => fake_spm_reference(100),
+    }
+}
+
 fn options(name: &str, format: Format, seed: u64, threads: usize) -> Options {
     Options {
         preset: preset(name).unwrap(),
@@ -42,62 +118,103 @@ fn options(name: &str, format: Format, seed: u64, threads: usize) -> Options {
 
 fn written(o: &Options) -> Vec<u8> {
     let mut out = Vec::new();
-    let w = write_to(o, &fake_reference(), &mut out).unwrap();
+    let w = write_to(o, &reference_for(o.preset), &mut out).unwrap();
     assert_eq!(w.bytes, out.len() as u64);
     out
 }
 
+/// The tensors llama.cpp's loader creates for `p` (src/models/<arch>.cpp's
+/// `load_arch_tensors`, with the optional ones this file has), with their
+/// shapes: written out independently of `tensors`.
+fn llama_cpp_wants(p: &Preset) -> Vec<(String, Vec<u64>)> {
+    let (e, v, ff) = (p.n_embd, p.vocab, p.n_ff);
+    let hd = e / p.n_head;
+    let (q, kv) = (p.n_head * hd, p.n_head_kv * hd);
+    let mut w: Vec<(String, Vec<u64>)> = vec![
+        ("token_embd.weight".into(), vec![e, v]),
+        ("output_norm.weight".into(), vec![e]),
+    ];
+    if !p.tied {
+        w.push(("output.weight".into(), vec![e, v]));
+    }
+    if p.arch == Arch::Gpt2 {
+        w.push(("position_embd.weight".into(), vec![e, u64::from(p.context)]));
+        w.push(("output_norm.bias".into(), vec![e]));
+    }
+    for i in 0..p.n_layer {
+        let mut t = |s: &str, dims: &[u64]| w.push((format!("blk.{i}.{s}"), dims.to_vec()));
+        t("attn_norm.weight", &[e]);
+        t("ffn_norm.weight", &[e]);
+        t("attn_output.weight", &[q, e]);
+        t("ffn_down.weight", &[ff, e]);
+        match p.arch {
+            Arch::Llama | Arch::Qwen2 => {
+                t("attn_q.weight", &[e, q]);
+                t("attn_k.weight", &[e, kv]);
+                t("attn_v.weight", &[e, kv]);
+                t("ffn_gate.weight", &[e, ff]);
+                t("ffn_up.weight", &[e, ff]);
+                if p.arch == Arch::Qwen2 {
+                    t("attn_q.bias", &[q]);
+                    t("attn_k.bias", &[kv]);
+                    t("attn_v.bias", &[kv]);
+                }
+            }
+            // phi3.cpp: create_tensor_qkv (fused), ffn_up {n_embd, 2*n_ff}.
+            Arch::Phi3 => {
+                t("attn_qkv.weight", &[e, q + 2 * kv]);
+                t("ffn_up.weight", &[e, 2 * ff]);
+            }
+            // gpt2.cpp: every norm and matrix with its bias.
+            Arch::Gpt2 => {
+                t("attn_qkv.weight", &[e, e + 2 * kv]);
+                t("ffn_up.weight", &[e, ff]);
+                t("attn_norm.bias", &[e]);
+                t("attn_qkv.bias", &[e + 2 * kv]);
+                t("attn_output.bias", &[e]);
+                t("ffn_norm.bias", &[e]);
+                t("ffn_up.bias", &[ff]);
+                t("ffn_down.bias", &[e]);
+            }
+        }
+    }
+    w
+}
+
 #[test]
-fn every_preset_has_the_tensors_the_worker_binds() {
+fn every_preset_has_exactly_the_tensors_llama_cpp_loads() {
     for p in PRESETS {
         let t = tensors(p, p.default_format);
-        let find = |n: &str| {
-            t.iter()
-                .find(|x| x.name == n)
-                .unwrap_or_else(|| panic!("{}: no {n}", p.name))
-        };
-        let hd = p.n_embd / p.n_head;
-        let (q, kv) = (p.n_head * hd, p.n_head_kv * hd);
-        assert_eq!(find("token_embd.weight").dims, [p.n_embd, p.vocab]);
-        assert_eq!(find("output_norm.weight").dims, [p.n_embd]);
-        assert_eq!(
-            t.iter().any(|x| x.name == "output.weight"),
-            !p.tied,
-            "{}",
-            p.name
-        );
-        if !p.tied {
-            assert_eq!(find("output.weight").dims, [p.n_embd, p.vocab]);
-        }
-        for i in 0..p.n_layer {
-            let dims = |s: &str| find(&format!("blk.{i}.{s}")).dims.clone();
-            assert_eq!(dims("attn_norm.weight"), [p.n_embd]);
-            assert_eq!(dims("attn_q.weight"), [p.n_embd, q]);
-            assert_eq!(dims("attn_k.weight"), [p.n_embd, kv]);
-            assert_eq!(dims("attn_v.weight"), [p.n_embd, kv]);
-            assert_eq!(dims("attn_output.weight"), [q, p.n_embd]);
-            assert_eq!(dims("ffn_norm.weight"), [p.n_embd]);
-            assert_eq!(dims("ffn_gate.weight"), [p.n_embd, p.n_ff]);
-            assert_eq!(dims("ffn_up.weight"), [p.n_embd, p.n_ff]);
-            assert_eq!(dims("ffn_down.weight"), [p.n_ff, p.n_embd]);
-            if p.arch == Arch::Qwen2 {
-                assert_eq!(dims("attn_q.bias"), [q]);
-                assert_eq!(dims("attn_k.bias"), [kv]);
-                assert_eq!(dims("attn_v.bias"), [kv]);
-            }
-        }
-        let per_layer = if p.arch == Arch::Qwen2 { 12 } else { 9 };
-        assert_eq!(
-            t.len() as u64,
-            2 + p.n_layer * per_layer + u64::from(!p.tied),
-            "{}: nothing else",
-            p.name
-        );
+        let mut got: Vec<(String, Vec<u64>)> =
+            t.iter().map(|x| (x.name.clone(), x.dims.clone())).collect();
+        let mut want = llama_cpp_wants(p);
+        got.sort();
+        want.sort();
+        assert_eq!(got, want, "{}", p.name);
         for x in &t {
-            if x.dims.len() == 1 {
+            if x.dims.len() == 1 || x.name == "position_embd.weight" {
                 assert_eq!(x.format, Format::F32, "{}: {} stays F32", p.name, x.name);
+            } else {
+                assert_eq!(x.format, p.default_format.for_row(x.dims[0]));
             }
             assert_eq!(x.dims[0] % x.format.block().0, 0, "{}: {}", p.name, x.name);
+            let biased = x.name.ends_with(".bias");
+            let want = match () {
+                _ if biased => Init::Bias,
+                _ if x.name.contains("norm") => Init::Norm,
+                _ => Init::Matrix {
+                    std: 1.0 / (x.dims[0] as f32).sqrt(),
+                },
+            };
+            assert_eq!(x.init, want, "{}: {}", p.name, x.name);
+        }
+        // Every K-quant preset of phi3 and gpt2 is K-quant throughout: no fallbacks.
+        if matches!(p.arch, Arch::Phi3 | Arch::Gpt2) {
+            for f in [Format::Q4K, Format::Q5K, Format::Q6K] {
+                assert!(tensors(p, f)
+                    .iter()
+                    .all(|x| x.format == f || x.format == Format::F32));
+            }
         }
     }
 }
@@ -121,6 +238,37 @@ fn real_shapes_are_the_published_ones() {
         (p.n_embd, p.n_layer, p.n_head, p.n_head_kv, p.n_ff, p.vocab),
         (576, 30, 9, 3, 1536, 49152)
     );
+    // Parameter counts as published: Phi-3-mini 3,821,079,552; GPT-2 124,439,808.
+    let params = |name: &str| -> u64 {
+        tensors(preset(name).unwrap(), Format::F32)
+            .iter()
+            .map(TensorSpec::values)
+            .sum()
+    };
+    assert_eq!(params("phi3"), 3_821_079_552);
+    assert_eq!(params("gpt2"), 124_439_808);
+    let p = preset("phi3").unwrap();
+    assert_eq!(
+        (
+            p.n_embd,
+            p.n_layer,
+            p.n_head,
+            p.n_head_kv,
+            p.n_ff,
+            p.vocab,
+            p.context
+        ),
+        (3072, 32, 32, 32, 8192, 32064, 4096)
+    );
+    assert!(!p.tied && p.sliding_window == 2047 && p.vocab_source == Vocab::Spm);
+    let p = preset("gpt2").unwrap();
+    assert_eq!(
+        (p.n_embd, p.n_layer, p.n_head, p.n_ff, p.vocab, p.context),
+        (768, 12, 12, 3072, 50257, 1024)
+    );
+    assert!(p.tied && p.vocab_source == Vocab::Reference);
+    let (_, data) = layout(&tensors(preset("phi3").unwrap(), Format::Q4K));
+    assert!((2_100_000_000..2_250_000_000).contains(&data), "{data}");
     // About 2 GB, as M0-W-1221 wants.
     let (_, data) = layout(&tensors(preset("llama-2gb").unwrap(), Format::Q4_1));
     assert!((1_900_000_000..2_300_000_000).contains(&data), "{data}");
@@ -130,9 +278,9 @@ fn real_shapes_are_the_published_ones() {
 
 #[test]
 fn unknown_presets_list_the_known_ones() {
-    let e = preset("phi3").unwrap_err().to_string();
+    let e = preset("gpt-oss").unwrap_err().to_string();
     assert!(
-        e.contains("unknown preset \"phi3\"") && e.contains("tiny-qwen2, smollm2"),
+        e.contains("unknown preset \"gpt-oss\"") && e.contains("tiny-phi3, tiny-gpt2, smollm2"),
         "{e}"
     );
 }
@@ -164,35 +312,233 @@ fn blocks_have_ggml_sizes() {
 
 #[test]
 fn the_file_is_a_function_of_preset_format_and_seed() {
-    for f in [Format::Q4_1, Format::Q6K, Format::BF16] {
-        let one = written(&options("tiny-llama", f, 5, 1));
+    for (name, f) in [
+        ("tiny-llama", Format::Q4_1),
+        ("tiny-llama", Format::Q6K),
+        ("tiny-llama", Format::BF16),
+        ("tiny-phi3", Format::Q4K),
+        ("tiny-gpt2", Format::Q8_0),
+    ] {
+        let one = written(&options(name, f, 5, 1));
         assert_eq!(
             one,
-            written(&options("tiny-llama", f, 5, 3)),
-            "{}: thread count",
+            written(&options(name, f, 5, 3)),
+            "{name} {}: thread count",
             f.name()
         );
         assert_ne!(
             one,
-            written(&options("tiny-llama", f, 6, 3)),
-            "{}: seed",
+            written(&options(name, f, 6, 3)),
+            "{name} {}: seed",
             f.name()
         );
     }
 }
 
+/// phi3 and gpt2 files carry the hyperparameter keys llama.cpp's
+/// convert_hf_to_gguf.py writes for them (Phi3MiniModel, GPT2Model), in its order.
+#[test]
+fn phi3_and_gpt2_keys_are_the_converters() {
+    let keys = |name: &str| -> Vec<String> {
+        let o = options(name, Format::Q8_0, 0, 1);
+        metadata(&o, &reference_for(o.preset))
+            .unwrap()
+            .into_iter()
+            .map(|k| k.key)
+            .filter(|k| !k.starts_with("general.") && !k.starts_with("tokenizer."))
+            .collect()
+    };
+    assert_eq!(
+        keys("tiny-phi3"),
+        [
+            "context_length",
+            "rope.scaling.original_context_length",
+            "embedding_length",
+            "feed_forward_length",
+            "block_count",
+            "attention.head_count",
+            "attention.head_count_kv",
+            "attention.layer_norm_rms_epsilon",
+            "rope.dimension_count",
+            "rope.freq_base",
+            "attention.sliding_window",
+        ]
+        .map(|k| format!("phi3.{k}"))
+    );
+    assert_eq!(
+        keys("gpt2"),
+        [
+            "block_count",
+            "context_length",
+            "embedding_length",
+            "feed_forward_length",
+            "attention.head_count",
+            "attention.layer_norm_epsilon",
+        ]
+        .map(|k| format!("gpt2.{k}"))
+    );
+    let value = |name: &str, key: &str| -> Vec<u8> {
+        let o = options(name, Format::Q4K, 0, 1);
+        metadata(&o, &reference_for(o.preset))
+            .unwrap()
+            .into_iter()
+            .find(|k| k.key == key)
+            .unwrap_or_else(|| panic!("{name}: no {key}"))
+            .raw
+    };
+    let u32_of =
+        |name: &str, key: &str| u32::from_le_bytes(value(name, key)[..].try_into().unwrap());
+    assert_eq!(u32_of("phi3", "phi3.rope.dimension_count"), 96);
+    assert_eq!(u32_of("phi3", "phi3.attention.sliding_window"), 2047);
+    assert_eq!(
+        u32_of("phi3", "phi3.rope.scaling.original_context_length"),
+        4096
+    );
+    assert_eq!(u32_of("phi3", "phi3.feed_forward_length"), 8192);
+    assert_eq!(u32_of("tiny-phi3", "phi3.rope.dimension_count"), 64);
+    assert_eq!(u32_of("gpt2", "gpt2.context_length"), 1024);
+    assert_eq!(u32_of("gpt2", "general.file_type"), 14);
+    assert_eq!(
+        value("gpt2", "gpt2.attention.layer_norm_epsilon"),
+        1e-5f32.to_le_bytes()
+    );
+}
+
+#[test]
+fn no_name_trips_llama_cpps_phi3_token_attributes() {
+    for p in PRESETS {
+        let n = general_name(p).to_lowercase();
+        assert!(!n.contains("phi3") && !n.contains("phi-3"), "{n}");
+        assert!(n.starts_with("synthetic-"), "{n}");
+    }
+    assert_eq!(
+        general_name(preset("tiny-qwen2").unwrap()),
+        "synthetic-tiny-qwen2"
+    );
+    assert_eq!(
+        general_name(preset("tiny-phi3").unwrap()),
+        "synthetic-tiny-phi 3"
+    );
+}
+
+fn ids_of(kvs: &[Kv], key: &str) -> u32 {
+    let k = kvs.iter().find(|k| k.key == key).unwrap();
+    u32::from_le_bytes(k.raw[..].try_into().unwrap())
+}
+
+fn token_list(kvs: &[Kv]) -> Vec<String> {
+    let g = Gguf {
+        kvs: kvs.to_vec(),
+        ..Gguf::parse(crate::gguf::tests::tiny()).unwrap()
+    };
+    array_elems(&g, "tokenizer.ggml.tokens", STRING)
+        .unwrap()
+        .into_iter()
+        .map(|b| String::from_utf8(b).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_sentencepiece_vocabulary_is_cut_to_its_first_ids_when_they_hold_every_byte_and_special() {
+    // 4 specials, 256 bytes, 100 pieces, cut to 300: ids unchanged.
+    let kvs = spm_tokenizer_kvs(&fake_spm_reference(100), 300).unwrap();
+    let keys: Vec<&str> = kvs.iter().map(|k| k.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "tokenizer.ggml.model",
+            "tokenizer.ggml.pre",
+            "tokenizer.ggml.tokens",
+            "tokenizer.ggml.scores",
+            "tokenizer.ggml.token_type",
+            "tokenizer.ggml.bos_token_id",
+            "tokenizer.ggml.eos_token_id",
+            "tokenizer.ggml.unknown_token_id",
+            "tokenizer.ggml.padding_token_id",
+            "tokenizer.ggml.add_bos_token",
+            "tokenizer.ggml.add_eos_token",
+        ],
+        "no add_space_prefix: llama.cpp's SentencePiece default (true) applies, as for Phi-3"
+    );
+    let tokens = token_list(&kvs);
+    assert_eq!(tokens.len(), 300);
+    assert_eq!(tokens[2], "<bos>");
+    assert_eq!(tokens[4], "<0x00>");
+    assert_eq!(tokens[299], "\u{2581}p39");
+    assert_eq!(
+        (
+            ids_of(&kvs, "tokenizer.ggml.bos_token_id"),
+            ids_of(&kvs, "tokenizer.ggml.eos_token_id"),
+            ids_of(&kvs, "tokenizer.ggml.unknown_token_id"),
+            ids_of(&kvs, "tokenizer.ggml.padding_token_id")
+        ),
+        (2, 1, 3, 0)
+    );
+    let add_bos = kvs
+        .iter()
+        .find(|k| k.key.ends_with("add_bos_token"))
+        .unwrap();
+    assert_eq!((add_bos.vtype, &add_bos.raw[..]), (BOOL, &[1u8][..]));
+    // Padded with unused tokens when the reference is smaller.
+    let kvs = spm_tokenizer_kvs(&fake_spm_reference(10), 280).unwrap();
+    let tokens = token_list(&kvs);
+    assert_eq!(tokens.len(), 280);
+    assert_eq!(
+        (&tokens[269][..], &tokens[270][..], &tokens[279][..]),
+        ("\u{2581}p9", "[PAD270]", "[PAD279]")
+    );
+    let types = kvs.iter().find(|k| k.key.ends_with("token_type")).unwrap();
+    assert_eq!(&types.raw[types.raw.len() - 4..], &5i32.to_le_bytes());
+    // Not SentencePiece: refused.
+    assert!(spm_tokenizer_kvs(&fake_reference(), 300).is_err());
+}
+
+#[test]
+fn a_sentencepiece_vocabulary_keeps_bytes_and_specials_that_lie_past_the_cut() {
+    // Types: control, 5 normals (scores -1..-5), byte, control, normal (score 0), byte.
+    let types = [3, 1, 1, 1, 1, 1, 6, 3, 1, 6];
+    let scores = [0.0, -1.0, -2.0, -3.0, -4.0, -5.0, 0.0, 0.0, 0.0, 0.0];
+    // Bytes at 6 and 9 lie past a cut at 6: keep every non-normal token (0, 6, 7, 9)
+    // and the two best pieces (8, then 1), in their order.
+    assert_eq!(
+        spm_selection(&types, &scores, &[0], 6).unwrap(),
+        [0, 1, 6, 7, 8, 9]
+    );
+    // A special id that is a normal piece is kept too.
+    assert_eq!(
+        spm_selection(&types, &scores, &[5], 6).unwrap(),
+        [0, 5, 6, 7, 8, 9]
+    );
+    // The first ids when they hold both bytes.
+    assert_eq!(
+        spm_selection(&types, &scores, &[0], 10).unwrap(),
+        (0..10).collect::<Vec<_>>()
+    );
+    assert!(spm_selection(&types, &scores, &[0], 3).is_err());
+}
+
 #[test]
 fn a_written_file_parses_with_its_tensors_in_place() {
-    for (name, f) in [("tiny-qwen2", Format::Q5K), ("tiny-llama", Format::F16)] {
+    for (name, f) in [
+        ("tiny-qwen2", Format::Q5K),
+        ("tiny-llama", Format::F16),
+        ("tiny-gpt2", Format::Q4K),
+        ("tiny-phi3", Format::F16),
+    ] {
         let o = options(name, f, 1, 2);
         let bytes = written(&o);
         let g = Gguf::parse(bytes.clone()).unwrap();
         let specs = tensors(o.preset, f);
         let sum: u64 = specs.iter().map(TensorSpec::bytes).sum();
-        // Every tensor's size is a multiple of the alignment here: no padding.
         assert_eq!(g.total_tensor_bytes().unwrap(), sum);
-        assert_eq!((bytes.len() - g.data_offset) as u64, sum, "{name}");
-        let (offsets, _) = layout(&specs);
+        let (offsets, data) = layout(&specs);
+        assert_eq!((bytes.len() - g.data_offset) as u64, data, "{name}");
+        // Padding only where a tensor's size is not a multiple of the alignment
+        // (tiny-gpt2's Q4_K token_embd: 50257 rows of 144 bytes).
+        assert_eq!(data == sum, name != "tiny-gpt2", "{name}");
+        for (t, &off) in specs.iter().zip(&offsets) {
+            assert_eq!(off % ALIGNMENT, 0, "{name}: {}", t.name);
+        }
         for ((t, s), off) in g.tensors.iter().zip(&specs).zip(&offsets) {
             assert_eq!(
                 (&t.name, &t.dims, t.ttype, t.offset),
@@ -205,9 +551,11 @@ fn a_written_file_parses_with_its_tensors_in_place() {
             g.u64_value("general.file_type"),
             Some(u64::from(f.file_type()))
         );
+        // The converter writes vocab_size for llama, not for phi3 or gpt2.
+        let vocab_key = matches!(o.preset.arch, Arch::Llama | Arch::Qwen2);
         assert_eq!(
             g.u64_value(&format!("{arch}.vocab_size")),
-            Some(o.preset.vocab)
+            Some(o.preset.vocab).filter(|_| vocab_key)
         );
         assert_eq!(
             g.u64_value(&format!("{arch}.block_count")),
@@ -218,8 +566,14 @@ fn a_written_file_parses_with_its_tensors_in_place() {
             g.array_len("tokenizer.ggml.token_type"),
             Some(o.preset.vocab)
         );
-        assert_eq!(g.array_len("tokenizer.ggml.merges"), Some(1));
-        assert_eq!(g.u64_value("tokenizer.ggml.eos_token_id"), Some(0));
+        if o.preset.vocab_source == Vocab::Spm {
+            assert_eq!(g.string("tokenizer.ggml.model").as_deref(), Some("llama"));
+            assert_eq!(g.array_len("tokenizer.ggml.scores"), Some(o.preset.vocab));
+            assert_eq!(g.u64_value("tokenizer.ggml.bos_token_id"), Some(2));
+        } else {
+            assert_eq!(g.array_len("tokenizer.ggml.merges"), Some(1));
+            assert_eq!(g.u64_value("tokenizer.ggml.eos_token_id"), Some(0));
+        }
         // Norm weights are F32 around 1.
         let norm = g
             .tensors
@@ -282,4 +636,60 @@ fn a_file_is_renamed_into_place_only_when_complete() {
     assert!(write_file(&o, &dir.join("missing.gguf"), &dir.join("x.gguf")).is_err());
     assert!(!dir.join("x.gguf.part").exists() && !dir.join("x.gguf").exists());
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// testdata/golden-synth's tiny files are what this generator writes: same
+/// command, same sha256 (skipped where `.models` lacks a tokenizer source).
+#[test]
+fn the_golden_synth_files_are_reproduced_byte_for_byte() {
+    use sha2::{Digest, Sha256};
+    struct Hasher(Sha256);
+    impl Write for Hasher {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.update(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut checked = 0;
+    for name in ["tiny-phi3", "tiny-gpt2"] {
+        for f in [Format::Q8_0, Format::Q4K, Format::F16] {
+            let golden = root.join(format!("testdata/golden-synth/{name}-{}.json", f.name()));
+            let g: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&golden).unwrap()).unwrap();
+            assert_eq!(
+                g["synth_command"].as_str().unwrap(),
+                format!(
+                    "harness synth-model --preset {name} --format {} --seed 0 --out synthetic-{name}-{}.gguf",
+                    f.name(),
+                    f.name()
+                )
+            );
+            let source = root.join(g["tokenizer_source"]["path"].as_str().unwrap());
+            let Ok(reference) = Gguf::read_header(&source) else {
+                eprintln!("skipped {name} {}: no {}", f.name(), source.display());
+                continue;
+            };
+            let mut h = Hasher(Sha256::new());
+            let w = write_to(&options(name, f, 0, 2), &reference, &mut h).unwrap();
+            let sha: String = h.0.finalize().iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(
+                g["file_bytes"].as_u64(),
+                Some(w.bytes),
+                "{name} {}",
+                f.name()
+            );
+            assert_eq!(
+                g["file_sha256"].as_str(),
+                Some(&sha[..]),
+                "{name} {}",
+                f.name()
+            );
+            checked += 1;
+        }
+    }
+    eprintln!("{checked} of 6 files reproduced");
 }
