@@ -54,15 +54,10 @@ Feature: Reading and placing the model
       | gemma3       | serves                   |
       | arch-mamba   | fails naming "mamba"     |
 
-    @pending:phi3
     Examples:
-      | model           | outcome |
-      | synthetic-phi3  | serves  |
-
-    @pending:gpt2
-    Examples:
-      | model           | outcome |
-      | synthetic-gpt2  | serves  |
+      | model               | outcome |
+      | synthetic-tiny-phi3 | serves  |
+      | synthetic-tiny-gpt2 | serves  |
 
     @pending:gpt-oss
     Examples:
@@ -100,10 +95,11 @@ Feature: Reading and placing the model
       | synthetic-llama-3-8b   |
       | gemma3                 |
 
-    @cuda @pending:phi3
+    @cuda
     Examples:
-      | model                 |
-      | synthetic-phi3-mini   |
+      | model          |
+      | synthetic-phi3 |
+      | synthetic-gpt2 |
 
     @cuda @pending:gpt-oss
     Examples:

@@ -12,10 +12,9 @@ Feature: Tokenizers
       | reference      |       | serves with tokenizer "gguf-bpe" |
       | tokenizer-rwkv |       | fails naming "rwkv"              |
 
-    @pending:gguf-spm
     Examples:
-      | model          | flags | outcome                          |
-      | synthetic-phi3 |       | serves with tokenizer "gguf-spm" |
+      | model               | flags | outcome                          |
+      | synthetic-tiny-phi3 |       | serves with tokenizer "gguf-spm" |
 
     Examples:
       | model                    | flags               | outcome                         |
@@ -40,8 +39,8 @@ Feature: Tokenizers
 
     @pending:gguf-spm
     Examples:
-      | kind     | model          | goldens                               |
-      | gguf-spm | synthetic-phi3 | testdata/golden/phi3/tokenize.json     |
+      | kind     | model               | goldens                                 |
+      | gguf-spm | synthetic-tiny-phi3 | testdata/golden-synth/phi3-tokenize.json |
 
   @M0-W-1363 @any
   Scenario: All 66 golden tokenizer vectors encode to llama.cpp's ids and decode back

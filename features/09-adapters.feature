@@ -28,7 +28,6 @@ Feature: Architecture adapters and their kernels
     Given a worker on the "<model>" model
     Then 8 greedy steps on the "<model>" model match the CPU backend within 0.1 nats with the same argmax
 
-    @pending:gpt2
     Examples:
       | model          |
       | synthetic-gpt2 |
@@ -46,7 +45,7 @@ Feature: Architecture adapters and their kernels
   Scenario: GELU matches f64 over [-10, 10] within 1e-3
     Then the worker's unit tests named "m0_w_1433" pass
 
-  @M0-W-1434 @any @pending:gpt2
+  @M0-W-1434 @any
   Scenario: Learned positions are added at positions 0, 1 and n_ctx-1
     Then the worker's unit tests named "m0_w_1434" pass
 
