@@ -10,8 +10,8 @@
 
 use crate::gguf::GgufFile;
 use crate::model::config::ModelConfig;
-use crate::model::ops::{AttentionShape, Checkpoints, GraphError, Logits, Ops};
-use crate::model::parts::{check_layer_count, lm_head, Binder, FinalNorm, Recorder, Upload};
+use crate::model::ops::{AttentionShape, GraphError, Ops};
+use crate::model::parts::{self, check_layer_count, lm_head, Binder, FinalNorm, Pass, Upload};
 
 /// A weight and its bias.
 pub struct Affine<W> {
@@ -53,24 +53,13 @@ const LAYER_TENSORS: [&str; 6] = [
 impl<W> Gpt2Weights<W> {
     /// Every tensor name this architecture reads.
     pub fn tensor_names(cfg: &ModelConfig, file: &GgufFile) -> Vec<String> {
-        let mut names: Vec<String> = [
+        let top = [
             "token_embd.weight",
             "position_embd.weight",
             "output_norm.weight",
             "output_norm.bias",
-        ]
-        .map(String::from)
-        .to_vec();
-        if file.tensor("output.weight").is_some() {
-            names.push("output.weight".into());
-        }
-        for i in 0..cfg.n_layer {
-            for n in LAYER_TENSORS {
-                names.push(format!("blk.{i}.{n}.weight"));
-                names.push(format!("blk.{i}.{n}.bias"));
-            }
-        }
-        names
+        ];
+        parts::tensor_names(cfg, file, &top, &LAYER_TENSORS, &["weight", "bias"])
     }
 
     /// Binds every tensor through `upload`, checking each one's shape first.
@@ -131,24 +120,15 @@ impl<W> Gpt2Weights<W> {
     }
 }
 
-/// Runs `tokens` at positions `start_pos..` through the model, as
-/// [`crate::model::llama::forward`] does for the llama family.
-#[allow(clippy::too_many_arguments)]
+/// The gpt2 graph for one pass (see [`crate::model::forward`]).
 pub fn forward<O: Ops>(
     ops: &mut O,
     cfg: &ModelConfig,
     w: &Gpt2Weights<O::Weight>,
     cache: &mut O::Cache,
-    tokens: &[u32],
-    start_pos: usize,
-    logits: Logits,
-    out: &mut Vec<f32>,
-    checkpoints: Option<&mut Checkpoints>,
+    mut pass: Pass<'_>,
 ) -> Result<(), O::Error> {
-    let n = tokens.len();
-    if n == 0 {
-        return Err(GraphError::NoTokens.into());
-    }
+    let (tokens, start_pos, n) = (pass.tokens, pass.start_pos, pass.tokens.len());
     let (d, qd, kvd, ff, eps) = (
         cfg.n_embd,
         cfg.q_dim(),
@@ -156,15 +136,14 @@ pub fn forward<O: Ops>(
         cfg.n_ff,
         cfg.norm_eps,
     );
-    let mut rec = Recorder::new(checkpoints, n);
 
     let mut x = ops.buf(n, d)?;
     let mut h = ops.buf(n, d)?;
     ops.embed(&w.token_embd, tokens, &mut x)?;
-    rec.record(ops, "inp_embd", &x)?;
+    pass.rec.record(ops, "inp_embd", &x)?;
     ops.embed_positions(&w.position_embd, start_pos, &mut h)?;
     ops.add_assign(&mut x, &h)?;
-    rec.record(ops, "inpL", &x)?;
+    pass.rec.record(ops, "inpL", &x)?;
 
     let mut qkv = ops.buf(n, qd + 2 * kvd)?;
     let mut q = ops.buf(n, qd)?;
@@ -202,10 +181,10 @@ pub fn forward<O: Ops>(
         ops.gelu(&up, &mut act)?;
         ops.matmul(&act, &l.ffn_down.weight, Some(&l.ffn_down.bias), &mut proj)?;
         ops.add_assign(&mut x, &proj)?;
-        rec.record(ops, &format!("l_out-{il}"), &x)?;
+        pass.rec.record(ops, &format!("l_out-{il}"), &x)?;
     }
 
     let head = w.output.as_ref().unwrap_or(&w.token_embd);
     let norm = FinalNorm::Layer(&w.output_norm.weight, &w.output_norm.bias);
-    lm_head(ops, cfg, x, norm, head, logits, out, &mut rec)
+    lm_head(ops, cfg, x, norm, head, pass)
 }

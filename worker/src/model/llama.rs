@@ -8,8 +8,8 @@
 
 use crate::gguf::GgufFile;
 use crate::model::config::ModelConfig;
-use crate::model::ops::{AttentionShape, Checkpoints, GraphError, Logits, Ops, RopeParams};
-use crate::model::parts::{check_layer_count, lm_head, Binder, FinalNorm, Recorder, Upload};
+use crate::model::ops::{AttentionShape, GraphError, Ops, RopeParams};
+use crate::model::parts::{self, check_layer_count, lm_head, Binder, FinalNorm, Pass, Upload};
 
 /// One transformer block's weights.
 pub struct LayerWeights<W> {
@@ -40,28 +40,15 @@ impl<W> LlamaWeights<W> {
     /// Every tensor name this architecture reads, for checks that nothing is
     /// left unused (M0-W-1213).
     pub fn tensor_names(cfg: &ModelConfig, file: &GgufFile) -> Vec<String> {
-        let mut names = vec![
-            "token_embd.weight".to_string(),
-            "output_norm.weight".to_string(),
-        ];
-        if file.tensor("output.weight").is_some() {
-            names.push("output.weight".into());
-        }
-        for i in 0..cfg.n_layer {
-            for n in [
-                "attn_norm",
-                "attn_q",
-                "attn_k",
-                "attn_v",
-                "attn_output",
-                "ffn_norm",
-                "ffn_gate",
-                "ffn_up",
-                "ffn_down",
-            ] {
-                names.push(format!("blk.{i}.{n}.weight"));
-            }
-            if cfg.architecture.has_qkv_bias() {
+        let mut names = parts::tensor_names(
+            cfg,
+            file,
+            &["token_embd.weight", "output_norm.weight"],
+            &LAYER_TENSORS,
+            &["weight"],
+        );
+        if cfg.architecture.has_qkv_bias() {
+            for i in 0..cfg.n_layer {
                 for n in ["attn_q", "attn_k", "attn_v"] {
                     names.push(format!("blk.{i}.{n}.bias"));
                 }
@@ -77,7 +64,7 @@ impl<W> LlamaWeights<W> {
         file: &GgufFile,
         upload: &mut Upload<'_, W, E>,
     ) -> Result<Self, E> {
-        check_layer_count(cfg, file, TENSORS_PER_LAYER)?;
+        check_layer_count(cfg, file, LAYER_TENSORS.len() as u64)?;
         let mut b = Binder { file, upload };
         let (d, v, ff) = (cfg.n_embd, cfg.vocab_size, cfg.n_ff);
         let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
@@ -114,34 +101,32 @@ impl<W> LlamaWeights<W> {
 
 /// Tensors every layer has whatever the architecture: two norms, four
 /// attention and three feed-forward matrices.
-const TENSORS_PER_LAYER: u64 = 9;
+const LAYER_TENSORS: [&str; 9] = [
+    "attn_norm",
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "ffn_norm",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
+];
 
-/// Runs `tokens` at positions `start_pos..` through the model, appending
-/// their K/V to `cache`, writes the requested logits to `out` (left empty for
-/// `Logits::None`) and hands the last position's logits to
-/// `Ops::keep_last_row`.
-#[allow(clippy::too_many_arguments)]
+/// The llama graph for one pass (see [`crate::model::forward`]).
 pub fn forward<O: Ops>(
     ops: &mut O,
     cfg: &ModelConfig,
     w: &LlamaWeights<O::Weight>,
     cache: &mut O::Cache,
-    tokens: &[u32],
-    start_pos: usize,
-    logits: Logits,
-    out: &mut Vec<f32>,
-    checkpoints: Option<&mut Checkpoints>,
+    mut pass: Pass<'_>,
 ) -> Result<(), O::Error> {
-    let n = tokens.len();
-    if n == 0 {
-        return Err(GraphError::NoTokens.into());
-    }
+    let (tokens, start_pos, n) = (pass.tokens, pass.start_pos, pass.tokens.len());
     let (d, qd, kvd) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim());
-    let mut rec = Recorder::new(checkpoints, n);
 
     let mut x = ops.buf(n, d)?;
     ops.embed(&w.token_embd, tokens, &mut x)?;
-    rec.record(ops, "inp_embd", &x)?;
+    pass.rec.record(ops, "inp_embd", &x)?;
 
     let mut h = ops.buf(n, d)?;
     let mut q = ops.buf(n, qd)?;
@@ -195,20 +180,11 @@ pub fn forward<O: Ops>(
             Some(next) => ops.add_rms_norm(&mut x, &proj, &next.attn_norm, cfg.norm_eps, &mut h)?,
             None => ops.add_assign(&mut x, &proj)?,
         }
-        rec.record(ops, &format!("l_out-{il}"), &x)?;
+        pass.rec.record(ops, &format!("l_out-{il}"), &x)?;
     }
 
     let head = w.output.as_ref().unwrap_or(&w.token_embd);
-    lm_head(
-        ops,
-        cfg,
-        x,
-        FinalNorm::Rms(&w.output_norm),
-        head,
-        logits,
-        out,
-        &mut rec,
-    )
+    lm_head(ops, cfg, x, FinalNorm::Rms(&w.output_norm), head, pass)
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use gemma3::Gemma3Weights;
 use gpt2::Gpt2Weights;
 use llama::LlamaWeights;
 use ops::{Checkpoints, GraphError, Logits, Ops};
-use parts::Upload;
+use parts::{Pass, Recorder, Upload};
 use phi3::Phi3Weights;
 
 /// A model's weights, as handles of a backend's weight type, in the layout
@@ -78,12 +78,21 @@ pub fn forward<O: Ops>(
     out: &mut Vec<f32>,
     checkpoints: Option<&mut Checkpoints>,
 ) -> Result<(), O::Error> {
-    let (c, s, l, o, cp) = (cache, start_pos, logits, out, checkpoints);
+    if tokens.is_empty() {
+        return Err(GraphError::NoTokens.into());
+    }
+    let pass = Pass {
+        tokens,
+        start_pos,
+        logits,
+        out,
+        rec: Recorder::new(checkpoints, tokens.len()),
+    };
     match w {
-        Weights::Llama(w) => llama::forward(ops, cfg, w, c, tokens, s, l, o, cp),
-        Weights::Gemma3(w) => gemma3::forward(ops, cfg, w, c, tokens, s, l, o, cp),
-        Weights::Phi3(w) => phi3::forward(ops, cfg, w, c, tokens, s, l, o, cp),
-        Weights::Gpt2(w) => gpt2::forward(ops, cfg, w, c, tokens, s, l, o, cp),
+        Weights::Llama(w) => llama::forward(ops, cfg, w, cache, pass),
+        Weights::Gemma3(w) => gemma3::forward(ops, cfg, w, cache, pass),
+        Weights::Phi3(w) => phi3::forward(ops, cfg, w, cache, pass),
+        Weights::Gpt2(w) => gpt2::forward(ops, cfg, w, cache, pass),
     }
 }
 

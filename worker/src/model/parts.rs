@@ -122,6 +122,39 @@ impl<'c> Recorder<'c> {
     }
 }
 
+/// One forward pass as every architecture's graph takes it: `tokens` at
+/// positions `start_pos..` (never empty: `model::forward` refuses that), the
+/// logits wanted and where they go, and the checkpoint recorder.
+pub struct Pass<'p> {
+    pub tokens: &'p [u32],
+    pub start_pos: usize,
+    pub logits: Logits,
+    pub out: &'p mut Vec<f32>,
+    pub rec: Recorder<'p>,
+}
+
+/// The names of a family's tensors: `top`, `output.weight` where the file
+/// has one (the head is tied otherwise), and `blk.N.<name>.<suffix>` for
+/// every layer, per-layer name and suffix.
+pub fn tensor_names(
+    cfg: &ModelConfig,
+    file: &GgufFile,
+    top: &[&str],
+    layer: &[&str],
+    suffixes: &[&str],
+) -> Vec<String> {
+    let mut names: Vec<String> = top.iter().map(|n| n.to_string()).collect();
+    if file.tensor("output.weight").is_some() {
+        names.push("output.weight".into());
+    }
+    for i in 0..cfg.n_layer {
+        for n in layer {
+            names.extend(suffixes.iter().map(|s| format!("blk.{i}.{n}.{s}")));
+        }
+    }
+    names
+}
+
 /// The norm before the LM head.
 pub enum FinalNorm<'w, W> {
     Rms(&'w W),
@@ -131,19 +164,22 @@ pub enum FinalNorm<'w, W> {
 
 /// The end of every forward pass: the rows whose logits are wanted go
 /// through the final norm and the LM head; the last row is kept for the
-/// backend's sampler and the requested logits copied to `out` (left empty for
-/// `Logits::None`).
-#[allow(clippy::too_many_arguments)]
+/// backend's sampler and the requested logits copied to `pass.out` (left
+/// empty for `Logits::None`).
 pub fn lm_head<O: Ops>(
     ops: &mut O,
     cfg: &ModelConfig,
     x: O::Buf,
     norm: FinalNorm<'_, O::Weight>,
     head: &O::Weight,
-    logits: Logits,
-    out: &mut Vec<f32>,
-    recorder: &mut Recorder<'_>,
+    pass: Pass<'_>,
 ) -> Result<(), O::Error> {
+    let Pass {
+        logits,
+        out,
+        rec: mut recorder,
+        ..
+    } = pass;
     let n = recorder.last + 1;
     let x = match logits {
         Logits::All => x,

@@ -9,8 +9,8 @@
 
 use crate::gguf::GgufFile;
 use crate::model::config::ModelConfig;
-use crate::model::ops::{AttentionShape, Checkpoints, GraphError, Logits, Ops, RopeParams};
-use crate::model::parts::{check_layer_count, lm_head, Binder, FinalNorm, Recorder, Upload};
+use crate::model::ops::{AttentionShape, GraphError, Ops, RopeParams};
+use crate::model::parts::{self, check_layer_count, lm_head, Binder, FinalNorm, Pass, Upload};
 
 /// One transformer block's weights.
 pub struct Phi3Layer<W> {
@@ -45,17 +45,13 @@ const LAYER_TENSORS: [&str; 6] = [
 impl<W> Phi3Weights<W> {
     /// Every tensor name this architecture reads.
     pub fn tensor_names(cfg: &ModelConfig, file: &GgufFile) -> Vec<String> {
-        let mut names = vec![
-            "token_embd.weight".to_string(),
-            "output_norm.weight".to_string(),
-        ];
-        if file.tensor("output.weight").is_some() {
-            names.push("output.weight".into());
-        }
-        for i in 0..cfg.n_layer {
-            names.extend(LAYER_TENSORS.iter().map(|n| format!("blk.{i}.{n}.weight")));
-        }
-        names
+        parts::tensor_names(
+            cfg,
+            file,
+            &["token_embd.weight", "output_norm.weight"],
+            &LAYER_TENSORS,
+            &["weight"],
+        )
     }
 
     /// Binds every tensor through `upload`, checking each one's shape first.
@@ -105,30 +101,20 @@ impl<W> Phi3Weights<W> {
     }
 }
 
-/// Runs `tokens` at positions `start_pos..` through the model, as
-/// [`crate::model::llama::forward`] does for the llama family.
-#[allow(clippy::too_many_arguments)]
+/// The phi3 graph for one pass (see [`crate::model::forward`]).
 pub fn forward<O: Ops>(
     ops: &mut O,
     cfg: &ModelConfig,
     w: &Phi3Weights<O::Weight>,
     cache: &mut O::Cache,
-    tokens: &[u32],
-    start_pos: usize,
-    logits: Logits,
-    out: &mut Vec<f32>,
-    checkpoints: Option<&mut Checkpoints>,
+    mut pass: Pass<'_>,
 ) -> Result<(), O::Error> {
-    let n = tokens.len();
-    if n == 0 {
-        return Err(GraphError::NoTokens.into());
-    }
+    let (tokens, start_pos, n) = (pass.tokens, pass.start_pos, pass.tokens.len());
     let (d, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
-    let mut rec = Recorder::new(checkpoints, n);
 
     let mut x = ops.buf(n, d)?;
     ops.embed(&w.token_embd, tokens, &mut x)?;
-    rec.record(ops, "inp_embd", &x)?;
+    pass.rec.record(ops, "inp_embd", &x)?;
 
     let mut h = ops.buf(n, d)?;
     let mut qkv = ops.buf(n, qd + 2 * kvd)?;
@@ -184,10 +170,10 @@ pub fn forward<O: Ops>(
             Some(next) => ops.add_rms_norm(&mut x, &proj, &next.attn_norm, cfg.norm_eps, &mut h)?,
             None => ops.add_assign(&mut x, &proj)?,
         }
-        rec.record(ops, &format!("l_out-{il}"), &x)?;
+        pass.rec.record(ops, &format!("l_out-{il}"), &x)?;
     }
 
     let head = w.output.as_ref().unwrap_or(&w.token_embd);
     let norm = FinalNorm::Rms(&w.output_norm);
-    lm_head(ops, cfg, x, norm, head, logits, out, &mut rec)
+    lm_head(ops, cfg, x, norm, head, pass)
 }
