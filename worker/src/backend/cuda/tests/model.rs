@@ -355,6 +355,51 @@ fn gemma3_matches_the_cpu_backend() {
     eprintln!("Gemma 3 270M Q4_K_M: GPU vs CPU logits, 32 + 16 and 530 + 30 positions: max relative error {:.2e} and {long:.2e}, same argmax", short);
 }
 
+/// The real Phi-3-mini-4k and GPT-2 124M shapes, as `harness synth-model`
+/// writes them (Q4_K): GPU vs CPU logits at every position of a 32-token
+/// prefill and 8 decode steps. The tokenizer sources are the reference model
+/// and Gemma 3 (`WORKER_ORCD_REFERENCE_MODEL`, `WORKER_ORCD_GEMMA3_MODEL`, or
+/// their `.models/` files).
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn phi3_and_gpt2_shapes_match_the_cpu_backend() {
+    use harness::synth;
+    let _gpu = shared_gpu();
+    let gemma = match std::env::var_os("WORKER_ORCD_GEMMA3_MODEL") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => workspace_path(".models/gemma-3-270m-q4_k_m.gguf"),
+    };
+    let (Some(reference), true) = (reference_model_path(), gemma.exists()) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must fetch both models"
+        );
+        eprintln!("skipping: the reference model or Gemma 3 is absent");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["gpt2", "phi3"] {
+        let preset = synth::preset(name).unwrap();
+        let opts = synth::Options {
+            preset,
+            format: synth::Format::from_name("Q4_K").unwrap(),
+            seed: 0,
+            threads: 16,
+        };
+        let path = dir.path().join(format!("{name}.gguf"));
+        let source = synth::tokenizer_source(preset, &reference, &gemma);
+        synth::write_file(&opts, source, &path).unwrap();
+        let file = Arc::new(GgufFile::open(&path).unwrap());
+        let (mut cpu, mut gpu) = both_backends(file, &CudaLoadOptions::default());
+        let vocab = cpu.config().vocab_size as u32;
+        let tokens: Vec<u32> = (0..40u32).map(|i| (i * 7919 + 11) % vocab).collect();
+        let e = compare_sequence(&mut cpu, &mut gpu, &tokens, 32, name);
+        eprintln!("{name} shape Q4_K: GPU vs CPU logits at 40 positions: max relative error {e:.2e}, same argmax");
+        drop((cpu, gpu));
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
 /// Decode speed, time to first token and prefill speed at SmolLM2-135M's shapes.
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
