@@ -64,6 +64,7 @@ enum Cmd {
         #[arg(long)]
         reference: Option<PathBuf>,
         /// SentencePiece model whose pieces the phi3 presets take, cut to their 32064 tokens
+        /// (every special and byte token, every single character, then the best merged pieces)
         /// (default: .models/gemma-3-270m-q4_k_m.gguf, from `ci/fetch-model gemma3`).
         #[arg(long)]
         spm_reference: Option<PathBuf>,

@@ -529,7 +529,6 @@ pub fn tokenizer_kvs(reference: &Gguf, vocab: u64) -> Result<Vec<Kv>> {
 
 /// SentencePiece token types (llama.cpp's `llama_token_type`).
 const TOKEN_TYPE_NORMAL: i32 = 1;
-const TOKEN_TYPE_BYTE: i32 = 6;
 const BOOL: u32 = 7;
 
 /// The elements of array `key` of `g`, each as its raw bytes (a string's
@@ -570,13 +569,33 @@ fn array_raw(elem: u32, items: impl ExactSizeIterator<Item = Vec<u8>>) -> Vec<u8
     raw
 }
 
-/// Which ids of a SentencePiece vocabulary of these token types to keep for a
-/// `vocab`-token one, in their new order. Ids `0..vocab` as they are when that
-/// keeps every byte-fallback token and every special id; otherwise every
-/// non-normal token (control, byte, user-defined, unknown) and the special
-/// ids, then the highest-scored normal pieces, kept in their original order
-/// (renumbered). A smaller vocabulary is kept whole (and padded by the caller).
+/// Which ids of a SentencePiece vocabulary (its pieces, token types and
+/// scores) to keep for a `vocab`-token one, in their original relative order
+/// (the caller renumbers them). A smaller vocabulary is kept whole (and padded
+/// by the caller).
+///
+/// The cut is closed, as every real SentencePiece BPE vocabulary is: every
+/// kept piece of two or more characters splits into two kept pieces, down to
+/// single characters, so a tokenizer whose merges are derived from the
+/// pieces (Hugging Face's, the worker's `gguf-spm`) reaches every piece that
+/// llama.cpp's character-level merging reaches. Kept, in this order:
+/// 1. every non-normal token (control, byte, user-defined, unknown, unused)
+///    and the special ids (an error when they alone exceed `vocab`);
+/// 2. every normal single-character piece (one Unicode scalar, `▁` included),
+///    or the highest-scored of them when they do not all fit;
+/// 3. the highest-scored remaining normal pieces that split, at some
+///    character boundary, into two kept normal pieces; a piece that does not
+///    is skipped and the next one tried.
+///
+/// Step 3 takes candidates in descending score order, so a piece's parts
+/// are decided before it. In Gemma 3's vocabulary (the phi3 presets'
+/// reference) the merged pieces' scores fall strictly with their ids
+/// (494..236742), and every merged piece splits into single characters or
+/// merged pieces of higher score; the single characters come last (ids
+/// 236743 on, the lowest scores of all), as SentencePiece's BPE trainer
+/// writes them, which is why step 2 keeps them whatever their score.
 pub fn spm_selection(
+    tokens: &[Vec<u8>],
     types: &[i32],
     scores: &[f32],
     specials: &[u64],
@@ -586,27 +605,54 @@ pub fn spm_selection(
     if types.len() <= n {
         return Ok((0..types.len()).collect());
     }
-    let bytes_fit = types
-        .iter()
-        .enumerate()
-        .all(|(id, &t)| t != TOKEN_TYPE_BYTE || id < n);
-    if bytes_fit && specials.iter().all(|&id| id < vocab) {
-        return Ok((0..n).collect());
-    }
     let mut keep: Vec<bool> = types.iter().map(|&t| t != TOKEN_TYPE_NORMAL).collect();
     for &id in specials {
         if let Some(k) = keep.get_mut(id as usize) {
             *k = true;
         }
     }
-    let must = keep.iter().filter(|&&k| k).count();
-    if must > n {
-        bail!("the SentencePiece reference has {must} control, byte and special tokens, more than the preset's {n}");
+    let mut kept = keep.iter().filter(|&&k| k).count();
+    if kept > n {
+        bail!("the SentencePiece reference has {kept} control, byte and special tokens, more than the preset's {n}");
     }
-    let mut normal: Vec<usize> = (0..types.len()).filter(|&id| !keep[id]).collect();
-    normal.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
-    for &id in &normal[..n - must] {
+    let piece = |id: usize| std::str::from_utf8(&tokens[id]).ok();
+    let by_score = |ids: &mut Vec<usize>| {
+        ids.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    };
+    let normal = |id: usize| types[id] == TOKEN_TYPE_NORMAL;
+    // The kept normal pieces, by text: what a longer piece may be built from.
+    let mut pieces: std::collections::HashSet<&str> = (0..types.len())
+        .filter(|&id| keep[id] && normal(id))
+        .filter_map(piece)
+        .collect();
+    let single = |id: usize| piece(id).is_some_and(|s| s.chars().count() == 1);
+    let mut singles: Vec<usize> = (0..types.len())
+        .filter(|&id| !keep[id] && normal(id) && single(id))
+        .collect();
+    by_score(&mut singles);
+    for &id in singles.iter().take(n - kept) {
         keep[id] = true;
+        pieces.insert(piece(id).unwrap());
+        kept += 1;
+    }
+    let mut rest: Vec<usize> = (0..types.len())
+        .filter(|&id| !keep[id] && normal(id) && !single(id))
+        .collect();
+    by_score(&mut rest);
+    for id in rest {
+        if kept == n {
+            break;
+        }
+        let Some(s) = piece(id) else { continue };
+        let reachable = s
+            .char_indices()
+            .skip(1)
+            .any(|(at, _)| pieces.contains(&s[..at]) && pieces.contains(&s[at..]));
+        if reachable {
+            keep[id] = true;
+            pieces.insert(s);
+            kept += 1;
+        }
     }
     Ok((0..types.len()).filter(|&id| keep[id]).collect())
 }
@@ -647,7 +693,7 @@ pub fn spm_tokenizer_kvs(reference: &Gguf, vocab: u64) -> Result<Vec<Kv>> {
         .filter_map(|&k| Some((k, reference.u64_value(k)?)))
         .collect();
     let ids: Vec<u64> = specials.iter().map(|s| s.1).collect();
-    let keep = spm_selection(&types, &scores, &ids, vocab)?;
+    let keep = spm_selection(&tokens, &types, &scores, &ids, vocab)?;
     let pad = usize::try_from(vocab)? - keep.len();
     let new_id = |old: u64| keep.iter().position(|&k| k as u64 == old);
 

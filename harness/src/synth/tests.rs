@@ -439,8 +439,9 @@ fn token_list(kvs: &[Kv]) -> Vec<String> {
 }
 
 #[test]
-fn a_sentencepiece_vocabulary_is_cut_to_its_first_ids_when_they_hold_every_byte_and_special() {
-    // 4 specials, 256 bytes, 100 pieces, cut to 300: ids unchanged.
+fn a_sentencepiece_vocabulary_keeps_specials_and_bytes_and_only_reachable_pieces() {
+    // 4 specials, 256 bytes, 100 pieces "▁p<i>" that no single characters
+    // build, cut to 300: the 260 non-normal tokens, then padding.
     let kvs = spm_tokenizer_kvs(&fake_spm_reference(100), 300).unwrap();
     let keys: Vec<&str> = kvs.iter().map(|k| k.key.as_str()).collect();
     assert_eq!(
@@ -464,7 +465,11 @@ fn a_sentencepiece_vocabulary_is_cut_to_its_first_ids_when_they_hold_every_byte_
     assert_eq!(tokens.len(), 300);
     assert_eq!(tokens[2], "<bos>");
     assert_eq!(tokens[4], "<0x00>");
-    assert_eq!(tokens[299], "\u{2581}p39");
+    assert_eq!(tokens[259], "<0xFF>");
+    assert_eq!(
+        (&tokens[260][..], &tokens[299][..]),
+        ("[PAD260]", "[PAD299]")
+    );
     assert_eq!(
         (
             ids_of(&kvs, "tokenizer.ggml.bos_token_id"),
@@ -494,27 +499,44 @@ fn a_sentencepiece_vocabulary_is_cut_to_its_first_ids_when_they_hold_every_byte_
 }
 
 #[test]
-fn a_sentencepiece_vocabulary_keeps_bytes_and_specials_that_lie_past_the_cut() {
-    // Types: control, 5 normals (scores -1..-5), byte, control, normal (score 0), byte.
-    let types = [3, 1, 1, 1, 1, 1, 6, 3, 1, 6];
-    let scores = [0.0, -1.0, -2.0, -3.0, -4.0, -5.0, 0.0, 0.0, 0.0, 0.0];
-    // Bytes at 6 and 9 lie past a cut at 6: keep every non-normal token (0, 6, 7, 9)
-    // and the two best pieces (8, then 1), in their order.
-    assert_eq!(
-        spm_selection(&types, &scores, &[0], 6).unwrap(),
-        [0, 1, 6, 7, 8, 9]
-    );
-    // A special id that is a normal piece is kept too.
-    assert_eq!(
-        spm_selection(&types, &scores, &[5], 6).unwrap(),
-        [0, 5, 6, 7, 8, 9]
-    );
-    // The first ids when they hold both bytes.
-    assert_eq!(
-        spm_selection(&types, &scores, &[0], 10).unwrap(),
-        (0..10).collect::<Vec<_>>()
-    );
-    assert!(spm_selection(&types, &scores, &[0], 3).is_err());
+fn a_sentencepiece_cut_is_closed_under_its_merges() {
+    let tokens: Vec<Vec<u8>> = [
+        "<s>",
+        "\u{2581}t",
+        "h\u{e9}",
+        "\u{2581}th\u{e9}",
+        "xy",
+        "<0x41>",
+        "\u{2581}",
+        "t",
+        "h",
+        "\u{e9}",
+        "</s>",
+        "ab",
+        "\u{2581}\u{e9}",
+    ]
+    .iter()
+    .map(|t| t.as_bytes().to_vec())
+    .collect();
+    // Control, 4 merged pieces, byte, 4 single characters, control, 2 merged pieces.
+    let types = [3, 1, 1, 1, 1, 6, 1, 1, 1, 1, 3, 1, 1];
+    let scores = [
+        0.0, -1.0, -2.0, -3.0, -4.0, 0.0, -10.0, -11.0, -12.0, -13.0, 0.0, -0.5, -3.5,
+    ];
+    let sel = |specials: &[u64], n| spm_selection(&tokens, &types, &scores, specials, n);
+    // Non-normal tokens (0, 5, 10), the singles (6-9), then by score: "ab" (no "a",
+    // "b": skipped), "▁t", "hé", "▁thé" (= "▁t" + "hé"), "▁é"; "xy" never.
+    assert_eq!(sel(&[0], 11).unwrap(), [0, 1, 2, 3, 5, 6, 7, 8, 9, 10, 12]);
+    assert_eq!(sel(&[0], 9).unwrap(), [0, 1, 2, 5, 6, 7, 8, 9, 10]);
+    // Singles that do not all fit: the highest-scored ones.
+    assert_eq!(sel(&[0], 5).unwrap(), [0, 5, 6, 7, 10]);
+    // A special id that is a normal piece is kept, and can be built on.
+    assert_eq!(sel(&[11], 8).unwrap(), [0, 5, 6, 7, 8, 9, 10, 11]);
+    // A vocabulary no larger than the cut is kept whole; fewer slots than
+    // non-normal tokens is an error.
+    assert_eq!(sel(&[0], 13).unwrap(), (0..13).collect::<Vec<_>>());
+    assert!(sel(&[0], 2).is_err());
+    assert!(sel(&[4], 3).is_err());
 }
 
 #[test]
