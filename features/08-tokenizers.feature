@@ -37,7 +37,6 @@ Feature: Tokenizers
       | kind     | model     | goldens                      |
       | gguf-bpe | reference | testdata/golden/tokenize.json |
 
-    @pending:gguf-spm
     Examples:
       | kind     | model               | goldens                                 |
       | gguf-spm | synthetic-tiny-phi3 | testdata/golden-synth/phi3-tokenize.json |

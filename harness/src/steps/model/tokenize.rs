@@ -17,6 +17,10 @@ pub struct Vector {
     pub text: String,
     pub ids: Vec<i64>,
     pub parse_special: bool,
+    /// Whether the ids were made with the vocabulary's BOS/EOS added
+    /// (llama.cpp's `add_special`); the reference model's set never does.
+    #[serde(default)]
+    pub add_bos: bool,
 }
 
 pub fn vectors(path: &std::path::Path) -> anyhow::Result<Vec<Vector>> {
@@ -36,7 +40,7 @@ async fn encode_all(w: &mut TestWorld, rel: Option<&str>) -> StepResult {
     let client = w.client()?;
     let mut bad = Vec::new();
     for v in &vs {
-        match client.tokenize(&v.text, false, v.parse_special).await {
+        match client.tokenize(&v.text, v.add_bos, v.parse_special).await {
             Ok(ids) if ids == v.ids => {}
             Ok(ids) => bad.push(format!(
                 "{} (parse_special {}): got {ids:?}, want {:?}",

@@ -5,6 +5,9 @@
 use super::*;
 use crate::model::synthetic::{synthetic_model, SYNTHETIC_ARCHS};
 
+/// Logits closer than this (nats) are a near tie: GPU and CPU may order them differently.
+const NEAR_TIE_LOGIT: f32 = 0.05;
+
 /// Prefill of `tokens[..n_prompt]` with logits at every position, then
 /// teacher-forced decode of the rest one token at a time: GPU logits vs CPU
 /// logits at every position. Returns the worst relative error.
@@ -28,10 +31,13 @@ fn compare_sequence(
     let mut check = |g: &[f32], c: &[f32], pos: usize| {
         let e = rel_err(g, c);
         assert!(e <= 1e-2, "{what}: position {pos}: relative error {e:e}");
-        assert_eq!(
-            argmax(g),
-            argmax(c),
-            "{what}: position {pos}: argmax differs"
+        // The same argmax, but at a near tie in the CPU's own logits (random
+        // weights of real shapes give some), where rounding may pick either.
+        let (ga, ca) = (argmax(g), argmax(c));
+        assert!(
+            ga == ca || c[ca] - c[ga] <= NEAR_TIE_LOGIT,
+            "{what}: position {pos}: argmax {ga}, CPU {ca} ({} apart)",
+            c[ca] - c[ga]
         );
         worst = worst.max(e);
     };
@@ -251,7 +257,7 @@ fn reference_model_matches_the_cpu_backend() {
     }
     assert!(tokens.len() >= 80);
     let e = compare_sequence(&mut cpu, &mut gpu, &tokens[..80], 64, "SmolLM2");
-    eprintln!("SmolLM2-135M Q4_1: GPU vs CPU logits, 64 prefill + 16 decode positions: max relative error {e:.2e}, same argmax");
+    eprintln!("SmolLM2-135M Q4_1: GPU vs CPU logits, 64 prefill + 16 decode positions: max relative error {e:.2e}, same argmax but at near ties");
 
     // Timing: time to first token for a 16-token prompt and decode speed.
     let mut out = Vec::new();
@@ -394,7 +400,7 @@ fn phi3_and_gpt2_shapes_match_the_cpu_backend() {
         let vocab = cpu.config().vocab_size as u32;
         let tokens: Vec<u32> = (0..40u32).map(|i| (i * 7919 + 11) % vocab).collect();
         let e = compare_sequence(&mut cpu, &mut gpu, &tokens, 32, name);
-        eprintln!("{name} shape Q4_K: GPU vs CPU logits at 40 positions: max relative error {e:.2e}, same argmax");
+        eprintln!("{name} shape Q4_K: GPU vs CPU logits at 40 positions: max relative error {e:.2e}, same argmax but at near ties");
         drop((cpu, gpu));
         std::fs::remove_file(&path).unwrap();
     }
