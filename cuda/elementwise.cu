@@ -48,6 +48,16 @@ extern "C" __global__ void gelu(const float* __restrict__ x, i64 n, float* __res
     out[i] = gelu_tanh(x[i]);
 }
 
+// out[t][c] = x[t][start + c], c < cols: one part of a fused projection.
+// n = rows * cols (the grid's elements).
+extern "C" __global__ void copy_cols(const float* __restrict__ x, int x_cols, int start, int cols,
+                                     float* __restrict__ out, i64 n) {
+    const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const i64 t = i / cols;
+    out[i] = x[t * x_cols + start + (int)(i - t * cols)];
+}
+
 // x[i] *= factor
 extern "C" __global__ void scale(float* __restrict__ x, i64 n, float factor) {
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
