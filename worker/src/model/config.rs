@@ -368,3 +368,107 @@ fn check_floats(values: &[(&str, f32)]) -> Result<(), ConfigError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::GgufFile;
+    use crate::model::synthetic::synthetic_model;
+
+    fn metadata(arch: &str) -> Metadata {
+        GgufFile::from_bytes(synthetic_model(arch, 1, 64))
+            .unwrap()
+            .metadata
+    }
+
+    /// `md` with the keys of `changes` replaced (`Some`) or removed (`None`).
+    fn with(md: &Metadata, changes: &[(&str, Option<MetaValue>)]) -> Metadata {
+        let mut out = Metadata::new();
+        for (k, v) in md.iter() {
+            if !changes.iter().any(|(c, _)| *c == k) {
+                out.insert(k, v.clone()).unwrap();
+            }
+        }
+        for (k, v) in changes {
+            if let Some(v) = v {
+                out.insert(k, v.clone()).unwrap();
+            }
+        }
+        out
+    }
+
+    /// Gemma 3: heads from `attention.key_length`, a window on the layers
+    /// its pattern names (a period, or one boolean a layer), their own RoPE base.
+    #[test]
+    fn gemma3_heads_windows_and_rope_bases() {
+        let md = metadata("gemma3");
+        let cfg = ModelConfig::try_from(&md).unwrap();
+        assert_eq!((cfg.head_dim, cfg.q_dim()), (128, 512));
+        assert_eq!((cfg.window(0), cfg.window(1)), (Some(8), None));
+        assert_eq!(
+            (cfg.rope_base(0), cfg.rope_base(1)),
+            (10_000.0, 1_000_000.0)
+        );
+
+        let pattern = |v: Vec<MetaValue>| {
+            let key = "gemma3.attention.sliding_window_pattern";
+            with(&md, &[(key, Some(MetaValue::Array(v)))])
+        };
+        let cfg = ModelConfig::try_from(&pattern(vec![
+            MetaValue::Bool(false),
+            MetaValue::Bool(true),
+        ]))
+        .unwrap();
+        assert_eq!((cfg.window(0), cfg.window(1)), (None, Some(8)));
+        let err = ModelConfig::try_from(&pattern(vec![MetaValue::Bool(true)])).unwrap_err();
+        assert!(err.to_string().contains("2 booleans"), "{err}");
+
+        let base = with(
+            &md,
+            &[("gemma3.rope.freq_base_swa", Some(MetaValue::F32(5e5)))],
+        );
+        assert_eq!(ModelConfig::try_from(&base).unwrap().rope_base(0), 5e5);
+        let no_window = with(&md, &[("gemma3.attention.sliding_window", None)]);
+        let cfg = ModelConfig::try_from(&no_window).unwrap();
+        assert_eq!((cfg.window(0), cfg.rope_base(0)), (None, 1_000_000.0));
+    }
+
+    /// K and V heads of different sizes, or of none, are refused by name.
+    #[test]
+    fn key_and_value_lengths_must_agree() {
+        let md = metadata("gemma3");
+        let (k, v) = (
+            "gemma3.attention.key_length",
+            "gemma3.attention.value_length",
+        );
+        let differ = with(&md, &[(v, Some(MetaValue::U32(64)))]);
+        let err = ModelConfig::try_from(&differ).unwrap_err();
+        assert!(err.to_string().contains("differ"), "{err}");
+        let empty = with(&md, &[(k, Some(MetaValue::U32(0))), (v, None)]);
+        let err = ModelConfig::try_from(&empty).unwrap_err();
+        assert!(err.to_string().contains("1 to 1024"), "{err}");
+    }
+
+    /// Phi-3 windows every layer and keeps one RoPE base; gpt2 reads
+    /// LayerNorm's epsilon; an architecture without windows refuses one.
+    #[test]
+    fn phi3_gpt2_and_windows_elsewhere() {
+        let cfg = ModelConfig::try_from(&metadata("phi3")).unwrap();
+        assert_eq!((cfg.window(0), cfg.window(1)), (Some(16), Some(16)));
+        assert_eq!(cfg.rope_base(0), cfg.rope_freq_base);
+        let cfg = ModelConfig::try_from(&metadata("gpt2")).unwrap();
+        assert_eq!((cfg.norm_eps, cfg.window(0)), (1e-5, None));
+        let llama = with(
+            &metadata("llama"),
+            &[("llama.attention.sliding_window", Some(MetaValue::U32(8)))],
+        );
+        let err = ModelConfig::try_from(&llama).unwrap_err();
+        assert!(err.to_string().contains("not supported for llama"), "{err}");
+        let capped = with(
+            &metadata("gemma3"),
+            &[("gemma3.final_logit_softcapping", Some(MetaValue::F32(30.0)))],
+        );
+        let err = ModelConfig::try_from(&capped).unwrap_err();
+        assert!(err.to_string().contains("final_logit_softcapping"), "{err}");
+    }
+}
