@@ -29,6 +29,12 @@ __device__ __forceinline__ u16 f32_to_f16(float f) {
     return h;
 }
 
+// f16's largest finite value for anything larger in magnitude (so that a
+// product on f16 operands never meets an inf); NaN stays NaN.
+__device__ __forceinline__ float f16_range(float f) {
+    return fabsf(f) > 65504.0f ? copysignf(65504.0f, f) : f;
+}
+
 __device__ __forceinline__ float bf16_to_f32(u16 h) {
     return __uint_as_float(((u32)h) << 16);
 }

@@ -525,3 +525,26 @@ FOR_EACH_TYPE(DEF_GEMM_TC)
 
 FOR_EACH_TYPE(DEF_GEMM_TCK)
 
+
+// ---- prefill on cuBLAS (backend/cuda/blas.rs) ----
+//
+// dequant_f16_<type>: rows r0 .. r0 + nrows of W decoded as the CPU decodes
+// them (deq8) and rounded to f16 (beyond f16's range: +-65504), row-major
+// [nrows][cols], for cuBLAS's f16 GEMM with f32 accumulation. A thread per
+// 8-value chunk: cols is a multiple of 8, out 16-byte aligned.
+#define DEF_DEQUANT_F16(name, T)                                                                         \
+    extern "C" __global__ void dequant_f16_##name(const u8* W, i64 row_bytes, int rows, int cols, int r0, \
+                                                  int nrows, u16* out) {                                 \
+        const int chunks = cols >> 3;                                                                    \
+        const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;                                        \
+        if (i >= (i64)nrows * chunks || r0 + nrows > rows) return;                                       \
+        const int r = (int)(i / chunks), c = (int)(i - (i64)r * chunks);                                 \
+        float v[8];                                                                                      \
+        deq8<T>(W + (i64)(r0 + r) * row_bytes, c, cols, v);                                              \
+        ((uint4*)out)[i] = make_uint4(pack_f16(f16_range(v[0]), f16_range(v[1])),                        \
+                                      pack_f16(f16_range(v[2]), f16_range(v[3])),                        \
+                                      pack_f16(f16_range(v[4]), f16_range(v[5])),                        \
+                                      pack_f16(f16_range(v[6]), f16_range(v[7])));                       \
+    }
+
+FOR_EACH_TYPE(DEF_DEQUANT_F16)

@@ -16,9 +16,11 @@ use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
 mod attention;
+mod blas;
 mod sample;
 
 pub use attention::*;
+pub use blas::*;
 pub use sample::*;
 
 /// The plan of a kernel over `work` with these dimensions and buffers.

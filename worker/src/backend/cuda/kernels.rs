@@ -75,6 +75,12 @@ pub const TC_MIN_BLOCKS_PER_SM: usize = 1;
 /// over the context (`attention_split`); below, one block per head is faster.
 pub const SPLIT_MIN_CONTEXT: usize = 1024;
 
+/// From this many rows of x on, matmuls in a quantized format or F16 run
+/// on cuBLAS over f16 (`blas.rs`) rather than `gemm_tc_*`/`gemm_tck_*`.
+pub const BLAS_MIN_ROWS: usize = 64;
+/// Overrides [`BLAS_MIN_ROWS`] (a row count; `off`: never), for measuring.
+pub const BLAS_MIN_ROWS_ENV: &str = "WORKER_ORCD_BLAS_MIN_ROWS";
+
 /// The fewest 32-column steps a `gemm_tck_*` column range holds (so that
 /// each block's loads have work to hide behind).
 pub const GEMM_SPLIT_MIN_STEPS: usize = 8;
@@ -104,6 +110,8 @@ pub struct Kernels {
     tc_min_blocks: AtomicUsize,
     split_min_context: AtomicUsize,
     attention_tc_min_rows: AtomicUsize,
+    /// The fewest rows of x whose matmuls run on cuBLAS.
+    blas_min_rows: AtomicUsize,
     /// Whether short prompts' matmuls may run on `gemm_tck_*`.
     gemm_split: AtomicBool,
     /// Whether one row of x goes through `mv8_*` where the format has one.
@@ -240,6 +248,7 @@ impl Kernels {
             tc_min_blocks: AtomicUsize::new(TC_MIN_BLOCKS_PER_SM * sm_count),
             split_min_context: AtomicUsize::new(SPLIT_MIN_CONTEXT),
             attention_tc_min_rows: AtomicUsize::new(ATC_MIN_ROWS),
+            blas_min_rows: AtomicUsize::new(blas_min_rows_from_env()?),
             gemm_split: AtomicBool::new(true),
             mv8: AtomicBool::new(true),
             writes: AtomicU64::new(0),
@@ -392,6 +401,25 @@ impl Kernels {
         self.launch(s, &sum)
     }
 
+    /// Whether this matmul runs on cuBLAS over f16 (`blas.rs`): from the
+    /// threshold's rows of x on, weights in F16 or a quantized format
+    /// whose `dequant_f16_*` is compiled, rows of whole 8-value chunks.
+    pub fn blas_choice(&self, m: &MatmulArgs) -> bool {
+        let ty = m.w.ty;
+        m.n >= self.blas_min_rows.load(Ordering::Relaxed)
+            && m.w.cols.is_multiple_of(8)
+            && self.funcs.contains_key(&Kernel::ToF16)
+            && (ty == GgmlType::F16
+                || (ty.block_len() > 1 && self.funcs.contains_key(&Kernel::DequantF16(ty))))
+    }
+
+    /// Changes the fewest rows of x that run on cuBLAS (for tests;
+    /// `usize::MAX`: never).
+    #[cfg(test)]
+    pub fn set_blas_min_rows(&self, rows: usize) {
+        self.blas_min_rows.store(rows, Ordering::Relaxed);
+    }
+
     /// Turns `gemm_tck_*` on or off (for tests and benchmarks).
     #[cfg(test)]
     pub fn set_gemm_split(&self, on: bool) {
@@ -501,6 +529,19 @@ impl Kernels {
             Kernel::MatVec(m.w.ty)
         };
         self.launch(s, &m.with_kernel(kernel))
+    }
+}
+
+/// [`BLAS_MIN_ROWS`], or what [`BLAS_MIN_ROWS_ENV`] says.
+fn blas_min_rows_from_env() -> Result<usize, BackendError> {
+    match std::env::var(BLAS_MIN_ROWS_ENV) {
+        Err(_) => Ok(BLAS_MIN_ROWS),
+        Ok(v) if v.trim() == "off" => Ok(usize::MAX),
+        Ok(v) => v.trim().parse::<usize>().map_err(|_| {
+            BackendError::InvalidDevice(format!(
+                "{BLAS_MIN_ROWS_ENV}={v:?} is neither a row count nor \"off\""
+            ))
+        }),
     }
 }
 

@@ -47,6 +47,13 @@ pub enum Kernel {
     /// blocks (few rows of x, wide models); `GemmSplitsSum` adds the parts.
     GemmTcSplit(GgmlType),
     GemmSplitsSum,
+    /// `dequant_f16_<type>`: rows of a stored matrix as f16, for cuBLAS
+    /// (`blas.rs`).
+    DequantF16(GgmlType),
+    /// `to_f16`: x as f16, for cuBLAS.
+    ToF16,
+    /// `add_bias`: a bias added to each row of a cuBLAS product.
+    AddBias,
     RmsNorm,
     /// `add_rms_norm`: a residual add, then `rms_norm` of the sum.
     AddRmsNorm,
@@ -91,7 +98,7 @@ impl Kernel {
                 Kernel::MatVecWarp(t),
                 Kernel::Gemm(t),
             ]);
-            v.extend([Kernel::MatVec1(t), Kernel::GemmTc(t)]);
+            v.extend([Kernel::MatVec1(t), Kernel::GemmTc(t), Kernel::DequantF16(t)]);
             if integer_gemm(t) {
                 v.push(Kernel::GemmTcSplit(t));
             }
@@ -106,6 +113,8 @@ impl Kernel {
         v.extend([
             Kernel::QuantizeX8,
             Kernel::GemmSplitsSum,
+            Kernel::ToF16,
+            Kernel::AddBias,
             Kernel::RmsNorm,
             Kernel::AddRmsNorm,
             Kernel::LayerNorm,
@@ -140,7 +149,7 @@ impl Kernel {
             | Kernel::MatVec8(_)
             | Kernel::MatVec8Wide(_)
             | Kernel::MatVec8N(_) => Module::Matvec,
-            Kernel::GemmTc(_) | Kernel::GemmTcSplit(_) => Module::GemmTc,
+            Kernel::GemmTc(_) | Kernel::GemmTcSplit(_) | Kernel::DequantF16(_) => Module::GemmTc,
             Kernel::RmsNorm | Kernel::AddRmsNorm | Kernel::LayerNorm => Module::Norm,
             Kernel::Rope => Module::Rope,
             Kernel::KvStore
@@ -155,7 +164,9 @@ impl Kernel {
             | Kernel::Scale
             | Kernel::CopyCols
             | Kernel::QuantizeX8
-            | Kernel::GemmSplitsSum => Module::Elementwise,
+            | Kernel::GemmSplitsSum
+            | Kernel::ToF16
+            | Kernel::AddBias => Module::Elementwise,
             Kernel::SampleSelect | Kernel::SampleLogprobs => Module::Sample,
         }
     }
@@ -199,7 +210,8 @@ impl Kernel {
             | Kernel::MatVec8Wide(t)
             | Kernel::MatVec8N(t)
             | Kernel::GemmTc(t)
-            | Kernel::GemmTcSplit(t) => Some(t),
+            | Kernel::GemmTcSplit(t)
+            | Kernel::DequantF16(t) => Some(t),
             _ => None,
         }
     }
@@ -220,6 +232,9 @@ impl Kernel {
             Kernel::GemmTc(t) => format!("gemm_tc_{}", ty(t)),
             Kernel::GemmTcSplit(t) => format!("gemm_tck_{}", ty(t)),
             Kernel::GemmSplitsSum => "gemm_splits_sum".into(),
+            Kernel::DequantF16(t) => format!("dequant_f16_{}", ty(t)),
+            Kernel::ToF16 => "to_f16".into(),
+            Kernel::AddBias => "add_bias".into(),
             Kernel::RmsNorm => "rms_norm".into(),
             Kernel::AddRmsNorm => "add_rms_norm".into(),
             Kernel::LayerNorm => "layer_norm".into(),
@@ -430,7 +445,10 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
             | Kernel::Scale
             | Kernel::CopyCols
             | Kernel::QuantizeX8
-            | Kernel::GemmSplitsSum,
+            | Kernel::GemmSplitsSum
+            | Kernel::DequantF16(_)
+            | Kernel::ToF16
+            | Kernel::AddBias,
             Work::Elements(n),
         ) => grid_1d(n as u64, ELEMENT_THREADS),
         (Kernel::Attention, Work::Heads { n, n_head }) => {

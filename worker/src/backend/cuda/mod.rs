@@ -27,6 +27,7 @@
 //! ends, so after a job the memory in use is back at its post-load value.
 
 mod args;
+mod blas;
 mod device;
 mod graph;
 mod kernels;
@@ -279,6 +280,16 @@ impl CudaBackend {
         if let Some(cols) = x8_cols {
             ops.reserve_x8(cols)?;
         }
+        // Prefill's cuBLAS handle and f16 scratch, sized for the layers'
+        // matrices (an LM head multiplied for many rows goes in more chunks).
+        ops.prepare_blas(
+            names
+                .iter()
+                .filter(|n| n.starts_with("blk."))
+                .filter_map(|n| file.tensor(n))
+                .filter(|i| i.dims.len() == 2 && i.ggml_type.block_len() > 1)
+                .map(|i| (i.dims[1] as usize, i.dims[0] as usize)),
+        );
         let sampler = DeviceSampler::new(&dev, cfg.vocab_size)?;
         ops.keep_logits_in(sampler.logits_ptr(), cfg.vocab_size);
         let graph_host = graph::GraphHost::new(&dev, cfg.vocab_size)?;

@@ -12,14 +12,18 @@ use std::sync::Arc;
 use cudarc::driver::result as drv;
 use cudarc::driver::sys::CUdeviceptr;
 
+use half::f16;
+
 use crate::backend::cuda::args::{
-    AddAssignArgs, AddRmsNormArgs, AttentionArgs, AttentionCombineArgs, AttentionSplitArgs,
-    CacheWindow, CopyColsArgs, EmbedArgs, GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs,
-    QuantizeX8Args, RmsNormArgs, RopeArgs, RopePairs, ScaleArgs, SplitsOutput, SwigluArgs, X8Bufs,
+    AddAssignArgs, AddBiasArgs, AddRmsNormArgs, AttentionArgs, AttentionCombineArgs,
+    AttentionSplitArgs, CacheWindow, CopyColsArgs, DequantF16Args, EmbedArgs, GeluArgs,
+    KvStoreArgs, LayerNormArgs, MatmulArgs, QuantizeX8Args, RmsNormArgs, RopeArgs, RopePairs,
+    ScaleArgs, SplitsOutput, SwigluArgs, ToF16Args, X8Bufs,
 };
+use crate::backend::cuda::blas::{chunk_rows, Blas, F16Product};
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::kernels::MV8_LOOP_MAX_TOKENS;
-use crate::backend::cuda::ptr::DevPtr;
+use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::ATT_MAX_HEAD_DIM;
 use crate::backend::BackendError;
 use crate::model::config::RopeStyle;
@@ -73,6 +77,14 @@ struct X8Block {
     holds: Option<(u64, usize, usize, u64)>,
 }
 
+/// cuBLAS for prefill products, made on first use (or at load).
+enum BlasSlot {
+    Untried,
+    /// No libcublas, or no handle could be made: `gemm_tc_*` serves.
+    Missing,
+    Ready(Blas),
+}
+
 /// The `Ops` implementation over one device.
 pub struct CudaOps {
     pub(crate) dev: Arc<CudaDevice>,
@@ -82,6 +94,10 @@ pub struct CudaOps {
     /// Where `keep_last_row` copies the last position's logits: a device
     /// buffer of this many f32 (the sampler's); none: nowhere.
     kept_logits: Option<(CUdeviceptr, usize)>,
+    blas: BlasSlot,
+    /// Rows of a weight matrix decoded to f16 for cuBLAS, and its room in
+    /// values (held for the model's lifetime, as the x8 block is).
+    blas_scratch: Option<(DevBuf, usize)>,
 }
 
 /// `embed` of `n` token ids at `tokens` from `table` into `out`.
@@ -102,7 +118,133 @@ impl CudaOps {
             rope_tables: Vec::new(),
             x8: None,
             kept_logits: None,
+            blas: BlasSlot::Untried,
+            blas_scratch: None,
         }
+    }
+
+    /// Makes the cuBLAS handle and the f16 scratch for the largest chunk of
+    /// any of these `(rows, cols)` matrices (done at load, so that neither
+    /// counts against a request, and the scratch is in the load's VRAM).
+    /// Without cuBLAS, or without room for it, prefill keeps to `gemm_tc_*`.
+    pub fn prepare_blas(&mut self, shapes: impl IntoIterator<Item = (usize, usize)>) {
+        if !self.blas_ready() {
+            return;
+        }
+        let most = shapes.into_iter().map(|(r, c)| chunk_rows(r, c) * c).max();
+        if let Some(Err(e)) = most.map(|values| self.reserve_blas_scratch(values)) {
+            // Short of memory (a VRAM cap): the model still serves, on
+            // the worker's own GEMM kernels.
+            tracing::warn!(error = %e, "no room for cuBLAS's scratch: prefill runs on the worker's own GEMM kernels");
+            self.blas = BlasSlot::Missing;
+        }
+    }
+
+    /// Whether cuBLAS is there, making its handle on first use.
+    fn blas_ready(&mut self) -> bool {
+        if let BlasSlot::Untried = self.blas {
+            self.blas = match Blas::new(&self.dev) {
+                Ok(Some(b)) => BlasSlot::Ready(b),
+                Ok(None) => BlasSlot::Missing,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cuBLAS unavailable: prefill runs on the worker's own GEMM kernels");
+                    BlasSlot::Missing
+                }
+            };
+        }
+        matches!(self.blas, BlasSlot::Ready(_))
+    }
+
+    /// The f16 scratch, grown to hold `values` values.
+    fn reserve_blas_scratch(&mut self, values: usize) -> Result<DevPtrMut<f16>, BackendError> {
+        if self.blas_scratch.as_ref().is_none_or(|(_, v)| *v < values) {
+            // The old block goes first: it is only read by work already queued.
+            self.blas_scratch = None;
+            let mem = self.dev.alloc(Purpose::Scratch, (values * 2) as u64)?;
+            self.blas_scratch = Some((mem, values));
+        }
+        let (mem, _) = self.blas_scratch.as_ref().expect("just reserved");
+        Ok(DevPtrMut::new(mem.ptr()))
+    }
+
+    /// `m` on cuBLAS over f16 (`blas.rs`): x rounded to f16 once, the
+    /// weights decoded chunk by chunk into the scratch (F16 weights are
+    /// read where they are), each chunk's product written into its columns
+    /// of `out`, then the bias. `false` when cuBLAS is missing.
+    fn matmul_blas(&mut self, m: &MatmulArgs) -> Result<bool, BackendError> {
+        if !self.blas_ready() {
+            return Ok(false);
+        }
+        let (rows, cols, n) = (m.w.rows, m.w.cols, m.n);
+        let direct = m.w.ty == GgmlType::F16;
+        let chunk = if direct { rows } else { chunk_rows(rows, cols) };
+        let scratch = if direct {
+            None
+        } else {
+            Some(self.reserve_blas_scratch(chunk * cols)?)
+        };
+        // Freed in stream order when this returns, after the products.
+        let xh_mem = self
+            .dev
+            .alloc_async(Purpose::Scratch, (n * cols * 2) as u64)?;
+        let xh = DevPtrMut::<f16>::new(xh_mem.ptr());
+        let (k, st) = (&self.dev.kernels, &self.dev.stream);
+        k.launch(
+            st,
+            &ToF16Args {
+                x: m.x,
+                len: n * cols,
+                out: xh,
+            },
+        )?;
+        let BlasSlot::Ready(blas) = &self.blas else {
+            unreachable!("blas_ready said so");
+        };
+        for r0 in (0..rows).step_by(chunk) {
+            let nrows = chunk.min(rows - r0);
+            let w = match scratch {
+                None => DevPtr::new(m.w.ptr.addr()),
+                Some(out) => {
+                    k.launch(
+                        st,
+                        &DequantF16Args {
+                            w: m.w,
+                            r0,
+                            nrows,
+                            out,
+                        },
+                    )?;
+                    out.as_const()
+                }
+            };
+            // SAFETY: w holds nrows x cols f16 (the stored F16 matrix, or
+            // the chunk just decoded), xh n x cols, out n x rows f32 (checked
+            // by `matmul`), all on this device.
+            let product = F16Product {
+                w,
+                rows: nrows,
+                cols,
+                x: xh.as_const(),
+                n,
+                out: m.out.offset(r0),
+                ld_out: rows,
+            };
+            unsafe { blas.gemm_f16(&product) }?;
+            k.note_write();
+        }
+        if let Some(bias) = m.bias {
+            let len = n * rows;
+            k.launch(
+                st,
+                &AddBiasArgs {
+                    out: m.out,
+                    bias,
+                    len,
+                    rows,
+                },
+            )?;
+        }
+        Ok(true)
     }
 
     /// Makes room for up to `MV8_LOOP_MAX_TOKENS` rows of x of up to `cols`
@@ -565,6 +707,12 @@ impl Ops for CudaOps {
             bias,
             out: out.output(),
         };
+        if self.capture.is_none()
+            && self.dev.kernels.blas_choice(&args)
+            && self.matmul_blas(&args)?
+        {
+            return Ok(());
+        }
         // Short prompts on wide models: tensor cores over split columns
         // (never inside a capture, which may not allocate; decode is n = 1).
         if let Some(splits) = self

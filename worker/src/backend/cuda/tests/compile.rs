@@ -170,6 +170,7 @@ fn every_kernel_symbol_is_defined_in_its_module() {
             Kernel::MatVec8N(_) => src.contains("mv8n_##name"),
             Kernel::GemmTc(_) => src.contains("gemm_tc_##name"),
             Kernel::GemmTcSplit(_) => src.contains("gemm_tck_##name"),
+            Kernel::DequantF16(_) => src.contains("dequant_f16_##name"),
             Kernel::AttentionSplit(pairs, group) => {
                 src.contains(" NAME(")
                     && src.contains(&format!("ATTENTION_SPLIT({sym}, {pairs}, {group})"))
@@ -200,6 +201,7 @@ fn c_signature(k: Kernel) -> Vec<String> {
         Kernel::MatVec8N(_) => vec!["mv8n_##name(".to_string()],
         Kernel::GemmTc(_) => vec!["gemm_tc_##name(".to_string()],
         Kernel::GemmTcSplit(_) => vec!["gemm_tck_##name(".to_string()],
+        Kernel::DequantF16(_) => vec!["dequant_f16_##name(".to_string()],
         Kernel::AttentionSplit(..) => vec![" NAME(".to_string()],
         _ => vec![format!("void {sym}("), format!(")\n    {sym}(")],
     };
@@ -243,6 +245,7 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
             v.push((k, sig::<MatmulCall>()));
         }
         v.push((Kernel::MatVec1(t), sig::<MatVec1Call>()));
+        v.push((Kernel::DequantF16(t), sig::<DequantF16Args>()));
         if crate::backend::cuda::launch::integer_gemm(t) {
             v.push((Kernel::GemmTcSplit(t), sig::<GemmTcSplitCall>()));
         }
@@ -255,6 +258,8 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
     v.extend([
         (Kernel::QuantizeX8, sig::<QuantizeX8Args>()),
         (Kernel::GemmSplitsSum, sig::<GemmSplitsSumArgs>()),
+        (Kernel::ToF16, sig::<ToF16Args>()),
+        (Kernel::AddBias, sig::<AddBiasArgs>()),
         (Kernel::RmsNorm, sig::<RmsNormArgs>()),
         (Kernel::AddRmsNorm, sig::<AddRmsNormArgs>()),
         (Kernel::LayerNorm, sig::<LayerNormArgs>()),

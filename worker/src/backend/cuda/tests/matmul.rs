@@ -59,17 +59,21 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
             // Every shape through both mv kernels (a warp or a block per
             // row), then through mv8 (up to 32 rows of x, integer formats),
             // mv1 (one row) and gemm_tc (many), then as the backend
-            // chooses, gemm_tck (split columns) included.
+            // chooses (gemm_tck, split columns, and cuBLAS from
+            // BLAS_MIN_ROWS rows of x), then cuBLAS for every row count
+            // (quantized and F16 formats).
+            let off = usize::MAX;
             let mut kinds = vec![
-                (0, false, false, false),
-                (usize::MAX, false, false, false),
-                (usize::MAX, true, true, false),
-                (usize::MAX, true, true, true),
+                (0, false, false, false, off),
+                (off, false, false, false, off),
+                (off, true, true, false, off),
+                (off, true, true, true, kernels::BLAS_MIN_ROWS),
+                (off, true, true, true, 0),
             ];
             if launch::has_mv8(ty) && n == 1 {
-                kinds.push((usize::MAX, true, false, false));
+                kinds.push((off, true, false, false, off));
             }
-            for (with_bias, (warp_rows, newer, mv8, split)) in [false, true]
+            for (with_bias, (warp_rows, newer, mv8, split, blas)) in [false, true]
                 .into_iter()
                 .flat_map(|b| kinds.clone().into_iter().map(move |k| (b, k)))
             {
@@ -77,6 +81,7 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
                 force_newer_matmuls(newer);
                 dev().kernels.set_mv8(mv8);
                 dev().kernels.set_gemm_split(split);
+                dev().kernels.set_blas_min_rows(blas);
                 let b = with_bias.then_some(&bias);
                 let mut cpu_out = cpu_buf(n, rows, vec![0.0; n * rows]);
                 CpuOps
@@ -93,7 +98,7 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
                 let g = host(&mut ops, &out);
                 let e = rel_err(&g, &cpu_out.data);
                 let what = format!(
-                    "{ty} {rows}x{cols} n={n} bias={with_bias} mvw from {warp_rows} mv1/tc {newer} mv8 {mv8} split {split}"
+                    "{ty} {rows}x{cols} n={n} bias={with_bias} mvw from {warp_rows} mv1/tc {newer} mv8 {mv8} split {split} blas from {blas}"
                 );
                 assert!(e <= 1e-3, "{what}: relative error {e:e}");
                 worst_ty = worst_ty.max(e);
@@ -166,11 +171,83 @@ fn force_newer_matmuls(on: bool) {
 fn restore_matmul_choice() {
     dev().kernels.set_mv8(true);
     dev().kernels.set_gemm_split(true);
+    dev().kernels.set_blas_min_rows(kernels::BLAS_MIN_ROWS);
     dev().set_mv_warp_min_rows(kernels::MV_WARP_MIN_ROWS);
     dev().kernels.set_mv1_min_rows(kernels::MV1_MIN_ROWS);
     dev()
         .kernels
         .set_tc_min_blocks(kernels::TC_MIN_BLOCKS_PER_SM * dev().kernels.sm_count());
+}
+
+/// Prefill products on cuBLAS: a matrix larger than the f16 scratch goes
+/// in chunks of rows (Llama-3-8B's FFN shapes), F16 weights are read in
+/// place, a bias is added after, and an activation beyond f16's range is
+/// clamped, never turned into inf or NaN.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn blas_matmul_chunks_large_matrices_and_matches_cpu() {
+    let _gpu = shared_gpu();
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    dev().kernels.set_blas_min_rows(0);
+    let mut shapes = vec![
+        (GgmlType::Q4K, 14336, 4096, 70),
+        (GgmlType::Q6K, 4096, 14336, 65),
+    ];
+    if quick() {
+        shapes.clear();
+    }
+    shapes.extend([
+        (GgmlType::F16, 1000, 512, 129),
+        (GgmlType::Q8_0, 896, 4864, 64),
+    ]);
+    for (ty, rows, cols, n) in shapes {
+        let w = test_weight(
+            &mut ops,
+            ty,
+            rows,
+            cols,
+            &random_vec(&mut rng, rows * cols, 1.0),
+        );
+        let bias_v = random_vec(&mut rng, rows, 1.0);
+        let bias = test_weight(&mut ops, GgmlType::F32, 1, rows, &bias_v);
+        let xv = random_vec(&mut rng, n * cols, 1.0);
+        let mut cpu_out = cpu_buf(n, rows, vec![0.0; n * rows]);
+        CpuOps
+            .matmul(
+                &cpu_buf(n, cols, xv.clone()),
+                &w.cpu,
+                Some(&bias.cpu),
+                &mut cpu_out,
+            )
+            .unwrap();
+        let x = ops.upload(n, cols, &xv).unwrap();
+        let mut out = ops.buf(n, rows).unwrap();
+        ops.matmul(&x, &w.gpu, Some(&bias.gpu), &mut out).unwrap();
+        let e = rel_err(&host(&mut ops, &out), &cpu_out.data);
+        eprintln!("cuBLAS {ty} {rows}x{cols} n={n}: relative error {e:.2e}");
+        assert!(e <= 1e-3, "{ty} {rows}x{cols} n={n}: relative error {e:e}");
+    }
+    let (rows, cols, n) = (256, 256, 64);
+    let w = test_weight(
+        &mut ops,
+        GgmlType::Q8_0,
+        rows,
+        cols,
+        &random_vec(&mut rng, rows * cols, 1.0),
+    );
+    let mut xv = random_vec(&mut rng, n * cols, 1.0);
+    xv[5] = 1e9;
+    xv[cols + 7] = -3e38;
+    let x = ops.upload(n, cols, &xv).unwrap();
+    let mut out = ops.buf(n, rows).unwrap();
+    ops.matmul(&x, &w.gpu, None, &mut out).unwrap();
+    let g = host(&mut ops, &out);
+    assert!(
+        g.iter().all(|v| v.is_finite()),
+        "an out-of-range activation made inf or NaN"
+    );
+    restore_matmul_choice();
 }
 
 #[test]
