@@ -8,12 +8,15 @@
 // When pos_ptr is not null the start position is read from it (a decode step
 // replayed from a CUDA graph), otherwise start_pos is used. inv_freq, when not
 // null, holds freq_base^(-2i / n_rot) for i < n_rot / 2, computed on the host
-// exactly as the CPU reference computes it (saving a pow per thread).
+// exactly as the CPU reference computes it (saving a pow per thread), each
+// divided by its frequency factor where the model has them (Llama 3.1's
+// rope_freqs, Phi-3's LongRoPE tables: then the table is required). The
+// cosine and sine are multiplied by mscale (rope.scaling.attn_factor).
 #include "common.cuh"
 
 extern "C" __global__ void rope(float* __restrict__ x, int rows, int n_head, int head_dim, int n_rot, int start_pos,
                                 const int* __restrict__ pos_ptr, const double* __restrict__ inv_freq_table,
-                                float freq_base, float freq_scale, int style) {
+                                float freq_base, float freq_scale, float mscale, int style) {
     if (pos_ptr) start_pos = *pos_ptr;
     const int half = n_rot / 2;
     const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -28,6 +31,8 @@ extern "C" __global__ void rope(float* __restrict__ x, int rows, int n_head, int
         inv_freq_table ? inv_freq_table[i] : pow((double)freq_base, -2.0 * (double)i / (double)n_rot);
     double sn, cs;
     sincos(pos * inv_freq, &sn, &cs);
+    sn *= (double)mscale;
+    cs *= (double)mscale;
     const int a = style == 0 ? 2 * i : i;
     const int b = style == 0 ? 2 * i + 1 : i + half;
     const double x0 = head[a], x1 = head[b];

@@ -40,6 +40,8 @@ FILES = [
     ("tiny-gpt2", "F16"),
     ("phi3", "Q4_K"),
     ("gpt2", "Q4_K"),
+    ("tiny-phi3-128k", "Q8_0"),
+    ("tiny-llama3.1", "Q8_0"),
 ]
 SEED = 0
 PROMPTS = [
@@ -50,6 +52,9 @@ PROMPTS = [
 LLAMA_CPP_COMMIT = "0c1e57098"
 # Also --port (free, changing) and -lv 4 (to read the loader's log).
 SERVER_ARGS = ["-t", "2", "-c", "1024", "-np", "1"]
+# The context llama-server serves decides LongRoPE's table (long above the
+# file's original context): the file's own context, as the worker serves it.
+SERVER_CTX = {"tiny-phi3-128k": "4096"}
 COMPLETION = {
     "n_predict": 1,
     "temperature": 0,
@@ -60,6 +65,7 @@ COMPLETION = {
 TOKENIZER_SOURCES = {
     "phi3": ".models/gemma-3-270m-q4_k_m.gguf",
     "gpt2": ".models/smollm2-135m-instruct-q4_1.gguf",
+    "llama": ".models/smollm2-135m-instruct-q4_1.gguf",
 }
 # llama-server's own, not the model's.
 IGNORED_WARNINGS = ("no API key is set",)
@@ -89,14 +95,20 @@ def free_port():
         return s.getsockname()[1]
 
 
+def server_args(preset):
+    args = list(SERVER_ARGS)
+    args[args.index("-c") + 1] = SERVER_CTX.get(preset, args[args.index("-c") + 1])
+    return args
+
+
 class Server:
-    def __init__(self, llama_bin, model, log):
+    def __init__(self, llama_bin, model, log, args):
         self.port = free_port()
         self.log_path = log
         env = dict(os.environ, LD_LIBRARY_PATH=str(llama_bin))
         self.proc = subprocess.Popen(
             [str(Path(llama_bin) / "llama-server"), "-m", str(model)]
-            + SERVER_ARGS + ["--port", str(self.port), "-lv", "4"],
+            + args + ["--port", str(self.port), "-lv", "4"],
             stdout=open(log, "w"),
             stderr=subprocess.STDOUT,
             env=env,
@@ -161,9 +173,10 @@ def goldens_for(args, preset, fmt):
     model = Path(args.models) / f"synthetic-{name}.gguf"
     cmd = ["synth-model", "--preset", preset, "--format", fmt, "--seed", str(SEED), "--out", str(model)]
     subprocess.run([args.harness] + cmd, check=True, cwd=WORKSPACE)
-    arch = "phi3" if "phi3" in preset else "gpt2"
+    arch = next(a for a in TOKENIZER_SOURCES if a in preset)
     source = TOKENIZER_SOURCES[arch]
-    server = Server(args.llama_bin, model, Path(args.models) / f"{name}.log")
+    sargs = server_args(preset)
+    server = Server(args.llama_bin, model, Path(args.models) / f"{name}.log", sargs)
     try:
         cases = []
         for text in PROMPTS:
@@ -183,7 +196,7 @@ def goldens_for(args, preset, fmt):
         "file_bytes": model.stat().st_size,
         "file_sha256": sha256(model),
         "llama_cpp_commit": LLAMA_CPP_COMMIT,
-        "server_args": ["-m", model.name] + SERVER_ARGS,
+        "server_args": ["-m", model.name] + sargs,
         "completion_request": COMPLETION,
         "llama_cpp_warnings": warnings,
         "cases": cases,
@@ -207,7 +220,7 @@ def tokenize_goldens(args, model):
     src = (HERE.parent / "golden-gemma3" / "make_tokenize.py").read_text()
     ns = {}
     exec(src.split("\ndef tokenize")[0], ns)
-    server = Server(args.llama_bin, model, Path(args.models) / "tokenize.log")
+    server = Server(args.llama_bin, model, Path(args.models) / "tokenize.log", SERVER_ARGS)
     try:
         out = []
         for name, text in ns["TEXTS"]:

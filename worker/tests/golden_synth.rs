@@ -1,4 +1,4 @@
-//! llama.cpp on `harness synth-model`'s phi3 and gpt2 files
+//! llama.cpp on `harness synth-model`'s phi3, gpt2 and RoPE-factor files
 //! (testdata/golden-synth, made by `make_goldens.py` there from llama-server
 //! 0c1e57098): the CPU backend's log-probabilities at every prompt position
 //! against llama.cpp's top-10 at that position. The tiny presets run in three
@@ -169,6 +169,14 @@ fn tiny_gpt2_agrees_with_llama_cpp() {
         "tiny-gpt2-Q4_K.json",
         "tiny-gpt2-F16.json",
     ]);
+}
+
+/// RoPE frequency factors: Phi-3 128k's LongRoPE (the long table, served
+/// past the 1024 trained positions, and `rope.scaling.attn_factor`) and
+/// Llama 3.1's `rope_freqs`.
+#[test]
+fn rope_factor_tables_agree_with_llama_cpp() {
+    run(&["tiny-phi3-128k-Q8_0.json", "tiny-llama3.1-Q8_0.json"]);
 }
 
 /// The real shapes, when asked for (`WORKER_ORCD_SYNTH_FULL=1`): a 2.2 GB

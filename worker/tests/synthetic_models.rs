@@ -60,6 +60,7 @@ fn check_weights(path: &Path, preset: &synth::Preset, format: Format) {
             }
             Init::Norm => assert!((mean - 1.0).abs() < 0.01 && std < 0.1, "{what}"),
             Init::Bias => assert!(mean.abs() < 0.01 && std < 0.05, "{what}"),
+            Init::Factors(table) => assert_eq!(v, table.values(n), "{what}"),
         }
     }
 }

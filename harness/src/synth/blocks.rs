@@ -122,6 +122,51 @@ pub enum Init {
     Norm,
     /// Small, around 0.
     Bias,
+    /// A RoPE frequency-factor table (F32, one chunk), from its formula.
+    Factors(FactorTable),
+}
+
+/// A RoPE frequency-factor table, computed rather than drawn.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum FactorTable {
+    /// Llama 3.1's `rope_freqs` for `n_rot`-dim rotations at `base`, as
+    /// llama.cpp's converter computes it (`rope_scaling` llama3: factor 8,
+    /// low and high frequency factors 1 and 4, 8192 original positions).
+    Llama3 {
+        base: f32,
+        n_rot: u32,
+    },
+    /// LongRoPE tables shaped like Phi-3-mini-128k's (made up): the long
+    /// one rising from 1 to 40, the short one from 1 to 2.5.
+    LongRopeLong,
+    LongRopeShort,
+}
+
+impl FactorTable {
+    /// The table's `half` values.
+    pub fn values(self, half: usize) -> Vec<f32> {
+        let t = |i: usize| i as f64 / (half.max(2) - 1) as f64;
+        (0..half)
+            .map(|i| match self {
+                FactorTable::Llama3 { base, n_rot } => {
+                    let (factor, low, high, old) = (8.0f64, 1.0f64, 4.0f64, 8192.0f64);
+                    // The converter's float32 frequency, then Python floats.
+                    let freq = 1.0 / base.powf((2 * i) as f32 / n_rot as f32);
+                    let wavelen = 2.0 * std::f64::consts::PI / freq as f64;
+                    if wavelen < old / high {
+                        1.0
+                    } else if wavelen > old / low {
+                        factor as f32
+                    } else {
+                        let smooth = (old / wavelen - low) / (high - low);
+                        (1.0 / ((1.0 - smooth) / factor + smooth)) as f32
+                    }
+                }
+                FactorTable::LongRopeLong => (1.0 + 39.0 * t(i).powf(1.5)) as f32,
+                FactorTable::LongRopeShort => (1.0 + 1.5 * t(i) * t(i)) as f32,
+            })
+            .collect()
+    }
 }
 
 /// The storage formats the generator writes (the worker's, less MXFP4).
@@ -259,6 +304,14 @@ impl Format {
 pub fn fill(format: Format, init: Init, rng: &mut Rng, out: &mut [u8]) {
     let std = match init {
         Init::Matrix { std } => std,
+        Init::Factors(table) => {
+            assert_eq!(format, Format::F32, "factor tables are F32");
+            let values = table.values(out.len() / 4);
+            for (c, v) in out.chunks_exact_mut(4).zip(values) {
+                c.copy_from_slice(&v.to_le_bytes());
+            }
+            return;
+        }
         Init::Norm | Init::Bias => {
             return fill_floats(
                 format,

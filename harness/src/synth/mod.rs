@@ -39,7 +39,7 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-pub use blocks::{Format, Init};
+pub use blocks::{FactorTable, Format, Init};
 
 use crate::gguf::{Gguf, Kv};
 
@@ -90,6 +90,21 @@ pub enum Vocab {
 /// model (`ci/fetch-model gemma3` puts it there).
 pub const SPM_REFERENCE_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
 
+/// The RoPE frequency factors a preset's file carries, as llama.cpp's
+/// converter writes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeScaling {
+    None,
+    /// Llama 3.1's `rope_freqs.weight` (no keys).
+    Llama3,
+    /// Phi-3's LongRoPE: `rope_factors_long` / `_short`,
+    /// `rope.scaling.original_context_length` = `orig` and
+    /// `rope.scaling.attn_factor` = sqrt(1 + ln(context / orig) / ln(orig)).
+    LongRope {
+        orig: u32,
+    },
+}
+
 /// A named model shape.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Preset {
@@ -112,6 +127,7 @@ pub struct Preset {
     pub vocab_source: Vocab,
     /// `attention.sliding_window` (phi3 only; 0: no key).
     pub sliding_window: u32,
+    pub rope_scaling: RopeScaling,
 }
 
 /// Shapes from the models' public `config.json`; the tiny ones are made up
@@ -134,6 +150,7 @@ pub const PRESETS: &[Preset] = &[
         default_format: Format::Q8_0,
         vocab_source: Vocab::Reference,
         sliding_window: 0,
+        rope_scaling: RopeScaling::None,
     },
     Preset {
         name: "tiny-qwen2",
@@ -151,6 +168,7 @@ pub const PRESETS: &[Preset] = &[
         default_format: Format::Q8_0,
         vocab_source: Vocab::Reference,
         sliding_window: 0,
+        rope_scaling: RopeScaling::None,
     },
     // Phi-3-mini's layout and vocabulary size, small.
     Preset {
@@ -169,6 +187,7 @@ pub const PRESETS: &[Preset] = &[
         default_format: Format::Q8_0,
         vocab_source: Vocab::Spm,
         sliding_window: 2047,
+        rope_scaling: RopeScaling::None,
     },
     // GPT-2's layout and vocabulary size, small.
     Preset {
@@ -187,6 +206,7 @@ pub const PRESETS: &[Preset] = &[
         default_format: Format::Q8_0,
         vocab_source: Vocab::Reference,
         sliding_window: 0,
+        rope_scaling: RopeScaling::None,
     },
     // HuggingFaceTB/SmolLM2-135M.
     Preset {
@@ -205,6 +225,7 @@ pub const PRESETS: &[Preset] = &[
         default_format: Format::Q4_1,
         vocab_source: Vocab::Reference,
         sliding_window: 0,
+        rope_scaling: RopeScaling::None,
     },
     // Qwen/Qwen2.5-0.5B.
     Preset {
@@ -223,6 +244,7 @@ pub const PRESETS: &[Preset] = &[
         default_format: Format::Q4_1,
         vocab_source: Vocab::Reference,
         sliding_window: 0,
+        rope_scaling: RopeScaling::None,
     },
     // meta-llama/Meta-Llama-3-8B.
     Preset {
@@ -241,6 +263,7 @@ pub const PRESETS: &[Preset] = &[
         default_format: Format::Q4_1,
         vocab_source: Vocab::Reference,
         sliding_window: 0,
+        rope_scaling: RopeScaling::None,
     },
     // meta-llama/Llama-3.2-3B (context cut to 8192): 3.2 B parameters, 2.0 GB in Q4_1.
     Preset {
@@ -259,6 +282,7 @@ pub const PRESETS: &[Preset] = &[
         default_format: Format::Q4_1,
         vocab_source: Vocab::Reference,
         sliding_window: 0,
+        rope_scaling: RopeScaling::None,
     },
     // microsoft/Phi-3-mini-4k-instruct: 3.8 B parameters, 2.2 GB in Q4_K.
     Preset {
@@ -277,6 +301,7 @@ pub const PRESETS: &[Preset] = &[
         default_format: Format::Q4K,
         vocab_source: Vocab::Spm,
         sliding_window: 2047,
+        rope_scaling: RopeScaling::None,
     },
     // openai-community/gpt2 (124 M; the converter writes no `output.weight`).
     Preset {
@@ -295,6 +320,46 @@ pub const PRESETS: &[Preset] = &[
         default_format: Format::Q4K,
         vocab_source: Vocab::Reference,
         sliding_window: 0,
+        rope_scaling: RopeScaling::None,
+    },
+    // tiny-llama with Llama 3.1's RoPE: base 500 000 and `rope_freqs`.
+    Preset {
+        name: "tiny-llama3.1",
+        arch: Arch::Llama,
+        n_embd: 256,
+        n_layer: 2,
+        n_head: 4,
+        n_head_kv: 2,
+        n_ff: 512,
+        vocab: 49152,
+        context: 2048,
+        rope_base: 500_000.0,
+        norm_eps: 1e-5,
+        tied: false,
+        default_format: Format::Q8_0,
+        vocab_source: Vocab::Reference,
+        sliding_window: 0,
+        rope_scaling: RopeScaling::Llama3,
+    },
+    // tiny-phi3 with Phi-3-mini-128k's LongRoPE, scaled down: a context of
+    // 4096 over 1024 trained positions (so the long table applies).
+    Preset {
+        name: "tiny-phi3-128k",
+        arch: Arch::Phi3,
+        n_embd: 256,
+        n_layer: 2,
+        n_head: 4,
+        n_head_kv: 4,
+        n_ff: 512,
+        vocab: 32064,
+        context: 4096,
+        rope_base: 10_000.0,
+        norm_eps: 1e-5,
+        tied: false,
+        default_format: Format::Q8_0,
+        vocab_source: Vocab::Spm,
+        sliding_window: 2047,
+        rope_scaling: RopeScaling::LongRope { orig: 1024 },
     },
 ];
 
@@ -347,7 +412,24 @@ pub fn tensors(p: &Preset, format: Format) -> Vec<TensorSpec> {
         format: Format::F32,
         init,
     };
-    let mut t = vec![matrix("token_embd.weight".into(), p.vocab, p.n_embd)];
+    // The converter writes the factor tables first (generate_extra_tensors).
+    let half = head_dim / 2;
+    let factors = |name: &str, table| vector(name.into(), half, Init::Factors(table));
+    let mut t = match p.rope_scaling {
+        RopeScaling::None => Vec::new(),
+        RopeScaling::Llama3 => vec![factors(
+            "rope_freqs.weight",
+            FactorTable::Llama3 {
+                base: p.rope_base,
+                n_rot: head_dim as u32,
+            },
+        )],
+        RopeScaling::LongRope { .. } => vec![
+            factors("rope_factors_long.weight", FactorTable::LongRopeLong),
+            factors("rope_factors_short.weight", FactorTable::LongRopeShort),
+        ],
+    };
+    t.push(matrix("token_embd.weight".into(), p.vocab, p.n_embd));
     if p.arch == Arch::Gpt2 {
         t.push(TensorSpec {
             name: "position_embd.weight".into(),
@@ -790,6 +872,10 @@ pub fn metadata(o: &Options, reference: &Gguf) -> Result<Vec<Kv>> {
         ),
     ];
     let context = u64::from(p.context);
+    let orig_context = match p.rope_scaling {
+        RopeScaling::LongRope { orig } => u64::from(orig),
+        _ => context,
+    };
     let head_dim = p.n_embd / p.n_head;
     match p.arch {
         Arch::Llama | Arch::Qwen2 => kvs.extend([
@@ -807,7 +893,7 @@ pub fn metadata(o: &Options, reference: &Gguf) -> Result<Vec<Kv>> {
         // Phi3MiniModel.set_gguf_parameters, in its order (no vocab_size).
         Arch::Phi3 => kvs.extend([
             u32_kv("context_length", context)?,
-            u32_kv("rope.scaling.original_context_length", context)?,
+            u32_kv("rope.scaling.original_context_length", orig_context)?,
             u32_kv("embedding_length", p.n_embd)?,
             u32_kv("feed_forward_length", p.n_ff)?,
             u32_kv("block_count", p.n_layer)?,
@@ -828,6 +914,12 @@ pub fn metadata(o: &Options, reference: &Gguf) -> Result<Vec<Kv>> {
             u32_kv("attention.head_count", p.n_head)?,
             f32_kv("attention.layer_norm_epsilon", p.norm_eps),
         ]),
+    }
+    // Phi3MiniModel.generate_extra_tensors adds LongRoPE's magnitude factor.
+    if let RopeScaling::LongRope { orig } = p.rope_scaling {
+        let scale = context as f64 / f64::from(orig);
+        let attn_factor = (1.0 + scale.ln() / f64::from(orig).ln()).sqrt() as f32;
+        kvs.push(f32_kv("rope.scaling.attn_factor", attn_factor));
     }
     kvs.push(kv(
         "general.synthetic_seed",

@@ -137,6 +137,15 @@ fn llama_cpp_wants(p: &Preset) -> Vec<(String, Vec<u64>)> {
     if !p.tied {
         w.push(("output.weight".into(), vec![e, v]));
     }
+    // llama.cpp's llama.cpp and phi3.cpp: {n_rot / 2}, n_rot the head size here.
+    match p.rope_scaling {
+        RopeScaling::None => {}
+        RopeScaling::Llama3 => w.push(("rope_freqs.weight".into(), vec![hd / 2])),
+        RopeScaling::LongRope { .. } => {
+            w.push(("rope_factors_long.weight".into(), vec![hd / 2]));
+            w.push(("rope_factors_short.weight".into(), vec![hd / 2]));
+        }
+    }
     if p.arch == Arch::Gpt2 {
         w.push(("position_embd.weight".into(), vec![e, u64::from(p.context)]));
         w.push(("output_norm.bias".into(), vec![e]));
@@ -199,7 +208,14 @@ fn every_preset_has_exactly_the_tensors_llama_cpp_loads() {
             }
             assert_eq!(x.dims[0] % x.format.block().0, 0, "{}: {}", p.name, x.name);
             let biased = x.name.ends_with(".bias");
-            let want = match () {
+            let hd = p.n_embd / p.n_head;
+            let want = match x.name.as_str() {
+                "rope_freqs.weight" => Init::Factors(FactorTable::Llama3 {
+                    base: p.rope_base,
+                    n_rot: hd as u32,
+                }),
+                "rope_factors_long.weight" => Init::Factors(FactorTable::LongRopeLong),
+                "rope_factors_short.weight" => Init::Factors(FactorTable::LongRopeShort),
                 _ if biased => Init::Bias,
                 _ if x.name.contains("norm") => Init::Norm,
                 _ => Init::Matrix {
@@ -714,4 +730,52 @@ fn the_golden_synth_files_are_reproduced_byte_for_byte() {
         }
     }
     eprintln!("{checked} of 6 files reproduced");
+}
+
+/// The factor tables: Llama 3.1's formula (1 for the fast rotations, 8 for
+/// the slow ones, smooth between, never falling) and LongRoPE's made-up
+/// shapes; `tiny-phi3-128k` writes its long table with the original
+/// context and the magnitude factor the converter derives from them.
+#[test]
+fn rope_factor_tables_follow_their_formulas() {
+    let l3 = FactorTable::Llama3 {
+        base: 500_000.0,
+        n_rot: 128,
+    }
+    .values(64);
+    assert_eq!((l3[0], l3[63]), (1.0, 8.0));
+    assert!(l3.windows(2).all(|w| w[0] <= w[1]), "{l3:?}");
+    assert!(
+        l3.iter().any(|&f| f > 1.0 && f < 8.0),
+        "a smooth band: {l3:?}"
+    );
+    let (long, short) = (
+        FactorTable::LongRopeLong.values(32),
+        FactorTable::LongRopeShort.values(32),
+    );
+    assert_eq!(
+        (long[0], long[31], short[0], short[31]),
+        (1.0, 40.0, 1.0, 2.5)
+    );
+
+    let p = preset("tiny-phi3-128k").unwrap();
+    let o = options("tiny-phi3-128k", Format::Q8_0, 0, 1);
+    let kvs = metadata(&o, &reference_for(p)).unwrap();
+    let f32_of = |key: &str| {
+        let kv = kvs
+            .iter()
+            .find(|kv| kv.key == key)
+            .unwrap_or_else(|| panic!("{key}"));
+        f32::from_le_bytes(kv.raw[..4].try_into().unwrap())
+    };
+    let u32_of = |key: &str| {
+        let kv = kvs
+            .iter()
+            .find(|kv| kv.key == key)
+            .unwrap_or_else(|| panic!("{key}"));
+        u32::from_le_bytes(kv.raw[..4].try_into().unwrap())
+    };
+    assert_eq!(u32_of("phi3.context_length"), 4096);
+    assert_eq!(u32_of("phi3.rope.scaling.original_context_length"), 1024);
+    assert!((f32_of("phi3.rope.scaling.attn_factor") - 1.2f32.sqrt()).abs() < 1e-6);
 }

@@ -117,6 +117,13 @@ pub struct ModelConfig {
     pub rope_freq_base: f32,
     /// Linear RoPE scaling factor: positions are multiplied by `1 / factor`.
     pub rope_freq_scale: f32,
+    /// The context the RoPE frequencies were trained for
+    /// (`rope.scaling.original_context_length`): LongRoPE files (Phi-3
+    /// 128k) use their long factor table when `context_length` exceeds it.
+    pub rope_orig_context: Option<usize>,
+    /// The magnitude factor on RoPE's cosines and sines
+    /// (`rope.scaling.attn_factor`, 1 where the file has none).
+    pub rope_attn_factor: f32,
     /// The epsilon of the architecture's norms: RMSNorm's, or LayerNorm's for gpt2.
     pub norm_eps: f32,
     pub vocab_size: usize,
@@ -206,6 +213,17 @@ impl TryFrom<&Metadata> for ModelConfig {
                 )))
             }
         };
+        let rope_orig_context = md
+            .opt_u64(&key("rope.scaling.original_context_length"))?
+            .map(|v| {
+                bounded(
+                    "rope.scaling.original_context_length",
+                    v,
+                    lim.context_length,
+                )
+            })
+            .transpose()?;
+        let rope_attn_factor = md.opt_f32(&key("rope.scaling.attn_factor"))?.unwrap_or(1.0);
         let vocab_size = match md.opt_u64(&key("vocab_size"))? {
             Some(v) => bounded("vocab_size", v, lim.vocab_size)?,
             None => md.get_str_array("tokenizer.ggml.tokens")?.len(),
@@ -237,6 +255,7 @@ impl TryFrom<&Metadata> for ModelConfig {
             ("rope.freq_base", rope_freq_base),
             ("rope.freq_base_swa", rope_freq_base_swa),
             ("rope scaling (1 / rope.scaling.factor)", rope_freq_scale),
+            ("rope.scaling.attn_factor", rope_attn_factor),
         ])?;
         if md
             .opt_f32(&key("final_logit_softcapping"))?
@@ -259,6 +278,8 @@ impl TryFrom<&Metadata> for ModelConfig {
             n_rot,
             rope_freq_base,
             rope_freq_scale,
+            rope_orig_context,
+            rope_attn_factor,
             norm_eps,
             vocab_size,
             sliding_window: sliding.as_ref().map(|s| s.0),

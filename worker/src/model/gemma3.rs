@@ -177,6 +177,8 @@ pub fn forward<O: Ops>(
                 cfg.rope_freq_scale
             },
             style: cfg.rope_style(),
+            freq_factors: None,
+            mscale: cfg.rope_attn_factor,
         };
         ops.rope(&mut q, rope(cfg.n_head))?;
         ops.rope(&mut k, rope(cfg.n_head_kv))?;

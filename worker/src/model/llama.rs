@@ -34,6 +34,8 @@ pub struct LlamaWeights<W> {
     pub output_norm: W,
     /// `None` when the LM head is tied to `token_embd`.
     pub output: Option<W>,
+    /// RoPE frequency factors (Llama 3.1's `rope_freqs`), on the host.
+    pub rope_factors: Option<Vec<f32>>,
 }
 
 impl<W> LlamaWeights<W> {
@@ -54,6 +56,7 @@ impl<W> LlamaWeights<W> {
                 }
             }
         }
+        names.extend(parts::rope_factor_names(file));
         names
     }
 
@@ -95,6 +98,7 @@ impl<W> LlamaWeights<W> {
             layers,
             output_norm,
             output,
+            rope_factors: parts::rope_factors(cfg, file)?,
         })
     }
 }
@@ -145,6 +149,8 @@ pub fn forward<O: Ops>(
         freq_base: cfg.rope_freq_base,
         freq_scale: cfg.rope_freq_scale,
         style: cfg.rope_style(),
+        freq_factors: w.rope_factors.as_deref(),
+        mscale: cfg.rope_attn_factor,
     };
 
     // Each residual add is done with the norm after it (`add_rms_norm`);

@@ -44,6 +44,15 @@ impl<W> Weights<W> {
         }
     }
 
+    /// The RoPE frequency factors the model turns by, if any.
+    pub fn rope_freq_factors(&self) -> Option<&[f32]> {
+        match self {
+            Weights::Llama(w) => w.rope_factors.as_deref(),
+            Weights::Phi3(w) => w.rope_factors.as_deref(),
+            Weights::Gemma3(_) | Weights::Gpt2(_) => None,
+        }
+    }
+
     /// Binds every tensor through `upload` (the device's), checking each
     /// one's shape first. `E` is the device's error type.
     pub fn load<E: From<GraphError>>(

@@ -90,9 +90,12 @@ impl AttentionShape {
     }
 }
 
-/// Parameters of one RoPE call.
+/// Parameters of one RoPE call: pair `i` of a head at position `p` turns by
+/// `p * freq_scale * freq_base^(-2i / n_rot) / freq_factors[i]`, and its
+/// cosine and sine are multiplied by `mscale` (llama.cpp's `ggml_rope_ext`
+/// without YaRN's extrapolation mix).
 #[derive(Clone, Copy, Debug)]
-pub struct RopeParams {
+pub struct RopeParams<'a> {
     pub n_head: usize,
     pub head_dim: usize,
     pub n_rot: usize,
@@ -100,6 +103,40 @@ pub struct RopeParams {
     pub freq_base: f32,
     pub freq_scale: f32,
     pub style: RopeStyle,
+    /// `n_rot / 2` divisors of the frequencies (Llama 3.1's `rope_freqs`,
+    /// Phi-3's LongRoPE tables), or none.
+    pub freq_factors: Option<&'a [f32]>,
+    /// The factor on cosines and sines (`rope.scaling.attn_factor`).
+    pub mscale: f32,
+}
+
+/// `freq_base^(-2i / n_rot) / factors[i]` for `i < n_rot / 2`, in f64
+/// (`factors` of `n_rot / 2` values, or none).
+pub fn rope_inv_freqs(freq_base: f32, n_rot: usize, factors: Option<&[f32]>) -> Vec<f64> {
+    (0..n_rot / 2)
+        .map(|i| {
+            let f = (freq_base as f64).powf(-2.0 * i as f64 / n_rot as f64);
+            match factors {
+                Some(ff) => f / ff[i] as f64,
+                None => f,
+            }
+        })
+        .collect()
+}
+
+impl RopeParams<'_> {
+    /// `freq_base^(-2i / n_rot) / freq_factors[i]` for `i < n_rot / 2`, in
+    /// f64: what the CPU reference turns by and the CUDA backend's table holds.
+    /// `freq_factors` must hold `n_rot / 2` values (the backends check).
+    pub fn inv_freqs(&self) -> Vec<f64> {
+        rope_inv_freqs(self.freq_base, self.n_rot, self.freq_factors)
+    }
+
+    /// Whether the factors, if any, are one per rotated pair.
+    pub fn factors_fit(&self) -> bool {
+        self.freq_factors
+            .is_none_or(|ff| ff.len() == self.n_rot / 2)
+    }
 }
 
 pub trait Ops {
@@ -163,7 +200,7 @@ pub trait Ops {
     ) -> Result<(), Self::Error>;
 
     /// Rotates each head of every row in place; row `t` is at position `start_pos + t`.
-    fn rope(&mut self, x: &mut Self::Buf, p: RopeParams) -> Result<(), Self::Error>;
+    fn rope(&mut self, x: &mut Self::Buf, p: RopeParams<'_>) -> Result<(), Self::Error>;
 
     /// Writes rows of K and V into the cache at positions `start_pos..`, then
     /// computes causal grouped-query attention of `q` over positions

@@ -3,7 +3,9 @@
 //!
 //! The llama block with two fused projections: `attn_qkv` holds Q, K and V
 //! one after another, and `ffn_up` holds the SwiGLU's gate then its up
-//! projection; NEOX RoPE over `rope.dimension_count` dimensions; and, where
+//! projection; NEOX RoPE over `rope.dimension_count` dimensions, with
+//! LongRoPE's frequency factors and `rope.scaling.attn_factor` where the file
+//! has them (Phi-3 128k, Phi-3.5: `parts::rope_factors` picks the table); and, where
 //! the file sets `attention.sliding_window`, every layer attends through that
 //! window (see `config::sliding_window`).
 
@@ -31,6 +33,8 @@ pub struct Phi3Weights<W> {
     pub output_norm: W,
     /// `None` when the LM head is tied to `token_embd`.
     pub output: Option<W>,
+    /// LongRoPE's frequency factors for the served context, on the host.
+    pub rope_factors: Option<Vec<f32>>,
 }
 
 const LAYER_TENSORS: [&str; 6] = [
@@ -45,35 +49,25 @@ const LAYER_TENSORS: [&str; 6] = [
 impl<W> Phi3Weights<W> {
     /// Every tensor name this architecture reads.
     pub fn tensor_names(cfg: &ModelConfig, file: &GgufFile) -> Vec<String> {
-        parts::tensor_names(
+        let mut names = parts::tensor_names(
             cfg,
             file,
             &["token_embd.weight", "output_norm.weight"],
             &LAYER_TENSORS,
             &["weight"],
-        )
+        );
+        names.extend(parts::rope_factor_names(file));
+        names
     }
 
-    /// Binds every tensor through `upload`, checking each one's shape first.
-    /// Files with LongRoPE factor tables (`rope_factors_long`/`_short`) are
-    /// refused by name: their frequencies are not modelled yet.
+    /// Binds every tensor through `upload`, checking each one's shape first,
+    /// and reads the LongRoPE factors the served context uses.
     pub fn load<E: From<GraphError>>(
         cfg: &ModelConfig,
         file: &GgufFile,
         upload: &mut Upload<'_, W, E>,
     ) -> Result<Self, E> {
         check_layer_count(cfg, file, LAYER_TENSORS.len() as u64)?;
-        if let Some(t) = file
-            .tensors
-            .iter()
-            .find(|t| t.name.starts_with("rope_factors"))
-        {
-            return Err(GraphError::Unsupported(format!(
-                "{}: LongRoPE factor tables are not supported yet",
-                t.name
-            ))
-            .into());
-        }
         let mut b = Binder { file, upload };
         let (d, v, ff) = (cfg.n_embd, cfg.vocab_size, cfg.n_ff);
         let qkv = cfg.q_dim() + 2 * cfg.kv_dim();
@@ -97,6 +91,7 @@ impl<W> Phi3Weights<W> {
             layers,
             output_norm,
             output,
+            rope_factors: parts::rope_factors(cfg, file)?,
         })
     }
 }
@@ -135,6 +130,8 @@ pub fn forward<O: Ops>(
         freq_base: cfg.rope_freq_base,
         freq_scale: cfg.rope_freq_scale,
         style: cfg.rope_style(),
+        freq_factors: w.rope_factors.as_deref(),
+        mscale: cfg.rope_attn_factor,
     };
 
     if let Some(first) = w.layers.first() {

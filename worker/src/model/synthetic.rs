@@ -33,6 +33,15 @@ pub const SYNTHETIC_ARCHS: [&str; 5] = ["llama", "qwen2", "gemma3", "phi3", "gpt
 /// and gate/up and windows every layer at 16 positions; `gpt2` has learned
 /// positions, LayerNorms and biases everywhere.
 pub fn synthetic_model(arch: &str, seed: u64, context: u32) -> Vec<u8> {
+    synthetic_model_with(arch, seed, context, false)
+}
+
+/// [`synthetic_model`], and with `rope_factors` the frequency factors of
+/// its family: Llama 3.1's `rope_freqs` for `llama`; for `phi3`, LongRoPE's
+/// long and short tables, `rope.scaling.attn_factor` 1.1 and half the
+/// context as the original one (so the long table applies). The other
+/// tensors are the same as without them.
+pub fn synthetic_model_with(arch: &str, seed: u64, context: u32, rope_factors: bool) -> Vec<u8> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let (d, n_layer, n_head, ff, vocab) = (256usize, 2usize, 4usize, 512usize, 384usize);
     let n_kv = if arch == "gpt2" { n_head } else { 2 };
@@ -183,6 +192,42 @@ pub fn synthetic_model(arch: &str, seed: u64, context: u32) -> Vec<u8> {
     }
     if matches!(arch, "llama" | "phi3") {
         matrix(&mut w, "output.weight", vocab, d, &mut rng);
+    }
+    if rope_factors {
+        // Factors of n_rot / 2 values, rising (phi3 rotates half its heads).
+        let half = if arch == "phi3" { hd / 4 } else { hd / 2 };
+        let table = |top: f32| -> Vec<u8> {
+            let v: Vec<f32> = (0..half)
+                .map(|i| 1.0 + (top - 1.0) * i as f32 / (half - 1) as f32)
+                .collect();
+            quantize(GgmlType::F32, &v).unwrap()
+        };
+        let f32_ty = GgmlType::F32;
+        match arch {
+            "llama" => {
+                w.tensor("rope_freqs.weight", &[half as u64], f32_ty, table(8.0));
+            }
+            "phi3" => {
+                w.tensor(
+                    "rope_factors_long.weight",
+                    &[half as u64],
+                    f32_ty,
+                    table(40.0),
+                );
+                w.tensor(
+                    "rope_factors_short.weight",
+                    &[half as u64],
+                    f32_ty,
+                    table(2.5),
+                );
+                w.metadata(&key("rope.scaling.attn_factor"), MetaValue::F32(1.1));
+                w.metadata(
+                    &key("rope.scaling.original_context_length"),
+                    MetaValue::U32(context / 2),
+                );
+            }
+            _ => {}
+        }
     }
     w.to_bytes()
 }

@@ -341,20 +341,20 @@ impl Ops for CpuOps {
         Ok(())
     }
 
-    fn rope(&mut self, x: &mut CpuBuf, p: RopeParams) -> Result<(), BackendError> {
-        if x.cols != p.n_head * p.head_dim || p.n_rot > p.head_dim {
+    fn rope(&mut self, x: &mut CpuBuf, p: RopeParams<'_>) -> Result<(), BackendError> {
+        if x.cols != p.n_head * p.head_dim || p.n_rot > p.head_dim || !p.factors_fit() {
             return Err(shape_error("rope"));
         }
         let half = p.n_rot / 2;
-        // theta_i = pos * scale * base^(-2i / n_rot), computed in f64.
-        let inv_freq: Vec<f64> = (0..half)
-            .map(|i| (p.freq_base as f64).powf(-2.0 * i as f64 / p.n_rot as f64))
-            .collect();
+        // theta_i = pos * scale * base^(-2i / n_rot) / factor_i, in f64.
+        let inv_freq = p.inv_freqs();
+        let m = p.mscale as f64;
         for (t, row) in x.data.chunks_exact_mut(x.cols).enumerate() {
             let pos = (p.start_pos + t) as f64 * p.freq_scale as f64;
             for head in row.chunks_exact_mut(p.head_dim) {
                 for (i, &f) in inv_freq.iter().enumerate() {
                     let (sin, cos) = (pos * f).sin_cos();
+                    let (sin, cos) = (sin * m, cos * m);
                     let (a, b) = match p.style {
                         RopeStyle::Normal => (2 * i, 2 * i + 1),
                         RopeStyle::Neox => (i, i + half),

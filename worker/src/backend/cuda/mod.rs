@@ -269,7 +269,7 @@ impl CudaBackend {
             None
         };
         let mut ops = CudaOps::new(dev.clone());
-        ops.prepare_rope(cfg.rope_freq_base, cfg.n_rot)?;
+        ops.prepare_rope(cfg.rope_freq_base, cfg.n_rot, weights.rope_freq_factors())?;
         // The widest row of x that a decode mat-vec splits for `mv8_*`.
         let x8_cols = names
             .iter()

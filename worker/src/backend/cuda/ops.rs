@@ -27,7 +27,7 @@ use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::ATT_MAX_HEAD_DIM;
 use crate::backend::BackendError;
 use crate::model::config::RopeStyle;
-use crate::model::ops::{AttentionShape, Ops, RopeParams};
+use crate::model::ops::{rope_inv_freqs, AttentionShape, Ops, RopeParams};
 use crate::quant::GgmlType;
 
 mod buffers;
@@ -59,11 +59,26 @@ pub(crate) struct GraphCapture {
     pub split_part: Option<(CUdeviceptr, usize, usize)>,
 }
 
-/// `freq_base^(-2i / n_rot)` for one (base, n_rot), on the device as f64.
+/// `freq_base^(-2i / n_rot) / factors[i]` for one (base, n_rot, factors),
+/// on the device as f64.
 struct RopeTable {
     base_bits: u32,
     n_rot: usize,
+    /// The frequency factors' bits, or none.
+    factors: Option<Vec<u32>>,
     mem: DevBuf,
+}
+
+impl RopeTable {
+    fn is_for(&self, freq_base: f32, n_rot: usize, factors: Option<&[f32]>) -> bool {
+        self.base_bits == freq_base.to_bits()
+            && self.n_rot == n_rot
+            && self.factors.as_deref() == factors.map(factor_bits).as_deref()
+    }
+}
+
+fn factor_bits(f: &[f32]) -> Vec<u32> {
+    f.iter().map(|v| v.to_bits()).collect()
 }
 
 /// The block `quantize_x8` writes for `mv8_*` (room for `len` values), and
@@ -389,18 +404,22 @@ impl CudaOps {
     /// Uploads the RoPE frequencies for (`freq_base`, `n_rot`), computed as
     /// the CPU reference computes them, so that `rope` need not compute them
     /// per thread. Without a table the kernel computes them itself.
-    pub fn prepare_rope(&mut self, freq_base: f32, n_rot: usize) -> Result<(), BackendError> {
+    pub fn prepare_rope(
+        &mut self,
+        freq_base: f32,
+        n_rot: usize,
+        factors: Option<&[f32]>,
+    ) -> Result<(), BackendError> {
         if n_rot < 2
+            || factors.is_some_and(|f| f.len() != n_rot / 2)
             || self
                 .rope_tables
                 .iter()
-                .any(|t| t.base_bits == freq_base.to_bits() && t.n_rot == n_rot)
+                .any(|t| t.is_for(freq_base, n_rot, factors))
         {
             return Ok(());
         }
-        let table: Vec<f64> = (0..n_rot / 2)
-            .map(|i| (freq_base as f64).powf(-2.0 * i as f64 / n_rot as f64))
-            .collect();
+        let table = rope_inv_freqs(freq_base, n_rot, factors);
         self.dev.bind()?;
         let mem = self.dev.alloc(Purpose::Weights, (table.len() * 8) as u64)?;
         // SAFETY: the block holds the table.
@@ -410,6 +429,7 @@ impl CudaOps {
         self.rope_tables.push(RopeTable {
             base_bits: freq_base.to_bits(),
             n_rot,
+            factors: factors.map(factor_bits),
             mem,
         });
         Ok(())
@@ -734,15 +754,20 @@ impl Ops for CudaOps {
         self.dev.kernels.matmul(&self.dev.stream, &args)
     }
 
-    fn rope(&mut self, x: &mut CudaBuf, p: RopeParams) -> Result<(), BackendError> {
+    fn rope(&mut self, x: &mut CudaBuf, p: RopeParams<'_>) -> Result<(), BackendError> {
         if x.cols != p.n_head * p.head_dim
             || p.n_rot > p.head_dim
             || !p.n_rot.is_multiple_of(2)
+            || !p.factors_fit()
             || x.is_empty()
         {
             return Err(shape_error(format!(
-                "rope: x {}x{}, {} heads of {}",
-                x.rows, x.cols, p.n_head, p.head_dim
+                "rope: x {}x{}, {} heads of {}, {:?} frequency factors",
+                x.rows,
+                x.cols,
+                p.n_head,
+                p.head_dim,
+                p.freq_factors.map(<[f32]>::len)
             )));
         }
         check_bufs("rope", &[x])?;
@@ -753,11 +778,22 @@ impl Ops for CudaOps {
             RopeStyle::Normal => RopePairs::Adjacent,
             RopeStyle::Neox => RopePairs::Halves,
         };
+        // Frequency factors live only in the table: made here on first use
+        // (never inside a graph capture, which may not allocate; the prefill
+        // before it has made it).
+        if p.freq_factors.is_some() && self.capture.is_none() {
+            self.prepare_rope(p.freq_base, p.n_rot, p.freq_factors)?;
+        }
         let inv_freq = self
             .rope_tables
             .iter()
-            .find(|t| t.base_bits == p.freq_base.to_bits() && t.n_rot == p.n_rot)
+            .find(|t| t.is_for(p.freq_base, p.n_rot, p.freq_factors))
             .map(|t| DevPtr::new(t.mem.ptr()));
+        if inv_freq.is_none() && p.freq_factors.is_some() {
+            return Err(BackendError::InferenceFailed(
+                "rope: no table for these frequency factors inside a graph capture".into(),
+            ));
+        }
         self.dev.bind()?;
         let args = RopeArgs {
             x: x.output(),
@@ -770,6 +806,7 @@ impl Ops for CudaOps {
             inv_freq,
             freq_base: p.freq_base,
             freq_scale: p.freq_scale,
+            mscale: p.mscale,
             pairs,
         };
         self.dev.kernels.launch(&self.dev.stream, &args)

@@ -33,10 +33,13 @@ pub struct RopeArgs {
     pub n_rot: usize,
     pub start_pos: usize,
     pub pos_ptr: Option<DevPtr<i32>>,
-    /// `[n_rot / 2]` f64 `freq_base^(-2i / n_rot)`, or none (computed per thread).
+    /// `[n_rot / 2]` f64 `freq_base^(-2i / n_rot)` (divided by the model's
+    /// frequency factors), or none (computed per thread; no factors).
     pub inv_freq: Option<DevPtr<f64>>,
     pub freq_base: f32,
     pub freq_scale: f32,
+    /// The factor on cosines and sines.
+    pub mscale: f32,
     pub pairs: RopePairs,
 }
 
@@ -50,6 +53,7 @@ impl KernelCall for RopeArgs {
         i32,
         DevPtr<i32>,
         DevPtr<f64>,
+        f32,
         f32,
         f32,
         i32,
@@ -107,6 +111,7 @@ impl KernelCall for RopeArgs {
             table,
             self.freq_base,
             self.freq_scale,
+            self.mscale,
             style,
         )
     }

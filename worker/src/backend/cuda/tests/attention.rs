@@ -21,6 +21,8 @@ fn rope_matches_cpu_in_both_styles() {
                     freq_base: 100_000.0,
                     freq_scale: 1.0,
                     style,
+                    freq_factors: None,
+                    mscale: 1.0,
                 };
                 let xv = random_vec(&mut rng, rows * n_head * head_dim, 2.0);
                 let mut cpu_x = cpu_buf(rows, n_head * head_dim, xv.clone());
@@ -28,7 +30,7 @@ fn rope_matches_cpu_in_both_styles() {
                 for with_table in [false, true] {
                     let mut ops = gpu_ops();
                     if with_table {
-                        ops.prepare_rope(p.freq_base, n_rot).unwrap();
+                        ops.prepare_rope(p.freq_base, n_rot, None).unwrap();
                     }
                     let mut x = ops.upload(rows, n_head * head_dim, &xv).unwrap();
                     ops.rope(&mut x, p).unwrap();
@@ -41,6 +43,47 @@ fn rope_matches_cpu_in_both_styles() {
                     ops.rope(&mut x, p).unwrap();
                     host(&mut ops, &x)
                 });
+            }
+        }
+    }
+    // Frequency factors (Llama 3.1's rope_freqs, Phi-3's LongRoPE tables)
+    // and a magnitude factor, also at positions a decode graph would replay.
+    for style in [RopeStyle::Normal, RopeStyle::Neox] {
+        for (n_head, head_dim, n_rot) in [(4, 96, 96), (3, 128, 64)] {
+            let factors: Vec<f32> = (0..n_rot / 2).map(|i| 1.0 + 0.37 * i as f32).collect();
+            for (rows, start_pos) in [(40, 0), (1, 3000)] {
+                let p = RopeParams {
+                    n_head,
+                    head_dim,
+                    n_rot,
+                    start_pos,
+                    freq_base: 10_000.0,
+                    freq_scale: 1.0,
+                    style,
+                    freq_factors: Some(&factors),
+                    mscale: 1.19,
+                };
+                let xv = random_vec(&mut rng, rows * n_head * head_dim, 2.0);
+                let mut cpu_x = cpu_buf(rows, n_head * head_dim, xv.clone());
+                CpuOps.rope(&mut cpu_x, p).unwrap();
+                let mut ops = gpu_ops();
+                let mut x = ops.upload(rows, n_head * head_dim, &xv).unwrap();
+                ops.rope(&mut x, p).unwrap();
+                let e = rel_err(&host(&mut ops, &x), &cpu_x.data);
+                assert!(
+                    e <= 1e-6,
+                    "rope {style:?} with factors, pos {start_pos}: {e:e}"
+                );
+                worst = worst.max(e);
+                let short = &factors[1..];
+                let bad = RopeParams {
+                    freq_factors: Some(short),
+                    ..p
+                };
+                assert!(
+                    ops.rope(&mut x, bad).is_err(),
+                    "factors of the wrong length"
+                );
             }
         }
     }

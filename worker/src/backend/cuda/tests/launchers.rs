@@ -191,6 +191,7 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
         inv_freq: None,
         freq_base: 1e4,
         freq_scale: 1.0,
+        mscale: 1.0,
         pairs: RopePairs::Adjacent,
     };
     refused(

@@ -119,6 +119,26 @@ fn synthetic_models_with_every_format_match_the_cpu_backend() {
     }
 }
 
+/// RoPE frequency factors on the GPU (their table, the magnitude factor,
+/// decode steps replayed from a graph): Llama 3.1's `rope_freqs` and
+/// Phi-3's LongRoPE against the CPU backend, prefill (cuBLAS-sized) and
+/// decode.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn rope_factor_models_match_the_cpu_backend() {
+    let _gpu = shared_gpu();
+    for (arch, seed) in [("llama", 40u64), ("phi3", 41)] {
+        let bytes = crate::model::synthetic::synthetic_model_with(arch, seed, 512, true);
+        let file = Arc::new(GgufFile::from_bytes(bytes).unwrap());
+        let (mut cpu, mut gpu) = both_backends(file, &CudaLoadOptions::default());
+        let vocab = cpu.config().vocab_size as u32;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let tokens: Vec<u32> = (0..90).map(|_| rng.random_range(0..vocab)).collect();
+        let e = compare_sequence(&mut cpu, &mut gpu, &tokens, 70, arch);
+        eprintln!("{arch} with RoPE factors: logits max relative error {e:.2e}");
+    }
+}
+
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
 fn memory_accounting_kv_limits_and_vram_cap() {

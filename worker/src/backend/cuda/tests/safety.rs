@@ -254,6 +254,8 @@ fn m0_w_1431_cuda_operations_refuse_undersized_buffers_and_zero_lengths() {
         freq_base: 10000.0,
         freq_scale: 1.0,
         style: RopeStyle::Normal,
+        freq_factors: None,
+        mscale: 1.0,
     };
     let mut x = ops
         .upload(2, 256, &random_vec(&mut rng, 2 * 256, 1.0))
