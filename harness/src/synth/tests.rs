@@ -761,21 +761,16 @@ fn rope_factor_tables_follow_their_formulas() {
     let p = preset("tiny-phi3-128k").unwrap();
     let o = options("tiny-phi3-128k", Format::Q8_0, 0, 1);
     let kvs = metadata(&o, &reference_for(p)).unwrap();
-    let f32_of = |key: &str| {
+    let word = |key: &str| -> [u8; 4] {
         let kv = kvs
             .iter()
             .find(|kv| kv.key == key)
             .unwrap_or_else(|| panic!("{key}"));
-        f32::from_le_bytes(kv.raw[..4].try_into().unwrap())
+        kv.raw[..4].try_into().unwrap()
     };
-    let u32_of = |key: &str| {
-        let kv = kvs
-            .iter()
-            .find(|kv| kv.key == key)
-            .unwrap_or_else(|| panic!("{key}"));
-        u32::from_le_bytes(kv.raw[..4].try_into().unwrap())
-    };
-    assert_eq!(u32_of("phi3.context_length"), 4096);
-    assert_eq!(u32_of("phi3.rope.scaling.original_context_length"), 1024);
-    assert!((f32_of("phi3.rope.scaling.attn_factor") - 1.2f32.sqrt()).abs() < 1e-6);
+    assert_eq!(u32::from_le_bytes(word("phi3.context_length")), 4096);
+    let orig = word("phi3.rope.scaling.original_context_length");
+    assert_eq!(u32::from_le_bytes(orig), 1024);
+    let attn = f32::from_le_bytes(word("phi3.rope.scaling.attn_factor"));
+    assert!((attn - 1.2f32.sqrt()).abs() < 1e-6);
 }
