@@ -59,6 +59,12 @@ Feature: Reading and placing the model
       | synthetic-tiny-phi3 | serves  |
       | synthetic-tiny-gpt2 | serves  |
 
+    # RoPE frequency factors: Phi-3 128k's LongRoPE, Llama 3.1's rope_freqs.
+    Examples:
+      | model                    | outcome |
+      | synthetic-tiny-phi3-128k | serves  |
+      | synthetic-tiny-llama3.1  | serves  |
+
     @pending:gpt-oss
     Examples:
       | model             | outcome |
@@ -100,6 +106,12 @@ Feature: Reading and placing the model
       | model          |
       | synthetic-phi3 |
       | synthetic-gpt2 |
+
+    @cuda
+    Examples:
+      | model                    |
+      | synthetic-tiny-phi3-128k |
+      | synthetic-tiny-llama3.1  |
 
     @cuda @pending:gpt-oss
     Examples:
