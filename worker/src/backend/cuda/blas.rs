@@ -72,7 +72,9 @@ impl Blas {
         dev.bind()?;
         let handle =
             CudaBlas::new(dev.stream.clone()).map_err(blas_error("creating a cuBLAS handle"))?;
-        let workspace = dev.alloc(Purpose::Scratch, BLAS_WORKSPACE_BYTES)?;
+        // Held for the model's lifetime: counted with the weights, as the
+        // sampler's buffers are (scratch is a step's activations).
+        let workspace = dev.alloc(Purpose::Weights, BLAS_WORKSPACE_BYTES)?;
         // SAFETY: the workspace outlives the handle (field order) and is
         // used by nothing else.
         unsafe {

@@ -155,6 +155,18 @@ impl CudaOps {
         }
     }
 
+    /// Bytes held for cuBLAS (its workspace and the f16 scratch), counted
+    /// with the weights.
+    #[cfg(test)]
+    pub(crate) fn blas_bytes(&self) -> u64 {
+        use crate::backend::cuda::{blas::BLAS_WORKSPACE_BYTES, device::align_up};
+        let workspace = match self.blas {
+            BlasSlot::Ready(_) => align_up(BLAS_WORKSPACE_BYTES),
+            _ => 0,
+        };
+        workspace + self.blas_scratch.as_ref().map_or(0, |(m, _)| m.bytes())
+    }
+
     /// Whether cuBLAS is there, making its handle on first use.
     fn blas_ready(&mut self) -> bool {
         if let BlasSlot::Untried = self.blas {
@@ -175,7 +187,7 @@ impl CudaOps {
         if self.blas_scratch.as_ref().is_none_or(|(_, v)| *v < values) {
             // The old block goes first: it is only read by work already queued.
             self.blas_scratch = None;
-            let mem = self.dev.alloc(Purpose::Scratch, (values * 2) as u64)?;
+            let mem = self.dev.alloc(Purpose::Weights, (values * 2) as u64)?;
             self.blas_scratch = Some((mem, values));
         }
         let (mem, _) = self.blas_scratch.as_ref().expect("just reserved");

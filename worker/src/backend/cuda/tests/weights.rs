@@ -319,8 +319,27 @@ fn m0_w_1201_cuda_weights_stay_in_stored_format_byte_for_byte() {
                     cols * crate::backend::cuda::kernels::MV8_LOOP_MAX_TOKENS,
                 ) as u64)
             });
+        // And, where libcublas loads, its workspace and the f16 scratch for
+        // the largest chunk of a layer matrix (`CudaOps::prepare_blas`).
+        let blas = if gpu.ops.blas_bytes() == 0 {
+            0
+        } else {
+            let chunk = names
+                .iter()
+                .filter(|n| n.starts_with("blk."))
+                .filter_map(|n| m.file.tensor(n))
+                .filter(|t| t.dims.len() == 2 && t.ggml_type.block_len() > 1)
+                .map(|t| {
+                    let (rows, cols) = (t.dims[1] as usize, t.dims[0] as usize);
+                    align_up((crate::backend::cuda::blas::chunk_rows(rows, cols) * cols * 2) as u64)
+                })
+                .max()
+                .unwrap_or(0);
+            align_up(crate::backend::cuda::blas::BLAS_WORKSPACE_BYTES) + chunk
+        };
         let extra = rope_table
             + x8_block
+            + blas
             + crate::backend::cuda::sample::DeviceSampler::bytes_for(cfg.vocab_size);
         let padding = device_bytes - file_bytes;
         assert!(
