@@ -185,7 +185,12 @@ impl CudaOps {
     /// The f16 scratch, grown to hold `values` values.
     fn reserve_blas_scratch(&mut self, values: usize) -> Result<DevPtrMut<f16>, BackendError> {
         if self.blas_scratch.as_ref().is_none_or(|(_, v)| *v < values) {
-            // The old block goes first: it is only read by work already queued.
+            if self.blas_scratch.is_some() {
+                // Queued products may still read the old block: let them
+                // finish before it is freed (a rare path: an LM head
+                // multiplied for many rows grows it once).
+                self.dev.synchronize()?;
+            }
             self.blas_scratch = None;
             let mem = self.dev.alloc(Purpose::Weights, (values * 2) as u64)?;
             self.blas_scratch = Some((mem, values));
