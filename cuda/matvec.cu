@@ -252,19 +252,26 @@ __device__ __forceinline__ void mv1_impl(const u8* __restrict__ W, i64 row_bytes
 FOR_EACH_TYPE(DEF_MV1)
 
 // ---------------------------------------------------------------------------
-// `mv8_<type>` / `mv8w_<type>`: the same product on the integer units, for
-// Q4_K, Q5_0 and Q8_0, from x split by `quantize_x8` (elementwise.cu) into
-// int8 parts hi and lo (x ~ d * (hi + lo / 256) per 32 values) and exact
-// sums of 16. Four weights meet four int8 values in one dp4a, where mv1
-// spends three instructions per value: on the H100 Q4_K runs 1.6-2.1x mv1
-// (benches/cuda-lab/mvq_lab.cu). No shared memory: each thread loads a
-// unit of 32 weights (and its block's scales), U units before it
-// multiplies any. MV8_ROWS rows a block, or MV8W_ROWS with two units in
-// flight per thread (long rows, and matrices of few rows). `mv8n_*` takes up
-// to MV8_MAX_TOKENS rows of x (short prompts), each weight unit decoded once
-// for all of them.
-#if !defined(MV8_THREADS) || !defined(MV8_ROWS) || !defined(MV8W_ROWS) || !defined(MV8_MAX_TOKENS)
-#error "MV8_THREADS, MV8_ROWS, MV8W_ROWS and MV8_MAX_TOKENS come from the worker as -D options"
+// `mv8_<type>` / `mv8n_<type>`: the same product on the integer units, for
+// Q4_K, Q5_0, Q8_0 and Q6_K, from x split by `quantize_x8` (elementwise.cu)
+// into int8 parts hi and lo (x ~ d * (hi + lo / 256) per 32 values) and
+// exact sums of 16. Four weights meet four int8 values in one dp4a, where
+// mv1 spends three instructions per value. No shared memory but for the
+// final sums: each thread loads a unit of 32 weights (and its block's
+// scales) straight into registers.
+//
+// `mv8_*` (one row of x, decode): groups of MV8_ROWS weight rows, each
+// group's warps splitting the columns. A thread takes the same unit of every row of
+// the block, so it loads x's parts once for all of them (x is most of the
+// bytes a thread loads: 64 of them per 16 bytes of Q4_K weights) and issues
+// every row's weight loads before it multiplies any. On the H100 this runs
+// at 1.25-1.45x the former warp-per-row layout on the 8B shapes' large
+// matrices (benches/cuda-lab/mvr_lab.cu: Q4_K 14336 x 4096 2,084 GB/s, Q6_K
+// 1,863). `mv8n_*` takes up to MV8_MAX_TOKENS rows of x (short prompts),
+// MV8N_ROWS weight rows a block with a warp each, each weight unit decoded
+// once for all rows of x.
+#if !defined(MV8_THREADS) || !defined(MV8_ROWS) || !defined(MV8N_ROWS) || !defined(MV8_MAX_TOKENS)
+#error "MV8_THREADS, MV8_ROWS, MV8N_ROWS and MV8_MAX_TOKENS come from the worker as -D options"
 #endif
 
 // The quantized x of one row.
@@ -280,10 +287,28 @@ struct X8 {
     }
 };
 
-// Sixteen weights (a signed byte each in q[0..3]) against x's hi and lo
-// parts from column c.
-__device__ __forceinline__ float dot16(const u32* q, const X8& x, int c) {
-    const uint4 h = *(const uint4*)(x.hi + c), l = *(const uint4*)(x.lo + c);
+// The x a unit meets: 16 values from column c0 and 16 from c1 (hi and lo
+// parts), the scales of their 32-value blocks and their sums.
+struct X8Unit {
+    uint4 h0, l0, h1, l1;
+    float d0, d1, s0, s1;
+};
+
+__device__ __forceinline__ X8Unit x8_unit(const X8& x, int c0, int c1) {
+    X8Unit r;
+    r.h0 = *(const uint4*)(x.hi + c0);
+    r.l0 = *(const uint4*)(x.lo + c0);
+    r.h1 = *(const uint4*)(x.hi + c1);
+    r.l1 = *(const uint4*)(x.lo + c1);
+    r.d0 = x.d[c0 >> 5];
+    r.d1 = x.d[c1 >> 5];
+    r.s0 = x.sum16[c0 >> 4];
+    r.s1 = x.sum16[c1 >> 4];
+    return r;
+}
+
+// Sixteen weights (a signed byte each in q[0..3]) against x's hi and lo parts.
+__device__ __forceinline__ float dot16(const u32* q, uint4 h, uint4 l) {
     int sh = __dp4a((int)q[0], (int)h.x, 0), sl = __dp4a((int)q[0], (int)l.x, 0);
     sh = __dp4a((int)q[1], (int)h.y, sh);
     sl = __dp4a((int)q[1], (int)l.y, sl);
@@ -311,31 +336,45 @@ __device__ __forceinline__ void k_scale_min_w(u32 a, u32 b, u32 c, int j, float 
     *mn = __fmul_rn(dmin, (float)m);
 }
 
-// A unit is 32 weights of one row: unit u covers columns 32u.. for Q5_0
-// and Q8_0 (one block). For Q4_K it is 16 bytes of qs, 16 values of
+// 32 bytes from a 2-byte aligned address that has at least 2 more bytes of
+// its tensor after them: eight or nine aligned words, shifted (eight loads
+// where sixteen u16 loads were).
+__device__ __forceinline__ void ld32_a2(const u8* p, u32* o) {
+    const u32* a = (const u32*)((size_t)p & ~(size_t)3);
+    const int sh = (int)((size_t)p & 2) * 8;
+    u32 w[9];
+#pragma unroll
+    for (int i = 0; i < 8; i++) w[i] = a[i];
+    w[8] = sh ? a[8] : 0u;
+#pragma unroll
+    for (int i = 0; i < 8; i++) o[i] = __funnelshift_r(w[i], w[i + 1], sh);
+}
+
+// A unit is 32 weights of one row, meeting x at columns col0(u) (16 values)
+// and col1(u) (16 more). Q5_0, Q8_0 and Q6_K: unit u is columns 32u.. (one
+// block, or an eighth of a Q6_K block). Q4_K: 16 bytes of qs, 16 values of
 // sub-block 2k in the low nibbles and 16 of sub-block 2k+1 in the high
 // ones, with the block's header (d, dmin, 12 scale bytes); 8 units a block.
-// `dots` decodes a unit once and adds its products with rows 0..n-1 of x
-// (at most NX) to acc.
+// `load` reads a unit's bytes, `dot` multiplies them with x.
 template <int T>
 struct Mv8Unit;
 
 template <>
 struct Mv8Unit<T_Q4_K> {
     uint4 head, qs;
+    static __device__ __forceinline__ int col0(int u) { return (u >> 3) * 256 + 64 * ((u >> 1) & 3) + 16 * (u & 1); }
+    static __device__ __forceinline__ int col1(int u) { return col0(u) + 32; }
     __device__ __forceinline__ void load(const u8* __restrict__ row, int u) {
         const u8* b = row + (i64)(u >> 3) * 144;
         head = *(const uint4*)b;
         qs = *(const uint4*)(b + 16 + 32 * ((u >> 1) & 3) + 16 * (u & 1));
     }
-    template <int NX>
-    __device__ __forceinline__ void dots(int u, const X8& x, int cols, int n, float* acc) const {
+    __device__ __forceinline__ float dot(int u, const X8Unit& x) const {
         const int k = (u >> 1) & 3;
         const float d = f16_to_f32((u16)(head.x & 0xFFFF)), dmin = f16_to_f32((u16)(head.x >> 16));
         float s0, m0, s1, m1;
         k_scale_min_w(head.y, head.z, head.w, 2 * k, d, dmin, &s0, &m0);
         k_scale_min_w(head.y, head.z, head.w, 2 * k + 1, d, dmin, &s1, &m1);
-        const int c0 = (u >> 3) * 256 + 64 * k + 16 * (u & 1), c1 = c0 + 32;  // first column of each 16
         const u32 q[4] = {qs.x, qs.y, qs.z, qs.w};
         u32 lo[4], hi[4];
 #pragma unroll
@@ -343,15 +382,10 @@ struct Mv8Unit<T_Q4_K> {
             lo[i] = q[i] & 0x0F0F0F0Fu;
             hi[i] = (q[i] >> 4) & 0x0F0F0F0Fu;
         }
-#pragma unroll
-        for (int t = 0; t < NX; t++) {
-            if (t >= n) break;
-            const X8 xt = x.row(t, cols);
-            float a = s0 * xt.d[c0 >> 5] * dot16(lo, xt, c0);
-            a = fmaf(-m0, xt.sum16[c0 >> 4], a);
-            a = fmaf(s1 * xt.d[c1 >> 5], dot16(hi, xt, c1), a);
-            acc[t] += fmaf(-m1, xt.sum16[c1 >> 4], a);
-        }
+        float a = s0 * x.d0 * dot16(lo, x.h0, x.l0);
+        a = fmaf(-m0, x.s0, a);
+        a = fmaf(s1 * x.d1, dot16(hi, x.h1, x.l1), a);
+        return fmaf(-m1, x.s1, a);
     }
 };
 
@@ -364,6 +398,8 @@ __device__ __forceinline__ u32 spread4(u32 h, int i) {
 template <>
 struct Mv8Unit<T_Q5_0> {
     u32 dh, qh, qs[4];
+    static __device__ __forceinline__ int col0(int u) { return 32 * u; }
+    static __device__ __forceinline__ int col1(int u) { return 32 * u + 16; }
     __device__ __forceinline__ void load(const u8* __restrict__ row, int u) {
         const u16* b = (const u16*)(row + (i64)u * 22);
         dh = b[0];
@@ -371,47 +407,35 @@ struct Mv8Unit<T_Q5_0> {
 #pragma unroll
         for (int i = 0; i < 4; i++) qs[i] = b[3 + 2 * i] | ((u32)b[4 + 2 * i] << 16);
     }
-    template <int NX>
-    __device__ __forceinline__ void dots(int u, const X8& x, int cols, int n, float* acc) const {
+    __device__ __forceinline__ float dot(int, const X8Unit& x) const {
         u32 lo[4], hi[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             lo[i] = (qs[i] & 0x0F0F0F0Fu) | spread4(qh, 4 * i);
             hi[i] = ((qs[i] >> 4) & 0x0F0F0F0Fu) | spread4(qh, 16 + 4 * i);
         }
-        const int c = 32 * u;
         const float d = f16_to_f32((u16)dh);
-#pragma unroll
-        for (int t = 0; t < NX; t++) {
-            if (t >= n) break;
-            const X8 xt = x.row(t, cols);
-            const float q = dot16(lo, xt, c) + dot16(hi, xt, c + 16);  // sum of (value + 16) * x
-            acc[t] += d * fmaf(xt.d[u], q, -16.0f * (xt.sum16[2 * u] + xt.sum16[2 * u + 1]));
-        }
+        const float q = dot16(lo, x.h0, x.l0) + dot16(hi, x.h1, x.l1);  // sum of (value + 16) * x
+        return d * fmaf(x.d0, q, -16.0f * (x.s0 + x.s1));
     }
 };
 
 template <>
 struct Mv8Unit<T_Q8_0> {
     u32 dh, qs[8];
+    static __device__ __forceinline__ int col0(int u) { return 32 * u; }
+    static __device__ __forceinline__ int col1(int u) { return 32 * u + 16; }
     __device__ __forceinline__ void load(const u8* __restrict__ row, int u) {
         const u16* b = (const u16*)(row + (i64)u * 34);
         dh = b[0];
 #pragma unroll
         for (int i = 0; i < 8; i++) qs[i] = b[1 + 2 * i] | ((u32)b[2 + 2 * i] << 16);
     }
-    template <int NX>
-    __device__ __forceinline__ void dots(int u, const X8& x, int cols, int n, float* acc) const {
-        const int c = 32 * u;
+    __device__ __forceinline__ float dot(int, const X8Unit& x) const {
         const float d = f16_to_f32((u16)dh);
         // Halves copied out: a pointer into qs put it in local memory.
         const u32 q0[4] = {qs[0], qs[1], qs[2], qs[3]}, q1[4] = {qs[4], qs[5], qs[6], qs[7]};
-#pragma unroll
-        for (int t = 0; t < NX; t++) {
-            if (t >= n) break;
-            const X8 xt = x.row(t, cols);
-            acc[t] += d * xt.d[u] * (dot16(q0, xt, c) + dot16(q1, xt, c + 16));
-        }
+        return d * x.d0 * (dot16(q0, x.h0, x.l0) + dot16(q1, x.h1, x.l1));
     }
 };
 
@@ -419,25 +443,22 @@ struct Mv8Unit<T_Q8_0> {
 // n = v / 4, j = v % 4): the low (j < 2) or high nibbles of 32 bytes of ql
 // and bits 2 j, 2 j + 1 of 32 bytes of qh, with one int8 scale per 16 values.
 // Units j and j + 2 read the same bytes; neighbouring lanes take them, so the
-// loads meet in the same sectors. Blocks sit 2-byte aligned: loaded as u16s.
+// loads meet in the same sectors. Blocks sit 2-byte aligned: ql and qh come
+// through ld32_a2 (each is followed by more of the block).
 template <>
 struct Mv8Unit<T_Q6_K> {
     u32 ql[8], qh[8], sc, dh;
+    static __device__ __forceinline__ int col0(int u) { return 32 * u; }
+    static __device__ __forceinline__ int col1(int u) { return 32 * u + 16; }
     __device__ __forceinline__ void load(const u8* __restrict__ row, int u) {
         const u8* b = row + (i64)(u >> 3) * 210;
         const int n = (u >> 2) & 1, j = u & 3;
-        const u16* l = (const u16*)(b + 64 * n + 32 * (j & 1));
-        const u16* h = (const u16*)(b + 128 + 32 * n);
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            ql[i] = l[2 * i] | ((u32)l[2 * i + 1] << 16);
-            qh[i] = h[2 * i] | ((u32)h[2 * i + 1] << 16);
-        }
+        ld32_a2(b + 64 * n + 32 * (j & 1), ql);
+        ld32_a2(b + 128 + 32 * n, qh);
         sc = *(const u16*)(b + 192 + 8 * n + 2 * j);
         dh = *(const u16*)(b + 208);
     }
-    template <int NX>
-    __device__ __forceinline__ void dots(int u, const X8& x, int cols, int n, float* acc) const {
+    __device__ __forceinline__ float dot(int u, const X8Unit& x) const {
         const int j = u & 3, sh = 4 * (j >> 1);
         // 6-bit q in bytes, minus 32 without borrows: (q + 0x60) ^ 0x80 per byte.
         u32 q0[4], q1[4];
@@ -450,22 +471,69 @@ struct Mv8Unit<T_Q6_K> {
         }
         const float d = f16_to_f32((u16)dh);
         const float s0 = __fmul_rn(d, (float)(i8)(sc & 0xFF)), s1 = __fmul_rn(d, (float)(i8)(sc >> 8));
-        const int c = 32 * u;
-#pragma unroll
-        for (int t = 0; t < NX; t++) {
-            if (t >= n) break;
-            const X8 xt = x.row(t, cols);
-            acc[t] += xt.d[u] * fmaf(s0, dot16(q0, xt, c), s1 * dot16(q1, xt, c + 16));
-        }
+        return x.d0 * fmaf(s0, dot16(q0, x.h0, x.l0), s1 * dot16(q1, x.h1, x.l1));
     }
 };
 
-// R rows a block, MV8_THREADS / R threads a row, U units loaded at a time,
-// n <= NX rows of x (out is [n][rows]). Summation order is fixed (a
-// thread's units in order, then a butterfly, then warps in order), and the
-// same for every row of x whatever n is.
-template <int T, int R, int U, int NX>
-__device__ __forceinline__ void mv8_impl(const u8* __restrict__ W, i64 row_bytes, int rows, int cols, int n,
+// Warps that share one group of rows in `mv8_*`: a row's units spread over
+// as few warps as cover them (1, 2 or all), so that narrow rows (the 0.5B
+// shapes' 896 columns are 28 units) keep every thread busy. The host's
+// launch geometry computes the same (launch.rs, mv8_group_warps).
+__device__ __forceinline__ int mv8_group_warps(int cols) {
+    const int units = cols / 32;
+    return units <= 32 ? 1 : units <= 64 ? 2 : MV8_THREADS / 32;
+}
+
+// One row of x: groups of R weight rows, each group's columns split over
+// its warps (a thread takes units t, t + 32 G, ... of every row of its
+// group), MV8_THREADS / 32 / G groups a block. Summation order is fixed: a
+// thread's units in order, a butterfly per warp, the group's warps in order.
+template <int T, int R>
+__device__ __forceinline__ void mv8_one(const u8* __restrict__ W, i64 row_bytes, int rows, int cols, const X8& x,
+                                        const float* __restrict__ bias, float* __restrict__ out) {
+    constexpr int WARPS = MV8_THREADS / 32;
+    __shared__ float red[WARPS][R];
+    const int G = mv8_group_warps(cols), groups = WARPS / G;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int grp = warp / G, t = threadIdx.x - grp * G * 32;
+    const int r0 = (blockIdx.x * groups + grp) * R, nr = min(R, rows - r0);
+    const int units = cols / 32;
+    const u8* base = W + (i64)r0 * row_bytes;
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.0f;
+    for (int u = t; u < units && nr > 0; u += G * 32) {
+        Mv8Unit<T> w[R];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (r < nr) w[r].load(base + (i64)r * row_bytes, u);
+        const X8Unit xu = x8_unit(x, Mv8Unit<T>::col0(u), Mv8Unit<T>::col1(u));
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (r < nr) acc[r] += w[r].dot(u, xu);
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const float s = warp_sum(acc[r]);
+        if (lane == 0) red[warp][r] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x < groups * R) {
+        const int g = threadIdx.x / R, r = threadIdx.x % R, row = (blockIdx.x * groups + g) * R + r;
+        if (row < rows) {
+            float s = 0.0f;
+            for (int w = g * G; w < (g + 1) * G; w++) s += red[w][r];
+            out[row] = bias ? s + bias[row] : s;
+        }
+    }
+}
+
+// n <= NX rows of x: R weight rows a block, MV8_THREADS / R threads a row
+// (out is [n][rows]). Summation order is fixed (a thread's units in order,
+// then a butterfly, then warps in order), and the same for every row of x
+// whatever n is.
+template <int T, int R, int NX>
+__device__ __forceinline__ void mv8_rows(const u8* __restrict__ W, i64 row_bytes, int rows, int cols, int n,
                                          const X8& x, const float* __restrict__ bias, float* __restrict__ out) {
     constexpr int TPR = MV8_THREADS / R;
     static_assert(TPR % 32 == 0 && MV8_THREADS % 32 == 0, "whole warps per row");
@@ -477,14 +545,15 @@ __device__ __forceinline__ void mv8_impl(const u8* __restrict__ W, i64 row_bytes
     for (int i = 0; i < NX; i++) acc[i] = 0.0f;
     if (r < rows) {
         const u8* row = W + (i64)r * row_bytes;
-        for (int u0 = t; u0 < units; u0 += U * TPR) {
-            Mv8Unit<T> w[U];
+        for (int u = t; u < units; u += TPR) {
+            Mv8Unit<T> w;
+            w.load(row, u);
 #pragma unroll
-            for (int i = 0; i < U; i++)
-                if (u0 + i * TPR < units) w[i].load(row, u0 + i * TPR);
-#pragma unroll
-            for (int i = 0; i < U; i++)
-                if (u0 + i * TPR < units) w[i].template dots<NX>(u0 + i * TPR, x, cols, n, acc);
+            for (int i = 0; i < NX; i++) {
+                if (i >= n) break;
+                const X8Unit xu = x8_unit(x.row(i, cols), Mv8Unit<T>::col0(u), Mv8Unit<T>::col1(u));
+                acc[i] += w.dot(u, xu);
+            }
         }
     }
 #pragma unroll
@@ -507,18 +576,13 @@ __device__ __forceinline__ void mv8_impl(const u8* __restrict__ W, i64 row_bytes
     extern "C" __global__ void __launch_bounds__(MV8_THREADS)                                            \
         mv8_##name(const u8* W, i64 row_bytes, int rows, int cols, const i8* xh, const i8* xl,           \
                    const float* xd, const float* xs, const float* bias, float* out) {                    \
-        mv8_impl<T, MV8_ROWS, 1, 1>(W, row_bytes, rows, cols, 1, X8{xh, xl, xd, xs}, bias, out);         \
-    }                                                                                                    \
-    extern "C" __global__ void __launch_bounds__(MV8_THREADS)                                            \
-        mv8w_##name(const u8* W, i64 row_bytes, int rows, int cols, const i8* xh, const i8* xl,          \
-                    const float* xd, const float* xs, const float* bias, float* out) {                   \
-        mv8_impl<T, MV8W_ROWS, 2, 1>(W, row_bytes, rows, cols, 1, X8{xh, xl, xd, xs}, bias, out);        \
+        mv8_one<T, MV8_ROWS>(W, row_bytes, rows, cols, X8{xh, xl, xd, xs}, bias, out);                    \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(MV8_THREADS)                                            \
         mv8n_##name(const u8* W, i64 row_bytes, int rows, int cols, int n, const i8* xh, const i8* xl,   \
                     const float* xd, const float* xs, const float* bias, float* out) {                   \
-        mv8_impl<T, MV8_ROWS, 1, MV8_MAX_TOKENS>(W, row_bytes, rows, cols, n, X8{xh, xl, xd, xs}, bias,  \
-                                                 out);                                                   \
+        mv8_rows<T, MV8N_ROWS, MV8_MAX_TOKENS>(W, row_bytes, rows, cols, n, X8{xh, xl, xd, xs}, bias,    \
+                                               out);                                                     \
     }
 
 // The formats with a unit above, among those this module is compiled for.

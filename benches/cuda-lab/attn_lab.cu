@@ -13,6 +13,8 @@
 #include "lab.cuh"
 
 #include "attention.cu"
+#include "attention_split.cu"
+#include "attention_tc.cu"
 
 
 int main() {

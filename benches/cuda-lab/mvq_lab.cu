@@ -1,4 +1,4 @@
-// mvq_lab.cu: the worker's integer decode mat-vec for Q4_K (`mv8_q4_k`,
+// mvq_lab.cu: the worker's integer decode mat-vec for Q4_K (`mv8_q4_k`, formerly also
 // `mv8w_q4_k`, matvec.cu, from x split by `quantize_x8`, elementwise.cu)
 // against mv1 on the same random weights:
 //   benches/cuda-lab/build mvq_lab && /tmp/mvq_lab
@@ -28,7 +28,7 @@ int main() {
     std::vector<Shape> shapes = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096},
                                  {896, 1024}, {4864, 1024}, {151936, 1024}};
     struct V { const char* name; Mvq k; int r; };
-    V vs[] = {{"mv8", mv8_q4_k, MV8_ROWS}, {"mv8w", mv8w_q4_k, MV8W_ROWS}};
+    V vs[] = {{"mv8", mv8_q4_k, MV8_ROWS}};
     printf("%7s %6s %9s %9s | %s\n", "rows", "cols", "mv1 GB/s", "quant us", "variant: GB/s (kernel alone) rel_err");
     for (Shape s : shapes) {
         const i64 rb = (i64)s.cols / 256 * 144;

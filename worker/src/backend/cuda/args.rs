@@ -551,23 +551,17 @@ impl KernelCall for QuantizeX8Args {
     }
 }
 
-/// A matmul of one row of x through `mv8_*` or `mv8w_*`, reading x as
-/// `quantize_x8` wrote it into `x8` (`args.x` itself is not read).
+/// A matmul of one row of x through `mv8_*`, reading x as `quantize_x8`
+/// wrote it into `x8` (`args.x` itself is not read).
 #[derive(Clone, Copy, Debug)]
 pub struct MatVec8Call {
     pub args: MatmulArgs,
     pub x8: X8Bufs,
-    pub wide: bool,
 }
 
 impl MatVec8Call {
     fn kernel(&self) -> Kernel {
-        let ty = self.args.w.ty;
-        if self.wide {
-            Kernel::MatVec8Wide(ty)
-        } else {
-            Kernel::MatVec8(ty)
-        }
+        Kernel::MatVec8(self.args.w.ty)
     }
 }
 
@@ -654,9 +648,15 @@ fn mv8_plan(kernel: Kernel, a: &MatmulArgs, x8: &X8Bufs) -> Plan {
             sums,
             ("out", a.out.addr()),
         ],
-        Work::Matrix {
-            rows: a.w.rows,
-            n: a.n,
+        match kernel {
+            Kernel::MatVec8(_) => Work::MatVec {
+                rows: a.w.rows,
+                cols: a.w.cols,
+            },
+            _ => Work::Matrix {
+                rows: a.w.rows,
+                n: a.n,
+            },
         },
     )
 }

@@ -22,8 +22,8 @@ use cudarc::driver::sys::{self, CUdeviceptr};
 use cudarc::driver::{CudaContext, CudaStream};
 
 use crate::backend::cuda::kernels::Kernels;
+use crate::backend::cuda::source::KernelSet;
 use crate::backend::{BackendError, BackendKind, DeviceInfo, MemoryUse};
-use crate::quant::GgmlType;
 
 /// Test-only cap on the device memory this process may take, in bytes
 /// (M0-W-1020/1021/1825): allocations beyond it fail as if the GPU were full.
@@ -154,12 +154,12 @@ impl CudaDevice {
     }
 
     /// As [`CudaDevice::new`], with the memory cap given (`None`: from the
-    /// environment) and only the kernels of weights stored in `formats`
-    /// (`None`: every format).
+    /// environment) and only the kernels of a model of `set` (`None`: every
+    /// format and head size).
     pub fn with_cap(
         ordinal: usize,
         cap: Option<u64>,
-        formats: Option<&[GgmlType]>,
+        set: Option<KernelSet<'_>>,
     ) -> Result<Arc<CudaDevice>, BackendError> {
         // SAFETY: only probes whether the shared library can be opened.
         if !unsafe { sys::is_culib_present() } {
@@ -259,7 +259,7 @@ impl CudaDevice {
             })?),
         };
 
-        let kernels = Kernels::load(&ctx, arch, formats)?;
+        let kernels = Kernels::load(&ctx, arch, set)?;
         let info = DeviceInfo {
             backend: BackendKind::Cuda,
             name,

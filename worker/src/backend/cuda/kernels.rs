@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use cudarc::driver::sys::CUfunction_attribute as Attr;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
@@ -25,8 +26,8 @@ use crate::backend::cuda::launch::{integer_gemm, launch_config, Kernel, KernelCa
 use crate::backend::cuda::nvrtc::{compile_unit, KernelCache};
 use crate::backend::cuda::ptr::DevPtrMut;
 use crate::backend::cuda::source::{
-    Unit, ATC_HEAD_DIMS, ATS_MAX_SPLITS, GEMM_BM, GEMM_BN, GTC_BR, GTC_BT, MV8_MAX_TOKENS,
-    MV_MAX_TOKENS,
+    head_pairs, KernelSet, Unit, ATC_HEAD_DIMS, ATS_MAX_SPLITS, GEMM_BM, GEMM_BN, GTC_BR, GTC_BT,
+    MV8_MAX_TOKENS, MV_MAX_TOKENS,
 };
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -53,18 +54,12 @@ pub const MV8_LOOP_MAX_TOKENS: usize = MV_LOOP_MAX_TOKENS;
 /// How a matmul runs on the integer mat-vec kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mv8Plan {
-    /// One row of x: `mv8_*`, or `mv8w_*` when `wide` (rows of
-    /// [`MV8_WIDE_COLS`] columns or more, or fewer than [`MV1_MIN_ROWS`]
-    /// rows, where two rows a block keep more SMs busy).
-    One { wide: bool },
+    /// One row of x: `mv8_*`.
+    One,
     /// Several rows: `mv8n_*` per group of `MV8_MAX_TOKENS`.
     Rows,
 }
 
-/// From this many columns on, `mv8w_*` (two rows a block, two units in
-/// flight per thread) rather than `mv8_*` (four rows): on the H100 1.2x at
-/// 4096 x 14336, 0.9x at 4096 x 4096 (benches/cuda-lab/mvq_lab.cu).
-pub const MV8_WIDE_COLS: usize = 8192;
 /// For float formats, `gemm_tc_*` (3xTF32) is used when its grid has at
 /// least this many blocks per SM (fewer blocks than SMs leave tensor cores
 /// idle, and `gemm_*` is faster). The quantized formats' `gemm_tc_*`
@@ -127,28 +122,50 @@ fn load_error(u: Unit, e: impl std::fmt::Debug) -> BackendError {
 }
 
 /// Every unit's image for `arch`, compiled in parallel where not cached;
-/// the flag says whether it came from the cache.
+/// the flag says whether it came from the cache. Logs how many were
+/// compiled, the slowest and the wall time: most of a first start.
 fn unit_images(
     cache: &KernelCache,
     arch: (i32, i32),
     units: &[Unit],
 ) -> Result<Vec<(Unit, Vec<u8>, bool)>, BackendError> {
-    std::thread::scope(|s| {
+    let start = Instant::now();
+    let timed: Vec<(Unit, Vec<u8>, bool, f64)> = std::thread::scope(|s| {
         let handles: Vec<_> = units
             .iter()
             .map(|&u| {
                 s.spawn(move || {
+                    let t = Instant::now();
                     cache
                         .load_or_compile(u, arch)
-                        .map(|(img, hit)| (u, img, hit))
+                        .map(|(img, hit)| (u, img, hit, t.elapsed().as_secs_f64()))
                 })
             })
             .collect();
         handles
             .into_iter()
             .map(|h| h.join().expect("compile thread panicked"))
-            .collect()
-    })
+            .collect::<Result<_, _>>()
+    })?;
+    let compiled = timed.iter().filter(|t| !t.2).count();
+    let slowest = timed
+        .iter()
+        .filter(|t| !t.2)
+        .max_by(|a, b| a.3.total_cmp(&b.3));
+    crate::narrate!(
+        info,
+        "kernels_ready",
+        units = timed.len(),
+        compiled,
+        slowest_unit = %slowest.map(|t| t.0.label()).unwrap_or_default(),
+        slowest_ms = slowest.map_or(0, |t| (t.3 * 1e3) as u64),
+        wall_ms = start.elapsed().as_millis() as u64,
+        "kernel images ready"
+    );
+    Ok(timed
+        .into_iter()
+        .map(|(u, img, hit, _)| (u, img, hit))
+        .collect())
 }
 
 /// Loads unit `u` from `image`; a cached image that does not load (stale
@@ -174,35 +191,45 @@ fn load_module(
 
 impl Kernels {
     /// Compiles (or takes from the disk cache) the units for `arch` that hold
-    /// the kernels of weights stored in `formats` (`None`: every format),
-    /// loads them into `ctx` and looks up their kernels. Units compile in
-    /// parallel.
+    /// the kernels of a model of `set` (`None`: every format and head
+    /// size), loads them into `ctx` and looks up their kernels. Units
+    /// compile in parallel.
     pub fn load(
         ctx: &Arc<CudaContext>,
         arch: (i32, i32),
-        formats: Option<&[GgmlType]>,
+        set: Option<KernelSet<'_>>,
     ) -> Result<Kernels, BackendError> {
         let cache = KernelCache::from_env();
-        let units = Unit::for_formats(formats);
+        let units = Unit::for_model(set);
         let mut modules = HashMap::new();
         for image in unit_images(&cache, arch, &units)? {
             let u = image.0;
             modules.insert(u, load_module(ctx, &cache, arch, image)?);
         }
+        let formats = set.map(|s| s.formats);
+        let pairs = set.map(|s| head_pairs(s.head_dim));
         let mut funcs = HashMap::new();
         for k in Kernel::all() {
+            let module = k.module();
             let unit = Unit {
-                module: k.module(),
-                format: if formats.is_some() && k.module().per_format() {
+                module,
+                format: if formats.is_some() && module.per_format() {
                     k.format()
                 } else {
                     None
                 },
+                head_pairs: if module.per_head_size() { pairs } else { None },
             };
-            // A kernel of a format the model does not use was not compiled.
+            // A kernel of a format or head size the model does not use was
+            // not compiled.
             let Some(module) = modules.get(&unit) else {
                 continue;
             };
+            if let (Kernel::AttentionSplit(p, _), Some(want)) = (k, pairs) {
+                if p != want {
+                    continue;
+                }
+            }
             let f = module.load_function(&k.symbol()).map_err(|e| {
                 BackendError::KernelLaunchFailed(format!(
                     "{} has no kernel {}: {e:?}",
@@ -322,9 +349,7 @@ impl Kernels {
             return None;
         }
         match m.n {
-            1 => Some(Mv8Plan::One {
-                wide: w.cols >= MV8_WIDE_COLS || w.rows < MV1_MIN_ROWS,
-            }),
+            1 => Some(Mv8Plan::One),
             n if n <= MV8_LOOP_MAX_TOKENS => Some(Mv8Plan::Rows),
             _ => None,
         }
@@ -339,7 +364,7 @@ impl Kernels {
         x8: X8Bufs,
     ) -> Result<(), BackendError> {
         match plan {
-            Mv8Plan::One { wide } => self.launch(s, &MatVec8Call { args: *m, x8, wide }),
+            Mv8Plan::One => self.launch(s, &MatVec8Call { args: *m, x8 }),
             Mv8Plan::Rows => {
                 for t0 in (0..m.n).step_by(MV8_MAX_TOKENS) {
                     let args = m.rows_of_x(t0, MV8_MAX_TOKENS.min(m.n - t0));

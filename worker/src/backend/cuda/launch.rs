@@ -12,7 +12,7 @@ use crate::backend::cuda::ptr::Param;
 use crate::backend::cuda::source::{
     Module, ATC_BQ, ATC_SMEM_BYTES, ATC_THREADS, ATSC_THREADS, ATS_THREADS, ATT_THREADS, GEMM_BM,
     GEMM_BN, GEMM_THREADS, GTC_BR, GTC_BT, GTC_SMEM_BYTES, GTC_THREADS, MV1_ROWS, MV1_THREADS,
-    MV8W_ROWS, MV8_ROWS, MV8_THREADS, MV_THREADS, SAMPLE_THREADS,
+    MV8N_ROWS, MV8_ROWS, MV8_THREADS, MV_THREADS, SAMPLE_THREADS,
 };
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -34,9 +34,8 @@ pub enum Kernel {
     /// `mv8_<type>`: matrix product for one row of x (decode) on the integer
     /// units, from x split by `quantize_x8`; `MV8_ROWS` weight rows a block.
     MatVec8(GgmlType),
-    /// `mv8w_<type>`: the same for long rows, `MV8W_ROWS` rows a block.
-    MatVec8Wide(GgmlType),
-    /// `mv8n_<type>`: the same for up to `MV8_MAX_TOKENS` rows of x.
+    /// `mv8n_<type>`: the same for up to `MV8_MAX_TOKENS` rows of x,
+    /// `MV8N_ROWS` weight rows a block.
     MatVec8N(GgmlType),
     /// `quantize_x8`: rows of x as `mv8_*` reads them.
     QuantizeX8,
@@ -103,11 +102,7 @@ impl Kernel {
                 v.push(Kernel::GemmTcSplit(t));
             }
             if has_mv8(t) {
-                v.extend([
-                    Kernel::MatVec8(t),
-                    Kernel::MatVec8Wide(t),
-                    Kernel::MatVec8N(t),
-                ]);
+                v.extend([Kernel::MatVec8(t), Kernel::MatVec8N(t)]);
             }
         }
         v.extend([
@@ -145,18 +140,13 @@ impl Kernel {
         match self {
             Kernel::Embed(_) => Module::Embed,
             Kernel::MatVec(_) | Kernel::MatVecWarp(_) | Kernel::Gemm(_) => Module::Matmul,
-            Kernel::MatVec1(_)
-            | Kernel::MatVec8(_)
-            | Kernel::MatVec8Wide(_)
-            | Kernel::MatVec8N(_) => Module::Matvec,
+            Kernel::MatVec1(_) | Kernel::MatVec8(_) | Kernel::MatVec8N(_) => Module::Matvec,
             Kernel::GemmTc(_) | Kernel::GemmTcSplit(_) | Kernel::DequantF16(_) => Module::GemmTc,
             Kernel::RmsNorm | Kernel::AddRmsNorm | Kernel::LayerNorm => Module::Norm,
             Kernel::Rope => Module::Rope,
-            Kernel::KvStore
-            | Kernel::Attention
-            | Kernel::AttentionTc
-            | Kernel::AttentionSplit(..)
-            | Kernel::AttentionCombine => Module::Attention,
+            Kernel::KvStore | Kernel::Attention => Module::Attention,
+            Kernel::AttentionSplit(..) | Kernel::AttentionCombine => Module::AttentionSplit,
+            Kernel::AttentionTc => Module::AttentionTc,
             Kernel::Swiglu
             | Kernel::Geglu
             | Kernel::Gelu
@@ -207,7 +197,6 @@ impl Kernel {
             | Kernel::Gemm(t)
             | Kernel::MatVec1(t)
             | Kernel::MatVec8(t)
-            | Kernel::MatVec8Wide(t)
             | Kernel::MatVec8N(t)
             | Kernel::GemmTc(t)
             | Kernel::GemmTcSplit(t)
@@ -226,7 +215,6 @@ impl Kernel {
             Kernel::Gemm(t) => format!("gemm_{}", ty(t)),
             Kernel::MatVec1(t) => format!("mv1_{}", ty(t)),
             Kernel::MatVec8(t) => format!("mv8_{}", ty(t)),
-            Kernel::MatVec8Wide(t) => format!("mv8w_{}", ty(t)),
             Kernel::MatVec8N(t) => format!("mv8n_{}", ty(t)),
             Kernel::QuantizeX8 => "quantize_x8".into(),
             Kernel::GemmTc(t) => format!("gemm_tc_{}", ty(t)),
@@ -315,6 +303,8 @@ pub enum Work {
     Rows { rows: usize, cols: usize },
     /// An output of `rows` weight rows by `n` rows of x (matmul).
     Matrix { rows: usize, n: usize },
+    /// One row of x by `rows` weight rows of `cols` columns (`mv8_*`).
+    MatVec { rows: usize, cols: usize },
     /// The same, its columns split into `splits` ranges.
     SplitMatrix {
         rows: usize,
@@ -327,6 +317,16 @@ pub enum Work {
     Chunks { n_head_kv: usize, nsplit: usize },
     /// One block for the whole problem.
     Single,
+}
+
+/// Warps of an `mv8_*` block that share one group of `MV8_ROWS` rows: as
+/// few as cover a row's 32-value units (matvec.cu computes the same).
+pub fn mv8_group_warps(cols: usize) -> u32 {
+    match cols / 32 {
+        0..=32 => 1,
+        33..=64 => 2,
+        _ => MV8_THREADS / 32,
+    }
 }
 
 /// Threads per block of the one-thread-per-element kernels.
@@ -410,11 +410,12 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
         (Kernel::MatVec1(_), Work::Matrix { rows, .. }) => {
             Ok(blocks(((rows as u32).div_ceil(MV1_ROWS), 1), MV1_THREADS))
         }
-        (Kernel::MatVec8(_) | Kernel::MatVec8N(_), Work::Matrix { rows, .. }) => {
-            Ok(blocks(((rows as u32).div_ceil(MV8_ROWS), 1), MV8_THREADS))
+        (Kernel::MatVec8(_), Work::MatVec { rows, cols }) => {
+            let per_block = MV8_ROWS * (MV8_THREADS / 32) / mv8_group_warps(cols);
+            Ok(blocks(((rows as u32).div_ceil(per_block), 1), MV8_THREADS))
         }
-        (Kernel::MatVec8Wide(_), Work::Matrix { rows, .. }) => {
-            Ok(blocks(((rows as u32).div_ceil(MV8W_ROWS), 1), MV8_THREADS))
+        (Kernel::MatVec8N(_), Work::Matrix { rows, .. }) => {
+            Ok(blocks(((rows as u32).div_ceil(MV8N_ROWS), 1), MV8_THREADS))
         }
         (Kernel::GemmTc(_), Work::Matrix { rows, n }) => gemm_tc_config(rows, n, 1),
         (Kernel::GemmTcSplit(_), Work::SplitMatrix { rows, n, splits }) => {

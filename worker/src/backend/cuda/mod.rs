@@ -49,7 +49,7 @@ pub use launch::Kernel;
 pub use nvrtc::{compile_source, compile_unit, nvrtc_available, KernelCache, KERNEL_CACHE_ENV};
 pub use ops::{CudaBuf, CudaCache, CudaOps, CudaWeight};
 pub use sample::DeviceSampler;
-pub use source::{Module, Unit, HEADERS};
+pub use source::{KernelSet, Module, Unit, HEADERS};
 pub use upload::UploadStats;
 
 use crate::backend::{
@@ -175,7 +175,11 @@ impl CudaBackend {
                 formats.push(info.ggml_type);
             }
         }
-        let dev = CudaDevice::with_cap(opts.gpu_device, opts.vram_cap_bytes, Some(&formats))?;
+        let set = KernelSet {
+            formats: &formats,
+            head_dim: cfg.head_dim,
+        };
+        let dev = CudaDevice::with_cap(opts.gpu_device, opts.vram_cap_bytes, Some(set))?;
         dev.bind()?;
 
         // Fail fast, before allocating anything, when the model does not fit.

@@ -58,11 +58,11 @@ shared_constants! {
     MV1_THREADS: u32 = 256;
     MV1_ROWS: u32 = 8;
     MV1_STAGES: u32 = 4;
-    /// `mv8_*` / `mv8w_*` (integer decode mat-vec, matvec.cu): threads per
-    /// block, and weight rows per block for short and for wide rows.
+    /// `mv8_*` / `mv8n_*` (integer mat-vec, matvec.cu): threads per block,
+    /// and weight rows per block for one row of x and for several.
     MV8_THREADS: u32 = 128;
-    MV8_ROWS: u32 = 4;
-    MV8W_ROWS: u32 = 2;
+    MV8_ROWS: u32 = 2;
+    MV8N_ROWS: u32 = 4;
     /// Most rows of x one `mv8n_*` launch takes.
     MV8_MAX_TOKENS: usize = 8;
     /// `gemm_tc_*` (gemm.cu): output tile of `GTC_BR` weight rows by
@@ -73,7 +73,7 @@ shared_constants! {
     GTC_BK: u32 = 32;
     GTC_THREADS: u32 = 256;
     GTC_PAD: u32 = 4;
-    /// `attention_split` (attention.cu): threads per block, most query heads
+    /// `attention_split` (attention_split.cu): threads per block, most query heads
     /// per KV head, keys each warp loads before using them, and most chunks
     /// (`attention_combine`'s shared memory).
     ATS_THREADS: u32 = 128;
@@ -83,7 +83,7 @@ shared_constants! {
     /// Threads per `attention_combine` block (one block per head: many
     /// warps, so that each reads few chunks).
     ATSC_THREADS: u32 = 512;
-    /// `attention_tc` (attention.cu, prefill on tensor cores): threads per
+    /// `attention_tc` (attention_tc.cu, prefill on tensor cores): threads per
     /// block, query rows per block, keys per step.
     ATC_THREADS: u32 = 128;
     ATC_BQ: u32 = 64;
@@ -111,9 +111,13 @@ pub fn defines() -> Vec<String> {
 }
 
 /// Headers every module may include, by the name used in `#include "..."`.
-pub const HEADERS: [(&str, &str); 2] = [
+pub const HEADERS: [(&str, &str); 3] = [
     ("common.cuh", include_str!("../../../../cuda/common.cuh")),
     ("dequant.cuh", include_str!("../../../../cuda/dequant.cuh")),
+    (
+        "attention.cuh",
+        include_str!("../../../../cuda/attention.cuh"),
+    ),
 ];
 
 /// One `cuda/*.cu` file, compiled as one CUDA module.
@@ -126,12 +130,14 @@ pub enum Module {
     Norm,
     Rope,
     Attention,
+    AttentionSplit,
+    AttentionTc,
     Elementwise,
     Sample,
 }
 
 impl Module {
-    pub const ALL: [Module; 9] = [
+    pub const ALL: [Module; 11] = [
         Module::Embed,
         Module::Matmul,
         Module::Matvec,
@@ -139,6 +145,8 @@ impl Module {
         Module::Norm,
         Module::Rope,
         Module::Attention,
+        Module::AttentionSplit,
+        Module::AttentionTc,
         Module::Elementwise,
         Module::Sample,
     ];
@@ -152,6 +160,8 @@ impl Module {
             Module::Norm => "norm.cu",
             Module::Rope => "rope.cu",
             Module::Attention => "attention.cu",
+            Module::AttentionSplit => "attention_split.cu",
+            Module::AttentionTc => "attention_tc.cu",
             Module::Elementwise => "elementwise.cu",
             Module::Sample => "sample.cu",
         }
@@ -166,6 +176,8 @@ impl Module {
             Module::Norm => include_str!("../../../../cuda/norm.cu"),
             Module::Rope => include_str!("../../../../cuda/rope.cu"),
             Module::Attention => include_str!("../../../../cuda/attention.cu"),
+            Module::AttentionSplit => include_str!("../../../../cuda/attention_split.cu"),
+            Module::AttentionTc => include_str!("../../../../cuda/attention_tc.cu"),
             Module::Elementwise => include_str!("../../../../cuda/elementwise.cu"),
             Module::Sample => include_str!("../../../../cuda/sample.cu"),
         }
@@ -181,14 +193,41 @@ impl Module {
             Module::Embed | Module::Matmul | Module::Matvec | Module::GemmTc
         )
     }
+
+    /// Whether the module's kernels are defined once per head-size class
+    /// ([`head_pairs`], `-DONE_HEAD_PAIRS`).
+    pub fn per_head_size(self) -> bool {
+        matches!(self, Module::AttentionSplit | Module::AttentionTc)
+    }
+}
+
+/// What a model needs compiled: the formats of its matrices and its head
+/// size (which `attention_split.cu` and `attention_tc.cu` instances).
+#[derive(Clone, Copy, Debug)]
+pub struct KernelSet<'a> {
+    pub formats: &'a [GgmlType],
+    pub head_dim: usize,
+}
+
+/// The head-size class of `attention_split`'s instances (and
+/// `attention_tc`'s): dims held per lane pair, 1 (up to 64), 2 (up to 128)
+/// or 4 (up to 256).
+pub fn head_pairs(head_dim: usize) -> u8 {
+    match head_dim {
+        0..=64 => 1,
+        65..=128 => 2,
+        _ => 4,
+    }
 }
 
 /// One NVRTC compilation: a module, and for a per-format module the one
-/// weight format it is built for (`None`: every format, one image).
+/// weight format it is built for (`None`: every format, one image); for a
+/// per-head-size module, the one head-size class (`None`: every class).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Unit {
     pub module: Module,
     pub format: Option<GgmlType>,
+    pub head_pairs: Option<u8>,
 }
 
 impl Unit {
@@ -197,24 +236,47 @@ impl Unit {
         Unit {
             module,
             format: None,
+            head_pairs: None,
         }
     }
 
     /// The units that hold every kernel a model needs whose matrices are
-    /// stored in `formats` (F32 is always added: it is the format of the
-    /// f32 tensors the worker builds itself); `None`: every module whole.
+    /// stored in `formats`; `None`: every module whole.
     pub fn for_formats(formats: Option<&[GgmlType]>) -> Vec<Unit> {
-        let Some(formats) = formats else {
+        Unit::for_model(formats.map(|formats| KernelSet {
+            formats,
+            head_dim: 0,
+        }))
+        .into_iter()
+        .map(|u| Unit {
+            head_pairs: None,
+            ..u
+        })
+        .collect()
+    }
+
+    /// The units a model needs: per-format modules for its formats,
+    /// per-head-size modules for its head size only (most of their
+    /// compile time is instances for other head sizes); `None`: every
+    /// module whole.
+    pub fn for_model(set: Option<KernelSet<'_>>) -> Vec<Unit> {
+        let Some(set) = set else {
             return Module::ALL.into_iter().map(Unit::whole).collect();
         };
-        let wanted = Unit::formats_compiled(formats);
+        let wanted = Unit::formats_compiled(set.formats);
         let mut units = Vec::new();
         for module in Module::ALL {
             if module.per_format() {
                 units.extend(wanted.iter().map(|&f| Unit {
                     module,
                     format: Some(f),
+                    head_pairs: None,
                 }));
+            } else if module.per_head_size() {
+                units.push(Unit {
+                    head_pairs: Some(head_pairs(set.head_dim)),
+                    ..Unit::whole(module)
+                });
             } else {
                 units.push(Unit::whole(module));
             }
@@ -222,9 +284,13 @@ impl Unit {
         units
     }
 
-    /// The formats compiled for a model stored in `formats`: those, and F32.
+    /// The formats compiled for a model stored in `formats`: each once. F32
+    /// only where a matrix is stored in it: the f32 vectors the worker keeps
+    /// (norm weights, biases) are read by the norm and mat-vec kernels
+    /// themselves, never multiplied as matrices (on the H100 the F32 matmul
+    /// unit was the slowest compile of a first start).
     pub fn formats_compiled(formats: &[GgmlType]) -> Vec<GgmlType> {
-        let mut wanted = vec![GgmlType::F32];
+        let mut wanted = Vec::new();
         for &f in formats {
             if !wanted.contains(&f) {
                 wanted.push(f);
@@ -233,35 +299,41 @@ impl Unit {
         wanted
     }
 
-    /// The `-D` options that select the unit's format (dequant.cuh).
+    /// The `-D` options that select the unit's format (dequant.cuh) or
+    /// head-size class (attention.cuh).
     pub fn defines(self) -> Vec<String> {
-        match self.format {
-            Some(f) => vec![
-                format!("-DONE_FORMAT_NAME={}", f.name().to_ascii_lowercase()),
-                format!("-DONE_FORMAT_ID=T_{}", f.name()),
-            ],
-            None => Vec::new(),
-        }
-    }
-
-    /// `matmul.cu`, or `matmul.cu [q4_k]` for one format (messages).
-    pub fn label(self) -> String {
-        match self.format {
-            Some(f) => format!(
-                "{} [{}]",
-                self.module.file_name(),
+        let mut v = Vec::new();
+        if let Some(f) = self.format {
+            v.push(format!(
+                "-DONE_FORMAT_NAME={}",
                 f.name().to_ascii_lowercase()
-            ),
-            None => self.module.file_name().to_string(),
+            ));
+            v.push(format!("-DONE_FORMAT_ID=T_{}", f.name()));
+        }
+        if let Some(p) = self.head_pairs {
+            v.push(format!("-DONE_HEAD_PAIRS={p}"));
+        }
+        v
+    }
+
+    /// `matmul.cu`, `matmul.cu [q4_k]` for one format, `attention_tc.cu
+    /// [heads <= 128]` for one head-size class (messages).
+    pub fn label(self) -> String {
+        let name = self.module.file_name();
+        match (self.format, self.head_pairs) {
+            (Some(f), _) => format!("{name} [{}]", f.name().to_ascii_lowercase()),
+            (None, Some(p)) => format!("{name} [heads <= {}]", 64 * p as usize),
+            (None, None) => name.to_string(),
         }
     }
 
-    /// The cache file's stem: `matmul`, or `matmul-q4_k`.
+    /// The cache file's stem: `matmul`, `matmul-q4_k`, `attention_tc-h128`.
     pub fn stem(self) -> String {
         let stem = self.module.file_name().trim_end_matches(".cu");
-        match self.format {
-            Some(f) => format!("{stem}-{}", f.name().to_ascii_lowercase()),
-            None => stem.to_string(),
+        match (self.format, self.head_pairs) {
+            (Some(f), _) => format!("{stem}-{}", f.name().to_ascii_lowercase()),
+            (None, Some(p)) => format!("{stem}-h{}", 64 * p as usize),
+            (None, None) => stem.to_string(),
         }
     }
 }

@@ -308,12 +308,10 @@ impl KernelCall for AttentionArgs {
 /// query heads per KV head: dim pairs per lane, 1, 2 or 4, and most heads,
 /// 4 or 8 (larger heads and groups are refused by `validate`).
 fn split_kernel(head_dim: usize, group: usize) -> Kernel {
-    let pairs = match head_dim {
-        0..=64 => 1,
-        65..=128 => 2,
-        _ => 4,
-    };
-    Kernel::AttentionSplit(pairs, if group <= 4 { 4 } else { 8 })
+    Kernel::AttentionSplit(
+        crate::backend::cuda::source::head_pairs(head_dim),
+        if group <= 4 { 4 } else { 8 },
+    )
 }
 
 /// `attention_split`: one query row (decode) over a long context split into

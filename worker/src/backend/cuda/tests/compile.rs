@@ -69,11 +69,9 @@ fn per_format_units_hold_only_their_format() {
     }
     let per_format_modules = Module::ALL.iter().filter(|m| m.per_format()).count();
     let units = Unit::for_formats(Some(&[GgmlType::Q4K, GgmlType::Q4K]));
-    // Q4_K once, and the F32 always added; the other modules whole.
-    assert_eq!(
-        units.len(),
-        2 * per_format_modules + Module::ALL.len() - per_format_modules
-    );
+    // Q4_K once (no F32: no matrix is stored in it); the other modules whole.
+    assert_eq!(units.len(), Module::ALL.len());
+    assert!(units.iter().all(|u| u.format != Some(GgmlType::F32)));
     let opts = crate::backend::cuda::nvrtc::options((9, 0));
     let key = |u: Unit| crate::backend::cuda::nvrtc::cache_key(u, &opts, (13, 0));
     let units: Vec<Unit> = Unit::for_formats(Some(&GgmlType::ALL))
@@ -119,8 +117,8 @@ fn per_format_units_hold_only_their_format() {
         );
         for other in GgmlType::ALL.into_iter().filter(|&f| Some(f) != u.format) {
             let o = Unit {
-                module: u.module,
                 format: Some(other),
+                ..u
             };
             assert_ne!(
                 key(u),
@@ -131,6 +129,58 @@ fn per_format_units_hold_only_their_format() {
             );
         }
     }
+}
+
+/// A model's per-head-size units (`attention_split.cu`, `attention_tc.cu`)
+/// hold its head size's instances and no other's, each under a cache key
+/// of its own; `Unit::for_model` picks them from the head size.
+#[test]
+fn head_size_units_hold_only_their_head_size() {
+    if !nvrtc_available() {
+        eprintln!("skipping: libnvrtc cannot be loaded");
+        return;
+    }
+    let opts = crate::backend::cuda::nvrtc::options((9, 0));
+    let key = |u: Unit| crate::backend::cuda::nvrtc::cache_key(u, &opts, (13, 0));
+    let modules: Vec<Module> = Module::ALL
+        .into_iter()
+        .filter(|m| m.per_head_size())
+        .collect();
+    assert_eq!(modules.len(), 2);
+    let mut keys: Vec<String> = modules.iter().map(|&m| key(Unit::whole(m))).collect();
+    for (head_dim, pairs) in [(64, 1u8), (96, 2), (128, 2), (256, 4)] {
+        let units: Vec<Unit> = Unit::for_model(Some(KernelSet {
+            formats: &[GgmlType::Q8_0],
+            head_dim,
+        }))
+        .into_iter()
+        .filter(|u| u.module.per_head_size())
+        .collect();
+        assert_eq!(units.len(), modules.len());
+        for u in units {
+            assert_eq!(u.head_pairs, Some(pairs), "head size {head_dim}");
+            if head_dim == 96 {
+                continue; // the same units as 128
+            }
+            let cubin = compile_unit(u, (9, 0)).unwrap_or_else(|e| panic!("{}: {e}", u.label()));
+            for k in Kernel::all().into_iter().filter(|k| k.module() == u.module) {
+                let sym = k.symbol();
+                let has = cubin.windows(sym.len() + 2).any(|w| {
+                    w[0] == 0 && &w[1..=sym.len()] == sym.as_bytes() && w[sym.len() + 1] == 0
+                });
+                let want = match k {
+                    Kernel::AttentionSplit(p, _) => p == pairs,
+                    _ => true,
+                };
+                assert_eq!(has, want, "{}: symbol {sym}", u.label());
+            }
+            keys.push(key(u));
+        }
+    }
+    let mut distinct = keys.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), keys.len(), "one cache key per unit");
 }
 
 #[test]
@@ -166,7 +216,6 @@ fn every_kernel_symbol_is_defined_in_its_module() {
                 src.contains("mv8_##name")
                     && src.contains(&format!("DEF_MV8({}, ", t.name().to_ascii_lowercase()))
             }
-            Kernel::MatVec8Wide(_) => src.contains("mv8w_##name"),
             Kernel::MatVec8N(_) => src.contains("mv8n_##name"),
             Kernel::GemmTc(_) => src.contains("gemm_tc_##name"),
             Kernel::GemmTcSplit(_) => src.contains("gemm_tck_##name"),
@@ -197,7 +246,6 @@ fn c_signature(k: Kernel) -> Vec<String> {
         Kernel::Gemm(_) => vec!["gemm_##name(".to_string()],
         Kernel::MatVec1(_) => vec!["mv1_##name(".to_string()],
         Kernel::MatVec8(_) => vec!["mv8_##name(".to_string()],
-        Kernel::MatVec8Wide(_) => vec!["mv8w_##name(".to_string()],
         Kernel::MatVec8N(_) => vec!["mv8n_##name(".to_string()],
         Kernel::GemmTc(_) => vec!["gemm_tc_##name(".to_string()],
         Kernel::GemmTcSplit(_) => vec!["gemm_tck_##name(".to_string()],
@@ -251,7 +299,6 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         }
         if crate::backend::cuda::launch::has_mv8(t) {
             v.push((Kernel::MatVec8(t), sig::<MatVec8Call>()));
-            v.push((Kernel::MatVec8Wide(t), sig::<MatVec8Call>()));
             v.push((Kernel::MatVec8N(t), sig::<MatVec8NCall>()));
         }
     }

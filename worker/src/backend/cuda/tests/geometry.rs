@@ -48,6 +48,27 @@ fn every_kernel_is_laid_out_as_before() {
         shape(Kernel::Gemm(q), matrix(49152, 64)),
         ((768, 1, 1), (256, 1, 1))
     );
+    // mv8: groups of 2 weight rows over as few of the 4 warps as cover a
+    // row's 32-value units (wide rows: one group a block; 896 columns: a
+    // warp a group, 8 rows a block); mv8n: 4 rows a block.
+    let k = GgmlType::Q4K;
+    let matvec = |rows, cols| Work::MatVec { rows, cols };
+    assert_eq!(
+        shape(Kernel::MatVec8(k), matvec(14336, 4096)),
+        ((7168, 1, 1), (128, 1, 1))
+    );
+    assert_eq!(
+        shape(Kernel::MatVec8(k), matvec(4097, 2048)),
+        ((1025, 1, 1), (128, 1, 1))
+    );
+    assert_eq!(
+        shape(Kernel::MatVec8(k), matvec(4864, 896)),
+        ((608, 1, 1), (128, 1, 1))
+    );
+    assert_eq!(
+        shape(Kernel::MatVec8N(k), matrix(4097, 8)),
+        ((1025, 1, 1), (128, 1, 1))
+    );
     // mv1: 8 weight rows a block; gemm_tc: 128 x 64 tiles.
     assert_eq!(
         shape(Kernel::MatVec1(q), matrix(4097, 1)),

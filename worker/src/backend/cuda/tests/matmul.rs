@@ -25,6 +25,11 @@ fn matmul_shapes(ty: GgmlType) -> Vec<(usize, usize, usize)> {
         (600, 800, 20),
         (191, 256, 65),
         (3, 512, 9),
+        // One row of x through mv8_*'s row groups of one warp (up to 1024
+        // columns), two (2048) and four, with a partial last group.
+        (191, 256, 1),
+        (3, 512, 1),
+        (201, 4096, 1),
     ];
     if quick() {
         // Still every path: mv (n <= 8), mv groups (13..=100) and gemm (129),
@@ -113,19 +118,24 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
 }
 
 /// A context built for a model's formats (as `CudaBackend::load` builds
-/// it: those formats and F32) multiplies in them as the CPU does, and
-/// refuses another format with an error that names the missing kernel.
+/// it: the formats its matrices are stored in) multiplies in them as the CPU
+/// does, and refuses another format, F32 too, with an error that names the
+/// missing kernel.
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
 fn a_context_for_some_formats_runs_them_and_refuses_others() {
     let _gpu = exclusive_gpu();
-    let dev = CudaDevice::with_cap(0, None, Some(&[GgmlType::Q4K])).expect("GPU 0 initialises");
+    let set = KernelSet {
+        formats: &[GgmlType::Q4K],
+        head_dim: 64,
+    };
+    let dev = CudaDevice::with_cap(0, None, Some(set)).expect("GPU 0 initialises");
     let mut ops = CudaOps::new(dev);
     let mut rng = ChaCha8Rng::seed_from_u64(9);
     let (rows, cols) = (300, 256);
     for (ty, compiled) in [
         (GgmlType::Q4K, true),
-        (GgmlType::F32, true),
+        (GgmlType::F32, false),
         (GgmlType::Q8_0, false),
     ] {
         let wv = random_vec(&mut rng, rows * cols, 1.0);
@@ -139,8 +149,9 @@ fn a_context_for_some_formats_runs_them_and_refuses_others() {
                 let e = r
                     .expect_err("a format the context was not built for")
                     .to_string();
+                let name = ty.name().to_ascii_lowercase();
                 assert!(
-                    e.contains("was not compiled") && e.contains("q8_0"),
+                    e.contains("was not compiled") && e.contains(&name),
                     "{ty} n={n}: {e}"
                 );
                 continue;

@@ -1,0 +1,281 @@
+// attention_split.cu: decode attention over a context split across blocks
+// (`attention_split_*`) and the merge of the chunks (`attention_combine`).
+// Compiled for one head-size class a model (-DONE_HEAD_PAIRS, source.rs).
+#include "attention.cuh"
+
+// ---- Decode over a long context: the context split across blocks ----------
+//
+// For one query row (decode) the kernel above runs one block per head, so a
+// 32-head model keeps 32 SMs busy however long the context. Here the context
+// of n_ctx positions is cut into `nsplit` chunks of ceil(n_ctx / nsplit)
+// positions and each block takes one KV head and one chunk, for all the query
+// heads that share that KV head (each K and V row is read once per group,
+// not once per head). n_ctx is read on the device when pos_ptr is set, so a
+// captured graph replays at any position with every block busy.
+//
+// Each warp runs its own online softmax over keys w, w + ATS_WARPS, ... of
+// the chunk, ATS_KEYS keys at a time: their K and V rows are all loaded
+// before any is used (lanes over dim pairs: each row one coalesced read),
+// which keeps enough reads in flight to stream the cache. A score is summed
+// across the warp by a butterfly (every lane gets the same bits). The block
+// then merges its warps' states in warp order and writes the chunk's state
+// (max, sum of weights, unnormalised output) to `part`; attention_combine
+// merges the chunks of each head in chunk order. Every sum has a fixed order.
+#if !defined(ATS_THREADS) || !defined(ATS_MAX_GROUP) || !defined(ATS_KEYS) || !defined(ATS_MAX_SPLITS)
+#error "ATS_THREADS, ATS_MAX_GROUP, ATS_KEYS and ATS_MAX_SPLITS come from the worker as -D options"
+#endif
+static_assert(ATS_THREADS % 32 == 0, "whole warps");
+#define ATS_WARPS (ATS_THREADS / 32)
+
+// PPL: dim pairs per lane (head_dim <= 64 * PPL); G: most query heads per
+// KV head. One instance per class, so that q and the outputs stay in
+// registers and a group of 4 (Llama 3) neither computes nor holds 8 heads'
+// (at 8 it ran 3 blocks an SM, bound by registers and instruction latency).
+// part: [n_head][nsplit][head_dim + 2] floats: max, sum, then output.
+template <int PPL, int G>
+__device__ __forceinline__ void attention_split_impl(const float* __restrict__ q, int n_head, int n_head_kv,
+                                                     int head_dim, int start_pos, const int* __restrict__ pos_ptr,
+                                                     int capacity, const u16* __restrict__ k_cache,
+                                                     const u16* __restrict__ v_cache, float scale, int swa,
+                                                     int nsplit, float* __restrict__ part) {
+    __shared__ float ow[ATS_WARPS][ATT_MAX_HEAD_DIM];
+    __shared__ float mw[ATS_WARPS][G], lw[ATS_WARPS][G];
+    const int kvh = blockIdx.x, s = blockIdx.y;
+    const int group = n_head / n_head_kv;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (pos_ptr) start_pos = *pos_ptr;
+    const int n_ctx = min(start_pos + 1, capacity), first = first_visible(start_pos, swa);
+    const int chunk = (n_ctx - first + nsplit - 1) / nsplit;
+    const int j0 = first + s * chunk, cnt = max(0, min(chunk, n_ctx - j0));
+    const int stride = head_dim + 2, npairs = head_dim >> 1;
+    if (cnt == 0) {
+        for (int g = 0; g < group; g++) {
+            float* dst = part + ((i64)(kvh * group + g) * nsplit + s) * stride;
+            for (int d = tid; d < stride; d += ATS_THREADS) dst[d] = d == 0 ? NEG_INF : 0.0f;
+        }
+        return;
+    }
+    // The lane's dim pairs of each query head, scaled.
+    float2 qv[G][PPL];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        const float2* qh = (const float2*)(q + (i64)(kvh * group + min(g, group - 1)) * head_dim);
+#pragma unroll
+        for (int k = 0; k < PPL; k++) {
+            const int pr = lane + 32 * k;
+            const float2 v = g < group && pr < npairs ? qh[pr] : make_float2(0.0f, 0.0f);
+            qv[g][k] = make_float2(v.x * scale, v.y * scale);
+        }
+    }
+    float m[G], l[G];
+    float2 o[G][PPL];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        m[g] = NEG_INF;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < PPL; k++) o[g][k] = make_float2(0.0f, 0.0f);
+    }
+    const u32* kh = (const u32*)(k_cache + (i64)kvh * capacity * head_dim);
+    const u32* vh = (const u32*)(v_cache + (i64)kvh * capacity * head_dim);
+    for (int base = warp; base < cnt; base += ATS_WARPS * ATS_KEYS) {
+        u32 kr[ATS_KEYS][PPL], vr[ATS_KEYS][PPL];
+#pragma unroll
+        for (int u = 0; u < ATS_KEYS; u++) {
+            const int j = base + u * ATS_WARPS;
+            const i64 row = (i64)(j0 + min(j, cnt - 1)) * npairs;
+#pragma unroll
+            for (int k = 0; k < PPL; k++) {
+                const int pr = lane + 32 * k;
+                const bool in = j < cnt && pr < npairs;
+                kr[u][k] = in ? kh[row + pr] : 0u;
+                vr[u][k] = in ? vh[row + pr] : 0u;
+            }
+        }
+        // Every score of the batch, then their butterfly sums side by side
+        // (independent shuffles in flight, not one chain per key).
+        float sc[ATS_KEYS][G];
+#pragma unroll
+        for (int u = 0; u < ATS_KEYS; u++) {
+            float2 kf[PPL];
+#pragma unroll
+            for (int k = 0; k < PPL; k++)
+                kf[k] = make_float2(f16_to_f32((u16)(kr[u][k] & 0xFFFFu)), f16_to_f32((u16)(kr[u][k] >> 16)));
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                if (g >= group) break;  // the same for every thread
+                float acc = 0.0f;
+#pragma unroll
+                for (int k = 0; k < PPL; k++) {
+                    acc = fmaf(qv[g][k].x, kf[k].x, acc);
+                    acc = fmaf(qv[g][k].y, kf[k].y, acc);
+                }
+                sc[u][g] = acc;
+            }
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+#pragma unroll
+            for (int u = 0; u < ATS_KEYS; u++)
+#pragma unroll
+                for (int g = 0; g < G; g++)
+                    if (g < group) sc[u][g] += __shfl_xor_sync(FULL_MASK, sc[u][g], off);
+        }
+        // Online softmax over the batch: one rescale per head, the keys'
+        // weights and values added in key order. Keys past the chunk (the
+        // same for the whole warp) weigh nothing.
+        const int nk = min(ATS_KEYS, (cnt - base + ATS_WARPS - 1) / ATS_WARPS);
+        float2 vf[ATS_KEYS][PPL];
+#pragma unroll
+        for (int u = 0; u < ATS_KEYS; u++)
+#pragma unroll
+            for (int k = 0; k < PPL; k++)
+                vf[u][k] = make_float2(f16_to_f32((u16)(vr[u][k] & 0xFFFFu)), f16_to_f32((u16)(vr[u][k] >> 16)));
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            if (g >= group) break;  // the same for every thread
+            float mx = m[g];
+#pragma unroll
+            for (int u = 0; u < ATS_KEYS; u++)
+                if (u < nk) mx = fmaxf(mx, sc[u][g]);
+            const float alpha = expf(m[g] - mx);  // 0 at the first batch (m = -inf)
+            float p[ATS_KEYS], psum = 0.0f;
+#pragma unroll
+            for (int u = 0; u < ATS_KEYS; u++) {
+                p[u] = u < nk ? expf(sc[u][g] - mx) : 0.0f;
+                psum += p[u];
+            }
+            l[g] = fmaf(l[g], alpha, psum);
+#pragma unroll
+            for (int k = 0; k < PPL; k++) {
+                float ox = o[g][k].x * alpha, oy = o[g][k].y * alpha;
+#pragma unroll
+                for (int u = 0; u < ATS_KEYS; u++) {
+                    ox = fmaf(p[u], vf[u][k].x, ox);
+                    oy = fmaf(p[u], vf[u][k].y, oy);
+                }
+                o[g][k] = make_float2(ox, oy);
+            }
+            m[g] = mx;
+        }
+    }
+    // The warps' states merged in warp order, one head at a time. (Unrolled,
+    // so that o stays in registers.) A warp without keys has m = -inf.
+    if (lane == 0) {
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            mw[warp][g] = m[g];
+            lw[warp][g] = l[g];
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        if (g >= group) break;  // the same for every thread
+#pragma unroll
+        for (int k = 0; k < PPL; k++) {
+            const int pr = lane + 32 * k;
+            if (pr < npairs) {
+                ow[warp][2 * pr] = o[g][k].x;
+                ow[warp][2 * pr + 1] = o[g][k].y;
+            }
+        }
+        __syncthreads();
+        float mx = NEG_INF;
+        for (int w = 0; w < ATS_WARPS; w++) mx = fmaxf(mx, mw[w][g]);
+        float* dst = part + ((i64)(kvh * group + g) * nsplit + s) * stride;
+        for (int d = tid; d < head_dim; d += ATS_THREADS) {
+            float acc = 0.0f;
+            for (int w = 0; w < ATS_WARPS; w++)
+                if (mw[w][g] != NEG_INF) acc = fmaf(ow[w][d], expf(mw[w][g] - mx), acc);
+            dst[2 + d] = acc;
+        }
+        if (tid == 0) {
+            float sum = 0.0f;
+            for (int w = 0; w < ATS_WARPS; w++)
+                if (mw[w][g] != NEG_INF) sum = fmaf(lw[w][g], expf(mw[w][g] - mx), sum);
+            dst[0] = mx;
+            dst[1] = sum;
+        }
+        __syncthreads();
+    }
+}
+
+#define ATTENTION_SPLIT(NAME, PPL, G)                                                                            \
+    extern "C" __global__ void __launch_bounds__(ATS_THREADS)                                                    \
+        NAME(const float* __restrict__ q, int n_head, int n_head_kv, int head_dim, int start_pos,                \
+             const int* __restrict__ pos_ptr, int capacity, const u16* __restrict__ k_cache,                     \
+             const u16* __restrict__ v_cache, float scale, int swa, int nsplit, float* __restrict__ part) {      \
+        attention_split_impl<PPL, G>(q, n_head, n_head_kv, head_dim, start_pos, pos_ptr, capacity, k_cache,       \
+                                     v_cache, scale, swa, nsplit, part);                                         \
+    }
+static_assert(ATS_MAX_GROUP == 8, "the instances below take groups of up to 4 or 8 heads");
+// A model's unit holds only its head size's instances (-DONE_HEAD_PAIRS=P,
+// see source.rs's head_pairs): most of this module's compile time.
+#if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 1
+ATTENTION_SPLIT(attention_split_64_g4, 1, 4)
+ATTENTION_SPLIT(attention_split_64_g8, 1, 8)
+#endif
+#if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 2
+ATTENTION_SPLIT(attention_split_128_g4, 2, 4)
+ATTENTION_SPLIT(attention_split_128_g8, 2, 8)
+#endif
+#if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 4
+ATTENTION_SPLIT(attention_split_256_g4, 4, 4)
+ATTENTION_SPLIT(attention_split_256_g8, 4, 8)
+#endif
+
+// out[h] = the merge of head h's chunk states, in chunk order. One block of
+// ATSC_THREADS per head; the chunks' weights are computed once into shared
+// memory. Warp w adds chunks w, w + ATSC_WARPS, ... (lanes over dims, so each
+// chunk's output is one coalesced read, and the reads of different chunks
+// are independent); the warps' sums are then added in warp order.
+#if !defined(ATSC_THREADS)
+#error "ATSC_THREADS comes from the worker as a -D option"
+#endif
+static_assert(ATSC_THREADS % 32 == 0, "whole warps");
+#define ATSC_WARPS (ATSC_THREADS / 32)
+extern "C" __global__ void __launch_bounds__(ATSC_THREADS)
+    attention_combine(const float* __restrict__ part, int n_head, int head_dim, int nsplit, float* __restrict__ out) {
+    __shared__ float wgt[ATS_MAX_SPLITS];
+    __shared__ float red[32];
+    __shared__ float accw[ATSC_WARPS][ATT_MAX_HEAD_DIM];
+    const int h = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (h >= n_head) return;
+    const int stride = head_dim + 2;
+    const float* ph = part + (i64)h * nsplit * stride;
+    float m = NEG_INF;
+    for (int s = tid; s < nsplit; s += ATSC_THREADS) m = fmaxf(m, ph[(i64)s * stride]);
+    m = block_max(m, red);
+    float l = 0.0f;
+    for (int s = tid; s < nsplit; s += ATSC_THREADS) {
+        const float ls = ph[(i64)s * stride + 1];
+        const float a = ls == 0.0f ? 0.0f : expf(ph[(i64)s * stride] - m);  // 0: an empty chunk
+        wgt[s] = a;
+        l = fmaf(ls, a, l);
+    }
+    l = block_sum(l, red);  // its barriers also publish wgt
+    float acc[2 * ATT_PAIRS_PER_LANE];
+#pragma unroll
+    for (int k = 0; k < 2 * ATT_PAIRS_PER_LANE; k++) acc[k] = 0.0f;
+#pragma unroll 4
+    for (int s = warp; s < nsplit; s += ATSC_WARPS) {
+        const float* ps = ph + (i64)s * stride + 2;
+        const float a = wgt[s];
+#pragma unroll
+        for (int k = 0; k < 2 * ATT_PAIRS_PER_LANE; k++) {
+            const int d = lane + 32 * k;
+            if (d < head_dim) acc[k] = fmaf(ps[d], a, acc[k]);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 2 * ATT_PAIRS_PER_LANE; k++) {
+        const int d = lane + 32 * k;
+        if (d < head_dim) accw[warp][d] = acc[k];
+    }
+    __syncthreads();
+    for (int d = tid; d < head_dim; d += ATSC_THREADS) {
+        float o = 0.0f;
+        for (int w = 0; w < ATSC_WARPS; w++) o += accw[w][d];
+        out[(i64)h * head_dim + d] = o / l;
+    }
+}
