@@ -98,16 +98,22 @@ extern "C" __global__ void gemm_splits_sum(const float* __restrict__ part, int s
 
 // ---- prefill on cuBLAS (backend/cuda/blas.rs) ----
 
-// out = x as f16 (round to nearest even; beyond f16's range: +-65504), for
-// the f16 GEMM. A thread per 8 values: n8 = len / 8, x and out 32- and
-// 16-byte aligned (activation blocks start on 256 bytes; len is rows x cols
-// with cols a multiple of 8).
-extern "C" __global__ void to_f16(const float* __restrict__ x, i64 n8, u16* __restrict__ out) {
+// x as two f16 parts for the f16 GEMM: hi = x rounded (clamped to f16's
+// range, NaN kept), lo = the rounding of x - hi; the GEMM multiplies both,
+// so x keeps about 22 significant bits. A thread per 8 values: n8 = len / 8,
+// x and the parts 32- and 16-byte aligned (activation blocks start on 256
+// bytes; len is rows x cols with cols a multiple of 8).
+extern "C" __global__ void to_f16(const float* __restrict__ x, i64 n8, u16* __restrict__ hi, u16* __restrict__ lo) {
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n8) return;
     const float4 a = ((const float4*)x)[2 * i], b = ((const float4*)x)[2 * i + 1];
-    ((uint4*)out)[i] = make_uint4(pack_f16(f16_range(a.x), f16_range(a.y)), pack_f16(f16_range(a.z), f16_range(a.w)),
-                                  pack_f16(f16_range(b.x), f16_range(b.y)), pack_f16(f16_range(b.z), f16_range(b.w)));
+    uint4 h, l;
+    split_f16x2(f16_range(a.x), f16_range(a.y), h.x, l.x);
+    split_f16x2(f16_range(a.z), f16_range(a.w), h.y, l.y);
+    split_f16x2(f16_range(b.x), f16_range(b.y), h.z, l.z);
+    split_f16x2(f16_range(b.z), f16_range(b.w), h.w, l.w);
+    ((uint4*)hi)[i] = h;
+    ((uint4*)lo)[i] = l;
 }
 
 // out[i] += bias[i % rows] (the bias after a cuBLAS product).

@@ -489,14 +489,14 @@ __device__ __forceinline__ int mv8_group_warps(int cols) {
 // group), MV8_THREADS / 32 / G groups a block. Summation order is fixed: a
 // thread's units in order, a butterfly per warp, the group's warps in order.
 template <int T, int R>
-__device__ __forceinline__ void mv8_one(const u8* __restrict__ W, i64 row_bytes, int rows, int cols, const X8& x,
-                                        const float* __restrict__ bias, float* __restrict__ out) {
+__device__ __forceinline__ void mv8_one(int blk, const u8* __restrict__ W, i64 row_bytes, int rows, int cols,
+                                        const X8& x, const float* __restrict__ bias, float* __restrict__ out) {
     constexpr int WARPS = MV8_THREADS / 32;
     __shared__ float red[WARPS][R];
     const int G = mv8_group_warps(cols), groups = WARPS / G;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int grp = warp / G, t = threadIdx.x - grp * G * 32;
-    const int r0 = (blockIdx.x * groups + grp) * R, nr = min(R, rows - r0);
+    const int r0 = (blk * groups + grp) * R, nr = min(R, rows - r0);
     const int units = cols / 32;
     const u8* base = W + (i64)r0 * row_bytes;
     float acc[R];
@@ -519,12 +519,33 @@ __device__ __forceinline__ void mv8_one(const u8* __restrict__ W, i64 row_bytes,
     }
     __syncthreads();
     if (threadIdx.x < groups * R) {
-        const int g = threadIdx.x / R, r = threadIdx.x % R, row = (blockIdx.x * groups + g) * R + r;
+        const int g = threadIdx.x / R, r = threadIdx.x % R, row = (blk * groups + g) * R + r;
         if (row < rows) {
             float s = 0.0f;
             for (int w = g * G; w < (g + 1) * G; w++) s += red[w][r];
             out[row] = bias ? s + bias[row] : s;
         }
+    }
+}
+
+// Up to three matrices of the same format and width, one row of x (Q, K
+// and V; gate and up): the blocks of matrix 0, then 1, then 2, each block
+// as `mv8_one` lays it out for its matrix alone, so every output has the
+// bits a launch of its own gives. One launch where there were three: the
+// small K and V products no longer run as grids of their own (a tail each).
+template <int T, int R>
+__device__ __forceinline__ void mv8_many(const u8* const (&W)[3], i64 row_bytes, const int (&rows)[3], int cols,
+                                         const X8& x, const float* const (&bias)[3], float* const (&out)[3]) {
+    const int per = R * (MV8_THREADS / 32) / mv8_group_warps(cols);
+    int blk = blockIdx.x;
+#pragma unroll
+    for (int m = 0; m < 3; m++) {
+        const int nb = (rows[m] + per - 1) / per;
+        if (blk < nb) {
+            mv8_one<T, R>(blk, W[m], row_bytes, rows[m], cols, x, bias[m], out[m]);
+            return;
+        }
+        blk -= nb;
     }
 }
 
@@ -576,7 +597,17 @@ __device__ __forceinline__ void mv8_rows(const u8* __restrict__ W, i64 row_bytes
     extern "C" __global__ void __launch_bounds__(MV8_THREADS)                                            \
         mv8_##name(const u8* W, i64 row_bytes, int rows, int cols, const i8* xh, const i8* xl,           \
                    const float* xd, const float* xs, const float* bias, float* out) {                    \
-        mv8_one<T, MV8_ROWS>(W, row_bytes, rows, cols, X8{xh, xl, xd, xs}, bias, out);                    \
+        mv8_one<T, MV8_ROWS>(blockIdx.x, W, row_bytes, rows, cols, X8{xh, xl, xd, xs}, bias, out);        \
+    }                                                                                                    \
+    extern "C" __global__ void __launch_bounds__(MV8_THREADS)                                            \
+        mv8m_##name(const u8* W0, const u8* W1, const u8* W2, i64 row_bytes, int rows0, int rows1,       \
+                    int rows2, int cols, const i8* xh, const i8* xl, const float* xd, const float* xs,   \
+                    const float* b0, const float* b1, const float* b2, float* o0, float* o1, float* o2) { \
+        const u8* const W[3] = {W0, W1, W2};                                                             \
+        const int rows[3] = {rows0, rows1, rows2};                                                       \
+        const float* const bias[3] = {b0, b1, b2};                                                       \
+        float* const out[3] = {o0, o1, o2};                                                              \
+        mv8_many<T, MV8_ROWS>(W, row_bytes, rows, cols, X8{xh, xl, xd, xs}, bias, out);                  \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(MV8_THREADS)                                            \
         mv8n_##name(const u8* W, i64 row_bytes, int rows, int cols, int n, const i8* xh, const i8* xl,   \

@@ -12,20 +12,23 @@
 // divided by its frequency factor where the model has them (Llama 3.1's
 // rope_freqs, Phi-3's LongRoPE tables: then the table is required). The
 // cosine and sine are multiplied by mscale (rope.scaling.attn_factor).
+// x2 (n_head2 heads a row, or null and 0) is rotated in the same launch,
+// as x: Q and K of a layer in one kernel.
 #include "common.cuh"
 
-extern "C" __global__ void rope(float* __restrict__ x, int rows, int n_head, int head_dim, int n_rot, int start_pos,
-                                const int* __restrict__ pos_ptr, const double* __restrict__ inv_freq_table,
-                                float freq_base, float freq_scale, float mscale, int style) {
+extern "C" __global__ void rope(float* __restrict__ x, float* __restrict__ x2, int rows, int n_head, int n_head2,
+                                int head_dim, int n_rot, int start_pos, const int* __restrict__ pos_ptr,
+                                const double* __restrict__ inv_freq_table, float freq_base, float freq_scale,
+                                float mscale, int style) {
     if (pos_ptr) start_pos = *pos_ptr;
-    const int half = n_rot / 2;
+    const int half = n_rot / 2, heads = n_head + n_head2;
     const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    const i64 total = (i64)rows * n_head * half;
+    const i64 total = (i64)rows * heads * half;
     if (idx >= total) return;
     const int i = (int)(idx % half);
-    const int h = (int)((idx / half) % n_head);
-    const int t = (int)(idx / ((i64)half * n_head));
-    float* head = x + ((i64)t * n_head + h) * head_dim;
+    const int h = (int)((idx / half) % heads);
+    const int t = (int)(idx / ((i64)half * heads));
+    float* head = h < n_head ? x + ((i64)t * n_head + h) * head_dim : x2 + ((i64)t * n_head2 + h - n_head) * head_dim;
     const double pos = (double)(start_pos + t) * (double)freq_scale;
     const double inv_freq =
         inv_freq_table ? inv_freq_table[i] : pow((double)freq_base, -2.0 * (double)i / (double)n_rot);

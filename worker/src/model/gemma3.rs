@@ -11,7 +11,7 @@
 
 use crate::gguf::GgufFile;
 use crate::model::config::ModelConfig;
-use crate::model::ops::{AttentionShape, GraphError, Ops, RopeParams};
+use crate::model::ops::{AttentionShape, GraphError, Ops, Product, RopeParams};
 use crate::model::parts::{self, check_layer_count, lm_head, Binder, FinalNorm, Pass, Upload};
 
 /// One transformer block's weights.
@@ -157,9 +157,26 @@ pub fn forward<O: Ops>(
         ops.rms_norm(&x, &first.attn_norm, cfg.norm_eps, &mut h)?;
     }
     for (il, l) in w.layers.iter().enumerate() {
-        ops.matmul(&h, &l.wq, None, &mut q_raw)?;
-        ops.matmul(&h, &l.wk, None, &mut k_raw)?;
-        ops.matmul(&h, &l.wv, None, &mut v)?;
+        ops.matmuls(
+            &h,
+            &mut [
+                Product {
+                    w: &l.wq,
+                    bias: None,
+                    out: &mut q_raw,
+                },
+                Product {
+                    w: &l.wk,
+                    bias: None,
+                    out: &mut k_raw,
+                },
+                Product {
+                    w: &l.wv,
+                    bias: None,
+                    out: &mut v,
+                },
+            ],
+        )?;
         ops.rms_norm(&q_raw, &l.q_norm, cfg.norm_eps, &mut q)?;
         ops.rms_norm(&k_raw, &l.k_norm, cfg.norm_eps, &mut k)?;
         let window = cfg.window(il);
@@ -180,8 +197,7 @@ pub fn forward<O: Ops>(
             freq_factors: None,
             mscale: cfg.rope_attn_factor,
         };
-        ops.rope(&mut q, rope(cfg.n_head))?;
-        ops.rope(&mut k, rope(cfg.n_head_kv))?;
+        ops.rope_qk(&mut q, &mut k, rope(cfg.n_head), rope(cfg.n_head_kv))?;
         let shape = AttentionShape {
             layer: il,
             start_pos,
@@ -197,8 +213,21 @@ pub fn forward<O: Ops>(
         ops.rms_norm(&proj, &l.post_attn_norm, cfg.norm_eps, &mut normed)?;
         ops.add_rms_norm(&mut x, &normed, &l.ffn_norm, cfg.norm_eps, &mut h)?;
 
-        ops.matmul(&h, &l.ffn_gate, None, &mut gate)?;
-        ops.matmul(&h, &l.ffn_up, None, &mut up)?;
+        ops.matmuls(
+            &h,
+            &mut [
+                Product {
+                    w: &l.ffn_gate,
+                    bias: None,
+                    out: &mut gate,
+                },
+                Product {
+                    w: &l.ffn_up,
+                    bias: None,
+                    out: &mut up,
+                },
+            ],
+        )?;
         ops.geglu(&gate, &up, &mut act)?;
         ops.matmul(&act, &l.ffn_down, None, &mut proj)?;
         ops.rms_norm(&proj, &l.post_ffn_norm, cfg.norm_eps, &mut normed)?;

@@ -8,7 +8,7 @@
 
 use crate::gguf::GgufFile;
 use crate::model::config::ModelConfig;
-use crate::model::ops::{AttentionShape, GraphError, Ops, RopeParams};
+use crate::model::ops::{AttentionShape, GraphError, Ops, Product, RopeParams};
 use crate::model::parts::{self, check_layer_count, lm_head, Binder, FinalNorm, Pass, Upload};
 
 /// One transformer block's weights.
@@ -159,11 +159,27 @@ pub fn forward<O: Ops>(
         ops.rms_norm(&x, &first.attn_norm, cfg.norm_eps, &mut h)?;
     }
     for (il, l) in w.layers.iter().enumerate() {
-        ops.matmul(&h, &l.wq, l.bq.as_ref(), &mut q)?;
-        ops.matmul(&h, &l.wk, l.bk.as_ref(), &mut k)?;
-        ops.matmul(&h, &l.wv, l.bv.as_ref(), &mut v)?;
-        ops.rope(&mut q, rope(cfg.n_head))?;
-        ops.rope(&mut k, rope(cfg.n_head_kv))?;
+        ops.matmuls(
+            &h,
+            &mut [
+                Product {
+                    w: &l.wq,
+                    bias: l.bq.as_ref(),
+                    out: &mut q,
+                },
+                Product {
+                    w: &l.wk,
+                    bias: l.bk.as_ref(),
+                    out: &mut k,
+                },
+                Product {
+                    w: &l.wv,
+                    bias: l.bv.as_ref(),
+                    out: &mut v,
+                },
+            ],
+        )?;
+        ops.rope_qk(&mut q, &mut k, rope(cfg.n_head), rope(cfg.n_head_kv))?;
         let shape = AttentionShape {
             layer: il,
             start_pos,
@@ -178,8 +194,21 @@ pub fn forward<O: Ops>(
         ops.matmul(&attn, &l.wo, None, &mut proj)?;
         ops.add_rms_norm(&mut x, &proj, &l.ffn_norm, cfg.norm_eps, &mut h)?;
 
-        ops.matmul(&h, &l.ffn_gate, None, &mut gate)?;
-        ops.matmul(&h, &l.ffn_up, None, &mut up)?;
+        ops.matmuls(
+            &h,
+            &mut [
+                Product {
+                    w: &l.ffn_gate,
+                    bias: None,
+                    out: &mut gate,
+                },
+                Product {
+                    w: &l.ffn_up,
+                    bias: None,
+                    out: &mut up,
+                },
+            ],
+        )?;
         ops.swiglu(&gate, &up, &mut act)?;
         ops.matmul(&act, &l.ffn_down, None, &mut proj)?;
         match w.layers.get(il + 1) {

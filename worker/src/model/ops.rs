@@ -139,6 +139,13 @@ impl RopeParams<'_> {
     }
 }
 
+/// One product of [`Ops::matmuls`]: `out = x w^T (+ bias)`.
+pub struct Product<'a, W, B> {
+    pub w: &'a W,
+    pub bias: Option<&'a W>,
+    pub out: &'a mut B,
+}
+
 pub trait Ops {
     /// A weight tensor as stored in the file (possibly quantized), with its
     /// logical shape `[rows, cols]` (`cols` = GGUF `ne0`, contiguous).
@@ -199,8 +206,33 @@ pub trait Ops {
         out: &mut Self::Buf,
     ) -> Result<(), Self::Error>;
 
+    /// Every product of one input (Q, K and V; gate and up), as
+    /// [`Ops::matmul`] computes each; a device may run several as one.
+    fn matmuls(
+        &mut self,
+        x: &Self::Buf,
+        products: &mut [Product<'_, Self::Weight, Self::Buf>],
+    ) -> Result<(), Self::Error> {
+        for p in products {
+            self.matmul(x, p.w, p.bias, p.out)?;
+        }
+        Ok(())
+    }
+
     /// Rotates each head of every row in place; row `t` is at position `start_pos + t`.
     fn rope(&mut self, x: &mut Self::Buf, p: RopeParams<'_>) -> Result<(), Self::Error>;
+
+    /// [`Ops::rope`] of Q and of K (a device may rotate both in one go).
+    fn rope_qk(
+        &mut self,
+        q: &mut Self::Buf,
+        k: &mut Self::Buf,
+        pq: RopeParams<'_>,
+        pk: RopeParams<'_>,
+    ) -> Result<(), Self::Error> {
+        self.rope(q, pq)?;
+        self.rope(k, pk)
+    }
 
     /// Writes rows of K and V into the cache at positions `start_pos..`, then
     /// computes causal grouped-query attention of `q` over positions

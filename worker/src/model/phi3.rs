@@ -142,8 +142,7 @@ pub fn forward<O: Ops>(
         ops.copy_cols(&qkv, 0, &mut q)?;
         ops.copy_cols(&qkv, qd, &mut k)?;
         ops.copy_cols(&qkv, qd + kvd, &mut v)?;
-        ops.rope(&mut q, rope(cfg.n_head))?;
-        ops.rope(&mut k, rope(cfg.n_head_kv))?;
+        ops.rope_qk(&mut q, &mut k, rope(cfg.n_head), rope(cfg.n_head_kv))?;
         let shape = AttentionShape {
             layer: il,
             start_pos,

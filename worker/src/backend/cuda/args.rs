@@ -9,7 +9,9 @@
 
 use cudarc::driver::sys::CUdeviceptr;
 
-use crate::backend::cuda::launch::{has_mv8, refusal, Kernel, KernelCall, Plan, Work};
+use crate::backend::cuda::launch::{
+    has_mv8, mv8_rows_per_block, refusal, Kernel, KernelCall, Plan, Work,
+};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::MV8_MAX_TOKENS;
 use crate::backend::BackendError;
@@ -591,6 +593,120 @@ impl KernelCall for MatVec8Call {
         let (hi, lo, d, sums) = self.x8.reads();
         let bias = DevPtr::or_null(a.bias);
         (w, row_bytes, rows, cols, hi, lo, d, sums, bias, a.out)
+    }
+}
+
+/// Two or three matmuls of one row of x through one `mv8m_*` launch:
+/// matrices of one format and width, x as `quantize_x8` wrote it into `x8`.
+/// Unused slots (`count` of 2) are pushed as null with 0 rows.
+#[derive(Clone, Copy, Debug)]
+pub struct MatVec8ManyCall {
+    pub args: [MatmulArgs; 3],
+    pub count: usize,
+    pub x8: X8Bufs,
+}
+
+impl MatVec8ManyCall {
+    fn used(&self) -> &[MatmulArgs] {
+        &self.args[..self.count]
+    }
+}
+
+impl KernelCall for MatVec8ManyCall {
+    type Params = (
+        DevPtr<u8>,
+        DevPtr<u8>,
+        DevPtr<u8>,
+        i64,
+        i32,
+        i32,
+        i32,
+        i32,
+        DevPtr<i8>,
+        DevPtr<i8>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtrMut<f32>,
+        DevPtrMut<f32>,
+        DevPtrMut<f32>,
+    );
+
+    fn plan(&self) -> Plan {
+        let first = &self.args[0];
+        let kernel = Kernel::MatVec8Many(first.w.ty);
+        let per_block = mv8_rows_per_block(first.w.cols);
+        let padded: usize = self
+            .used()
+            .iter()
+            .map(|a| a.w.rows.div_ceil(per_block) * per_block)
+            .sum();
+        let mut dims = vec![("rows", padded)];
+        let mut buffers = Vec::new();
+        for a in self.used() {
+            dims.extend(a.w.dims(a.n));
+            buffers.extend([("w", a.w.ptr.addr()), ("out", a.out.addr())]);
+        }
+        buffers.extend(self.x8.addrs());
+        Plan {
+            kernel,
+            dims,
+            buffers,
+            work: Work::MatVec {
+                rows: padded,
+                cols: first.w.cols,
+            },
+        }
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        let first = &self.args[0];
+        let kernel = Kernel::MatVec8Many(first.w.ty);
+        if !(2..=3).contains(&self.count)
+            || self.used().iter().any(|a| {
+                a.w.ty != first.w.ty
+                    || a.w.cols != first.w.cols
+                    || a.w.row_bytes != first.w.row_bytes
+            })
+        {
+            return Err(refusal(
+                kernel,
+                format!("{} products of differing formats or widths", self.count),
+            ));
+        }
+        self.used()
+            .iter()
+            .try_for_each(|a| mv8_validate(kernel, a, 1))
+    }
+    fn params(&self) -> Self::Params {
+        let slot = |i: usize| self.used().get(i);
+        let w = |i| DevPtr::or_null(slot(i).map(|a: &MatmulArgs| a.w.ptr));
+        let rows = |i| slot(i).map_or(0, |a: &MatmulArgs| a.w.rows as i32);
+        let bias = |i| DevPtr::or_null(slot(i).and_then(|a: &MatmulArgs| a.bias));
+        let out = |i| DevPtrMut::or_null(slot(i).map(|a: &MatmulArgs| a.out));
+        let first = &self.args[0];
+        let (hi, lo, d, sums) = self.x8.reads();
+        (
+            w(0),
+            w(1),
+            w(2),
+            first.w.row_bytes as i64,
+            rows(0),
+            rows(1),
+            rows(2),
+            first.w.cols as i32,
+            hi,
+            lo,
+            d,
+            sums,
+            bias(0),
+            bias(1),
+            bias(2),
+            out(0),
+            out(1),
+            out(2),
+        )
     }
 }
 

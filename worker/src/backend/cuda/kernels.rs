@@ -20,7 +20,7 @@ use cudarc::nvrtc::Ptx;
 
 use crate::backend::cuda::args::{
     AttentionCombineArgs, AttentionSplitArgs, GemmSplitsSumArgs, GemmTcSplitCall, MatVec8Call,
-    MatVec8NCall, MatmulArgs, X8Bufs,
+    MatVec8ManyCall, MatVec8NCall, MatmulArgs, X8Bufs,
 };
 use crate::backend::cuda::launch::{integer_gemm, launch_config, Kernel, KernelCall, ParamList};
 use crate::backend::cuda::nvrtc::{compile_unit, KernelCache};
@@ -374,6 +374,33 @@ impl Kernels {
                 Ok(())
             }
         }
+    }
+
+    /// Two or three products of one row of x (`products`, of one format
+    /// with `mv8_*` and one width) in one `mv8m_*` launch, from x split into
+    /// `x8`; each output as `matvec8` would write it.
+    pub fn matvec8_many(
+        &self,
+        s: &Arc<CudaStream>,
+        products: &[MatmulArgs],
+        x8: X8Bufs,
+    ) -> Result<(), BackendError> {
+        let (Some(&first), 2..=3) = (products.first(), products.len()) else {
+            return Err(BackendError::KernelLaunchFailed(format!(
+                "mv8m takes 2 or 3 products, not {}",
+                products.len()
+            )));
+        };
+        let mut args = [first; 3];
+        args[..products.len()].copy_from_slice(products);
+        self.launch(
+            s,
+            &MatVec8ManyCall {
+                args,
+                count: products.len(),
+                x8,
+            },
+        )
     }
 
     /// Into how many column ranges `gemm_tck_*` splits this matmul, or

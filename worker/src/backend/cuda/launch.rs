@@ -34,6 +34,9 @@ pub enum Kernel {
     /// `mv8_<type>`: matrix product for one row of x (decode) on the integer
     /// units, from x split by `quantize_x8`; `MV8_ROWS` weight rows a block.
     MatVec8(GgmlType),
+    /// `mv8m_<type>`: `mv8_<type>` for up to three matrices of one width
+    /// and x in one launch (Q, K and V; gate and up).
+    MatVec8Many(GgmlType),
     /// `mv8n_<type>`: the same for up to `MV8_MAX_TOKENS` rows of x,
     /// `MV8N_ROWS` weight rows a block.
     MatVec8N(GgmlType),
@@ -102,7 +105,11 @@ impl Kernel {
                 v.push(Kernel::GemmTcSplit(t));
             }
             if has_mv8(t) {
-                v.extend([Kernel::MatVec8(t), Kernel::MatVec8N(t)]);
+                v.extend([
+                    Kernel::MatVec8(t),
+                    Kernel::MatVec8Many(t),
+                    Kernel::MatVec8N(t),
+                ]);
             }
         }
         v.extend([
@@ -140,7 +147,10 @@ impl Kernel {
         match self {
             Kernel::Embed(_) => Module::Embed,
             Kernel::MatVec(_) | Kernel::MatVecWarp(_) | Kernel::Gemm(_) => Module::Matmul,
-            Kernel::MatVec1(_) | Kernel::MatVec8(_) | Kernel::MatVec8N(_) => Module::Matvec,
+            Kernel::MatVec1(_)
+            | Kernel::MatVec8(_)
+            | Kernel::MatVec8Many(_)
+            | Kernel::MatVec8N(_) => Module::Matvec,
             Kernel::GemmTc(_) | Kernel::GemmTcSplit(_) | Kernel::DequantF16(_) => Module::GemmTc,
             Kernel::RmsNorm | Kernel::AddRmsNorm | Kernel::LayerNorm => Module::Norm,
             Kernel::Rope => Module::Rope,
@@ -197,6 +207,7 @@ impl Kernel {
             | Kernel::Gemm(t)
             | Kernel::MatVec1(t)
             | Kernel::MatVec8(t)
+            | Kernel::MatVec8Many(t)
             | Kernel::MatVec8N(t)
             | Kernel::GemmTc(t)
             | Kernel::GemmTcSplit(t)
@@ -215,6 +226,7 @@ impl Kernel {
             Kernel::Gemm(t) => format!("gemm_{}", ty(t)),
             Kernel::MatVec1(t) => format!("mv1_{}", ty(t)),
             Kernel::MatVec8(t) => format!("mv8_{}", ty(t)),
+            Kernel::MatVec8Many(t) => format!("mv8m_{}", ty(t)),
             Kernel::MatVec8N(t) => format!("mv8n_{}", ty(t)),
             Kernel::QuantizeX8 => "quantize_x8".into(),
             Kernel::GemmTc(t) => format!("gemm_tc_{}", ty(t)),
@@ -303,7 +315,8 @@ pub enum Work {
     Rows { rows: usize, cols: usize },
     /// An output of `rows` weight rows by `n` rows of x (matmul).
     Matrix { rows: usize, n: usize },
-    /// One row of x by `rows` weight rows of `cols` columns (`mv8_*`).
+    /// One row of x by `rows` weight rows of `cols` columns (`mv8_*`;
+    /// `mv8m_*`: the matrices' rows each rounded up to whole blocks).
     MatVec { rows: usize, cols: usize },
     /// The same, its columns split into `splits` ranges.
     SplitMatrix {
@@ -327,6 +340,11 @@ pub fn mv8_group_warps(cols: usize) -> u32 {
         33..=64 => 2,
         _ => MV8_THREADS / 32,
     }
+}
+
+/// Weight rows an `mv8_*` block takes for rows of `cols` columns.
+pub fn mv8_rows_per_block(cols: usize) -> usize {
+    (MV8_ROWS * (MV8_THREADS / 32) / mv8_group_warps(cols)) as usize
 }
 
 /// Threads per block of the one-thread-per-element kernels.
@@ -410,8 +428,8 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
         (Kernel::MatVec1(_), Work::Matrix { rows, .. }) => {
             Ok(blocks(((rows as u32).div_ceil(MV1_ROWS), 1), MV1_THREADS))
         }
-        (Kernel::MatVec8(_), Work::MatVec { rows, cols }) => {
-            let per_block = MV8_ROWS * (MV8_THREADS / 32) / mv8_group_warps(cols);
+        (Kernel::MatVec8(_) | Kernel::MatVec8Many(_), Work::MatVec { rows, cols }) => {
+            let per_block = mv8_rows_per_block(cols) as u32;
             Ok(blocks(((rows as u32).div_ceil(per_block), 1), MV8_THREADS))
         }
         (Kernel::MatVec8N(_), Work::Matrix { rows, .. }) => {
@@ -515,6 +533,10 @@ param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10);
 param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11);
 param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12);
 param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12, N.13);
+param_tuple!(
+    A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12, N.13, O.14, P.15, Q.16,
+    R.17
+);
 
 /// A launch as the generic launcher sees it: which kernel, what
 /// [`check_args`] checks, and the problem size the grid is laid over.

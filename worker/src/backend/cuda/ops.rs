@@ -22,12 +22,12 @@ use crate::backend::cuda::args::{
 };
 use crate::backend::cuda::blas::{chunk_rows, Blas, F16Product};
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
-use crate::backend::cuda::kernels::MV8_LOOP_MAX_TOKENS;
+use crate::backend::cuda::kernels::{Mv8Plan, MV8_LOOP_MAX_TOKENS};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::ATT_MAX_HEAD_DIM;
 use crate::backend::BackendError;
 use crate::model::config::RopeStyle;
-use crate::model::ops::{rope_inv_freqs, AttentionShape, Ops, RopeParams};
+use crate::model::ops::{rope_inv_freqs, AttentionShape, Ops, Product, RopeParams};
 use crate::quant::GgmlType;
 
 mod buffers;
@@ -215,18 +215,22 @@ impl CudaOps {
         } else {
             Some(self.reserve_blas_scratch(chunk * cols)?)
         };
-        // Freed in stream order when this returns, after the products.
+        // x's two f16 parts, one after the other (each 16-byte aligned: n x
+        // cols is a multiple of 8). Freed in stream order when this
+        // returns, after the products.
         let xh_mem = self
             .dev
-            .alloc_async(Purpose::Scratch, (n * cols * 2) as u64)?;
+            .alloc_async(Purpose::Scratch, (2 * n * cols * 2) as u64)?;
         let xh = DevPtrMut::<f16>::new(xh_mem.ptr());
+        let xl = xh.offset(n * cols);
         let (k, st) = (&self.dev.kernels, &self.dev.stream);
         k.launch(
             st,
             &ToF16Args {
                 x: m.x,
                 len: n * cols,
-                out: xh,
+                hi: xh,
+                lo: xl,
             },
         )?;
         let BlasSlot::Ready(blas) = &self.blas else {
@@ -249,19 +253,23 @@ impl CudaOps {
                     out.as_const()
                 }
             };
-            // SAFETY: w holds nrows x cols f16 (the stored F16 matrix, or
-            // the chunk just decoded), xh n x cols, out n x rows f32 (checked
-            // by `matmul`), all on this device.
-            let product = F16Product {
-                w,
-                rows: nrows,
-                cols,
-                x: xh.as_const(),
-                n,
-                out: m.out.offset(r0),
-                ld_out: rows,
-            };
-            unsafe { blas.gemm_f16(&product) }?;
+            // The small part of x first, then the large one added to it.
+            for (x, accumulate) in [(xl, false), (xh, true)] {
+                let product = F16Product {
+                    w,
+                    rows: nrows,
+                    cols,
+                    x: x.as_const(),
+                    n,
+                    out: m.out.offset(r0),
+                    ld_out: rows,
+                    accumulate,
+                };
+                // SAFETY: w holds nrows x cols f16 (the stored F16 matrix,
+                // or the chunk just decoded), xh and xl n x cols each, out
+                // n x rows f32 (checked by `matmul`), all on this device.
+                unsafe { blas.gemm_f16(&product) }?;
+            }
             k.note_write();
         }
         if let Some(bias) = m.bias {
@@ -402,13 +410,85 @@ impl CudaOps {
             return Ok(false);
         };
         self.dev.kernels.matvec8(&self.dev.stream, args, plan, x8)?;
-        // The block still holds x, unless the product overwrote x itself.
+        self.x8_still_holds(x, &[out]);
+        Ok(true)
+    }
+
+    /// After products of x split in the x8 block wrote `outs`: the block
+    /// still holds x, unless a product overwrote x itself.
+    fn x8_still_holds(&mut self, x: &CudaBuf, outs: &[&CudaBuf]) {
         let kernels = &self.dev.kernels;
         let block = self.x8.as_mut().expect("quantized_x reserved it");
         let (xs, xe) = (x.ptr(), x.ptr() + x.len() as u64 * 4);
-        let (os, oe) = (out.ptr(), out.ptr() + out.len() as u64 * 4);
-        block.holds = (oe <= xs || xe <= os).then_some((x.id(), x.rows, x.cols, kernels.writes()));
-        Ok(true)
+        let apart = outs.iter().all(|out| {
+            let (os, oe) = (out.ptr(), out.ptr() + out.len() as u64 * 4);
+            oe <= xs || xe <= os
+        });
+        block.holds = apart.then_some((x.id(), x.rows, x.cols, kernels.writes()));
+    }
+
+    /// The checked launch of `rope` on x (`None`: nothing to rotate).
+    fn rope_args(
+        &mut self,
+        x: &mut CudaBuf,
+        p: RopeParams<'_>,
+    ) -> Result<Option<RopeArgs>, BackendError> {
+        if x.cols != p.n_head * p.head_dim
+            || p.n_rot > p.head_dim
+            || !p.n_rot.is_multiple_of(2)
+            || !p.factors_fit()
+            || x.is_empty()
+        {
+            return Err(shape_error(format!(
+                "rope: x {}x{}, {} heads of {}, {:?} frequency factors",
+                x.rows,
+                x.cols,
+                p.n_head,
+                p.head_dim,
+                p.freq_factors.map(<[f32]>::len)
+            )));
+        }
+        check_bufs("rope", &[x])?;
+        if p.n_rot == 0 {
+            return Ok(None);
+        }
+        let pairs = match p.style {
+            RopeStyle::Normal => RopePairs::Adjacent,
+            RopeStyle::Neox => RopePairs::Halves,
+        };
+        // Frequency factors live only in the table: made here on first use
+        // (never inside a graph capture, which may not allocate; the prefill
+        // before it has made it).
+        if p.freq_factors.is_some() && self.capture.is_none() {
+            self.prepare_rope(p.freq_base, p.n_rot, p.freq_factors)?;
+        }
+        let inv_freq = self
+            .rope_tables
+            .iter()
+            .find(|t| t.is_for(p.freq_base, p.n_rot, p.freq_factors))
+            .map(|t| DevPtr::new(t.mem.ptr()));
+        if inv_freq.is_none() && p.freq_factors.is_some() {
+            return Err(BackendError::InferenceFailed(
+                "rope: no table for these frequency factors inside a graph capture".into(),
+            ));
+        }
+        self.dev.bind()?;
+        Ok(Some(RopeArgs {
+            x: x.output(),
+            x2: None,
+            n_head2: 0,
+            rows: x.rows,
+            n_head: p.n_head,
+            head_dim: p.head_dim,
+            n_rot: p.n_rot,
+            start_pos: p.start_pos,
+            pos_ptr: self.pos_ptr(),
+            inv_freq,
+            freq_base: p.freq_base,
+            freq_scale: p.freq_scale,
+            mscale: p.mscale,
+            pairs,
+        }))
     }
 
     /// Makes `keep_last_row` copy the last position's logits to `ptr`, a
@@ -710,40 +790,8 @@ impl Ops for CudaOps {
         bias: Option<&CudaWeight>,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
-        if x.cols != w.cols
-            || out.rows != x.rows
-            || out.cols != w.rows
-            || x.is_empty()
-            || w.rows == 0
-        {
-            return Err(shape_error(format!(
-                "matmul: x {}x{}, w {}x{}, out {}x{}",
-                x.rows, x.cols, w.rows, w.cols, out.rows, out.cols
-            )));
-        }
-        check_weights("matmul", &[w])?;
-        check_bufs("matmul", &[x, out])?;
-        let bias = match bias {
-            Some(b) if is_f32_vector(b, w.rows) => {
-                check_weights("matmul bias", &[b])?;
-                Some(b.vector())
-            }
-            Some(b) => {
-                return Err(shape_error(format!(
-                    "matmul bias of {} values for {} rows",
-                    b.cols, w.rows
-                )))
-            }
-            None => None,
-        };
+        let args = matmul_args(x, w, bias, out)?;
         self.dev.bind()?;
-        let args = MatmulArgs {
-            w: w.stored(),
-            x: x.input(),
-            n: x.rows,
-            bias,
-            out: out.output(),
-        };
         if self.capture.is_none()
             && self.dev.kernels.blas_choice(&args)
             && self.matmul_blas(&args)?
@@ -771,62 +819,91 @@ impl Ops for CudaOps {
         self.dev.kernels.matmul(&self.dev.stream, &args)
     }
 
+    /// Products of one row of x in one format with `mv8_*` run as one
+    /// `mv8m_*` launch per format (Q and K apart from a V in another
+    /// format); every other product as `matmul` runs it.
+    fn matmuls(
+        &mut self,
+        x: &CudaBuf,
+        products: &mut [Product<'_, CudaWeight, CudaBuf>],
+    ) -> Result<(), BackendError> {
+        let mut fused = vec![false; products.len()];
+        if x.rows == 1 && products.len() > 1 {
+            let mut args = Vec::with_capacity(products.len());
+            for p in products.iter_mut() {
+                args.push(matmul_args(x, p.w, p.bias, p.out)?);
+            }
+            self.dev.bind()?;
+            for (i, a) in args.iter().enumerate() {
+                if fused[i] || self.dev.kernels.mv8_choice(a) != Some(Mv8Plan::One) {
+                    continue;
+                }
+                let group: Vec<usize> = (i..args.len())
+                    .filter(|&j| {
+                        !fused[j]
+                            && args[j].w.ty == a.w.ty
+                            && self.dev.kernels.mv8_choice(&args[j]) == Some(Mv8Plan::One)
+                    })
+                    .take(3)
+                    .collect();
+                if group.len() < 2 {
+                    continue;
+                }
+                let Some(x8) = self.quantized_x(x)? else {
+                    break;
+                };
+                let chosen: Vec<MatmulArgs> = group.iter().map(|&j| args[j]).collect();
+                self.dev
+                    .kernels
+                    .matvec8_many(&self.dev.stream, &chosen, x8)?;
+                let outs: Vec<&CudaBuf> = group.iter().map(|&j| &*products[j].out).collect();
+                self.x8_still_holds(x, &outs);
+                for j in group {
+                    fused[j] = true;
+                }
+            }
+        }
+        for (p, done) in products.iter_mut().zip(fused) {
+            if !done {
+                self.matmul(x, p.w, p.bias, p.out)?;
+            }
+        }
+        Ok(())
+    }
+
     fn rope(&mut self, x: &mut CudaBuf, p: RopeParams<'_>) -> Result<(), BackendError> {
-        if x.cols != p.n_head * p.head_dim
-            || p.n_rot > p.head_dim
-            || !p.n_rot.is_multiple_of(2)
-            || !p.factors_fit()
-            || x.is_empty()
-        {
-            return Err(shape_error(format!(
-                "rope: x {}x{}, {} heads of {}, {:?} frequency factors",
-                x.rows,
-                x.cols,
-                p.n_head,
-                p.head_dim,
-                p.freq_factors.map(<[f32]>::len)
-            )));
+        match self.rope_args(x, p)? {
+            Some(args) => self.dev.kernels.launch(&self.dev.stream, &args),
+            None => Ok(()),
         }
-        check_bufs("rope", &[x])?;
-        if p.n_rot == 0 {
-            return Ok(());
+    }
+
+    /// Q and K in one `rope` launch where they turn alike (every layer of
+    /// the models here: the same positions, frequencies and style).
+    fn rope_qk(
+        &mut self,
+        q: &mut CudaBuf,
+        k: &mut CudaBuf,
+        pq: RopeParams<'_>,
+        pk: RopeParams<'_>,
+    ) -> Result<(), BackendError> {
+        let (a, b) = (self.rope_args(q, pq)?, self.rope_args(k, pk)?);
+        match (a, b) {
+            (Some(a), Some(b)) if a.rotates_like(&b) => {
+                let both = RopeArgs {
+                    x2: Some(b.x),
+                    n_head2: b.n_head,
+                    ..a
+                };
+                self.dev.kernels.launch(&self.dev.stream, &both)
+            }
+            (a, b) => {
+                for args in [a, b].into_iter().flatten() {
+                    self.dev.kernels.launch(&self.dev.stream, &args)?;
+                }
+                Ok(())
+            }
         }
-        let pairs = match p.style {
-            RopeStyle::Normal => RopePairs::Adjacent,
-            RopeStyle::Neox => RopePairs::Halves,
-        };
-        // Frequency factors live only in the table: made here on first use
-        // (never inside a graph capture, which may not allocate; the prefill
-        // before it has made it).
-        if p.freq_factors.is_some() && self.capture.is_none() {
-            self.prepare_rope(p.freq_base, p.n_rot, p.freq_factors)?;
-        }
-        let inv_freq = self
-            .rope_tables
-            .iter()
-            .find(|t| t.is_for(p.freq_base, p.n_rot, p.freq_factors))
-            .map(|t| DevPtr::new(t.mem.ptr()));
-        if inv_freq.is_none() && p.freq_factors.is_some() {
-            return Err(BackendError::InferenceFailed(
-                "rope: no table for these frequency factors inside a graph capture".into(),
-            ));
-        }
-        self.dev.bind()?;
-        let args = RopeArgs {
-            x: x.output(),
-            rows: x.rows,
-            n_head: p.n_head,
-            head_dim: p.head_dim,
-            n_rot: p.n_rot,
-            start_pos: p.start_pos,
-            pos_ptr: self.pos_ptr(),
-            inv_freq,
-            freq_base: p.freq_base,
-            freq_scale: p.freq_scale,
-            mscale: p.mscale,
-            pairs,
-        };
-        self.dev.kernels.launch(&self.dev.stream, &args)
     }
 
     fn attention(
@@ -1159,4 +1236,42 @@ impl Ops for CudaOps {
             .map_err(|e| driver_error("copying to the host", e))?;
         self.dev.synchronize()
     }
+}
+
+/// The checked launch arguments of `out = x w^T (+ bias)` (shapes, weights
+/// and buffers as `matmul` refuses them).
+fn matmul_args(
+    x: &CudaBuf,
+    w: &CudaWeight,
+    bias: Option<&CudaWeight>,
+    out: &mut CudaBuf,
+) -> Result<MatmulArgs, BackendError> {
+    if x.cols != w.cols || out.rows != x.rows || out.cols != w.rows || x.is_empty() || w.rows == 0 {
+        return Err(shape_error(format!(
+            "matmul: x {}x{}, w {}x{}, out {}x{}",
+            x.rows, x.cols, w.rows, w.cols, out.rows, out.cols
+        )));
+    }
+    check_weights("matmul", &[w])?;
+    check_bufs("matmul", &[x, out])?;
+    let bias = match bias {
+        Some(b) if is_f32_vector(b, w.rows) => {
+            check_weights("matmul bias", &[b])?;
+            Some(b.vector())
+        }
+        Some(b) => {
+            return Err(shape_error(format!(
+                "matmul bias of {} values for {} rows",
+                b.cols, w.rows
+            )))
+        }
+        None => None,
+    };
+    Ok(MatmulArgs {
+        w: w.stored(),
+        x: x.input(),
+        n: x.rows,
+        bias,
+        out: out.output(),
+    })
 }

@@ -26,6 +26,10 @@ pub enum RopePairs {
 pub struct RopeArgs {
     /// `[rows, n_head * head_dim]` f32.
     pub x: DevPtrMut<f32>,
+    /// `[rows, n_head2 * head_dim]` f32 rotated in the same launch (K with
+    /// Q), or none (`n_head2` 0).
+    pub x2: Option<DevPtrMut<f32>>,
+    pub n_head2: usize,
     pub rows: usize,
     pub n_head: usize,
     pub head_dim: usize,
@@ -43,9 +47,30 @@ pub struct RopeArgs {
     pub pairs: RopePairs,
 }
 
+impl RopeArgs {
+    /// Whether `other` turns its heads as these do (same rows, positions,
+    /// frequencies, scaling and pairing), so one launch can take both.
+    pub fn rotates_like(&self, other: &RopeArgs) -> bool {
+        self.rows == other.rows
+            && self.head_dim == other.head_dim
+            && self.n_rot == other.n_rot
+            && self.start_pos == other.start_pos
+            && self.pos_ptr.map(|p| p.addr()) == other.pos_ptr.map(|p| p.addr())
+            && self.inv_freq.map(|p| p.addr()) == other.inv_freq.map(|p| p.addr())
+            && self.freq_base.to_bits() == other.freq_base.to_bits()
+            && self.freq_scale.to_bits() == other.freq_scale.to_bits()
+            && self.mscale.to_bits() == other.mscale.to_bits()
+            && self.pairs == other.pairs
+            && self.x2.is_none()
+            && other.x2.is_none()
+    }
+}
+
 impl KernelCall for RopeArgs {
     type Params = (
         DevPtrMut<f32>,
+        DevPtrMut<f32>,
+        i32,
         i32,
         i32,
         i32,
@@ -69,7 +94,7 @@ impl KernelCall for RopeArgs {
         // Saturating: the plan is made before the dimensions are checked.
         let work = Work::Elements(
             self.rows
-                .saturating_mul(self.n_head)
+                .saturating_mul(self.n_head.saturating_add(self.n_head2))
                 .saturating_mul(self.n_rot / 2),
         );
         plan(Kernel::Rope, dims, [("x", self.x.addr())], work)
@@ -80,6 +105,10 @@ impl KernelCall for RopeArgs {
                 "{} rotated dims of a {}-dim head",
                 self.n_rot, self.head_dim
             );
+            return Err(refusal(Kernel::Rope, msg));
+        }
+        if self.x2.is_some() != (self.n_head2 > 0) || self.n_head2 > i32::MAX as usize {
+            let msg = format!("a second matrix of {} heads", self.n_head2);
             return Err(refusal(Kernel::Rope, msg));
         }
         Ok(())
@@ -102,8 +131,10 @@ impl KernelCall for RopeArgs {
         let start = self.start_pos as i32;
         (
             self.x,
+            DevPtrMut::or_null(self.x2),
             rows,
             heads,
+            self.n_head2 as i32,
             hd,
             n_rot,
             start,

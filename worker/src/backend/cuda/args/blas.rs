@@ -69,38 +69,46 @@ pub struct ToF16Args {
     /// `[len]` f32, 32-byte aligned.
     pub x: DevPtr<f32>,
     pub len: usize,
-    /// `[len]` f16, 16-byte aligned.
-    pub out: DevPtrMut<f16>,
+    /// `[len]` f16 each, 16-byte aligned: x rounded, and the rounding of
+    /// what is left.
+    pub hi: DevPtrMut<f16>,
+    pub lo: DevPtrMut<f16>,
 }
 
 impl KernelCall for ToF16Args {
-    type Params = (DevPtr<f32>, i64, DevPtrMut<f16>);
+    type Params = (DevPtr<f32>, i64, DevPtrMut<f16>, DevPtrMut<f16>);
 
     fn plan(&self) -> Plan {
         plan(
             Kernel::ToF16,
             [("len", self.len)],
-            [("x", self.x.addr()), ("out", self.out.addr())],
+            [
+                ("x", self.x.addr()),
+                ("hi", self.hi.addr()),
+                ("lo", self.lo.addr()),
+            ],
             Work::Elements(self.len / 8),
         )
     }
     fn validate(&self) -> Result<(), BackendError> {
         if !self.len.is_multiple_of(8)
             || !self.x.addr().is_multiple_of(32)
-            || !self.out.addr().is_multiple_of(16)
+            || !self.hi.addr().is_multiple_of(16)
+            || !self.lo.addr().is_multiple_of(16)
         {
             let msg = format!(
-                "{} values from {:#x} to {:#x}",
+                "{} values from {:#x} to {:#x} and {:#x}",
                 self.len,
                 self.x.addr(),
-                self.out.addr()
+                self.hi.addr(),
+                self.lo.addr()
             );
             return Err(refusal(Kernel::ToF16, msg));
         }
         Ok(())
     }
     fn params(&self) -> Self::Params {
-        (self.x, (self.len / 8) as i64, self.out)
+        (self.x, (self.len / 8) as i64, self.hi, self.lo)
     }
 }
 

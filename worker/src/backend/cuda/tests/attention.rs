@@ -3,6 +3,60 @@
 
 use super::*;
 
+/// `rope_qk` turns Q and K in one launch with the bits of two `rope`
+/// launches; Q and K turned unalike (another position) take two.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn rope_qk_matches_two_ropes_bit_for_bit() {
+    let _gpu = shared_gpu();
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(6);
+    for style in [RopeStyle::Normal, RopeStyle::Neox] {
+        for (n_head, n_head_kv, head_dim, rows) in [(32, 8, 128, 1), (9, 3, 64, 70), (4, 1, 80, 5)]
+        {
+            let p = |n_head, start_pos| RopeParams {
+                n_head,
+                head_dim,
+                n_rot: head_dim,
+                start_pos,
+                freq_base: 500_000.0,
+                freq_scale: 1.0,
+                style,
+                freq_factors: None,
+                mscale: 1.0,
+            };
+            let qv = random_vec(&mut rng, rows * n_head * head_dim, 2.0);
+            let kv = random_vec(&mut rng, rows * n_head_kv * head_dim, 2.0);
+            for k_pos in [37, 38] {
+                let (mut q1, mut k1) = (
+                    ops.upload(rows, n_head * head_dim, &qv).unwrap(),
+                    ops.upload(rows, n_head_kv * head_dim, &kv).unwrap(),
+                );
+                ops.rope(&mut q1, p(n_head, 37)).unwrap();
+                ops.rope(&mut k1, p(n_head_kv, k_pos)).unwrap();
+                let (mut q2, mut k2) = (
+                    ops.upload(rows, n_head * head_dim, &qv).unwrap(),
+                    ops.upload(rows, n_head_kv * head_dim, &kv).unwrap(),
+                );
+                let before = dev().kernels.writes();
+                ops.rope_qk(&mut q2, &mut k2, p(n_head, 37), p(n_head_kv, k_pos))
+                    .unwrap();
+                let launches = dev().kernels.writes() - before;
+                assert_eq!(launches, if k_pos == 37 { 1 } else { 2 }, "K at {k_pos}");
+                let what =
+                    format!("{style:?} {n_head}/{n_head_kv}x{head_dim}, {rows} rows, K at {k_pos}");
+                for (a, b, which) in [(&q1, &q2, "Q"), (&k1, &k2, "K")] {
+                    let (a, b) = (host(&mut ops, a), host(&mut ops, b));
+                    assert!(
+                        a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "{what}: {which} differs"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
 fn rope_matches_cpu_in_both_styles() {

@@ -182,6 +182,8 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
 
     let rope = RopeArgs {
         x: DevPtrMut::new(p),
+        x2: None,
+        n_head2: 0,
         rows: 2,
         n_head: 4,
         head_dim: 64,
@@ -197,6 +199,10 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
     refused(
         "rope of zero rows",
         k.launch(s, &RopeArgs { rows: 0, ..rope }),
+    );
+    refused(
+        "rope with heads of a second matrix but no matrix",
+        k.launch(s, &RopeArgs { n_head2: 2, ..rope }),
     );
     refused(
         "rope of zero rotated dims",

@@ -3,6 +3,7 @@
 //! reference; determinism; matmul timings.
 
 use super::*;
+use crate::model::ops::Product;
 
 // ------------------------------------------------------------------ kernels
 
@@ -428,6 +429,116 @@ fn cpu_row_product(w: &TestWeight, rows: usize, xv: &[f32]) -> Vec<f32> {
         .matmul(&cpu_buf(1, xv.len(), xv.to_vec()), &w.cpu, None, &mut out)
         .unwrap();
     out.data
+}
+
+/// `matmuls` runs the products of one row of x that share a format with
+/// `mv8_*` as one `mv8m_*` launch, and each output has exactly the bits its
+/// own `matmul` gives (the blocks of each matrix are laid out as its own
+/// launch lays them out); a product in another format runs alone, and rows
+/// of x past one take the products one by one.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn matmuls_fuse_products_of_one_format_bit_for_bit() {
+    let _gpu = shared_gpu();
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(21);
+    restore_matmul_choice();
+    // Q, K, V shapes with a partial last block in K, a V in another
+    // format; gate and up; narrow rows (one warp a group of rows).
+    let cases: [(usize, &[(GgmlType, usize)]); 3] = [
+        (
+            1024,
+            &[
+                (GgmlType::Q4K, 512),
+                (GgmlType::Q4K, 131),
+                (GgmlType::Q6K, 128),
+            ],
+        ),
+        (2048, &[(GgmlType::Q6K, 700), (GgmlType::Q6K, 700)]),
+        (
+            896,
+            &[
+                (GgmlType::Q8_0, 896),
+                (GgmlType::Q8_0, 128),
+                (GgmlType::Q5_0, 128),
+            ],
+        ),
+    ];
+    for (cols, shapes) in cases {
+        let ws: Vec<(TestWeight, TestWeight)> = shapes
+            .iter()
+            .map(|&(ty, rows)| {
+                let w = test_weight(
+                    &mut ops,
+                    ty,
+                    rows,
+                    cols,
+                    &random_vec(&mut rng, rows * cols, 1.0),
+                );
+                let b = random_vec(&mut rng, rows, 1.0);
+                (w, test_weight(&mut ops, GgmlType::F32, 1, rows, &b))
+            })
+            .collect();
+        for n in [1, 3] {
+            let xv = random_vec(&mut rng, n * cols, 1.0);
+            let x = ops.upload(n, cols, &xv).unwrap();
+            let mut alone = Vec::new();
+            for (w, b) in &ws {
+                let mut out = ops.buf(n, w.gpu.rows).unwrap();
+                ops.matmul(&x, &w.gpu, Some(&b.gpu), &mut out).unwrap();
+                alone.push(host(&mut ops, &out));
+            }
+            let mut outs: Vec<CudaBuf> = ws
+                .iter()
+                .map(|(w, _)| ops.buf(n, w.gpu.rows).unwrap())
+                .collect();
+            let before = dev().kernels.writes();
+            {
+                let mut products: Vec<Product<'_, CudaWeight, CudaBuf>> = ws
+                    .iter()
+                    .zip(outs.iter_mut())
+                    .map(|((w, b), out)| Product {
+                        w: &w.gpu,
+                        bias: Some(&b.gpu),
+                        out,
+                    })
+                    .collect();
+                ops.matmuls(&x, &mut products).unwrap();
+            }
+            let launches = dev().kernels.writes() - before;
+            let what = format!("{cols} columns, {shapes:?}, n={n}");
+            if n == 1 {
+                // x was split by the products above: one mv8m_* launch for
+                // the products of the first format, one mv8_* for a third
+                // product of another.
+                let formats = 1 + shapes.iter().any(|s| s.0 != shapes[0].0) as u64;
+                assert_eq!(launches, formats, "{what}: launches");
+            }
+            for (i, out) in outs.iter().enumerate() {
+                let got = host(&mut ops, out);
+                assert!(
+                    got.iter()
+                        .zip(&alone[i])
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{what}: product {i} differs from its own matmul"
+                );
+                let cpu = {
+                    let mut o = cpu_buf(n, ws[i].0.gpu.rows, vec![0.0; n * ws[i].0.gpu.rows]);
+                    CpuOps
+                        .matmul(
+                            &cpu_buf(n, cols, xv.clone()),
+                            &ws[i].0.cpu,
+                            Some(&ws[i].1.cpu),
+                            &mut o,
+                        )
+                        .unwrap();
+                    o.data
+                };
+                let e = rel_err(&got, &cpu);
+                assert!(e <= 1e-3, "{what}: product {i} relative error {e:e}");
+            }
+        }
+    }
 }
 
 /// `mv8_*` splits x once for products that read the same x (Q, K and V),
