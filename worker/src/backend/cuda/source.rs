@@ -240,21 +240,6 @@ impl Unit {
         }
     }
 
-    /// The units that hold every kernel a model needs whose matrices are
-    /// stored in `formats`; `None`: every module whole.
-    pub fn for_formats(formats: Option<&[GgmlType]>) -> Vec<Unit> {
-        Unit::for_model(formats.map(|formats| KernelSet {
-            formats,
-            head_dim: 0,
-        }))
-        .into_iter()
-        .map(|u| Unit {
-            head_pairs: None,
-            ..u
-        })
-        .collect()
-    }
-
     /// The units a model needs: per-format modules for its formats,
     /// per-head-size modules for its head size only (most of their
     /// compile time is instances for other head sizes); `None`: every

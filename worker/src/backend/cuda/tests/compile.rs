@@ -38,7 +38,7 @@ fn nvrtc_compiles_every_module_for_sm80_and_sm90() {
     let cache_dir = tempfile::tempdir().unwrap();
     let cache = KernelCache::at(Some(cache_dir.path().to_path_buf()));
     for arch in [(8, 0), (9, 0)] {
-        for u in Unit::for_formats(None) {
+        for u in Unit::for_model(None) {
             let (cubin, from_cache) = cache
                 .load_or_compile(u, arch)
                 .unwrap_or_else(|e| panic!("{} for sm_{}{}: {e}", u.label(), arch.0, arch.1));
@@ -68,13 +68,19 @@ fn per_format_units_hold_only_their_format() {
         return;
     }
     let per_format_modules = Module::ALL.iter().filter(|m| m.per_format()).count();
-    let units = Unit::for_formats(Some(&[GgmlType::Q4K, GgmlType::Q4K]));
+    let set = |formats| {
+        Some(KernelSet {
+            formats,
+            head_dim: 64,
+        })
+    };
+    let units = Unit::for_model(set(&[GgmlType::Q4K, GgmlType::Q4K]));
     // Q4_K once (no F32: no matrix is stored in it); the other modules whole.
     assert_eq!(units.len(), Module::ALL.len());
     assert!(units.iter().all(|u| u.format != Some(GgmlType::F32)));
     let opts = crate::backend::cuda::nvrtc::options((9, 0));
     let key = |u: Unit| crate::backend::cuda::nvrtc::cache_key(u, &opts, (13, 0));
-    let units: Vec<Unit> = Unit::for_formats(Some(&GgmlType::ALL))
+    let units: Vec<Unit> = Unit::for_model(set(&GgmlType::ALL))
         .into_iter()
         .filter(|u| u.format.is_some())
         .collect();
