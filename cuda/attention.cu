@@ -54,10 +54,14 @@ __device__ __forceinline__ float dot_q_k(const float* __restrict__ q, const u16*
 // weight * V over keys w, w + ATT_WARPS, ... with each lane holding dim
 // pairs lane, lane + 32, ... . At the end the warps' outputs are added in warp
 // order. Every sum has a fixed order. head_dim must be even.
+// With xh set (one row, head_dim a multiple of 32), out is also split for
+// the output projection's mat-vec as quantize_x8 splits it, saving that
+// launch in decode.
 extern "C" __global__ void __launch_bounds__(ATT_THREADS)
     attention(const float* __restrict__ q, int n, int n_head, int n_head_kv, int head_dim, int start_pos,
               const int* __restrict__ pos_ptr, int capacity, const u16* __restrict__ k_cache,
-              const u16* __restrict__ v_cache, float scale, int swa, float* __restrict__ out) {
+              const u16* __restrict__ v_cache, float scale, int swa, float* __restrict__ out, i8* __restrict__ xh,
+              i8* __restrict__ xl, float* __restrict__ xd, float* __restrict__ xs) {
     __shared__ __align__(16) float qs[ATT_MAX_HEAD_DIM];
     __shared__ float p[ATT_THREADS];
     __shared__ float red[32];
@@ -124,5 +128,6 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
         for (int w = 0; w < ATT_WARPS; w++) s += part[w][d];
         orow[d] = s * inv;
+        if (xh) split_x8(s * inv, (i64)h * head_dim + d, xh, xl, xd, xs);
     }
 }

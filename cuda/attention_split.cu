@@ -228,14 +228,16 @@ ATTENTION_SPLIT(attention_split_256_g8, 4, 8)
 // ATSC_THREADS per head; the chunks' weights are computed once into shared
 // memory. Warp w adds chunks w, w + ATSC_WARPS, ... (lanes over dims, so each
 // chunk's output is one coalesced read, and the reads of different chunks
-// are independent); the warps' sums are then added in warp order.
+// are independent); the warps' sums are then added in warp order. With xh
+// set (head_dim a multiple of 32), out is also split as `attention` splits it.
 #if !defined(ATSC_THREADS)
 #error "ATSC_THREADS comes from the worker as a -D option"
 #endif
 static_assert(ATSC_THREADS % 32 == 0, "whole warps");
 #define ATSC_WARPS (ATSC_THREADS / 32)
 extern "C" __global__ void __launch_bounds__(ATSC_THREADS)
-    attention_combine(const float* __restrict__ part, int n_head, int head_dim, int nsplit, float* __restrict__ out) {
+    attention_combine(const float* __restrict__ part, int n_head, int head_dim, int nsplit, float* __restrict__ out,
+                      i8* __restrict__ xh, i8* __restrict__ xl, float* __restrict__ xd, float* __restrict__ xs) {
     __shared__ float wgt[ATS_MAX_SPLITS];
     __shared__ float red[32];
     __shared__ float accw[ATSC_WARPS][ATT_MAX_HEAD_DIM];
@@ -277,5 +279,6 @@ extern "C" __global__ void __launch_bounds__(ATSC_THREADS)
         float o = 0.0f;
         for (int w = 0; w < ATSC_WARPS; w++) o += accw[w][d];
         out[(i64)h * head_dim + d] = o / l;
+        if (xh) split_x8(o / l, (i64)h * head_dim + d, xh, xl, xd, xs);
     }
 }

@@ -183,7 +183,9 @@ __device__ __forceinline__ void attention_tc_impl(const float* __restrict__ q, i
 extern "C" __global__ void __launch_bounds__(ATC_THREADS)
     attention_tc(const float* __restrict__ q, int n, int n_head, int n_head_kv, int head_dim, int start_pos,
                  const int* __restrict__ pos_ptr, int capacity, const u16* __restrict__ k_cache,
-                 const u16* __restrict__ v_cache, float scale, int swa, float* __restrict__ out) {
+                 const u16* __restrict__ v_cache, float scale, int swa, float* __restrict__ out,
+                 i8* __restrict__ xh, i8* __restrict__ xl, float* __restrict__ xd, float* __restrict__ xs) {
+    // xh..xs: `attention`'s split of one output row; always null here (prefill).
     if (pos_ptr) start_pos = *pos_ptr;
     if (blockIdx.x * ATC_BQ >= n || blockIdx.y >= n_head) return;
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 1

@@ -106,6 +106,54 @@ __device__ __forceinline__ float block_max(float v, float* red) {
     return m;
 }
 
+// ---- RMSNorm pieces (norm.cu, rope.cu), one block per row ----
+
+// This thread's share of sum(x^2) over a row of `cols` values, in a fixed
+// order: float4 at a time where `vec` (cols a multiple of 4, 16-byte aligned
+// rows), unrolled so that a thread's loads are in flight together (a decode
+// step's one row is latency-bound). block_sum of it is the row's sum.
+__device__ __forceinline__ float row_sq_sum(const float* xr, int cols, bool vec) {
+    float s = 0.0f;
+    if (vec) {
+        const float4* x4 = (const float4*)xr;
+#pragma unroll 4
+        for (int c = threadIdx.x; c < cols / 4; c += blockDim.x) {
+            const float4 v = x4[c];
+            s = fmaf(v.x, v.x, s);
+            s = fmaf(v.y, v.y, s);
+            s = fmaf(v.z, v.z, s);
+            s = fmaf(v.w, v.w, s);
+        }
+    } else {
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) s = fmaf(xr[c], xr[c], s);
+    }
+    return s;
+}
+
+// 1 / sqrt(mean(x^2) + eps) from the row's sum of squares.
+__device__ __forceinline__ float rms_scale(float sum_sq, int cols, float eps) {
+    return 1.0f / sqrtf(sum_sq / (float)cols + eps);
+}
+
+// (v * scale) * g, rounded as the CPU reference rounds it.
+__device__ __forceinline__ float4 scale_by(float4 v, float scale, float4 g) {
+    return make_float4(__fmul_rn(__fmul_rn(v.x, scale), g.x), __fmul_rn(__fmul_rn(v.y, scale), g.y),
+                       __fmul_rn(__fmul_rn(v.z, scale), g.z), __fmul_rn(__fmul_rn(v.w, scale), g.w));
+}
+
+// o[c] = (x[c] * scale) * w[c] over the row; o may be x itself (each thread
+// writes only what it read).
+__device__ __forceinline__ void row_scale_write(const float* xr, const float* __restrict__ w, int cols, float scale,
+                                                float* o, bool vec) {
+    if (vec) {
+        const float4 *x4 = (const float4*)xr, *w4 = (const float4*)w;
+#pragma unroll 4
+        for (int c = threadIdx.x; c < cols / 4; c += blockDim.x) ((float4*)o)[c] = scale_by(x4[c], scale, w4[c]);
+    } else {
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = __fmul_rn(__fmul_rn(xr[c], scale), w[c]);
+    }
+}
+
 // ---- tensor-core building blocks (gemm.cu, attention.cu) ----
 
 // Four 8x8 matrices of 16-bit values from shared memory: lane l gives the

@@ -253,7 +253,7 @@ FOR_EACH_TYPE(DEF_MV1)
 
 // ---------------------------------------------------------------------------
 // `mv8_<type>` / `mv8n_<type>`: the same product on the integer units, for
-// Q4_K, Q5_0, Q8_0 and Q6_K, from x split by `quantize_x8` (elementwise.cu)
+// Q4_0, Q4_1, Q4_K, Q5_0, Q8_0 and Q6_K, from x split by `quantize_x8` (elementwise.cu)
 // into int8 parts hi and lo (x ~ d * (hi + lo / 256) per 32 values) and
 // exact sums of 16. Four weights meet four int8 values in one dp4a, where
 // mv1 spends three instructions per value. No shared memory but for the
@@ -351,7 +351,7 @@ __device__ __forceinline__ void ld32_a2(const u8* p, u32* o) {
 }
 
 // A unit is 32 weights of one row, meeting x at columns col0(u) (16 values)
-// and col1(u) (16 more). Q5_0, Q8_0 and Q6_K: unit u is columns 32u.. (one
+// and col1(u) (16 more). Q4_0, Q4_1, Q5_0, Q8_0 and Q6_K: unit u is columns 32u.. (one
 // block, or an eighth of a Q6_K block). Q4_K: 16 bytes of qs, 16 values of
 // sub-block 2k in the low nibbles and 16 of sub-block 2k+1 in the high
 // ones, with the block's header (d, dmin, 12 scale bytes); 8 units a block.
@@ -417,6 +417,59 @@ struct Mv8Unit<T_Q5_0> {
         const float d = f16_to_f32((u16)dh);
         const float q = dot16(lo, x.h0, x.l0) + dot16(hi, x.h1, x.l1);  // sum of (value + 16) * x
         return d * fmaf(x.d0, q, -16.0f * (x.s0 + x.s1));
+    }
+};
+
+// The low and high nibbles of 16 bytes, a byte each.
+__device__ __forceinline__ void split_nibbles(const u32* qs, u32* lo, u32* hi) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        lo[i] = qs[i] & 0x0F0F0F0Fu;
+        hi[i] = (qs[i] >> 4) & 0x0F0F0F0Fu;
+    }
+}
+
+// Q4_0: 18-byte blocks {d, qs[16]}, value j = d * (nibble - 8), the low
+// nibble of byte j (j < 16) or the high one of byte j - 16.
+template <>
+struct Mv8Unit<T_Q4_0> {
+    u32 dh, qs[4];
+    static __device__ __forceinline__ int col0(int u) { return 32 * u; }
+    static __device__ __forceinline__ int col1(int u) { return 32 * u + 16; }
+    __device__ __forceinline__ void load(const u8* __restrict__ row, int u) {
+        const u16* b = (const u16*)(row + (i64)u * 18);
+        dh = b[0];
+#pragma unroll
+        for (int i = 0; i < 4; i++) qs[i] = b[1 + 2 * i] | ((u32)b[2 + 2 * i] << 16);
+    }
+    __device__ __forceinline__ float dot(int, const X8Unit& x) const {
+        u32 lo[4], hi[4];
+        split_nibbles(qs, lo, hi);
+        const float d = f16_to_f32((u16)dh);
+        const float q = dot16(lo, x.h0, x.l0) + dot16(hi, x.h1, x.l1);  // sum of (value + 8) * x
+        return d * fmaf(x.d0, q, -8.0f * (x.s0 + x.s1));
+    }
+};
+
+// Q4_1: 20-byte blocks {d, m, qs[16]} (4-byte aligned), value j = d *
+// nibble + m, nibbles as Q4_0's.
+template <>
+struct Mv8Unit<T_Q4_1> {
+    u32 dm, qs[4];
+    static __device__ __forceinline__ int col0(int u) { return 32 * u; }
+    static __device__ __forceinline__ int col1(int u) { return 32 * u + 16; }
+    __device__ __forceinline__ void load(const u8* __restrict__ row, int u) {
+        const u32* b = (const u32*)(row + (i64)u * 20);
+        dm = b[0];
+#pragma unroll
+        for (int i = 0; i < 4; i++) qs[i] = b[1 + i];
+    }
+    __device__ __forceinline__ float dot(int, const X8Unit& x) const {
+        u32 lo[4], hi[4];
+        split_nibbles(qs, lo, hi);
+        const float d = f16_to_f32((u16)(dm & 0xFFFF)), m = f16_to_f32((u16)(dm >> 16));
+        const float q = dot16(lo, x.h0, x.l0) + dot16(hi, x.h1, x.l1);
+        return fmaf(d * x.d0, q, m * (x.s0 + x.s1));
     }
 };
 
@@ -619,6 +672,12 @@ __device__ __forceinline__ void mv8_rows(const u8* __restrict__ W, i64 row_bytes
 // The formats with a unit above, among those this module is compiled for.
 #if !defined(ONE_FORMAT_ID) || ONE_FORMAT_ID == T_Q4_K
 DEF_MV8(q4_k, T_Q4_K)
+#endif
+#if !defined(ONE_FORMAT_ID) || ONE_FORMAT_ID == T_Q4_0
+DEF_MV8(q4_0, T_Q4_0)
+#endif
+#if !defined(ONE_FORMAT_ID) || ONE_FORMAT_ID == T_Q4_1
+DEF_MV8(q4_1, T_Q4_1)
 #endif
 #if !defined(ONE_FORMAT_ID) || ONE_FORMAT_ID == T_Q5_0
 DEF_MV8(q5_0, T_Q5_0)

@@ -6,32 +6,36 @@
 
 // out[t] = x[t] * (1 / sqrt(mean(x[t]^2) + eps)) * w, rounded as (x * scale) * w;
 // with ADD, x[t] += y[t] first (written back: the residual add before the
-// next norm, one launch instead of two, with add_assign's rounding).
+// next norm, one launch instead of two, with add_assign's rounding), and with
+// yw also set, y[t] is itself normalised by yw first (Gemma 3's norm on each
+// block's output before its residual add: three launches in one, the bits of
+// rms_norm then add_rms_norm, whose blocks are as wide).
 // With xh set (one row, cols a multiple of 32), out is also split for the
 // next mat-vec as quantize_x8 splits it, saving that launch in decode.
 template <bool ADD>
-__device__ __forceinline__ void rms_norm_row(float* x, const float* __restrict__ y, const float* __restrict__ w,
-                                             int cols, float eps, int rows, float* __restrict__ out,
-                                             i8* __restrict__ xh, i8* __restrict__ xl, float* __restrict__ xd,
-                                             float* __restrict__ xs) {
+__device__ __forceinline__ void rms_norm_row(float* x, const float* __restrict__ y, const float* __restrict__ yw,
+                                             const float* __restrict__ w, int cols, float eps, int rows,
+                                             float* __restrict__ out, i8* __restrict__ xh, i8* __restrict__ xl,
+                                             float* __restrict__ xd, float* __restrict__ xs) {
     __shared__ float red[32];
     const int r = blockIdx.x;
     if (r >= rows) return;
     float* xr = x + (i64)r * cols;
     const float* yr = ADD ? y + (i64)r * cols : nullptr;
     float* o = out + (i64)r * cols;
+    // Rows of whole float4s (every model's widths) in 16-byte loads: see row_sq_sum.
+    const bool vec = (cols & 3) == 0 && (((u64)xr | (u64)yr | (u64)yw | (u64)w | (u64)o) & 15) == 0;
+    float y_scale = 1.0f;
+    if (ADD && yw) y_scale = rms_scale(block_sum(row_sq_sum(yr, cols, vec), red), cols, eps);
     float s = 0.0f;
-    // Rows of whole float4s (every model's widths) in 16-byte loads, unrolled
-    // so that a thread's loads are in flight together: a decode step's one
-    // row is latency-bound. Each thread reads back only what it wrote.
-    const bool vec = (cols & 3) == 0 && (((u64)xr | (u64)yr | (u64)w | (u64)o) & 15) == 0;
     if (vec) {
         float4* x4 = (float4*)xr;
 #pragma unroll 4
         for (int c = threadIdx.x; c < cols / 4; c += blockDim.x) {
             float4 v = x4[c];
             if (ADD) {
-                const float4 a = ((const float4*)yr)[c];
+                float4 a = ((const float4*)yr)[c];
+                if (yw) a = scale_by(a, y_scale, ((const float4*)yw)[c]);
                 v = make_float4(v.x + a.x, v.y + a.y, v.z + a.z, v.w + a.w);
                 x4[c] = v;
             }
@@ -44,25 +48,16 @@ __device__ __forceinline__ void rms_norm_row(float* x, const float* __restrict__
         for (int c = threadIdx.x; c < cols; c += blockDim.x) {
             float v = xr[c];
             if (ADD) {
-                v = v + yr[c];
+                const float a = yw ? __fmul_rn(__fmul_rn(yr[c], y_scale), yw[c]) : yr[c];
+                v = v + a;
                 xr[c] = v;
             }
             s = fmaf(v, v, s);
         }
     }
-    s = block_sum(s, red);
-    const float scale = 1.0f / sqrtf(s / (float)cols + eps);
-    if (vec) {
-        const float4 *x4 = (const float4*)xr, *w4 = (const float4*)w;
-#pragma unroll 4
-        for (int c = threadIdx.x; c < cols / 4; c += blockDim.x) {
-            const float4 v = x4[c], g = w4[c];
-            ((float4*)o)[c] = make_float4(__fmul_rn(__fmul_rn(v.x, scale), g.x), __fmul_rn(__fmul_rn(v.y, scale), g.y),
-                                          __fmul_rn(__fmul_rn(v.z, scale), g.z), __fmul_rn(__fmul_rn(v.w, scale), g.w));
-        }
-    } else {
-        for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = __fmul_rn(__fmul_rn(xr[c], scale), w[c]);
-    }
+    // block_sum begins with a barrier, so `red` may be reused.
+    const float scale = rms_scale(block_sum(s, red), cols, eps);
+    row_scale_write(xr, w, cols, scale, o, vec);
     if (xh && rows == 1) {
         __syncthreads();  // the row's outputs, written by other threads, are visible
         for (int c = threadIdx.x; c < cols; c += blockDim.x) split_x8(o[c], c, xh, xl, xd, xs);
@@ -72,14 +67,14 @@ __device__ __forceinline__ void rms_norm_row(float* x, const float* __restrict__
 extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __restrict__ w, int cols, float eps,
                                     int rows, float* __restrict__ out, i8* __restrict__ xh, i8* __restrict__ xl,
                                     float* __restrict__ xd, float* __restrict__ xs) {
-    rms_norm_row<false>((float*)x, nullptr, w, cols, eps, rows, out, xh, xl, xd, xs);  // x is only read
+    rms_norm_row<false>((float*)x, nullptr, nullptr, w, cols, eps, rows, out, xh, xl, xd, xs);  // x is only read
 }
 
 extern "C" __global__ void add_rms_norm(float* __restrict__ x, const float* __restrict__ y,
-                                        const float* __restrict__ w, int cols, float eps, int rows,
-                                        float* __restrict__ out, i8* __restrict__ xh, i8* __restrict__ xl,
-                                        float* __restrict__ xd, float* __restrict__ xs) {
-    rms_norm_row<true>(x, y, w, cols, eps, rows, out, xh, xl, xd, xs);
+                                        const float* __restrict__ yw, const float* __restrict__ w, int cols,
+                                        float eps, int rows, float* __restrict__ out, i8* __restrict__ xh,
+                                        i8* __restrict__ xl, float* __restrict__ xd, float* __restrict__ xs) {
+    rms_norm_row<true>(x, y, yw, w, cols, eps, rows, out, xh, xl, xd, xs);
 }
 
 // GPT-2's LayerNorm (M0-W-1432):

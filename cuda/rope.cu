@@ -16,6 +16,25 @@
 // as x: Q and K of a layer in one kernel.
 #include "common.cuh"
 
+// Turns dims (a, b) of pair i of one head at position pos (already times
+// freq_scale), as described above.
+__device__ __forceinline__ void rope_pair(float* head, int i, double pos, int n_rot,
+                                          const double* __restrict__ inv_freq_table, float freq_base, float mscale,
+                                          int style) {
+    const int half = n_rot / 2;
+    const double inv_freq =
+        inv_freq_table ? inv_freq_table[i] : pow((double)freq_base, -2.0 * (double)i / (double)n_rot);
+    double sn, cs;
+    sincos(pos * inv_freq, &sn, &cs);
+    sn *= (double)mscale;
+    cs *= (double)mscale;
+    const int a = style == 0 ? 2 * i : i;
+    const int b = style == 0 ? 2 * i + 1 : i + half;
+    const double x0 = head[a], x1 = head[b];
+    head[a] = (float)(x0 * cs - x1 * sn);
+    head[b] = (float)(x0 * sn + x1 * cs);
+}
+
 extern "C" __global__ void rope(float* __restrict__ x, float* __restrict__ x2, int rows, int n_head, int n_head2,
                                 int head_dim, int n_rot, int start_pos, const int* __restrict__ pos_ptr,
                                 const double* __restrict__ inv_freq_table, float freq_base, float freq_scale,
@@ -30,15 +49,51 @@ extern "C" __global__ void rope(float* __restrict__ x, float* __restrict__ x2, i
     const int t = (int)(idx / ((i64)half * heads));
     float* head = h < n_head ? x + ((i64)t * n_head + h) * head_dim : x2 + ((i64)t * n_head2 + h - n_head) * head_dim;
     const double pos = (double)(start_pos + t) * (double)freq_scale;
-    const double inv_freq =
-        inv_freq_table ? inv_freq_table[i] : pow((double)freq_base, -2.0 * (double)i / (double)n_rot);
-    double sn, cs;
-    sincos(pos * inv_freq, &sn, &cs);
-    sn *= (double)mscale;
-    cs *= (double)mscale;
-    const int a = style == 0 ? 2 * i : i;
-    const int b = style == 0 ? 2 * i + 1 : i + half;
-    const double x0 = head[a], x1 = head[b];
-    head[a] = (float)(x0 * cs - x1 * sn);
-    head[b] = (float)(x0 * sn + x1 * cs);
+    rope_pair(head, i, pos, n_rot, inv_freq_table, freq_base, mscale, style);
+}
+
+// Before attention, one launch for what otherwise takes up to five (Gemma 3:
+// Q's norm, K's norm, RoPE of both, the KV store; llama: RoPE, the store).
+// Block (t, h) takes head h of row t: heads 0..n_head-1 of q, then the
+// n_head_kv heads of k. A head is normalised when its weight (qw, kw) is not
+// null, as rms_norm normalises a head-wide group (blocks as wide, so the
+// same bits), then rotated as rope rotates it (n_rot 0: not at all), in
+// place; a K head is then stored in the layer's cache planes
+// ([n_head_kv][capacity][head_dim] f16, attention.cuh) beside V's head of
+// the same row, as kv_store stores them. start_pos is read from pos_ptr when
+// that is not null (graph replay).
+extern "C" __global__ void qk_rope_store(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ v,
+                                         int n_head, int n_head_kv, int head_dim, const float* __restrict__ qw,
+                                         const float* __restrict__ kw, float eps, int n_rot,
+                                         const double* __restrict__ inv_freq_table, float freq_base,
+                                         float freq_scale, float mscale, int style, int start_pos,
+                                         const int* __restrict__ pos_ptr, int capacity, u16* __restrict__ k_cache,
+                                         u16* __restrict__ v_cache) {
+    __shared__ float red[32];
+    if (pos_ptr) start_pos = *pos_ptr;
+    const int t = blockIdx.x, h = blockIdx.y;
+    const bool is_k = h >= n_head;
+    if (h >= n_head + n_head_kv) return;
+    const int kh = h - n_head;
+    float* head = is_k ? k + ((i64)t * n_head_kv + kh) * head_dim : q + ((i64)t * n_head + h) * head_dim;
+    const float* w = is_k ? kw : qw;
+    if (w) {
+        const bool vec = (head_dim & 3) == 0 && (((u64)head | (u64)w) & 15) == 0;
+        const float scale = rms_scale(block_sum(row_sq_sum(head, head_dim, vec), red), head_dim, eps);
+        row_scale_write(head, w, head_dim, scale, head, vec);
+        __syncthreads();  // the pairs below cross threads
+    }
+    if (n_rot > 0) {
+        const double pos = (double)(start_pos + t) * (double)freq_scale;
+        for (int i = threadIdx.x; i < n_rot / 2; i += blockDim.x)
+            rope_pair(head, i, pos, n_rot, inv_freq_table, freq_base, mscale, style);
+    }
+    if (!is_k || start_pos + t >= capacity) return;
+    __syncthreads();
+    const float* vh = v + ((i64)t * n_head_kv + kh) * head_dim;
+    const i64 dst = ((i64)kh * capacity + start_pos + t) * head_dim;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        k_cache[dst + d] = f32_to_f16(head[d]);
+        v_cache[dst + d] = f32_to_f16(vh[d]);
+    }
 }

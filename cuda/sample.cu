@@ -484,3 +484,47 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
         *(double*)(out + 4) = log_sum;
     }
 }
+
+// sample_argmax: greedy sampling without a penalty (the common request)
+// over many blocks, where sample_select's one block reads the whole
+// vocabulary on one SM (a 151,936-token vocabulary took it about as long as
+// ten of a 0.5B model's layers). Block b takes ids [b * chunk, (b + 1) *
+// chunk) and writes its best (key << 32 | id) to partial[b]; the last block
+// to finish (by the ticket in *done) takes the best of those, writes the id
+// to out[0] and sets *done back to 0 for the next launch. A minimum does not
+// depend on the order it is taken in, so the id is raw_argmax's: the one
+// sample_select picks when greedy.
+#if !defined(SAMPLE_ARGMAX_THREADS) || !defined(SAMPLE_ARGMAX_BLOCKS)
+#error "SAMPLE_ARGMAX_THREADS and SAMPLE_ARGMAX_BLOCKS come from the worker as -D options"
+#endif
+extern "C" __global__ void __launch_bounds__(SAMPLE_ARGMAX_THREADS)
+    sample_argmax(const float* logits, u32 n, u64* partial, u32* done, u32* out) {
+    __shared__ SampleShared sh;
+    __shared__ bool last;
+    const u32 chunk = (n + gridDim.x - 1) / gridDim.x;
+    const u32 lo = blockIdx.x * chunk, hi = min(n, lo + chunk);
+    u64 best = ~0ull;
+    for (u32 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        const u64 p = ((u64)rank_key(logits[i]) << 32) | i;
+        best = p < best ? p : best;
+    }
+    best = block_min_u64(best, sh);
+    if (threadIdx.x == 0) {
+        partial[blockIdx.x] = best;
+        __threadfence();  // the partial is visible before the ticket is taken
+        last = atomicAdd(done, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    best = ~0ull;
+    for (u32 b = threadIdx.x; b < gridDim.x; b += blockDim.x) {
+        const u64 p = __ldcg(partial + b);
+        best = p < best ? p : best;
+    }
+    best = block_min_u64(best, sh);
+    if (threadIdx.x == 0) {
+        out[0] = (u32)(best & 0xffffffffull);
+        *done = 0;
+    }
+}

@@ -11,7 +11,7 @@
 
 use crate::gguf::GgufFile;
 use crate::model::config::ModelConfig;
-use crate::model::ops::{AttentionShape, GraphError, Ops, Product, RopeParams};
+use crate::model::ops::{AttentionShape, GraphError, HeadNorms, Ops, Product, QkPrep, RopeParams};
 use crate::model::parts::{self, check_layer_count, lm_head, Binder, FinalNorm, Pass, Upload};
 
 /// One transformer block's weights.
@@ -142,8 +142,8 @@ pub fn forward<O: Ops>(
     pass.rec.record(ops, "inp_scaled", &x)?;
 
     let mut h = ops.buf(n, d)?;
-    let (mut q_raw, mut q) = (ops.buf(n, qd)?, ops.buf(n, qd)?);
-    let (mut k_raw, mut k) = (ops.buf(n, kvd)?, ops.buf(n, kvd)?);
+    let mut q = ops.buf(n, qd)?;
+    let mut k = ops.buf(n, kvd)?;
     let mut v = ops.buf(n, kvd)?;
     let mut attn = ops.buf(n, qd)?;
     let mut proj = ops.buf(n, d)?;
@@ -163,12 +163,12 @@ pub fn forward<O: Ops>(
                 Product {
                     w: &l.wq,
                     bias: None,
-                    out: &mut q_raw,
+                    out: &mut q,
                 },
                 Product {
                     w: &l.wk,
                     bias: None,
-                    out: &mut k_raw,
+                    out: &mut k,
                 },
                 Product {
                     w: &l.wv,
@@ -177,8 +177,6 @@ pub fn forward<O: Ops>(
                 },
             ],
         )?;
-        ops.rms_norm(&q_raw, &l.q_norm, cfg.norm_eps, &mut q)?;
-        ops.rms_norm(&k_raw, &l.k_norm, cfg.norm_eps, &mut k)?;
         let window = cfg.window(il);
         let rope = |n_head| RopeParams {
             n_head,
@@ -197,7 +195,6 @@ pub fn forward<O: Ops>(
             freq_factors: None,
             mscale: cfg.rope_attn_factor,
         };
-        ops.rope_qk(&mut q, &mut k, rope(cfg.n_head), rope(cfg.n_head_kv))?;
         let shape = AttentionShape {
             layer: il,
             start_pos,
@@ -208,10 +205,18 @@ pub fn forward<O: Ops>(
             window,
             scale,
         };
-        ops.attention(&q, &k, &v, cache, shape, &mut attn)?;
+        let prep = QkPrep {
+            norms: Some(HeadNorms {
+                q: &l.q_norm,
+                k: &l.k_norm,
+                eps: cfg.norm_eps,
+            }),
+            rope: Some((rope(cfg.n_head), rope(cfg.n_head_kv))),
+        };
+        ops.attend(&mut q, &mut k, &v, prep, cache, shape, &mut attn)?;
         ops.matmul(&attn, &l.wo, None, &mut proj)?;
-        ops.rms_norm(&proj, &l.post_attn_norm, cfg.norm_eps, &mut normed)?;
-        ops.add_rms_norm(&mut x, &normed, &l.ffn_norm, cfg.norm_eps, &mut h)?;
+        let eps = cfg.norm_eps;
+        ops.norm_add_rms_norm(&mut x, &proj, &l.post_attn_norm, &l.ffn_norm, eps, &mut h)?;
 
         ops.matmuls(
             &h,
@@ -230,12 +235,19 @@ pub fn forward<O: Ops>(
         )?;
         ops.geglu(&gate, &up, &mut act)?;
         ops.matmul(&act, &l.ffn_down, None, &mut proj)?;
-        ops.rms_norm(&proj, &l.post_ffn_norm, cfg.norm_eps, &mut normed)?;
         match w.layers.get(il + 1) {
-            Some(next) => {
-                ops.add_rms_norm(&mut x, &normed, &next.attn_norm, cfg.norm_eps, &mut h)?
+            Some(next) => ops.norm_add_rms_norm(
+                &mut x,
+                &proj,
+                &l.post_ffn_norm,
+                &next.attn_norm,
+                eps,
+                &mut h,
+            )?,
+            None => {
+                ops.rms_norm(&proj, &l.post_ffn_norm, eps, &mut normed)?;
+                ops.add_assign(&mut x, &normed)?
             }
-            None => ops.add_assign(&mut x, &normed)?,
         }
         pass.rec.record(ops, &format!("l_out-{il}"), &x)?;
     }

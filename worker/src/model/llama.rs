@@ -8,7 +8,7 @@
 
 use crate::gguf::GgufFile;
 use crate::model::config::ModelConfig;
-use crate::model::ops::{AttentionShape, GraphError, Ops, Product, RopeParams};
+use crate::model::ops::{AttentionShape, GraphError, Ops, Product, QkPrep, RopeParams};
 use crate::model::parts::{self, check_layer_count, lm_head, Binder, FinalNorm, Pass, Upload};
 
 /// One transformer block's weights.
@@ -179,7 +179,6 @@ pub fn forward<O: Ops>(
                 },
             ],
         )?;
-        ops.rope_qk(&mut q, &mut k, rope(cfg.n_head), rope(cfg.n_head_kv))?;
         let shape = AttentionShape {
             layer: il,
             start_pos,
@@ -190,7 +189,11 @@ pub fn forward<O: Ops>(
             window: None,
             scale: 1.0 / (cfg.head_dim as f32).sqrt(),
         };
-        ops.attention(&q, &k, &v, cache, shape, &mut attn)?;
+        let prep = QkPrep {
+            norms: None,
+            rope: Some((rope(cfg.n_head), rope(cfg.n_head_kv))),
+        };
+        ops.attend(&mut q, &mut k, &v, prep, cache, shape, &mut attn)?;
         ops.matmul(&attn, &l.wo, None, &mut proj)?;
         ops.add_rms_norm(&mut x, &proj, &l.ffn_norm, cfg.norm_eps, &mut h)?;
 

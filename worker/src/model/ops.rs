@@ -146,6 +146,49 @@ pub struct Product<'a, W, B> {
     pub out: &'a mut B,
 }
 
+/// What a layer does to Q and K before attention: per-head RMSNorm (Gemma 3's
+/// `attn_q_norm` / `attn_k_norm`) and RoPE (every architecture here but GPT-2).
+pub struct QkPrep<'a, W> {
+    pub norms: Option<HeadNorms<'a, W>>,
+    /// Q's and K's rotations.
+    pub rope: Option<(RopeParams<'a>, RopeParams<'a>)>,
+}
+
+/// `[head_dim]` RMSNorm weights applied to each head of Q and of K.
+pub struct HeadNorms<'a, W> {
+    pub q: &'a W,
+    pub k: &'a W,
+    pub eps: f32,
+}
+
+/// [`Ops::attend`] as separate operations: each norm into a new buffer that
+/// then replaces its input, [`Ops::rope_qk`], [`Ops::attention`]. What every
+/// device does unless it has a fused way.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_in_steps<O: Ops + ?Sized>(
+    ops: &mut O,
+    q: &mut O::Buf,
+    k: &mut O::Buf,
+    v: &O::Buf,
+    prep: QkPrep<'_, O::Weight>,
+    cache: &mut O::Cache,
+    shape: AttentionShape,
+    out: &mut O::Buf,
+) -> Result<(), O::Error> {
+    if let Some(norms) = prep.norms {
+        for (x, w) in [(&mut *q, norms.q), (&mut *k, norms.k)] {
+            let (rows, cols) = ops.dims(x);
+            let mut normed = ops.buf(rows, cols)?;
+            ops.rms_norm(x, w, norms.eps, &mut normed)?;
+            *x = normed;
+        }
+    }
+    if let Some((pq, pk)) = prep.rope {
+        ops.rope_qk(q, k, pq, pk)?;
+    }
+    ops.attention(q, k, v, cache, shape, out)
+}
+
 pub trait Ops {
     /// A weight tensor as stored in the file (possibly quantized), with its
     /// logical shape `[rows, cols]` (`cols` = GGUF `ne0`, contiguous).
@@ -159,6 +202,9 @@ pub trait Ops {
 
     /// A zeroed activation matrix.
     fn buf(&mut self, rows: usize, cols: usize) -> Result<Self::Buf, Self::Error>;
+
+    /// `(rows, cols)` of an activation matrix.
+    fn dims(&self, x: &Self::Buf) -> (usize, usize);
 
     /// `out[t] = table[tokens[t]]`, decoding the table's stored format.
     fn embed(
@@ -247,6 +293,23 @@ pub trait Ops {
         out: &mut Self::Buf,
     ) -> Result<(), Self::Error>;
 
+    /// The attention of one layer from its projections: Q and K normed per
+    /// head and rotated as `prep` says (in place), then [`Ops::attention`].
+    /// A device may do the steps before attention in one pass.
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &mut self,
+        q: &mut Self::Buf,
+        k: &mut Self::Buf,
+        v: &Self::Buf,
+        prep: QkPrep<'_, Self::Weight>,
+        cache: &mut Self::Cache,
+        shape: AttentionShape,
+        out: &mut Self::Buf,
+    ) -> Result<(), Self::Error> {
+        attend_in_steps(self, q, k, v, prep, cache, shape, out)
+    }
+
     /// `out = silu(gate) * up`, elementwise.
     fn swiglu(
         &mut self,
@@ -295,6 +358,24 @@ pub trait Ops {
     ) -> Result<(), Self::Error> {
         self.add_assign(x, y)?;
         self.rms_norm(x, weight, eps, out)
+    }
+
+    /// `x += rms_norm(y) * y_weight`, then `out = rms_norm(x) * weight`:
+    /// Gemma 3's norm of a block's output, its residual add and the next
+    /// norm, which a backend may do in one pass (same results).
+    fn norm_add_rms_norm(
+        &mut self,
+        x: &mut Self::Buf,
+        y: &Self::Buf,
+        y_weight: &Self::Weight,
+        weight: &Self::Weight,
+        eps: f32,
+        out: &mut Self::Buf,
+    ) -> Result<(), Self::Error> {
+        let (rows, cols) = self.dims(y);
+        let mut normed = self.buf(rows, cols)?;
+        self.rms_norm(y, y_weight, eps, &mut normed)?;
+        self.add_rms_norm(x, &normed, weight, eps, out)
     }
 
     /// Copies row `row` of `x` into a new one-row matrix.

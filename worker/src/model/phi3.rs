@@ -11,7 +11,7 @@
 
 use crate::gguf::GgufFile;
 use crate::model::config::ModelConfig;
-use crate::model::ops::{AttentionShape, GraphError, Ops, RopeParams};
+use crate::model::ops::{AttentionShape, GraphError, Ops, QkPrep, RopeParams};
 use crate::model::parts::{self, check_layer_count, lm_head, Binder, FinalNorm, Pass, Upload};
 
 /// One transformer block's weights.
@@ -142,7 +142,6 @@ pub fn forward<O: Ops>(
         ops.copy_cols(&qkv, 0, &mut q)?;
         ops.copy_cols(&qkv, qd, &mut k)?;
         ops.copy_cols(&qkv, qd + kvd, &mut v)?;
-        ops.rope_qk(&mut q, &mut k, rope(cfg.n_head), rope(cfg.n_head_kv))?;
         let shape = AttentionShape {
             layer: il,
             start_pos,
@@ -153,7 +152,11 @@ pub fn forward<O: Ops>(
             window: cfg.window(il),
             scale: 1.0 / (cfg.head_dim as f32).sqrt(),
         };
-        ops.attention(&q, &k, &v, cache, shape, &mut attn)?;
+        let prep = QkPrep {
+            norms: None,
+            rope: Some((rope(cfg.n_head), rope(cfg.n_head_kv))),
+        };
+        ops.attend(&mut q, &mut k, &v, prep, cache, shape, &mut attn)?;
         ops.matmul(&attn, &l.wo, None, &mut proj)?;
         ops.add_rms_norm(&mut x, &proj, &l.ffn_norm, cfg.norm_eps, &mut h)?;
 

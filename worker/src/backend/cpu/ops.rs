@@ -159,6 +159,10 @@ impl Ops for CpuOps {
         })
     }
 
+    fn dims(&self, x: &CpuBuf) -> (usize, usize) {
+        (x.rows, x.cols)
+    }
+
     fn embed(
         &mut self,
         table: &CpuWeight,

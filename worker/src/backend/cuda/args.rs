@@ -855,13 +855,16 @@ impl KernelCall for RmsNormArgs {
     }
 }
 
-/// `add_rms_norm`: `x[t] += y[t]`, then `out[t]` as [`RmsNormArgs`] has it.
+/// `add_rms_norm`: `x[t] += y[t]` (or `rms_norm(y[t]) * yw` where `yw` is
+/// given), then `out[t]` as [`RmsNormArgs`] has it.
 #[derive(Clone, Copy, Debug)]
 pub struct AddRmsNormArgs {
     /// `[rows, cols]` f32, updated in place; overlapping neither `y` nor `out`.
     pub x: DevPtrMut<f32>,
     /// `[rows, cols]` f32.
     pub y: DevPtr<f32>,
+    /// `[cols]` f32: `y`'s own norm weights, or none.
+    pub yw: Option<DevPtr<f32>>,
     /// `[cols]` f32.
     pub w: DevPtr<f32>,
     pub rows: usize,
@@ -876,6 +879,7 @@ pub struct AddRmsNormArgs {
 impl KernelCall for AddRmsNormArgs {
     type Params = (
         DevPtrMut<f32>,
+        DevPtr<f32>,
         DevPtr<f32>,
         DevPtr<f32>,
         i32,
@@ -905,8 +909,9 @@ impl KernelCall for AddRmsNormArgs {
     fn params(&self) -> Self::Params {
         let (hi, lo, d, sums) = X8Bufs::writes_or_null(self.x8);
         let (rows, cols) = (self.rows as i32, self.cols as i32);
+        let yw = DevPtr::or_null(self.yw);
         (
-            self.x, self.y, self.w, cols, self.eps, rows, self.out, hi, lo, d, sums,
+            self.x, self.y, yw, self.w, cols, self.eps, rows, self.out, hi, lo, d, sums,
         )
     }
 }

@@ -12,7 +12,8 @@ use crate::backend::cuda::ptr::Param;
 use crate::backend::cuda::source::{
     Module, ATC_BQ, ATC_SMEM_BYTES, ATC_THREADS, ATSC_THREADS, ATS_THREADS, ATT_THREADS, GEMM_BM,
     GEMM_BN, GEMM_THREADS, GTC_BR, GTC_BT, GTC_SMEM_BYTES, GTC_THREADS, MV1_ROWS, MV1_THREADS,
-    MV8N_ROWS, MV8_ROWS, MV8_THREADS, MV_THREADS, SAMPLE_THREADS,
+    MV8N_ROWS, MV8_ROWS, MV8_THREADS, MV_THREADS, SAMPLE_ARGMAX_BLOCKS, SAMPLE_ARGMAX_THREADS,
+    SAMPLE_THREADS,
 };
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -62,6 +63,9 @@ pub enum Kernel {
     /// `layer_norm`: GPT-2's LayerNorm (M0-W-1432).
     LayerNorm,
     Rope,
+    /// `qk_rope_store`: per-head norms and RoPE of Q and K in place, and
+    /// the KV store, in one launch (before attention).
+    QkRopeStore,
     KvStore,
     Attention,
     /// `attention_tc`: the same for many query rows at once, on tensor
@@ -85,6 +89,8 @@ pub enum Kernel {
     CopyCols,
     /// `sample_select`: the sampling pipeline over one logit vector.
     SampleSelect,
+    /// `sample_argmax`: greedy sampling without a penalty, over many blocks.
+    SampleArgmax,
     /// `sample_logprobs`: the top log-probabilities of one logit vector.
     SampleLogprobs,
 }
@@ -121,6 +127,7 @@ impl Kernel {
             Kernel::AddRmsNorm,
             Kernel::LayerNorm,
             Kernel::Rope,
+            Kernel::QkRopeStore,
             Kernel::KvStore,
             Kernel::Attention,
             Kernel::AttentionTc,
@@ -138,6 +145,7 @@ impl Kernel {
             Kernel::Scale,
             Kernel::CopyCols,
             Kernel::SampleSelect,
+            Kernel::SampleArgmax,
             Kernel::SampleLogprobs,
         ]);
         v
@@ -153,7 +161,7 @@ impl Kernel {
             | Kernel::MatVec8N(_) => Module::Matvec,
             Kernel::GemmTc(_) | Kernel::GemmTcSplit(_) | Kernel::DequantF16(_) => Module::GemmTc,
             Kernel::RmsNorm | Kernel::AddRmsNorm | Kernel::LayerNorm => Module::Norm,
-            Kernel::Rope => Module::Rope,
+            Kernel::Rope | Kernel::QkRopeStore => Module::Rope,
             Kernel::KvStore | Kernel::Attention => Module::Attention,
             Kernel::AttentionSplit(..) | Kernel::AttentionCombine => Module::AttentionSplit,
             Kernel::AttentionTc => Module::AttentionTc,
@@ -167,7 +175,7 @@ impl Kernel {
             | Kernel::GemmSplitsSum
             | Kernel::ToF16
             | Kernel::AddBias => Module::Elementwise,
-            Kernel::SampleSelect | Kernel::SampleLogprobs => Module::Sample,
+            Kernel::SampleSelect | Kernel::SampleArgmax | Kernel::SampleLogprobs => Module::Sample,
         }
     }
 
@@ -239,6 +247,7 @@ impl Kernel {
             Kernel::AddRmsNorm => "add_rms_norm".into(),
             Kernel::LayerNorm => "layer_norm".into(),
             Kernel::Rope => "rope".into(),
+            Kernel::QkRopeStore => "qk_rope_store".into(),
             Kernel::KvStore => "kv_store".into(),
             Kernel::Attention => "attention".into(),
             Kernel::AttentionTc => "attention_tc".into(),
@@ -253,6 +262,7 @@ impl Kernel {
             Kernel::Scale => "scale".into(),
             Kernel::CopyCols => "copy_cols".into(),
             Kernel::SampleSelect => "sample_select".into(),
+            Kernel::SampleArgmax => "sample_argmax".into(),
             Kernel::SampleLogprobs => "sample_logprobs".into(),
         }
     }
@@ -269,7 +279,12 @@ pub fn integer_gemm(t: GgmlType) -> bool {
 pub fn has_mv8(t: GgmlType) -> bool {
     matches!(
         t,
-        GgmlType::Q4K | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Q6K
+        GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q4K
+            | GgmlType::Q5_0
+            | GgmlType::Q8_0
+            | GgmlType::Q6K
     )
 }
 
@@ -326,6 +341,13 @@ pub enum Work {
     },
     /// One block per (query row, head).
     Heads { n: usize, n_head: usize },
+    /// One block per (row, head) of heads of `head_dim` values, as wide as
+    /// `rms_norm`'s block for a row of that width.
+    HeadRows {
+        n: usize,
+        heads: usize,
+        head_dim: usize,
+    },
     /// One block per (KV head, chunk of the context).
     Chunks { n_head_kv: usize, nsplit: usize },
     /// One block for the whole problem.
@@ -354,6 +376,13 @@ const EMBED_THREADS: u32 = 128;
 
 /// Threads of a norm block (a multiple of 32, as `block_sum` needs): enough
 /// to cover wide rows in few strides, few enough not to idle on narrow ones.
+/// Blocks of `sample_argmax` over `n` logits: eight a thread, at most
+/// `SAMPLE_ARGMAX_BLOCKS` (its buffer of partial results).
+pub fn argmax_blocks(n: usize) -> u32 {
+    let per_block = SAMPLE_ARGMAX_THREADS as usize * 8;
+    n.div_ceil(per_block).clamp(1, SAMPLE_ARGMAX_BLOCKS) as u32
+}
+
 fn norm_threads(cols: usize) -> u32 {
     if cols >= 1024 {
         512
@@ -478,6 +507,14 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
             }
             Ok(blocks((n as u32, n_head as u32), ATT_THREADS))
         }
+        (Kernel::QkRopeStore, Work::HeadRows { n, heads, head_dim }) => {
+            if n > i32::MAX as usize || heads > 65535 {
+                return Err(BackendError::InferenceFailed(
+                    "attention shape exceeds one launch".into(),
+                ));
+            }
+            Ok(blocks((n as u32, heads as u32), norm_threads(head_dim)))
+        }
         (Kernel::AttentionTc, Work::Heads { n, n_head }) => {
             let tiles = (n as u32).div_ceil(ATC_BQ);
             if n_head > 65535 {
@@ -489,6 +526,9 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
                 shared_mem_bytes: ATC_SMEM_BYTES,
                 ..blocks((tiles, n_head as u32), ATC_THREADS)
             })
+        }
+        (Kernel::SampleArgmax, Work::Elements(n)) => {
+            Ok(blocks((argmax_blocks(n), 1), SAMPLE_ARGMAX_THREADS))
         }
         (Kernel::SampleSelect | Kernel::SampleLogprobs, Work::Single) => {
             Ok(blocks((1, 1), SAMPLE_THREADS))
@@ -528,14 +568,22 @@ param_tuple!(A.0, B.1, C.2, D.3, E.4);
 param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5);
 param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6);
 param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7);
+param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8);
 param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9);
 param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10);
 param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11);
 param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12);
 param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12, N.13);
 param_tuple!(
+    A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12, N.13, O.14, P.15, Q.16
+);
+param_tuple!(
     A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12, N.13, O.14, P.15, Q.16,
     R.17
+);
+param_tuple!(
+    A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12, N.13, O.14, P.15, Q.16,
+    R.17, S.18, T.19
 );
 
 /// A launch as the generic launcher sees it: which kernel, what

@@ -15,8 +15,7 @@ use cudarc::driver::sys::CUdeviceptr;
 use half::f16;
 
 use crate::backend::cuda::args::{
-    AddAssignArgs, AddBiasArgs, AddRmsNormArgs, AttentionArgs, AttentionCombineArgs,
-    AttentionSplitArgs, CacheWindow, CopyColsArgs, DequantF16Args, EmbedArgs, GeluArgs,
+    AddAssignArgs, AddBiasArgs, AddRmsNormArgs, CopyColsArgs, DequantF16Args, EmbedArgs, GeluArgs,
     KvStoreArgs, LayerNormArgs, MatmulArgs, QuantizeX8Args, RmsNormArgs, RopeArgs, RopePairs,
     ScaleArgs, SplitsOutput, SwigluArgs, ToF16Args, X8Bufs,
 };
@@ -24,15 +23,18 @@ use crate::backend::cuda::blas::{chunk_rows, Blas, F16Product};
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::kernels::{Mv8Plan, MV8_LOOP_MAX_TOKENS};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
-use crate::backend::cuda::source::ATT_MAX_HEAD_DIM;
 use crate::backend::BackendError;
 use crate::model::config::RopeStyle;
-use crate::model::ops::{rope_inv_freqs, AttentionShape, Ops, Product, RopeParams};
+use crate::model::ops::{
+    attend_in_steps, rope_inv_freqs, AttentionShape, Ops, Product, QkPrep, RopeParams,
+};
 use crate::quant::GgmlType;
 
+mod attend;
 mod buffers;
 mod split;
 
+use attend::check_attention;
 pub(crate) use buffers::BufMem;
 use buffers::{check_bufs, check_weights, is_f32_vector, shape_error};
 pub use buffers::{CudaBuf, CudaCache, CudaWeight};
@@ -387,12 +389,63 @@ impl CudaOps {
     ) -> Result<(), BackendError> {
         self.dev.kernels.launch(&self.dev.stream, args)?;
         if args.x8().is_some() {
-            let writes = self.dev.kernels.writes();
-            if let Some(b) = self.x8.as_mut() {
-                b.holds = Some((out.id(), out.rows, out.cols, writes));
-            }
+            self.x8_now_holds(out);
         }
         Ok(())
+    }
+
+    /// `x += y` (or `rms_norm(y) * y_weight`), then `out = rms_norm(x) * weight`.
+    fn add_rms_norm_launch(
+        &mut self,
+        x: &mut CudaBuf,
+        y: &CudaBuf,
+        y_weight: Option<&CudaWeight>,
+        weight: &CudaWeight,
+        eps: f32,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        let same = |b: &CudaBuf| b.rows == x.rows && b.cols == x.cols;
+        let yw_ok = y_weight.is_none_or(|w| is_f32_vector(w, x.cols));
+        if !is_f32_vector(weight, x.cols) || !yw_ok || !same(y) || !same(out) || x.is_empty() {
+            return Err(shape_error(format!(
+                "add_rms_norm: x {}x{}, y {}x{}, w {}, y's w {:?}, out {}x{}",
+                x.rows,
+                x.cols,
+                y.rows,
+                y.cols,
+                weight.cols,
+                y_weight.map(|w| w.cols),
+                out.rows,
+                out.cols
+            )));
+        }
+        check_weights("add_rms_norm", &[weight])?;
+        if let Some(w) = y_weight {
+            check_weights("add_rms_norm", &[w])?;
+        }
+        check_bufs("add_rms_norm", &[x, y, out])?;
+        self.dev.bind()?;
+        let x8 = self.x8_for(out);
+        let args = AddRmsNormArgs {
+            x: x.output(),
+            y: y.input(),
+            yw: y_weight.map(CudaWeight::vector),
+            w: weight.vector(),
+            rows: x.rows,
+            cols: x.cols,
+            eps,
+            out: out.output(),
+            x8,
+        };
+        self.launch_splitting(&args, out)
+    }
+
+    /// After the launch that split `out` into the x8 block.
+    fn x8_now_holds(&mut self, out: &CudaBuf) {
+        let writes = self.dev.kernels.writes();
+        if let Some(b) = self.x8.as_mut() {
+            b.holds = Some((out.id(), out.rows, out.cols, writes));
+        }
     }
 
     /// `out = x W^T (+ bias)` through `mv8_*`, when it applies; `false`:
@@ -632,6 +685,10 @@ impl Ops for CudaOps {
         let b = self.alloc_buf(rows, cols)?;
         self.zero(&b)?;
         Ok(b)
+    }
+
+    fn dims(&self, x: &CudaBuf) -> (usize, usize) {
+        (x.rows, x.cols)
     }
 
     fn embed(
@@ -915,114 +972,40 @@ impl Ops for CudaOps {
         s: AttentionShape,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
-        let (hd, kvd) = (s.head_dim, s.n_head_kv * s.head_dim);
-        if s.n_tokens == 0
-            || s.n_head_kv == 0
-            || !s.n_head.is_multiple_of(s.n_head_kv)
-            || hd == 0
-            || !hd.is_multiple_of(2)
-            || hd > ATT_MAX_HEAD_DIM
-            || q.cols != s.n_head * hd
-            || k.cols != kvd
-            || v.cols != kvd
-            || q.rows != s.n_tokens
-            || k.rows != s.n_tokens
-            || v.rows != s.n_tokens
-            || out.rows != s.n_tokens
-            || out.cols != q.cols
-            || cache.n_head_kv != s.n_head_kv
-            || cache.head_dim != hd
-            || s.layer >= cache.n_layer
-        {
-            return Err(shape_error(format!("attention: {s:?}")));
-        }
-        check_bufs("attention", &[q, k, v, out])?;
-        let end = s.start_pos + s.n_tokens;
-        if end > cache.capacity {
-            return Err(BackendError::InferenceFailed(format!(
-                "KV cache holds {} positions, {end} needed",
-                cache.capacity
-            )));
-        }
-        let cache_bytes = CudaCache::bytes_for(
-            cache.n_layer,
-            cache.n_head_kv,
-            cache.head_dim,
-            cache.capacity,
-        );
-        if cache.mem.bytes() < cache_bytes {
-            return Err(shape_error(format!(
-                "attention: a cache of {cache_bytes} bytes in a block of {}",
-                cache.mem.bytes()
-            )));
-        }
-        let split = self.context_split(&s, cache.capacity);
-        let part = match split {
-            Some(sp) => Some(self.split_part(s.n_head * sp.nsplit, hd + 2)?),
-            None => None,
-        };
+        check_attention(q, k, v, cache, &s, out)?;
         let (k_cache, v_cache) = cache.planes_mut(s.layer);
         self.dev.bind()?;
-        let (kernels, st) = (&self.dev.kernels, &self.dev.stream);
-        let window = CacheWindow {
-            start_pos: s.start_pos,
-            pos_ptr: self.pos_ptr(),
-            capacity: cache.capacity,
-        };
-        let (n, n_head_kv) = (s.n_tokens, s.n_head_kv);
         let store = KvStoreArgs {
             k: k.input(),
             v: v.input(),
-            n,
-            n_head_kv,
-            head_dim: hd,
-            window,
+            n: s.n_tokens,
+            n_head_kv: s.n_head_kv,
+            head_dim: s.head_dim,
+            window: self.cache_window(&s, cache),
             k_cache,
             v_cache,
         };
-        kernels.launch(st, &store)?;
-        // A window as wide as the cache hides nothing.
-        let sliding = s.window.map_or(0, |w| w.min(cache.capacity));
-        let (k_cache, v_cache, scale) = (k_cache.as_const(), v_cache.as_const(), s.scale);
-        if let (Some(sp), Some(mut part)) = (split, part) {
-            let (n_head, nsplit) = (s.n_head, sp.nsplit);
-            let a = AttentionSplitArgs {
-                q: q.input(),
-                n_head,
-                n_head_kv,
-                head_dim: hd,
-                window,
-                k_cache,
-                v_cache,
-                scale,
-                sliding,
-                nsplit,
-                part: part.output(),
-            };
-            let c = AttentionCombineArgs {
-                part: part.input(),
-                n_head,
-                head_dim: hd,
-                nsplit,
-                out: out.output(),
-            };
-            return kernels.attention_split(st, &a, &c);
-        }
-        let attend = AttentionArgs {
-            q: q.input(),
-            n,
-            n_head: s.n_head,
-            n_head_kv,
-            head_dim: hd,
-            window,
-            k_cache,
-            v_cache,
-            scale,
-            sliding,
-            out: out.output(),
-            tensor_cores: kernels.attention_on_tensor_cores(n, hd),
+        self.dev.kernels.launch(&self.dev.stream, &store)?;
+        self.attend_cached(q, cache, s, out)
+    }
+
+    /// Q's and K's norms and rotations and the KV store in one
+    /// `qk_rope_store` launch where Q and K turn alike, then attention.
+    fn attend(
+        &mut self,
+        q: &mut CudaBuf,
+        k: &mut CudaBuf,
+        v: &CudaBuf,
+        prep: QkPrep<'_, CudaWeight>,
+        cache: &mut CudaCache,
+        s: AttentionShape,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        let Some(args) = self.qk_rope_store_args(q, k, v, &prep, cache, &s, out)? else {
+            return attend_in_steps(self, q, k, v, prep, cache, s, out);
         };
-        kernels.launch(st, &attend)
+        self.dev.kernels.launch(&self.dev.stream, &args)?;
+        self.attend_cached(q, cache, s, out)
     }
 
     fn swiglu(
@@ -1139,28 +1122,20 @@ impl Ops for CudaOps {
         eps: f32,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
-        let same = |b: &CudaBuf| b.rows == x.rows && b.cols == x.cols;
-        if !is_f32_vector(weight, x.cols) || !same(y) || !same(out) || x.is_empty() {
-            return Err(shape_error(format!(
-                "add_rms_norm: x {}x{}, y {}x{}, w {}, out {}x{}",
-                x.rows, x.cols, y.rows, y.cols, weight.cols, out.rows, out.cols
-            )));
-        }
-        check_weights("add_rms_norm", &[weight])?;
-        check_bufs("add_rms_norm", &[x, y, out])?;
-        self.dev.bind()?;
-        let x8 = self.x8_for(out);
-        let args = AddRmsNormArgs {
-            x: x.output(),
-            y: y.input(),
-            w: weight.vector(),
-            rows: x.rows,
-            cols: x.cols,
-            eps,
-            out: out.output(),
-            x8,
-        };
-        self.launch_splitting(&args, out)
+        self.add_rms_norm_launch(x, y, None, weight, eps, out)
+    }
+
+    /// One `add_rms_norm` launch with `y`'s own norm.
+    fn norm_add_rms_norm(
+        &mut self,
+        x: &mut CudaBuf,
+        y: &CudaBuf,
+        y_weight: &CudaWeight,
+        weight: &CudaWeight,
+        eps: f32,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        self.add_rms_norm_launch(x, y, Some(y_weight), weight, eps, out)
     }
 
     fn take_row(&mut self, x: &CudaBuf, row: usize) -> Result<CudaBuf, BackendError> {

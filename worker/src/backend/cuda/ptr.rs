@@ -34,7 +34,7 @@ macro_rules! elem {
 // `u8`: stored weight bytes (any GGUF format); `i8`: x split for the
 // integer mat-vec (`quantize_x8`); `f16`: the KV cache's half
 // floats, which the kernels handle as raw `u16` bits.
-elem!(f32 => "float", f64 => "double", i32 => "int", u32 => "u32", u8 => "u8", i8 => "i8", f16 => "u16");
+elem!(f32 => "float", f64 => "double", i32 => "int", u32 => "u32", u64 => "u64", u8 => "u8", i8 => "i8", f16 => "u16");
 
 /// A device address of `T` values the kernel only reads (`const T*`).
 #[repr(transparent)]

@@ -2,7 +2,8 @@
 //!
 //! Every forward pass leaves its last position's logits in this sampler's
 //! device buffer (`Ops::keep_last_row`, also inside the decode graph). A
-//! sample launches `sample_select` (and `sample_logprobs` when
+//! sample launches `sample_select` (`sample_argmax`, over many blocks, for
+//! the greedy choice without a penalty) (and `sample_logprobs` when
 //! log-probabilities are asked for) over that buffer and copies back one
 //! small result block: the id, and at most [`SAMPLE_MAX_LOGPROBS`] (id,
 //! logit) pairs with the max and log-sum-exp, from which the host computes
@@ -24,12 +25,17 @@ use std::sync::Arc;
 use cudarc::driver::result as drv;
 use cudarc::driver::sys::CUdeviceptr;
 
-use crate::backend::cuda::args::{SampleLogprobsArgs, SampleSelectArgs, SelectArgs};
+use crate::backend::cuda::args::{
+    SampleArgmaxArgs, SampleLogprobsArgs, SampleSelectArgs, SelectArgs,
+};
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
-use crate::backend::cuda::source::{SAMPLE_MAX_LOGPROBS, SAMPLE_OUT_WORDS};
+use crate::backend::cuda::source::{SAMPLE_ARGMAX_BLOCKS, SAMPLE_MAX_LOGPROBS, SAMPLE_OUT_WORDS};
 use crate::backend::{BackendError, SampleRequest, SampledToken};
 use crate::sampling::TokenLogprob;
+
+/// `sample_argmax`'s partial results and ticket counter.
+const ARGMAX_BYTES: u64 = SAMPLE_ARGMAX_BLOCKS as u64 * 8 + 8;
 
 // The kernels return as many log-probabilities as a job may ask for.
 const _: () = assert!(SAMPLE_MAX_LOGPROBS >= crate::sampling::MAX_LOGPROBS);
@@ -46,6 +52,9 @@ pub struct DeviceSampler {
     ids: DevBuf,
     /// `[SAMPLE_OUT_WORDS]` u32: the result block.
     out: DevBuf,
+    /// `sample_argmax`'s `[SAMPLE_ARGMAX_BLOCKS]` u64 partial results, then
+    /// its u32 ticket counter (zero between launches).
+    argmax: DevBuf,
     /// Host scratch: the distinct ids, and the result block.
     distinct: Vec<u32>,
     result: Vec<u32>,
@@ -64,7 +73,9 @@ impl DeviceSampler {
     /// Device bytes a sampler for `vocab` tokens holds.
     pub fn bytes_for(vocab: usize) -> u64 {
         use crate::backend::cuda::device::align_up;
-        3 * align_up(vocab as u64 * 4) + align_up(SAMPLE_OUT_WORDS as u64 * 4)
+        3 * align_up(vocab as u64 * 4)
+            + align_up(SAMPLE_OUT_WORDS as u64 * 4)
+            + align_up(ARGMAX_BYTES)
     }
 
     pub fn new(dev: &Arc<CudaDevice>, vocab: usize) -> Result<Self, BackendError> {
@@ -78,6 +89,8 @@ impl DeviceSampler {
         let logits = dev.alloc(Purpose::Weights, bytes)?;
         // Until a forward pass writes them, the logits are all zero (not garbage).
         logits.zero(bytes)?;
+        let argmax = dev.alloc(Purpose::Weights, ARGMAX_BYTES)?;
+        argmax.zero(ARGMAX_BYTES)?;
         Ok(DeviceSampler {
             dev: dev.clone(),
             vocab,
@@ -85,6 +98,7 @@ impl DeviceSampler {
             keys: dev.alloc(Purpose::Weights, bytes)?,
             ids: dev.alloc(Purpose::Weights, bytes)?,
             out: dev.alloc(Purpose::Weights, SAMPLE_OUT_WORDS as u64 * 4)?,
+            argmax,
             distinct: Vec::new(),
             result: vec![0; SAMPLE_OUT_WORDS],
             scale: weight_scale(vocab),
@@ -189,9 +203,21 @@ impl DeviceSampler {
             Some(DevPtr::new(self.ids.ptr())),
             self.distinct.len() as u32,
         );
-        kernels.launch(
-            st,
-            &SampleSelectArgs {
+        if greedy && n_pen == 0 {
+            let (partial, done) = (
+                self.argmax.ptr(),
+                self.argmax.ptr() + SAMPLE_ARGMAX_BLOCKS as u64 * 8,
+            );
+            let argmax = SampleArgmaxArgs {
+                logits,
+                n: vocab,
+                partial: DevPtrMut::new(partial),
+                done: DevPtrMut::new(done),
+                out,
+            };
+            kernels.launch(st, &argmax)?;
+        } else {
+            let select = SampleSelectArgs {
                 logits,
                 n: vocab,
                 keys,
@@ -199,8 +225,9 @@ impl DeviceSampler {
                 n_pen,
                 p: args,
                 out,
-            },
-        )?;
+            };
+            kernels.launch(st, &select)?;
+        }
         if req.logprobs > 0 {
             kernels.launch(
                 st,

@@ -44,6 +44,10 @@ shared_constants! {
     GEMM_THREADS: u32 = 256;
     /// Threads of the one block of `sample_select` and `sample_logprobs`.
     SAMPLE_THREADS: u32 = 1024;
+    /// `sample_argmax` (greedy, many blocks): threads a block, and most blocks
+    /// (its partial results' buffer).
+    SAMPLE_ARGMAX_THREADS: u32 = 256;
+    SAMPLE_ARGMAX_BLOCKS: usize = 256;
     /// Most log-probabilities `sample_logprobs` returns.
     SAMPLE_MAX_LOGPROBS: usize = 20;
     /// u32 words of the sampling kernels' result block: `[0]` id, `[1]` count,

@@ -3,7 +3,7 @@
 
 use half::f16;
 
-use super::{plan, CacheWindow};
+use super::{plan, CacheWindow, SplitsOutput, X8Bufs};
 use crate::backend::cuda::launch::{refusal, Kernel, KernelCall, Plan, Work};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
@@ -48,6 +48,14 @@ pub struct RopeArgs {
 }
 
 impl RopeArgs {
+    /// The kernels' `style` argument.
+    fn style(&self) -> i32 {
+        match self.pairs {
+            RopePairs::Adjacent => 0,
+            RopePairs::Halves => 1,
+        }
+    }
+
     /// Whether `other` turns its heads as these do (same rows, positions,
     /// frequencies, scaling and pairing), so one launch can take both.
     pub fn rotates_like(&self, other: &RopeArgs) -> bool {
@@ -114,10 +122,7 @@ impl KernelCall for RopeArgs {
         Ok(())
     }
     fn params(&self) -> Self::Params {
-        let style = match self.pairs {
-            RopePairs::Adjacent => 0,
-            RopePairs::Halves => 1,
-        };
+        let style = self.style();
         let (rows, heads, hd, n_rot) = (
             self.rows as i32,
             self.n_head as i32,
@@ -144,6 +149,135 @@ impl KernelCall for RopeArgs {
             self.freq_scale,
             self.mscale,
             style,
+        )
+    }
+}
+
+/// `qk_rope_store`: before attention, in one launch, each head of Q and K
+/// normed (where `norms` are given) and rotated (where `rope` is), in place,
+/// then K's and V's rows stored in the cache as [`KvStoreArgs`] stores them.
+#[derive(Clone, Copy, Debug)]
+pub struct QkRopeStoreArgs {
+    /// `[n, n_head * head_dim]` f32.
+    pub q: DevPtrMut<f32>,
+    /// `[n, n_head_kv * head_dim]` f32 each.
+    pub k: DevPtrMut<f32>,
+    pub v: DevPtr<f32>,
+    pub n: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    /// `[head_dim]` f32 RMSNorm weights of Q's heads and of K's, and epsilon.
+    pub norms: Option<(DevPtr<f32>, DevPtr<f32>, f32)>,
+    /// Q's rotation ([`RopeArgs::rotates_like`] K's; its positions the
+    /// window's), or none.
+    pub rope: Option<RopeArgs>,
+    /// Rows go to positions `start_pos..start_pos + n`.
+    pub window: CacheWindow,
+    /// `[n_head_kv, capacity, head_dim]` f16 each.
+    pub k_cache: DevPtrMut<f16>,
+    pub v_cache: DevPtrMut<f16>,
+}
+
+impl KernelCall for QkRopeStoreArgs {
+    type Params = (
+        DevPtrMut<f32>,
+        DevPtrMut<f32>,
+        DevPtr<f32>,
+        i32,
+        i32,
+        i32,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        f32,
+        i32,
+        DevPtr<f64>,
+        f32,
+        f32,
+        f32,
+        i32,
+        i32,
+        DevPtr<i32>,
+        i32,
+        DevPtrMut<f16>,
+        DevPtrMut<f16>,
+    );
+
+    fn plan(&self) -> Plan {
+        let (n, n_head, n_head_kv, head_dim) = (self.n, self.n_head, self.n_head_kv, self.head_dim);
+        let dims = [
+            ("n", n),
+            ("n_head", n_head),
+            ("n_head_kv", n_head_kv),
+            ("head_dim", head_dim),
+            ("capacity", self.window.capacity),
+        ];
+        let buffers = [
+            ("q", self.q.addr()),
+            ("k", self.k.addr()),
+            ("v", self.v.addr()),
+            ("k_cache", self.k_cache.addr()),
+            ("v_cache", self.v_cache.addr()),
+        ];
+        let heads = n_head.saturating_add(n_head_kv);
+        let work = Work::HeadRows { n, heads, head_dim };
+        plan(Kernel::QkRopeStore, dims, buffers, work)
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        let k = Kernel::QkRopeStore;
+        if let Some(r) = &self.rope {
+            let same_place = r.x.addr() == self.q.addr()
+                && r.rows == self.n
+                && r.n_head == self.n_head
+                && r.head_dim == self.head_dim;
+            let same_pos = r.start_pos == self.window.start_pos
+                && r.pos_ptr.map(|p| p.addr()) == self.window.pos_ptr.map(|p| p.addr());
+            if !same_place || !same_pos || r.x2.is_some() {
+                return Err(refusal(k, "a rotation of other rows or positions".into()));
+            }
+            r.validate()?;
+        }
+        self.window.check(k, self.n)
+    }
+    fn params(&self) -> Self::Params {
+        let (start, pos, cap) = self.window.params();
+        let (qw, kw) = (
+            DevPtr::or_null(self.norms.map(|n| n.0)),
+            DevPtr::or_null(self.norms.map(|n| n.1)),
+        );
+        let eps = self.norms.map_or(0.0, |n| n.2);
+        let (n_rot, table, base, scale, mscale, style) = match &self.rope {
+            Some(r) => (
+                r.n_rot as i32,
+                DevPtr::or_null(r.inv_freq),
+                r.freq_base,
+                r.freq_scale,
+                r.mscale,
+                r.style(),
+            ),
+            None => (0, DevPtr::or_null(None), 0.0, 0.0, 0.0, 0),
+        };
+        (
+            self.q,
+            self.k,
+            self.v,
+            self.n_head as i32,
+            self.n_head_kv as i32,
+            self.head_dim as i32,
+            qw,
+            kw,
+            eps,
+            n_rot,
+            table,
+            base,
+            scale,
+            mscale,
+            style,
+            start,
+            pos,
+            cap,
+            self.k_cache,
+            self.v_cache,
         )
     }
 }
@@ -244,6 +378,9 @@ pub struct AttentionArgs {
     pub out: DevPtrMut<f32>,
     /// `attention_tc` (heads of [`ATC_HEAD_DIMS`] dims), else `attention`.
     pub tensor_cores: bool,
+    /// Where `out` is also split for `mv8_*` (`attention`, one row, heads
+    /// of a multiple of 32 dims), or none.
+    pub x8: Option<X8Bufs>,
 }
 
 impl AttentionArgs {
@@ -270,6 +407,10 @@ impl KernelCall for AttentionArgs {
         DevPtr<f16>,
         f32,
         i32,
+        DevPtrMut<f32>,
+        DevPtrMut<i8>,
+        DevPtrMut<i8>,
+        DevPtrMut<f32>,
         DevPtrMut<f32>,
     );
 
@@ -311,12 +452,20 @@ impl KernelCall for AttentionArgs {
             );
             return Err(refusal(self.kernel(), msg));
         }
+        validate_head_split(
+            self.kernel(),
+            self.x8,
+            self.n,
+            self.head_dim,
+            self.tensor_cores,
+        )?;
         self.window.check(self.kernel(), self.n)
     }
     fn params(&self) -> Self::Params {
         let (start, pos, cap) = self.window.params();
         let (n, heads, kv_heads) = (self.n as i32, self.n_head as i32, self.n_head_kv as i32);
         let hd = self.head_dim as i32;
+        let (hi, lo, d, sums) = X8Bufs::writes_or_null(self.x8);
         (
             self.q,
             n,
@@ -331,8 +480,34 @@ impl KernelCall for AttentionArgs {
             self.scale,
             self.sliding as i32,
             self.out,
+            hi,
+            lo,
+            d,
+            sums,
         )
     }
+}
+
+impl SplitsOutput for AttentionArgs {
+    fn x8(&self) -> Option<X8Bufs> {
+        self.x8
+    }
+}
+
+/// Attention's output is split for `mv8_*` only for one row (decode), by
+/// kernels whose warps each take 32 dims of one head.
+fn validate_head_split(
+    k: Kernel,
+    x8: Option<X8Bufs>,
+    n: usize,
+    head_dim: usize,
+    tensor_cores: bool,
+) -> Result<(), BackendError> {
+    if x8.is_some() && (n != 1 || !head_dim.is_multiple_of(32) || tensor_cores) {
+        let msg = format!("splitting {n} rows of heads of {head_dim}");
+        return Err(refusal(k, msg));
+    }
+    Ok(())
 }
 
 /// The `attention_split_*` instance for heads of `head_dim` and `group`
@@ -472,10 +647,22 @@ pub struct AttentionCombineArgs {
     pub nsplit: usize,
     /// `[n_head * head_dim]` f32.
     pub out: DevPtrMut<f32>,
+    /// As [`AttentionArgs::x8`].
+    pub x8: Option<X8Bufs>,
 }
 
 impl KernelCall for AttentionCombineArgs {
-    type Params = (DevPtr<f32>, i32, i32, i32, DevPtrMut<f32>);
+    type Params = (
+        DevPtr<f32>,
+        i32,
+        i32,
+        i32,
+        DevPtrMut<f32>,
+        DevPtrMut<i8>,
+        DevPtrMut<i8>,
+        DevPtrMut<f32>,
+        DevPtrMut<f32>,
+    );
 
     fn plan(&self) -> Plan {
         let dims = [
@@ -501,15 +688,20 @@ impl KernelCall for AttentionCombineArgs {
                 format!("{} chunks", self.nsplit),
             ));
         }
-        Ok(())
+        validate_head_split(Kernel::AttentionCombine, self.x8, 1, self.head_dim, false)
     }
     fn params(&self) -> Self::Params {
+        let (hi, lo, d, sums) = X8Bufs::writes_or_null(self.x8);
         (
             self.part,
             self.n_head as i32,
             self.head_dim as i32,
             self.nsplit as i32,
             self.out,
+            hi,
+            lo,
+            d,
+            sums,
         )
     }
 }

@@ -145,3 +145,43 @@ impl KernelCall for SampleLogprobsArgs {
         (self.logits, self.n, self.keys, self.k, self.out)
     }
 }
+
+/// `sample_argmax`: the greedy choice among `n` logits (the lowest id of the
+/// largest; NaN never wins unless all are), over [`argmax_blocks`]`(n)`
+/// blocks whose partial results meet in `partial`.
+#[derive(Clone, Copy, Debug)]
+pub struct SampleArgmaxArgs {
+    /// `[n]` f32.
+    pub logits: DevPtr<f32>,
+    pub n: u32,
+    /// `[SAMPLE_ARGMAX_BLOCKS]` u64 scratch.
+    pub partial: DevPtrMut<u64>,
+    /// One u32, 0 before the launch (the kernel leaves it 0).
+    pub done: DevPtrMut<u32>,
+    /// Word 0 receives the id.
+    pub out: DevPtrMut<u32>,
+}
+
+impl KernelCall for SampleArgmaxArgs {
+    type Params = (
+        DevPtr<f32>,
+        u32,
+        DevPtrMut<u64>,
+        DevPtrMut<u32>,
+        DevPtrMut<u32>,
+    );
+
+    fn plan(&self) -> Plan {
+        let buffers = [
+            ("logits", self.logits.addr()),
+            ("partial", self.partial.addr()),
+            ("done", self.done.addr()),
+            ("out", self.out.addr()),
+        ];
+        let n = self.n as usize;
+        plan(Kernel::SampleArgmax, [("n", n)], buffers, Work::Elements(n))
+    }
+    fn params(&self) -> Self::Params {
+        (self.logits, self.n, self.partial, self.done, self.out)
+    }
+}

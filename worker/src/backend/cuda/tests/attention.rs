@@ -1,7 +1,9 @@
 //! RoPE in both styles, and the KV store with attention over prefill and
 //! decode, against the CPU reference.
 
+use super::matmul::restore_matmul_choice;
 use super::*;
+use crate::model::ops::{attend_in_steps, HeadNorms, QkPrep};
 
 /// `rope_qk` turns Q and K in one launch with the bits of two `rope`
 /// launches; Q and K turned unalike (another position) take two.
@@ -278,4 +280,138 @@ fn attention_matches_cpu_over_prefill_and_decode() {
         .kernels
         .set_attention_tc_min_rows(kernels::ATC_MIN_ROWS);
     eprintln!("attention (f16 KV): max relative error {worst:.2e}");
+}
+
+/// `attend` normalises and turns Q and K and stores K and V in one
+/// `qk_rope_store` launch, with the bits of the same steps one by one
+/// (`attend_in_steps`: norms, `rope_qk`, `attention`): Q and K after it,
+/// every cached position, the output; a decode row's output also split
+/// for the next mat-vec as `quantize_x8` splits it (the product after it
+/// launches no `quantize_x8` and has the bits of one after a fresh split).
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn attend_fuses_norms_rope_and_store_bit_for_bit() {
+    let _gpu = shared_gpu();
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(16);
+    restore_matmul_choice();
+    // (n_head, n_head_kv, head_dim, head norms, style, frequency factors):
+    // Gemma 3 270M, SmolLM2, Llama 3.1, Phi-3 (heads of 96), a head of 80.
+    let cases = [
+        (4, 1, 256, true, RopeStyle::Neox, false),
+        (9, 3, 64, false, RopeStyle::Normal, false),
+        (32, 8, 128, false, RopeStyle::Normal, true),
+        (32, 32, 96, false, RopeStyle::Neox, false),
+        (6, 2, 80, true, RopeStyle::Normal, false),
+    ];
+    for (n_head, n_kv, hd, with_norms, style, with_factors) in cases {
+        let (qd, kvd) = (n_head * hd, n_kv * hd);
+        let factors: Vec<f32> = (0..hd / 2).map(|i| 1.0 + 0.21 * i as f32).collect();
+        let norm_w = |rng: &mut ChaCha8Rng| -> Vec<f32> {
+            (0..hd)
+                .map(|_| 1.0 + rng.random_range(-0.5f32..0.5))
+                .collect()
+        };
+        let (qw, kw) = (norm_w(&mut rng), norm_w(&mut rng));
+        let qw = test_weight(&mut ops, GgmlType::F32, 1, hd, &qw);
+        let kw = test_weight(&mut ops, GgmlType::F32, 1, hd, &kw);
+        let wo = test_weight(
+            &mut ops,
+            GgmlType::Q8_0,
+            64,
+            qd,
+            &random_vec(&mut rng, 64 * qd, 1.0),
+        );
+        for split_from in [usize::MAX, 0] {
+            dev().kernels.set_split_min_context(split_from);
+            let capacity = 64;
+            let mut fused_cache = CudaCache::new(&dev(), 1, n_kv, hd, capacity).unwrap();
+            let mut steps_cache = CudaCache::new(&dev(), 1, n_kv, hd, capacity).unwrap();
+            let mut pos = 0;
+            for n in [7, 1, 1] {
+                let what = format!(
+                    "{n_head}/{n_kv}x{hd} {style:?} at {pos}, {n} rows, split from {split_from}"
+                );
+                let p = |n_head| RopeParams {
+                    n_head,
+                    head_dim: hd,
+                    n_rot: hd,
+                    start_pos: pos,
+                    freq_base: 10_000.0,
+                    freq_scale: 0.5,
+                    style,
+                    freq_factors: with_factors.then_some(&factors[..]),
+                    mscale: 1.1,
+                };
+                let prep = || QkPrep {
+                    norms: with_norms.then_some(HeadNorms {
+                        q: &qw.gpu,
+                        k: &kw.gpu,
+                        eps: 1e-6,
+                    }),
+                    rope: Some((p(n_head), p(n_kv))),
+                };
+                let s = AttentionShape {
+                    layer: 0,
+                    start_pos: pos,
+                    n_tokens: n,
+                    n_head,
+                    n_head_kv: n_kv,
+                    head_dim: hd,
+                    window: None,
+                    scale: 1.0 / (hd as f32).sqrt(),
+                };
+                let (qv, kv, vv) = (
+                    random_vec(&mut rng, n * qd, 2.0),
+                    random_vec(&mut rng, n * kvd, 2.0),
+                    random_vec(&mut rng, n * kvd, 2.0),
+                );
+                let v = ops.upload(n, kvd, &vv).unwrap();
+                let run = |ops: &mut CudaOps, fused: bool, cache: &mut CudaCache| {
+                    let mut q = ops.upload(n, qd, &qv).unwrap();
+                    let mut k = ops.upload(n, kvd, &kv).unwrap();
+                    let mut out = ops.buf(n, qd).unwrap();
+                    let before = dev().kernels.writes();
+                    if fused {
+                        ops.attend(&mut q, &mut k, &v, prep(), cache, s, &mut out)
+                            .unwrap();
+                    } else {
+                        attend_in_steps(ops, &mut q, &mut k, &v, prep(), cache, s, &mut out)
+                            .unwrap();
+                    }
+                    let launches = dev().kernels.writes() - before;
+                    // The output projection right after it (decode: from
+                    // attention's own split of its output).
+                    let mut proj = ops.buf(n, 64).unwrap();
+                    let before = dev().kernels.writes();
+                    ops.matmul(&out, &wo.gpu, None, &mut proj).unwrap();
+                    let proj_launches = dev().kernels.writes() - before;
+                    let got = [&q, &k, &out, &proj].map(|b| bits(&host(ops, b)));
+                    (got, launches, proj_launches)
+                };
+                let (fused, launches, proj_launches) = run(&mut ops, true, &mut fused_cache);
+                let (steps, ..) = run(&mut ops, false, &mut steps_cache);
+                for (i, which) in ["Q", "K", "attention", "its projection"].iter().enumerate() {
+                    assert!(fused[i] == steps[i], "{what}: {which} differs");
+                }
+                for p in 0..pos + n {
+                    for h in 0..n_kv {
+                        let a = fused_cache.read_entry(&dev(), 0, h, p).unwrap();
+                        let b = steps_cache.read_entry(&dev(), 0, h, p).unwrap();
+                        assert!(a == b, "{what}: cached position {p}, head {h}");
+                    }
+                }
+                if n == 1 && split_from == usize::MAX {
+                    assert_eq!(launches, 2, "{what}: qk_rope_store and attention");
+                    let want = if hd % 32 == 0 { 1 } else { 2 };
+                    assert_eq!(proj_launches, want, "{what}: the projection's launches");
+                }
+                pos += n;
+            }
+        }
+    }
+    dev()
+        .kernels
+        .set_split_min_context(kernels::SPLIT_MIN_CONTEXT);
+    restore_matmul_choice();
 }

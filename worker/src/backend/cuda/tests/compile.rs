@@ -330,6 +330,7 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         (Kernel::AttentionSplit(4, 4), sig::<AttentionSplitArgs>()),
         (Kernel::AttentionSplit(4, 8), sig::<AttentionSplitArgs>()),
         (Kernel::AttentionCombine, sig::<AttentionCombineArgs>()),
+        (Kernel::QkRopeStore, sig::<QkRopeStoreArgs>()),
         (Kernel::Swiglu, sig::<SwigluArgs>()),
         (Kernel::Geglu, sig::<SwigluArgs>()),
         (Kernel::Gelu, sig::<GeluArgs>()),
@@ -337,6 +338,7 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         (Kernel::Scale, sig::<ScaleArgs>()),
         (Kernel::CopyCols, sig::<CopyColsArgs>()),
         (Kernel::SampleSelect, sig::<SampleSelectArgs>()),
+        (Kernel::SampleArgmax, sig::<SampleArgmaxArgs>()),
         (Kernel::SampleLogprobs, sig::<SampleLogprobsArgs>()),
     ]);
     v

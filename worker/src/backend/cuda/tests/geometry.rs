@@ -143,6 +143,25 @@ fn every_kernel_is_laid_out_as_before() {
     for k in [Kernel::SampleSelect, Kernel::SampleLogprobs] {
         assert_eq!(shape(k, Work::Single), ((1, 1, 1), (1024, 1, 1)));
     }
+    // Greedy sampling: eight logits a thread, at most 256 blocks.
+    for (n, blocks) in [(1, 1), (2048, 1), (2049, 2), (262_144, 128), (600_001, 256)] {
+        assert_eq!(
+            shape(Kernel::SampleArgmax, Work::Elements(n)),
+            ((blocks, 1, 1), (256, 1, 1)),
+            "sample_argmax over {n}"
+        );
+    }
+    // Before attention: a block per (row, head of Q or K), as wide as
+    // rms_norm's for a head-wide row.
+    let heads = |n, heads, head_dim| Work::HeadRows { n, heads, head_dim };
+    assert_eq!(
+        shape(Kernel::QkRopeStore, heads(1, 12, 64)),
+        ((1, 12, 1), (64, 1, 1))
+    );
+    assert_eq!(
+        shape(Kernel::QkRopeStore, heads(70, 5, 256)),
+        ((70, 5, 1), (256, 1, 1))
+    );
 }
 
 #[test]

@@ -276,7 +276,24 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
         sliding: 0,
         out,
         tensor_cores: false,
+        x8: None,
     };
+    let x8 = Some(X8Bufs::at(p, 256));
+    refused(
+        "attention's output of two rows split for a mat-vec",
+        k.launch(s, &AttentionArgs { n: 2, x8, ..att }),
+    );
+    refused(
+        "attention's output split for a mat-vec across heads of 80 dims",
+        k.launch(
+            s,
+            &AttentionArgs {
+                head_dim: 80,
+                x8,
+                ..att
+            },
+        ),
+    );
     refused(
         "attention of zero tokens",
         k.launch(s, &AttentionArgs { n: 0, ..att }),

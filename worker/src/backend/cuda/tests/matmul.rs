@@ -180,7 +180,7 @@ fn force_newer_matmuls(on: bool) {
 }
 
 /// The matmul kernel choice as the backend makes it.
-fn restore_matmul_choice() {
+pub(super) fn restore_matmul_choice() {
     dev().kernels.set_mv8(true);
     dev().kernels.set_gemm_split(true);
     dev().kernels.set_blas_min_rows(kernels::BLAS_MIN_ROWS);

@@ -153,3 +153,53 @@ fn m0_w_1432_cuda_layer_norm_matches_cpu_at_widths_768_1600_577() {
     }
     eprintln!("layer_norm: max relative error {worst:.2e}");
 }
+
+/// `norm_add_rms_norm` (Gemma 3's norm of a block's output, the residual
+/// add and the next norm) in one `add_rms_norm` launch, with the bits of
+/// `rms_norm` then `add_rms_norm`: the residual and the normed output.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn norm_add_rms_norm_matches_two_launches_bit_for_bit() {
+    let _gpu = shared_gpu();
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(17);
+    for (rows, cols) in [(1, 640), (9, 640), (1, 1152), (3, 4096), (2, 33)] {
+        let mut weight = || {
+            let v: Vec<f32> = (0..cols)
+                .map(|_| 1.0 + rng.random_range(-0.5f32..0.5))
+                .collect();
+            v
+        };
+        let (yw, w) = (weight(), weight());
+        let yw = test_weight(&mut ops, GgmlType::F32, 1, cols, &yw);
+        let w = test_weight(&mut ops, GgmlType::F32, 1, cols, &w);
+        let xv = random_vec(&mut rng, rows * cols, 3.0);
+        let y = ops
+            .upload(rows, cols, &random_vec(&mut rng, rows * cols, 40.0))
+            .unwrap();
+        let run = |ops: &mut CudaOps, fused: bool| {
+            let mut x = ops.upload(rows, cols, &xv).unwrap();
+            let mut out = ops.buf(rows, cols).unwrap();
+            let before = dev().kernels.writes();
+            if fused {
+                ops.norm_add_rms_norm(&mut x, &y, &yw.gpu, &w.gpu, 1e-6, &mut out)
+                    .unwrap();
+            } else {
+                let mut normed = ops.buf(rows, cols).unwrap();
+                ops.rms_norm(&y, &yw.gpu, 1e-6, &mut normed).unwrap();
+                ops.add_rms_norm(&mut x, &normed, &w.gpu, 1e-6, &mut out)
+                    .unwrap();
+            }
+            let launches = dev().kernels.writes() - before;
+            ([&x, &out].map(|b| bits(&host(ops, b))), launches)
+        };
+        let (fused, launches) = run(&mut ops, true);
+        let (steps, _) = run(&mut ops, false);
+        assert_eq!(launches, 1, "{rows}x{cols}: one launch");
+        assert!(fused[0] == steps[0], "{rows}x{cols}: the residual differs");
+        assert!(
+            fused[1] == steps[1],
+            "{rows}x{cols}: the normed output differs"
+        );
+    }
+}

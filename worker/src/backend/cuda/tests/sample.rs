@@ -95,6 +95,48 @@ fn sampling_params(n: usize) -> Vec<crate::sampling::SamplingParams> {
     ]
 }
 
+/// The greedy choice without a penalty (`sample_argmax`, many blocks) is
+/// `sampling::argmax`'s at vocabulary sizes around and past its block
+/// layout (one block; a partial last block; more ids than its blocks cover
+/// eight a thread), over ties, -inf and NaN, twice in a row (its ticket
+/// counter is reset for the next launch).
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn gpu_greedy_choice_matches_cpu_argmax_at_every_vocabulary_size() {
+    let _gpu = shared_gpu();
+    use crate::backend::SampleRequest;
+    use crate::sampling::{argmax, SamplingParams};
+    let mut rng = ChaCha8Rng::seed_from_u64(41);
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    for n in [
+        1usize, 2, 33, 2047, 2048, 2049, 49_152, 151_936, 262_144, 600_001,
+    ] {
+        let mut s = DeviceSampler::new(&dev(), n).unwrap();
+        let mut cases = sampling_logits(&mut rng, n);
+        let mut nan = vec![f32::NAN; n];
+        nan[n / 2] = f32::NEG_INFINITY;
+        cases.push(("all NaN but one -inf", nan));
+        cases.push(("all NaN", vec![f32::NAN; n]));
+        for (kind, logits) in cases {
+            s.upload_logits(&logits).unwrap();
+            let req = SampleRequest {
+                params: &greedy,
+                generated: &[],
+                uniform: None,
+                logprobs: 0,
+            };
+            let want = argmax(&logits);
+            for call in 0..2 {
+                let got = s.sample(&req).unwrap().id;
+                assert_eq!(got, want, "n {n} {kind}, call {call}");
+            }
+        }
+    }
+}
+
 /// Identical logits on both sides: the GPU's choice equals `sampling::select`
 /// for every parameter set and many draws `u` (away from cumulative
 /// boundaries, where the GPU's fixed-point sums may round the other way).

@@ -1,0 +1,206 @@
+//! Attention on `CudaOps`: the checks every attention call passes, the fused
+//! launch before it (`qk_rope_store`: Q's and K's norms and rotations and the
+//! KV store), and attention over the cache, split across the context for
+//! long decode steps, splitting its output for the next mat-vec in decode.
+
+use super::{check_bufs, is_f32_vector, shape_error, CudaBuf, CudaCache, CudaOps, CudaWeight};
+use crate::backend::cuda::args::{
+    AttentionArgs, AttentionCombineArgs, AttentionSplitArgs, CacheWindow, QkRopeStoreArgs,
+};
+use crate::backend::cuda::source::ATT_MAX_HEAD_DIM;
+use crate::backend::BackendError;
+use crate::model::ops::{AttentionShape, QkPrep};
+
+/// Refuses an attention call whose buffers, cache or positions do not fit
+/// its shape (before anything is launched).
+pub(super) fn check_attention(
+    q: &CudaBuf,
+    k: &CudaBuf,
+    v: &CudaBuf,
+    cache: &CudaCache,
+    s: &AttentionShape,
+    out: &CudaBuf,
+) -> Result<(), BackendError> {
+    let (hd, kvd) = (s.head_dim, s.n_head_kv * s.head_dim);
+    let rows_ok = [q.rows, k.rows, v.rows, out.rows]
+        .iter()
+        .all(|&r| r == s.n_tokens);
+    if s.n_tokens == 0
+        || s.n_head_kv == 0
+        || !s.n_head.is_multiple_of(s.n_head_kv)
+        || hd == 0
+        || !hd.is_multiple_of(2)
+        || hd > ATT_MAX_HEAD_DIM
+        || q.cols != s.n_head * hd
+        || k.cols != kvd
+        || v.cols != kvd
+        || !rows_ok
+        || out.cols != q.cols
+        || cache.n_head_kv != s.n_head_kv
+        || cache.head_dim != hd
+        || s.layer >= cache.n_layer
+    {
+        return Err(shape_error(format!("attention: {s:?}")));
+    }
+    check_bufs("attention", &[q, k, v, out])?;
+    let end = s.start_pos + s.n_tokens;
+    if end > cache.capacity {
+        return Err(BackendError::InferenceFailed(format!(
+            "KV cache holds {} positions, {end} needed",
+            cache.capacity
+        )));
+    }
+    let cache_bytes = CudaCache::bytes_for(
+        cache.n_layer,
+        cache.n_head_kv,
+        cache.head_dim,
+        cache.capacity,
+    );
+    if cache.mem.bytes() < cache_bytes {
+        return Err(shape_error(format!(
+            "attention: a cache of {cache_bytes} bytes in a block of {}",
+            cache.mem.bytes()
+        )));
+    }
+    Ok(())
+}
+
+impl CudaOps {
+    /// Where this call's rows go in the cache (a decode graph reads the
+    /// position from the step's slot).
+    pub(super) fn cache_window(&self, s: &AttentionShape, cache: &CudaCache) -> CacheWindow {
+        CacheWindow {
+            start_pos: s.start_pos,
+            pos_ptr: self.pos_ptr(),
+            capacity: cache.capacity,
+        }
+    }
+
+    /// The checked `qk_rope_store` launch of an `attend` call, or `None`
+    /// where Q and K do not turn alike (then it runs in steps).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn qk_rope_store_args(
+        &mut self,
+        q: &mut CudaBuf,
+        k: &mut CudaBuf,
+        v: &CudaBuf,
+        prep: &QkPrep<'_, CudaWeight>,
+        cache: &mut CudaCache,
+        s: &AttentionShape,
+        out: &CudaBuf,
+    ) -> Result<Option<QkRopeStoreArgs>, BackendError> {
+        check_attention(q, k, v, cache, s, out)?;
+        let norms = match &prep.norms {
+            Some(n) => {
+                let hd = s.head_dim;
+                if !is_f32_vector(n.q, hd) || !is_f32_vector(n.k, hd) {
+                    return Err(shape_error(format!(
+                        "attend: head norms of {} and {} values for heads of {hd}",
+                        n.q.cols, n.k.cols
+                    )));
+                }
+                Some((n.q.vector(), n.k.vector(), n.eps))
+            }
+            None => None,
+        };
+        let rope = match prep.rope {
+            Some((pq, pk)) => match (self.rope_args(q, pq)?, self.rope_args(k, pk)?) {
+                (Some(a), Some(b)) if a.rotates_like(&b) => Some(a),
+                (None, None) => None,
+                _ => return Ok(None),
+            },
+            None => None,
+        };
+        let (k_cache, v_cache) = cache.planes_mut(s.layer);
+        self.dev.bind()?;
+        Ok(Some(QkRopeStoreArgs {
+            q: q.output(),
+            k: k.output(),
+            v: v.input(),
+            n: s.n_tokens,
+            n_head: s.n_head,
+            n_head_kv: s.n_head_kv,
+            head_dim: s.head_dim,
+            norms,
+            rope,
+            window: self.cache_window(s, cache),
+            k_cache,
+            v_cache,
+        }))
+    }
+
+    /// Attention of `q` over the cache (this call's K and V already in it):
+    /// split across the context for a long decode step, one block per
+    /// (row, head) or on tensor cores otherwise. One row of output is also
+    /// split for the next mat-vec (saving `quantize_x8` before `wo`).
+    pub(super) fn attend_cached(
+        &mut self,
+        q: &CudaBuf,
+        cache: &mut CudaCache,
+        s: AttentionShape,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        let (n, hd) = (s.n_tokens, s.head_dim);
+        let split = self.context_split(&s, cache.capacity);
+        let part = match split {
+            Some(sp) => Some(self.split_part(s.n_head * sp.nsplit, hd + 2)?),
+            None => None,
+        };
+        let window = self.cache_window(&s, cache);
+        let (k_cache, v_cache) = cache.planes_mut(s.layer);
+        let (k_cache, v_cache) = (k_cache.as_const(), v_cache.as_const());
+        self.dev.bind()?;
+        let tensor_cores = self.dev.kernels.attention_on_tensor_cores(n, hd);
+        let x8 = self
+            .x8_for(out)
+            .filter(|_| hd.is_multiple_of(32) && !tensor_cores);
+        // A window as wide as the cache hides nothing.
+        let sliding = s.window.map_or(0, |w| w.min(cache.capacity));
+        let (n_head, n_head_kv, scale) = (s.n_head, s.n_head_kv, s.scale);
+        if let (Some(sp), Some(mut part)) = (split, part) {
+            let nsplit = sp.nsplit;
+            let a = AttentionSplitArgs {
+                q: q.input(),
+                n_head,
+                n_head_kv,
+                head_dim: hd,
+                window,
+                k_cache,
+                v_cache,
+                scale,
+                sliding,
+                nsplit,
+                part: part.output(),
+            };
+            let c = AttentionCombineArgs {
+                part: part.input(),
+                n_head,
+                head_dim: hd,
+                nsplit,
+                out: out.output(),
+                x8,
+            };
+            self.dev.kernels.attention_split(&self.dev.stream, &a, &c)?;
+            if x8.is_some() {
+                self.x8_now_holds(out);
+            }
+            return Ok(());
+        }
+        let attend = AttentionArgs {
+            q: q.input(),
+            n,
+            n_head,
+            n_head_kv,
+            head_dim: hd,
+            window,
+            k_cache,
+            v_cache,
+            scale,
+            sliding,
+            out: out.output(),
+            tensor_cores,
+            x8,
+        };
+        self.launch_splitting(&attend, out)
+    }
+}
