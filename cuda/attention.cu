@@ -10,6 +10,7 @@
 extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __restrict__ v, int n, int n_head_kv,
                                     int head_dim, int start_pos, const int* __restrict__ pos_ptr, int capacity,
                                     u16* __restrict__ k_cache, u16* __restrict__ v_cache) {
+    pdl_start();
     if (pos_ptr) start_pos = *pos_ptr;
     const int kv_dim = n_head_kv * head_dim;
     const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -62,6 +63,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
               const int* __restrict__ pos_ptr, int capacity, const u16* __restrict__ k_cache,
               const u16* __restrict__ v_cache, float scale, int swa, float* __restrict__ out, i8* __restrict__ xh,
               i8* __restrict__ xl, float* __restrict__ xd, float* __restrict__ xs) {
+    pdl_start();
     __shared__ __align__(16) float qs[ATT_MAX_HEAD_DIM];
     __shared__ float p[ATT_THREADS];
     __shared__ float red[32];

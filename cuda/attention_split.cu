@@ -205,6 +205,7 @@ __device__ __forceinline__ void attention_split_impl(const float* __restrict__ q
         NAME(const float* __restrict__ q, int n_head, int n_head_kv, int head_dim, int start_pos,                \
              const int* __restrict__ pos_ptr, int capacity, const u16* __restrict__ k_cache,                     \
              const u16* __restrict__ v_cache, float scale, int swa, int nsplit, float* __restrict__ part) {      \
+        pdl_start();                                                                                             \
         attention_split_impl<PPL, G>(q, n_head, n_head_kv, head_dim, start_pos, pos_ptr, capacity, k_cache,       \
                                      v_cache, scale, swa, nsplit, part);                                         \
     }
@@ -238,6 +239,7 @@ static_assert(ATSC_THREADS % 32 == 0, "whole warps");
 extern "C" __global__ void __launch_bounds__(ATSC_THREADS)
     attention_combine(const float* __restrict__ part, int n_head, int head_dim, int nsplit, float* __restrict__ out,
                       i8* __restrict__ xh, i8* __restrict__ xl, float* __restrict__ xd, float* __restrict__ xs) {
+    pdl_start();
     __shared__ float wgt[ATS_MAX_SPLITS];
     __shared__ float red[32];
     __shared__ float accw[ATSC_WARPS][ATT_MAX_HEAD_DIM];

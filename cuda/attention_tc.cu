@@ -185,6 +185,7 @@ extern "C" __global__ void __launch_bounds__(ATC_THREADS)
                  const int* __restrict__ pos_ptr, int capacity, const u16* __restrict__ k_cache,
                  const u16* __restrict__ v_cache, float scale, int swa, float* __restrict__ out,
                  i8* __restrict__ xh, i8* __restrict__ xl, float* __restrict__ xd, float* __restrict__ xs) {
+    pdl_start();
     // xh..xs: `attention`'s split of one output row; always null here (prefill).
     if (pos_ptr) start_pos = *pos_ptr;
     if (blockIdx.x * ATC_BQ >= n || blockIdx.y >= n_head) return;

@@ -61,6 +61,20 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+// Programmatic dependent launch (sm_90 on): the worker launches every
+// kernel allowed to start before the kernel ahead of it on the stream has
+// finished, so that a decode step's hundreds of short kernels do not each
+// wait out the launch of the next. So every kernel begins with this: it lets
+// the kernel after it be scheduled now, then waits until the kernel ahead
+// has completed and its writes are visible, before it touches memory (a
+// test checks that each kernel's body opens with it).
+__device__ __forceinline__ void pdl_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // One value of x split for the integer mat-vec (`mv8_*`, matvec.cu), as
 // `quantize_x8` (elementwise.cu) describes: the 32 lanes of the calling warp
 // must hold values i..i+31 of one 32-value group, all lanes present.

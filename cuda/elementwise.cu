@@ -33,16 +33,19 @@ __device__ __forceinline__ void glu(const float* __restrict__ gate, const float*
 extern "C" __global__ void swiglu(const float* __restrict__ gate, const float* __restrict__ up, i64 n,
                                   float* __restrict__ out, i8* __restrict__ xh, i8* __restrict__ xl,
                                   float* __restrict__ xd, float* __restrict__ xs) {
+    pdl_start();
     glu<false>(gate, up, n, out, xh, xl, xd, xs);
 }
 
 extern "C" __global__ void geglu(const float* __restrict__ gate, const float* __restrict__ up, i64 n,
                                  float* __restrict__ out, i8* __restrict__ xh, i8* __restrict__ xl,
                                  float* __restrict__ xd, float* __restrict__ xs) {
+    pdl_start();
     glu<true>(gate, up, n, out, xh, xl, xd, xs);
 }
 
 extern "C" __global__ void gelu(const float* __restrict__ x, i64 n, float* __restrict__ out) {
+    pdl_start();
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     out[i] = gelu_tanh(x[i]);
@@ -52,6 +55,7 @@ extern "C" __global__ void gelu(const float* __restrict__ x, i64 n, float* __res
 // n = rows * cols (the grid's elements).
 extern "C" __global__ void copy_cols(const float* __restrict__ x, int x_cols, int start, int cols,
                                      float* __restrict__ out, i64 n) {
+    pdl_start();
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const i64 t = i / cols;
@@ -60,6 +64,7 @@ extern "C" __global__ void copy_cols(const float* __restrict__ x, int x_cols, in
 
 // x[i] *= factor
 extern "C" __global__ void scale(float* __restrict__ x, i64 n, float factor) {
+    pdl_start();
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     x[i] = x[i] * factor;
@@ -67,6 +72,7 @@ extern "C" __global__ void scale(float* __restrict__ x, i64 n, float factor) {
 
 // x[i] += y[i]
 extern "C" __global__ void add_assign(float* __restrict__ x, const float* __restrict__ y, i64 n) {
+    pdl_start();
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     x[i] = x[i] + y[i];
@@ -80,6 +86,7 @@ extern "C" __global__ void add_assign(float* __restrict__ x, const float* __rest
 // so whole warps return together.
 extern "C" __global__ void quantize_x8(const float* __restrict__ x, int cols, i8* __restrict__ xh,
                                        i8* __restrict__ xl, float* __restrict__ xd, float* __restrict__ xs) {
+    pdl_start();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= cols) return;
     split_x8(x[i], i, xh, xl, xd, xs);
@@ -89,6 +96,7 @@ extern "C" __global__ void quantize_x8(const float* __restrict__ x, int cols, i8
 // in z order (+ bias[i % rows]).
 extern "C" __global__ void gemm_splits_sum(const float* __restrict__ part, int splits, i64 len, int rows,
                                            const float* __restrict__ bias, float* __restrict__ out) {
+    pdl_start();
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= len) return;
     float s = 0.0f;
@@ -104,6 +112,7 @@ extern "C" __global__ void gemm_splits_sum(const float* __restrict__ part, int s
 // x and the parts 32- and 16-byte aligned (activation blocks start on 256
 // bytes; len is rows x cols with cols a multiple of 8).
 extern "C" __global__ void to_f16(const float* __restrict__ x, i64 n8, u16* __restrict__ hi, u16* __restrict__ lo) {
+    pdl_start();
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n8) return;
     const float4 a = ((const float4*)x)[2 * i], b = ((const float4*)x)[2 * i + 1];
@@ -118,6 +127,7 @@ extern "C" __global__ void to_f16(const float* __restrict__ x, i64 n8, u16* __re
 
 // out[i] += bias[i % rows] (the bias after a cuBLAS product).
 extern "C" __global__ void add_bias(float* __restrict__ out, const float* __restrict__ bias, i64 len, int rows) {
+    pdl_start();
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= len) return;
     out[i] = out[i] + bias[i % rows];

@@ -30,6 +30,7 @@ __device__ __forceinline__ void embed_impl(const u8* __restrict__ table, i64 row
 #define DEF_EMBED(name, T)                                                                           \
     extern "C" __global__ void embed_##name(const u8* table, i64 row_bytes, int rows, int cols,     \
                                             const u32* tokens, int n, float* out) {                 \
+        pdl_start();                                                                                \
         embed_impl<T>(table, row_bytes, rows, cols, tokens, n, out);                                 \
     }
 

@@ -493,6 +493,7 @@ __device__ __forceinline__ void gemm_int_impl(const u8* __restrict__ W, i64 row_
     extern "C" __global__ void __launch_bounds__(GTC_THREADS, 2)                                         \
         gemm_tc_##name(const u8* W, i64 row_bytes, int rows, int cols, const float* x, int n,            \
                        const float* bias, float* out) {                                                  \
+        pdl_start();                                                                                     \
         if constexpr (is_int_format(T)) {                                                                \
             gemm_int_impl<T>(W, row_bytes, rows, cols, x, n, bias, out, 0, cols / GTC_BK);               \
         } else {                                                                                         \
@@ -514,6 +515,7 @@ FOR_EACH_TYPE(DEF_GEMM_TC)
     extern "C" __global__ void __launch_bounds__(GTC_THREADS, 2)                                         \
         gemm_tck_##name(const u8* W, i64 row_bytes, int rows, int cols, const float* x, int n, int splits, \
                         float* part) {                                                                   \
+        pdl_start();                                                                                     \
         if constexpr (is_int_format(T)) {                                                                \
             const int steps = cols / GTC_BK, per = (steps + splits - 1) / splits;                       \
             const int s0 = blockIdx.z * per, s1 = min(steps, s0 + per);                                  \
@@ -535,6 +537,7 @@ FOR_EACH_TYPE(DEF_GEMM_TCK)
 #define DEF_DEQUANT_F16(name, T)                                                                         \
     extern "C" __global__ void dequant_f16_##name(const u8* W, i64 row_bytes, int rows, int cols, int r0, \
                                                   int nrows, u16* out) {                                 \
+        pdl_start();                                                                                     \
         const int chunks = cols >> 3;                                                                    \
         const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;                                        \
         if (i >= (i64)nrows * chunks || r0 + nrows > rows) return;                                       \

@@ -194,16 +194,19 @@ __device__ __forceinline__ void gemm_impl(const u8* __restrict__ W, i64 row_byte
     extern "C" __global__ void __launch_bounds__(MV_THREADS)                                             \
         mv_##name(const u8* W, i64 row_bytes, int rows, int cols, const float* x, int n,                 \
                   const float* bias, float* out) {                                                       \
+        pdl_start();                                                                                     \
         mv_impl<T>(W, row_bytes, rows, cols, x, n, bias, out);                                           \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(MV_THREADS)                                             \
         mvw_##name(const u8* W, i64 row_bytes, int rows, int cols, const float* x, int n,                \
                    const float* bias, float* out) {                                                      \
+        pdl_start();                                                                                     \
         mvw_impl<T>(W, row_bytes, rows, cols, x, n, bias, out);                                          \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS)                                           \
         gemm_##name(const u8* W, i64 row_bytes, int rows, int cols, const float* x, int n,               \
                     const float* bias, float* out) {                                                     \
+        pdl_start();                                                                                     \
         gemm_impl<T>(W, row_bytes, rows, cols, x, n, bias, out);                                         \
     }
 

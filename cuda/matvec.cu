@@ -246,6 +246,7 @@ __device__ __forceinline__ void mv1_impl(const u8* __restrict__ W, i64 row_bytes
     extern "C" __global__ void __launch_bounds__(MV1_THREADS)                                            \
         mv1_##name(const u8* W, i64 row_bytes, int rows, int cols, const float* x, const float* bias,    \
                    float* out) {                                                                         \
+        pdl_start();                                                                                     \
         mv1_impl<T>(W, row_bytes, rows, cols, x, bias, out);                                             \
     }
 
@@ -650,12 +651,14 @@ __device__ __forceinline__ void mv8_rows(const u8* __restrict__ W, i64 row_bytes
     extern "C" __global__ void __launch_bounds__(MV8_THREADS)                                            \
         mv8_##name(const u8* W, i64 row_bytes, int rows, int cols, const i8* xh, const i8* xl,           \
                    const float* xd, const float* xs, const float* bias, float* out) {                    \
+        pdl_start();                                                                                     \
         mv8_one<T, MV8_ROWS>(blockIdx.x, W, row_bytes, rows, cols, X8{xh, xl, xd, xs}, bias, out);        \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(MV8_THREADS)                                            \
         mv8m_##name(const u8* W0, const u8* W1, const u8* W2, i64 row_bytes, int rows0, int rows1,       \
                     int rows2, int cols, const i8* xh, const i8* xl, const float* xd, const float* xs,   \
                     const float* b0, const float* b1, const float* b2, float* o0, float* o1, float* o2) { \
+        pdl_start();                                                                                      \
         const u8* const W[3] = {W0, W1, W2};                                                             \
         const int rows[3] = {rows0, rows1, rows2};                                                       \
         const float* const bias[3] = {b0, b1, b2};                                                       \
@@ -665,6 +668,7 @@ __device__ __forceinline__ void mv8_rows(const u8* __restrict__ W, i64 row_bytes
     extern "C" __global__ void __launch_bounds__(MV8_THREADS)                                            \
         mv8n_##name(const u8* W, i64 row_bytes, int rows, int cols, int n, const i8* xh, const i8* xl,   \
                     const float* xd, const float* xs, const float* bias, float* out) {                   \
+        pdl_start();                                                                                     \
         mv8_rows<T, MV8N_ROWS, MV8_MAX_TOKENS>(W, row_bytes, rows, cols, n, X8{xh, xl, xd, xs}, bias,    \
                                                out);                                                     \
     }

@@ -67,6 +67,7 @@ __device__ __forceinline__ void rms_norm_row(float* x, const float* __restrict__
 extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __restrict__ w, int cols, float eps,
                                     int rows, float* __restrict__ out, i8* __restrict__ xh, i8* __restrict__ xl,
                                     float* __restrict__ xd, float* __restrict__ xs) {
+    pdl_start();
     rms_norm_row<false>((float*)x, nullptr, nullptr, w, cols, eps, rows, out, xh, xl, xd, xs);  // x is only read
 }
 
@@ -74,6 +75,7 @@ extern "C" __global__ void add_rms_norm(float* __restrict__ x, const float* __re
                                         const float* __restrict__ yw, const float* __restrict__ w, int cols,
                                         float eps, int rows, float* __restrict__ out, i8* __restrict__ xh,
                                         i8* __restrict__ xl, float* __restrict__ xd, float* __restrict__ xs) {
+    pdl_start();
     rms_norm_row<true>(x, y, yw, w, cols, eps, rows, out, xh, xl, xd, xs);
 }
 
@@ -86,6 +88,7 @@ extern "C" __global__ void add_rms_norm(float* __restrict__ x, const float* __re
 extern "C" __global__ void layer_norm(const float* __restrict__ x, const float* __restrict__ w,
                                       const float* __restrict__ b, int cols, float eps, int rows,
                                       float* __restrict__ out) {
+    pdl_start();
     __shared__ float red[32];
     const int r = blockIdx.x;
     if (r >= rows) return;

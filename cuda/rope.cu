@@ -39,6 +39,7 @@ extern "C" __global__ void rope(float* __restrict__ x, float* __restrict__ x2, i
                                 int head_dim, int n_rot, int start_pos, const int* __restrict__ pos_ptr,
                                 const double* __restrict__ inv_freq_table, float freq_base, float freq_scale,
                                 float mscale, int style) {
+    pdl_start();
     if (pos_ptr) start_pos = *pos_ptr;
     const int half = n_rot / 2, heads = n_head + n_head2;
     const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -69,6 +70,7 @@ extern "C" __global__ void qk_rope_store(float* __restrict__ q, float* __restric
                                          float freq_scale, float mscale, int style, int start_pos,
                                          const int* __restrict__ pos_ptr, int capacity, u16* __restrict__ k_cache,
                                          u16* __restrict__ v_cache) {
+    pdl_start();
     __shared__ float red[32];
     if (pos_ptr) start_pos = *pos_ptr;
     const int t = blockIdx.x, h = blockIdx.y;

@@ -358,6 +358,7 @@ __device__ Cut find_crossing(const u32* keys, u32 n, Cut set, bool weighted, dou
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     sample_select(const float* logits, u32 n, u32* keys, const u32* pen_ids, u32 n_pen, float temperature,
                   float penalty, u32 top_k, float top_p, float min_p, double u, double scale, int greedy, u32* out) {
+    pdl_start();
     __shared__ SampleShared sh;
     const u32 tid = threadIdx.x;
 
@@ -438,6 +439,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
 //   probability zero are not listed. out[0] is left alone.
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     sample_logprobs(const float* logits, u32 n, u32* keys, u32 k, u32* out) {
+    pdl_start();
     __shared__ SampleShared sh;
     const u32 tid = threadIdx.x;
     u32 kmin = KEY_NAN;
@@ -499,6 +501,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
 #endif
 extern "C" __global__ void __launch_bounds__(SAMPLE_ARGMAX_THREADS)
     sample_argmax(const float* logits, u32 n, u64* partial, u32* done, u32* out) {
+    pdl_start();
     __shared__ SampleShared sh;
     __shared__ bool last;
     const u32 chunk = (n + gridDim.x - 1) / gridDim.x;

@@ -115,7 +115,14 @@ pub struct Kernels {
     /// contents are unchanged while this count is (see `CudaOps`'s x8 block).
     writes: AtomicU64,
     sm_count: usize,
+    /// Whether kernels are launched with programmatic stream serialization
+    /// (sm_90 on, unless [`PDL_ENV`] is `0`; see `pdl_start` in common.cuh).
+    pdl: AtomicBool,
 }
+
+/// `WORKER_ORCD_PDL=0`: every kernel waits for the one ahead of it to end
+/// before it is launched (programmatic dependent launch off).
+pub const PDL_ENV: &str = "WORKER_ORCD_PDL";
 
 fn load_error(u: Unit, e: impl std::fmt::Debug) -> BackendError {
     BackendError::KernelLaunchFailed(format!("loading {}: {e:?}", u.label()))
@@ -280,6 +287,7 @@ impl Kernels {
             mv8: AtomicBool::new(true),
             writes: AtomicU64::new(0),
             sm_count,
+            pdl: AtomicBool::new(arch.0 >= 9 && std::env::var(PDL_ENV).map_or(true, |v| v != "0")),
         })
     }
 
@@ -536,14 +544,29 @@ impl Kernels {
             ))
         })?;
         self.writes.fetch_add(1, Ordering::Relaxed);
+        let failed =
+            |e| BackendError::KernelLaunchFailed(format!("launching {}: {e:?}", k.symbol()));
+        if self.pdl.load(Ordering::Relaxed) {
+            return launch_pdl(s, f, cfg, &params).map_err(failed);
+        }
         let mut b = s.launch_builder(f);
         params.push_all(&mut b);
         // SAFETY: `C::Params` is the kernel's C signature (compared with the
         // sources by a test), every dimension was checked to fit its `int`,
         // no required buffer is null, and the caller checked buffer sizes.
-        unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| {
-            BackendError::KernelLaunchFailed(format!("launching {}: {e:?}", k.symbol()))
-        })
+        unsafe { b.launch(cfg) }.map(|_| ()).map_err(failed)
+    }
+
+    /// Turns programmatic dependent launch on or off (for tests).
+    #[cfg(test)]
+    pub fn set_pdl(&self, on: bool) {
+        self.pdl.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether kernels are launched with programmatic stream serialization.
+    #[cfg(test)]
+    pub fn pdl(&self) -> bool {
+        self.pdl.load(Ordering::Relaxed)
     }
 
     /// `out[t][r] = sum_c x[t][c] * W[r][c] (+ bias[r])`. One row of x from
@@ -582,6 +605,50 @@ impl Kernels {
         };
         self.launch(s, &m.with_kernel(kernel))
     }
+}
+
+/// One launch through `cuLaunchKernelEx` with programmatic stream
+/// serialization: the kernel may be scheduled before the one ahead of it on
+/// `s` has ended (every kernel opens with `pdl_start`, which waits for it).
+/// Inside a stream capture this becomes a programmatic edge of the graph.
+fn launch_pdl<P: ParamList>(
+    s: &Arc<CudaStream>,
+    f: &CudaFunction,
+    cfg: cudarc::driver::LaunchConfig,
+    params: &P,
+) -> Result<(), cudarc::driver::DriverError> {
+    use cudarc::driver::sys;
+    s.context().bind_to_thread()?;
+    let mut addresses = Vec::with_capacity(24);
+    params.addresses(&mut addresses);
+    // SAFETY: a plain C struct for which all zeros is a valid value.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: cfg.grid_dim.0,
+        gridDimY: cfg.grid_dim.1,
+        gridDimZ: cfg.grid_dim.2,
+        blockDimX: cfg.block_dim.0,
+        blockDimY: cfg.block_dim.1,
+        blockDimZ: cfg.block_dim.2,
+        sharedMemBytes: cfg.shared_mem_bytes,
+        hStream: s.cu_stream(),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: as for `LaunchArgs::launch` in `Kernels::launch`: `addresses`
+    // points at each parameter of the kernel's C signature in order, and
+    // `params` outlives the call (the driver copies the values).
+    unsafe {
+        sys::cuLaunchKernelEx(
+            &config,
+            f.cu_function(),
+            addresses.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result()
 }
 
 /// [`BLAS_MIN_ROWS`], or what [`BLAS_MIN_ROWS_ENV`] says.

@@ -543,6 +543,8 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
 /// A kernel's parameter values in its C signature's order, pushed one by one.
 pub trait ParamList {
     fn push_all<'a>(&'a self, b: &mut LaunchArgs<'a>);
+    /// The address of each value, in order: `cuLaunchKernelEx`'s `kernelParams`.
+    fn addresses(&self, out: &mut Vec<*mut std::ffi::c_void>);
     /// The C types, in order, for comparing with the `.cu` source.
     #[cfg(test)]
     fn c_types() -> Vec<String>;
@@ -553,6 +555,9 @@ macro_rules! param_tuple {
         impl<$($p: Param),+> ParamList for ($($p,)+) {
             fn push_all<'a>(&'a self, b: &mut LaunchArgs<'a>) {
                 $(b.arg(&self.$i);)+
+            }
+            fn addresses(&self, out: &mut Vec<*mut std::ffi::c_void>) {
+                $(out.push(&self.$i as *const $p as *mut std::ffi::c_void);)+
             }
             #[cfg(test)]
             fn c_types() -> Vec<String> {

@@ -241,6 +241,34 @@ fn every_kernel_symbol_is_defined_in_its_module() {
     }
 }
 
+/// Every kernel may be scheduled before the kernel ahead of it on the
+/// stream has ended (programmatic dependent launch), so every kernel's body
+/// must open with `pdl_start();`, which waits for it before memory is
+/// touched: a kernel without it would race with the one ahead.
+#[test]
+fn every_kernel_opens_with_pdl_start() {
+    let mut kernels = 0;
+    for m in Module::ALL {
+        let src = m.source();
+        for (at, _) in src.match_indices("extern \"C\" __global__") {
+            let body = at + src[at..].find('{').expect("a kernel body");
+            let first = src[body + 1..]
+                .trim_start_matches(|c: char| c.is_whitespace() || c == '\\')
+                .lines()
+                .next()
+                .unwrap_or("");
+            let name = src[at..body].split('(').next().unwrap_or("").trim();
+            assert!(
+                first.starts_with("pdl_start();"),
+                "{}: the kernel at `{name}` opens with `{first}`, not pdl_start()",
+                m.file_name()
+            );
+            kernels += 1;
+        }
+    }
+    assert!(kernels >= 30, "only {kernels} kernel definitions found");
+}
+
 /// The parameter list of `k`'s definition in its module source, each
 /// parameter reduced to its C type (`const float*`, `int`, ...).
 fn c_signature(k: Kernel) -> Vec<String> {

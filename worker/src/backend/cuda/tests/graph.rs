@@ -44,6 +44,18 @@ fn graph_decode_is_bit_identical_to_eager_decode() {
             bits(&with) == bits(&again),
             "{arch}: graph replay is not deterministic"
         );
+        // Programmatic dependent launch off: each kernel is scheduled only
+        // once the one ahead has ended. The same bits: every kernel waits
+        // (`pdl_start`) before it reads what the one ahead wrote.
+        let kernels = &gpu.ops.dev.kernels;
+        let was = kernels.pdl();
+        kernels.set_pdl(false);
+        let serial = run(&mut gpu, false);
+        gpu.ops.dev.kernels.set_pdl(was);
+        assert!(
+            bits(&with) == bits(&serial),
+            "{arch}: launches that may overlap differ from launches one after another"
+        );
         // Attention split over the context from position 80 on: the graph is
         // captured again when the context reaches it, and still matches
         // eager decode, which switches at the same position.
