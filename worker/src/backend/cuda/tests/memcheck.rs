@@ -12,10 +12,13 @@ use super::*;
 /// The kernel tests memcheck re-runs: every kernel, every weight format, odd
 /// shapes. Full names, run with `--exact`, so that a renamed test fails
 /// this one instead of silently dropping out.
-const MEMCHECK_TESTS: [&str; 8] = [
+const MEMCHECK_TESTS: [&str; 11] = [
     "backend::cuda::tests::matmul::matmul_matches_cpu_for_every_format_and_shape",
     "backend::cuda::tests::matmul::embed_matches_cpu_for_every_format",
     "backend::cuda::tests::norm::rms_norm_matches_cpu",
+    "backend::cuda::tests::norm::norm_add_rms_norm_matches_two_launches_bit_for_bit",
+    "backend::cuda::tests::attention::attend_fuses_norms_rope_and_store_bit_for_bit",
+    "backend::cuda::tests::sample::gpu_greedy_choice_matches_cpu_argmax_at_every_vocabulary_size",
     "backend::cuda::tests::norm::m0_w_1432_cuda_layer_norm_matches_cpu_at_widths_768_1600_577",
     "backend::cuda::tests::attention::rope_matches_cpu_in_both_styles",
     "backend::cuda::tests::attention::attention_matches_cpu_over_prefill_and_decode",
