@@ -57,3 +57,4 @@ Feature: GPU engine internals
   @M0-W-1431 @cuda
   Scenario: Kernels and launchers refuse bad sizes; memcheck is clean
     Then the worker's unit tests named "m0_w_1431" pass
+    And the worker's unit tests named "m0_w_1431_compute_sanitizer_memcheck_is_clean" pass
