@@ -1,6 +1,7 @@
 // attention_split.cu: decode attention over a context split across blocks
 // (`attention_split_*`) and the merge of the chunks (`attention_combine`).
-// Compiled for one head-size class a model (-DONE_HEAD_PAIRS, source.rs).
+// Compiled for one head-size class a model (-DONE_HEAD_PAIRS, source.rs), in
+// two parts (-DONE_PART).
 #include "attention.cuh"
 
 // ---- Decode over a long context: the context split across blocks ----------
@@ -210,21 +211,34 @@ __device__ __forceinline__ void attention_split_impl(const float* __restrict__ q
                                      v_cache, scale, swa, nsplit, part);                                         \
     }
 static_assert(ATS_MAX_GROUP == 8, "the instances below take groups of up to 4 or 8 heads");
-// A model's unit holds only its head size's instances (-DONE_HEAD_PAIRS=P,
-// see source.rs's head_pairs): most of this module's compile time.
+// A model's units hold only its head size's instances (-DONE_HEAD_PAIRS=P,
+// see source.rs's head_pairs): most of this module's compile time. Two units
+// (-DONE_PART): groups of 4 with attention_combine, groups of 8, compiled
+// side by side (a first start waits for the slowest unit).
+#if !defined(ONE_PART) || ONE_PART == 0
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 1
 ATTENTION_SPLIT(attention_split_64_g4, 1, 4)
-ATTENTION_SPLIT(attention_split_64_g8, 1, 8)
 #endif
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 2
 ATTENTION_SPLIT(attention_split_128_g4, 2, 4)
-ATTENTION_SPLIT(attention_split_128_g8, 2, 8)
 #endif
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 4
 ATTENTION_SPLIT(attention_split_256_g4, 4, 4)
+#endif
+#endif
+#if !defined(ONE_PART) || ONE_PART == 1
+#if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 1
+ATTENTION_SPLIT(attention_split_64_g8, 1, 8)
+#endif
+#if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 2
+ATTENTION_SPLIT(attention_split_128_g8, 2, 8)
+#endif
+#if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 4
 ATTENTION_SPLIT(attention_split_256_g8, 4, 8)
 #endif
+#endif
 
+#if !defined(ONE_PART) || ONE_PART == 0
 // out[h] = the merge of head h's chunk states, in chunk order. One block of
 // ATSC_THREADS per head; the chunks' weights are computed once into shared
 // memory. Warp w adds chunks w, w + ATSC_WARPS, ... (lanes over dims, so each
@@ -284,3 +298,4 @@ extern "C" __global__ void __launch_bounds__(ATSC_THREADS)
         if (xh) split_x8(o / l, (i64)h * head_dim + d, xh, xl, xd, xs);
     }
 }
+#endif

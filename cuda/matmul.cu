@@ -190,6 +190,9 @@ __device__ __forceinline__ void gemm_impl(const u8* __restrict__ W, i64 row_byte
     }
 }
 
+// Two units a format (-DONE_PART, source.rs's Module::parts): mvw_* alone
+// takes as long to compile as the rest, and a first start waits for the
+// slowest unit.
 #define DEF_MATMUL(name, T)                                                                              \
     extern "C" __global__ void __launch_bounds__(MV_THREADS)                                             \
         mv_##name(const u8* W, i64 row_bytes, int rows, int cols, const float* x, int n,                 \
@@ -197,17 +200,23 @@ __device__ __forceinline__ void gemm_impl(const u8* __restrict__ W, i64 row_byte
         pdl_start();                                                                                     \
         mv_impl<T>(W, row_bytes, rows, cols, x, n, bias, out);                                           \
     }                                                                                                    \
-    extern "C" __global__ void __launch_bounds__(MV_THREADS)                                             \
-        mvw_##name(const u8* W, i64 row_bytes, int rows, int cols, const float* x, int n,                \
-                   const float* bias, float* out) {                                                      \
-        pdl_start();                                                                                     \
-        mvw_impl<T>(W, row_bytes, rows, cols, x, n, bias, out);                                          \
-    }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS)                                           \
         gemm_##name(const u8* W, i64 row_bytes, int rows, int cols, const float* x, int n,               \
                     const float* bias, float* out) {                                                     \
         pdl_start();                                                                                     \
         gemm_impl<T>(W, row_bytes, rows, cols, x, n, bias, out);                                         \
     }
+#define DEF_MATVEC_WARP(name, T)                                                                         \
+    extern "C" __global__ void __launch_bounds__(MV_THREADS)                                             \
+        mvw_##name(const u8* W, i64 row_bytes, int rows, int cols, const float* x, int n,                \
+                   const float* bias, float* out) {                                                      \
+        pdl_start();                                                                                     \
+        mvw_impl<T>(W, row_bytes, rows, cols, x, n, bias, out);                                          \
+    }
 
+#if !defined(ONE_PART) || ONE_PART == 0
 FOR_EACH_TYPE(DEF_MATMUL)
+#endif
+#if !defined(ONE_PART) || ONE_PART == 1
+FOR_EACH_TYPE(DEF_MATVEC_WARP)
+#endif

@@ -347,6 +347,10 @@ __device__ Cut find_crossing(const u32* keys, u32 n, Cut set, bool weighted, dou
 
 // ------------------------------------------------------------------ kernels
 
+// Two units (-DONE_PART, source.rs's Module::parts): sample_select; the
+// others. Compiled side by side, they halve this module's part of a first
+// start.
+#if !defined(ONE_PART) || ONE_PART == 0
 // sample_select: picks the next token (one block of SAMPLE_THREADS).
 // - logits: [n] f32, the raw logits; keys: [n] u32 scratch
 // - pen_ids: [n_pen] u32, the distinct generated ids (< n) to penalize;
@@ -430,6 +434,8 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     if (tid == 0) out[0] = drawn.id;
 }
 
+#endif
+#if !defined(ONE_PART) || ONE_PART == 1
 // sample_logprobs: the k most likely tokens of the raw logits with what the
 // host needs for their log-softmax (one block of SAMPLE_THREADS).
 // - logits: [n] f32; keys: [n] u32 scratch; 0 < k <= SAMPLE_MAX_LOGPROBS
@@ -531,3 +537,4 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_ARGMAX_THREADS)
         *done = 0;
     }
 }
+#endif

@@ -226,6 +226,7 @@ impl Kernels {
                     None
                 },
                 head_pairs: if module.per_head_size() { pairs } else { None },
+                part: if formats.is_some() { k.part() } else { None },
             };
             // A kernel of a format or head size the model does not use was
             // not compiled.

@@ -179,6 +179,19 @@ impl Kernel {
         }
     }
 
+    /// Which part of its module the kernel is compiled in, for the modules
+    /// cut in [`Module::parts`] (the `ONE_PART` guards of their sources).
+    pub fn part(self) -> Option<u8> {
+        match self {
+            Kernel::MatVec(_) | Kernel::Gemm(_) => Some(0),
+            Kernel::MatVecWarp(_) => Some(1),
+            Kernel::AttentionSplit(_, group) => Some(u8::from(group > 4)),
+            Kernel::AttentionCombine | Kernel::SampleSelect => Some(0),
+            Kernel::SampleArgmax | Kernel::SampleLogprobs => Some(1),
+            _ => None,
+        }
+    }
+
     /// Dynamic shared memory a block needs, for the kernels that take it
     /// (over the 48 KB default: the loader raises their limit to this).
     pub fn dynamic_smem(self) -> Option<u32> {

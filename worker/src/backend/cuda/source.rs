@@ -203,6 +203,16 @@ impl Module {
     pub fn per_head_size(self) -> bool {
         matches!(self, Module::AttentionSplit | Module::AttentionTc)
     }
+
+    /// Into how many units a model's build of the module is cut
+    /// (`-DONE_PART`, `Kernel::part`): the modules that took longest to
+    /// compile, since a first start waits for its slowest unit.
+    pub fn parts(self) -> u8 {
+        match self {
+            Module::Matmul | Module::AttentionSplit | Module::Sample => 2,
+            _ => 1,
+        }
+    }
 }
 
 /// What a model needs compiled: the formats of its matrices and its head
@@ -226,12 +236,14 @@ pub fn head_pairs(head_dim: usize) -> u8 {
 
 /// One NVRTC compilation: a module, and for a per-format module the one
 /// weight format it is built for (`None`: every format, one image); for a
-/// per-head-size module, the one head-size class (`None`: every class).
+/// per-head-size module, the one head-size class (`None`: every class); for
+/// a module in [`Module::parts`], the one part (`None`: all of them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Unit {
     pub module: Module,
     pub format: Option<GgmlType>,
     pub head_pairs: Option<u8>,
+    pub part: Option<u8>,
 }
 
 impl Unit {
@@ -241,6 +253,7 @@ impl Unit {
             module,
             format: None,
             head_pairs: None,
+            part: None,
         }
     }
 
@@ -255,19 +268,26 @@ impl Unit {
         let wanted = Unit::formats_compiled(set.formats);
         let mut units = Vec::new();
         for module in Module::ALL {
-            if module.per_format() {
-                units.extend(wanted.iter().map(|&f| Unit {
-                    module,
-                    format: Some(f),
-                    head_pairs: None,
-                }));
-            } else if module.per_head_size() {
-                units.push(Unit {
-                    head_pairs: Some(head_pairs(set.head_dim)),
-                    ..Unit::whole(module)
-                });
+            let one = Unit {
+                head_pairs: module.per_head_size().then(|| head_pairs(set.head_dim)),
+                ..Unit::whole(module)
+            };
+            let formats: Vec<Unit> = if module.per_format() {
+                wanted
+                    .iter()
+                    .map(|&f| Unit {
+                        format: Some(f),
+                        ..one
+                    })
+                    .collect()
             } else {
-                units.push(Unit::whole(module));
+                vec![one]
+            };
+            for u in formats {
+                match module.parts() {
+                    1 => units.push(u),
+                    n => units.extend((0..n).map(|p| Unit { part: Some(p), ..u })),
+                }
             }
         }
         units
@@ -302,27 +322,42 @@ impl Unit {
         if let Some(p) = self.head_pairs {
             v.push(format!("-DONE_HEAD_PAIRS={p}"));
         }
+        if let Some(p) = self.part {
+            v.push(format!("-DONE_PART={p}"));
+        }
         v
     }
 
     /// `matmul.cu`, `matmul.cu [q4_k]` for one format, `attention_tc.cu
-    /// [heads <= 128]` for one head-size class (messages).
+    /// [heads <= 128]` for one head-size class, `sample.cu [part 1]`
+    /// (messages).
     pub fn label(self) -> String {
-        let name = self.module.file_name();
-        match (self.format, self.head_pairs) {
-            (Some(f), _) => format!("{name} [{}]", f.name().to_ascii_lowercase()),
-            (None, Some(p)) => format!("{name} [heads <= {}]", 64 * p as usize),
-            (None, None) => name.to_string(),
+        let mut label = self.module.file_name().to_string();
+        if let Some(f) = self.format {
+            label += &format!(" [{}]", f.name().to_ascii_lowercase());
         }
+        if let Some(p) = self.head_pairs {
+            label += &format!(" [heads <= {}]", 64 * p as usize);
+        }
+        if let Some(p) = self.part {
+            label += &format!(" [part {p}]");
+        }
+        label
     }
 
-    /// The cache file's stem: `matmul`, `matmul-q4_k`, `attention_tc-h128`.
+    /// The cache file's stem: `matmul`, `matmul-q4_k-p1`,
+    /// `attention_tc-h128`.
     pub fn stem(self) -> String {
-        let stem = self.module.file_name().trim_end_matches(".cu");
-        match (self.format, self.head_pairs) {
-            (Some(f), _) => format!("{stem}-{}", f.name().to_ascii_lowercase()),
-            (None, Some(p)) => format!("{stem}-h{}", 64 * p as usize),
-            (None, None) => stem.to_string(),
+        let mut stem = self.module.file_name().trim_end_matches(".cu").to_string();
+        if let Some(f) = self.format {
+            stem += &format!("-{}", f.name().to_ascii_lowercase());
         }
+        if let Some(p) = self.head_pairs {
+            stem += &format!("-h{}", 64 * p as usize);
+        }
+        if let Some(p) = self.part {
+            stem += &format!("-p{p}");
+        }
+        stem
     }
 }

@@ -67,7 +67,11 @@ fn per_format_units_hold_only_their_format() {
         eprintln!("skipping: libnvrtc cannot be loaded");
         return;
     }
-    let per_format_modules = Module::ALL.iter().filter(|m| m.per_format()).count();
+    let per_format_units: usize = Module::ALL
+        .iter()
+        .filter(|m| m.per_format())
+        .map(|m| m.parts() as usize)
+        .sum();
     let set = |formats| {
         Some(KernelSet {
             formats,
@@ -75,8 +79,15 @@ fn per_format_units_hold_only_their_format() {
         })
     };
     let units = Unit::for_model(set(&[GgmlType::Q4K, GgmlType::Q4K]));
-    // Q4_K once (no F32: no matrix is stored in it); the other modules whole.
-    assert_eq!(units.len(), Module::ALL.len());
+    // Q4_K once (no F32: no matrix is stored in it); the other modules whole
+    // (in their parts).
+    assert_eq!(
+        units.len(),
+        Module::ALL
+            .iter()
+            .map(|m| m.parts() as usize)
+            .sum::<usize>()
+    );
     assert!(units.iter().all(|u| u.format != Some(GgmlType::F32)));
     let opts = crate::backend::cuda::nvrtc::options((9, 0));
     let key = |u: Unit| crate::backend::cuda::nvrtc::cache_key(u, &opts, (13, 0));
@@ -84,7 +95,7 @@ fn per_format_units_hold_only_their_format() {
         .into_iter()
         .filter(|u| u.format.is_some())
         .collect();
-    assert_eq!(units.len(), GgmlType::ALL.len() * per_format_modules);
+    assert_eq!(units.len(), GgmlType::ALL.len() * per_format_units);
     let compiled: Vec<(Unit, Vec<u8>)> = std::thread::scope(|s| {
         let handles: Vec<_> = units
             .iter()
@@ -109,7 +120,7 @@ fn per_format_units_hold_only_their_format() {
             let sym = k.symbol();
             assert_eq!(
                 has(&sym),
-                k.format() == u.format,
+                k.format() == u.format && k.part() == u.part,
                 "{}: symbol {sym} present: {}",
                 u.label(),
                 has(&sym)
@@ -162,7 +173,10 @@ fn head_size_units_hold_only_their_head_size() {
         .into_iter()
         .filter(|u| u.module.per_head_size())
         .collect();
-        assert_eq!(units.len(), modules.len());
+        assert_eq!(
+            units.len(),
+            modules.iter().map(|m| m.parts() as usize).sum::<usize>()
+        );
         for u in units {
             assert_eq!(u.head_pairs, Some(pairs), "head size {head_dim}");
             if head_dim == 96 {
@@ -174,10 +188,11 @@ fn head_size_units_hold_only_their_head_size() {
                 let has = cubin.windows(sym.len() + 2).any(|w| {
                     w[0] == 0 && &w[1..=sym.len()] == sym.as_bytes() && w[sym.len() + 1] == 0
                 });
-                let want = match k {
-                    Kernel::AttentionSplit(p, _) => p == pairs,
-                    _ => true,
-                };
+                let want = k.part() == u.part
+                    && match k {
+                        Kernel::AttentionSplit(p, _) => p == pairs,
+                        _ => true,
+                    };
                 assert_eq!(has, want, "{}: symbol {sym}", u.label());
             }
             keys.push(key(u));
@@ -187,6 +202,34 @@ fn head_size_units_hold_only_their_head_size() {
     distinct.sort();
     distinct.dedup();
     assert_eq!(distinct.len(), keys.len(), "one cache key per unit");
+}
+
+/// A kernel names its part exactly where its module is cut into parts, and
+/// a part that exists; every part of such a module holds some kernel.
+#[test]
+fn kernels_of_cut_modules_name_their_part() {
+    for k in Kernel::all() {
+        let parts = k.module().parts();
+        match k.part() {
+            Some(p) => assert!(
+                parts > 1 && p < parts,
+                "{}: part {p} of {parts}",
+                k.symbol()
+            ),
+            None => assert_eq!(parts, 1, "{} names no part", k.symbol()),
+        }
+    }
+    for m in Module::ALL.into_iter().filter(|m| m.parts() > 1) {
+        for p in 0..m.parts() {
+            assert!(
+                Kernel::all()
+                    .iter()
+                    .any(|k| k.module() == m && k.part() == Some(p)),
+                "{} part {p} holds no kernel",
+                m.file_name()
+            );
+        }
+    }
 }
 
 #[test]
