@@ -41,15 +41,30 @@
 // template id). The worker compiles its per-format modules once per format
 // the model uses, naming it with -DONE_FORMAT_NAME=q4_k -DONE_FORMAT_ID=T_Q4_K
 // (a fraction of the compile time of all twelve); without them, every format.
+// FOR_EACH_INT_TYPE: the formats of small integers q under a scale (and a
+// min), whose GEMM decodes tiles into f16 (gemm.cu, gemm_tck_*; the
+// worker's `integer_gemm`); FOR_EACH_FLOAT_TYPE: the others (their values
+// are floats, MXFP4's four-bit E2M1 ones too).
+#define INT_FORMAT_ID(id)                                                                              \
+    ((id) == T_Q4_0 || (id) == T_Q4_1 || (id) == T_Q5_0 || (id) == T_Q5_1 || (id) == T_Q8_0 ||       \
+     (id) == T_Q4_K || (id) == T_Q5_K || (id) == T_Q6_K)
 #if defined(ONE_FORMAT_NAME) && defined(ONE_FORMAT_ID)
 // The extra step expands the two names before X pastes them into symbols.
 #define FOR_ONE_TYPE(X, name, id) X(name, id)
 #define FOR_EACH_TYPE(X) FOR_ONE_TYPE(X, ONE_FORMAT_NAME, ONE_FORMAT_ID)
+#if INT_FORMAT_ID(ONE_FORMAT_ID)
+#define FOR_EACH_INT_TYPE(X) FOR_EACH_TYPE(X)
+#define FOR_EACH_FLOAT_TYPE(X)
 #else
-#define FOR_EACH_TYPE(X) \
-    X(f32, T_F32) X(f16, T_F16) X(bf16, T_BF16) X(q4_0, T_Q4_0) X(q4_1, T_Q4_1) \
-    X(q5_0, T_Q5_0) X(q5_1, T_Q5_1) X(q8_0, T_Q8_0) X(q4_k, T_Q4_K) X(q5_k, T_Q5_K) \
-    X(q6_k, T_Q6_K) X(mxfp4, T_MXFP4)
+#define FOR_EACH_INT_TYPE(X)
+#define FOR_EACH_FLOAT_TYPE(X) FOR_EACH_TYPE(X)
+#endif
+#else
+#define FOR_EACH_FLOAT_TYPE(X) X(f32, T_F32) X(f16, T_F16) X(bf16, T_BF16) X(mxfp4, T_MXFP4)
+#define FOR_EACH_INT_TYPE(X) \
+    X(q4_0, T_Q4_0) X(q4_1, T_Q4_1) X(q5_0, T_Q5_0) X(q5_1, T_Q5_1) X(q8_0, T_Q8_0) \
+    X(q4_k, T_Q4_K) X(q5_k, T_Q5_K) X(q6_k, T_Q6_K)
+#define FOR_EACH_TYPE(X) FOR_EACH_FLOAT_TYPE(X) FOR_EACH_INT_TYPE(X)
 #endif
 
 // A small integer (|q| < 2^22) to float without an I2F instruction, which

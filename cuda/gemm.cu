@@ -1,20 +1,15 @@
 // gemm.cu: out[t][r] = sum_c x[t][c] * W[r][c] (+ bias[r]) for many rows of
-// x (prefill) on tensor cores: `gemm_tc_<type>`.
+// x (prefill) on tensor cores: `gemm_tck_<type>` for the quantized formats,
+// `gemm_tc_<type>` for the float ones.
 //
 // Each block computes a GTC_BR x GTC_BT tile of out^T (weight rows x tokens)
 // with 8 warps of 32 x 32, over steps of GTC_BK columns staged in shared
 // memory. Accumulation is f32 in a fixed order (deterministic). Two paths:
 //
-// - Quantized formats (gemm_int_impl): the tensor cores multiply the
-//   formats' small integers q, exactly, and the scales are applied to the
-//   integer-weighted sums afterwards, once per sub-block (32 values, 16 for
-//   Q6_K): sum_c (sc*q_c - mn) x_c = sc * sum_c q_c x_c - mn * sum_c x_c.
-//   q fits bf16 exactly; x is split into a bf16 high part and the bf16
-//   rounding of the rest, and both are multiplied (`mma.sync.m16n8k16` on
-//   bf16, f32 accumulation), which keeps about 16 bits of every activation
-//   (relative error ~4e-6) at a bf16 range that no activation overflows.
-//   The next step's weight bytes and activations are loaded into registers
-//   while the tensor cores work on the current one (double-buffered).
+// - Quantized formats (gemm_int_impl, below): weight tiles decoded into f16,
+//   x in two f16 parts split once per launch (`mma.sync.m16n8k16` on f16);
+//   the weight bytes and activations of the step after next are loaded into
+//   registers while the tensor cores work on the current one.
 // - Float formats (gemm_tf32_impl): values decoded with deq8 (dequant.cuh)
 //   and multiplied on TF32 as three products of high and low parts (the
 //   "3xTF32" scheme of CUTLASS: about f32 accuracy).
@@ -171,35 +166,35 @@ __device__ __forceinline__ void gemm_tf32_impl(const u8* __restrict__ W, i64 row
 }
 
 
-// ---- quantized formats: integer weights on bf16 tensor cores ----
+// ---- quantized formats: tiles decoded into f16 (gemm_tck_<type>) ----
+//
+// The short prompts' GEMM (9 to 63 rows of x; from 64 on, cuBLAS: blas.rs).
+// Each thread decodes 16 values of one weight row a step, sc * (q - offset)
+// - mn in f32, rounded once to f16 as dequant_f16_* rounds them for cuBLAS,
+// and the tensor cores multiply them by x's two f16 parts (x rounded, and
+// the rounding of the rest: to_f16, once per launch on the host's side), so
+// a product has the precision of the cuBLAS path. Nothing is left to apply
+// after the products: ncu had the earlier kernel (integer q's on the tensor
+// cores, scales applied to each output per sub-block, x split by every
+// block) bound by instruction issue, with about 80 instructions a thread
+// and step splitting x and 160 applying scales against 16 MMAs a warp.
+//
+// The columns are split into `splits` ranges of whole steps, one per
+// blockIdx.z (short prompts leave most SMs idle otherwise), and range z's
+// products go to part + z * n * rows (no bias); gemm_splits_sum adds the
+// ranges in order (and the bias; elementwise.cu). Deterministic for a given
+// `splits`, which the host picks from the shape alone.
 
-__device__ __forceinline__ constexpr bool is_int_format(int T) {
-    return T == T_Q4_0 || T == T_Q4_1 || T == T_Q5_0 || T == T_Q5_1 || T == T_Q8_0 || T == T_Q4_K ||
-           T == T_Q5_K || T == T_Q6_K;
-}
-// Values sharing one scale (and min) within a step.
-__device__ __forceinline__ constexpr int sub_values(int T) { return T == T_Q6_K ? 16 : 32; }
-// Formats whose values carry an offset (sc*q - mn): the sums of x are needed.
-__device__ __forceinline__ constexpr bool has_min(int T) {
-    return T == T_Q4_1 || T == T_Q5_1 || T == T_Q4_K || T == T_Q5_K;
-}
-// The stored q's are unsigned; value = q - offset.
+// The stored q's are unsigned; value = sc * (q - offset) - mn.
 __device__ __forceinline__ constexpr int q_offset(int T) {
     return T == T_Q4_0 ? 8 : T == T_Q5_0 ? 16 : T == T_Q6_K ? 32 : T == T_Q8_0 ? 128 : 0;
 }
 
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats as bf16x2 (round to nearest even), `lo` in the low half.
-__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
+// Two floats as f16x2 (round to nearest even; beyond f16's range +-65504,
+// as f16_range clamps), `lo` in the low half.
+__device__ __forceinline__ u32 pack_f16_sat(float lo, float hi) {
     u32 r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
 
@@ -256,22 +251,16 @@ __device__ __forceinline__ u32 byte_sel(const u32 (&w)[4], int i) {
 // Bits 0..3 of x to bit 4 of bytes 0..3.
 __device__ __forceinline__ u32 spread4(u32 x) { return (((x & 0xFu) * 0x00204081u) & 0x01010101u) << 4; }
 
-// Four unsigned q's (< 128, one a byte) minus `OFF` as two bf16x2 words:
-// 0x43XX is the bf16 of 128 + XX, and the subtraction is exact.
-template <int OFF>
-__device__ __forceinline__ void bytes_to_bf16(u32 u, u32& w0, u32& w1) {
-    static_assert(OFF == 0 || OFF == 8 || OFF == 16 || OFF == 32, "-(128 + OFF) must be exact in bf16");
-    const u32 a = __byte_perm(u, 0x43434343u, 0x4140), b = __byte_perm(u, 0x43434343u, 0x4342);
-    constexpr u32 NEG = 0xC300C300u | (u32)OFF | ((u32)OFF << 16);  // -(128 + OFF), twice
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(w0) : "r"(a), "r"(0x3F803F80u), "r"(NEG));
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(w1) : "r"(b), "r"(0x3F803F80u), "r"(NEG));
-}
-
-// decode_w for the formats whose q's are below 128 (built as bf16 directly).
+// A thread's 16 stored q's (unsigned, one a byte, value j in byte j % 4 of
+// u[j / 4]) and their scale and min: value = sc * (q - q_offset(T)) - mn.
 template <int T>
-__device__ __forceinline__ void decode_small(const RawW& r, int s, int half, u32 (&out)[8], float& sc, float& mn) {
-    u32 u[4];
-    if (T == T_Q4_0 || T == T_Q4_1 || T == T_Q5_0 || T == T_Q5_1) {
+__device__ __forceinline__ void decode_q(const RawW& r, int s, int half, u32 (&u)[4], float& sc, float& mn) {
+    if (T == T_Q8_0) {
+        sc = f16_to_f32((u16)r.hd[0]);
+        mn = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; i++) u[i] = r.q[i] ^ 0x80808080u;  // the signed q + 128
+    } else if (T == T_Q4_0 || T == T_Q4_1 || T == T_Q5_0 || T == T_Q5_1) {
         sc = f16_to_f32((u16)r.hd[0]);
         mn = (T == T_Q4_1 || T == T_Q5_1) ? -f16_to_f32((u16)(r.hd[0] >> 16)) : 0.0f;
 #pragma unroll
@@ -308,55 +297,61 @@ __device__ __forceinline__ void decode_small(const RawW& r, int s, int half, u32
         for (int i = 0; i < 4; i++)
             u[i] = ((r.q[i] >> (4 * (quarter >> 1))) & 0x0F0F0F0Fu) | (((r.h[i] >> (2 * quarter)) & 0x03030303u) << 4);
     }
-#pragma unroll
-    for (int i = 0; i < 4; i++) bytes_to_bf16<q_offset(T)>(u[i], out[2 * i], out[2 * i + 1]);
 }
 
-// Decodes a thread's 16 values into 8 bf16x2 words, and the scale and min of
-// its values (value = sc * q - mn).
+// A thread's 16 values as 8 f16x2 words. A q byte becomes the float 2^23 +
+// q by one byte permute (0x4B000000 is 2^23), and the subtraction of 2^23 +
+// offset is exact.
 template <int T>
-__device__ __forceinline__ void decode_w(const RawW& r, int s, int half, u32 (&out)[8], float& sc, float& mn) {
-    if constexpr (T == T_Q8_0) {
-        sc = f16_to_f32((u16)r.hd[0]);
-        mn = 0.0f;
+__device__ __forceinline__ void decode_f16(const RawW& r, int s, int half, u32 (&out)[8]) {
+    u32 u[4];
+    float sc, mn;
+    decode_q<T>(r, s, half, u, sc, mn);
+    constexpr float BASE = 8388608.0f + (float)q_offset(T);
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const u32 w = r.q[i];
-            out[2 * i] = pack_bf16(i2f((i8)(w & 0xFF)), i2f((i8)((w >> 8) & 0xFF)));
-            out[2 * i + 1] = pack_bf16(i2f((i8)((w >> 16) & 0xFF)), i2f((i8)(w >> 24)));
+    for (int i = 0; i < 4; i++) {
+        float v[4];
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+            const float q = __uint_as_float(__byte_perm(u[i], 0x4B000000u, 0x7440u | b)) - BASE;
+            v[b] = fmaf(sc, q, -mn);
         }
-    } else {
-        decode_small<T>(r, s, half, out, sc, mn);
+        out[2 * i] = pack_f16_sat(v[0], v[1]);
+        out[2 * i + 1] = pack_f16_sat(v[2], v[3]);
     }
 }
 
-// Row stride of the staged operands, in 32-bit words: 32 bf16 values and 16
+// Row stride of the staged operands, in 32-bit words: 32 f16 values and 16
 // bytes of padding (80 bytes, so ldmatrix's eight rows hit distinct banks).
 #define GQ_STRIDE 20
 
+// Steps s_begin .. s_end of the tile at (blockIdx.x, blockIdx.y) into out
+// (no bias). xh: x's high f16 part [n][cols], its low part right after.
 template <int T>
 __device__ __forceinline__ void gemm_int_impl(const u8* __restrict__ W, i64 row_bytes, int rows, int cols,
-                                              const float* __restrict__ x, int n, const float* __restrict__ bias,
-                                              float* __restrict__ out, int s_begin, int s_end) {
+                                              const u16* __restrict__ xh, int n, float* __restrict__ out,
+                                              int s_begin, int s_end) {
     extern __shared__ __align__(16) u32 smem[];
-    // Two buffers of: weights [GTC_BR][GQ_STRIDE], x high and low parts
-    // [GTC_BT][GQ_STRIDE], scales [GTC_BR][2], mins [GTC_BR], x sums [GTC_BT].
+    // Two buffers of: weights [GTC_BR][GQ_STRIDE], x's high and low parts
+    // [GTC_BT][GQ_STRIDE] each, all f16.
     constexpr int W_WORDS = GTC_BR * GQ_STRIDE, X_WORDS = GTC_BT * GQ_STRIDE;
-    constexpr int BUF = W_WORDS + 2 * X_WORDS + 3 * GTC_BR + GTC_BT;
+    constexpr int BUF = W_WORDS + 2 * X_WORDS;
     static_assert(2 * BUF * 4 <= 2 * (GTC_BR + GTC_BT) * (GTC_BK + GTC_PAD) * 4, "fits GTC_SMEM_BYTES");
-    constexpr int SUB = sub_values(T);
-    constexpr bool MIN = has_min(T);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int r0 = blockIdx.x * GTC_BR, t0 = blockIdx.y * GTC_BT;
     const int wr = (warp & 3) * 32, wt = (warp >> 2) * 32;
-    const int g = lane >> 2, q = lane & 3;
     // Staging roles: weight row wrow, values 16*whalf..; token xt, values 8*xpart..
     const int wrow = tid >> 1, whalf = tid & 1;
     const int xt = tid >> 2, xpart = tid & 3;
     const bool wvalid = r0 + wrow < rows, xvalid = t0 + xt < n;
     const u8* wsrc = W + (i64)(wvalid ? r0 + wrow : 0) * row_bytes;
-    const float* xsrc = x + (i64)(xvalid ? t0 + xt : 0) * cols + 8 * xpart;
+    const i64 xoff = (i64)(xvalid ? t0 + xt : 0) * cols + 8 * xpart;
+    const u16* xhs = xh + xoff;
+    const u16* xls = xh + (i64)n * cols + xoff;
+    // This warp's tokens that exist (warp-uniform): groups of 8 past the
+    // prompt's end skip their products (a 20-token prompt fills 20 of 64).
+    const int live = n - (t0 + wt);
 
     float acc[2][4][4];
 #pragma unroll
@@ -366,21 +361,27 @@ __device__ __forceinline__ void gemm_int_impl(const u8* __restrict__ W, i64 row_
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
 
-    RawW raw;
-    float4 xa, xb;
-    auto fetch = [&](int s) {
-        if (wvalid) fetch_w<T>(wsrc, s, whalf, raw);
+    // A step's loads: weight bytes and x's two parts, two steps ahead (one
+    // step's products are too short to hide the memory's latency: with one
+    // step ahead, an 8B 16-token prompt read its weights at ~350 GB/s).
+    struct Loads {
+        RawW w;
+        uint4 xh, xl;
+    };
+    auto fetch = [&](int s, Loads& l) {
+        if (s >= s_end) return;
+        if (wvalid) fetch_w<T>(wsrc, s, whalf, l.w);
         if (xvalid) {
-            xa = *(const float4*)(xsrc + s * GTC_BK);
-            xb = *(const float4*)(xsrc + s * GTC_BK + 4);
+            l.xh = *(const uint4*)(xhs + s * GTC_BK);
+            l.xl = *(const uint4*)(xls + s * GTC_BK);
         }
     };
-    auto stage = [&](int s, int b) {
-        u32* buf = smem + b * BUF;
+    auto stage = [&](int s, const Loads& l) {
+        if (s >= s_end) return;
+        u32* buf = smem + ((s - s_begin) & 1) * BUF;
         u32 w[8];
-        float sc = 0.0f, mn = 0.0f;
         if (wvalid) {
-            decode_w<T>(raw, s, whalf, w, sc, mn);
+            decode_f16<T>(l.w, s, whalf, w);
         } else {
 #pragma unroll
             for (int i = 0; i < 8; i++) w[i] = 0u;
@@ -388,52 +389,16 @@ __device__ __forceinline__ void gemm_int_impl(const u8* __restrict__ W, i64 row_
         uint4* wd = (uint4*)(buf + wrow * GQ_STRIDE + 8 * whalf);
         wd[0] = make_uint4(w[0], w[1], w[2], w[3]);
         wd[1] = make_uint4(w[4], w[5], w[6], w[7]);
-        float* scs = (float*)(buf + W_WORDS + 2 * X_WORDS);
-        scs[2 * wrow + whalf] = sc;
-        if (MIN && whalf == 0) scs[2 * GTC_BR + wrow] = mn;
-
-        float v[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-        if (!xvalid) {
-#pragma unroll
-            for (int i = 0; i < 8; i++) v[i] = 0.0f;
-        }
-        u32 h[4], l[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            h[i] = pack_bf16(v[2 * i], v[2 * i + 1]);
-            const float h0 = __uint_as_float(h[i] << 16), h1 = __uint_as_float(h[i] & 0xFFFF0000u);
-            l[i] = pack_bf16(v[2 * i] - h0, v[2 * i + 1] - h1);
-        }
-        *(uint4*)(buf + W_WORDS + xt * GQ_STRIDE + 4 * xpart) = make_uint4(h[0], h[1], h[2], h[3]);
-        *(uint4*)(buf + W_WORDS + X_WORDS + xt * GQ_STRIDE + 4 * xpart) = make_uint4(l[0], l[1], l[2], l[3]);
-        if (MIN) {
-            float sum = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
-            sum += __shfl_xor_sync(FULL_MASK, sum, 1);
-            sum += __shfl_xor_sync(FULL_MASK, sum, 2);
-            if (xpart == 0) ((float*)(buf + W_WORDS + 2 * X_WORDS + 3 * GTC_BR))[xt] = sum;
-        }
+        *(uint4*)(buf + W_WORDS + xt * GQ_STRIDE + 4 * xpart) = l.xh;
+        *(uint4*)(buf + W_WORDS + X_WORDS + xt * GQ_STRIDE + 4 * xpart) = l.xl;
     };
-
-    fetch(s_begin);
-    stage(s_begin, 0);
-    __syncthreads();
-    for (int s = s_begin; s < s_end; s++) {
-        if (s + 1 < s_end) fetch(s + 1);
+    auto products = [&](int s) {
+        if (live <= 0) return;
         const u32* buf = smem + ((s - s_begin) & 1) * BUF;
-        const float* scs = (const float*)(buf + W_WORDS + 2 * X_WORDS);
         const u32 wbase = shared_addr(buf), xhbase = shared_addr(buf + W_WORDS);
         const u32 xlbase = shared_addr(buf + W_WORDS + X_WORDS);
-        float tmp[2][4][4];
 #pragma unroll
         for (int kk = 0; kk < GTC_BK; kk += 16) {
-            if (kk == 0 || SUB == 16) {
-#pragma unroll
-                for (int i = 0; i < 2; i++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) tmp[i][j][e] = 0.0f;
-            }
             u32 a[2][4], bh[4][2], bl[4][2];
 #pragma unroll
             for (int i = 0; i < 2; i++) {
@@ -442,6 +407,7 @@ __device__ __forceinline__ void gemm_int_impl(const u8* __restrict__ W, i64 row_
             }
 #pragma unroll
             for (int p = 0; p < 2; p++) {
+                if (live <= 16 * p) break;
                 const int tok = wt + 16 * p + (lane & 7) + 8 * (lane >> 4);
                 const u32 off = (tok * GQ_STRIDE) * 4 + (kk + 8 * ((lane >> 3) & 1)) * 2;
                 u32 r[4];
@@ -451,81 +417,64 @@ __device__ __forceinline__ void gemm_int_impl(const u8* __restrict__ W, i64 row_
                 bl[2 * p][0] = r[0]; bl[2 * p][1] = r[1]; bl[2 * p + 1][0] = r[2]; bl[2 * p + 1][1] = r[3];
             }
 #pragma unroll
-            for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 4; j++) {
+                if (live <= 8 * j) break;
 #pragma unroll
-                for (int j = 0; j < 4; j++) {
+                for (int i = 0; i < 2; i++) {
                     // The small part first, so the large one is added last.
-                    mma_bf16(tmp[i][j], a[i], bl[j][0], bl[j][1]);
-                    mma_bf16(tmp[i][j], a[i], bh[j][0], bh[j][1]);
+                    mma_f16(acc[i][j], a[i], bl[j][0], bl[j][1]);
+                    mma_f16(acc[i][j], a[i], bh[j][0], bh[j][1]);
                 }
-            if (kk + 16 == GTC_BK || SUB == 16) {
-                // acc += sc[row] * tmp (- mn[row] * xsum[token]) for this sub-block.
-                const int slot = SUB == 16 ? kk / 16 : 0;
-#pragma unroll
-                for (int i = 0; i < 2; i++)
-#pragma unroll
-                    for (int hh = 0; hh < 2; hh++) {
-                        const int row = wr + 16 * i + g + 8 * hh;
-                        const float sc = scs[2 * row + slot];
-                        const float mn = MIN ? scs[2 * GTC_BR + row] : 0.0f;
-#pragma unroll
-                        for (int j = 0; j < 4; j++)
-#pragma unroll
-                            for (int c = 0; c < 2; c++) {
-                                float& o = acc[i][j][2 * hh + c];
-                                o = fmaf(sc, tmp[i][j][2 * hh + c], o);
-                                if (MIN) {
-                                    const float xs = scs[3 * GTC_BR + wt + 8 * j + 2 * q + c];
-                                    o = fmaf(-mn, xs, o);
-                                }
-                            }
-                    }
             }
         }
-        if (s + 1 < s_end) stage(s + 1, (s + 1 - s_begin) & 1);
+    };
+
+    // Two sets of loads, a and b, used in turn (the loop is unrolled by
+    // two so that each is a set of registers). An empty range (none is
+    // launched: the host checks) writes zeros.
+    Loads a, b;
+    a.xh = a.xl = b.xh = b.xl = make_uint4(0u, 0u, 0u, 0u);
+    fetch(s_begin, a);
+    fetch(s_begin + 1, b);
+    stage(s_begin, a);
+    __syncthreads();
+    for (int s = s_begin; s < s_end; s += 2) {
+        fetch(s + 2, a);
+        products(s);
+        stage(s + 1, b);
+        __syncthreads();
+        if (s + 1 >= s_end) break;
+        fetch(s + 3, b);
+        products(s + 1);
+        stage(s + 2, a);
         __syncthreads();
     }
-    store_tile(acc, r0 + wr, t0 + wt, lane, rows, n, bias, out);
+    store_tile(acc, r0 + wr, t0 + wt, lane, rows, n, nullptr, out);
 }
 
 // Two blocks per SM: registers are capped at 128 a thread.
+#define DEF_GEMM_TCK(name, T)                                                                            \
+    extern "C" __global__ void __launch_bounds__(GTC_THREADS, 2)                                         \
+        gemm_tck_##name(const u8* W, i64 row_bytes, int rows, int cols, const u16* xh, int n, int splits, \
+                        float* part) {                                                                   \
+        pdl_start();                                                                                     \
+        const int steps = cols / GTC_BK, per = (steps + splits - 1) / splits;                           \
+        const int s0 = blockIdx.z * per, s1 = min(steps, s0 + per);                                      \
+        gemm_int_impl<T>(W, row_bytes, rows, cols, xh, n, part + (i64)blockIdx.z * n * rows, s0, s1);   \
+    }
+
+FOR_EACH_INT_TYPE(DEF_GEMM_TCK)
+
+// gemm_tc_<type> for the float formats (3xTF32). Two blocks per SM.
 #define DEF_GEMM_TC(name, T)                                                                             \
     extern "C" __global__ void __launch_bounds__(GTC_THREADS, 2)                                         \
         gemm_tc_##name(const u8* W, i64 row_bytes, int rows, int cols, const float* x, int n,            \
                        const float* bias, float* out) {                                                  \
         pdl_start();                                                                                     \
-        if constexpr (is_int_format(T)) {                                                                \
-            gemm_int_impl<T>(W, row_bytes, rows, cols, x, n, bias, out, 0, cols / GTC_BK);               \
-        } else {                                                                                         \
-            gemm_tf32_impl<T>(W, row_bytes, rows, cols, x, n, bias, out);                                \
-        }                                                                                                \
+        gemm_tf32_impl<T>(W, row_bytes, rows, cols, x, n, bias, out);                                    \
     }
 
-FOR_EACH_TYPE(DEF_GEMM_TC)
-
-// ---- split over the columns (short prompts on wide models) ----
-//
-// With few rows of x, gemm_tc's grid (weight rows / GTC_BR tiles) leaves
-// most SMs idle. gemm_tck_<type> splits the columns into `splits` ranges of
-// whole steps, one per blockIdx.z, and writes range z's products to
-// part + z * n * rows (no bias); gemm_splits_sum adds the ranges in order
-// (and the bias; elementwise.cu). Deterministic for a given `splits`, which the host picks
-// from the shape alone.
-#define DEF_GEMM_TCK(name, T)                                                                            \
-    extern "C" __global__ void __launch_bounds__(GTC_THREADS, 2)                                         \
-        gemm_tck_##name(const u8* W, i64 row_bytes, int rows, int cols, const float* x, int n, int splits, \
-                        float* part) {                                                                   \
-        pdl_start();                                                                                     \
-        if constexpr (is_int_format(T)) {                                                                \
-            const int steps = cols / GTC_BK, per = (steps + splits - 1) / splits;                       \
-            const int s0 = blockIdx.z * per, s1 = min(steps, s0 + per);                                  \
-            if (s0 >= s1) return;                                                                        \
-            gemm_int_impl<T>(W, row_bytes, rows, cols, x, n, nullptr, part + (i64)blockIdx.z * n * rows, \
-                             s0, s1);                                                                    \
-        }                                                                                                \
-    }
-
-FOR_EACH_TYPE(DEF_GEMM_TCK)
+FOR_EACH_FLOAT_TYPE(DEF_GEMM_TC)
 
 
 // ---- prefill on cuBLAS (backend/cuda/blas.rs) ----

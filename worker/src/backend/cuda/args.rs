@@ -8,6 +8,7 @@
 //! refused anything outside `1..=i32::MAX` before `params` converts them.
 
 use cudarc::driver::sys::CUdeviceptr;
+use half::f16;
 
 use crate::backend::cuda::launch::{
     has_mv8, mv8_rows_per_block, refusal, Kernel, KernelCall, Plan, Work,
@@ -261,12 +262,16 @@ impl KernelCall for MatmulCall {
     }
 }
 
-/// A matmul through `gemm_tck_*`: the columns split into `splits` ranges
-/// of whole 32-column steps, range z's products (no bias) written to
-/// `part + z * n * rows`; [`GemmSplitsSumArgs`] adds them up.
+/// A matmul through `gemm_tck_*` (quantized formats): x read as its two
+/// f16 parts, the columns split into `splits` ranges of whole 32-column
+/// steps, range z's products (no bias) written to `part + z * n * rows`;
+/// [`GemmSplitsSumArgs`] adds them up.
 #[derive(Clone, Copy, Debug)]
 pub struct GemmTcSplitCall {
     pub args: MatmulArgs,
+    /// `[2, n, w.cols]` f16, 16-byte aligned: `args.x` split by `to_f16`
+    /// (x rounded, then the rounding of the rest).
+    pub xh: DevPtr<f16>,
     pub splits: usize,
     /// `[splits, n, w.rows]` f32.
     pub part: DevPtrMut<f32>,
@@ -278,7 +283,7 @@ impl KernelCall for GemmTcSplitCall {
         i64,
         i32,
         i32,
-        DevPtr<f32>,
+        DevPtr<f16>,
         i32,
         i32,
         DevPtrMut<f32>,
@@ -288,7 +293,7 @@ impl KernelCall for GemmTcSplitCall {
         let a = &self.args;
         let buffers = [
             ("w", a.w.ptr.addr()),
-            ("x", a.x.addr()),
+            ("xh", self.xh.addr()),
             ("part", self.part.addr()),
         ];
         let (rows, n, splits) = (a.w.rows, a.n, self.splits);
@@ -300,11 +305,20 @@ impl KernelCall for GemmTcSplitCall {
         )
     }
     fn validate(&self) -> Result<(), BackendError> {
-        let steps = self.args.w.cols / 32;
-        if self.splits == 0 || self.splits > steps || !self.args.w.cols.is_multiple_of(32) {
+        let cols = self.args.w.cols;
+        let steps = cols / 32;
+        // Every range holds a step (the kernel's ranges are ceil(steps /
+        // splits) long), and the f16 rows are whole 16-byte loads.
+        let per = steps.div_ceil(self.splits.max(1));
+        if self.splits == 0
+            || !cols.is_multiple_of(32)
+            || (self.splits - 1) * per >= steps
+            || !self.xh.addr().is_multiple_of(16)
+        {
             let msg = format!(
-                "{} column ranges of {} columns",
-                self.splits, self.args.w.cols
+                "{} column ranges of {cols} columns, x's parts at {:#x}",
+                self.splits,
+                self.xh.addr()
             );
             return Err(refusal(Kernel::GemmTcSplit(self.args.w.ty), msg));
         }
@@ -314,7 +328,7 @@ impl KernelCall for GemmTcSplitCall {
         let a = &self.args;
         let (w, row_bytes, rows, cols) = a.w.params();
         let (n, splits) = (a.n as i32, self.splits as i32);
-        (w, row_bytes, rows, cols, a.x, n, splits, self.part)
+        (w, row_bytes, rows, cols, self.xh, n, splits, self.part)
     }
 }
 

@@ -17,6 +17,7 @@ use std::time::Instant;
 use cudarc::driver::sys::CUfunction_attribute as Attr;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
+use half::f16;
 
 use crate::backend::cuda::args::{
     AttentionCombineArgs, AttentionSplitArgs, GemmSplitsSumArgs, GemmTcSplitCall, MatVec8Call,
@@ -24,7 +25,7 @@ use crate::backend::cuda::args::{
 };
 use crate::backend::cuda::launch::{integer_gemm, launch_config, Kernel, KernelCall, ParamList};
 use crate::backend::cuda::nvrtc::{compile_unit, KernelCache};
-use crate::backend::cuda::ptr::DevPtrMut;
+use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
     head_pairs, KernelSet, Unit, ATC_HEAD_DIMS, ATS_MAX_SPLITS, GEMM_BM, GEMM_BN, GTC_BR, GTC_BT,
     MV8_MAX_TOKENS, MV_MAX_TOKENS,
@@ -413,11 +414,13 @@ impl Kernels {
     }
 
     /// Into how many column ranges `gemm_tck_*` splits this matmul, or
-    /// none: only for more rows of x than one `mv8n_*` launch takes, in a
-    /// format with the kernel, when `gemm_tc_*` alone would leave SMs idle;
-    /// enough ranges for about two blocks per SM, each of at least
-    /// [`GEMM_SPLIT_MIN_STEPS`] steps of 32 columns. Depends on the shape
-    /// only, so a row's result never depends on the other rows.
+    /// none: it takes more rows of x than one `mv8n_*` launch, in a
+    /// quantized format with the kernel. One range when the tiles alone
+    /// give every SM a block, else as many as fit two blocks per SM (the
+    /// kernel's occupancy) in one wave, each of at least
+    /// [`GEMM_SPLIT_MIN_STEPS`] steps of 32 columns.
+    /// Depends on the shape only, so a row's result never depends on the
+    /// other rows.
     pub fn gemm_splits(&self, m: &MatmulArgs) -> Option<usize> {
         let w = &m.w;
         if !self.gemm_split.load(Ordering::Relaxed)
@@ -428,18 +431,27 @@ impl Kernels {
             return None;
         }
         let tiles = tc_tiles(w.rows, m.n);
-        let splits = (2 * self.sm_count)
-            .div_ceil(tiles)
-            .min(w.cols / 32 / GEMM_SPLIT_MIN_STEPS);
-        (tiles < self.sm_count && splits >= 2).then_some(splits)
+        if tiles >= self.sm_count {
+            return Some(1);
+        }
+        // Rounded down: a grid of one wave (a second, partial wave had the
+        // 8B shape's matrices wait for its few blocks).
+        let splits = (2 * self.sm_count / tiles)
+            .min(w.cols / 32 / GEMM_SPLIT_MIN_STEPS)
+            .max(1);
+        // Ranges are ceil(steps / splits) steps long: no range left empty.
+        let steps = w.cols / 32;
+        Some(steps.div_ceil(steps.div_ceil(splits)))
     }
 
     /// `out = x W^T (+ bias)` on `gemm_tck_*` over `splits` column ranges
-    /// into `part` (`[splits, n, rows]` f32), then `gemm_splits_sum`.
+    /// into `part` (`[splits, n, rows]` f32), then `gemm_splits_sum`; `xh`
+    /// holds x's two f16 parts (`to_f16`).
     pub fn gemm_split(
         &self,
         s: &Arc<CudaStream>,
         m: &MatmulArgs,
+        xh: DevPtr<f16>,
         splits: usize,
         part: DevPtrMut<f32>,
     ) -> Result<(), BackendError> {
@@ -447,6 +459,7 @@ impl Kernels {
             s,
             &GemmTcSplitCall {
                 args: *m,
+                xh,
                 splits,
                 part,
             },
@@ -576,8 +589,9 @@ impl Kernels {
     /// [`MV_MAX_TOKENS`] rows of x when `n <= MV_LOOP_MAX_TOKENS`, or
     /// `n <= MV_LOOP_SMALL_GRID_MAX_TOKENS` and `gemm_<ty>` would not fill
     /// the GPU (short prompts: a block per weight row keeps every SM busy,
-    /// and the weights stay in L2 between groups); else `gemm_tc_<ty>` on
-    /// tensor cores (float formats: when its grid fills the GPU), or `gemm_<ty>`.
+    /// and the weights stay in L2 between groups); else, float formats,
+    /// `gemm_tc_<ty>` on tensor cores when its grid fills the GPU, or
+    /// `gemm_<ty>`.
     pub fn matmul(&self, s: &Arc<CudaStream>, m: &MatmulArgs) -> Result<(), BackendError> {
         m.check()?;
         let (n, rows) = (m.n, m.w.rows);
@@ -593,8 +607,11 @@ impl Kernels {
             return Ok(());
         }
         let tc_blocks = tc_tiles(rows, n);
+        // The quantized formats' tensor-core GEMM (`gemm_tck_*`) takes x's
+        // f16 parts: `CudaOps::matmul` runs it (`gemm_splits`).
         let kernel = if n > MV_MAX_TOKENS
-            && (tc_blocks >= self.tc_min_blocks.load(Ordering::Relaxed) || integer_gemm(m.w.ty))
+            && tc_blocks >= self.tc_min_blocks.load(Ordering::Relaxed)
+            && !integer_gemm(m.w.ty)
         {
             Kernel::GemmTc(m.w.ty)
         } else if n > MV_MAX_TOKENS {

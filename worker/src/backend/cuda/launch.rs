@@ -43,17 +43,19 @@ pub enum Kernel {
     MatVec8N(GgmlType),
     /// `quantize_x8`: rows of x as `mv8_*` reads them.
     QuantizeX8,
-    /// `gemm_tc_<type>`: matrix product for many rows of x on tensor cores
-    /// (quantized formats: their integers on bf16; float formats: 3xTF32).
+    /// `gemm_tc_<type>`: matrix product for many rows of x on tensor cores,
+    /// float formats (3xTF32).
     GemmTc(GgmlType),
-    /// `gemm_tck_<type>`: `gemm_tc_*` with the columns split across
-    /// blocks (few rows of x, wide models); `GemmSplitsSum` adds the parts.
+    /// `gemm_tck_<type>`: the quantized formats' matrix product for many
+    /// rows of x on tensor cores (weight tiles decoded into f16, x in two
+    /// f16 parts from `to_f16`), the columns split across blocks (short
+    /// prompts leave SMs idle otherwise); `GemmSplitsSum` adds the parts.
     GemmTcSplit(GgmlType),
     GemmSplitsSum,
     /// `dequant_f16_<type>`: rows of a stored matrix as f16, for cuBLAS
     /// (`blas.rs`).
     DequantF16(GgmlType),
-    /// `to_f16`: x as f16, for cuBLAS.
+    /// `to_f16`: x as two f16 parts, for cuBLAS and `gemm_tck_*`.
     ToF16,
     /// `add_bias`: a bias added to each row of a cuBLAS product.
     AddBias,
@@ -106,10 +108,14 @@ impl Kernel {
                 Kernel::MatVecWarp(t),
                 Kernel::Gemm(t),
             ]);
-            v.extend([Kernel::MatVec1(t), Kernel::GemmTc(t), Kernel::DequantF16(t)]);
-            if integer_gemm(t) {
-                v.push(Kernel::GemmTcSplit(t));
-            }
+            v.extend([Kernel::MatVec1(t), Kernel::DequantF16(t)]);
+            // The quantized formats' GEMM is gemm_tck_* (x split once into
+            // f16 parts); the others' gemm_tc_* (3xTF32).
+            v.push(if integer_gemm(t) {
+                Kernel::GemmTcSplit(t)
+            } else {
+                Kernel::GemmTc(t)
+            });
             if has_mv8(t) {
                 v.extend([
                     Kernel::MatVec8(t),
@@ -281,8 +287,9 @@ impl Kernel {
     }
 }
 
-/// Formats whose `gemm_tc_*` multiplies their integers on bf16 tensor
-/// cores (gemm.cu, `gemm_int_impl`), and so have a `gemm_tck_*`.
+/// Formats of small integers under a scale, whose GEMM is `gemm_tck_*`
+/// (gemm.cu's `FOR_EACH_INT_TYPE`, `gemm_int_impl`); the others have
+/// `gemm_tc_*`.
 pub fn integer_gemm(t: GgmlType) -> bool {
     use GgmlType::*;
     matches!(t, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4K | Q5K | Q6K)

@@ -548,7 +548,7 @@ impl Backend for CudaBackend {
             }
         }
         let cache = self.cache.as_mut().expect("checked above");
-        model::forward(
+        let r = model::forward(
             &mut self.ops,
             &self.cfg,
             &self.weights,
@@ -558,7 +558,9 @@ impl Backend for CudaBackend {
             logits,
             out,
             checkpoints,
-        )?;
+        );
+        self.ops.end_step();
+        r?;
         self.len += tokens.len();
         self.has_logits = true;
         Ok(())

@@ -83,12 +83,13 @@ fn factor_bits(f: &[f32]) -> Vec<u32> {
     f.iter().map(|v| v.to_bits()).collect()
 }
 
-/// The block `quantize_x8` writes for `mv8_*` (room for `len` values), and
+/// A block of x split for a kernel: `quantize_x8`'s parts for `mv8_*`, or
+/// `to_f16`'s two f16 parts for `gemm_tck_*` (room for `len` values), and
 /// which x it holds: `(CudaBuf::id, rows, cols, Kernels::writes)` when it
 /// was written, so that Q, K and V (or gate and up), which read one x,
 /// split it once. Any launch or copy since changes the count, and the x is
 /// split again.
-struct X8Block {
+struct SplitX {
     mem: DevBuf,
     len: usize,
     holds: Option<(u64, usize, usize, u64)>,
@@ -107,7 +108,9 @@ pub struct CudaOps {
     pub(crate) dev: Arc<CudaDevice>,
     pub(crate) capture: Option<GraphCapture>,
     rope_tables: Vec<RopeTable>,
-    x8: Option<X8Block>,
+    x8: Option<SplitX>,
+    /// x in two f16 parts for `gemm_tck_*` (short prompts).
+    x16: Option<SplitX>,
     /// Where `keep_last_row` copies the last position's logits: a device
     /// buffer of this many f32 (the sampler's); none: nowhere.
     kept_logits: Option<(CUdeviceptr, usize)>,
@@ -115,6 +118,16 @@ pub struct CudaOps {
     /// Rows of a weight matrix decoded to f16 for cuBLAS, and its room in
     /// values (held for the model's lifetime, as the x8 block is).
     blas_scratch: Option<(DevBuf, usize)>,
+}
+
+/// Whether no buffer of `outs` overlaps x (a product that wrote x itself
+/// leaves a split of x stale).
+fn apart(x: &CudaBuf, outs: &[&CudaBuf]) -> bool {
+    let (xs, xe) = (x.ptr(), x.ptr() + x.len() as u64 * 4);
+    outs.iter().all(|out| {
+        let (os, oe) = (out.ptr(), out.ptr() + out.len() as u64 * 4);
+        oe <= xs || xe <= os
+    })
 }
 
 /// `embed` of `n` token ids at `tokens` from `table` into `out`.
@@ -134,6 +147,7 @@ impl CudaOps {
             capture: None,
             rope_tables: Vec::new(),
             x8: None,
+            x16: None,
             kept_logits: None,
             blas: BlasSlot::Untried,
             blas_scratch: None,
@@ -205,6 +219,65 @@ impl CudaOps {
     /// weights decoded chunk by chunk into the scratch (F16 weights are
     /// read where they are), each chunk's product written into its columns
     /// of `out`, then the bias. `false` when cuBLAS is missing.
+    /// x of `m` as two f16 parts (`to_f16`: x rounded, then the rounding
+    /// of the rest), one after the other in a scratch block (each 16-byte
+    /// aligned: n x cols is a multiple of 8), for cuBLAS and `gemm_tck_*`.
+    /// The block is freed in stream order when dropped.
+    fn split_x_f16(&mut self, m: &MatmulArgs) -> Result<(DevBuf, DevPtrMut<f16>), BackendError> {
+        let len = m.n * m.w.cols;
+        let mem = self
+            .dev
+            .alloc_async(Purpose::Scratch, (2 * len * 2) as u64)?;
+        let hi = DevPtrMut::<f16>::new(mem.ptr());
+        let args = ToF16Args {
+            x: m.x,
+            len,
+            hi,
+            lo: hi.offset(len),
+        };
+        self.dev.kernels.launch(&self.dev.stream, &args)?;
+        Ok((mem, hi))
+    }
+
+    /// Frees what a step kept in scratch between its products (x's f16
+    /// parts): activations live no longer than their step.
+    pub fn end_step(&mut self) {
+        self.x16 = None;
+    }
+
+    /// x of `m` in two f16 parts for `gemm_tck_*`, in the `x16` block:
+    /// split unless the block holds this x already (Q, K and V read one).
+    fn x_f16(&mut self, x: &CudaBuf, m: &MatmulArgs) -> Result<DevPtr<f16>, BackendError> {
+        let len = m.n * m.w.cols;
+        let kernels = &self.dev.kernels;
+        let held = (x.id(), x.rows, x.cols, kernels.writes());
+        if let Some(b) = self.x16.as_ref().filter(|b| b.len >= len) {
+            if b.holds == Some(held) {
+                return Ok(DevPtr::new(b.mem.ptr()));
+            }
+        }
+        if self.x16.as_ref().is_none_or(|b| b.len < len) {
+            // Scratch, freed in stream order when replaced.
+            let mem = self.dev.alloc_async(Purpose::Scratch, (4 * len) as u64)?;
+            self.x16 = Some(SplitX {
+                mem,
+                len,
+                holds: None,
+            });
+        }
+        let block = self.x16.as_mut().expect("made above");
+        block.holds = None;
+        let hi = DevPtrMut::<f16>::new(block.mem.ptr());
+        let args = ToF16Args {
+            x: m.x,
+            len,
+            hi,
+            lo: hi.offset(len),
+        };
+        self.dev.kernels.launch(&self.dev.stream, &args)?;
+        Ok(hi.as_const())
+    }
+
     fn matmul_blas(&mut self, m: &MatmulArgs) -> Result<bool, BackendError> {
         if !self.blas_ready() {
             return Ok(false);
@@ -217,24 +290,10 @@ impl CudaOps {
         } else {
             Some(self.reserve_blas_scratch(chunk * cols)?)
         };
-        // x's two f16 parts, one after the other (each 16-byte aligned: n x
-        // cols is a multiple of 8). Freed in stream order when this
-        // returns, after the products.
-        let xh_mem = self
-            .dev
-            .alloc_async(Purpose::Scratch, (2 * n * cols * 2) as u64)?;
-        let xh = DevPtrMut::<f16>::new(xh_mem.ptr());
+        // Freed in stream order when this returns, after the products.
+        let (_xh_mem, xh) = self.split_x_f16(m)?;
         let xl = xh.offset(n * cols);
         let (k, st) = (&self.dev.kernels, &self.dev.stream);
-        k.launch(
-            st,
-            &ToF16Args {
-                x: m.x,
-                len: n * cols,
-                hi: xh,
-                lo: xl,
-            },
-        )?;
         let BlasSlot::Ready(blas) = &self.blas else {
             unreachable!("blas_ready said so");
         };
@@ -306,7 +365,7 @@ impl CudaOps {
         let mem = self
             .dev
             .alloc(Purpose::Weights, X8Bufs::bytes(len) as u64)?;
-        self.x8 = Some(X8Block {
+        self.x8 = Some(SplitX {
             mem,
             len,
             holds: None,
@@ -472,12 +531,7 @@ impl CudaOps {
     fn x8_still_holds(&mut self, x: &CudaBuf, outs: &[&CudaBuf]) {
         let kernels = &self.dev.kernels;
         let block = self.x8.as_mut().expect("quantized_x reserved it");
-        let (xs, xe) = (x.ptr(), x.ptr() + x.len() as u64 * 4);
-        let apart = outs.iter().all(|out| {
-            let (os, oe) = (out.ptr(), out.ptr() + out.len() as u64 * 4);
-            oe <= xs || xe <= os
-        });
-        block.holds = apart.then_some((x.id(), x.rows, x.cols, kernels.writes()));
+        block.holds = apart(x, outs).then_some((x.id(), x.rows, x.cols, kernels.writes()));
     }
 
     /// The checked launch of `rope` on x (`None`: nothing to rotate).
@@ -862,7 +916,7 @@ impl Ops for CudaOps {
         {
             return Ok(());
         }
-        // Short prompts on wide models: tensor cores over split columns
+        // Short prompts, quantized formats: tensor cores over split columns
         // (never inside a capture, which may not allocate; decode is n = 1).
         if let Some(splits) = self
             .dev
@@ -870,12 +924,18 @@ impl Ops for CudaOps {
             .gemm_splits(&args)
             .filter(|_| self.capture.is_none())
         {
+            let xh = self.x_f16(x, &args)?;
             let mut part = self.alloc_buf(splits * x.rows, w.rows)?;
             let st = &self.dev.stream;
-            return self
-                .dev
+            self.dev
                 .kernels
-                .gemm_split(st, &args, splits, part.output());
+                .gemm_split(st, &args, xh, splits, part.output())?;
+            let block = self.x16.as_mut().expect("x_f16 made it");
+            block.holds = apart(x, &[out]).then(|| {
+                let writes = self.dev.kernels.writes();
+                (x.id(), x.rows, x.cols, writes)
+            });
+            return Ok(());
         }
         if self.matmul_x8(x, &args, out)? {
             return Ok(());

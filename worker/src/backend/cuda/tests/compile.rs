@@ -363,13 +363,11 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
     let mut v = Vec::new();
     for t in GgmlType::ALL {
         v.push((Kernel::Embed(t), sig::<EmbedArgs>()));
-        for k in [
-            Kernel::MatVec(t),
-            Kernel::MatVecWarp(t),
-            Kernel::Gemm(t),
-            Kernel::GemmTc(t),
-        ] {
+        for k in [Kernel::MatVec(t), Kernel::MatVecWarp(t), Kernel::Gemm(t)] {
             v.push((k, sig::<MatmulCall>()));
+        }
+        if !crate::backend::cuda::launch::integer_gemm(t) {
+            v.push((Kernel::GemmTc(t), sig::<MatmulCall>()));
         }
         v.push((Kernel::MatVec1(t), sig::<MatVec1Call>()));
         v.push((Kernel::DequantF16(t), sig::<DequantF16Args>()));

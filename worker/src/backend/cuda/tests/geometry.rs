@@ -75,7 +75,7 @@ fn every_kernel_is_laid_out_as_before() {
         ((513, 1, 1), (256, 1, 1))
     );
     assert_eq!(
-        shape(Kernel::GemmTc(q), matrix(4096, 129)),
+        shape(Kernel::GemmTc(GgmlType::F16), matrix(4096, 129)),
         ((32, 3, 1), (256, 1, 1))
     );
     for (cols, threads) in [
