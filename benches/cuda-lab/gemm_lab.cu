@@ -2,6 +2,9 @@
 // gemm_tc_<type>) against the f32 tiles (matmul.cu, gemm_<type>) on
 // the same random weights: relative L2 difference and TFLOP/s, medians.
 //   benches/cuda-lab/build gemm_lab && /tmp/gemm_lab q4_k,q8_0
+// It measured gemm.cu as it was up to commit 12c72d8: the quantized formats'
+// gemm_tc_* has since become gemm_tck_* (x's f16 parts from to_f16, column
+// ranges), so rerun it on a checkout of that commit.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
