@@ -88,9 +88,12 @@ def measure(worker, model, backend):
         p.terminate()
         p.wait(timeout=30)
 
-# The prompts of the side-by-side comparison; the long one is ~500 tokens.
+# The prompts of the side-by-side comparison; the long one is ~500 tokens, the
+# retrieval-sized one ~3,400 (issue #17's long-context first token).
 CHAT = [{"role": "user", "content": "Write a haiku about GPU computing"}]
 LONG_PROMPT = " ".join(["The quick brown fox jumps over the lazy dog."] * 50)
+RAG_PROMPT = " ".join(["The quick brown fox jumps over the lazy dog."] * 340)
+PROMPTS = {"long": LONG_PROMPT, "rag": RAG_PROMPT}
 COUNT_PROMPT = "Count upward: 1, 2, 3, 4, 5,"
 
 def stream(port, path, body, timeout=600):
@@ -125,7 +128,7 @@ class WorkerApi:
         if kind == "chat":
             body["messages"] = CHAT
         else:
-            body["prompt"] = LONG_PROMPT if kind == "long" else COUNT_PROMPT
+            body["prompt"] = PROMPTS.get(kind, COUNT_PROMPT)
         total, events = stream(port, "/execute", body)
         ends = [d for _, e, d in events if e in ("end", "error")]
         if not ends or "tokens_out" not in ends[-1]:
@@ -149,7 +152,7 @@ class LlamaServerApi:
             total, events = stream(port, "/v1/chat/completions", body)
             tokens = [t for t, _, d in events if d.get("choices") and d["choices"][0].get("delta", {}).get("content")]
         else:
-            prompt = LONG_PROMPT if kind == "long" else COUNT_PROMPT
+            prompt = PROMPTS.get(kind, COUNT_PROMPT)
             body = dict(common, prompt=prompt, n_predict=max_tokens, ignore_eos=kind == "decode")
             total, events = stream(port, "/completion", body)
             tokens = [t for t, _, d in events if not d.get("stop")]
@@ -166,9 +169,10 @@ def gpu_memory_used_mib():
 
 def measure_http(api, cmd, port, reps=5, log_path=None, decode_tokens=128):
     """Starts `cmd` (a server listening on `port`), waits until `api.healthy`,
-    then: one warm-up job; `reps` chat jobs and `reps` ~500-token-prompt jobs of
-    one token each, whose time from sending to the end of the reply is the time
-    to first token (`ttft_chat_ms`, `ttft_long_ms`); `reps` jobs of
+    then: one warm-up job; `reps` chat jobs, `reps` ~500-token-prompt jobs and
+    `reps` ~3,400-token-prompt jobs of one token each, whose time from sending
+    to the end of the reply is the time to first token (`ttft_chat_ms`,
+    `ttft_long_ms`, `ttft_rag_ms`); `reps` jobs of
     `decode_tokens` tokens, whose decode rate is (tokens - 1) / (arrival of the
     last token - arrival of the first) (`decode_tok_s`). Also the load time
     (start to healthy, one sample) and, where nvidia-smi answers, the peak rise
@@ -206,6 +210,7 @@ def measure_http(api, cmd, port, reps=5, log_path=None, decode_tokens=128):
         api.job(port, 0, "chat", 8)
         figures["ttft_chat_ms"] = [1000 * api.job(port, i, "chat", 1)[0] for i in range(reps)]
         figures["ttft_long_ms"] = [1000 * api.job(port, i, "long", 1)[0] for i in range(reps)]
+        figures["ttft_rag_ms"] = [1000 * api.job(port, i, "rag", 1)[0] for i in range(reps)]
         rates = []
         for i in range(reps):
             _, tokens = api.job(port, i, "decode", decode_tokens)
