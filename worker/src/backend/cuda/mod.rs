@@ -178,6 +178,7 @@ impl CudaBackend {
         let set = KernelSet {
             formats: &formats,
             head_dim: cfg.head_dim,
+            group: cfg.n_head / cfg.n_head_kv.max(1),
         };
         let dev = CudaDevice::with_cap(opts.gpu_device, opts.vram_cap_bytes, Some(set))?;
         dev.bind()?;

@@ -213,14 +213,25 @@ impl Module {
             _ => 1,
         }
     }
+
+    /// Whether a model of `set` uses part `part` of the module: all of them,
+    /// but `attention_split.cu`'s part 1 (groups of 5 to 8 query heads)
+    /// only for such groups. On the H100 that part was a first start's
+    /// slowest unit for SmolLM2 (groups of 3), 1.4-1.5 s.
+    pub fn part_needed(self, part: u8, set: &KernelSet<'_>) -> bool {
+        self != Module::AttentionSplit || part == 0 || set.group > 4
+    }
 }
 
-/// What a model needs compiled: the formats of its matrices and its head
-/// size (which `attention_split.cu` and `attention_tc.cu` instances).
+/// What a model needs compiled: the formats of its matrices, its head
+/// size (which `attention_split.cu` and `attention_tc.cu` instances) and
+/// its query heads per KV head (`attention_split.cu`'s part for groups of
+/// 5 to 8 only where the model has them).
 #[derive(Clone, Copy, Debug)]
 pub struct KernelSet<'a> {
     pub formats: &'a [GgmlType],
     pub head_dim: usize,
+    pub group: usize,
 }
 
 /// The head-size class of `attention_split`'s instances (and
@@ -286,7 +297,11 @@ impl Unit {
             for u in formats {
                 match module.parts() {
                     1 => units.push(u),
-                    n => units.extend((0..n).map(|p| Unit { part: Some(p), ..u })),
+                    n => units.extend(
+                        (0..n)
+                            .filter(|&p| module.part_needed(p, &set))
+                            .map(|p| Unit { part: Some(p), ..u }),
+                    ),
                 }
             }
         }

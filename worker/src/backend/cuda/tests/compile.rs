@@ -76,6 +76,7 @@ fn per_format_units_hold_only_their_format() {
         Some(KernelSet {
             formats,
             head_dim: 64,
+            group: 8,
         })
     };
     let units = Unit::for_model(set(&[GgmlType::Q4K, GgmlType::Q4K]));
@@ -169,6 +170,7 @@ fn head_size_units_hold_only_their_head_size() {
         let units: Vec<Unit> = Unit::for_model(Some(KernelSet {
             formats: &[GgmlType::Q8_0],
             head_dim,
+            group: 8,
         }))
         .into_iter()
         .filter(|u| u.module.per_head_size())
@@ -202,6 +204,34 @@ fn head_size_units_hold_only_their_head_size() {
     distinct.sort();
     distinct.dedup();
     assert_eq!(distinct.len(), keys.len(), "one cache key per unit");
+}
+
+/// A model whose KV heads serve up to 4 query heads each compiles
+/// `attention_split.cu`'s first part only (its instances and the combine);
+/// groups of 5 to 8 compile both.
+#[test]
+fn attention_split_compiles_the_models_group_only() {
+    for (group, parts) in [
+        (1, vec![0]),
+        (3, vec![0]),
+        (4, vec![0]),
+        (5, vec![0, 1]),
+        (8, vec![0, 1]),
+    ] {
+        let set = KernelSet {
+            formats: &[GgmlType::Q4K],
+            head_dim: 64,
+            group,
+        };
+        let got: Vec<u8> = Unit::for_model(Some(set))
+            .into_iter()
+            .filter(|u| u.module == Module::AttentionSplit)
+            .filter_map(|u| u.part)
+            .collect();
+        assert_eq!(got, parts, "group {group}");
+    }
+    let k = Kernel::AttentionSplit(1, 4);
+    assert_eq!(k.part(), Some(0), "groups of up to 4 live in part 0");
 }
 
 /// A kernel names its part exactly where its module is cut into parts, and

@@ -129,6 +129,7 @@ fn a_context_for_some_formats_runs_them_and_refuses_others() {
     let set = KernelSet {
         formats: &[GgmlType::Q4K],
         head_dim: 64,
+        group: 1,
     };
     let dev = CudaDevice::with_cap(0, None, Some(set)).expect("GPU 0 initialises");
     let mut ops = CudaOps::new(dev);
