@@ -50,13 +50,14 @@ enum Cmd {
     /// Write a random-weight GGUF model of a named shape, with the reference's tokenizer.
     SynthModel {
         /// tiny-llama, tiny-qwen2, tiny-phi3, tiny-gpt2, smollm2, qwen2.5-0.5b, llama-3-8b,
-        /// llama-2gb, phi3 (Phi-3-mini-4k) or gpt2 (GPT-2 124M).
+        /// llama-2gb, phi3 (Phi-3-mini-4k), gpt2 (GPT-2 124M) or llama-mxfp4 (tiny-llama
+        /// in MXFP4).
         #[arg(long)]
         preset: String,
         /// Output file (written as FILE.part, renamed when complete).
         #[arg(long)]
         out: PathBuf,
-        /// Matrix format: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K
+        /// Matrix format: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K or MXFP4
         /// (default: the preset's; norms and biases are always F32).
         #[arg(long)]
         format: Option<String>,

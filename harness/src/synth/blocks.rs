@@ -113,6 +113,9 @@ fn code_std(levels: f32) -> f32 {
     ((levels * levels - 1.0) / 12.0).sqrt()
 }
 
+/// The RMS of E2M1 over uniformly drawn codes: sqrt(68.5 / 8).
+const MXFP4_CODE_RMS: f32 = 2.926_175;
+
 /// What a tensor's values look like once dequantized.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Init {
@@ -169,7 +172,7 @@ impl FactorTable {
     }
 }
 
-/// The storage formats the generator writes (the worker's, less MXFP4).
+/// The storage formats the generator writes (the worker's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Format {
     F32,
@@ -183,10 +186,11 @@ pub enum Format {
     Q4K,
     Q5K,
     Q6K,
+    Mxfp4,
 }
 
 impl Format {
-    pub const ALL: [Format; 11] = [
+    pub const ALL: [Format; 12] = [
         Format::F32,
         Format::F16,
         Format::BF16,
@@ -198,6 +202,7 @@ impl Format {
         Format::Q4K,
         Format::Q5K,
         Format::Q6K,
+        Format::Mxfp4,
     ];
 
     pub fn name(self) -> &'static str {
@@ -213,6 +218,7 @@ impl Format {
             Format::Q4K => "Q4_K",
             Format::Q5K => "Q5_K",
             Format::Q6K => "Q6_K",
+            Format::Mxfp4 => "MXFP4",
         }
     }
 
@@ -238,6 +244,7 @@ impl Format {
             Format::Q5K => 13,
             Format::Q6K => 14,
             Format::BF16 => 30,
+            Format::Mxfp4 => 39,
         }
     }
 
@@ -257,6 +264,8 @@ impl Format {
             Format::Q5K => 16,
             Format::Q6K => 18,
             Format::BF16 => 32,
+            // LLAMA_FTYPE_MOSTLY_MXFP4_MOE, the only MXFP4 kind llama.cpp names.
+            Format::Mxfp4 => 38,
         }
     }
 
@@ -273,6 +282,7 @@ impl Format {
             Format::Q4K => (256, 144),
             Format::Q5K => (256, 176),
             Format::Q6K => (256, 210),
+            Format::Mxfp4 => (32, 17),
         }
     }
 
@@ -286,7 +296,8 @@ impl Format {
     /// The format a matrix with rows of `cols` values is stored in. K-quant
     /// super-blocks need rows that are multiples of 256; other rows fall back
     /// as llama.cpp's quantizer does (`llama_tensor_get_type`): Q4_K to Q5_0,
-    /// Q5_K to Q5_1, Q6_K to Q8_0 (a little larger, never less precise).
+    /// Q5_K to Q5_1, Q6_K to Q8_0 (a little larger, never less precise);
+    /// MXFP4 rows of a partial block to Q8_0.
     pub fn for_row(self, cols: u64) -> Format {
         if cols.is_multiple_of(self.block().0) {
             return self;
@@ -294,7 +305,7 @@ impl Format {
         match self {
             Format::Q4K => Format::Q5_0,
             Format::Q5K => Format::Q5_1,
-            Format::Q6K => Format::Q8_0,
+            Format::Q6K | Format::Mxfp4 => Format::Q8_0,
             other => other,
         }
     }
@@ -376,6 +387,15 @@ pub fn fill(format: Format, init: Init, rng: &mut Rng, out: &mut [u8]) {
                 b[2..4].copy_from_slice(&f16_bits(dmin).to_le_bytes());
                 b[4..16].copy_from_slice(&pack_k_scales(&sc, &m));
                 rng.fill(&mut b[16..]);
+            }
+        }
+        Format::Mxfp4 => {
+            // One E8M0 exponent e a block (scale 2^(e - 127)) and 32 E2M1
+            // codes; uniform codes have an RMS of MXFP4_CODE_RMS.
+            for b in out.chunks_exact_mut(bb) {
+                let scale = rng.jitter() * std / MXFP4_CODE_RMS;
+                b[0] = (127.0 + scale.log2().round()).clamp(1.0, 254.0) as u8;
+                rng.fill(&mut b[1..]);
             }
         }
         Format::Q6K => {
@@ -511,7 +531,42 @@ mod tests {
             assert_eq!(Format::from_name(&f.name().to_lowercase()), Some(f));
         }
         assert_eq!(Format::from_name("q4k"), Some(Format::Q4K));
-        assert_eq!(Format::from_name("MXFP4"), None);
+        assert_eq!(Format::from_name("mxfp4"), Some(Format::Mxfp4));
+    }
+
+    /// The E2M1 values of MXFP4's 16 codes (ggml's `kvalues_mxfp4` halved).
+    const E2M1: [f32; 16] = [
+        0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
+    ];
+
+    /// MXFP4 blocks decode (as ggml decodes them: E2M1 code times
+    /// 2^(e - 127)) to values of the asked deviation, every code used.
+    #[test]
+    fn mxfp4_blocks_have_the_asked_deviation() {
+        let code_rms = (E2M1.iter().map(|v| v * v).sum::<f32>() / 16.0).sqrt();
+        assert!((code_rms - MXFP4_CODE_RMS).abs() < 1e-5, "{code_rms}");
+        let std = 1.0 / 64.0;
+        let mut out = vec![0u8; 17 * 4096];
+        fill(
+            Format::Mxfp4,
+            Init::Matrix { std },
+            &mut Rng::for_chunk(7, 0, 0),
+            &mut out,
+        );
+        let (mut sum_sq, mut n, mut codes) = (0f64, 0usize, [0usize; 16]);
+        for b in out.chunks_exact(17) {
+            let scale = 2f32.powi(i32::from(b[0]) - 127);
+            for &q in &b[1..] {
+                for c in [q & 0x0F, q >> 4] {
+                    codes[c as usize] += 1;
+                    sum_sq += f64::from(E2M1[c as usize] * scale).powi(2);
+                    n += 1;
+                }
+            }
+        }
+        let got = (sum_sq / n as f64).sqrt() as f32;
+        assert!((got / std - 1.0).abs() < 0.25, "deviation {got} for {std}");
+        assert!(codes.iter().all(|&c| c > n / 32), "codes {codes:?}");
     }
 
     #[test]

@@ -322,6 +322,26 @@ pub const PRESETS: &[Preset] = &[
         sliding_window: 0,
         rope_scaling: RopeScaling::None,
     },
+    // tiny-llama with every matrix in MXFP4 (M0-W-1435: the format in an
+    // architecture other than gpt-oss, whose experts carry it).
+    Preset {
+        name: "llama-mxfp4",
+        arch: Arch::Llama,
+        n_embd: 256,
+        n_layer: 2,
+        n_head: 4,
+        n_head_kv: 2,
+        n_ff: 512,
+        vocab: 49152,
+        context: 2048,
+        rope_base: 10_000.0,
+        norm_eps: 1e-5,
+        tied: false,
+        default_format: Format::Mxfp4,
+        vocab_source: Vocab::Reference,
+        sliding_window: 0,
+        rope_scaling: RopeScaling::None,
+    },
     // tiny-llama with Llama 3.1's RoPE: base 500 000 and `rope_freqs`.
     Preset {
         name: "tiny-llama3.1",
