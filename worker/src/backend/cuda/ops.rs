@@ -215,27 +215,28 @@ impl CudaOps {
         Ok(DevPtrMut::new(mem.ptr()))
     }
 
-    /// `m` on cuBLAS over f16 (`blas.rs`): x rounded to f16 once, the
-    /// weights decoded chunk by chunk into the scratch (F16 weights are
-    /// read where they are), each chunk's product written into its columns
-    /// of `out`, then the bias. `false` when cuBLAS is missing.
     /// x of `m` as two f16 parts (`to_f16`: x rounded, then the rounding
-    /// of the rest), one after the other in a scratch block (each 16-byte
-    /// aligned: n x cols is a multiple of 8), for cuBLAS and `gemm_tck_*`.
-    /// The block is freed in stream order when dropped.
-    fn split_x_f16(&mut self, m: &MatmulArgs) -> Result<(DevBuf, DevPtrMut<f16>), BackendError> {
+    /// of the rest) at `hi` and right after it (each 16-byte aligned: n x
+    /// cols is a multiple of 8), for cuBLAS and `gemm_tck_*`.
+    fn launch_to_f16(&self, m: &MatmulArgs, hi: DevPtrMut<f16>) -> Result<(), BackendError> {
         let len = m.n * m.w.cols;
-        let mem = self
-            .dev
-            .alloc_async(Purpose::Scratch, (2 * len * 2) as u64)?;
-        let hi = DevPtrMut::<f16>::new(mem.ptr());
         let args = ToF16Args {
             x: m.x,
             len,
             hi,
             lo: hi.offset(len),
         };
-        self.dev.kernels.launch(&self.dev.stream, &args)?;
+        self.dev.kernels.launch(&self.dev.stream, &args)
+    }
+
+    /// [`Self::launch_to_f16`] into a scratch block of its own, freed in
+    /// stream order when dropped.
+    fn split_x_f16(&mut self, m: &MatmulArgs) -> Result<(DevBuf, DevPtrMut<f16>), BackendError> {
+        let mem = self
+            .dev
+            .alloc_async(Purpose::Scratch, (4 * m.n * m.w.cols) as u64)?;
+        let hi = DevPtrMut::<f16>::new(mem.ptr());
+        self.launch_to_f16(m, hi)?;
         Ok((mem, hi))
     }
 
@@ -268,16 +269,14 @@ impl CudaOps {
         let block = self.x16.as_mut().expect("made above");
         block.holds = None;
         let hi = DevPtrMut::<f16>::new(block.mem.ptr());
-        let args = ToF16Args {
-            x: m.x,
-            len,
-            hi,
-            lo: hi.offset(len),
-        };
-        self.dev.kernels.launch(&self.dev.stream, &args)?;
+        self.launch_to_f16(m, hi)?;
         Ok(hi.as_const())
     }
 
+    /// `m` on cuBLAS over f16 (`blas.rs`): x rounded to f16 once, the
+    /// weights decoded chunk by chunk into the scratch (F16 weights are
+    /// read where they are), each chunk's product written into its columns
+    /// of `out`, then the bias. `false` when cuBLAS is missing.
     fn matmul_blas(&mut self, m: &MatmulArgs) -> Result<bool, BackendError> {
         if !self.blas_ready() {
             return Ok(false);
