@@ -25,18 +25,32 @@ pub enum TestOutcome {
 }
 
 /// Parses `cargo test` (`test NAME ... ok`) and `cargo nextest` (`PASS [..] crate NAME`) output.
+/// A test run with `--nocapture` (one thread) may print between its name and
+/// its result: the result is then the next line that is `ok`, `FAILED` or
+/// `ignored` alone.
 pub fn parse_test_output(text: &str) -> BTreeMap<String, TestOutcome> {
     let libtest = Regex::new(r"^test (\S+(?: - .+?)?) \.\.\. (ok|FAILED|ignored)").unwrap();
+    let started = Regex::new(r"^test (\S+(?: - .+?)?) \.\.\. ").unwrap();
     let nextest = Regex::new(r"^\s*(PASS|FAIL|SKIP|TIMEOUT|SIGSEGV|SIGABRT|LEAK)\s+\[[^\]]*\]\s+(?:\([^)]*\)\s+)?\S+\s+(\S+)").unwrap();
+    let outcome = |word: &str| match word {
+        "ok" => TestOutcome::Passed,
+        "ignored" => TestOutcome::Ignored,
+        _ => TestOutcome::Failed,
+    };
     let mut out = BTreeMap::new();
+    let mut awaiting: Option<String> = None;
     for line in text.lines() {
         if let Some(c) = libtest.captures(line) {
-            let o = match &c[2] {
-                "ok" => TestOutcome::Passed,
-                "ignored" => TestOutcome::Ignored,
-                _ => TestOutcome::Failed,
-            };
-            out.insert(c[1].to_owned(), o);
+            out.insert(c[1].to_owned(), outcome(&c[2]));
+            awaiting = None;
+        } else if let Some(c) = started.captures(line) {
+            awaiting = Some(c[1].to_owned());
+        } else if let (Some(name), true) = (
+            awaiting.as_ref(),
+            matches!(line.trim_end(), "ok" | "FAILED" | "ignored"),
+        ) {
+            out.insert(name.clone(), outcome(line.trim_end()));
+            awaiting = None;
         } else if let Some(c) = nextest.captures(line) {
             let o = match &c[1] {
                 "PASS" => TestOutcome::Passed,
@@ -44,6 +58,7 @@ pub fn parse_test_output(text: &str) -> BTreeMap<String, TestOutcome> {
                 _ => TestOutcome::Failed,
             };
             out.insert(c[2].to_owned(), o);
+            awaiting = None;
         }
     }
     out
@@ -154,5 +169,17 @@ mod tests {
             TestOutcome::Passed
         );
         assert_eq!(m["sampling::m0_w_1421_chi"], TestOutcome::Failed);
+    }
+
+    /// With `--nocapture`, what a test prints comes between its name and
+    /// its result; a line that only mentions "ok" inside is not a result.
+    #[test]
+    fn parses_results_after_a_tests_own_output() {
+        let text = "running 3 tests\ntest a::m0_w_1431_memcheck ... compute-sanitizer over 11 tests: 17 s\nok\ntest b::chatty ... it is ok here\nmore output\nFAILED\ntest c::quiet ... ok\n";
+        let m = parse_test_output(text);
+        assert_eq!(m["a::m0_w_1431_memcheck"], TestOutcome::Passed);
+        assert_eq!(m["b::chatty"], TestOutcome::Failed);
+        assert_eq!(m["c::quiet"], TestOutcome::Passed);
+        assert_eq!(m.len(), 3);
     }
 }
