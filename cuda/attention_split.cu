@@ -201,6 +201,190 @@ __device__ __forceinline__ void attention_split_impl(const float* __restrict__ q
     }
 }
 
+// ---- The same on tensor cores, heads of 64 or 128 dims ---------------------
+//
+// Each warp takes 16 keys of the chunk at a time (tiles w, w + ATS_WARPS, ...)
+// and multiplies on the tensor cores (m16n8k16, f16 in, f32 accumulation),
+// the group's query heads as rows: rows 0-7 hold the heads' f16 high parts
+// and rows 8-15 the f16 rounding of the rest, so one product gives both and
+// their sum keeps about f32 accuracy (as attention_tc's two products do).
+// Scores: S = Q K^T with the dims of each 32 in the order one 16-byte load
+// of a K row gives them (Q's fragments follow that order); weights: the
+// same split of P as rows, times V whose two keys per register come from
+// byte permutes of two rows' words (no shared memory, no transposes).
+// Scores are in log2 units (q scaled by log2 e); a chunk's max is written
+// back in natural units, so `attention_combine` is the same for both kernels.
+// A chunk holds whole tiles and at least ATS_TC_MIN_CHUNK keys: a short
+// context fills fewer chunks, and the combine skips the empty ones. (On the
+// H100 at depth 4096, tg128 with a least chunk of 32 / 64 / 128 keys: 0.5B
+// shape 1112 / 1126 / 1136 tok/s, 8B 318 / 317 / 328; 2 to 8 blocks an SM
+// changed the 128 figures by less than 4%.)
+#define ATS_TC_MIN_CHUNK 128
+template <int D>
+__device__ __forceinline__ void attention_split_tc_impl(const float* __restrict__ q, int n_head, int n_head_kv,
+                                                        int start_pos, const int* __restrict__ pos_ptr,
+                                                        int capacity, const u16* __restrict__ k_cache,
+                                                        const u16* __restrict__ v_cache, float scale, int swa,
+                                                        int nsplit, float* __restrict__ part) {
+    static_assert(D % 64 == 0, "V's columns in groups of 64");
+    constexpr int KS = D / 16, NC = D / 64, OW = D + 1;
+    __shared__ float ow[ATS_WARPS][8][OW];
+    __shared__ float mw[ATS_WARPS][8], lw[ATS_WARPS][8];
+    const int kvh = blockIdx.x, s = blockIdx.y;
+    const int group = n_head / n_head_kv;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int gid = lane >> 2, tig = lane & 3;
+    if (pos_ptr) start_pos = *pos_ptr;
+    const int n_ctx = min(start_pos + 1, capacity), first = first_visible(start_pos, swa);
+    int chunk = (n_ctx - first + nsplit - 1) / nsplit;
+    chunk = max(ATS_TC_MIN_CHUNK, (chunk + 15) / 16 * 16);
+    const int j0 = first + s * chunk, cnt = max(0, min(chunk, n_ctx - j0));
+    const int stride = D + 2;
+    if (cnt == 0) {  // weight 0 in the combine, which then reads no output
+        if (tid < group) {
+            float* dst = part + ((i64)(kvh * group + tid) * nsplit + s) * stride;
+            dst[0] = NEG_INF;
+            dst[1] = 0.0f;
+        }
+        return;
+    }
+    // Q's fragments: row gid is head gid's high part, row gid + 8 its low
+    // part. k-step 2c + h, columns 2t, 2t+1 and 2t+8, 2t+9 hold dims
+    // 32c + 8t + 4h + {0, 1} and + {2, 3} (t = tig): K's load order below.
+    const float qscale = scale * 1.4426950408889634f;
+    u32 qa[KS][4];
+    {
+        const bool hv = gid < group;
+        const float* qh = q + (i64)(kvh * group + min(gid, group - 1)) * D;
+#pragma unroll
+        for (int c = 0; c < D / 32; c++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (hv) x = *(const float4*)(qh + 32 * c + 8 * tig + 4 * h);
+                split_f16x2(x.x * qscale, x.y * qscale, qa[2 * c + h][0], qa[2 * c + h][1]);
+                split_f16x2(x.z * qscale, x.w * qscale, qa[2 * c + h][2], qa[2 * c + h][3]);
+            }
+    }
+    // o[8c + e]: rows gid (high) and gid + 8 (low parts of the weights) of
+    // dims 64c + 16 tig + e (c0, c2) and 64c + 16 tig + 8 + e (c1, c3).
+    float o[8 * NC][4];
+#pragma unroll
+    for (int i = 0; i < 8 * NC; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m = NEG_INF, l = 0.0f;  // head gid's, this lane's keys in l
+    const u16* kh = k_cache + (i64)kvh * capacity * D;
+    const u16* vh = v_cache + (i64)kvh * capacity * D;
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    for (int t0 = 16 * warp; t0 < cnt; t0 += 16 * ATS_WARPS) {
+        // Every load of the tile first: K rows t0 + 8h + gid (dims 32c + 8 tig
+        // ..+8), V rows t0 + 2 tig + {0, 1, 8, 9} (dims 64c + 8 gid ..+8).
+        uint4 kr[2][D / 32], vr[4][NC];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int j = t0 + 8 * h + gid;
+            const uint4* row = (const uint4*)(kh + (i64)(j0 + min(j, cnt - 1)) * D);
+#pragma unroll
+            for (int c = 0; c < D / 32; c++) kr[h][c] = j < cnt ? row[4 * c + tig] : zero;
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int j = t0 + 2 * tig + (r & 1) + 8 * (r >> 1);
+            const uint4* row = (const uint4*)(vh + (i64)(j0 + min(j, cnt - 1)) * D);
+#pragma unroll
+            for (int c = 0; c < NC; c++) vr[r][c] = j < cnt ? row[8 * c + gid] : zero;  // 0: no NaN from stale rows
+        }
+        // Scores of keys t0 + 8h + 2 tig + {0, 1}: high part in [0..1], low in [2..3].
+        float sc[2][4];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            sc[h][0] = sc[h][1] = sc[h][2] = sc[h][3] = 0.0f;
+#pragma unroll
+            for (int c = 0; c < D / 32; c++) {
+                mma_f16(sc[h], qa[2 * c], kr[h][c].x, kr[h][c].y);
+                mma_f16(sc[h], qa[2 * c + 1], kr[h][c].z, kr[h][c].w);
+            }
+        }
+        float mx = NEG_INF, p[2][2];
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                p[h][c] = t0 + 8 * h + 2 * tig + c < cnt ? sc[h][c] + sc[h][2 + c] : NEG_INF;
+                mx = fmaxf(mx, p[h][c]);
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
+        const float mn = fmaxf(m, mx);  // finite: key t0 is in the chunk
+        const float alpha = exp2f(m - mn);
+        m = mn;
+        l *= alpha;
+#pragma unroll
+        for (int i = 0; i < 8 * NC; i++) {
+            o[i][0] *= alpha;
+            o[i][1] *= alpha;
+            o[i][2] *= alpha;
+            o[i][3] *= alpha;
+        }
+        u32 pa[4];  // P as A: rows gid (high parts) and gid + 8 (low), keys 2 tig.. and 2 tig + 8..
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float p0 = exp2f(p[h][0] - mn), p1 = exp2f(p[h][1] - mn);
+            l += p0 + p1;
+            split_f16x2(p0, p1, pa[2 * h], pa[2 * h + 1]);
+        }
+        // V as B: keys 2 tig, 2 tig + 1 (and + 8) of one dim per register,
+        // the even dims from the rows' low halves, the odd from the high.
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+            const u32 w[4][4] = {{vr[0][c].x, vr[0][c].y, vr[0][c].z, vr[0][c].w},
+                                 {vr[1][c].x, vr[1][c].y, vr[1][c].z, vr[1][c].w},
+                                 {vr[2][c].x, vr[2][c].y, vr[2][c].z, vr[2][c].w},
+                                 {vr[3][c].x, vr[3][c].y, vr[3][c].z, vr[3][c].w}};
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                mma_f16(o[8 * c + 2 * i], pa, __byte_perm(w[0][i], w[1][i], 0x5410),
+                        __byte_perm(w[2][i], w[3][i], 0x5410));
+                mma_f16(o[8 * c + 2 * i + 1], pa, __byte_perm(w[0][i], w[1][i], 0x7632),
+                        __byte_perm(w[2][i], w[3][i], 0x7632));
+            }
+        }
+    }
+    // The quad's sums of weights; the warps' states merged in warp order.
+    l += __shfl_xor_sync(FULL_MASK, l, 1);
+    l += __shfl_xor_sync(FULL_MASK, l, 2);
+    if (tig == 0) {
+        mw[warp][gid] = m;
+        lw[warp][gid] = l;
+    }
+#pragma unroll
+    for (int c = 0; c < NC; c++)
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            const float* oi = o[8 * c + e];
+            ow[warp][gid][64 * c + 16 * tig + e] = oi[0] + oi[2];
+            ow[warp][gid][64 * c + 16 * tig + 8 + e] = oi[1] + oi[3];
+        }
+    __syncthreads();
+    for (int i = tid; i < group * D; i += ATS_THREADS) {
+        const int g = i / D, d = i - g * D;
+        float mx = NEG_INF;
+        for (int w = 0; w < ATS_WARPS; w++) mx = fmaxf(mx, mw[w][g]);
+        float acc = 0.0f, sum = 0.0f;
+        for (int w = 0; w < ATS_WARPS; w++)
+            if (mw[w][g] != NEG_INF) {
+                const float a = exp2f(mw[w][g] - mx);
+                acc = fmaf(ow[w][g][d], a, acc);
+                sum = fmaf(lw[w][g], a, sum);
+            }
+        float* dst = part + ((i64)(kvh * group + g) * nsplit + s) * stride;
+        dst[2 + d] = acc;
+        if (d == 0) {
+            dst[0] = mx * 0.6931471805599453f;  // log2 units back to natural
+            dst[1] = sum;
+        }
+    }
+}
+
 #define ATTENTION_SPLIT(NAME, PPL, G)                                                                            \
     extern "C" __global__ void __launch_bounds__(ATS_THREADS)                                                    \
         NAME(const float* __restrict__ q, int n_head, int n_head_kv, int head_dim, int start_pos,                \
@@ -210,6 +394,22 @@ __device__ __forceinline__ void attention_split_impl(const float* __restrict__ q
         attention_split_impl<PPL, G>(q, n_head, n_head_kv, head_dim, start_pos, pos_ptr, capacity, k_cache,       \
                                      v_cache, scale, swa, nsplit, part);                                         \
     }
+// The tensor-core kernel under the same names, for heads of exactly D dims
+// (one instance serves every group of up to 8: the group's heads are rows);
+// other head sizes of the class take the kernel above.
+#define ATTENTION_SPLIT_TC(NAME, D, G)                                                                           \
+    extern "C" __global__ void __launch_bounds__(ATS_THREADS)                                                    \
+        NAME(const float* __restrict__ q, int n_head, int n_head_kv, int head_dim, int start_pos,                \
+             const int* __restrict__ pos_ptr, int capacity, const u16* __restrict__ k_cache,                     \
+             const u16* __restrict__ v_cache, float scale, int swa, int nsplit, float* __restrict__ part) {      \
+        pdl_start();                                                                                             \
+        if (head_dim == D)                                                                                       \
+            attention_split_tc_impl<D>(q, n_head, n_head_kv, start_pos, pos_ptr, capacity, k_cache, v_cache,     \
+                                       scale, swa, nsplit, part);                                                \
+        else                                                                                                     \
+            attention_split_impl<D / 64, G>(q, n_head, n_head_kv, head_dim, start_pos, pos_ptr, capacity,        \
+                                            k_cache, v_cache, scale, swa, nsplit, part);                         \
+    }
 static_assert(ATS_MAX_GROUP == 8, "the instances below take groups of up to 4 or 8 heads");
 // A model's units hold only its head size's instances (-DONE_HEAD_PAIRS=P,
 // see source.rs's head_pairs): most of this module's compile time. Two units
@@ -217,10 +417,10 @@ static_assert(ATS_MAX_GROUP == 8, "the instances below take groups of up to 4 or
 // side by side (a first start waits for the slowest unit).
 #if !defined(ONE_PART) || ONE_PART == 0
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 1
-ATTENTION_SPLIT(attention_split_64_g4, 1, 4)
+ATTENTION_SPLIT_TC(attention_split_64_g4, 64, 4)
 #endif
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 2
-ATTENTION_SPLIT(attention_split_128_g4, 2, 4)
+ATTENTION_SPLIT_TC(attention_split_128_g4, 128, 4)
 #endif
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 4
 ATTENTION_SPLIT(attention_split_256_g4, 4, 4)
@@ -228,10 +428,10 @@ ATTENTION_SPLIT(attention_split_256_g4, 4, 4)
 #endif
 #if !defined(ONE_PART) || ONE_PART == 1
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 1
-ATTENTION_SPLIT(attention_split_64_g8, 1, 8)
+ATTENTION_SPLIT_TC(attention_split_64_g8, 64, 8)
 #endif
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 2
-ATTENTION_SPLIT(attention_split_128_g8, 2, 8)
+ATTENTION_SPLIT_TC(attention_split_128_g8, 128, 8)
 #endif
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 4
 ATTENTION_SPLIT(attention_split_256_g8, 4, 8)
@@ -279,6 +479,7 @@ extern "C" __global__ void __launch_bounds__(ATSC_THREADS)
     for (int s = warp; s < nsplit; s += ATSC_WARPS) {
         const float* ps = ph + (i64)s * stride + 2;
         const float a = wgt[s];
+        if (a == 0.0f) continue;  // an empty chunk (its output is not written) or one that weighs nothing
 #pragma unroll
         for (int k = 0; k < 2 * ATT_PAIRS_PER_LANE; k++) {
             const int d = lane + 32 * k;

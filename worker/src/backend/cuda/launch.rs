@@ -76,7 +76,8 @@ pub enum Kernel {
     /// `attention_split_<64 * n>_g<g>`: one query row over a long context,
     /// the context split into chunks across blocks, for heads of up to 64 * n
     /// dims (n = 1, 2, 4) and up to g query heads per KV head (g = 4, 8);
-    /// `attention_combine` merges the chunks.
+    /// heads of exactly 64 or 128 dims on tensor cores (the group's heads
+    /// as rows); `attention_combine` merges the chunks.
     AttentionSplit(u8, u8),
     AttentionCombine,
     Swiglu,

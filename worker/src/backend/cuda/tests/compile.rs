@@ -302,7 +302,11 @@ fn every_kernel_symbol_is_defined_in_its_module() {
             Kernel::DequantF16(_) => src.contains("dequant_f16_##name"),
             Kernel::AttentionSplit(pairs, group) => {
                 src.contains(" NAME(")
-                    && src.contains(&format!("ATTENTION_SPLIT({sym}, {pairs}, {group})"))
+                    && (src.contains(&format!("ATTENTION_SPLIT({sym}, {pairs}, {group})"))
+                        || src.contains(&format!(
+                            "ATTENTION_SPLIT_TC({sym}, {}, {group})",
+                            64 * pairs as usize
+                        )))
             }
             _ => src.contains(&format!(" {sym}(")) || src.contains(&format!("\n    {sym}(")),
         };
