@@ -1,7 +1,7 @@
 // attention_split.cu: decode attention over a context split across blocks
 // (`attention_split_*`) and the merge of the chunks (`attention_combine`).
 // Compiled for one head-size class a model (-DONE_HEAD_PAIRS, source.rs), in
-// two parts (-DONE_PART).
+// three parts (-DONE_PART).
 #include "attention.cuh"
 
 // ---- Decode over a long context: the context split across blocks ----------
@@ -394,44 +394,49 @@ __device__ __forceinline__ void attention_split_tc_impl(const float* __restrict_
         attention_split_impl<PPL, G>(q, n_head, n_head_kv, head_dim, start_pos, pos_ptr, capacity, k_cache,       \
                                      v_cache, scale, swa, nsplit, part);                                         \
     }
-// The tensor-core kernel under the same names, for heads of exactly D dims
-// (one instance serves every group of up to 8: the group's heads are rows);
-// other head sizes of the class take the kernel above.
-#define ATTENTION_SPLIT_TC(NAME, D, G)                                                                           \
+// Heads of exactly D dims, on tensor cores (any group of up to 8: the
+// group's heads are rows).
+#define ATTENTION_SPLIT_TC(NAME, D)                                                                              \
     extern "C" __global__ void __launch_bounds__(ATS_THREADS)                                                    \
         NAME(const float* __restrict__ q, int n_head, int n_head_kv, int head_dim, int start_pos,                \
              const int* __restrict__ pos_ptr, int capacity, const u16* __restrict__ k_cache,                     \
              const u16* __restrict__ v_cache, float scale, int swa, int nsplit, float* __restrict__ part) {      \
         pdl_start();                                                                                             \
-        if (head_dim == D)                                                                                       \
-            attention_split_tc_impl<D>(q, n_head, n_head_kv, start_pos, pos_ptr, capacity, k_cache, v_cache,     \
-                                       scale, swa, nsplit, part);                                                \
-        else                                                                                                     \
-            attention_split_impl<D / 64, G>(q, n_head, n_head_kv, head_dim, start_pos, pos_ptr, capacity,        \
-                                            k_cache, v_cache, scale, swa, nsplit, part);                         \
+        attention_split_tc_impl<D>(q, n_head, n_head_kv, start_pos, pos_ptr, capacity, k_cache, v_cache, scale,  \
+                                   swa, nsplit, part);                                                           \
     }
 static_assert(ATS_MAX_GROUP == 8, "the instances below take groups of up to 4 or 8 heads");
 // A model's units hold only its head size's instances (-DONE_HEAD_PAIRS=P,
-// see source.rs's head_pairs): most of this module's compile time. Two units
-// (-DONE_PART): groups of 4 with attention_combine, groups of 8, compiled
-// side by side (a first start waits for the slowest unit).
+// see source.rs's head_pairs): most of this module's compile time. Three
+// units (-DONE_PART), compiled side by side (a first start waits for the
+// slowest): the tensor-core kernel with attention_combine (every model), the
+// scalar kernel for groups of up to 4, and for groups of 8, the last two only
+// for heads of other sizes than 64 and 128 (source.rs, part_needed).
 #if !defined(ONE_PART) || ONE_PART == 0
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 1
-ATTENTION_SPLIT_TC(attention_split_64_g4, 64, 4)
+ATTENTION_SPLIT_TC(attention_split_tc_64, 64)
 #endif
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 2
-ATTENTION_SPLIT_TC(attention_split_128_g4, 128, 4)
+ATTENTION_SPLIT_TC(attention_split_tc_128, 128)
+#endif
+#endif
+#if !defined(ONE_PART) || ONE_PART == 1
+#if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 1
+ATTENTION_SPLIT(attention_split_64_g4, 1, 4)
+#endif
+#if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 2
+ATTENTION_SPLIT(attention_split_128_g4, 2, 4)
 #endif
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 4
 ATTENTION_SPLIT(attention_split_256_g4, 4, 4)
 #endif
 #endif
-#if !defined(ONE_PART) || ONE_PART == 1
+#if !defined(ONE_PART) || ONE_PART == 2
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 1
-ATTENTION_SPLIT_TC(attention_split_64_g8, 64, 8)
+ATTENTION_SPLIT(attention_split_64_g8, 1, 8)
 #endif
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 2
-ATTENTION_SPLIT_TC(attention_split_128_g8, 128, 8)
+ATTENTION_SPLIT(attention_split_128_g8, 2, 8)
 #endif
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 4
 ATTENTION_SPLIT(attention_split_256_g8, 4, 8)

@@ -76,9 +76,12 @@ pub enum Kernel {
     /// `attention_split_<64 * n>_g<g>`: one query row over a long context,
     /// the context split into chunks across blocks, for heads of up to 64 * n
     /// dims (n = 1, 2, 4) and up to g query heads per KV head (g = 4, 8);
-    /// heads of exactly 64 or 128 dims on tensor cores (the group's heads
-    /// as rows); `attention_combine` merges the chunks.
+    /// `attention_combine` merges the chunks.
     AttentionSplit(u8, u8),
+    /// `attention_split_tc_<64 * n>`: the same on tensor cores for heads of
+    /// exactly 64 * n dims (n = 1, 2) and any group of up to 8 (the group's
+    /// query heads are the rows of the products).
+    AttentionSplitTc(u8),
     AttentionCombine,
     Swiglu,
     /// `geglu`: `swiglu` with the tanh-approximated GELU (Gemma's feed-forward).
@@ -138,6 +141,8 @@ impl Kernel {
             Kernel::KvStore,
             Kernel::Attention,
             Kernel::AttentionTc,
+            Kernel::AttentionSplitTc(1),
+            Kernel::AttentionSplitTc(2),
             Kernel::AttentionSplit(1, 4),
             Kernel::AttentionSplit(1, 8),
             Kernel::AttentionSplit(2, 4),
@@ -170,7 +175,9 @@ impl Kernel {
             Kernel::RmsNorm | Kernel::AddRmsNorm | Kernel::LayerNorm => Module::Norm,
             Kernel::Rope | Kernel::QkRopeStore => Module::Rope,
             Kernel::KvStore | Kernel::Attention => Module::Attention,
-            Kernel::AttentionSplit(..) | Kernel::AttentionCombine => Module::AttentionSplit,
+            Kernel::AttentionSplit(..) | Kernel::AttentionSplitTc(_) | Kernel::AttentionCombine => {
+                Module::AttentionSplit
+            }
             Kernel::AttentionTc => Module::AttentionTc,
             Kernel::Swiglu
             | Kernel::Geglu
@@ -192,8 +199,10 @@ impl Kernel {
         match self {
             Kernel::MatVec(_) | Kernel::Gemm(_) => Some(0),
             Kernel::MatVecWarp(_) => Some(1),
-            Kernel::AttentionSplit(_, group) => Some(u8::from(group > 4)),
-            Kernel::AttentionCombine | Kernel::SampleSelect => Some(0),
+            Kernel::AttentionSplit(_, group) => Some(1 + u8::from(group > 4)),
+            Kernel::AttentionSplitTc(_) | Kernel::AttentionCombine | Kernel::SampleSelect => {
+                Some(0)
+            }
             Kernel::SampleArgmax | Kernel::SampleLogprobs => Some(1),
             _ => None,
         }
@@ -223,6 +232,7 @@ impl Kernel {
                 | Kernel::MatVec1(_)
                 | Kernel::AttentionTc
                 | Kernel::AttentionSplit(..)
+                | Kernel::AttentionSplitTc(_)
         )
     }
 
@@ -273,6 +283,9 @@ impl Kernel {
             Kernel::AttentionTc => "attention_tc".into(),
             Kernel::AttentionSplit(pairs, group) => {
                 format!("attention_split_{}_g{group}", 64 * pairs as usize)
+            }
+            Kernel::AttentionSplitTc(pairs) => {
+                format!("attention_split_tc_{}", 64 * pairs as usize)
             }
             Kernel::AttentionCombine => "attention_combine".into(),
             Kernel::Swiglu => "swiglu".into(),
@@ -489,7 +502,10 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
         (Kernel::GemmTcSplit(_), Work::SplitMatrix { rows, n, splits }) => {
             gemm_tc_config(rows, n, splits)
         }
-        (Kernel::AttentionSplit(..), Work::Chunks { n_head_kv, nsplit }) => {
+        (
+            Kernel::AttentionSplit(..) | Kernel::AttentionSplitTc(_),
+            Work::Chunks { n_head_kv, nsplit },
+        ) => {
             if nsplit > 65535 {
                 return Err(BackendError::InferenceFailed(format!(
                     "{nsplit} context chunks exceed one launch"

@@ -209,17 +209,23 @@ impl Module {
     /// compile, since a first start waits for its slowest unit.
     pub fn parts(self) -> u8 {
         match self {
-            Module::Matmul | Module::AttentionSplit | Module::Sample => 2,
+            Module::Matmul | Module::Sample => 2,
+            Module::AttentionSplit => 3,
             _ => 1,
         }
     }
 
     /// Whether a model of `set` uses part `part` of the module: all of them,
-    /// but `attention_split.cu`'s part 1 (groups of 5 to 8 query heads)
-    /// only for such groups. On the H100 that part was a first start's
-    /// slowest unit for SmolLM2 (groups of 3), 1.4-1.5 s.
+    /// but `attention_split.cu`'s scalar kernels (part 1: groups of up to 4
+    /// query heads, part 2: 5 to 8) only for heads of other sizes than the
+    /// tensor-core kernel's (part 0, with the combine), and part 2 only for
+    /// such groups. On the H100, compiling the scalar kernel beside the
+    /// tensor-core one made its unit a first start's slowest (1.7-1.9 s).
     pub fn part_needed(self, part: u8, set: &KernelSet<'_>) -> bool {
-        self != Module::AttentionSplit || part == 0 || set.group > 4
+        if self != Module::AttentionSplit || part == 0 {
+            return true;
+        }
+        !split_on_tensor_cores(set.head_dim) && (part == 1 || set.group > 4)
     }
 }
 
@@ -232,6 +238,12 @@ pub struct KernelSet<'a> {
     pub formats: &'a [GgmlType],
     pub head_dim: usize,
     pub group: usize,
+}
+
+/// Whether decode attention over a split context runs on tensor cores
+/// (`attention_split_tc_*`) for heads of `head_dim` dims.
+pub fn split_on_tensor_cores(head_dim: usize) -> bool {
+    head_dim == 64 || head_dim == 128
 }
 
 /// The head-size class of `attention_split`'s instances (and

@@ -511,13 +511,15 @@ fn validate_head_split(
 }
 
 /// The `attention_split_*` instance for heads of `head_dim` and `group`
-/// query heads per KV head: dim pairs per lane, 1, 2 or 4, and most heads,
-/// 4 or 8 (larger heads and groups are refused by `validate`).
+/// query heads per KV head: the tensor-core kernel for heads of 64 or 128
+/// dims; else dim pairs per lane, 1, 2 or 4, and most heads, 4 or 8 (larger
+/// heads and groups are refused by `validate`).
 fn split_kernel(head_dim: usize, group: usize) -> Kernel {
-    Kernel::AttentionSplit(
-        crate::backend::cuda::source::head_pairs(head_dim),
-        if group <= 4 { 4 } else { 8 },
-    )
+    let pairs = crate::backend::cuda::source::head_pairs(head_dim);
+    if crate::backend::cuda::source::split_on_tensor_cores(head_dim) {
+        return Kernel::AttentionSplitTc(pairs);
+    }
+    Kernel::AttentionSplit(pairs, if group <= 4 { 4 } else { 8 })
 }
 
 /// `attention_split`: one query row (decode) over a long context split into

@@ -81,14 +81,13 @@ fn per_format_units_hold_only_their_format() {
     };
     let units = Unit::for_model(set(&[GgmlType::Q4K, GgmlType::Q4K]));
     // Q4_K once (no F32: no matrix is stored in it); the other modules whole
-    // (in their parts).
-    assert_eq!(
-        units.len(),
-        Module::ALL
-            .iter()
-            .map(|m| m.parts() as usize)
-            .sum::<usize>()
-    );
+    // (in the parts heads of 64 need).
+    let needed = |m: &Module| {
+        (0..m.parts())
+            .filter(|&p| m.part_needed(p, &set(&[]).unwrap()))
+            .count()
+    };
+    assert_eq!(units.len(), Module::ALL.iter().map(needed).sum::<usize>());
     assert!(units.iter().all(|u| u.format != Some(GgmlType::F32)));
     let opts = crate::backend::cuda::nvrtc::options((9, 0));
     let key = |u: Unit| crate::backend::cuda::nvrtc::cache_key(u, &opts, (13, 0));
@@ -167,18 +166,17 @@ fn head_size_units_hold_only_their_head_size() {
     assert_eq!(modules.len(), 2);
     let mut keys: Vec<String> = modules.iter().map(|&m| key(Unit::whole(m))).collect();
     for (head_dim, pairs) in [(64, 1u8), (96, 2), (128, 2), (256, 4)] {
-        let units: Vec<Unit> = Unit::for_model(Some(KernelSet {
+        let set = KernelSet {
             formats: &[GgmlType::Q8_0],
             head_dim,
             group: 8,
-        }))
-        .into_iter()
-        .filter(|u| u.module.per_head_size())
-        .collect();
-        assert_eq!(
-            units.len(),
-            modules.iter().map(|m| m.parts() as usize).sum::<usize>()
-        );
+        };
+        let units: Vec<Unit> = Unit::for_model(Some(set))
+            .into_iter()
+            .filter(|u| u.module.per_head_size())
+            .collect();
+        let needed = |m: &Module| (0..m.parts()).filter(|&p| m.part_needed(p, &set)).count();
+        assert_eq!(units.len(), modules.iter().map(needed).sum::<usize>());
         for u in units {
             assert_eq!(u.head_pairs, Some(pairs), "head size {head_dim}");
             if head_dim == 96 {
@@ -192,7 +190,7 @@ fn head_size_units_hold_only_their_head_size() {
                 });
                 let want = k.part() == u.part
                     && match k {
-                        Kernel::AttentionSplit(p, _) => p == pairs,
+                        Kernel::AttentionSplit(p, _) | Kernel::AttentionSplitTc(p) => p == pairs,
                         _ => true,
                     };
                 assert_eq!(has, want, "{}: symbol {sym}", u.label());
@@ -206,21 +204,25 @@ fn head_size_units_hold_only_their_head_size() {
     assert_eq!(distinct.len(), keys.len(), "one cache key per unit");
 }
 
-/// A model whose KV heads serve up to 4 query heads each compiles
-/// `attention_split.cu`'s first part only (its instances and the combine);
-/// groups of 5 to 8 compile both.
+/// `attention_split.cu`'s parts: the tensor-core kernel and the combine
+/// (part 0) for every model; the scalar kernel for groups of up to 4 (part 1)
+/// and of 5 to 8 (part 2) only for heads of other sizes than 64 and 128,
+/// part 2 only for such groups.
 #[test]
 fn attention_split_compiles_the_models_group_only() {
-    for (group, parts) in [
-        (1, vec![0]),
-        (3, vec![0]),
-        (4, vec![0]),
-        (5, vec![0, 1]),
-        (8, vec![0, 1]),
+    for (head_dim, group, parts) in [
+        (64, 3, vec![0]),
+        (64, 7, vec![0]),
+        (128, 4, vec![0]),
+        (128, 8, vec![0]),
+        (80, 1, vec![0, 1]),
+        (80, 4, vec![0, 1]),
+        (96, 5, vec![0, 1, 2]),
+        (256, 8, vec![0, 1, 2]),
     ] {
         let set = KernelSet {
             formats: &[GgmlType::Q4K],
-            head_dim: 64,
+            head_dim,
             group,
         };
         let got: Vec<u8> = Unit::for_model(Some(set))
@@ -228,10 +230,11 @@ fn attention_split_compiles_the_models_group_only() {
             .filter(|u| u.module == Module::AttentionSplit)
             .filter_map(|u| u.part)
             .collect();
-        assert_eq!(got, parts, "group {group}");
+        assert_eq!(got, parts, "heads of {head_dim}, group {group}");
     }
-    let k = Kernel::AttentionSplit(1, 4);
-    assert_eq!(k.part(), Some(0), "groups of up to 4 live in part 0");
+    assert_eq!(Kernel::AttentionSplitTc(1).part(), Some(0));
+    assert_eq!(Kernel::AttentionSplit(1, 4).part(), Some(1));
+    assert_eq!(Kernel::AttentionSplit(4, 8).part(), Some(2));
 }
 
 /// A kernel names its part exactly where its module is cut into parts, and
@@ -302,11 +305,14 @@ fn every_kernel_symbol_is_defined_in_its_module() {
             Kernel::DequantF16(_) => src.contains("dequant_f16_##name"),
             Kernel::AttentionSplit(pairs, group) => {
                 src.contains(" NAME(")
-                    && (src.contains(&format!("ATTENTION_SPLIT({sym}, {pairs}, {group})"))
-                        || src.contains(&format!(
-                            "ATTENTION_SPLIT_TC({sym}, {}, {group})",
-                            64 * pairs as usize
-                        )))
+                    && src.contains(&format!("ATTENTION_SPLIT({sym}, {pairs}, {group})"))
+            }
+            Kernel::AttentionSplitTc(pairs) => {
+                src.contains(" NAME(")
+                    && src.contains(&format!(
+                        "ATTENTION_SPLIT_TC({sym}, {})",
+                        64 * pairs as usize
+                    ))
             }
             _ => src.contains(&format!(" {sym}(")) || src.contains(&format!("\n    {sym}(")),
         };
@@ -363,7 +369,7 @@ fn c_signature(k: Kernel) -> Vec<String> {
         Kernel::GemmTc(_) => vec!["gemm_tc_##name(".to_string()],
         Kernel::GemmTcSplit(_) => vec!["gemm_tck_##name(".to_string()],
         Kernel::DequantF16(_) => vec!["dequant_f16_##name(".to_string()],
-        Kernel::AttentionSplit(..) => vec![" NAME(".to_string()],
+        Kernel::AttentionSplit(..) | Kernel::AttentionSplitTc(_) => vec![" NAME(".to_string()],
         _ => vec![format!("void {sym}("), format!(")\n    {sym}(")],
     };
     let start = heads
@@ -430,6 +436,8 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         (Kernel::AttentionSplit(1, 8), sig::<AttentionSplitArgs>()),
         (Kernel::AttentionSplit(2, 4), sig::<AttentionSplitArgs>()),
         (Kernel::AttentionSplit(2, 8), sig::<AttentionSplitArgs>()),
+        (Kernel::AttentionSplitTc(1), sig::<AttentionSplitArgs>()),
+        (Kernel::AttentionSplitTc(2), sig::<AttentionSplitArgs>()),
         (Kernel::AttentionSplit(4, 4), sig::<AttentionSplitArgs>()),
         (Kernel::AttentionSplit(4, 8), sig::<AttentionSplitArgs>()),
         (Kernel::AttentionCombine, sig::<AttentionCombineArgs>()),

@@ -132,10 +132,9 @@ fn every_kernel_is_laid_out_as_before() {
         n_head_kv: 8,
         nsplit: 33,
     };
-    assert_eq!(
-        shape(Kernel::AttentionSplit(2, 4), chunks),
-        ((8, 33, 1), (128, 1, 1))
-    );
+    for k in [Kernel::AttentionSplit(2, 4), Kernel::AttentionSplitTc(2)] {
+        assert_eq!(shape(k, chunks), ((8, 33, 1), (128, 1, 1)));
+    }
     assert_eq!(
         shape(Kernel::AttentionCombine, rows(32, 128)),
         ((32, 1, 1), (512, 1, 1))

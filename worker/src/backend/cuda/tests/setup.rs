@@ -22,6 +22,16 @@ fn device_init_reads_facts_and_applies_vram_only_settings() {
         "heap limit as low as allowed: {}",
         limits.malloc_heap_bytes
     );
+    // The per-thread stack is what the kernels need (none of them 1 KiB,
+    // the default, which would hold 264 MiB of local memory on an H100).
+    let stack = d
+        .ctx
+        .get_limit(cudarc::driver::sys::CUlimit::CU_LIMIT_STACK_SIZE)
+        .unwrap();
+    assert!(
+        stack < 1024,
+        "stack limit lowered to the kernels' need: {stack}"
+    );
     // The probe: a fresh allocation is plain device memory.
     let b = d.alloc(device::Purpose::Scratch, 1000).unwrap();
     assert_eq!(device::memory_type(b.ptr()).unwrap(), MemoryKind::Device);
