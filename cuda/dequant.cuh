@@ -117,9 +117,11 @@ __device__ __forceinline__ void ld8(const u8* p, u32& lo, u32& hi) {
 }
 
 // N little-endian words from p, which is A-byte aligned (A = 2, 4 or 16):
-// aligned loads, funnel-shifted when p is only 2-byte aligned. No byte past
-// p + 4N is read (the last half word is read as such), so a block at the
-// very end of an allocation is safe (compute-sanitizer, M0-W-1431).
+// aligned loads, funnel-shifted when p is only 2-byte aligned. Four words
+// from a 2-byte aligned p come from whole 16-byte chunks and may read up to
+// 16 bytes past p + 16 (weights only: their blocks have that tail); else no
+// byte past p + 4N is read (the last half word is read as such), so a block
+// at the very end of an allocation is safe (compute-sanitizer, M0-W-1431).
 template <int N, int A>
 __device__ __forceinline__ void ld_words(const u8* p, u32* w) {
     if (A >= 16 && N == 4) {
@@ -128,6 +130,22 @@ __device__ __forceinline__ void ld_words(const u8* p, u32* w) {
     } else if (A >= 4) {
 #pragma unroll
         for (int i = 0; i < N; i++) w[i] = ((const u32*)p)[i];
+    } else if (N == 4) {
+        // The two 16-byte aligned chunks that hold the 16 bytes (two loads
+        // where five were), shifted by whole words (two selects) and half
+        // words. Reads up to 16 bytes past p + 16: more of the block or the
+        // tensor, or its block's tail (WEIGHT_TAIL_BYTES, ops.rs).
+        const uint4* a = (const uint4*)((u64)p & ~(u64)15);
+        const int off = (int)((u64)p & 15), sh = (off & 2) * 8;
+        const uint4 c0 = a[0], c1 = a[1];
+        const u32 x[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+        u32 v[6], u[5];
+#pragma unroll
+        for (int j = 0; j < 6; j++) v[j] = (off & 8) ? x[j + 2] : x[j];
+#pragma unroll
+        for (int j = 0; j < 5; j++) u[j] = (off & 4) ? v[j + 1] : v[j];
+#pragma unroll
+        for (int i = 0; i < 4; i++) w[i] = __funnelshift_r(u[i], u[i + 1], sh);
     } else {
         const u32* q = (const u32*)((u64)p & ~(u64)3);
         const u32 sh = ((u32)(u64)p & 3) * 8;  // 0 or 16

@@ -152,6 +152,15 @@ fn device_bytes(info: &crate::gguf::TensorInfo) -> u64 {
     }
 }
 
+/// The device block a tensor is given: its bytes, and a matrix's tail
+/// (`ops::WEIGHT_TAIL_BYTES`).
+fn device_block_bytes(info: &crate::gguf::TensorInfo) -> u64 {
+    match info.dims.len() {
+        0 | 1 => device_bytes(info),
+        _ => ops::weight_block_bytes(info.n_bytes as usize),
+    }
+}
+
 impl CudaBackend {
     /// Sets up GPU `opts.gpu_device`, checks that the model fits, and uploads
     /// every weight in its stored format. `on_bytes` is told each chunk copied.
@@ -189,7 +198,7 @@ impl CudaBackend {
             let info = file.tensor(name).ok_or_else(|| {
                 BackendError::ModelLoadFailed(format!("tensor {name} is missing"))
             })?;
-            weight_bytes += align_up(device_bytes(info));
+            weight_bytes += align_up(device_block_bytes(info));
         }
         let kv_limit_bytes = opts.kv_cache_size_mb.map(|mb| mb << 20);
         let per_pos = CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, 1);
@@ -248,7 +257,7 @@ impl CudaBackend {
                         info.name
                     )));
                 }
-                let mem = dev.alloc(Purpose::Weights, data.len() as u64)?;
+                let mem = dev.alloc(Purpose::Weights, ops::weight_block_bytes(data.len()))?;
                 uploader.upload(data, mem.ptr(), on_bytes)?;
                 CudaWeight {
                     mem,

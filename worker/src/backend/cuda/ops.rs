@@ -61,6 +61,17 @@ pub(crate) struct GraphCapture {
     pub split_part: Option<(CUdeviceptr, usize, usize)>,
 }
 
+/// Bytes every weight matrix's device block holds past its data: the
+/// decode mat-vec reads Q8_0's 2-byte aligned blocks as whole 16-byte
+/// aligned chunks (`ld32_a16` in matvec.cu), up to 14 bytes past the last
+/// block of a tensor.
+pub const WEIGHT_TAIL_BYTES: usize = 16;
+
+/// The device block size asked for a weight matrix of `len` bytes.
+pub fn weight_block_bytes(len: usize) -> u64 {
+    (len + WEIGHT_TAIL_BYTES) as u64
+}
+
 /// `freq_base^(-2i / n_rot) / factors[i]` for one (base, n_rot, factors),
 /// on the device as f64.
 struct RopeTable {
@@ -686,7 +697,9 @@ impl CudaOps {
             )));
         }
         self.dev.bind()?;
-        let mem = self.dev.alloc(Purpose::Weights, bytes.len() as u64)?;
+        let mem = self
+            .dev
+            .alloc(Purpose::Weights, weight_block_bytes(bytes.len()))?;
         // SAFETY: the block holds `bytes.len()` bytes.
         unsafe { drv::memcpy_htod_async(mem.ptr(), bytes, self.dev.cu_stream()) }
             .map_err(|e| driver_error("copying a weight", e))?;
