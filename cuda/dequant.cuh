@@ -116,6 +116,35 @@ __device__ __forceinline__ void ld8(const u8* p, u32& lo, u32& hi) {
     }
 }
 
+// N little-endian words from a 2-byte aligned p, from the 16-byte aligned
+// chunks that hold them (2 loads for N = 4, 3 for N = 8; a warp's narrow
+// loads of consecutive 2-byte aligned blocks cost the load units several
+// times the bytes), shifted into place by whole words (two selects) and
+// half words (a funnel shift). Reads up to 16 bytes past p + 4N: weights
+// only, whose device blocks have that tail (WEIGHT_TAIL_BYTES, ops.rs).
+template <int N>
+__device__ __forceinline__ void ld_a16(const u8* p, u32* w) {
+    constexpr int C = (4 * N + 14) / 16 + 1;
+    const uint4* a = (const uint4*)((u64)p & ~(u64)15);
+    const int off = (int)((u64)p & 15), sh = (off & 2) * 8;
+    u32 x[4 * C];
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+        const uint4 v = a[c];
+        x[4 * c] = v.x;
+        x[4 * c + 1] = v.y;
+        x[4 * c + 2] = v.z;
+        x[4 * c + 3] = v.w;
+    }
+    u32 v[N + 2], u[N + 1];
+#pragma unroll
+    for (int j = 0; j < N + 2; j++) v[j] = (off & 8) ? x[j + 2] : x[j];
+#pragma unroll
+    for (int j = 0; j < N + 1; j++) u[j] = (off & 4) ? v[j + 1] : v[j];
+#pragma unroll
+    for (int i = 0; i < N; i++) w[i] = __funnelshift_r(u[i], u[i + 1], sh);
+}
+
 // N little-endian words from p, which is A-byte aligned (A = 2, 4 or 16):
 // aligned loads, funnel-shifted when p is only 2-byte aligned. Four words
 // from a 2-byte aligned p come from whole 16-byte chunks and may read up to
@@ -131,21 +160,7 @@ __device__ __forceinline__ void ld_words(const u8* p, u32* w) {
 #pragma unroll
         for (int i = 0; i < N; i++) w[i] = ((const u32*)p)[i];
     } else if (N == 4) {
-        // The two 16-byte aligned chunks that hold the 16 bytes (two loads
-        // where five were), shifted by whole words (two selects) and half
-        // words. Reads up to 16 bytes past p + 16: more of the block or the
-        // tensor, or its block's tail (WEIGHT_TAIL_BYTES, ops.rs).
-        const uint4* a = (const uint4*)((u64)p & ~(u64)15);
-        const int off = (int)((u64)p & 15), sh = (off & 2) * 8;
-        const uint4 c0 = a[0], c1 = a[1];
-        const u32 x[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-        u32 v[6], u[5];
-#pragma unroll
-        for (int j = 0; j < 6; j++) v[j] = (off & 8) ? x[j + 2] : x[j];
-#pragma unroll
-        for (int j = 0; j < 5; j++) u[j] = (off & 4) ? v[j + 1] : v[j];
-#pragma unroll
-        for (int i = 0; i < 4; i++) w[i] = __funnelshift_r(u[i], u[i + 1], sh);
+        ld_a16<4>(p, w);  // two loads where five were
     } else {
         const u32* q = (const u32*)((u64)p & ~(u64)3);
         const u32 sh = ((u32)(u64)p & 3) * 8;  // 0 or 16

@@ -351,34 +351,6 @@ __device__ __forceinline__ void ld32_a2(const u8* p, u32* o) {
     for (int i = 0; i < 8; i++) o[i] = __funnelshift_r(w[i], w[i + 1], sh);
 }
 
-// The same from the three 16-byte aligned chunks that hold the 32 bytes,
-// shifted into place by whole words (two selects) and half words (a funnel
-// shift): three loads. Reads up to 14 bytes past p + 32: more of the
-// tensor, or the tail every weight block has (WEIGHT_TAIL_BYTES, ops.rs).
-// On the H100 (tg128, synthetic files) Q8_0's units through it: 8B 248 ->
-// 254 tok/s, 0.5B 1,117 -> 1,162 (from seventeen u16 loads); Q6_K's ql and
-// qh through it lost 9% against ld32_a2 (90 registers, was 72).
-__device__ __forceinline__ void ld32_a16(const u8* p, u32* o) {
-    const uint4* a = (const uint4*)((size_t)p & ~(size_t)15);
-    const int off = (int)((size_t)p & 15), sh = (off & 2) * 8;
-    u32 w[12];
-#pragma unroll
-    for (int c = 0; c < 3; c++) {
-        const uint4 v = a[c];
-        w[4 * c] = v.x;
-        w[4 * c + 1] = v.y;
-        w[4 * c + 2] = v.z;
-        w[4 * c + 3] = v.w;
-    }
-    u32 v[10], u[9];
-#pragma unroll
-    for (int j = 0; j < 10; j++) v[j] = (off & 8) ? w[j + 2] : w[j];
-#pragma unroll
-    for (int j = 0; j < 9; j++) u[j] = (off & 4) ? v[j + 1] : v[j];
-#pragma unroll
-    for (int i = 0; i < 8; i++) o[i] = __funnelshift_r(u[i], u[i + 1], sh);
-}
-
 // A unit is 32 weights of one row, meeting x at columns col0(u) (16 values)
 // and col1(u) (16 more). Q4_0, Q4_1, Q5_0, Q8_0 and Q6_K: unit u is columns 32u.. (one
 // block, or an eighth of a Q6_K block). Q4_K: 16 bytes of qs, 16 values of
@@ -510,7 +482,11 @@ struct Mv8Unit<T_Q8_0> {
     __device__ __forceinline__ void load(const u8* __restrict__ row, int u) {
         const u8* b = row + (i64)u * 34;
         dh = *(const u16*)b;
-        ld32_a16(b + 2, qs);
+        // From whole 16-byte chunks (dequant.cuh): on the H100, tg128 of
+        // synthetic files 8B 248 -> 254 tok/s, 0.5B 1,117 -> 1,162 against
+        // seventeen u16 loads. (The same for Q6_K's ql and qh lost 9%: 90
+        // registers, was 72; it keeps ld32_a2.)
+        ld_a16<8>(b + 2, qs);
     }
     __device__ __forceinline__ float dot(int, const X8Unit& x) const {
         const float d = f16_to_f32((u16)dh);

@@ -63,7 +63,7 @@ pub(crate) struct GraphCapture {
 
 /// Bytes every weight matrix's device block holds past its data: the
 /// decode mat-vec reads Q8_0's 2-byte aligned blocks as whole 16-byte
-/// aligned chunks (`ld32_a16` in matvec.cu), up to 14 bytes past the last
+/// aligned chunks (`ld_a16` in dequant.cuh), up to 16 bytes past the last
 /// block of a tensor.
 pub const WEIGHT_TAIL_BYTES: usize = 16;
 
