@@ -61,10 +61,10 @@ pub(crate) struct GraphCapture {
     pub split_part: Option<(CUdeviceptr, usize, usize)>,
 }
 
-/// Bytes every weight matrix's device block holds past its data: the
-/// decode mat-vec reads Q8_0's 2-byte aligned blocks as whole 16-byte
-/// aligned chunks (`ld_a16` in dequant.cuh), up to 16 bytes past the last
-/// block of a tensor.
+/// Bytes every weight matrix's device block holds past its data: the Q8_0
+/// decode mat-vec and `gemm_tck_*` read 2-byte aligned blocks as whole
+/// 16-byte aligned chunks (`ld_a16` in dequant.cuh), up to 16 bytes past the
+/// last block of a tensor.
 pub const WEIGHT_TAIL_BYTES: usize = 16;
 
 /// The device block size asked for a weight matrix of `len` bytes.

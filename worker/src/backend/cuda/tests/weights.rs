@@ -277,15 +277,10 @@ fn m0_w_1201_cuda_weights_stay_in_stored_format_byte_for_byte() {
         for b in gpu.weight_buffers() {
             let info = m.file.tensor(&b.name).unwrap();
             let want = expected_device_bytes(&m.file, info);
-            // Matrices with the mat-vec's tail, vectors (f32) without.
-            let tail = if info.dims.len() >= 2 {
-                crate::backend::cuda::ops::WEIGHT_TAIL_BYTES
-            } else {
-                0
-            };
+            // Matrices with their tail, vectors (f32) without.
             assert_eq!(
                 b.bytes,
-                align_up((want.len() + tail) as u64),
+                align_up(device_block_bytes(info)),
                 "{} {}: block size",
                 m.name,
                 b.name
