@@ -68,12 +68,28 @@ __device__ __forceinline__ float warp_max(float v) {
 // the kernel after it be scheduled now, then waits until the kernel ahead
 // has completed and its writes are visible, before it touches memory (a
 // test checks that each kernel's body opens with it).
-__device__ __forceinline__ void pdl_start() {
+__device__ __forceinline__ void pdl_launch_next() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+
+__device__ __forceinline__ void pdl_start() {
+    pdl_launch_next();
+    pdl_wait();
+}
+
+// Some mat-vecs open with `pdl_launch_next` alone and call `pdl_wait` after
+// issuing their first weight loads (matvec.cu, mv8_early): weights never
+// change during a step, so the blocks that become resident while the small
+// kernel ahead runs (a norm, RoPE, attention), or while the mat-vec before
+// that drains its last blocks, spend that time reading weights.
 
 // One value of x split for the integer mat-vec (`mv8_*`, matvec.cu), as
 // `quantize_x8` (elementwise.cu) describes: the 32 lanes of the calling warp

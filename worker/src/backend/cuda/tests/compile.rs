@@ -327,29 +327,63 @@ fn every_kernel_symbol_is_defined_in_its_module() {
 /// Every kernel may be scheduled before the kernel ahead of it on the
 /// stream has ended (programmatic dependent launch), so every kernel's body
 /// must open with `pdl_start();`, which waits for it before memory is
-/// touched: a kernel without it would race with the one ahead.
+/// touched: a kernel without it would race with the one ahead. The
+/// mat-vecs open with `pdl_launch_next();` and wait inside the device
+/// function they call, after their first weight loads: each such function
+/// must call `pdl_wait();` before it reads x.
 #[test]
 fn every_kernel_opens_with_pdl_start() {
+    const WAIT_AFTER_WEIGHTS: [&str; 3] = ["mv8_one<", "mv8_many<", "mv8_rows<"];
     let mut kernels = 0;
     for m in Module::ALL {
         let src = m.source();
         for (at, _) in src.match_indices("extern \"C\" __global__") {
             let body = at + src[at..].find('{').expect("a kernel body");
-            let first = src[body + 1..]
-                .trim_start_matches(|c: char| c.is_whitespace() || c == '\\')
-                .lines()
-                .next()
-                .unwrap_or("");
+            let rest = src[body + 1..].trim_start_matches(|c: char| c.is_whitespace() || c == '\\');
+            let first = rest.lines().next().unwrap_or("");
             let name = src[at..body].split('(').next().unwrap_or("").trim();
-            assert!(
-                first.starts_with("pdl_start();"),
-                "{}: the kernel at `{name}` opens with `{first}`, not pdl_start()",
-                m.file_name()
-            );
+            if first.starts_with("pdl_launch_next();") {
+                let end = rest.find("extern \"C\"").unwrap_or(rest.len());
+                let callee = WAIT_AFTER_WEIGHTS.iter().find(|f| rest[..end].contains(*f));
+                assert!(
+                    callee.is_some(),
+                    "{}: `{name}` opens with pdl_launch_next() but calls no function that waits",
+                    m.file_name()
+                );
+            } else {
+                assert!(
+                    first.starts_with("pdl_start();"),
+                    "{}: the kernel at `{name}` opens with `{first}`, not pdl_start()",
+                    m.file_name()
+                );
+            }
             kernels += 1;
         }
     }
     assert!(kernels >= 30, "only {kernels} kernel definitions found");
+    // Each function a kernel leaves the wait to waits before it reads x
+    // (`mv8_many` reads x only through `mv8_one`).
+    let src = Module::Matvec.source();
+    for (f, reads_x) in [
+        ("mv8_one", "x8_unit("),
+        ("mv8_rows", "x8_unit("),
+        ("mv8_many", "mv8_one<"),
+    ] {
+        let def = format!("void {f}(");
+        let at = src
+            .find(&def)
+            .unwrap_or_else(|| panic!("{def} not in matvec.cu"));
+        let body = &src[at..at + src[at..].find("\n}\n").expect("the function's end")];
+        let x = body
+            .find(reads_x)
+            .unwrap_or_else(|| panic!("{def} does not call {reads_x}"));
+        if f != "mv8_many" {
+            let wait = body
+                .find("pdl_wait();")
+                .unwrap_or_else(|| panic!("{def} never calls pdl_wait()"));
+            assert!(wait < x, "{def}: pdl_wait() after x is read");
+        }
+    }
 }
 
 /// The parameter list of `k`'s definition in its module source, each
