@@ -11,10 +11,10 @@ use cudarc::driver::sys::CUdeviceptr;
 use half::f16;
 
 use crate::backend::cuda::launch::{
-    has_mv8, mv8_rows_per_block, refusal, Kernel, KernelCall, Plan, Work,
+    has_mmq, has_mv8, mv8_rows_per_block, refusal, Kernel, KernelCall, Plan, Work,
 };
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
-use crate::backend::cuda::source::MV8_MAX_TOKENS;
+use crate::backend::cuda::source::{MMQ_MAX_TOKENS, MV8_MAX_TOKENS};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
@@ -754,13 +754,48 @@ impl KernelCall for MatVec8NCall {
         mv8_validate(Kernel::MatVec8N(self.args.w.ty), &self.args, MV8_MAX_TOKENS)
     }
     fn params(&self) -> Self::Params {
-        let a = &self.args;
-        let (w, row_bytes, rows, cols) = a.w.params();
-        let (hi, lo, d, sums) = self.x8.reads();
-        let bias = DevPtr::or_null(a.bias);
-        (
-            w, row_bytes, rows, cols, a.n as i32, hi, lo, d, sums, bias, a.out,
-        )
+        x8_rows_params(&self.args, &self.x8)
+    }
+}
+
+/// The parameters of a kernel over several rows of x split into `x8`
+/// (`mv8n_*`, `mmq_*`): the weights, n, x's parts, the bias and out.
+fn x8_rows_params(a: &MatmulArgs, x8: &X8Bufs) -> <MatVec8NCall as KernelCall>::Params {
+    let (w, row_bytes, rows, cols) = a.w.params();
+    let (hi, lo, d, sums) = x8.reads();
+    let bias = DevPtr::or_null(a.bias);
+    (
+        w, row_bytes, rows, cols, a.n as i32, hi, lo, d, sums, bias, a.out,
+    )
+}
+
+/// A matmul of up to `MMQ_MAX_TOKENS` rows of x through `mmq_*` (the
+/// integer tensor cores), reading x as `quantize_x8` wrote it into `x8`.
+#[derive(Clone, Copy, Debug)]
+pub struct MmqCall {
+    pub args: MatmulArgs,
+    pub x8: X8Bufs,
+}
+
+impl KernelCall for MmqCall {
+    type Params = <MatVec8NCall as KernelCall>::Params;
+
+    fn plan(&self) -> Plan {
+        mv8_plan(Kernel::Mmq(self.args.w.ty), &self.args, &self.x8)
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        let kernel = Kernel::Mmq(self.args.w.ty);
+        mv8_validate(kernel, &self.args, MMQ_MAX_TOKENS)?;
+        if !has_mmq(self.args.w.ty) {
+            return Err(refusal(
+                kernel,
+                format!("{} weights", self.args.w.ty.name()),
+            ));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        x8_rows_params(&self.args, &self.x8)
     }
 }
 

@@ -21,14 +21,14 @@ use half::f16;
 
 use crate::backend::cuda::args::{
     AttentionCombineArgs, AttentionSplitArgs, GemmSplitsSumArgs, GemmTcSplitCall, MatVec8Call,
-    MatVec8ManyCall, MatVec8NCall, MatmulArgs, X8Bufs,
+    MatVec8ManyCall, MatVec8NCall, MatmulArgs, MmqCall, X8Bufs,
 };
 use crate::backend::cuda::launch::{integer_gemm, launch_config, Kernel, KernelCall, ParamList};
 use crate::backend::cuda::nvrtc::{compile_unit, KernelCache};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
     head_pairs, KernelSet, Unit, ATC_HEAD_DIMS, ATS_MAX_SPLITS, GEMM_BM, GEMM_BN, GTC_BR, GTC_BT,
-    MV8_MAX_TOKENS, MV_MAX_TOKENS,
+    MMQ_MAX_TOKENS, MV8_MAX_TOKENS, MV_MAX_TOKENS,
 };
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -59,6 +59,9 @@ pub enum Mv8Plan {
     One,
     /// Several rows: `mv8n_*` per group of `MV8_MAX_TOKENS`.
     Rows,
+    /// A short prompt's rows (more than `MV8_MAX_TOKENS`, up to
+    /// [`MMQ_MAX_ROWS`]) in one `mmq_*` launch, where the format has it.
+    Mma,
 }
 
 /// For float formats, `gemm_tc_*` (3xTF32) is used when its grid has at
@@ -76,6 +79,13 @@ pub const SPLIT_MIN_CONTEXT: usize = 1024;
 pub const BLAS_MIN_ROWS: usize = 64;
 /// Overrides [`BLAS_MIN_ROWS`] (a row count; `off`: never), for measuring.
 pub const BLAS_MIN_ROWS_ENV: &str = "WORKER_ORCD_BLAS_MIN_ROWS";
+
+/// The most rows of x that go to `mmq_*` (the kernel takes up to
+/// `MMQ_MAX_TOKENS`): beyond, `gemm_tck_*` is as fast or faster (H100, 8B
+/// Q8_0 shape: 20 rows 1,425 vs 1,442 tok/s, 24 rows 1,694 vs 1,726; 0.5B
+/// Q8_0 shape, 20 rows 7,340 vs 5,330).
+pub const MMQ_MAX_ROWS: usize = 20;
+const _: () = assert!(MMQ_MAX_ROWS <= MMQ_MAX_TOKENS && MMQ_MAX_ROWS > MV8_MAX_TOKENS);
 
 /// The fewest 32-column steps a `gemm_tck_*` column range holds (so that
 /// each block's loads have work to hide behind).
@@ -125,7 +135,7 @@ pub struct Kernels {
     attention_tc_min_rows: AtomicUsize,
     /// The fewest rows of x whose matmuls run on cuBLAS.
     blas_min_rows: AtomicUsize,
-    /// Whether short prompts' matmuls may run on `gemm_tck_*`.
+    /// Whether short prompts' matmuls may run on `gemm_tck_*` or `mmq_*`.
     gemm_split: AtomicBool,
     /// Whether one row of x goes through `mv8_*` where the format has one.
     mv8: AtomicBool,
@@ -377,9 +387,17 @@ impl Kernels {
         self.mv8.load(Ordering::Relaxed)
     }
 
-    /// Whether this matmul runs on `mv8_*` from a quantized x, and how: up
-    /// to [`MV8_LOOP_MAX_TOKENS`] rows of x in a format that has such a
-    /// kernel compiled.
+    /// Whether a short prompt's matmul in format `t` takes `mmq_*`: the
+    /// kernel compiled, and the short-prompt kernels on (`set_gemm_split`,
+    /// which switches `gemm_tck_*` and this alike).
+    fn mmq_ready(&self, t: GgmlType) -> bool {
+        self.gemm_split.load(Ordering::Relaxed) && self.funcs.contains_key(&Kernel::Mmq(t))
+    }
+
+    /// Whether this matmul runs on `mv8_*` from a quantized x, and how: one
+    /// row (`mv8_*`), a short prompt's rows in a format with `mmq_*`, or up
+    /// to [`MV8_LOOP_MAX_TOKENS`] rows of x (`mv8n_*`) in a format that has
+    /// such a kernel compiled.
     pub fn mv8_choice(&self, m: &MatmulArgs) -> Option<Mv8Plan> {
         let w = &m.w;
         if !self.mv8.load(Ordering::Relaxed)
@@ -390,6 +408,9 @@ impl Kernels {
         }
         match m.n {
             1 => Some(Mv8Plan::One),
+            n if n > MV8_MAX_TOKENS && n <= MMQ_MAX_ROWS && self.mmq_ready(w.ty) => {
+                Some(Mv8Plan::Mma)
+            }
             n if n <= MV8_LOOP_MAX_TOKENS => Some(Mv8Plan::Rows),
             _ => None,
         }
@@ -405,6 +426,7 @@ impl Kernels {
     ) -> Result<(), BackendError> {
         match plan {
             Mv8Plan::One => self.launch(s, &MatVec8Call { args: *m, x8 }),
+            Mv8Plan::Mma => self.launch(s, &MmqCall { args: *m, x8 }),
             Mv8Plan::Rows => {
                 for t0 in (0..m.n).step_by(MV8_MAX_TOKENS) {
                     let args = m.rows_of_x(t0, MV8_MAX_TOKENS.min(m.n - t0));
@@ -455,6 +477,7 @@ impl Kernels {
         let w = &m.w;
         if !self.gemm_split.load(Ordering::Relaxed)
             || m.n <= MV8_MAX_TOKENS
+            || self.mv8_choice(m) == Some(Mv8Plan::Mma)
             || !w.cols.is_multiple_of(32)
             || !self.funcs.contains_key(&Kernel::GemmTcSplit(w.ty))
         {
@@ -524,7 +547,8 @@ impl Kernels {
         self.blas_min_rows.store(rows, Ordering::Relaxed);
     }
 
-    /// Turns `gemm_tck_*` on or off (for tests and benchmarks).
+    /// Turns the short-prompt kernels, `gemm_tck_*` and `mmq_*`, on or off
+    /// (for tests and benchmarks).
     #[cfg(test)]
     pub fn set_gemm_split(&self, on: bool) {
         self.gemm_split.store(on, Ordering::Relaxed);

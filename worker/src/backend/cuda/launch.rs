@@ -11,9 +11,9 @@ use cudarc::driver::{LaunchArgs, LaunchConfig, PushKernelArg};
 use crate::backend::cuda::ptr::Param;
 use crate::backend::cuda::source::{
     Module, ATC_BQ, ATC_SMEM_BYTES, ATC_THREADS, ATSC_THREADS, ATS_THREADS, ATT_THREADS, GEMM_BM,
-    GEMM_BN, GEMM_THREADS, GTC_BR, GTC_BT, GTC_SMEM_BYTES, GTC_THREADS, MV1_ROWS, MV1_THREADS,
-    MV8N_ROWS, MV8_ROWS, MV8_THREADS, MV_THREADS, SAMPLE_ARGMAX_BLOCKS, SAMPLE_ARGMAX_THREADS,
-    SAMPLE_THREADS,
+    GEMM_BN, GEMM_THREADS, GTC_BR, GTC_BT, GTC_SMEM_BYTES, GTC_THREADS, MMQ_WARPS, MV1_ROWS,
+    MV1_THREADS, MV8N_ROWS, MV8_ROWS, MV8_THREADS, MV_THREADS, SAMPLE_ARGMAX_BLOCKS,
+    SAMPLE_ARGMAX_THREADS, SAMPLE_THREADS,
 };
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -41,6 +41,9 @@ pub enum Kernel {
     /// `mv8n_<type>`: the same for up to `MV8_MAX_TOKENS` rows of x,
     /// `MV8N_ROWS` weight rows a block.
     MatVec8N(GgmlType),
+    /// `mmq_<type>`: 9 to `MMQ_MAX_TOKENS` rows of x (short prompts) on the
+    /// integer tensor cores, from x split by `quantize_x8` (Q8_0).
+    Mmq(GgmlType),
     /// `quantize_x8`: rows of x as `mv8_*` reads them.
     QuantizeX8,
     /// `gemm_tc_<type>`: matrix product for many rows of x on tensor cores,
@@ -127,6 +130,9 @@ impl Kernel {
                     Kernel::MatVec8N(t),
                 ]);
             }
+            if has_mmq(t) {
+                v.push(Kernel::Mmq(t));
+            }
         }
         v.extend([
             Kernel::QuantizeX8,
@@ -170,7 +176,8 @@ impl Kernel {
             Kernel::MatVec1(_)
             | Kernel::MatVec8(_)
             | Kernel::MatVec8Many(_)
-            | Kernel::MatVec8N(_) => Module::Matvec,
+            | Kernel::MatVec8N(_)
+            | Kernel::Mmq(_) => Module::Matvec,
             Kernel::GemmTc(_) | Kernel::GemmTcSplit(_) | Kernel::DequantF16(_) => Module::GemmTc,
             Kernel::RmsNorm | Kernel::AddRmsNorm | Kernel::LayerNorm => Module::Norm,
             Kernel::Rope | Kernel::QkRopeStore => Module::Rope,
@@ -198,6 +205,11 @@ impl Kernel {
     pub fn part(self) -> Option<u8> {
         match self {
             Kernel::MatVec(_) | Kernel::Gemm(_) => Some(0),
+            Kernel::MatVec1(_)
+            | Kernel::MatVec8(_)
+            | Kernel::MatVec8Many(_)
+            | Kernel::MatVec8N(_) => Some(0),
+            Kernel::Mmq(_) => Some(1),
             Kernel::MatVecWarp(_) => Some(1),
             Kernel::AttentionSplit(_, group) => Some(1 + u8::from(group > 4)),
             Kernel::AttentionSplitTc(_) | Kernel::AttentionCombine | Kernel::SampleSelect => {
@@ -247,6 +259,7 @@ impl Kernel {
             | Kernel::MatVec8(t)
             | Kernel::MatVec8Many(t)
             | Kernel::MatVec8N(t)
+            | Kernel::Mmq(t)
             | Kernel::GemmTc(t)
             | Kernel::GemmTcSplit(t)
             | Kernel::DequantF16(t) => Some(t),
@@ -266,6 +279,7 @@ impl Kernel {
             Kernel::MatVec8(t) => format!("mv8_{}", ty(t)),
             Kernel::MatVec8Many(t) => format!("mv8m_{}", ty(t)),
             Kernel::MatVec8N(t) => format!("mv8n_{}", ty(t)),
+            Kernel::Mmq(t) => format!("mmq_{}", ty(t)),
             Kernel::QuantizeX8 => "quantize_x8".into(),
             Kernel::GemmTc(t) => format!("gemm_tc_{}", ty(t)),
             Kernel::GemmTcSplit(t) => format!("gemm_tck_{}", ty(t)),
@@ -320,6 +334,12 @@ pub fn has_mv8(t: GgmlType) -> bool {
             | GgmlType::Q8_0
             | GgmlType::Q6K
     )
+}
+
+/// Formats with an `mmq_*` kernel (short prompts on the integer tensor
+/// cores): those stored as int8 already.
+pub fn has_mmq(t: GgmlType) -> bool {
+    t == GgmlType::Q8_0
 }
 
 /// M0-W-1431: the checks every launch makes before it queues anything, so
@@ -497,6 +517,10 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
         }
         (Kernel::MatVec8N(_), Work::Matrix { rows, .. }) => {
             Ok(blocks(((rows as u32).div_ceil(MV8N_ROWS), 1), MV8_THREADS))
+        }
+        // 16 weight rows a block.
+        (Kernel::Mmq(_), Work::Matrix { rows, .. }) => {
+            Ok(blocks(((rows as u32).div_ceil(16), 1), MMQ_WARPS * 32))
         }
         (Kernel::GemmTc(_), Work::Matrix { rows, n }) => gemm_tc_config(rows, n, 1),
         (Kernel::GemmTcSplit(_), Work::SplitMatrix { rows, n, splits }) => {

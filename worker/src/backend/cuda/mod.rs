@@ -178,14 +178,21 @@ impl CudaBackend {
         }
         // Only the kernels of the model's matrix formats are compiled.
         let names = Weights::<CudaWeight>::tensor_names(&cfg, file);
-        let mut formats = Vec::new();
-        for info in names.iter().filter_map(|n| file.tensor(n)) {
+        let (mut formats, mut layer_formats) = (Vec::new(), Vec::new());
+        for (name, info) in names.iter().filter_map(|n| Some((n, file.tensor(n)?))) {
             if info.dims.len() > 1 && !formats.contains(&info.ggml_type) {
                 formats.push(info.ggml_type);
+            }
+            if info.dims.len() > 1
+                && name.starts_with("blk.")
+                && !layer_formats.contains(&info.ggml_type)
+            {
+                layer_formats.push(info.ggml_type);
             }
         }
         let set = KernelSet {
             formats: &formats,
+            layer_formats: &layer_formats,
             head_dim: cfg.head_dim,
             group: cfg.n_head / cfg.n_head_kv.max(1),
         };

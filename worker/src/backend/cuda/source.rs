@@ -16,6 +16,7 @@
 //! format a model uses, in parallel: a model in two formats compiles a sixth
 //! of their code, which is most of the first start on a new machine.
 
+use crate::backend::cuda::launch::has_mmq;
 use crate::quant::GgmlType;
 
 /// Defines each constant and lists it in [`SHARED_CONSTANTS`], so that no
@@ -69,6 +70,12 @@ shared_constants! {
     MV8N_ROWS: u32 = 4;
     /// Most rows of x one `mv8n_*` launch takes.
     MV8_MAX_TOKENS: usize = 8;
+    /// `mmq_q8_0` (matvec.cu): up to `MMQ_MAX_TOKENS` rows of x, 16 weight
+    /// rows a block of `MMQ_WARPS` warps, `MMQ_UNROLL` weight blocks a warp
+    /// in flight.
+    MMQ_WARPS: u32 = 8;
+    MMQ_MAX_TOKENS: usize = 64;
+    MMQ_UNROLL: u32 = 4;
     /// `gemm_tc_*` (gemm.cu): output tile of `GTC_BR` weight rows by
     /// `GTC_BT` rows of x over slices of `GTC_BK` columns, `GTC_THREADS`
     /// threads (8 warps of 32 x 32), shared-memory rows padded by `GTC_PAD`.
@@ -209,7 +216,7 @@ impl Module {
     /// compile, since a first start waits for its slowest unit.
     pub fn parts(self) -> u8 {
         match self {
-            Module::Matmul | Module::Sample => 2,
+            Module::Matmul | Module::Matvec | Module::Sample => 2,
             Module::AttentionSplit => 3,
             _ => 1,
         }
@@ -221,11 +228,21 @@ impl Module {
     /// tensor-core kernel's (part 0, with the combine), and part 2 only for
     /// such groups. On the H100, compiling the scalar kernel beside the
     /// tensor-core one made its unit a first start's slowest (1.7-1.9 s).
-    pub fn part_needed(self, part: u8, set: &KernelSet<'_>) -> bool {
-        if self != Module::AttentionSplit || part == 0 {
-            return true;
+    /// `matvec.cu`'s part 1 (`mmq_*`, short prompts) only for a format with
+    /// such a kernel that the layers' matrices are stored in (it doubled
+    /// the Q8_0 unit's compile time, and the reference model's Q8_0 matrix
+    /// is its embedding, never multiplied by a prompt).
+    pub fn part_needed(self, part: u8, format: Option<GgmlType>, set: &KernelSet<'_>) -> bool {
+        match (self, part) {
+            (_, 0) => true,
+            (Module::AttentionSplit, _) => {
+                !split_on_tensor_cores(set.head_dim) && (part == 1 || set.group > 4)
+            }
+            (Module::Matvec, _) => {
+                format.is_none_or(|f| has_mmq(f) && set.layer_formats.contains(&f))
+            }
+            _ => true,
         }
-        !split_on_tensor_cores(set.head_dim) && (part == 1 || set.group > 4)
     }
 }
 
@@ -236,6 +253,8 @@ impl Module {
 #[derive(Clone, Copy, Debug)]
 pub struct KernelSet<'a> {
     pub formats: &'a [GgmlType],
+    /// The formats of the layers' matrices (those a prompt's rows meet).
+    pub layer_formats: &'a [GgmlType],
     pub head_dim: usize,
     pub group: usize,
 }
@@ -311,7 +330,7 @@ impl Unit {
                     1 => units.push(u),
                     n => units.extend(
                         (0..n)
-                            .filter(|&p| module.part_needed(p, &set))
+                            .filter(|&p| module.part_needed(p, u.format, &set))
                             .map(|p| Unit { part: Some(p), ..u }),
                     ),
                 }

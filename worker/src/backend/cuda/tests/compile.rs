@@ -75,6 +75,7 @@ fn per_format_units_hold_only_their_format() {
     let set = |formats| {
         Some(KernelSet {
             formats,
+            layer_formats: formats,
             head_dim: 64,
             group: 8,
         })
@@ -82,9 +83,11 @@ fn per_format_units_hold_only_their_format() {
     let units = Unit::for_model(set(&[GgmlType::Q4K, GgmlType::Q4K]));
     // Q4_K once (no F32: no matrix is stored in it); the other modules whole
     // (in the parts heads of 64 need).
+    let q4k = [GgmlType::Q4K];
     let needed = |m: &Module| {
+        let format = m.per_format().then_some(GgmlType::Q4K);
         (0..m.parts())
-            .filter(|&p| m.part_needed(p, &set(&[]).unwrap()))
+            .filter(|&p| m.part_needed(p, format, &set(&q4k).unwrap()))
             .count()
     };
     assert_eq!(units.len(), Module::ALL.iter().map(needed).sum::<usize>());
@@ -95,7 +98,16 @@ fn per_format_units_hold_only_their_format() {
         .into_iter()
         .filter(|u| u.format.is_some())
         .collect();
-    assert_eq!(units.len(), GgmlType::ALL.len() * per_format_units);
+    // Every part of every per-format module, but matvec.cu's mmq part only
+    // for the formats with such a kernel.
+    let mmq_formats = GgmlType::ALL
+        .iter()
+        .filter(|&&t| crate::backend::cuda::launch::has_mmq(t))
+        .count();
+    assert_eq!(
+        units.len(),
+        GgmlType::ALL.len() * (per_format_units - 1) + mmq_formats
+    );
     let compiled: Vec<(Unit, Vec<u8>)> = std::thread::scope(|s| {
         let handles: Vec<_> = units
             .iter()
@@ -168,6 +180,7 @@ fn head_size_units_hold_only_their_head_size() {
     for (head_dim, pairs) in [(64, 1u8), (96, 2), (128, 2), (256, 4)] {
         let set = KernelSet {
             formats: &[GgmlType::Q8_0],
+            layer_formats: &[GgmlType::Q8_0],
             head_dim,
             group: 8,
         };
@@ -175,7 +188,11 @@ fn head_size_units_hold_only_their_head_size() {
             .into_iter()
             .filter(|u| u.module.per_head_size())
             .collect();
-        let needed = |m: &Module| (0..m.parts()).filter(|&p| m.part_needed(p, &set)).count();
+        let needed = |m: &Module| {
+            (0..m.parts())
+                .filter(|&p| m.part_needed(p, None, &set))
+                .count()
+        };
         assert_eq!(units.len(), modules.iter().map(needed).sum::<usize>());
         for u in units {
             assert_eq!(u.head_pairs, Some(pairs), "head size {head_dim}");
@@ -222,6 +239,7 @@ fn attention_split_compiles_the_models_group_only() {
     ] {
         let set = KernelSet {
             formats: &[GgmlType::Q4K],
+            layer_formats: &[GgmlType::Q4K],
             head_dim,
             group,
         };
@@ -235,6 +253,33 @@ fn attention_split_compiles_the_models_group_only() {
     assert_eq!(Kernel::AttentionSplitTc(1).part(), Some(0));
     assert_eq!(Kernel::AttentionSplit(1, 4).part(), Some(1));
     assert_eq!(Kernel::AttentionSplit(4, 8).part(), Some(2));
+}
+
+/// `mmq_*` (matvec.cu's part 1) compiles only where the layers' matrices
+/// are stored in its format: not for the reference model (Q4_1 layers, a
+/// Q8_0 embedding), which would wait on it at its first start.
+#[test]
+fn mmq_compiles_only_for_layers_in_its_format() {
+    let mmq_units = |layer_formats: &[GgmlType]| -> Vec<Option<GgmlType>> {
+        let set = KernelSet {
+            formats: &[GgmlType::Q4_1, GgmlType::Q8_0],
+            layer_formats,
+            head_dim: 64,
+            group: 3,
+        };
+        Unit::for_model(Some(set))
+            .into_iter()
+            .filter(|u| u.module == Module::Matvec && u.part == Some(1))
+            .map(|u| u.format)
+            .collect()
+    };
+    assert_eq!(mmq_units(&[GgmlType::Q4_1]), vec![]);
+    assert_eq!(
+        mmq_units(&[GgmlType::Q4_1, GgmlType::Q8_0]),
+        vec![Some(GgmlType::Q8_0)]
+    );
+    assert_eq!(Kernel::Mmq(GgmlType::Q8_0).part(), Some(1));
+    assert_eq!(Kernel::MatVec8(GgmlType::Q8_0).part(), Some(0));
 }
 
 /// A kernel names its part exactly where its module is cut into parts, and
@@ -300,6 +345,7 @@ fn every_kernel_symbol_is_defined_in_its_module() {
             }
             Kernel::MatVec8Many(_) => src.contains("mv8m_##name"),
             Kernel::MatVec8N(_) => src.contains("mv8n_##name"),
+            Kernel::Mmq(_) => src.contains(&format!(")\n    {sym}(")),
             Kernel::GemmTc(_) => src.contains("gemm_tc_##name"),
             Kernel::GemmTcSplit(_) => src.contains("gemm_tck_##name"),
             Kernel::DequantF16(_) => src.contains("dequant_f16_##name"),
@@ -333,7 +379,7 @@ fn every_kernel_symbol_is_defined_in_its_module() {
 /// must call `pdl_wait();` before it reads x.
 #[test]
 fn every_kernel_opens_with_pdl_start() {
-    const WAIT_AFTER_WEIGHTS: [&str; 3] = ["mv8_one<", "mv8_many<", "mv8_rows<"];
+    const WAIT_AFTER_WEIGHTS: [&str; 4] = ["mv8_one<", "mv8_many<", "mv8_rows<", "mmq_rows("];
     let mut kernels = 0;
     for m in Module::ALL {
         let src = m.source();
@@ -368,6 +414,7 @@ fn every_kernel_opens_with_pdl_start() {
         ("mv8_one", "x8_unit("),
         ("mv8_rows", "x8_unit("),
         ("mv8_many", "mv8_one<"),
+        ("mmq_rows", "x8_frag("),
     ] {
         let def = format!("void {f}(");
         let at = src
@@ -452,6 +499,9 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
             v.push((Kernel::MatVec8(t), sig::<MatVec8Call>()));
             v.push((Kernel::MatVec8Many(t), sig::<MatVec8ManyCall>()));
             v.push((Kernel::MatVec8N(t), sig::<MatVec8NCall>()));
+        }
+        if crate::backend::cuda::launch::has_mmq(t) {
+            v.push((Kernel::Mmq(t), sig::<MmqCall>()));
         }
     }
     v.extend([

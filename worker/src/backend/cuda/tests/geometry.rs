@@ -69,6 +69,11 @@ fn every_kernel_is_laid_out_as_before() {
         shape(Kernel::MatVec8N(k), matrix(4097, 8)),
         ((1025, 1, 1), (128, 1, 1))
     );
+    // mmq: 16 weight rows a block of 8 warps.
+    assert_eq!(
+        shape(Kernel::Mmq(GgmlType::Q8_0), matrix(4097, 20)),
+        ((257, 1, 1), (256, 1, 1))
+    );
     // mv1: 8 weight rows a block; gemm_tc: 128 x 64 tiles.
     assert_eq!(
         shape(Kernel::MatVec1(q), matrix(4097, 1)),
