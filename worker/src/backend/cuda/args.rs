@@ -11,10 +11,10 @@ use cudarc::driver::sys::CUdeviceptr;
 use half::f16;
 
 use crate::backend::cuda::launch::{
-    has_mmq, has_mv8, mv8_rows_per_block, refusal, Kernel, KernelCall, Plan, Work,
+    has_mv8, mv8_rows_per_block, refusal, Kernel, KernelCall, Plan, Work,
 };
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
-use crate::backend::cuda::source::{MMQ_MAX_TOKENS, MV8_MAX_TOKENS};
+use crate::backend::cuda::source::{has_mmq, MMQ_MAX_TOKENS, MV8_MAX_TOKENS};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 

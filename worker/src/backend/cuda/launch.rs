@@ -10,9 +10,9 @@ use cudarc::driver::{LaunchArgs, LaunchConfig, PushKernelArg};
 
 use crate::backend::cuda::ptr::Param;
 use crate::backend::cuda::source::{
-    Module, ATC_BQ, ATC_SMEM_BYTES, ATC_THREADS, ATSC_THREADS, ATS_THREADS, ATT_THREADS, GEMM_BM,
-    GEMM_BN, GEMM_THREADS, GTC_BR, GTC_BT, GTC_SMEM_BYTES, GTC_THREADS, MMQ_WARPS, MV1_ROWS,
-    MV1_THREADS, MV8N_ROWS, MV8_ROWS, MV8_THREADS, MV_THREADS, SAMPLE_ARGMAX_BLOCKS,
+    has_mmq, Module, ATC_BQ, ATC_SMEM_BYTES, ATC_THREADS, ATSC_THREADS, ATS_THREADS, ATT_THREADS,
+    GEMM_BM, GEMM_BN, GEMM_THREADS, GTC_BR, GTC_BT, GTC_SMEM_BYTES, GTC_THREADS, MMQ_WARPS,
+    MV1_ROWS, MV1_THREADS, MV8N_ROWS, MV8_ROWS, MV8_THREADS, MV_THREADS, SAMPLE_ARGMAX_BLOCKS,
     SAMPLE_ARGMAX_THREADS, SAMPLE_THREADS,
 };
 use crate::backend::BackendError;
@@ -334,12 +334,6 @@ pub fn has_mv8(t: GgmlType) -> bool {
             | GgmlType::Q8_0
             | GgmlType::Q6K
     )
-}
-
-/// Formats with an `mmq_*` kernel (short prompts on the integer tensor
-/// cores): those stored as int8 already.
-pub fn has_mmq(t: GgmlType) -> bool {
-    t == GgmlType::Q8_0
 }
 
 /// M0-W-1431: the checks every launch makes before it queues anything, so

@@ -16,7 +16,6 @@
 //! format a model uses, in parallel: a model in two formats compiles a sixth
 //! of their code, which is most of the first start on a new machine.
 
-use crate::backend::cuda::launch::has_mmq;
 use crate::quant::GgmlType;
 
 /// Defines each constant and lists it in [`SHARED_CONSTANTS`], so that no
@@ -244,6 +243,12 @@ impl Module {
             _ => true,
         }
     }
+}
+
+/// Formats with an `mmq_*` kernel (short prompts on the integer tensor
+/// cores): those stored as int8 already.
+pub fn has_mmq(t: GgmlType) -> bool {
+    t == GgmlType::Q8_0
 }
 
 /// What a model needs compiled: the formats of its matrices, its head

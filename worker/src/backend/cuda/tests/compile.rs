@@ -102,7 +102,7 @@ fn per_format_units_hold_only_their_format() {
     // for the formats with such a kernel.
     let mmq_formats = GgmlType::ALL
         .iter()
-        .filter(|&&t| crate::backend::cuda::launch::has_mmq(t))
+        .filter(|&&t| crate::backend::cuda::source::has_mmq(t))
         .count();
     assert_eq!(
         units.len(),
@@ -500,7 +500,7 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
             v.push((Kernel::MatVec8Many(t), sig::<MatVec8ManyCall>()));
             v.push((Kernel::MatVec8N(t), sig::<MatVec8NCall>()));
         }
-        if crate::backend::cuda::launch::has_mmq(t) {
+        if crate::backend::cuda::source::has_mmq(t) {
             v.push((Kernel::Mmq(t), sig::<MmqCall>()));
         }
     }
