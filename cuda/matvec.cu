@@ -341,18 +341,19 @@ __device__ __forceinline__ void k_scale_min_w(u32 a, u32 b, u32 c, int j, float 
     *mn = __fmul_rn(dmin, (float)m);
 }
 
-// 32 bytes from a 2-byte aligned address that has at least 2 more bytes of
-// its tensor after them: eight or nine aligned words, shifted (eight loads
-// where sixteen u16 loads were).
-__device__ __forceinline__ void ld32_a2(const u8* p, u32* o) {
+// N words from a 2-byte aligned address that has at least 2 more bytes of
+// its tensor after them: N or N + 1 aligned words, shifted (for 32 bytes,
+// eight loads where sixteen u16 loads were).
+template <int N>
+__device__ __forceinline__ void ld_a2(const u8* p, u32* o) {
     const u32* a = (const u32*)((size_t)p & ~(size_t)3);
     const int sh = (int)((size_t)p & 2) * 8;
-    u32 w[9];
+    u32 w[N + 1];
 #pragma unroll
-    for (int i = 0; i < 8; i++) w[i] = a[i];
-    w[8] = sh ? a[8] : 0u;
+    for (int i = 0; i < N; i++) w[i] = a[i];
+    w[N] = sh ? a[N] : 0u;
 #pragma unroll
-    for (int i = 0; i < 8; i++) o[i] = __funnelshift_r(w[i], w[i + 1], sh);
+    for (int i = 0; i < N; i++) o[i] = __funnelshift_r(w[i], w[i + 1], sh);
 }
 
 // A unit is 32 weights of one row, meeting x at columns col0(u) (16 values)
@@ -489,7 +490,7 @@ struct Mv8Unit<T_Q8_0> {
         // From whole 16-byte chunks (dequant.cuh): on the H100, tg128 of
         // synthetic files 8B 248 -> 254 tok/s, 0.5B 1,117 -> 1,162 against
         // seventeen u16 loads. (The same for Q6_K's ql and qh lost 9%: 90
-        // registers, was 72; it keeps ld32_a2.)
+        // registers, was 72; it keeps ld_a2<8>.)
         ld_a16<8>(b + 2, qs);
     }
     __device__ __forceinline__ float dot(int, const X8Unit& x) const {
@@ -505,7 +506,7 @@ struct Mv8Unit<T_Q8_0> {
 // and bits 2 j, 2 j + 1 of 32 bytes of qh, with one int8 scale per 16 values.
 // Units j and j + 2 read the same bytes; neighbouring lanes take them, so the
 // loads meet in the same sectors. Blocks sit 2-byte aligned: ql and qh come
-// through ld32_a2 (each is followed by more of the block).
+// through ld_a2<8> (each is followed by more of the block).
 template <>
 struct Mv8Unit<T_Q6_K> {
     u32 ql[8], qh[8], sc, dh;
@@ -514,8 +515,8 @@ struct Mv8Unit<T_Q6_K> {
     __device__ __forceinline__ void load(const u8* __restrict__ row, int u) {
         const u8* b = row + (i64)(u >> 3) * 210;
         const int n = (u >> 2) & 1, j = u & 3;
-        ld32_a2(b + 64 * n + 32 * (j & 1), ql);
-        ld32_a2(b + 128 + 32 * n, qh);
+        ld_a2<8>(b + 64 * n + 32 * (j & 1), ql);
+        ld_a2<8>(b + 128 + 32 * n, qh);
         sc = *(const u16*)(b + 192 + 8 * n + 2 * j);
         dh = *(const u16*)(b + 208);
     }
@@ -760,26 +761,24 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], const u32 (&a)[4], u32 b0, u
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
 }
 
-// 8 bytes from a 2-byte aligned address (up to 2 bytes past them are read:
-// a block's next bytes, or the weight tail).
-__device__ __forceinline__ uint2 ld8_a2(const u8* p) {
-    const u32* a = (const u32*)((size_t)p & ~(size_t)3);
-    const int sh = (int)((size_t)p & 2) * 8;
-    const u32 w0 = a[0], w1 = a[1], w2 = sh ? a[2] : 0u;
-    return make_uint2(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh));
-}
-
 // One Q8_0 block of two weight rows (g and g + 8 of a 16-row tile) as this
-// lane's share of an A fragment: bytes 8t .. 8t+7 and both rows' scales.
+// lane's share of an A fragment: bytes 8t .. 8t+7 and both rows' scales
+// (ld_a2 reads up to 2 bytes past them: the block's next bytes, or the
+// weight tail).
 struct MmqA {
-    uint2 qa, qb;
+    u32 qa[2], qb[2];
     u16 da, db;
 };
 
 __device__ __forceinline__ MmqA mmq_load_a(const u8* ra, const u8* rb, int kb, int t) {
     const u8* pa = ra + (i64)kb * 34;
     const u8* pb = rb + (i64)kb * 34;
-    return {ld8_a2(pa + 2 + 8 * t), ld8_a2(pb + 2 + 8 * t), *(const u16*)pa, *(const u16*)pb};
+    MmqA r;
+    ld_a2<2>(pa + 2 + 8 * t, r.qa);
+    ld_a2<2>(pb + 2 + 8 * t, r.qb);
+    r.da = *(const u16*)pa;
+    r.db = *(const u16*)pb;
+    return r;
 }
 
 // x's share of a B fragment: token tok's values 8t .. 8t+7 of block kb, hi and lo.
@@ -834,7 +833,7 @@ __device__ __forceinline__ void mmq_rows(const u8* __restrict__ W, i64 row_bytes
 #pragma unroll
         for (int u = 0; u < MMQ_UNROLL; u++) {
             if (kb + u >= kb1) break;
-            const u32 frag[4] = {a[u].qa.x, a[u].qb.x, a[u].qa.y, a[u].qb.y};
+            const u32 frag[4] = {a[u].qa[0], a[u].qb[0], a[u].qa[1], a[u].qb[1]};
             const float da = f16_to_f32(a[u].da), db = f16_to_f32(a[u].db);
 #pragma unroll
             for (int j = 0; j < NT; j++) {

@@ -204,8 +204,9 @@ impl Kernel {
     /// cut in [`Module::parts`] (the `ONE_PART` guards of their sources).
     pub fn part(self) -> Option<u8> {
         match self {
-            Kernel::MatVec(_) | Kernel::Gemm(_) => Some(0),
-            Kernel::MatVec1(_)
+            Kernel::MatVec(_)
+            | Kernel::Gemm(_)
+            | Kernel::MatVec1(_)
             | Kernel::MatVec8(_)
             | Kernel::MatVec8Many(_)
             | Kernel::MatVec8N(_) => Some(0),

@@ -180,13 +180,13 @@ impl CudaBackend {
         let names = Weights::<CudaWeight>::tensor_names(&cfg, file);
         let (mut formats, mut layer_formats) = (Vec::new(), Vec::new());
         for (name, info) in names.iter().filter_map(|n| Some((n, file.tensor(n)?))) {
-            if info.dims.len() > 1 && !formats.contains(&info.ggml_type) {
+            if info.dims.len() < 2 {
+                continue;
+            }
+            if !formats.contains(&info.ggml_type) {
                 formats.push(info.ggml_type);
             }
-            if info.dims.len() > 1
-                && name.starts_with("blk.")
-                && !layer_formats.contains(&info.ggml_type)
-            {
+            if name.starts_with("blk.") && !layer_formats.contains(&info.ggml_type) {
                 layer_formats.push(info.ggml_type);
             }
         }
