@@ -111,6 +111,32 @@ __device__ __forceinline__ void split_x8(float v, i64 i, i8* __restrict__ xh, i8
     if ((lane & 15) == 0) xs[i >> 4] = s;
 }
 
+// Thread block clusters (sm_90 on): this block's rank and the cluster's
+// size, the cluster-wide barrier in two halves, and a float read from
+// another block's shared memory.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ u32 cluster_rank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ u32 cluster_blocks() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+__device__ __forceinline__ float ld_cluster(const float* p, u32 rank) {
+    u32 local, remote;
+    float v;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(local) : "l"(p));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+#endif
+
 // Block-wide sum for blockDim.x a multiple of 32 and at most 1024. `red` is
 // shared scratch of 32 floats. Every thread gets the result; warps' partial
 // sums are combined in warp order by each thread alike.

@@ -122,6 +122,19 @@ __device__ __forceinline__ void ld8(const u8* p, u32& lo, u32& hi) {
 // times the bytes), shifted into place by whole words (two selects) and
 // half words (a funnel shift). Reads up to 16 bytes past p + 4N: weights
 // only, whose device blocks have that tail (WEIGHT_TAIL_BYTES, ops.rs).
+// 16 bytes of weights, marked to leave L2 first: a decode step streams
+// gigabytes of weights through L2, which would otherwise evict the small
+// data every kernel rereads (the residual row, norm weights, the KV cache,
+// the kernels' code).
+__device__ __forceinline__ uint4 ld_weights16(const void* p) {
+    uint4 v;
+    asm("{\n\t.reg .b64 pol;\n\tcreatepolicy.fractional.L2::evict_first.b64 pol, 1.0;\n\t"
+        "ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], pol;\n\t}"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
 template <int N>
 __device__ __forceinline__ void ld_a16(const u8* p, u32* w) {
     constexpr int C = (4 * N + 14) / 16 + 1;
@@ -130,7 +143,7 @@ __device__ __forceinline__ void ld_a16(const u8* p, u32* w) {
     u32 x[4 * C];
 #pragma unroll
     for (int c = 0; c < C; c++) {
-        const uint4 v = a[c];
+        const uint4 v = ld_weights16(a + c);
         x[4 * c] = v.x;
         x[4 * c + 1] = v.y;
         x[4 * c + 2] = v.z;
@@ -154,7 +167,7 @@ __device__ __forceinline__ void ld_a16(const u8* p, u32* w) {
 template <int N, int A>
 __device__ __forceinline__ void ld_words(const u8* p, u32* w) {
     if (A >= 16 && N == 4) {
-        const uint4 v = *(const uint4*)p;
+        const uint4 v = ld_weights16(p);
         w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
     } else if (A >= 4) {
 #pragma unroll

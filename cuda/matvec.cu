@@ -372,8 +372,8 @@ struct Mv8Unit<T_Q4_K> {
     static __device__ __forceinline__ int col1(int u) { return col0(u) + 32; }
     __device__ __forceinline__ void load(const u8* __restrict__ row, int u) {
         const u8* b = row + (i64)(u >> 3) * 144;
-        head = *(const uint4*)b;
-        qs = *(const uint4*)(b + 16 + 32 * ((u >> 1) & 3) + 16 * (u & 1));
+        head = ld_weights16(b);
+        qs = ld_weights16(b + 16 + 32 * ((u >> 1) & 3) + 16 * (u & 1));
     }
     __device__ __forceinline__ float dot(int u, const X8Unit& x) const {
         const int k = (u >> 1) & 3;

@@ -11,7 +11,7 @@ use cudarc::driver::sys::CUdeviceptr;
 use half::f16;
 
 use crate::backend::cuda::launch::{
-    has_mv8, mv8_rows_per_block, refusal, Kernel, KernelCall, Plan, Work,
+    has_mv8, mv8_rows_per_block, norm_cluster_blocks, refusal, Kernel, KernelCall, Plan, Work,
 };
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{has_mmq, MMQ_MAX_TOKENS, MV8_MAX_TOKENS};
@@ -962,6 +962,87 @@ impl KernelCall for AddRmsNormArgs {
         (
             self.x, self.y, yw, self.w, cols, self.eps, rows, self.out, hi, lo, d, sums,
         )
+    }
+}
+
+/// `add_rms_norm_cluster`: [`AddRmsNormArgs`] for one row, no `yw`, split
+/// for `mv8_*`, over a cluster of [`norm_cluster_blocks`] blocks.
+#[derive(Clone, Copy, Debug)]
+pub struct AddRmsNormClusterArgs {
+    /// `[cols]` f32, updated in place; overlapping neither `y` nor `out`.
+    pub x: DevPtrMut<f32>,
+    /// `[cols]` f32.
+    pub y: DevPtr<f32>,
+    /// `[cols]` f32.
+    pub w: DevPtr<f32>,
+    pub cols: usize,
+    pub eps: f32,
+    /// `[cols]` f32.
+    pub out: DevPtrMut<f32>,
+    pub x8: X8Bufs,
+}
+
+impl KernelCall for AddRmsNormClusterArgs {
+    type Params = (
+        DevPtrMut<f32>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        i32,
+        f32,
+        DevPtrMut<f32>,
+        DevPtrMut<i8>,
+        DevPtrMut<i8>,
+        DevPtrMut<f32>,
+        DevPtrMut<f32>,
+    );
+
+    fn plan(&self) -> Plan {
+        let buffers = [
+            ("x", self.x.addr()),
+            ("y", self.y.addr()),
+            ("w", self.w.addr()),
+            ("out", self.out.addr()),
+            ("x8", self.x8.hi.addr()),
+        ];
+        let cols = self.cols;
+        // A width no cluster divides is refused by `validate`.
+        let blocks = norm_cluster_blocks(cols).unwrap_or(1);
+        plan(
+            Kernel::AddRmsNormCluster,
+            [("cols", cols)],
+            buffers,
+            Work::ClusterRow { cols, blocks },
+        )
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        if norm_cluster_blocks(self.cols).is_none() {
+            return Err(refusal(
+                Kernel::AddRmsNormCluster,
+                format!("a row of {} values", self.cols),
+            ));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        let x8 = self.x8;
+        (
+            self.x,
+            self.y,
+            self.w,
+            self.cols as i32,
+            self.eps,
+            self.out,
+            x8.hi,
+            x8.lo,
+            x8.d,
+            x8.sums,
+        )
+    }
+}
+
+impl SplitsOutput for AddRmsNormClusterArgs {
+    fn x8(&self) -> Option<X8Bufs> {
+        Some(self.x8)
     }
 }
 

@@ -146,6 +146,9 @@ pub struct Kernels {
     /// Whether kernels are launched with programmatic stream serialization
     /// (sm_90 on, unless [`PDL_ENV`] is `0`; see `pdl_start` in common.cuh).
     pdl: AtomicBool,
+    /// Whether kernels may run in thread block clusters (sm_90 on; off
+    /// for tests of the one-block kernels).
+    clusters: AtomicBool,
 }
 
 /// `WORKER_ORCD_PDL=0`: every kernel waits for the one ahead of it to end
@@ -330,6 +333,7 @@ impl Kernels {
             writes: AtomicU64::new(0),
             sm_count,
             pdl: AtomicBool::new(arch.0 >= 9 && std::env::var(PDL_ENV).map_or(true, |v| v != "0")),
+            clusters: AtomicBool::new(arch.0 >= 9),
         })
     }
 
@@ -614,8 +618,10 @@ impl Kernels {
         self.writes.fetch_add(1, Ordering::Relaxed);
         let failed =
             |e| BackendError::KernelLaunchFailed(format!("launching {}: {e:?}", k.symbol()));
-        if self.pdl.load(Ordering::Relaxed) {
-            return launch_pdl(s, f, cfg, &params).map_err(failed);
+        let pdl = self.pdl.load(Ordering::Relaxed);
+        let cluster = plan.work.cluster();
+        if pdl || cluster.is_some() {
+            return launch_ex(s, f, cfg, &params, pdl, cluster).map_err(failed);
         }
         let mut b = s.launch_builder(f);
         params.push_all(&mut b);
@@ -623,6 +629,18 @@ impl Kernels {
         // sources by a test), every dimension was checked to fit its `int`,
         // no required buffer is null, and the caller checked buffer sizes.
         unsafe { b.launch(cfg) }.map(|_| ()).map_err(failed)
+    }
+
+    /// Whether the decode norm runs over a cluster of blocks
+    /// (`add_rms_norm_cluster`).
+    pub fn clusters(&self) -> bool {
+        self.clusters.load(Ordering::Relaxed)
+    }
+
+    /// Turns cluster kernels on or off (for tests).
+    #[cfg(test)]
+    pub fn set_clusters(&self, on: bool) {
+        self.clusters.store(on, Ordering::Relaxed);
     }
 
     /// Turns programmatic dependent launch on or off (for tests).
@@ -679,24 +697,39 @@ impl Kernels {
     }
 }
 
-/// One launch through `cuLaunchKernelEx` with programmatic stream
-/// serialization: the kernel may be scheduled before the one ahead of it on
-/// `s` has ended (every kernel opens with `pdl_start`, which waits for it).
-/// Inside a stream capture this becomes a programmatic edge of the graph.
-fn launch_pdl<P: ParamList>(
+/// One launch through `cuLaunchKernelEx`, with programmatic stream
+/// serialization when `pdl` (the kernel may be scheduled before the one
+/// ahead of it on `s` has ended: every kernel opens with `pdl_start`, which
+/// waits for it; inside a stream capture this becomes a programmatic edge
+/// of the graph) and in clusters of `cluster` blocks when given.
+fn launch_ex<P: ParamList>(
     s: &Arc<CudaStream>,
     f: &CudaFunction,
     cfg: cudarc::driver::LaunchConfig,
     params: &P,
+    pdl: bool,
+    cluster: Option<u32>,
 ) -> Result<(), cudarc::driver::DriverError> {
     use cudarc::driver::sys;
     s.context().bind_to_thread()?;
     let mut addresses = Vec::with_capacity(24);
     params.addresses(&mut addresses);
-    // SAFETY: a plain C struct for which all zeros is a valid value.
-    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
+    // SAFETY: plain C structs for which all zeros is a valid value.
+    let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+    let mut n = 0;
+    if pdl {
+        attrs[n].id =
+            sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attrs[n].value.programmaticStreamSerializationAllowed = 1;
+        n += 1;
+    }
+    if let Some(blocks) = cluster {
+        attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attrs[n].value.clusterDim.x = blocks;
+        attrs[n].value.clusterDim.y = 1;
+        attrs[n].value.clusterDim.z = 1;
+        n += 1;
+    }
     let config = sys::CUlaunchConfig {
         gridDimX: cfg.grid_dim.0,
         gridDimY: cfg.grid_dim.1,
@@ -706,8 +739,8 @@ fn launch_pdl<P: ParamList>(
         blockDimZ: cfg.block_dim.2,
         sharedMemBytes: cfg.shared_mem_bytes,
         hStream: s.cu_stream(),
-        attrs: &mut attr,
-        numAttrs: 1,
+        attrs: attrs.as_mut_ptr(),
+        numAttrs: n as u32,
     };
     // SAFETY: as for `LaunchArgs::launch` in `Kernels::launch`: `addresses`
     // points at each parameter of the kernel's C signature in order, and

@@ -65,6 +65,9 @@ pub enum Kernel {
     RmsNorm,
     /// `add_rms_norm`: a residual add, then `rms_norm` of the sum.
     AddRmsNorm,
+    /// `add_rms_norm_cluster`: the same for one row split for `mv8_*`,
+    /// over a cluster of blocks (sm_90 on; decode).
+    AddRmsNormCluster,
     /// `layer_norm`: GPT-2's LayerNorm (M0-W-1432).
     LayerNorm,
     Rope,
@@ -141,6 +144,7 @@ impl Kernel {
             Kernel::AddBias,
             Kernel::RmsNorm,
             Kernel::AddRmsNorm,
+            Kernel::AddRmsNormCluster,
             Kernel::LayerNorm,
             Kernel::Rope,
             Kernel::QkRopeStore,
@@ -179,7 +183,10 @@ impl Kernel {
             | Kernel::MatVec8N(_)
             | Kernel::Mmq(_) => Module::Matvec,
             Kernel::GemmTc(_) | Kernel::GemmTcSplit(_) | Kernel::DequantF16(_) => Module::GemmTc,
-            Kernel::RmsNorm | Kernel::AddRmsNorm | Kernel::LayerNorm => Module::Norm,
+            Kernel::RmsNorm
+            | Kernel::AddRmsNorm
+            | Kernel::AddRmsNormCluster
+            | Kernel::LayerNorm => Module::Norm,
             Kernel::Rope | Kernel::QkRopeStore => Module::Rope,
             Kernel::KvStore | Kernel::Attention => Module::Attention,
             Kernel::AttentionSplit(..) | Kernel::AttentionSplitTc(_) | Kernel::AttentionCombine => {
@@ -290,6 +297,7 @@ impl Kernel {
             Kernel::AddBias => "add_bias".into(),
             Kernel::RmsNorm => "rms_norm".into(),
             Kernel::AddRmsNorm => "add_rms_norm".into(),
+            Kernel::AddRmsNormCluster => "add_rms_norm_cluster".into(),
             Kernel::LayerNorm => "layer_norm".into(),
             Kernel::Rope => "rope".into(),
             Kernel::QkRopeStore => "qk_rope_store".into(),
@@ -401,6 +409,32 @@ pub enum Work {
     Chunks { n_head_kv: usize, nsplit: usize },
     /// One block for the whole problem.
     Single,
+    /// One row of `cols` values over a cluster of `blocks` blocks, a
+    /// thread a value.
+    ClusterRow { cols: usize, blocks: usize },
+}
+
+impl Work {
+    /// The thread block cluster the launch needs, if any.
+    pub fn cluster(self) -> Option<u32> {
+        match self {
+            Work::ClusterRow { blocks, .. } => Some(blocks as u32),
+            _ => None,
+        }
+    }
+}
+
+/// Blocks of the cluster `add_rms_norm_cluster` spreads a row of `cols`
+/// values over: the most, up to 8 (the portable cluster size), that divide
+/// it into whole warps of at most 1024 threads a block; none if no count does.
+pub fn norm_cluster_blocks(cols: usize) -> Option<usize> {
+    if cols == 0 || !cols.is_multiple_of(32) {
+        return None;
+    }
+    let warps = cols / 32;
+    (2..=8usize)
+        .rev()
+        .find(|b| warps.is_multiple_of(*b) && cols / b <= 1024)
 }
 
 /// Warps of an `mv8_*` block that share one group of `MV8_ROWS` rows: as
@@ -538,6 +572,9 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
         }
         (Kernel::RmsNorm | Kernel::AddRmsNorm | Kernel::LayerNorm, Work::Rows { rows, cols }) => {
             Ok(blocks((rows as u32, 1), norm_threads(cols)))
+        }
+        (Kernel::AddRmsNormCluster, Work::ClusterRow { cols, blocks: b }) => {
+            Ok(blocks((b as u32, 1), (cols / b) as u32))
         }
         (
             Kernel::Rope

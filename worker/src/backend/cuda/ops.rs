@@ -15,13 +15,14 @@ use cudarc::driver::sys::CUdeviceptr;
 use half::f16;
 
 use crate::backend::cuda::args::{
-    AddAssignArgs, AddBiasArgs, AddRmsNormArgs, CopyColsArgs, DequantF16Args, EmbedArgs, GeluArgs,
-    KvStoreArgs, LayerNormArgs, MatmulArgs, QuantizeX8Args, RmsNormArgs, RopeArgs, RopePairs,
-    ScaleArgs, SplitsOutput, SwigluArgs, ToF16Args, X8Bufs,
+    AddAssignArgs, AddBiasArgs, AddRmsNormArgs, AddRmsNormClusterArgs, CopyColsArgs,
+    DequantF16Args, EmbedArgs, GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs, QuantizeX8Args,
+    RmsNormArgs, RopeArgs, RopePairs, ScaleArgs, SplitsOutput, SwigluArgs, ToF16Args, X8Bufs,
 };
 use crate::backend::cuda::blas::{chunk_rows, Blas, F16Product};
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::kernels::{Mv8Plan, MV8_LOOP_MAX_TOKENS};
+use crate::backend::cuda::launch::norm_cluster_blocks;
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::BackendError;
 use crate::model::config::RopeStyle;
@@ -495,6 +496,22 @@ impl CudaOps {
         check_bufs("add_rms_norm", &[x, y, out])?;
         self.dev.bind()?;
         let x8 = self.x8_for(out);
+        if let Some(x8) = x8.filter(|_| {
+            y_weight.is_none()
+                && self.dev.kernels.clusters()
+                && norm_cluster_blocks(x.cols).is_some()
+        }) {
+            let args = AddRmsNormClusterArgs {
+                x: x.output(),
+                y: y.input(),
+                w: weight.vector(),
+                cols: x.cols,
+                eps,
+                out: out.output(),
+                x8,
+            };
+            return self.launch_splitting(&args, out);
+        }
         let args = AddRmsNormArgs {
             x: x.output(),
             y: y.input(),

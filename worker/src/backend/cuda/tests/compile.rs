@@ -511,6 +511,7 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         (Kernel::AddBias, sig::<AddBiasArgs>()),
         (Kernel::RmsNorm, sig::<RmsNormArgs>()),
         (Kernel::AddRmsNorm, sig::<AddRmsNormArgs>()),
+        (Kernel::AddRmsNormCluster, sig::<AddRmsNormClusterArgs>()),
         (Kernel::LayerNorm, sig::<LayerNormArgs>()),
         (Kernel::Rope, sig::<RopeArgs>()),
         (Kernel::KvStore, sig::<KvStoreArgs>()),

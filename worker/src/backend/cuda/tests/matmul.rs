@@ -684,3 +684,74 @@ fn norm_and_swiglu_split_their_row_for_mv8() {
     assert!(e <= 1e-3, "product of swiglu's row: relative error {e:e}");
     restore_matmul_choice();
 }
+
+/// The decode norm over a cluster of blocks (`add_rms_norm_cluster`, sm_90
+/// on) at the reference model's, the 0.5B's, the 8B's and a 70B's widths,
+/// and the one-block kernel it stands in for: the residual sum exact, the
+/// row within rounding of the CPU's, its split (read by the next product,
+/// which launches no `quantize_x8`) agreeing with the CPU, the same bits on
+/// every run.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn add_rms_norm_over_a_cluster_splits_its_row_for_mv8() {
+    let _gpu = shared_gpu();
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let clusters = dev().kernels.clusters();
+    force_newer_matmuls(false);
+    dev().kernels.set_mv1_min_rows(0);
+    let rows = 96;
+    for cols in [576, 896, 4096, 8192] {
+        ops.reserve_x8(cols).unwrap();
+        let w = test_weight(
+            &mut ops,
+            GgmlType::Q8_0,
+            rows,
+            cols,
+            &random_vec(&mut rng, rows * cols, 1.0),
+        );
+        let nv: Vec<f32> = (0..cols)
+            .map(|_| 1.0 + rng.random_range(-0.5f32..0.5))
+            .collect();
+        let norm = test_weight(&mut ops, GgmlType::F32, 1, cols, &nv);
+        let xv = random_vec(&mut rng, cols, 3.0);
+        let yv = random_vec(&mut rng, cols, 3.0);
+        let sum: Vec<f32> = xv.iter().zip(&yv).map(|(a, b)| a + b).collect();
+        let mut cpu_h = cpu_buf(1, cols, vec![0.0; cols]);
+        CpuOps
+            .rms_norm(&cpu_buf(1, cols, sum.clone()), &norm.cpu, 1e-5, &mut cpu_h)
+            .unwrap();
+        let cpu_product = cpu_row_product(&w, rows, &cpu_h.data);
+        let y = ops.upload(1, cols, &yv).unwrap();
+        let mut h = ops.buf(1, cols).unwrap();
+        let mut out = ops.buf(1, rows).unwrap();
+        let mut run = |ops: &mut CudaOps, cluster: bool| {
+            dev().kernels.set_clusters(cluster && clusters);
+            let mut x = ops.upload(1, cols, &xv).unwrap();
+            ops.add_rms_norm(&mut x, &y, &norm.gpu, 1e-5, &mut h)
+                .unwrap();
+            let before = dev().kernels.writes();
+            ops.matmul(&h, &w.gpu, None, &mut out).unwrap();
+            assert_eq!(
+                dev().kernels.writes() - before,
+                1,
+                "{cols}: h was split again"
+            );
+            (host(ops, &x), host(ops, &h), host(ops, &out))
+        };
+        for cluster in [true, false] {
+            let (x, h, product) = run(&mut ops, cluster);
+            assert_eq!(x, sum, "{cols} (cluster {cluster}): the residual sum");
+            let e = rel_err(&h, &cpu_h.data);
+            assert!(e <= 1e-5, "{cols} (cluster {cluster}): the row, {e:e}");
+            let e = rel_err(&product, &cpu_product);
+            assert!(e <= 1e-3, "{cols} (cluster {cluster}): the product, {e:e}");
+        }
+        assert_deterministic("add_rms_norm_cluster", || {
+            let (_, h, product) = run(&mut ops, true);
+            [h, product].concat()
+        });
+    }
+    dev().kernels.set_clusters(clusters);
+    restore_matmul_choice();
+}
