@@ -491,7 +491,7 @@ struct Mv8Unit<T_Q8_0> {
         // synthetic files 8B 248 -> 254 tok/s, 0.5B 1,117 -> 1,162 against
         // seventeen u16 loads. (The same for Q6_K's ql and qh lost 9%: 90
         // registers, was 72; it keeps ld_a2<8>.)
-        ld_a16<8>(b + 2, qs);
+        ld_a16<8, true>(b + 2, qs);
     }
     __device__ __forceinline__ float dot(int, const X8Unit& x) const {
         const float d = f16_to_f32((u16)dh);

@@ -686,8 +686,9 @@ fn norm_and_swiglu_split_their_row_for_mv8() {
 }
 
 /// The decode norm over a cluster of blocks (`add_rms_norm_cluster`, sm_90
-/// on) at the reference model's, the 0.5B's, the 8B's and a 70B's widths,
-/// and the one-block kernel it stands in for: the residual sum exact, the
+/// on, from `NORM_CLUSTER_MIN_COLS` values) at a 3B's, the 8B's and a 70B's
+/// widths, the one-block kernel it stands in for, and the narrow rows that
+/// keep it: the residual sum exact, the
 /// row within rounding of the CPU's, its split (read by the next product,
 /// which launches no `quantize_x8`) agreeing with the CPU, the same bits on
 /// every run.
@@ -701,7 +702,7 @@ fn add_rms_norm_over_a_cluster_splits_its_row_for_mv8() {
     force_newer_matmuls(false);
     dev().kernels.set_mv1_min_rows(0);
     let rows = 96;
-    for cols in [576, 896, 4096, 8192] {
+    for cols in [576, 896, 3072, 4096, 8192] {
         ops.reserve_x8(cols).unwrap();
         let w = test_weight(
             &mut ops,
