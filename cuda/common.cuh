@@ -112,7 +112,7 @@ __device__ __forceinline__ void split_x8(float v, i64 i, i8* __restrict__ xh, i8
 }
 
 // Thread block clusters (sm_90 on): this block's rank and the cluster's
-// size, the cluster-wide barrier in two halves, and a float read from
+// size, the cluster-wide barrier in two halves, and a double read from
 // another block's shared memory.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 __device__ __forceinline__ u32 cluster_rank() {
@@ -137,29 +137,19 @@ __device__ __forceinline__ double ld_cluster(const double* p, u32 rank) {
 }
 #endif
 
-// block_sum in f64 (`red`: 32 doubles of shared scratch).
-__device__ __forceinline__ double block_sum_f64(double v, double* red) {
+// Block-wide sum (float or double) for blockDim.x a multiple of 32 and at
+// most 1024. `red` is shared scratch of 32 values. Every thread gets the
+// result; warps' partial sums (butterflies, as warp_sum) are combined in
+// warp order by each thread alike.
+template <typename T>
+__device__ __forceinline__ T block_sum(T v, T* red) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
     __syncthreads();
     if (lane == 0) red[warp] = v;
     __syncthreads();
-    double s = 0.0;
-    for (int w = 0; w < nwarps; w++) s += red[w];
-    return s;
-}
-
-// Block-wide sum for blockDim.x a multiple of 32 and at most 1024. `red` is
-// shared scratch of 32 floats. Every thread gets the result; warps' partial
-// sums are combined in warp order by each thread alike.
-__device__ __forceinline__ float block_sum(float v, float* red) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    float s = 0.0f;
+    T s = 0;
     for (int w = 0; w < nwarps; w++) s += red[w];
     return s;
 }

@@ -87,9 +87,8 @@ extern "C" __global__ void add_rms_norm(float* __restrict__ x, const float* __re
 // a 4096-value row (8 values a thread, each split by its warp in turn),
 // twice a layer, while the rest of the GPU waits for it.
 // The sum and the scale are taken in f64 as the CPU reference takes them
-// (each square exact, so the scale is the CPU's but at a rounding tie):
-// an f32 sum in a new order moved the reference model's GPU-vs-CPU error at
-// its most sensitive position from 7.0e-3 to 1.07e-2.
+// (each square exact, so the scale is the CPU's but at a rounding tie).
+// Used from NORM_CLUSTER_MIN_COLS values on only (launch.rs says why).
 extern "C" __global__ void __launch_bounds__(1024)
     add_rms_norm_cluster(float* __restrict__ x, const float* __restrict__ y, const float* __restrict__ w, int cols,
                          float eps, float* __restrict__ out, i8* __restrict__ xh, i8* __restrict__ xl,
@@ -102,7 +101,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     const float v = x[c] + y[c];
     const float g = w[c];
     x[c] = v;  // no other thread reads x[c]
-    const double s = block_sum_f64((double)v * (double)v, red);
+    const double s = block_sum((double)v * (double)v, red);
     if (threadIdx.x == 0) part = s;
     cluster_arrive();
     cluster_wait();

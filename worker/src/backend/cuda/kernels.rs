@@ -158,14 +158,6 @@ pub const PDL_ENV: &str = "WORKER_ORCD_PDL";
 /// `0` keeps the decode norm on one block (`add_rms_norm`) on sm_90 too.
 pub const CLUSTERS_ENV: &str = "WORKER_ORCD_CLUSTERS";
 
-/// Rows from which the decode norm runs over a cluster
-/// (`add_rms_norm_cluster`). On the reference model (576 values) it moved
-/// the GPU-vs-CPU error at one position (66, after a 64-token prefill) from
-/// 7.0e-3 to 1.05e-2, past the 1e-2 bound, with its scale taken as the
-/// CPU's; every other position moved by under 30%. Not explained yet, so
-/// the narrow rows keep the one-block kernel, which costs them least.
-pub const NORM_CLUSTER_MIN_COLS: usize = 2048;
-
 fn load_error(u: Unit, e: impl std::fmt::Debug) -> BackendError {
     BackendError::KernelLaunchFailed(format!("loading {}: {e:?}", u.label()))
 }

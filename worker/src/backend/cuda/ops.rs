@@ -21,7 +21,7 @@ use crate::backend::cuda::args::{
 };
 use crate::backend::cuda::blas::{chunk_rows, Blas, F16Product};
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
-use crate::backend::cuda::kernels::{Mv8Plan, MV8_LOOP_MAX_TOKENS, NORM_CLUSTER_MIN_COLS};
+use crate::backend::cuda::kernels::{Mv8Plan, MV8_LOOP_MAX_TOKENS};
 use crate::backend::cuda::launch::norm_cluster_blocks;
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::BackendError;
@@ -499,7 +499,6 @@ impl CudaOps {
         if let Some(x8) = x8.filter(|_| {
             y_weight.is_none()
                 && self.dev.kernels.clusters()
-                && x.cols >= NORM_CLUSTER_MIN_COLS
                 && norm_cluster_blocks(x.cols).is_some()
         }) {
             let args = AddRmsNormClusterArgs {
