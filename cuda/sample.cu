@@ -264,8 +264,13 @@ __device__ void choose_bin(SampleShared& sh, bool first, int target, u64 need_gi
 // reaches the target (see NEED_*); weights are 1 per token (`weighted`
 // false) or fixed_weight. Returns it as the cut that keeps it and every
 // token ranked before it. `set` must not be empty. All threads call it.
-__device__ Cut find_crossing(const u32* keys, u32 n, Cut set, bool weighted, double top, double scale,
-                             int target, u64 need_given, double share, SampleShared& sh) {
+// Not inlined: sample_select calls it three times, and three inlined copies
+// made `sample.cu [part 0]` a first start's slowest unit (NVRTC 1.74 ->
+// 0.74 s on a CI machine's core; the call costs nothing beside its passes
+// over the keys).
+__device__ __noinline__ Cut find_crossing(const u32* keys, u32 n, Cut set, bool weighted, double top,
+                                          double scale, int target, u64 need_given, double share,
+                                          SampleShared& sh) {
     const u32 tid = threadIdx.x;
     if (tid == 0) sh.before = 0;
     u32 prefix = 0, hi_mask = 0;

@@ -14,7 +14,7 @@ use crate::backend::cuda::launch::{
     has_mv8, mv8_rows_per_block, norm_cluster_blocks, refusal, Kernel, KernelCall, Plan, Work,
 };
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
-use crate::backend::cuda::source::{has_mmq, MMQ_MAX_TOKENS, MV8_MAX_TOKENS};
+use crate::backend::cuda::source::{has_mmq, GF_MAX_TOKENS, MMQ_MAX_TOKENS, MV8_MAX_TOKENS};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
@@ -262,13 +262,16 @@ impl KernelCall for MatmulCall {
     }
 }
 
-/// A matmul through `gemm_tck_*` (quantized formats): x read as its two
-/// f16 parts, the columns split into `splits` ranges of whole 32-column
-/// steps, range z's products (no bias) written to `part + z * n * rows`;
+/// A matmul through `gemm_tck_*` or `gemm_few_*` (quantized formats): x
+/// read as its two f16 parts, the columns split into `splits` ranges of
+/// whole 32-column steps (`gemm_few_*`: 64-column chunks), range z's
+/// products (no bias) written to `part + z * n * rows`;
 /// [`GemmSplitsSumArgs`] adds them up.
 #[derive(Clone, Copy, Debug)]
 pub struct GemmTcSplitCall {
     pub args: MatmulArgs,
+    /// `gemm_few_*` (up to `GF_MAX_TOKENS` rows of x), not `gemm_tck_*`.
+    pub few: bool,
     /// `[2, n, w.cols]` f16, 16-byte aligned: `args.x` split by `to_f16`
     /// (x rounded, then the rounding of the rest).
     pub xh: DevPtr<f16>,
@@ -298,7 +301,7 @@ impl KernelCall for GemmTcSplitCall {
         ];
         let (rows, n, splits) = (a.w.rows, a.n, self.splits);
         plan(
-            Kernel::GemmTcSplit(a.w.ty),
+            self.kernel(),
             a.w.dims(n),
             buffers,
             Work::SplitMatrix { rows, n, splits },
@@ -306,21 +309,23 @@ impl KernelCall for GemmTcSplitCall {
     }
     fn validate(&self) -> Result<(), BackendError> {
         let cols = self.args.w.cols;
-        let steps = cols / 32;
+        let step = if self.few { 64 } else { 32 };
+        let steps = cols / step;
         // Every range holds a step (the kernel's ranges are ceil(steps /
         // splits) long), and the f16 rows are whole 16-byte loads.
         let per = steps.div_ceil(self.splits.max(1));
         if self.splits == 0
-            || !cols.is_multiple_of(32)
+            || !cols.is_multiple_of(step)
             || (self.splits - 1) * per >= steps
             || !self.xh.addr().is_multiple_of(16)
+            || (self.few && self.args.n > GF_MAX_TOKENS)
         {
             let msg = format!(
                 "{} column ranges of {cols} columns, x's parts at {:#x}",
                 self.splits,
                 self.xh.addr()
             );
-            return Err(refusal(Kernel::GemmTcSplit(self.args.w.ty), msg));
+            return Err(refusal(self.kernel(), msg));
         }
         Ok(())
     }
@@ -329,6 +334,17 @@ impl KernelCall for GemmTcSplitCall {
         let (w, row_bytes, rows, cols) = a.w.params();
         let (n, splits) = (a.n as i32, self.splits as i32);
         (w, row_bytes, rows, cols, self.xh, n, splits, self.part)
+    }
+}
+
+impl GemmTcSplitCall {
+    fn kernel(&self) -> Kernel {
+        let t = self.args.w.ty;
+        if self.few {
+            Kernel::GemmFew(t)
+        } else {
+            Kernel::GemmTcSplit(t)
+        }
     }
 }
 

@@ -27,8 +27,8 @@ use crate::backend::cuda::launch::{integer_gemm, launch_config, Kernel, KernelCa
 use crate::backend::cuda::nvrtc::{compile_unit, KernelCache};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
-    head_pairs, KernelSet, Unit, ATC_HEAD_DIMS, ATS_MAX_SPLITS, GEMM_BM, GEMM_BN, GTC_BR, GTC_BT,
-    MMQ_MAX_TOKENS, MV8_MAX_TOKENS, MV_MAX_TOKENS,
+    head_pairs, KernelSet, Unit, ATC_HEAD_DIMS, ATS_MAX_SPLITS, GEMM_BM, GEMM_BN, GF_MAX_TOKENS,
+    GF_WARPS, GTC_BR, GTC_BT, MMQ_MAX_TOKENS, MV8_MAX_TOKENS, MV_MAX_TOKENS,
 };
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -81,10 +81,12 @@ pub const BLAS_MIN_ROWS: usize = 64;
 pub const BLAS_MIN_ROWS_ENV: &str = "WORKER_ORCD_BLAS_MIN_ROWS";
 
 /// The most rows of x that go to `mmq_*` (the kernel takes up to
-/// `MMQ_MAX_TOKENS`): beyond, `gemm_tck_*` is as fast or faster (H100, 8B
-/// Q8_0 shape: 20 rows 1,425 vs 1,442 tok/s, 24 rows 1,694 vs 1,726; 0.5B
-/// Q8_0 shape, 20 rows 7,340 vs 5,330).
-pub const MMQ_MAX_ROWS: usize = 20;
+/// `MMQ_MAX_TOKENS`), and only for a matrix too small to fill the SMs with
+/// `gemm_few_*` blocks (see `Kernels::few_fills`): H200, `bench -p` on
+/// synthetic files, `mmq_*` / `gemm_few_*` tok/s: 0.5B Q8_0 shape 9 rows
+/// 4,200 / 3,377, 16 rows 7,178 / 6,366, 20 rows 7,611 / 7,948; the 8B
+/// shape fills the SMs and `gemm_few_*` wins from 9 rows (823 / 1,223).
+pub const MMQ_MAX_ROWS: usize = 16;
 const _: () = assert!(MMQ_MAX_ROWS <= MMQ_MAX_TOKENS && MMQ_MAX_ROWS > MV8_MAX_TOKENS);
 
 /// The fewest 32-column steps a `gemm_tck_*` column range holds (so that
@@ -137,6 +139,9 @@ pub struct Kernels {
     blas_min_rows: AtomicUsize,
     /// Whether short prompts' matmuls may run on `gemm_tck_*` or `mmq_*`.
     gemm_split: AtomicBool,
+    /// Whether they take `gemm_few_*` where it applies (unless
+    /// [`GEMM_FEW_ENV`] is `0`).
+    gemm_few: AtomicBool,
     /// Whether one row of x goes through `mv8_*` where the format has one.
     mv8: AtomicBool,
     /// Kernel launches and copies into device memory so far: a buffer's
@@ -154,6 +159,10 @@ pub struct Kernels {
 /// `WORKER_ORCD_PDL=0`: every kernel waits for the one ahead of it to end
 /// before it is launched (programmatic dependent launch off).
 pub const PDL_ENV: &str = "WORKER_ORCD_PDL";
+
+/// `0` keeps short prompts' matmuls on `gemm_tck_*` and `mmq_*` rather than
+/// `gemm_few_*`.
+pub const GEMM_FEW_ENV: &str = "WORKER_ORCD_GEMM_FEW";
 
 /// `0` keeps the decode norm on one block (`add_rms_norm`) on sm_90 too.
 pub const CLUSTERS_ENV: &str = "WORKER_ORCD_CLUSTERS";
@@ -332,6 +341,7 @@ impl Kernels {
             attention_tc_min_rows: AtomicUsize::new(ATC_MIN_ROWS),
             blas_min_rows: AtomicUsize::new(blas_min_rows_from_env()?),
             gemm_split: AtomicBool::new(true),
+            gemm_few: AtomicBool::new(std::env::var(GEMM_FEW_ENV).map_or(true, |v| v != "0")),
             mv8: AtomicBool::new(true),
             writes: AtomicU64::new(0),
             sm_count,
@@ -403,6 +413,16 @@ impl Kernels {
         self.gemm_split.load(Ordering::Relaxed) && self.funcs.contains_key(&Kernel::Mmq(t))
     }
 
+    /// Whether `gemm_few_*` takes this matmul: short-prompt kernels on, few
+    /// enough rows of x, whole 64-column chunks, the kernel compiled.
+    fn few_ready(&self, m: &MatmulArgs) -> bool {
+        self.gemm_split.load(Ordering::Relaxed)
+            && self.gemm_few.load(Ordering::Relaxed)
+            && m.n <= GF_MAX_TOKENS
+            && m.w.cols.is_multiple_of(64)
+            && self.funcs.contains_key(&Kernel::GemmFew(m.w.ty))
+    }
+
     /// Whether this matmul runs on `mv8_*` from a quantized x, and how: one
     /// row (`mv8_*`), a short prompt's rows in a format with `mmq_*`, or up
     /// to [`MV8_LOOP_MAX_TOKENS`] rows of x (`mv8n_*`) in a format that has
@@ -417,7 +437,11 @@ impl Kernels {
         }
         match m.n {
             1 => Some(Mv8Plan::One),
-            n if n > MV8_MAX_TOKENS && n <= MMQ_MAX_ROWS && self.mmq_ready(w.ty) => {
+            n if n > MV8_MAX_TOKENS
+                && n <= MMQ_MAX_ROWS
+                && self.mmq_ready(w.ty)
+                && !(self.few_ready(m) && self.few_fills(w.rows, w.cols)) =>
+            {
                 Some(Mv8Plan::Mma)
             }
             n if n <= MV8_LOOP_MAX_TOKENS => Some(Mv8Plan::Rows),
@@ -474,36 +498,64 @@ impl Kernels {
         )
     }
 
-    /// Into how many column ranges `gemm_tck_*` splits this matmul, or
-    /// none: it takes more rows of x than one `mv8n_*` launch, in a
-    /// quantized format with the kernel. One range when the tiles alone
-    /// give every SM a block, else as many as fit two blocks per SM (the
-    /// kernel's occupancy) in one wave, each of at least
-    /// [`GEMM_SPLIT_MIN_STEPS`] steps of 32 columns.
-    /// Depends on the shape only, so a row's result never depends on the
-    /// other rows.
-    pub fn gemm_splits(&self, m: &MatmulArgs) -> Option<usize> {
+    /// Which short-prompt kernel takes this matmul and into how many column
+    /// ranges it splits it, or none: it takes more rows of x than one
+    /// `mv8n_*` launch, in a quantized format with the kernel.
+    /// `gemm_few_*` where it applies (see [`Kernels::few_splits`]), else
+    /// `gemm_tck_*`: one range when the tiles alone give every SM a block,
+    /// else as many as fit two blocks per SM (the kernel's occupancy) in
+    /// one wave, each of at least [`GEMM_SPLIT_MIN_STEPS`] steps of 32
+    /// columns. Depends on the shape only, so a row's result never depends
+    /// on the other rows.
+    pub fn gemm_splits(&self, m: &MatmulArgs) -> Option<GemmSplit> {
         let w = &m.w;
         if !self.gemm_split.load(Ordering::Relaxed)
             || m.n <= MV8_MAX_TOKENS
             || self.mv8_choice(m) == Some(Mv8Plan::Mma)
             || !w.cols.is_multiple_of(32)
-            || !self.funcs.contains_key(&Kernel::GemmTcSplit(w.ty))
         {
             return None;
         }
-        let tiles = tc_tiles(w.rows, m.n);
-        if tiles >= self.sm_count {
-            return Some(1);
+        if self.few_ready(m) {
+            return Some(GemmSplit {
+                few: true,
+                splits: self.few_splits(w.rows, w.cols),
+            });
         }
-        // Rounded down: a grid of one wave (a second, partial wave had the
-        // 8B shape's matrices wait for its few blocks).
-        let splits = (2 * self.sm_count / tiles)
-            .min(w.cols / 32 / GEMM_SPLIT_MIN_STEPS)
-            .max(1);
-        // Ranges are ceil(steps / splits) steps long: no range left empty.
-        let steps = w.cols / 32;
-        Some(steps.div_ceil(steps.div_ceil(splits)))
+        if !self.funcs.contains_key(&Kernel::GemmTcSplit(w.ty)) {
+            return None;
+        }
+        let tiles = tc_tiles(w.rows, m.n);
+        let splits = if tiles >= self.sm_count {
+            1
+        } else {
+            // Rounded down: a grid of one wave (a second, partial wave had
+            // the 8B shape's matrices wait for its few blocks).
+            (2 * self.sm_count / tiles)
+                .min(w.cols / 32 / GEMM_SPLIT_MIN_STEPS)
+                .max(1)
+        };
+        Some(GemmSplit {
+            few: false,
+            splits: even_ranges(w.cols / 32, splits),
+        })
+    }
+
+    /// `gemm_few_*`'s column ranges for a `rows` x `cols` matrix: as many as
+    /// fill the SMs with [`GF_BLOCKS_PER_SM`] blocks each in one wave, down
+    /// to ranges of one 64-column chunk (the 0.5B shape's 896 columns are
+    /// 14). The number of rows of x plays no part: a row's result is the
+    /// same in any batch.
+    fn few_splits(&self, rows: usize, cols: usize) -> usize {
+        let splits = (GF_BLOCKS_PER_SM * self.sm_count / few_row_blocks(rows))
+            .min(cols / 64)
+            .clamp(1, 64);
+        even_ranges(cols / 64, splits)
+    }
+
+    /// Whether `gemm_few_*`'s grid for this matrix gives every SM a block.
+    fn few_fills(&self, rows: usize, cols: usize) -> bool {
+        few_row_blocks(rows) * self.few_splits(rows, cols) >= self.sm_count
     }
 
     /// `out = x W^T (+ bias)` on `gemm_tck_*` over `splits` column ranges
@@ -514,13 +566,15 @@ impl Kernels {
         s: &Arc<CudaStream>,
         m: &MatmulArgs,
         xh: DevPtr<f16>,
-        splits: usize,
+        plan: GemmSplit,
         part: DevPtrMut<f32>,
     ) -> Result<(), BackendError> {
+        let splits = plan.splits;
         self.launch(
             s,
             &GemmTcSplitCall {
                 args: *m,
+                few: plan.few,
                 xh,
                 splits,
                 part,
@@ -561,6 +615,13 @@ impl Kernels {
     #[cfg(test)]
     pub fn set_gemm_split(&self, on: bool) {
         self.gemm_split.store(on, Ordering::Relaxed);
+    }
+
+    /// Turns `gemm_few_*` on or off (off: `gemm_tck_*` and `mmq_*` take
+    /// the short prompts; for tests).
+    #[cfg(test)]
+    pub fn set_gemm_few(&self, on: bool) {
+        self.gemm_few.store(on, Ordering::Relaxed);
     }
 
     /// Whether `n` query rows of heads of `head_dim` dims take `attention_tc`.
@@ -772,6 +833,28 @@ fn blas_min_rows_from_env() -> Result<usize, BackendError> {
             ))
         }),
     }
+}
+
+/// A short prompt's matmul: `gemm_few_*` (`few`) or `gemm_tck_*`, over
+/// `splits` column ranges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmSplit {
+    pub few: bool,
+    pub splits: usize,
+}
+
+/// `gemm_few_*` blocks an SM holds (its `__launch_bounds__`).
+const GF_BLOCKS_PER_SM: usize = 3;
+
+/// `gemm_few_*` blocks along the weight rows (32 a warp).
+fn few_row_blocks(rows: usize) -> usize {
+    rows.div_ceil(GF_WARPS as usize * 32)
+}
+
+/// `splits` ranges of `steps` as the kernels cut them (ceil(steps /
+/// splits) long), fewer where that leaves the last ones empty.
+fn even_ranges(steps: usize, splits: usize) -> usize {
+    steps.div_ceil(steps.div_ceil(splits.max(1)))
 }
 
 /// Blocks of a `gemm_tc_*` grid (per column range, for `gemm_tck_*`).

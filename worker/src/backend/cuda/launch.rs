@@ -11,9 +11,9 @@ use cudarc::driver::{LaunchArgs, LaunchConfig, PushKernelArg};
 use crate::backend::cuda::ptr::Param;
 use crate::backend::cuda::source::{
     has_mmq, Module, ATC_BQ, ATC_SMEM_BYTES, ATC_THREADS, ATSC_THREADS, ATS_THREADS, ATT_THREADS,
-    GEMM_BM, GEMM_BN, GEMM_THREADS, GTC_BR, GTC_BT, GTC_SMEM_BYTES, GTC_THREADS, MMQ_WARPS,
-    MV1_ROWS, MV1_THREADS, MV8N_ROWS, MV8_ROWS, MV8_THREADS, MV_THREADS, SAMPLE_ARGMAX_BLOCKS,
-    SAMPLE_ARGMAX_THREADS, SAMPLE_THREADS,
+    GEMM_BM, GEMM_BN, GEMM_THREADS, GF_MAX_TOKENS, GF_WARPS, GTC_BR, GTC_BT, GTC_SMEM_BYTES,
+    GTC_THREADS, MMQ_WARPS, MV1_ROWS, MV1_THREADS, MV8N_ROWS, MV8_ROWS, MV8_THREADS, MV_THREADS,
+    SAMPLE_ARGMAX_BLOCKS, SAMPLE_ARGMAX_THREADS, SAMPLE_THREADS,
 };
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -54,6 +54,10 @@ pub enum Kernel {
     /// f16 parts from `to_f16`), the columns split across blocks (short
     /// prompts leave SMs idle otherwise); `GemmSplitsSum` adds the parts.
     GemmTcSplit(GgmlType),
+    /// `gemm_few_<type>`: the same product for up to `GF_MAX_TOKENS` rows
+    /// of x (short prompts), weights decoded straight into the tensor
+    /// cores' fragments: the weights' stream, no shared-memory tiles.
+    GemmFew(GgmlType),
     GemmSplitsSum,
     /// `dequant_f16_<type>`: rows of a stored matrix as f16, for cuBLAS
     /// (`blas.rs`).
@@ -121,11 +125,11 @@ impl Kernel {
             v.extend([Kernel::MatVec1(t), Kernel::DequantF16(t)]);
             // The quantized formats' GEMM is gemm_tck_* (x split once into
             // f16 parts); the others' gemm_tc_* (3xTF32).
-            v.push(if integer_gemm(t) {
-                Kernel::GemmTcSplit(t)
+            if integer_gemm(t) {
+                v.extend([Kernel::GemmTcSplit(t), Kernel::GemmFew(t)]);
             } else {
-                Kernel::GemmTc(t)
-            });
+                v.push(Kernel::GemmTc(t));
+            }
             if has_mv8(t) {
                 v.extend([
                     Kernel::MatVec8(t),
@@ -182,7 +186,10 @@ impl Kernel {
             | Kernel::MatVec8Many(_)
             | Kernel::MatVec8N(_)
             | Kernel::Mmq(_) => Module::Matvec,
-            Kernel::GemmTc(_) | Kernel::GemmTcSplit(_) | Kernel::DequantF16(_) => Module::GemmTc,
+            Kernel::GemmTc(_)
+            | Kernel::GemmTcSplit(_)
+            | Kernel::GemmFew(_)
+            | Kernel::DequantF16(_) => Module::GemmTc,
             Kernel::RmsNorm
             | Kernel::AddRmsNorm
             | Kernel::AddRmsNormCluster
@@ -219,6 +226,8 @@ impl Kernel {
             | Kernel::MatVec8N(_) => Some(0),
             Kernel::Mmq(_) => Some(1),
             Kernel::MatVecWarp(_) => Some(1),
+            Kernel::GemmTc(_) | Kernel::GemmTcSplit(_) | Kernel::DequantF16(_) => Some(0),
+            Kernel::GemmFew(_) => Some(1),
             Kernel::AttentionSplit(_, group) => Some(1 + u8::from(group > 4)),
             Kernel::AttentionSplitTc(_) | Kernel::AttentionCombine | Kernel::SampleSelect => {
                 Some(0)
@@ -270,6 +279,7 @@ impl Kernel {
             | Kernel::Mmq(t)
             | Kernel::GemmTc(t)
             | Kernel::GemmTcSplit(t)
+            | Kernel::GemmFew(t)
             | Kernel::DequantF16(t) => Some(t),
             _ => None,
         }
@@ -291,6 +301,7 @@ impl Kernel {
             Kernel::QuantizeX8 => "quantize_x8".into(),
             Kernel::GemmTc(t) => format!("gemm_tc_{}", ty(t)),
             Kernel::GemmTcSplit(t) => format!("gemm_tck_{}", ty(t)),
+            Kernel::GemmFew(t) => format!("gemm_few_{}", ty(t)),
             Kernel::GemmSplitsSum => "gemm_splits_sum".into(),
             Kernel::DequantF16(t) => format!("dequant_f16_{}", ty(t)),
             Kernel::ToF16 => "to_f16".into(),
@@ -563,6 +574,19 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
         (Kernel::GemmTc(_), Work::Matrix { rows, n }) => gemm_tc_config(rows, n, 1),
         (Kernel::GemmTcSplit(_), Work::SplitMatrix { rows, n, splits }) => {
             gemm_tc_config(rows, n, splits)
+        }
+        // 32 weight rows a warp, all rows of x, a column range along z.
+        (Kernel::GemmFew(_), Work::SplitMatrix { rows, n, splits }) => {
+            if n > GF_MAX_TOKENS || splits > 64 {
+                return Err(BackendError::InferenceFailed(format!(
+                    "{n} rows in {splits} column ranges exceed one gemm_few launch"
+                )));
+            }
+            Ok(LaunchConfig {
+                grid_dim: ((rows as u32).div_ceil(GF_WARPS * 32), 1, splits as u32),
+                block_dim: (GF_WARPS * 32, 1, 1),
+                shared_mem_bytes: 0,
+            })
         }
         (
             Kernel::AttentionSplit(..) | Kernel::AttentionSplitTc(_),

@@ -947,18 +947,18 @@ impl Ops for CudaOps {
         }
         // Short prompts, quantized formats: tensor cores over split columns
         // (never inside a capture, which may not allocate; decode is n = 1).
-        if let Some(splits) = self
+        if let Some(plan) = self
             .dev
             .kernels
             .gemm_splits(&args)
             .filter(|_| self.capture.is_none())
         {
             let xh = self.x_f16(x, &args)?;
-            let mut part = self.alloc_buf(splits * x.rows, w.rows)?;
+            let mut part = self.alloc_buf(plan.splits * x.rows, w.rows)?;
             let st = &self.dev.stream;
             self.dev
                 .kernels
-                .gemm_split(st, &args, xh, splits, part.output())?;
+                .gemm_split(st, &args, xh, plan, part.output())?;
             let block = self.x16.as_mut().expect("x_f16 made it");
             block.holds = apart(x, &[out]).then(|| {
                 let writes = self.dev.kernels.writes();

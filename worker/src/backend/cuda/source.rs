@@ -83,6 +83,10 @@ shared_constants! {
     GTC_BK: u32 = 32;
     GTC_THREADS: u32 = 256;
     GTC_PAD: u32 = 4;
+    /// `gemm_few_*` (gemm.cu): warps a block (32 weight rows each), and the
+    /// most rows of x a launch takes.
+    GF_WARPS: u32 = 4;
+    GF_MAX_TOKENS: usize = 64;
     /// `attention_split` (attention_split.cu): threads per block, most query heads
     /// per KV head, keys each warp loads before using them, and most chunks
     /// (`attention_combine`'s shared memory).
@@ -215,7 +219,7 @@ impl Module {
     /// compile, since a first start waits for its slowest unit.
     pub fn parts(self) -> u8 {
         match self {
-            Module::Matmul | Module::Matvec | Module::Sample => 2,
+            Module::Matmul | Module::Matvec | Module::GemmTc | Module::Sample => 2,
             Module::AttentionSplit => 3,
             _ => 1,
         }
@@ -230,7 +234,8 @@ impl Module {
     /// `matvec.cu`'s part 1 (`mmq_*`, short prompts) only for a format with
     /// such a kernel that the layers' matrices are stored in (it doubled
     /// the Q8_0 unit's compile time, and the reference model's Q8_0 matrix
-    /// is its embedding, never multiplied by a prompt).
+    /// is its embedding, never multiplied by a prompt); `gemm.cu`'s part 1
+    /// (`gemm_few_*`) likewise only for the layers' formats.
     pub fn part_needed(self, part: u8, format: Option<GgmlType>, set: &KernelSet<'_>) -> bool {
         match (self, part) {
             (_, 0) => true,
@@ -240,6 +245,7 @@ impl Module {
             (Module::Matvec, _) => {
                 format.is_none_or(|f| has_mmq(f) && set.layer_formats.contains(&f))
             }
+            (Module::GemmTc, _) => format.is_none_or(|f| set.layer_formats.contains(&f)),
             _ => true,
         }
     }

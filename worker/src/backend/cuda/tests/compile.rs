@@ -494,6 +494,7 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         v.push((Kernel::DequantF16(t), sig::<DequantF16Args>()));
         if crate::backend::cuda::launch::integer_gemm(t) {
             v.push((Kernel::GemmTcSplit(t), sig::<GemmTcSplitCall>()));
+            v.push((Kernel::GemmFew(t), sig::<GemmTcSplitCall>()));
         }
         if crate::backend::cuda::launch::has_mv8(t) {
             v.push((Kernel::MatVec8(t), sig::<MatVec8Call>()));

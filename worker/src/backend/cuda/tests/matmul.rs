@@ -65,21 +65,23 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
             // Every shape through both mv kernels (a warp or a block per
             // row), then through mv8 (up to 32 rows of x, integer formats),
             // mv1 (one row) and gemm_tc (many), then as the backend
-            // chooses (gemm_tck, split columns, and cuBLAS from
-            // BLAS_MIN_ROWS rows of x), then cuBLAS for every row count
+            // chooses (gemm_few or gemm_tck, split columns, and cuBLAS
+            // from BLAS_MIN_ROWS rows of x), the same without gemm_few
+            // (gemm_tck and mmq), then cuBLAS for every row count
             // (quantized and F16 formats).
             let off = usize::MAX;
             let mut kinds = vec![
-                (0, false, false, false, off),
-                (off, false, false, false, off),
-                (off, true, true, false, off),
-                (off, true, true, true, kernels::BLAS_MIN_ROWS),
-                (off, true, true, true, 0),
+                (0, false, false, false, true, off),
+                (off, false, false, false, true, off),
+                (off, true, true, false, true, off),
+                (off, true, true, true, true, kernels::BLAS_MIN_ROWS),
+                (off, true, true, true, false, kernels::BLAS_MIN_ROWS),
+                (off, true, true, true, true, 0),
             ];
             if launch::has_mv8(ty) && n == 1 {
-                kinds.push((off, true, false, false, off));
+                kinds.push((off, true, false, false, true, off));
             }
-            for (with_bias, (warp_rows, newer, mv8, split, blas)) in [false, true]
+            for (with_bias, (warp_rows, newer, mv8, split, few, blas)) in [false, true]
                 .into_iter()
                 .flat_map(|b| kinds.clone().into_iter().map(move |k| (b, k)))
             {
@@ -87,6 +89,7 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
                 force_newer_matmuls(newer);
                 dev().kernels.set_mv8(mv8);
                 dev().kernels.set_gemm_split(split);
+                dev().kernels.set_gemm_few(few);
                 dev().kernels.set_blas_min_rows(blas);
                 let b = with_bias.then_some(&bias);
                 let mut cpu_out = cpu_buf(n, rows, vec![0.0; n * rows]);
@@ -104,7 +107,7 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
                 let g = host(&mut ops, &out);
                 let e = rel_err(&g, &cpu_out.data);
                 let what = format!(
-                    "{ty} {rows}x{cols} n={n} bias={with_bias} mvw from {warp_rows} mv1/tc {newer} mv8 {mv8} split {split} blas from {blas}"
+                    "{ty} {rows}x{cols} n={n} bias={with_bias} mvw from {warp_rows} mv1/tc {newer} mv8 {mv8} split {split} few {few} blas from {blas}"
                 );
                 assert!(e <= 1e-3, "{what}: relative error {e:e}");
                 worst_ty = worst_ty.max(e);
@@ -185,6 +188,7 @@ fn force_newer_matmuls(on: bool) {
 pub(super) fn restore_matmul_choice() {
     dev().kernels.set_mv8(true);
     dev().kernels.set_gemm_split(true);
+    dev().kernels.set_gemm_few(true);
     dev().kernels.set_blas_min_rows(kernels::BLAS_MIN_ROWS);
     dev().set_mv_warp_min_rows(kernels::MV_WARP_MIN_ROWS);
     dev().kernels.set_mv1_min_rows(kernels::MV1_MIN_ROWS);
@@ -295,6 +299,33 @@ fn matmul_is_deterministic_for_every_format() {
         }
     }
     restore_matmul_choice();
+}
+
+/// `gemm_few_*` gives a row of x the same bits whatever rows share its
+/// launch (9 to 63 of them: its column ranges depend on the matrix alone),
+/// the base of batch-invariant decoding of several jobs.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn gemm_few_gives_a_row_the_same_bits_in_any_batch() {
+    let _gpu = shared_gpu();
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    for ty in [GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q4_1] {
+        let (rows, cols) = (1000, 1536);
+        let wv = random_vec(&mut rng, rows * cols, 1.0);
+        let w = test_weight(&mut ops, ty, rows, cols, &wv);
+        let xv = random_vec(&mut rng, 63 * cols, 1.0);
+        let mut first: Option<Vec<f32>> = None;
+        for n in [63, 9, 20, 37, 50] {
+            let x = ops.upload(n, cols, &xv[..n * cols]).unwrap();
+            let mut out = ops.buf(n, rows).unwrap();
+            ops.matmul(&x, &w.gpu, None, &mut out).unwrap();
+            let got = host(&mut ops, &out);
+            let all = first.get_or_insert_with(|| got.clone());
+            let differ = (0..n * rows).filter(|&i| got[i].to_bits() != all[i].to_bits());
+            assert_eq!(differ.count(), 0, "{ty}: rows of x differ with {n} of them");
+        }
+    }
 }
 
 #[test]
