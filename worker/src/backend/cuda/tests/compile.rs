@@ -348,6 +348,7 @@ fn every_kernel_symbol_is_defined_in_its_module() {
             Kernel::Mmq(_) => src.contains(&format!(")\n    {sym}(")),
             Kernel::GemmTc(_) => src.contains("gemm_tc_##name"),
             Kernel::GemmTcSplit(_) => src.contains("gemm_tck_##name"),
+            Kernel::GemmFew(_) => src.contains("gemm_few_##name"),
             Kernel::DequantF16(_) => src.contains("dequant_f16_##name"),
             Kernel::AttentionSplit(pairs, group) => {
                 src.contains(" NAME(")
@@ -379,7 +380,13 @@ fn every_kernel_symbol_is_defined_in_its_module() {
 /// must call `pdl_wait();` before it reads x.
 #[test]
 fn every_kernel_opens_with_pdl_start() {
-    const WAIT_AFTER_WEIGHTS: [&str; 4] = ["mv8_one<", "mv8_many<", "mv8_rows<", "mmq_rows("];
+    const WAIT_AFTER_WEIGHTS: [&str; 5] = [
+        "mv8_one<",
+        "mv8_many<",
+        "mv8_rows<",
+        "mmq_rows(",
+        "gemm_few_impl<",
+    ];
     let mut kernels = 0;
     for m in Module::ALL {
         let src = m.source();
@@ -449,6 +456,7 @@ fn c_signature(k: Kernel) -> Vec<String> {
         Kernel::MatVec8N(_) => vec!["mv8n_##name(".to_string()],
         Kernel::GemmTc(_) => vec!["gemm_tc_##name(".to_string()],
         Kernel::GemmTcSplit(_) => vec!["gemm_tck_##name(".to_string()],
+        Kernel::GemmFew(_) => vec!["gemm_few_##name(".to_string()],
         Kernel::DequantF16(_) => vec!["dequant_f16_##name(".to_string()],
         Kernel::AttentionSplit(..) | Kernel::AttentionSplitTc(_) => vec![" NAME(".to_string()],
         _ => vec![format!("void {sym}("), format!(")\n    {sym}(")],
