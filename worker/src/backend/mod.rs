@@ -177,6 +177,14 @@ pub trait Backend: Send {
     /// Frees the current sequence's KV cache and scratch.
     fn end_sequence(&mut self);
 
+    /// Whether a one-token `forward` returns once its work is queued on the
+    /// device (the next `sample` waits for it), so that the engine may queue
+    /// the next step before it streams the token it follows. `false` (the
+    /// default): `forward` computes, and a token would wait a step to go out.
+    fn queues_work(&self) -> bool {
+        false
+    }
+
     /// Prompt tokens per `forward` call during prefill: as many as the
     /// backend runs well in one pass within its scratch budget (the engine
     /// checks for aborts between calls).

@@ -170,6 +170,11 @@ fn run(
     let mut generated: Vec<u32> = Vec::with_capacity(req.max_tokens);
     let mut first_token_ms = 0;
     let mut decode_started = started;
+    // Where the device queues its work, the next step is queued before the
+    // host streams a token (its text, stop strings and event then overlap the
+    // step instead of holding the device idle). Not with parity records,
+    // whose logits the next step would overwrite.
+    let ahead = backend.queues_work() && checkpoints.is_none();
 
     let stop_reason = loop {
         let uniform = sampler.draw();
@@ -209,6 +214,14 @@ fn run(
         }
 
         let is_last = generated.len() >= req.max_tokens;
+        // Wasted only when a stop string or a gone client ends the job here.
+        // Not after the first token, which would wait for the step that
+        // captures the decode graph.
+        let queued = ahead && index > 0 && !is_last;
+        if queued {
+            check_abort(observer)?;
+            backend.forward(&[id], wanted, &mut logits, None)?;
+        }
         let mut piece = stream.push(tokenizer, id);
         if is_last {
             piece.push_str(&stream.finish());
@@ -237,8 +250,10 @@ fn run(
             break StopReason::MaxTokens;
         }
 
-        check_abort(observer)?;
-        backend.forward(&[id], wanted, &mut logits, checkpoints.as_mut())?;
+        if !queued {
+            check_abort(observer)?;
+            backend.forward(&[id], wanted, &mut logits, checkpoints.as_mut())?;
+        }
     };
 
     Ok(GenerationSummary {
@@ -327,6 +342,41 @@ mod tests {
                 want,
                 "passes of {chunk}"
             );
+        }
+    }
+
+    /// A backend that queues its work gets each step before the token it
+    /// follows is streamed: the same tokens, text and stop, at the cost of
+    /// one step where a stop string ends the job.
+    #[test]
+    fn a_queuing_backend_streams_the_same_tokens() {
+        use std::sync::atomic::Ordering;
+        let run = |queues: bool, stop: &[&str]| {
+            let script = b"hello world".iter().map(|&b| b as u32).collect();
+            let mut backend = ScriptedBackend::new(script, BYTE_VOCAB_SIZE).queuing(queues);
+            let probe = backend.probe();
+            let req = GenerationRequest {
+                prompt_tokens: vec![b'x' as u32],
+                max_tokens: 8,
+                sampling: SamplingParams {
+                    temperature: 0.0,
+                    ..SamplingParams::default()
+                },
+                stop: stop.iter().map(|s| s.to_string()).collect(),
+                logprobs: 0,
+                ignore_eos: false,
+                accepted_at: None,
+            };
+            let mut seen = Collect(Vec::new());
+            let summary = generate(&mut backend, &byte_tokenizer(), &req, &mut seen).unwrap();
+            let calls = probe.forward_calls.load(Ordering::SeqCst);
+            (summary.stop_reason, seen.0, calls)
+        };
+        for (stop, extra) in [(&[][..], 0), (&["lo w"][..], 1)] {
+            let (reason, tokens, calls) = run(false, stop);
+            let (q_reason, q_tokens, q_calls) = run(true, stop);
+            assert_eq!((&q_reason, &q_tokens), (&reason, &tokens), "stop {stop:?}");
+            assert_eq!(q_calls, calls + extra, "stop {stop:?}");
         }
     }
 

@@ -110,6 +110,8 @@ pub struct ScriptedBackend {
     device: DeviceInfo,
     /// What `prefill_chunk` answers (the trait's default when unset).
     prefill_chunk: Option<usize>,
+    /// What `queues_work` answers.
+    queues: bool,
     step: usize,
     len: usize,
     open: bool,
@@ -129,6 +131,7 @@ impl ScriptedBackend {
             panic_at: None,
             memory: MemoryUse::default(),
             prefill_chunk: None,
+            queues: false,
             device: DeviceInfo {
                 backend: BackendKind::Cpu,
                 name: "scripted".into(),
@@ -176,6 +179,12 @@ impl ScriptedBackend {
         self
     }
 
+    /// Answers `queues_work` with `queues` (a GPU's decode graph does).
+    pub fn queuing(mut self, queues: bool) -> Self {
+        self.queues = queues;
+        self
+    }
+
     pub fn with_prefill_chunk(mut self, tokens: usize) -> Self {
         self.prefill_chunk = Some(tokens);
         self
@@ -214,6 +223,10 @@ impl Backend for ScriptedBackend {
 
     fn prefill_chunk(&self) -> usize {
         self.prefill_chunk.unwrap_or(DEFAULT_PREFILL_CHUNK)
+    }
+
+    fn queues_work(&self) -> bool {
+        self.queues
     }
 
     fn forward(

@@ -67,10 +67,20 @@ impl Drop for Pinned {
     }
 }
 
+/// Writes a step's `[token, position]` into the slot at `at`, in stream order
+/// and with no host buffer (a stream memory operation), so that a replay
+/// need not wait for the one before it.
+fn write_step(dev: &CudaDevice, at: u64, token: u32, position: i32) -> Result<(), BackendError> {
+    let value = u64::from(token) | (u64::from(position as u32) << 32);
+    // SAFETY: `at` is the 8-byte, 256-aligned step slot of a live arena
+    // allocated on this stream's context.
+    unsafe { sys::cuStreamWriteValue64_v2(dev.cu_stream(), at, value, 0) }
+        .result()
+        .map_err(|e| driver_error("writing the decode step", e))
+}
+
 /// Host-side buffers shared by every decode graph of a backend.
 pub struct GraphHost {
-    /// `[token: u32, position: i32]`, copied to the device before each replay.
-    step: Pinned,
     /// Receives `vocab_size` logits when the caller wants them on the host.
     logits: Pinned,
     vocab: usize,
@@ -83,7 +93,6 @@ unsafe impl Send for GraphHost {}
 impl GraphHost {
     pub fn new(dev: &Arc<CudaDevice>, vocab: usize) -> Result<Self, BackendError> {
         Ok(GraphHost {
-            step: Pinned::new(dev, 8)?,
             logits: Pinned::new(dev, vocab * 4)?,
             vocab,
         })
@@ -107,7 +116,11 @@ unsafe impl Send for DecodeGraph {}
 impl Drop for DecodeGraph {
     fn drop(&mut self) {
         if self.dev.bind().is_ok() {
-            // SAFETY: no replay is in flight (each one is waited for).
+            // A replay may still run (the caller's `sample` waits for it, and
+            // an ended job may never sample again): let it end first, so that
+            // the arena goes back with no kernel on it.
+            self.dev.synchronize().ok();
+            // SAFETY: no replay is in flight now.
             unsafe { drv::graph::exec_destroy(self.exec) }.ok();
         }
     }
@@ -140,6 +153,9 @@ impl DecodeGraph {
             * (cfg.head_dim + 2);
         let step_offset = arena_bytes(cfg) + align_up(part_floats as u64 * 4);
         let arena = dev.alloc(Purpose::Scratch, step_offset + 256)?;
+        // Where the device cannot take stream memory operations, no graph
+        // (the backend decodes without one).
+        write_step(&dev, arena.ptr() + step_offset, 0, 0)?;
         ops.capture = Some(GraphCapture {
             arena: arena.ptr(),
             arena_bytes: step_offset,
@@ -214,24 +230,18 @@ impl DecodeGraph {
         let stream = self.dev.cu_stream();
         let pos = i32::try_from(position)
             .map_err(|_| BackendError::InferenceFailed("position overflows".into()))?;
-        // SAFETY: the pinned step buffer holds 8 bytes and no copy from it is
-        // in flight (the previous replay was waited for).
-        unsafe {
-            let p = host.step.as_ptr();
-            std::ptr::copy_nonoverlapping(token.to_le_bytes().as_ptr(), p, 4);
-            std::ptr::copy_nonoverlapping(pos.to_le_bytes().as_ptr(), p.add(4), 4);
-            let src = std::slice::from_raw_parts(p as *const u8, 8);
-            drv::memcpy_htod_async(self.arena.ptr() + self.step_offset, src, stream)
-                .map_err(|e| driver_error("copying the step", e))?;
-            drv::graph::launch(self.exec, stream)
-                .map_err(|e| driver_error("launching the decode graph", e))?;
-        }
+        write_step(&self.dev, self.arena.ptr() + self.step_offset, token, pos)?;
+        // SAFETY: the graph was instantiated on this context; its buffers live
+        // as long as `self`.
+        unsafe { drv::graph::launch(self.exec, stream) }
+            .map_err(|e| driver_error("launching the decode graph", e))?;
         // The graph's kernels wrote device memory behind `Kernels::launch`.
         self.dev.kernels.note_write();
         let Some(out) = out else {
-            // The pinned step buffer is rewritten by the next replay: wait
-            // for this one's copy of it.
-            return self.dev.synchronize();
+            // Not waited for: the caller's `sample` queues behind the step and
+            // waits for both, one round trip a token (a wait here had the host
+            // wake up before it could queue the sampling).
+            return Ok(());
         };
         debug_assert!(host.logits.bytes() >= host.vocab * 4);
         // SAFETY: the pinned buffer holds `vocab` f32 values and no other copy

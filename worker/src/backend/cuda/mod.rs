@@ -592,6 +592,11 @@ impl Backend for CudaBackend {
         self.sampler.sample(req)
     }
 
+    /// A decode graph's replay is queued and not waited for.
+    fn queues_work(&self) -> bool {
+        self.use_graphs && !self.graph_failed
+    }
+
     fn end_sequence(&mut self) {
         self.decode_graph = None;
         self.graph_failed = false;
