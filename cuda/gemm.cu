@@ -472,8 +472,8 @@ __device__ __forceinline__ void gemm_int_impl(const u8* __restrict__ W, i64 row_
 // multiplied. Column ranges along z, products summed by gemm_splits_sum, as
 // for gemm_tck. Accumulation order is fixed and a row of x's results do not
 // depend on the other rows (mma's columns are apart; n only bounds work).
-#if !defined(GF_WARPS) || !defined(GF_MAX_TOKENS)
-#error "GF_WARPS and GF_MAX_TOKENS come from the worker as -D options"
+#if !defined(GF_WARPS) || !defined(GF_BLOCKS_PER_SM) || !defined(GF_MAX_TOKENS)
+#error "GF_WARPS, GF_BLOCKS_PER_SM and GF_MAX_TOKENS come from the worker as -D options"
 #endif
 constexpr int GF_NT = (GF_MAX_TOKENS + 7) / 8;
 
@@ -597,9 +597,10 @@ __device__ __forceinline__ void gemm_few_impl(const u8* __restrict__ W, i64 row_
         }
 }
 
-// Three blocks of GF_WARPS warps an SM: registers capped at 168 a thread.
+// GF_BLOCKS_PER_SM (3) blocks of GF_WARPS warps an SM: registers capped at
+// 168 a thread.
 #define DEF_GEMM_FEW(name, T)                                                                            \
-    extern "C" __global__ void __launch_bounds__(GF_WARPS * 32, 3)                                       \
+    extern "C" __global__ void __launch_bounds__(GF_WARPS * 32, GF_BLOCKS_PER_SM)                        \
         gemm_few_##name(const u8* W, i64 row_bytes, int rows, int cols, const u16* xh, int n, int splits, \
                         float* part) {                                                                   \
         pdl_launch_next(); /* gemm_few_impl waits after its first loads */                               \

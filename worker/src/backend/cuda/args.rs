@@ -14,7 +14,7 @@ use crate::backend::cuda::launch::{
     has_mv8, mv8_rows_per_block, norm_cluster_blocks, refusal, Kernel, KernelCall, Plan, Work,
 };
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
-use crate::backend::cuda::source::{has_mmq, GF_MAX_TOKENS, MMQ_MAX_TOKENS, MV8_MAX_TOKENS};
+use crate::backend::cuda::source::{has_mmq, MMQ_MAX_TOKENS, MV8_MAX_TOKENS};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
@@ -318,7 +318,6 @@ impl KernelCall for GemmTcSplitCall {
             || !cols.is_multiple_of(step)
             || (self.splits - 1) * per >= steps
             || !self.xh.addr().is_multiple_of(16)
-            || (self.few && self.args.n > GF_MAX_TOKENS)
         {
             let msg = format!(
                 "{} column ranges of {cols} columns, x's parts at {:#x}",

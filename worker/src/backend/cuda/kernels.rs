@@ -27,8 +27,8 @@ use crate::backend::cuda::launch::{integer_gemm, launch_config, Kernel, KernelCa
 use crate::backend::cuda::nvrtc::{compile_unit, KernelCache};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
-    head_pairs, KernelSet, Unit, ATC_HEAD_DIMS, ATS_MAX_SPLITS, GEMM_BM, GEMM_BN, GF_MAX_TOKENS,
-    GF_WARPS, GTC_BR, GTC_BT, MMQ_MAX_TOKENS, MV8_MAX_TOKENS, MV_MAX_TOKENS,
+    head_pairs, KernelSet, Unit, ATC_HEAD_DIMS, ATS_MAX_SPLITS, GEMM_BM, GEMM_BN, GF_BLOCKS_PER_SM,
+    GF_MAX_TOKENS, GF_WARPS, GTC_BR, GTC_BT, MMQ_MAX_TOKENS, MV8_MAX_TOKENS, MV_MAX_TOKENS,
 };
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -842,9 +842,6 @@ pub struct GemmSplit {
     pub few: bool,
     pub splits: usize,
 }
-
-/// `gemm_few_*` blocks an SM holds (its `__launch_bounds__`).
-const GF_BLOCKS_PER_SM: usize = 3;
 
 /// `gemm_few_*` blocks along the weight rows (32 a warp).
 fn few_row_blocks(rows: usize) -> usize {

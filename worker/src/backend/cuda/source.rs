@@ -83,9 +83,11 @@ shared_constants! {
     GTC_BK: u32 = 32;
     GTC_THREADS: u32 = 256;
     GTC_PAD: u32 = 4;
-    /// `gemm_few_*` (gemm.cu): warps a block (32 weight rows each), and the
-    /// most rows of x a launch takes.
+    /// `gemm_few_*` (gemm.cu): warps a block (32 weight rows each), blocks
+    /// an SM holds (its `__launch_bounds__`; the host sizes grids by it),
+    /// and the most rows of x a launch takes.
     GF_WARPS: u32 = 4;
+    GF_BLOCKS_PER_SM: usize = 3;
     GF_MAX_TOKENS: usize = 64;
     /// `attention_split` (attention_split.cu): threads per block, most query heads
     /// per KV head, keys each warp loads before using them, and most chunks
