@@ -8,7 +8,12 @@ use worker_orcd::server::validation::{validate, ExecuteRequest, Limits};
 #[path = "common.rs"]
 mod common;
 
-fuzz_target!(|data: &[u8]| {
+// The tokenizer loads in libFuzzer's initialisation, outside the per-input timeout.
+fuzz_target!(
+    init: {
+        common::reference_tokenizer();
+    },
+    |data: &[u8]| {
     let Ok(req) = serde_json::from_slice::<ExecuteRequest>(data) else {
         return;
     };
@@ -25,4 +30,5 @@ fuzz_target!(|data: &[u8]| {
             "a prompt over the limit passed"
         );
     }
-});
+}
+);

@@ -13,7 +13,12 @@ mod common;
 
 const SERVED: &[&str] = &["smollm2", "smollm2-135m-instruct-q4_1.gguf"];
 
-fuzz_target!(|data: &[u8]| {
+// The tokenizer loads in libFuzzer's initialisation, outside the per-input timeout.
+fuzz_target!(
+    init: {
+        common::reference_tokenizer();
+    },
+    |data: &[u8]| {
     let Some((&which, body)) = data.split_first() else {
         return;
     };
@@ -51,4 +56,5 @@ fuzz_target!(|data: &[u8]| {
             "an id past the vocabulary"
         );
     }
-});
+}
+);
