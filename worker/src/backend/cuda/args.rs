@@ -739,6 +739,107 @@ impl KernelCall for MatVec8ManyCall {
     }
 }
 
+/// A SwiGLU feed-forward's products of one row of x through one `mv8g_*`
+/// launch: `gate` and `up` (one format and shape, rows a multiple of 32, no
+/// bias) as `mv8m_*` computes them from x in `x8`, and `act = silu(gate) *
+/// up` written and split into `act8` as `swiglu` writes them. `done` holds
+/// a zero per 32 rows, and holds zeros again when the launch ends.
+#[derive(Clone, Copy, Debug)]
+pub struct MatVec8GluCall {
+    pub gate: MatmulArgs,
+    pub up: MatmulArgs,
+    pub x8: X8Bufs,
+    /// `[gate.w.rows]` f32.
+    pub act: DevPtrMut<f32>,
+    /// `[gate.w.rows / 32]` u32.
+    pub done: DevPtrMut<u32>,
+    /// Not overlapping `x8`.
+    pub act8: X8Bufs,
+}
+
+impl KernelCall for MatVec8GluCall {
+    type Params = (
+        DevPtr<u8>,
+        DevPtr<u8>,
+        i64,
+        i32,
+        i32,
+        DevPtr<i8>,
+        DevPtr<i8>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtrMut<f32>,
+        DevPtrMut<f32>,
+        DevPtrMut<f32>,
+        DevPtrMut<u32>,
+        DevPtrMut<i8>,
+        DevPtrMut<i8>,
+        DevPtrMut<f32>,
+        DevPtrMut<f32>,
+    );
+
+    fn plan(&self) -> Plan {
+        let (g, u) = (&self.gate, &self.up);
+        let [ah, al, ad, asums] = self.act8.addrs();
+        let mut buffers = vec![
+            ("gate w", g.w.ptr.addr()),
+            ("up w", u.w.ptr.addr()),
+            ("gate", g.out.addr()),
+            ("up", u.out.addr()),
+            ("act", self.act.addr()),
+            ("done", self.done.addr()),
+        ];
+        buffers.extend(self.x8.addrs());
+        buffers.extend([ah, al, ad, asums]);
+        Plan {
+            kernel: Kernel::MatVec8Glu(g.w.ty),
+            dims: g.w.dims(g.n).to_vec(),
+            buffers,
+            work: Work::MatVec {
+                rows: 2 * g.w.rows,
+                cols: g.w.cols,
+            },
+        }
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        let (g, u) = (&self.gate, &self.up);
+        let kernel = Kernel::MatVec8Glu(g.w.ty);
+        let per_block = mv8_rows_per_block(g.w.cols);
+        if (g.w.ty, g.w.rows, g.w.cols, g.w.row_bytes)
+            != (u.w.ty, u.w.rows, u.w.cols, u.w.row_bytes)
+            || g.bias.is_some()
+            || u.bias.is_some()
+            || !g.w.rows.is_multiple_of(32)
+            || !32usize.is_multiple_of(per_block)
+        {
+            return Err(refusal(
+                kernel,
+                format!(
+                    "gate {}x{} {} and up {}x{} {}: one format and shape, rows a multiple of 32, no bias",
+                    g.w.rows,
+                    g.w.cols,
+                    g.w.ty.name(),
+                    u.w.rows,
+                    u.w.cols,
+                    u.w.ty.name()
+                ),
+            ));
+        }
+        mv8_validate(kernel, g, 1)?;
+        mv8_validate(kernel, u, 1)
+    }
+    fn params(&self) -> Self::Params {
+        let (g, u) = (&self.gate, &self.up);
+        let (wg, row_bytes, rows, cols) = g.w.params();
+        let (hi, lo, d, sums) = self.x8.reads();
+        let a = &self.act8;
+        (
+            wg, u.w.ptr, row_bytes, rows, cols, hi, lo, d, sums, g.out, u.out, self.act, self.done,
+            a.hi, a.lo, a.d, a.sums,
+        )
+    }
+}
+
 /// A matmul of 2 to `MV8_MAX_TOKENS` rows of x through `mv8n_*`, reading
 /// x as `quantize_x8` wrote it into `x8` (`args.x` itself is not read).
 #[derive(Clone, Copy, Debug)]

@@ -144,6 +144,9 @@ pub struct Kernels {
     gemm_few: AtomicBool,
     /// Whether one row of x goes through `mv8_*` where the format has one.
     mv8: AtomicBool,
+    /// Whether a SwiGLU's gate, up and product run as one `mv8g_*` launch
+    /// where they can (when [`GLU_ENV`] is `1`).
+    glu: AtomicBool,
     /// Kernel launches and copies into device memory so far: a buffer's
     /// contents are unchanged while this count is (see `CudaOps`'s x8 block).
     writes: AtomicU64,
@@ -163,6 +166,16 @@ pub const PDL_ENV: &str = "WORKER_ORCD_PDL";
 /// `0` keeps short prompts' matmuls on `gemm_tck_*` and `mmq_*` rather than
 /// `gemm_few_*`.
 pub const GEMM_FEW_ENV: &str = "WORKER_ORCD_GEMM_FEW";
+
+/// `1` runs a SwiGLU feed-forward's gate and up products and their product
+/// as one `mv8g_*` launch rather than two (`mv8m_*`, `swiglu`). Off by
+/// default until it has run and been timed on the H100.
+pub const GLU_ENV: &str = "WORKER_ORCD_GLU";
+
+/// Whether [`GLU_ENV`] turns `mv8g_*` on.
+pub fn glu_from_env() -> bool {
+    std::env::var(GLU_ENV).is_ok_and(|v| v == "1")
+}
 
 /// `0` keeps the decode norm on one block (`add_rms_norm`) on sm_90 too.
 pub const CLUSTERS_ENV: &str = "WORKER_ORCD_CLUSTERS";
@@ -343,6 +356,7 @@ impl Kernels {
             gemm_split: AtomicBool::new(true),
             gemm_few: AtomicBool::new(std::env::var(GEMM_FEW_ENV).map_or(true, |v| v != "0")),
             mv8: AtomicBool::new(true),
+            glu: AtomicBool::new(glu_from_env()),
             writes: AtomicU64::new(0),
             sm_count,
             pdl: AtomicBool::new(arch.0 >= 9 && std::env::var(PDL_ENV).map_or(true, |v| v != "0")),
@@ -496,6 +510,27 @@ impl Kernels {
                 x8,
             },
         )
+    }
+
+    /// Whether `gate` and `up` (one row of x) and their SwiGLU can run as
+    /// one `mv8g_*` launch: both on `mv8_*` alone, of one format and shape,
+    /// rows a multiple of 32, no bias, and the kernel compiled.
+    pub fn glu_ready(&self, gate: &MatmulArgs, up: &MatmulArgs) -> bool {
+        let (g, u) = (&gate.w, &up.w);
+        self.glu.load(Ordering::Relaxed)
+            && self.mv8_choice(gate) == Some(Mv8Plan::One)
+            && self.mv8_choice(up) == Some(Mv8Plan::One)
+            && (g.ty, g.rows, g.cols, g.row_bytes) == (u.ty, u.rows, u.cols, u.row_bytes)
+            && g.rows.is_multiple_of(32)
+            && gate.bias.is_none()
+            && up.bias.is_none()
+            && self.funcs.contains_key(&Kernel::MatVec8Glu(g.ty))
+    }
+
+    /// Turns the one-launch SwiGLU on or off (for tests).
+    #[cfg(test)]
+    pub fn set_glu(&self, on: bool) {
+        self.glu.store(on, Ordering::Relaxed);
     }
 
     /// Which short-prompt kernel takes this matmul and into how many column
