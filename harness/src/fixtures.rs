@@ -4,9 +4,9 @@
 //! `harness synth-model --preset PRESET --out FILE --reference REF` does (see
 //! `synth`), with the reference model's tokenizer, or for the phi3 presets
 //! Gemma 3's SentencePiece vocabulary from `synth::SPM_REFERENCE_FILE` beside
-//! the reference model (`ci/fetch-model gemma3`). Presets of architectures
-//! not generated yet (gpt-oss, MXFP4) do not exist: their scenarios are tagged
-//! pending, and running them anyway fails with the list of known presets.
+//! the reference model (`ci/fetch-model gemma3`); the gpt-oss presets' vocabulary
+//! comes from tiktoken-rs (`synth::harmony`). An unknown preset fails with the
+//! list of known ones.
 
 use std::path::{Path, PathBuf};
 
@@ -284,7 +284,7 @@ mod tests {
         let g = Gguf::read_header(&made).unwrap();
         assert_eq!(g.string("general.architecture").as_deref(), Some("qwen2"));
         assert_eq!(g.array_len("tokenizer.ggml.tokens"), Some(151_936));
-        let e = materialize("synthetic-gpt-oss", &reference, &dir, &dir.join("out")).unwrap_err();
+        let e = materialize("synthetic-mamba", &reference, &dir, &dir.join("out")).unwrap_err();
         let e = format!("{e:#}");
         assert!(e.contains("known: tiny-llama"), "{e}");
         // The phi3 presets want the SentencePiece file beside the reference.

@@ -11,7 +11,9 @@
 //! or, for the phi3 presets, a SentencePiece vocabulary cut from another file
 //! (`--spm-reference`: Gemma 3's 262,144 pieces, the first 32,064 of which hold
 //! the 256 byte-fallback tokens, the special ones and the best-scored pieces),
-//! with a Phi-3 file's tokenizer keys. The bytes are a function of (preset, format, seed) alone: each
+//! with a Phi-3 file's tokenizer keys; or, for the gpt-oss presets, o200k_harmony from tiktoken-rs
+//! (`harmony`), their experts written straight in MXFP4 and the rest in the format asked for
+//! (Q8_0 by default, as llama.cpp's own gpt-oss files). The bytes are a function of (preset, format, seed) alone: each
 //! 8192-value chunk of each tensor has its own random stream, so any number of
 //! threads writes the same file.
 //!
@@ -31,6 +33,7 @@
 //! Like `gguf`, this deliberately does not use the worker's writer or quantizer.
 
 pub mod blocks;
+pub mod harmony;
 
 use std::io::Write;
 use std::path::Path;
@@ -62,6 +65,11 @@ pub enum Arch {
     /// LayerNorm with biases, learned `position_embd`, fused `attn_qkv` with a
     /// bias, biases on every matrix, GELU, LM head tied to `token_embd`.
     Gpt2,
+    /// gpt-oss (llama.cpp's `openai-moe`): Q/K/V and output with biases,
+    /// per-head attention sinks, `post_attention_norm`, a biased router over
+    /// experts whose gate, up and down matrices (MXFP4) and biases are 3-D and
+    /// 2-D tensors; YaRN RoPE, sliding-window layers.
+    GptOss,
 }
 
 impl Arch {
@@ -71,6 +79,7 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Phi3 => "phi3",
             Arch::Gpt2 => "gpt2",
+            Arch::GptOss => "gpt-oss",
         }
     }
 }
@@ -84,6 +93,8 @@ pub enum Vocab {
     /// A SentencePiece file's (`--spm-reference`, Gemma 3's), cut to the
     /// preset's size (`spm_tokenizer_kvs`).
     Spm,
+    /// gpt-oss's `o200k_harmony` (`harmony`): no reference file.
+    Harmony,
 }
 
 /// The file `--spm-reference` defaults to, in `.models/` beside the reference
@@ -92,7 +103,7 @@ pub const SPM_REFERENCE_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
 
 /// The RoPE frequency factors a preset's file carries, as llama.cpp's
 /// converter writes them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum RopeScaling {
     None,
     /// Llama 3.1's `rope_freqs.weight` (no keys).
@@ -103,6 +114,23 @@ pub enum RopeScaling {
     LongRope {
         orig: u32,
     },
+    /// YaRN, as gpt-oss's `config.json` has it: `rope.scaling.type` yarn,
+    /// its factor, original context and beta_fast / beta_slow.
+    Yarn {
+        factor: f32,
+        orig: u32,
+        beta_fast: f32,
+        beta_slow: f32,
+    },
+}
+
+/// A mixture-of-experts feed-forward: `experts` of `n_ff` rows each,
+/// `used` of them a token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Moe {
+    pub experts: u64,
+    pub used: u64,
+    pub n_ff: u64,
 }
 
 /// A named model shape.
@@ -128,6 +156,10 @@ pub struct Preset {
     /// `attention.sliding_window` (phi3 only; 0: no key).
     pub sliding_window: u32,
     pub rope_scaling: RopeScaling,
+    /// Values per attention head (0: `n_embd / n_head`; gpt-oss's 64 is not).
+    pub head_dim: u64,
+    /// Experts in place of the dense feed-forward (gpt-oss).
+    pub moe: Option<Moe>,
 }
 
 /// Shapes from the models' public `config.json`; the tiny ones are made up
@@ -151,6 +183,8 @@ pub const PRESETS: &[Preset] = &[
         vocab_source: Vocab::Reference,
         sliding_window: 0,
         rope_scaling: RopeScaling::None,
+        head_dim: 0,
+        moe: None,
     },
     Preset {
         name: "tiny-qwen2",
@@ -169,6 +203,8 @@ pub const PRESETS: &[Preset] = &[
         vocab_source: Vocab::Reference,
         sliding_window: 0,
         rope_scaling: RopeScaling::None,
+        head_dim: 0,
+        moe: None,
     },
     // Phi-3-mini's layout and vocabulary size, small.
     Preset {
@@ -188,6 +224,8 @@ pub const PRESETS: &[Preset] = &[
         vocab_source: Vocab::Spm,
         sliding_window: 2047,
         rope_scaling: RopeScaling::None,
+        head_dim: 0,
+        moe: None,
     },
     // GPT-2's layout and vocabulary size, small.
     Preset {
@@ -207,6 +245,8 @@ pub const PRESETS: &[Preset] = &[
         vocab_source: Vocab::Reference,
         sliding_window: 0,
         rope_scaling: RopeScaling::None,
+        head_dim: 0,
+        moe: None,
     },
     // HuggingFaceTB/SmolLM2-135M.
     Preset {
@@ -226,6 +266,8 @@ pub const PRESETS: &[Preset] = &[
         vocab_source: Vocab::Reference,
         sliding_window: 0,
         rope_scaling: RopeScaling::None,
+        head_dim: 0,
+        moe: None,
     },
     // Qwen/Qwen2.5-0.5B.
     Preset {
@@ -245,6 +287,8 @@ pub const PRESETS: &[Preset] = &[
         vocab_source: Vocab::Reference,
         sliding_window: 0,
         rope_scaling: RopeScaling::None,
+        head_dim: 0,
+        moe: None,
     },
     // meta-llama/Meta-Llama-3-8B.
     Preset {
@@ -264,6 +308,8 @@ pub const PRESETS: &[Preset] = &[
         vocab_source: Vocab::Reference,
         sliding_window: 0,
         rope_scaling: RopeScaling::None,
+        head_dim: 0,
+        moe: None,
     },
     // meta-llama/Llama-3.2-3B (context cut to 8192): 3.2 B parameters, 2.0 GB in Q4_1.
     Preset {
@@ -283,6 +329,8 @@ pub const PRESETS: &[Preset] = &[
         vocab_source: Vocab::Reference,
         sliding_window: 0,
         rope_scaling: RopeScaling::None,
+        head_dim: 0,
+        moe: None,
     },
     // microsoft/Phi-3-mini-4k-instruct: 3.8 B parameters, 2.2 GB in Q4_K.
     Preset {
@@ -302,6 +350,8 @@ pub const PRESETS: &[Preset] = &[
         vocab_source: Vocab::Spm,
         sliding_window: 2047,
         rope_scaling: RopeScaling::None,
+        head_dim: 0,
+        moe: None,
     },
     // openai-community/gpt2 (124 M; the converter writes no `output.weight`).
     Preset {
@@ -321,6 +371,8 @@ pub const PRESETS: &[Preset] = &[
         vocab_source: Vocab::Reference,
         sliding_window: 0,
         rope_scaling: RopeScaling::None,
+        head_dim: 0,
+        moe: None,
     },
     // tiny-llama with every matrix in MXFP4 (M0-W-1435: the format in an
     // architecture other than gpt-oss, whose experts carry it).
@@ -341,6 +393,8 @@ pub const PRESETS: &[Preset] = &[
         vocab_source: Vocab::Reference,
         sliding_window: 0,
         rope_scaling: RopeScaling::None,
+        head_dim: 0,
+        moe: None,
     },
     // tiny-llama with Llama 3.1's RoPE: base 500 000 and `rope_freqs`.
     Preset {
@@ -360,6 +414,8 @@ pub const PRESETS: &[Preset] = &[
         vocab_source: Vocab::Reference,
         sliding_window: 0,
         rope_scaling: RopeScaling::Llama3,
+        head_dim: 0,
+        moe: None,
     },
     // tiny-phi3 with Phi-3-mini-128k's LongRoPE, scaled down: a context of
     // 4096 over 1024 trained positions (so the long table applies).
@@ -380,8 +436,94 @@ pub const PRESETS: &[Preset] = &[
         vocab_source: Vocab::Spm,
         sliding_window: 2047,
         rope_scaling: RopeScaling::LongRope { orig: 1024 },
+        head_dim: 0,
+        moe: None,
+    },
+    // A gpt-oss of the real layout and vocabulary, small (CPU tests).
+    Preset {
+        name: "gpt-oss",
+        arch: Arch::GptOss,
+        n_embd: 256,
+        n_layer: 2,
+        n_head: 4,
+        n_head_kv: 2,
+        n_ff: 256,
+        vocab: harmony::VOCAB,
+        context: 131_072,
+        rope_base: 150_000.0,
+        norm_eps: 1e-5,
+        tied: false,
+        default_format: Format::Q8_0,
+        vocab_source: Vocab::Harmony,
+        sliding_window: 128,
+        rope_scaling: GPT_OSS_YARN,
+        head_dim: 64,
+        moe: Some(Moe {
+            experts: 4,
+            used: 2,
+            n_ff: 256,
+        }),
+    },
+    // openai/gpt-oss-20b: 20.9 B parameters (3.6 B active), 12.1 GB with the
+    // experts in MXFP4 and the rest in Q8_0.
+    Preset {
+        name: "gpt-oss-20b",
+        arch: Arch::GptOss,
+        n_embd: 2880,
+        n_layer: 24,
+        n_head: 64,
+        n_head_kv: 8,
+        n_ff: 2880,
+        vocab: harmony::VOCAB,
+        context: 131_072,
+        rope_base: 150_000.0,
+        norm_eps: 1e-5,
+        tied: false,
+        default_format: Format::Q8_0,
+        vocab_source: Vocab::Harmony,
+        sliding_window: 128,
+        rope_scaling: GPT_OSS_YARN,
+        head_dim: 64,
+        moe: Some(Moe {
+            experts: 32,
+            used: 4,
+            n_ff: 2880,
+        }),
+    },
+    // openai/gpt-oss-120b: 116.8 B parameters (5.1 B active), 63 GB.
+    Preset {
+        name: "gpt-oss-120b",
+        arch: Arch::GptOss,
+        n_embd: 2880,
+        n_layer: 36,
+        n_head: 64,
+        n_head_kv: 8,
+        n_ff: 2880,
+        vocab: harmony::VOCAB,
+        context: 131_072,
+        rope_base: 150_000.0,
+        norm_eps: 1e-5,
+        tied: false,
+        default_format: Format::Q8_0,
+        vocab_source: Vocab::Harmony,
+        sliding_window: 128,
+        rope_scaling: GPT_OSS_YARN,
+        head_dim: 64,
+        moe: Some(Moe {
+            experts: 128,
+            used: 4,
+            n_ff: 2880,
+        }),
     },
 ];
+
+/// gpt-oss's `rope_scaling`.
+const GPT_OSS_YARN: RopeScaling = RopeScaling::Yarn {
+    factor: 32.0,
+    orig: 4096,
+    beta_fast: 32.0,
+    beta_slow: 1.0,
+};
 
 pub fn preset(name: &str) -> Result<&'static Preset> {
     PRESETS.iter().find(|p| p.name == name).ok_or_else(|| {
@@ -410,12 +552,23 @@ impl TensorSpec {
     }
 }
 
+impl Preset {
+    /// Values per attention head.
+    pub fn head_dim(&self) -> u64 {
+        if self.head_dim == 0 {
+            self.n_embd / self.n_head
+        } else {
+            self.head_dim
+        }
+    }
+}
+
 /// Every tensor of `p` in file order, llama.cpp's names and shapes, matrices
 /// in `format` (or its fallback for their row length). Vectors (norms,
 /// biases) and gpt2's `position_embd` are F32 in every format, as llama.cpp's
 /// converter writes them and its quantizer leaves them.
 pub fn tensors(p: &Preset, format: Format) -> Vec<TensorSpec> {
-    let head_dim = p.n_embd / p.n_head;
+    let head_dim = p.head_dim();
     let (q_dim, kv_dim) = (p.n_head * head_dim, p.n_head_kv * head_dim);
     // Deviation 1/√cols keeps each product's output near unit scale.
     let matrix = |name: String, rows: u64, cols: u64| TensorSpec {
@@ -436,7 +589,7 @@ pub fn tensors(p: &Preset, format: Format) -> Vec<TensorSpec> {
     let half = head_dim / 2;
     let factors = |name: &str, table| vector(name.into(), half, Init::Factors(table));
     let mut t = match p.rope_scaling {
-        RopeScaling::None => Vec::new(),
+        RopeScaling::None | RopeScaling::Yarn { .. } => Vec::new(),
         RopeScaling::Llama3 => vec![factors(
             "rope_freqs.weight",
             FactorTable::Llama3 {
@@ -463,6 +616,10 @@ pub fn tensors(p: &Preset, format: Format) -> Vec<TensorSpec> {
     // gpt2's LayerNorms and matrices all have biases.
     let biased = p.arch == Arch::Gpt2;
     for i in 0..p.n_layer {
+        if let (Arch::GptOss, Some(moe)) = (p.arch, p.moe) {
+            t.extend(gpt_oss_layer(p, moe, i, format));
+            continue;
+        }
         let n = |s: &str| format!("blk.{i}.{s}");
         let norm = |t: &mut Vec<TensorSpec>, s: &str| {
             t.push(vector(n(&format!("{s}.weight")), p.n_embd, Init::Norm));
@@ -489,6 +646,7 @@ pub fn tensors(p: &Preset, format: Format) -> Vec<TensorSpec> {
             Arch::Phi3 | Arch::Gpt2 => {
                 linear(&mut t, "attn_qkv", q_dim + 2 * kv_dim, p.n_embd);
             }
+            Arch::GptOss => unreachable!("written by gpt_oss_layer"),
         }
         linear(&mut t, "attn_output", p.n_embd, q_dim);
         norm(&mut t, "ffn_norm");
@@ -500,6 +658,7 @@ pub fn tensors(p: &Preset, format: Format) -> Vec<TensorSpec> {
             // Gate rows, then up rows (llama.cpp's LLM_FFN_SWIGLU split).
             Arch::Phi3 => t.push(matrix(n("ffn_up.weight"), 2 * p.n_ff, p.n_embd)),
             Arch::Gpt2 => linear(&mut t, "ffn_up", p.n_ff, p.n_embd),
+            Arch::GptOss => unreachable!("written by gpt_oss_layer"),
         }
         linear(&mut t, "ffn_down", p.n_embd, p.n_ff);
     }
@@ -509,6 +668,95 @@ pub fn tensors(p: &Preset, format: Format) -> Vec<TensorSpec> {
     }
     if !p.tied {
         t.push(matrix("output.weight".into(), p.vocab, p.n_embd));
+    }
+    t
+}
+
+/// Layer `i` of a gpt-oss preset, as llama.cpp's `openai-moe` loads it:
+/// Q, K, V and the output projection with biases (matrices in `format`),
+/// the heads' attention sinks, `post_attention_norm`, the router
+/// (`ffn_gate_inp`, F32 as the converter keeps it, with a bias), and the
+/// experts' gate, up and down matrices, `[cols, rows, experts]` in MXFP4
+/// whatever `format` is (gpt-oss ships them so), each with an F32
+/// `[rows, experts]` bias.
+fn gpt_oss_layer(p: &Preset, moe: Moe, i: u64, format: Format) -> Vec<TensorSpec> {
+    let n = |s: &str| format!("blk.{i}.{s}");
+    let (q_dim, kv_dim) = (p.n_head * p.head_dim(), p.n_head_kv * p.head_dim());
+    let spec = |name: String, dims: Vec<u64>, format: Format, init: Init| TensorSpec {
+        name,
+        dims,
+        format,
+        init,
+    };
+    let std = |cols: u64| Init::Matrix {
+        std: 1.0 / (cols as f32).sqrt(),
+    };
+    let mut t = vec![spec(
+        n("attn_norm.weight"),
+        vec![p.n_embd],
+        Format::F32,
+        Init::Norm,
+    )];
+    for (m, rows, cols) in [
+        ("attn_q", q_dim, p.n_embd),
+        ("attn_k", kv_dim, p.n_embd),
+        ("attn_v", kv_dim, p.n_embd),
+        ("attn_output", p.n_embd, q_dim),
+    ] {
+        t.push(spec(
+            n(&format!("{m}.weight")),
+            vec![cols, rows],
+            format.for_row(cols),
+            std(cols),
+        ));
+        t.push(spec(
+            n(&format!("{m}.bias")),
+            vec![rows],
+            Format::F32,
+            Init::Bias,
+        ));
+    }
+    t.push(spec(
+        n("attn_sinks.weight"),
+        vec![p.n_head],
+        Format::F32,
+        Init::Bias,
+    ));
+    t.push(spec(
+        n("post_attention_norm.weight"),
+        vec![p.n_embd],
+        Format::F32,
+        Init::Norm,
+    ));
+    t.push(spec(
+        n("ffn_gate_inp.weight"),
+        vec![p.n_embd, moe.experts],
+        Format::F32,
+        std(p.n_embd),
+    ));
+    t.push(spec(
+        n("ffn_gate_inp.bias"),
+        vec![moe.experts],
+        Format::F32,
+        Init::Bias,
+    ));
+    for (m, rows, cols) in [
+        ("ffn_gate_exps", moe.n_ff, p.n_embd),
+        ("ffn_up_exps", moe.n_ff, p.n_embd),
+        ("ffn_down_exps", p.n_embd, moe.n_ff),
+    ] {
+        t.push(spec(
+            n(&format!("{m}.weight")),
+            vec![cols, rows, moe.experts],
+            Format::Mxfp4,
+            std(cols),
+        ));
+        t.push(spec(
+            n(&format!("{m}.bias")),
+            vec![rows, moe.experts],
+            Format::F32,
+            Init::Bias,
+        ));
     }
     t
 }
@@ -528,10 +776,11 @@ pub fn layout(tensors: &[TensorSpec]) -> (Vec<u64>, u64) {
 }
 
 /// The file whose tokenizer a preset takes: `reference` (the BPE reference
-/// model) or `spm_reference`.
+/// model) or `spm_reference`; gpt-oss's comes from tiktoken-rs, and the
+/// reference is read but not used.
 pub fn tokenizer_source<'a>(p: &Preset, reference: &'a Path, spm_reference: &'a Path) -> &'a Path {
     match p.vocab_source {
-        Vocab::Reference => reference,
+        Vocab::Reference | Vocab::Harmony => reference,
         Vocab::Spm => spm_reference,
     }
 }
@@ -896,7 +1145,8 @@ pub fn metadata(o: &Options, reference: &Gguf) -> Result<Vec<Kv>> {
         RopeScaling::LongRope { orig } => u64::from(orig),
         _ => context,
     };
-    let head_dim = p.n_embd / p.n_head;
+    let head_dim = p.head_dim();
+    let string_kv = |k: &str, v: &str| kv(&format!("{a}.{k}"), STRING, string_raw(v));
     match p.arch {
         Arch::Llama | Arch::Qwen2 => kvs.extend([
             u32_kv("context_length", context)?,
@@ -934,6 +1184,47 @@ pub fn metadata(o: &Options, reference: &Gguf) -> Result<Vec<Kv>> {
             u32_kv("attention.head_count", p.n_head)?,
             f32_kv("attention.layer_norm_epsilon", p.norm_eps),
         ]),
+        // TextModel.set_gguf_parameters in its order, then GptOssModel's
+        // sliding window and expert width (no rope.dimension_count: llama.cpp
+        // takes key_length).
+        Arch::GptOss => {
+            let moe = p
+                .moe
+                .ok_or_else(|| anyhow!("{}: gpt-oss without experts", p.name))?;
+            kvs.extend([
+                u32_kv("block_count", p.n_layer)?,
+                u32_kv("context_length", context)?,
+                u32_kv("embedding_length", p.n_embd)?,
+                u32_kv("feed_forward_length", p.n_ff)?,
+                u32_kv("attention.head_count", p.n_head)?,
+                u32_kv("attention.head_count_kv", p.n_head_kv)?,
+            ]);
+            if let RopeScaling::Yarn {
+                factor,
+                orig,
+                beta_fast,
+                beta_slow,
+            } = p.rope_scaling
+            {
+                kvs.extend([
+                    string_kv("rope.scaling.type", "yarn"),
+                    f32_kv("rope.scaling.factor", factor),
+                    u32_kv("rope.scaling.original_context_length", u64::from(orig))?,
+                    f32_kv("rope.scaling.yarn_beta_fast", beta_fast),
+                    f32_kv("rope.scaling.yarn_beta_slow", beta_slow),
+                ]);
+            }
+            kvs.extend([
+                f32_kv("rope.freq_base", p.rope_base),
+                f32_kv("attention.layer_norm_rms_epsilon", p.norm_eps),
+                u32_kv("expert_count", moe.experts)?,
+                u32_kv("expert_used_count", moe.used)?,
+                u32_kv("attention.key_length", head_dim)?,
+                u32_kv("attention.value_length", head_dim)?,
+                u32_kv("attention.sliding_window", u64::from(p.sliding_window))?,
+                u32_kv("expert_feed_forward_length", moe.n_ff)?,
+            ]);
+        }
     }
     // Phi3MiniModel.generate_extra_tensors adds LongRoPE's magnitude factor.
     if let RopeScaling::LongRope { orig } = p.rope_scaling {
@@ -949,6 +1240,7 @@ pub fn metadata(o: &Options, reference: &Gguf) -> Result<Vec<Kv>> {
     kvs.extend(match p.vocab_source {
         Vocab::Reference => tokenizer_kvs(reference, p.vocab)?,
         Vocab::Spm => spm_tokenizer_kvs(reference, p.vocab)?,
+        Vocab::Harmony => harmony::tokenizer_kvs()?,
     });
     Ok(kvs)
 }
@@ -1099,7 +1391,7 @@ pub fn write_file(o: &Options, reference: &Path, out: &Path) -> Result<Written> 
         format!(
             "reading the {} tokenizer from {}",
             match o.preset.vocab_source {
-                Vocab::Reference => "reference's",
+                Vocab::Reference | Vocab::Harmony => "reference's",
                 Vocab::Spm => "SentencePiece reference's",
             },
             reference.display()

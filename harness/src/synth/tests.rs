@@ -102,7 +102,7 @@ pub(crate) fn fake_spm_reference(normals: usize) -> Gguf {
 /// The stand-in reference a preset takes its tokenizer from.
 fn reference_for(p: &Preset) -> Gguf {
     match p.vocab_source {
-        Vocab::Reference => fake_reference(),
+        Vocab::Reference | Vocab::Harmony => fake_reference(),
         Vocab::Spm => fake_spm_reference(100),
     }
 }
@@ -128,7 +128,12 @@ fn written(o: &Options) -> Vec<u8> {
 /// shapes: written out independently of `tensors`.
 fn llama_cpp_wants(p: &Preset) -> Vec<(String, Vec<u64>)> {
     let (e, v, ff) = (p.n_embd, p.vocab, p.n_ff);
-    let hd = e / p.n_head;
+    // gpt-oss: key_length, 64.
+    let hd = if p.arch == Arch::GptOss {
+        64
+    } else {
+        e / p.n_head
+    };
     let (q, kv) = (p.n_head * hd, p.n_head_kv * hd);
     let mut w: Vec<(String, Vec<u64>)> = vec![
         ("token_embd.weight".into(), vec![e, v]),
@@ -139,7 +144,7 @@ fn llama_cpp_wants(p: &Preset) -> Vec<(String, Vec<u64>)> {
     }
     // llama.cpp's llama.cpp and phi3.cpp: {n_rot / 2}, n_rot the head size here.
     match p.rope_scaling {
-        RopeScaling::None => {}
+        RopeScaling::None | RopeScaling::Yarn { .. } => {}
         RopeScaling::Llama3 => w.push(("rope_freqs.weight".into(), vec![hd / 2])),
         RopeScaling::LongRope { .. } => {
             w.push(("rope_factors_long.weight".into(), vec![hd / 2]));
@@ -153,9 +158,11 @@ fn llama_cpp_wants(p: &Preset) -> Vec<(String, Vec<u64>)> {
     for i in 0..p.n_layer {
         let mut t = |s: &str, dims: &[u64]| w.push((format!("blk.{i}.{s}"), dims.to_vec()));
         t("attn_norm.weight", &[e]);
-        t("ffn_norm.weight", &[e]);
         t("attn_output.weight", &[q, e]);
-        t("ffn_down.weight", &[ff, e]);
+        if p.arch != Arch::GptOss {
+            t("ffn_norm.weight", &[e]);
+            t("ffn_down.weight", &[ff, e]);
+        }
         match p.arch {
             Arch::Llama | Arch::Qwen2 => {
                 t("attn_q.weight", &[e, q]);
@@ -185,6 +192,29 @@ fn llama_cpp_wants(p: &Preset) -> Vec<(String, Vec<u64>)> {
                 t("ffn_up.bias", &[ff]);
                 t("ffn_down.bias", &[e]);
             }
+            // openai-moe.cpp: biased Q/K/V and output, sinks, the router
+            // and the experts, {cols, rows, n_expert}.
+            Arch::GptOss => {
+                let m = p.moe.expect("gpt-oss has experts");
+                let (x, fx) = (m.experts, m.n_ff);
+                t("post_attention_norm.weight", &[e]);
+                t("attn_q.weight", &[e, q]);
+                t("attn_k.weight", &[e, kv]);
+                t("attn_v.weight", &[e, kv]);
+                t("attn_q.bias", &[q]);
+                t("attn_k.bias", &[kv]);
+                t("attn_v.bias", &[kv]);
+                t("attn_output.bias", &[e]);
+                t("attn_sinks.weight", &[p.n_head]);
+                t("ffn_gate_inp.weight", &[e, x]);
+                t("ffn_gate_inp.bias", &[x]);
+                t("ffn_gate_exps.weight", &[e, fx, x]);
+                t("ffn_up_exps.weight", &[e, fx, x]);
+                t("ffn_down_exps.weight", &[fx, e, x]);
+                t("ffn_gate_exps.bias", &[fx, x]);
+                t("ffn_up_exps.bias", &[fx, x]);
+                t("ffn_down_exps.bias", &[e, x]);
+            }
         }
     }
     w
@@ -201,14 +231,22 @@ fn every_preset_has_exactly_the_tensors_llama_cpp_loads() {
         want.sort();
         assert_eq!(got, want, "{}", p.name);
         for x in &t {
-            if x.dims.len() == 1 || x.name == "position_embd.weight" {
+            let biased = x.name.ends_with(".bias");
+            // gpt-oss: the router and the experts' (2-D) biases stay F32, the
+            // experts are MXFP4 in every format.
+            if x.dims.len() == 1
+                || x.name == "position_embd.weight"
+                || x.name.contains("ffn_gate_inp")
+                || biased
+            {
                 assert_eq!(x.format, Format::F32, "{}: {} stays F32", p.name, x.name);
+            } else if x.name.contains("_exps.") {
+                assert_eq!(x.format, Format::Mxfp4, "{}: {}", p.name, x.name);
             } else {
                 assert_eq!(x.format, p.default_format.for_row(x.dims[0]));
             }
             assert_eq!(x.dims[0] % x.format.block().0, 0, "{}: {}", p.name, x.name);
-            let biased = x.name.ends_with(".bias");
-            let hd = p.n_embd / p.n_head;
+            let hd = p.head_dim();
             let want = match x.name.as_str() {
                 "rope_freqs.weight" => Init::Factors(FactorTable::Llama3 {
                     base: p.rope_base,
@@ -216,7 +254,7 @@ fn every_preset_has_exactly_the_tensors_llama_cpp_loads() {
                 }),
                 "rope_factors_long.weight" => Init::Factors(FactorTable::LongRopeLong),
                 "rope_factors_short.weight" => Init::Factors(FactorTable::LongRopeShort),
-                _ if biased => Init::Bias,
+                _ if biased || x.name.contains("attn_sinks") => Init::Bias,
                 _ if x.name.contains("norm") => Init::Norm,
                 _ => Init::Matrix {
                     std: 1.0 / (x.dims[0] as f32).sqrt(),
@@ -294,9 +332,9 @@ fn real_shapes_are_the_published_ones() {
 
 #[test]
 fn unknown_presets_list_the_known_ones() {
-    let e = preset("gpt-oss").unwrap_err().to_string();
+    let e = preset("mamba").unwrap_err().to_string();
     assert!(
-        e.contains("unknown preset \"gpt-oss\"") && e.contains("tiny-phi3, tiny-gpt2, smollm2"),
+        e.contains("unknown preset \"mamba\"") && e.contains("tiny-phi3, tiny-gpt2, smollm2"),
         "{e}"
     );
 }
@@ -773,4 +811,177 @@ fn rope_factor_tables_follow_their_formulas() {
     assert_eq!(u32::from_le_bytes(orig), 1024);
     let attn = f32::from_le_bytes(word("phi3.rope.scaling.attn_factor"));
     assert!((attn - 1.2f32.sqrt()).abs() < 1e-6);
+}
+
+/// gpt-oss-20b and -120b as published: 20,914,757,184 and 116,829,156,672
+/// parameters, and the sizes of llama.cpp's own files with the experts in
+/// MXFP4 and the rest in Q8_0 (ggml-org's 12.1 GB and 63.4 GB).
+#[test]
+fn gpt_oss_presets_are_the_published_shapes() {
+    for (name, params, layers, experts) in [
+        ("gpt-oss-20b", 20_914_757_184u64, 24, 32),
+        ("gpt-oss-120b", 116_829_156_672, 36, 128),
+    ] {
+        let p = preset(name).unwrap();
+        assert_eq!(
+            (
+                p.n_embd,
+                p.n_layer,
+                p.n_head,
+                p.n_head_kv,
+                p.head_dim(),
+                p.vocab
+            ),
+            (2880, layers, 64, 8, 64, 201_088)
+        );
+        let moe = p.moe.unwrap();
+        assert_eq!((moe.experts, moe.used, moe.n_ff), (experts, 4, 2880));
+        let t = tensors(p, p.default_format);
+        assert_eq!(
+            t.iter().map(TensorSpec::values).sum::<u64>(),
+            params,
+            "{name}"
+        );
+        let bytes: u64 = t.iter().map(TensorSpec::bytes).sum();
+        let want = if layers == 24 { 12.10e9 } else { 63.37e9 };
+        assert!(
+            (bytes as f64 / want - 1.0).abs() < 0.001,
+            "{name}: {bytes} bytes"
+        );
+    }
+}
+
+#[test]
+fn gpt_oss_metadata_is_the_converters() {
+    let o = options("gpt-oss", Format::Q8_0, 1, 1);
+    let kvs = metadata(&o, &fake_reference()).unwrap();
+    let keys: Vec<&str> = kvs.iter().map(|k| k.key.as_str()).collect();
+    let arch: Vec<&str> = keys
+        .iter()
+        .filter_map(|k| k.strip_prefix("gpt-oss."))
+        .collect();
+    assert_eq!(
+        arch,
+        [
+            "block_count",
+            "context_length",
+            "embedding_length",
+            "feed_forward_length",
+            "attention.head_count",
+            "attention.head_count_kv",
+            "rope.scaling.type",
+            "rope.scaling.factor",
+            "rope.scaling.original_context_length",
+            "rope.scaling.yarn_beta_fast",
+            "rope.scaling.yarn_beta_slow",
+            "rope.freq_base",
+            "attention.layer_norm_rms_epsilon",
+            "expert_count",
+            "expert_used_count",
+            "attention.key_length",
+            "attention.value_length",
+            "attention.sliding_window",
+            "expert_feed_forward_length",
+        ]
+    );
+    let u32_of = |k: &str| ids_of(&kvs, k);
+    assert_eq!(u32_of("gpt-oss.expert_count"), 4);
+    assert_eq!(u32_of("gpt-oss.expert_used_count"), 2);
+    assert_eq!(u32_of("gpt-oss.attention.sliding_window"), 128);
+    assert_eq!(u32_of("gpt-oss.rope.scaling.original_context_length"), 4096);
+    assert_eq!(u32_of("tokenizer.ggml.bos_token_id"), 199_998);
+    assert_eq!(u32_of("tokenizer.ggml.eos_token_id"), 200_002);
+    assert_eq!(u32_of("tokenizer.ggml.padding_token_id"), 199_999);
+    let string_of = |k: &str| {
+        let raw = &kvs.iter().find(|x| x.key == k).unwrap().raw;
+        String::from_utf8(raw[8..].to_vec()).unwrap()
+    };
+    assert_eq!(string_of("gpt-oss.rope.scaling.type"), "yarn");
+    assert_eq!(string_of("tokenizer.ggml.pre"), "gpt-4o");
+    assert!(string_of("tokenizer.chat_template").contains("<|channel|>"));
+    // The whole file: experts in MXFP4 (ggml type 39) whatever the format.
+    let g = Gguf::parse(written(&options("gpt-oss", Format::F16, 1, 2))).unwrap();
+    let exps: Vec<_> = g
+        .tensors
+        .iter()
+        .filter(|t| t.name.ends_with("_exps.weight"))
+        .collect();
+    assert_eq!(exps.len(), 6);
+    assert!(exps.iter().all(|t| t.ttype == 39 && t.dims.len() == 3));
+}
+
+/// The o200k_harmony vocabulary: every id defined, the harmony tokens where
+/// gpt-oss has them, byte-level token text, and merges with which a plain
+/// BPE (lowest merge first) splits words exactly as tiktoken does.
+#[test]
+fn the_harmony_vocabulary_merges_as_tiktoken_encodes() {
+    let kvs = harmony::tokenizer_kvs().unwrap();
+    let tokens = token_list(&kvs);
+    assert_eq!(tokens.len() as u64, harmony::VOCAB);
+    for (id, text) in [
+        (0, "!"),
+        (199_998, "<|startoftext|>"),
+        (200_002, "<|return|>"),
+        (200_005, "<|channel|>"),
+        (200_006, "<|start|>"),
+        (200_007, "<|end|>"),
+        (200_008, "<|message|>"),
+        (200_012, "<|call|>"),
+        (200_013, "<|reserved_200013|>"),
+        (201_087, "<|reserved_201087|>"),
+    ] {
+        assert_eq!(tokens[id], text, "id {id}");
+    }
+    let bpe = tiktoken_rs::o200k_harmony().unwrap();
+    let hello = bpe.encode_ordinary(" hello");
+    assert_eq!(hello.len(), 1);
+    assert_eq!(tokens[hello[0] as usize], "\u{120}hello");
+    let g = Gguf {
+        kvs: kvs.clone(),
+        ..Gguf::parse(crate::gguf::tests::tiny()).unwrap()
+    };
+    let merges: Vec<String> = array_elems(&g, "tokenizer.ggml.merges", STRING)
+        .unwrap()
+        .into_iter()
+        .map(|b| String::from_utf8(b).unwrap())
+        .collect();
+    assert!(merges.len() > 199_998 - 256, "{} merges", merges.len());
+    let priority: std::collections::HashMap<(&str, &str), usize> = merges
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (m.split_once(' ').unwrap(), i))
+        .collect();
+    let id_of: std::collections::HashMap<&str, u32> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.as_str(), i as u32))
+        .collect();
+    let chars = harmony::byte_chars();
+    // One pre-token each (tiktoken splits text into these first).
+    for word in [
+        " tokenization",
+        " internationalization",
+        " Hello",
+        "ing",
+        " über",
+        " 日本語",
+        " counterrevolutionaries",
+        " pneumonoultramicroscopic",
+    ] {
+        let mut parts: Vec<String> = word
+            .bytes()
+            .map(|b| chars[b as usize].to_string())
+            .collect();
+        while let Some((i, _)) = parts
+            .windows(2)
+            .enumerate()
+            .filter_map(|(i, w)| Some((i, *priority.get(&(w[0].as_str(), w[1].as_str()))?)))
+            .min_by_key(|&(_, p)| p)
+        {
+            let right = parts.remove(i + 1);
+            parts[i].push_str(&right);
+        }
+        let ours: Vec<u32> = parts.iter().map(|p| id_of[p.as_str()]).collect();
+        assert_eq!(ours, bpe.encode_ordinary(word), "{word:?}");
+    }
 }
