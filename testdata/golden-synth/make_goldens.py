@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes testdata/golden-synth: llama.cpp's reference outputs on `harness synth-model`'s
-phi3 and gpt2 files (see README.md).
+phi3, gpt2, llama and gpt-oss files (see README.md).
 
 For each (preset, format) of FILES: writes the file with `harness synth-model --preset P
 --format F --seed 0` (run in the workspace, so the tokenizer sources are the defaults,
@@ -10,7 +10,8 @@ add_special, parse_special) and llama.cpp's top-10 log-probabilities for the nex
 after every prefix of those ids (/completion on the prefix: n_predict 1, temperature 0,
 n_probs 10, post_sampling_probs false, cache_prompt false), the last being the first
 generated position of the whole prompt. Also phi3-tokenize.json: /tokenize on the
-tiny-phi3 file of the texts of ../golden-gemma3/make_tokenize.py, three ways each.
+tiny-phi3 file of the texts of ../golden-gemma3/make_tokenize.py, three ways each, and
+gpt-oss-tokenize.json the same (and HARMONY_TEXTS) on the gpt-oss file.
 
     python3 testdata/golden-synth/make_goldens.py \\
         --harness target/debug/harness --llama-bin /path/to/llama.cpp/build/bin [--only tiny-phi3-Q8_0]
@@ -42,6 +43,7 @@ FILES = [
     ("gpt2", "Q4_K"),
     ("tiny-phi3-128k", "Q8_0"),
     ("tiny-llama3.1", "Q8_0"),
+    ("gpt-oss", "Q8_0"),
 ]
 SEED = 0
 PROMPTS = [
@@ -66,7 +68,18 @@ TOKENIZER_SOURCES = {
     "phi3": ".models/gemma-3-270m-q4_k_m.gguf",
     "gpt2": ".models/smollm2-135m-instruct-q4_1.gguf",
     "llama": ".models/smollm2-135m-instruct-q4_1.gguf",
+    # o200k_harmony from the tiktoken-rs crate (harness/src/synth/harmony.rs): no file.
+    "gpt-oss": None,
 }
+# Harmony-formatted texts for the gpt-oss vocabulary, beside golden-gemma3's.
+HARMONY_TEXTS = [
+    ("harmony_user_turn", "<|start|>user<|message|>What is 2 + 2?<|end|><|start|>assistant"),
+    ("harmony_channels", "<|start|>assistant<|channel|>analysis<|message|>Simple sum.<|end|>"
+                         "<|start|>assistant<|channel|>final<|message|>4<|return|>"),
+    ("harmony_call", "<|start|>assistant<|channel|>commentary to=functions.get_weather "
+                     "<|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>"),
+    ("harmony_reserved", "a<|reserved_200013|>b<|endoftext|>"),
+]
 # llama-server's own, not the model's.
 IGNORED_WARNINGS = ("no API key is set",)
 
@@ -175,6 +188,11 @@ def goldens_for(args, preset, fmt):
     subprocess.run([args.harness] + cmd, check=True, cwd=WORKSPACE)
     arch = next(a for a in TOKENIZER_SOURCES if a in preset)
     source = TOKENIZER_SOURCES[arch]
+    tokenizer_source = (
+        {"crate": "tiktoken-rs 0.12.1", "encoding": "o200k_harmony"}
+        if source is None
+        else {"path": source, "sha256": sha256(WORKSPACE / source)}
+    )
     sargs = server_args(preset)
     server = Server(args.llama_bin, model, Path(args.models) / f"{name}.log", sargs)
     try:
@@ -192,7 +210,7 @@ def goldens_for(args, preset, fmt):
         "format": fmt,
         "seed": SEED,
         "synth_command": "harness " + " ".join(cmd[:-1] + [model.name]),
-        "tokenizer_source": {"path": source, "sha256": sha256(WORKSPACE / source)},
+        "tokenizer_source": tokenizer_source,
         "file_bytes": model.stat().st_size,
         "file_sha256": sha256(model),
         "llama_cpp_commit": LLAMA_CPP_COMMIT,
@@ -210,20 +228,23 @@ def goldens_for(args, preset, fmt):
     for w in warnings:
         print(f"  llama.cpp: {w}")
     if name == "tiny-phi3-Q8_0":
-        tokenize_goldens(args, model)
+        tokenize_goldens(args, model, "phi3-tokenize.json", [])
+    if name == "gpt-oss-Q8_0":
+        tokenize_goldens(args, model, "gpt-oss-tokenize.json", HARMONY_TEXTS)
     if not args.keep:
         model.unlink()
 
 
-def tokenize_goldens(args, model):
-    """phi3-tokenize.json: golden-gemma3's texts through the tiny-phi3 file's vocabulary."""
+def tokenize_goldens(args, model, out_name, extra_texts):
+    """OUT_NAME: golden-gemma3's texts (and EXTRA_TEXTS) through MODEL's vocabulary:
+    phi3-tokenize.json (tiny-phi3's), gpt-oss-tokenize.json (o200k_harmony)."""
     src = (HERE.parent / "golden-gemma3" / "make_tokenize.py").read_text()
     ns = {}
     exec(src.split("\ndef tokenize")[0], ns)
     server = Server(args.llama_bin, model, Path(args.models) / "tokenize.log", SERVER_ARGS)
     try:
         out = []
-        for name, text in ns["TEXTS"]:
+        for name, text in ns["TEXTS"] + extra_texts:
             for add_bos, parse_special in ((False, True), (False, False), (True, True)):
                 ids = server.tokenize(text, add_bos, parse_special)
                 out.append({"name": name, "text": text, "ids": ids, "add_bos": add_bos,
@@ -231,10 +252,10 @@ def tokenize_goldens(args, model):
                             "utf8_bytes": len(text.encode())})
     finally:
         server.stop()
-    with open(HERE / "phi3-tokenize.json", "w") as f:
+    with open(HERE / out_name, "w") as f:
         json.dump(out, f, ensure_ascii=False, indent=1)
         f.write("\n")
-    print(f"phi3-tokenize.json: {len(out)} vectors")
+    print(f"{out_name}: {len(out)} vectors")
 
 
 def main():

@@ -768,6 +768,20 @@ fn the_golden_synth_files_are_reproduced_byte_for_byte() {
         }
     }
     eprintln!("{checked} of 6 files reproduced");
+    // gpt-oss's vocabulary comes from tiktoken-rs: always reproducible.
+    let golden = root.join("testdata/golden-synth/gpt-oss-Q8_0.json");
+    let g: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&golden).unwrap()).unwrap();
+    let mut h = Hasher(Sha256::new());
+    let w = write_to(
+        &options("gpt-oss", Format::Q8_0, 0, 2),
+        &fake_reference(),
+        &mut h,
+    )
+    .unwrap();
+    let sha: String = h.0.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(g["file_bytes"].as_u64(), Some(w.bytes));
+    assert_eq!(g["file_sha256"].as_str(), Some(&sha[..]));
 }
 
 /// The factor tables: Llama 3.1's formula (1 for the fast rotations, 8 for
@@ -984,4 +998,58 @@ fn the_harmony_vocabulary_merges_as_tiktoken_encodes() {
         let ours: Vec<u32> = parts.iter().map(|p| id_of[p.as_str()]).collect();
         assert_eq!(ours, bpe.encode_ordinary(word), "{word:?}");
     }
+}
+
+/// llama.cpp, reading a gpt-oss file's vocabulary and merges, tokenizes as
+/// tiktoken's o200k_harmony does (`testdata/golden-synth/gpt-oss-tokenize.json`,
+/// llama-server's /tokenize on the `gpt-oss` Q8_0 file): the file holds the
+/// real vocabulary. Where the two differ, llama.cpp is not tiktoken, and
+/// each difference is named: its pre-tokenizer regex takes letters "not
+/// a-z" where tiktoken takes letter and mark classes (Devanagari's vowel
+/// signs split `hindi` otherwise), and it makes `<|start|>`, `<|message|>`,
+/// `<|channel|>` and `<|constrain|>` user-defined tokens, which it cuts out
+/// of plain text too (tiktoken's `encode_ordinary` spells them out).
+#[test]
+fn llama_cpp_tokenizes_the_harmony_file_as_tiktoken() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let path = root.join("testdata/golden-synth/gpt-oss-tokenize.json");
+    let cases: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let bpe = tiktoken_rs::o200k_harmony().unwrap();
+    let mut differ = Vec::new();
+    for c in cases.as_array().unwrap() {
+        let text = c["text"].as_str().unwrap();
+        let want: Vec<u32> = c["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        // gpt-oss adds no BOS.
+        let ours = if c["parse_special"].as_bool().unwrap() {
+            bpe.encode_with_special_tokens(text)
+        } else {
+            bpe.encode_ordinary(text)
+        };
+        if ours != want {
+            let how = if c["parse_special"].as_bool().unwrap() {
+                "special"
+            } else {
+                "plain"
+            };
+            differ.push(format!("{} {how}", c["name"].as_str().unwrap()));
+        }
+    }
+    differ.dedup();
+    assert_eq!(
+        differ,
+        [
+            "hindi special",
+            "hindi plain",
+            "hindi special",
+            "harmony_user_turn plain",
+            "harmony_channels plain",
+            "harmony_call plain",
+        ]
+    );
 }

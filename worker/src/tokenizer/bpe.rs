@@ -38,6 +38,12 @@ const RE_LLAMA3: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[d
 /// Qwen2's regex: Llama 3's with single digits.
 const RE_QWEN2: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// o200k's regex (GPT-4o, gpt-oss) as llama.cpp adapts it: tiktoken's letter
+/// classes (`[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*` then `[\p{Ll}\p{Lm}\p{Lo}\p{M}]+`)
+/// become "letters that are not a-z" then "letters that are not A-Z", so it
+/// splits as llama.cpp does, which differs from tiktoken on some non-ASCII text.
+const RE_GPT4O: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// BLOOM / Poro / GPT3-Finnish.
 const RE_BLOOM: &str = r" ?[^(\s|.,!?…。，、।۔،)]+";
 
@@ -100,6 +106,7 @@ pub(crate) fn pre_tokenizer_spec(pre: Option<&str>) -> Result<PreTokenizerSpec, 
         "gpt2" | "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "jina-v2-es" | "jina-v2-de"
         | "gigachat" | "mpt" | "olmo" | "jais" => spec("gpt2", &[RE_GPT2], false, false),
         "bloom" | "poro-chat" | "gpt3-finnish" => spec("bloom", &[RE_BLOOM], false, false),
+        "gpt-4o" | "llama4" | "kanana2" | "talkie" => spec("gpt4o", &[RE_GPT4O], false, false),
         "viking" => spec("viking", &[RE_BLOOM, r"\p{N}"], false, false),
         other => return Err(TokenizerError::UnknownPreTokenizer(other.to_string())),
     })
@@ -452,7 +459,7 @@ mod tests {
         // Every regex compiles.
         for name in [
             "default", "llama3", "dbrx", "glm4", "qwen2", "falcon", "smollm", "gpt2", "bloom",
-            "viking",
+            "viking", "gpt-4o",
         ] {
             for re in pre_tokenizer_spec(Some(name)).unwrap().regexes {
                 fancy_regex_compiles(re);

@@ -494,6 +494,7 @@ fn chat_message_serde() {
 
 mod golden;
 mod golden_gemma3;
+mod golden_gpt_oss;
 mod hf_json;
 
 mod metadata {

@@ -105,7 +105,8 @@ fn mismatches(t: &Tokenizer, cases: &[serde_json::Value]) -> Vec<String> {
             ));
             continue;
         }
-        let skip = usize::from(add_bos);
+        // The BOS `encode` added, where the vocabulary adds one (gpt-oss's does not).
+        let skip = usize::from(add_bos && t.add_bos());
         assert_eq!(t.decode(&got[skip..]).unwrap(), text, "{}", c["name"]);
     }
     failures
