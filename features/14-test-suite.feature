@@ -43,8 +43,8 @@ Feature: Test suite
   @M0-W-1821 @any @pending:gpt-oss
   Scenario: gpt-oss vocabulary goldens encode and decode exactly, also through hf-json
     Given a worker on the "synthetic-gpt-oss" model
-    Then every golden tokenizer vector of "testdata/golden/gpt-oss/tokenize.json" encodes to its ids through /tokenize
-    And every golden tokenizer vector of "testdata/golden/gpt-oss/tokenize.json" decodes back to its text through /detokenize
+    Then every golden tokenizer vector of "testdata/golden-synth/gpt-oss-tokenize.json" encodes to its ids through /tokenize
+    And every golden tokenizer vector of "testdata/golden-synth/gpt-oss-tokenize.json" decodes back to its text through /detokenize
 
   @M0-W-1822 @cuda
   Scenario: Every weight format's micro-goldens match the f32 CPU within 1%
