@@ -122,8 +122,12 @@ pub struct ModelConfig {
     /// 128k) use their long factor table when `context_length` exceeds it.
     pub rope_orig_context: Option<usize>,
     /// The magnitude factor on RoPE's cosines and sines
-    /// (`rope.scaling.attn_factor`, 1 where the file has none).
+    /// (`rope.scaling.attn_factor`, 1 where the file has none; with YaRN
+    /// times YaRN's own, [`Yarn::mscale`]).
     pub rope_attn_factor: f32,
+    /// YaRN (`rope.scaling.type` yarn), which turns into a frequency-factor
+    /// table ([`Yarn::freq_factors`]); `rope_freq_scale` is then 1.
+    pub rope_yarn: Option<Yarn>,
     /// The epsilon of the architecture's norms: RMSNorm's, or LayerNorm's for gpt2.
     pub norm_eps: f32,
     pub vocab_size: usize,
@@ -204,8 +208,9 @@ impl TryFrom<&Metadata> for ModelConfig {
             _ => md.get_f32(&key("attention.layer_norm_rms_epsilon"))?,
         };
         let rope_freq_base = md.opt_f32(&key("rope.freq_base"))?.unwrap_or(10_000.0);
-        let rope_freq_scale = match md.opt_str(&key("rope.scaling.type"))? {
-            None | Some("none") => 1.0,
+        let scaling = md.opt_str(&key("rope.scaling.type"))?;
+        let rope_freq_scale = match scaling {
+            None | Some("none") | Some("yarn") => 1.0,
             Some("linear") => 1.0 / md.opt_f32(&key("rope.scaling.factor"))?.unwrap_or(1.0),
             Some(other) => {
                 return Err(ConfigError::Invalid(format!(
@@ -223,7 +228,12 @@ impl TryFrom<&Metadata> for ModelConfig {
                 )
             })
             .transpose()?;
-        let rope_attn_factor = md.opt_f32(&key("rope.scaling.attn_factor"))?.unwrap_or(1.0);
+        let rope_yarn = match scaling {
+            Some("yarn") => Some(yarn(md, arch_name, architecture, rope_orig_context)?),
+            _ => None,
+        };
+        let rope_attn_factor = md.opt_f32(&key("rope.scaling.attn_factor"))?.unwrap_or(1.0)
+            * rope_yarn.map_or(1.0, |y| y.mscale());
         let vocab_size = match md.opt_u64(&key("vocab_size"))? {
             Some(v) => bounded("vocab_size", v, lim.vocab_size)?,
             None => md.get_str_array("tokenizer.ggml.tokens")?.len(),
@@ -280,6 +290,7 @@ impl TryFrom<&Metadata> for ModelConfig {
             rope_freq_scale,
             rope_orig_context,
             rope_attn_factor,
+            rope_yarn,
             norm_eps,
             vocab_size,
             sliding_window: sliding.as_ref().map(|s| s.0),
@@ -287,6 +298,111 @@ impl TryFrom<&Metadata> for ModelConfig {
             rope_freq_base_swa,
         })
     }
+}
+
+/// YaRN's parameters (llama.cpp's `yarn_*` hparams and `n_ctx_orig_yarn`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Yarn {
+    /// `rope.scaling.factor`: the interpolated dimensions turn `1 / factor`
+    /// as fast.
+    pub factor: f32,
+    /// `rope.scaling.original_context_length`.
+    pub orig_context: usize,
+    /// `rope.scaling.yarn_beta_fast` / `_slow` (32 and 1 by default): the
+    /// rotations per original context that bound the ramp.
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    /// `rope.scaling.yarn_ext_factor` (1 by default): how much of the ramp
+    /// extrapolates.
+    pub ext_factor: f32,
+}
+
+impl Yarn {
+    /// llama.cpp's `ggml_rope_yarn_corr_dims`: the pair indices where the
+    /// ramp from extrapolation (below) to interpolation (above) starts and
+    /// ends, for `n_rot` rotated dimensions at `base`.
+    pub fn corr_dims(&self, n_rot: usize, base: f32) -> (f32, f32) {
+        let n = n_rot as f32;
+        let dim = |beta: f32| {
+            n * (self.orig_context as f32 / (beta * 2.0 * std::f32::consts::PI)).ln()
+                / (2.0 * base.ln())
+        };
+        let start = dim(self.beta_fast).floor().max(0.0);
+        let end = dim(self.beta_slow).ceil().min(n - 1.0);
+        (start, end)
+    }
+
+    /// The divisor of each rotated pair's frequency that makes `pos *
+    /// base^(-2i/n_rot) / factor_i` ggml's `rope_yarn` angle: the
+    /// interpolated angle (`1 / factor` as fast) blended with the original
+    /// one by the ramp (`ext_factor` times 1 below the correction dims, 0
+    /// above, linear between). The blend is linear in the position, so a
+    /// table serves every position and both backends' RoPE take it as they
+    /// take Llama 3.1's `rope_freqs`.
+    pub fn freq_factors(&self, n_rot: usize, base: f32) -> Vec<f32> {
+        let (low, high) = self.corr_dims(n_rot, base);
+        let scale = 1.0 / self.factor;
+        (0..n_rot / 2)
+            .map(|i| {
+                let y = (i as f32 - low) / (high - low).max(0.001);
+                let mix = (1.0 - y.clamp(0.0, 1.0)) * self.ext_factor;
+                1.0 / (scale * (1.0 - mix) + mix)
+            })
+            .collect()
+    }
+
+    /// The factor on the cosines and sines: llama.cpp's `yarn_attn_factor`
+    /// (`0.1 ln(factor) + 1`, over the same factor that `rope_yarn` then
+    /// multiplies back in when `ext_factor` is not 0), so `0.1 ln(factor) +
+    /// 1` in all; 1 without extrapolation.
+    pub fn mscale(&self) -> f32 {
+        if self.ext_factor == 0.0 || self.factor <= 1.0 {
+            1.0
+        } else {
+            0.1 * self.factor.ln() + 1.0
+        }
+    }
+}
+
+/// YaRN's keys, for the architectures that take it (llama, qwen2).
+fn yarn(
+    md: &Metadata,
+    arch_name: &str,
+    arch: Architecture,
+    orig_context: Option<usize>,
+) -> Result<Yarn, ConfigError> {
+    let key = |k: &str| format!("{arch_name}.rope.scaling.{k}");
+    if !matches!(arch, Architecture::Llama | Architecture::Qwen2) {
+        return Err(ConfigError::Invalid(format!(
+            "YaRN RoPE scaling is not supported for {arch_name}"
+        )));
+    }
+    if md.opt_f32(&key("yarn_log_multiplier"))?.is_some() {
+        return Err(ConfigError::Invalid(
+            "rope.scaling.yarn_log_multiplier is not supported".into(),
+        ));
+    }
+    let y = Yarn {
+        factor: md.get_f32(&key("factor"))?,
+        orig_context: orig_context.ok_or_else(|| {
+            ConfigError::Invalid(format!("YaRN needs {}", key("original_context_length")))
+        })?,
+        beta_fast: md.opt_f32(&key("yarn_beta_fast"))?.unwrap_or(32.0),
+        beta_slow: md.opt_f32(&key("yarn_beta_slow"))?.unwrap_or(1.0),
+        ext_factor: md.opt_f32(&key("yarn_ext_factor"))?.unwrap_or(1.0),
+    };
+    let ok = |v: f32| v.is_finite() && v > 0.0;
+    let in_range = ok(y.factor)
+        && ok(y.beta_fast)
+        && ok(y.beta_slow)
+        && y.orig_context > 0
+        && (0.0..=1.0).contains(&y.ext_factor);
+    if !in_range {
+        return Err(ConfigError::Invalid(format!(
+            "YaRN parameters out of range: {y:?}"
+        )));
+    }
+    Ok(y)
 }
 
 /// The head size: `attention.key_length` where the file has it (Gemma 3's
@@ -491,5 +607,89 @@ mod tests {
         );
         let err = ModelConfig::try_from(&capped).unwrap_err();
         assert!(err.to_string().contains("final_logit_softcapping"), "{err}");
+    }
+
+    /// ggml's `rope_yarn` angle for pair `i` at `pos` (ggml-cpu's ops.cpp,
+    /// written out in f64): the interpolated angle blended with the
+    /// original one by the ramp between the correction dims.
+    fn ggml_yarn_theta(y: &Yarn, n_rot: usize, base: f64, pos: f64, i: usize) -> f64 {
+        let corr = |beta: f64| {
+            n_rot as f64 * (y.orig_context as f64 / (beta * 2.0 * std::f64::consts::PI)).ln()
+                / (2.0 * base.ln())
+        };
+        let low = corr(y.beta_fast as f64).floor().max(0.0);
+        let high = corr(y.beta_slow as f64).ceil().min(n_rot as f64 - 1.0);
+        let extrap = pos * base.powf(-2.0 * i as f64 / n_rot as f64);
+        let interp = extrap / y.factor as f64;
+        let ramp = 1.0 - ((i as f64 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
+        let mix = ramp * y.ext_factor as f64;
+        interp * (1.0 - mix) + extrap * mix
+    }
+
+    /// YaRN as gpt-oss has it (factor 32 over 4096 positions, betas 32 and
+    /// 1, base 150 000, 64 rotated dims): correction dims 8 and 18, a
+    /// factor table whose angles are ggml's `rope_yarn` angles at every
+    /// pair and position, and llama.cpp's magnitude 0.1 ln 32 + 1; linear
+    /// scaling off; refused for architectures without it.
+    #[test]
+    fn yarn_turns_into_llama_cpps_angles() {
+        let md = with(
+            &metadata("llama"),
+            &[
+                ("llama.rope.freq_base", Some(MetaValue::F32(150_000.0))),
+                (
+                    "llama.rope.scaling.type",
+                    Some(MetaValue::String("yarn".into())),
+                ),
+                ("llama.rope.scaling.factor", Some(MetaValue::F32(32.0))),
+                (
+                    "llama.rope.scaling.original_context_length",
+                    Some(MetaValue::U32(4096)),
+                ),
+                (
+                    "llama.rope.scaling.yarn_beta_fast",
+                    Some(MetaValue::F32(32.0)),
+                ),
+                (
+                    "llama.rope.scaling.yarn_beta_slow",
+                    Some(MetaValue::F32(1.0)),
+                ),
+            ],
+        );
+        let cfg = ModelConfig::try_from(&md).unwrap();
+        let y = cfg.rope_yarn.unwrap();
+        assert_eq!(cfg.rope_freq_scale, 1.0);
+        assert!((cfg.rope_attn_factor - (0.1 * 32f32.ln() + 1.0)).abs() < 1e-6);
+        let n_rot = 64;
+        assert_eq!(y.corr_dims(n_rot, 150_000.0), (8.0, 18.0));
+        let factors = y.freq_factors(n_rot, 150_000.0);
+        assert_eq!(factors.len(), 32);
+        assert_eq!(
+            (factors[0], factors[8], factors[18], factors[31]),
+            (1.0, 1.0, 32.0, 32.0)
+        );
+        let inv = crate::model::ops::rope_inv_freqs(150_000.0, n_rot, Some(&factors));
+        for pos in [1.0, 7.0, 130.0, 4095.0, 100_000.0] {
+            for (i, f) in inv.iter().enumerate() {
+                let want = ggml_yarn_theta(&y, n_rot, 150_000.0, pos, i);
+                let got = pos * f;
+                assert!(
+                    (got - want).abs() <= 1e-6 * want.abs().max(1e-3),
+                    "pos {pos} pair {i}: {got} vs {want}"
+                );
+            }
+        }
+        let missing = with(&md, &[("llama.rope.scaling.original_context_length", None)]);
+        let err = ModelConfig::try_from(&missing).unwrap_err();
+        assert!(err.to_string().contains("original_context_length"), "{err}");
+        let phi3 = with(
+            &metadata("phi3"),
+            &[(
+                "phi3.rope.scaling.type",
+                Some(MetaValue::String("yarn".into())),
+            )],
+        );
+        let err = ModelConfig::try_from(&phi3).unwrap_err();
+        assert!(err.to_string().contains("not supported for phi3"), "{err}");
     }
 }

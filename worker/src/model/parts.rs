@@ -151,13 +151,22 @@ pub fn rope_factor_names(file: &GgufFile) -> Vec<String> {
         .collect()
 }
 
-/// The RoPE frequency factors the model turns by, read to the host as
+/// The RoPE frequency factors the model turns by: YaRN's table where the
+/// file asks for YaRN ([`crate::model::config::Yarn::freq_factors`]); else read to the host as
 /// llama.cpp chooses them (`llama_model::get_rope_factors`): `rope_freqs`
 /// where the file has it; else LongRoPE's long table when the served
 /// context exceeds `rope.scaling.original_context_length`, its short one
 /// otherwise; else none. Each must be `n_rot / 2` finite positive F32 values.
 pub fn rope_factors(cfg: &ModelConfig, file: &GgufFile) -> Result<Option<Vec<f32>>, GraphError> {
     let [freqs, long, short] = ROPE_FACTOR_TENSORS;
+    if let Some(yarn) = cfg.rope_yarn {
+        if !rope_factor_names(file).is_empty() {
+            return Err(GraphError::Unsupported(
+                "YaRN beside a frequency-factor tensor".into(),
+            ));
+        }
+        return Ok(Some(yarn.freq_factors(cfg.n_rot, cfg.rope_freq_base)));
+    }
     let name = if file.tensor(freqs).is_some() {
         freqs
     } else if file.tensor(long).is_some() || file.tensor(short).is_some() {
