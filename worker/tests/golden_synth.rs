@@ -189,3 +189,11 @@ fn real_shapes_agree_with_llama_cpp() {
     }
     run(&["gpt2-Q4_K.json", "phi3-Q4_K.json"]);
 }
+
+/// gpt-oss (issue 14): YaRN, a sink per head, a 128-position window on every
+/// other layer, and four experts (two a token) in MXFP4 with biases, over
+/// the o200k_harmony vocabulary.
+#[test]
+fn gpt_oss_agrees_with_llama_cpp() {
+    run(&["gpt-oss-Q8_0.json"]);
+}

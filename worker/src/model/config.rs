@@ -14,6 +14,9 @@ pub enum Architecture {
     Gemma3,
     Phi3,
     Gpt2,
+    /// gpt-oss (llama.cpp's `openai-moe`): experts, attention sinks, YaRN,
+    /// every other layer windowed.
+    GptOss,
 }
 
 impl Architecture {
@@ -24,6 +27,7 @@ impl Architecture {
             "gemma3" => Ok(Architecture::Gemma3),
             "phi3" => Ok(Architecture::Phi3),
             "gpt2" => Ok(Architecture::Gpt2),
+            "gpt-oss" => Ok(Architecture::GptOss),
             other => Err(ConfigError::UnsupportedArchitecture(other.to_string())),
         }
     }
@@ -35,6 +39,7 @@ impl Architecture {
             Architecture::Gemma3 => "gemma3",
             Architecture::Phi3 => "phi3",
             Architecture::Gpt2 => "gpt2",
+            Architecture::GptOss => "gpt-oss",
         }
     }
 
@@ -47,7 +52,10 @@ impl Architecture {
     pub fn rope_style(self) -> RopeStyle {
         match self {
             Architecture::Llama | Architecture::Gpt2 => RopeStyle::Normal,
-            Architecture::Qwen2 | Architecture::Gemma3 | Architecture::Phi3 => RopeStyle::Neox,
+            Architecture::Qwen2
+            | Architecture::Gemma3
+            | Architecture::Phi3
+            | Architecture::GptOss => RopeStyle::Neox,
         }
     }
 
@@ -68,7 +76,9 @@ pub enum RopeStyle {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("unsupported architecture {0:?} (supported: llama, qwen2, gemma3, phi3, gpt2)")]
+    #[error(
+        "unsupported architecture {0:?} (supported: llama, qwen2, gemma3, phi3, gpt2, gpt-oss)"
+    )]
     UnsupportedArchitecture(String),
     #[error(transparent)]
     Gguf(#[from] GgufError),
@@ -139,6 +149,18 @@ pub struct ModelConfig {
     /// The RoPE base of windowed layers (`rope.freq_base_swa`; llama.cpp's
     /// default 10 000 where the file has none).
     pub rope_freq_base_swa: f32,
+    /// Experts in place of a dense feed-forward (gpt-oss).
+    pub moe: Option<MoeConfig>,
+}
+
+/// A mixture-of-experts feed-forward's shape: `count` experts
+/// (`expert_count`) of `n_ff` rows (`expert_feed_forward_length`), `used` of
+/// them a token (`expert_used_count`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeConfig {
+    pub count: usize,
+    pub used: usize,
+    pub n_ff: usize,
 }
 
 impl ModelConfig {
@@ -254,6 +276,20 @@ impl TryFrom<&Metadata> for ModelConfig {
             return Err(ConfigError::Invalid("a zero dimension".into()));
         }
         let sliding = sliding_window(md, architecture, n_layer)?;
+        let moe = match architecture {
+            Architecture::GptOss => {
+                let count = usize_key("expert_count", MAX_EXPERTS)?;
+                let used = usize_key("expert_used_count", MAX_EXPERTS)?;
+                let n_ff = usize_key("expert_feed_forward_length", lim.feed_forward_length)?;
+                if count == 0 || used == 0 || used > count || n_ff == 0 {
+                    return Err(ConfigError::Invalid(format!(
+                        "{used} of {count} experts of {n_ff} rows"
+                    )));
+                }
+                Some(MoeConfig { count, used, n_ff })
+            }
+            _ => None,
+        };
         // Gemma 3's windowed layers have a base of their own (llama.cpp's
         // default 10 000 where the file names none); phi3's share the one base.
         let rope_freq_base_swa = match architecture {
@@ -296,6 +332,7 @@ impl TryFrom<&Metadata> for ModelConfig {
             sliding_window: sliding.as_ref().map(|s| s.0),
             swa_layers: sliding.map(|s| s.1).unwrap_or_default(),
             rope_freq_base_swa,
+            moe,
         })
     }
 }
@@ -372,7 +409,10 @@ fn yarn(
     orig_context: Option<usize>,
 ) -> Result<Yarn, ConfigError> {
     let key = |k: &str| format!("{arch_name}.rope.scaling.{k}");
-    if !matches!(arch, Architecture::Llama | Architecture::Qwen2) {
+    if !matches!(
+        arch,
+        Architecture::Llama | Architecture::Qwen2 | Architecture::GptOss
+    ) {
         return Err(ConfigError::Invalid(format!(
             "YaRN RoPE scaling is not supported for {arch_name}"
         )));
@@ -441,6 +481,9 @@ fn head_dim(
     }
 }
 
+/// Most experts a file may claim (gpt-oss-120b has 128; each sizes tables).
+const MAX_EXPERTS: u64 = 1024;
+
 /// Largest head size a file may claim (every backend also checks its own).
 const MAX_HEAD_DIM: u64 = 1024;
 
@@ -464,6 +507,10 @@ fn sliding_window(
     match arch {
         Architecture::Gemma3 => {}
         Architecture::Phi3 => return Ok(Some((window, vec![true; n_layer]))),
+        // llama.cpp's `load_swa_pattern(ml, 2)`: layers 0, 2, 4, ... windowed.
+        Architecture::GptOss => {
+            return Ok(Some((window, (0..n_layer).map(|il| il % 2 == 0).collect())))
+        }
         _ => {
             return Err(ConfigError::Invalid(format!(
                 "sliding-window attention is not supported for {name}"

@@ -6,6 +6,7 @@
 pub mod config;
 pub mod gemma3;
 pub mod gpt2;
+pub mod gpt_oss;
 pub mod llama;
 pub mod ops;
 pub mod parts;
@@ -17,6 +18,7 @@ pub use config::{Architecture, ConfigError, ModelConfig, RopeStyle};
 use crate::gguf::GgufFile;
 use gemma3::Gemma3Weights;
 use gpt2::Gpt2Weights;
+use gpt_oss::GptOssWeights;
 use llama::LlamaWeights;
 use ops::{Checkpoints, GraphError, Logits, Ops};
 use parts::{Pass, Recorder, Upload};
@@ -30,6 +32,7 @@ pub enum Weights<W> {
     Gemma3(Gemma3Weights<W>),
     Phi3(Phi3Weights<W>),
     Gpt2(Gpt2Weights<W>),
+    GptOss(GptOssWeights<W>),
 }
 
 impl<W> Weights<W> {
@@ -41,6 +44,7 @@ impl<W> Weights<W> {
             Architecture::Gemma3 => Gemma3Weights::<W>::tensor_names(cfg, file),
             Architecture::Phi3 => Phi3Weights::<W>::tensor_names(cfg, file),
             Architecture::Gpt2 => Gpt2Weights::<W>::tensor_names(cfg, file),
+            Architecture::GptOss => GptOssWeights::<W>::tensor_names(cfg, file),
         }
     }
 
@@ -49,6 +53,7 @@ impl<W> Weights<W> {
         match self {
             Weights::Llama(w) => w.rope_factors.as_deref(),
             Weights::Phi3(w) => w.rope_factors.as_deref(),
+            Weights::GptOss(w) => w.rope_factors.as_deref(),
             Weights::Gemma3(_) | Weights::Gpt2(_) => None,
         }
     }
@@ -67,6 +72,7 @@ impl<W> Weights<W> {
             Architecture::Gemma3 => Weights::Gemma3(Gemma3Weights::load(cfg, file, upload)?),
             Architecture::Phi3 => Weights::Phi3(Phi3Weights::load(cfg, file, upload)?),
             Architecture::Gpt2 => Weights::Gpt2(Gpt2Weights::load(cfg, file, upload)?),
+            Architecture::GptOss => Weights::GptOss(GptOssWeights::load(cfg, file, upload)?),
         })
     }
 }
@@ -102,6 +108,7 @@ pub fn forward<O: Ops>(
         Weights::Gemma3(w) => gemma3::forward(ops, cfg, w, cache, pass),
         Weights::Phi3(w) => phi3::forward(ops, cfg, w, cache, pass),
         Weights::Gpt2(w) => gpt2::forward(ops, cfg, w, cache, pass),
+        Weights::GptOss(w) => gpt_oss::forward(ops, cfg, w, cache, pass),
     }
 }
 
@@ -121,6 +128,9 @@ pub fn step_buffers(cfg: &ModelConfig, n: usize) -> Vec<usize> {
         }
         // x, h, qkv, q, k, v, attn, proj, up, act
         Architecture::Gpt2 => vec![d, d, qd + 2 * kvd, qd, kvd, kvd, qd, d, ff, ff],
+        // x, h, q, k, v, attn, proj (the experts' gate, up and act live on
+        // the host in the CPU backend's `moe`).
+        Architecture::GptOss => vec![d, d, qd, kvd, kvd, qd, d],
     };
     // lm_head: the last row, its norm, the logits.
     v.extend([d, d, cfg.vocab_size]);

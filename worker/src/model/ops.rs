@@ -217,6 +217,23 @@ pub fn swiglu_in_steps<O: Ops + ?Sized>(
     ops.swiglu(gate, up, out)
 }
 
+/// A mixture-of-experts feed-forward (gpt-oss): the router (`[experts,
+/// n_embd]`) and its bias, and the experts' gate, up (`[experts * n_ff,
+/// n_embd]`, expert `e`'s rows `e * n_ff..`) and down (`[experts * n_embd,
+/// n_ff]`) matrices, each bias `[experts, rows]`; `used` experts a token.
+pub struct MoeWeights<'a, W> {
+    pub router: &'a W,
+    pub router_bias: &'a W,
+    pub gate: &'a W,
+    pub gate_bias: &'a W,
+    pub up: &'a W,
+    pub up_bias: &'a W,
+    pub down: &'a W,
+    pub down_bias: &'a W,
+    pub experts: usize,
+    pub used: usize,
+}
+
 /// The two matrices of a SwiGLU feed-forward that read its input.
 pub struct SwigluWeights<'a, W> {
     pub gate: &'a W,
@@ -332,6 +349,35 @@ pub trait Ops {
         v: &Self::Buf,
         cache: &mut Self::Cache,
         shape: AttentionShape,
+        out: &mut Self::Buf,
+    ) -> Result<(), Self::Error>;
+
+    /// [`Ops::attention`] with a learned sink per head (gpt-oss): each
+    /// head's softmax also counts `exp(sinks[h])` in its denominator, a
+    /// logit that carries no value (llama.cpp's `ggml_soft_max_add_sinks`).
+    #[allow(clippy::too_many_arguments)]
+    fn attention_sinks(
+        &mut self,
+        q: &Self::Buf,
+        k: &Self::Buf,
+        v: &Self::Buf,
+        cache: &mut Self::Cache,
+        shape: AttentionShape,
+        sinks: &Self::Weight,
+        out: &mut Self::Buf,
+    ) -> Result<(), Self::Error>;
+
+    /// A mixture-of-experts feed-forward, row by row of `x` (`[n, n_embd]`
+    /// into `out`, the same shape), as llama.cpp's `build_moe_ffn` runs
+    /// gpt-oss: the router's logits (`router x + bias`), the `used` highest
+    /// of them (the lower expert first on a tie), a softmax over those as
+    /// the experts' weights; each chosen expert's `down(swiglu_oai(gate x +
+    /// b, up x + b)) + b`, where `swiglu_oai(g, u) = min(g, 7) *
+    /// sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1)`, weighted and summed.
+    fn moe(
+        &mut self,
+        x: &Self::Buf,
+        w: MoeWeights<'_, Self::Weight>,
         out: &mut Self::Buf,
     ) -> Result<(), Self::Error>;
 

@@ -45,6 +45,33 @@ impl<W, E: From<GraphError>> Binder<'_, '_, W, E> {
         (self.upload)(WeightSpec { info, rows, cols })
     }
 
+    /// A 3-D tensor of `experts` matrices of `[rows, cols]` (`[cols, rows,
+    /// experts]` in the file), bound as one `[experts * rows, cols]` matrix:
+    /// expert `e`'s rows are `e * rows..`.
+    pub fn experts(
+        &mut self,
+        name: &str,
+        experts: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<W, E> {
+        let info = self
+            .file
+            .tensor(name)
+            .ok_or_else(|| GraphError::MissingTensor(name.to_string()))?;
+        let want = [cols as u64, rows as u64, experts as u64];
+        if info.dims != want {
+            let (name, dims, want) = (name.to_string(), info.dims.to_vec(), want.to_vec());
+            return Err(GraphError::WrongShape { name, dims, want }.into());
+        }
+        // The file's dims passed the reader's size checks, so the product fits.
+        (self.upload)(WeightSpec {
+            info,
+            rows: experts * rows,
+            cols,
+        })
+    }
+
     /// Like [`get`](Self::get) for a tensor the file may leave out.
     pub fn optional(&mut self, name: &str, rows: usize, cols: usize) -> Result<Option<W>, E> {
         match self.file.tensor(name) {

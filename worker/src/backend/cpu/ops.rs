@@ -10,7 +10,7 @@ use rayon::prelude::*;
 use crate::backend::BackendError;
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::model::config::RopeStyle;
-use crate::model::ops::{AttentionShape, Ops, RopeParams};
+use crate::model::ops::{AttentionShape, MoeWeights, Ops, RopeParams};
 use crate::quant::{self, GgmlType};
 
 /// A weight as the CPU backend holds it: matrices stay in the file's stored
@@ -381,69 +381,33 @@ impl Ops for CpuOps {
         s: AttentionShape,
         out: &mut CpuBuf,
     ) -> Result<(), BackendError> {
-        let (hd, kvd) = (s.head_dim, s.n_head_kv * s.head_dim);
-        if q.cols != s.n_head * hd
-            || k.cols != kvd
-            || v.cols != kvd
-            || cache.kv_dim != kvd
-            || out.cols != q.cols
-            || q.rows != s.n_tokens
-            || out.rows != s.n_tokens
-        {
-            return Err(shape_error("attention"));
-        }
-        if hd > MAX_HEAD_DIM {
-            return Err(shape_error("attention: head size above 256"));
-        }
-        let end = s.start_pos + s.n_tokens;
-        if end > cache.capacity {
-            return Err(BackendError::InferenceFailed(format!(
-                "KV cache holds {} positions, {end} needed",
-                cache.capacity
-            )));
-        }
-        // The cache holds f16 values, as llama.cpp's (and our CUDA backend's)
-        // f16 KV cache does; they are kept widened to f32 here.
-        let (kc, vc) = (&mut cache.k[s.layer], &mut cache.v[s.layer]);
-        round_f16_into(&k.data, &mut kc[s.start_pos * kvd..end * kvd]);
-        round_f16_into(&v.data, &mut vc[s.start_pos * kvd..end * kvd]);
-        let (kc, vc) = (&cache.k[s.layer], &cache.v[s.layer]);
+        attention(q, k, v, cache, s, None, out)
+    }
 
-        let group = s.n_head / s.n_head_kv;
-        let scale = s.scale;
-        out.data
-            .par_chunks_mut(hd)
-            .enumerate()
-            .for_each_init(Vec::new, |scores, (idx, o)| {
-                let (t, h) = (idx / s.n_head, idx % s.n_head);
-                let kvh = h / group;
-                // ggml multiplies the f16 cache with queries converted to f16, and
-                // the f16 values with probabilities converted to f16.
-                let mut qv = [0.0f32; MAX_HEAD_DIM];
-                let qv = &mut qv[..hd];
-                round_f16_into(&q.data[t * q.cols + h * hd..t * q.cols + (h + 1) * hd], qv);
-                let (first, n_ctx) = (s.first_visible(t), s.start_pos + t + 1);
-                scores.clear();
-                scores.extend((first..n_ctx).map(|j| {
-                    dot_f32(qv, &kc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd]) * scale
-                }));
-                let max = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-                let mut sum = 0.0f64;
-                for sc in scores.iter_mut() {
-                    *sc = (*sc - max).exp();
-                    sum += *sc as f64;
-                }
-                let inv = (1.0 / sum) as f32;
-                o.fill(0.0);
-                for (j, &p) in (first..).zip(scores.iter()) {
-                    let vrow = &vc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd];
-                    let p = half::f16::from_f32(p * inv).to_f32();
-                    for (oi, &vi) in o.iter_mut().zip(vrow) {
-                        *oi += p * vi;
-                    }
-                }
-            });
-        Ok(())
+    fn attention_sinks(
+        &mut self,
+        q: &CpuBuf,
+        k: &CpuBuf,
+        v: &CpuBuf,
+        cache: &mut CpuCache,
+        s: AttentionShape,
+        sinks: &CpuWeight,
+        out: &mut CpuBuf,
+    ) -> Result<(), BackendError> {
+        let sinks = sinks.values();
+        if sinks.len() != s.n_head {
+            return Err(shape_error("attention sinks"));
+        }
+        attention(q, k, v, cache, s, Some(sinks), out)
+    }
+
+    fn moe(
+        &mut self,
+        x: &CpuBuf,
+        w: MoeWeights<'_, CpuWeight>,
+        out: &mut CpuBuf,
+    ) -> Result<(), BackendError> {
+        moe(x, &w, out)
     }
 
     fn swiglu(&mut self, gate: &CpuBuf, up: &CpuBuf, out: &mut CpuBuf) -> Result<(), BackendError> {
@@ -569,6 +533,201 @@ impl Ops for CpuOps {
         out.extend_from_slice(x.row(row));
         Ok(())
     }
+}
+
+/// Attention as [`Ops::attention`] computes it, with a sink logit per head
+/// in each softmax's denominator where `sinks` is given.
+fn attention(
+    q: &CpuBuf,
+    k: &CpuBuf,
+    v: &CpuBuf,
+    cache: &mut CpuCache,
+    s: AttentionShape,
+    sinks: Option<&[f32]>,
+    out: &mut CpuBuf,
+) -> Result<(), BackendError> {
+    let (hd, kvd) = (s.head_dim, s.n_head_kv * s.head_dim);
+    if q.cols != s.n_head * hd
+        || k.cols != kvd
+        || v.cols != kvd
+        || cache.kv_dim != kvd
+        || out.cols != q.cols
+        || q.rows != s.n_tokens
+        || out.rows != s.n_tokens
+    {
+        return Err(shape_error("attention"));
+    }
+    if hd > MAX_HEAD_DIM {
+        return Err(shape_error("attention: head size above 256"));
+    }
+    let end = s.start_pos + s.n_tokens;
+    if end > cache.capacity {
+        return Err(BackendError::InferenceFailed(format!(
+            "KV cache holds {} positions, {end} needed",
+            cache.capacity
+        )));
+    }
+    // The cache holds f16 values, as llama.cpp's (and our CUDA backend's)
+    // f16 KV cache does; they are kept widened to f32 here.
+    let (kc, vc) = (&mut cache.k[s.layer], &mut cache.v[s.layer]);
+    round_f16_into(&k.data, &mut kc[s.start_pos * kvd..end * kvd]);
+    round_f16_into(&v.data, &mut vc[s.start_pos * kvd..end * kvd]);
+    let (kc, vc) = (&cache.k[s.layer], &cache.v[s.layer]);
+
+    let group = s.n_head / s.n_head_kv;
+    let scale = s.scale;
+    out.data
+        .par_chunks_mut(hd)
+        .enumerate()
+        .for_each_init(Vec::new, |scores, (idx, o)| {
+            let (t, h) = (idx / s.n_head, idx % s.n_head);
+            let kvh = h / group;
+            // ggml multiplies the f16 cache with queries converted to f16, and
+            // the f16 values with probabilities converted to f16.
+            let mut qv = [0.0f32; MAX_HEAD_DIM];
+            let qv = &mut qv[..hd];
+            round_f16_into(&q.data[t * q.cols + h * hd..t * q.cols + (h + 1) * hd], qv);
+            let (first, n_ctx) = (s.first_visible(t), s.start_pos + t + 1);
+            scores.clear();
+            scores.extend(
+                (first..n_ctx).map(|j| {
+                    dot_f32(qv, &kc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd]) * scale
+                }),
+            );
+            // The sink takes part in the max and the sum, never in the values.
+            let sink = sinks.map(|sk| sk[h]);
+            let max = scores
+                .iter()
+                .cloned()
+                .chain(sink)
+                .fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = sink.map_or(0.0, |sk| (sk - max).exp() as f64);
+            for sc in scores.iter_mut() {
+                *sc = (*sc - max).exp();
+                sum += *sc as f64;
+            }
+            let inv = (1.0 / sum) as f32;
+            o.fill(0.0);
+            for (j, &p) in (first..).zip(scores.iter()) {
+                let vrow = &vc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd];
+                let p = half::f16::from_f32(p * inv).to_f32();
+                for (oi, &vi) in o.iter_mut().zip(vrow) {
+                    *oi += p * vi;
+                }
+            }
+        });
+    Ok(())
+}
+
+/// gpt-oss's clamped SwiGLU (llama.cpp's `ggml_swiglu_oai`, alpha 1.702,
+/// limit 7): `min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1)`.
+fn swiglu_oai(g: f32, u: f32) -> f32 {
+    const ALPHA: f32 = 1.702;
+    const LIMIT: f32 = 7.0;
+    let g = g.min(LIMIT);
+    let u = u.clamp(-LIMIT, LIMIT);
+    g / (1.0 + (-ALPHA * g).exp()) * (u + 1.0)
+}
+
+/// Row `r` of a stored matrix, decoded to f32.
+fn stored_row(w: &CpuWeight, r: usize) -> Result<Vec<f32>, BackendError> {
+    let CpuWeight::Stored {
+        ty,
+        rows,
+        cols,
+        row_bytes,
+        file,
+        info,
+    } = w
+    else {
+        return Err(shape_error("a stored matrix"));
+    };
+    if r >= *rows {
+        return Err(shape_error(&info.name));
+    }
+    let mut out = vec![0.0; *cols];
+    let bytes = &file.tensor_data(info)[r * row_bytes..(r + 1) * row_bytes];
+    quant::dequantize(*ty, bytes, &mut out)
+        .map_err(|e| BackendError::InferenceFailed(format!("{}: {e}", info.name)))?;
+    Ok(out)
+}
+
+/// `rows` products `w[first + i] . x` of a stored matrix, in parallel.
+fn stored_products(
+    w: &CpuWeight,
+    first: usize,
+    rows: usize,
+    x: &[f32],
+) -> Result<Vec<f32>, BackendError> {
+    let CpuWeight::Stored {
+        ty,
+        rows: have,
+        cols,
+        row_bytes,
+        file,
+        info,
+    } = w
+    else {
+        return Err(shape_error("a stored matrix"));
+    };
+    if x.len() != *cols || first + rows > *have {
+        return Err(shape_error(&info.name));
+    }
+    let data = file.tensor_data(info);
+    Ok((first..first + rows)
+        .into_par_iter()
+        .map(|r| quant::vec_dot(*ty, &data[r * row_bytes..(r + 1) * row_bytes], x))
+        .collect())
+}
+
+/// [`Ops::moe`] on the CPU.
+fn moe(x: &CpuBuf, w: &MoeWeights<'_, CpuWeight>, out: &mut CpuBuf) -> Result<(), BackendError> {
+    let (n_embd, experts, used) = (x.cols, w.experts, w.used);
+    let n_ff = match w.gate {
+        CpuWeight::Stored { rows, .. } if experts > 0 && rows % experts == 0 => rows / experts,
+        _ => return Err(shape_error("moe gate")),
+    };
+    if out.rows != x.rows || out.cols != n_embd || used == 0 || used > experts {
+        return Err(shape_error("moe"));
+    }
+    let router_bias = w.router_bias.values();
+    if router_bias.len() != experts {
+        return Err(shape_error("moe router bias"));
+    }
+    for t in 0..x.rows {
+        let xr = x.row(t);
+        let logits: Vec<f32> = stored_products(w.router, 0, experts, xr)?
+            .iter()
+            .zip(router_bias)
+            .map(|(l, b)| l + b)
+            .collect();
+        let mut order: Vec<usize> = (0..experts).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+        let chosen = &order[..used];
+        let max = chosen
+            .iter()
+            .map(|&e| logits[e])
+            .fold(f32::NEG_INFINITY, f32::max);
+        let exps: Vec<f32> = chosen.iter().map(|&e| (logits[e] - max).exp()).collect();
+        let sum: f64 = exps.iter().map(|&v| v as f64).sum();
+        let acc = &mut out.data[t * n_embd..(t + 1) * n_embd];
+        acc.fill(0.0);
+        for (&e, &p) in chosen.iter().zip(&exps) {
+            let weight = (p as f64 / sum) as f32;
+            let gate = stored_products(w.gate, e * n_ff, n_ff, xr)?;
+            let up = stored_products(w.up, e * n_ff, n_ff, xr)?;
+            let (gb, ub) = (stored_row(w.gate_bias, e)?, stored_row(w.up_bias, e)?);
+            let act: Vec<f32> = (0..n_ff)
+                .map(|j| swiglu_oai(gate[j] + gb[j], up[j] + ub[j]))
+                .collect();
+            let down = stored_products(w.down, e * n_embd, n_embd, &act)?;
+            let db = stored_row(w.down_bias, e)?;
+            for ((a, d), b) in acc.iter_mut().zip(&down).zip(&db) {
+                *a += (d + b) * weight;
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -23,7 +23,9 @@ use crate::backend::cuda::args::{
     AttentionCombineArgs, AttentionSplitArgs, GemmSplitsSumArgs, GemmTcSplitCall, MatVec8Call,
     MatVec8ManyCall, MatVec8NCall, MatmulArgs, MmqCall, X8Bufs,
 };
-use crate::backend::cuda::launch::{integer_gemm, launch_config, Kernel, KernelCall, ParamList};
+use crate::backend::cuda::launch::{
+    integer_gemm, launch_config, mv8_rows_per_block, Kernel, KernelCall, ParamList,
+};
 use crate::backend::cuda::nvrtc::{compile_unit, KernelCache};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
@@ -522,6 +524,7 @@ impl Kernels {
             && self.mv8_choice(up) == Some(Mv8Plan::One)
             && (g.ty, g.rows, g.cols, g.row_bytes) == (u.ty, u.rows, u.cols, u.row_bytes)
             && g.rows.is_multiple_of(32)
+            && 32usize.is_multiple_of(mv8_rows_per_block(g.cols))
             && gate.bias.is_none()
             && up.bias.is_none()
             && self.funcs.contains_key(&Kernel::MatVec8Glu(g.ty))

@@ -56,8 +56,8 @@ use crate::backend::{
     Backend, BackendError, Checkpoints, DeviceInfo, Logits, MemoryUse, SampleRequest, SampledToken,
 };
 use crate::gguf::GgufFile;
-use crate::model::ModelConfig;
 use crate::model::{self, Weights};
+use crate::model::{Architecture, ModelConfig};
 use crate::quant::{self, GgmlType};
 use device::{memory_type, Purpose};
 
@@ -170,6 +170,12 @@ impl CudaBackend {
         opts: &CudaLoadOptions,
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<Self, BackendError> {
+        // gpt-oss's attention sinks and experts have no kernels yet.
+        if cfg.architecture == Architecture::GptOss {
+            return Err(BackendError::ModelLoadFailed(
+                "gpt-oss runs on --backend cpu only for now (issue 14)".into(),
+            ));
+        }
         // Refused before the GPU is touched (M0-W-1222).
         if opts.upload_chunk_bytes == 0 {
             return Err(BackendError::ModelLoadFailed(

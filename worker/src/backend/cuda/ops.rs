@@ -28,8 +28,8 @@ use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::BackendError;
 use crate::model::config::RopeStyle;
 use crate::model::ops::{
-    attend_in_steps, rope_inv_freqs, swiglu_in_steps, AttentionShape, Ops, Product, QkPrep,
-    RopeParams, SwigluWeights,
+    attend_in_steps, rope_inv_freqs, swiglu_in_steps, AttentionShape, MoeWeights, Ops, Product,
+    QkPrep, RopeParams, SwigluWeights,
 };
 use crate::quant::GgmlType;
 
@@ -1185,6 +1185,30 @@ impl Ops for CudaOps {
         self.glu(false, gate, up, out)
     }
 
+    /// gpt-oss runs on the CPU backend for now: `CudaBackend::load` refuses
+    /// the architecture before these could be reached.
+    fn attention_sinks(
+        &mut self,
+        _q: &CudaBuf,
+        _k: &CudaBuf,
+        _v: &CudaBuf,
+        _cache: &mut CudaCache,
+        _shape: AttentionShape,
+        _sinks: &CudaWeight,
+        _out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        Err(gpt_oss_on_cpu())
+    }
+
+    fn moe(
+        &mut self,
+        _x: &CudaBuf,
+        _w: MoeWeights<'_, CudaWeight>,
+        _out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        Err(gpt_oss_on_cpu())
+    }
+
     fn swiglu_products(
         &mut self,
         x: &CudaBuf,
@@ -1397,6 +1421,13 @@ impl Ops for CudaOps {
 
 /// The checked launch arguments of `out = x w^T (+ bias)` (shapes, weights
 /// and buffers as `matmul` refuses them).
+/// What the CUDA backend says of gpt-oss's own operations.
+fn gpt_oss_on_cpu() -> BackendError {
+    BackendError::InferenceFailed(
+        "attention sinks and experts run on --backend cpu only for now (issue 14)".into(),
+    )
+}
+
 fn matmul_args(
     x: &CudaBuf,
     w: &CudaWeight,

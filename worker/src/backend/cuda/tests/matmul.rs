@@ -720,7 +720,7 @@ fn norm_and_swiglu_split_their_row_for_mv8() {
 /// `mv8g_*` launch: gate, up and the product the same bits as the products
 /// and `swiglu` apart (as without `WORKER_ORCD_GLU=1`), the product's split read by
 /// the down projection as is (no `quantize_x8`; its result the same bits),
-/// the same again on every launch (the kernel's counts back to zero), at
+/// the same again on every one of 20 launches (the kernel's counts back to zero), at
 /// each width's rows a block (2, 4, 8) and in each `mv8_*` format.
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
@@ -729,9 +729,12 @@ fn swiglu_products_in_one_launch_bit_for_bit() {
     let mut ops = gpu_ops();
     let mut rng = ChaCha8Rng::seed_from_u64(12);
     restore_matmul_choice();
-    // (format, columns of x, rows of gate and up): the 8B's width, a
-    // 2048-wide one, Qwen's 896 and SmolLM2's 576 (narrow rows).
+    // (format, columns of x, rows of gate and up): the 8B's gate and up
+    // (14,336 rows, the most blocks racing to count), its width with fewer
+    // rows, a 2048-wide one, Qwen's 896 and SmolLM2's 576 (narrow rows).
     let cases = [
+        (GgmlType::Q8_0, 4096, 14336),
+        (GgmlType::Q4K, 4096, 14336),
         (GgmlType::Q8_0, 4096, 1024),
         (GgmlType::Q4K, 2048, 512),
         (GgmlType::Q6K, 2048, 256),
@@ -773,7 +776,8 @@ fn swiglu_products_in_one_launch_bit_for_bit() {
         let (apart, apart_launches) = run(&mut ops, false);
         // quantize_x8, mv8m_*, swiglu (splitting its row), mv8_*.
         assert_eq!(apart_launches, 4, "{what}: launches apart");
-        for round in 0..3 {
+        // Many rounds: a missing fence would show only now and then.
+        for round in 0..20 {
             let (one, launches) = run(&mut ops, true);
             // quantize_x8, mv8g_*, mv8_*.
             assert_eq!(launches, 3, "{what}: launches in one, round {round}");
