@@ -4,7 +4,7 @@
 
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::model::config::ModelConfig;
-use crate::model::ops::{Checkpoints, GraphError, Logits, Ops};
+use crate::model::ops::{Checkpoints, GraphError, Logits, Ops, RopeParams};
 use crate::quant::GgmlType;
 
 /// Where a weight's bytes are and what logical shape it has.
@@ -254,6 +254,27 @@ pub fn tensor_names(
         }
     }
     names
+}
+
+/// The rotation of `n_head` heads of a pass starting at `start_pos`, as the
+/// configuration says (one RoPE base for every layer) and with `factors`.
+pub fn rope_params<'a>(
+    cfg: &ModelConfig,
+    n_head: usize,
+    start_pos: usize,
+    factors: Option<&'a [f32]>,
+) -> RopeParams<'a> {
+    RopeParams {
+        n_head,
+        head_dim: cfg.head_dim,
+        n_rot: cfg.n_rot,
+        start_pos,
+        freq_base: cfg.rope_freq_base,
+        freq_scale: cfg.rope_freq_scale,
+        style: cfg.rope_style(),
+        freq_factors: factors,
+        mscale: cfg.rope_attn_factor,
+    }
 }
 
 /// The norm before the LM head.

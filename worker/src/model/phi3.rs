@@ -11,7 +11,7 @@
 
 use crate::gguf::GgufFile;
 use crate::model::config::ModelConfig;
-use crate::model::ops::{AttentionShape, GraphError, Ops, QkPrep, RopeParams};
+use crate::model::ops::{AttentionShape, GraphError, Ops, QkPrep};
 use crate::model::parts::{self, check_layer_count, lm_head, Binder, FinalNorm, Pass, Upload};
 
 /// One transformer block's weights.
@@ -122,17 +122,7 @@ pub fn forward<O: Ops>(
     let mut gate = ops.buf(n, ff)?;
     let mut up = ops.buf(n, ff)?;
     let mut act = ops.buf(n, ff)?;
-    let rope = |n_head| RopeParams {
-        n_head,
-        head_dim: cfg.head_dim,
-        n_rot: cfg.n_rot,
-        start_pos,
-        freq_base: cfg.rope_freq_base,
-        freq_scale: cfg.rope_freq_scale,
-        style: cfg.rope_style(),
-        freq_factors: w.rope_factors.as_deref(),
-        mscale: cfg.rope_attn_factor,
-    };
+    let rope = |n_head| parts::rope_params(cfg, n_head, start_pos, w.rope_factors.as_deref());
 
     if let Some(first) = w.layers.first() {
         ops.rms_norm(&x, &first.attn_norm, cfg.norm_eps, &mut h)?;
