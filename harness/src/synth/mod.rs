@@ -1108,6 +1108,17 @@ pub fn general_name(p: &Preset) -> String {
     format!("synthetic-{}", p.name).replace("phi3", "phi 3")
 }
 
+/// `general.file_type`: the format's, but `MOSTLY_MXFP4_MOE` (38) for the
+/// gpt-oss presets, whose experts are MXFP4 in every format (what llama.cpp's
+/// converter records for an MXFP4 model, and llama-quantize for experts in
+/// MXFP4 and the rest in Q8_0).
+fn file_type(o: &Options) -> u32 {
+    match o.preset.arch {
+        Arch::GptOss => Format::Mxfp4.file_type(),
+        _ => o.format.file_type(),
+    }
+}
+
 /// Every metadata entry of the file. `reference` is the tokenizer's source:
 /// the BPE reference, or the SentencePiece one for `Vocab::Spm` presets.
 pub fn metadata(o: &Options, reference: &Gguf) -> Result<Vec<Kv>> {
@@ -1127,7 +1138,7 @@ pub fn metadata(o: &Options, reference: &Gguf) -> Result<Vec<Kv>> {
         kv(
             "general.file_type",
             U32,
-            o.format.file_type().to_le_bytes().to_vec(),
+            file_type(o).to_le_bytes().to_vec(),
         ),
         kv(
             "general.alignment",

@@ -899,6 +899,7 @@ fn gpt_oss_metadata_is_the_converters() {
         ]
     );
     let u32_of = |k: &str| ids_of(&kvs, k);
+    assert_eq!(u32_of("general.file_type"), 38);
     assert_eq!(u32_of("gpt-oss.expert_count"), 4);
     assert_eq!(u32_of("gpt-oss.expert_used_count"), 2);
     assert_eq!(u32_of("gpt-oss.attention.sliding_window"), 128);
