@@ -10,7 +10,7 @@
 
 use crate::gguf::GgufFile;
 use crate::model::config::ModelConfig;
-use crate::model::ops::{AttentionShape, GraphError, Ops};
+use crate::model::ops::{GraphError, Ops};
 use crate::model::parts::{self, check_layer_count, lm_head, Binder, FinalNorm, Pass, Upload};
 
 /// A weight and its bias.
@@ -162,16 +162,7 @@ pub fn forward<O: Ops>(
         ops.copy_cols(&qkv, 0, &mut q)?;
         ops.copy_cols(&qkv, qd, &mut k)?;
         ops.copy_cols(&qkv, qd + kvd, &mut v)?;
-        let shape = AttentionShape {
-            layer: il,
-            start_pos,
-            n_tokens: n,
-            n_head: cfg.n_head,
-            n_head_kv: cfg.n_head_kv,
-            head_dim: cfg.head_dim,
-            window: None,
-            scale: 1.0 / (cfg.head_dim as f32).sqrt(),
-        };
+        let shape = parts::attention_shape(cfg, il, start_pos, n);
         ops.attention(&q, &k, &v, cache, shape, &mut attn)?;
         ops.matmul(&attn, &l.wo.weight, Some(&l.wo.bias), &mut proj)?;
         ops.add_assign(&mut x, &proj)?;

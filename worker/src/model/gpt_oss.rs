@@ -11,7 +11,7 @@
 
 use crate::gguf::GgufFile;
 use crate::model::config::{ModelConfig, MoeConfig};
-use crate::model::ops::{AttentionShape, GraphError, MoeWeights, Ops, Product};
+use crate::model::ops::{GraphError, MoeWeights, Ops, Product};
 use crate::model::parts::{self, check_layer_count, lm_head, Binder, FinalNorm, Pass, Upload};
 
 /// One transformer block's weights.
@@ -193,16 +193,7 @@ pub fn forward<O: Ops>(
             ],
         )?;
         ops.rope_qk(&mut q, &mut k, rope(cfg.n_head), rope(cfg.n_head_kv))?;
-        let shape = AttentionShape {
-            layer: il,
-            start_pos,
-            n_tokens: n,
-            n_head: cfg.n_head,
-            n_head_kv: cfg.n_head_kv,
-            head_dim: cfg.head_dim,
-            window: cfg.window(il),
-            scale: 1.0 / (cfg.head_dim as f32).sqrt(),
-        };
+        let shape = parts::attention_shape(cfg, il, start_pos, n);
         ops.attention_sinks(&q, &k, &v, cache, shape, &l.sinks, &mut attn)?;
         ops.matmul(&attn, &l.wo, Some(&l.bo), &mut proj)?;
         ops.add_rms_norm(&mut x, &proj, &l.post_attention_norm, cfg.norm_eps, &mut h)?;

@@ -8,7 +8,7 @@
 
 use crate::gguf::GgufFile;
 use crate::model::config::ModelConfig;
-use crate::model::ops::{AttentionShape, GraphError, Ops, Product, QkPrep, SwigluWeights};
+use crate::model::ops::{GraphError, Ops, Product, QkPrep, SwigluWeights};
 use crate::model::parts::{self, check_layer_count, lm_head, Binder, FinalNorm, Pass, Upload};
 
 /// One transformer block's weights.
@@ -169,16 +169,7 @@ pub fn forward<O: Ops>(
                 },
             ],
         )?;
-        let shape = AttentionShape {
-            layer: il,
-            start_pos,
-            n_tokens: n,
-            n_head: cfg.n_head,
-            n_head_kv: cfg.n_head_kv,
-            head_dim: cfg.head_dim,
-            window: None,
-            scale: 1.0 / (cfg.head_dim as f32).sqrt(),
-        };
+        let shape = parts::attention_shape(cfg, il, start_pos, n);
         let prep = QkPrep {
             norms: None,
             rope: Some((rope(cfg.n_head), rope(cfg.n_head_kv))),

@@ -4,7 +4,7 @@
 
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::model::config::ModelConfig;
-use crate::model::ops::{Checkpoints, GraphError, Logits, Ops, RopeParams};
+use crate::model::ops::{AttentionShape, Checkpoints, GraphError, Logits, Ops, RopeParams};
 use crate::quant::GgmlType;
 
 /// Where a weight's bytes are and what logical shape it has.
@@ -274,6 +274,27 @@ pub fn rope_params<'a>(
         style: cfg.rope_style(),
         freq_factors: factors,
         mscale: cfg.rope_attn_factor,
+    }
+}
+
+/// Layer `il`'s attention over `n_tokens` rows from `start_pos`, as the
+/// configuration says: the layer's window (none but on windowed layers) and
+/// the `1 / sqrt(head_dim)` scale.
+pub fn attention_shape(
+    cfg: &ModelConfig,
+    il: usize,
+    start_pos: usize,
+    n_tokens: usize,
+) -> AttentionShape {
+    AttentionShape {
+        layer: il,
+        start_pos,
+        n_tokens,
+        n_head: cfg.n_head,
+        n_head_kv: cfg.n_head_kv,
+        head_dim: cfg.head_dim,
+        window: cfg.window(il),
+        scale: 1.0 / (cfg.head_dim as f32).sqrt(),
     }
 }
 

@@ -66,6 +66,46 @@ impl CpuWeight {
             CpuWeight::Stored { .. } => &[],
         }
     }
+
+    /// A stored matrix's rows as the products read them; for a dense
+    /// vector, an error that `what` is not a matrix.
+    fn matrix(&self, what: &str) -> Result<StoredMatrix<'_>, BackendError> {
+        match self {
+            CpuWeight::Stored {
+                ty,
+                rows,
+                cols,
+                row_bytes,
+                file,
+                info,
+            } => Ok(StoredMatrix {
+                ty: *ty,
+                rows: *rows,
+                cols: *cols,
+                row_bytes: *row_bytes,
+                data: file.tensor_data(info),
+                name: &info.name,
+            }),
+            CpuWeight::Dense { .. } => Err(shape_error(&format!("{what} is not a matrix"))),
+        }
+    }
+}
+
+/// A stored matrix: its format, shape and bytes.
+struct StoredMatrix<'a> {
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    row_bytes: usize,
+    data: &'a [u8],
+    name: &'a str,
+}
+
+impl<'a> StoredMatrix<'a> {
+    /// Row `r`'s stored bytes (`r < rows`).
+    fn row(&self, r: usize) -> &'a [u8] {
+        &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
+    }
 }
 
 /// A row-major f32 matrix.
@@ -169,30 +209,20 @@ impl Ops for CpuOps {
         tokens: &[u32],
         out: &mut CpuBuf,
     ) -> Result<(), BackendError> {
-        let CpuWeight::Stored {
-            ty,
-            rows,
-            cols,
-            row_bytes,
-            file,
-            info,
-        } = table
-        else {
-            return Err(shape_error("embed: table is not a matrix"));
-        };
-        if out.rows != tokens.len() || out.cols != *cols {
+        let m = table.matrix("embed: table")?;
+        let cols = m.cols;
+        if out.rows != tokens.len() || out.cols != cols {
             return Err(shape_error("embed"));
         }
-        let data = file.tensor_data(info);
         for (t, &id) in tokens.iter().enumerate() {
             let id = id as usize;
-            if id >= *rows {
+            if id >= m.rows {
                 return Err(BackendError::InferenceFailed(format!(
-                    "token id {id} is outside the vocabulary ({rows})"
+                    "token id {id} is outside the vocabulary ({})",
+                    m.rows
                 )));
             }
-            let src = &data[id * row_bytes..(id + 1) * row_bytes];
-            quant::dequantize(*ty, src, &mut out.data[t * cols..(t + 1) * cols])
+            quant::dequantize(m.ty, m.row(id), &mut out.data[t * cols..(t + 1) * cols])
                 .map_err(|e| BackendError::InferenceFailed(e.to_string()))?;
         }
         Ok(())
@@ -269,25 +299,14 @@ impl Ops for CpuOps {
         bias: Option<&CpuWeight>,
         out: &mut CpuBuf,
     ) -> Result<(), BackendError> {
-        let CpuWeight::Stored {
-            ty,
-            rows,
-            cols,
-            row_bytes,
-            file,
-            info,
-        } = w
-        else {
-            return Err(shape_error("matmul: weight is not a matrix"));
-        };
-        let (rows, cols, row_bytes, ty) = (*rows, *cols, *row_bytes, *ty);
+        let m = w.matrix("matmul: weight")?;
+        let (rows, cols, ty) = (m.rows, m.cols, m.ty);
         if x.cols != cols || out.rows != x.rows || out.cols != rows {
             return Err(shape_error(&format!(
                 "matmul {}: x {}x{}, w {rows}x{cols}, out {}x{}",
-                info.name, x.rows, x.cols, out.rows, out.cols
+                m.name, x.rows, x.cols, out.rows, out.cols
             )));
         }
-        let data = file.tensor_data(info);
         let n = x.rows;
         if n == 1 {
             // Decode: one dot product per weight row, decoded in registers.
@@ -298,7 +317,7 @@ impl Ops for CpuOps {
                 .for_each(|(chunk, o)| {
                     for (i, slot) in o.iter_mut().enumerate() {
                         let r = chunk * ROWS_PER_TASK + i;
-                        *slot = quant::vec_dot(ty, &data[r * row_bytes..(r + 1) * row_bytes], xv);
+                        *slot = quant::vec_dot(ty, m.row(r), xv);
                     }
                 });
         } else {
@@ -313,12 +332,8 @@ impl Ops for CpuOps {
                     |decoded, (chunk, o)| {
                         for (i, orow) in o.chunks_exact_mut(n).enumerate() {
                             let r = chunk * ROWS_PER_TASK + i;
-                            quant::dequantize(
-                                ty,
-                                &data[r * row_bytes..(r + 1) * row_bytes],
-                                decoded,
-                            )
-                            .expect("row size checked at load");
+                            quant::dequantize(ty, m.row(r), decoded)
+                                .expect("row size checked at load");
                             for (t, slot) in orow.iter_mut().enumerate() {
                                 *slot = dot_f32(decoded, x.row(t));
                             }
@@ -631,24 +646,13 @@ fn swiglu_oai(g: f32, u: f32) -> f32 {
 
 /// Row `r` of a stored matrix, decoded to f32.
 fn stored_row(w: &CpuWeight, r: usize) -> Result<Vec<f32>, BackendError> {
-    let CpuWeight::Stored {
-        ty,
-        rows,
-        cols,
-        row_bytes,
-        file,
-        info,
-    } = w
-    else {
-        return Err(shape_error("a stored matrix"));
-    };
-    if r >= *rows {
-        return Err(shape_error(&info.name));
+    let m = w.matrix("moe: bias")?;
+    if r >= m.rows {
+        return Err(shape_error(m.name));
     }
-    let mut out = vec![0.0; *cols];
-    let bytes = &file.tensor_data(info)[r * row_bytes..(r + 1) * row_bytes];
-    quant::dequantize(*ty, bytes, &mut out)
-        .map_err(|e| BackendError::InferenceFailed(format!("{}: {e}", info.name)))?;
+    let mut out = vec![0.0; m.cols];
+    quant::dequantize(m.ty, m.row(r), &mut out)
+        .map_err(|e| BackendError::InferenceFailed(format!("{}: {e}", m.name)))?;
     Ok(out)
 }
 
@@ -659,34 +663,24 @@ fn stored_products(
     rows: usize,
     x: &[f32],
 ) -> Result<Vec<f32>, BackendError> {
-    let CpuWeight::Stored {
-        ty,
-        rows: have,
-        cols,
-        row_bytes,
-        file,
-        info,
-    } = w
-    else {
-        return Err(shape_error("a stored matrix"));
-    };
-    if x.len() != *cols || first + rows > *have {
-        return Err(shape_error(&info.name));
+    let m = w.matrix("moe: weight")?;
+    if x.len() != m.cols || first + rows > m.rows {
+        return Err(shape_error(m.name));
     }
-    let data = file.tensor_data(info);
     Ok((first..first + rows)
         .into_par_iter()
-        .map(|r| quant::vec_dot(*ty, &data[r * row_bytes..(r + 1) * row_bytes], x))
+        .map(|r| quant::vec_dot(m.ty, m.row(r), x))
         .collect())
 }
 
 /// [`Ops::moe`] on the CPU.
 fn moe(x: &CpuBuf, w: &MoeWeights<'_, CpuWeight>, out: &mut CpuBuf) -> Result<(), BackendError> {
     let (n_embd, experts, used) = (x.cols, w.experts, w.used);
-    let n_ff = match w.gate {
-        CpuWeight::Stored { rows, .. } if experts > 0 && rows % experts == 0 => rows / experts,
-        _ => return Err(shape_error("moe gate")),
-    };
+    let gate_rows = w.gate.matrix("moe: gate")?.rows;
+    if experts == 0 || gate_rows % experts != 0 {
+        return Err(shape_error("moe gate"));
+    }
+    let n_ff = gate_rows / experts;
     if out.rows != x.rows || out.cols != n_embd || used == 0 || used > experts {
         return Err(shape_error("moe"));
     }
