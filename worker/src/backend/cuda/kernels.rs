@@ -519,7 +519,7 @@ impl Kernels {
     /// rows a multiple of 32, no bias, and the kernel compiled.
     pub fn glu_ready(&self, gate: &MatmulArgs, up: &MatmulArgs) -> bool {
         let (g, u) = (&gate.w, &up.w);
-        self.glu.load(Ordering::Relaxed)
+        self.glu_enabled()
             && self.mv8_choice(gate) == Some(Mv8Plan::One)
             && self.mv8_choice(up) == Some(Mv8Plan::One)
             && (g.ty, g.rows, g.cols, g.row_bytes) == (u.ty, u.rows, u.cols, u.row_bytes)
@@ -528,6 +528,12 @@ impl Kernels {
             && gate.bias.is_none()
             && up.bias.is_none()
             && self.funcs.contains_key(&Kernel::MatVec8Glu(g.ty))
+    }
+
+    /// Whether a SwiGLU may run as one `mv8g_*` launch at all (before its
+    /// products' shapes are looked at).
+    pub fn glu_enabled(&self) -> bool {
+        self.glu.load(Ordering::Relaxed)
     }
 
     /// Turns the one-launch SwiGLU on or off (for tests).
