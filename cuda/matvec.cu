@@ -640,48 +640,6 @@ __device__ __forceinline__ void mv8_many(const u8* const (&W)[3], i64 row_bytes,
     pdl_wait();
 }
 
-// A SwiGLU feed-forward's gate and up products and act = silu(gate) * up,
-// one row of x: the blocks of gate, then of up, each as `mv8_one` lays it
-// out (gate and up get the bits `mv8m_*` gives them), and the block that
-// completes a group of 32 rows of both (a count per group in `done`, which
-// that block sets back to zero for the next launch) writes the group's act
-// and splits it for the next mat-vec as `swiglu` does, the same bits: one
-// launch where there were two. rows is a multiple of 32, which the blocks'
-// rows per matrix (2, 4 or 8) divide.
-template <int T, int R>
-__device__ __forceinline__ void mv8_glu(const u8* __restrict__ Wg, const u8* __restrict__ Wu, i64 row_bytes,
-                                        int rows, int cols, const X8& x, float* __restrict__ gate,
-                                        float* __restrict__ up, float* __restrict__ act, u32* __restrict__ done,
-                                        i8* __restrict__ xh, i8* __restrict__ xl, float* __restrict__ xd,
-                                        float* __restrict__ xs) {
-    __shared__ bool last;
-    const int per = R * (MV8_THREADS / 32) / mv8_group_warps(cols);
-    const int nb = rows / per;
-    const bool second = (int)blockIdx.x >= nb;
-    const int blk = second ? blockIdx.x - nb : blockIdx.x;
-    float* const out = second ? up : gate;
-    mv8_one<T, R>(blk, second ? Wu : Wg, row_bytes, rows, cols, x, nullptr, out);
-    // mv8_one's threads below `per` wrote the block's rows: each makes its
-    // write visible on the whole device before the block is counted.
-    if ((int)threadIdx.x < per) __threadfence();
-    __syncthreads();
-    const int group = blk * per / 32;
-    if (threadIdx.x == 0) {
-        last = atomicAdd(&done[group], 1u) == (u32)(2 * 32 / per - 1);
-        if (last) __threadfence();  // the other blocks' writes, seen through their count
-    }
-    __syncthreads();
-    if (!last || threadIdx.x >= 32) return;
-    __threadfence();
-    const i64 i = (i64)group * 32 + threadIdx.x;
-    // From L2: other blocks wrote these, and L1 is not coherent.
-    const float g = __ldcg(gate + i), u = __ldcg(up + i);
-    const float y = __fmul_rn(__fdiv_rn(g, 1.0f + expf(-g)), u);
-    act[i] = y;
-    split_x8(y, i, xh, xl, xd, xs);
-    if (threadIdx.x == 0) done[group] = 0;
-}
-
 // n <= NX rows of x: R weight rows a block, MV8_THREADS / R threads a row
 // (out is [n][rows]). Summation order is fixed (a thread's units in order,
 // then a butterfly, then warps in order), and the same for every row of x
@@ -746,14 +704,6 @@ __device__ __forceinline__ void mv8_rows(const u8* __restrict__ W, i64 row_bytes
         const float* const bias[3] = {b0, b1, b2};                                                       \
         float* const out[3] = {o0, o1, o2};                                                              \
         mv8_many<T, MV8_ROWS>(W, row_bytes, rows, cols, X8{xh, xl, xd, xs}, bias, out);                  \
-    }                                                                                                    \
-    extern "C" __global__ void __launch_bounds__(MV8_THREADS)                                            \
-        mv8g_##name(const u8* Wg, const u8* Wu, i64 row_bytes, int rows, int cols, const i8* xh,         \
-                    const i8* xl, const float* xd, const float* xs, float* gate, float* up, float* act,  \
-                    u32* done, i8* ah, i8* al, float* ad, float* as) {                                   \
-        pdl_launch_next(); /* mv8_one waits after its first loads */                                     \
-        mv8_glu<T, MV8_ROWS>(Wg, Wu, row_bytes, rows, cols, X8{xh, xl, xd, xs}, gate, up, act, done, ah, al, \
-                             ad, as);                                                                    \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(MV8_THREADS)                                            \
         mv8n_##name(const u8* W, i64 row_bytes, int rows, int cols, int n, const i8* xh, const i8* xl,   \

@@ -8,7 +8,7 @@
 
 use crate::gguf::GgufFile;
 use crate::model::config::ModelConfig;
-use crate::model::ops::{GraphError, Ops, Product, QkPrep, SwigluWeights};
+use crate::model::ops::{GraphError, Ops, Product, QkPrep};
 use crate::model::parts::{self, check_layer_count, lm_head, Binder, FinalNorm, Pass, Upload};
 
 /// One transformer block's weights.
@@ -178,11 +178,22 @@ pub fn forward<O: Ops>(
         ops.matmul(&attn, &l.wo, None, &mut proj)?;
         ops.add_rms_norm(&mut x, &proj, &l.ffn_norm, cfg.norm_eps, &mut h)?;
 
-        let ffn = SwigluWeights {
-            gate: &l.ffn_gate,
-            up: &l.ffn_up,
-        };
-        ops.swiglu_products(&h, ffn, &mut gate, &mut up, &mut act)?;
+        ops.matmuls(
+            &h,
+            &mut [
+                Product {
+                    w: &l.ffn_gate,
+                    bias: None,
+                    out: &mut gate,
+                },
+                Product {
+                    w: &l.ffn_up,
+                    bias: None,
+                    out: &mut up,
+                },
+            ],
+        )?;
+        ops.swiglu(&gate, &up, &mut act)?;
         ops.matmul(&act, &l.ffn_down, None, &mut proj)?;
         match w.layers.get(il + 1) {
             Some(next) => ops.add_rms_norm(&mut x, &proj, &next.attn_norm, cfg.norm_eps, &mut h)?,

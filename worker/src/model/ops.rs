@@ -189,34 +189,6 @@ pub fn attend_in_steps<O: Ops + ?Sized>(
     ops.attention(q, k, v, cache, shape, out)
 }
 
-/// [`Ops::swiglu_products`] as separate operations: [`Ops::matmuls`] of
-/// gate and up, then [`Ops::swiglu`].
-pub fn swiglu_in_steps<O: Ops + ?Sized>(
-    ops: &mut O,
-    x: &O::Buf,
-    ffn: SwigluWeights<'_, O::Weight>,
-    gate: &mut O::Buf,
-    up: &mut O::Buf,
-    out: &mut O::Buf,
-) -> Result<(), O::Error> {
-    ops.matmuls(
-        x,
-        &mut [
-            Product {
-                w: ffn.gate,
-                bias: None,
-                out: &mut *gate,
-            },
-            Product {
-                w: ffn.up,
-                bias: None,
-                out: &mut *up,
-            },
-        ],
-    )?;
-    ops.swiglu(gate, up, out)
-}
-
 /// A mixture-of-experts feed-forward (gpt-oss): the router (`[experts,
 /// n_embd]`) and its bias, and the experts' gate, up (`[experts * n_ff,
 /// n_embd]`, expert `e`'s rows `e * n_ff..`) and down (`[experts * n_embd,
@@ -233,20 +205,6 @@ pub struct MoeWeights<'a, W> {
     pub experts: usize,
     pub used: usize,
 }
-
-/// The two matrices of a SwiGLU feed-forward that read its input.
-pub struct SwigluWeights<'a, W> {
-    pub gate: &'a W,
-    pub up: &'a W,
-}
-
-// By hand: a derive would ask `W: Copy` of the weights behind the references.
-impl<W> Clone for SwigluWeights<'_, W> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<W> Copy for SwigluWeights<'_, W> {}
 
 pub trait Ops {
     /// A weight tensor as stored in the file (possibly quantized), with its
@@ -405,20 +363,6 @@ pub trait Ops {
         up: &Self::Buf,
         out: &mut Self::Buf,
     ) -> Result<(), Self::Error>;
-
-    /// A SwiGLU feed-forward up to its down projection: `gate = x
-    /// W_gate^T`, `up = x W_up^T`, `out = silu(gate) * up`. A device may run
-    /// them as one (`gate` and `up` hold the products afterwards either way).
-    fn swiglu_products(
-        &mut self,
-        x: &Self::Buf,
-        ffn: SwigluWeights<'_, Self::Weight>,
-        gate: &mut Self::Buf,
-        up: &mut Self::Buf,
-        out: &mut Self::Buf,
-    ) -> Result<(), Self::Error> {
-        swiglu_in_steps(self, x, ffn, gate, up, out)
-    }
 
     /// `out = gelu(gate) * up`, elementwise, GELU in its tanh form (Gemma's GeGLU).
     fn geglu(

@@ -23,9 +23,7 @@ use crate::backend::cuda::args::{
     AttentionCombineArgs, AttentionSplitArgs, GemmSplitsSumArgs, GemmTcSplitCall, MatVec8Call,
     MatVec8ManyCall, MatVec8NCall, MatmulArgs, MmqCall, X8Bufs,
 };
-use crate::backend::cuda::launch::{
-    integer_gemm, launch_config, mv8_rows_per_block, Kernel, KernelCall, ParamList,
-};
+use crate::backend::cuda::launch::{integer_gemm, launch_config, Kernel, KernelCall, ParamList};
 use crate::backend::cuda::nvrtc::{compile_unit, KernelCache};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
@@ -146,9 +144,6 @@ pub struct Kernels {
     gemm_few: AtomicBool,
     /// Whether one row of x goes through `mv8_*` where the format has one.
     mv8: AtomicBool,
-    /// Whether a SwiGLU's gate, up and product run as one `mv8g_*` launch
-    /// where they can (when [`GLU_ENV`] is `1`).
-    glu: AtomicBool,
     /// Kernel launches and copies into device memory so far: a buffer's
     /// contents are unchanged while this count is (see `CudaOps`'s x8 block).
     writes: AtomicU64,
@@ -168,16 +163,6 @@ pub const PDL_ENV: &str = "WORKER_ORCD_PDL";
 /// `0` keeps short prompts' matmuls on `gemm_tck_*` and `mmq_*` rather than
 /// `gemm_few_*`.
 pub const GEMM_FEW_ENV: &str = "WORKER_ORCD_GEMM_FEW";
-
-/// `1` runs a SwiGLU feed-forward's gate and up products and their product
-/// as one `mv8g_*` launch rather than two (`mv8m_*`, `swiglu`). Off by
-/// default until it has run and been timed on the H100.
-pub const GLU_ENV: &str = "WORKER_ORCD_GLU";
-
-/// Whether [`GLU_ENV`] turns `mv8g_*` on.
-pub fn glu_from_env() -> bool {
-    std::env::var(GLU_ENV).is_ok_and(|v| v == "1")
-}
 
 /// `0` keeps the decode norm on one block (`add_rms_norm`) on sm_90 too.
 pub const CLUSTERS_ENV: &str = "WORKER_ORCD_CLUSTERS";
@@ -254,20 +239,34 @@ fn load_module(
     }
 }
 
+/// The unit images of [`Kernels::compile_in_background`], being made.
+pub type Compiling = std::thread::JoinHandle<Result<Vec<(Unit, Vec<u8>, bool)>, BackendError>>;
+
 impl Kernels {
-    /// Compiles (or takes from the disk cache) the units for `arch` that hold
-    /// the kernels of a model of `set` (`None`: every format and head
-    /// size), loads them into `ctx` and looks up their kernels. Units
-    /// compile in parallel.
+    /// Starts compiling (or taking from the disk cache) the units for
+    /// `arch` that a model of `set` needs, on a thread of their own: NVRTC
+    /// needs no CUDA context, so the caller makes one meanwhile.
+    pub fn compile_in_background(arch: (i32, i32), set: Option<KernelSet<'_>>) -> Compiling {
+        let units = Unit::for_model(set);
+        std::thread::spawn(move || unit_images(&KernelCache::from_env(), arch, &units))
+    }
+
+    /// Waits for the images of [`Kernels::compile_in_background`] (the
+    /// units for `arch` that hold the kernels of a model of `set`; `None`:
+    /// every format and head size), loads them into `ctx` and looks up
+    /// their kernels.
     pub fn load(
         ctx: &Arc<CudaContext>,
         arch: (i32, i32),
         set: Option<KernelSet<'_>>,
+        compiling: Compiling,
     ) -> Result<Kernels, BackendError> {
         let cache = KernelCache::from_env();
-        let units = Unit::for_model(set);
+        let images = compiling.join().map_err(|_| {
+            BackendError::KernelLaunchFailed("the compile thread panicked".into())
+        })??;
         let mut modules = HashMap::new();
-        for image in unit_images(&cache, arch, &units)? {
+        for image in images {
             let u = image.0;
             modules.insert(u, load_module(ctx, &cache, arch, image)?);
         }
@@ -358,7 +357,6 @@ impl Kernels {
             gemm_split: AtomicBool::new(true),
             gemm_few: AtomicBool::new(std::env::var(GEMM_FEW_ENV).map_or(true, |v| v != "0")),
             mv8: AtomicBool::new(true),
-            glu: AtomicBool::new(glu_from_env()),
             writes: AtomicU64::new(0),
             sm_count,
             pdl: AtomicBool::new(arch.0 >= 9 && std::env::var(PDL_ENV).map_or(true, |v| v != "0")),
@@ -512,34 +510,6 @@ impl Kernels {
                 x8,
             },
         )
-    }
-
-    /// Whether `gate` and `up` (one row of x) and their SwiGLU can run as
-    /// one `mv8g_*` launch: both on `mv8_*` alone, of one format and shape,
-    /// rows a multiple of 32, no bias, and the kernel compiled.
-    pub fn glu_ready(&self, gate: &MatmulArgs, up: &MatmulArgs) -> bool {
-        let (g, u) = (&gate.w, &up.w);
-        self.glu_enabled()
-            && self.mv8_choice(gate) == Some(Mv8Plan::One)
-            && self.mv8_choice(up) == Some(Mv8Plan::One)
-            && (g.ty, g.rows, g.cols, g.row_bytes) == (u.ty, u.rows, u.cols, u.row_bytes)
-            && g.rows.is_multiple_of(32)
-            && 32usize.is_multiple_of(mv8_rows_per_block(g.cols))
-            && gate.bias.is_none()
-            && up.bias.is_none()
-            && self.funcs.contains_key(&Kernel::MatVec8Glu(g.ty))
-    }
-
-    /// Whether a SwiGLU may run as one `mv8g_*` launch at all (before its
-    /// products' shapes are looked at).
-    pub fn glu_enabled(&self) -> bool {
-        self.glu.load(Ordering::Relaxed)
-    }
-
-    /// Turns the one-launch SwiGLU on or off (for tests).
-    #[cfg(test)]
-    pub fn set_glu(&self, on: bool) {
-        self.glu.store(on, Ordering::Relaxed);
     }
 
     /// Which short-prompt kernel takes this matmul and into how many column

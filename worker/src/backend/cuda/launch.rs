@@ -38,10 +38,6 @@ pub enum Kernel {
     /// `mv8m_<type>`: `mv8_<type>` for up to three matrices of one width
     /// and x in one launch (Q, K and V; gate and up).
     MatVec8Many(GgmlType),
-    /// `mv8g_<type>`: a SwiGLU feed-forward's gate and up products of one
-    /// row of x as `mv8m_<type>` computes them, and `silu(gate) * up` split
-    /// for the next mat-vec as `swiglu` writes it, in one launch.
-    MatVec8Glu(GgmlType),
     /// `mv8n_<type>`: the same for up to `MV8_MAX_TOKENS` rows of x,
     /// `MV8N_ROWS` weight rows a block.
     MatVec8N(GgmlType),
@@ -138,7 +134,6 @@ impl Kernel {
                 v.extend([
                     Kernel::MatVec8(t),
                     Kernel::MatVec8Many(t),
-                    Kernel::MatVec8Glu(t),
                     Kernel::MatVec8N(t),
                 ]);
             }
@@ -189,7 +184,6 @@ impl Kernel {
             Kernel::MatVec1(_)
             | Kernel::MatVec8(_)
             | Kernel::MatVec8Many(_)
-            | Kernel::MatVec8Glu(_)
             | Kernel::MatVec8N(_)
             | Kernel::Mmq(_) => Module::Matvec,
             Kernel::GemmTc(_)
@@ -229,7 +223,6 @@ impl Kernel {
             | Kernel::MatVec1(_)
             | Kernel::MatVec8(_)
             | Kernel::MatVec8Many(_)
-            | Kernel::MatVec8Glu(_)
             | Kernel::MatVec8N(_) => Some(0),
             Kernel::Mmq(_) => Some(1),
             Kernel::MatVecWarp(_) => Some(1),
@@ -282,7 +275,6 @@ impl Kernel {
             | Kernel::MatVec1(t)
             | Kernel::MatVec8(t)
             | Kernel::MatVec8Many(t)
-            | Kernel::MatVec8Glu(t)
             | Kernel::MatVec8N(t)
             | Kernel::Mmq(t)
             | Kernel::GemmTc(t)
@@ -304,7 +296,6 @@ impl Kernel {
             Kernel::MatVec1(t) => format!("mv1_{}", ty(t)),
             Kernel::MatVec8(t) => format!("mv8_{}", ty(t)),
             Kernel::MatVec8Many(t) => format!("mv8m_{}", ty(t)),
-            Kernel::MatVec8Glu(t) => format!("mv8g_{}", ty(t)),
             Kernel::MatVec8N(t) => format!("mv8n_{}", ty(t)),
             Kernel::Mmq(t) => format!("mmq_{}", ty(t)),
             Kernel::QuantizeX8 => "quantize_x8".into(),
@@ -569,10 +560,7 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
         (Kernel::MatVec1(_), Work::Matrix { rows, .. }) => {
             Ok(blocks(((rows as u32).div_ceil(MV1_ROWS), 1), MV1_THREADS))
         }
-        (
-            Kernel::MatVec8(_) | Kernel::MatVec8Many(_) | Kernel::MatVec8Glu(_),
-            Work::MatVec { rows, cols },
-        ) => {
+        (Kernel::MatVec8(_) | Kernel::MatVec8Many(_), Work::MatVec { rows, cols }) => {
             let per_block = mv8_rows_per_block(cols) as u32;
             Ok(blocks(((rows as u32).div_ceil(per_block), 1), MV8_THREADS))
         }

@@ -16,9 +16,8 @@ use half::f16;
 
 use crate::backend::cuda::args::{
     AddAssignArgs, AddBiasArgs, AddRmsNormArgs, AddRmsNormClusterArgs, CopyColsArgs,
-    DequantF16Args, EmbedArgs, GeluArgs, KvStoreArgs, LayerNormArgs, MatVec8GluCall, MatmulArgs,
-    QuantizeX8Args, RmsNormArgs, RopeArgs, RopePairs, ScaleArgs, SplitsOutput, SwigluArgs,
-    ToF16Args, X8Bufs,
+    DequantF16Args, EmbedArgs, GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs, QuantizeX8Args,
+    RmsNormArgs, RopeArgs, RopePairs, ScaleArgs, SplitsOutput, SwigluArgs, ToF16Args, X8Bufs,
 };
 use crate::backend::cuda::blas::{chunk_rows, Blas, F16Product};
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
@@ -28,8 +27,7 @@ use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::BackendError;
 use crate::model::config::RopeStyle;
 use crate::model::ops::{
-    attend_in_steps, rope_inv_freqs, swiglu_in_steps, AttentionShape, MoeWeights, Ops, Product,
-    QkPrep, RopeParams, SwigluWeights,
+    attend_in_steps, rope_inv_freqs, AttentionShape, MoeWeights, Ops, Product, QkPrep, RopeParams,
 };
 use crate::quant::GgmlType;
 
@@ -107,9 +105,6 @@ struct SplitX {
     mem: DevBuf,
     len: usize,
     holds: Option<(u64, usize, usize, u64)>,
-    /// Where in `mem` (bytes) the x it holds begins: 0 but after `mv8g_*`,
-    /// which splits its product beside the input's split that it reads.
-    at: u64,
 }
 
 /// cuBLAS for prefill products, made on first use (or at load).
@@ -135,9 +130,6 @@ pub struct CudaOps {
     /// Rows of a weight matrix decoded to f16 for cuBLAS, and its room in
     /// values (held for the model's lifetime, as the x8 block is).
     blas_scratch: Option<(DevBuf, usize)>,
-    /// `mv8g_*`'s counts, one per 32 rows (zeros between launches), and how
-    /// many (made with the x8 block).
-    glu_done: Option<(DevBuf, usize)>,
 }
 
 /// Whether no buffer of `outs` overlaps x (a product that wrote x itself
@@ -167,7 +159,6 @@ impl CudaOps {
             capture: None,
             rope_tables: Vec::new(),
             x8: None,
-            glu_done: None,
             x16: None,
             kept_logits: None,
             blas: BlasSlot::Untried,
@@ -285,7 +276,6 @@ impl CudaOps {
                 mem,
                 len,
                 holds: None,
-                at: 0,
             });
         }
         let block = self.x16.as_mut().expect("made above");
@@ -390,14 +380,7 @@ impl CudaOps {
             mem,
             len,
             holds: None,
-            at: 0,
         });
-        // A count per 32 rows for `mv8g_*` (zeros between its launches).
-        let done = self
-            .dev
-            .alloc(Purpose::Weights, (len / 32 * 4).max(4) as u64)?;
-        done.zero(done.bytes())?;
-        self.glu_done = Some((done, len / 32));
         Ok(())
     }
 
@@ -414,72 +397,16 @@ impl CudaOps {
         }
         let kernels = &self.dev.kernels;
         let block = self.x8.as_mut().expect("reserved above");
-        if block.holds == Some((x.id(), x.rows, x.cols, kernels.writes())) {
-            return Ok(Some(X8Bufs::at(block.mem.ptr() + block.at, len)));
-        }
-        block.at = 0;
         let bufs = X8Bufs::at(block.mem.ptr(), len);
-        let args = QuantizeX8Args {
-            x: x.input(),
-            cols: len,
-            out: bufs,
-        };
-        kernels.launch(&self.dev.stream, &args)?;
+        if block.holds != Some((x.id(), x.rows, x.cols, kernels.writes())) {
+            let args = QuantizeX8Args {
+                x: x.input(),
+                cols: len,
+                out: bufs,
+            };
+            kernels.launch(&self.dev.stream, &args)?;
+        }
         Ok(Some(bufs))
-    }
-
-    /// [`Ops::swiglu_products`] as one `mv8g_*` launch where it applies (one
-    /// row of x, `Kernels::glu_ready`, room for the product's split beside
-    /// x's in the x8 block, which then holds the product): `false`, it does
-    /// not, and nothing was launched but perhaps x's split.
-    fn swiglu_one_launch(
-        &mut self,
-        x: &CudaBuf,
-        ffn: SwigluWeights<'_, CudaWeight>,
-        gate: &mut CudaBuf,
-        up: &mut CudaBuf,
-        out: &mut CudaBuf,
-    ) -> Result<bool, BackendError> {
-        // Off (the default): no second round of shape checks before the
-        // products' own.
-        if x.rows != 1 || !self.dev.kernels.glu_enabled() {
-            return Ok(false);
-        }
-        let g = matmul_args(x, ffn.gate, None, gate)?;
-        let u = matmul_args(x, ffn.up, None, up)?;
-        let rows = g.w.rows;
-        let counts = self.glu_done.as_ref().map_or(0, |(_, n)| *n);
-        if out.rows != 1 || out.cols != rows || counts < rows / 32 {
-            return Ok(false);
-        }
-        if !self.dev.kernels.glu_ready(&g, &u) {
-            return Ok(false);
-        }
-        check_bufs("swiglu", &[out])?;
-        self.dev.bind()?;
-        let Some(x8) = self.quantized_x(x)? else {
-            return Ok(false);
-        };
-        let block = self.x8.as_mut().expect("quantized_x reserved it");
-        // The product's split after x's (at the block's start, but where x
-        // is itself such a product).
-        let at = (X8Bufs::bytes(x.len()) as u64).next_multiple_of(256);
-        let room = X8Bufs::bytes(block.len) as u64;
-        if block.at != 0 || at + X8Bufs::bytes(rows) as u64 > room {
-            return Ok(false);
-        }
-        let call = MatVec8GluCall {
-            gate: g,
-            up: u,
-            x8,
-            act: out.output(),
-            done: DevPtrMut::new(self.glu_done.as_ref().expect("counted above").0.ptr()),
-            act8: X8Bufs::at(block.mem.ptr() + at, rows),
-        };
-        self.dev.kernels.launch(&self.dev.stream, &call)?;
-        block.holds = Some((out.id(), out.rows, out.cols, self.dev.kernels.writes()));
-        block.at = at;
-        Ok(true)
     }
 
     /// Where a kernel writing `out` may also split it for `mv8_*`, saving
@@ -604,7 +531,6 @@ impl CudaOps {
         let writes = self.dev.kernels.writes();
         if let Some(b) = self.x8.as_mut() {
             b.holds = Some((out.id(), out.rows, out.cols, writes));
-            b.at = 0;
         }
     }
 
@@ -1209,20 +1135,6 @@ impl Ops for CudaOps {
         _out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
         Err(gpt_oss_on_cpu())
-    }
-
-    fn swiglu_products(
-        &mut self,
-        x: &CudaBuf,
-        ffn: SwigluWeights<'_, CudaWeight>,
-        gate: &mut CudaBuf,
-        up: &mut CudaBuf,
-        out: &mut CudaBuf,
-    ) -> Result<(), BackendError> {
-        if self.swiglu_one_launch(x, ffn, gate, up, out)? {
-            return Ok(());
-        }
-        swiglu_in_steps(self, x, ffn, gate, up, out)
     }
 
     fn geglu(

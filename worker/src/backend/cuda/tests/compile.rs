@@ -344,7 +344,6 @@ fn every_kernel_symbol_is_defined_in_its_module() {
                     && src.contains(&format!("DEF_MV8({}, ", t.name().to_ascii_lowercase()))
             }
             Kernel::MatVec8Many(_) => src.contains("mv8m_##name"),
-            Kernel::MatVec8Glu(_) => src.contains("mv8g_##name"),
             Kernel::MatVec8N(_) => src.contains("mv8n_##name"),
             Kernel::Mmq(_) => src.contains(&format!(")\n    {sym}(")),
             Kernel::GemmTc(_) => src.contains("gemm_tc_##name"),
@@ -381,10 +380,9 @@ fn every_kernel_symbol_is_defined_in_its_module() {
 /// must call `pdl_wait();` before it reads x.
 #[test]
 fn every_kernel_opens_with_pdl_start() {
-    const WAIT_AFTER_WEIGHTS: [&str; 6] = [
+    const WAIT_AFTER_WEIGHTS: [&str; 5] = [
         "mv8_one<",
         "mv8_many<",
-        "mv8_glu<",
         "mv8_rows<",
         "mmq_rows(",
         "gemm_few_impl<",
@@ -423,7 +421,6 @@ fn every_kernel_opens_with_pdl_start() {
         ("mv8_one", "x8_unit("),
         ("mv8_rows", "x8_unit("),
         ("mv8_many", "mv8_one<"),
-        ("mv8_glu", "mv8_one<"),
         ("mmq_rows", "x8_frag("),
     ] {
         let def = format!("void {f}(");
@@ -434,12 +431,7 @@ fn every_kernel_opens_with_pdl_start() {
         let x = body
             .find(reads_x)
             .unwrap_or_else(|| panic!("{def} does not call {reads_x}"));
-        if f == "mv8_glu" {
-            // Its counts, which the launch before it also used, are touched
-            // only after mv8_one's wait for that launch to end.
-            let count = body.find("atomicAdd(").expect("mv8_glu counts its blocks");
-            assert!(x < count, "{def}: a count before mv8_one's wait");
-        } else if f != "mv8_many" {
+        if f != "mv8_many" {
             let wait = body
                 .find("pdl_wait();")
                 .unwrap_or_else(|| panic!("{def} never calls pdl_wait()"));
@@ -461,7 +453,6 @@ fn c_signature(k: Kernel) -> Vec<String> {
         Kernel::MatVec1(_) => vec!["mv1_##name(".to_string()],
         Kernel::MatVec8(_) => vec!["mv8_##name(".to_string()],
         Kernel::MatVec8Many(_) => vec!["mv8m_##name(".to_string()],
-        Kernel::MatVec8Glu(_) => vec!["mv8g_##name(".to_string()],
         Kernel::MatVec8N(_) => vec!["mv8n_##name(".to_string()],
         Kernel::GemmTc(_) => vec!["gemm_tc_##name(".to_string()],
         Kernel::GemmTcSplit(_) => vec!["gemm_tck_##name(".to_string()],
@@ -516,7 +507,6 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         if crate::backend::cuda::launch::has_mv8(t) {
             v.push((Kernel::MatVec8(t), sig::<MatVec8Call>()));
             v.push((Kernel::MatVec8Many(t), sig::<MatVec8ManyCall>()));
-            v.push((Kernel::MatVec8Glu(t), sig::<MatVec8GluCall>()));
             v.push((Kernel::MatVec8N(t), sig::<MatVec8NCall>()));
         }
         if crate::backend::cuda::source::has_mmq(t) {

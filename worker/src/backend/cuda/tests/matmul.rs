@@ -3,7 +3,7 @@
 //! reference; determinism; matmul timings.
 
 use super::*;
-use crate::model::ops::{Product, SwigluWeights};
+use crate::model::ops::Product;
 
 // ------------------------------------------------------------------ kernels
 
@@ -713,96 +713,6 @@ fn norm_and_swiglu_split_their_row_for_mv8() {
         &cpu_row_product(&w, rows, &cpu_act.data),
     );
     assert!(e <= 1e-3, "product of swiglu's row: relative error {e:e}");
-    restore_matmul_choice();
-}
-
-/// A SwiGLU feed-forward's gate, up and product of one row of x as one
-/// `mv8g_*` launch: gate, up and the product the same bits as the products
-/// and `swiglu` apart (as without `WORKER_ORCD_GLU=1`), the product's split read by
-/// the down projection as is (no `quantize_x8`; its result the same bits),
-/// the same again on every one of 20 launches (the kernel's counts back to zero), at
-/// each width's rows a block (2, 4, 8) and in each `mv8_*` format.
-#[test]
-#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
-fn swiglu_products_in_one_launch_bit_for_bit() {
-    let _gpu = shared_gpu();
-    let mut ops = gpu_ops();
-    let mut rng = ChaCha8Rng::seed_from_u64(12);
-    restore_matmul_choice();
-    // (format, columns of x, rows of gate and up): the 8B's gate and up
-    // (14,336 rows, the most blocks racing to count), its width with fewer
-    // rows, a 2048-wide one, Qwen's 896 and SmolLM2's 576 (narrow rows).
-    let cases = [
-        (GgmlType::Q8_0, 4096, 14336),
-        (GgmlType::Q4K, 4096, 14336),
-        (GgmlType::Q8_0, 4096, 1024),
-        (GgmlType::Q4K, 2048, 512),
-        (GgmlType::Q6K, 2048, 256),
-        (GgmlType::Q8_0, 896, 4864),
-        (GgmlType::Q4_1, 576, 1536),
-        (GgmlType::Q4_0, 576, 1536),
-        (GgmlType::Q5_0, 896, 640),
-    ];
-    for (ty, cols, rows) in cases {
-        ops.reserve_x8(cols.max(rows)).unwrap();
-        let mut weight = |r: usize, c: usize| {
-            let values = random_vec(&mut rng, r * c, 1.0);
-            test_weight(&mut ops, ty, r, c, &values)
-        };
-        let (wg, wu, wd) = (weight(rows, cols), weight(rows, cols), weight(cols, rows));
-        let xv = random_vec(&mut rng, cols, 2.0);
-        let x = ops.upload(1, cols, &xv).unwrap();
-        let what = format!("{ty} {rows}x{cols}");
-        // gate, up, their product and the down projection's result, and
-        // the launches of the three products with their splits.
-        let run = |ops: &mut CudaOps, one: bool| {
-            dev().kernels.set_glu(one);
-            let mut gate = ops.buf(1, rows).unwrap();
-            let mut up = ops.buf(1, rows).unwrap();
-            let mut act = ops.buf(1, rows).unwrap();
-            let mut down = ops.buf(1, cols).unwrap();
-            let ffn = SwigluWeights {
-                gate: &wg.gpu,
-                up: &wu.gpu,
-            };
-            let before = dev().kernels.writes();
-            ops.swiglu_products(&x, ffn, &mut gate, &mut up, &mut act)
-                .unwrap();
-            ops.matmul(&act, &wd.gpu, None, &mut down).unwrap();
-            let launches = dev().kernels.writes() - before;
-            let bits = [&gate, &up, &act, &down].map(|b| host(ops, b));
-            (bits, launches)
-        };
-        let (apart, apart_launches) = run(&mut ops, false);
-        // quantize_x8, mv8m_*, swiglu (splitting its row), mv8_*.
-        assert_eq!(apart_launches, 4, "{what}: launches apart");
-        // Many rounds: a missing fence would show only now and then.
-        for round in 0..20 {
-            let (one, launches) = run(&mut ops, true);
-            // quantize_x8, mv8g_*, mv8_*.
-            assert_eq!(launches, 3, "{what}: launches in one, round {round}");
-            for (i, name) in ["gate", "up", "act", "down"].iter().enumerate() {
-                assert!(
-                    one[i]
-                        .iter()
-                        .zip(&apart[i])
-                        .all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "{what}: {name} differs in one launch, round {round}"
-                );
-            }
-        }
-        let mut cpu_act = cpu_buf(1, rows, vec![0.0; rows]);
-        CpuOps
-            .swiglu(
-                &cpu_buf(1, rows, cpu_row_product(&wg, rows, &xv)),
-                &cpu_buf(1, rows, cpu_row_product(&wu, rows, &xv)),
-                &mut cpu_act,
-            )
-            .unwrap();
-        let e = rel_err(&apart[2], &cpu_act.data);
-        assert!(e <= 1e-3, "{what}: act's relative error {e:e}");
-    }
-    dev().kernels.set_glu(kernels::glu_from_env());
     restore_matmul_choice();
 }
 
