@@ -278,6 +278,8 @@ FOR_EACH_TYPE(DEF_MV1)
 #if !defined(MV8_THREADS) || !defined(MV8_ROWS) || !defined(MV8N_ROWS) || !defined(MV8_MAX_TOKENS)
 #error "MV8_THREADS, MV8_ROWS, MV8N_ROWS and MV8_MAX_TOKENS come from the worker as -D options"
 #endif
+// mv8q_* turns pairs of neighbouring rows, which R rows a group keep together.
+static_assert(MV8_ROWS % 2 == 0 && (MV8_THREADS / 32) * MV8_ROWS <= 32, "row pairs in one warp");
 
 // The quantized x of one row.
 struct X8 {
@@ -552,13 +554,24 @@ __device__ __forceinline__ int mv8_group_warps(int cols) {
     return units <= 32 ? 1 : units <= 64 ? 2 : MV8_THREADS / 32;
 }
 
+// Writes each output as it is: out[row] = s.
+struct Mv8Store {
+    float* __restrict__ out;
+    __device__ __forceinline__ void operator()(int row, float s) const {
+        if (row >= 0) out[row] = s;
+    }
+};
+
 // One row of x: groups of R weight rows, each group's columns split over
 // its warps (a thread takes units t, t + 32 G, ... of every row of its
 // group), MV8_THREADS / 32 / G groups a block. Summation order is fixed: a
 // thread's units in order, a butterfly per warp, the group's warps in order.
-template <int T, int R>
+// Every thread of the block then calls epi(row, s): threads below groups * R
+// with their row and its sum plus bias, the others (and rows past the end)
+// with row -1; a row's neighbour of the same group is the next thread.
+template <int T, int R, typename Epi>
 __device__ __forceinline__ void mv8_one(int blk, const u8* __restrict__ W, i64 row_bytes, int rows, int cols,
-                                        const X8& x, const float* __restrict__ bias, float* __restrict__ out) {
+                                        const X8& x, const float* __restrict__ bias, const Epi& epi) {
     constexpr int WARPS = MV8_THREADS / 32;
     __shared__ float red[WARPS][R];
     const int G = mv8_group_warps(cols), groups = WARPS / G;
@@ -608,14 +621,19 @@ __device__ __forceinline__ void mv8_one(int blk, const u8* __restrict__ W, i64 r
         if (lane == 0) red[warp][r] = s;
     }
     __syncthreads();
+    int row = -1;
+    float s = 0.0f;
     if (threadIdx.x < groups * R) {
-        const int g = threadIdx.x / R, r = threadIdx.x % R, row = (blk * groups + g) * R + r;
+        const int g = threadIdx.x / R, r = threadIdx.x % R;
+        row = (blk * groups + g) * R + r;
         if (row < rows) {
-            float s = 0.0f;
             for (int w = g * G; w < (g + 1) * G; w++) s += red[w][r];
-            out[row] = bias ? s + bias[row] : s;
+            s = bias ? s + bias[row] : s;
+        } else {
+            row = -1;
         }
     }
+    epi(row, s);
 }
 
 // Up to three matrices of the same format and width, one row of x (Q, K
@@ -623,22 +641,73 @@ __device__ __forceinline__ void mv8_one(int blk, const u8* __restrict__ W, i64 r
 // as `mv8_one` lays it out for its matrix alone, so every output has the
 // bits a launch of its own gives. One launch where there were three: the
 // small K and V products no longer run as grids of their own (a tail each).
-template <int T, int R>
+// epis.at(m) is matrix m's epilogue (Mv8Stores: each output as it is).
+template <int T, int R, typename Epis>
 __device__ __forceinline__ void mv8_many(const u8* const (&W)[3], i64 row_bytes, const int (&rows)[3], int cols,
-                                         const X8& x, const float* const (&bias)[3], float* const (&out)[3]) {
+                                         const X8& x, const float* const (&bias)[3], const Epis& epis) {
     const int per = R * (MV8_THREADS / 32) / mv8_group_warps(cols);
     int blk = blockIdx.x;
 #pragma unroll
     for (int m = 0; m < 3; m++) {
         const int nb = (rows[m] + per - 1) / per;
         if (blk < nb) {
-            mv8_one<T, R>(blk, W[m], row_bytes, rows[m], cols, x, bias[m], out[m]);
+            mv8_one<T, R>(blk, W[m], row_bytes, rows[m], cols, x, bias[m], epis.at(m));
             return;
         }
         blk -= nb;
     }
     pdl_wait();
 }
+
+struct Mv8Stores {
+    float* const (&out)[3];
+    __device__ __forceinline__ Mv8Store at(int m) const { return Mv8Store{out[m]}; }
+};
+
+// Q, K and V of one row of x (`mv8q_*`, matrices 0, 1 and 2), each written
+// as mv8m_* writes it but Q's and K's heads turned first (RoPE, adjacent
+// pairs: rope.cu's style 0) and K's and V's rows also stored in the layer's
+// cache planes at the step's position, as qk_rope_store turns and stores
+// them, with the same bits: one launch fewer a layer. A row's pair is the
+// next thread's (R even, rows a multiple of head_dim). The position is read
+// from pos_ptr (not null in a replayed decode graph) only after mv8_one's
+// wait, as qk_rope_store reads it after its own.
+struct QkvRope {
+    float* const (&out)[3];
+    int head_dim, n_rot;
+    const double* __restrict__ inv_freq_table;
+    float freq_base, freq_scale, mscale;
+    int start_pos;
+    const int* __restrict__ pos_ptr;
+    int capacity;
+    u16* __restrict__ k_cache;
+    u16* __restrict__ v_cache;
+    struct Epi {
+        const QkvRope& p;
+        int m;
+        __device__ __forceinline__ void operator()(int row, float s) const {
+            const float other = __shfl_xor_sync(0xffffffffu, s, 1);
+            if (row < 0) return;
+            const int d = row % p.head_dim;
+            const int at = p.pos_ptr ? *p.pos_ptr : p.start_pos;
+            float y = s;
+            if (m < 2 && d < p.n_rot) {
+                const bool first = (d & 1) == 0;
+                const double pos = (double)at * (double)p.freq_scale;
+                float y0, y1;
+                rope_turn(first ? s : other, first ? other : s, d >> 1, pos, p.n_rot, p.inv_freq_table, p.freq_base,
+                          p.mscale, &y0, &y1);
+                y = first ? y0 : y1;
+            }
+            p.out[m][row] = y;
+            if (m > 0 && at < p.capacity) {
+                u16* cache = m == 1 ? p.k_cache : p.v_cache;
+                cache[((i64)(row / p.head_dim) * p.capacity + at) * p.head_dim + d] = f32_to_f16(y);
+            }
+        }
+    };
+    __device__ __forceinline__ Epi at(int m) const { return Epi{*this, m}; }
+};
 
 // n <= NX rows of x: R weight rows a block, MV8_THREADS / R threads a row
 // (out is [n][rows]). Summation order is fixed (a thread's units in order,
@@ -692,7 +761,7 @@ __device__ __forceinline__ void mv8_rows(const u8* __restrict__ W, i64 row_bytes
         mv8_##name(const u8* W, i64 row_bytes, int rows, int cols, const i8* xh, const i8* xl,           \
                    const float* xd, const float* xs, const float* bias, float* out) {                    \
         pdl_launch_next(); /* mv8_one and mv8_rows wait after their first loads */                      \
-        mv8_one<T, MV8_ROWS>(blockIdx.x, W, row_bytes, rows, cols, X8{xh, xl, xd, xs}, bias, out);        \
+        mv8_one<T, MV8_ROWS>(blockIdx.x, W, row_bytes, rows, cols, X8{xh, xl, xd, xs}, bias, Mv8Store{out}); \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(MV8_THREADS)                                            \
         mv8m_##name(const u8* W0, const u8* W1, const u8* W2, i64 row_bytes, int rows0, int rows1,       \
@@ -703,7 +772,23 @@ __device__ __forceinline__ void mv8_rows(const u8* __restrict__ W, i64 row_bytes
         const int rows[3] = {rows0, rows1, rows2};                                                       \
         const float* const bias[3] = {b0, b1, b2};                                                       \
         float* const out[3] = {o0, o1, o2};                                                              \
-        mv8_many<T, MV8_ROWS>(W, row_bytes, rows, cols, X8{xh, xl, xd, xs}, bias, out);                  \
+        mv8_many<T, MV8_ROWS>(W, row_bytes, rows, cols, X8{xh, xl, xd, xs}, bias, Mv8Stores{out});       \
+    }                                                                                                    \
+    extern "C" __global__ void __launch_bounds__(MV8_THREADS)                                            \
+        mv8q_##name(const u8* W0, const u8* W1, const u8* W2, i64 row_bytes, int rows0, int rows1,       \
+                    int rows2, int cols, const i8* xh, const i8* xl, const float* xd, const float* xs,   \
+                    const float* b0, const float* b1, const float* b2, float* o0, float* o1, float* o2,  \
+                    int head_dim, int n_rot, const double* inv_freq_table, float freq_base,              \
+                    float freq_scale, float mscale, int start_pos, const int* pos_ptr, int capacity,     \
+                    u16* k_cache, u16* v_cache) {                                                        \
+        pdl_launch_next(); /* mv8_many waits in mv8_one */                                              \
+        const u8* const W[3] = {W0, W1, W2};                                                             \
+        const int rows[3] = {rows0, rows1, rows2};                                                       \
+        const float* const bias[3] = {b0, b1, b2};                                                       \
+        float* const out[3] = {o0, o1, o2};                                                              \
+        const QkvRope e{out,       head_dim,  n_rot,    inv_freq_table, freq_base, freq_scale,           \
+                        mscale,    start_pos, pos_ptr,  capacity,       k_cache,   v_cache};             \
+        mv8_many<T, MV8_ROWS>(W, row_bytes, rows, cols, X8{xh, xl, xd, xs}, bias, e);                    \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(MV8_THREADS)                                            \
         mv8n_##name(const u8* W, i64 row_bytes, int rows, int cols, int n, const i8* xh, const i8* xl,   \

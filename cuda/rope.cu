@@ -21,18 +21,9 @@
 __device__ __forceinline__ void rope_pair(float* head, int i, double pos, int n_rot,
                                           const double* __restrict__ inv_freq_table, float freq_base, float mscale,
                                           int style) {
-    const int half = n_rot / 2;
-    const double inv_freq =
-        inv_freq_table ? inv_freq_table[i] : pow((double)freq_base, -2.0 * (double)i / (double)n_rot);
-    double sn, cs;
-    sincos(pos * inv_freq, &sn, &cs);
-    sn *= (double)mscale;
-    cs *= (double)mscale;
     const int a = style == 0 ? 2 * i : i;
-    const int b = style == 0 ? 2 * i + 1 : i + half;
-    const double x0 = head[a], x1 = head[b];
-    head[a] = (float)(x0 * cs - x1 * sn);
-    head[b] = (float)(x0 * sn + x1 * cs);
+    const int b = style == 0 ? 2 * i + 1 : i + n_rot / 2;
+    rope_turn(head[a], head[b], i, pos, n_rot, inv_freq_table, freq_base, mscale, &head[a], &head[b]);
 }
 
 extern "C" __global__ void rope(float* __restrict__ x, float* __restrict__ x2, int rows, int n_head, int n_head2,

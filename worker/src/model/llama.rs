@@ -149,32 +149,29 @@ pub fn forward<O: Ops>(
         ops.rms_norm(&x, &first.attn_norm, cfg.norm_eps, &mut h)?;
     }
     for (il, l) in w.layers.iter().enumerate() {
-        ops.matmuls(
-            &h,
-            &mut [
-                Product {
-                    w: &l.wq,
-                    bias: l.bq.as_ref(),
-                    out: &mut q,
-                },
-                Product {
-                    w: &l.wk,
-                    bias: l.bk.as_ref(),
-                    out: &mut k,
-                },
-                Product {
-                    w: &l.wv,
-                    bias: l.bv.as_ref(),
-                    out: &mut v,
-                },
-            ],
-        )?;
+        let qkv = [
+            Product {
+                w: &l.wq,
+                bias: l.bq.as_ref(),
+                out: &mut q,
+            },
+            Product {
+                w: &l.wk,
+                bias: l.bk.as_ref(),
+                out: &mut k,
+            },
+            Product {
+                w: &l.wv,
+                bias: l.bv.as_ref(),
+                out: &mut v,
+            },
+        ];
         let shape = parts::attention_shape(cfg, il, start_pos, n);
         let prep = QkPrep {
             norms: None,
             rope: Some((rope(cfg.n_head), rope(cfg.n_head_kv))),
         };
-        ops.attend(&mut q, &mut k, &v, prep, cache, shape, &mut attn)?;
+        ops.project_attend(&h, qkv, prep, cache, shape, &mut attn)?;
         ops.matmul(&attn, &l.wo, None, &mut proj)?;
         ops.add_rms_norm(&mut x, &proj, &l.ffn_norm, cfg.norm_eps, &mut h)?;
 

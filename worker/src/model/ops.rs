@@ -189,6 +189,21 @@ pub fn attend_in_steps<O: Ops + ?Sized>(
     ops.attention(q, k, v, cache, shape, out)
 }
 
+/// [`Ops::project_attend`] as [`Ops::matmuls`] then [`Ops::attend`].
+pub fn project_attend_in_steps<O: Ops + ?Sized>(
+    ops: &mut O,
+    x: &O::Buf,
+    mut qkv: [Product<'_, O::Weight, O::Buf>; 3],
+    prep: QkPrep<'_, O::Weight>,
+    cache: &mut O::Cache,
+    shape: AttentionShape,
+    out: &mut O::Buf,
+) -> Result<(), O::Error> {
+    ops.matmuls(x, &mut qkv)?;
+    let [q, k, v] = qkv;
+    ops.attend(q.out, k.out, v.out, prep, cache, shape, out)
+}
+
 /// A mixture-of-experts feed-forward (gpt-oss): the router (`[experts,
 /// n_embd]`) and its bias, and the experts' gate, up (`[experts * n_ff,
 /// n_embd]`, expert `e`'s rows `e * n_ff..`) and down (`[experts * n_embd,
@@ -354,6 +369,22 @@ pub trait Ops {
         out: &mut Self::Buf,
     ) -> Result<(), Self::Error> {
         attend_in_steps(self, q, k, v, prep, cache, shape, out)
+    }
+
+    /// A layer's Q, K and V products of `x` ([`Ops::matmuls`] of `qkv`, in
+    /// that order), then [`Ops::attend`] of them. A device may turn Q and K
+    /// and store K and V as it writes the products.
+    #[allow(clippy::too_many_arguments)]
+    fn project_attend(
+        &mut self,
+        x: &Self::Buf,
+        qkv: [Product<'_, Self::Weight, Self::Buf>; 3],
+        prep: QkPrep<'_, Self::Weight>,
+        cache: &mut Self::Cache,
+        shape: AttentionShape,
+        out: &mut Self::Buf,
+    ) -> Result<(), Self::Error> {
+        project_attend_in_steps(self, x, qkv, prep, cache, shape, out)
     }
 
     /// `out = silu(gate) * up`, elementwise.

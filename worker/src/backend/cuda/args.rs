@@ -739,6 +739,162 @@ impl KernelCall for MatVec8ManyCall {
     }
 }
 
+/// Q, K and V of one row of x through one `mv8q_*` launch: as
+/// [`MatVec8ManyCall`] computes them (all three products), then Q's and K's
+/// heads turned by `rope` (adjacent pairs; its rows and positions are the
+/// window's, its x is Q's output) and K's and V's rows stored in the cache
+/// at the window's position, as [`QkRopeStoreArgs`] turns and stores them.
+#[derive(Clone, Copy, Debug)]
+pub struct MatVec8QkvCall {
+    pub products: MatVec8ManyCall,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub rope: RopeArgs,
+    pub window: CacheWindow,
+    /// `[n_head_kv, capacity, head_dim]` f16 each.
+    pub k_cache: DevPtrMut<f16>,
+    pub v_cache: DevPtrMut<f16>,
+}
+
+impl KernelCall for MatVec8QkvCall {
+    type Params = (
+        DevPtr<u8>,
+        DevPtr<u8>,
+        DevPtr<u8>,
+        i64,
+        i32,
+        i32,
+        i32,
+        i32,
+        DevPtr<i8>,
+        DevPtr<i8>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtrMut<f32>,
+        DevPtrMut<f32>,
+        DevPtrMut<f32>,
+        i32,
+        i32,
+        DevPtr<f64>,
+        f32,
+        f32,
+        f32,
+        i32,
+        DevPtr<i32>,
+        i32,
+        DevPtrMut<f16>,
+        DevPtrMut<f16>,
+    );
+
+    fn plan(&self) -> Plan {
+        let mut plan = self.products.plan();
+        plan.kernel = Kernel::MatVec8Qkv(self.products.args[0].w.ty);
+        plan.dims.extend([
+            ("n_head", self.n_head),
+            ("n_head_kv", self.n_head_kv),
+            ("head_dim", self.head_dim),
+            ("capacity", self.window.capacity),
+        ]);
+        plan.buffers.extend([
+            ("k_cache", self.k_cache.addr()),
+            ("v_cache", self.v_cache.addr()),
+        ]);
+        plan
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        let k = Kernel::MatVec8Qkv(self.products.args[0].w.ty);
+        self.products.validate()?;
+        let [q, kk, v] = &self.products.args;
+        let (hd, r) = (self.head_dim, &self.rope);
+        let shapes_ok = self.products.count == 3
+            && q.w.rows == self.n_head * hd
+            && kk.w.rows == self.n_head_kv * hd
+            && v.w.rows == self.n_head_kv * hd
+            && hd.is_multiple_of(2);
+        if !shapes_ok {
+            return Err(refusal(
+                k,
+                "Q, K and V rows that are not whole heads".into(),
+            ));
+        }
+        let same_rows = r.x.addr() == q.out.addr()
+            && r.rows == 1
+            && r.n_head == self.n_head
+            && r.head_dim == hd
+            && r.x2.is_none()
+            && r.pairs == RopePairs::Adjacent;
+        let same_pos = r.start_pos == self.window.start_pos
+            && r.pos_ptr.map(|p| p.addr()) == self.window.pos_ptr.map(|p| p.addr());
+        if !same_rows || !same_pos {
+            return Err(refusal(
+                k,
+                "a rotation of other rows, positions or pairs".into(),
+            ));
+        }
+        r.validate()?;
+        self.window.check(k, 1)
+    }
+    fn params(&self) -> Self::Params {
+        let (start, pos, cap) = self.window.params();
+        let r = &self.rope;
+        let (
+            w0,
+            w1,
+            w2,
+            row_bytes,
+            rows0,
+            rows1,
+            rows2,
+            cols,
+            hi,
+            lo,
+            d,
+            sums,
+            b0,
+            b1,
+            b2,
+            o0,
+            o1,
+            o2,
+        ) = self.products.params();
+        (
+            w0,
+            w1,
+            w2,
+            row_bytes,
+            rows0,
+            rows1,
+            rows2,
+            cols,
+            hi,
+            lo,
+            d,
+            sums,
+            b0,
+            b1,
+            b2,
+            o0,
+            o1,
+            o2,
+            self.head_dim as i32,
+            r.n_rot as i32,
+            DevPtr::or_null(r.inv_freq),
+            r.freq_base,
+            r.freq_scale,
+            r.mscale,
+            start,
+            pos,
+            cap,
+            self.k_cache,
+            self.v_cache,
+        )
+    }
+}
+
 /// A matmul of 2 to `MV8_MAX_TOKENS` rows of x through `mv8n_*`, reading
 /// x as `quantize_x8` wrote it into `x8` (`args.x` itself is not read).
 #[derive(Clone, Copy, Debug)]

@@ -142,6 +142,9 @@ pub struct Kernels {
     /// Whether they take `gemm_few_*` where it applies (unless
     /// [`GEMM_FEW_ENV`] is `0`).
     gemm_few: AtomicBool,
+    /// Whether a decode step's Q, K and V take `mv8q_*` (unless
+    /// [`QKV_ROPE_ENV`] is `0`).
+    qkv_rope: AtomicBool,
     /// Whether one row of x goes through `mv8_*` where the format has one.
     mv8: AtomicBool,
     /// Kernel launches and copies into device memory so far: a buffer's
@@ -163,6 +166,15 @@ pub const PDL_ENV: &str = "WORKER_ORCD_PDL";
 /// `0` keeps short prompts' matmuls on `gemm_tck_*` and `mmq_*` rather than
 /// `gemm_few_*`.
 pub const GEMM_FEW_ENV: &str = "WORKER_ORCD_GEMM_FEW";
+
+/// `0` keeps a decode step's RoPE and KV store in `qk_rope_store` after the
+/// Q, K and V products, rather than in their `mv8q_*` launch.
+pub const QKV_ROPE_ENV: &str = "WORKER_ORCD_QKV_ROPE";
+
+/// Whether `mv8q_*` is on by the environment ([`QKV_ROPE_ENV`]).
+pub fn qkv_rope_from_env() -> bool {
+    std::env::var(QKV_ROPE_ENV).map_or(true, |v| v != "0")
+}
 
 /// `0` keeps the decode norm on one block (`add_rms_norm`) on sm_90 too.
 pub const CLUSTERS_ENV: &str = "WORKER_ORCD_CLUSTERS";
@@ -356,6 +368,7 @@ impl Kernels {
             blas_min_rows: AtomicUsize::new(blas_min_rows_from_env()?),
             gemm_split: AtomicBool::new(true),
             gemm_few: AtomicBool::new(std::env::var(GEMM_FEW_ENV).map_or(true, |v| v != "0")),
+            qkv_rope: AtomicBool::new(qkv_rope_from_env()),
             mv8: AtomicBool::new(true),
             writes: AtomicU64::new(0),
             sm_count,
@@ -636,6 +649,27 @@ impl Kernels {
     #[cfg(test)]
     pub fn set_gemm_few(&self, on: bool) {
         self.gemm_few.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether Q, K and V of one row of x (`q`, `k`, `v`) can take one
+    /// `mv8q_*` launch: switched on, each on `mv8_*` alone, of one format
+    /// and width, and the kernel compiled.
+    pub fn qkv_rope_ready(&self, q: &MatmulArgs, k: &MatmulArgs, v: &MatmulArgs) -> bool {
+        let same = |a: &MatmulArgs| {
+            self.mv8_choice(a) == Some(Mv8Plan::One)
+                && (a.w.ty, a.w.cols, a.w.row_bytes) == (q.w.ty, q.w.cols, q.w.row_bytes)
+        };
+        self.qkv_rope.load(Ordering::Relaxed)
+            && same(q)
+            && same(k)
+            && same(v)
+            && self.funcs.contains_key(&Kernel::MatVec8Qkv(q.w.ty))
+    }
+
+    /// Turns `mv8q_*` on or off (for tests).
+    #[cfg(test)]
+    pub fn set_qkv_rope(&self, on: bool) {
+        self.qkv_rope.store(on, Ordering::Relaxed);
     }
 
     /// Whether `n` query rows of heads of `head_dim` dims take `attention_tc`.

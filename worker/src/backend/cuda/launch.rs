@@ -38,6 +38,10 @@ pub enum Kernel {
     /// `mv8m_<type>`: `mv8_<type>` for up to three matrices of one width
     /// and x in one launch (Q, K and V; gate and up).
     MatVec8Many(GgmlType),
+    /// `mv8q_<type>`: `mv8m_<type>` of Q, K and V with Q's and K's heads
+    /// turned (RoPE, adjacent pairs) and K and V stored in the cache, as
+    /// `qk_rope_store` does them.
+    MatVec8Qkv(GgmlType),
     /// `mv8n_<type>`: the same for up to `MV8_MAX_TOKENS` rows of x,
     /// `MV8N_ROWS` weight rows a block.
     MatVec8N(GgmlType),
@@ -134,6 +138,7 @@ impl Kernel {
                 v.extend([
                     Kernel::MatVec8(t),
                     Kernel::MatVec8Many(t),
+                    Kernel::MatVec8Qkv(t),
                     Kernel::MatVec8N(t),
                 ]);
             }
@@ -184,6 +189,7 @@ impl Kernel {
             Kernel::MatVec1(_)
             | Kernel::MatVec8(_)
             | Kernel::MatVec8Many(_)
+            | Kernel::MatVec8Qkv(_)
             | Kernel::MatVec8N(_)
             | Kernel::Mmq(_) => Module::Matvec,
             Kernel::GemmTc(_)
@@ -223,6 +229,7 @@ impl Kernel {
             | Kernel::MatVec1(_)
             | Kernel::MatVec8(_)
             | Kernel::MatVec8Many(_)
+            | Kernel::MatVec8Qkv(_)
             | Kernel::MatVec8N(_) => Some(0),
             Kernel::Mmq(_) => Some(1),
             Kernel::MatVecWarp(_) => Some(1),
@@ -275,6 +282,7 @@ impl Kernel {
             | Kernel::MatVec1(t)
             | Kernel::MatVec8(t)
             | Kernel::MatVec8Many(t)
+            | Kernel::MatVec8Qkv(t)
             | Kernel::MatVec8N(t)
             | Kernel::Mmq(t)
             | Kernel::GemmTc(t)
@@ -296,6 +304,7 @@ impl Kernel {
             Kernel::MatVec1(t) => format!("mv1_{}", ty(t)),
             Kernel::MatVec8(t) => format!("mv8_{}", ty(t)),
             Kernel::MatVec8Many(t) => format!("mv8m_{}", ty(t)),
+            Kernel::MatVec8Qkv(t) => format!("mv8q_{}", ty(t)),
             Kernel::MatVec8N(t) => format!("mv8n_{}", ty(t)),
             Kernel::Mmq(t) => format!("mmq_{}", ty(t)),
             Kernel::QuantizeX8 => "quantize_x8".into(),
@@ -560,7 +569,10 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
         (Kernel::MatVec1(_), Work::Matrix { rows, .. }) => {
             Ok(blocks(((rows as u32).div_ceil(MV1_ROWS), 1), MV1_THREADS))
         }
-        (Kernel::MatVec8(_) | Kernel::MatVec8Many(_), Work::MatVec { rows, cols }) => {
+        (
+            Kernel::MatVec8(_) | Kernel::MatVec8Many(_) | Kernel::MatVec8Qkv(_),
+            Work::MatVec { rows, cols },
+        ) => {
             let per_block = mv8_rows_per_block(cols) as u32;
             Ok(blocks(((rows as u32).div_ceil(per_block), 1), MV8_THREADS))
         }
@@ -715,6 +727,10 @@ param_tuple!(
 param_tuple!(
     A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12, N.13, O.14, P.15, Q.16,
     R.17, S.18, T.19
+);
+param_tuple!(
+    A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12, N.13, O.14, P.15, Q.16,
+    R.17, S.18, T.19, U.20, V.21, W.22, X.23, Y.24, Z.25, AA.26, AB.27, AC.28
 );
 
 /// A launch as the generic launcher sees it: which kernel, what

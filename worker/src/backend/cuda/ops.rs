@@ -27,7 +27,8 @@ use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::BackendError;
 use crate::model::config::RopeStyle;
 use crate::model::ops::{
-    attend_in_steps, rope_inv_freqs, AttentionShape, MoeWeights, Ops, Product, QkPrep, RopeParams,
+    attend_in_steps, project_attend_in_steps, rope_inv_freqs, AttentionShape, MoeWeights, Ops,
+    Product, QkPrep, RopeParams,
 };
 use crate::quant::GgmlType;
 
@@ -1102,6 +1103,26 @@ impl Ops for CudaOps {
         };
         self.dev.kernels.launch(&self.dev.stream, &args)?;
         self.attend_cached(q, cache, s, out)
+    }
+
+    /// One row of x: Q, K and V, Q's and K's rotations and the KV store in
+    /// one `mv8q_*` launch where they can, then attention.
+    fn project_attend(
+        &mut self,
+        x: &CudaBuf,
+        mut qkv: [Product<'_, CudaWeight, CudaBuf>; 3],
+        prep: QkPrep<'_, CudaWeight>,
+        cache: &mut CudaCache,
+        s: AttentionShape,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        if let Some(call) = self.qkv_rope_call(x, &mut qkv, &prep, cache, &s, out)? {
+            self.dev.kernels.launch(&self.dev.stream, &call)?;
+            let [q, k, v] = qkv;
+            self.x8_still_holds(x, &[&*q.out, &*k.out, &*v.out]);
+            return self.attend_cached(q.out, cache, s, out);
+        }
+        project_attend_in_steps(self, x, qkv, prep, cache, s, out)
     }
 
     fn swiglu(

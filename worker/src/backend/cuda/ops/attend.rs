@@ -1,15 +1,18 @@
 //! Attention on `CudaOps`: the checks every attention call passes, the fused
 //! launch before it (`qk_rope_store`: Q's and K's norms and rotations and the
-//! KV store), and attention over the cache, split across the context for
+//! KV store; in decode, `mv8q_*` does that as it writes Q, K and V), and attention over the cache, split across the context for
 //! long decode steps, splitting its output for the next mat-vec in decode.
 
-use super::{check_bufs, is_f32_vector, shape_error, CudaBuf, CudaCache, CudaOps, CudaWeight};
+use super::{
+    check_bufs, is_f32_vector, matmul_args, shape_error, CudaBuf, CudaCache, CudaOps, CudaWeight,
+};
 use crate::backend::cuda::args::{
-    AttentionArgs, AttentionCombineArgs, AttentionSplitArgs, CacheWindow, QkRopeStoreArgs,
+    AttentionArgs, AttentionCombineArgs, AttentionSplitArgs, CacheWindow, MatVec8ManyCall,
+    MatVec8QkvCall, QkRopeStoreArgs, RopePairs,
 };
 use crate::backend::cuda::source::ATT_MAX_HEAD_DIM;
 use crate::backend::BackendError;
-use crate::model::ops::{AttentionShape, QkPrep};
+use crate::model::ops::{AttentionShape, Product, QkPrep};
 
 /// Refuses an attention call whose buffers, cache or positions do not fit
 /// its shape (before anything is launched).
@@ -124,6 +127,58 @@ impl CudaOps {
             norms,
             rope,
             window: self.cache_window(s, cache),
+            k_cache,
+            v_cache,
+        }))
+    }
+
+    /// The `mv8q_*` launch of a decode step's Q, K and V products, or none
+    /// where it does not apply: more than one row, head norms, a rotation
+    /// other than adjacent pairs alike for Q and K, products not all on
+    /// `mv8_*` alike, no room for the split x (inside a capture).
+    pub(super) fn qkv_rope_call(
+        &mut self,
+        x: &CudaBuf,
+        qkv: &mut [Product<'_, CudaWeight, CudaBuf>; 3],
+        prep: &QkPrep<'_, CudaWeight>,
+        cache: &mut CudaCache,
+        s: &AttentionShape,
+        out: &CudaBuf,
+    ) -> Result<Option<MatVec8QkvCall>, BackendError> {
+        let (Some((pq, pk)), None, 1) = (prep.rope, &prep.norms, x.rows) else {
+            return Ok(None);
+        };
+        let [q, k, v] = qkv;
+        let args = [
+            matmul_args(x, q.w, q.bias, q.out)?,
+            matmul_args(x, k.w, k.bias, k.out)?,
+            matmul_args(x, v.w, v.bias, v.out)?,
+        ];
+        self.dev.bind()?;
+        if !self
+            .dev
+            .kernels
+            .qkv_rope_ready(&args[0], &args[1], &args[2])
+        {
+            return Ok(None);
+        }
+        check_attention(q.out, k.out, v.out, cache, s, out)?;
+        let rope = match (self.rope_args(q.out, pq)?, self.rope_args(k.out, pk)?) {
+            (Some(a), Some(b)) if a.rotates_like(&b) && a.pairs == RopePairs::Adjacent => a,
+            _ => return Ok(None),
+        };
+        let Some(x8) = self.quantized_x(x)? else {
+            return Ok(None);
+        };
+        let window = self.cache_window(s, cache);
+        let (k_cache, v_cache) = cache.planes_mut(s.layer);
+        Ok(Some(MatVec8QkvCall {
+            products: MatVec8ManyCall { args, count: 3, x8 },
+            n_head: s.n_head,
+            n_head_kv: s.n_head_kv,
+            head_dim: s.head_dim,
+            rope,
+            window,
             k_cache,
             v_cache,
         }))

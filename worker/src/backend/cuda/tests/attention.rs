@@ -3,7 +3,7 @@
 
 use super::matmul::restore_matmul_choice;
 use super::*;
-use crate::model::ops::{attend_in_steps, HeadNorms, QkPrep};
+use crate::model::ops::{attend_in_steps, HeadNorms, Product, QkPrep};
 
 /// `rope_qk` turns Q and K in one launch with the bits of two `rope`
 /// launches; Q and K turned unalike (another position) take two.
@@ -410,6 +410,196 @@ fn attend_fuses_norms_rope_and_store_bit_for_bit() {
             }
         }
     }
+    dev()
+        .kernels
+        .set_split_min_context(kernels::SPLIT_MIN_CONTEXT);
+    restore_matmul_choice();
+}
+
+/// A decode step's Q, K and V products with Q's and K's rotations and the
+/// KV store in one `mv8q_*` launch (`Ops::project_attend`) give the bits of
+/// the products' `mv8m_*` launch and `qk_rope_store` apart: Q, K, V, the
+/// attention, and every cached position, over a prefill and three decode
+/// steps, with attention whole and split, in each `mv8_*` format, with and
+/// without biases and frequency factors; NEOX pairs keep the launches apart.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn qkv_products_turn_and_store_in_one_launch_bit_for_bit() {
+    let _gpu = shared_gpu();
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(17);
+    restore_matmul_choice();
+    // (format, columns of x, heads, KV heads, head size, biases, pairs,
+    // frequency factors): the 8B shape in Q8_0 and Q4_K, SmolLM2's, a
+    // Qwen-like one with biases, a Q6_K one, and NEOX pairs (not fused).
+    let cases = [
+        (
+            GgmlType::Q8_0,
+            4096,
+            32,
+            8,
+            128,
+            false,
+            RopeStyle::Normal,
+            true,
+        ),
+        (
+            GgmlType::Q4K,
+            4096,
+            32,
+            8,
+            128,
+            false,
+            RopeStyle::Normal,
+            false,
+        ),
+        (
+            GgmlType::Q4_1,
+            576,
+            9,
+            3,
+            64,
+            false,
+            RopeStyle::Normal,
+            false,
+        ),
+        (
+            GgmlType::Q8_0,
+            896,
+            14,
+            2,
+            64,
+            true,
+            RopeStyle::Normal,
+            false,
+        ),
+        (
+            GgmlType::Q6K,
+            2048,
+            16,
+            4,
+            128,
+            false,
+            RopeStyle::Normal,
+            false,
+        ),
+        (GgmlType::Q4_0, 576, 9, 3, 64, false, RopeStyle::Neox, false),
+    ];
+    for (ty, cols, n_head, n_kv, hd, with_bias, style, with_factors) in cases {
+        let (qd, kvd) = (n_head * hd, n_kv * hd);
+        let factors: Vec<f32> = (0..hd / 2).map(|i| 1.0 + 0.13 * i as f32).collect();
+        let mut weight = |rows: usize| {
+            test_weight(
+                &mut ops,
+                ty,
+                rows,
+                cols,
+                &random_vec(&mut rng, rows * cols, 1.0),
+            )
+        };
+        let (wq, wk, wv) = (weight(qd), weight(kvd), weight(kvd));
+        let mut bias = |rows: usize| {
+            with_bias.then(|| {
+                test_weight(
+                    &mut ops,
+                    GgmlType::F32,
+                    1,
+                    rows,
+                    &random_vec(&mut rng, rows, 0.5),
+                )
+            })
+        };
+        let (bq, bk, bv) = (bias(qd), bias(kvd), bias(kvd));
+        for split_from in [usize::MAX, 0] {
+            dev().kernels.set_split_min_context(split_from);
+            let capacity = 64;
+            let mut caches = [
+                CudaCache::new(&dev(), 1, n_kv, hd, capacity).unwrap(),
+                CudaCache::new(&dev(), 1, n_kv, hd, capacity).unwrap(),
+            ];
+            let mut pos = 0;
+            for n in [5, 1, 1, 1] {
+                let what = format!("{ty} {n_head}/{n_kv}x{hd} {style:?} at {pos}, {n} rows, split from {split_from}");
+                let p = |n_head| RopeParams {
+                    n_head,
+                    head_dim: hd,
+                    n_rot: hd,
+                    start_pos: pos,
+                    freq_base: 500_000.0,
+                    freq_scale: 1.0,
+                    style,
+                    freq_factors: with_factors.then_some(&factors[..]),
+                    mscale: 1.0,
+                };
+                let s = AttentionShape {
+                    layer: 0,
+                    start_pos: pos,
+                    n_tokens: n,
+                    n_head,
+                    n_head_kv: n_kv,
+                    head_dim: hd,
+                    window: None,
+                    scale: 1.0 / (hd as f32).sqrt(),
+                };
+                let xv = random_vec(&mut rng, n * cols, 2.0);
+                let run = |ops: &mut CudaOps, one: bool, cache: &mut CudaCache| {
+                    dev().kernels.set_qkv_rope(one);
+                    let x = ops.upload(n, cols, &xv).unwrap();
+                    let (mut q, mut k, mut v) = (
+                        ops.buf(n, qd).unwrap(),
+                        ops.buf(n, kvd).unwrap(),
+                        ops.buf(n, kvd).unwrap(),
+                    );
+                    let mut out = ops.buf(n, qd).unwrap();
+                    let qkv = [
+                        Product {
+                            w: &wq.gpu,
+                            bias: bq.as_ref().map(|b| &b.gpu),
+                            out: &mut q,
+                        },
+                        Product {
+                            w: &wk.gpu,
+                            bias: bk.as_ref().map(|b| &b.gpu),
+                            out: &mut k,
+                        },
+                        Product {
+                            w: &wv.gpu,
+                            bias: bv.as_ref().map(|b| &b.gpu),
+                            out: &mut v,
+                        },
+                    ];
+                    let prep = QkPrep {
+                        norms: None,
+                        rope: Some((p(n_head), p(n_kv))),
+                    };
+                    let before = dev().kernels.writes();
+                    ops.project_attend(&x, qkv, prep, cache, s, &mut out)
+                        .unwrap();
+                    let launches = dev().kernels.writes() - before;
+                    let got = [&q, &k, &v, &out].map(|b| bits(&host(ops, b)));
+                    (got, launches)
+                };
+                let [one_cache, apart_cache] = &mut caches;
+                let (one, one_launches) = run(&mut ops, true, one_cache);
+                let (apart, apart_launches) = run(&mut ops, false, apart_cache);
+                for (i, which) in ["Q", "K", "V", "attention"].iter().enumerate() {
+                    assert!(one[i] == apart[i], "{what}: {which} differs");
+                }
+                for p in 0..pos + n {
+                    for h in 0..n_kv {
+                        let a = caches[0].read_entry(&dev(), 0, h, p).unwrap();
+                        let b = caches[1].read_entry(&dev(), 0, h, p).unwrap();
+                        assert!(a == b, "{what}: cached position {p}, head {h}");
+                    }
+                }
+                let fused = n == 1 && style == RopeStyle::Normal;
+                let saved = usize::from(fused) as u64;
+                assert_eq!(one_launches + saved, apart_launches, "{what}: launches");
+                pos += n;
+            }
+        }
+    }
+    dev().kernels.set_qkv_rope(kernels::qkv_rope_from_env());
     dev()
         .kernels
         .set_split_min_context(kernels::SPLIT_MIN_CONTEXT);

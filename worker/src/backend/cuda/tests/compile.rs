@@ -344,6 +344,7 @@ fn every_kernel_symbol_is_defined_in_its_module() {
                     && src.contains(&format!("DEF_MV8({}, ", t.name().to_ascii_lowercase()))
             }
             Kernel::MatVec8Many(_) => src.contains("mv8m_##name"),
+            Kernel::MatVec8Qkv(_) => src.contains("mv8q_##name"),
             Kernel::MatVec8N(_) => src.contains("mv8n_##name"),
             Kernel::Mmq(_) => src.contains(&format!(")\n    {sym}(")),
             Kernel::GemmTc(_) => src.contains("gemm_tc_##name"),
@@ -453,6 +454,7 @@ fn c_signature(k: Kernel) -> Vec<String> {
         Kernel::MatVec1(_) => vec!["mv1_##name(".to_string()],
         Kernel::MatVec8(_) => vec!["mv8_##name(".to_string()],
         Kernel::MatVec8Many(_) => vec!["mv8m_##name(".to_string()],
+        Kernel::MatVec8Qkv(_) => vec!["mv8q_##name(".to_string()],
         Kernel::MatVec8N(_) => vec!["mv8n_##name(".to_string()],
         Kernel::GemmTc(_) => vec!["gemm_tc_##name(".to_string()],
         Kernel::GemmTcSplit(_) => vec!["gemm_tck_##name(".to_string()],
@@ -507,6 +509,7 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         if crate::backend::cuda::launch::has_mv8(t) {
             v.push((Kernel::MatVec8(t), sig::<MatVec8Call>()));
             v.push((Kernel::MatVec8Many(t), sig::<MatVec8ManyCall>()));
+            v.push((Kernel::MatVec8Qkv(t), sig::<MatVec8QkvCall>()));
             v.push((Kernel::MatVec8N(t), sig::<MatVec8NCall>()));
         }
         if crate::backend::cuda::source::has_mmq(t) {
