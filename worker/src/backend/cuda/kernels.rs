@@ -23,7 +23,9 @@ use crate::backend::cuda::args::{
     AttentionCombineArgs, AttentionSplitArgs, GemmSplitsSumArgs, GemmTcSplitCall, MatVec8Call,
     MatVec8ManyCall, MatVec8NCall, MatmulArgs, MmqCall, X8Bufs,
 };
-use crate::backend::cuda::launch::{integer_gemm, launch_config, Kernel, KernelCall, ParamList};
+use crate::backend::cuda::launch::{
+    integer_gemm, launch_config, mv8_rows_per_block, Kernel, KernelCall, ParamList,
+};
 use crate::backend::cuda::nvrtc::{compile_unit, KernelCache};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
@@ -145,6 +147,8 @@ pub struct Kernels {
     /// Whether a decode step's Q, K and V take `mv8q_*` (unless
     /// [`QKV_ROPE_ENV`] is `0`).
     qkv_rope: AtomicBool,
+    /// The most blocks a `mv8q_*` launch may have ([`MV8Q_BLOCKS_PER_SM`] an SM).
+    qkv_rope_max_blocks: AtomicUsize,
     /// Whether one row of x goes through `mv8_*` where the format has one.
     mv8: AtomicBool,
     /// Kernel launches and copies into device memory so far: a buffer's
@@ -170,6 +174,10 @@ pub const GEMM_FEW_ENV: &str = "WORKER_ORCD_GEMM_FEW";
 /// `0` keeps a decode step's RoPE and KV store in `qk_rope_store` after the
 /// Q, K and V products, rather than in their `mv8q_*` launch.
 pub const QKV_ROPE_ENV: &str = "WORKER_ORCD_QKV_ROPE";
+
+/// Blocks of `mv8q_*` an SM holds at once (128 threads a block: 16 fill an
+/// SM's 2,048 threads); a launch of more than that many an SM is not fused.
+pub const MV8Q_BLOCKS_PER_SM: usize = 16;
 
 /// Whether `mv8q_*` is on by the environment ([`QKV_ROPE_ENV`]).
 pub fn qkv_rope_from_env() -> bool {
@@ -369,6 +377,7 @@ impl Kernels {
             gemm_split: AtomicBool::new(true),
             gemm_few: AtomicBool::new(std::env::var(GEMM_FEW_ENV).map_or(true, |v| v != "0")),
             qkv_rope: AtomicBool::new(qkv_rope_from_env()),
+            qkv_rope_max_blocks: AtomicUsize::new(MV8Q_BLOCKS_PER_SM * sm_count),
             mv8: AtomicBool::new(true),
             writes: AtomicU64::new(0),
             sm_count,
@@ -651,25 +660,36 @@ impl Kernels {
         self.gemm_few.store(on, Ordering::Relaxed);
     }
 
-    /// Whether Q, K and V of one row of x (`q`, `k`, `v`) can take one
+    /// Whether Q, K and V of one row of x (`q`, `k`, `v`) take one
     /// `mv8q_*` launch: switched on, each on `mv8_*` alone, of one format
-    /// and width, and the kernel compiled.
+    /// and width, the kernel compiled, and the launch one wave of blocks
+    /// (at most [`MV8Q_BLOCKS_PER_SM`] an SM). Each block's RoPE lengthens
+    /// its life: over one wave that costs less than the launch it saves
+    /// (H100, SmolLM2 1,330-1,349 -> 1,398-1,402 tok/s), over more it costs
+    /// more (the 8B shape's 3,072 blocks, 1.45 waves: Q8_0 277 -> 274, Q4_K
+    /// 369-372 -> 365-366).
     pub fn qkv_rope_ready(&self, q: &MatmulArgs, k: &MatmulArgs, v: &MatmulArgs) -> bool {
         let same = |a: &MatmulArgs| {
             self.mv8_choice(a) == Some(Mv8Plan::One)
                 && (a.w.ty, a.w.cols, a.w.row_bytes) == (q.w.ty, q.w.cols, q.w.row_bytes)
         };
+        let per_block = mv8_rows_per_block(q.w.cols);
+        let blocks: usize = [q, k, v].iter().map(|a| a.w.rows.div_ceil(per_block)).sum();
         self.qkv_rope.load(Ordering::Relaxed)
             && same(q)
             && same(k)
             && same(v)
+            && blocks <= self.qkv_rope_max_blocks.load(Ordering::Relaxed)
             && self.funcs.contains_key(&Kernel::MatVec8Qkv(q.w.ty))
     }
 
-    /// Turns `mv8q_*` on or off (for tests).
+    /// Turns `mv8q_*` on or off, and sets the most blocks it may take
+    /// (`None`: one wave), for tests.
     #[cfg(test)]
-    pub fn set_qkv_rope(&self, on: bool) {
+    pub fn set_qkv_rope(&self, on: bool, max_blocks: Option<usize>) {
         self.qkv_rope.store(on, Ordering::Relaxed);
+        let max = max_blocks.unwrap_or(MV8Q_BLOCKS_PER_SM * self.sm_count);
+        self.qkv_rope_max_blocks.store(max, Ordering::Relaxed);
     }
 
     /// Whether `n` query rows of heads of `head_dim` dims take `attention_tc`.

@@ -421,7 +421,8 @@ fn attend_fuses_norms_rope_and_store_bit_for_bit() {
 /// the products' `mv8m_*` launch and `qk_rope_store` apart: Q, K, V, the
 /// attention, and every cached position, over a prefill and three decode
 /// steps, with attention whole and split, in each `mv8_*` format, with and
-/// without biases and frequency factors; NEOX pairs keep the launches apart.
+/// without biases and frequency factors, at any grid size (the worker fuses
+/// only one-wave launches); NEOX pairs keep the launches apart.
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
 fn qkv_products_turn_and_store_in_one_launch_bit_for_bit() {
@@ -543,7 +544,7 @@ fn qkv_products_turn_and_store_in_one_launch_bit_for_bit() {
                 };
                 let xv = random_vec(&mut rng, n * cols, 2.0);
                 let run = |ops: &mut CudaOps, one: bool, cache: &mut CudaCache| {
-                    dev().kernels.set_qkv_rope(one);
+                    dev().kernels.set_qkv_rope(one, Some(usize::MAX));
                     let x = ops.upload(n, cols, &xv).unwrap();
                     let (mut q, mut k, mut v) = (
                         ops.buf(n, qd).unwrap(),
@@ -599,7 +600,9 @@ fn qkv_products_turn_and_store_in_one_launch_bit_for_bit() {
             }
         }
     }
-    dev().kernels.set_qkv_rope(kernels::qkv_rope_from_env());
+    dev()
+        .kernels
+        .set_qkv_rope(kernels::qkv_rope_from_env(), None);
     dev()
         .kernels
         .set_split_min_context(kernels::SPLIT_MIN_CONTEXT);
