@@ -46,7 +46,10 @@ use std::sync::Arc;
 
 pub use device::{align_up, ContextLimits, CudaDevice, MemoryKind, VRAM_CAP_ENV};
 pub use launch::Kernel;
-pub use nvrtc::{compile_source, compile_unit, nvrtc_available, KernelCache, KERNEL_CACHE_ENV};
+pub use nvrtc::{
+    compile_here, compile_in_processes, compile_source, compile_unit, nvrtc_available, KernelCache,
+    KERNEL_CACHE_ENV, NVRTC_PROCESSES_ENV,
+};
 pub use ops::{CudaBuf, CudaCache, CudaOps, CudaWeight};
 pub use sample::DeviceSampler;
 pub use source::{KernelSet, Module, Unit, HEADERS};

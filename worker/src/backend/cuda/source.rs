@@ -419,4 +419,23 @@ impl Unit {
         }
         stem
     }
+
+    /// The unit named by its [`Unit::stem`] (how a compile helper process
+    /// is told which unit to compile).
+    pub fn from_stem(stem: &str) -> Option<Unit> {
+        let mut parts = stem.split('-');
+        let file = format!("{}.cu", parts.next()?);
+        let module = Module::ALL.into_iter().find(|m| m.file_name() == file)?;
+        let mut unit = Unit::whole(module);
+        for p in parts {
+            if let Some(h) = p.strip_prefix('h') {
+                unit.head_pairs = Some(u8::try_from(h.parse::<usize>().ok()? / 64).ok()?);
+            } else if let Some(n) = p.strip_prefix('p') {
+                unit.part = Some(n.parse().ok()?);
+            } else {
+                unit.format = Some(GgmlType::from_name(p)?);
+            }
+        }
+        (unit.stem() == stem).then_some(unit)
+    }
 }

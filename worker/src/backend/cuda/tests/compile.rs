@@ -624,3 +624,26 @@ fn shared_constants_reach_nvrtc_as_defines_and_key_the_cache() {
     );
     assert_eq!(key(&opts), key(&opts.clone()));
 }
+
+/// Every unit a model may compile is named by its stem alone (a compile
+/// helper process is told its unit that way); other names are refused.
+#[test]
+fn units_are_found_again_by_their_stem() {
+    let set = KernelSet {
+        formats: &GgmlType::ALL,
+        layer_formats: &GgmlType::ALL,
+        head_dim: 80,
+        group: 8,
+    };
+    let units: Vec<Unit> = Unit::for_model(None)
+        .into_iter()
+        .chain(Unit::for_model(Some(set)))
+        .collect();
+    assert!(units.len() > 40, "{} units", units.len());
+    for u in units {
+        assert_eq!(Unit::from_stem(&u.stem()), Some(u), "{}", u.stem());
+    }
+    for bad in ["", "matvec-q9_0-p0", "nothing", "matvec-p0-q8_0", "matvec-q8_0-p"] {
+        assert_eq!(Unit::from_stem(bad), None, "{bad:?}");
+    }
+}
