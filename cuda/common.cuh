@@ -269,16 +269,18 @@ __device__ __forceinline__ void split_f16x2(float a, float b, u32& hi, u32& lo) 
 // angle, its sine and cosine (times mscale) and the turn of (x0, x1) in
 // double, rounded once to f32, as the CPU reference computes them. inv_freq,
 // when not null, holds freq_base^(-2i / n_rot) from the host (rope.cu). Shared
-// by rope.cu and the mat-vec that turns Q and K as it writes them (matvec.cu).
-__device__ __forceinline__ void rope_turn(double x0, double x1, int i, double pos, int n_rot,
-                                          const double* __restrict__ inv_freq_table, float freq_base, float mscale,
-                                          float* y0, float* y1) {
+// by rope.cu and the mat-vec that turns Q and K as it writes them (matvec.cu),
+// which takes the angle's cosine and sine ahead of the turn.
+__device__ __forceinline__ void rope_angle(int i, double pos, int n_rot, const double* __restrict__ inv_freq_table,
+                                           float freq_base, float mscale, double* cs, double* sn) {
     const double inv_freq =
         inv_freq_table ? inv_freq_table[i] : pow((double)freq_base, -2.0 * (double)i / (double)n_rot);
-    double sn, cs;
-    sincos(pos * inv_freq, &sn, &cs);
-    sn *= (double)mscale;
-    cs *= (double)mscale;
+    sincos(pos * inv_freq, sn, cs);
+    *sn *= (double)mscale;
+    *cs *= (double)mscale;
+}
+
+__device__ __forceinline__ void rope_apply(double x0, double x1, double cs, double sn, float* y0, float* y1) {
     *y0 = (float)(x0 * cs - x1 * sn);
     *y1 = (float)(x0 * sn + x1 * cs);
 }

@@ -557,7 +557,9 @@ __device__ __forceinline__ int mv8_group_warps(int cols) {
 // Writes each output as it is: out[row] = s.
 struct Mv8Store {
     float* __restrict__ out;
-    __device__ __forceinline__ void operator()(int row, float s) const {
+    struct Pre {};
+    __device__ __forceinline__ Pre prepare(int) const { return Pre{}; }
+    __device__ __forceinline__ void operator()(int row, float s, Pre) const {
         if (row >= 0) out[row] = s;
     }
 };
@@ -566,9 +568,11 @@ struct Mv8Store {
 // its warps (a thread takes units t, t + 32 G, ... of every row of its
 // group), MV8_THREADS / 32 / G groups a block. Summation order is fixed: a
 // thread's units in order, a butterfly per warp, the group's warps in order.
-// Every thread of the block then calls epi(row, s): threads below groups * R
-// with their row and its sum plus bias, the others (and rows past the end)
-// with row -1; a row's neighbour of the same group is the next thread.
+// Every thread of the block then calls epi(row, s, pre): threads below
+// groups * R with their row and its sum plus bias, the others (and rows past
+// the end) with row -1; a row's neighbour of the same group is the next
+// thread. pre is what epi.prepare(row) gave for that row while the block's
+// first weights were on their way (before the wait for the kernel ahead).
 template <int T, int R, typename Epi>
 __device__ __forceinline__ void mv8_one(int blk, const u8* __restrict__ W, i64 row_bytes, int rows, int cols,
                                         const X8& x, const float* __restrict__ bias, const Epi& epi) {
@@ -588,12 +592,19 @@ __device__ __forceinline__ void mv8_one(int blk, const u8* __restrict__ W, i64 r
     // what that kernel writes, the weights are not) and that unit is
     // multiplied ahead of the loop (a loop carrying loaded weights from one
     // turn to the next took 9 registers more: Q4_K 54 -> 63).
+    int mine = -1;
+    if (threadIdx.x < groups * R) {
+        mine = (blk * groups + threadIdx.x / R) * R + threadIdx.x % R;
+        if (mine >= rows) mine = -1;
+    }
     int u0 = t;
+    typename Epi::Pre pre;
     if constexpr (mv8_early(T)) {
         Mv8Unit<T> w[R];
 #pragma unroll
         for (int r = 0; r < R; r++)
             if (t < units && r < nr) w[r].load(base + (i64)r * row_bytes, t);
+        pre = epi.prepare(mine);
         pdl_wait();
         if (t < units) {
             const X8Unit xu = x8_unit(x, Mv8Unit<T>::col0(t), Mv8Unit<T>::col1(t));
@@ -603,6 +614,7 @@ __device__ __forceinline__ void mv8_one(int blk, const u8* __restrict__ W, i64 r
         }
         u0 += G * 32;
     } else {
+        pre = epi.prepare(mine);
         pdl_wait();
     }
     for (int u = u0; u < units && nr > 0; u += G * 32) {
@@ -621,19 +633,13 @@ __device__ __forceinline__ void mv8_one(int blk, const u8* __restrict__ W, i64 r
         if (lane == 0) red[warp][r] = s;
     }
     __syncthreads();
-    int row = -1;
     float s = 0.0f;
-    if (threadIdx.x < groups * R) {
+    if (mine >= 0) {
         const int g = threadIdx.x / R, r = threadIdx.x % R;
-        row = (blk * groups + g) * R + r;
-        if (row < rows) {
-            for (int w = g * G; w < (g + 1) * G; w++) s += red[w][r];
-            s = bias ? s + bias[row] : s;
-        } else {
-            row = -1;
-        }
+        for (int w = g * G; w < (g + 1) * G; w++) s += red[w][r];
+        s = bias ? s + bias[mine] : s;
     }
-    epi(row, s);
+    epi(mine, s, pre);
 }
 
 // Up to three matrices of the same format and width, one row of x (Q, K
@@ -669,9 +675,12 @@ struct Mv8Stores {
 // pairs: rope.cu's style 0) and K's and V's rows also stored in the layer's
 // cache planes at the step's position, as qk_rope_store turns and stores
 // them, with the same bits: one launch fewer a layer. A row's pair is the
-// next thread's (R even, rows a multiple of head_dim). The position is read
-// from pos_ptr (not null in a replayed decode graph) only after mv8_one's
-// wait, as qk_rope_store reads it after its own.
+// next thread's (R even, rows a multiple of head_dim). The angle's cosine
+// and sine are taken in `prepare`, while the block's first weights load:
+// done after the products, their double-precision latency lengthened every
+// block's life (8B shape 277 -> 274 tok/s). The position comes from pos_ptr
+// in a replayed decode graph: written by a copy before the graph's first
+// kernel, so it may be read before the wait for the kernel ahead.
 struct QkvRope {
     float* const (&out)[3];
     int head_dim, n_rot;
@@ -685,24 +694,36 @@ struct QkvRope {
     struct Epi {
         const QkvRope& p;
         int m;
-        __device__ __forceinline__ void operator()(int row, float s) const {
+        // The row's position and its pair's angle (cs 0 and sn 0: no turn).
+        struct Pre {
+            int at;
+            double cs, sn;
+        };
+        __device__ __forceinline__ Pre prepare(int row) const {
+            Pre pre{0, 0.0, 0.0};
+            if (row < 0) return pre;
+            pre.at = p.pos_ptr ? *p.pos_ptr : p.start_pos;
+            const int d = row % p.head_dim;
+            if (m < 2 && d < p.n_rot)
+                rope_angle(d >> 1, (double)pre.at * (double)p.freq_scale, p.n_rot, p.inv_freq_table, p.freq_base,
+                           p.mscale, &pre.cs, &pre.sn);
+            return pre;
+        }
+        __device__ __forceinline__ void operator()(int row, float s, const Pre& pre) const {
             const float other = __shfl_xor_sync(0xffffffffu, s, 1);
             if (row < 0) return;
             const int d = row % p.head_dim;
-            const int at = p.pos_ptr ? *p.pos_ptr : p.start_pos;
             float y = s;
             if (m < 2 && d < p.n_rot) {
                 const bool first = (d & 1) == 0;
-                const double pos = (double)at * (double)p.freq_scale;
                 float y0, y1;
-                rope_turn(first ? s : other, first ? other : s, d >> 1, pos, p.n_rot, p.inv_freq_table, p.freq_base,
-                          p.mscale, &y0, &y1);
+                rope_apply(first ? s : other, first ? other : s, pre.cs, pre.sn, &y0, &y1);
                 y = first ? y0 : y1;
             }
             p.out[m][row] = y;
-            if (m > 0 && at < p.capacity) {
+            if (m > 0 && pre.at < p.capacity) {
                 u16* cache = m == 1 ? p.k_cache : p.v_cache;
-                cache[((i64)(row / p.head_dim) * p.capacity + at) * p.head_dim + d] = f32_to_f16(y);
+                cache[((i64)(row / p.head_dim) * p.capacity + pre.at) * p.head_dim + d] = f32_to_f16(y);
             }
         }
     };

@@ -23,7 +23,9 @@ __device__ __forceinline__ void rope_pair(float* head, int i, double pos, int n_
                                           int style) {
     const int a = style == 0 ? 2 * i : i;
     const int b = style == 0 ? 2 * i + 1 : i + n_rot / 2;
-    rope_turn(head[a], head[b], i, pos, n_rot, inv_freq_table, freq_base, mscale, &head[a], &head[b]);
+    double cs, sn;
+    rope_angle(i, pos, n_rot, inv_freq_table, freq_base, mscale, &cs, &sn);
+    rope_apply(head[a], head[b], cs, sn, &head[a], &head[b]);
 }
 
 extern "C" __global__ void rope(float* __restrict__ x, float* __restrict__ x2, int rows, int n_head, int n_head2,

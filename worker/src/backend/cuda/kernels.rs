@@ -144,10 +144,8 @@ pub struct Kernels {
     /// Whether they take `gemm_few_*` where it applies (unless
     /// [`GEMM_FEW_ENV`] is `0`).
     gemm_few: AtomicBool,
-    /// Whether a decode step's Q, K and V take `mv8q_*` (unless
-    /// [`QKV_ROPE_ENV`] is `0`).
-    qkv_rope: AtomicBool,
-    /// The most blocks a `mv8q_*` launch may have ([`MV8Q_BLOCKS_PER_SM`] an SM).
+    /// The most blocks a decode step's `mv8q_*` launch may have (0: none
+    /// is made; [`QKV_ROPE_ENV`]).
     qkv_rope_max_blocks: AtomicUsize,
     /// Whether one row of x goes through `mv8_*` where the format has one.
     mv8: AtomicBool,
@@ -171,17 +169,24 @@ pub const PDL_ENV: &str = "WORKER_ORCD_PDL";
 /// `gemm_few_*`.
 pub const GEMM_FEW_ENV: &str = "WORKER_ORCD_GEMM_FEW";
 
-/// `0` keeps a decode step's RoPE and KV store in `qk_rope_store` after the
-/// Q, K and V products, rather than in their `mv8q_*` launch.
+/// Where a decode step's RoPE and KV store run with the Q, K and V
+/// products (`mv8q_*`): `0` never (`qk_rope_store` after `mv8m_*`), `wave`
+/// only for launches of one wave of blocks ([`MV8Q_BLOCKS_PER_SM`] an SM),
+/// otherwise (the default) wherever the products allow it.
 pub const QKV_ROPE_ENV: &str = "WORKER_ORCD_QKV_ROPE";
 
 /// Blocks of `mv8q_*` an SM holds at once (128 threads a block: 16 fill an
-/// SM's 2,048 threads); a launch of more than that many an SM is not fused.
+/// SM's 2,048 threads).
 pub const MV8Q_BLOCKS_PER_SM: usize = 16;
 
-/// Whether `mv8q_*` is on by the environment ([`QKV_ROPE_ENV`]).
-pub fn qkv_rope_from_env() -> bool {
-    std::env::var(QKV_ROPE_ENV).map_or(true, |v| v != "0")
+/// The most blocks of a `mv8q_*` launch by the environment
+/// ([`QKV_ROPE_ENV`]) on a GPU of `sm_count` SMs.
+pub fn qkv_rope_max_blocks(sm_count: usize) -> usize {
+    match std::env::var(QKV_ROPE_ENV).as_deref() {
+        Ok("0") => 0,
+        Ok("wave") => MV8Q_BLOCKS_PER_SM * sm_count,
+        _ => usize::MAX,
+    }
 }
 
 /// `0` keeps the decode norm on one block (`add_rms_norm`) on sm_90 too.
@@ -376,8 +381,7 @@ impl Kernels {
             blas_min_rows: AtomicUsize::new(blas_min_rows_from_env()?),
             gemm_split: AtomicBool::new(true),
             gemm_few: AtomicBool::new(std::env::var(GEMM_FEW_ENV).map_or(true, |v| v != "0")),
-            qkv_rope: AtomicBool::new(qkv_rope_from_env()),
-            qkv_rope_max_blocks: AtomicUsize::new(MV8Q_BLOCKS_PER_SM * sm_count),
+            qkv_rope_max_blocks: AtomicUsize::new(qkv_rope_max_blocks(sm_count)),
             mv8: AtomicBool::new(true),
             writes: AtomicU64::new(0),
             sm_count,
@@ -661,13 +665,12 @@ impl Kernels {
     }
 
     /// Whether Q, K and V of one row of x (`q`, `k`, `v`) take one
-    /// `mv8q_*` launch: switched on, each on `mv8_*` alone, of one format
-    /// and width, the kernel compiled, and the launch one wave of blocks
-    /// (at most [`MV8Q_BLOCKS_PER_SM`] an SM). Each block's RoPE lengthens
-    /// its life: over one wave that costs less than the launch it saves
-    /// (H100, SmolLM2 1,330-1,349 -> 1,398-1,402 tok/s), over more it costs
-    /// more (the 8B shape's 3,072 blocks, 1.45 waves: Q8_0 277 -> 274, Q4_K
-    /// 369-372 -> 365-366).
+    /// `mv8q_*` launch: each on `mv8_*` alone, of one format and width, the
+    /// kernel compiled, and no more blocks than [`QKV_ROPE_ENV`] allows.
+    /// (With the RoPE's angle taken after the products, each block's life
+    /// grew: H100, SmolLM2 1,330-1,349 -> 1,398-1,402 tok/s, but the 8B
+    /// shape's 3,072 blocks, 1.45 waves, Q8_0 277 -> 274 and Q4_K 369-372
+    /// -> 365-366; the angle is now taken while the weights load.)
     pub fn qkv_rope_ready(&self, q: &MatmulArgs, k: &MatmulArgs, v: &MatmulArgs) -> bool {
         let same = |a: &MatmulArgs| {
             self.mv8_choice(a) == Some(Mv8Plan::One)
@@ -675,20 +678,18 @@ impl Kernels {
         };
         let per_block = mv8_rows_per_block(q.w.cols);
         let blocks: usize = [q, k, v].iter().map(|a| a.w.rows.div_ceil(per_block)).sum();
-        self.qkv_rope.load(Ordering::Relaxed)
-            && same(q)
+        same(q)
             && same(k)
             && same(v)
             && blocks <= self.qkv_rope_max_blocks.load(Ordering::Relaxed)
             && self.funcs.contains_key(&Kernel::MatVec8Qkv(q.w.ty))
     }
 
-    /// Turns `mv8q_*` on or off, and sets the most blocks it may take
-    /// (`None`: one wave), for tests.
+    /// Sets the most blocks a `mv8q_*` launch may take (0: none; `None`:
+    /// as the environment says), for tests.
     #[cfg(test)]
-    pub fn set_qkv_rope(&self, on: bool, max_blocks: Option<usize>) {
-        self.qkv_rope.store(on, Ordering::Relaxed);
-        let max = max_blocks.unwrap_or(MV8Q_BLOCKS_PER_SM * self.sm_count);
+    pub fn set_qkv_rope(&self, max_blocks: Option<usize>) {
+        let max = max_blocks.unwrap_or_else(|| qkv_rope_max_blocks(self.sm_count));
         self.qkv_rope_max_blocks.store(max, Ordering::Relaxed);
     }
 

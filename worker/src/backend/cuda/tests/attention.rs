@@ -544,7 +544,9 @@ fn qkv_products_turn_and_store_in_one_launch_bit_for_bit() {
                 };
                 let xv = random_vec(&mut rng, n * cols, 2.0);
                 let run = |ops: &mut CudaOps, one: bool, cache: &mut CudaCache| {
-                    dev().kernels.set_qkv_rope(one, Some(usize::MAX));
+                    dev()
+                        .kernels
+                        .set_qkv_rope(Some(if one { usize::MAX } else { 0 }));
                     let x = ops.upload(n, cols, &xv).unwrap();
                     let (mut q, mut k, mut v) = (
                         ops.buf(n, qd).unwrap(),
@@ -600,9 +602,7 @@ fn qkv_products_turn_and_store_in_one_launch_bit_for_bit() {
             }
         }
     }
-    dev()
-        .kernels
-        .set_qkv_rope(kernels::qkv_rope_from_env(), None);
+    dev().kernels.set_qkv_rope(None);
     dev()
         .kernels
         .set_split_min_context(kernels::SPLIT_MIN_CONTEXT);

@@ -643,7 +643,13 @@ fn units_are_found_again_by_their_stem() {
     for u in units {
         assert_eq!(Unit::from_stem(&u.stem()), Some(u), "{}", u.stem());
     }
-    for bad in ["", "matvec-q9_0-p0", "nothing", "matvec-p0-q8_0", "matvec-q8_0-p"] {
+    for bad in [
+        "",
+        "matvec-q9_0-p0",
+        "nothing",
+        "matvec-p0-q8_0",
+        "matvec-q8_0-p",
+    ] {
         assert_eq!(Unit::from_stem(bad), None, "{bad:?}");
     }
 }
