@@ -170,9 +170,13 @@ pub const PDL_ENV: &str = "WORKER_ORCD_PDL";
 pub const GEMM_FEW_ENV: &str = "WORKER_ORCD_GEMM_FEW";
 
 /// Where a decode step's RoPE and KV store run with the Q, K and V
-/// products (`mv8q_*`): `0` never (`qk_rope_store` after `mv8m_*`), `wave`
-/// only for launches of one wave of blocks ([`MV8Q_BLOCKS_PER_SM`] an SM),
-/// otherwise (the default) wherever the products allow it.
+/// products (`mv8q_*`): `0` never (`qk_rope_store` after `mv8m_*`), `all`
+/// wherever the products allow it, otherwise (the default) only for
+/// launches of one wave of blocks ([`MV8Q_BLOCKS_PER_SM`] an SM). On the
+/// H100 (same lease, `worker-orcd bench -p 0 -n 128 -r 3`, two rounds) the
+/// 8B shape's 3,072-block launch gained nothing in Q8_0 (277 / 276 ->
+/// 275 / 274 tok/s) and 1-3% in Q4_K (355 / 352 -> 358 / 362), while
+/// SmolLM2's 120 blocks gained 5% (1,330-1,349 -> 1,398-1,402).
 pub const QKV_ROPE_ENV: &str = "WORKER_ORCD_QKV_ROPE";
 
 /// Blocks of `mv8q_*` an SM holds at once (128 threads a block: 16 fill an
@@ -184,8 +188,8 @@ pub const MV8Q_BLOCKS_PER_SM: usize = 16;
 pub fn qkv_rope_max_blocks(sm_count: usize) -> usize {
     match std::env::var(QKV_ROPE_ENV).as_deref() {
         Ok("0") => 0,
-        Ok("wave") => MV8Q_BLOCKS_PER_SM * sm_count,
-        _ => usize::MAX,
+        Ok("all") => usize::MAX,
+        _ => MV8Q_BLOCKS_PER_SM * sm_count,
     }
 }
 
@@ -668,9 +672,8 @@ impl Kernels {
     /// `mv8q_*` launch: each on `mv8_*` alone, of one format and width, the
     /// kernel compiled, and no more blocks than [`QKV_ROPE_ENV`] allows.
     /// (With the RoPE's angle taken after the products, each block's life
-    /// grew: H100, SmolLM2 1,330-1,349 -> 1,398-1,402 tok/s, but the 8B
-    /// shape's 3,072 blocks, 1.45 waves, Q8_0 277 -> 274 and Q4_K 369-372
-    /// -> 365-366; the angle is now taken while the weights load.)
+    /// grew: the 8B shape's 3,072 blocks, 1.45 waves, lost 1% in Q8_0 and
+    /// Q4_K; the angle is now taken while the weights load.)
     pub fn qkv_rope_ready(&self, q: &MatmulArgs, k: &MatmulArgs, v: &MatmulArgs) -> bool {
         let same = |a: &MatmulArgs| {
             self.mv8_choice(a) == Some(Mv8Plan::One)
