@@ -65,7 +65,7 @@ Feature: Reading and placing the model
       | synthetic-tiny-phi3-128k | serves  |
       | synthetic-tiny-llama3.1  | serves  |
 
-    @pending:gpt-oss
+    @pending-cuda:gpt-oss
     Examples:
       | model             | outcome |
       | synthetic-gpt-oss | serves  |

@@ -5,6 +5,8 @@
 //!   `@EXT-003`) and the backend tag REQUIREMENTS.md gives it (`@any`, `@cuda`, `@bench`);
 //! - `@pending:<capability>` (on a scenario or on one `Examples:` block) marks a check
 //!   of a capability a later issue brings; it is reported as pending, never run by default;
+//!   `@pending-cuda:<capability>` marks one that the CPU backend passes and the CUDA
+//!   backend does not yet: pending only where the backend under test is CUDA;
 //! - `@cuda` on an `Examples:` block marks rows that need a GPU inside an `@any` scenario;
 //! - `@allow-skip` lets a scenario have unmatched (skipped) steps.
 //!
@@ -263,7 +265,10 @@ impl Selection {
         let mut all: Vec<&str> = tags.iter().map(String::as_str).collect();
         let caps: Vec<&str> = tags
             .iter()
-            .filter_map(|t| t.strip_prefix("pending:"))
+            .filter_map(|t| {
+                t.strip_prefix("pending:")
+                    .or_else(|| t.strip_prefix("pending-cuda:").filter(|_| self.gpu))
+            })
             .collect();
         if !caps.is_empty() {
             all.push("pending");
@@ -385,6 +390,11 @@ mod tests {
         assert!(
             matches!(ci.plan(&t(&["M0-W-1", "bench"])), Plan::Skip(r) if r.contains("not selected"))
         );
+        // Pending on CUDA only: runs on the CPU.
+        let cpu_only = t(&["M0-W-1", "any", "pending-cuda:gpt-oss"]);
+        assert_eq!(ci.plan(&cpu_only), Plan::Run);
+        let gpu = Selection::new(None, true, false).unwrap();
+        assert_eq!(gpu.plan(&cpu_only), Plan::Pending("gpt-oss".into()));
         let all = Selection::new(Some("@pending"), true, true).unwrap();
         assert_eq!(all.plan(&t(&["any", "pending:phi3"])), Plan::Run);
         assert_eq!(

@@ -74,6 +74,25 @@ pub fn materialize(name: &str, reference: &Path, golden_dir: &Path, dir: &Path) 
         }
         return Ok(model);
     }
+    if name == "synthetic-gpt-oss-tokenizer-json" {
+        // The synthetic gpt-oss file with the Hugging Face `tokenizer.json`
+        // of the same vocabulary beside it (M0-W-1821 through hf-json).
+        let model = materialize("synthetic-gpt-oss", reference, golden_dir, dir)?;
+        let folder = dir.join(name);
+        std::fs::create_dir_all(&folder)?;
+        let tok = folder.join("tokenizer.json");
+        if !tok.exists() {
+            let json = crate::synth::harmony::tokenizer_json()?;
+            let part = folder.join("tokenizer.json.part");
+            std::fs::write(&part, serde_json::to_vec(&json)?)?;
+            std::fs::rename(&part, &tok)?;
+        }
+        let link = folder.join("model.gguf");
+        if !link.exists() {
+            std::os::unix::fs::symlink(&model, &link)?;
+        }
+        return Ok(link);
+    }
     if let Some(preset) = name.strip_prefix("synthetic-") {
         // Large synthetic models may be kept between runs (the GPU machine
         // writes Llama-3-8B's 5 GB once per session).

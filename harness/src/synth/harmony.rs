@@ -171,3 +171,50 @@ pub fn tokenizer_kvs() -> Result<Vec<Kv>> {
         kv("tokenizer.chat_template", STRING, string_raw(CHAT_TEMPLATE)),
     ])
 }
+
+/// The same vocabulary as the Hugging Face `tokenizer.json` that
+/// transformers' `TikTokenConverter` writes for gpt-oss (the file llama.cpp's
+/// converter read): a byte-level BPE of the ranks and merges above, tiktoken's
+/// o200k pattern split before the byte-level step, every special token an
+/// added token marked special. No post-processor: the worker adds BOS/EOS
+/// itself from the GGUF (the `hf-json` kind's rule).
+pub fn tokenizer_json() -> Result<serde_json::Value> {
+    let ranks = rank_bytes()?;
+    let chars = byte_chars();
+    let text = |b: &[u8]| -> String { b.iter().map(|&x| chars[x as usize]).collect() };
+    let vocab: serde_json::Map<String, serde_json::Value> = ranks
+        .iter()
+        .enumerate()
+        .map(|(r, b)| (text(b), serde_json::Value::from(r)))
+        .collect();
+    ensure!(
+        vocab.len() == ranks.len(),
+        "two o200k ranks share one byte string"
+    );
+    let merges: Vec<[String; 2]> = merges(&ranks)
+        .iter()
+        .map(|&(a, b)| [text(&ranks[a as usize]), text(&ranks[b as usize])])
+        .collect();
+    let added: Vec<serde_json::Value> = (RANKS..VOCAB as u32)
+        .map(|id| {
+            serde_json::json!({"id": id, "content": special_text(id), "single_word": false,
+                "lstrip": false, "rstrip": false, "normalized": false, "special": true})
+        })
+        .collect();
+    Ok(serde_json::json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": tiktoken_rs::O200K_BASE_PAT_STR},
+             "behavior": "Isolated", "invert": false},
+            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]},
+        "post_processor": null,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+            "ignore_merges": false, "vocab": vocab, "merges": merges}
+    }))
+}

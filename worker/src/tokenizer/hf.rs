@@ -164,7 +164,7 @@ impl Tokenizer {
         spec.token_types = token_types(file.tokens.len(), &file.added);
         spec.tokens = file.tokens;
         let derived = vocab::derive(&spec)?;
-        let specials = special_tokens(&file.added)?;
+        let specials = special_tokens(&file.added, &derived.attrs)?;
         let renderer = PieceRenderer::new(file.tokenizer.get_decoder())?;
         let (piece_bytes, piece_offsets) = pieces(&spec.tokens, &file.added, &renderer);
         let mut tokenizer = Tokenizer {
@@ -286,7 +286,11 @@ fn token_types(n: usize, added: &[Added]) -> Vec<i32> {
 
 /// The special added tokens, for the partition. Non-special added tokens
 /// stay with the `tokenizers` pipeline, which matches them with their flags.
-fn special_tokens(added: &[Added]) -> Result<SpecialTokens, TokenizerError> {
+/// A special token is cut out only with `parse_special` when its derived
+/// attributes (`attrs`, the llama.cpp rules of `vocab::derive`) keep it a
+/// control token, as the GGUF kinds do: gpt-oss's structure tokens
+/// (`<|start|>`, `<|message|>`, ...) are always cut out there.
+fn special_tokens(added: &[Added], attrs: &[u32]) -> Result<SpecialTokens, TokenizerError> {
     let flagged: Vec<&str> = added
         .iter()
         .filter(|a| a.special && a.has_match_flags)
@@ -306,7 +310,9 @@ fn special_tokens(added: &[Added]) -> Result<SpecialTokens, TokenizerError> {
             .map(|a| SpecialToken {
                 id: a.id,
                 text: a.content.clone(),
-                control_like: true,
+                control_like: attrs
+                    .get(a.id as usize)
+                    .is_none_or(|&t| t & (vocab::ATTR_CONTROL | vocab::ATTR_UNKNOWN) != 0),
             })
             .collect(),
     )
