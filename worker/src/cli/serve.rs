@@ -35,7 +35,7 @@ use crate::load::{load_model, LoadError, LoadOptions, LoadProgress, LoadedModel}
 use crate::narrate;
 use crate::server::{AppInner, AppState, Limits, ModelFacts, Shutdown};
 use crate::telemetry::logging::{self, LogContext};
-use crate::telemetry::metrics::{InfoLabels, Metrics};
+use crate::telemetry::metrics::{Experts, InfoLabels, Metrics};
 
 /// The outer limit on a graceful shutdown; M0-W-1340 allows 30 s.
 pub const SHUTDOWN_WATCHDOG: Duration = Duration::from_secs(25);
@@ -135,17 +135,23 @@ pub fn run(args: ServeArgs) -> ExitCode {
         backend,
         tokenizer,
         info,
-        ..
+        config: model_config,
     } = model;
     let device = backend.device().clone();
     let vram_bytes = backend.memory_use().total();
-    let metrics = Arc::new(Metrics::new(InfoLabels {
-        model: model_file_name(&cfg.model),
-        quant_kind: info.quant_kind.clone(),
-        backend: cfg.backend.as_str().into(),
-        architecture: info.architecture.clone(),
-        tokenizer_kind: tokenizer.kind().as_str().into(),
-    }));
+    let metrics = Arc::new(Metrics::new(
+        InfoLabels {
+            model: model_file_name(&cfg.model),
+            quant_kind: info.quant_kind.clone(),
+            backend: cfg.backend.as_str().into(),
+            architecture: info.architecture.clone(),
+            tokenizer_kind: tokenizer.kind().as_str().into(),
+        },
+        model_config.moe.map(|m| Experts {
+            count: m.count,
+            active: m.used,
+        }),
+    ));
 
     let mut parity_writer = None;
     let mut parity_sender: Option<ParitySender> = None;

@@ -62,13 +62,16 @@ async fn start(backend: ScriptedBackend, opts: Opts) -> Harness {
     let probe = backend.probe();
     let device = backend.device().clone();
     let tokenizer = byte_tokenizer();
-    let metrics = Arc::new(Metrics::new(crate::telemetry::metrics::InfoLabels {
-        model: "/models/scripted.gguf".into(),
-        quant_kind: "Q4_1".into(),
-        backend: "cpu".into(),
-        architecture: "llama".into(),
-        tokenizer_kind: "gguf-bpe".into(),
-    }));
+    let metrics = Arc::new(Metrics::new(
+        crate::telemetry::metrics::InfoLabels {
+            model: "/models/scripted.gguf".into(),
+            quant_kind: "Q4_1".into(),
+            backend: "cpu".into(),
+            architecture: "llama".into(),
+            tokenizer_kind: "gguf-bpe".into(),
+        },
+        None,
+    ));
     let engine = Engine::start(
         EngineConfig {
             queue_depth: opts.queue_depth,

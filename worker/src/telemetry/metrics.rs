@@ -16,6 +16,8 @@
 //! | `worker_queue_depth` | gauge | jobs waiting |
 //! | `worker_busy` | gauge | 1 while a job runs |
 //! | `worker_parity_records_dropped_total` | counter | parity records dropped because the writer was behind |
+//! | `worker_active_expert_count` | gauge | mixture-of-experts models (gpt-oss) only: experts each token is routed to in every layer (`expert_used_count`) |
+//! | `worker_expert_count` | gauge | mixture-of-experts models only: experts in every layer (`expert_count`) |
 
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
@@ -84,6 +86,13 @@ struct OutcomeLabels {
     outcome: String,
 }
 
+/// A mixture-of-experts model's experts per layer and per token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Experts {
+    pub count: usize,
+    pub active: usize,
+}
+
 /// Values read at scrape time from cached state.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Snapshot {
@@ -110,7 +119,9 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn new(info: InfoLabels) -> Self {
+    /// The registry for a model described by `info`, with the expert gauges
+    /// where it has `experts`.
+    pub fn new(info: InfoLabels, experts: Option<Experts>) -> Self {
         let mut registry = Registry::default();
         let requests = Family::<OutcomeLabels, Counter>::default();
         let jobs_accepted = Counter::default();
@@ -190,6 +201,23 @@ impl Metrics {
             "Parity log records dropped because the writer was behind",
             parity_dropped.clone(),
         );
+        if let Some(e) = experts {
+            let gauge = |v: usize| {
+                let g = Gauge::<i64>::default();
+                g.set(i64::try_from(v).unwrap_or(i64::MAX));
+                g
+            };
+            registry.register(
+                "worker_active_expert_count",
+                "Experts each token is routed to in every layer (mixture of experts)",
+                gauge(e.active),
+            );
+            registry.register(
+                "worker_expert_count",
+                "Experts in every layer (mixture of experts)",
+                gauge(e.count),
+            );
+        }
         // Every outcome shows from the start, so a scrape before and after one
         // job can subtract without missing series.
         for outcome in Outcome::ALL {
@@ -218,7 +246,7 @@ impl Metrics {
 
     /// Metrics with empty info labels, for tests.
     pub fn new_for_tests() -> Self {
-        Metrics::new(InfoLabels::default())
+        Metrics::new(InfoLabels::default(), None)
     }
 
     pub fn request_finished(&self, outcome: Outcome) {
@@ -300,13 +328,16 @@ mod tests {
 
     #[test]
     fn render_names_every_required_metric() {
-        let m = Metrics::new(InfoLabels {
-            model: "m".into(),
-            quant_kind: "Q4_1".into(),
-            backend: "cpu".into(),
-            architecture: "llama".into(),
-            tokenizer_kind: "gguf-bpe".into(),
-        });
+        let m = Metrics::new(
+            InfoLabels {
+                model: "m".into(),
+                quant_kind: "Q4_1".into(),
+                backend: "cpu".into(),
+                architecture: "llama".into(),
+                tokenizer_kind: "gguf-bpe".into(),
+            },
+            None,
+        );
         m.request_finished(Outcome::Completed);
         m.job_accepted();
         m.job_accepted();
@@ -336,6 +367,23 @@ mod tests {
             "worker_parity_records_dropped_total 0",
             "# EOF",
         ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+        assert!(
+            !text.contains("expert"),
+            "a dense model has no expert gauges:\n{text}"
+        );
+    }
+
+    /// A mixture-of-experts model (gpt-oss) shows its experts per token and per layer.
+    #[test]
+    fn experts_show_for_a_mixture_of_experts_model() {
+        let experts = Experts {
+            count: 32,
+            active: 4,
+        };
+        let text = Metrics::new(InfoLabels::default(), Some(experts)).render(Snapshot::default());
+        for needle in ["worker_active_expert_count 4", "worker_expert_count 32"] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }
     }

@@ -168,6 +168,27 @@ async fn has_label(w: &mut TestWorld, label: String) -> StepResult {
     Ok(())
 }
 
+/// `absent`, or the value the one sample of that name must have (gpt-oss's
+/// expert gauges).
+#[then(expr = "the scrape's {string} is {word}")]
+async fn sample_is(w: &mut TestWorld, name: String, want: String) -> StepResult {
+    let s = parse(w.probes.last_scrape()?)?;
+    let found: Vec<f64> = s
+        .iter()
+        .filter(|x| x.name == name)
+        .map(|x| x.value)
+        .collect();
+    if want == "absent" {
+        check!(found.is_empty(), "{name} is present: {found:?}");
+        return Ok(());
+    }
+    let want: f64 = want
+        .parse()
+        .map_err(|_| anyhow!("{want:?} is neither a number nor absent"))?;
+    check!(found == [want], "{name} is {found:?}, want [{want}]");
+    Ok(())
+}
+
 fn rose_by(w: &TestWorld, selector: &str, by: f64) -> StepResult {
     let (a, b) = last_two(w)?;
     let (x, y) = (total(&a, selector)?, total(&b, selector)?);
