@@ -47,6 +47,10 @@ pub struct TokenOut {
     pub text: String,
     /// Present when the job asked for log-probabilities.
     pub logprobs: Option<Vec<TokenAlternative>>,
+    /// The harmony channel the token belongs to (gpt-oss: `analysis`,
+    /// `final`, `commentary`); `None` for structure tokens and for models
+    /// without the format.
+    pub channel: Option<std::sync::Arc<str>>,
 }
 
 /// What travels from the engine to a job's stream.

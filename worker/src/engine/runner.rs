@@ -27,6 +27,7 @@ use crate::engine::queue::{CancelResult, JobQueue, Pop, PushError};
 use crate::engine::status::{EngineStatus, Problem};
 use crate::narrate;
 use crate::telemetry::metrics::Metrics;
+use crate::tokenizer::harmony::{ChannelTracker, HarmonyIds};
 use crate::tokenizer::Tokenizer;
 
 /// How the engine runs.
@@ -105,6 +106,7 @@ impl Engine {
             queue,
             backend: parts.backend,
             backend_kind,
+            harmony: HarmonyIds::of(&parts.tokenizer),
             tokenizer: parts.tokenizer,
             metrics: parts.metrics,
             status: parts.status,
@@ -209,6 +211,9 @@ struct EngineThread {
     backend: Box<dyn Backend>,
     backend_kind: BackendKind,
     tokenizer: Arc<Tokenizer>,
+    /// The vocabulary's harmony structure tokens (gpt-oss), which give each
+    /// token event its channel.
+    harmony: Option<HarmonyIds>,
     metrics: Arc<Metrics>,
     status: Arc<EngineStatus>,
     parity: Option<ParitySender>,
@@ -358,6 +363,7 @@ impl EngineThread {
             cancel: &cancel,
             deadline: started + self.config.inference_timeout,
             tokenizer: &self.tokenizer,
+            channels: self.harmony.map(ChannelTracker::new),
             metrics: &self.metrics,
             parity: self.parity.as_ref(),
             job_id: &job_id,
@@ -436,6 +442,7 @@ struct Observer<'a> {
     cancel: &'a CancelFlag,
     deadline: Instant,
     tokenizer: &'a Tokenizer,
+    channels: Option<ChannelTracker>,
     metrics: &'a Metrics,
     parity: Option<&'a ParitySender>,
     job_id: &'a Arc<str>,
@@ -470,11 +477,18 @@ impl GenerationObserver for Observer<'_> {
                 })
                 .collect()
         });
+        // The token's own text: the released text may be held back (UTF-8,
+        // a possible stop) and come with a later token.
+        let channel = self.channels.as_mut().and_then(|c| {
+            let own = self.tokenizer.decode(&[token.id]).unwrap_or_default();
+            c.next(token.id, &own)
+        });
         let event = JobEvent::Token(TokenOut {
             index: token.index,
             id: token.id,
             text: token.text,
             logprobs,
+            channel,
         });
         if !self.sink.send(event) {
             return Some(AbortReason::Disconnected);

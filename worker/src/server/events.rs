@@ -63,6 +63,11 @@ pub struct TokenEvent {
     pub id: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<Vec<LogprobEntry>>,
+    /// gpt-oss (harmony): the channel of the message the token is text of,
+    /// `analysis` (reasoning), `final` (the answer) or `commentary` (tool
+    /// calls); absent for structure tokens and for other models.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
 }
 
 impl From<&TokenOut> for TokenEvent {
@@ -75,6 +80,7 @@ impl From<&TokenOut> for TokenEvent {
                 .logprobs
                 .as_ref()
                 .map(|list| list.iter().map(LogprobEntry::from).collect()),
+            channel: t.channel.as_deref().map(str::to_string),
         }
     }
 }
@@ -151,14 +157,22 @@ mod tests {
 
     #[test]
     fn token_event_json_has_short_keys_and_omits_absent_logprobs() {
-        let e = JobEvent::Token(TokenOut {
+        let mut t = TokenOut {
             text: "hi".into(),
             index: 0,
             id: 7,
             logprobs: None,
-        });
+            channel: None,
+        };
+        let e = JobEvent::Token(t.clone());
         assert_eq!(event_name(&e), "token");
         assert_eq!(event_data(&e), r#"{"t":"hi","i":0,"id":7}"#);
+        // gpt-oss: the harmony channel, after the token's own fields.
+        t.channel = Some("final".into());
+        assert_eq!(
+            event_data(&JobEvent::Token(t)),
+            r#"{"t":"hi","i":0,"id":7,"channel":"final"}"#
+        );
     }
 
     #[test]
@@ -216,6 +230,7 @@ mod tests {
             index: 1,
             id: 3,
             logprobs: Some(vec![alt]),
+            channel: None,
         });
         assert_eq!(
             event_data(&e),

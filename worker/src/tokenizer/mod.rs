@@ -40,6 +40,7 @@
 mod bpe;
 mod builtin_templates;
 mod chat;
+pub mod harmony;
 mod hf;
 mod spm;
 mod stream;

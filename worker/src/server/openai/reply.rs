@@ -163,6 +163,7 @@ pub(super) mod tests {
                     })
                     .collect(),
             ),
+            channel: None,
         }
     }
 
