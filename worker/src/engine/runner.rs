@@ -106,7 +106,7 @@ impl Engine {
             queue,
             backend: parts.backend,
             backend_kind,
-            harmony: HarmonyIds::of(&parts.tokenizer),
+            harmony: parts.tokenizer.harmony(),
             tokenizer: parts.tokenizer,
             metrics: parts.metrics,
             status: parts.status,

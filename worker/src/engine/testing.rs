@@ -71,6 +71,28 @@ pub fn byte_vocab_spec(chat_template: Option<&str>) -> VocabSpec {
     }
 }
 
+/// Ids of the harmony structure tokens of [`harmony_byte_tokenizer`], in
+/// this order: `<|start|>`, `<|channel|>`, `<|message|>`, `<|end|>`,
+/// `<|return|>`, `<|call|>`.
+pub const HARMONY_IDS: [u32; 6] = [259, 260, 261, 262, 263, 264];
+
+/// [`byte_tokenizer`] with gpt-oss's harmony structure tokens after its own.
+pub fn harmony_byte_tokenizer() -> Arc<Tokenizer> {
+    let mut spec = byte_vocab_spec(Some(CHATML_TEMPLATE));
+    for t in [
+        "<|start|>",
+        "<|channel|>",
+        "<|message|>",
+        "<|end|>",
+        "<|return|>",
+        "<|call|>",
+    ] {
+        spec.tokens.push(t.to_string());
+        spec.token_types.push(3);
+    }
+    Arc::new(Tokenizer::from_spec(spec).expect("byte vocabulary is valid"))
+}
+
 /// A byte-level tokenizer with a ChatML template: every byte is one token.
 pub fn byte_tokenizer() -> Arc<Tokenizer> {
     Arc::new(

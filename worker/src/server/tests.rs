@@ -30,6 +30,8 @@ struct Opts {
     grace: Duration,
     limits: Limits,
     parity: Option<ParitySender>,
+    /// The byte tokenizer unless given.
+    tokenizer: Option<Arc<crate::tokenizer::Tokenizer>>,
 }
 
 impl Default for Opts {
@@ -46,6 +48,7 @@ impl Default for Opts {
                 context_length: 4096,
             },
             parity: None,
+            tokenizer: None,
         }
     }
 }
@@ -61,7 +64,7 @@ struct Harness {
 async fn start(backend: ScriptedBackend, opts: Opts) -> Harness {
     let probe = backend.probe();
     let device = backend.device().clone();
-    let tokenizer = byte_tokenizer();
+    let tokenizer = opts.tokenizer.clone().unwrap_or_else(byte_tokenizer);
     let metrics = Arc::new(Metrics::new(
         crate::telemetry::metrics::InfoLabels {
             model: "/models/scripted.gguf".into(),

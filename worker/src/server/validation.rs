@@ -36,6 +36,8 @@ pub fn check_job_id(id: &str) -> Result<(), String> {
 pub const MAX_PROMPT_CHARS: usize = 32_768;
 /// Most entries in `messages`.
 pub const MAX_MESSAGES: usize = 256;
+/// Values of `reasoning_effort`.
+pub const REASONING_EFFORTS: [&str; 3] = ["low", "medium", "high"];
 /// Roles accepted in `messages`.
 pub const CHAT_ROLES: [&str; 3] = ["system", "user", "assistant"];
 /// Upper bound of `max_tokens` (also its default); `--max-tokens-out` may lower it.
@@ -76,6 +78,10 @@ pub struct ExecuteRequest {
     pub stop: Option<Vec<String>>,
     pub seed: Option<i128>,
     pub logprobs: Option<i64>,
+    /// Issue 14 (gpt-oss): `low`, `medium` or `high`, handed to the chat
+    /// template of `messages` (harmony's system message); templates that do
+    /// not read it render as without it.
+    pub reasoning_effort: Option<String>,
     /// Not an `/execute` field (M0-W-1300 lists them, and unknown fields are
     /// refused): set only by the OpenAI routes' `ignore_eos`.
     #[serde(skip)]
@@ -253,6 +259,23 @@ pub fn check_fields(
         }
     };
 
+    let effort = req.reasoning_effort.as_deref();
+    if let Some(e) = effort {
+        if !REASONING_EFFORTS.contains(&e) {
+            errs.add(
+                "reasoning_effort",
+                format!(
+                    "must be one of {} (got {e:?})",
+                    REASONING_EFFORTS.join(", ")
+                ),
+            );
+        } else if req.prompt.is_some() {
+            errs.add(
+                "reasoning_effort",
+                "applies to messages only (the chat template reads it)",
+            );
+        }
+    }
     // The text to tokenize, and the field to blame for its length.
     let input: Option<(&'static str, String)> = match (req.prompt, req.messages) {
         (Some(_), Some(_)) | (None, None) => {
@@ -275,7 +298,7 @@ pub fn check_fields(
             }
         }
         (None, Some(messages)) => {
-            check_messages(&mut errs, messages, tokenizer).map(|text| ("messages", text))
+            check_messages(&mut errs, messages, tokenizer, effort).map(|text| ("messages", text))
         }
     };
 
@@ -505,6 +528,7 @@ fn check_messages(
     errs: &mut Collector,
     messages: Vec<MessageIn>,
     tokenizer: &Tokenizer,
+    reasoning_effort: Option<&str>,
 ) -> Option<String> {
     if messages.is_empty() {
         errs.add("messages", "must not be empty");
@@ -562,7 +586,7 @@ fn check_messages(
             content: m.content,
         })
         .collect();
-    match template.render(&messages, true) {
+    match template.render_with(&messages, true, reasoning_effort) {
         Ok(text) => Some(tokenizer.without_added_specials(&text).to_string()),
         Err(e) => {
             errs.add("messages", format!("the chat template failed: {e}"));

@@ -120,18 +120,35 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
+        self.render_with(messages, add_generation_prompt, None)
+    }
+
+    /// [`ChatTemplate::render`] with `reasoning_effort` (`low`, `medium`,
+    /// `high`) defined for the template where given: gpt-oss's harmony
+    /// template writes it into the system message (`Reasoning: high`); left
+    /// undefined, that template says `medium`.
+    pub fn render_with(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        reasoning_effort: Option<&str>,
+    ) -> Result<String, TokenizerError> {
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(template_error)?;
         let mut out = Bounded(Vec::new());
-        let ctx = minijinja::context! {
+        let base = minijinja::context! {
             messages => Value::from_serialize(messages),
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
             tools => Value::from(()),
             documents => Value::from(()),
+        };
+        let ctx = match reasoning_effort {
+            Some(effort) => minijinja::context! { reasoning_effort => effort, ..base },
+            None => base,
         };
         tmpl.render_captured_to(ctx, &mut out).map_err(|e| {
             // minijinja reports a failed write without its reason.

@@ -185,6 +185,7 @@ impl Tokenizer {
             model_max_context: file.model_max_context,
             chat_template: None,
             chat_template_error: None,
+            harmony: std::sync::OnceLock::new(),
         };
         tokenizer.adopt_chat_template(chat_template.as_deref());
         Ok(tokenizer)

@@ -139,6 +139,8 @@ pub struct Tokenizer {
     model_max_context: Option<usize>,
     chat_template: Option<ChatTemplate>,
     chat_template_error: Option<String>,
+    /// The harmony structure tokens (gpt-oss), looked up on first use.
+    harmony: std::sync::OnceLock<Option<harmony::HarmonyIds>>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -305,6 +307,7 @@ impl Tokenizer {
             model_max_context: None,
             chat_template: None,
             chat_template_error: None,
+            harmony: std::sync::OnceLock::new(),
         };
         tokenizer.adopt_chat_template(spec.chat_template.as_deref());
         Ok(tokenizer)
@@ -444,6 +447,11 @@ impl Tokenizer {
     }
 
     /// The model's chat template, when it has one that compiles.
+    /// The vocabulary's harmony structure tokens, when it has them (gpt-oss).
+    pub fn harmony(&self) -> Option<harmony::HarmonyIds> {
+        *self.harmony.get_or_init(|| harmony::HarmonyIds::of(self))
+    }
+
     pub fn chat_template(&self) -> Option<&ChatTemplate> {
         self.chat_template.as_ref()
     }

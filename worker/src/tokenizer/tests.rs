@@ -377,6 +377,20 @@ fn chat_template_from_spec() {
     assert!(t.chat_template_error().is_some());
 }
 
+/// gpt-oss's harmony template writes `reasoning_effort` into its system
+/// message, `medium` where none is given.
+#[test]
+fn reasoning_effort_reaches_the_harmony_template() {
+    let src = include_str!("../../../harness/src/synth/gpt-oss.jinja");
+    let t = ChatTemplate::new(src, "<|startoftext|>", "<|return|>").unwrap();
+    let msgs = [ChatMessage::new("user", "hi")];
+    let high = t.render_with(&msgs, true, Some("high")).unwrap();
+    assert!(high.contains("Reasoning: high"), "{high}");
+    assert!(high.ends_with("<|start|>assistant"), "{high}");
+    let default = t.render(&msgs, true).unwrap();
+    assert!(default.contains("Reasoning: medium"), "{default}");
+}
+
 #[test]
 fn chat_template_trim_and_lstrip_blocks() {
     let src = "{% for m in messages %}\n    {% if m.role == 'user' %}\nU:{{ m.content }}\n    {% else %}\nA:{{ m.content }}\n    {% endif %}\n{% endfor %}\n";

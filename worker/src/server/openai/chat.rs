@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::error::OpenAiError;
-use super::reply::{collect, finish_reason, Collected, ReplyCtx, SYSTEM_FINGERPRINT};
+use super::reply::{collect, finish_reason, Collected, Part, ReplyCtx, SYSTEM_FINGERPRINT};
 use super::stream::{error_lines, sse, DONE};
 use super::types::{
     AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk,
@@ -73,7 +73,8 @@ pub fn completion(ctx: &ReplyCtx, c: &Collected) -> ChatCompletion {
             index: 0,
             message: AssistantMessage {
                 role: "assistant".into(),
-                content: c.text(),
+                content: c.text_of(ctx, Part::Content),
+                reasoning_content: Some(c.text_of(ctx, Part::Reasoning)).filter(|r| !r.is_empty()),
             },
             logprobs,
             finish_reason: finish_reason(summary).into(),
@@ -117,6 +118,7 @@ pub fn chunk_lines(ctx: &ReplyCtx, event: &JobEvent) -> Vec<String> {
             let delta = ChatDelta {
                 role: Some("assistant".into()),
                 content: Some(String::new()),
+                reasoning_content: None,
             };
             vec![json(&chunk(ctx, vec![choice(delta, None, None)], 0))]
         }
@@ -125,9 +127,17 @@ pub fn chunk_lines(ctx: &ReplyCtx, event: &JobEvent) -> Vec<String> {
             let logprobs = ctx.shape.logprobs.then(|| ChatLogprobs {
                 content: vec![ctx.logprob_entry(t)],
             });
+            let text = Some(t.text.clone());
+            let (content, reasoning_content) = match ctx.part(t) {
+                Part::Content => (text, None),
+                Part::Reasoning => (None, text),
+                Part::Neither if ctx.shape.logprobs => (None, None),
+                Part::Neither => return Vec::new(),
+            };
             let delta = ChatDelta {
                 role: None,
-                content: Some(t.text.clone()),
+                content,
+                reasoning_content,
             };
             vec![json(&chunk(
                 ctx,
@@ -183,6 +193,50 @@ mod tests {
             started_at: chrono::Utc::now(),
             seed: 1,
         })
+    }
+
+    /// gpt-oss: the analysis channel is `reasoning_content`, the final one
+    /// `content`, the structure tokens neither (whole answer and stream).
+    #[test]
+    fn harmony_channels_split_reasoning_from_content() {
+        let mut c = ctx(false, 0, false);
+        c.tokenizer = crate::engine::testing::harmony_byte_tokenizer();
+        let tok = |i: usize, text: &str, channel: Option<&str>| crate::engine::job::TokenOut {
+            index: i,
+            id: 1,
+            text: text.into(),
+            logprobs: None,
+            channel: channel.map(Into::into),
+        };
+        let tokens = vec![
+            tok(0, "analysis", None),
+            tok(1, "Hm", Some("analysis")),
+            tok(2, "assistant", None),
+            tok(3, "Yes", Some("final")),
+        ];
+        let collected = Collected {
+            tokens: tokens.clone(),
+            summary: Some(summary(StopReason::Eos)),
+        };
+        let m = &completion(&c, &collected).choices[0].message;
+        assert_eq!(m.content, "Yes");
+        assert_eq!(m.reasoning_content.as_deref(), Some("Hm"));
+        let deltas: Vec<Value> = tokens
+            .into_iter()
+            .flat_map(|t| parse(chunk_lines(&c, &JobEvent::Token(t))))
+            .map(|v| v["choices"][0]["delta"].clone())
+            .collect();
+        assert_eq!(
+            deltas,
+            [
+                json!({"reasoning_content": "Hm"}),
+                json!({"content": "Yes"})
+            ]
+        );
+        // Another model's text is all content.
+        let plain = completion(&ctx(false, 0, false), &collected);
+        assert_eq!(plain.choices[0].message.content, "analysisHmassistantYes");
+        assert_eq!(plain.choices[0].message.reasoning_content, None);
     }
 
     #[test]

@@ -32,7 +32,31 @@ pub struct ReplyCtx {
     pub tokenizer: Arc<Tokenizer>,
 }
 
+/// Where a token's text goes in a chat answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    Content,
+    Reasoning,
+    /// A harmony structure token or header: in neither.
+    Neither,
+}
+
 impl ReplyCtx {
+    /// A gpt-oss (harmony) answer puts the final and commentary channels in
+    /// `content`, the analysis channel in `reasoning_content` and the
+    /// structure tokens nowhere, as llama-server and vLLM do; any other
+    /// model's text is all `content`.
+    pub fn part(&self, token: &TokenOut) -> Part {
+        if self.tokenizer.harmony().is_none() {
+            return Part::Content;
+        }
+        match token.channel.as_deref() {
+            Some("analysis") => Part::Reasoning,
+            Some(_) => Part::Content,
+            None => Part::Neither,
+        }
+    }
+
     pub fn usage(&self, summary: &GenerationSummary) -> Usage {
         Usage::new(self.prompt_tokens, summary.tokens_out)
     }
@@ -101,6 +125,15 @@ pub struct Collected {
 impl Collected {
     pub fn text(&self) -> String {
         self.tokens.iter().map(|t| t.text.as_str()).collect()
+    }
+
+    /// The text of the tokens that go to `part` (see [`ReplyCtx::part`]).
+    pub fn text_of(&self, ctx: &ReplyCtx, part: Part) -> String {
+        self.tokens
+            .iter()
+            .filter(|t| ctx.part(t) == part)
+            .map(|t| t.text.as_str())
+            .collect()
     }
 }
 

@@ -154,6 +154,7 @@ pub fn map_chat(
         .map(|(i, m)| message(i, m))
         .collect::<Result<Vec<_>, _>>()?;
     execute.messages = Some(messages);
+    execute.reasoning_effort = req.reasoning_effort;
     Ok(Mapped {
         execute,
         prompt_ids: None,

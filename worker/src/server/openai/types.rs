@@ -106,6 +106,9 @@ pub struct ChatCompletionRequest {
     /// The most likely tokens to list at each position (needs `logprobs`).
     #[schema(minimum = 0, maximum = 20)]
     pub top_logprobs: Option<i64>,
+    /// `low`, `medium` or `high`, for the chat template (gpt-oss's harmony
+    /// system message); other templates ignore it.
+    pub reasoning_effort: Option<String>,
     /// Every other field: refused by name unless it leaves the answer as is.
     #[serde(flatten)]
     #[schema(ignore)]
@@ -185,6 +188,10 @@ pub struct AssistantMessage {
     /// Always `assistant`.
     pub role: String,
     pub content: String,
+    /// gpt-oss: the analysis channel (the model's reasoning), as llama-server
+    /// and vLLM name it; `content` is then the final channel alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
@@ -216,6 +223,9 @@ pub struct ChatDelta {
     pub role: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// gpt-oss: text of the analysis channel (see [`AssistantMessage`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]

@@ -237,3 +237,56 @@ async fn bad_requests_get_json_errors() {
     );
     h.shutdown().await;
 }
+
+/// gpt-oss's harmony format: each token of a message's text names its
+/// channel; the structure tokens and headers name none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn harmony_tokens_carry_their_channel() {
+    use crate::engine::testing::{harmony_byte_tokenizer, HARMONY_IDS};
+    let [begin, channel, message, end, _, _] = HARMONY_IDS;
+    let bytes = |s: &str| s.bytes().map(u32::from).collect::<Vec<_>>();
+    let script: Vec<u32> = [
+        vec![channel],
+        bytes("analysis"),
+        vec![message],
+        bytes("Hm"),
+        vec![end, begin],
+        bytes("assistant"),
+        vec![channel],
+        bytes("final"),
+        vec![message],
+        bytes("Yes"),
+    ]
+    .concat();
+    let vocab = BYTE_VOCAB_SIZE + HARMONY_IDS.len();
+    let opts = Opts {
+        tokenizer: Some(harmony_byte_tokenizer()),
+        limits: Limits {
+            vocab_size: vocab,
+            ..Opts::default().limits
+        },
+        ..Opts::default()
+    };
+    let h = start(ScriptedBackend::new(script.clone(), vocab), opts).await;
+    let frames = h.run(json!({"job_id": "h", "prompt": "x"})).await;
+    let channels: Vec<(u64, Option<&str>)> = frames
+        .iter()
+        .filter(|f| f.event == "token")
+        .map(|f| (f.data["id"].as_u64().unwrap(), f.data["channel"].as_str()))
+        .collect();
+    assert_eq!(channels.len(), script.len());
+    let of = |text: &str| -> Vec<Option<&str>> {
+        channels
+            .iter()
+            .filter(|(id, _)| text.bytes().any(|b| u64::from(b) == *id))
+            .map(|(_, c)| *c)
+            .collect()
+    };
+    assert_eq!(of("H"), [Some("analysis")]);
+    assert_eq!(of("Y"), [Some("final")]);
+    let structure = channels
+        .iter()
+        .filter(|(id, _)| HARMONY_IDS.contains(&(*id as u32)));
+    assert!(structure.clone().count() == 6 && structure.clone().all(|(_, c)| c.is_none()));
+    h.shutdown().await;
+}

@@ -87,6 +87,32 @@ fn messages_are_rendered_with_the_template() {
     assert_eq!(v.prompt_sha256, sha256_hex(&text));
 }
 
+/// `reasoning_effort` goes to the template with `messages` (this one does
+/// not read it, so the prompt is as without it); another value, or with a
+/// `prompt`, is refused naming the field.
+#[test]
+fn reasoning_effort_is_for_messages_and_three_values() {
+    let messages = serde_json::json!([{"role": "user", "content": "hi"}]);
+    for effort in REASONING_EFFORTS {
+        let body =
+            serde_json::json!({"job_id": "j", "messages": messages, "reasoning_effort": effort});
+        let v = run(body, &LIMITS).unwrap();
+        let text = byte_tokenizer().decode(&v.prompt_tokens).unwrap();
+        assert_eq!(
+            text,
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+        );
+    }
+    let rows = [
+        serde_json::json!({"job_id": "j", "messages": messages, "reasoning_effort": "max"}),
+        serde_json::json!({"job_id": "j", "prompt": "hi", "reasoning_effort": "low"}),
+    ];
+    for body in rows {
+        let e = run(body.clone(), &LIMITS).unwrap_err();
+        assert!(e.to_string().contains("reasoning_effort"), "{body}: {e}");
+    }
+}
+
 /// One row per rule: (field to set, value, the field the error must name).
 #[test]
 fn each_rule_names_its_field() {
