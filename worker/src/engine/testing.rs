@@ -72,21 +72,13 @@ pub fn byte_vocab_spec(chat_template: Option<&str>) -> VocabSpec {
 }
 
 /// Ids of the harmony structure tokens of [`harmony_byte_tokenizer`], in
-/// this order: `<|start|>`, `<|channel|>`, `<|message|>`, `<|end|>`,
-/// `<|return|>`, `<|call|>`.
+/// the order of `harmony::STRUCTURE`.
 pub const HARMONY_IDS: [u32; 6] = [259, 260, 261, 262, 263, 264];
 
 /// [`byte_tokenizer`] with gpt-oss's harmony structure tokens after its own.
 pub fn harmony_byte_tokenizer() -> Arc<Tokenizer> {
     let mut spec = byte_vocab_spec(Some(CHATML_TEMPLATE));
-    for t in [
-        "<|start|>",
-        "<|channel|>",
-        "<|message|>",
-        "<|end|>",
-        "<|return|>",
-        "<|call|>",
-    ] {
+    for t in crate::tokenizer::harmony::STRUCTURE {
         spec.tokens.push(t.to_string());
         spec.token_types.push(3);
     }

@@ -14,6 +14,17 @@ use std::sync::Arc;
 
 use super::Tokenizer;
 
+/// The structure tokens' text: `<|start|>`, `<|channel|>`, `<|message|>`,
+/// then the three that end a message.
+pub const STRUCTURE: [&str; 6] = [
+    "<|start|>",
+    "<|channel|>",
+    "<|message|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+];
+
 /// The structure tokens of a harmony vocabulary (`o200k_harmony`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HarmonyIds {
@@ -26,19 +37,11 @@ pub struct HarmonyIds {
 impl HarmonyIds {
     /// The ids, when the vocabulary has every one of them.
     pub fn of(tok: &Tokenizer) -> Option<HarmonyIds> {
-        let names = [
-            "<|start|>",
-            "<|channel|>",
-            "<|message|>",
-            "<|end|>",
-            "<|return|>",
-            "<|call|>",
-        ];
         let mut ids = [None; 6];
         for id in 0..tok.vocab_size() as u32 {
             if let Some(i) = tok
                 .token_text(id)
-                .and_then(|t| names.iter().position(|n| *n == t))
+                .and_then(|t| STRUCTURE.iter().position(|n| *n == t))
             {
                 ids[i].get_or_insert(id);
             }

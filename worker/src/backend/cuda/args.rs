@@ -11,7 +11,7 @@ use cudarc::driver::sys::CUdeviceptr;
 use half::f16;
 
 use crate::backend::cuda::launch::{
-    has_mv8, mv8_rows_per_block, norm_cluster_blocks, refusal, Kernel, KernelCall, Plan, Work,
+    has_mv8, mv8_rows_per_block, norm_cluster_blocks, refusal, Kernel, KernelCall, Plan, Then, Work,
 };
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{has_mmq, MMQ_MAX_TOKENS, MV8_MAX_TOKENS};
@@ -758,37 +758,22 @@ pub struct MatVec8QkvCall {
 }
 
 impl KernelCall for MatVec8QkvCall {
-    type Params = (
-        DevPtr<u8>,
-        DevPtr<u8>,
-        DevPtr<u8>,
-        i64,
-        i32,
-        i32,
-        i32,
-        i32,
-        DevPtr<i8>,
-        DevPtr<i8>,
-        DevPtr<f32>,
-        DevPtr<f32>,
-        DevPtr<f32>,
-        DevPtr<f32>,
-        DevPtr<f32>,
-        DevPtrMut<f32>,
-        DevPtrMut<f32>,
-        DevPtrMut<f32>,
-        i32,
-        i32,
-        DevPtr<f64>,
-        f32,
-        f32,
-        f32,
-        i32,
-        DevPtr<i32>,
-        i32,
-        DevPtrMut<f16>,
-        DevPtrMut<f16>,
-    );
+    type Params = Then<
+        <MatVec8ManyCall as KernelCall>::Params,
+        (
+            i32,
+            i32,
+            DevPtr<f64>,
+            f32,
+            f32,
+            f32,
+            i32,
+            DevPtr<i32>,
+            i32,
+            DevPtrMut<f16>,
+            DevPtrMut<f16>,
+        ),
+    >;
 
     fn plan(&self) -> Plan {
         let mut plan = self.products.plan();
@@ -841,56 +826,21 @@ impl KernelCall for MatVec8QkvCall {
     fn params(&self) -> Self::Params {
         let (start, pos, cap) = self.window.params();
         let r = &self.rope;
-        let (
-            w0,
-            w1,
-            w2,
-            row_bytes,
-            rows0,
-            rows1,
-            rows2,
-            cols,
-            hi,
-            lo,
-            d,
-            sums,
-            b0,
-            b1,
-            b2,
-            o0,
-            o1,
-            o2,
-        ) = self.products.params();
-        (
-            w0,
-            w1,
-            w2,
-            row_bytes,
-            rows0,
-            rows1,
-            rows2,
-            cols,
-            hi,
-            lo,
-            d,
-            sums,
-            b0,
-            b1,
-            b2,
-            o0,
-            o1,
-            o2,
-            self.head_dim as i32,
-            r.n_rot as i32,
-            DevPtr::or_null(r.inv_freq),
-            r.freq_base,
-            r.freq_scale,
-            r.mscale,
-            start,
-            pos,
-            cap,
-            self.k_cache,
-            self.v_cache,
+        Then(
+            self.products.params(),
+            (
+                self.head_dim as i32,
+                r.n_rot as i32,
+                DevPtr::or_null(r.inv_freq),
+                r.freq_base,
+                r.freq_scale,
+                r.mscale,
+                start,
+                pos,
+                cap,
+                self.k_cache,
+                self.v_cache,
+            ),
         )
     }
 }

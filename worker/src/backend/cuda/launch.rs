@@ -728,10 +728,27 @@ param_tuple!(
     A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12, N.13, O.14, P.15, Q.16,
     R.17, S.18, T.19
 );
-param_tuple!(
-    A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12, N.13, O.14, P.15, Q.16,
-    R.17, S.18, T.19, U.20, V.21, W.22, X.23, Y.24, Z.25, AA.26, AB.27, AC.28
-);
+
+/// One kernel's parameters as two lists, the first pushed first: a kernel
+/// that takes another's parameters and more (`mv8q_*` after `mv8m_*`'s).
+pub struct Then<A, B>(pub A, pub B);
+
+impl<A: ParamList, B: ParamList> ParamList for Then<A, B> {
+    fn push_all<'a>(&'a self, b: &mut LaunchArgs<'a>) {
+        self.0.push_all(b);
+        self.1.push_all(b);
+    }
+    fn addresses(&self, out: &mut Vec<*mut std::ffi::c_void>) {
+        self.0.addresses(out);
+        self.1.addresses(out);
+    }
+    #[cfg(test)]
+    fn c_types() -> Vec<String> {
+        let mut v = A::c_types();
+        v.extend(B::c_types());
+        v
+    }
+}
 
 /// A launch as the generic launcher sees it: which kernel, what
 /// [`check_args`] checks, and the problem size the grid is laid over.
