@@ -58,6 +58,8 @@ Feature: HTTP interface
       | neither input     | prompt             | {"job_id": "a"} |
       | empty prompt      | prompt             | {"job_id": "a", "prompt": ""} |
       | unknown role      | role               | {"job_id": "a", "messages": [{"role": "wizard", "content": "hi"}]} |
+      | reasoning_effort max | reasoning_effort | {"job_id": "a", "messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "max"} |
+      | reasoning_effort with a prompt | reasoning_effort | {"job_id": "a", "prompt": "hi", "reasoning_effort": "low"} |
       | over max-tokens-in | prompt            | {"job_id": "a", "prompt": "word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word"} |
 
   @M0-W-1310 @any
