@@ -184,6 +184,21 @@ def test_errors(client, model):
     check(e.param == "tools", "errors: tools names its param")
     expect(openai.NotFoundError, lambda: client.chat.completions.create(model="gpt-4o", messages=msgs),
            "errors: another model")
+    e = expect(openai.BadRequestError, lambda: client.chat.completions.create(
+        model=model, messages=msgs, reasoning_effort="max"), "errors: reasoning_effort max")
+    check(e.param == "reasoning_effort", "errors: reasoning_effort names its param")
+
+
+def test_reasoning_effort(client, model):
+    """`reasoning_effort` goes to the chat template (gpt-oss's harmony system message); SmolLM2's template does
+    not read it, so a greedy answer with it is the answer without it."""
+    msgs = [{"role": "user", "content": "Say hello."}]
+    plain = client.chat.completions.create(model=model, messages=msgs, max_tokens=8, temperature=0)
+    for effort in ("low", "medium", "high"):
+        r = client.chat.completions.create(model=model, messages=msgs, max_tokens=8, temperature=0,
+                                           reasoning_effort=effort)
+        check(r.choices[0].message.content == plain.choices[0].message.content,
+              f"reasoning_effort {effort}: the same greedy answer")
 
 
 def test_queue_full(base, model):
@@ -223,6 +238,7 @@ def main():
         test_chat(client, model)
         test_completions(client, model)
         test_ignore_eos(client, model)
+        test_reasoning_effort(client, model)
         test_errors(client, model)
         test_queue_full(base, model)
     print("all checks passed")
