@@ -41,7 +41,10 @@ const MAX_DEADLINE_HEADER: usize = 64;
     path = "/execute",
     tag = "worker",
     request_body = ExecuteRequest,
-    params(("X-Deadline" = Option<String>, Header, description = "Logged, not enforced")),
+    // Visible ASCII: a control character makes the request malformed HTTP,
+    // which the server's HTTP parser refuses (a bare 400) before any handler.
+    params(("X-Deadline" = Option<String>, Header, description = "Logged, not enforced",
+        pattern = "^[\\x20-\\x7E]*$")),
     responses(
         (status = 200, description = "SSE: `started` (StartedEvent), `token`* (TokenEvent), then `end` \
             (EndEvent) or `error` (ErrorBody)", content_type = "text/event-stream", body = String),
