@@ -27,7 +27,7 @@ use crate::engine::queue::{CancelResult, JobQueue, Pop, PushError};
 use crate::engine::status::{EngineStatus, Problem};
 use crate::narrate;
 use crate::telemetry::metrics::Metrics;
-use crate::tokenizer::harmony::{ChannelTracker, HarmonyIds};
+use crate::tokenizer::harmony::ChannelTracker;
 use crate::tokenizer::Tokenizer;
 
 /// How the engine runs.
@@ -101,12 +101,13 @@ impl Engine {
         let backend_kind = parts.backend.device().backend;
         let post_load_vram = parts.backend.memory_use().total();
         parts.status.set_vram_bytes_used(post_load_vram);
+        // Looked up once here (a pass over the vocabulary), not in a job.
+        parts.tokenizer.harmony();
         let worker = EngineThread {
             config,
             queue,
             backend: parts.backend,
             backend_kind,
-            harmony: parts.tokenizer.harmony(),
             tokenizer: parts.tokenizer,
             metrics: parts.metrics,
             status: parts.status,
@@ -211,9 +212,6 @@ struct EngineThread {
     backend: Box<dyn Backend>,
     backend_kind: BackendKind,
     tokenizer: Arc<Tokenizer>,
-    /// The vocabulary's harmony structure tokens (gpt-oss), which give each
-    /// token event its channel.
-    harmony: Option<HarmonyIds>,
     metrics: Arc<Metrics>,
     status: Arc<EngineStatus>,
     parity: Option<ParitySender>,
@@ -363,7 +361,8 @@ impl EngineThread {
             cancel: &cancel,
             deadline: started + self.config.inference_timeout,
             tokenizer: &self.tokenizer,
-            channels: self.harmony.map(ChannelTracker::new),
+            // gpt-oss: each token event names its harmony channel.
+            channels: self.tokenizer.harmony().map(ChannelTracker::new),
             metrics: &self.metrics,
             parity: self.parity.as_ref(),
             job_id: &job_id,

@@ -806,15 +806,9 @@ impl KernelCall for MatVec8QkvCall {
                 "Q, K and V rows that are not whole heads".into(),
             ));
         }
-        let same_rows = r.x.addr() == q.out.addr()
-            && r.rows == 1
-            && r.n_head == self.n_head
-            && r.head_dim == hd
-            && r.x2.is_none()
-            && r.pairs == RopePairs::Adjacent;
-        let same_pos = r.start_pos == self.window.start_pos
-            && r.pos_ptr.map(|p| p.addr()) == self.window.pos_ptr.map(|p| p.addr());
-        if !same_rows || !same_pos {
+        if !r.turns_only(q.out.addr(), 1, self.n_head, hd, &self.window)
+            || r.pairs != RopePairs::Adjacent
+        {
             return Err(refusal(
                 k,
                 "a rotation of other rows, positions or pairs".into(),

@@ -1,6 +1,7 @@
 //! The argument structs of the attention path: RoPE, the KV store, attention
 //! over the cache, and the split-context decode attention with its merge.
 
+use cudarc::driver::sys::CUdeviceptr;
 use half::f16;
 
 use super::{plan, CacheWindow, SplitsOutput, X8Bufs};
@@ -71,6 +72,26 @@ impl RopeArgs {
             && self.pairs == other.pairs
             && self.x2.is_none()
             && other.x2.is_none()
+    }
+
+    /// Whether these turn exactly `x` (`rows` rows of `n_head` heads of
+    /// `head_dim`) at the positions of `window`, and nothing beside: what a
+    /// kernel that rotates and stores in one launch takes.
+    pub fn turns_only(
+        &self,
+        x: CUdeviceptr,
+        rows: usize,
+        n_head: usize,
+        head_dim: usize,
+        window: &CacheWindow,
+    ) -> bool {
+        self.x.addr() == x
+            && self.rows == rows
+            && self.n_head == n_head
+            && self.head_dim == head_dim
+            && self.x2.is_none()
+            && self.start_pos == window.start_pos
+            && self.pos_ptr.map(|p| p.addr()) == window.pos_ptr.map(|p| p.addr())
     }
 }
 
@@ -226,13 +247,8 @@ impl KernelCall for QkRopeStoreArgs {
     fn validate(&self) -> Result<(), BackendError> {
         let k = Kernel::QkRopeStore;
         if let Some(r) = &self.rope {
-            let same_place = r.x.addr() == self.q.addr()
-                && r.rows == self.n
-                && r.n_head == self.n_head
-                && r.head_dim == self.head_dim;
-            let same_pos = r.start_pos == self.window.start_pos
-                && r.pos_ptr.map(|p| p.addr()) == self.window.pos_ptr.map(|p| p.addr());
-            if !same_place || !same_pos || r.x2.is_some() {
+            let (q, n) = (self.q.addr(), self.n);
+            if !r.turns_only(q, n, self.n_head, self.head_dim, &self.window) {
                 return Err(refusal(k, "a rotation of other rows or positions".into()));
             }
             r.validate()?;

@@ -1,7 +1,8 @@
 //! Attention on `CudaOps`: the checks every attention call passes, the fused
 //! launch before it (`qk_rope_store`: Q's and K's norms and rotations and the
-//! KV store; in decode, `mv8q_*` does that as it writes Q, K and V), and attention over the cache, split across the context for
-//! long decode steps, splitting its output for the next mat-vec in decode.
+//! KV store; in decode, `mv8q_*` does that as it writes Q, K and V), and
+//! attention over the cache, split across the context for long decode steps,
+//! splitting its output for the next mat-vec in decode.
 
 use super::{
     check_bufs, is_f32_vector, matmul_args, shape_error, CudaBuf, CudaCache, CudaOps, CudaWeight,
