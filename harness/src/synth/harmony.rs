@@ -112,8 +112,14 @@ pub fn merges(ranks: &[Vec<u8>]) -> Vec<(u32, u32)> {
     out
 }
 
-/// The `tokenizer.*` entries, in the converter's order.
-pub fn tokenizer_kvs() -> Result<Vec<Kv>> {
+/// The ranks in GPT-2's byte-level alphabet (rank order) and the merges
+/// as pairs of those texts: what the GGUF and `tokenizer.json` both carry.
+struct ByteLevel {
+    ranks: Vec<String>,
+    merges: Vec<[String; 2]>,
+}
+
+fn byte_level() -> Result<ByteLevel> {
     let ranks = rank_bytes()?;
     let chars = byte_chars();
     let text = |b: &[u8]| -> String { b.iter().map(|&x| chars[x as usize]).collect() };
@@ -122,9 +128,20 @@ pub fn tokenizer_kvs() -> Result<Vec<Kv>> {
         merges.len() >= ranks.iter().filter(|t| t.len() > 1).count(),
         "an o200k token of two or more bytes has no split into two tokens"
     );
+    Ok(ByteLevel {
+        merges: merges
+            .iter()
+            .map(|&(a, b)| [text(&ranks[a as usize]), text(&ranks[b as usize])])
+            .collect(),
+        ranks: ranks.iter().map(|b| text(b)).collect(),
+    })
+}
+
+/// The `tokenizer.*` entries, in the converter's order.
+pub fn tokenizer_kvs() -> Result<Vec<Kv>> {
+    let ByteLevel { ranks, merges } = byte_level()?;
     let tokens = ranks
-        .iter()
-        .map(|b| text(b))
+        .into_iter()
         .chain((RANKS..VOCAB as u32).map(special_text));
     let types = (0..VOCAB as u32).map(|id| {
         let t = if id < RANKS {
@@ -134,9 +151,7 @@ pub fn tokenizer_kvs() -> Result<Vec<Kv>> {
         };
         t.to_le_bytes().to_vec()
     });
-    let merge_text = merges
-        .iter()
-        .map(|&(a, b)| format!("{} {}", text(&ranks[a as usize]), text(&ranks[b as usize])));
+    let merge_text = merges.iter().map(|[a, b]| format!("{a} {b}"));
     let u32_kv = |key: &str, v: u32| kv(key, U32, v.to_le_bytes().to_vec());
     let id = |t: &str| special_id(t).expect("a named special token");
     Ok(vec![
@@ -179,22 +194,17 @@ pub fn tokenizer_kvs() -> Result<Vec<Kv>> {
 /// added token marked special. No post-processor: the worker adds BOS/EOS
 /// itself from the GGUF (the `hf-json` kind's rule).
 pub fn tokenizer_json() -> Result<serde_json::Value> {
-    let ranks = rank_bytes()?;
-    let chars = byte_chars();
-    let text = |b: &[u8]| -> String { b.iter().map(|&x| chars[x as usize]).collect() };
+    let ByteLevel { ranks, merges } = byte_level()?;
+    let n_ranks = ranks.len();
     let vocab: serde_json::Map<String, serde_json::Value> = ranks
-        .iter()
+        .into_iter()
         .enumerate()
-        .map(|(r, b)| (text(b), serde_json::Value::from(r)))
+        .map(|(r, t)| (t, serde_json::Value::from(r)))
         .collect();
     ensure!(
-        vocab.len() == ranks.len(),
+        vocab.len() == n_ranks,
         "two o200k ranks share one byte string"
     );
-    let merges: Vec<[String; 2]> = merges(&ranks)
-        .iter()
-        .map(|&(a, b)| [text(&ranks[a as usize]), text(&ranks[b as usize])])
-        .collect();
     let added: Vec<serde_json::Value> = (RANKS..VOCAB as u32)
         .map(|id| {
             serde_json::json!({"id": id, "content": special_text(id), "single_word": false,
