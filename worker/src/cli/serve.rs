@@ -357,6 +357,8 @@ async fn serve(cfg: &ServeConfig, state: AppState, engine: Engine, vram_bytes: u
     let uri = format!("http://{addr}");
     let shutdown = state.shutdown.clone();
     tokio::spawn(signals.wait(shutdown.clone()));
+    // Before `ready`: whoever waits for it (a supervisor, the tests) has the warning too.
+    warn_if_open(cfg);
     narrate!(info, "ready", vram_bytes, uri = %uri, queue_depth = cfg.queue_depth, "worker ready");
     if let Some(url) = cfg.callback_url.clone() {
         let body = serde_json::json!({
@@ -373,7 +375,6 @@ async fn serve(cfg: &ServeConfig, state: AppState, engine: Engine, vram_bytes: u
         watchdog_signal.triggered().await;
         start_watchdog();
     });
-    warn_if_open(cfg);
     let served = crate::server::serve_with(listener, state, engine, cfg.shutdown_grace, &cfg.http);
     match served.await {
         Ok(outcome) => {
