@@ -47,6 +47,8 @@ __device__ __forceinline__ float dot_q_k(const float* __restrict__ q, const u16*
 // j = 0..start_pos + t, with K, V from KV head h / (n_head / n_head_kv); with
 // a sliding window (swa > 0) only the swa positions up to start_pos + t.
 // start_pos is read from pos_ptr when that is not null (graph replay).
+// With sinks (gpt-oss), head h's softmax also counts exp(sinks[h]) in its
+// denominator: the running maximum and sum start from the sink's logit.
 //
 // One block of ATT_THREADS per (row t, head h). Keys are taken ATT_THREADS at
 // a time: thread i scores key i of the chunk on its own; the block finds the
@@ -61,7 +63,8 @@ __device__ __forceinline__ float dot_q_k(const float* __restrict__ q, const u16*
 extern "C" __global__ void __launch_bounds__(ATT_THREADS)
     attention(const float* __restrict__ q, int n, int n_head, int n_head_kv, int head_dim, int start_pos,
               const int* __restrict__ pos_ptr, int capacity, const u16* __restrict__ k_cache,
-              const u16* __restrict__ v_cache, float scale, int swa, float* __restrict__ out, i8* __restrict__ xh,
+              const u16* __restrict__ v_cache, float scale, int swa, const float* __restrict__ sinks,
+              float* __restrict__ out, i8* __restrict__ xh,
               i8* __restrict__ xl, float* __restrict__ xd, float* __restrict__ xs) {
     pdl_start();
     __shared__ __align__(16) float qs[ATT_MAX_HEAD_DIM];
@@ -82,7 +85,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
     __syncthreads();
 
     // Lane `lane` accumulates dims 2 * (lane + 32 k) and the one after (head_dim is even).
-    float m = NEG_INF, l = 0.0f;
+    float m = sinks ? sinks[h] : NEG_INF, l = sinks ? 1.0f : 0.0f;
     float o[2 * ATT_PAIRS_PER_LANE];
 #pragma unroll
     for (int k = 0; k < 2 * ATT_PAIRS_PER_LANE; k++) o[k] = 0.0f;
@@ -90,7 +93,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
         const int cnt = min(ATT_THREADS, n_ctx - base);
         const float sc = tid < cnt ? dot_q_k(qs, kh + (i64)(base + tid) * head_dim, head_dim) * scale : NEG_INF;
         const float m_new = fmaxf(m, block_max(sc, red));
-        const float alpha = expf(m - m_new);  // 0 on the first chunk (m = -inf)
+        const float alpha = expf(m - m_new);  // 0 on the first chunk (m = -inf) without a sink
         const float e = tid < cnt ? expf(sc - m_new) : 0.0f;
         p[tid] = e;
         l = l * alpha + block_sum(e, red);  // block_sum's barriers also publish p

@@ -456,8 +456,9 @@ ATTENTION_SPLIT(attention_split_256_g8, 4, 8)
 static_assert(ATSC_THREADS % 32 == 0, "whole warps");
 #define ATSC_WARPS (ATSC_THREADS / 32)
 extern "C" __global__ void __launch_bounds__(ATSC_THREADS)
-    attention_combine(const float* __restrict__ part, int n_head, int head_dim, int nsplit, float* __restrict__ out,
-                      i8* __restrict__ xh, i8* __restrict__ xl, float* __restrict__ xd, float* __restrict__ xs) {
+    attention_combine(const float* __restrict__ part, int n_head, int head_dim, int nsplit,
+                      const float* __restrict__ sinks, float* __restrict__ out, i8* __restrict__ xh,
+                      i8* __restrict__ xl, float* __restrict__ xd, float* __restrict__ xs) {
     pdl_start();
     __shared__ float wgt[ATS_MAX_SPLITS];
     __shared__ float red[32];
@@ -469,7 +470,9 @@ extern "C" __global__ void __launch_bounds__(ATSC_THREADS)
     float m = NEG_INF;
     for (int s = tid; s < nsplit; s += ATSC_THREADS) m = fmaxf(m, ph[(i64)s * stride]);
     m = block_max(m, red);
-    float l = 0.0f;
+    // A sink (gpt-oss): one more logit without a value, in the maximum and the sum.
+    if (sinks) m = fmaxf(m, sinks[h]);
+    float l = sinks && tid == 0 ? expf(sinks[h] - m) : 0.0f;  // counted once in the block's sum
     for (int s = tid; s < nsplit; s += ATSC_THREADS) {
         const float ls = ph[(i64)s * stride + 1];
         const float a = ls == 0.0f ? 0.0f : expf(ph[(i64)s * stride] - m);  // 0: an empty chunk

@@ -27,7 +27,7 @@ template <int D>
 __device__ __forceinline__ void attention_tc_impl(const float* __restrict__ q, int n, int n_head, int n_head_kv,
                                                   int start_pos, int capacity, const u16* __restrict__ k_cache,
                                                   const u16* __restrict__ v_cache, float scale, int swa,
-                                                  float* __restrict__ out) {
+                                                  const float* __restrict__ sinks, float* __restrict__ out) {
     constexpr int S = atc_stride<D>(), NT = D / 8, KS = D / 16;
     extern __shared__ __align__(16) u16 atc_smem[];
     u16* qh = atc_smem;           // [ATC_BQ][S] high parts of q
@@ -65,7 +65,12 @@ __device__ __forceinline__ void attention_tc_impl(const float* __restrict__ q, i
     float o[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.0f, l1 = 0.0f;
+    // A sink (gpt-oss) is one more logit of every row, without a value: the
+    // maxima start from it and its weight (1 at the start) is counted once
+    // per quad (the quad's sums are added at the end).
+    const float sink = sinks ? sinks[h] * 1.4426950408889634f : NEG_INF;
+    float m0 = sink, m1 = sink;
+    float l0 = sinks && qd == 0 ? 1.0f : 0.0f, l1 = l0;
     const u32 qh_a = shared_addr(qh), ql_a = shared_addr(ql), ks_a = shared_addr(ks), vs_a = shared_addr(vs);
 
     // The first tile any row of the block sees.
@@ -183,18 +188,19 @@ __device__ __forceinline__ void attention_tc_impl(const float* __restrict__ q, i
 extern "C" __global__ void __launch_bounds__(ATC_THREADS)
     attention_tc(const float* __restrict__ q, int n, int n_head, int n_head_kv, int head_dim, int start_pos,
                  const int* __restrict__ pos_ptr, int capacity, const u16* __restrict__ k_cache,
-                 const u16* __restrict__ v_cache, float scale, int swa, float* __restrict__ out,
-                 i8* __restrict__ xh, i8* __restrict__ xl, float* __restrict__ xd, float* __restrict__ xs) {
+                 const u16* __restrict__ v_cache, float scale, int swa, const float* __restrict__ sinks,
+                 float* __restrict__ out, i8* __restrict__ xh, i8* __restrict__ xl, float* __restrict__ xd,
+                 float* __restrict__ xs) {
     pdl_start();
     // xh..xs: `attention`'s split of one output row; always null here (prefill).
     if (pos_ptr) start_pos = *pos_ptr;
     if (blockIdx.x * ATC_BQ >= n || blockIdx.y >= n_head) return;
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 1
     if (head_dim == 64)
-        attention_tc_impl<64>(q, n, n_head, n_head_kv, start_pos, capacity, k_cache, v_cache, scale, swa, out);
+        attention_tc_impl<64>(q, n, n_head, n_head_kv, start_pos, capacity, k_cache, v_cache, scale, swa, sinks, out);
 #endif
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 2
     if (head_dim == 128)
-        attention_tc_impl<128>(q, n, n_head, n_head_kv, start_pos, capacity, k_cache, v_cache, scale, swa, out);
+        attention_tc_impl<128>(q, n, n_head, n_head_kv, start_pos, capacity, k_cache, v_cache, scale, swa, sinks, out);
 #endif
 }

@@ -62,6 +62,70 @@ extern "C" __global__ void copy_cols(const float* __restrict__ x, int x_cols, in
     out[i] = x[t * x_cols + start + (int)(i - t * cols)];
 }
 
+// ---- mixture of experts (gpt-oss) ----
+
+// For each row t of logits ([n, experts], the router's products and bias):
+// the `used` highest logits, the lower expert first on a tie, into
+// ids[t * used + k] in that order, and their softmax into weights (the
+// exponentials in f32 from the highest, their sum in f64, as the CPU
+// backend computes them). A thread per row: experts and used are small.
+extern "C" __global__ void moe_route(const float* __restrict__ logits, int n, int experts, int used,
+                                     int* __restrict__ ids, float* __restrict__ weights) {
+    pdl_start();
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    const float* l = logits + (i64)t * experts;
+    int* id = ids + (i64)t * used;
+    float* w = weights + (i64)t * used;
+    for (int k = 0; k < used; k++) {
+        int best = -1;
+        for (int e = 0; e < experts; e++) {
+            bool taken = false;
+            for (int j = 0; j < k; j++) taken |= id[j] == e;
+            if (!taken && (best < 0 || l[e] > l[best])) best = e;
+        }
+        id[k] = best;
+    }
+    const float top = l[id[0]];
+    double sum = 0.0;
+    for (int k = 0; k < used; k++) {
+        const float p = expf(l[id[k]] - top);
+        w[k] = p;
+        sum += (double)p;
+    }
+    for (int k = 0; k < used; k++) w[k] = (float)((double)w[k] / sum);
+}
+
+// gpt-oss's clamped SwiGLU (llama.cpp's swiglu_oai, alpha 1.702, limit 7):
+// out[i] = min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1),
+// rounded step by step as the CPU backend computes it.
+extern "C" __global__ void swiglu_oai(const float* __restrict__ gate, const float* __restrict__ up, i64 n,
+                                      float* __restrict__ out) {
+    pdl_start();
+    const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float g = fminf(gate[i], 7.0f), u = fminf(fmaxf(up[i], -7.0f), 7.0f);
+    const float s = __fdiv_rn(g, __fadd_rn(1.0f, expf(__fmul_rn(-1.702f, g))));
+    out[i] = __fmul_rn(s, __fadd_rn(u, 1.0f));
+}
+
+// out[t][c] = the sum over k in order of weights[t * used + k] * y[t * used
+// + k][c]: the chosen experts' outputs (biases added) weighed by the router.
+// A thread per output value (n = rows * cols).
+extern "C" __global__ void moe_sum(const float* __restrict__ y, const float* __restrict__ weights, int used, int cols,
+                                   i64 n, float* __restrict__ out) {
+    pdl_start();
+    const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const i64 t = i / cols, c = i - t * cols;
+    float acc = 0.0f;
+    for (int k = 0; k < used; k++) {
+        const i64 s = t * used + k;
+        acc = __fadd_rn(acc, __fmul_rn(y[s * cols + c], weights[s]));
+    }
+    out[i] = acc;
+}
+
 // x[i] *= factor
 extern "C" __global__ void scale(float* __restrict__ x, i64 n, float factor) {
     pdl_start();

@@ -256,6 +256,29 @@ __device__ __forceinline__ void mv1_impl(const u8* __restrict__ W, i64 row_bytes
 FOR_EACH_TYPE(DEF_MV1)
 #endif
 
+// `mv1e_<type>`: mv1 over the experts a router chose (mixture of experts):
+// row y of the grid is slot s of n * used; it multiplies expert ids[s]'s
+// `rows` rows of W (experts stacked, expert e's rows e * rows..), with row
+// s / x_div of x (x_div = used: a token's slots share its x; 1: each slot
+// has its own, the down product), adds bias row ids[s] (bias `[experts,
+// rows]`, or none) and writes row s of out. The expert id is read on the
+// device, so a decode step reads only the chosen experts' weights and
+// needs no copy to the host. Part 2 of the module: compiled only for the
+// formats a model stores experts in.
+#define DEF_MV1E(name, T)                                                                                \
+    extern "C" __global__ void __launch_bounds__(MV1_THREADS)                                            \
+        mv1e_##name(const u8* W, i64 row_bytes, int rows, int cols, int experts, const int* ids,         \
+                    int x_div, const float* x, const float* bias, float* out) {                          \
+        pdl_start();                                                                                     \
+        const int s = blockIdx.y, e = ids[s];                                                            \
+        if (e < 0 || e >= experts) return; /* never: moe_route writes ids below experts */              \
+        mv1_impl<T>(W + (i64)e * rows * row_bytes, row_bytes, rows, cols, x + (i64)(s / x_div) * cols,    \
+                    bias ? bias + (i64)e * rows : nullptr, out + (i64)s * rows);                          \
+    }
+#if !defined(ONE_PART) || ONE_PART == 2
+FOR_EACH_TYPE(DEF_MV1E)
+#endif
+
 // ---------------------------------------------------------------------------
 // `mv8_<type>` / `mv8n_<type>`: the same product on the integer units, for
 // Q4_0, Q4_1, Q4_K, Q5_0, Q8_0 and Q6_K, from x split by `quantize_x8` (elementwise.cu)

@@ -128,9 +128,16 @@ pub fn step_buffers(cfg: &ModelConfig, n: usize) -> Vec<usize> {
         }
         // x, h, qkv, q, k, v, attn, proj, up, act
         Architecture::Gpt2 => vec![d, d, qd + 2 * kvd, qd, kvd, kvd, qd, d, ff, ff],
-        // x, h, q, k, v, attn, proj (the experts' gate, up and act live on
-        // the host in the CPU backend's `moe`).
-        Architecture::GptOss => vec![d, d, qd, kvd, kvd, qd, d],
+        // x, h, q, k, v, attn, proj, then `moe`'s router logits, chosen
+        // experts and their weights, and each chosen expert's gate, up,
+        // act and down output.
+        Architecture::GptOss => {
+            let (x, used, eff) = cfg.moe.map_or((0, 0, 0), |m| (m.count, m.used, m.n_ff));
+            vec![d, d, qd, kvd, kvd, qd, d, x, used, used]
+                .into_iter()
+                .chain([used * eff, used * eff, used * eff, used * d])
+                .collect()
+        }
     };
     // lm_head: the last row, its norm, the logits.
     v.extend([d, d, cfg.vocab_size]);

@@ -20,10 +20,12 @@ use crate::quant::GgmlType;
 
 mod attention;
 mod blas;
+mod moe;
 mod sample;
 
 pub use attention::*;
 pub use blas::*;
+pub use moe::*;
 pub use sample::*;
 
 /// The plan of a kernel over `work` with these dimensions and buffers.

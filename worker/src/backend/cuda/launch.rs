@@ -32,6 +32,9 @@ pub enum Kernel {
     /// `mv1_<type>`: matrix product for one row of x (decode), streaming
     /// tiles of `MV1_ROWS` weight rows through shared memory.
     MatVec1(GgmlType),
+    /// `mv1e_<type>`: `mv1_<type>` over the experts a router chose, one
+    /// grid row per (token, chosen expert), the expert read on the device.
+    MatVecExperts(GgmlType),
     /// `mv8_<type>`: matrix product for one row of x (decode) on the integer
     /// units, from x split by `quantize_x8`; `MV8_ROWS` weight rows a block.
     MatVec8(GgmlType),
@@ -98,6 +101,12 @@ pub enum Kernel {
     AttentionSplitTc(u8),
     AttentionCombine,
     Swiglu,
+    /// `swiglu_oai`: gpt-oss's clamped SwiGLU.
+    SwigluOai,
+    /// `moe_route`: the router's choice of experts and their weights.
+    MoeRoute,
+    /// `moe_sum`: the chosen experts' outputs, weighed and added.
+    MoeSum,
     /// `geglu`: `swiglu` with the tanh-approximated GELU (Gemma's feed-forward).
     Geglu,
     /// `gelu`: GPT-2's tanh-approximated GELU (M0-W-1433).
@@ -126,7 +135,11 @@ impl Kernel {
                 Kernel::MatVecWarp(t),
                 Kernel::Gemm(t),
             ]);
-            v.extend([Kernel::MatVec1(t), Kernel::DequantF16(t)]);
+            v.extend([
+                Kernel::MatVec1(t),
+                Kernel::MatVecExperts(t),
+                Kernel::DequantF16(t),
+            ]);
             // The quantized formats' GEMM is gemm_tck_* (x split once into
             // f16 parts); the others' gemm_tc_* (3xTF32).
             if integer_gemm(t) {
@@ -170,6 +183,9 @@ impl Kernel {
             Kernel::AttentionSplit(4, 8),
             Kernel::AttentionCombine,
             Kernel::Swiglu,
+            Kernel::SwigluOai,
+            Kernel::MoeRoute,
+            Kernel::MoeSum,
             Kernel::Geglu,
             Kernel::Gelu,
             Kernel::AddAssign,
@@ -187,6 +203,7 @@ impl Kernel {
             Kernel::Embed(_) => Module::Embed,
             Kernel::MatVec(_) | Kernel::MatVecWarp(_) | Kernel::Gemm(_) => Module::Matmul,
             Kernel::MatVec1(_)
+            | Kernel::MatVecExperts(_)
             | Kernel::MatVec8(_)
             | Kernel::MatVec8Many(_)
             | Kernel::MatVec8Qkv(_)
@@ -207,6 +224,9 @@ impl Kernel {
             }
             Kernel::AttentionTc => Module::AttentionTc,
             Kernel::Swiglu
+            | Kernel::SwigluOai
+            | Kernel::MoeRoute
+            | Kernel::MoeSum
             | Kernel::Geglu
             | Kernel::Gelu
             | Kernel::AddAssign
@@ -232,6 +252,7 @@ impl Kernel {
             | Kernel::MatVec8Qkv(_)
             | Kernel::MatVec8N(_) => Some(0),
             Kernel::Mmq(_) => Some(1),
+            Kernel::MatVecExperts(_) => Some(2),
             Kernel::MatVecWarp(_) => Some(1),
             Kernel::GemmTc(_) | Kernel::GemmTcSplit(_) | Kernel::DequantF16(_) => Some(0),
             Kernel::GemmFew(_) => Some(1),
@@ -266,6 +287,7 @@ impl Kernel {
             Kernel::GemmTc(_)
                 | Kernel::GemmTcSplit(_)
                 | Kernel::MatVec1(_)
+                | Kernel::MatVecExperts(_)
                 | Kernel::AttentionTc
                 | Kernel::AttentionSplit(..)
                 | Kernel::AttentionSplitTc(_)
@@ -280,6 +302,7 @@ impl Kernel {
             | Kernel::MatVecWarp(t)
             | Kernel::Gemm(t)
             | Kernel::MatVec1(t)
+            | Kernel::MatVecExperts(t)
             | Kernel::MatVec8(t)
             | Kernel::MatVec8Many(t)
             | Kernel::MatVec8Qkv(t)
@@ -302,6 +325,7 @@ impl Kernel {
             Kernel::MatVecWarp(t) => format!("mvw_{}", ty(t)),
             Kernel::Gemm(t) => format!("gemm_{}", ty(t)),
             Kernel::MatVec1(t) => format!("mv1_{}", ty(t)),
+            Kernel::MatVecExperts(t) => format!("mv1e_{}", ty(t)),
             Kernel::MatVec8(t) => format!("mv8_{}", ty(t)),
             Kernel::MatVec8Many(t) => format!("mv8m_{}", ty(t)),
             Kernel::MatVec8Qkv(t) => format!("mv8q_{}", ty(t)),
@@ -332,6 +356,9 @@ impl Kernel {
             }
             Kernel::AttentionCombine => "attention_combine".into(),
             Kernel::Swiglu => "swiglu".into(),
+            Kernel::SwigluOai => "swiglu_oai".into(),
+            Kernel::MoeRoute => "moe_route".into(),
+            Kernel::MoeSum => "moe_sum".into(),
             Kernel::Geglu => "geglu".into(),
             Kernel::Gelu => "gelu".into(),
             Kernel::AddAssign => "add_assign".into(),
@@ -418,6 +445,9 @@ pub enum Work {
     },
     /// One block per (query row, head).
     Heads { n: usize, n_head: usize },
+    /// `mv1_*`'s blocks over `rows` weight rows, for each of `slots`
+    /// (token, chosen expert) pairs.
+    Experts { rows: usize, slots: usize },
     /// One block per (row, head) of heads of `head_dim` values, as wide as
     /// `rms_norm`'s block for a row of that width.
     HeadRows {
@@ -569,6 +599,17 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
         (Kernel::MatVec1(_), Work::Matrix { rows, .. }) => {
             Ok(blocks(((rows as u32).div_ceil(MV1_ROWS), 1), MV1_THREADS))
         }
+        (Kernel::MatVecExperts(_), Work::Experts { rows, slots }) => {
+            if slots > 65535 {
+                return Err(BackendError::InferenceFailed(format!(
+                    "{slots} (token, expert) pairs exceed one launch"
+                )));
+            }
+            Ok(blocks(
+                ((rows as u32).div_ceil(MV1_ROWS), slots as u32),
+                MV1_THREADS,
+            ))
+        }
         (
             Kernel::MatVec8(_) | Kernel::MatVec8Many(_) | Kernel::MatVec8Qkv(_),
             Work::MatVec { rows, cols },
@@ -625,6 +666,9 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
             Kernel::Rope
             | Kernel::KvStore
             | Kernel::Swiglu
+            | Kernel::SwigluOai
+            | Kernel::MoeRoute
+            | Kernel::MoeSum
             | Kernel::Geglu
             | Kernel::Gelu
             | Kernel::AddAssign

@@ -59,8 +59,8 @@ use crate::backend::{
     Backend, BackendError, Checkpoints, DeviceInfo, Logits, MemoryUse, SampleRequest, SampledToken,
 };
 use crate::gguf::GgufFile;
+use crate::model::ModelConfig;
 use crate::model::{self, Weights};
-use crate::model::{Architecture, ModelConfig};
 use crate::quant::{self, GgmlType};
 use device::{memory_type, Purpose};
 
@@ -173,12 +173,6 @@ impl CudaBackend {
         opts: &CudaLoadOptions,
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<Self, BackendError> {
-        // gpt-oss's attention sinks and experts have no kernels yet.
-        if cfg.architecture == Architecture::GptOss {
-            return Err(BackendError::ModelLoadFailed(
-                "gpt-oss runs on --backend cpu only for now (issue 14)".into(),
-            ));
-        }
         // Refused before the GPU is touched (M0-W-1222).
         if opts.upload_chunk_bytes == 0 {
             return Err(BackendError::ModelLoadFailed(
@@ -187,7 +181,8 @@ impl CudaBackend {
         }
         // Only the kernels of the model's matrix formats are compiled.
         let names = Weights::<CudaWeight>::tensor_names(&cfg, file);
-        let (mut formats, mut layer_formats) = (Vec::new(), Vec::new());
+        let (mut formats, mut layer_formats, mut expert_formats) =
+            (Vec::new(), Vec::new(), Vec::new());
         for (name, info) in names.iter().filter_map(|n| Some((n, file.tensor(n)?))) {
             if info.dims.len() < 2 {
                 continue;
@@ -198,10 +193,14 @@ impl CudaBackend {
             if name.starts_with("blk.") && !layer_formats.contains(&info.ggml_type) {
                 layer_formats.push(info.ggml_type);
             }
+            if info.dims.len() == 3 && !expert_formats.contains(&info.ggml_type) {
+                expert_formats.push(info.ggml_type);
+            }
         }
         let set = KernelSet {
             formats: &formats,
             layer_formats: &layer_formats,
+            expert_formats: &expert_formats,
             head_dim: cfg.head_dim,
             group: cfg.n_head / cfg.n_head_kv.max(1),
         };
@@ -309,6 +308,9 @@ impl CudaBackend {
             .max();
         if let Some(cols) = x8_cols {
             ops.reserve_x8(cols)?;
+        }
+        if let Some(m) = cfg.moe {
+            ops.reserve_moe(m.count, m.used, m.n_ff, cfg.n_embd)?;
         }
         // Prefill's cuBLAS handle and f16 scratch, sized for the layers'
         // matrices (an LM head multiplied for many rows goes in more chunks).

@@ -16,8 +16,8 @@ use half::f16;
 
 use crate::backend::cuda::args::{
     AddAssignArgs, AddBiasArgs, AddRmsNormArgs, AddRmsNormClusterArgs, CopyColsArgs,
-    DequantF16Args, EmbedArgs, GeluArgs, KvStoreArgs, LayerNormArgs, MatmulArgs, QuantizeX8Args,
-    RmsNormArgs, RopeArgs, RopePairs, ScaleArgs, SplitsOutput, SwigluArgs, ToF16Args, X8Bufs,
+    DequantF16Args, EmbedArgs, GeluArgs, LayerNormArgs, MatmulArgs, QuantizeX8Args, RmsNormArgs,
+    RopeArgs, RopePairs, ScaleArgs, SplitsOutput, SwigluArgs, ToF16Args, X8Bufs,
 };
 use crate::backend::cuda::blas::{chunk_rows, Blas, F16Product};
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
@@ -34,9 +34,9 @@ use crate::quant::GgmlType;
 
 mod attend;
 mod buffers;
+mod moe;
 mod split;
 
-use attend::check_attention;
 pub(crate) use buffers::BufMem;
 use buffers::{check_bufs, check_weights, is_f32_vector, shape_error};
 pub use buffers::{CudaBuf, CudaCache, CudaWeight};
@@ -131,6 +131,8 @@ pub struct CudaOps {
     /// Rows of a weight matrix decoded to f16 for cuBLAS, and its room in
     /// values (held for the model's lifetime, as the x8 block is).
     blas_scratch: Option<(DevBuf, usize)>,
+    /// A decode step's `moe` scratch (mixture-of-experts models), made at load.
+    moe_step: Option<DevBuf>,
 }
 
 /// Whether no buffer of `outs` overlaps x (a product that wrote x itself
@@ -164,6 +166,7 @@ impl CudaOps {
             kept_logits: None,
             blas: BlasSlot::Untried,
             blas_scratch: None,
+            moe_step: None,
         }
     }
 
@@ -1069,21 +1072,38 @@ impl Ops for CudaOps {
         s: AttentionShape,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
-        check_attention(q, k, v, cache, &s, out)?;
-        let (k_cache, v_cache) = cache.planes_mut(s.layer);
-        self.dev.bind()?;
-        let store = KvStoreArgs {
-            k: k.input(),
-            v: v.input(),
-            n: s.n_tokens,
-            n_head_kv: s.n_head_kv,
-            head_dim: s.head_dim,
-            window: self.cache_window(&s, cache),
-            k_cache,
-            v_cache,
-        };
-        self.dev.kernels.launch(&self.dev.stream, &store)?;
-        self.attend_cached(q, cache, s, out)
+        self.store_attend(q, k, v, cache, s, None, out)
+    }
+
+    /// The sinks in the softmax's denominator: a term of the attention
+    /// kernels' final normalisation (`sinks` argument).
+    fn attention_sinks(
+        &mut self,
+        q: &CudaBuf,
+        k: &CudaBuf,
+        v: &CudaBuf,
+        cache: &mut CudaCache,
+        s: AttentionShape,
+        sinks: &CudaWeight,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        if !is_f32_vector(sinks, s.n_head) {
+            return Err(shape_error(format!(
+                "attention sinks: {} values for {} heads",
+                sinks.cols, s.n_head
+            )));
+        }
+        check_weights("attention sinks", &[sinks])?;
+        self.store_attend(q, k, v, cache, s, Some(sinks.vector()), out)
+    }
+
+    fn moe(
+        &mut self,
+        x: &CudaBuf,
+        w: MoeWeights<'_, CudaWeight>,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        self.experts(x, &w, out)
     }
 
     /// Q's and K's norms and rotations and the KV store in one
@@ -1102,7 +1122,7 @@ impl Ops for CudaOps {
             return attend_in_steps(self, q, k, v, prep, cache, s, out);
         };
         self.dev.kernels.launch(&self.dev.stream, &args)?;
-        self.attend_cached(q, cache, s, out)
+        self.attend_cached(q, cache, s, None, out)
     }
 
     /// One row of x: Q, K and V, Q's and K's rotations and the KV store in
@@ -1120,7 +1140,7 @@ impl Ops for CudaOps {
             self.dev.kernels.launch(&self.dev.stream, &call)?;
             let [q, k, v] = qkv;
             self.x8_still_holds(x, &[&*q.out, &*k.out, &*v.out]);
-            return self.attend_cached(q.out, cache, s, out);
+            return self.attend_cached(q.out, cache, s, None, out);
         }
         project_attend_in_steps(self, x, qkv, prep, cache, s, out)
     }
@@ -1132,30 +1152,6 @@ impl Ops for CudaOps {
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
         self.glu(false, gate, up, out)
-    }
-
-    /// gpt-oss runs on the CPU backend for now: `CudaBackend::load` refuses
-    /// the architecture before these could be reached.
-    fn attention_sinks(
-        &mut self,
-        _q: &CudaBuf,
-        _k: &CudaBuf,
-        _v: &CudaBuf,
-        _cache: &mut CudaCache,
-        _shape: AttentionShape,
-        _sinks: &CudaWeight,
-        _out: &mut CudaBuf,
-    ) -> Result<(), BackendError> {
-        Err(gpt_oss_on_cpu())
-    }
-
-    fn moe(
-        &mut self,
-        _x: &CudaBuf,
-        _w: MoeWeights<'_, CudaWeight>,
-        _out: &mut CudaBuf,
-    ) -> Result<(), BackendError> {
-        Err(gpt_oss_on_cpu())
     }
 
     fn geglu(
@@ -1356,13 +1352,6 @@ impl Ops for CudaOps {
 
 /// The checked launch arguments of `out = x w^T (+ bias)` (shapes, weights
 /// and buffers as `matmul` refuses them).
-/// What the CUDA backend says of gpt-oss's own operations.
-fn gpt_oss_on_cpu() -> BackendError {
-    BackendError::InferenceFailed(
-        "attention sinks and experts run on --backend cpu only for now (issue 14)".into(),
-    )
-}
-
 fn matmul_args(
     x: &CudaBuf,
     w: &CudaWeight,

@@ -221,8 +221,8 @@ impl Module {
     /// compile, since a first start waits for its slowest unit.
     pub fn parts(self) -> u8 {
         match self {
-            Module::Matmul | Module::Matvec | Module::GemmTc | Module::Sample => 2,
-            Module::AttentionSplit => 3,
+            Module::Matmul | Module::GemmTc | Module::Sample => 2,
+            Module::Matvec | Module::AttentionSplit => 3,
             _ => 1,
         }
     }
@@ -236,14 +236,16 @@ impl Module {
     /// `matvec.cu`'s part 1 (`mmq_*`, short prompts) only for a format with
     /// such a kernel that the layers' matrices are stored in (it doubled
     /// the Q8_0 unit's compile time, and the reference model's Q8_0 matrix
-    /// is its embedding, never multiplied by a prompt); `gemm.cu`'s part 1
-    /// (`gemm_few_*`) likewise only for the layers' formats.
+    /// is its embedding, never multiplied by a prompt), its part 2
+    /// (`mv1e_*`) only for the formats experts are stored in; `gemm.cu`'s
+    /// part 1 (`gemm_few_*`) likewise only for the layers' formats.
     pub fn part_needed(self, part: u8, format: Option<GgmlType>, set: &KernelSet<'_>) -> bool {
         match (self, part) {
             (_, 0) => true,
             (Module::AttentionSplit, _) => {
                 !split_on_tensor_cores(set.head_dim) && (part == 1 || set.group > 4)
             }
+            (Module::Matvec, 2) => format.is_none_or(|f| set.expert_formats.contains(&f)),
             (Module::Matvec, _) => {
                 format.is_none_or(|f| has_mmq(f) && set.layer_formats.contains(&f))
             }
@@ -268,6 +270,8 @@ pub struct KernelSet<'a> {
     pub formats: &'a [GgmlType],
     /// The formats of the layers' matrices (those a prompt's rows meet).
     pub layer_formats: &'a [GgmlType],
+    /// The formats of a mixture of experts' 3-D expert matrices.
+    pub expert_formats: &'a [GgmlType],
     pub head_dim: usize,
     pub group: usize,
 }

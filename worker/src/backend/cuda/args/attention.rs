@@ -390,6 +390,9 @@ pub struct AttentionArgs {
     /// A sliding window: row `t` sees only the `sliding` positions up to
     /// `start_pos + t`; 0 for all of them. At most the capacity.
     pub sliding: usize,
+    /// `[n_head]` f32: each head's sink logit (gpt-oss), counted in its
+    /// softmax's denominator; or none.
+    pub sinks: Option<DevPtr<f32>>,
     /// `[n, n_head * head_dim]` f32.
     pub out: DevPtrMut<f32>,
     /// `attention_tc` (heads of [`ATC_HEAD_DIMS`] dims), else `attention`.
@@ -423,6 +426,7 @@ impl KernelCall for AttentionArgs {
         DevPtr<f16>,
         f32,
         i32,
+        DevPtr<f32>,
         DevPtrMut<f32>,
         DevPtrMut<i8>,
         DevPtrMut<i8>,
@@ -495,6 +499,7 @@ impl KernelCall for AttentionArgs {
             self.v_cache,
             self.scale,
             self.sliding as i32,
+            DevPtr::or_null(self.sinks),
             self.out,
             hi,
             lo,
@@ -663,6 +668,8 @@ pub struct AttentionCombineArgs {
     pub head_dim: usize,
     /// At most `ATS_MAX_SPLITS`.
     pub nsplit: usize,
+    /// As [`AttentionArgs::sinks`].
+    pub sinks: Option<DevPtr<f32>>,
     /// `[n_head * head_dim]` f32.
     pub out: DevPtrMut<f32>,
     /// As [`AttentionArgs::x8`].
@@ -675,6 +682,7 @@ impl KernelCall for AttentionCombineArgs {
         i32,
         i32,
         i32,
+        DevPtr<f32>,
         DevPtrMut<f32>,
         DevPtrMut<i8>,
         DevPtrMut<i8>,
@@ -715,6 +723,7 @@ impl KernelCall for AttentionCombineArgs {
             self.n_head as i32,
             self.head_dim as i32,
             self.nsplit as i32,
+            DevPtr::or_null(self.sinks),
             self.out,
             hi,
             lo,

@@ -8,9 +8,10 @@ use super::{
     check_bufs, is_f32_vector, matmul_args, shape_error, CudaBuf, CudaCache, CudaOps, CudaWeight,
 };
 use crate::backend::cuda::args::{
-    AttentionArgs, AttentionCombineArgs, AttentionSplitArgs, CacheWindow, MatVec8ManyCall,
-    MatVec8QkvCall, QkRopeStoreArgs, RopePairs,
+    AttentionArgs, AttentionCombineArgs, AttentionSplitArgs, CacheWindow, KvStoreArgs,
+    MatVec8ManyCall, MatVec8QkvCall, QkRopeStoreArgs, RopePairs,
 };
+use crate::backend::cuda::ptr::DevPtr;
 use crate::backend::cuda::source::ATT_MAX_HEAD_DIM;
 use crate::backend::BackendError;
 use crate::model::ops::{AttentionShape, Product, QkPrep};
@@ -78,6 +79,36 @@ impl CudaOps {
             pos_ptr: self.pos_ptr(),
             capacity: cache.capacity,
         }
+    }
+
+    /// `Ops::attention` (with each head's sink logit where `sinks` is
+    /// given, checked by the caller): the KV store, then attention.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn store_attend(
+        &mut self,
+        q: &CudaBuf,
+        k: &CudaBuf,
+        v: &CudaBuf,
+        cache: &mut CudaCache,
+        s: AttentionShape,
+        sinks: Option<DevPtr<f32>>,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        check_attention(q, k, v, cache, &s, out)?;
+        let (k_cache, v_cache) = cache.planes_mut(s.layer);
+        self.dev.bind()?;
+        let store = KvStoreArgs {
+            k: k.input(),
+            v: v.input(),
+            n: s.n_tokens,
+            n_head_kv: s.n_head_kv,
+            head_dim: s.head_dim,
+            window: self.cache_window(&s, cache),
+            k_cache,
+            v_cache,
+        };
+        self.dev.kernels.launch(&self.dev.stream, &store)?;
+        self.attend_cached(q, cache, s, sinks, out)
     }
 
     /// The checked `qk_rope_store` launch of an `attend` call, or `None`
@@ -189,11 +220,13 @@ impl CudaOps {
     /// split across the context for a long decode step, one block per
     /// (row, head) or on tensor cores otherwise. One row of output is also
     /// split for the next mat-vec (saving `quantize_x8` before `wo`).
+    /// `sinks`: each head's sink logit (gpt-oss), checked by the caller.
     pub(super) fn attend_cached(
         &mut self,
         q: &CudaBuf,
         cache: &mut CudaCache,
         s: AttentionShape,
+        sinks: Option<DevPtr<f32>>,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
         let (n, hd) = (s.n_tokens, s.head_dim);
@@ -233,6 +266,7 @@ impl CudaOps {
                 n_head,
                 head_dim: hd,
                 nsplit,
+                sinks,
                 out: out.output(),
                 x8,
             };
@@ -253,6 +287,7 @@ impl CudaOps {
             v_cache,
             scale,
             sliding,
+            sinks,
             out: out.output(),
             tensor_cores,
             x8,

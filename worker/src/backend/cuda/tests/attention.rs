@@ -148,7 +148,8 @@ fn rope_matches_cpu_in_both_styles() {
 }
 
 /// Runs the same sequence of attention calls (prefill, then decode steps)
-/// on both backends and compares every output.
+/// on both backends and compares every output: the second layer's with a
+/// sink logit per head (`attention_sinks`, gpt-oss).
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
 fn attention_matches_cpu_over_prefill_and_decode() {
@@ -190,6 +191,12 @@ fn attention_matches_cpu_over_prefill_and_decode() {
         dev().kernels.set_split_min_context(split_from);
         dev().kernels.set_attention_tc_min_rows(tc_from);
         let n_layer = 2;
+        // Layer 1 with a sink logit per head (gpt-oss): some above every
+        // score, some below, some near.
+        let sinks: Vec<f32> = (0..n_head)
+            .map(|_| rng.random_range(-3.0f32..6.0))
+            .collect();
+        let sinks = test_weight(&mut ops, GgmlType::F32, 1, n_head, &sinks);
         let mut cpu_cache = CpuCache::new(n_layer, capacity, n_kv * hd);
         let mut gpu_cache = CudaCache::new(&dev(), n_layer, n_kv, hd, capacity).unwrap();
         let mut pos = 0;
@@ -214,34 +221,45 @@ fn attention_matches_cpu_over_prefill_and_decode() {
                 let kv = random_vec(&mut rng, n * n_kv * hd, 2.0);
                 let vv = random_vec(&mut rng, n * n_kv * hd, 2.0);
                 let mut cpu_out = cpu_buf(n, n_head * hd, vec![0.0; n * n_head * hd]);
-                CpuOps
-                    .attention(
-                        &cpu_buf(n, n_head * hd, qv.clone()),
-                        &cpu_buf(n, n_kv * hd, kv.clone()),
-                        &cpu_buf(n, n_kv * hd, vv.clone()),
-                        &mut cpu_cache,
-                        s,
-                        &mut cpu_out,
-                    )
-                    .unwrap();
+                let (cq, ck, cv) = (
+                    cpu_buf(n, n_head * hd, qv.clone()),
+                    cpu_buf(n, n_kv * hd, kv.clone()),
+                    cpu_buf(n, n_kv * hd, vv.clone()),
+                );
+                let with_sinks = layer == 1;
+                if with_sinks {
+                    CpuOps
+                        .attention_sinks(&cq, &ck, &cv, &mut cpu_cache, s, &sinks.cpu, &mut cpu_out)
+                        .unwrap();
+                } else {
+                    CpuOps
+                        .attention(&cq, &ck, &cv, &mut cpu_cache, s, &mut cpu_out)
+                        .unwrap();
+                }
                 let (q, k, v) = (
                     ops.upload(n, n_head * hd, &qv).unwrap(),
                     ops.upload(n, n_kv * hd, &kv).unwrap(),
                     ops.upload(n, n_kv * hd, &vv).unwrap(),
                 );
                 let mut out = ops.buf(n, n_head * hd).unwrap();
-                ops.attention(&q, &k, &v, &mut gpu_cache, s, &mut out)
-                    .unwrap();
+                let run = |ops: &mut CudaOps, cache: &mut CudaCache, out: &mut CudaBuf| {
+                    if with_sinks {
+                        ops.attention_sinks(&q, &k, &v, cache, s, &sinks.gpu, out)
+                    } else {
+                        ops.attention(&q, &k, &v, cache, s, out)
+                    }
+                    .unwrap()
+                };
+                run(&mut ops, &mut gpu_cache, &mut out);
                 let g = host(&mut ops, &out);
                 let e = rel_err(&g, &cpu_out.data);
                 assert!(
                     e <= 1e-2,
-                    "attention {n_head}/{n_kv}x{hd} pos {pos} n {n} window {window:?} split from {split_from} tc from {tc_from}: {e:e}"
+                    "attention {n_head}/{n_kv}x{hd} pos {pos} n {n} window {window:?} sinks {with_sinks} split from {split_from} tc from {tc_from}: {e:e}"
                 );
                 worst = worst.max(e);
                 assert_deterministic("attention", || {
-                    ops.attention(&q, &k, &v, &mut gpu_cache, s, &mut out)
-                        .unwrap();
+                    run(&mut ops, &mut gpu_cache, &mut out);
                     host(&mut ops, &out)
                 });
                 // The current positions' K/V are in the cache, rounded to f16.
@@ -279,7 +297,7 @@ fn attention_matches_cpu_over_prefill_and_decode() {
     dev()
         .kernels
         .set_attention_tc_min_rows(kernels::ATC_MIN_ROWS);
-    eprintln!("attention (f16 KV): max relative error {worst:.2e}");
+    eprintln!("attention (f16 KV; layer 1 with sinks): max relative error {worst:.2e}");
 }
 
 /// `attend` normalises and turns Q and K and stores K and V in one

@@ -76,6 +76,7 @@ fn per_format_units_hold_only_their_format() {
         Some(KernelSet {
             formats,
             layer_formats: formats,
+            expert_formats: formats,
             head_dim: 64,
             group: 8,
         })
@@ -98,8 +99,8 @@ fn per_format_units_hold_only_their_format() {
         .into_iter()
         .filter(|u| u.format.is_some())
         .collect();
-    // Every part of every per-format module, but matvec.cu's mmq part only
-    // for the formats with such a kernel.
+    // Every part of every per-format module (experts in every format), but
+    // matvec.cu's mmq part only for the formats with such a kernel.
     let mmq_formats = GgmlType::ALL
         .iter()
         .filter(|&&t| crate::backend::cuda::source::has_mmq(t))
@@ -181,6 +182,7 @@ fn head_size_units_hold_only_their_head_size() {
         let set = KernelSet {
             formats: &[GgmlType::Q8_0],
             layer_formats: &[GgmlType::Q8_0],
+            expert_formats: &[],
             head_dim,
             group: 8,
         };
@@ -240,6 +242,7 @@ fn attention_split_compiles_the_models_group_only() {
         let set = KernelSet {
             formats: &[GgmlType::Q4K],
             layer_formats: &[GgmlType::Q4K],
+            expert_formats: &[],
             head_dim,
             group,
         };
@@ -264,6 +267,7 @@ fn mmq_compiles_only_for_layers_in_its_format() {
         let set = KernelSet {
             formats: &[GgmlType::Q4_1, GgmlType::Q8_0],
             layer_formats,
+            expert_formats: &[],
             head_dim: 64,
             group: 3,
         };
@@ -339,6 +343,7 @@ fn every_kernel_symbol_is_defined_in_its_module() {
             Kernel::MatVecWarp(_) => src.contains("mvw_##name"),
             Kernel::Gemm(_) => src.contains("gemm_##name"),
             Kernel::MatVec1(_) => src.contains("mv1_##name"),
+            Kernel::MatVecExperts(_) => src.contains("mv1e_##name"),
             Kernel::MatVec8(t) => {
                 src.contains("mv8_##name")
                     && src.contains(&format!("DEF_MV8({}, ", t.name().to_ascii_lowercase()))
@@ -452,6 +457,7 @@ fn c_signature(k: Kernel) -> Vec<String> {
         Kernel::MatVecWarp(_) => vec!["mvw_##name(".to_string()],
         Kernel::Gemm(_) => vec!["gemm_##name(".to_string()],
         Kernel::MatVec1(_) => vec!["mv1_##name(".to_string()],
+        Kernel::MatVecExperts(_) => vec!["mv1e_##name(".to_string()],
         Kernel::MatVec8(_) => vec!["mv8_##name(".to_string()],
         Kernel::MatVec8Many(_) => vec!["mv8m_##name(".to_string()],
         Kernel::MatVec8Qkv(_) => vec!["mv8q_##name(".to_string()],
@@ -501,6 +507,7 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
             v.push((Kernel::GemmTc(t), sig::<MatmulCall>()));
         }
         v.push((Kernel::MatVec1(t), sig::<MatVec1Call>()));
+        v.push((Kernel::MatVecExperts(t), sig::<ExpertMatVecArgs>()));
         v.push((Kernel::DequantF16(t), sig::<DequantF16Args>()));
         if crate::backend::cuda::launch::integer_gemm(t) {
             v.push((Kernel::GemmTcSplit(t), sig::<GemmTcSplitCall>()));
@@ -540,6 +547,9 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         (Kernel::AttentionCombine, sig::<AttentionCombineArgs>()),
         (Kernel::QkRopeStore, sig::<QkRopeStoreArgs>()),
         (Kernel::Swiglu, sig::<SwigluArgs>()),
+        (Kernel::SwigluOai, sig::<SwigluOaiArgs>()),
+        (Kernel::MoeRoute, sig::<MoeRouteArgs>()),
+        (Kernel::MoeSum, sig::<MoeSumArgs>()),
         (Kernel::Geglu, sig::<SwigluArgs>()),
         (Kernel::Gelu, sig::<GeluArgs>()),
         (Kernel::AddAssign, sig::<AddAssignArgs>()),
@@ -632,6 +642,7 @@ fn units_are_found_again_by_their_stem() {
     let set = KernelSet {
         formats: &GgmlType::ALL,
         layer_formats: &GgmlType::ALL,
+        expert_formats: &GgmlType::ALL,
         head_dim: 80,
         group: 8,
     };

@@ -274,6 +274,7 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
         v_cache,
         scale: 0.125,
         sliding: 0,
+        sinks: None,
         out,
         tensor_cores: false,
         x8: None,

@@ -132,6 +132,7 @@ fn a_context_for_some_formats_runs_them_and_refuses_others() {
     let set = KernelSet {
         formats: &[GgmlType::Q4K],
         layer_formats: &[GgmlType::Q4K],
+        expert_formats: &[],
         head_dim: 64,
         group: 1,
     };

@@ -37,6 +37,7 @@ mod launchers;
 mod matmul;
 mod memcheck;
 mod model;
+mod moe;
 mod norm;
 mod safety;
 mod sample;

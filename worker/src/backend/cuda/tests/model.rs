@@ -426,6 +426,54 @@ fn phi3_and_gpt2_shapes_match_the_cpu_backend() {
     }
 }
 
+/// gpt-oss (attention sinks, a 128-position window on every other layer,
+/// YaRN, experts in MXFP4 chosen on the device): the harness's small
+/// gpt-oss preset (the real vocabulary and layout), GPU vs CPU logits at
+/// every position of a prefill that runs past the window and of decode
+/// steps after it, on the graph path; then decode steps with attention
+/// split over the context (the sink in `attention_combine`).
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn gpt_oss_matches_the_cpu_backend() {
+    use harness::synth;
+    let _gpu = shared_gpu();
+    let dir = tempfile::tempdir().unwrap();
+    let preset = synth::preset("gpt-oss").unwrap();
+    let opts = synth::Options {
+        preset,
+        format: preset.default_format,
+        seed: 0,
+        threads: 16,
+    };
+    let Some(reference) = reference_model_path() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must fetch the reference model"
+        );
+        eprintln!("skipping: the reference model is absent");
+        return;
+    };
+    let path = dir.path().join("gpt-oss.gguf");
+    synth::write_file(&opts, &reference, &path).unwrap();
+    let file = Arc::new(GgufFile::open(&path).unwrap());
+    let (mut cpu, mut gpu) = both_backends(file, &CudaLoadOptions::default());
+    let vocab = cpu.config().vocab_size as u32;
+    let tokens: Vec<u32> = (0..160u32).map(|i| (i * 7919 + 11) % vocab).collect();
+    let e = compare_sequence(&mut cpu, &mut gpu, &tokens, 150, "gpt-oss");
+    gpu.cuda_device().kernels.set_split_min_context(0);
+    let short = compare_sequence(
+        &mut cpu,
+        &mut gpu,
+        &tokens[..40],
+        30,
+        "gpt-oss, split decode",
+    );
+    gpu.cuda_device()
+        .kernels
+        .set_split_min_context(kernels::SPLIT_MIN_CONTEXT);
+    eprintln!("gpt-oss: GPU vs CPU logits at 160 positions: max relative error {e:.2e}; split decode {short:.2e}");
+}
+
 /// Decode speed, time to first token and prefill speed at SmolLM2-135M's shapes.
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
