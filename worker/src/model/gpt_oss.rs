@@ -5,7 +5,7 @@
 //! RoPE with YaRN (`config::Yarn`, a factor table), attention with a
 //! learned sink per head and a 128-position window on every other layer
 //! (the first included), the residual, `post_attention_norm`, then a
-//! mixture of experts (`Ops::moe`: a biased router, the best `used` of
+//! mixture of experts (a biased router, then `Ops::moe`: the best `used` of
 //! `count` experts weighted by a softmax over their logits, clamped SwiGLU
 //! experts with biases, their matrices in MXFP4) and the residual.
 
@@ -166,6 +166,7 @@ pub fn forward<O: Ops>(
     let mut v = ops.buf(n, kvd)?;
     let mut attn = ops.buf(n, qd)?;
     let mut proj = ops.buf(n, d)?;
+    let mut router = ops.buf(n, moe.count)?;
     let rope = |n_head| parts::rope_params(cfg, n_head, start_pos, w.rope_factors.as_deref());
 
     if let Some(first) = w.layers.first() {
@@ -198,9 +199,10 @@ pub fn forward<O: Ops>(
         ops.matmul(&attn, &l.wo, Some(&l.bo), &mut proj)?;
         ops.add_rms_norm(&mut x, &proj, &l.post_attention_norm, cfg.norm_eps, &mut h)?;
 
+        ops.matmul(&h, &l.router, Some(&l.router_bias), &mut router)?;
+        pass.rec
+            .record(ops, &format!("ffn_moe_logits-{il}"), &router)?;
         let experts = MoeWeights {
-            router: &l.router,
-            router_bias: &l.router_bias,
             gate: &l.gate,
             gate_bias: &l.gate_bias,
             up: &l.up,
@@ -210,7 +212,7 @@ pub fn forward<O: Ops>(
             experts: moe.count,
             used: moe.used,
         };
-        ops.moe(&h, experts, &mut proj)?;
+        ops.moe(&h, &router, experts, &mut proj)?;
         match w.layers.get(il + 1) {
             Some(next) => ops.add_rms_norm(&mut x, &proj, &next.attn_norm, cfg.norm_eps, &mut h)?,
             None => ops.add_assign(&mut x, &proj)?,

@@ -204,13 +204,12 @@ pub fn project_attend_in_steps<O: Ops + ?Sized>(
     ops.attend(q.out, k.out, v.out, prep, cache, shape, out)
 }
 
-/// A mixture-of-experts feed-forward (gpt-oss): the router (`[experts,
-/// n_embd]`) and its bias, and the experts' gate, up (`[experts * n_ff,
-/// n_embd]`, expert `e`'s rows `e * n_ff..`) and down (`[experts * n_embd,
-/// n_ff]`) matrices, each bias `[experts, rows]`; `used` experts a token.
+/// A mixture-of-experts feed-forward's experts (gpt-oss): their gate, up
+/// (`[experts * n_embd... ]`: `[experts * n_ff, n_embd]`, expert `e`'s rows
+/// `e * n_ff..`) and down (`[experts * n_embd, n_ff]`) matrices, each bias
+/// `[experts, rows]`; `used` experts a token. The router's product is the
+/// graph's own (`ffn_moe_logits`, as llama.cpp names it).
 pub struct MoeWeights<'a, W> {
-    pub router: &'a W,
-    pub router_bias: &'a W,
     pub gate: &'a W,
     pub gate_bias: &'a W,
     pub up: &'a W,
@@ -342,14 +341,15 @@ pub trait Ops {
 
     /// A mixture-of-experts feed-forward, row by row of `x` (`[n, n_embd]`
     /// into `out`, the same shape), as llama.cpp's `build_moe_ffn` runs
-    /// gpt-oss: the router's logits (`router x + bias`), the `used` highest
-    /// of them (the lower expert first on a tie), a softmax over those as
+    /// gpt-oss: of the router's `logits` (`[n, experts]`), the `used`
+    /// highest (the lower expert first on a tie), a softmax over those as
     /// the experts' weights; each chosen expert's `down(swiglu_oai(gate x +
     /// b, up x + b)) + b`, where `swiglu_oai(g, u) = min(g, 7) *
     /// sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1)`, weighted and summed.
     fn moe(
         &mut self,
         x: &Self::Buf,
+        logits: &Self::Buf,
         w: MoeWeights<'_, Self::Weight>,
         out: &mut Self::Buf,
     ) -> Result<(), Self::Error>;

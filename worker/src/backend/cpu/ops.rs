@@ -419,10 +419,11 @@ impl Ops for CpuOps {
     fn moe(
         &mut self,
         x: &CpuBuf,
+        logits: &CpuBuf,
         w: MoeWeights<'_, CpuWeight>,
         out: &mut CpuBuf,
     ) -> Result<(), BackendError> {
-        moe(x, &w, out)
+        moe(x, logits, &w, out)
     }
 
     fn swiglu(&mut self, gate: &CpuBuf, up: &CpuBuf, out: &mut CpuBuf) -> Result<(), BackendError> {
@@ -674,7 +675,12 @@ fn stored_products(
 }
 
 /// [`Ops::moe`] on the CPU.
-fn moe(x: &CpuBuf, w: &MoeWeights<'_, CpuWeight>, out: &mut CpuBuf) -> Result<(), BackendError> {
+fn moe(
+    x: &CpuBuf,
+    logits: &CpuBuf,
+    w: &MoeWeights<'_, CpuWeight>,
+    out: &mut CpuBuf,
+) -> Result<(), BackendError> {
     let (n_embd, experts, used) = (x.cols, w.experts, w.used);
     let gate_rows = w.gate.matrix("moe: gate")?.rows;
     if experts == 0 || gate_rows % experts != 0 {
@@ -684,17 +690,12 @@ fn moe(x: &CpuBuf, w: &MoeWeights<'_, CpuWeight>, out: &mut CpuBuf) -> Result<()
     if out.rows != x.rows || out.cols != n_embd || used == 0 || used > experts {
         return Err(shape_error("moe"));
     }
-    let router_bias = w.router_bias.values();
-    if router_bias.len() != experts {
-        return Err(shape_error("moe router bias"));
+    if logits.rows != x.rows || logits.cols != experts {
+        return Err(shape_error("moe router logits"));
     }
     for t in 0..x.rows {
         let xr = x.row(t);
-        let logits: Vec<f32> = stored_products(w.router, 0, experts, xr)?
-            .iter()
-            .zip(router_bias)
-            .map(|(l, b)| l + b)
-            .collect();
+        let logits = logits.row(t);
         let mut order: Vec<usize> = (0..experts).collect();
         order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
         let chosen = &order[..used];

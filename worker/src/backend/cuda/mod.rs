@@ -310,7 +310,7 @@ impl CudaBackend {
             ops.reserve_x8(cols)?;
         }
         if let Some(m) = cfg.moe {
-            ops.reserve_moe(m.count, m.used, m.n_ff, cfg.n_embd)?;
+            ops.reserve_moe(m.used, m.n_ff, cfg.n_embd)?;
         }
         // Prefill's cuBLAS handle and f16 scratch, sized for the layers'
         // matrices (an LM head multiplied for many rows goes in more chunks).

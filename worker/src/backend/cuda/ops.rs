@@ -1100,10 +1100,11 @@ impl Ops for CudaOps {
     fn moe(
         &mut self,
         x: &CudaBuf,
+        logits: &CudaBuf,
         w: MoeWeights<'_, CudaWeight>,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
-        self.experts(x, &w, out)
+        self.experts(x, logits, &w, out)
     }
 
     /// Q's and K's norms and rotations and the KV store in one

@@ -1,5 +1,5 @@
 //! A mixture-of-experts feed-forward on `CudaOps` (gpt-oss's `Ops::moe`):
-//! the router's product, the choice of experts and their weights on the
+//! from the router's logits, the choice of experts and their weights on the
 //! device (`moe_route`), the chosen experts' gate and up products
 //! (`mv1e_*`: only their rows of the stacked expert matrices are read), the
 //! clamped SwiGLU, their down products and the weighted sum. Nothing goes to
@@ -10,19 +10,12 @@ use crate::backend::cuda::args::{ExpertMatVecArgs, MoeRouteArgs, MoeSumArgs, Swi
 use crate::backend::cuda::device::{align_up, Purpose};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::BackendError;
-use crate::model::ops::{MoeWeights, Ops};
+use crate::model::ops::MoeWeights;
 use crate::quant::GgmlType;
 
 /// The parts of one call's scratch, `rows` rows of x: each `(rows, cols)`.
-fn scratch_parts(
-    rows: usize,
-    experts: usize,
-    used: usize,
-    n_ff: usize,
-    d: usize,
-) -> [(usize, usize); 7] {
+fn scratch_parts(rows: usize, used: usize, n_ff: usize, d: usize) -> [(usize, usize); 6] {
     [
-        (rows, experts),     // router logits
         (rows, used),        // chosen experts (i32)
         (rows, used),        // their weights
         (rows * used, n_ff), // gate
@@ -49,6 +42,7 @@ struct MoeShape {
 
 fn check_moe(
     x: &CudaBuf,
+    logits: &CudaBuf,
     w: &MoeWeights<'_, CudaWeight>,
     out: &CudaBuf,
 ) -> Result<MoeShape, BackendError> {
@@ -60,6 +54,9 @@ fn check_moe(
     if out.rows != x.rows || out.cols != d {
         return Err(bad("output"));
     }
+    if logits.rows != x.rows || logits.cols != experts {
+        return Err(bad("router logits"));
+    }
     let n_ff = w.gate.rows / experts;
     let stacked =
         |m: &CudaWeight, rows: usize, cols: usize| m.rows == experts * rows && m.cols == cols;
@@ -70,14 +67,10 @@ fn check_moe(
     {
         return Err(bad("expert matrices"));
     }
-    if w.router.rows != experts || w.router.cols != d {
-        return Err(bad("router"));
-    }
     let f32_rows = |b: &CudaWeight, rows: usize, cols: usize| {
         b.ty == GgmlType::F32 && b.rows == rows && b.cols == cols
     };
-    if !f32_rows(w.router_bias, 1, experts)
-        || !f32_rows(w.gate_bias, experts, n_ff)
+    if !f32_rows(w.gate_bias, experts, n_ff)
         || !f32_rows(w.up_bias, experts, n_ff)
         || !f32_rows(w.down_bias, experts, d)
     {
@@ -85,18 +78,9 @@ fn check_moe(
     }
     check_weights(
         "moe",
-        &[
-            w.router,
-            w.router_bias,
-            w.gate,
-            w.gate_bias,
-            w.up,
-            w.up_bias,
-            w.down,
-            w.down_bias,
-        ],
+        &[w.gate, w.gate_bias, w.up, w.up_bias, w.down, w.down_bias],
     )?;
-    check_bufs("moe", &[x, out])?;
+    check_bufs("moe", &[x, logits, out])?;
     Ok(MoeShape {
         experts,
         used,
@@ -112,14 +96,8 @@ fn view(ptr: u64, rows: usize, cols: usize) -> CudaBuf {
 impl CudaOps {
     /// Room for a decode step's `moe` scratch, made at load: a step inside
     /// a CUDA graph may not allocate.
-    pub fn reserve_moe(
-        &mut self,
-        experts: usize,
-        used: usize,
-        n_ff: usize,
-        d: usize,
-    ) -> Result<(), BackendError> {
-        let bytes = scratch_bytes(&scratch_parts(1, experts, used, n_ff, d));
+    pub fn reserve_moe(&mut self, used: usize, n_ff: usize, d: usize) -> Result<(), BackendError> {
+        let bytes = scratch_bytes(&scratch_parts(1, used, n_ff, d));
         if self.moe_step.as_ref().is_some_and(|b| b.bytes() >= bytes) {
             return Ok(());
         }
@@ -133,16 +111,18 @@ impl CudaOps {
     pub(super) fn experts(
         &mut self,
         x: &CudaBuf,
+        logits: &CudaBuf,
         w: &MoeWeights<'_, CudaWeight>,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
-        let shape = check_moe(x, w, out)?;
+        let shape = check_moe(x, logits, w, out)?;
         let step = (65535 / shape.used).max(1);
         for t0 in (0..x.rows).step_by(step) {
             let rows = step.min(x.rows - t0);
             let xs = view(x.row_ptr(t0), rows, x.cols);
+            let ls = view(logits.row_ptr(t0), rows, logits.cols);
             let mut os = view(out.row_ptr(t0), rows, out.cols);
-            self.experts_rows(&xs, w, &shape, &mut os)?;
+            self.experts_rows(&xs, &ls, w, &shape, &mut os)?;
         }
         Ok(())
     }
@@ -150,12 +130,13 @@ impl CudaOps {
     fn experts_rows(
         &mut self,
         x: &CudaBuf,
+        logits: &CudaBuf,
         w: &MoeWeights<'_, CudaWeight>,
         s: &MoeShape,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
         let (rows, d, used) = (x.rows, x.cols, s.used);
-        let parts = scratch_parts(rows, s.experts, used, s.n_ff, d);
+        let parts = scratch_parts(rows, used, s.n_ff, d);
         let bytes = scratch_bytes(&parts);
         // Inside a capture, the block reserved at load (one row); else the pool.
         let pooled = match self.capture {
@@ -177,12 +158,9 @@ impl CudaOps {
             views.push(view(at, r, c));
             at += align_up((r * c * 4) as u64);
         }
-        let [mut logits, ids, mut weights, mut gate, mut up, mut act, mut down]: [CudaBuf; 7] =
-            views
-                .try_into()
-                .map_err(|_| shape_error("moe scratch".into()))?;
-
-        self.matmul(x, w.router, Some(w.router_bias), &mut logits)?;
+        let [ids, mut weights, mut gate, mut up, mut act, mut down]: [CudaBuf; 6] = views
+            .try_into()
+            .map_err(|_| shape_error("moe scratch".into()))?;
         self.dev.bind()?;
         let k = &self.dev.kernels;
         let st = &self.dev.stream;

@@ -47,8 +47,6 @@ impl Experts {
 
     fn cpu(&self, experts: usize, used: usize) -> MoeWeights<'_, CpuWeight> {
         MoeWeights {
-            router: &self.router.cpu,
-            router_bias: &self.router_bias.cpu,
             gate: &self.gate.cpu,
             gate_bias: &self.gate_bias.cpu,
             up: &self.up.cpu,
@@ -62,8 +60,6 @@ impl Experts {
 
     fn gpu(&self, experts: usize, used: usize) -> MoeWeights<'_, CudaWeight> {
         MoeWeights {
-            router: &self.router.gpu,
-            router_bias: &self.router_bias.gpu,
             gate: &self.gate.gpu,
             gate_bias: &self.gate_bias.gpu,
             up: &self.up.gpu,
@@ -97,29 +93,42 @@ fn moe_matches_cpu_for_decode_and_prefill_rows() {
         let w = Experts::random(&mut ops, &mut rng, router_ty, ty, experts, d, ff);
         for n in [1, 3, 70] {
             let xv = random_vec(&mut rng, n * d, 1.0);
+            // The router's logits as the graph makes them, on each backend.
+            let cx = cpu_buf(n, d, xv.clone());
+            let mut cl = cpu_buf(n, experts, vec![0.0; n * experts]);
             let mut want = cpu_buf(n, d, vec![0.0; n * d]);
             CpuOps
-                .moe(&cpu_buf(n, d, xv.clone()), w.cpu(experts, used), &mut want)
+                .matmul(&cx, &w.router.cpu, Some(&w.router_bias.cpu), &mut cl)
+                .unwrap();
+            CpuOps
+                .moe(&cx, &cl, w.cpu(experts, used), &mut want)
                 .unwrap();
             let x = ops.upload(n, d, &xv).unwrap();
+            let mut logits = ops.buf(n, experts).unwrap();
             let mut out = ops.buf(n, d).unwrap();
-            ops.moe(&x, w.gpu(experts, used), &mut out).unwrap();
+            ops.matmul(&x, &w.router.gpu, Some(&w.router_bias.gpu), &mut logits)
+                .unwrap();
+            ops.moe(&x, &logits, w.gpu(experts, used), &mut out)
+                .unwrap();
             let got = host(&mut ops, &out);
             let e = rel_err(&got, &want.data);
             assert!(
-                e <= 1e-4,
+                e <= 1e-3,
                 "moe {used} of {experts} {ty} experts, {d}x{ff}, {n} rows: relative error {e:e}"
             );
             worst = worst.max(e);
             assert_deterministic("moe", || {
-                ops.moe(&x, w.gpu(experts, used), &mut out).unwrap();
+                ops.moe(&x, &logits, w.gpu(experts, used), &mut out)
+                    .unwrap();
                 host(&mut ops, &out)
             });
         }
         // More experts used than there are is refused before any launch.
         let x = ops.buf(1, d).unwrap();
+        let logits = ops.buf(1, experts).unwrap();
         let mut out = ops.buf(1, d).unwrap();
-        assert!(ops.moe(&x, w.gpu(experts, experts + 1), &mut out).is_err());
+        let too_many = w.gpu(experts, experts + 1);
+        assert!(ops.moe(&x, &logits, too_many, &mut out).is_err());
     }
     eprintln!("moe: max relative error {worst:.2e}");
 }
