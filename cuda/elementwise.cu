@@ -68,24 +68,56 @@ extern "C" __global__ void copy_cols(const float* __restrict__ x, int x_cols, in
 // the `used` highest logits, the lower expert first on a tie, into
 // ids[t * used + k] in that order, and their softmax into weights (the
 // exponentials in f32 from the highest, their sum in f64, as the CPU
-// backend computes them). A thread per row: experts and used are small.
-extern "C" __global__ void moe_route(const float* __restrict__ logits, int n, int experts, int used,
-                                     int* __restrict__ ids, float* __restrict__ weights) {
+// backend computes them). A warp per row (MOE_ROUTE_ROWS a block): lane l
+// holds experts l, l + 32, ... (at most MOE_MAX_EXPERTS), and each choice
+// is a warp's arg-max over the experts not chosen yet.
+#if !defined(MOE_MAX_EXPERTS) || !defined(MOE_ROUTE_ROWS)
+#error "MOE_MAX_EXPERTS and MOE_ROUTE_ROWS come from the worker as -D options"
+#endif
+static_assert(MOE_MAX_EXPERTS % 32 == 0, "whole lanes");
+extern "C" __global__ void __launch_bounds__(MOE_ROUTE_ROWS * 32)
+    moe_route(const float* __restrict__ logits, int n, int experts, int used, int* __restrict__ ids,
+              float* __restrict__ weights) {
     pdl_start();
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    constexpr int PER_LANE = MOE_MAX_EXPERTS / 32;
+    const int lane = threadIdx.x & 31;
+    const int t = blockIdx.x * MOE_ROUTE_ROWS + (threadIdx.x >> 5);
     if (t >= n) return;
     const float* l = logits + (i64)t * experts;
     int* id = ids + (i64)t * used;
     float* w = weights + (i64)t * used;
-    for (int k = 0; k < used; k++) {
-        int best = -1;
-        for (int e = 0; e < experts; e++) {
-            bool taken = false;
-            for (int j = 0; j < k; j++) taken |= id[j] == e;
-            if (!taken && (best < 0 || l[e] > l[best])) best = e;
-        }
-        id[k] = best;
+    float v[PER_LANE];
+    bool open[PER_LANE];
+#pragma unroll
+    for (int j = 0; j < PER_LANE; j++) {
+        const int e = lane + 32 * j;
+        open[j] = e < experts;
+        v[j] = open[j] ? l[e] : NEG_INF;
     }
+    for (int k = 0; k < used; k++) {
+        float bv = NEG_INF;
+        int be = -1;
+#pragma unroll
+        for (int j = 0; j < PER_LANE; j++)
+            if (open[j] && (be < 0 || v[j] > bv)) {
+                bv = v[j];
+                be = lane + 32 * j;
+            }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            const float ov = __shfl_xor_sync(FULL_MASK, bv, off);
+            const int oe = __shfl_xor_sync(FULL_MASK, be, off);
+            if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) {
+                bv = ov;
+                be = oe;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < PER_LANE; j++)
+            if (be == lane + 32 * j) open[j] = false;
+        if (lane == 0) id[k] = be;
+    }
+    if (lane != 0) return;
     const float top = l[id[0]];
     double sum = 0.0;
     for (int k = 0; k < used; k++) {

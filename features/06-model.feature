@@ -65,7 +65,6 @@ Feature: Reading and placing the model
       | synthetic-tiny-phi3-128k | serves  |
       | synthetic-tiny-llama3.1  | serves  |
 
-    @pending-cuda:gpt-oss
     Examples:
       | model             | outcome |
       | synthetic-gpt-oss | serves  |
@@ -113,7 +112,7 @@ Feature: Reading and placing the model
       | synthetic-tiny-phi3-128k |
       | synthetic-tiny-llama3.1  |
 
-    @cuda @pending:gpt-oss
+    @cuda
     Examples:
       | model                 |
       | synthetic-gpt-oss-20b |

@@ -206,8 +206,7 @@ Feature: HTTP interface
       | model     | active | experts |
       | reference | absent | absent  |
 
-    # gpt-oss (the small preset: 4 experts, 2 a token) serves on the CPU; on CUDA it is pending (issue 14).
-    @pending-cuda:gpt-oss
+    # gpt-oss (the small preset: 4 experts, 2 a token).
     Examples:
       | model             | active | experts |
       | synthetic-gpt-oss | 2      | 4       |

@@ -32,7 +32,6 @@ Feature: Architecture adapters and their kernels
       | model          |
       | synthetic-gpt2 |
 
-    @pending:gpt-oss
     Examples:
       | model             |
       | synthetic-gpt-oss |
@@ -58,7 +57,6 @@ Feature: Architecture adapters and their kernels
       | model                  |
       | synthetic-llama-mxfp4  |
 
-    @pending:gpt-oss
     Examples:
       | model                  |
       | synthetic-gpt-oss      |

@@ -26,7 +26,7 @@ Feature: Performance budgets
       | synthetic-qwen2.5-0.5b | qwen2.5-0.5b |
       | synthetic-llama-3-8b   | llama-3-8b   |
 
-    @cuda @pending:gpt-oss
+    @cuda
     Examples:
       | model                 | key         |
       | synthetic-gpt-oss-20b | gpt-oss-20b |

@@ -40,8 +40,7 @@ Feature: Test suite
     When I shut the worker down by /shutdown
     Then the worker exits with code 0 within 30 s
 
-  # The CPU backend serves gpt-oss; on CUDA it is pending (issue 14).
-  @M0-W-1821 @any @pending-cuda:gpt-oss
+  @M0-W-1821 @any
   Scenario: gpt-oss vocabulary goldens encode and decode exactly, also through hf-json
     Given a worker on the "synthetic-gpt-oss" model
     Then every golden tokenizer vector of "testdata/golden-synth/gpt-oss-tokenize.json" encodes to its ids through /tokenize
@@ -56,7 +55,7 @@ Feature: Test suite
   Scenario: Every weight format's micro-goldens match the f32 CPU within 1%
     Then the worker's unit tests named "matches_cpu_for_every_format" pass
 
-  @M0-W-1823 @cuda @pending:gpt-oss
+  @M0-W-1823 @cuda
   Scenario: A GPT-OSS-20B-shaped synthetic model loads on one GPU and streams
     Given a worker on the "synthetic-gpt-oss-20b" model
     Then /health field "quant_kind" is "MXFP4"

@@ -13,6 +13,7 @@ pub mod client;
 pub mod events;
 pub mod fixtures;
 pub mod gguf;
+pub mod golden;
 pub mod matrix;
 pub mod parity;
 pub mod process;

@@ -44,6 +44,9 @@ FILES = [
     ("tiny-phi3-128k", "Q8_0"),
     ("tiny-llama3.1", "Q8_0"),
     ("gpt-oss", "Q8_0"),
+    # gpt-oss-20b's real shapes (a 12 GB file): made on the GPU machine with
+    # llama.cpp's CUDA build (--gpu), the worker compared on the GPU there.
+    ("gpt-oss-20b", "Q8_0"),
 ]
 SEED = 0
 PROMPTS = [
@@ -266,7 +269,10 @@ def main():
     ap.add_argument("--models", default="/tmp/golden-synth", help="where the files are written")
     ap.add_argument("--only", action="append", help="PRESET-FORMAT, repeatable")
     ap.add_argument("--keep", action="store_true", help="keep the files")
+    ap.add_argument("--gpu", action="store_true", help="llama-server with every layer on the GPU (-ngl 99)")
     args = ap.parse_args()
+    if args.gpu:
+        SERVER_ARGS.extend(["-ngl", "99"])
     os.makedirs(args.models, exist_ok=True)
     for preset, fmt in FILES:
         if args.only and f"{preset}-{fmt}" not in args.only:

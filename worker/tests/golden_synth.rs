@@ -7,55 +7,20 @@
 //! `synth_command` wrote them (same preset, format and seed: the bytes are a
 //! function of those alone, and harness's own tests check their sha256).
 //!
-//! Agreement (issue #13): llama.cpp's top-1 is ours, except where llama.cpp
-//! itself has a near tie (its top two within 0.25 nats, as the golden README
-//! allows), and the mean |ours − llama.cpp| over its listed tokens is at most
-//! 0.1 nats per file.
+//! Agreement (issue #13, `harness::golden`): llama.cpp's top-1 is ours, except
+//! where llama.cpp itself has a near tie (its top two within 0.25 nats, as the
+//! golden README allows), and the mean |ours − llama.cpp| over its listed
+//! tokens is at most 0.1 nats per file.
 
 use std::path::{Path, PathBuf};
 
+use harness::golden::{Agreement, Golden};
 use harness::synth::{self, Format};
-use serde::Deserialize;
 use worker_orcd::backend::Logits;
 use worker_orcd::load::{load_model, LoadOptions};
 
-const NEAR_TIE_NATS: f64 = 0.25;
-const MEAN_LOGPROB_DIFF: f64 = 0.1;
-
-#[derive(Deserialize)]
-struct Golden {
-    preset: String,
-    format: String,
-    seed: u64,
-    cases: Vec<Case>,
-}
-
-#[derive(Deserialize)]
-struct Case {
-    prompt_ids: Vec<u32>,
-    positions: Vec<Position>,
-}
-
-#[derive(Deserialize)]
-struct Position {
-    n_tokens: usize,
-    top10: Vec<Candidate>,
-}
-
-#[derive(Deserialize)]
-struct Candidate {
-    id: u32,
-    logprob: f64,
-}
-
 fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn log_softmax(logits: &[f32]) -> Vec<f64> {
-    let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
-    logits.iter().map(|&l| l as f64 - max - sum.ln()).collect()
 }
 
 /// The file a golden was made on, written into `dir`; `None` (outside CI)
@@ -88,16 +53,16 @@ fn synthesize(g: &Golden, dir: &Path) -> Option<PathBuf> {
     Some(out)
 }
 
-/// Compares one golden file; returns (positions, top-1 agreements, mean |Δ|, max |Δ|).
-fn compare(name: &str) -> Option<(usize, usize, f64, f64)> {
-    let path = workspace().join("testdata/golden-synth").join(name);
-    let g: Golden = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+/// Compares one golden file (see `harness::golden` for the rule).
+fn compare(name: &str) {
+    let g = Golden::read(&workspace().join("testdata/golden-synth").join(name)).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let file = synthesize(&g, dir.path())?;
+    let Some(file) = synthesize(&g, dir.path()) else {
+        return;
+    };
     let mut model = load_model(&file, &LoadOptions::default(), &mut |_| {}).unwrap();
     let vocab = model.info.vocab_size;
-    let (mut positions, mut top1, mut total, mut count, mut worst) = (0, 0, 0.0, 0, 0.0f64);
-    let mut failures = Vec::new();
+    let mut agreement = Agreement::default();
     for case in &g.cases {
         let n = case.prompt_ids.len();
         model.backend.begin_sequence(n).unwrap();
@@ -107,44 +72,12 @@ fn compare(name: &str) -> Option<(usize, usize, f64, f64)> {
             .forward(&case.prompt_ids, Logits::All, &mut logits, None)
             .unwrap();
         model.backend.end_sequence();
-        for pos in &case.positions {
-            let row = &logits[(pos.n_tokens - 1) * vocab..pos.n_tokens * vocab];
-            let ours = log_softmax(row);
-            let best = (0..vocab)
-                .max_by(|&a, &b| ours[a].total_cmp(&ours[b]))
-                .unwrap() as u32;
-            let theirs = &pos.top10[0];
-            positions += 1;
-            if best == theirs.id {
-                top1 += 1;
-            } else {
-                // A near tie in llama.cpp's own numbers: its log-probability of
-                // our token (listed or below its tenth) within 0.25 nats of its top.
-                let of_ours = pos.top10.iter().find(|c| c.id == best).map(|c| c.logprob);
-                let gap = of_ours.map_or(f64::INFINITY, |l| theirs.logprob - l);
-                if gap > NEAR_TIE_NATS {
-                    failures.push(format!(
-                        "{name}: {} tokens: top-1 {best}, llama.cpp {} (gap {gap:.3})",
-                        pos.n_tokens, theirs.id
-                    ));
-                }
-            }
-            for c in &pos.top10 {
-                let d = (ours[c.id as usize] - c.logprob).abs();
-                worst = worst.max(d);
-                total += d;
-                count += 1;
-            }
-        }
+        agreement.add_case(name, case, &logits, vocab);
     }
-    let mean = total / count as f64;
-    eprintln!("{name}: top-1 {top1}/{positions}; |log-prob difference| mean {mean:.4}, max {worst:.4} nats");
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    assert!(
-        mean <= MEAN_LOGPROB_DIFF,
-        "{name}: mean {mean:.4} > {MEAN_LOGPROB_DIFF}"
-    );
-    Some((positions, top1, mean, worst))
+    eprintln!("{}", agreement.summary(name));
+    if let Err(e) = agreement.check(name) {
+        panic!("{e}");
+    }
 }
 
 fn run(names: &[&str]) {

@@ -12,8 +12,8 @@ use crate::backend::cuda::ptr::Param;
 use crate::backend::cuda::source::{
     has_mmq, Module, ATC_BQ, ATC_SMEM_BYTES, ATC_THREADS, ATSC_THREADS, ATS_THREADS, ATT_THREADS,
     GEMM_BM, GEMM_BN, GEMM_THREADS, GF_MAX_TOKENS, GF_WARPS, GTC_BR, GTC_BT, GTC_SMEM_BYTES,
-    GTC_THREADS, MMQ_WARPS, MV1_ROWS, MV1_THREADS, MV8N_ROWS, MV8_ROWS, MV8_THREADS, MV_THREADS,
-    SAMPLE_ARGMAX_BLOCKS, SAMPLE_ARGMAX_THREADS, SAMPLE_THREADS,
+    GTC_THREADS, MMQ_WARPS, MOE_ROUTE_ROWS, MV1_ROWS, MV1_THREADS, MV8N_ROWS, MV8_ROWS,
+    MV8_THREADS, MV_THREADS, SAMPLE_ARGMAX_BLOCKS, SAMPLE_ARGMAX_THREADS, SAMPLE_THREADS,
 };
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -652,6 +652,11 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
             }
             Ok(blocks((n_head_kv as u32, nsplit as u32), ATS_THREADS))
         }
+        // A warp per row.
+        (Kernel::MoeRoute, Work::Rows { rows, .. }) => Ok(blocks(
+            ((rows as u32).div_ceil(MOE_ROUTE_ROWS), 1),
+            MOE_ROUTE_ROWS * 32,
+        )),
         // One block per head.
         (Kernel::AttentionCombine, Work::Rows { rows, .. }) => {
             Ok(blocks((rows as u32, 1), ATSC_THREADS))
@@ -667,7 +672,6 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
             | Kernel::KvStore
             | Kernel::Swiglu
             | Kernel::SwigluOai
-            | Kernel::MoeRoute
             | Kernel::MoeSum
             | Kernel::Geglu
             | Kernel::Gelu

@@ -57,6 +57,10 @@ shared_constants! {
     /// shared memory is sized for it; a multiple of 64, see attention.cu).
     ATT_THREADS: u32 = 256;
     ATT_MAX_HEAD_DIM: usize = 256;
+    /// `moe_route` (elementwise.cu): the most experts a router chooses
+    /// among (lanes of a warp hold them), and rows (warps) a block.
+    MOE_MAX_EXPERTS: usize = 256;
+    MOE_ROUTE_ROWS: u32 = 4;
     /// `mv1_*` (decode mat-vec, matvec.cu): threads per block, weight rows
     /// per block, and the depth of its pipeline of column tiles.
     MV1_THREADS: u32 = 256;

@@ -5,6 +5,7 @@
 use super::{plan, Stored};
 use crate::backend::cuda::launch::{refusal, Kernel, KernelCall, Plan, Work};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
+use crate::backend::cuda::source::MOE_MAX_EXPERTS;
 use crate::backend::BackendError;
 
 /// `moe_route`: for each row of `logits`, the `used` highest (the lower
@@ -36,11 +37,18 @@ impl KernelCall for MoeRouteArgs {
             ("ids", self.ids.addr()),
             ("weights", self.weights.addr()),
         ];
-        plan(Kernel::MoeRoute, dims, buffers, Work::Elements(self.n))
+        let work = Work::Rows {
+            rows: self.n,
+            cols: self.experts,
+        };
+        plan(Kernel::MoeRoute, dims, buffers, work)
     }
     fn validate(&self) -> Result<(), BackendError> {
-        if self.used > self.experts {
-            let msg = format!("{} of {} experts", self.used, self.experts);
+        if self.used > self.experts || self.experts > MOE_MAX_EXPERTS {
+            let msg = format!(
+                "{} of {} experts (at most {MOE_MAX_EXPERTS})",
+                self.used, self.experts
+            );
             return Err(refusal(Kernel::MoeRoute, msg));
         }
         Ok(())
