@@ -66,6 +66,17 @@
     X(q4_k, T_Q4_K) X(q5_k, T_Q5_K) X(q6_k, T_Q6_K)
 #define FOR_EACH_TYPE(X) FOR_EACH_FLOAT_TYPE(X) FOR_EACH_INT_TYPE(X)
 #endif
+// FOR_EACH_F16_TILE_TYPE: the formats whose blocks decode into f16 tiles
+// (gemm.cu's decode_f16): the integer ones and MXFP4 (experts' GEMM).
+#if defined(ONE_FORMAT_NAME) && defined(ONE_FORMAT_ID)
+#if INT_FORMAT_ID(ONE_FORMAT_ID) || ONE_FORMAT_ID == T_MXFP4
+#define FOR_EACH_F16_TILE_TYPE(X) FOR_EACH_TYPE(X)
+#else
+#define FOR_EACH_F16_TILE_TYPE(X)
+#endif
+#else
+#define FOR_EACH_F16_TILE_TYPE(X) FOR_EACH_INT_TYPE(X) X(mxfp4, T_MXFP4)
+#endif
 
 // A small integer (|q| < 2^22) to float without an I2F instruction, which
 // runs at a quarter of the FP32 rate on sm_80/sm_90 and limited the
@@ -149,7 +160,7 @@ template <int N, bool STREAM = false>
 __device__ __forceinline__ void ld_a16(const u8* p, u32* w) {
     constexpr int C = (4 * N + 14) / 16 + 1;
     const uint4* a = (const uint4*)((u64)p & ~(u64)15);
-    const int off = (int)((u64)p & 15), sh = (off & 2) * 8;
+    const int off = (int)((u64)p & 15), sh = (off & 3) * 8;  // any byte alignment
     u32 x[4 * C];
 #pragma unroll
     for (int c = 0; c < C; c++) {

@@ -141,21 +141,47 @@ extern "C" __global__ void swiglu_oai(const float* __restrict__ gate, const floa
     out[i] = __fmul_rn(s, __fadd_rn(u, 1.0f));
 }
 
-// out[t][c] = the sum over k in order of weights[t * used + k] * y[t * used
-// + k][c]: the chosen experts' outputs (biases added) weighed by the router.
-// A thread per output value (n = rows * cols).
-extern "C" __global__ void moe_sum(const float* __restrict__ y, const float* __restrict__ weights, int used, int cols,
-                                   i64 n, float* __restrict__ out) {
+// out[t][c] = the sum over k in order of weights[t * used + k] * y[s][c],
+// s = t * used + k (or pos[t * used + k] where rows of y were gathered by
+// expert): the chosen experts' outputs (biases added) weighed by the
+// router. A thread per output value (n = rows * cols).
+extern "C" __global__ void moe_sum(const float* __restrict__ y, const int* __restrict__ pos,
+                                   const float* __restrict__ weights, int used, int cols, i64 n,
+                                   float* __restrict__ out) {
     pdl_start();
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const i64 t = i / cols, c = i - t * cols;
     float acc = 0.0f;
     for (int k = 0; k < used; k++) {
-        const i64 s = t * used + k;
-        acc = __fadd_rn(acc, __fmul_rn(y[s * cols + c], weights[s]));
+        const i64 s = t * used + k, row = pos ? pos[s] : s;
+        acc = __fadd_rn(acc, __fmul_rn(y[row * cols + c], weights[s]));
     }
     out[i] = acc;
+}
+
+// Rows of x gathered by expert for gemm_moe_*: row i of the result is x's
+// row order[i] / used (order: the (token, choice) slots sorted by expert),
+// split into f16 parts as to_f16 splits it (hi [m][cols], then lo). A
+// thread per 8 values: n8 = m * cols / 8, cols a multiple of 8, x 32-byte
+// aligned rows (activation blocks start on 256 bytes, cols * 4 a multiple
+// of 32).
+extern "C" __global__ void moe_gather_f16(const float* __restrict__ x, const int* __restrict__ order, int used,
+                                          int cols, i64 n8, u16* __restrict__ hi, u16* __restrict__ lo) {
+    pdl_start();
+    const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n8) return;
+    const int per_row = cols / 8;
+    const i64 r = i / per_row, c8 = i - r * per_row;
+    const float4* src = (const float4*)(x + (i64)(order[r] / used) * cols) + 2 * c8;
+    const float4 a = src[0], b = src[1];
+    uint4 h, l;
+    split_f16x2(f16_range(a.x), f16_range(a.y), h.x, l.x);
+    split_f16x2(f16_range(a.z), f16_range(a.w), h.y, l.y);
+    split_f16x2(f16_range(b.x), f16_range(b.y), h.z, l.z);
+    split_f16x2(f16_range(b.z), f16_range(b.w), h.w, l.w);
+    ((uint4*)hi)[i] = h;
+    ((uint4*)lo)[i] = l;
 }
 
 // x[i] *= factor

@@ -235,6 +235,10 @@ __device__ __forceinline__ void fetch_w(const u8* __restrict__ row, int s, int h
         r.hd[0] = hd.x; r.hd[1] = hd.y; r.hd[2] = hd.z; r.hd[3] = hd.w;
         ld_words<4, 16>(b + (T == T_Q4_K ? 16 : 48) + 32 * (sb >> 1) + 16 * half, r.q);
         if (T == T_Q5_K) ld_words<4, 16>(b + 16 + 16 * half, r.h);
+    } else if (T == T_MXFP4) {
+        const u8* b = row + (i64)s * 17;
+        ld_a16<4>(b + 1, r.q);  // qs[16]: values 0-15 in the low nibbles, 16-31 in the high
+        r.hd[0] = b[0];         // the E8M0 exponent
     } else if (T == T_Q6_K) {
         const u8* b = row + (i64)(s >> 3) * 210;
         const int sb = s & 7, n = sb >> 2, quarter = sb & 3;
@@ -308,6 +312,21 @@ __device__ __forceinline__ void decode_q(const RawW& r, int s, int half, u32 (&u
 // offset is exact.
 template <int T>
 __device__ __forceinline__ void decode_f16(const RawW& r, int s, int half, u32 (&out)[8]) {
+    if (T == T_MXFP4) {
+        // Twice the E2M1 value times half the block's scale: exact in f32,
+        // rounded once to f16 (exact but for scales past f16's range).
+        const float sc = e8m0_half((u8)r.hd[0]);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const u32 w = (r.q[i] >> (4 * half)) & 0x0F0F0F0Fu;
+            float v[4];
+#pragma unroll
+            for (int b = 0; b < 4; b++) v[b] = __fmul_rn(mxfp4_doubled((w >> (8 * b)) & 0xFu), sc);
+            out[2 * i] = pack_f16_sat(v[0], v[1]);
+            out[2 * i + 1] = pack_f16_sat(v[2], v[3]);
+        }
+        return;
+    }
     u32 u[4];
     float sc, mn;
     decode_q<T>(r, s, half, u, sc, mn);
@@ -329,11 +348,13 @@ __device__ __forceinline__ void decode_f16(const RawW& r, int s, int half, u32 (
 // bytes of padding (80 bytes, so ldmatrix's eight rows hit distinct banks).
 #define GQ_STRIDE 20
 
-// Steps s_begin .. s_end of the tile at (blockIdx.x, blockIdx.y) into out
-// (no bias). xh: x's high f16 part [n][cols], its low part right after.
+// Steps s_begin .. s_end of the tile of weight rows blockIdx.x * GTC_BR..
+// and rows t0.. of x into out (+ bias where given). xh, xl: x's high and
+// low f16 parts, [n][cols] each.
 template <int T>
 __device__ __forceinline__ void gemm_int_impl(const u8* __restrict__ W, i64 row_bytes, int rows, int cols,
-                                              const u16* __restrict__ xh, int n, float* __restrict__ out,
+                                              const u16* __restrict__ xh, const u16* __restrict__ xl, int n,
+                                              int t0, const float* __restrict__ bias, float* __restrict__ out,
                                               int s_begin, int s_end) {
     extern __shared__ __align__(16) u32 smem[];
     // Two buffers of: weights [GTC_BR][GQ_STRIDE], x's high and low parts
@@ -343,7 +364,7 @@ __device__ __forceinline__ void gemm_int_impl(const u8* __restrict__ W, i64 row_
     static_assert(2 * BUF * 4 <= 2 * (GTC_BR + GTC_BT) * (GTC_BK + GTC_PAD) * 4, "fits GTC_SMEM_BYTES");
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int r0 = blockIdx.x * GTC_BR, t0 = blockIdx.y * GTC_BT;
+    const int r0 = blockIdx.x * GTC_BR;
     const int wr = (warp & 3) * 32, wt = (warp >> 2) * 32;
     // Staging roles: weight row wrow, values 16*whalf..; token xt, values 8*xpart..
     const int wrow = tid >> 1, whalf = tid & 1;
@@ -352,7 +373,7 @@ __device__ __forceinline__ void gemm_int_impl(const u8* __restrict__ W, i64 row_
     const u8* wsrc = W + (i64)(wvalid ? r0 + wrow : 0) * row_bytes;
     const i64 xoff = (i64)(xvalid ? t0 + xt : 0) * cols + 8 * xpart;
     const u16* xhs = xh + xoff;
-    const u16* xls = xh + (i64)n * cols + xoff;
+    const u16* xls = xl + xoff;
     // This warp's tokens that exist (warp-uniform): groups of 8 past the
     // prompt's end skip their products (a 20-token prompt fills 20 of 64).
     const int live = n - (t0 + wt);
@@ -453,7 +474,7 @@ __device__ __forceinline__ void gemm_int_impl(const u8* __restrict__ W, i64 row_
         stage(s + 2, a);
         __syncthreads();
     }
-    store_tile(acc, r0 + wr, t0 + wt, lane, rows, n, nullptr, out);
+    store_tile(acc, r0 + wr, t0 + wt, lane, rows, n, bias, out);
 }
 
 // ---- few rows of x: weights decoded straight into the A fragments (gemm_few_<type>) ----
@@ -621,11 +642,37 @@ FOR_EACH_INT_TYPE(DEF_GEMM_FEW)
         pdl_start();                                                                                     \
         const int steps = cols / GTC_BK, per = (steps + splits - 1) / splits;                           \
         const int s0 = blockIdx.z * per, s1 = min(steps, s0 + per);                                      \
-        gemm_int_impl<T>(W, row_bytes, rows, cols, xh, n, part + (i64)blockIdx.z * n * rows, s0, s1);   \
+        gemm_int_impl<T>(W, row_bytes, rows, cols, xh, xh + (i64)n * cols, n, blockIdx.y * GTC_BT, nullptr, \
+                         part + (i64)blockIdx.z * n * rows, s0, s1);                                     \
     }
 
 #if !defined(ONE_PART) || ONE_PART == 0
 FOR_EACH_INT_TYPE(DEF_GEMM_TCK)
+#endif
+
+// `gemm_moe_<type>`: a mixture of experts' products for many rows of x
+// (prefill), every expert in one launch. x's rows are gathered by expert
+// (moe_gather_f16: a token's row once for each expert it is routed to) and
+// split into f16 parts, xh [m][cols] then xl; tiles[y] = (expert, first
+// row, rows <= GTC_BT, 0) is the y-th tile of rows, all of one expert, so
+// block (x, y) multiplies that expert's weight rows x * GTC_BR.. (expert e's
+// rows of W are e * rows..) with them, as gemm_tck does, and writes
+// out[first..][..] with bias row e added. Part 2 of the module: compiled
+// only for the formats experts are stored in.
+#define DEF_GEMM_MOE(name, T)                                                                            \
+    extern "C" __global__ void __launch_bounds__(GTC_THREADS, 2)                                         \
+        gemm_moe_##name(const u8* W, i64 row_bytes, int rows, int cols, int experts, const int* tiles,    \
+                        const u16* xh, int m, const float* bias, float* out) {                           \
+        pdl_start();                                                                                     \
+        const int4 tl = ((const int4*)tiles)[blockIdx.y];                                                \
+        if (tl.x < 0 || tl.x >= experts || tl.y < 0 || tl.z <= 0 || tl.y + tl.z > m) return;            \
+        gemm_int_impl<T>(W + (i64)tl.x * rows * row_bytes, row_bytes, rows, cols, xh + (i64)tl.y * cols,  \
+                         xh + ((i64)m + tl.y) * cols, tl.z, 0, bias ? bias + (i64)tl.x * rows : nullptr,  \
+                         out + (i64)tl.y * rows, 0, cols / GTC_BK);                                      \
+    }
+
+#if !defined(ONE_PART) || ONE_PART == 2
+FOR_EACH_F16_TILE_TYPE(DEF_GEMM_MOE)
 #endif
 
 // gemm_tc_<type> for the float formats (3xTF32). Two blocks per SM.

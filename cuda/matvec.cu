@@ -263,13 +263,21 @@ FOR_EACH_TYPE(DEF_MV1)
 // has its own, the down product), adds bias row ids[s] (bias `[experts,
 // rows]`, or none) and writes row s of out. The expert id is read on the
 // device, so a decode step reads only the chosen experts' weights and
-// needs no copy to the host. Part 2 of the module: compiled only for the
-// formats a model stores experts in.
+// needs no copy to the host. With W2 (blockIdx.z = 1), a second matrix of
+// the same shape and its bias and output in the same launch (gate and up).
+// Part 2 of the module: compiled only for the formats a model stores
+// experts in.
 #define DEF_MV1E(name, T)                                                                                \
     extern "C" __global__ void __launch_bounds__(MV1_THREADS)                                            \
         mv1e_##name(const u8* W, i64 row_bytes, int rows, int cols, int experts, const int* ids,         \
-                    int x_div, const float* x, const float* bias, float* out) {                          \
+                    int x_div, const float* x, const float* bias, float* out, const u8* W2,              \
+                    const float* bias2, float* out2) {                                                   \
         pdl_start();                                                                                     \
+        if (blockIdx.z == 1) {                                                                           \
+            W = W2;                                                                                      \
+            bias = bias2;                                                                                \
+            out = out2;                                                                                  \
+        }                                                                                                \
         const int s = blockIdx.y, e = ids[s];                                                            \
         if (e < 0 || e >= experts) return; /* never: moe_route writes ids below experts */              \
         mv1_impl<T>(W + (i64)e * rows * row_bytes, row_bytes, rows, cols, x + (i64)(s / x_div) * cols,    \

@@ -396,6 +396,11 @@ impl Kernels {
         })
     }
 
+    /// Whether kernel `k` was compiled and loaded for this model.
+    pub fn has(&self, k: Kernel) -> bool {
+        self.funcs.contains_key(&k)
+    }
+
     /// Changes the row count from which `mvw_*` is used (for tests and benchmarks).
     pub fn set_mv_warp_min_rows(&self, rows: usize) {
         self.mv_warp_min_rows.store(rows, Ordering::Relaxed);

@@ -9,6 +9,7 @@ use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{LaunchArgs, LaunchConfig, PushKernelArg};
 
 use crate::backend::cuda::ptr::Param;
+pub use crate::backend::cuda::source::{f16_tiles, integer_gemm};
 use crate::backend::cuda::source::{
     has_mmq, Module, ATC_BQ, ATC_SMEM_BYTES, ATC_THREADS, ATSC_THREADS, ATS_THREADS, ATT_THREADS,
     GEMM_BM, GEMM_BN, GEMM_THREADS, GF_MAX_TOKENS, GF_WARPS, GTC_BR, GTC_BT, GTC_SMEM_BYTES,
@@ -66,6 +67,11 @@ pub enum Kernel {
     /// cores' fragments: the weights' stream, no shared-memory tiles.
     GemmFew(GgmlType),
     GemmSplitsSum,
+    /// `gemm_moe_<type>`: `gemm_tck_*`'s product for a mixture of experts'
+    /// rows of x gathered by expert, every expert in one launch (prefill).
+    GemmExperts(GgmlType),
+    /// `moe_gather_f16`: rows of x gathered by expert, split into f16 parts.
+    MoeGatherF16,
     /// `dequant_f16_<type>`: rows of a stored matrix as f16, for cuBLAS
     /// (`blas.rs`).
     DequantF16(GgmlType),
@@ -158,6 +164,9 @@ impl Kernel {
             if has_mmq(t) {
                 v.push(Kernel::Mmq(t));
             }
+            if f16_tiles(t) {
+                v.push(Kernel::GemmExperts(t));
+            }
         }
         v.extend([
             Kernel::QuantizeX8,
@@ -186,6 +195,7 @@ impl Kernel {
             Kernel::SwigluOai,
             Kernel::MoeRoute,
             Kernel::MoeSum,
+            Kernel::MoeGatherF16,
             Kernel::Geglu,
             Kernel::Gelu,
             Kernel::AddAssign,
@@ -212,6 +222,7 @@ impl Kernel {
             Kernel::GemmTc(_)
             | Kernel::GemmTcSplit(_)
             | Kernel::GemmFew(_)
+            | Kernel::GemmExperts(_)
             | Kernel::DequantF16(_) => Module::GemmTc,
             Kernel::RmsNorm
             | Kernel::AddRmsNorm
@@ -227,6 +238,7 @@ impl Kernel {
             | Kernel::SwigluOai
             | Kernel::MoeRoute
             | Kernel::MoeSum
+            | Kernel::MoeGatherF16
             | Kernel::Geglu
             | Kernel::Gelu
             | Kernel::AddAssign
@@ -256,6 +268,7 @@ impl Kernel {
             Kernel::MatVecWarp(_) => Some(1),
             Kernel::GemmTc(_) | Kernel::GemmTcSplit(_) | Kernel::DequantF16(_) => Some(0),
             Kernel::GemmFew(_) => Some(1),
+            Kernel::GemmExperts(_) => Some(2),
             Kernel::AttentionSplit(_, group) => Some(1 + u8::from(group > 4)),
             Kernel::AttentionSplitTc(_) | Kernel::AttentionCombine | Kernel::SampleSelect => {
                 Some(0)
@@ -269,7 +282,9 @@ impl Kernel {
     /// (over the 48 KB default: the loader raises their limit to this).
     pub fn dynamic_smem(self) -> Option<u32> {
         match self {
-            Kernel::GemmTc(_) | Kernel::GemmTcSplit(_) => Some(GTC_SMEM_BYTES),
+            Kernel::GemmTc(_) | Kernel::GemmTcSplit(_) | Kernel::GemmExperts(_) => {
+                Some(GTC_SMEM_BYTES)
+            }
             Kernel::AttentionTc => Some(ATC_SMEM_BYTES),
             _ => None,
         }
@@ -286,6 +301,7 @@ impl Kernel {
             self,
             Kernel::GemmTc(_)
                 | Kernel::GemmTcSplit(_)
+                | Kernel::GemmExperts(_)
                 | Kernel::MatVec1(_)
                 | Kernel::MatVecExperts(_)
                 | Kernel::AttentionTc
@@ -311,6 +327,7 @@ impl Kernel {
             | Kernel::GemmTc(t)
             | Kernel::GemmTcSplit(t)
             | Kernel::GemmFew(t)
+            | Kernel::GemmExperts(t)
             | Kernel::DequantF16(t) => Some(t),
             _ => None,
         }
@@ -336,6 +353,8 @@ impl Kernel {
             Kernel::GemmTcSplit(t) => format!("gemm_tck_{}", ty(t)),
             Kernel::GemmFew(t) => format!("gemm_few_{}", ty(t)),
             Kernel::GemmSplitsSum => "gemm_splits_sum".into(),
+            Kernel::GemmExperts(t) => format!("gemm_moe_{}", ty(t)),
+            Kernel::MoeGatherF16 => "moe_gather_f16".into(),
             Kernel::DequantF16(t) => format!("dequant_f16_{}", ty(t)),
             Kernel::ToF16 => "to_f16".into(),
             Kernel::AddBias => "add_bias".into(),
@@ -369,14 +388,6 @@ impl Kernel {
             Kernel::SampleLogprobs => "sample_logprobs".into(),
         }
     }
-}
-
-/// Formats of small integers under a scale, whose GEMM is `gemm_tck_*`
-/// (gemm.cu's `FOR_EACH_INT_TYPE`, `gemm_int_impl`); the others have
-/// `gemm_tc_*`.
-pub fn integer_gemm(t: GgmlType) -> bool {
-    use GgmlType::*;
-    matches!(t, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4K | Q5K | Q6K)
 }
 
 /// Formats with an integer decode mat-vec (`mv8_*`, matvec.cu).
@@ -446,8 +457,15 @@ pub enum Work {
     /// One block per (query row, head).
     Heads { n: usize, n_head: usize },
     /// `mv1_*`'s blocks over `rows` weight rows, for each of `slots`
-    /// (token, chosen expert) pairs.
-    Experts { rows: usize, slots: usize },
+    /// (token, chosen expert) pairs, of each of `matrices` matrices.
+    Experts {
+        rows: usize,
+        slots: usize,
+        matrices: usize,
+    },
+    /// `gemm_tck_*`'s blocks over `rows` weight rows, for each of `tiles`
+    /// tiles of rows of x of one expert each.
+    ExpertTiles { rows: usize, tiles: usize },
     /// One block per (row, head) of heads of `head_dim` values, as wide as
     /// `rms_norm`'s block for a row of that width.
     HeadRows {
@@ -599,16 +617,28 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
         (Kernel::MatVec1(_), Work::Matrix { rows, .. }) => {
             Ok(blocks(((rows as u32).div_ceil(MV1_ROWS), 1), MV1_THREADS))
         }
-        (Kernel::MatVecExperts(_), Work::Experts { rows, slots }) => {
-            if slots > 65535 {
+        (
+            Kernel::MatVecExperts(_),
+            Work::Experts {
+                rows,
+                slots,
+                matrices,
+            },
+        ) => {
+            if slots > 65535 || !(1..=2).contains(&matrices) {
                 return Err(BackendError::InferenceFailed(format!(
-                    "{slots} (token, expert) pairs exceed one launch"
+                    "{slots} (token, expert) pairs of {matrices} matrices exceed one launch"
                 )));
             }
-            Ok(blocks(
-                ((rows as u32).div_ceil(MV1_ROWS), slots as u32),
-                MV1_THREADS,
-            ))
+            Ok(LaunchConfig {
+                grid_dim: (
+                    (rows as u32).div_ceil(MV1_ROWS),
+                    slots as u32,
+                    matrices as u32,
+                ),
+                block_dim: (MV1_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            })
         }
         (
             Kernel::MatVec8(_) | Kernel::MatVec8Many(_) | Kernel::MatVec8Qkv(_),
@@ -627,6 +657,18 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
         (Kernel::GemmTc(_), Work::Matrix { rows, n }) => gemm_tc_config(rows, n, 1),
         (Kernel::GemmTcSplit(_), Work::SplitMatrix { rows, n, splits }) => {
             gemm_tc_config(rows, n, splits)
+        }
+        (Kernel::GemmExperts(_), Work::ExpertTiles { rows, tiles }) => {
+            if tiles > 65535 {
+                return Err(BackendError::InferenceFailed(format!(
+                    "{tiles} expert tiles exceed one launch"
+                )));
+            }
+            Ok(LaunchConfig {
+                grid_dim: ((rows as u32).div_ceil(GTC_BR), tiles as u32, 1),
+                block_dim: (GTC_THREADS, 1, 1),
+                shared_mem_bytes: GTC_SMEM_BYTES,
+            })
         }
         // 32 weight rows a warp, all rows of x, a column range along z.
         (Kernel::GemmFew(_), Work::SplitMatrix { rows, n, splits }) => {
@@ -673,6 +715,7 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
             | Kernel::Swiglu
             | Kernel::SwigluOai
             | Kernel::MoeSum
+            | Kernel::MoeGatherF16
             | Kernel::Geglu
             | Kernel::Gelu
             | Kernel::AddAssign

@@ -676,6 +676,17 @@ impl CudaOps {
     }
 
     /// Uploads an f32 host matrix (for tests and small inputs).
+    /// `words` in a new buffer (index lists for kernels that read `int`s).
+    pub(super) fn upload_words(&mut self, words: &[u32]) -> Result<CudaBuf, BackendError> {
+        let b = self.alloc_buf(1, words.len())?;
+        // SAFETY: the block holds `words.len()` 4-byte values; pageable host
+        // memory is staged before the call returns.
+        unsafe { drv::memcpy_htod_async(b.ptr(), words, self.dev.cu_stream()) }
+            .map_err(|e| driver_error("copying to the device", e))?;
+        self.dev.kernels.note_write();
+        Ok(b)
+    }
+
     pub fn upload(
         &mut self,
         rows: usize,

@@ -225,8 +225,8 @@ impl Module {
     /// compile, since a first start waits for its slowest unit.
     pub fn parts(self) -> u8 {
         match self {
-            Module::Matmul | Module::GemmTc | Module::Sample => 2,
-            Module::Matvec | Module::AttentionSplit => 3,
+            Module::Matmul | Module::Sample => 2,
+            Module::Matvec | Module::GemmTc | Module::AttentionSplit => 3,
             _ => 1,
         }
     }
@@ -242,7 +242,8 @@ impl Module {
     /// the Q8_0 unit's compile time, and the reference model's Q8_0 matrix
     /// is its embedding, never multiplied by a prompt), its part 2
     /// (`mv1e_*`) only for the formats experts are stored in; `gemm.cu`'s
-    /// part 1 (`gemm_few_*`) likewise only for the layers' formats.
+    /// part 1 (`gemm_few_*`) likewise only for the layers' formats, its part
+    /// 2 (`gemm_moe_*`) only for the experts' (those with f16 tiles).
     pub fn part_needed(self, part: u8, format: Option<GgmlType>, set: &KernelSet<'_>) -> bool {
         match (self, part) {
             (_, 0) => true,
@@ -253,10 +254,28 @@ impl Module {
             (Module::Matvec, _) => {
                 format.is_none_or(|f| has_mmq(f) && set.layer_formats.contains(&f))
             }
+            (Module::GemmTc, 2) => {
+                format.is_none_or(|f| set.expert_formats.contains(&f) && f16_tiles(f))
+            }
             (Module::GemmTc, _) => format.is_none_or(|f| set.layer_formats.contains(&f)),
             _ => true,
         }
     }
+}
+
+/// Formats of small integers under a scale, whose GEMM is `gemm_tck_*`
+/// (gemm.cu's `FOR_EACH_INT_TYPE`, `gemm_int_impl`); the others have
+/// `gemm_tc_*`.
+pub fn integer_gemm(t: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(t, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4K | Q5K | Q6K)
+}
+
+/// Formats whose blocks decode into f16 tiles (gemm.cu's `decode_f16`,
+/// `FOR_EACH_F16_TILE_TYPE`): the integer ones and MXFP4, which have a
+/// `gemm_moe_*`.
+pub fn f16_tiles(t: GgmlType) -> bool {
+    integer_gemm(t) || t == GgmlType::Mxfp4
 }
 
 /// Formats with an `mmq_*` kernel (short prompts on the integer tensor

@@ -5,8 +5,9 @@
 use super::{plan, Stored};
 use crate::backend::cuda::launch::{refusal, Kernel, KernelCall, Plan, Work};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
-use crate::backend::cuda::source::MOE_MAX_EXPERTS;
+use crate::backend::cuda::source::{f16_tiles, GTC_BK, MOE_MAX_EXPERTS};
 use crate::backend::BackendError;
+use half::f16;
 
 /// `moe_route`: for each row of `logits`, the `used` highest (the lower
 /// expert first on a tie) into `ids` and their softmax into `weights`.
@@ -82,6 +83,9 @@ pub struct ExpertMatVecArgs {
     pub bias: Option<DevPtr<f32>>,
     /// `[slots, rows]` f32.
     pub out: DevPtrMut<f32>,
+    /// A second matrix of `w`'s shape and format, its bias and output, in
+    /// the same launch (gate and up); or none.
+    pub second: Option<(Stored, Option<DevPtr<f32>>, DevPtrMut<f32>)>,
 }
 
 impl ExpertMatVecArgs {
@@ -101,6 +105,9 @@ impl KernelCall for ExpertMatVecArgs {
         DevPtr<i32>,
         i32,
         DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtrMut<f32>,
+        DevPtr<u8>,
         DevPtr<f32>,
         DevPtrMut<f32>,
     );
@@ -123,6 +130,7 @@ impl KernelCall for ExpertMatVecArgs {
         let work = Work::Experts {
             rows: self.rows(),
             slots: self.slots,
+            matrices: 1 + usize::from(self.second.is_some()),
         };
         plan(Kernel::MatVecExperts(self.w.ty), dims, buffers, work)
     }
@@ -131,6 +139,13 @@ impl KernelCall for ExpertMatVecArgs {
         if self.experts == 0 || !self.w.rows.is_multiple_of(self.experts) {
             let msg = format!("{} rows for {} experts", self.w.rows, self.experts);
             return Err(refusal(k, msg));
+        }
+        if let Some((w2, _, out2)) = &self.second {
+            let same = (w2.ty, w2.rows, w2.cols, w2.row_bytes)
+                == (self.w.ty, self.w.rows, self.w.cols, self.w.row_bytes);
+            if !same || w2.ptr.addr() == 0 || out2.addr() == 0 {
+                return Err(refusal(k, "a second matrix of another shape".into()));
+            }
         }
         if self.x_div == 0 || !self.slots.is_multiple_of(self.x_div) {
             let msg = format!(
@@ -153,6 +168,9 @@ impl KernelCall for ExpertMatVecArgs {
             self.x,
             DevPtr::or_null(self.bias),
             self.out,
+            DevPtr::or_null(self.second.map(|s| s.0.ptr)),
+            DevPtr::or_null(self.second.and_then(|s| s.1)),
+            DevPtrMut::or_null(self.second.map(|s| s.2)),
         )
     }
 }
@@ -184,11 +202,15 @@ impl KernelCall for SwigluOaiArgs {
     }
 }
 
-/// `moe_sum`: `out[t] = sum over k of weights[t * used + k] * y[t * used + k]`.
+/// `moe_sum`: `out[t] = sum over k of weights[s] * y[pos[s]]`, `s = t *
+/// used + k` (`y[s]` without `pos`).
 #[derive(Clone, Copy, Debug)]
 pub struct MoeSumArgs {
     /// `[rows * used, cols]` f32: each slot's expert output.
     pub y: DevPtr<f32>,
+    /// `[rows * used]` i32: each slot's row of `y` (below `rows * used`),
+    /// where `y` was gathered by expert; or none.
+    pub pos: Option<DevPtr<i32>>,
     /// `[rows * used]` f32.
     pub weights: DevPtr<f32>,
     pub rows: usize,
@@ -199,7 +221,15 @@ pub struct MoeSumArgs {
 }
 
 impl KernelCall for MoeSumArgs {
-    type Params = (DevPtr<f32>, DevPtr<f32>, i32, i32, i64, DevPtrMut<f32>);
+    type Params = (
+        DevPtr<f32>,
+        DevPtr<i32>,
+        DevPtr<f32>,
+        i32,
+        i32,
+        i64,
+        DevPtrMut<f32>,
+    );
 
     fn plan(&self) -> Plan {
         let dims = [
@@ -218,10 +248,169 @@ impl KernelCall for MoeSumArgs {
     fn params(&self) -> Self::Params {
         (
             self.y,
+            DevPtr::or_null(self.pos),
             self.weights,
             self.used as i32,
             self.cols as i32,
             (self.rows * self.cols) as i64,
+            self.out,
+        )
+    }
+}
+
+/// `moe_gather_f16`: row `i` of `hi`/`lo` is x's row `order[i] / used`,
+/// split into f16 parts as `to_f16` splits it.
+#[derive(Clone, Copy, Debug)]
+pub struct MoeGatherF16Args {
+    /// `[rows, cols]` f32, rows 32-byte aligned.
+    pub x: DevPtr<f32>,
+    /// `[m]` i32: each gathered row's slot (below `rows * used`).
+    pub order: DevPtr<i32>,
+    pub used: usize,
+    /// A multiple of 8.
+    pub cols: usize,
+    pub m: usize,
+    /// `[m, cols]` f16 each, 16-byte aligned.
+    pub hi: DevPtrMut<f16>,
+    pub lo: DevPtrMut<f16>,
+}
+
+impl KernelCall for MoeGatherF16Args {
+    type Params = (
+        DevPtr<f32>,
+        DevPtr<i32>,
+        i32,
+        i32,
+        i64,
+        DevPtrMut<f16>,
+        DevPtrMut<f16>,
+    );
+
+    fn plan(&self) -> Plan {
+        let dims = [("used", self.used), ("cols", self.cols), ("m", self.m)];
+        let buffers = [
+            ("x", self.x.addr()),
+            ("order", self.order.addr()),
+            ("hi", self.hi.addr()),
+            ("lo", self.lo.addr()),
+        ];
+        let len = self.m.saturating_mul(self.cols) / 8;
+        plan(Kernel::MoeGatherF16, dims, buffers, Work::Elements(len))
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        let aligned = self.x.addr().is_multiple_of(32)
+            && self.hi.addr().is_multiple_of(16)
+            && self.lo.addr().is_multiple_of(16);
+        if !self.cols.is_multiple_of(8) || !aligned {
+            let msg = format!("rows of {} values, x at {:#x}", self.cols, self.x.addr());
+            return Err(refusal(Kernel::MoeGatherF16, msg));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        (
+            self.x,
+            self.order,
+            self.used as i32,
+            self.cols as i32,
+            (self.m * self.cols / 8) as i64,
+            self.hi,
+            self.lo,
+        )
+    }
+}
+
+/// `gemm_moe_<ty>`: for each tile `y` of `tiles` (`[expert, first, rows,
+/// 0]` i32), `out[first + i] = W_expert xh[first + i] (+ bias[expert])` for
+/// `i < rows`, x in two f16 parts.
+#[derive(Clone, Copy, Debug)]
+pub struct ExpertGemmArgs {
+    /// `[experts * rows, cols]` in a format with f16 tiles; `cols` a
+    /// multiple of `GTC_BK`.
+    pub w: Stored,
+    pub experts: usize,
+    /// `[n_tiles, 4]` i32, each tile's rows at most `GTC_BT`.
+    pub tiles: DevPtr<i32>,
+    pub n_tiles: usize,
+    /// `[2, m, cols]` f16: the gathered rows' high parts, then their low.
+    pub xh: DevPtr<f16>,
+    pub m: usize,
+    /// `[experts, rows]` f32, or none.
+    pub bias: Option<DevPtr<f32>>,
+    /// `[m, rows]` f32.
+    pub out: DevPtrMut<f32>,
+}
+
+impl ExpertGemmArgs {
+    fn rows(&self) -> usize {
+        self.w.rows / self.experts.max(1)
+    }
+}
+
+impl KernelCall for ExpertGemmArgs {
+    type Params = (
+        DevPtr<u8>,
+        i64,
+        i32,
+        i32,
+        i32,
+        DevPtr<i32>,
+        DevPtr<f16>,
+        i32,
+        DevPtr<f32>,
+        DevPtrMut<f32>,
+    );
+
+    fn plan(&self) -> Plan {
+        let dims = [
+            ("rows", self.rows()),
+            ("cols", self.w.cols),
+            ("row_bytes", self.w.row_bytes),
+            ("experts", self.experts),
+            ("n_tiles", self.n_tiles),
+            ("m", self.m),
+        ];
+        let buffers = [
+            ("w", self.w.ptr.addr()),
+            ("tiles", self.tiles.addr()),
+            ("xh", self.xh.addr()),
+            ("out", self.out.addr()),
+        ];
+        let work = Work::ExpertTiles {
+            rows: self.rows(),
+            tiles: self.n_tiles,
+        };
+        plan(Kernel::GemmExperts(self.w.ty), dims, buffers, work)
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        let k = Kernel::GemmExperts(self.w.ty);
+        if !f16_tiles(self.w.ty) {
+            return Err(refusal(k, format!("{} has no f16 tiles", self.w.ty)));
+        }
+        if self.experts == 0
+            || !self.w.rows.is_multiple_of(self.experts)
+            || !self.w.cols.is_multiple_of(GTC_BK as usize)
+            || !self.xh.addr().is_multiple_of(16)
+        {
+            let msg = format!(
+                "{} rows of {} for {} experts",
+                self.w.rows, self.w.cols, self.experts
+            );
+            return Err(refusal(k, msg));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        (
+            self.w.ptr,
+            self.w.row_bytes as i64,
+            self.rows() as i32,
+            self.w.cols as i32,
+            self.experts as i32,
+            self.tiles,
+            self.xh,
+            self.m as i32,
+            DevPtr::or_null(self.bias),
             self.out,
         )
     }

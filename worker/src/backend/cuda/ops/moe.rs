@@ -6,11 +6,18 @@
 //! the host, so a decode step runs inside its CUDA graph.
 
 use super::{check_bufs, check_weights, shape_error, BufMem, CudaBuf, CudaOps, CudaWeight};
-use crate::backend::cuda::args::{ExpertMatVecArgs, MoeRouteArgs, MoeSumArgs, SwigluOaiArgs};
+use half::f16;
+
+use crate::backend::cuda::args::{
+    ExpertGemmArgs, ExpertMatVecArgs, MoeGatherF16Args, MoeRouteArgs, MoeSumArgs, SwigluOaiArgs,
+    ToF16Args,
+};
 use crate::backend::cuda::device::{align_up, Purpose};
+use crate::backend::cuda::launch::Kernel;
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
+use crate::backend::cuda::source::{GTC_BK, GTC_BT};
 use crate::backend::BackendError;
-use crate::model::ops::MoeWeights;
+use crate::model::ops::{MoeWeights, Ops};
 use crate::quant::GgmlType;
 
 /// The parts of one call's scratch, `rows` rows of x: each `(rows, cols)`.
@@ -107,7 +114,9 @@ impl CudaOps {
         Ok(())
     }
 
-    /// `Ops::moe`, in slices of rows whose (row, expert) pairs fit one launch.
+    /// `Ops::moe`, in slices of rows whose (row, expert) pairs fit one
+    /// launch: many rows (prefill) grouped by expert through `gemm_moe_*`,
+    /// a few (decode, and inside a graph) through `mv1e_*`.
     pub(super) fn experts(
         &mut self,
         x: &CudaBuf,
@@ -122,23 +131,36 @@ impl CudaOps {
             let xs = view(x.row_ptr(t0), rows, x.cols);
             let ls = view(logits.row_ptr(t0), rows, logits.cols);
             let mut os = view(out.row_ptr(t0), rows, out.cols);
-            self.experts_rows(&xs, &ls, w, &shape, &mut os)?;
+            if self.grouped(&xs, w) {
+                self.experts_grouped(&xs, &ls, w, &shape, &mut os)?;
+            } else {
+                self.experts_rows(&xs, &ls, w, &shape, &mut os)?;
+            }
         }
         Ok(())
     }
 
-    fn experts_rows(
+    /// Whether `gemm_moe_*` takes these rows: enough of them, outside a
+    /// capture (the grouping is made on the host), experts in a format with
+    /// f16 tiles and widths of whole 32-column steps.
+    fn grouped(&self, x: &CudaBuf, w: &MoeWeights<'_, CudaWeight>) -> bool {
+        let k = Kernel::GemmExperts(w.gate.ty);
+        x.rows >= MOE_GROUPED_MIN_ROWS
+            && self.capture.is_none()
+            && [w.gate, w.up, w.down]
+                .iter()
+                .all(|m| m.ty == w.gate.ty && m.cols.is_multiple_of(GTC_BK as usize))
+            && x.cols.is_multiple_of(8)
+            && self.dev.kernels.has(k)
+    }
+
+    /// The scratch of one call: `parts` carved from one block (inside a
+    /// capture, the one reserved at load; else from the pool).
+    fn moe_scratch(
         &mut self,
-        x: &CudaBuf,
-        logits: &CudaBuf,
-        w: &MoeWeights<'_, CudaWeight>,
-        s: &MoeShape,
-        out: &mut CudaBuf,
-    ) -> Result<(), BackendError> {
-        let (rows, d, used) = (x.rows, x.cols, s.used);
-        let parts = scratch_parts(rows, used, s.n_ff, d);
-        let bytes = scratch_bytes(&parts);
-        // Inside a capture, the block reserved at load (one row); else the pool.
+        parts: &[(usize, usize)],
+    ) -> Result<(Option<CudaBuf>, Vec<CudaBuf>), BackendError> {
+        let bytes = scratch_bytes(parts);
         let pooled = match self.capture {
             Some(_) => None,
             None => Some(self.alloc_buf(1, (bytes / 4) as usize)?),
@@ -154,28 +176,52 @@ impl CudaOps {
         };
         let mut views = Vec::with_capacity(parts.len());
         let mut at = base;
-        for &(r, c) in &parts {
+        for &(r, c) in parts {
             views.push(view(at, r, c));
             at += align_up((r * c * 4) as u64);
         }
+        Ok((pooled, views))
+    }
+
+    /// The router's choice of `used` experts per row and their weights.
+    fn route(
+        &self,
+        logits: &CudaBuf,
+        used: usize,
+        ids: &CudaBuf,
+        weights: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        self.dev.kernels.launch(
+            &self.dev.stream,
+            &MoeRouteArgs {
+                logits: logits.input(),
+                n: logits.rows,
+                experts: logits.cols,
+                used,
+                ids: DevPtrMut::new(ids.ptr()),
+                weights: weights.output(),
+            },
+        )
+    }
+
+    /// A few rows: each (row, chosen expert) pair's products by `mv1e_*`.
+    fn experts_rows(
+        &mut self,
+        x: &CudaBuf,
+        logits: &CudaBuf,
+        w: &MoeWeights<'_, CudaWeight>,
+        s: &MoeShape,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        let (rows, d, used) = (x.rows, x.cols, s.used);
+        let (_block, views) = self.moe_scratch(&scratch_parts(rows, used, s.n_ff, d))?;
         let [ids, mut weights, mut gate, mut up, mut act, mut down]: [CudaBuf; 6] = views
             .try_into()
             .map_err(|_| shape_error("moe scratch".into()))?;
         self.dev.bind()?;
+        self.route(logits, used, &ids, &mut weights)?;
         let k = &self.dev.kernels;
         let st = &self.dev.stream;
-        let ids_w = DevPtrMut::<i32>::new(ids.ptr());
-        k.launch(
-            st,
-            &MoeRouteArgs {
-                logits: logits.input(),
-                n: rows,
-                experts: s.experts,
-                used,
-                ids: ids_w,
-                weights: weights.output(),
-            },
-        )?;
         let ids_r = DevPtr::<i32>::new(ids.ptr());
         let slots = rows * used;
         let product = |m: &CudaWeight,
@@ -192,37 +238,227 @@ impl CudaOps {
                 x_div,
                 bias: Some(bias.vector()),
                 out,
+                second: None,
             }
         };
-        k.launch(
-            st,
-            &product(w.gate, w.gate_bias, x.input(), used, gate.output()),
-        )?;
-        k.launch(st, &product(w.up, w.up_bias, x.input(), used, up.output()))?;
-        k.launch(
-            st,
-            &SwigluOaiArgs {
-                gate: gate.input(),
-                up: up.input(),
-                len: slots * s.n_ff,
-                out: act.output(),
-            },
-        )?;
+        // Gate and up in one launch where they are stored alike.
+        let mut gate_up = product(w.gate, w.gate_bias, x.input(), used, gate.output());
+        let up_args = product(w.up, w.up_bias, x.input(), used, up.output());
+        if (w.up.ty, w.up.rows, w.up.row_bytes) == (w.gate.ty, w.gate.rows, w.gate.row_bytes) {
+            gate_up.second = Some((up_args.w, up_args.bias, up_args.out));
+            k.launch(st, &gate_up)?;
+        } else {
+            k.launch(st, &gate_up)?;
+            k.launch(st, &up_args)?;
+        }
+        let glu = SwigluOaiArgs {
+            gate: gate.input(),
+            up: up.input(),
+            len: slots * s.n_ff,
+            out: act.output(),
+        };
+        k.launch(st, &glu)?;
         k.launch(
             st,
             &product(w.down, w.down_bias, act.input(), 1, down.output()),
         )?;
+        let sum = MoeSumArgs {
+            y: down.input(),
+            pos: None,
+            weights: weights.input(),
+            rows,
+            used,
+            cols: d,
+            out: out.output(),
+        };
+        k.launch(st, &sum)
+    }
+
+    /// Many rows: the (row, chosen expert) pairs sorted by expert on the
+    /// host (the choice is copied back: prefill only), x's rows gathered in
+    /// that order, and each product one `gemm_moe_*` launch over every
+    /// expert's tiles of rows; the weighted sum reads each pair's row back.
+    fn experts_grouped(
+        &mut self,
+        x: &CudaBuf,
+        logits: &CudaBuf,
+        w: &MoeWeights<'_, CudaWeight>,
+        s: &MoeShape,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        let (rows, d, used, ff) = (x.rows, x.cols, s.used, s.n_ff);
+        let m = rows * used;
+        // ids, weights, gate, up, act, down, then x and act in f16 parts.
+        let mut parts = scratch_parts(rows, used, ff, d).to_vec();
+        parts.extend([(m, d), (m, ff)]);
+        let (_block, views) = self.moe_scratch(&parts)?;
+        let [ids, mut weights, mut gate, mut up, mut act, mut down, xh, acth]: [CudaBuf; 8] = views
+            .try_into()
+            .map_err(|_| shape_error("moe scratch".into()))?;
+        self.dev.bind()?;
+        self.route(logits, used, &ids, &mut weights)?;
+        let mut chosen = Vec::new();
+        self.to_host(&ids, &mut chosen)?;
+        let chosen: Vec<usize> = chosen.iter().map(|v| v.to_bits() as usize).collect();
+        let groups = ExpertGroups::new(&chosen, s.experts)?;
+        let index = self.upload_words(&groups.words())?;
+        let (order, pos, tiles) = groups.pointers(index.ptr());
+        let k = &self.dev.kernels;
+        let st = &self.dev.stream;
+        let half = |b: &CudaBuf, cols: usize| {
+            let p = b.ptr();
+            (
+                DevPtrMut::<f16>::new(p),
+                DevPtrMut::<f16>::new(p + (m * cols * 2) as u64),
+            )
+        };
+        let (xhi, xlo) = half(&xh, d);
         k.launch(
             st,
-            &MoeSumArgs {
-                y: down.input(),
-                weights: weights.input(),
-                rows,
+            &MoeGatherF16Args {
+                x: x.input(),
+                order,
                 used,
                 cols: d,
-                out: out.output(),
+                m,
+                hi: xhi,
+                lo: xlo,
             },
         )?;
-        Ok(())
+        let product = |mat: &CudaWeight,
+                       bias: &CudaWeight,
+                       xh: DevPtrMut<f16>,
+                       out: DevPtrMut<f32>| ExpertGemmArgs {
+            w: mat.stored(),
+            experts: s.experts,
+            tiles,
+            n_tiles: groups.tiles.len(),
+            xh: xh.as_const(),
+            m,
+            bias: Some(bias.vector()),
+            out,
+        };
+        k.launch(st, &product(w.gate, w.gate_bias, xhi, gate.output()))?;
+        k.launch(st, &product(w.up, w.up_bias, xhi, up.output()))?;
+        let glu = SwigluOaiArgs {
+            gate: gate.input(),
+            up: up.input(),
+            len: m * ff,
+            out: act.output(),
+        };
+        k.launch(st, &glu)?;
+        let (ahi, alo) = half(&acth, ff);
+        k.launch(
+            st,
+            &ToF16Args {
+                x: act.input(),
+                len: m * ff,
+                hi: ahi,
+                lo: alo,
+            },
+        )?;
+        k.launch(st, &product(w.down, w.down_bias, ahi, down.output()))?;
+        let sum = MoeSumArgs {
+            y: down.input(),
+            pos: Some(pos),
+            weights: weights.input(),
+            rows,
+            used,
+            cols: d,
+            out: out.output(),
+        };
+        k.launch(st, &sum)
+    }
+}
+
+/// Rows of x from which a mixture of experts is grouped (`gemm_moe_*`);
+/// fewer go through `mv1e_*` pair by pair.
+const MOE_GROUPED_MIN_ROWS: usize = 8;
+
+/// The (row, chosen expert) pairs of a call sorted by expert, stably: the
+/// order `gemm_moe_*` reads them in, each pair's place in it, and the
+/// tiles of at most `GTC_BT` pairs of one expert each.
+struct ExpertGroups {
+    /// `order[i]`: the pair (`row * used + choice`) at place `i`.
+    order: Vec<u32>,
+    /// `pos[pair]`: its place.
+    pos: Vec<u32>,
+    /// `[expert, first place, pairs, 0]`.
+    tiles: Vec<[u32; 4]>,
+}
+
+impl ExpertGroups {
+    fn new(chosen: &[usize], experts: usize) -> Result<ExpertGroups, BackendError> {
+        let mut count = vec![0usize; experts];
+        for &e in chosen {
+            *count.get_mut(e).ok_or_else(|| {
+                BackendError::InferenceFailed(format!("moe: expert {e} of {experts} chosen"))
+            })? += 1;
+        }
+        let mut next = Vec::with_capacity(experts);
+        let mut tiles = Vec::new();
+        let mut at = 0usize;
+        for (e, &c) in count.iter().enumerate() {
+            next.push(at);
+            for t0 in (0..c).step_by(GTC_BT as usize) {
+                let n = (GTC_BT as usize).min(c - t0);
+                tiles.push([e as u32, (at + t0) as u32, n as u32, 0]);
+            }
+            at += c;
+        }
+        let (mut order, mut pos) = (vec![0u32; chosen.len()], vec![0u32; chosen.len()]);
+        for (pair, &e) in chosen.iter().enumerate() {
+            order[next[e]] = pair as u32;
+            pos[pair] = next[e] as u32;
+            next[e] += 1;
+        }
+        Ok(ExpertGroups { order, pos, tiles })
+    }
+
+    /// `order`, `pos` and `tiles` one after another, for one upload.
+    fn words(&self) -> Vec<u32> {
+        let mut w = self.order.clone();
+        w.extend(&self.pos);
+        w.extend(self.tiles.iter().flatten());
+        w
+    }
+
+    /// Where `order`, `pos` and `tiles` lie in the upload at `base`.
+    fn pointers(&self, base: u64) -> (DevPtr<i32>, DevPtr<i32>, DevPtr<i32>) {
+        let m = self.order.len() as u64;
+        (
+            DevPtr::new(base),
+            DevPtr::new(base + 4 * m),
+            DevPtr::new(base + 8 * m),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pairs sorted by expert, stably; each pair's place; tiles of one
+    /// expert each, at most `GTC_BT` pairs; an expert out of range refused.
+    #[test]
+    fn expert_groups_sort_pairs_stably_and_tile_them() {
+        let g = ExpertGroups::new(&[2, 0, 2, 1, 0, 2], 4).unwrap();
+        assert_eq!(g.order, [1, 4, 3, 0, 2, 5]);
+        assert_eq!(g.pos, [3, 0, 4, 2, 1, 5]);
+        assert_eq!(g.tiles, [[0, 0, 2, 0], [1, 2, 1, 0], [2, 3, 3, 0]]);
+        let words = g.words();
+        assert_eq!(words.len(), 6 + 6 + 3 * 4);
+        let (order, pos, tiles) = g.pointers(0x1000);
+        assert_eq!(
+            (order.addr(), pos.addr(), tiles.addr()),
+            (0x1000, 0x1018, 0x1030)
+        );
+
+        let bt = GTC_BT as usize;
+        let many = vec![1usize; 2 * bt + 2];
+        let g = ExpertGroups::new(&many, 2).unwrap();
+        let t = GTC_BT;
+        assert_eq!(g.tiles, [[1, 0, t, 0], [1, t, t, 0], [1, 2 * t, 2, 0]]);
+        assert!(ExpertGroups::new(&[0, 3], 3).is_err());
     }
 }

@@ -100,14 +100,14 @@ fn per_format_units_hold_only_their_format() {
         .filter(|u| u.format.is_some())
         .collect();
     // Every part of every per-format module (experts in every format), but
-    // matvec.cu's mmq part only for the formats with such a kernel.
-    let mmq_formats = GgmlType::ALL
-        .iter()
-        .filter(|&&t| crate::backend::cuda::source::has_mmq(t))
-        .count();
+    // matvec.cu's mmq part only for the formats with such a kernel, and
+    // gemm.cu's experts' part only for those with f16 tiles.
+    let count = |f: fn(GgmlType) -> bool| GgmlType::ALL.iter().filter(|&&t| f(t)).count();
+    let mmq_formats = count(crate::backend::cuda::source::has_mmq);
+    let tile_formats = count(crate::backend::cuda::source::f16_tiles);
     assert_eq!(
         units.len(),
-        GgmlType::ALL.len() * (per_format_units - 1) + mmq_formats
+        GgmlType::ALL.len() * (per_format_units - 2) + mmq_formats + tile_formats
     );
     let compiled: Vec<(Unit, Vec<u8>)> = std::thread::scope(|s| {
         let handles: Vec<_> = units
@@ -356,6 +356,7 @@ fn every_kernel_symbol_is_defined_in_its_module() {
             Kernel::GemmTcSplit(_) => src.contains("gemm_tck_##name"),
             Kernel::GemmFew(_) => src.contains("gemm_few_##name"),
             Kernel::DequantF16(_) => src.contains("dequant_f16_##name"),
+            Kernel::GemmExperts(_) => src.contains("gemm_moe_##name"),
             Kernel::AttentionSplit(pairs, group) => {
                 src.contains(" NAME(")
                     && src.contains(&format!("ATTENTION_SPLIT({sym}, {pairs}, {group})"))
@@ -466,6 +467,7 @@ fn c_signature(k: Kernel) -> Vec<String> {
         Kernel::GemmTcSplit(_) => vec!["gemm_tck_##name(".to_string()],
         Kernel::GemmFew(_) => vec!["gemm_few_##name(".to_string()],
         Kernel::DequantF16(_) => vec!["dequant_f16_##name(".to_string()],
+        Kernel::GemmExperts(_) => vec!["gemm_moe_##name(".to_string()],
         Kernel::AttentionSplit(..) | Kernel::AttentionSplitTc(_) => vec![" NAME(".to_string()],
         _ => vec![format!("void {sym}("), format!(")\n    {sym}(")],
     };
@@ -522,6 +524,9 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         if crate::backend::cuda::source::has_mmq(t) {
             v.push((Kernel::Mmq(t), sig::<MmqCall>()));
         }
+        if crate::backend::cuda::source::f16_tiles(t) {
+            v.push((Kernel::GemmExperts(t), sig::<ExpertGemmArgs>()));
+        }
     }
     v.extend([
         (Kernel::QuantizeX8, sig::<QuantizeX8Args>()),
@@ -550,6 +555,7 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         (Kernel::SwigluOai, sig::<SwigluOaiArgs>()),
         (Kernel::MoeRoute, sig::<MoeRouteArgs>()),
         (Kernel::MoeSum, sig::<MoeSumArgs>()),
+        (Kernel::MoeGatherF16, sig::<MoeGatherF16Args>()),
         (Kernel::Geglu, sig::<SwigluArgs>()),
         (Kernel::Gelu, sig::<GeluArgs>()),
         (Kernel::AddAssign, sig::<AddAssignArgs>()),

@@ -523,15 +523,40 @@ fn gpt_oss_matches_the_cpu_backend() {
     );
 }
 
+/// The experts each layer's router chose (its `used` highest logits) at
+/// the last position of a pass, from the pass's checkpoints, and the
+/// smallest margin between the last chosen and the first unchosen logit.
+fn routing(cp: &crate::model::ops::Checkpoints, used: usize) -> (Vec<Vec<usize>>, f32) {
+    let mut margin = f32::INFINITY;
+    let chosen = cp
+        .entries
+        .iter()
+        .filter(|(name, _)| name.starts_with("ffn_moe_logits-"))
+        .map(|(_, l)| {
+            let mut order: Vec<usize> = (0..l.len()).collect();
+            order.sort_by(|&a, &b| l[b].total_cmp(&l[a]).then(a.cmp(&b)));
+            margin = margin.min(l[order[used - 1]] - l[order[used]]);
+            let mut top = order[..used].to_vec();
+            top.sort_unstable();
+            top
+        })
+        .collect();
+    (chosen, margin)
+}
+
 /// gpt-oss-20b's real shapes (issue 14): the GPU's log-probabilities at every
 /// position of testdata/golden-synth/gpt-oss-20b-Q8_0.json's prompts against
 /// llama.cpp's (its CUDA build on the same 12 GB file, `harness::golden`'s
-/// rule), and against the CPU backend's logits (1e-2 relative at every
-/// position but where the CPU's routing has a near tie). The file is
-/// `harness synth-model`'s, kept in `HARNESS_MODEL_CACHE` where that is set.
+/// rule), and against the CPU backend's logits: 1e-2 relative wherever the
+/// two routers chose the same experts in every layer; where they did not,
+/// the CPU's own margin must show a near tie. Each position is the last of
+/// a prefill of its prefix (the GPU's grouped expert GEMM from 8 tokens
+/// on), so the checkpoints hold its router logits on both backends. The
+/// file is `harness synth-model`'s, kept in `HARNESS_MODEL_CACHE` where set.
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
 fn gpt_oss_20b_agrees_with_llama_cpp_and_the_cpu_backend() {
+    use crate::model::ops::Checkpoints;
     use harness::golden::{Agreement, Golden};
     use harness::synth;
     let _gpu = shared_gpu();
@@ -563,40 +588,54 @@ fn gpt_oss_20b_agrees_with_llama_cpp_and_the_cpu_backend() {
     let (mut cpu, mut gpu) = both_backends(file, &CudaLoadOptions::default());
     let (vocab, used) = (cpu.config().vocab_size, cpu.config().moe.unwrap().used);
     let mut agreement = Agreement::default();
-    let mut worst = 0f64;
+    let (mut worst, mut flips) = (0f64, 0);
     for case in &g.cases {
         let ids = &case.prompt_ids;
-        let margins = routing_margins(&mut cpu, ids, used);
-        let (mut c, mut gl) = (Vec::new(), Vec::new());
-        cpu.begin_sequence(ids.len()).unwrap();
-        gpu.begin_sequence(ids.len()).unwrap();
-        cpu.forward(ids, Logits::All, &mut c, None).unwrap();
-        gpu.forward(ids, Logits::All, &mut gl, None).unwrap();
-        cpu.end_sequence();
-        gpu.end_sequence();
-        agreement.add_case("gpt-oss-20b on the GPU", case, &gl, vocab);
-        for (p, m) in margins.iter().enumerate() {
-            let e = rel_err(
-                &gl[p * vocab..(p + 1) * vocab],
-                &c[p * vocab..(p + 1) * vocab],
-            );
-            eprintln!("position {p}: GPU vs CPU relative error {e:.2e}, routing margin {m:.2e}");
-            assert!(
-                e <= 1e-2 || *m < MOE_NEAR_TIE,
-                "gpt-oss-20b: position {p}: GPU vs CPU relative error {e:e}"
-            );
-            worst = worst.max(e);
+        let mut all = vec![0f32; ids.len() * vocab];
+        for n in 1..=ids.len() {
+            let pass = |b: &mut dyn Backend| {
+                let (mut cp, mut logits) = (Checkpoints::default(), Vec::new());
+                b.begin_sequence(n).unwrap();
+                b.forward(&ids[..n], Logits::Last, &mut logits, Some(&mut cp))
+                    .unwrap();
+                b.end_sequence();
+                (logits, routing(&cp, used))
+            };
+            let (c, (c_chosen, margin)) = pass(&mut cpu);
+            let (gl, (g_chosen, _)) = pass(&mut gpu);
+            let e = rel_err(&gl, &c);
+            let same = c_chosen == g_chosen;
+            eprintln!("{n} tokens: GPU vs CPU relative error {e:.2e}, same experts {same}, CPU routing margin {margin:.2e}");
+            if same {
+                assert!(
+                    e <= 1e-2,
+                    "gpt-oss-20b: {n} tokens: GPU vs CPU relative error {e:e}"
+                );
+                worst = worst.max(e);
+            } else {
+                assert!(
+                    margin < MOE_FLIP_MARGIN,
+                    "gpt-oss-20b: {n} tokens: the routers chose differently at a margin of {margin:e}"
+                );
+                flips += 1;
+            }
+            all[(n - 1) * vocab..n * vocab].copy_from_slice(&gl);
         }
+        agreement.add_case("gpt-oss-20b on the GPU", case, &all, vocab);
     }
     eprintln!(
         "{}",
         agreement.summary("gpt-oss-20b on the GPU vs llama.cpp")
     );
-    eprintln!("gpt-oss-20b: GPU vs CPU max relative error {worst:.2e}");
+    eprintln!("gpt-oss-20b: GPU vs CPU max relative error {worst:.2e} where both routed alike; {flips} positions routed differently at a near tie");
     if let Err(e) = agreement.check("gpt-oss-20b") {
         panic!("{e}");
     }
 }
+
+/// A router margin under which 24 layers of rounding differences may choose
+/// another expert (seen: 3.6e-3 on gpt-oss-20b's shapes).
+const MOE_FLIP_MARGIN: f32 = 2e-2;
 
 /// Decode speed, time to first token and prefill speed at SmolLM2-135M's shapes.
 #[test]
