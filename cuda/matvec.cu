@@ -105,6 +105,17 @@ __device__ __forceinline__ float dot4(u32 w, float bias, const float* x, float s
     return fmaf(byte_minus<3>(w, bias), x[3], s);
 }
 
+// Four MXFP4 codes (a byte each, 0..15) as bytes of twice their E2M1
+// value plus 12: 12, 13, 14, 15, 16, 18, 20, 24 for codes 0-7 and 12, 11,
+// 10, 9, 8, 6, 4, 0 for 8-15 (the selector packs each code's low three bits
+// into a nibble).
+__device__ __forceinline__ u32 e2m1_plus12(u32 w) {
+    const u32 sel = (w & 7u) | ((w >> 4) & 0x70u) | ((w >> 8) & 0x700u) | ((w >> 12) & 0x7000u);
+    const u32 pos = __byte_perm(0x0F0E0D0Cu, 0x18141210u, sel), neg = __byte_perm(0x090A0B0Cu, 0x00040608u, sel);
+    const u32 mask = ((w >> 3) & 0x01010101u) * 0xFFu;
+    return (pos & ~mask) | (neg & mask);
+}
+
 // sum_k W[8 c + k] * x[k] over chunk `c` of a row (8 values, never
 // straddling a block), the format's scales applied once to the
 // integer-valued partial sum rather than to every value: this rounds
@@ -151,6 +162,25 @@ __device__ __forceinline__ float seg_dot(const u8* __restrict__ row, int c, int 
         const u32 q1 = ((q[1] >> lsh) & 0x0F0F0F0Fu) | (((h[1] >> hsh) & 0x03030303u) << 4);
         const float ds = __fmul_rn(f16_to_f32(*(const u16*)(b + 208)), i2f(((const i8*)(b + 192))[o >> 4]));
         return ds * dot4(q1, 32.0f, x + 4, dot4(q0, 32.0f, x, 0.0f));
+    } else if (T == T_MXFP4) {
+        // Codes to twice their E2M1 value plus 12 (0..24, a byte each) by
+        // two byte permutes (codes 0-7, 8-15) and the sign bit's choice
+        // between them, so dot4 takes them as Q4_0's nibbles; the block's
+        // scale (halved) multiplies the integer-valued sum once.
+        const u8* b = row + (c >> 2) * 17;
+        const int p = c & 3;  // values 8p..8p+7: low nibbles of qs[8(p&1)..] for p < 2, else high
+        // Eight bytes at any alignment: three aligned words funnel-shifted
+        // (up to 3 bytes past them read: the tile's buffer has room).
+        const u8* src = b + 1 + 8 * (p & 1);
+        const u32* wq = (const u32*)((u64)src & ~(u64)3);
+        const u32 shb = ((u32)(u64)src & 3) * 8;
+        const u32 a0 = wq[0], a1 = wq[1], a2 = wq[2];
+        q[0] = __funnelshift_r(a0, a1, shb);
+        q[1] = __funnelshift_r(a1, a2, shb);
+        const int sh = (p >> 1) * 4;
+        const float acc = dot4(e2m1_plus12((q[1] >> sh) & 0x0F0F0F0Fu), 12.0f, x + 4,
+                               dot4(e2m1_plus12((q[0] >> sh) & 0x0F0F0F0Fu), 12.0f, x, 0.0f));
+        return e8m0_half(b[0]) * acc;
     } else {
         float w[8];
         deq8<T>(row, c, left, w);

@@ -548,8 +548,9 @@ fn routing(cp: &crate::model::ops::Checkpoints, used: usize) -> (Vec<Vec<usize>>
 /// position of testdata/golden-synth/gpt-oss-20b-Q8_0.json's prompts against
 /// llama.cpp's (its CUDA build on the same 12 GB file, `harness::golden`'s
 /// rule), and against the CPU backend's logits: 1e-2 relative wherever the
-/// two routers chose the same experts in every layer; where they did not,
-/// the CPU's own margin must show a near tie. Each position is the last of
+/// two routers chose the same experts in every layer at this position and
+/// every one before it; where they did not, the CPU's own margin must show
+/// a near tie. Each position is the last of
 /// a prefill of its prefix (the GPU's grouped expert GEMM from 8 tokens
 /// on), so the checkpoints hold its router logits on both backends. The
 /// file is `harness synth-model`'s, kept in `HARNESS_MODEL_CACHE` where set.
@@ -592,6 +593,9 @@ fn gpt_oss_20b_agrees_with_llama_cpp_and_the_cpu_backend() {
     for case in &g.cases {
         let ids = &case.prompt_ids;
         let mut all = vec![0f32; ids.len() * vocab];
+        // Once a position routed differently, later ones attend to its K
+        // and V: they are compared with llama.cpp's only.
+        let mut flipped = false;
         for n in 1..=ids.len() {
             let pass = |b: &mut dyn Backend| {
                 let (mut cp, mut logits) = (Checkpoints::default(), Vec::new());
@@ -606,13 +610,14 @@ fn gpt_oss_20b_agrees_with_llama_cpp_and_the_cpu_backend() {
             let e = rel_err(&gl, &c);
             let same = c_chosen == g_chosen;
             eprintln!("{n} tokens: GPU vs CPU relative error {e:.2e}, same experts {same}, CPU routing margin {margin:.2e}");
-            if same {
+            if same && !flipped {
                 assert!(
                     e <= 1e-2,
                     "gpt-oss-20b: {n} tokens: GPU vs CPU relative error {e:e}"
                 );
                 worst = worst.max(e);
-            } else {
+            } else if !same {
+                flipped = true;
                 assert!(
                     margin < MOE_FLIP_MARGIN,
                     "gpt-oss-20b: {n} tokens: the routers chose differently at a margin of {margin:e}"
@@ -627,7 +632,7 @@ fn gpt_oss_20b_agrees_with_llama_cpp_and_the_cpu_backend() {
         "{}",
         agreement.summary("gpt-oss-20b on the GPU vs llama.cpp")
     );
-    eprintln!("gpt-oss-20b: GPU vs CPU max relative error {worst:.2e} where both routed alike; {flips} positions routed differently at a near tie");
+    eprintln!("gpt-oss-20b: GPU vs CPU max relative error {worst:.2e} where both routed alike; {flips} positions routed differently at a near tie (they and the positions after them compared with llama.cpp only)");
     if let Err(e) = agreement.check("gpt-oss-20b") {
         panic!("{e}");
     }
