@@ -544,19 +544,26 @@ fn routing(cp: &crate::model::ops::Checkpoints, used: usize) -> (Vec<Vec<usize>>
     (chosen, margin)
 }
 
-/// gpt-oss-20b's real shapes (issue 14): the GPU's log-probabilities at every
-/// position of testdata/golden-synth/gpt-oss-20b-Q8_0.json's prompts against
-/// llama.cpp's (its CUDA build on the same 12 GB file, `harness::golden`'s
-/// rule), and against the CPU backend's logits: 1e-2 relative wherever the
-/// two routers chose the same experts in every layer at this position and
-/// every one before it; where they did not, the CPU's own margin must show
-/// a near tie. Each position is the last of
-/// a prefill of its prefix (the GPU's grouped expert GEMM from 8 tokens
-/// on), so the checkpoints hold its router logits on both backends. The
-/// file is `harness synth-model`'s, kept in `HARNESS_MODEL_CACHE` where set.
+/// gpt-oss-20b's real shapes (issue 14): GPU vs CPU logits at every
+/// position of testdata/golden-synth/gpt-oss-20b-Q8_0.json's prompts, 1e-2
+/// relative wherever the two routers chose the same experts in every layer
+/// at this position and every one before it; where they did not, the CPU's
+/// own margin must show a near tie. Each position is the last of a prefill
+/// of its prefix (the GPU's grouped expert GEMM from 8 tokens on), so the
+/// checkpoints hold its router logits on both backends.
+///
+/// The agreement with llama.cpp's log-probabilities on the same 12 GB file
+/// (its CUDA build) is reported, not asserted: on this random-weight file
+/// llama.cpp's CPU and CUDA builds agree with each other at 7 of 26
+/// positions' top-1 (11 beyond a near tie; benches/results/h200-gpt-oss):
+/// with 24 layers of 4-of-32 routing at small margins, llama.cpp's 8-bit
+/// activations choose other experts, and the choice carries through
+/// attention to every later position. The small gpt-oss preset's goldens
+/// (2 layers) are asserted on the CPU (tests/golden_synth.rs).
+/// The file is `harness synth-model`'s, kept in `HARNESS_MODEL_CACHE`.
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
-fn gpt_oss_20b_agrees_with_llama_cpp_and_the_cpu_backend() {
+fn gpt_oss_20b_matches_the_cpu_backend() {
     use crate::model::ops::Checkpoints;
     use harness::golden::{Agreement, Golden};
     use harness::synth;
@@ -628,14 +635,12 @@ fn gpt_oss_20b_agrees_with_llama_cpp_and_the_cpu_backend() {
         }
         agreement.add_case("gpt-oss-20b on the GPU", case, &all, vocab);
     }
-    eprintln!(
-        "{}",
-        agreement.summary("gpt-oss-20b on the GPU vs llama.cpp")
-    );
-    eprintln!("gpt-oss-20b: GPU vs CPU max relative error {worst:.2e} where both routed alike; {flips} positions routed differently at a near tie (they and the positions after them compared with llama.cpp only)");
-    if let Err(e) = agreement.check("gpt-oss-20b") {
-        panic!("{e}");
+    let vs_llama = agreement.summary("gpt-oss-20b on the GPU vs llama.cpp (reported)");
+    eprintln!("{vs_llama}");
+    for f in &agreement.failures {
+        eprintln!("  {f}");
     }
+    eprintln!("gpt-oss-20b: GPU vs CPU max relative error {worst:.2e} where both routed alike; {flips} positions routed differently at a near tie (they and the positions after them not compared)");
 }
 
 /// A router margin under which 24 layers of rounding differences may choose
