@@ -160,6 +160,19 @@ extern "C" __global__ void moe_sum(const float* __restrict__ y, const int* __res
     out[i] = acc;
 }
 
+// Eight values a, b as to_f16 splits them (x rounded to f16, clamped to
+// its range, and the rounding of the rest) into the i-th 16 bytes of hi and lo.
+__device__ __forceinline__ void store_f16_parts(float4 a, float4 b, u16* __restrict__ hi, u16* __restrict__ lo,
+                                                i64 i) {
+    uint4 h, l;
+    split_f16x2(f16_range(a.x), f16_range(a.y), h.x, l.x);
+    split_f16x2(f16_range(a.z), f16_range(a.w), h.y, l.y);
+    split_f16x2(f16_range(b.x), f16_range(b.y), h.z, l.z);
+    split_f16x2(f16_range(b.z), f16_range(b.w), h.w, l.w);
+    ((uint4*)hi)[i] = h;
+    ((uint4*)lo)[i] = l;
+}
+
 // Rows of x gathered by expert for gemm_moe_*: row i of the result is x's
 // row order[i] / used (order: the (token, choice) slots sorted by expert),
 // split into f16 parts as to_f16 splits it (hi [m][cols], then lo). A
@@ -175,13 +188,7 @@ extern "C" __global__ void moe_gather_f16(const float* __restrict__ x, const int
     const i64 r = i / per_row, c8 = i - r * per_row;
     const float4* src = (const float4*)(x + (i64)(order[r] / used) * cols) + 2 * c8;
     const float4 a = src[0], b = src[1];
-    uint4 h, l;
-    split_f16x2(f16_range(a.x), f16_range(a.y), h.x, l.x);
-    split_f16x2(f16_range(a.z), f16_range(a.w), h.y, l.y);
-    split_f16x2(f16_range(b.x), f16_range(b.y), h.z, l.z);
-    split_f16x2(f16_range(b.z), f16_range(b.w), h.w, l.w);
-    ((uint4*)hi)[i] = h;
-    ((uint4*)lo)[i] = l;
+    store_f16_parts(a, b, hi, lo, i);
 }
 
 // x[i] *= factor
@@ -238,13 +245,7 @@ extern "C" __global__ void to_f16(const float* __restrict__ x, i64 n8, u16* __re
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n8) return;
     const float4 a = ((const float4*)x)[2 * i], b = ((const float4*)x)[2 * i + 1];
-    uint4 h, l;
-    split_f16x2(f16_range(a.x), f16_range(a.y), h.x, l.x);
-    split_f16x2(f16_range(a.z), f16_range(a.w), h.y, l.y);
-    split_f16x2(f16_range(b.x), f16_range(b.y), h.z, l.z);
-    split_f16x2(f16_range(b.z), f16_range(b.w), h.w, l.w);
-    ((uint4*)hi)[i] = h;
-    ((uint4*)lo)[i] = l;
+    store_f16_parts(a, b, hi, lo, i);
 }
 
 // out[i] += bias[i % rows] (the bias after a cuBLAS product).
