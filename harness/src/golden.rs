@@ -140,3 +140,78 @@ impl Agreement {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn position(n_tokens: usize, top: &[(u32, f64)]) -> Position {
+        Position {
+            n_tokens,
+            top10: top
+                .iter()
+                .map(|&(id, logprob)| Candidate { id, logprob })
+                .collect(),
+        }
+    }
+
+    /// Logits whose log-softmax is `lp` (up to a constant): the logits themselves.
+    fn logits_of(lp: &[f64]) -> Vec<f32> {
+        lp.iter().map(|&v| v as f32).collect()
+    }
+
+    /// The same top-1 agrees; another top-1 within 0.25 nats of llama.cpp's
+    /// is a near tie; beyond it (or unlisted) a failure; the mean over every
+    /// listed token decides the rest.
+    #[test]
+    fn agreement_follows_the_near_tie_rule_and_the_mean() {
+        let vocab = 4;
+        // Two positions: token 0 then token 1 on top of ours.
+        let ours_lp = [[-0.5, -1.5, -2.0, -3.0], [-1.0, -0.9, -3.0, -3.0]];
+        let norm = |row: &[f64; 4]| {
+            let s: f64 = row.iter().map(|v| v.exp()).sum();
+            row.iter().map(|v| v - s.ln()).collect::<Vec<f64>>()
+        };
+        let (a, b) = (norm(&ours_lp[0]), norm(&ours_lp[1]));
+        let mut logits = logits_of(&a);
+        logits.extend(logits_of(&b));
+        let case = |second_top: (u32, f64), second_next: (u32, f64)| Case {
+            prompt_ids: vec![7, 8],
+            positions: vec![
+                position(1, &[(0, a[0]), (1, a[1])]),
+                position(2, &[second_top, second_next]),
+            ],
+        };
+        // llama.cpp's top at position 2 is token 0, ours token 1 within 0.1: a near tie.
+        let mut near = Agreement::default();
+        near.add_case("t", &case((0, b[0]), (1, b[0] - 0.1)), &logits, vocab);
+        assert_eq!((near.positions, near.top1), (2, 1));
+        assert!(near.failures.is_empty());
+        // Ours 0.5 below llama.cpp's top: a failure, named.
+        let mut far = Agreement::default();
+        far.add_case("t", &case((0, b[0]), (1, b[0] - 0.5)), &logits, vocab);
+        assert_eq!(far.failures.len(), 1);
+        assert!(far.check("t").unwrap_err().contains("2 tokens"));
+        // Our top-1 not listed at all: a failure.
+        let mut unlisted = Agreement::default();
+        unlisted.add_case("t", &case((0, b[0]), (2, b[2])), &logits, vocab);
+        assert_eq!(unlisted.failures.len(), 1);
+        // Identical numbers: mean 0, agreement.
+        let mut same = Agreement::default();
+        same.add_case("t", &case((1, b[1]), (0, b[0])), &logits, vocab);
+        assert_eq!(same.top1, 2);
+        assert!(same.mean() < 1e-6 && same.check("t").is_ok());
+        // Every listed log-probability 0.2 away: the mean bound fails.
+        let shifted = Case {
+            prompt_ids: vec![7, 8],
+            positions: vec![
+                position(1, &[(0, a[0] + 0.2), (1, a[1] + 0.2)]),
+                position(2, &[(1, b[1] + 0.2), (0, b[0] + 0.2)]),
+            ],
+        };
+        let mut off = Agreement::default();
+        off.add_case("t", &shifted, &logits, vocab);
+        assert!((off.mean() - 0.2).abs() < 1e-5);
+        assert!(off.check("t").unwrap_err().contains("mean"));
+    }
+}
