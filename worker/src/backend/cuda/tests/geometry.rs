@@ -166,6 +166,42 @@ fn every_kernel_is_laid_out_as_before() {
         shape(Kernel::QkRopeStore, heads(70, 5, 256)),
         ((70, 5, 1), (256, 1, 1))
     );
+    // A mixture of experts (gpt-oss-20b's widths): the router's choice a
+    // warp per row, four rows a block; the chosen experts' mat-vec over
+    // (weight rows, pairs, gate and up along z); the grouped GEMM a block
+    // per 128 weight rows and tile of pairs, with gemm_tck's shared memory.
+    assert_eq!(
+        shape(Kernel::MoeRoute, rows(9, 32)),
+        ((3, 1, 1), (128, 1, 1))
+    );
+    let experts = |matrices| Work::Experts {
+        rows: 2880,
+        slots: 4,
+        matrices,
+    };
+    let mxfp4 = GgmlType::Mxfp4;
+    assert_eq!(
+        shape(Kernel::MatVecExperts(mxfp4), experts(2)),
+        ((360, 4, 2), (256, 1, 1))
+    );
+    assert_eq!(
+        shape(Kernel::MatVecExperts(mxfp4), experts(1)),
+        ((360, 4, 1), (256, 1, 1))
+    );
+    let tiles = Work::ExpertTiles {
+        rows: 2880,
+        tiles: 41,
+    };
+    let g = launch_config(Kernel::GemmExperts(mxfp4), tiles).unwrap();
+    assert_eq!((g.grid_dim, g.block_dim), ((23, 41, 1), (256, 1, 1)));
+    assert_eq!(
+        g.shared_mem_bytes,
+        crate::backend::cuda::source::GTC_SMEM_BYTES
+    );
+    assert_eq!(
+        shape(Kernel::MoeGatherF16, Work::Elements(2048 * 2880 / 8)),
+        ((2880, 1, 1), (256, 1, 1))
+    );
 }
 
 #[test]
@@ -200,6 +236,29 @@ fn launches_past_the_grid_limits_are_refused() {
         Work::Heads {
             n: 1,
             n_head: 65536,
+        },
+    );
+    refused(
+        Kernel::MatVecExperts(GgmlType::Mxfp4),
+        Work::Experts {
+            rows: 8,
+            slots: 65536,
+            matrices: 1,
+        },
+    );
+    refused(
+        Kernel::MatVecExperts(GgmlType::Mxfp4),
+        Work::Experts {
+            rows: 8,
+            slots: 1,
+            matrices: 3,
+        },
+    );
+    refused(
+        Kernel::GemmExperts(GgmlType::Mxfp4),
+        Work::ExpertTiles {
+            rows: 128,
+            tiles: 65536,
         },
     );
     refused(Kernel::Gelu, Work::Elements(0));
