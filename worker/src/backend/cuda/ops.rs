@@ -676,32 +676,36 @@ impl CudaOps {
     }
 
     /// Uploads an f32 host matrix (for tests and small inputs).
-    /// `words` in a new buffer (index lists for kernels that read `int`s).
-    pub(super) fn upload_words(&mut self, words: &[u32]) -> Result<CudaBuf, BackendError> {
-        let b = self.alloc_buf(1, words.len())?;
-        // SAFETY: the block holds `words.len()` 4-byte values; pageable host
-        // memory is staged before the call returns.
-        unsafe { drv::memcpy_htod_async(b.ptr(), words, self.dev.cu_stream()) }
-            .map_err(|e| driver_error("copying to the device", e))?;
-        self.dev.kernels.note_write();
-        Ok(b)
-    }
-
     pub fn upload(
         &mut self,
         rows: usize,
         cols: usize,
         data: &[f32],
     ) -> Result<CudaBuf, BackendError> {
-        if data.len() != rows * cols {
+        self.upload_values(rows, cols, data)
+    }
+
+    /// `words` in a new buffer (index lists for kernels that read `int`s).
+    pub(super) fn upload_words(&mut self, words: &[u32]) -> Result<CudaBuf, BackendError> {
+        self.upload_values(1, words.len(), words)
+    }
+
+    /// `rows x cols` 4-byte values in a new buffer.
+    fn upload_values<T: cudarc::driver::DeviceRepr>(
+        &mut self,
+        rows: usize,
+        cols: usize,
+        data: &[T],
+    ) -> Result<CudaBuf, BackendError> {
+        if data.len() != rows * cols || std::mem::size_of::<T>() != 4 {
             return Err(shape_error(format!(
                 "upload: {} values for {rows}x{cols}",
                 data.len()
             )));
         }
         let b = self.alloc_buf(rows, cols)?;
-        // SAFETY: the block holds at least `data.len()` f32 values; pageable
-        // host memory is staged before the call returns.
+        // SAFETY: the block holds `data.len()` 4-byte values; pageable host
+        // memory is staged before the call returns.
         unsafe { drv::memcpy_htod_async(b.ptr(), data, self.dev.cu_stream()) }
             .map_err(|e| driver_error("copying to the device", e))?;
         self.dev.kernels.note_write();

@@ -88,10 +88,23 @@ pub struct ExpertMatVecArgs {
     pub second: Option<(Stored, Option<DevPtr<f32>>, DevPtrMut<f32>)>,
 }
 
+/// Rows of one of the `experts` matrices stacked in `w`.
+fn expert_rows(w: &Stored, experts: usize) -> usize {
+    w.rows / experts.max(1)
+}
+
+/// Refuses a stacked matrix `w` that does not split into `experts` matrices.
+fn check_stacked(k: Kernel, w: &Stored, experts: usize) -> Result<(), BackendError> {
+    if experts == 0 || !w.rows.is_multiple_of(experts) {
+        return Err(refusal(k, format!("{} rows for {experts} experts", w.rows)));
+    }
+    Ok(())
+}
+
 impl ExpertMatVecArgs {
     /// Rows of one expert's matrix.
     pub fn rows(&self) -> usize {
-        self.w.rows / self.experts.max(1)
+        expert_rows(&self.w, self.experts)
     }
 }
 
@@ -136,10 +149,7 @@ impl KernelCall for ExpertMatVecArgs {
     }
     fn validate(&self) -> Result<(), BackendError> {
         let k = Kernel::MatVecExperts(self.w.ty);
-        if self.experts == 0 || !self.w.rows.is_multiple_of(self.experts) {
-            let msg = format!("{} rows for {} experts", self.w.rows, self.experts);
-            return Err(refusal(k, msg));
-        }
+        check_stacked(k, &self.w, self.experts)?;
         if let Some((w2, _, out2)) = &self.second {
             let same = (w2.ty, w2.rows, w2.cols, w2.row_bytes)
                 == (self.w.ty, self.w.rows, self.w.cols, self.w.row_bytes);
@@ -343,7 +353,7 @@ pub struct ExpertGemmArgs {
 
 impl ExpertGemmArgs {
     fn rows(&self) -> usize {
-        self.w.rows / self.experts.max(1)
+        expert_rows(&self.w, self.experts)
     }
 }
 
@@ -387,15 +397,9 @@ impl KernelCall for ExpertGemmArgs {
         if !f16_tiles(self.w.ty) {
             return Err(refusal(k, format!("{} has no f16 tiles", self.w.ty)));
         }
-        if self.experts == 0
-            || !self.w.rows.is_multiple_of(self.experts)
-            || !self.w.cols.is_multiple_of(GTC_BK as usize)
-            || !self.xh.addr().is_multiple_of(16)
-        {
-            let msg = format!(
-                "{} rows of {} for {} experts",
-                self.w.rows, self.w.cols, self.experts
-            );
+        check_stacked(k, &self.w, self.experts)?;
+        if !self.w.cols.is_multiple_of(GTC_BK as usize) || !self.xh.addr().is_multiple_of(16) {
+            let msg = format!("rows of {} values, x at {:#x}", self.w.cols, self.xh.addr());
             return Err(refusal(k, msg));
         }
         Ok(())

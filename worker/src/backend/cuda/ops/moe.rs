@@ -2,8 +2,9 @@
 //! from the router's logits, the choice of experts and their weights on the
 //! device (`moe_route`), the chosen experts' gate and up products
 //! (`mv1e_*`: only their rows of the stacked expert matrices are read), the
-//! clamped SwiGLU, their down products and the weighted sum. Nothing goes to
-//! the host, so a decode step runs inside its CUDA graph.
+//! clamped SwiGLU, their down products and the weighted sum. A decode step
+//! sends nothing to the host, so it runs inside its CUDA graph; a prompt's
+//! (row, expert) pairs are sorted by expert on the host for `gemm_moe_*`.
 
 use super::{check_bufs, check_weights, shape_error, BufMem, CudaBuf, CudaOps, CudaWeight};
 use half::f16;

@@ -444,15 +444,7 @@ fn routing_margins(cpu: &mut CpuBackend, tokens: &[u32], used: usize) -> Vec<f32
             let mut cp = crate::model::ops::Checkpoints::default();
             cpu.forward(&[t], Logits::Last, &mut out, Some(&mut cp))
                 .unwrap();
-            cp.entries
-                .iter()
-                .filter(|(name, _)| name.starts_with("ffn_moe_logits-"))
-                .map(|(_, l)| {
-                    let mut l = l.clone();
-                    l.sort_by(|a, b| b.total_cmp(a));
-                    l[used - 1] - l[used]
-                })
-                .fold(f32::INFINITY, f32::min)
+            routing(&cp, used).1
         })
         .collect();
     cpu.end_sequence();
