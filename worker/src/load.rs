@@ -74,6 +74,8 @@ pub struct LoadOptions {
     pub chat_template: Option<String>,
     /// `--tokenizer`.
     pub tokenizer: TokenizerChoice,
+    /// Sequences the backend holds at once (`--parallel`).
+    pub parallel: usize,
 }
 
 impl Default for LoadOptions {
@@ -86,6 +88,7 @@ impl Default for LoadOptions {
             max_context: None,
             chat_template: None,
             tokenizer: TokenizerChoice::Gguf,
+            parallel: 1,
         }
     }
 }
@@ -214,7 +217,8 @@ fn load_from(
     let info = model_info(&file, &config);
 
     let mut marks = ProgressMarks::new(file.tensor_bytes_total(), progress);
-    let backend = construct_backend(&config, &file, opts, &mut |b| marks.advance(b))?;
+    let mut backend = construct_backend(&config, &file, opts, &mut |b| marks.advance(b))?;
+    backend.set_slots(opts.parallel)?;
     marks.finish();
     Ok(LoadedModel {
         backend,

@@ -26,6 +26,8 @@ pub struct Stream {
     pub cancel_replies: Vec<Reply>,
     /// Job ids of `I run this job N times`.
     pub repeat_ids: Vec<String>,
+    /// Job ids posted at once after running alone (`parallel.rs`).
+    pub parallel_ids: Vec<String>,
     /// `(case, wanted status, reply)` of each hostile request.
     pub hostile: Vec<(String, u16, Reply)>,
 }

@@ -79,6 +79,99 @@ pub(crate) fn check_backend_contract(b: &mut dyn Backend, vocab: usize) {
         0,
         "end_sequence frees the KV cache"
     );
+
+    check_slots(b);
+}
+
+/// What a slot's next token would be: the greedy id and the top 20
+/// log-probabilities, bit for bit (a fingerprint of the logits).
+fn fingerprint(b: &mut dyn Backend) -> (u32, Vec<(u32, u32)>) {
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    let s = b
+        .sample(&SampleRequest {
+            params: &greedy,
+            generated: &[],
+            uniform: None,
+            logprobs: 20,
+        })
+        .unwrap();
+    let top = s
+        .logprobs
+        .iter()
+        .map(|t| (t.id, t.logprob.to_bits()))
+        .collect();
+    (s.id, top)
+}
+
+/// Slots (issue 18): three sequences of different lengths open at once, their
+/// prompts and decode steps interleaved and batched in `decode_rows` (in any
+/// order, any subset), give bit for bit the logits each gives alone.
+fn check_slots(b: &mut dyn Backend) {
+    let prompts: [&[u32]; 3] = [&[1, 2, 3], &[7, 8], &[9, 10, 11, 12, 13]];
+    let feeds: [[u32; 3]; 3] = [[4, 5, 6], [3, 2, 1], [14, 15, 16]];
+    // Alone, one after the other in slot 0.
+    let mut alone = Vec::new();
+    for (prompt, feed) in prompts.iter().zip(&feeds) {
+        b.begin_sequence(16).unwrap();
+        b.forward(prompt, Logits::None, &mut Vec::new(), None)
+            .unwrap();
+        let mut prints = vec![fingerprint(b)];
+        for &t in feed {
+            b.forward(&[t], Logits::None, &mut Vec::new(), None)
+                .unwrap();
+            prints.push(fingerprint(b));
+        }
+        b.end_sequence();
+        alone.push(prints);
+    }
+
+    b.set_slots(3).unwrap();
+    assert_eq!(b.slots(), 3);
+    assert!(b.select_slot(3).is_err(), "no slot 3");
+    for (slot, prompt) in prompts.iter().enumerate().rev() {
+        b.select_slot(slot).unwrap();
+        b.begin_sequence(16).unwrap();
+        b.forward(prompt, Logits::None, &mut Vec::new(), None)
+            .unwrap();
+    }
+    assert!(b.set_slots(2).is_err(), "slots change only with none open");
+    let check = |b: &mut dyn Backend, slot: usize, step: usize| {
+        b.select_slot(slot).unwrap();
+        assert_eq!(fingerprint(b), alone[slot][step], "slot {slot} step {step}");
+        assert_eq!(b.sequence_len(), prompts[slot].len() + step);
+    };
+    for slot in 0..3 {
+        check(b, slot, 0);
+    }
+    // All three together, then two (in another order), then the one left behind alone.
+    b.decode_rows(&[(0, feeds[0][0]), (1, feeds[1][0]), (2, feeds[2][0])])
+        .unwrap();
+    for slot in 0..3 {
+        check(b, slot, 1);
+    }
+    b.decode_rows(&[(2, feeds[2][1]), (0, feeds[0][1])])
+        .unwrap();
+    check(b, 0, 2);
+    check(b, 2, 2);
+    check(b, 1, 1);
+    b.decode_rows(&[(1, feeds[1][1])]).unwrap();
+    check(b, 1, 2);
+    b.decode_rows(&[(1, feeds[1][2]), (2, feeds[2][2]), (0, feeds[0][2])])
+        .unwrap();
+    for slot in 0..3 {
+        check(b, slot, 3);
+    }
+    assert!(b.decode_rows(&[(5, 1)]).is_err(), "a row in no slot");
+    for slot in 0..3 {
+        b.select_slot(slot).unwrap();
+        b.end_sequence();
+    }
+    assert_eq!(b.memory_use().kv_cache, 0, "every slot's cache is freed");
+    b.set_slots(1).unwrap();
+    assert_eq!(b.slots(), 1);
 }
 
 /// `sample` picks from the latest forward pass's last position, whether or

@@ -4,7 +4,7 @@ use crate::model::ops::GraphError;
 
 /// What can go wrong inside a backend. Each kind has a fixed message prefix
 /// and maps to one stable API code (see `engine::ErrorCode`).
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum BackendError {
     #[error("no usable GPU: {0}")]
     DeviceNotFound(String),

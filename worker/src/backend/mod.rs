@@ -136,13 +136,27 @@ pub fn sample_on_host(
     Ok(SampledToken { id, logprobs })
 }
 
+/// `slot` is one of `slots`, or the error that says it is not.
+pub fn check_slot(slot: usize, slots: usize) -> Result<(), BackendError> {
+    if slot < slots {
+        Ok(())
+    } else {
+        Err(BackendError::InferenceFailed(format!(
+            "slot {slot} does not exist: the backend holds {slots}"
+        )))
+    }
+}
+
 /// [`Backend::prefill_chunk`] unless a backend says otherwise: the CPU
 /// backend's scratch stays bounded.
 pub const DEFAULT_PREFILL_CHUNK: usize = 256;
 
-/// A loaded model on a device, able to run one sequence at a time.
+/// A loaded model on a device, holding one sequence, or several in slots of
+/// their own ([`Backend::set_slots`]).
 ///
-/// Calls come from the engine thread only. Errors never panic across this
+/// `begin_sequence`, `sequence_len`, `forward`, `sample` and `end_sequence`
+/// act on the current slot ([`Backend::select_slot`]; slot 0 unless another
+/// is selected). Calls come from the engine thread only. Errors never panic across this
 /// boundary: every failure is a `BackendError`.
 pub trait Backend: Send {
     /// The device this backend runs on.
@@ -194,6 +208,44 @@ pub trait Backend: Send {
 
     /// Bytes held on the device now.
     fn memory_use(&self) -> MemoryUse;
+
+    /// How many sequences the backend holds at once: 1 unless `set_slots`
+    /// asked for more.
+    fn slots(&self) -> usize {
+        1
+    }
+
+    /// Makes room for `n` sequences at once, each in a slot with its own KV
+    /// cache, position and last logits (`--parallel N`). Only while no
+    /// sequence is open; a backend that holds one sequence refuses `n > 1`.
+    fn set_slots(&mut self, n: usize) -> Result<(), BackendError> {
+        match n {
+            1 => Ok(()),
+            _ => Err(BackendError::InferenceFailed(format!(
+                "this backend holds one sequence at a time, not {n}"
+            ))),
+        }
+    }
+
+    /// Makes `slot` (below [`Backend::slots`]) the current sequence.
+    fn select_slot(&mut self, slot: usize) -> Result<(), BackendError> {
+        check_slot(slot, self.slots())
+    }
+
+    /// One decode step of several sequences: for each `(slot, token)`, the
+    /// token is appended to that slot's sequence as `forward(&[token],
+    /// Logits::None, ..)` would append it, and that slot's `sample` then picks
+    /// from its new logits. Each row's logits are bit for bit those of the
+    /// slot's own one-token `forward`, whichever rows share the step (batch
+    /// invariance). The current slot afterwards is unspecified.
+    fn decode_rows(&mut self, rows: &[(usize, u32)]) -> Result<(), BackendError> {
+        let mut none = Vec::new();
+        for &(slot, token) in rows {
+            self.select_slot(slot)?;
+            self.forward(&[token], Logits::None, &mut none, None)?;
+        }
+        Ok(())
+    }
 
     /// Asks the driver where every weight buffer lives; `Ok(true)` when all
     /// are plain device memory. Always `Ok(false)` on the CPU, where the

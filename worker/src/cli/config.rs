@@ -25,6 +25,8 @@ pub const DEFAULT_MAX_TOKENS_OUT: usize = MAX_TOKENS_LIMIT;
 pub const DEFAULT_INFERENCE_TIMEOUT_SEC: u64 = 300;
 pub const DEFAULT_QUEUE_DEPTH: usize = 8;
 pub const MAX_QUEUE_DEPTH: usize = 4096;
+/// Most jobs `--parallel` lets run at once.
+pub const MAX_PARALLEL: usize = 256;
 pub const DEFAULT_RESIDENCY_CHECK_SEC: u64 = 60;
 pub const DEFAULT_SHUTDOWN_GRACE_SEC: u64 = 3;
 pub const DEFAULT_UPLOAD_CHUNK_BYTES: usize = 1 << 20;
@@ -64,12 +66,15 @@ pub struct ServeArgs {
     /// A running job ends with INFERENCE_TIMEOUT after this many seconds [default: 300].
     #[arg(long, value_name = "SECONDS")]
     pub inference_timeout_sec: Option<u64>,
-    /// Upper bound of one job's KV cache in MiB [default: computed].
+    /// Upper bound in MiB of the KV caches of the running jobs together [default: computed].
     #[arg(long, value_name = "MIB")]
     pub kv_cache_size_mb: Option<u64>,
-    /// Jobs that may wait behind the running one [default: 8].
+    /// Jobs that may wait behind the running ones [default: 8].
     #[arg(long, value_name = "N")]
     pub queue_depth: Option<usize>,
+    /// Jobs that run at once, decoded together, at most 256 [default: 1: one at a time].
+    #[arg(long, value_name = "N")]
+    pub parallel: Option<usize>,
     /// Write one JSONL parity record per generated token to this file.
     #[arg(long, value_name = "FILE")]
     pub parity_log: Option<PathBuf>,
@@ -132,6 +137,7 @@ pub struct FileConfig {
     pub inference_timeout_sec: Option<u64>,
     pub kv_cache_size_mb: Option<u64>,
     pub queue_depth: Option<usize>,
+    pub parallel: Option<usize>,
     pub parity_log: Option<PathBuf>,
     pub residency_check_sec: Option<u64>,
     pub shutdown_grace_sec: Option<u64>,
@@ -162,6 +168,8 @@ pub struct ServeConfig {
     pub inference_timeout: Duration,
     pub kv_cache_size_mb: Option<u64>,
     pub queue_depth: usize,
+    /// Jobs that run at once (1: one at a time).
+    pub parallel: usize,
     pub parity_log: Option<PathBuf>,
     pub residency_check: Duration,
     pub shutdown_grace: Duration,
@@ -306,6 +314,13 @@ pub fn resolve(args: ServeArgs) -> Result<ServeConfig, ConfigError> {
             format!("{queue_depth} is above {MAX_QUEUE_DEPTH}"),
         ));
     }
+    let parallel = args.parallel.or(file.parallel).unwrap_or(1);
+    if !(1..=MAX_PARALLEL).contains(&parallel) {
+        return Err(invalid(
+            "--parallel",
+            format!("{parallel} is not between 1 and {MAX_PARALLEL}"),
+        ));
+    }
     let parity_log = args.parity_log.or(file.parity_log);
     if let Some(path) = &parity_log {
         check_parity_path(path)?;
@@ -359,6 +374,7 @@ pub fn resolve(args: ServeArgs) -> Result<ServeConfig, ConfigError> {
         inference_timeout: Duration::from_secs(timeout_s),
         kv_cache_size_mb,
         queue_depth,
+        parallel,
         parity_log,
         residency_check: Duration::from_secs(residency_s),
         shutdown_grace: Duration::from_secs(grace_s),

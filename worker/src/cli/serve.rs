@@ -121,6 +121,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         host = %cfg.host,
         port = cfg.port,
         queue_depth = cfg.queue_depth,
+        parallel = cfg.parallel,
         max_tokens_in = cfg.max_tokens_in,
         max_tokens_out = cfg.max_tokens_out,
         inference_timeout_sec = cfg.inference_timeout.as_secs(),
@@ -262,6 +263,7 @@ fn load(cfg: &ServeConfig) -> Result<LoadedModel, ExitCode> {
         max_context: cfg.max_tokens_in.map(|n| n + cfg.max_tokens_out),
         chat_template: cfg.chat_template.clone(),
         tokenizer: cfg.tokenizer,
+        parallel: cfg.parallel,
     };
     let mut report = |p: LoadProgress| {
         narrate!(

@@ -82,7 +82,7 @@ pub enum AbortReason {
     ShuttingDown,
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum GenerationError {
     #[error(transparent)]
     Backend(#[from] BackendError),
@@ -115,7 +115,7 @@ pub trait GenerationObserver {
     fn on_parity(&mut self, _record: ParityStep) {}
 }
 
-/// Runs one job to completion on `backend`. The backend's sequence is
+/// Runs one job to completion on `backend`, alone. The backend's sequence is
 /// started here and always ended before returning, also on error.
 pub fn generate(
     backend: &mut dyn Backend,
@@ -123,146 +123,287 @@ pub fn generate(
     req: &GenerationRequest,
     observer: &mut dyn GenerationObserver,
 ) -> Result<GenerationSummary, GenerationError> {
-    let capacity = req.prompt_tokens.len() + req.max_tokens;
-    let t = Instant::now();
-    backend.begin_sequence(capacity)?;
-    tracing::debug!(positions = capacity, us = micros(t), "sequence begun");
-    let result = run(backend, tokenizer, req, observer);
-    let t = Instant::now();
-    backend.end_sequence();
-    tracing::debug!(us = micros(t), "sequence ended");
+    let mut gen = Generation::new(req.clone(), observer.wants_parity());
+    gen.begin(backend)?;
+    let result = run(&mut gen, backend, tokenizer, observer);
+    gen.end(backend);
     result
 }
 
 fn run(
+    gen: &mut Generation,
     backend: &mut dyn Backend,
     tokenizer: &Tokenizer,
-    req: &GenerationRequest,
     observer: &mut dyn GenerationObserver,
 ) -> Result<GenerationSummary, GenerationError> {
-    let started = Instant::now();
-    let mut logits = Vec::new();
-    let mut checkpoints = observer.wants_parity().then(Checkpoints::default);
-    // The backend samples where its logits are; they come to the host only
-    // for parity records.
-    let wanted = if checkpoints.is_some() {
-        Logits::Last
-    } else {
-        Logits::None
-    };
-
     // Prefill in chunks of the backend's size, checking for an abort between
     // them (M0-W-1610).
-    for chunk in req.prompt_tokens.chunks(backend.prefill_chunk()) {
+    while gen.prefilling() {
         check_abort(observer)?;
-        if let Some(cp) = checkpoints.as_mut() {
-            cp.entries.clear();
-        }
-        backend.forward(chunk, wanted, &mut logits, checkpoints.as_mut())?;
+        gen.prefill(backend)?;
     }
-    // Time in the prefill's forward calls: on the GPU the work is queued
-    // then, and `sampled_us` below includes its completion.
-    let prefill_calls_us = micros(started);
-
-    let mut sampler = Sampler::new(req.sampling.clone());
-    let mut stream = StreamDecoder::new();
-    let mut stops = StopMatcher::new(req.stop.clone());
-    let mut generated: Vec<u32> = Vec::with_capacity(req.max_tokens);
-    let mut first_token_ms = 0;
-    let mut decode_started = started;
     // Where the device queues its work, the next step is queued before the
     // host streams a token (its text, stop strings and event then overlap the
     // step instead of holding the device idle). Not with parity records,
     // whose logits the next step would overwrite.
-    let ahead = backend.queues_work() && checkpoints.is_none();
+    let ahead = backend.queues_work() && !gen.records_parity();
 
     let stop_reason = loop {
-        let uniform = sampler.draw();
+        let (sampled, parity) = gen.sample(backend, tokenizer)?;
+        if let Some(record) = parity {
+            observer.on_parity(record);
+        }
+        let Sampled::Token(token) = sampled else {
+            break StopReason::Eos;
+        };
+        // Wasted only when a stop string or a gone client ends the job here.
+        // Not after the first token, which would wait for the step that
+        // captures the decode graph.
+        let (id, queued) = (token.id, ahead && token.index > 0 && !token.is_last);
+        if queued {
+            check_abort(observer)?;
+            gen.feed(backend, id)?;
+        }
+        let (out, stopped) = gen.emit(tokenizer, token);
+        if let Some(reason) = observer.on_token(out) {
+            return Err(GenerationError::Aborted(reason));
+        }
+        if let Some(reason) = stopped {
+            break reason;
+        }
+        if !queued {
+            check_abort(observer)?;
+            gen.feed(backend, id)?;
+        }
+    };
+    Ok(gen.summary(stop_reason))
+}
+
+/// A token [`Generation::sample`] chose, before its text is worked out.
+#[derive(Clone, Debug)]
+pub struct SampledId {
+    pub index: usize,
+    pub id: u32,
+    pub logprobs: Vec<TokenLogprob>,
+    /// `max_tokens` is reached with this token: no step follows it.
+    pub is_last: bool,
+}
+
+/// What [`Generation::sample`] found.
+#[derive(Clone, Debug)]
+pub enum Sampled {
+    /// The next token, to [`Generation::emit`] and (unless it ends the job)
+    /// to [`Generation::feed`].
+    Token(SampledId),
+    /// An end-of-generation token: the job is over and it is not streamed.
+    Eos,
+}
+
+/// One job's generation, step by step: [`Generation::begin`] its sequence,
+/// [`Generation::prefill`] the prompt a chunk at a time, then
+/// [`Generation::sample`] a token, [`Generation::emit`] its text and
+/// [`Generation::feed`] it back, until a stop. [`generate`] runs it alone;
+/// the engine's scheduler interleaves several on a backend's slots.
+pub struct Generation {
+    req: GenerationRequest,
+    started: Instant,
+    /// Prompt tokens prefilled so far.
+    fed: usize,
+    /// Host logits: filled only for parity records.
+    logits: Vec<f32>,
+    checkpoints: Option<Checkpoints>,
+    sampler: Sampler,
+    stream: StreamDecoder,
+    stops: StopMatcher,
+    generated: Vec<u32>,
+    first_token_ms: u64,
+    decode_started: Instant,
+}
+
+impl Generation {
+    /// A job about to start; `parity`: record checkpoints at every step.
+    pub fn new(req: GenerationRequest, parity: bool) -> Self {
+        let now = Instant::now();
+        Generation {
+            sampler: Sampler::new(req.sampling.clone()),
+            stops: StopMatcher::new(req.stop.clone()),
+            generated: Vec::with_capacity(req.max_tokens),
+            req,
+            started: now,
+            fed: 0,
+            logits: Vec::new(),
+            checkpoints: parity.then(Checkpoints::default),
+            stream: StreamDecoder::new(),
+            first_token_ms: 0,
+            decode_started: now,
+        }
+    }
+
+    /// Positions the job's sequence needs: its prompt and every token it may add.
+    pub fn capacity(&self) -> usize {
+        self.req.prompt_tokens.len() + self.req.max_tokens
+    }
+
+    /// Opens the job's sequence in the backend's current slot.
+    pub fn begin(&mut self, backend: &mut dyn Backend) -> Result<(), BackendError> {
+        let t = Instant::now();
+        backend.begin_sequence(self.capacity())?;
+        tracing::debug!(
+            positions = self.capacity(),
+            us = micros(t),
+            "sequence begun"
+        );
+        self.started = Instant::now();
+        Ok(())
+    }
+
+    /// Frees the job's sequence (the backend's current slot).
+    pub fn end(&mut self, backend: &mut dyn Backend) {
+        let t = Instant::now();
+        backend.end_sequence();
+        tracing::debug!(us = micros(t), "sequence ended");
+    }
+
+    /// Part of the prompt is still to be prefilled.
+    pub fn prefilling(&self) -> bool {
+        self.fed < self.req.prompt_tokens.len()
+    }
+
+    /// Whether each step records checkpoints (then its decode runs alone).
+    pub fn records_parity(&self) -> bool {
+        self.checkpoints.is_some()
+    }
+
+    /// The logits each forward call asks for: on the host only for parity.
+    fn wanted(&self) -> Logits {
+        if self.checkpoints.is_some() {
+            Logits::Last
+        } else {
+            Logits::None
+        }
+    }
+
+    /// Prefills the next chunk of the prompt (the backend's size).
+    pub fn prefill(&mut self, backend: &mut dyn Backend) -> Result<(), BackendError> {
+        let end = (self.fed + backend.prefill_chunk()).min(self.req.prompt_tokens.len());
+        let wanted = self.wanted();
+        if let Some(cp) = self.checkpoints.as_mut() {
+            cp.entries.clear();
+        }
+        let chunk = &self.req.prompt_tokens[self.fed..end];
+        backend.forward(chunk, wanted, &mut self.logits, self.checkpoints.as_mut())?;
+        self.fed = end;
+        if !self.prefilling() {
+            // Time in the prefill's forward calls: on the GPU the work is
+            // queued then, and the first token's log includes its completion.
+            tracing::debug!(
+                tokens = end,
+                prefill_calls_us = micros(self.started),
+                "prefilled"
+            );
+        }
+        Ok(())
+    }
+
+    /// Picks the next token from the latest step's logits, with its parity
+    /// record when those are kept.
+    pub fn sample(
+        &mut self,
+        backend: &mut dyn Backend,
+        tokenizer: &Tokenizer,
+    ) -> Result<(Sampled, Option<ParityStep>), BackendError> {
+        let uniform = self.sampler.draw();
         let sampled = backend.sample(&SampleRequest {
-            params: &req.sampling,
-            generated: &generated,
+            params: &self.req.sampling,
+            generated: &self.generated,
             uniform,
-            logprobs: req.logprobs,
+            logprobs: self.req.logprobs,
         })?;
         let id = sampled.id;
-        let index = generated.len();
-        generated.push(id);
+        let index = self.generated.len();
+        self.generated.push(id);
         if index == 0 {
-            first_token_ms = req.accepted_at.unwrap_or(started).elapsed().as_millis() as u64;
-            decode_started = Instant::now();
-            let tokens = req.prompt_tokens.len();
-            let sampled_us = micros(started);
-            tracing::debug!(tokens, prefill_calls_us, sampled_us, "first token");
+            let accepted = self.req.accepted_at.unwrap_or(self.started);
+            self.first_token_ms = accepted.elapsed().as_millis() as u64;
+            self.decode_started = Instant::now();
+            let tokens = self.req.prompt_tokens.len();
+            tracing::debug!(tokens, sampled_us = micros(self.started), "first token");
         }
-        if let Some(cp) = checkpoints.take() {
-            observer.on_parity(ParityStep {
-                step: index,
-                token_id: id,
-                checkpoints: cp,
-                top_logits: top_logprobs(&logits, 10),
-                logits: logits.clone(),
-            });
-            checkpoints = Some(Checkpoints::default());
-        }
-        if !req.ignore_eos && tokenizer.is_eog(id) {
+        let parity = self.checkpoints.as_mut().map(|cp| ParityStep {
+            step: index,
+            token_id: id,
+            checkpoints: std::mem::take(cp),
+            top_logits: top_logprobs(&self.logits, 10),
+            logits: self.logits.clone(),
+        });
+        if !self.req.ignore_eos && tokenizer.is_eog(id) {
             // Unless ignored, the end-of-generation token ends the job and is
             // never streamed. Text still held back at this point (a
             // stop-string prefix, or bytes of an unfinished character) has no
             // token left to travel with and is dropped: see README, "Streaming".
-            generated.pop();
-            break StopReason::Eos;
+            self.generated.pop();
+            return Ok((Sampled::Eos, parity));
         }
+        let token = SampledId {
+            index,
+            id,
+            logprobs: sampled.logprobs,
+            is_last: self.generated.len() >= self.req.max_tokens,
+        };
+        Ok((Sampled::Token(token), parity))
+    }
 
-        let is_last = generated.len() >= req.max_tokens;
-        // Wasted only when a stop string or a gone client ends the job here.
-        // Not after the first token, which would wait for the step that
-        // captures the decode graph.
-        let queued = ahead && index > 0 && !is_last;
-        if queued {
-            check_abort(observer)?;
-            backend.forward(&[id], wanted, &mut logits, None)?;
+    /// The token as the client sees it (the text it releases), and the
+    /// reason the job ends with it, if it does.
+    pub fn emit(
+        &mut self,
+        tokenizer: &Tokenizer,
+        token: SampledId,
+    ) -> (GeneratedToken, Option<StopReason>) {
+        let mut piece = self.stream.push(tokenizer, token.id);
+        if token.is_last {
+            piece.push_str(&self.stream.finish());
         }
-        let mut piece = stream.push(tokenizer, id);
-        if is_last {
-            piece.push_str(&stream.finish());
-        }
-        let (mut text, stopped) = match stops.push(&piece) {
+        let (mut text, stopped) = match self.stops.push(&piece) {
             StopOutcome::Emit(text) => (text, None),
             StopOutcome::Stopped { emit, stop } => (emit, Some(stop)),
         };
-        if is_last && stopped.is_none() {
+        if token.is_last && stopped.is_none() {
             // The last token carries whatever was held back.
-            text.push_str(&stops.finish());
+            text.push_str(&self.stops.finish());
         }
-        let logprobs = (req.logprobs > 0).then_some(sampled.logprobs);
-        if let Some(reason) = observer.on_token(GeneratedToken {
-            index,
-            id,
+        let logprobs = (self.req.logprobs > 0).then_some(token.logprobs);
+        let reason = match stopped {
+            Some(stop) => Some(StopReason::StopSequence(stop)),
+            None if token.is_last => Some(StopReason::MaxTokens),
+            None => None,
+        };
+        let out = GeneratedToken {
+            index: token.index,
+            id: token.id,
             text,
             logprobs,
-        }) {
-            return Err(GenerationError::Aborted(reason));
-        }
-        if let Some(stop) = stopped {
-            break StopReason::StopSequence(stop);
-        }
-        if is_last {
-            break StopReason::MaxTokens;
-        }
+        };
+        (out, reason)
+    }
 
-        if !queued {
-            check_abort(observer)?;
-            backend.forward(&[id], wanted, &mut logits, checkpoints.as_mut())?;
-        }
-    };
+    /// Appends the sampled token to the sequence: the step that gives the
+    /// next token's logits.
+    pub fn feed(&mut self, backend: &mut dyn Backend, id: u32) -> Result<(), BackendError> {
+        let wanted = self.wanted();
+        backend.forward(&[id], wanted, &mut self.logits, self.checkpoints.as_mut())
+    }
 
-    Ok(GenerationSummary {
-        tokens_in: req.prompt_tokens.len(),
-        tokens_out: generated.len(),
-        first_token_ms,
-        decode_time_ms: decode_started.elapsed().as_millis() as u64,
-        stop_reason,
-    })
+    /// The `end` event's figures, once the job stopped for `stop_reason`.
+    pub fn summary(&self, stop_reason: StopReason) -> GenerationSummary {
+        GenerationSummary {
+            tokens_in: self.req.prompt_tokens.len(),
+            tokens_out: self.generated.len(),
+            first_token_ms: self.first_token_ms,
+            decode_time_ms: self.decode_started.elapsed().as_millis() as u64,
+            stop_reason,
+        }
+    }
 }
 
 fn check_abort(observer: &mut dyn GenerationObserver) -> Result<(), GenerationError> {

@@ -1,5 +1,6 @@
-//! The engine: one thread that owns the backend and runs one job at a time,
-//! fed by a bounded FIFO queue (EXT-003).
+//! The engine: one thread that owns the backend and runs one job at a time
+//! (`runner.rs`), or several on the backend's slots (`scheduler.rs`,
+//! `--parallel N`), fed by a bounded FIFO queue (EXT-003).
 //!
 //! Built as an actor (after mistral.rs `engine/` and TGI's `queue.rs`): the
 //! HTTP side holds an [`EngineHandle`] and submits [`Job`]s; each job carries
@@ -13,12 +14,14 @@ pub mod job;
 pub mod parity;
 pub mod queue;
 pub mod runner;
+mod scheduler;
 pub mod status;
 pub mod stop;
 #[cfg(test)]
 pub mod testing;
 
 pub use error::{backend_error_code, load_error_code, ErrorCode, JobError, Phase};
+pub use generate::Generation;
 pub use job::{Job, JobEvent, JobSink, Outcome};
 pub use runner::{Engine, EngineConfig, EngineHandle, SubmitError};
 pub use status::EngineStatus;

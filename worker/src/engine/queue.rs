@@ -1,11 +1,11 @@
 //! The bounded FIFO between the HTTP side and the engine thread (EXT-003).
 //!
-//! `capacity` counts waiting jobs; the running one has left the queue (and
-//! while the engine is idle, the job it is about to take counts as running,
-//! so depth 2 accepts three jobs that arrive together). One
-//! mutex guards the waiting list and the running slot, so a cancel and the
-//! engine taking the next job can never both claim the same job: a queued job
-//! is either removed by `cancel` (and ended there) or taken by `pop`.
+//! `capacity` counts waiting jobs; running ones (at most `parallel`) have left
+//! the queue, and a free slot counts for the job about to take it: with one
+//! slot, depth 2 accepts three jobs that arrive together. One mutex guards the
+//! waiting list and the running jobs, so a cancel and the engine taking the
+//! next job can never both claim the same job: a queued job is either removed
+//! by `cancel` (and ended there) or taken by `pop`.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -18,15 +18,17 @@ pub struct JobQueue {
     state: Mutex<State>,
     /// Signalled when a job arrives or the queue closes.
     arrived: Condvar,
-    /// Signalled when the running job finishes.
+    /// Signalled when a running job finishes.
     finished: Condvar,
     capacity: usize,
+    /// Jobs that may run at once (`--parallel`).
+    parallel: usize,
 }
 
 #[derive(Default)]
 struct State {
     waiting: VecDeque<Box<Job>>,
-    running: Option<Running>,
+    running: Vec<Running>,
     closed: bool,
 }
 
@@ -63,12 +65,14 @@ pub enum CancelResult {
 }
 
 impl JobQueue {
-    pub fn new(capacity: usize) -> Self {
+    /// A queue of `capacity` waiting jobs in front of `parallel` slots.
+    pub fn new(capacity: usize, parallel: usize) -> Self {
         JobQueue {
             state: Mutex::new(State::default()),
             arrived: Condvar::new(),
             finished: Condvar::new(),
             capacity,
+            parallel: parallel.max(1),
         }
     }
 
@@ -89,14 +93,14 @@ impl JobQueue {
         if st.closed {
             return Err(PushError::Closed(job));
         }
-        let duplicate = st.running.as_ref().is_some_and(|r| r.id == job.id)
-            || st.waiting.iter().any(|j| j.id == job.id);
+        let duplicate =
+            st.running.iter().any(|r| r.id == job.id) || st.waiting.iter().any(|j| j.id == job.id);
         if duplicate {
             return Err(PushError::DuplicateId(job));
         }
-        // While nothing runs, the oldest waiting job is about to start and
-        // does not take one of the `capacity` places.
-        let room = self.capacity + usize::from(st.running.is_none());
+        // The oldest waiting jobs are about to take the free slots and do not
+        // take any of the `capacity` places.
+        let room = self.capacity + self.parallel.saturating_sub(st.running.len());
         if st.waiting.len() >= room {
             return Err(PushError::Full(job));
         }
@@ -107,13 +111,15 @@ impl JobQueue {
     }
 
     /// Takes the oldest waiting job and marks it running. Blocks until a job
-    /// arrives, the queue closes, or `timeout` passes.
+    /// arrives, the queue closes, or `timeout` passes. The caller has a free
+    /// slot: at most `parallel` jobs run at once.
     pub fn pop(&self, timeout: Option<Duration>) -> Pop {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut st = self.lock();
+        debug_assert!(st.running.len() < self.parallel, "pop without a free slot");
         loop {
             if let Some(job) = st.waiting.pop_front() {
-                st.running = Some(Running {
+                st.running.push(Running {
                     id: job.id.clone(),
                     cancel: job.cancel.clone(),
                 });
@@ -138,9 +144,9 @@ impl JobQueue {
         }
     }
 
-    /// The engine finished the running job.
-    pub fn finish_running(&self) {
-        self.lock().running = None;
+    /// The engine finished the running job `job_id`.
+    pub fn finish_running(&self, job_id: &str) {
+        self.lock().running.retain(|r| r.id != job_id);
         self.finished.notify_all();
     }
 
@@ -151,12 +157,12 @@ impl JobQueue {
             let job = st.waiting.remove(pos).expect("position is in range");
             return CancelResult::Queued(job);
         }
-        match &st.running {
-            Some(r) if r.id == job_id => {
+        match st.running.iter().find(|r| r.id == job_id) {
+            Some(r) => {
                 r.cancel.cancel(AbortReason::Cancelled);
                 CancelResult::Running
             }
-            _ => CancelResult::NotFound,
+            None => CancelResult::NotFound,
         }
     }
 
@@ -170,9 +176,9 @@ impl JobQueue {
         drained
     }
 
-    /// Asks the running job, if any, to stop.
+    /// Asks every running job to stop.
     pub fn cancel_running(&self, reason: AbortReason) {
-        if let Some(r) = &self.lock().running {
+        for r in &self.lock().running {
             r.cancel.cancel(reason);
         }
     }
@@ -181,7 +187,7 @@ impl JobQueue {
     pub fn wait_idle(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let mut st = self.lock();
-        while st.running.is_some() {
+        while !st.running.is_empty() {
             let now = Instant::now();
             if now >= deadline {
                 return false;
@@ -195,7 +201,7 @@ impl JobQueue {
         true
     }
 
-    /// Jobs waiting (not counting the running one).
+    /// Jobs waiting (not counting running ones).
     pub fn len(&self) -> usize {
         self.lock().waiting.len()
     }
@@ -205,7 +211,17 @@ impl JobQueue {
     }
 
     pub fn is_busy(&self) -> bool {
-        self.lock().running.is_some()
+        !self.lock().running.is_empty()
+    }
+
+    /// Jobs running now.
+    pub fn running(&self) -> usize {
+        self.lock().running.len()
+    }
+
+    /// Jobs that may run at once.
+    pub fn parallel(&self) -> usize {
+        self.parallel
     }
 
     pub fn is_closed(&self) -> bool {
@@ -259,7 +275,7 @@ mod tests {
 
     #[test]
     fn fifo_with_bounded_capacity() {
-        let q = JobQueue::new(2);
+        let q = JobQueue::new(2, 1);
         // Idle: the first job is about to run, so three fit.
         assert!(q.push(job("a")).is_ok());
         assert!(q.push(job("b")).is_ok());
@@ -270,21 +286,46 @@ mod tests {
         assert!(q.is_busy());
         assert_eq!(q.len(), 2);
         assert!(matches!(q.push(job("d")), Err(PushError::Full(_))));
-        q.finish_running();
+        q.finish_running("a");
         assert_eq!(popped_id(&q), "b");
         // b runs, c waits: one place is free.
         assert!(q.push(job("d")).is_ok());
-        q.finish_running();
+        q.finish_running("b");
         assert_eq!(popped_id(&q), "c");
-        q.finish_running();
+        q.finish_running("c");
         assert_eq!(popped_id(&q), "d");
-        q.finish_running();
+        q.finish_running("d");
         assert_eq!(popped_id(&q), "idle");
+    }
+
+    /// With four slots, four jobs run and `capacity` more wait; a cancel
+    /// finds each running job, and finishing one frees its slot only.
+    #[test]
+    fn parallel_slots_run_jobs_alongside() {
+        let q = JobQueue::new(1, 4);
+        for id in ["a", "b", "c", "d", "e"] {
+            assert!(q.push(job(id)).is_ok(), "{id}");
+        }
+        assert!(matches!(q.push(job("f")), Err(PushError::Full(_))));
+        let ids: Vec<String> = (0..4).map(|_| popped_id(&q)).collect();
+        assert_eq!(ids, ["a", "b", "c", "d"]);
+        assert_eq!((q.running(), q.len()), (4, 1));
+        assert!(matches!(q.push(job("f")), Err(PushError::Full(_))));
+        assert!(matches!(q.push(job("c")), Err(PushError::DuplicateId(_))));
+        assert!(matches!(q.cancel("c"), CancelResult::Running));
+        q.finish_running("b");
+        assert_eq!(q.running(), 3);
+        assert!(q.push(job("f")).is_ok(), "b's slot is free");
+        assert!(!q.wait_idle(Duration::from_millis(5)));
+        for id in ["a", "c", "d"] {
+            q.finish_running(id);
+        }
+        assert!(q.wait_idle(Duration::from_millis(5)));
     }
 
     #[test]
     fn depth_zero_runs_one_job_and_queues_none() {
-        let q = JobQueue::new(0);
+        let q = JobQueue::new(0, 1);
         assert!(q.push(job("a")).is_ok());
         assert!(matches!(q.push(job("b")), Err(PushError::Full(_))));
         assert_eq!(popped_id(&q), "a");
@@ -293,20 +334,20 @@ mod tests {
 
     #[test]
     fn duplicate_ids_are_refused_while_waiting_or_running() {
-        let q = JobQueue::new(4);
+        let q = JobQueue::new(4, 1);
         assert!(q.push(job("a")).is_ok());
         assert!(matches!(q.push(job("a")), Err(PushError::DuplicateId(_))));
         let Pop::Job(_running) = q.pop(None) else {
             panic!()
         };
         assert!(matches!(q.push(job("a")), Err(PushError::DuplicateId(_))));
-        q.finish_running();
+        q.finish_running("a");
         assert!(q.push(job("a")).is_ok());
     }
 
     #[test]
     fn cancel_finds_queued_and_running_jobs() {
-        let q = JobQueue::new(4);
+        let q = JobQueue::new(4, 1);
         q.push(job("run")).ok().unwrap();
         q.push(job("wait")).ok().unwrap();
         let Pop::Job(running) = q.pop(None) else {
@@ -321,7 +362,7 @@ mod tests {
 
     #[test]
     fn close_drains_waiting_and_refuses_new_jobs() {
-        let q = JobQueue::new(4);
+        let q = JobQueue::new(4, 1);
         q.push(job("a")).ok().unwrap();
         q.push(job("b")).ok().unwrap();
         let drained = q.close();
@@ -332,14 +373,14 @@ mod tests {
 
     #[test]
     fn wait_idle_times_out_while_a_job_runs() {
-        let q = Arc::new(JobQueue::new(1));
+        let q = Arc::new(JobQueue::new(1, 1));
         q.push(job("a")).ok().unwrap();
         let Pop::Job(_j) = q.pop(None) else { panic!() };
         assert!(!q.wait_idle(Duration::from_millis(20)));
         let q2 = q.clone();
         let t = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(20));
-            q2.finish_running();
+            q2.finish_running("a");
         });
         assert!(q.wait_idle(Duration::from_secs(5)));
         t.join().unwrap();

@@ -1,6 +1,7 @@
 //! The engine thread: takes jobs from the queue one at a time, runs
 //! [`generate`] on the backend it owns, and streams each token to the job's
-//! sink as it is produced (M0-W-1301).
+//! sink as it is produced (M0-W-1301). With more than one slot
+//! (`--parallel N`) the thread runs `scheduler.rs`'s rounds instead.
 //!
 //! Between steps the engine asks, in this order: was the job cancelled (by its
 //! client or by shutdown), has the client gone away, has the job run past the
@@ -17,7 +18,8 @@ use std::time::{Duration, Instant};
 use crate::backend::{Backend, BackendError, BackendKind};
 use crate::engine::error::{ErrorCode, JobError, Phase};
 use crate::engine::generate::{
-    generate, AbortReason, GeneratedToken, GenerationError, GenerationObserver, ParityStep,
+    generate, AbortReason, GeneratedToken, GenerationError, GenerationObserver, GenerationRequest,
+    GenerationSummary, ParityStep,
 };
 use crate::engine::job::{
     CancelFlag, Job, JobEnd, JobEvent, JobSink, Outcome, TokenAlternative, TokenOut,
@@ -93,12 +95,13 @@ pub enum CancelState {
 impl Engine {
     /// Starts the engine thread.
     pub fn start(config: EngineConfig, parts: EngineParts) -> std::io::Result<Engine> {
-        let queue = Arc::new(JobQueue::new(config.queue_depth));
+        let queue = Arc::new(JobQueue::new(config.queue_depth, parts.backend.slots()));
         let handle = EngineHandle {
             queue: queue.clone(),
             status: parts.status.clone(),
         };
         let backend_kind = parts.backend.device().backend;
+        parts.metrics.set_slots(parts.backend.slots());
         let post_load_vram = parts.backend.memory_use().total();
         parts.status.set_vram_bytes_used(post_load_vram);
         // Looked up once here (a pass over the vocabulary), not in a job.
@@ -197,6 +200,16 @@ impl EngineHandle {
         self.queue.is_busy()
     }
 
+    /// Jobs running now.
+    pub fn running(&self) -> usize {
+        self.queue.running()
+    }
+
+    /// Jobs that may run at once (`--parallel`).
+    pub fn slots(&self) -> usize {
+        self.queue.parallel()
+    }
+
     pub fn is_closed(&self) -> bool {
         self.queue.is_closed()
     }
@@ -206,13 +219,13 @@ impl EngineHandle {
     }
 }
 
-struct EngineThread {
+pub(super) struct EngineThread {
     config: EngineConfig,
-    queue: Arc<JobQueue>,
-    backend: Box<dyn Backend>,
+    pub(super) queue: Arc<JobQueue>,
+    pub(super) backend: Box<dyn Backend>,
     backend_kind: BackendKind,
-    tokenizer: Arc<Tokenizer>,
-    metrics: Arc<Metrics>,
+    pub(super) tokenizer: Arc<Tokenizer>,
+    pub(super) metrics: Arc<Metrics>,
     status: Arc<EngineStatus>,
     parity: Option<ParitySender>,
     post_load_vram: u64,
@@ -248,24 +261,10 @@ impl EngineThread {
             status: self.status.clone(),
             normal: false,
         };
-        let interval = self.residency_interval();
-        let mut next_check = interval.map(|every| Instant::now() + every);
-        loop {
-            if let (Some(every), Some(at)) = (interval, next_check) {
-                if Instant::now() >= at {
-                    self.check_residency();
-                    next_check = Some(Instant::now() + every);
-                }
-            }
-            let wait = next_check.map(|at| at.saturating_duration_since(Instant::now()));
-            match self.queue.pop(wait) {
-                Pop::Job(job) => {
-                    self.run_job(job);
-                    self.queue.finish_running();
-                }
-                Pop::Idle => {}
-                Pop::Closed => break,
-            }
+        if self.backend.slots() > 1 {
+            self.run_parallel();
+        } else {
+            self.run_sequential();
         }
         guard.normal = true;
         // Dropping the backend frees its memory before the thread ends.
@@ -273,8 +272,25 @@ impl EngineThread {
         drop(self.parity);
     }
 
+    /// One job at a time (M0-W-1301, `--parallel 1`).
+    fn run_sequential(&mut self) {
+        let mut idle = IdleClock::new(self.residency_interval());
+        loop {
+            let wait = idle.wait(self);
+            match self.queue.pop(wait) {
+                Pop::Job(job) => {
+                    let id = job.id.clone();
+                    self.run_job(job);
+                    self.queue.finish_running(&id);
+                }
+                Pop::Idle => {}
+                Pop::Closed => break,
+            }
+        }
+    }
+
     /// Residency is checked on `cuda` only: on the CPU the notion does not apply.
-    fn residency_interval(&self) -> Option<Duration> {
+    pub(super) fn residency_interval(&self) -> Option<Duration> {
         self.config
             .residency_check
             .filter(|_| self.backend_kind == BackendKind::Cuda)
@@ -320,6 +336,32 @@ impl EngineThread {
     }
 
     fn run_job(&mut self, job: Box<Job>) {
+        let Some((request, mut observer)) = self.admit(job) else {
+            return;
+        };
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            generate(
+                self.backend.as_mut(),
+                &self.tokenizer,
+                &request,
+                &mut observer,
+            )
+        }));
+        let result = match result {
+            Ok(Ok(summary)) => Ok(summary),
+            Ok(Err(e)) => Err(Failure::Generation(e)),
+            Err(panic) => {
+                // The sequence may still be open; close it so its memory goes.
+                self.backend.end_sequence();
+                Err(Failure::Panic(panic_message(panic)))
+            }
+        };
+        self.end_job(observer, result);
+    }
+
+    /// Takes a job the queue gave out: its stream's start is logged and its
+    /// observer made, or, when its client is already gone, it ends here.
+    pub(super) fn admit(&self, job: Box<Job>) -> Option<(GenerationRequest, Observer)> {
         let Job {
             id,
             mut request,
@@ -329,21 +371,19 @@ impl EngineThread {
             sink,
         } = *job;
         request.accepted_at = Some(accepted_at);
-        let job_id: Arc<str> = Arc::from(id.as_str());
-        let tokens_in = request.prompt_tokens.len();
         if sink.is_closed() {
             sink.finish(JobEnd::failed(
                 Outcome::Disconnected,
                 JobError::cancelled(),
                 0,
             ));
-            return;
+            return None;
         }
         narrate!(
             info,
             "execute_start",
             job_id = %id,
-            tokens_in,
+            tokens_in = request.prompt_tokens.len(),
             max_tokens = request.max_tokens,
             prompt_sha256 = %prompt.sha256,
             prompt_chars = prompt.chars,
@@ -354,54 +394,54 @@ impl EngineThread {
             queue_ms = accepted_at.elapsed().as_millis() as u64,
             x_deadline = prompt.deadline.as_deref(),
         );
-
         let started = Instant::now();
-        let mut observer = Observer {
-            sink: &sink,
-            cancel: &cancel,
+        let observer = Observer {
+            sink,
+            cancel,
+            started,
             deadline: started + self.config.inference_timeout,
-            tokenizer: &self.tokenizer,
+            tokenizer: self.tokenizer.clone(),
             // gpt-oss: each token event names its harmony channel.
             channels: self.tokenizer.harmony().map(ChannelTracker::new),
-            metrics: &self.metrics,
-            parity: self.parity.as_ref(),
-            job_id: &job_id,
+            metrics: self.metrics.clone(),
+            parity: self.parity.clone(),
+            job_id: Arc::from(id.as_str()),
             accepted_at,
             last_token: None,
             tokens_sent: 0,
             first_token_ms: 0,
         };
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            generate(
-                self.backend.as_mut(),
-                &self.tokenizer,
-                &request,
-                &mut observer,
-            )
-        }));
-        let tokens_out = observer.tokens_sent;
-        let first_token_ms = observer.first_token_ms;
-        let run_ms = started.elapsed().as_secs_f64() * 1000.0;
-        self.metrics.observe_inference_ms(run_ms);
+        Some((request, observer))
+    }
 
+    /// Sends a job's terminal event, once its sequence is closed.
+    pub(super) fn end_job(
+        &mut self,
+        observer: Observer,
+        result: Result<GenerationSummary, Failure>,
+    ) {
+        let id = observer.job_id.clone();
+        let tokens_out = observer.tokens_sent;
+        let run_ms = observer.started.elapsed().as_secs_f64() * 1000.0;
+        self.metrics.observe_inference_ms(run_ms);
         let end = match result {
-            Ok(Ok(summary)) => {
+            Ok(summary) => {
                 self.metrics
                     .observe_first_token_ms(summary.first_token_ms as f64);
                 JobEnd::completed(summary)
             }
-            Ok(Err(GenerationError::Aborted(reason))) => {
+            Err(Failure::Generation(GenerationError::Aborted(reason))) => {
                 let (outcome, error) = self.abort_error(reason);
                 if outcome == Outcome::Timeout {
                     narrate!(error, "error", job_id = %id, code = error.code.as_str(), message = %error.message);
                 }
-                let timings = Some((first_token_ms, run_ms as u64));
+                let timings = Some((observer.first_token_ms, run_ms as u64));
                 JobEnd {
                     timings,
                     ..JobEnd::failed(outcome, error, tokens_out)
                 }
             }
-            Ok(Err(GenerationError::Backend(err))) => {
+            Err(Failure::Generation(GenerationError::Backend(err))) => {
                 let error = JobError::from_backend(&err, self.backend_kind, Phase::Job);
                 if let BackendError::OutOfMemory { .. } = err {
                     self.status.set_problem(
@@ -412,22 +452,22 @@ impl EngineThread {
                 narrate!(error, "error", job_id = %id, code = error.code.as_str(), message = %error.message);
                 JobEnd::failed(Outcome::Error, error, tokens_out)
             }
-            Err(panic) => {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".into());
-                // The sequence may still be open; close it so its memory goes.
-                self.backend.end_sequence();
+            Err(Failure::Panic(what)) => {
                 let error = JobError::internal("the engine failed while running the job");
                 narrate!(error, "error", job_id = %id, code = error.code.as_str(), message = %format!("engine panic: {what}"));
                 JobEnd::failed(Outcome::Error, error, tokens_out)
             }
         };
-        sink.finish(end);
+        observer.sink.finish(end);
+        self.note_memory();
+    }
 
-        let vram = self.backend.memory_use().total();
+    /// Publishes the device memory held now: `/health`'s VRAM and the KV
+    /// cache gauge; clears a memory problem once back at the post-load level.
+    pub(super) fn note_memory(&self) {
+        let memory = self.backend.memory_use();
+        self.metrics.set_kv_cache_bytes(memory.kv_cache);
+        let vram = memory.total();
         self.status.set_vram_bytes_used(vram);
         if vram <= self.post_load_vram {
             self.status.clear_problem(Problem::Memory);
@@ -435,16 +475,75 @@ impl EngineThread {
     }
 }
 
+/// How a job that did not complete failed.
+#[derive(Clone)]
+pub(super) enum Failure {
+    Generation(GenerationError),
+    /// The engine panicked while running it (the message).
+    Panic(String),
+}
+
+impl From<GenerationError> for Failure {
+    fn from(e: GenerationError) -> Self {
+        Failure::Generation(e)
+    }
+}
+
+impl From<BackendError> for Failure {
+    fn from(e: BackendError) -> Self {
+        Failure::Generation(GenerationError::Backend(e))
+    }
+}
+
+/// A panic's message, for the log.
+pub(super) fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// When an idle engine next checks weight residency.
+pub(super) struct IdleClock {
+    every: Option<Duration>,
+    next: Option<Instant>,
+}
+
+impl IdleClock {
+    pub(super) fn new(every: Option<Duration>) -> Self {
+        IdleClock {
+            every,
+            next: every.map(|e| Instant::now() + e),
+        }
+    }
+
+    /// Runs the check when it is due; how long the engine may wait for a job
+    /// before the next one (`None`: no checks, wait as long as it takes).
+    pub(super) fn wait(&mut self, engine: &EngineThread) -> Option<Duration> {
+        if let (Some(every), Some(at)) = (self.every, self.next) {
+            if Instant::now() >= at {
+                engine.check_residency();
+                self.next = Some(Instant::now() + every);
+            }
+        }
+        self.next
+            .map(|at| at.saturating_duration_since(Instant::now()))
+    }
+}
+
 /// The engine's side of one running job.
-struct Observer<'a> {
-    sink: &'a JobSink,
-    cancel: &'a CancelFlag,
+pub(super) struct Observer {
+    pub(super) sink: JobSink,
+    cancel: Arc<CancelFlag>,
+    /// When the job started running.
+    started: Instant,
     deadline: Instant,
-    tokenizer: &'a Tokenizer,
+    tokenizer: Arc<Tokenizer>,
     channels: Option<ChannelTracker>,
-    metrics: &'a Metrics,
-    parity: Option<&'a ParitySender>,
-    job_id: &'a Arc<str>,
+    metrics: Arc<Metrics>,
+    parity: Option<ParitySender>,
+    pub(super) job_id: Arc<str>,
     /// When the job was accepted: the first token's latency counts from here.
     accepted_at: Instant,
     last_token: Option<Instant>,
@@ -452,7 +551,7 @@ struct Observer<'a> {
     first_token_ms: u64,
 }
 
-impl GenerationObserver for Observer<'_> {
+impl GenerationObserver for Observer {
     fn should_abort(&mut self) -> Option<AbortReason> {
         if let Some(reason) = self.cancel.get() {
             return Some(reason);
@@ -510,8 +609,8 @@ impl GenerationObserver for Observer<'_> {
     }
 
     fn on_parity(&mut self, record: ParityStep) {
-        if let Some(p) = self.parity {
-            p.offer(self.job_id, record);
+        if let Some(p) = &self.parity {
+            p.offer(&self.job_id, record);
         }
     }
 }

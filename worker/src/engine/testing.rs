@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::backend::{
-    sample_on_host, Backend, BackendError, BackendKind, Checkpoints, DeviceInfo, Logits, MemoryUse,
-    SampleRequest, SampledToken, DEFAULT_PREFILL_CHUNK,
+    check_slot, sample_on_host, Backend, BackendError, BackendKind, Checkpoints, DeviceInfo,
+    Logits, MemoryUse, SampleRequest, SampledToken, DEFAULT_PREFILL_CHUNK,
 };
 use crate::sampling::Selector;
 use crate::tokenizer::{Tokenizer, VocabSpec};
@@ -106,12 +106,18 @@ pub struct ScriptProbe {
     /// What `check_residency` answers on a scripted `cuda` device.
     pub resident: AtomicBool,
     pub residency_checks: AtomicUsize,
+    /// The most sequences open at once.
+    pub most_open: AtomicUsize,
+    /// Rows of each `decode_rows` call, in order.
+    pub decode_rows: Mutex<Vec<usize>>,
 }
 
 /// A fake backend: after a sequence's prompt, the `n`-th forward call's
 /// logits make `script[n]` the clear winner (then EOS once the script runs
-/// out). Each forward call sleeps `step_delay`. It samples on the host, as
-/// the CPU backend does.
+/// out). Each forward call, and each batched `decode_rows` step once, sleeps
+/// `step_delay`. It samples on the host, as the CPU backend does. With
+/// [`ScriptedBackend::with_slots`] it holds that many sequences, each
+/// following the script.
 pub struct ScriptedBackend {
     script: Vec<u32>,
     vocab_size: usize,
@@ -126,13 +132,20 @@ pub struct ScriptedBackend {
     prefill_chunk: Option<usize>,
     /// What `queues_work` answers.
     queues: bool,
+    seqs: Vec<ScriptSeq>,
+    current: usize,
+    probe: Arc<ScriptProbe>,
+    selector: Selector,
+}
+
+/// One slot's sequence.
+#[derive(Clone, Default)]
+struct ScriptSeq {
     step: usize,
     len: usize,
     open: bool,
-    probe: Arc<ScriptProbe>,
     /// The latest forward call's logits.
     last_logits: Vec<f32>,
-    selector: Selector,
 }
 
 impl ScriptedBackend {
@@ -154,11 +167,9 @@ impl ScriptedBackend {
                 cuda_runtime_version: None,
                 total_memory_bytes: None,
             },
-            step: 0,
-            len: 0,
-            open: false,
+            seqs: vec![ScriptSeq::default()],
+            current: 0,
             probe: Arc::new(ScriptProbe::default()),
-            last_logits: Vec::new(),
             selector: Selector::default(),
         }
     }
@@ -204,6 +215,12 @@ impl ScriptedBackend {
         self
     }
 
+    /// Holds `n` sequences at once (what `set_slots(n)` does).
+    pub fn with_slots(mut self, n: usize) -> Self {
+        self.seqs = vec![ScriptSeq::default(); n];
+        self
+    }
+
     pub fn with_memory(mut self, memory: MemoryUse) -> Self {
         self.memory = memory;
         self
@@ -211,6 +228,56 @@ impl ScriptedBackend {
 
     pub fn probe(&self) -> Arc<ScriptProbe> {
         self.probe.clone()
+    }
+}
+
+impl ScriptedBackend {
+    /// One forward call of the current sequence, without the delay.
+    fn step(
+        &mut self,
+        tokens: &[u32],
+        logits: Logits,
+        out: &mut Vec<f32>,
+        checkpoints: Option<&mut Checkpoints>,
+    ) -> Result<(), BackendError> {
+        let seq = &mut self.seqs[self.current];
+        if !seq.open {
+            return Err(BackendError::InferenceFailed(
+                "forward without a sequence".into(),
+            ));
+        }
+        self.probe.forward_calls.fetch_add(1, Ordering::SeqCst);
+        self.probe.forward_sizes.lock().unwrap().push(tokens.len());
+        if seq.step == 0 {
+            self.probe.prompts.lock().unwrap().push(tokens.to_vec());
+        }
+        if let Some((at, err)) = self.fail_at {
+            if at == seq.step {
+                self.fail_at = None;
+                return Err(err());
+            }
+        }
+        if self.panic_at == Some(seq.step) {
+            self.panic_at = None;
+            panic!("scripted panic at step {}", seq.step);
+        }
+        let winner = self.script.get(seq.step).copied().unwrap_or(EOS_ID) as usize;
+        seq.last_logits.clear();
+        seq.last_logits.resize(self.vocab_size, 0.0);
+        if winner < self.vocab_size {
+            seq.last_logits[winner] = 20.0;
+        }
+        out.clear();
+        if logits != Logits::None {
+            out.extend_from_slice(&seq.last_logits);
+        }
+        if let Some(cp) = checkpoints {
+            cp.record("inp_embd", &[seq.step as f32; 8]);
+            cp.record("result_norm", &[1.0; 8]);
+        }
+        seq.len += tokens.len();
+        seq.step += 1;
+        Ok(())
     }
 }
 
@@ -223,16 +290,18 @@ impl Backend for ScriptedBackend {
         if capacity == 0 {
             return Err(BackendError::InferenceFailed("empty sequence".into()));
         }
-        self.step = 0;
-        self.len = 0;
-        self.open = true;
-        self.last_logits.clear();
+        self.seqs[self.current] = ScriptSeq {
+            open: true,
+            ..ScriptSeq::default()
+        };
+        let open = self.seqs.iter().filter(|s| s.open).count();
+        self.probe.most_open.fetch_max(open, Ordering::SeqCst);
         self.probe.sequences_begun.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 
     fn sequence_len(&self) -> usize {
-        self.len
+        self.seqs[self.current].len
     }
 
     fn prefill_chunk(&self) -> usize {
@@ -250,59 +319,46 @@ impl Backend for ScriptedBackend {
         out: &mut Vec<f32>,
         checkpoints: Option<&mut Checkpoints>,
     ) -> Result<(), BackendError> {
-        if !self.open {
-            return Err(BackendError::InferenceFailed(
-                "forward without a sequence".into(),
-            ));
-        }
-        self.probe.forward_calls.fetch_add(1, Ordering::SeqCst);
-        self.probe.forward_sizes.lock().unwrap().push(tokens.len());
-        if self.step == 0 {
-            self.probe.prompts.lock().unwrap().push(tokens.to_vec());
-        }
-        if let Some((at, err)) = self.fail_at {
-            if at == self.step {
-                self.fail_at = None;
-                return Err(err());
-            }
-        }
-        if self.panic_at == Some(self.step) {
-            self.panic_at = None;
-            panic!("scripted panic at step {}", self.step);
-        }
         if !self.step_delay.is_zero() {
             std::thread::sleep(self.step_delay);
         }
-        let winner = self.script.get(self.step).copied().unwrap_or(EOS_ID) as usize;
-        self.last_logits.clear();
-        self.last_logits.resize(self.vocab_size, 0.0);
-        if winner < self.vocab_size {
-            self.last_logits[winner] = 20.0;
-        }
-        out.clear();
-        if logits != Logits::None {
-            out.extend_from_slice(&self.last_logits);
-        }
-        if let Some(cp) = checkpoints {
-            cp.record("inp_embd", &[self.step as f32; 8]);
-            cp.record("result_norm", &[1.0; 8]);
-        }
-        self.len += tokens.len();
-        self.step += 1;
-        Ok(())
+        self.step(tokens, logits, out, checkpoints)
     }
 
     fn sample(&mut self, req: &SampleRequest) -> Result<SampledToken, BackendError> {
-        sample_on_host(&mut self.selector, &self.last_logits, req)
+        let logits = &self.seqs[self.current].last_logits;
+        sample_on_host(&mut self.selector, logits, req)
     }
 
     fn end_sequence(&mut self) {
-        if self.open {
+        let seq = &mut self.seqs[self.current];
+        if seq.open {
             self.probe.sequences_ended.fetch_add(1, Ordering::SeqCst);
         }
-        self.open = false;
-        self.len = 0;
-        self.last_logits.clear();
+        *seq = ScriptSeq::default();
+    }
+
+    fn slots(&self) -> usize {
+        self.seqs.len()
+    }
+
+    fn select_slot(&mut self, slot: usize) -> Result<(), BackendError> {
+        check_slot(slot, self.seqs.len())?;
+        self.current = slot;
+        Ok(())
+    }
+
+    /// One sleep for the whole step, as a device that batches them.
+    fn decode_rows(&mut self, rows: &[(usize, u32)]) -> Result<(), BackendError> {
+        self.probe.decode_rows.lock().unwrap().push(rows.len());
+        if !self.step_delay.is_zero() {
+            std::thread::sleep(self.step_delay);
+        }
+        for &(slot, token) in rows {
+            self.select_slot(slot)?;
+            self.step(&[token], Logits::None, &mut Vec::new(), None)?;
+        }
+        Ok(())
     }
 
     fn memory_use(&self) -> MemoryUse {

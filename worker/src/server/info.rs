@@ -39,6 +39,10 @@ pub struct Health {
     pub queue_depth: usize,
     pub queue_capacity: usize,
     pub busy: bool,
+    /// Jobs that may run at once (`--parallel`), running now, and free.
+    pub slots_total: usize,
+    pub slots_busy: usize,
+    pub slots_free: usize,
     pub shutting_down: bool,
 }
 
@@ -75,6 +79,9 @@ pub fn health_snapshot(state: &AppState) -> Health {
         queue_depth: state.engine.queue_depth(),
         queue_capacity: state.engine.queue_capacity(),
         busy: state.engine.busy(),
+        slots_total: state.engine.slots(),
+        slots_busy: state.engine.running(),
+        slots_free: state.engine.slots().saturating_sub(state.engine.running()),
         shutting_down: state.shutdown.is_triggered(),
     }
 }

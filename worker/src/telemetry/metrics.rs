@@ -15,6 +15,10 @@
 //! | `worker_uptime_seconds` | gauge | seconds since start |
 //! | `worker_queue_depth` | gauge | jobs waiting |
 //! | `worker_busy` | gauge | 1 while a job runs |
+//! | `worker_slots` | gauge | jobs that may run at once (`--parallel`) |
+//! | `worker_running_jobs` | gauge | jobs running now (at most `worker_slots`) |
+//! | `worker_batch_rows` | histogram | jobs decoded together in one step (`--parallel` > 1) |
+//! | `worker_kv_cache_bytes` | gauge | device bytes of the open sequences' KV caches (0 on cpu) |
 //! | `worker_parity_records_dropped_total` | counter | parity records dropped because the writer was behind |
 //! | `worker_active_expert_count` | gauge | mixture-of-experts models (gpt-oss) only: experts each token is routed to in every layer (`expert_used_count`) |
 //! | `worker_expert_count` | gauge | mixture-of-experts models only: experts in every layer (`expert_count`) |
@@ -114,6 +118,10 @@ pub struct Metrics {
     uptime_s: Gauge<f64, AtomicU64>,
     queue_depth: Gauge,
     busy: Gauge,
+    slots: Gauge,
+    running_jobs: Gauge,
+    batch_rows: Histogram,
+    kv_cache_bytes: Gauge,
     parity_dropped: Counter,
     started: Instant,
 }
@@ -134,6 +142,11 @@ impl Metrics {
         let uptime_s = Gauge::<f64, AtomicU64>::default();
         let queue_depth = Gauge::default();
         let busy = Gauge::default();
+        let slots = Gauge::default();
+        slots.set(1);
+        let running_jobs = Gauge::default();
+        let batch_rows = Histogram::new(exponential_buckets(1.0, 2.0, 9));
+        let kv_cache_bytes = Gauge::default();
         let parity_dropped = Counter::default();
         let info_family = Family::<InfoLabels, Gauge>::default();
         info_family.get_or_create(&info).set(1);
@@ -197,6 +210,26 @@ impl Metrics {
         );
         registry.register("worker_busy", "1 while a job runs", busy.clone());
         registry.register(
+            "worker_slots",
+            "Jobs that may run at once (--parallel)",
+            slots.clone(),
+        );
+        registry.register(
+            "worker_running_jobs",
+            "Jobs running now",
+            running_jobs.clone(),
+        );
+        registry.register(
+            "worker_batch_rows",
+            "Jobs decoded together in one step",
+            batch_rows.clone(),
+        );
+        registry.register(
+            "worker_kv_cache_bytes",
+            "Device bytes of the open sequences' KV caches",
+            kv_cache_bytes.clone(),
+        );
+        registry.register(
             "worker_parity_records_dropped",
             "Parity log records dropped because the writer was behind",
             parity_dropped.clone(),
@@ -239,6 +272,10 @@ impl Metrics {
             uptime_s,
             queue_depth,
             busy,
+            slots,
+            running_jobs,
+            batch_rows,
+            kv_cache_bytes,
             parity_dropped,
             started: Instant::now(),
         }
@@ -302,6 +339,25 @@ impl Metrics {
     }
 
     /// The counter the parity writer's sender increments.
+    /// Jobs that may run at once, set once the engine starts.
+    pub fn set_slots(&self, n: usize) {
+        self.slots.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    pub fn set_running_jobs(&self, n: usize) {
+        self.running_jobs.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// One batched decode step of `rows` jobs.
+    pub fn observe_batch_rows(&self, rows: usize) {
+        self.batch_rows.observe(rows as f64);
+    }
+
+    pub fn set_kv_cache_bytes(&self, bytes: u64) {
+        self.kv_cache_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
     pub fn parity_dropped_counter(&self) -> Counter {
         self.parity_dropped.clone()
     }

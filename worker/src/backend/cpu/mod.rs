@@ -10,8 +10,8 @@ use std::sync::Arc;
 pub use ops::{dot_f32, CpuBuf, CpuCache, CpuOps, CpuWeight};
 
 use crate::backend::{
-    sample_on_host, Backend, BackendError, BackendKind, Checkpoints, DeviceInfo, Logits, MemoryUse,
-    SampleRequest, SampledToken,
+    check_slot, sample_on_host, Backend, BackendError, BackendKind, Checkpoints, DeviceInfo,
+    Logits, MemoryUse, SampleRequest, SampledToken,
 };
 use crate::gguf::GgufFile;
 use crate::model::ModelConfig;
@@ -21,12 +21,21 @@ use crate::sampling::Selector;
 pub struct CpuBackend {
     cfg: ModelConfig,
     weights: Weights<CpuWeight>,
+    /// One sequence per slot ([`Backend::set_slots`]); `current` is the one
+    /// the single-sequence calls act on.
+    slots: Vec<CpuSlot>,
+    current: usize,
+    device: DeviceInfo,
+    selector: Selector,
+}
+
+/// One sequence: its KV cache, position and last logits.
+#[derive(Default)]
+struct CpuSlot {
     cache: Option<CpuCache>,
     len: usize,
-    device: DeviceInfo,
     /// The latest forward pass's last-position logits (empty before one).
     last_logits: Vec<f32>,
-    selector: Selector,
 }
 
 impl CpuBackend {
@@ -56,16 +65,19 @@ impl CpuBackend {
         Ok(CpuBackend {
             cfg,
             weights,
-            cache: None,
-            len: 0,
+            slots: vec![CpuSlot::default()],
+            current: 0,
             device,
-            last_logits: Vec::new(),
             selector: Selector::default(),
         })
     }
 
     pub fn config(&self) -> &ModelConfig {
         &self.cfg
+    }
+
+    fn slot(&mut self) -> &mut CpuSlot {
+        &mut self.slots[self.current]
     }
 }
 
@@ -81,14 +93,16 @@ impl Backend for CpuBackend {
                 self.cfg.context_length
             )));
         }
-        self.cache = Some(CpuCache::new(self.cfg.n_layer, capacity, self.cfg.kv_dim()));
-        self.len = 0;
-        self.last_logits.clear();
+        let cache = CpuCache::new(self.cfg.n_layer, capacity, self.cfg.kv_dim());
+        *self.slot() = CpuSlot {
+            cache: Some(cache),
+            ..CpuSlot::default()
+        };
         Ok(())
     }
 
     fn sequence_len(&self) -> usize {
-        self.len
+        self.slots[self.current].len
     }
 
     fn forward(
@@ -98,12 +112,13 @@ impl Backend for CpuBackend {
         out: &mut Vec<f32>,
         checkpoints: Option<&mut Checkpoints>,
     ) -> Result<(), BackendError> {
-        let cache = self
+        let slot = &mut self.slots[self.current];
+        let cache = slot
             .cache
             .as_mut()
             .ok_or_else(|| BackendError::InferenceFailed("forward without a sequence".into()))?;
-        self.last_logits.clear();
-        let (ops, cfg, w, start) = (&mut CpuOps, &self.cfg, &self.weights, self.len);
+        slot.last_logits.clear();
+        let (ops, cfg, w, start) = (&mut CpuOps, &self.cfg, &self.weights, slot.len);
         if logits == Logits::None {
             // Host memory either way: the last row goes straight to the sampler's copy.
             model::forward(
@@ -114,27 +129,50 @@ impl Backend for CpuBackend {
                 tokens,
                 start,
                 Logits::Last,
-                &mut self.last_logits,
+                &mut slot.last_logits,
                 checkpoints,
             )?;
             out.clear();
         } else {
             model::forward(ops, cfg, w, cache, tokens, start, logits, out, checkpoints)?;
-            self.last_logits
+            slot.last_logits
                 .extend_from_slice(&out[out.len() - cfg.vocab_size..]);
         }
-        self.len += tokens.len();
+        slot.len += tokens.len();
         Ok(())
     }
 
     fn sample(&mut self, req: &SampleRequest) -> Result<SampledToken, BackendError> {
-        sample_on_host(&mut self.selector, &self.last_logits, req)
+        let logits = &self.slots[self.current].last_logits;
+        sample_on_host(&mut self.selector, logits, req)
     }
 
     fn end_sequence(&mut self) {
-        self.cache = None;
-        self.len = 0;
-        self.last_logits.clear();
+        *self.slot() = CpuSlot::default();
+    }
+
+    fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn set_slots(&mut self, n: usize) -> Result<(), BackendError> {
+        if n == 0 {
+            return Err(BackendError::InferenceFailed("zero slots".into()));
+        }
+        if self.slots.iter().any(|s| s.cache.is_some()) {
+            return Err(BackendError::InferenceFailed(
+                "slots change only while no sequence is open".into(),
+            ));
+        }
+        self.slots.resize_with(n, CpuSlot::default);
+        self.current = 0;
+        Ok(())
+    }
+
+    fn select_slot(&mut self, slot: usize) -> Result<(), BackendError> {
+        check_slot(slot, self.slots.len())?;
+        self.current = slot;
+        Ok(())
     }
 
     /// Host memory is not device memory: the CPU backend reports zero (M0-W-1011).

@@ -56,7 +56,8 @@ pub use source::{KernelSet, Module, Unit, HEADERS};
 pub use upload::UploadStats;
 
 use crate::backend::{
-    Backend, BackendError, Checkpoints, DeviceInfo, Logits, MemoryUse, SampleRequest, SampledToken,
+    check_slot, Backend, BackendError, Checkpoints, DeviceInfo, Logits, MemoryUse, SampleRequest,
+    SampledToken,
 };
 use crate::gguf::GgufFile;
 use crate::model::ModelConfig;
@@ -126,20 +127,50 @@ pub struct CudaBackend {
     /// Every weight buffer, by tensor name, for the residency check.
     weight_bufs: Vec<WeightBuffer>,
     host_mapped: Option<HostMapped>,
-    cache: Option<CudaCache>,
-    len: usize,
+    /// One sequence per slot ([`Backend::set_slots`]); `current` is the one
+    /// the single-sequence calls act on.
+    slots: Vec<CudaSlot>,
+    current: usize,
     kv_limit_bytes: Option<u64>,
     upload_stats: UploadStats,
     graph_host: graph::GraphHost,
-    /// The current sequence's captured decode step.
-    decode_graph: Option<graph::DecodeGraph>,
     use_graphs: bool,
+}
+
+/// One sequence: its KV cache, position, captured decode step and logits.
+struct CudaSlot {
+    cache: Option<CudaCache>,
+    len: usize,
+    /// The sequence's captured decode step.
+    decode_graph: Option<graph::DecodeGraph>,
     /// Capture failed in this sequence; decode runs eagerly.
     graph_failed: bool,
     /// Holds the last forward pass's last-position logits and samples from them.
     sampler: DeviceSampler,
-    /// A forward pass of the current sequence has left logits in `sampler`.
+    /// A forward pass of the sequence has left logits in `sampler`.
     has_logits: bool,
+}
+
+impl CudaSlot {
+    fn new(dev: &Arc<CudaDevice>, vocab: usize) -> Result<Self, BackendError> {
+        Ok(CudaSlot {
+            cache: None,
+            len: 0,
+            decode_graph: None,
+            graph_failed: false,
+            sampler: DeviceSampler::new(dev, vocab)?,
+            has_logits: false,
+        })
+    }
+
+    /// Frees the sequence's graph and KV cache; the sampler stays.
+    fn end(&mut self) {
+        self.decode_graph = None;
+        self.graph_failed = false;
+        self.cache = None;
+        self.len = 0;
+        self.has_logits = false;
+    }
 }
 
 // SAFETY: the only non-Send field is the test hook's host pointer, which is
@@ -322,8 +353,8 @@ impl CudaBackend {
                 .filter(|i| i.dims.len() == 2 && i.ggml_type.block_len() > 1)
                 .map(|i| (i.dims[1] as usize, i.dims[0] as usize)),
         );
-        let sampler = DeviceSampler::new(&dev, cfg.vocab_size)?;
-        ops.keep_logits_in(sampler.logits_ptr(), cfg.vocab_size);
+        let slot = CudaSlot::new(&dev, cfg.vocab_size)?;
+        ops.keep_logits_in(slot.sampler.logits_ptr(), cfg.vocab_size);
         let graph_host = graph::GraphHost::new(&dev, cfg.vocab_size)?;
         let use_graphs = std::env::var(CUDA_GRAPHS_ENV).map_or(true, |v| v != "0");
         Ok(CudaBackend {
@@ -333,16 +364,12 @@ impl CudaBackend {
             weights,
             weight_bufs,
             host_mapped,
-            cache: None,
-            len: 0,
+            slots: vec![slot],
+            current: 0,
             kv_limit_bytes,
             upload_stats,
             graph_host,
-            decode_graph: None,
             use_graphs,
-            graph_failed: false,
-            sampler,
-            has_logits: false,
         })
     }
 
@@ -370,7 +397,27 @@ impl CudaBackend {
 
     /// The current sequence's KV cache.
     pub fn cache(&self) -> Option<&CudaCache> {
-        self.cache.as_ref()
+        self.slots[self.current].cache.as_ref()
+    }
+
+    fn slot(&mut self) -> &mut CudaSlot {
+        &mut self.slots[self.current]
+    }
+
+    /// KV cache bytes of the open sequences.
+    fn kv_bytes_open(&self) -> u64 {
+        self.slots
+            .iter()
+            .filter_map(|s| s.cache.as_ref())
+            .map(|c| {
+                CudaCache::bytes_for(
+                    self.cfg.n_layer,
+                    self.cfg.n_head_kv,
+                    self.cfg.head_dim,
+                    c.capacity,
+                )
+            })
+            .sum()
     }
 
     /// Whether decode steps replay a captured CUDA graph (default on; off
@@ -381,13 +428,13 @@ impl CudaBackend {
 
     /// Whether the current sequence decodes through a captured graph.
     pub fn decoding_with_graph(&self) -> bool {
-        self.decode_graph.is_some()
+        self.slots[self.current].decode_graph.is_some()
     }
 
     /// The sampler, whose logits buffer every forward pass writes (for tests
     /// that sample from logits of their own).
     pub fn sampler(&mut self) -> &mut DeviceSampler {
-        &mut self.sampler
+        &mut self.slot().sampler
     }
 
     /// One decode step through the sequence's graph, capturing it first if
@@ -398,15 +445,16 @@ impl CudaBackend {
         token: u32,
         out: Option<&mut Vec<f32>>,
     ) -> Result<bool, BackendError> {
-        let cache = self
+        let slot = &mut self.slots[self.current];
+        let cache = slot
             .cache
             .as_mut()
             .ok_or_else(|| BackendError::InferenceFailed("forward without a sequence".into()))?;
-        if self.len + 1 > cache.capacity {
+        if slot.len + 1 > cache.capacity {
             return Err(BackendError::InferenceFailed(format!(
                 "KV cache holds {} positions, {} needed",
                 cache.capacity,
-                self.len + 1
+                slot.len + 1
             )));
         }
         if token as usize >= self.cfg.vocab_size {
@@ -418,31 +466,31 @@ impl CudaBackend {
         // A long context splits attention over the context; the graph holds
         // one choice, so it is captured again (once) when the context grows
         // past the threshold.
-        let split = self.ops.dev.kernels.splits_attention_at(self.len + 1);
-        if self
+        let split = self.ops.dev.kernels.splits_attention_at(slot.len + 1);
+        if slot
             .decode_graph
             .as_ref()
             .is_some_and(|g| g.split_attention != split)
         {
-            self.decode_graph = None;
+            slot.decode_graph = None;
         }
-        if self.decode_graph.is_none() {
+        if slot.decode_graph.is_none() {
             match graph::DecodeGraph::capture(&mut self.ops, &self.cfg, &self.weights, cache, split)
             {
-                Ok(g) => self.decode_graph = Some(g),
+                Ok(g) => slot.decode_graph = Some(g),
                 Err(e) => {
                     tracing::warn!(error = %e, "capturing the decode graph failed; decoding without it");
-                    self.graph_failed = true;
+                    slot.graph_failed = true;
                     return Ok(false);
                 }
             }
         }
-        let g = self.decode_graph.as_ref().expect("captured above");
+        let g = slot.decode_graph.as_ref().expect("captured above");
         g.replay(
             &self.graph_host,
             token,
-            self.len,
-            self.sampler.logits_ptr(),
+            slot.len,
+            slot.sampler.logits_ptr(),
             out,
         )?;
         Ok(true)
@@ -490,7 +538,12 @@ impl Drop for CudaBackend {
         // left in the stream-ordered pool goes back to the driver (the pool
         // keeps freed blocks between steps). The weights are freed after
         // this, as the fields drop.
-        self.end_sequence();
+        for slot in &mut self.slots {
+            slot.end();
+        }
+        if let Err(e) = self.dev.trim_pool() {
+            tracing::error!(error = %e, "returning scratch memory failed");
+        }
     }
 }
 
@@ -514,26 +567,30 @@ impl Backend for CudaBackend {
             capacity,
         );
         if let Some(limit) = self.kv_limit_bytes {
-            if bytes > limit {
+            // The limit holds for every open sequence together.
+            let open = self.kv_bytes_open();
+            if open + bytes > limit {
                 return Err(BackendError::OutOfMemory {
                     needed: bytes,
-                    available: limit,
+                    available: limit.saturating_sub(open),
                 });
             }
         }
-        self.cache = Some(CudaCache::new(
+        let cache = CudaCache::new(
             &self.dev,
             self.cfg.n_layer,
             self.cfg.n_head_kv,
             self.cfg.head_dim,
             capacity,
-        )?);
-        self.len = 0;
+        )?;
+        let slot = self.slot();
+        slot.cache = Some(cache);
+        slot.len = 0;
         Ok(())
     }
 
     fn sequence_len(&self) -> usize {
-        self.len
+        self.slots[self.current].len
     }
 
     /// llama.cpp's micro-batch: 512 rows keep the GEMMs busy (8B Q4_K on
@@ -550,15 +607,17 @@ impl Backend for CudaBackend {
         out: &mut Vec<f32>,
         checkpoints: Option<&mut Checkpoints>,
     ) -> Result<(), BackendError> {
-        if self.cache.is_none() {
+        if self.slot().cache.is_none() {
             return Err(BackendError::InferenceFailed(
                 "forward without a sequence".into(),
             ));
         }
         self.dev.bind()?;
-        self.has_logits = false;
-        let graph_step = self.use_graphs
-            && !self.graph_failed
+        let use_graphs = self.use_graphs;
+        let slot = self.slot();
+        slot.has_logits = false;
+        let graph_step = use_graphs
+            && !slot.graph_failed
             && tokens.len() == 1
             && logits != Logits::All
             && checkpoints.is_none();
@@ -570,53 +629,85 @@ impl Backend for CudaBackend {
                 Some(&mut *out)
             };
             if self.decode_with_graph(tokens[0], host_out)? {
-                self.len += 1;
-                self.has_logits = true;
+                let slot = self.slot();
+                slot.len += 1;
+                slot.has_logits = true;
                 return Ok(());
             }
         }
-        let cache = self.cache.as_mut().expect("checked above");
+        let slot = &mut self.slots[self.current];
+        let cache = slot.cache.as_mut().expect("checked above");
         let r = model::forward(
             &mut self.ops,
             &self.cfg,
             &self.weights,
             cache,
             tokens,
-            self.len,
+            slot.len,
             logits,
             out,
             checkpoints,
         );
         self.ops.end_step();
         r?;
-        self.len += tokens.len();
-        self.has_logits = true;
+        slot.len += tokens.len();
+        slot.has_logits = true;
         Ok(())
     }
 
     fn sample(&mut self, req: &SampleRequest) -> Result<SampledToken, BackendError> {
-        if !self.has_logits {
+        let slot = self.slot();
+        if !slot.has_logits {
             return Err(BackendError::InferenceFailed(
                 "sample without logits: run forward first".into(),
             ));
         }
-        self.sampler.sample(req)
+        slot.sampler.sample(req)
     }
 
     /// A decode graph's replay is queued and not waited for.
     fn queues_work(&self) -> bool {
-        self.use_graphs && !self.graph_failed
+        self.use_graphs && !self.slots[self.current].graph_failed
     }
 
     fn end_sequence(&mut self) {
-        self.decode_graph = None;
-        self.graph_failed = false;
-        self.cache = None;
-        self.len = 0;
-        self.has_logits = false;
+        self.slot().end();
         if let Err(e) = self.dev.trim_pool() {
             tracing::error!(error = %e, "returning scratch memory failed");
         }
+    }
+
+    fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Each slot has its own sampler (its logits buffer and scratch,
+    /// counted at load as the first slot's is).
+    fn set_slots(&mut self, n: usize) -> Result<(), BackendError> {
+        if n == 0 {
+            return Err(BackendError::InferenceFailed("zero slots".into()));
+        }
+        if self.slots.iter().any(|s| s.cache.is_some()) {
+            return Err(BackendError::InferenceFailed(
+                "slots change only while no sequence is open".into(),
+            ));
+        }
+        self.dev.bind()?;
+        self.slots.truncate(n);
+        while self.slots.len() < n {
+            self.slots
+                .push(CudaSlot::new(&self.dev, self.cfg.vocab_size)?);
+        }
+        self.select_slot(0)
+    }
+
+    /// Forward passes write their last logits into the slot's own sampler.
+    fn select_slot(&mut self, slot: usize) -> Result<(), BackendError> {
+        check_slot(slot, self.slots.len())?;
+        self.current = slot;
+        let ptr = self.slots[slot].sampler.logits_ptr();
+        self.ops.keep_logits_in(ptr, self.cfg.vocab_size);
+        Ok(())
     }
 
     fn memory_use(&self) -> MemoryUse {

@@ -227,3 +227,171 @@ async fn four_jobs_at_once_with_depth_two() {
     assert_eq!(h.probe.prompts.lock().unwrap().len(), 3);
     h.shutdown().await;
 }
+
+/// Issue 18: with three slots, three jobs run alongside (every one streams
+/// before any ends, their decode steps batched), each gets its own whole
+/// answer and one terminal event; a fourth waits for a free slot, and the
+/// queue in front still refuses with 503 when full. `/health` shows the slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_slots_run_jobs_alongside() {
+    let backend = ScriptedBackend::spelling("abcdef")
+        .with_delay(Duration::from_millis(20))
+        .with_slots(3);
+    let h = start(
+        backend,
+        Opts {
+            queue_depth: 1,
+            ..Opts::default()
+        },
+    )
+    .await;
+    let health = h.get_json("/health").await;
+    assert_eq!(
+        (
+            &health["slots_total"],
+            &health["slots_busy"],
+            &health["slots_free"]
+        ),
+        (&json!(3), &json!(0), &json!(3))
+    );
+    let mut readers = Vec::new();
+    for i in 0..3 {
+        let mut r = SseReader::new(
+            h.execute(json!({"job_id": format!("p{i}"), "prompt": format!("{i}")}))
+                .await,
+        );
+        assert_eq!(r.next().await.unwrap().event, "started");
+        readers.push(r);
+    }
+    // Each of the three streams a token while all three run.
+    for r in &mut readers {
+        assert_eq!(r.next().await.unwrap().event, "token");
+    }
+    let health = h.get_json("/health").await;
+    assert_eq!(
+        (&health["slots_busy"], &health["slots_free"]),
+        (&json!(3), &json!(0))
+    );
+    // A fourth waits (one place in the queue), a fifth is refused.
+    let fourth = h.execute(json!({"job_id": "p3", "prompt": "3"})).await;
+    assert_eq!(fourth.status(), 200);
+    let full = h.execute(json!({"job_id": "p4", "prompt": "4"})).await;
+    assert_eq!(full.status(), 503);
+    assert!(full.headers().contains_key("retry-after"));
+
+    let mut ends = Vec::new();
+    for r in readers {
+        let rest = r.all().await;
+        ends.push(rest.last().unwrap().event.clone());
+        let tokens: String = rest
+            .iter()
+            .filter(|f| f.event == "token")
+            .map(|f| f.data["t"].as_str().unwrap_or_default().to_string())
+            .collect();
+        assert_eq!(tokens.len(), 5, "the other five of six tokens: {rest:?}");
+    }
+    assert_eq!(ends, ["end", "end", "end"]);
+    let frames = SseReader::new(fourth).all().await;
+    assert_eq!(check_grammar(&frames), "abcdef");
+    assert_eq!(h.probe.most_open.load(Ordering::SeqCst), 3);
+    let rows = h.probe.decode_rows.lock().unwrap().clone();
+    assert!(rows.contains(&3), "steps batched three jobs: {rows:?}");
+    assert_eq!(h.state.metrics.jobs(), (4, 4));
+    let metrics = h
+        .client
+        .get(format!("{}/metrics", h.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("worker_slots 3"), "{metrics}");
+    assert!(metrics.contains("worker_running_jobs 0"), "{metrics}");
+    assert!(metrics.contains("worker_batch_rows_count"), "{metrics}");
+    let probe = h.probe.clone();
+    h.shutdown().await;
+    assert_eq!(h_probe_balance(&probe), 0);
+}
+
+/// Issue 18: among jobs running together, a cancelled one, one whose client
+/// leaves and one whose step panics each end alone, with their own terminal
+/// event; the others finish whole, and every slot's sequence is closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_jobs_end_alone() {
+    let backend = ScriptedBackend::spelling("abcdefghijklmnop")
+        .with_delay(Duration::from_millis(15))
+        .with_slots(4);
+    let h = start(backend, Opts::default()).await;
+    let mut readers = Vec::new();
+    for i in 0..4 {
+        let mut r = SseReader::new(
+            h.execute(json!({"job_id": format!("e{i}"), "prompt": "x"}))
+                .await,
+        );
+        assert_eq!(r.next().await.unwrap().event, "started");
+        assert_eq!(r.next().await.unwrap().event, "token");
+        readers.push(r);
+    }
+    let gone = readers.pop().unwrap();
+    drop(gone);
+    assert_eq!(
+        h.post("/cancel", json!({"job_id": "e2"})).await.status(),
+        202
+    );
+    let mut last = Vec::new();
+    for r in readers {
+        let frames = r.all().await;
+        last.push(frames.last().unwrap().clone());
+    }
+    assert_eq!(last[0].event, "end");
+    assert_eq!(last[1].event, "end");
+    assert_eq!(last[2].event, "error");
+    assert_eq!(last[2].data["code"], "CANCELLED");
+    // Every accepted job ended once, the vanished client's included.
+    for _ in 0..50 {
+        if h.state.metrics.jobs() == (4, 4) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(h.state.metrics.jobs(), (4, 4));
+    assert_eq!(h.state.metrics.requests(Outcome::Disconnected), 1);
+    let probe = h.probe.clone();
+    h.shutdown().await;
+    assert_eq!(h_probe_balance(&probe), 0);
+}
+
+/// Issue 18: a panic in one job's prefill ends that job with INTERNAL; the
+/// job beside it goes on to its end, and the engine keeps serving. (A panic
+/// in a batched decode step ends every job of the step: it cannot tell whose
+/// row it was.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_ends_only_its_own_parallel_job() {
+    let backend = ScriptedBackend::spelling("abcdefgh")
+        .with_delay(Duration::from_millis(10))
+        .with_slots(2)
+        .panicking_at(0);
+    let h = start(backend, Opts::default()).await;
+    let (a, b) = tokio::join!(
+        h.run(json!({"job_id": "k0", "prompt": "x"})),
+        h.run(json!({"job_id": "k1", "prompt": "y"}))
+    );
+    let mut ends: Vec<String> = [&a, &b]
+        .iter()
+        .map(|f| {
+            let last = f.last().unwrap();
+            match last.event.as_str() {
+                "error" => last.data["code"].as_str().unwrap().to_string(),
+                e => e.to_string(),
+            }
+        })
+        .collect();
+    ends.sort();
+    assert_eq!(ends, ["INTERNAL", "end"]);
+    let again = h.run(json!({"job_id": "k2", "prompt": "z"})).await;
+    assert_eq!(check_grammar(&again), "abcdefgh");
+    let probe = h.probe.clone();
+    h.shutdown().await;
+    assert_eq!(h_probe_balance(&probe), 0);
+}

@@ -1,0 +1,248 @@
+//! Several jobs at once (`--parallel N`): each running job holds one of the
+//! backend's slots (its own sequence), and the engine steps them together.
+//!
+//! One round: every job still in its prompt prefills one chunk (so a long
+//! prompt never stalls the others' streams for more than a chunk); every job
+//! past its prompt samples its next token; the tokens that do not end their
+//! job go back to the backend as one batched decode step
+//! ([`Backend::decode_rows`]), queued before the tokens' text is worked out
+//! and streamed, so the host's work overlaps the device's. Jobs join at the
+//! start of a round and leave at its end; a job's slot goes back at once.
+//!
+//! A job's tokens do not depend on which others share its rounds: each slot's
+//! sequence is computed as it would be alone (the backend's promise for
+//! `decode_rows`), prompts are cut into the same chunks as alone, and each
+//! job draws from its own seeded generator.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::backend::Backend;
+use crate::engine::generate::{
+    GenerationError, GenerationObserver, GenerationSummary, Sampled, SampledId, StopReason,
+};
+use crate::engine::queue::Pop;
+use crate::engine::runner::{panic_message, EngineThread, Failure, IdleClock, Observer};
+use crate::engine::Generation;
+use crate::tokenizer::Tokenizer;
+
+/// A job holding a slot.
+struct Running {
+    slot: usize,
+    gen: Generation,
+    observer: Observer,
+}
+
+/// What ended in a round: the job's index among the running ones, and how.
+type Ended = (usize, Result<GenerationSummary, Failure>);
+
+impl EngineThread {
+    /// Runs up to `backend.slots()` jobs at once until the queue closes and
+    /// the last of them ends.
+    pub(super) fn run_parallel(&mut self) {
+        let slots = self.backend.slots();
+        let mut free: Vec<usize> = (0..slots).rev().collect();
+        let mut running: Vec<Running> = Vec::with_capacity(slots);
+        let mut idle = IdleClock::new(self.residency_interval());
+        let mut closed = false;
+        loop {
+            // Join: while slots are free, take waiting jobs; block only when
+            // nothing runs.
+            while !closed && !free.is_empty() {
+                let wait = if running.is_empty() {
+                    idle.wait(self)
+                } else {
+                    Some(std::time::Duration::ZERO)
+                };
+                match self.queue.pop(wait) {
+                    Pop::Job(job) => {
+                        let slot = free.pop().expect("a slot is free");
+                        match self.start(job, slot) {
+                            Some(r) => running.push(r),
+                            None => free.push(slot),
+                        }
+                    }
+                    Pop::Idle => break,
+                    Pop::Closed => closed = true,
+                }
+            }
+            if running.is_empty() {
+                if closed {
+                    return;
+                }
+                continue;
+            }
+            self.metrics.set_running_jobs(running.len());
+            let ended = self.round(&mut running);
+            // Leave: highest index first, so the others keep their places.
+            let mut ended = ended;
+            ended.sort_by_key(|(i, _)| std::cmp::Reverse(*i));
+            for (i, result) in ended {
+                let r = running.swap_remove(i);
+                free.push(r.slot);
+                self.finish(r, result);
+            }
+            self.metrics.set_running_jobs(running.len());
+        }
+    }
+
+    /// Admits `job` into `slot` and opens its sequence; `None` when it ended
+    /// at once (client gone, or no room for its sequence).
+    fn start(&mut self, job: Box<crate::engine::job::Job>, slot: usize) -> Option<Running> {
+        let id = job.id.clone();
+        let Some((request, observer)) = self.admit(job) else {
+            self.queue.finish_running(&id);
+            return None;
+        };
+        let mut gen = Generation::new(request, observer.wants_parity());
+        let opened = guarded(|| {
+            self.backend.select_slot(slot)?;
+            gen.begin(self.backend.as_mut())?;
+            Ok(())
+        });
+        match opened {
+            Ok(()) => {
+                self.note_memory();
+                Some(Running {
+                    slot,
+                    gen,
+                    observer,
+                })
+            }
+            Err(failure) => {
+                self.close_slot(slot);
+                self.end_job(observer, Err(failure));
+                self.queue.finish_running(&id);
+                None
+            }
+        }
+    }
+
+    /// Ends a job: its slot's sequence closes, then its terminal event goes.
+    fn finish(&mut self, r: Running, result: Result<GenerationSummary, Failure>) {
+        self.close_slot(r.slot);
+        let id = r.observer.job_id.clone();
+        self.end_job(r.observer, result);
+        self.queue.finish_running(&id);
+    }
+
+    fn close_slot(&mut self, slot: usize) {
+        let closed = guarded(|| {
+            self.backend.select_slot(slot)?;
+            self.backend.end_sequence();
+            Ok(())
+        });
+        if let Err(failure) = closed {
+            let message = match failure {
+                Failure::Panic(m) => m,
+                Failure::Generation(e) => e.to_string(),
+            };
+            tracing::error!(slot, error = %message, "closing a slot's sequence failed");
+        }
+    }
+
+    /// One round over the running jobs; returns those that ended in it.
+    fn round(&mut self, running: &mut [Running]) -> Vec<Ended> {
+        let mut ended: Vec<Ended> = Vec::new();
+        let backend = self.backend.as_mut();
+        let tokenizer = self.tokenizer.as_ref();
+
+        // Between steps, as alone: cancelled, client gone, timed out?
+        for (i, r) in running.iter_mut().enumerate() {
+            if let Some(reason) = r.observer.should_abort() {
+                ended.push((i, Err(GenerationError::Aborted(reason).into())));
+            }
+        }
+        let gone = |ended: &[Ended], i: usize| ended.iter().any(|(j, _)| *j == i);
+
+        // Prompts: one chunk each.
+        for (i, r) in running.iter_mut().enumerate() {
+            if !r.gen.prefilling() || gone(&ended, i) {
+                continue;
+            }
+            if let Err(f) = guarded(|| prefill(backend, r)) {
+                ended.push((i, Err(f)));
+            }
+        }
+
+        // Tokens: every job past its prompt samples one.
+        let mut sampled: Vec<(usize, SampledId)> = Vec::new();
+        for (i, r) in running.iter_mut().enumerate() {
+            if r.gen.prefilling() || gone(&ended, i) {
+                continue;
+            }
+            match guarded(|| sample(backend, tokenizer, r)) {
+                Ok(Sampled::Token(t)) => sampled.push((i, t)),
+                Ok(Sampled::Eos) => ended.push((i, Ok(r.gen.summary(StopReason::Eos)))),
+                Err(f) => ended.push((i, Err(f))),
+            }
+        }
+
+        // The next step of every job that goes on, queued before the tokens
+        // are streamed (a stop string found below wastes its row). Jobs that
+        // record parity run theirs alone after streaming, as they would alone.
+        let rows: Vec<(usize, usize, u32)> = sampled
+            .iter()
+            .filter(|(i, t)| !t.is_last && !running[*i].gen.records_parity())
+            .map(|(i, t)| (*i, running[*i].slot, t.id))
+            .collect();
+        if !rows.is_empty() {
+            let step: Vec<(usize, u32)> = rows.iter().map(|&(_, s, t)| (s, t)).collect();
+            self.metrics.observe_batch_rows(step.len());
+            let decoded = guarded(|| Ok(backend.decode_rows(&step)?));
+            if let Err(f) = decoded {
+                // The step is shared: each of its jobs ends with its error.
+                for &(i, _, _) in &rows {
+                    ended.push((i, Err(f.clone())));
+                }
+                sampled.retain(|(i, _)| !rows.iter().any(|(j, _, _)| j == i));
+            }
+        }
+
+        // Stream each token; end the jobs it ends.
+        for (i, token) in sampled {
+            let r = &mut running[i];
+            let id = token.id;
+            let (out, stop) = r.gen.emit(tokenizer, token);
+            if let Some(reason) = r.observer.on_token(out) {
+                ended.push((i, Err(GenerationError::Aborted(reason).into())));
+            } else if let Some(reason) = stop {
+                ended.push((i, Ok(r.gen.summary(reason))));
+            } else if r.gen.records_parity() {
+                if let Err(f) = guarded(|| feed(backend, r, id)) {
+                    ended.push((i, Err(f)));
+                }
+            }
+        }
+        ended
+    }
+}
+
+fn prefill(backend: &mut dyn Backend, r: &mut Running) -> Result<(), Failure> {
+    backend.select_slot(r.slot)?;
+    r.gen.prefill(backend)?;
+    Ok(())
+}
+
+fn sample(
+    backend: &mut dyn Backend,
+    tokenizer: &Tokenizer,
+    r: &mut Running,
+) -> Result<Sampled, Failure> {
+    backend.select_slot(r.slot)?;
+    let (sampled, parity) = r.gen.sample(backend, tokenizer)?;
+    if let Some(record) = parity {
+        r.observer.on_parity(record);
+    }
+    Ok(sampled)
+}
+
+fn feed(backend: &mut dyn Backend, r: &mut Running, id: u32) -> Result<(), Failure> {
+    backend.select_slot(r.slot)?;
+    r.gen.feed(backend, id)?;
+    Ok(())
+}
+
+/// Runs `f`, turning a panic into a [`Failure`] of the job it was for.
+fn guarded<T>(f: impl FnOnce() -> Result<T, Failure>) -> Result<T, Failure> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| Err(Failure::Panic(panic_message(p))))
+}
