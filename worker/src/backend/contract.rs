@@ -108,8 +108,10 @@ fn fingerprint(b: &mut dyn Backend) -> (u32, Vec<(u32, u32)>) {
 
 /// Slots (issue 18): three sequences of different lengths open at once, their
 /// prompts and decode steps interleaved and batched in `decode_rows` (in any
-/// order, any subset), give bit for bit the logits each gives alone.
-fn check_slots(b: &mut dyn Backend) {
+/// order, any subset), give bit for bit the logits each gives alone (its
+/// steps `decode_rows` of its one row), and within a small tolerance those of
+/// one-token `forward` calls.
+pub(crate) fn check_slots(b: &mut dyn Backend) {
     let prompts: [&[u32]; 3] = [&[1, 2, 3], &[7, 8], &[9, 10, 11, 12, 13]];
     let feeds: [[u32; 3]; 3] = [[4, 5, 6], [3, 2, 1], [14, 15, 16]];
     // Alone, one after the other in slot 0.
@@ -120,9 +122,23 @@ fn check_slots(b: &mut dyn Backend) {
             .unwrap();
         let mut prints = vec![fingerprint(b)];
         for &t in feed {
+            b.decode_rows(&[(0, t)]).unwrap();
+            b.select_slot(0).unwrap();
+            prints.push(fingerprint(b));
+        }
+        b.end_sequence();
+        // The same steps as one-token forward calls: the same choices.
+        b.begin_sequence(16).unwrap();
+        b.forward(prompt, Logits::None, &mut Vec::new(), None)
+            .unwrap();
+        for (step, &t) in feed.iter().enumerate() {
             b.forward(&[t], Logits::None, &mut Vec::new(), None)
                 .unwrap();
-            prints.push(fingerprint(b));
+            let (id, top) = fingerprint(b);
+            let (want_id, want) = &prints[step + 1];
+            assert_eq!(id, *want_id, "forward and decode_rows choose alike");
+            let (x, y) = (f32::from_bits(top[0].1), f32::from_bits(want[0].1));
+            assert!((x - y).abs() < 1e-2, "top log-probability {x} vs {y}");
         }
         b.end_sequence();
         alone.push(prints);

@@ -235,9 +235,11 @@ pub trait Backend: Send {
     /// One decode step of several sequences: for each `(slot, token)`, the
     /// token is appended to that slot's sequence as `forward(&[token],
     /// Logits::None, ..)` would append it, and that slot's `sample` then picks
-    /// from its new logits. Each row's logits are bit for bit those of the
-    /// slot's own one-token `forward`, whichever rows share the step (batch
-    /// invariance). The current slot afterwards is unspecified.
+    /// from its new logits. Each row's logits are bit for bit the same
+    /// whichever rows share the step, a row alone included (batch
+    /// invariance); a backend that batches may differ from a one-token
+    /// `forward` in the last bits (other kernels). The current slot
+    /// afterwards is unspecified.
     fn decode_rows(&mut self, rows: &[(usize, u32)]) -> Result<(), BackendError> {
         let mut none = Vec::new();
         for &(slot, token) in rows {

@@ -278,11 +278,7 @@ impl EngineThread {
         loop {
             let wait = idle.wait(self);
             match self.queue.pop(wait) {
-                Pop::Job(job) => {
-                    let id = job.id.clone();
-                    self.run_job(job);
-                    self.queue.finish_running(&id);
-                }
+                Pop::Job(job) => self.run_job(job),
                 Pop::Idle => {}
                 Pop::Closed => break,
             }
@@ -372,6 +368,7 @@ impl EngineThread {
         } = *job;
         request.accepted_at = Some(accepted_at);
         if sink.is_closed() {
+            self.queue.finish_running(&id);
             sink.finish(JobEnd::failed(
                 Outcome::Disconnected,
                 JobError::cancelled(),
@@ -414,7 +411,8 @@ impl EngineThread {
         Some((request, observer))
     }
 
-    /// Sends a job's terminal event, once its sequence is closed.
+    /// Sends a job's terminal event, once its sequence is closed, and takes
+    /// it out of the queue's running set.
     pub(super) fn end_job(
         &mut self,
         observer: Observer,
@@ -458,6 +456,9 @@ impl EngineThread {
                 JobEnd::failed(Outcome::Error, error, tokens_out)
             }
         };
+        // Out of the queue's running set first: a client that sees the
+        // terminal event finds the slot free and the job id reusable.
+        self.queue.finish_running(&id);
         observer.sink.finish(end);
         self.note_memory();
     }

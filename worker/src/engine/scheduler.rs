@@ -71,7 +71,6 @@ impl EngineThread {
                 }
                 continue;
             }
-            self.metrics.set_running_jobs(running.len());
             let ended = self.round(&mut running);
             // Leave: highest index first, so the others keep their places.
             let mut ended = ended;
@@ -81,18 +80,13 @@ impl EngineThread {
                 free.push(r.slot);
                 self.finish(r, result);
             }
-            self.metrics.set_running_jobs(running.len());
         }
     }
 
     /// Admits `job` into `slot` and opens its sequence; `None` when it ended
     /// at once (client gone, or no room for its sequence).
     fn start(&mut self, job: Box<crate::engine::job::Job>, slot: usize) -> Option<Running> {
-        let id = job.id.clone();
-        let Some((request, observer)) = self.admit(job) else {
-            self.queue.finish_running(&id);
-            return None;
-        };
+        let (request, observer) = self.admit(job)?;
         let mut gen = Generation::new(request, observer.wants_parity());
         let opened = guarded(|| {
             self.backend.select_slot(slot)?;
@@ -111,7 +105,6 @@ impl EngineThread {
             Err(failure) => {
                 self.close_slot(slot);
                 self.end_job(observer, Err(failure));
-                self.queue.finish_running(&id);
                 None
             }
         }
@@ -120,9 +113,7 @@ impl EngineThread {
     /// Ends a job: its slot's sequence closes, then its terminal event goes.
     fn finish(&mut self, r: Running, result: Result<GenerationSummary, Failure>) {
         self.close_slot(r.slot);
-        let id = r.observer.job_id.clone();
         self.end_job(r.observer, result);
-        self.queue.finish_running(&id);
     }
 
     fn close_slot(&mut self, slot: usize) {

@@ -44,6 +44,11 @@ pub enum Logits {
     Last,
     /// Every position's logits, position-major (`n_tokens * vocab_size`).
     All,
+    /// A batched decode step's (`Backend::decode_rows`): each row is the
+    /// last position of a sequence of its own, and every row's logits stay
+    /// with the backend for that sequence's sampler (see
+    /// [`Ops::keep_last_row`]); `out` is left empty.
+    Rows,
 }
 
 /// Intermediate values of one forward pass at its last position, recorded for
@@ -462,8 +467,9 @@ pub trait Ops {
     fn to_host(&mut self, x: &Self::Buf, out: &mut Vec<f32>) -> Result<(), Self::Error>;
 
     /// Keeps the last row of `x` (the last position's logits) where the
-    /// backend's sampler reads it, without a copy to the host. Devices whose
-    /// backend keeps the logits itself (the CPU's) do nothing.
+    /// backend's sampler reads it, without a copy to the host; in a batched
+    /// decode step ([`Logits::Rows`]) every row, each for its own sequence.
+    /// Devices whose backend keeps the logits itself (the CPU's) do nothing.
     fn keep_last_row(&mut self, x: &Self::Buf) -> Result<(), Self::Error>;
 
     /// Copies row `row` to the host (for checkpoints).

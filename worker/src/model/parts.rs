@@ -325,12 +325,12 @@ pub fn lm_head<O: Ops>(
     } = pass;
     let n = recorder.last + 1;
     let x = match logits {
-        Logits::All => x,
+        Logits::All | Logits::Rows => x,
         Logits::Last | Logits::None if n == 1 => x,
         Logits::Last | Logits::None => ops.take_row(&x, recorder.last)?,
     };
     let rows = match logits {
-        Logits::All => n,
+        Logits::All | Logits::Rows => n,
         Logits::Last | Logits::None => 1,
     };
     let mut normed = ops.buf(rows, cfg.n_embd)?;
@@ -342,7 +342,7 @@ pub fn lm_head<O: Ops>(
     let mut result = ops.buf(rows, cfg.vocab_size)?;
     ops.matmul(&normed, head, None, &mut result)?;
     ops.keep_last_row(&result)?;
-    if logits == Logits::None {
+    if matches!(logits, Logits::None | Logits::Rows) {
         out.clear();
         return Ok(());
     }

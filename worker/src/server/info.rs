@@ -103,6 +103,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         vram_bytes: state.engine.status().vram_bytes_used(),
         queue_depth: state.engine.queue_depth(),
         busy: state.engine.busy(),
+        running: state.engine.running(),
     });
     ([(header::CONTENT_TYPE, CONTENT_TYPE)], text)
 }

@@ -103,6 +103,8 @@ pub struct Snapshot {
     pub vram_bytes: u64,
     pub queue_depth: usize,
     pub busy: bool,
+    /// Jobs running now.
+    pub running: usize,
 }
 
 pub struct Metrics {
@@ -344,10 +346,6 @@ impl Metrics {
         self.slots.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
-    pub fn set_running_jobs(&self, n: usize) {
-        self.running_jobs.set(i64::try_from(n).unwrap_or(i64::MAX));
-    }
-
     /// One batched decode step of `rows` jobs.
     pub fn observe_batch_rows(&self, rows: usize) {
         self.batch_rows.observe(rows as f64);
@@ -371,6 +369,8 @@ impl Metrics {
         self.vram_bytes.set(snap.vram_bytes as i64);
         self.queue_depth.set(snap.queue_depth as i64);
         self.busy.set(snap.busy as i64);
+        self.running_jobs
+            .set(i64::try_from(snap.running).unwrap_or(i64::MAX));
         self.uptime_s.set(self.uptime_seconds());
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");
@@ -404,6 +404,7 @@ mod tests {
             vram_bytes: 42,
             queue_depth: 3,
             busy: true,
+            running: 1,
         });
         for needle in [
             "worker_vram_bytes 42",

@@ -112,6 +112,11 @@ impl Backend for CpuBackend {
         out: &mut Vec<f32>,
         checkpoints: Option<&mut Checkpoints>,
     ) -> Result<(), BackendError> {
+        if logits == Logits::Rows {
+            return Err(BackendError::InferenceFailed(
+                "the CPU backend decodes several sequences one by one".into(),
+            ));
+        }
         let slot = &mut self.slots[self.current];
         let cache = slot
             .cache

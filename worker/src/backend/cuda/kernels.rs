@@ -478,10 +478,7 @@ impl Kernels {
     /// such a kernel compiled.
     pub fn mv8_choice(&self, m: &MatmulArgs) -> Option<Mv8Plan> {
         let w = &m.w;
-        if !self.mv8.load(Ordering::Relaxed)
-            || !w.cols.is_multiple_of(32)
-            || !self.funcs.contains_key(&Kernel::MatVec8(w.ty))
-        {
+        if !self.mv8_applies(m) {
             return None;
         }
         match m.n {
@@ -496,6 +493,33 @@ impl Kernels {
             n if n <= MV8_LOOP_MAX_TOKENS => Some(Mv8Plan::Rows),
             _ => None,
         }
+    }
+
+    /// Whether the integer mat-vec kernels take this product: on, whole
+    /// 32-column groups, compiled for the format.
+    pub fn mv8_applies(&self, m: &MatmulArgs) -> bool {
+        self.mv8.load(Ordering::Relaxed)
+            && m.w.cols.is_multiple_of(32)
+            && self.funcs.contains_key(&Kernel::MatVec8(m.w.ty))
+    }
+
+    /// A batched decode step's product (`CudaOps` rows mode) in a format
+    /// without `mv8_*`: `mv_<ty>` (`mvw_<ty>` from [`MV_WARP_MIN_ROWS`]
+    /// weight rows on) over groups of up to [`MV_MAX_TOKENS`] rows of x,
+    /// whatever `n` is, so that a row's result does not depend on how many
+    /// rows share the step (`matmul` takes `mv1_*` for one row).
+    pub fn matmul_rows(&self, s: &Arc<CudaStream>, m: &MatmulArgs) -> Result<(), BackendError> {
+        m.check()?;
+        let kernel = if m.w.rows >= self.mv_warp_min_rows.load(Ordering::Relaxed) {
+            Kernel::MatVecWarp(m.w.ty)
+        } else {
+            Kernel::MatVec(m.w.ty)
+        };
+        for t0 in (0..m.n).step_by(MV_MAX_TOKENS) {
+            let group = m.rows_of_x(t0, MV_MAX_TOKENS.min(m.n - t0));
+            self.launch(s, &group.with_kernel(kernel))?;
+        }
+        Ok(())
     }
 
     /// `out = x W^T (+ bias)` on `mv8_*` as `plan` says, from x split into `x8`.

@@ -50,7 +50,7 @@ pub use nvrtc::{
     compile_here, compile_in_processes, compile_source, compile_unit, nvrtc_available, KernelCache,
     KERNEL_CACHE_ENV, NVRTC_PROCESSES_ENV,
 };
-pub use ops::{CudaBuf, CudaCache, CudaOps, CudaWeight};
+pub use ops::{CudaBuf, CudaCache, CudaOps, CudaWeight, RowsPass};
 pub use sample::DeviceSampler;
 pub use source::{KernelSet, Module, Unit, HEADERS};
 pub use upload::UploadStats;
@@ -612,6 +612,11 @@ impl Backend for CudaBackend {
                 "forward without a sequence".into(),
             ));
         }
+        if logits == Logits::Rows {
+            return Err(BackendError::InferenceFailed(
+                "Logits::Rows belongs to decode_rows".into(),
+            ));
+        }
         self.dev.bind()?;
         let use_graphs = self.use_graphs;
         let slot = self.slot();
@@ -699,6 +704,98 @@ impl Backend for CudaBackend {
                 .push(CudaSlot::new(&self.dev, self.cfg.vocab_size)?);
         }
         self.select_slot(0)
+    }
+
+    /// One forward pass over every row (`ops::RowsPass`): each weight read
+    /// once for the step, each row's sums on kernels that do not depend on
+    /// how many rows there are, each row's attention over its own cache; a
+    /// row's logits are the same bits in any batch, one row alone included
+    /// (they may differ in the last bits from `forward`'s one-row kernels).
+    /// A mixture of experts decodes its rows one by one.
+    fn decode_rows(&mut self, rows: &[(usize, u32)]) -> Result<(), BackendError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        if self.cfg.moe.is_some() {
+            let mut none = Vec::new();
+            for &(slot, token) in rows {
+                self.select_slot(slot)?;
+                self.forward(&[token], Logits::None, &mut none, None)?;
+            }
+            return Ok(());
+        }
+        let mut seen = vec![false; self.slots.len()];
+        for &(slot, token) in rows {
+            check_slot(slot, self.slots.len())?;
+            if std::mem::replace(&mut seen[slot], true) {
+                return Err(BackendError::InferenceFailed(format!(
+                    "slot {slot} is twice in one decode step"
+                )));
+            }
+            let s = &self.slots[slot];
+            let cache = s.cache.as_ref().ok_or_else(|| {
+                BackendError::InferenceFailed(format!("slot {slot} has no sequence"))
+            })?;
+            if s.len + 1 > cache.capacity {
+                return Err(BackendError::InferenceFailed(format!(
+                    "slot {slot}'s KV cache holds {} positions, {} needed",
+                    cache.capacity,
+                    s.len + 1
+                )));
+            }
+            if token as usize >= self.cfg.vocab_size {
+                return Err(BackendError::InferenceFailed(format!(
+                    "token id {token} is outside the vocabulary ({})",
+                    self.cfg.vocab_size
+                )));
+            }
+        }
+        self.dev.bind()?;
+        let tokens: Vec<u32> = rows.iter().map(|&(_, t)| t).collect();
+        let positions: Vec<usize> = rows.iter().map(|&(s, _)| self.slots[s].len).collect();
+        let logits = rows
+            .iter()
+            .map(|&(s, _)| self.slots[s].sampler.logits_ptr())
+            .collect();
+        let mut caches: Vec<CudaCache> = rows
+            .iter()
+            .map(|&(s, _)| {
+                let slot = &mut self.slots[s];
+                slot.has_logits = false;
+                slot.cache.take().expect("checked above")
+            })
+            .collect();
+        let mut lead = caches.remove(0);
+        let start = positions[0];
+        self.ops.begin_rows(RowsPass {
+            positions,
+            caches,
+            logits,
+        });
+        let result = model::forward(
+            &mut self.ops,
+            &self.cfg,
+            &self.weights,
+            &mut lead,
+            &tokens,
+            start,
+            Logits::Rows,
+            &mut Vec::new(),
+            None,
+        );
+        let rest = self.ops.end_rows();
+        self.ops.end_step();
+        // Every cache goes back to its slot, whatever the pass did.
+        for (&(s, _), cache) in rows.iter().zip(std::iter::once(lead).chain(rest)) {
+            self.slots[s].cache = Some(cache);
+        }
+        result?;
+        for &(s, _) in rows {
+            let slot = &mut self.slots[s];
+            slot.len += 1;
+            slot.has_logits = true;
+        }
+        Ok(())
     }
 
     /// Forward passes write their last logits into the slot's own sampler.

@@ -35,11 +35,13 @@ use crate::quant::GgmlType;
 mod attend;
 mod buffers;
 mod moe;
+mod rows;
 mod split;
 
 pub(crate) use buffers::BufMem;
 use buffers::{check_bufs, check_weights, is_f32_vector, shape_error};
 pub use buffers::{CudaBuf, CudaCache, CudaWeight};
+pub use rows::RowsPass;
 
 /// What `CudaOps` does differently while a decode step is captured into a
 /// CUDA graph: buffers come from a fixed arena (so their addresses are the
@@ -133,6 +135,8 @@ pub struct CudaOps {
     blas_scratch: Option<(DevBuf, usize)>,
     /// A decode step's `moe` scratch (mixture-of-experts models), made at load.
     moe_step: Option<DevBuf>,
+    /// A batched decode step's sequences, while one runs (`rows.rs`).
+    rows: Option<RowsPass>,
 }
 
 /// Whether no buffer of `outs` overlaps x (a product that wrote x itself
@@ -167,6 +171,7 @@ impl CudaOps {
             blas: BlasSlot::Untried,
             blas_scratch: None,
             moe_step: None,
+            rows: None,
         }
     }
 
@@ -856,6 +861,11 @@ impl Ops for CudaOps {
         start_pos: usize,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
+        if self.in_rows() {
+            // Each row's own position (checked against the table by `embed`).
+            let positions = self.rows_positions();
+            return self.embed(table, &positions, out);
+        }
         let end = start_pos + out.rows;
         if end > table.rows {
             return Err(BackendError::InferenceFailed(format!(
@@ -956,6 +966,9 @@ impl Ops for CudaOps {
         bias: Option<&CudaWeight>,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
+        if self.in_rows() {
+            return self.matmul_rows(x, w, bias, out);
+        }
         let args = matmul_args(x, w, bias, out)?;
         self.dev.bind()?;
         if self.capture.is_none()
@@ -1000,7 +1013,7 @@ impl Ops for CudaOps {
         products: &mut [Product<'_, CudaWeight, CudaBuf>],
     ) -> Result<(), BackendError> {
         let mut fused = vec![false; products.len()];
-        if x.rows == 1 && products.len() > 1 {
+        if x.rows == 1 && products.len() > 1 && !self.in_rows() {
             let mut args = Vec::with_capacity(products.len());
             for p in products.iter_mut() {
                 args.push(matmul_args(x, p.w, p.bias, p.out)?);
@@ -1044,6 +1057,9 @@ impl Ops for CudaOps {
     }
 
     fn rope(&mut self, x: &mut CudaBuf, p: RopeParams<'_>) -> Result<(), BackendError> {
+        if self.in_rows() {
+            return self.rope_rows(x, p);
+        }
         match self.rope_args(x, p)? {
             Some(args) => self.dev.kernels.launch(&self.dev.stream, &args),
             None => Ok(()),
@@ -1059,6 +1075,9 @@ impl Ops for CudaOps {
         pq: RopeParams<'_>,
         pk: RopeParams<'_>,
     ) -> Result<(), BackendError> {
+        if self.in_rows() {
+            return self.rope_qk_rows(q, k, pq, pk);
+        }
         let (a, b) = (self.rope_args(q, pq)?, self.rope_args(k, pk)?);
         match (a, b) {
             (Some(a), Some(b)) if a.rotates_like(&b) => {
@@ -1087,6 +1106,9 @@ impl Ops for CudaOps {
         s: AttentionShape,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
+        if self.in_rows() {
+            return self.attention_rows(q, k, v, cache, s, None, out);
+        }
         self.store_attend(q, k, v, cache, s, None, out)
     }
 
@@ -1109,6 +1131,9 @@ impl Ops for CudaOps {
             )));
         }
         check_weights("attention sinks", &[sinks])?;
+        if self.in_rows() {
+            return self.attention_rows(q, k, v, cache, s, Some(sinks), out);
+        }
         self.store_attend(q, k, v, cache, s, Some(sinks.vector()), out)
     }
 
@@ -1134,6 +1159,9 @@ impl Ops for CudaOps {
         s: AttentionShape,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
+        if self.in_rows() {
+            return self.attend_rows(q, k, v, &prep, cache, s, out);
+        }
         let Some(args) = self.qk_rope_store_args(q, k, v, &prep, cache, &s, out)? else {
             return attend_in_steps(self, q, k, v, prep, cache, s, out);
         };
@@ -1152,6 +1180,12 @@ impl Ops for CudaOps {
         s: AttentionShape,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
+        if self.in_rows() {
+            // Q, K and V of every row at once, then each row alone.
+            self.matmuls(x, &mut qkv)?;
+            let [q, k, v] = qkv;
+            return self.attend_rows(q.out, k.out, v.out, &prep, cache, s, out);
+        }
         if let Some(call) = self.qkv_rope_call(x, &mut qkv, &prep, cache, &s, out)? {
             self.dev.kernels.launch(&self.dev.stream, &call)?;
             let [q, k, v] = qkv;
@@ -1328,6 +1362,9 @@ impl Ops for CudaOps {
         let Some((dst, len)) = self.kept_logits else {
             return Ok(());
         };
+        if self.in_rows() {
+            return self.keep_rows(x, len);
+        }
         if x.rows == 0 || x.cols != len {
             return Err(shape_error(format!(
                 "keep_last_row: {}x{} for {len} logits",

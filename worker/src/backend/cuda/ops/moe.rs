@@ -148,6 +148,7 @@ impl CudaOps {
         let k = Kernel::GemmExperts(w.gate.ty);
         x.rows >= MOE_GROUPED_MIN_ROWS
             && self.capture.is_none()
+            && !self.in_rows()
             && [w.gate, w.up, w.down]
                 .iter()
                 .all(|m| m.ty == w.gate.ty && m.cols.is_multiple_of(GTC_BK as usize))

@@ -714,3 +714,41 @@ fn m0_w_1052_backend_contract_cuda() {
         crate::backend::contract::check_backend_contract(&mut gpu, vocab);
     }
 }
+
+/// Issue 18: batched decode steps (`decode_rows`, rows mode) for every
+/// synthetic architecture, the reference model and Gemma 3 where present:
+/// three sequences of different lengths, batched in any order and subset,
+/// give each the bits it gives alone, and the choices of one-token
+/// `forward` calls (`contract::check_slots`).
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn decode_rows_is_batch_invariant_for_every_architecture() {
+    let _gpu = shared_gpu();
+    let mut files: Vec<(String, Arc<GgufFile>)> = SYNTHETIC_ARCHS
+        .iter()
+        .map(|arch| {
+            let bytes = synthetic_model(arch, 7, 64);
+            (
+                arch.to_string(),
+                Arc::new(GgufFile::from_bytes(bytes).unwrap()),
+            )
+        })
+        .collect();
+    let gemma = workspace_path(".models/gemma-3-270m-q4_k_m.gguf");
+    for path in reference_model_path()
+        .into_iter()
+        .chain(gemma.exists().then_some(gemma))
+    {
+        files.push((
+            path.display().to_string(),
+            Arc::new(GgufFile::open(&path).unwrap()),
+        ));
+    }
+    for (name, file) in files {
+        eprintln!("decode_rows: {name}");
+        let cfg = ModelConfig::try_from(&file.metadata).unwrap();
+        let mut gpu =
+            CudaBackend::load(cfg, &file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();
+        crate::backend::contract::check_slots(&mut gpu);
+    }
+}
