@@ -15,6 +15,7 @@
 //! job draws from its own seeded generator.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Instant;
 
 use crate::backend::Backend;
 use crate::engine::generate::{
@@ -145,6 +146,7 @@ impl EngineThread {
         }
         let gone = |ended: &[Ended], i: usize| ended.iter().any(|(j, _)| *j == i);
 
+        let t0 = Instant::now();
         // Prompts: one chunk each.
         for (i, r) in running.iter_mut().enumerate() {
             if !r.gen.prefilling() || gone(&ended, i) {
@@ -155,19 +157,24 @@ impl EngineThread {
             }
         }
 
+        let t1 = Instant::now();
+        let mut first_sample = None;
         // Tokens: every job past its prompt samples one.
         let mut sampled: Vec<(usize, SampledId)> = Vec::new();
         for (i, r) in running.iter_mut().enumerate() {
             if r.gen.prefilling() || gone(&ended, i) {
                 continue;
             }
-            match guarded(|| sample(backend, tokenizer, r)) {
+            let drawn = guarded(|| sample(backend, tokenizer, r));
+            first_sample.get_or_insert_with(|| t1.elapsed());
+            match drawn {
                 Ok(Sampled::Token(t)) => sampled.push((i, t)),
                 Ok(Sampled::Eos) => ended.push((i, Ok(r.gen.summary(StopReason::Eos)))),
                 Err(f) => ended.push((i, Err(f))),
             }
         }
 
+        let t2 = Instant::now();
         // The next step of every job that goes on, queued before the tokens
         // are streamed (a stop string found below wastes its row). Jobs that
         // record parity run theirs alone after streaming, as they would alone.
@@ -189,6 +196,8 @@ impl EngineThread {
             }
         }
 
+        let t3 = Instant::now();
+        let tokens = sampled.len();
         // Stream each token; end the jobs it ends.
         for (i, token) in sampled {
             let r = &mut running[i];
@@ -204,6 +213,19 @@ impl EngineThread {
                 }
             }
         }
+        // Where a round's time goes: the first sample waits for the step
+        // before it, queued in the last round.
+        tracing::debug!(
+            jobs = running.len(),
+            tokens,
+            rows = rows.len(),
+            prefill_us = (t1 - t0).as_micros() as u64,
+            sample_us = (t2 - t1).as_micros() as u64,
+            first_sample_us = first_sample.map_or(0, |d| d.as_micros() as u64),
+            queue_us = (t3 - t2).as_micros() as u64,
+            stream_us = t3.elapsed().as_micros() as u64,
+            "round"
+        );
         ended
     }
 }
