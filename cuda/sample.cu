@@ -364,11 +364,9 @@ __device__ __noinline__ Cut find_crossing(const u32* keys, u32 n, Cut set, bool 
 // - u: the draw in [0, 1); greedy != 0: argmax (u unused)
 // - scale: the fixed-point scale of the weights (see the top of the file)
 // - out[0] receives the id
-extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
-    sample_select(const float* logits, u32 n, u32* keys, const u32* pen_ids, u32 n_pen, float temperature,
-                  float penalty, u32 top_k, float top_p, float min_p, double u, double scale, int greedy, u32* out) {
-    pdl_start();
-    __shared__ SampleShared sh;
+__device__ __forceinline__ void select_one(const float* logits, u32 n, u32* keys, const u32* pen_ids, u32 n_pen,
+                                           float temperature, float penalty, u32 top_k, float top_p, float min_p,
+                                           double u, double scale, int greedy, u32* out, SampleShared& sh) {
     const u32 tid = threadIdx.x;
 
     // Steps 1 and 2: temperature, then the penalty over the distinct ids.
@@ -437,6 +435,44 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     // Step 6: the first token whose cumulative weight exceeds u * total.
     const Cut drawn = find_crossing(keys, n, cut, true, top, scale, NEED_EXCEED, 0, u, sh);
     if (tid == 0) out[0] = drawn.id;
+}
+
+extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
+    sample_select(const float* logits, u32 n, u32* keys, const u32* pen_ids, u32 n_pen, float temperature,
+                  float penalty, u32 top_k, float top_p, float min_p, double u, double scale, int greedy, u32* out) {
+    pdl_start();
+    __shared__ SampleShared sh;
+    select_one(logits, n, keys, pen_ids, n_pen, temperature, penalty, top_k, top_p, min_p, u, scale, greedy, out, sh);
+}
+
+// One sequence's sample_select arguments, for sample_select_rows (the
+// host's SampleRow: the same fields in this order, 8-byte aligned).
+struct SampleRow {
+    const float* logits;
+    u32* keys;
+    const u32* pen_ids;
+    u32* out;
+    double u;
+    u32 n_pen;
+    float temperature;
+    float penalty;
+    u32 top_k;
+    float top_p;
+    float min_p;
+    int greedy;
+    u32 pad;
+};
+
+// sample_select_rows: sample_select for each sequence of a batched decode
+// step, block b taking rows[b] (each its own logits, scratch, parameters
+// and draw), so that a row's choice is the one sample_select makes alone.
+extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
+    sample_select_rows(const SampleRow* rows, u32 n, double scale) {
+    pdl_start();
+    __shared__ SampleShared sh;
+    const SampleRow r = rows[blockIdx.x];
+    select_one(r.logits, n, r.keys, r.pen_ids, r.n_pen, r.temperature, r.penalty, r.top_k, r.top_p, r.min_p, r.u,
+               scale, r.greedy, r.out, sh);
 }
 
 #endif

@@ -83,6 +83,45 @@ pub(crate) fn check_backend_contract(b: &mut dyn Backend, vocab: usize) {
     check_slots(b);
 }
 
+/// `sample_rows` over the three open slots, in another order, with greedy,
+/// drawn and penalized requests and log-probabilities: each slot's token and
+/// log-probabilities are those its own `sample` gives.
+fn check_sample_rows(b: &mut dyn Backend) {
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    let drawn = SamplingParams {
+        temperature: 0.8,
+        top_k: 20,
+        top_p: 0.95,
+        min_p: 0.01,
+        repetition_penalty: 1.2,
+        seed: 0,
+    };
+    let plain = SamplingParams {
+        temperature: 1.0,
+        ..SamplingParams::default()
+    };
+    let generated = [3u32, 4, 4];
+    let req = |params, uniform, logprobs| SampleRequest {
+        params,
+        generated: &generated,
+        uniform,
+        logprobs,
+    };
+    let rows = [
+        (2, req(&drawn, Some(0.37), 3)),
+        (0, req(&greedy, None, 5)),
+        (1, req(&plain, Some(0.81), 0)),
+    ];
+    let together = b.sample_rows(&rows).unwrap();
+    for ((slot, r), got) in rows.iter().zip(&together) {
+        b.select_slot(*slot).unwrap();
+        assert_eq!(&b.sample(r).unwrap(), got, "slot {slot}");
+    }
+}
+
 /// What a slot's next token would be: the greedy id and the top 20
 /// log-probabilities, bit for bit (a fingerprint of the logits).
 fn fingerprint(b: &mut dyn Backend) -> (u32, Vec<(u32, u32)>) {
@@ -181,6 +220,7 @@ pub(crate) fn check_slots(b: &mut dyn Backend) {
         check(b, slot, 3);
     }
     assert!(b.decode_rows(&[(5, 1)]).is_err(), "a row in no slot");
+    check_sample_rows(b);
     for slot in 0..3 {
         b.select_slot(slot).unwrap();
         b.end_sequence();

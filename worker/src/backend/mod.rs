@@ -232,6 +232,22 @@ pub trait Backend: Send {
         check_slot(slot, self.slots())
     }
 
+    /// `sample` for each `(slot, request)` (distinct slots): the tokens in
+    /// the same order, each the one that slot's own `sample` picks.
+    /// Backends that batch it (the GPU: one launch, one wait) override this.
+    /// The current slot afterwards is unspecified.
+    fn sample_rows(
+        &mut self,
+        rows: &[(usize, SampleRequest<'_>)],
+    ) -> Result<Vec<SampledToken>, BackendError> {
+        let mut out = Vec::with_capacity(rows.len());
+        for (slot, req) in rows {
+            self.select_slot(*slot)?;
+            out.push(self.sample(req)?);
+        }
+        Ok(out)
+    }
+
     /// One decode step of several sequences: for each `(slot, token)`, the
     /// token is appended to that slot's sequence as `forward(&[token],
     /// Logits::None, ..)` would append it, and that slot's `sample` then picks

@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use crate::backend::{Backend, BackendError, Checkpoints, Logits, SampleRequest};
+use crate::backend::{Backend, BackendError, Checkpoints, Logits, SampleRequest, SampledToken};
 use crate::engine::stop::{StopMatcher, StopOutcome};
 use crate::sampling::{top_logprobs, Sampler, SamplingParams, TokenLogprob};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
@@ -312,13 +312,34 @@ impl Generation {
         backend: &mut dyn Backend,
         tokenizer: &Tokenizer,
     ) -> Result<(Sampled, Option<ParityStep>), BackendError> {
-        let uniform = self.sampler.draw();
-        let sampled = backend.sample(&SampleRequest {
+        let uniform = self.draw();
+        let sampled = backend.sample(&self.request(uniform))?;
+        Ok(self.accept(sampled, tokenizer))
+    }
+
+    /// The next token's draw from the job's generator (`None` when greedy).
+    pub fn draw(&mut self) -> Option<f64> {
+        self.sampler.draw()
+    }
+
+    /// What the backend's sampler is asked for the next token, with `uniform`
+    /// from [`Generation::draw`].
+    pub fn request(&self, uniform: Option<f64>) -> SampleRequest<'_> {
+        SampleRequest {
             params: &self.req.sampling,
             generated: &self.generated,
             uniform,
             logprobs: self.req.logprobs,
-        })?;
+        }
+    }
+
+    /// Takes the backend's choice for the next token: the token, or the end
+    /// of generation, with its parity record when those are kept.
+    pub fn accept(
+        &mut self,
+        sampled: SampledToken,
+        tokenizer: &Tokenizer,
+    ) -> (Sampled, Option<ParityStep>) {
         let id = sampled.id;
         let index = self.generated.len();
         self.generated.push(id);
@@ -342,7 +363,7 @@ impl Generation {
             // stop-string prefix, or bytes of an unfinished character) has no
             // token left to travel with and is dropped: see README, "Streaming".
             self.generated.pop();
-            return Ok((Sampled::Eos, parity));
+            return (Sampled::Eos, parity);
         }
         let token = SampledId {
             index,
@@ -350,7 +371,7 @@ impl Generation {
             logprobs: sampled.logprobs,
             is_last: self.generated.len() >= self.req.max_tokens,
         };
-        Ok((Sampled::Token(token), parity))
+        (Sampled::Token(token), parity)
     }
 
     /// The token as the client sees it (the text it releases), and the

@@ -24,7 +24,6 @@ use crate::engine::generate::{
 use crate::engine::queue::Pop;
 use crate::engine::runner::{panic_message, EngineThread, Failure, IdleClock, Observer};
 use crate::engine::Generation;
-use crate::tokenizer::Tokenizer;
 
 /// A job holding a slot.
 struct Running {
@@ -158,22 +157,36 @@ impl EngineThread {
         }
 
         let t1 = Instant::now();
-        let mut first_sample = None;
-        // Tokens: every job past its prompt samples one.
+        // Tokens: every job past its prompt samples one, all in one call.
+        let ready: Vec<usize> = (0..running.len())
+            .filter(|&i| !running[i].gen.prefilling() && !gone(&ended, i))
+            .collect();
+        let draws: Vec<Option<f64>> = ready.iter().map(|&i| running[i].gen.draw()).collect();
+        let requests: Vec<_> = ready
+            .iter()
+            .zip(&draws)
+            .map(|(&i, &u)| (running[i].slot, running[i].gen.request(u)))
+            .collect();
+        let chosen = guarded(|| Ok(backend.sample_rows(&requests)?));
+        drop(requests);
         let mut sampled: Vec<(usize, SampledId)> = Vec::new();
-        for (i, r) in running.iter_mut().enumerate() {
-            if r.gen.prefilling() || gone(&ended, i) {
-                continue;
+        match chosen {
+            Ok(tokens) => {
+                for (&i, token) in ready.iter().zip(tokens) {
+                    let r = &mut running[i];
+                    let (drawn, parity) = r.gen.accept(token, tokenizer);
+                    if let Some(record) = parity {
+                        r.observer.on_parity(record);
+                    }
+                    match drawn {
+                        Sampled::Token(t) => sampled.push((i, t)),
+                        Sampled::Eos => ended.push((i, Ok(r.gen.summary(StopReason::Eos)))),
+                    }
+                }
             }
-            let drawn = guarded(|| sample(backend, tokenizer, r));
-            first_sample.get_or_insert_with(|| t1.elapsed());
-            match drawn {
-                Ok(Sampled::Token(t)) => sampled.push((i, t)),
-                Ok(Sampled::Eos) => ended.push((i, Ok(r.gen.summary(StopReason::Eos)))),
-                Err(f) => ended.push((i, Err(f))),
-            }
+            // The sampling is shared: each of its jobs ends with its error.
+            Err(f) => ended.extend(ready.iter().map(|&i| (i, Err(f.clone())))),
         }
-
         let t2 = Instant::now();
         // The next step of every job that goes on, queued before the tokens
         // are streamed (a stop string found below wastes its row). Jobs that
@@ -221,7 +234,6 @@ impl EngineThread {
             rows = rows.len(),
             prefill_us = (t1 - t0).as_micros() as u64,
             sample_us = (t2 - t1).as_micros() as u64,
-            first_sample_us = first_sample.map_or(0, |d| d.as_micros() as u64),
             queue_us = (t3 - t2).as_micros() as u64,
             stream_us = t3.elapsed().as_micros() as u64,
             "round"
@@ -234,19 +246,6 @@ fn prefill(backend: &mut dyn Backend, r: &mut Running) -> Result<(), Failure> {
     backend.select_slot(r.slot)?;
     r.gen.prefill(backend)?;
     Ok(())
-}
-
-fn sample(
-    backend: &mut dyn Backend,
-    tokenizer: &Tokenizer,
-    r: &mut Running,
-) -> Result<Sampled, Failure> {
-    backend.select_slot(r.slot)?;
-    let (sampled, parity) = r.gen.sample(backend, tokenizer)?;
-    if let Some(record) = parity {
-        r.observer.on_parity(record);
-    }
-    Ok(sampled)
 }
 
 fn feed(backend: &mut dyn Backend, r: &mut Running, id: u32) -> Result<(), Failure> {

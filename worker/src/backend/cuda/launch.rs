@@ -124,6 +124,9 @@ pub enum Kernel {
     CopyCols,
     /// `sample_select`: the sampling pipeline over one logit vector.
     SampleSelect,
+    /// `sample_select_rows`: `sample_select` for each sequence of a batched
+    /// decode step, a block each.
+    SampleSelectRows,
     /// `sample_argmax`: greedy sampling without a penalty, over many blocks.
     SampleArgmax,
     /// `sample_logprobs`: the top log-probabilities of one logit vector.
@@ -202,6 +205,7 @@ impl Kernel {
             Kernel::Scale,
             Kernel::CopyCols,
             Kernel::SampleSelect,
+            Kernel::SampleSelectRows,
             Kernel::SampleArgmax,
             Kernel::SampleLogprobs,
         ]);
@@ -248,7 +252,10 @@ impl Kernel {
             | Kernel::GemmSplitsSum
             | Kernel::ToF16
             | Kernel::AddBias => Module::Elementwise,
-            Kernel::SampleSelect | Kernel::SampleArgmax | Kernel::SampleLogprobs => Module::Sample,
+            Kernel::SampleSelect
+            | Kernel::SampleSelectRows
+            | Kernel::SampleArgmax
+            | Kernel::SampleLogprobs => Module::Sample,
         }
     }
 
@@ -270,9 +277,10 @@ impl Kernel {
             Kernel::GemmFew(_) => Some(1),
             Kernel::GemmExperts(_) => Some(2),
             Kernel::AttentionSplit(_, group) => Some(1 + u8::from(group > 4)),
-            Kernel::AttentionSplitTc(_) | Kernel::AttentionCombine | Kernel::SampleSelect => {
-                Some(0)
-            }
+            Kernel::AttentionSplitTc(_)
+            | Kernel::AttentionCombine
+            | Kernel::SampleSelect
+            | Kernel::SampleSelectRows => Some(0),
             Kernel::SampleArgmax | Kernel::SampleLogprobs => Some(1),
             _ => None,
         }
@@ -386,6 +394,7 @@ impl Kernel {
             Kernel::SampleSelect => "sample_select".into(),
             Kernel::SampleArgmax => "sample_argmax".into(),
             Kernel::SampleLogprobs => "sample_logprobs".into(),
+            Kernel::SampleSelectRows => "sample_select_rows".into(),
         }
     }
 }
@@ -761,6 +770,9 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
         }
         (Kernel::SampleSelect | Kernel::SampleLogprobs, Work::Single) => {
             Ok(blocks((1, 1), SAMPLE_THREADS))
+        }
+        (Kernel::SampleSelectRows, Work::Rows { rows, .. }) if rows > 0 && rows <= 65535 => {
+            Ok(blocks((rows as u32, 1), SAMPLE_THREADS))
         }
         (k, work) => Err(BackendError::KernelLaunchFailed(format!(
             "{} is not laid out over {work:?}",

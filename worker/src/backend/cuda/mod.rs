@@ -63,7 +63,7 @@ use crate::gguf::GgufFile;
 use crate::model::ModelConfig;
 use crate::model::{self, Weights};
 use crate::quant::{self, GgmlType};
-use device::{memory_type, Purpose};
+use device::{memory_type, DevBuf, Purpose};
 
 /// Positions of KV cache that must fit at load time besides the weights
 /// (the "minimum KV cache" of M0-W-1020), unless the context is shorter.
@@ -135,6 +135,8 @@ pub struct CudaBackend {
     upload_stats: UploadStats,
     graph_host: graph::GraphHost,
     use_graphs: bool,
+    /// `sample_rows`' table of a batched step's sampling rows.
+    sample_table: Option<DevBuf>,
 }
 
 /// One sequence: its KV cache, position, captured decode step and logits.
@@ -370,6 +372,7 @@ impl CudaBackend {
             upload_stats,
             graph_host,
             use_graphs,
+            sample_table: None,
         })
     }
 
@@ -796,6 +799,29 @@ impl Backend for CudaBackend {
             slot.has_logits = true;
         }
         Ok(())
+    }
+
+    /// Every row's choice with one wait (`sample::sample_rows`).
+    fn sample_rows(
+        &mut self,
+        rows: &[(usize, SampleRequest<'_>)],
+    ) -> Result<Vec<SampledToken>, BackendError> {
+        let n = self.slots.len();
+        let mut free: Vec<Option<&mut CudaSlot>> = self.slots.iter_mut().map(Some).collect();
+        let mut batch = Vec::with_capacity(rows.len());
+        for (slot, req) in rows {
+            check_slot(*slot, n)?;
+            let s = free[*slot].take().ok_or_else(|| {
+                BackendError::InferenceFailed(format!("slot {slot} is twice in one sampling step"))
+            })?;
+            if !s.has_logits {
+                return Err(BackendError::InferenceFailed(format!(
+                    "slot {slot}: sample without logits: run forward first"
+                )));
+            }
+            batch.push((&mut s.sampler, req));
+        }
+        sample::sample_rows(&mut batch, &mut self.sample_table)
     }
 
     /// Forward passes write their last logits into the slot's own sampler.

@@ -26,13 +26,74 @@ use cudarc::driver::result as drv;
 use cudarc::driver::sys::CUdeviceptr;
 
 use crate::backend::cuda::args::{
-    SampleArgmaxArgs, SampleLogprobsArgs, SampleSelectArgs, SelectArgs,
+    SampleArgmaxArgs, SampleLogprobsArgs, SampleRow, SampleSelectArgs, SampleSelectRowsArgs,
+    SelectArgs,
 };
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{SAMPLE_ARGMAX_BLOCKS, SAMPLE_MAX_LOGPROBS, SAMPLE_OUT_WORDS};
 use crate::backend::{BackendError, SampleRequest, SampledToken};
 use crate::sampling::TokenLogprob;
+
+/// Which kernel picks a token: `sample_argmax` for the greedy choice
+/// without a penalty, else the whole pipeline.
+enum Choice {
+    Argmax(SampleArgmaxArgs),
+    Select(SampleSelectArgs),
+}
+
+/// Samples one token for each `(sampler, request)` of a batched decode step
+/// with one wait: each greedy choice as `sample` makes it, the rest in one
+/// `sample_select_rows` launch (a block each; every row's choice the one
+/// `sample_select` makes alone), then the log-probabilities where asked for.
+/// `table` is device scratch for that launch's rows, grown as needed.
+pub fn sample_rows(
+    rows: &mut [(&mut DeviceSampler, &SampleRequest)],
+    table: &mut Option<DevBuf>,
+) -> Result<Vec<SampledToken>, BackendError> {
+    let Some((first, _)) = rows.first() else {
+        return Ok(Vec::new());
+    };
+    let (dev, vocab, scale) = (first.dev.clone(), first.vocab, first.scale);
+    if rows.iter().any(|(s, _)| s.vocab != vocab) {
+        return Err(BackendError::InferenceFailed(
+            "samplers of one step share a vocabulary".into(),
+        ));
+    }
+    let mut selects = Vec::new();
+    for (s, req) in rows.iter_mut() {
+        match s.prepare(req)? {
+            Choice::Argmax(a) => dev.kernels.launch(&dev.stream, &a)?,
+            Choice::Select(a) => selects.push(SampleRow::of(&a)),
+        }
+    }
+    if !selects.is_empty() {
+        let bytes = (selects.len() * std::mem::size_of::<SampleRow>()) as u64;
+        if table.as_ref().is_none_or(|t| t.bytes() < bytes) {
+            *table = Some(dev.alloc(Purpose::Scratch, bytes.next_power_of_two())?);
+        }
+        let t = table.as_ref().expect("made above");
+        // SAFETY: `bytes` of plain C structs into a block of at least that
+        // many; pageable memory is staged before the call returns.
+        unsafe {
+            let raw = std::slice::from_raw_parts(selects.as_ptr() as *const u8, bytes as usize);
+            drv::memcpy_htod_async(t.ptr(), raw, dev.cu_stream())
+        }
+        .map_err(|e| driver_error("copying the sampling rows", e))?;
+        let args = SampleSelectRowsArgs {
+            table: DevPtr::new(t.ptr()),
+            rows: selects.len(),
+            n: vocab as u32,
+            scale,
+        };
+        dev.kernels.launch(&dev.stream, &args)?;
+    }
+    for (s, req) in rows.iter_mut() {
+        s.queue_result(req)?;
+    }
+    dev.synchronize()?;
+    rows.iter().map(|(s, req)| s.finish(req)).collect()
+}
 
 /// `sample_argmax`'s partial results and ticket counter.
 const ARGMAX_BYTES: u64 = SAMPLE_ARGMAX_BLOCKS as u64 * 8 + 8;
@@ -146,6 +207,18 @@ impl DeviceSampler {
 
     /// Samples from the logits in the buffer (see the module comment).
     pub fn sample(&mut self, req: &SampleRequest) -> Result<SampledToken, BackendError> {
+        match self.prepare(req)? {
+            Choice::Argmax(a) => self.dev.kernels.launch(&self.dev.stream, &a)?,
+            Choice::Select(a) => self.dev.kernels.launch(&self.dev.stream, &a)?,
+        }
+        self.queue_result(req)?;
+        self.dev.synchronize()?;
+        self.finish(req)
+    }
+
+    /// Checks `req`, copies the ids to penalize to the device, and says
+    /// which kernel picks the token, with its arguments.
+    fn prepare(&mut self, req: &SampleRequest) -> Result<Choice, BackendError> {
         let n = self.vocab;
         let p = req.params;
         if req.logprobs > SAMPLE_MAX_LOGPROBS {
@@ -197,7 +270,6 @@ impl DeviceSampler {
             DevPtr::new(self.logits.ptr()),
             DevPtrMut::new(self.keys.ptr()),
         );
-        let (kernels, st) = (&self.dev.kernels, &self.dev.stream);
         let (vocab, pen_ids, n_pen) = (
             n as u32,
             Some(DevPtr::new(self.ids.ptr())),
@@ -208,47 +280,56 @@ impl DeviceSampler {
                 self.argmax.ptr(),
                 self.argmax.ptr() + SAMPLE_ARGMAX_BLOCKS as u64 * 8,
             );
-            let argmax = SampleArgmaxArgs {
+            return Ok(Choice::Argmax(SampleArgmaxArgs {
                 logits,
                 n: vocab,
                 partial: DevPtrMut::new(partial),
                 done: DevPtrMut::new(done),
                 out,
-            };
-            kernels.launch(st, &argmax)?;
-        } else {
-            let select = SampleSelectArgs {
-                logits,
-                n: vocab,
-                keys,
-                pen_ids,
-                n_pen,
-                p: args,
-                out,
-            };
-            kernels.launch(st, &select)?;
+            }));
         }
+        Ok(Choice::Select(SampleSelectArgs {
+            logits,
+            n: vocab,
+            keys,
+            pen_ids,
+            n_pen,
+            p: args,
+            out,
+        }))
+    }
+
+    /// After the choice: the log-probabilities' launch where asked for, and
+    /// the result block's copy to the host.
+    fn queue_result(&mut self, req: &SampleRequest) -> Result<(), BackendError> {
+        let out = self.out_ptr();
+        let (kernels, st) = (&self.dev.kernels, &self.dev.stream);
         if req.logprobs > 0 {
             kernels.launch(
                 st,
                 &SampleLogprobsArgs {
-                    logits,
-                    n: vocab,
-                    keys,
+                    logits: DevPtr::new(self.logits.ptr()),
+                    n: self.vocab as u32,
+                    keys: DevPtrMut::new(self.keys.ptr()),
                     k: req.logprobs as u32,
                     out,
                 },
             )?;
         }
         // SAFETY: the result block holds SAMPLE_OUT_WORDS u32 values.
-        unsafe { drv::memcpy_dtoh_async(self.result.as_mut_slice(), out.addr(), stream) }
-            .map_err(|e| driver_error("copying the sampled token", e))?;
-        self.dev.synchronize()?;
+        unsafe {
+            drv::memcpy_dtoh_async(self.result.as_mut_slice(), out.addr(), self.dev.cu_stream())
+        }
+        .map_err(|e| driver_error("copying the sampled token", e))
+    }
 
+    /// The token in the result block, once the stream has caught up.
+    fn finish(&self, req: &SampleRequest) -> Result<SampledToken, BackendError> {
         let id = self.result[0];
-        if id as usize >= n {
+        if id as usize >= self.vocab {
             return Err(BackendError::InferenceFailed(format!(
-                "the sampler returned id {id} for a vocabulary of {n}"
+                "the sampler returned id {id} for a vocabulary of {}",
+                self.vocab
             )));
         }
         let logprobs = if req.logprobs > 0 {

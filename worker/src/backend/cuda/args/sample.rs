@@ -101,6 +101,88 @@ impl KernelCall for SampleSelectArgs {
     }
 }
 
+/// One sequence's `sample_select` arguments in `sample_select_rows`'s table
+/// (sample.cu's `SampleRow`: the same fields in the same order).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SampleRow {
+    /// `[n]` f32.
+    pub logits: u64,
+    /// `[n]` u32 scratch.
+    pub keys: u64,
+    /// `[n_pen]` u32, or 0 when `n_pen` is 0.
+    pub pen_ids: u64,
+    /// `[SAMPLE_OUT_WORDS]` u32; word 0 receives the id.
+    pub out: u64,
+    pub uniform: f64,
+    pub n_pen: u32,
+    pub temperature: f32,
+    pub penalty: f32,
+    pub top_k: u32,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub greedy: i32,
+    pub pad: u32,
+}
+
+impl crate::backend::cuda::ptr::Elem for SampleRow {
+    #[cfg(test)]
+    const C_NAME: &'static str = "SampleRow";
+}
+
+impl SampleRow {
+    /// The row of one `sample_select` launch's arguments.
+    pub fn of(a: &SampleSelectArgs) -> SampleRow {
+        let p = &a.p;
+        SampleRow {
+            logits: a.logits.addr(),
+            keys: a.keys.addr(),
+            pen_ids: DevPtr::or_null(a.pen_ids).addr(),
+            out: a.out.addr(),
+            uniform: p.uniform,
+            n_pen: a.n_pen,
+            temperature: p.temperature,
+            penalty: p.penalty,
+            top_k: p.top_k,
+            top_p: p.top_p,
+            min_p: p.min_p,
+            greedy: i32::from(p.greedy),
+            pad: 0,
+        }
+    }
+}
+
+/// `sample_select_rows`: `sample_select` for each of `rows` sequences of a
+/// batched decode step, one block each, every row's arguments in the table
+/// (`rows` [`SampleRow`]s on the device), all over vocabularies of `n`
+/// tokens with the same fixed-point `scale`.
+#[derive(Clone, Copy, Debug)]
+pub struct SampleSelectRowsArgs {
+    pub table: DevPtr<SampleRow>,
+    pub rows: usize,
+    pub n: u32,
+    pub scale: f64,
+}
+
+impl KernelCall for SampleSelectRowsArgs {
+    type Params = (DevPtr<SampleRow>, u32, f64);
+
+    fn plan(&self) -> Plan {
+        plan(
+            Kernel::SampleSelectRows,
+            [("n", self.n as usize), ("rows", self.rows)],
+            [("table", self.table.addr())],
+            Work::Rows {
+                rows: self.rows,
+                cols: self.n as usize,
+            },
+        )
+    }
+    fn params(&self) -> Self::Params {
+        (self.table, self.n, self.scale)
+    }
+}
+
 /// `sample_logprobs`: the `k` most likely of `n` logits, unordered, with
 /// the max and log-sum-exp for their log-softmax (one block).
 #[derive(Clone, Copy, Debug)]

@@ -562,6 +562,7 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         (Kernel::Scale, sig::<ScaleArgs>()),
         (Kernel::CopyCols, sig::<CopyColsArgs>()),
         (Kernel::SampleSelect, sig::<SampleSelectArgs>()),
+        (Kernel::SampleSelectRows, sig::<SampleSelectRowsArgs>()),
         (Kernel::SampleArgmax, sig::<SampleArgmaxArgs>()),
         (Kernel::SampleLogprobs, sig::<SampleLogprobsArgs>()),
     ]);

@@ -147,6 +147,11 @@ fn every_kernel_is_laid_out_as_before() {
     for k in [Kernel::SampleSelect, Kernel::SampleLogprobs] {
         assert_eq!(shape(k, Work::Single), ((1, 1, 1), (1024, 1, 1)));
     }
+    // A batched step's sampling: a block per sequence.
+    assert_eq!(
+        shape(Kernel::SampleSelectRows, rows(16, 151_936)),
+        ((16, 1, 1), (1024, 1, 1))
+    );
     // Greedy sampling: eight logits a thread, at most 256 blocks.
     for (n, blocks) in [(1, 1), (2048, 1), (2049, 2), (262_144, 128), (600_001, 256)] {
         assert_eq!(
