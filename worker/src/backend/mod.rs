@@ -136,6 +136,20 @@ pub fn sample_on_host(
     Ok(SampledToken { id, logprobs })
 }
 
+/// Whether a backend may now hold `n` sequences (`Backend::set_slots`):
+/// at least one, and only while none is open.
+pub fn check_set_slots(n: usize, any_open: bool) -> Result<(), BackendError> {
+    if n == 0 {
+        return Err(BackendError::InferenceFailed("zero slots".into()));
+    }
+    if any_open {
+        return Err(BackendError::InferenceFailed(
+            "slots change only while no sequence is open".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// `slot` is one of `slots`, or the error that says it is not.
 pub fn check_slot(slot: usize, slots: usize) -> Result<(), BackendError> {
     if slot < slots {

@@ -10,8 +10,8 @@ use std::sync::Arc;
 pub use ops::{dot_f32, CpuBuf, CpuCache, CpuOps, CpuWeight};
 
 use crate::backend::{
-    check_slot, sample_on_host, Backend, BackendError, BackendKind, Checkpoints, DeviceInfo,
-    Logits, MemoryUse, SampleRequest, SampledToken,
+    check_set_slots, check_slot, sample_on_host, Backend, BackendError, BackendKind, Checkpoints,
+    DeviceInfo, Logits, MemoryUse, SampleRequest, SampledToken,
 };
 use crate::gguf::GgufFile;
 use crate::model::ModelConfig;
@@ -161,14 +161,7 @@ impl Backend for CpuBackend {
     }
 
     fn set_slots(&mut self, n: usize) -> Result<(), BackendError> {
-        if n == 0 {
-            return Err(BackendError::InferenceFailed("zero slots".into()));
-        }
-        if self.slots.iter().any(|s| s.cache.is_some()) {
-            return Err(BackendError::InferenceFailed(
-                "slots change only while no sequence is open".into(),
-            ));
-        }
+        check_set_slots(n, self.slots.iter().any(|s| s.cache.is_some()))?;
         self.slots.resize_with(n, CpuSlot::default);
         self.current = 0;
         Ok(())

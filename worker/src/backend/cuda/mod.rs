@@ -56,8 +56,8 @@ pub use source::{KernelSet, Module, Unit, HEADERS};
 pub use upload::UploadStats;
 
 use crate::backend::{
-    check_slot, Backend, BackendError, Checkpoints, DeviceInfo, Logits, MemoryUse, SampleRequest,
-    SampledToken,
+    check_set_slots, check_slot, Backend, BackendError, Checkpoints, DeviceInfo, Logits, MemoryUse,
+    SampleRequest, SampledToken,
 };
 use crate::gguf::GgufFile;
 use crate::model::ModelConfig;
@@ -407,6 +407,29 @@ impl CudaBackend {
         &mut self.slots[self.current]
     }
 
+    /// Whether `slot`'s sequence can take `token` as one more position.
+    fn check_decode(&self, slot: usize, token: u32) -> Result<(), BackendError> {
+        let s = &self.slots[slot];
+        let cache = s
+            .cache
+            .as_ref()
+            .ok_or_else(|| BackendError::InferenceFailed("forward without a sequence".into()))?;
+        if s.len + 1 > cache.capacity {
+            return Err(BackendError::InferenceFailed(format!(
+                "KV cache holds {} positions, {} needed",
+                cache.capacity,
+                s.len + 1
+            )));
+        }
+        if token as usize >= self.cfg.vocab_size {
+            return Err(BackendError::InferenceFailed(format!(
+                "token id {token} is outside the vocabulary ({})",
+                self.cfg.vocab_size
+            )));
+        }
+        Ok(())
+    }
+
     /// KV cache bytes of the open sequences.
     fn kv_bytes_open(&self) -> u64 {
         self.slots
@@ -448,24 +471,9 @@ impl CudaBackend {
         token: u32,
         out: Option<&mut Vec<f32>>,
     ) -> Result<bool, BackendError> {
+        self.check_decode(self.current, token)?;
         let slot = &mut self.slots[self.current];
-        let cache = slot
-            .cache
-            .as_mut()
-            .ok_or_else(|| BackendError::InferenceFailed("forward without a sequence".into()))?;
-        if slot.len + 1 > cache.capacity {
-            return Err(BackendError::InferenceFailed(format!(
-                "KV cache holds {} positions, {} needed",
-                cache.capacity,
-                slot.len + 1
-            )));
-        }
-        if token as usize >= self.cfg.vocab_size {
-            return Err(BackendError::InferenceFailed(format!(
-                "token id {token} is outside the vocabulary ({})",
-                self.cfg.vocab_size
-            )));
-        }
+        let cache = slot.cache.as_mut().expect("checked above");
         // A long context splits attention over the context; the graph holds
         // one choice, so it is captured again (once) when the context grows
         // past the threshold.
@@ -692,14 +700,7 @@ impl Backend for CudaBackend {
     /// Each slot has its own sampler (its logits buffer and scratch,
     /// counted at load as the first slot's is).
     fn set_slots(&mut self, n: usize) -> Result<(), BackendError> {
-        if n == 0 {
-            return Err(BackendError::InferenceFailed("zero slots".into()));
-        }
-        if self.slots.iter().any(|s| s.cache.is_some()) {
-            return Err(BackendError::InferenceFailed(
-                "slots change only while no sequence is open".into(),
-            ));
-        }
+        check_set_slots(n, self.slots.iter().any(|s| s.cache.is_some()))?;
         self.dev.bind()?;
         self.slots.truncate(n);
         while self.slots.len() < n {
@@ -735,23 +736,7 @@ impl Backend for CudaBackend {
                     "slot {slot} is twice in one decode step"
                 )));
             }
-            let s = &self.slots[slot];
-            let cache = s.cache.as_ref().ok_or_else(|| {
-                BackendError::InferenceFailed(format!("slot {slot} has no sequence"))
-            })?;
-            if s.len + 1 > cache.capacity {
-                return Err(BackendError::InferenceFailed(format!(
-                    "slot {slot}'s KV cache holds {} positions, {} needed",
-                    cache.capacity,
-                    s.len + 1
-                )));
-            }
-            if token as usize >= self.cfg.vocab_size {
-                return Err(BackendError::InferenceFailed(format!(
-                    "token id {token} is outside the vocabulary ({})",
-                    self.cfg.vocab_size
-                )));
-            }
+            self.check_decode(slot, token)?;
         }
         self.dev.bind()?;
         let tokens: Vec<u32> = rows.iter().map(|&(_, t)| t).collect();

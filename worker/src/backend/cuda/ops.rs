@@ -551,9 +551,21 @@ impl CudaOps {
         args: &MatmulArgs,
         out: &CudaBuf,
     ) -> Result<bool, BackendError> {
-        let Some(plan) = self.dev.kernels.mv8_choice(args) else {
-            return Ok(false);
-        };
+        match self.dev.kernels.mv8_choice(args) {
+            Some(plan) => self.matmul_x8_plan(x, args, plan, out),
+            None => Ok(false),
+        }
+    }
+
+    /// `matmul_x8` on `plan`; `false` where x cannot be split (inside a
+    /// capture without room).
+    fn matmul_x8_plan(
+        &mut self,
+        x: &CudaBuf,
+        args: &MatmulArgs,
+        plan: Mv8Plan,
+        out: &CudaBuf,
+    ) -> Result<bool, BackendError> {
         let Some(x8) = self.quantized_x(x)? else {
             return Ok(false);
         };

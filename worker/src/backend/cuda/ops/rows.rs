@@ -127,14 +127,10 @@ impl CudaOps {
     ) -> Result<(), BackendError> {
         let args = matmul_args(x, w, bias, out)?;
         self.dev.bind()?;
-        if self.dev.kernels.mv8_applies(&args) {
-            if let Some(x8) = self.quantized_x(x)? {
-                self.dev
-                    .kernels
-                    .matvec8(&self.dev.stream, &args, Mv8Plan::Rows, x8)?;
-                self.x8_still_holds(x, &[out]);
-                return Ok(());
-            }
+        if self.dev.kernels.mv8_applies(&args)
+            && self.matmul_x8_plan(x, &args, Mv8Plan::Rows, out)?
+        {
+            return Ok(());
         }
         self.dev.kernels.matmul_rows(&self.dev.stream, &args)
     }
