@@ -223,6 +223,13 @@ pub trait Backend: Send {
     /// Bytes held on the device now.
     fn memory_use(&self) -> MemoryUse;
 
+    /// Whether a sequence of `capacity` positions fits now beside the open
+    /// ones (its KV cache within the backend's budget); the engine lets a
+    /// job wait for room rather than fail at its start.
+    fn has_room(&self, _capacity: usize) -> bool {
+        true
+    }
+
     /// How many sequences the backend holds at once: 1 unless `set_slots`
     /// asked for more.
     fn slots(&self) -> usize {

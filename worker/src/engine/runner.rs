@@ -316,7 +316,7 @@ impl EngineThread {
     }
 
     /// The outcome and error of a job stopped early for `reason`.
-    fn abort_error(&self, reason: AbortReason) -> (Outcome, JobError) {
+    pub(super) fn abort_error(&self, reason: AbortReason) -> (Outcome, JobError) {
         match reason {
             AbortReason::Cancelled => (Outcome::Cancelled, JobError::cancelled()),
             AbortReason::ShuttingDown => (Outcome::Cancelled, JobError::cancelled_by_shutdown()),

@@ -9,6 +9,10 @@
 //! and streamed, so the host's work overlaps the device's. Jobs join at the
 //! start of a round and leave at its end; a job's slot goes back at once.
 //!
+//! A job whose KV cache would not fit beside the running ones
+//! (`Backend::has_room`) waits, first in line, until one of them ends; it
+//! never fails for want of room while others run.
+//!
 //! A job's tokens do not depend on which others share its rounds: each slot's
 //! sequence is computed as it would be alone (the backend's promise for
 //! `decode_rows`), prompts are cut into the same chunks as alone, and each
@@ -19,8 +23,10 @@ use std::time::Instant;
 
 use crate::backend::Backend;
 use crate::engine::generate::{
-    GenerationError, GenerationObserver, GenerationSummary, Sampled, SampledId, StopReason,
+    AbortReason, GenerationError, GenerationObserver, GenerationSummary, Sampled, SampledId,
+    StopReason,
 };
+use crate::engine::job::Job;
 use crate::engine::queue::Pop;
 use crate::engine::runner::{panic_message, EngineThread, Failure, IdleClock, Observer};
 use crate::engine::Generation;
@@ -44,29 +50,46 @@ impl EngineThread {
         let mut running: Vec<Running> = Vec::with_capacity(slots);
         let mut idle = IdleClock::new(self.residency_interval());
         let mut closed = false;
+        // The oldest job taken whose KV cache does not fit beside the
+        // running ones: it waits (first in line) for one of them to end.
+        let mut held: Option<Box<Job>> = None;
         loop {
+            held = held.and_then(|job| self.still_waiting(job));
             // Join: while slots are free, take waiting jobs; block only when
             // nothing runs.
-            while !closed && !free.is_empty() {
-                let wait = if running.is_empty() {
-                    idle.wait(self)
-                } else {
-                    Some(std::time::Duration::ZERO)
-                };
-                match self.queue.pop(wait) {
-                    Pop::Job(job) => {
-                        let slot = free.pop().expect("a slot is free");
-                        match self.start(job, slot) {
-                            Some(r) => running.push(r),
-                            None => free.push(slot),
+            while !free.is_empty() {
+                let job = match held.take() {
+                    Some(job) => job,
+                    None if closed => break,
+                    None => {
+                        let wait = if running.is_empty() {
+                            idle.wait(self)
+                        } else {
+                            Some(std::time::Duration::ZERO)
+                        };
+                        match self.queue.pop(wait) {
+                            Pop::Job(job) => job,
+                            Pop::Idle => break,
+                            Pop::Closed => {
+                                closed = true;
+                                break;
+                            }
                         }
                     }
-                    Pop::Idle => break,
-                    Pop::Closed => closed = true,
+                };
+                let capacity = job.request.prompt_tokens.len() + job.request.max_tokens;
+                if !running.is_empty() && !self.backend.has_room(capacity) {
+                    held = Some(job);
+                    break;
+                }
+                let slot = free.pop().expect("a slot is free");
+                match self.start(job, slot) {
+                    Some(r) => running.push(r),
+                    None => free.push(slot),
                 }
             }
             if running.is_empty() {
-                if closed {
+                if closed && held.is_none() {
                     return;
                 }
                 continue;
@@ -83,9 +106,23 @@ impl EngineThread {
         }
     }
 
+    /// A job waiting for room, unless it was cancelled (or the worker is
+    /// shutting down) or its client left meanwhile: then it ends here, unrun.
+    fn still_waiting(&mut self, job: Box<Job>) -> Option<Box<Job>> {
+        let reason = match (job.cancel.get(), job.sink.is_closed()) {
+            (Some(reason), _) => reason,
+            (None, true) => AbortReason::Disconnected,
+            (None, false) => return Some(job),
+        };
+        let (outcome, error) = self.abort_error(reason);
+        self.queue.finish_running(&job.id);
+        job.finish_unrun(outcome, error);
+        None
+    }
+
     /// Admits `job` into `slot` and opens its sequence; `None` when it ended
     /// at once (client gone, or no room for its sequence).
-    fn start(&mut self, job: Box<crate::engine::job::Job>, slot: usize) -> Option<Running> {
+    fn start(&mut self, job: Box<Job>, slot: usize) -> Option<Running> {
         let (request, observer) = self.admit(job)?;
         let mut gen = Generation::new(request, observer.wants_parity());
         let opened = guarded(|| {

@@ -134,6 +134,8 @@ pub struct ScriptedBackend {
     queues: bool,
     seqs: Vec<ScriptSeq>,
     current: usize,
+    /// Open sequences `has_room` allows (none: any).
+    room: Option<usize>,
     probe: Arc<ScriptProbe>,
     selector: Selector,
 }
@@ -169,6 +171,7 @@ impl ScriptedBackend {
             },
             seqs: vec![ScriptSeq::default()],
             current: 0,
+            room: None,
             probe: Arc::new(ScriptProbe::default()),
             selector: Selector::default(),
         }
@@ -212,6 +215,12 @@ impl ScriptedBackend {
 
     pub fn with_prefill_chunk(mut self, tokens: usize) -> Self {
         self.prefill_chunk = Some(tokens);
+        self
+    }
+
+    /// Has room for at most `n` open sequences (`has_room`).
+    pub fn with_room(mut self, n: usize) -> Self {
+        self.room = Some(n);
         self
     }
 
@@ -340,6 +349,11 @@ impl Backend for ScriptedBackend {
 
     fn slots(&self) -> usize {
         self.seqs.len()
+    }
+
+    fn has_room(&self, _capacity: usize) -> bool {
+        let open = self.seqs.iter().filter(|s| s.open).count();
+        self.room.is_none_or(|n| open < n)
     }
 
     fn select_slot(&mut self, slot: usize) -> Result<(), BackendError> {

@@ -693,6 +693,14 @@ impl Backend for CudaBackend {
         }
     }
 
+    /// Within `--kv-cache-size-mb` beside the open sequences' caches.
+    fn has_room(&self, capacity: usize) -> bool {
+        let (cfg, open) = (&self.cfg, self.kv_bytes_open());
+        let bytes = CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, capacity);
+        self.kv_limit_bytes
+            .is_none_or(|limit| open + bytes <= limit)
+    }
+
     fn slots(&self) -> usize {
         self.slots.len()
     }

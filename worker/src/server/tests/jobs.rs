@@ -403,3 +403,53 @@ async fn a_panic_ends_only_its_own_parallel_job() {
     h.shutdown().await;
     assert_eq!(h_probe_balance(&probe), 0);
 }
+
+/// Issue 18: with four slots but room for two sequences' KV caches, the
+/// third and fourth jobs wait for room (first in line) instead of failing:
+/// at most two run at once, every job ends whole, and the one cancelled
+/// while it waits ends at once, unrun.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_wait_for_kv_room_instead_of_failing() {
+    let backend = ScriptedBackend::spelling("abcdefghij")
+        .with_delay(Duration::from_millis(15))
+        .with_slots(4)
+        .with_room(2);
+    let h = start(backend, Opts::default()).await;
+    let mut readers = Vec::new();
+    for i in 0..4 {
+        let r = SseReader::new(
+            h.execute(json!({"job_id": format!("r{i}"), "prompt": "x"}))
+                .await,
+        );
+        readers.push(r);
+    }
+    // r0 and r1 run; r2 waits for room, r3 behind it.
+    for r in readers.iter_mut().take(2) {
+        assert_eq!(r.next().await.unwrap().event, "started");
+        assert_eq!(r.next().await.unwrap().event, "token");
+    }
+    assert_eq!(
+        h.post("/cancel", json!({"job_id": "r2"})).await.status(),
+        202
+    );
+    let mut ends = Vec::new();
+    for (i, r) in readers.into_iter().enumerate() {
+        let frames = r.all().await;
+        if i == 2 {
+            assert_eq!(
+                frames.last().unwrap().data["code"],
+                "CANCELLED",
+                "{frames:?}"
+            );
+            assert!(frames.iter().all(|f| f.event != "token"), "r2 never ran");
+        } else {
+            ends.push(frames.last().unwrap().event.clone());
+        }
+    }
+    assert_eq!(ends, ["end", "end", "end"]);
+    assert_eq!(h.probe.most_open.load(Ordering::SeqCst), 2);
+    assert_eq!(h.probe.sequences_begun.load(Ordering::SeqCst), 3);
+    let probe = h.probe.clone();
+    h.shutdown().await;
+    assert_eq!(h_probe_balance(&probe), 0);
+}
