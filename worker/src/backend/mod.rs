@@ -150,6 +150,19 @@ pub fn check_set_slots(n: usize, any_open: bool) -> Result<(), BackendError> {
     Ok(())
 }
 
+/// [`Backend::decode_rows`] as one-token `forward` calls, slot by slot.
+pub fn decode_one_by_one<B: Backend + ?Sized>(
+    b: &mut B,
+    rows: &[(usize, u32)],
+) -> Result<(), BackendError> {
+    let mut none = Vec::new();
+    for &(slot, token) in rows {
+        b.select_slot(slot)?;
+        b.forward(&[token], Logits::None, &mut none, None)?;
+    }
+    Ok(())
+}
+
 /// `slot` is one of `slots`, or the error that says it is not.
 pub fn check_slot(slot: usize, slots: usize) -> Result<(), BackendError> {
     if slot < slots {
@@ -278,12 +291,7 @@ pub trait Backend: Send {
     /// `forward` in the last bits (other kernels). The current slot
     /// afterwards is unspecified.
     fn decode_rows(&mut self, rows: &[(usize, u32)]) -> Result<(), BackendError> {
-        let mut none = Vec::new();
-        for &(slot, token) in rows {
-            self.select_slot(slot)?;
-            self.forward(&[token], Logits::None, &mut none, None)?;
-        }
-        Ok(())
+        decode_one_by_one(self, rows)
     }
 
     /// Asks the driver where every weight buffer lives; `Ok(true)` when all

@@ -33,6 +33,13 @@ pub struct GenerationRequest {
     pub accepted_at: Option<Instant>,
 }
 
+impl GenerationRequest {
+    /// Positions the job's sequence needs: its prompt and every token it may add.
+    pub fn positions(&self) -> usize {
+        self.prompt_tokens.len() + self.max_tokens
+    }
+}
+
 /// One generated token as the client sees it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GeneratedToken {
@@ -241,7 +248,7 @@ impl Generation {
 
     /// Positions the job's sequence needs: its prompt and every token it may add.
     pub fn capacity(&self) -> usize {
-        self.req.prompt_tokens.len() + self.req.max_tokens
+        self.req.positions()
     }
 
     /// Opens the job's sequence in the backend's current slot.

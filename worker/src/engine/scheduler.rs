@@ -77,8 +77,7 @@ impl EngineThread {
                         }
                     }
                 };
-                let capacity = job.request.prompt_tokens.len() + job.request.max_tokens;
-                if !running.is_empty() && !self.backend.has_room(capacity) {
+                if !running.is_empty() && !self.backend.has_room(job.request.positions()) {
                     held = Some(job);
                     break;
                 }
@@ -94,9 +93,8 @@ impl EngineThread {
                 }
                 continue;
             }
-            let ended = self.round(&mut running);
+            let mut ended = self.round(&mut running);
             // Leave: highest index first, so the others keep their places.
-            let mut ended = ended;
             ended.sort_by_key(|(i, _)| std::cmp::Reverse(*i));
             for (i, result) in ended {
                 let r = running.swap_remove(i);

@@ -3,14 +3,15 @@
 
 use std::time::Instant;
 
-use anyhow::{anyhow, Context};
+use anyhow::anyhow;
 use cucumber::gherkin::Step;
 use cucumber::{then, when};
 use serde_json::{json, Value};
 
 use crate::check;
 use crate::client::Transcript;
-use crate::steps::{docstring, StepResult};
+use crate::steps::requests::post::{job_list, post_all};
+use crate::steps::StepResult;
 use crate::world::{job_id, TestWorld, JOB_TIMEOUT};
 
 /// The id a job of the list runs under alone.
@@ -22,29 +23,14 @@ fn alone_id(id: &str) -> String {
 /// then posts them all at once under their own ids and waits for every end.
 #[when(expr = "I run each of these jobs alone, then all of them at once:")]
 async fn alone_then_at_once(w: &mut TestWorld, step: &Step) -> StepResult {
-    let text = w.expand(docstring(step)?)?;
-    let list: Value =
-        serde_json::from_str(&text).with_context(|| format!("docstring is not JSON: {text}"))?;
-    let bodies = list
-        .as_array()
-        .ok_or_else(|| anyhow!("want a JSON array of job bodies"))?
-        .clone();
+    let bodies = job_list(w, step)?;
     for b in &bodies {
         let mut alone = b.clone();
         alone["job_id"] = json!(alone_id(&job_id(b)));
         w.run_job(alone).await?;
     }
-    let client = w.client()?;
-    let posts = bodies.iter().map(|b| {
-        let c = client.clone();
-        let b = b.clone();
-        async move { c.execute(&b).await }
-    });
-    let results = futures::future::join_all(posts).await;
-    for (b, r) in bodies.iter().zip(results) {
-        w.stream.file(&w.scenario, b.clone(), r?);
-        w.stream.parallel_ids.push(job_id(b));
-    }
+    post_all(w, &bodies).await?;
+    w.stream.parallel_ids.extend(bodies.iter().map(job_id));
     w.finish_all(JOB_TIMEOUT).await?;
     Ok(())
 }

@@ -88,13 +88,16 @@ async fn post_inline(w: &mut TestWorld, text: String) -> StepResult {
     post_and_finish(w, b, &[]).await
 }
 
-#[when(expr = "I post these jobs at once:")]
-async fn post_at_once(w: &mut TestWorld, step: &Step) -> StepResult {
+/// The step's docstring, expanded, as a JSON array of job bodies.
+pub(super) fn job_list(w: &mut TestWorld, step: &Step) -> anyhow::Result<Vec<Value>> {
     let list = body(w, step)?;
-    let bodies = list
-        .as_array()
-        .ok_or_else(|| anyhow!("want a JSON array of job bodies"))?
-        .clone();
+    list.as_array()
+        .cloned()
+        .ok_or_else(|| anyhow!("want a JSON array of job bodies"))
+}
+
+/// Posts every body at once, each stream filed as a live job.
+pub(super) async fn post_all(w: &mut TestWorld, bodies: &[Value]) -> anyhow::Result<()> {
     let client = w.client()?;
     let posts = bodies.iter().map(|b| {
         let c = client.clone();
@@ -102,9 +105,16 @@ async fn post_at_once(w: &mut TestWorld, step: &Step) -> StepResult {
         async move { c.execute(&b).await }
     });
     let results = futures::future::join_all(posts).await;
-    for (b, r) in bodies.into_iter().zip(results) {
-        w.stream.file(&w.scenario, b, r?);
+    for (b, r) in bodies.iter().zip(results) {
+        w.stream.file(&w.scenario, b.clone(), r?);
     }
+    Ok(())
+}
+
+#[when(expr = "I post these jobs at once:")]
+async fn post_at_once(w: &mut TestWorld, step: &Step) -> StepResult {
+    let bodies = job_list(w, step)?;
+    post_all(w, &bodies).await?;
     Ok(())
 }
 

@@ -56,8 +56,8 @@ pub use source::{KernelSet, Module, Unit, HEADERS};
 pub use upload::UploadStats;
 
 use crate::backend::{
-    check_set_slots, check_slot, Backend, BackendError, Checkpoints, DeviceInfo, Logits, MemoryUse,
-    SampleRequest, SampledToken,
+    check_set_slots, check_slot, decode_one_by_one, Backend, BackendError, Checkpoints, DeviceInfo,
+    Logits, MemoryUse, SampleRequest, SampledToken,
 };
 use crate::gguf::GgufFile;
 use crate::model::ModelConfig;
@@ -430,6 +430,24 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// Whether a cache of `capacity` positions fits `--kv-cache-size-mb`
+    /// beside the open sequences' caches (the limit holds for all together).
+    fn kv_budget(&self, capacity: usize) -> Result<(), BackendError> {
+        let cfg = &self.cfg;
+        let bytes = CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, capacity);
+        let Some(limit) = self.kv_limit_bytes else {
+            return Ok(());
+        };
+        let open = self.kv_bytes_open();
+        if open + bytes > limit {
+            return Err(BackendError::OutOfMemory {
+                needed: bytes,
+                available: limit.saturating_sub(open),
+            });
+        }
+        Ok(())
+    }
+
     /// KV cache bytes of the open sequences.
     fn kv_bytes_open(&self) -> u64 {
         self.slots
@@ -571,22 +589,7 @@ impl Backend for CudaBackend {
             )));
         }
         self.end_sequence();
-        let bytes = CudaCache::bytes_for(
-            self.cfg.n_layer,
-            self.cfg.n_head_kv,
-            self.cfg.head_dim,
-            capacity,
-        );
-        if let Some(limit) = self.kv_limit_bytes {
-            // The limit holds for every open sequence together.
-            let open = self.kv_bytes_open();
-            if open + bytes > limit {
-                return Err(BackendError::OutOfMemory {
-                    needed: bytes,
-                    available: limit.saturating_sub(open),
-                });
-            }
-        }
+        self.kv_budget(capacity)?;
         let cache = CudaCache::new(
             &self.dev,
             self.cfg.n_layer,
@@ -695,10 +698,7 @@ impl Backend for CudaBackend {
 
     /// Within `--kv-cache-size-mb` beside the open sequences' caches.
     fn has_room(&self, capacity: usize) -> bool {
-        let (cfg, open) = (&self.cfg, self.kv_bytes_open());
-        let bytes = CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, capacity);
-        self.kv_limit_bytes
-            .is_none_or(|limit| open + bytes <= limit)
+        self.kv_budget(capacity).is_ok()
     }
 
     fn slots(&self) -> usize {
@@ -729,12 +729,7 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         if self.cfg.moe.is_some() {
-            let mut none = Vec::new();
-            for &(slot, token) in rows {
-                self.select_slot(slot)?;
-                self.forward(&[token], Logits::None, &mut none, None)?;
-            }
-            return Ok(());
+            return decode_one_by_one(self, rows);
         }
         let mut seen = vec![false; self.slots.len()];
         for &(slot, token) in rows {

@@ -93,17 +93,24 @@ impl CudaOps {
         mut f: impl FnMut(&mut CudaOps, usize, usize, &mut CudaCache) -> Result<(), BackendError>,
     ) -> Result<(), BackendError> {
         let mut rows = self.rows.take().expect("in rows mode");
-        let mut result = Ok(());
-        for i in 0..rows.positions.len() {
+        let result = (0..rows.positions.len()).try_for_each(|i| {
             let cache = match i {
                 0 => &mut *lead,
                 _ => &mut rows.caches[i - 1],
             };
-            result = f(self, i, rows.positions[i], cache);
-            if result.is_err() {
-                break;
-            }
-        }
+            f(self, i, rows.positions[i], cache)
+        });
+        self.rows = Some(rows);
+        result
+    }
+
+    /// [`CudaOps::each_row`] for operations that touch no cache.
+    fn each_position(
+        &mut self,
+        mut f: impl FnMut(&mut CudaOps, usize, usize) -> Result<(), BackendError>,
+    ) -> Result<(), BackendError> {
+        let rows = self.rows.take().expect("in rows mode");
+        let result = (rows.positions.iter().enumerate()).try_for_each(|(i, &pos)| f(self, i, pos));
         self.rows = Some(rows);
         result
     }
@@ -209,41 +216,24 @@ impl CudaOps {
         pk: RopeParams<'_>,
     ) -> Result<(), BackendError> {
         self.check_rows("rope", &[q, k])?;
-        let positions = self.rows.as_ref().expect("in rows mode").positions.clone();
-        let rows = self.rows.take();
-        let mut result = Ok(());
-        for (i, &pos) in positions.iter().enumerate() {
+        self.each_position(|ops, i, pos| {
             let (mut qi, mut ki) = (row_view(q, i), row_view(k, i));
-            result = crate::model::ops::Ops::rope_qk(
-                self,
+            crate::model::ops::Ops::rope_qk(
+                ops,
                 &mut qi,
                 &mut ki,
                 rope_at(pq, pos),
                 rope_at(pk, pos),
-            );
-            if result.is_err() {
-                break;
-            }
-        }
-        self.rows = rows;
-        result
+            )
+        })
     }
 
     /// `Ops::rope` in rows mode.
     pub(super) fn rope_rows(&mut self, x: &CudaBuf, p: RopeParams<'_>) -> Result<(), BackendError> {
         self.check_rows("rope", &[x])?;
-        let positions = self.rows.as_ref().expect("in rows mode").positions.clone();
-        let rows = self.rows.take();
-        let mut result = Ok(());
-        for (i, &pos) in positions.iter().enumerate() {
-            let mut xi = row_view(x, i);
-            result = crate::model::ops::Ops::rope(self, &mut xi, rope_at(p, pos));
-            if result.is_err() {
-                break;
-            }
-        }
-        self.rows = rows;
-        result
+        self.each_position(|ops, i, pos| {
+            crate::model::ops::Ops::rope(ops, &mut row_view(x, i), rope_at(p, pos))
+        })
     }
 
     /// Each row's learned position (GPT-2) in rows mode.
