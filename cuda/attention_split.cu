@@ -405,6 +405,47 @@ __device__ __forceinline__ void attention_split_tc_impl(const float* __restrict_
         attention_split_tc_impl<D>(q, n_head, n_head_kv, start_pos, pos_ptr, capacity, k_cache, v_cache, scale,  \
                                    swa, nsplit, part);                                                           \
     }
+// Rows mode (a batched decode step, `CudaOps::attention_rows`): row r of q
+// is the next token of sequence seqs[r], over that sequence's own cache.
+// Grid (KV head, chunk, row). A row's context is cut into chunks of
+// ATS_ROW_CHUNK positions, as many as it fills (rows_nsplit): a count that
+// depends on the row alone, so its sums, and so its output, are the same
+// bits whichever rows share the step. Blocks past a row's chunks return.
+// part: [rows][n_head][max_splits][head_dim + 2], each row's states packed
+// as attention_split packs one query's (max_splits: the host's bound on
+// every row's count).
+#if !defined(ATS_ROW_CHUNK)
+#error "ATS_ROW_CHUNK comes from the worker as a -D option"
+#endif
+__device__ __forceinline__ int rows_nsplit(int pos, int capacity, int swa) {
+    const int n_ctx = min(pos + 1, capacity), first = first_visible(pos, swa);
+    return min(ATS_MAX_SPLITS, max(1, (n_ctx - first + ATS_ROW_CHUNK - 1) / ATS_ROW_CHUNK));
+}
+#define ATTENTION_SPLIT_ROWS(NAME, CALL)                                                                         \
+    extern "C" __global__ void __launch_bounds__(ATS_THREADS)                                                    \
+        NAME(const float* __restrict__ q, int n_head, int n_head_kv, int head_dim,                               \
+             const RowSeq* __restrict__ seqs, int layer, float scale, int swa, int max_splits,                   \
+             float* __restrict__ part) {                                                                         \
+        pdl_start();                                                                                             \
+        const RowSeq sq = seqs[blockIdx.z];                                                                      \
+        const int nsplit = rows_nsplit(sq.pos, sq.capacity, swa);                                                \
+        if ((int)blockIdx.y >= nsplit || nsplit > max_splits) return;                                            \
+        const u16* k_cache = row_k_plane(sq, layer, n_head_kv, head_dim);                                        \
+        const u16* v_cache = k_cache + (i64)n_head_kv * sq.capacity * head_dim;                                  \
+        const float* qr = q + (i64)blockIdx.z * n_head * head_dim;                                               \
+        float* pr = part + (i64)blockIdx.z * n_head * max_splits * (head_dim + 2);                               \
+        CALL;                                                                                                    \
+    }
+#define ATTENTION_SPLIT_BOTH(NAME, PPL, G)                                                                       \
+    ATTENTION_SPLIT(NAME, PPL, G)                                                                                \
+    ATTENTION_SPLIT_ROWS(NAME##_rows, (attention_split_impl<PPL, G>(qr, n_head, n_head_kv, head_dim, sq.pos,     \
+                                                                    nullptr, sq.capacity, k_cache, v_cache,      \
+                                                                    scale, swa, nsplit, pr)))
+#define ATTENTION_SPLIT_TC_BOTH(NAME, D)                                                                         \
+    ATTENTION_SPLIT_TC(NAME, D)                                                                                  \
+    ATTENTION_SPLIT_ROWS(NAME##_rows, (attention_split_tc_impl<D>(qr, n_head, n_head_kv, sq.pos, nullptr,       \
+                                                                  sq.capacity, k_cache, v_cache, scale, swa,     \
+                                                                  nsplit, pr)))
 static_assert(ATS_MAX_GROUP == 8, "the instances below take groups of up to 4 or 8 heads");
 // A model's units hold only its head size's instances (-DONE_HEAD_PAIRS=P,
 // see source.rs's head_pairs): most of this module's compile time. Three
@@ -414,32 +455,32 @@ static_assert(ATS_MAX_GROUP == 8, "the instances below take groups of up to 4 or
 // for heads of other sizes than 64 and 128 (source.rs, part_needed).
 #if !defined(ONE_PART) || ONE_PART == 0
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 1
-ATTENTION_SPLIT_TC(attention_split_tc_64, 64)
+ATTENTION_SPLIT_TC_BOTH(attention_split_tc_64, 64)
 #endif
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 2
-ATTENTION_SPLIT_TC(attention_split_tc_128, 128)
+ATTENTION_SPLIT_TC_BOTH(attention_split_tc_128, 128)
 #endif
 #endif
 #if !defined(ONE_PART) || ONE_PART == 1
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 1
-ATTENTION_SPLIT(attention_split_64_g4, 1, 4)
+ATTENTION_SPLIT_BOTH(attention_split_64_g4, 1, 4)
 #endif
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 2
-ATTENTION_SPLIT(attention_split_128_g4, 2, 4)
+ATTENTION_SPLIT_BOTH(attention_split_128_g4, 2, 4)
 #endif
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 4
-ATTENTION_SPLIT(attention_split_256_g4, 4, 4)
+ATTENTION_SPLIT_BOTH(attention_split_256_g4, 4, 4)
 #endif
 #endif
 #if !defined(ONE_PART) || ONE_PART == 2
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 1
-ATTENTION_SPLIT(attention_split_64_g8, 1, 8)
+ATTENTION_SPLIT_BOTH(attention_split_64_g8, 1, 8)
 #endif
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 2
-ATTENTION_SPLIT(attention_split_128_g8, 2, 8)
+ATTENTION_SPLIT_BOTH(attention_split_128_g8, 2, 8)
 #endif
 #if !defined(ONE_HEAD_PAIRS) || ONE_HEAD_PAIRS == 4
-ATTENTION_SPLIT(attention_split_256_g8, 4, 8)
+ATTENTION_SPLIT_BOTH(attention_split_256_g8, 4, 8)
 #endif
 #endif
 
@@ -455,18 +496,16 @@ ATTENTION_SPLIT(attention_split_256_g8, 4, 8)
 #endif
 static_assert(ATSC_THREADS % 32 == 0, "whole warps");
 #define ATSC_WARPS (ATSC_THREADS / 32)
-extern "C" __global__ void __launch_bounds__(ATSC_THREADS)
-    attention_combine(const float* __restrict__ part, int n_head, int head_dim, int nsplit,
-                      const float* __restrict__ sinks, float* __restrict__ out, i8* __restrict__ xh,
-                      i8* __restrict__ xl, float* __restrict__ xd, float* __restrict__ xs) {
-    pdl_start();
+// Head h's merge: ph its chunk states, orow its row of out.
+__device__ __forceinline__ void attention_combine_head(const float* __restrict__ ph, int h, int head_dim, int nsplit,
+                                                       const float* __restrict__ sinks, float* __restrict__ orow,
+                                                       i8* __restrict__ xh, i8* __restrict__ xl,
+                                                       float* __restrict__ xd, float* __restrict__ xs) {
     __shared__ float wgt[ATS_MAX_SPLITS];
     __shared__ float red[32];
     __shared__ float accw[ATSC_WARPS][ATT_MAX_HEAD_DIM];
-    const int h = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    if (h >= n_head) return;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int stride = head_dim + 2;
-    const float* ph = part + (i64)h * nsplit * stride;
     float m = NEG_INF;
     for (int s = tid; s < nsplit; s += ATSC_THREADS) m = fmaxf(m, ph[(i64)s * stride]);
     m = block_max(m, red);
@@ -503,8 +542,35 @@ extern "C" __global__ void __launch_bounds__(ATSC_THREADS)
     for (int d = tid; d < head_dim; d += ATSC_THREADS) {
         float o = 0.0f;
         for (int w = 0; w < ATSC_WARPS; w++) o += accw[w][d];
-        out[(i64)h * head_dim + d] = o / l;
+        orow[(i64)h * head_dim + d] = o / l;
         if (xh) split_x8(o / l, (i64)h * head_dim + d, xh, xl, xd, xs);
     }
+}
+
+extern "C" __global__ void __launch_bounds__(ATSC_THREADS)
+    attention_combine(const float* __restrict__ part, int n_head, int head_dim, int nsplit,
+                      const float* __restrict__ sinks, float* __restrict__ out, i8* __restrict__ xh,
+                      i8* __restrict__ xl, float* __restrict__ xd, float* __restrict__ xs) {
+    pdl_start();
+    const int h = blockIdx.x;
+    if (h >= n_head) return;
+    attention_combine_head(part + (i64)h * nsplit * (head_dim + 2), h, head_dim, nsplit, sinks, out, xh, xl, xd,
+                           xs);
+}
+
+// attention_combine_rows: the same for a batched step's rows (grid: head,
+// row), each row's chunks as attention_split_*_rows wrote them.
+extern "C" __global__ void __launch_bounds__(ATSC_THREADS)
+    attention_combine_rows(const float* __restrict__ part, int n_head, int head_dim,
+                           const RowSeq* __restrict__ seqs, int swa, int max_splits,
+                           const float* __restrict__ sinks, float* __restrict__ out) {
+    pdl_start();
+    const int h = blockIdx.x, r = blockIdx.y;
+    if (h >= n_head) return;
+    const RowSeq sq = seqs[r];
+    const int nsplit = min(rows_nsplit(sq.pos, sq.capacity, swa), max_splits);
+    const float* pr = part + ((i64)r * n_head * max_splits + (i64)h * nsplit) * (head_dim + 2);
+    attention_combine_head(pr, h, head_dim, nsplit, sinks, out + (i64)r * n_head * head_dim, nullptr, nullptr,
+                           nullptr, nullptr);
 }
 #endif

@@ -284,3 +284,19 @@ __device__ __forceinline__ void rope_apply(double x0, double x1, double cs, doub
     *y0 = (float)(x0 * cs - x1 * sn);
     *y1 = (float)(x0 * sn + x1 * cs);
 }
+
+// One sequence of a batched decode step (rows mode: row r of q, k, v is the
+// next token of sequence seqs[r]); the host's RowSeq, the same fields in this
+// order. cache: the sequence's KV cache, layer after layer, each a K plane
+// then a V plane of [n_head_kv][capacity][head_dim] f16 (attention.cuh);
+// pos: the row's position (the sequence's length before the step).
+struct RowSeq {
+    u16* cache;
+    int pos;
+    int capacity;
+};
+
+// Layer `layer`'s K plane of a RowSeq's cache (its V plane follows it).
+__device__ __forceinline__ u16* row_k_plane(const RowSeq& s, int layer, int n_head_kv, int head_dim) {
+    return s.cache + 2 * (i64)layer * n_head_kv * s.capacity * head_dim;
+}

@@ -54,8 +54,44 @@ extern "C" __global__ void rope(float* __restrict__ x, float* __restrict__ x2, i
 // same bits), then rotated as rope rotates it (n_rot 0: not at all), in
 // place; a K head is then stored in the layer's cache planes
 // ([n_head_kv][capacity][head_dim] f16, attention.cuh) beside V's head of
-// the same row, as kv_store stores them. start_pos is read from pos_ptr when
-// that is not null (graph replay).
+// the same row, as kv_store stores them. One head of one row at position pos
+// (q, k, v: the row's heads).
+__device__ __forceinline__ void qk_rope_store_head(float* __restrict__ q, float* __restrict__ k,
+                                                   const float* __restrict__ v, int h, int n_head, int n_head_kv,
+                                                   int head_dim, const float* __restrict__ qw,
+                                                   const float* __restrict__ kw, float eps, int n_rot,
+                                                   const double* __restrict__ inv_freq_table, float freq_base,
+                                                   float freq_scale, float mscale, int style, int pos, int capacity,
+                                                   u16* __restrict__ k_cache, u16* __restrict__ v_cache,
+                                                   float* red) {
+    const bool is_k = h >= n_head;
+    if (h >= n_head + n_head_kv) return;
+    const int kh = h - n_head;
+    float* head = is_k ? k + (i64)kh * head_dim : q + (i64)h * head_dim;
+    const float* w = is_k ? kw : qw;
+    if (w) {
+        const bool vec = (head_dim & 3) == 0 && (((u64)head | (u64)w) & 15) == 0;
+        const float scale = rms_scale(block_sum(row_sq_sum(head, head_dim, vec), red), head_dim, eps);
+        row_scale_write(head, w, head_dim, scale, head, vec);
+        __syncthreads();  // the pairs below cross threads
+    }
+    if (n_rot > 0) {
+        const double angle_pos = (double)pos * (double)freq_scale;
+        for (int i = threadIdx.x; i < n_rot / 2; i += blockDim.x)
+            rope_pair(head, i, angle_pos, n_rot, inv_freq_table, freq_base, mscale, style);
+    }
+    if (!is_k || pos >= capacity) return;
+    __syncthreads();
+    const float* vh = v + (i64)kh * head_dim;
+    const i64 dst = ((i64)kh * capacity + pos) * head_dim;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        k_cache[dst + d] = f32_to_f16(head[d]);
+        v_cache[dst + d] = f32_to_f16(vh[d]);
+    }
+}
+
+// qk_rope_store: rows t = 0..n-1 at positions start_pos + t of one cache.
+// start_pos is read from pos_ptr when that is not null (graph replay).
 extern "C" __global__ void qk_rope_store(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ v,
                                          int n_head, int n_head_kv, int head_dim, const float* __restrict__ qw,
                                          const float* __restrict__ kw, float eps, int n_rot,
@@ -66,29 +102,30 @@ extern "C" __global__ void qk_rope_store(float* __restrict__ q, float* __restric
     pdl_start();
     __shared__ float red[32];
     if (pos_ptr) start_pos = *pos_ptr;
-    const int t = blockIdx.x, h = blockIdx.y;
-    const bool is_k = h >= n_head;
-    if (h >= n_head + n_head_kv) return;
-    const int kh = h - n_head;
-    float* head = is_k ? k + ((i64)t * n_head_kv + kh) * head_dim : q + ((i64)t * n_head + h) * head_dim;
-    const float* w = is_k ? kw : qw;
-    if (w) {
-        const bool vec = (head_dim & 3) == 0 && (((u64)head | (u64)w) & 15) == 0;
-        const float scale = rms_scale(block_sum(row_sq_sum(head, head_dim, vec), red), head_dim, eps);
-        row_scale_write(head, w, head_dim, scale, head, vec);
-        __syncthreads();  // the pairs below cross threads
-    }
-    if (n_rot > 0) {
-        const double pos = (double)(start_pos + t) * (double)freq_scale;
-        for (int i = threadIdx.x; i < n_rot / 2; i += blockDim.x)
-            rope_pair(head, i, pos, n_rot, inv_freq_table, freq_base, mscale, style);
-    }
-    if (!is_k || start_pos + t >= capacity) return;
-    __syncthreads();
-    const float* vh = v + ((i64)t * n_head_kv + kh) * head_dim;
-    const i64 dst = ((i64)kh * capacity + start_pos + t) * head_dim;
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        k_cache[dst + d] = f32_to_f16(head[d]);
-        v_cache[dst + d] = f32_to_f16(vh[d]);
-    }
+    const int t = blockIdx.x;
+    qk_rope_store_head(q + (i64)t * n_head * head_dim, k + (i64)t * n_head_kv * head_dim,
+                       v + (i64)t * n_head_kv * head_dim, blockIdx.y, n_head, n_head_kv, head_dim, qw, kw, eps,
+                       n_rot, inv_freq_table, freq_base, freq_scale, mscale, style, start_pos + t, capacity, k_cache,
+                       v_cache, red);
+}
+
+// qk_rope_store_rows: the same for a batched decode step, row r at its own
+// sequence's position and into its own cache (seqs[r], layer `layer`): each
+// row's bits as qk_rope_store gives them for that row alone.
+extern "C" __global__ void qk_rope_store_rows(float* __restrict__ q, float* __restrict__ k,
+                                              const float* __restrict__ v, int n_head, int n_head_kv, int head_dim,
+                                              const float* __restrict__ qw, const float* __restrict__ kw, float eps,
+                                              int n_rot, const double* __restrict__ inv_freq_table, float freq_base,
+                                              float freq_scale, float mscale, int style,
+                                              const RowSeq* __restrict__ seqs, int layer) {
+    pdl_start();
+    __shared__ float red[32];
+    const int r = blockIdx.x;
+    const RowSeq s = seqs[r];
+    u16* k_cache = row_k_plane(s, layer, n_head_kv, head_dim);
+    u16* v_cache = k_cache + (i64)n_head_kv * s.capacity * head_dim;
+    qk_rope_store_head(q + (i64)r * n_head * head_dim, k + (i64)r * n_head_kv * head_dim,
+                       v + (i64)r * n_head_kv * head_dim, blockIdx.y, n_head, n_head_kv, head_dim, qw, kw, eps,
+                       n_rot, inv_freq_table, freq_base, freq_scale, mscale, style, s.pos, s.capacity, k_cache,
+                       v_cache, red);
 }

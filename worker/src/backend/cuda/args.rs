@@ -21,11 +21,13 @@ use crate::quant::GgmlType;
 mod attention;
 mod blas;
 mod moe;
+mod rows;
 mod sample;
 
 pub use attention::*;
 pub use blas::*;
 pub use moe::*;
+pub use rows::*;
 pub use sample::*;
 
 /// The plan of a kernel over `work` with these dimensions and buffers.

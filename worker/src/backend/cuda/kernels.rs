@@ -320,8 +320,13 @@ impl Kernels {
             let Some(module) = modules.get(&unit) else {
                 continue;
             };
-            if let (Kernel::AttentionSplit(p, _) | Kernel::AttentionSplitTc(p), Some(want)) =
-                (k, pairs)
+            if let (
+                Kernel::AttentionSplit(p, _)
+                | Kernel::AttentionSplitTc(p)
+                | Kernel::AttentionSplitRows(p, _)
+                | Kernel::AttentionSplitTcRows(p),
+                Some(want),
+            ) = (k, pairs)
             {
                 if p != want {
                     continue;

@@ -91,6 +91,9 @@ pub enum Kernel {
     /// `qk_rope_store`: per-head norms and RoPE of Q and K in place, and
     /// the KV store, in one launch (before attention).
     QkRopeStore,
+    /// `qk_rope_store_rows`: the same for a batched decode step, each row
+    /// at its own sequence's position and into its own cache.
+    QkRopeStoreRows,
     KvStore,
     Attention,
     /// `attention_tc`: the same for many query rows at once, on tensor
@@ -106,6 +109,13 @@ pub enum Kernel {
     /// query heads are the rows of the products).
     AttentionSplitTc(u8),
     AttentionCombine,
+    /// `attention_split_*_rows`: `AttentionSplit` for a batched decode
+    /// step, each row over its own cache in chunks of `ATS_ROW_CHUNK`.
+    AttentionSplitRows(u8, u8),
+    /// `attention_split_tc_*_rows`: the same on tensor cores.
+    AttentionSplitTcRows(u8),
+    /// `attention_combine_rows`: the merge of each row's chunks.
+    AttentionCombineRows,
     Swiglu,
     /// `swiglu_oai`: gpt-oss's clamped SwiGLU.
     SwigluOai,
@@ -182,6 +192,7 @@ impl Kernel {
             Kernel::LayerNorm,
             Kernel::Rope,
             Kernel::QkRopeStore,
+            Kernel::QkRopeStoreRows,
             Kernel::KvStore,
             Kernel::Attention,
             Kernel::AttentionTc,
@@ -194,6 +205,15 @@ impl Kernel {
             Kernel::AttentionSplit(4, 4),
             Kernel::AttentionSplit(4, 8),
             Kernel::AttentionCombine,
+            Kernel::AttentionSplitTcRows(1),
+            Kernel::AttentionSplitTcRows(2),
+            Kernel::AttentionSplitRows(1, 4),
+            Kernel::AttentionSplitRows(1, 8),
+            Kernel::AttentionSplitRows(2, 4),
+            Kernel::AttentionSplitRows(2, 8),
+            Kernel::AttentionSplitRows(4, 4),
+            Kernel::AttentionSplitRows(4, 8),
+            Kernel::AttentionCombineRows,
             Kernel::Swiglu,
             Kernel::SwigluOai,
             Kernel::MoeRoute,
@@ -232,11 +252,14 @@ impl Kernel {
             | Kernel::AddRmsNorm
             | Kernel::AddRmsNormCluster
             | Kernel::LayerNorm => Module::Norm,
-            Kernel::Rope | Kernel::QkRopeStore => Module::Rope,
+            Kernel::Rope | Kernel::QkRopeStore | Kernel::QkRopeStoreRows => Module::Rope,
             Kernel::KvStore | Kernel::Attention => Module::Attention,
-            Kernel::AttentionSplit(..) | Kernel::AttentionSplitTc(_) | Kernel::AttentionCombine => {
-                Module::AttentionSplit
-            }
+            Kernel::AttentionSplit(..)
+            | Kernel::AttentionSplitTc(_)
+            | Kernel::AttentionCombine
+            | Kernel::AttentionSplitRows(..)
+            | Kernel::AttentionSplitTcRows(_)
+            | Kernel::AttentionCombineRows => Module::AttentionSplit,
             Kernel::AttentionTc => Module::AttentionTc,
             Kernel::Swiglu
             | Kernel::SwigluOai
@@ -276,9 +299,13 @@ impl Kernel {
             Kernel::GemmTc(_) | Kernel::GemmTcSplit(_) | Kernel::DequantF16(_) => Some(0),
             Kernel::GemmFew(_) => Some(1),
             Kernel::GemmExperts(_) => Some(2),
-            Kernel::AttentionSplit(_, group) => Some(1 + u8::from(group > 4)),
+            Kernel::AttentionSplit(_, group) | Kernel::AttentionSplitRows(_, group) => {
+                Some(1 + u8::from(group > 4))
+            }
             Kernel::AttentionSplitTc(_)
             | Kernel::AttentionCombine
+            | Kernel::AttentionSplitTcRows(_)
+            | Kernel::AttentionCombineRows
             | Kernel::SampleSelect
             | Kernel::SampleSelectRows => Some(0),
             Kernel::SampleArgmax | Kernel::SampleLogprobs => Some(1),
@@ -315,6 +342,8 @@ impl Kernel {
                 | Kernel::AttentionTc
                 | Kernel::AttentionSplit(..)
                 | Kernel::AttentionSplitTc(_)
+                | Kernel::AttentionSplitRows(..)
+                | Kernel::AttentionSplitTcRows(_)
         )
     }
 
@@ -382,6 +411,14 @@ impl Kernel {
                 format!("attention_split_tc_{}", 64 * pairs as usize)
             }
             Kernel::AttentionCombine => "attention_combine".into(),
+            Kernel::QkRopeStoreRows => "qk_rope_store_rows".into(),
+            Kernel::AttentionSplitRows(pairs, group) => {
+                format!("attention_split_{}_g{group}_rows", 64 * pairs as usize)
+            }
+            Kernel::AttentionSplitTcRows(pairs) => {
+                format!("attention_split_tc_{}_rows", 64 * pairs as usize)
+            }
+            Kernel::AttentionCombineRows => "attention_combine_rows".into(),
             Kernel::Swiglu => "swiglu".into(),
             Kernel::SwigluOai => "swiglu_oai".into(),
             Kernel::MoeRoute => "moe_route".into(),
@@ -484,6 +521,13 @@ pub enum Work {
     },
     /// One block per (KV head, chunk of the context).
     Chunks { n_head_kv: usize, nsplit: usize },
+    /// The same for each of `rows` sequences (rows mode), `nsplit` chunks
+    /// each at most.
+    RowChunks {
+        n_head_kv: usize,
+        nsplit: usize,
+        rows: usize,
+    },
     /// One block for the whole problem.
     Single,
     /// One row of `cols` values over a cluster of `blocks` blocks, a
@@ -703,6 +747,34 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
             }
             Ok(blocks((n_head_kv as u32, nsplit as u32), ATS_THREADS))
         }
+        (
+            Kernel::AttentionSplitRows(..) | Kernel::AttentionSplitTcRows(_),
+            Work::RowChunks {
+                n_head_kv,
+                nsplit,
+                rows,
+            },
+        ) => {
+            if nsplit > 65535 || rows > 65535 {
+                return Err(BackendError::InferenceFailed(format!(
+                    "{nsplit} context chunks of {rows} rows exceed one launch"
+                )));
+            }
+            Ok(LaunchConfig {
+                grid_dim: (n_head_kv as u32, nsplit as u32, rows as u32),
+                block_dim: (ATS_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
+        // One block per (head, row).
+        (Kernel::AttentionCombineRows, Work::Heads { n, n_head }) => {
+            if n > 65535 {
+                return Err(BackendError::InferenceFailed(format!(
+                    "{n} rows exceed one launch"
+                )));
+            }
+            Ok(blocks((n_head as u32, n as u32), ATSC_THREADS))
+        }
         // A warp per row.
         (Kernel::MoeRoute, Work::Rows { rows, .. }) => Ok(blocks(
             ((rows as u32).div_ceil(MOE_ROUTE_ROWS), 1),
@@ -745,7 +817,7 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
             }
             Ok(blocks((n as u32, n_head as u32), ATT_THREADS))
         }
-        (Kernel::QkRopeStore, Work::HeadRows { n, heads, head_dim }) => {
+        (Kernel::QkRopeStore | Kernel::QkRopeStoreRows, Work::HeadRows { n, heads, head_dim }) => {
             if n > i32::MAX as usize || heads > 65535 {
                 return Err(BackendError::InferenceFailed(
                     "attention shape exceeds one launch".into(),

@@ -762,6 +762,7 @@ impl Backend for CudaBackend {
             positions,
             caches,
             logits,
+            table_written: false,
         });
         let result = model::forward(
             &mut self.ops,

@@ -137,6 +137,9 @@ pub struct CudaOps {
     moe_step: Option<DevBuf>,
     /// A batched decode step's sequences, while one runs (`rows.rs`).
     rows: Option<RowsPass>,
+    /// The device table of a rows-mode pass's sequences (`rows.rs`), kept
+    /// for the next pass.
+    rows_table: Option<DevBuf>,
 }
 
 /// Whether no buffer of `outs` overlaps x (a product that wrote x itself
@@ -172,6 +175,7 @@ impl CudaOps {
             blas_scratch: None,
             moe_step: None,
             rows: None,
+            rows_table: None,
         }
     }
 

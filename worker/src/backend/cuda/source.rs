@@ -100,6 +100,11 @@ shared_constants! {
     ATS_MAX_GROUP: usize = 8;
     ATS_KEYS: u32 = 4;
     ATS_MAX_SPLITS: usize = 1024;
+    /// Positions of each chunk of a batched decode step's rows
+    /// (`attention_split_*_rows`): a fixed length, so that a row's chunks,
+    /// and so its sums, depend on its own context alone. 128: the
+    /// tensor-core kernel's least chunk.
+    ATS_ROW_CHUNK: usize = 128;
     /// Threads per `attention_combine` block (one block per head: many
     /// warps, so that each reads few chunks).
     ATSC_THREADS: u32 = 512;

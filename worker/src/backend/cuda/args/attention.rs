@@ -50,7 +50,7 @@ pub struct RopeArgs {
 
 impl RopeArgs {
     /// The kernels' `style` argument.
-    fn style(&self) -> i32 {
+    pub(super) fn style(&self) -> i32 {
         match self.pairs {
             RopePairs::Adjacent => 0,
             RopePairs::Halves => 1,

@@ -6,16 +6,28 @@
 //! runs over all rows at once, reading each weight once for the step, on a
 //! kernel whose per-row sums do not depend on how many rows there are
 //! (`mv8n_*`, else `mv_*`, for one row as for many), so a row's logits are
-//! the same bits whichever rows share its step; RoPE, the KV store and
-//! attention run row by row, each with its own position and cache; the LM
-//! head's rows go to each sequence's sampler.
+//! the same bits whichever rows share its step; Q's and K's norms and RoPE,
+//! the KV store and attention run for all rows in one launch each a layer,
+//! each row at its own position over its own cache, read from a device table
+//! of the step's sequences (`RowSeq`); attention cuts each row's context
+//! into chunks of a fixed length (`ATS_ROW_CHUNK`), so its sums do not
+//! depend on the others either. Shapes those kernels do not take run row by
+//! row, as alone. The LM head's rows go to each sequence's sampler.
 
 use cudarc::driver::sys::CUdeviceptr;
 
+use super::attend::check_attention;
 use super::{
-    check_bufs, matmul_args, shape_error, BufMem, CudaBuf, CudaCache, CudaOps, CudaWeight,
+    check_bufs, is_f32_vector, matmul_args, shape_error, BufMem, CudaBuf, CudaCache, CudaOps,
+    CudaWeight,
 };
+use crate::backend::cuda::args::{
+    rows_nsplit, AttentionCombineRowsArgs, AttentionSplitRowsArgs, QkRopeStoreRowsArgs, RowSeq,
+};
+use crate::backend::cuda::device::{driver_error, Purpose};
 use crate::backend::cuda::kernels::Mv8Plan;
+use crate::backend::cuda::ptr::DevPtr;
+use crate::backend::cuda::source::ATS_MAX_GROUP;
 use crate::backend::BackendError;
 use crate::model::ops::{AttentionShape, HeadNorms, QkPrep, RopeParams};
 
@@ -27,11 +39,18 @@ pub struct RowsPass {
     pub caches: Vec<CudaCache>,
     /// Where each row's logits go (its sequence's sampler buffer).
     pub logits: Vec<CUdeviceptr>,
+    /// Whether the device table of the rows' sequences holds this pass's.
+    pub table_written: bool,
 }
 
 /// Row `i` of `x` as a matrix of its own, in `x`'s memory.
 fn row_view(x: &CudaBuf, i: usize) -> CudaBuf {
     CudaBuf::new(BufMem::Arena(x.row_ptr(i)), 1, x.cols)
+}
+
+/// `x` whole, as a matrix of its own in the same memory.
+fn view(x: &CudaBuf) -> CudaBuf {
+    CudaBuf::new(BufMem::Arena(x.ptr()), x.rows, x.cols)
 }
 
 /// `p` at position `pos`.
@@ -142,8 +161,131 @@ impl CudaOps {
         self.dev.kernels.matmul_rows(&self.dev.stream, &args)
     }
 
-    /// `Ops::attend` in rows mode: each row's norms, rotation, store and
-    /// attention as alone.
+    /// The device table of this pass's sequences (row 0's cache is
+    /// `lead`), written on first use in the pass; and the most chunks any
+    /// row's attention takes with a window of `sliding` positions (0: none).
+    fn rows_table(
+        &mut self,
+        lead: &CudaCache,
+        sliding: usize,
+    ) -> Result<(DevPtr<RowSeq>, usize), BackendError> {
+        let rows = self.rows.as_ref().expect("in rows mode");
+        let caches = std::iter::once(lead).chain(rows.caches.iter());
+        let seqs: Vec<RowSeq> = caches
+            .zip(&rows.positions)
+            .map(|(c, &pos)| RowSeq {
+                cache: c.mem.ptr(),
+                pos: pos as i32,
+                capacity: c.capacity as i32,
+            })
+            .collect();
+        let max_splits = (seqs.iter())
+            .map(|q| rows_nsplit(q.pos as usize, q.capacity as usize, sliding))
+            .max()
+            .unwrap_or(1);
+        let bytes = std::mem::size_of_val(seqs.as_slice()) as u64;
+        if self.rows_table.as_ref().is_none_or(|t| t.bytes() < bytes) {
+            self.rows_table = Some(
+                self.dev
+                    .alloc(Purpose::Scratch, bytes.next_power_of_two())?,
+            );
+        }
+        let table = self.rows_table.as_ref().expect("made above").ptr();
+        if !rows.table_written {
+            self.dev.bind()?;
+            // SAFETY: `bytes` of plain C structs into a block of at least
+            // that many; pageable memory is staged before the call returns,
+            // and the copy is ordered after the steps that read the table.
+            unsafe {
+                let raw = std::slice::from_raw_parts(seqs.as_ptr() as *const u8, bytes as usize);
+                cudarc::driver::result::memcpy_htod_async(table, raw, self.dev.cu_stream())
+            }
+            .map_err(|e| driver_error("copying the rows' sequences", e))?;
+            self.rows.as_mut().expect("in rows mode").table_written = true;
+        }
+        Ok((DevPtr::new(table), max_splits))
+    }
+
+    /// Checks every row's attention call as alone (buffers, cache, position).
+    fn check_rows_attention(
+        &mut self,
+        q: &CudaBuf,
+        k: &CudaBuf,
+        v: &CudaBuf,
+        cache: &mut CudaCache,
+        s: AttentionShape,
+        out: &CudaBuf,
+    ) -> Result<(), BackendError> {
+        self.check_rows("attention", &[q, k, v, out])?;
+        self.each_row(cache, |_, i, pos, c| {
+            let (qi, ki, vi, oi) = (
+                row_view(q, i),
+                row_view(k, i),
+                row_view(v, i),
+                row_view(out, i),
+            );
+            check_attention(&qi, &ki, &vi, c, &shape_at(s, pos), &oi)
+        })
+    }
+
+    /// The `qk_rope_store_rows` launch of an `attend` call, or `None` where
+    /// Q and K do not turn alike (then each row runs alone).
+    #[allow(clippy::too_many_arguments)]
+    fn qk_rope_store_rows_args(
+        &mut self,
+        q: &CudaBuf,
+        k: &CudaBuf,
+        v: &CudaBuf,
+        prep: &QkPrep<'_, CudaWeight>,
+        cache: &mut CudaCache,
+        s: &AttentionShape,
+    ) -> Result<Option<QkRopeStoreRowsArgs>, BackendError> {
+        let norms = match &prep.norms {
+            Some(n) => {
+                let hd = s.head_dim;
+                if !is_f32_vector(n.q, hd) || !is_f32_vector(n.k, hd) {
+                    return Err(shape_error(format!(
+                        "attend: head norms of {} and {} values for heads of {hd}",
+                        n.q.cols, n.k.cols
+                    )));
+                }
+                Some((n.q.vector(), n.k.vector(), n.eps))
+            }
+            None => None,
+        };
+        // The rotation's frequencies and pairing (its positions are the table's).
+        let pos0 = self.rows.as_ref().expect("in rows mode").positions[0];
+        let rope = match prep.rope {
+            Some((pq, pk)) => {
+                let a = self.rope_args(&mut row_view(q, 0), rope_at(pq, pos0))?;
+                let b = self.rope_args(&mut row_view(k, 0), rope_at(pk, pos0))?;
+                match (a, b) {
+                    (Some(a), Some(b)) if a.rotates_like(&b) => Some(a),
+                    (None, None) => None,
+                    _ => return Ok(None),
+                }
+            }
+            None => None,
+        };
+        let (seqs, _) = self.rows_table(cache, 0)?;
+        Ok(Some(QkRopeStoreRowsArgs {
+            q: view(q).output(),
+            k: view(k).output(),
+            v: v.input(),
+            rows: q.rows,
+            n_head: s.n_head,
+            n_head_kv: s.n_head_kv,
+            head_dim: s.head_dim,
+            norms,
+            rope,
+            seqs,
+            layer: s.layer,
+        }))
+    }
+
+    /// `Ops::attend` in rows mode: every row's norms, rotation and store in
+    /// one launch, then attention (row by row where Q and K do not turn
+    /// alike, as alone).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn attend_rows(
         &mut self,
@@ -155,7 +297,11 @@ impl CudaOps {
         s: AttentionShape,
         out: &CudaBuf,
     ) -> Result<(), BackendError> {
-        self.check_rows("attend", &[q, k, v, out])?;
+        self.check_rows_attention(q, k, v, cache, s, out)?;
+        if let Some(args) = self.qk_rope_store_rows_args(q, k, v, prep, cache, &s)? {
+            self.dev.kernels.launch(&self.dev.stream, &args)?;
+            return self.attend_rows_cached(q, cache, s, None, out);
+        }
         self.each_row(cache, |ops, i, pos, c| {
             let (mut qi, mut ki, vi, mut oi) = (
                 row_view(q, i),
@@ -177,7 +323,8 @@ impl CudaOps {
         })
     }
 
-    /// `Ops::attention` (with sinks where given) in rows mode.
+    /// `Ops::attention` (with sinks where given, checked by the caller) in
+    /// rows mode: every row's store in one launch, then attention.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn attention_rows(
         &mut self,
@@ -189,22 +336,82 @@ impl CudaOps {
         sinks: Option<&CudaWeight>,
         out: &CudaBuf,
     ) -> Result<(), BackendError> {
-        self.check_rows("attention", &[q, k, v, out])?;
-        self.each_row(cache, |ops, i, pos, c| {
-            let (qi, ki, vi, mut oi) = (
-                row_view(q, i),
-                row_view(k, i),
-                row_view(v, i),
-                row_view(out, i),
-            );
-            let s = shape_at(s, pos);
-            match sinks {
-                Some(w) => {
-                    crate::model::ops::Ops::attention_sinks(ops, &qi, &ki, &vi, c, s, w, &mut oi)
-                }
-                None => crate::model::ops::Ops::attention(ops, &qi, &ki, &vi, c, s, &mut oi),
-            }
-        })
+        self.check_rows_attention(q, k, v, cache, s, out)?;
+        let (seqs, _) = self.rows_table(cache, 0)?;
+        let store = QkRopeStoreRowsArgs {
+            q: view(q).output(),
+            k: view(k).output(),
+            v: v.input(),
+            rows: q.rows,
+            n_head: s.n_head,
+            n_head_kv: s.n_head_kv,
+            head_dim: s.head_dim,
+            norms: None,
+            rope: None,
+            seqs,
+            layer: s.layer,
+        };
+        self.dev.bind()?;
+        self.dev.kernels.launch(&self.dev.stream, &store)?;
+        self.attend_rows_cached(q, cache, s, sinks.map(CudaWeight::vector), out)
+    }
+
+    /// Every row's attention over its own cache (its K and V already
+    /// stored): one split launch and one merge for all rows, each row's
+    /// context in chunks of its own (`rows_nsplit`); row by row, as alone,
+    /// for groups or heads the split kernels do not take.
+    fn attend_rows_cached(
+        &mut self,
+        q: &CudaBuf,
+        cache: &mut CudaCache,
+        s: AttentionShape,
+        sinks: Option<DevPtr<f32>>,
+        out: &CudaBuf,
+    ) -> Result<(), BackendError> {
+        let (n_head, n_head_kv, hd) = (s.n_head, s.n_head_kv, s.head_dim);
+        if n_head / n_head_kv > ATS_MAX_GROUP || !hd.is_multiple_of(8) {
+            return self.each_row(cache, |ops, i, pos, c| {
+                ops.attend_cached(
+                    &row_view(q, i),
+                    c,
+                    shape_at(s, pos),
+                    sinks,
+                    &mut row_view(out, i),
+                )
+            });
+        }
+        // A window at least as wide as a row's context hides nothing of it.
+        let sliding = s.window.unwrap_or(0);
+        let (seqs, max_splits) = self.rows_table(cache, sliding)?;
+        let rows = q.rows;
+        let mut part = self.alloc_buf(rows * n_head * max_splits, hd + 2)?;
+        let split = AttentionSplitRowsArgs {
+            q: q.input(),
+            rows,
+            n_head,
+            n_head_kv,
+            head_dim: hd,
+            seqs,
+            layer: s.layer,
+            scale: s.scale,
+            sliding,
+            max_splits,
+            part: part.output(),
+        };
+        let combine = AttentionCombineRowsArgs {
+            part: part.input(),
+            rows,
+            n_head,
+            head_dim: hd,
+            seqs,
+            sliding,
+            max_splits,
+            sinks,
+            out: view(out).output(),
+        };
+        self.dev.bind()?;
+        self.dev.kernels.launch(&self.dev.stream, &split)?;
+        self.dev.kernels.launch(&self.dev.stream, &combine)
     }
 
     /// `Ops::rope_qk` in rows mode: each row turned by its own position.

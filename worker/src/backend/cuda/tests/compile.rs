@@ -209,7 +209,10 @@ fn head_size_units_hold_only_their_head_size() {
                 });
                 let want = k.part() == u.part
                     && match k {
-                        Kernel::AttentionSplit(p, _) | Kernel::AttentionSplitTc(p) => p == pairs,
+                        Kernel::AttentionSplit(p, _)
+                        | Kernel::AttentionSplitTc(p)
+                        | Kernel::AttentionSplitRows(p, _)
+                        | Kernel::AttentionSplitTcRows(p) => p == pairs,
                         _ => true,
                     };
                 assert_eq!(has, want, "{}: symbol {sym}", u.label());
@@ -359,12 +362,27 @@ fn every_kernel_symbol_is_defined_in_its_module() {
             Kernel::GemmExperts(_) => src.contains("gemm_moe_##name"),
             Kernel::AttentionSplit(pairs, group) => {
                 src.contains(" NAME(")
-                    && src.contains(&format!("ATTENTION_SPLIT({sym}, {pairs}, {group})"))
+                    && src.contains(&format!("ATTENTION_SPLIT_BOTH({sym}, {pairs}, {group})"))
             }
             Kernel::AttentionSplitTc(pairs) => {
                 src.contains(" NAME(")
                     && src.contains(&format!(
-                        "ATTENTION_SPLIT_TC({sym}, {})",
+                        "ATTENTION_SPLIT_TC_BOTH({sym}, {})",
+                        64 * pairs as usize
+                    ))
+            }
+            Kernel::AttentionSplitRows(pairs, group) => {
+                src.contains("ATTENTION_SPLIT_ROWS(NAME##_rows")
+                    && src.contains(&format!(
+                        "ATTENTION_SPLIT_BOTH({}, {pairs}, {group})",
+                        sym.trim_end_matches("_rows")
+                    ))
+            }
+            Kernel::AttentionSplitTcRows(pairs) => {
+                src.contains("ATTENTION_SPLIT_ROWS(NAME##_rows")
+                    && src.contains(&format!(
+                        "ATTENTION_SPLIT_TC_BOTH({}, {})",
+                        sym.trim_end_matches("_rows"),
                         64 * pairs as usize
                     ))
             }
@@ -469,14 +487,29 @@ fn c_signature(k: Kernel) -> Vec<String> {
         Kernel::DequantF16(_) => vec!["dequant_f16_##name(".to_string()],
         Kernel::GemmExperts(_) => vec!["gemm_moe_##name(".to_string()],
         Kernel::AttentionSplit(..) | Kernel::AttentionSplitTc(_) => vec![" NAME(".to_string()],
+        // The rows instances' macro comes after the others'.
+        Kernel::AttentionSplitRows(..) | Kernel::AttentionSplitTcRows(_) => {
+            let at = src
+                .find("#define ATTENTION_SPLIT_ROWS(")
+                .expect("the rows instances' macro");
+            let head = " NAME(";
+            let start = at + src[at..].find(head).expect("its parameter list") + head.len();
+            return c_params(&src[start..]);
+        }
         _ => vec![format!("void {sym}("), format!(")\n    {sym}(")],
     };
     let start = heads
         .iter()
         .find_map(|h| src.find(h.as_str()).map(|i| i + h.len()))
         .unwrap_or_else(|| panic!("{sym} is not defined in {}", k.module().file_name()));
-    let end = start + src[start..].find(')').expect("a closed parameter list");
-    src[start..end]
+    c_params(&src[start..])
+}
+
+/// A parameter list (from just after its opening parenthesis), each
+/// parameter reduced to its C type.
+fn c_params(list: &str) -> Vec<String> {
+    let end = list.find(')').expect("a closed parameter list");
+    list[..end]
         .replace('\\', " ")
         .split(',')
         .map(|p| {
@@ -550,7 +583,44 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         (Kernel::AttentionSplit(4, 4), sig::<AttentionSplitArgs>()),
         (Kernel::AttentionSplit(4, 8), sig::<AttentionSplitArgs>()),
         (Kernel::AttentionCombine, sig::<AttentionCombineArgs>()),
+        (
+            Kernel::AttentionSplitRows(1, 4),
+            sig::<AttentionSplitRowsArgs>(),
+        ),
+        (
+            Kernel::AttentionSplitRows(1, 8),
+            sig::<AttentionSplitRowsArgs>(),
+        ),
+        (
+            Kernel::AttentionSplitRows(2, 4),
+            sig::<AttentionSplitRowsArgs>(),
+        ),
+        (
+            Kernel::AttentionSplitRows(2, 8),
+            sig::<AttentionSplitRowsArgs>(),
+        ),
+        (
+            Kernel::AttentionSplitRows(4, 4),
+            sig::<AttentionSplitRowsArgs>(),
+        ),
+        (
+            Kernel::AttentionSplitRows(4, 8),
+            sig::<AttentionSplitRowsArgs>(),
+        ),
+        (
+            Kernel::AttentionSplitTcRows(1),
+            sig::<AttentionSplitRowsArgs>(),
+        ),
+        (
+            Kernel::AttentionSplitTcRows(2),
+            sig::<AttentionSplitRowsArgs>(),
+        ),
         (Kernel::QkRopeStore, sig::<QkRopeStoreArgs>()),
+        (Kernel::QkRopeStoreRows, sig::<QkRopeStoreRowsArgs>()),
+        (
+            Kernel::AttentionCombineRows,
+            sig::<AttentionCombineRowsArgs>(),
+        ),
         (Kernel::Swiglu, sig::<SwigluArgs>()),
         (Kernel::SwigluOai, sig::<SwigluOaiArgs>()),
         (Kernel::MoeRoute, sig::<MoeRouteArgs>()),

@@ -39,6 +39,7 @@ mod memcheck;
 mod model;
 mod moe;
 mod norm;
+mod rows;
 mod safety;
 mod sample;
 mod setup;

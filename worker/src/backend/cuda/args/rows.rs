@@ -1,0 +1,341 @@
+//! The argument structs of rows mode's attention (`ops/rows.rs`): a batched
+//! decode step's Q/K preparation with the KV store, and its attention over
+//! each row's own cache, one launch a layer for all rows. Each row's
+//! sequence is an entry of a device table ([`RowSeq`]).
+
+use super::{plan, RopeArgs};
+use crate::backend::cuda::launch::{refusal, Kernel, KernelCall, Plan, Work};
+use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
+use crate::backend::cuda::source::{
+    head_pairs, split_on_tensor_cores, ATS_MAX_GROUP, ATS_MAX_SPLITS, ATS_ROW_CHUNK,
+    ATT_MAX_HEAD_DIM,
+};
+use crate::backend::BackendError;
+
+/// One row's sequence in a batched step's table (common.cuh's `RowSeq`:
+/// the same fields in the same order).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RowSeq {
+    /// The sequence's KV cache: per layer a K plane then a V plane of
+    /// `[n_head_kv, capacity, head_dim]` f16.
+    pub cache: u64,
+    /// The row's position (the sequence's length before the step).
+    pub pos: i32,
+    pub capacity: i32,
+}
+
+impl crate::backend::cuda::ptr::Elem for RowSeq {
+    #[cfg(test)]
+    const C_NAME: &'static str = "RowSeq";
+}
+
+/// Chunks `attention_split_*_rows` cuts a context into for a row at `pos`
+/// in a cache of `capacity` with a sliding window of `sliding` (0: none):
+/// attention_split.cu's `rows_nsplit`, which depends on the row alone.
+pub fn rows_nsplit(pos: usize, capacity: usize, sliding: usize) -> usize {
+    let n_ctx = (pos + 1).min(capacity);
+    let first = if sliding > 0 {
+        (pos + 1).saturating_sub(sliding)
+    } else {
+        0
+    };
+    n_ctx
+        .saturating_sub(first)
+        .div_ceil(ATS_ROW_CHUNK)
+        .clamp(1, ATS_MAX_SPLITS)
+}
+
+/// `qk_rope_store_rows`: [`super::QkRopeStoreArgs`] for a batched step,
+/// row `r` at `seqs[r]`'s position and into its cache's layer `layer`.
+#[derive(Clone, Copy, Debug)]
+pub struct QkRopeStoreRowsArgs {
+    /// `[rows, n_head * head_dim]` f32.
+    pub q: DevPtrMut<f32>,
+    /// `[rows, n_head_kv * head_dim]` f32 each.
+    pub k: DevPtrMut<f32>,
+    pub v: DevPtr<f32>,
+    pub rows: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    /// As [`super::QkRopeStoreArgs::norms`].
+    pub norms: Option<(DevPtr<f32>, DevPtr<f32>, f32)>,
+    /// The rotation's frequencies and pairing (its rows and positions are
+    /// the table's), or none.
+    pub rope: Option<RopeArgs>,
+    /// `[rows]` [`RowSeq`].
+    pub seqs: DevPtr<RowSeq>,
+    pub layer: usize,
+}
+
+impl KernelCall for QkRopeStoreRowsArgs {
+    type Params = (
+        DevPtrMut<f32>,
+        DevPtrMut<f32>,
+        DevPtr<f32>,
+        i32,
+        i32,
+        i32,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        f32,
+        i32,
+        DevPtr<f64>,
+        f32,
+        f32,
+        f32,
+        i32,
+        DevPtr<RowSeq>,
+        i32,
+    );
+
+    fn plan(&self) -> Plan {
+        let (n, n_head, n_head_kv, head_dim) =
+            (self.rows, self.n_head, self.n_head_kv, self.head_dim);
+        let dims = [
+            ("rows", n),
+            ("n_head", n_head),
+            ("n_head_kv", n_head_kv),
+            ("head_dim", head_dim),
+        ];
+        let buffers = [
+            ("q", self.q.addr()),
+            ("k", self.k.addr()),
+            ("v", self.v.addr()),
+            ("seqs", self.seqs.addr()),
+        ];
+        let heads = n_head.saturating_add(n_head_kv);
+        let work = Work::HeadRows { n, heads, head_dim };
+        plan(Kernel::QkRopeStoreRows, dims, buffers, work)
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        if let Some(r) = &self.rope {
+            r.validate()?;
+        }
+        if self.layer > i32::MAX as usize {
+            let msg = format!("layer {}", self.layer);
+            return Err(refusal(Kernel::QkRopeStoreRows, msg));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        let (qw, kw) = (
+            DevPtr::or_null(self.norms.map(|n| n.0)),
+            DevPtr::or_null(self.norms.map(|n| n.1)),
+        );
+        let eps = self.norms.map_or(0.0, |n| n.2);
+        let (n_rot, table, base, scale, mscale, style) = match &self.rope {
+            Some(r) => (
+                r.n_rot as i32,
+                DevPtr::or_null(r.inv_freq),
+                r.freq_base,
+                r.freq_scale,
+                r.mscale,
+                r.style(),
+            ),
+            None => (0, DevPtr::or_null(None), 0.0, 0.0, 0.0, 0),
+        };
+        (
+            self.q,
+            self.k,
+            self.v,
+            self.n_head as i32,
+            self.n_head_kv as i32,
+            self.head_dim as i32,
+            qw,
+            kw,
+            eps,
+            n_rot,
+            table,
+            base,
+            scale,
+            mscale,
+            style,
+            self.seqs,
+            self.layer as i32,
+        )
+    }
+}
+
+/// The `attention_split_*_rows` instance for heads of `head_dim` and
+/// `group` query heads per KV head (as `attention_split_*` is chosen).
+fn split_rows_kernel(head_dim: usize, group: usize) -> Kernel {
+    let pairs = head_pairs(head_dim);
+    if split_on_tensor_cores(head_dim) {
+        return Kernel::AttentionSplitTcRows(pairs);
+    }
+    Kernel::AttentionSplitRows(pairs, if group <= 4 { 4 } else { 8 })
+}
+
+/// Refuses heads the split kernels do not take.
+fn check_heads(
+    k: Kernel,
+    n_head: usize,
+    n_head_kv: usize,
+    head_dim: usize,
+) -> Result<(), BackendError> {
+    let group = n_head / n_head_kv.max(1);
+    if n_head_kv == 0 || !n_head.is_multiple_of(n_head_kv) || group > ATS_MAX_GROUP {
+        return Err(refusal(k, format!("{n_head}/{n_head_kv} heads")));
+    }
+    if !head_dim.is_multiple_of(8) || head_dim > ATT_MAX_HEAD_DIM {
+        return Err(refusal(k, format!("heads of {head_dim}")));
+    }
+    Ok(())
+}
+
+/// `attention_split_*_rows`: one query row per sequence, each over its own
+/// cache, the context cut into [`rows_nsplit`] chunks per row; block (KV
+/// head, chunk, row) writes its chunk's softmax states to `part`.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionSplitRowsArgs {
+    /// `[rows, n_head * head_dim]` f32.
+    pub q: DevPtr<f32>,
+    pub rows: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    /// A multiple of 8, at most `ATT_MAX_HEAD_DIM`.
+    pub head_dim: usize,
+    /// `[rows]` [`RowSeq`], every position's K and V already stored.
+    pub seqs: DevPtr<RowSeq>,
+    pub layer: usize,
+    pub scale: f32,
+    /// A sliding window's positions, or 0.
+    pub sliding: usize,
+    /// At least every row's [`rows_nsplit`], at most `ATS_MAX_SPLITS`.
+    pub max_splits: usize,
+    /// `[rows, n_head, max_splits, head_dim + 2]` f32.
+    pub part: DevPtrMut<f32>,
+}
+
+impl KernelCall for AttentionSplitRowsArgs {
+    type Params = (
+        DevPtr<f32>,
+        i32,
+        i32,
+        i32,
+        DevPtr<RowSeq>,
+        i32,
+        f32,
+        i32,
+        i32,
+        DevPtrMut<f32>,
+    );
+
+    fn plan(&self) -> Plan {
+        let dims = [
+            ("rows", self.rows),
+            ("n_head", self.n_head),
+            ("n_head_kv", self.n_head_kv),
+            ("head_dim", self.head_dim),
+            ("max_splits", self.max_splits),
+        ];
+        let buffers = [
+            ("q", self.q.addr()),
+            ("seqs", self.seqs.addr()),
+            ("part", self.part.addr()),
+        ];
+        let k = split_rows_kernel(self.head_dim, self.n_head / self.n_head_kv.max(1));
+        let work = Work::RowChunks {
+            n_head_kv: self.n_head_kv,
+            nsplit: self.max_splits,
+            rows: self.rows,
+        };
+        plan(k, dims, buffers, work)
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        let k = split_rows_kernel(self.head_dim, self.n_head / self.n_head_kv.max(1));
+        check_heads(k, self.n_head, self.n_head_kv, self.head_dim)?;
+        if self.max_splits > ATS_MAX_SPLITS || self.layer > i32::MAX as usize {
+            let msg = format!("{} chunks, layer {}", self.max_splits, self.layer);
+            return Err(refusal(k, msg));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        (
+            self.q,
+            self.n_head as i32,
+            self.n_head_kv as i32,
+            self.head_dim as i32,
+            self.seqs,
+            self.layer as i32,
+            self.scale,
+            self.sliding as i32,
+            self.max_splits as i32,
+            self.part,
+        )
+    }
+}
+
+/// `attention_combine_rows`: row `r`'s head `h` = the merge of its chunk
+/// states in `part`, in chunk order (as `attention_combine` merges one
+/// query's).
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionCombineRowsArgs {
+    /// As [`AttentionSplitRowsArgs::part`] wrote it.
+    pub part: DevPtr<f32>,
+    pub rows: usize,
+    pub n_head: usize,
+    pub head_dim: usize,
+    pub seqs: DevPtr<RowSeq>,
+    /// As the split's.
+    pub sliding: usize,
+    pub max_splits: usize,
+    /// Each head's sink logit, or none.
+    pub sinks: Option<DevPtr<f32>>,
+    /// `[rows, n_head * head_dim]` f32.
+    pub out: DevPtrMut<f32>,
+}
+
+impl KernelCall for AttentionCombineRowsArgs {
+    type Params = (
+        DevPtr<f32>,
+        i32,
+        i32,
+        DevPtr<RowSeq>,
+        i32,
+        i32,
+        DevPtr<f32>,
+        DevPtrMut<f32>,
+    );
+
+    fn plan(&self) -> Plan {
+        let dims = [
+            ("rows", self.rows),
+            ("n_head", self.n_head),
+            ("head_dim", self.head_dim),
+            ("max_splits", self.max_splits),
+        ];
+        let buffers = [
+            ("part", self.part.addr()),
+            ("seqs", self.seqs.addr()),
+            ("out", self.out.addr()),
+        ];
+        let work = Work::Heads {
+            n: self.rows,
+            n_head: self.n_head,
+        };
+        plan(Kernel::AttentionCombineRows, dims, buffers, work)
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        if self.max_splits > ATS_MAX_SPLITS || self.head_dim > ATT_MAX_HEAD_DIM {
+            let msg = format!("{} chunks of heads of {}", self.max_splits, self.head_dim);
+            return Err(refusal(Kernel::AttentionCombineRows, msg));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        (
+            self.part,
+            self.n_head as i32,
+            self.head_dim as i32,
+            self.seqs,
+            self.sliding as i32,
+            self.max_splits as i32,
+            DevPtr::or_null(self.sinks),
+            self.out,
+        )
+    }
+}
