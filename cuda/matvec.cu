@@ -333,9 +333,10 @@ FOR_EACH_TYPE(DEF_MV1E)
 // every row's weight loads before it multiplies any. On the H100 this runs
 // at 1.25-1.45x the former warp-per-row layout on the 8B shapes' large
 // matrices (benches/cuda-lab/mvr_lab.cu: Q4_K 14336 x 4096 2,084 GB/s, Q6_K
-// 1,863). `mv8n_*` takes up to MV8_MAX_TOKENS rows of x (short prompts),
-// MV8N_ROWS weight rows a block with a warp each, each weight unit decoded
-// once for all rows of x.
+// 1,863). `mv8n_*` takes any number of rows of x (short prompts, batched
+// decode steps) in groups of MV8_MAX_TOKENS along the grid's y, MV8N_ROWS
+// weight rows a block with a warp each, each weight unit decoded once for
+// all rows of its group; a row's sums are the same in any group.
 #if !defined(MV8_THREADS) || !defined(MV8_ROWS) || !defined(MV8N_ROWS) || !defined(MV8_MAX_TOKENS)
 #error "MV8_THREADS, MV8_ROWS, MV8N_ROWS and MV8_MAX_TOKENS come from the worker as -D options"
 #endif
@@ -876,8 +877,10 @@ __device__ __forceinline__ void mv8_rows(const u8* __restrict__ W, i64 row_bytes
         mv8n_##name(const u8* W, i64 row_bytes, int rows, int cols, int n, const i8* xh, const i8* xl,   \
                     const float* xd, const float* xs, const float* bias, float* out) {                   \
         pdl_launch_next(); /* mv8_one and mv8_rows wait after their first loads */                      \
-        mv8_rows<T, MV8N_ROWS, MV8_MAX_TOKENS>(W, row_bytes, rows, cols, n, X8{xh, xl, xd, xs}, bias,    \
-                                               out);                                                     \
+        const int g0 = blockIdx.y * MV8_MAX_TOKENS; /* this block's group of rows of x */               \
+        mv8_rows<T, MV8N_ROWS, MV8_MAX_TOKENS>(W, row_bytes, rows, cols, min(MV8_MAX_TOKENS, n - g0),    \
+                                               X8{xh, xl, xd, xs}.row(g0, cols), bias,                   \
+                                               out + (i64)g0 * rows);                                    \
     }
 
 // The formats with a unit above, among those this module is compiled for.

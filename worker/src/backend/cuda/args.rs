@@ -498,17 +498,6 @@ impl X8Bufs {
         }
     }
 
-    /// The parts from row `t0` on, of rows of `cols` values.
-    pub fn row_on(&self, t0: usize, cols: usize) -> X8Bufs {
-        let v = t0 * cols;
-        X8Bufs {
-            hi: self.hi.offset(v),
-            lo: self.lo.offset(v),
-            d: self.d.offset(v / 32),
-            sums: self.sums.offset(v / 16),
-        }
-    }
-
     /// The parts as a kernel that also splits its output writes them: all
     /// null when there is no block (the kernel then skips the split).
     fn writes_or_null(
@@ -843,8 +832,10 @@ impl KernelCall for MatVec8QkvCall {
     }
 }
 
-/// A matmul of 2 to `MV8_MAX_TOKENS` rows of x through `mv8n_*`, reading
-/// x as `quantize_x8` wrote it into `x8` (`args.x` itself is not read).
+/// A matmul of several rows of x through `mv8n_*` (groups of
+/// `MV8_MAX_TOKENS` along the grid's y, at most [`MV8N_MAX_ROWS_OF_X`]),
+/// reading x as `quantize_x8` wrote it into `x8` (`args.x` itself is not
+/// read).
 #[derive(Clone, Copy, Debug)]
 pub struct MatVec8NCall {
     pub args: MatmulArgs,
@@ -870,12 +861,19 @@ impl KernelCall for MatVec8NCall {
         mv8_plan(Kernel::MatVec8N(self.args.w.ty), &self.args, &self.x8)
     }
     fn validate(&self) -> Result<(), BackendError> {
-        mv8_validate(Kernel::MatVec8N(self.args.w.ty), &self.args, MV8_MAX_TOKENS)
+        mv8_validate(
+            Kernel::MatVec8N(self.args.w.ty),
+            &self.args,
+            MV8N_MAX_ROWS_OF_X,
+        )
     }
     fn params(&self) -> Self::Params {
         x8_rows_params(&self.args, &self.x8)
     }
 }
+
+/// Most rows of x one `mv8n_*` launch takes (its grid's y).
+pub const MV8N_MAX_ROWS_OF_X: usize = MV8_MAX_TOKENS * 65535;
 
 /// The parameters of a kernel over several rows of x split into `x8`
 /// (`mv8n_*`, `mmq_*`): the weights, n, x's parts, the bias and out.

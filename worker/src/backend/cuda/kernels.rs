@@ -538,14 +538,7 @@ impl Kernels {
         match plan {
             Mv8Plan::One => self.launch(s, &MatVec8Call { args: *m, x8 }),
             Mv8Plan::Mma => self.launch(s, &MmqCall { args: *m, x8 }),
-            Mv8Plan::Rows => {
-                for t0 in (0..m.n).step_by(MV8_MAX_TOKENS) {
-                    let args = m.rows_of_x(t0, MV8_MAX_TOKENS.min(m.n - t0));
-                    let x8 = x8.row_on(t0, m.w.cols);
-                    self.launch(s, &MatVec8NCall { args, x8 })?;
-                }
-                Ok(())
-            }
+            Mv8Plan::Rows => self.launch(s, &MatVec8NCall { args: *m, x8 }),
         }
     }
 

@@ -13,8 +13,8 @@ pub use crate::backend::cuda::source::{f16_tiles, integer_gemm};
 use crate::backend::cuda::source::{
     has_mmq, Module, ATC_BQ, ATC_SMEM_BYTES, ATC_THREADS, ATSC_THREADS, ATS_THREADS, ATT_THREADS,
     GEMM_BM, GEMM_BN, GEMM_THREADS, GF_MAX_TOKENS, GF_WARPS, GTC_BR, GTC_BT, GTC_SMEM_BYTES,
-    GTC_THREADS, MMQ_WARPS, MOE_ROUTE_ROWS, MV1_ROWS, MV1_THREADS, MV8N_ROWS, MV8_ROWS,
-    MV8_THREADS, MV_THREADS, SAMPLE_ARGMAX_BLOCKS, SAMPLE_ARGMAX_THREADS, SAMPLE_THREADS,
+    GTC_THREADS, MMQ_WARPS, MOE_ROUTE_ROWS, MV1_ROWS, MV1_THREADS, MV8N_ROWS, MV8_MAX_TOKENS,
+    MV8_ROWS, MV8_THREADS, MV_THREADS, SAMPLE_ARGMAX_BLOCKS, SAMPLE_ARGMAX_THREADS, SAMPLE_THREADS,
 };
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -46,8 +46,8 @@ pub enum Kernel {
     /// turned (RoPE, adjacent pairs) and K and V stored in the cache, as
     /// `qk_rope_store` does them.
     MatVec8Qkv(GgmlType),
-    /// `mv8n_<type>`: the same for up to `MV8_MAX_TOKENS` rows of x,
-    /// `MV8N_ROWS` weight rows a block.
+    /// `mv8n_<type>`: the same for several rows of x, in groups of
+    /// `MV8_MAX_TOKENS` (the grid's y), `MV8N_ROWS` weight rows a block.
     MatVec8N(GgmlType),
     /// `mmq_<type>`: 9 to `MMQ_MAX_TOKENS` rows of x (short prompts) on the
     /// integer tensor cores, from x split by `quantize_x8` (Q8_0).
@@ -700,8 +700,18 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
             let per_block = mv8_rows_per_block(cols) as u32;
             Ok(blocks(((rows as u32).div_ceil(per_block), 1), MV8_THREADS))
         }
-        (Kernel::MatVec8N(_), Work::Matrix { rows, .. }) => {
-            Ok(blocks(((rows as u32).div_ceil(MV8N_ROWS), 1), MV8_THREADS))
+        // Groups of MV8_MAX_TOKENS rows of x along y.
+        (Kernel::MatVec8N(_), Work::Matrix { rows, n }) => {
+            let groups = n.div_ceil(MV8_MAX_TOKENS);
+            if groups > 65535 {
+                return Err(BackendError::InferenceFailed(format!(
+                    "{n} rows exceed one mv8n launch"
+                )));
+            }
+            Ok(blocks(
+                ((rows as u32).div_ceil(MV8N_ROWS), groups as u32),
+                MV8_THREADS,
+            ))
         }
         // 16 weight rows a block.
         (Kernel::Mmq(_), Work::Matrix { rows, .. }) => {

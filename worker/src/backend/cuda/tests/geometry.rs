@@ -69,6 +69,15 @@ fn every_kernel_is_laid_out_as_before() {
         shape(Kernel::MatVec8N(k), matrix(4097, 8)),
         ((1025, 1, 1), (128, 1, 1))
     );
+    // Rows of x in groups of 8 along y (a batched decode step's 64).
+    assert_eq!(
+        shape(Kernel::MatVec8N(k), matrix(896, 64)),
+        ((224, 8, 1), (128, 1, 1))
+    );
+    assert_eq!(
+        shape(Kernel::MatVec8N(k), matrix(896, 9)),
+        ((224, 2, 1), (128, 1, 1))
+    );
     // mmq: 16 weight rows a block of 8 warps.
     assert_eq!(
         shape(Kernel::Mmq(GgmlType::Q8_0), matrix(4097, 20)),

@@ -246,3 +246,62 @@ fn rows_attention_matches_cpu_and_is_batch_invariant() {
         }
     }
 }
+
+/// Rows mode's products (`mv8n_*` in groups of 8 rows along its grid, or
+/// `mv_*`/`mvw_*` groups in formats without it, one launch or one a group):
+/// a row of x gets the same bits whether 1, 9, 20, 37 or 64 rows share the
+/// step, and agrees with the CPU's product.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn rows_products_give_a_row_the_same_bits_in_any_batch() {
+    let _gpu = shared_gpu();
+    let mut ops = gpu_ops();
+    let mut rng = ChaCha8Rng::seed_from_u64(19);
+    let (rows, cols) = (1000, 1536);
+    let xv = random_vec(&mut rng, 64 * cols, 1.0);
+    for ty in [
+        GgmlType::Q4K,
+        GgmlType::Q6K,
+        GgmlType::Q8_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5K,
+        GgmlType::F16,
+    ] {
+        let w = test_weight(
+            &mut ops,
+            ty,
+            rows,
+            cols,
+            &random_vec(&mut rng, rows * cols, 1.0),
+        );
+        let mut all: Option<Vec<f32>> = None;
+        for n in [64, 1, 9, 20, 37] {
+            let caches = (1..n)
+                .map(|_| CudaCache::new(&dev(), 1, 1, 8, 1).unwrap())
+                .collect();
+            ops.begin_rows(RowsPass {
+                positions: vec![0; n],
+                caches,
+                logits: vec![0; n],
+                table_written: false,
+            });
+            let x = ops.upload(n, cols, &xv[..n * cols]).unwrap();
+            let mut out = ops.buf(n, rows).unwrap();
+            let result = ops.matmul(&x, &w.gpu, None, &mut out);
+            ops.end_rows();
+            result.unwrap();
+            let got = host(&mut ops, &out);
+            let all = all.get_or_insert_with(|| got.clone());
+            let differ = (0..n * rows).filter(|&i| got[i].to_bits() != all[i].to_bits());
+            assert_eq!(differ.count(), 0, "{ty}: rows of x differ with {n} of them");
+        }
+        let all = all.unwrap();
+        for t in [0, 7, 8, 63] {
+            let mut want = cpu_buf(1, rows, vec![0.0; rows]);
+            let x = cpu_buf(1, cols, xv[t * cols..(t + 1) * cols].to_vec());
+            CpuOps.matmul(&x, &w.cpu, None, &mut want).unwrap();
+            let e = rel_err(&all[t * rows..(t + 1) * rows], &want.data);
+            assert!(e <= 1e-2, "{ty}: row {t} against the CPU: {e:e}");
+        }
+    }
+}
