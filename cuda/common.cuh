@@ -289,9 +289,11 @@ __device__ __forceinline__ void rope_apply(double x0, double x1, double cs, doub
 // next token of sequence seqs[r]); the host's RowSeq, the same fields in this
 // order. cache: the sequence's KV cache, layer after layer, each a K plane
 // then a V plane of [n_head_kv][capacity][head_dim] f16 (attention.cuh);
-// pos: the row's position (the sequence's length before the step).
+// logits: where the row's logits go (the sequence's sampler); pos: the row's
+// position (the sequence's length before the step).
 struct RowSeq {
     u16* cache;
+    float* logits;
     int pos;
     int capacity;
 };

@@ -62,6 +62,16 @@ extern "C" __global__ void copy_cols(const float* __restrict__ x, int x_cols, in
     out[i] = x[t * x_cols + start + (int)(i - t * cols)];
 }
 
+// keep_rows: row r of x ([rows, cols], a batched decode step's logits) to
+// seqs[r].logits, the row's sequence's sampler. Grid (chunks of a row, rows).
+extern "C" __global__ void keep_rows(const float* __restrict__ x, int cols, const RowSeq* __restrict__ seqs) {
+    pdl_start();
+    const int r = blockIdx.y;
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    seqs[r].logits[c] = x[(i64)r * cols + c];
+}
+
 // ---- mixture of experts (gpt-oss) ----
 
 // For each row t of logits ([n, experts], the router's products and bias):

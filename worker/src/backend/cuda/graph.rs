@@ -22,8 +22,10 @@ use std::sync::Arc;
 use cudarc::driver::result as drv;
 use cudarc::driver::sys::{self, CUgraphExec};
 
+use crate::backend::cuda::args::rows_nsplit;
 use crate::backend::cuda::device::{align_up, driver_error, CudaDevice, DevBuf, Purpose};
-use crate::backend::cuda::ops::{CudaCache, CudaOps, CudaWeight, GraphCapture};
+use crate::backend::cuda::ops::{CudaCache, CudaOps, CudaWeight, GraphCapture, RowsPass};
+use crate::backend::cuda::source::ATS_MAX_SPLITS;
 use crate::backend::{BackendError, Logits};
 use crate::model::ModelConfig;
 use crate::model::{self, Weights};
@@ -258,5 +260,218 @@ impl DecodeGraph {
             std::slice::from_raw_parts(host.logits.as_ptr() as *const f32, host.vocab)
         });
         Ok(())
+    }
+}
+
+/// One captured batched decode step: `rows` rows, attention over at most
+/// `max_splits` chunks a row.
+struct RowsGraph {
+    exec: CUgraphExec,
+    rows: usize,
+    max_splits: usize,
+}
+
+/// Batched decode steps (`CudaBackend::decode_rows`) replayed from CUDA
+/// graphs. A rows-mode pass reads everything that depends on its sequences
+/// from the device table (`ops::RowsTable`), so one graph per row count and
+/// bound on attention's chunks (a power of two: contexts grow) serves every
+/// step of that shape, whichever sequences it decodes: the host rewrites the
+/// table and launches it. The kernels and launch shapes are the eager
+/// pass's, so the logits are bit-identical.
+///
+/// All graphs share one activation arena (they run one after another on the
+/// stream), as large as the largest shape captured; when a larger one is
+/// needed, the graphs are dropped and the arena made again.
+pub struct RowsGraphs {
+    arena: Option<DevBuf>,
+    graphs: Vec<RowsGraph>,
+    /// A capture failed (a model with row-by-row work): steps run eagerly.
+    pub failed: bool,
+    dev: Arc<CudaDevice>,
+}
+
+// SAFETY: the graph handles are owned by this struct and used from one thread at a time.
+unsafe impl Send for RowsGraphs {}
+
+impl Drop for RowsGraphs {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+/// Bytes of activations a batched step of `rows` rows allocates, with
+/// attention's chunk states for `max_splits` chunks a row, with slack.
+fn rows_arena_bytes(cfg: &ModelConfig, rows: usize, max_splits: usize) -> u64 {
+    let bufs = crate::model::step_buffers(cfg, rows);
+    let acts: u64 = bufs.iter().map(|&n| align_up(n as u64 * 4)).sum();
+    let part = align_up((rows * cfg.n_head * max_splits * (cfg.head_dim + 2) * 4) as u64);
+    acts + part + (1 << 20)
+}
+
+impl RowsGraphs {
+    pub fn new(dev: &Arc<CudaDevice>) -> Self {
+        RowsGraphs {
+            arena: None,
+            graphs: Vec::new(),
+            failed: false,
+            dev: dev.clone(),
+        }
+    }
+
+    /// Drops every graph and the arena (after any replay in flight).
+    pub fn clear(&mut self) {
+        if self.graphs.is_empty() && self.arena.is_none() {
+            return;
+        }
+        if self.dev.bind().is_ok() {
+            self.dev.synchronize().ok();
+            for g in self.graphs.drain(..) {
+                // SAFETY: no replay is in flight now.
+                unsafe { drv::graph::exec_destroy(g.exec) }.ok();
+            }
+        }
+        self.graphs.clear();
+        self.arena = None;
+    }
+
+    /// How many graphs are held (for tests).
+    #[cfg(test)]
+    pub fn captured(&self) -> usize {
+        self.graphs.len()
+    }
+
+    /// Runs the batched step of `pass` (row 0's cache `lead`) from its
+    /// shape's graph, capturing it first; the caches of rows 1 and on are
+    /// taken from `pass` and given back in it. `Ok(false)`: this step
+    /// cannot be captured (then it runs eagerly, and so do later ones).
+    pub fn run(
+        &mut self,
+        ops: &mut CudaOps,
+        cfg: &ModelConfig,
+        weights: &Weights<CudaWeight>,
+        lead: &mut CudaCache,
+        pass: &mut RowsPass,
+    ) -> Result<bool, BackendError> {
+        let rows = pass.seqs.len();
+        let most = (pass.seqs.iter())
+            .map(|q| rows_nsplit(q.pos as usize, q.capacity as usize, 0))
+            .max()
+            .unwrap_or(1);
+        let max_splits = most.next_power_of_two().min(ATS_MAX_SPLITS);
+        let at = self
+            .graphs
+            .iter()
+            .position(|g| g.rows == rows && g.max_splits == max_splits);
+        let at = match at {
+            Some(i) => i,
+            None => match self.capture(ops, cfg, weights, lead, pass, max_splits) {
+                Ok(g) => {
+                    self.graphs.push(g);
+                    self.graphs.len() - 1
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, rows, "capturing a batched decode step failed; decoding without graphs");
+                    self.failed = true;
+                    return Ok(false);
+                }
+            },
+        };
+        ops.write_rows_table(&pass.seqs, &pass.tokens)?;
+        self.dev.bind()?;
+        // SAFETY: the graph was instantiated on this context; its arena and
+        // table live as long as `self` and the ops.
+        unsafe { drv::graph::launch(self.graphs[at].exec, self.dev.cu_stream()) }
+            .map_err(|e| driver_error("launching a batched decode graph", e))?;
+        // The graph's kernels wrote device memory behind `Kernels::launch`.
+        self.dev.kernels.note_write();
+        Ok(true)
+    }
+
+    /// Captures the batched step of `pass`'s shape.
+    fn capture(
+        &mut self,
+        ops: &mut CudaOps,
+        cfg: &ModelConfig,
+        weights: &Weights<CudaWeight>,
+        lead: &mut CudaCache,
+        pass: &mut RowsPass,
+        max_splits: usize,
+    ) -> Result<RowsGraph, BackendError> {
+        let rows = pass.seqs.len();
+        let bytes = rows_arena_bytes(cfg, rows, max_splits);
+        if self.arena.as_ref().is_none_or(|a| a.bytes() < bytes) {
+            self.clear();
+            self.dev.bind()?;
+            self.arena = Some(self.dev.alloc(Purpose::Scratch, bytes)?);
+        }
+        let arena = self.arena.as_ref().expect("made above");
+        ops.capture = Some(GraphCapture {
+            arena: arena.ptr(),
+            arena_bytes: arena.bytes(),
+            arena_used: 0,
+            // Rows mode reads no step slot (the table holds tokens and positions).
+            step: arena.ptr(),
+            split_attention: false,
+            split_part: None,
+        });
+        let began = ops.begin_rows(RowsPass {
+            seqs: pass.seqs.clone(),
+            tokens: pass.tokens.clone(),
+            caches: std::mem::take(&mut pass.caches),
+            max_splits: Some(max_splits),
+        });
+        if let Err(e) = began {
+            ops.capture = None;
+            pass.caches = ops.end_rows();
+            return Err(e);
+        }
+        let stream = self.dev.cu_stream();
+        // SAFETY: the stream is ours; every call until end_capture only queues work.
+        let begun = unsafe {
+            drv::stream::begin_capture(
+                stream,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+        };
+        let recorded = begun
+            .map_err(|e| driver_error("beginning a graph capture", e))
+            .and_then(|()| {
+                model::forward(
+                    ops,
+                    cfg,
+                    weights,
+                    lead,
+                    &pass.tokens,
+                    pass.seqs[0].pos as usize,
+                    Logits::Rows,
+                    &mut Vec::new(),
+                    None,
+                )
+            });
+        pass.caches = ops.end_rows();
+        ops.capture = None;
+        ops.end_step();
+        // Always end a begun capture, even after an error, so the stream is usable again.
+        let graph = if begun.is_ok() {
+            // SAFETY: ends the capture begun above.
+            Some(unsafe { drv::stream::end_capture(stream) })
+        } else {
+            None
+        };
+        recorded?;
+        let graph = graph
+            .expect("capture began")
+            .map_err(|e| driver_error("ending a graph capture", e))?;
+        // SAFETY: `graph` is a valid captured graph, destroyed once instantiated.
+        let exec = unsafe {
+            let exec = drv::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0));
+            drv::graph::destroy(graph).ok();
+            exec.map_err(|e| driver_error("instantiating a batched decode graph", e))?
+        };
+        Ok(RowsGraph {
+            exec,
+            rows,
+            max_splits,
+        })
     }
 }

@@ -132,6 +132,9 @@ pub enum Kernel {
     Scale,
     /// `copy_cols`: a column range of each row (fused projections' parts).
     CopyCols,
+    /// `keep_rows`: each row of a batched step's logits to its sequence's
+    /// sampler.
+    KeepRows,
     /// `sample_select`: the sampling pipeline over one logit vector.
     SampleSelect,
     /// `sample_select_rows`: `sample_select` for each sequence of a batched
@@ -224,6 +227,7 @@ impl Kernel {
             Kernel::AddAssign,
             Kernel::Scale,
             Kernel::CopyCols,
+            Kernel::KeepRows,
             Kernel::SampleSelect,
             Kernel::SampleSelectRows,
             Kernel::SampleArgmax,
@@ -271,6 +275,7 @@ impl Kernel {
             | Kernel::AddAssign
             | Kernel::Scale
             | Kernel::CopyCols
+            | Kernel::KeepRows
             | Kernel::QuantizeX8
             | Kernel::GemmSplitsSum
             | Kernel::ToF16
@@ -428,6 +433,7 @@ impl Kernel {
             Kernel::AddAssign => "add_assign".into(),
             Kernel::Scale => "scale".into(),
             Kernel::CopyCols => "copy_cols".into(),
+            Kernel::KeepRows => "keep_rows".into(),
             Kernel::SampleSelect => "sample_select".into(),
             Kernel::SampleArgmax => "sample_argmax".into(),
             Kernel::SampleLogprobs => "sample_logprobs".into(),
@@ -775,6 +781,18 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
                 block_dim: (ATS_THREADS, 1, 1),
                 shared_mem_bytes: 0,
             })
+        }
+        // Chunks of a row along x, rows along y.
+        (Kernel::KeepRows, Work::Rows { rows, cols }) => {
+            if rows > 65535 {
+                return Err(BackendError::InferenceFailed(format!(
+                    "{rows} rows exceed one launch"
+                )));
+            }
+            Ok(blocks(
+                ((cols as u32).div_ceil(ELEMENT_THREADS), rows as u32),
+                ELEMENT_THREADS,
+            ))
         }
         // One block per (head, row).
         (Kernel::AttentionCombineRows, Work::Heads { n, n_head }) => {

@@ -44,6 +44,7 @@ mod tests;
 
 use std::sync::Arc;
 
+pub use args::RowSeq;
 pub use device::{align_up, ContextLimits, CudaDevice, MemoryKind, VRAM_CAP_ENV};
 pub use launch::Kernel;
 pub use nvrtc::{
@@ -137,6 +138,8 @@ pub struct CudaBackend {
     use_graphs: bool,
     /// `sample_rows`' table of a batched step's sampling rows.
     sample_table: Option<DevBuf>,
+    /// Batched decode steps' graphs (`decode_rows`).
+    rows_graphs: graph::RowsGraphs,
 }
 
 /// One sequence: its KV cache, position, captured decode step and logits.
@@ -342,6 +345,7 @@ impl CudaBackend {
         if let Some(cols) = x8_cols {
             ops.reserve_x8(cols)?;
         }
+        ops.reserve_rows(1)?;
         if let Some(m) = cfg.moe {
             ops.reserve_moe(m.used, m.n_ff, cfg.n_embd)?;
         }
@@ -359,6 +363,7 @@ impl CudaBackend {
         ops.keep_logits_in(slot.sampler.logits_ptr(), cfg.vocab_size);
         let graph_host = graph::GraphHost::new(&dev, cfg.vocab_size)?;
         let use_graphs = std::env::var(CUDA_GRAPHS_ENV).map_or(true, |v| v != "0");
+        let rows_graphs = graph::RowsGraphs::new(&dev);
         Ok(CudaBackend {
             cfg,
             dev,
@@ -373,6 +378,7 @@ impl CudaBackend {
             graph_host,
             use_graphs,
             sample_table: None,
+            rows_graphs,
         })
     }
 
@@ -479,6 +485,36 @@ impl CudaBackend {
     /// that sample from logits of their own).
     pub fn sampler(&mut self) -> &mut DeviceSampler {
         &mut self.slot().sampler
+    }
+
+    /// A batched step's pass run eagerly (see `decode_rows`); the caches of
+    /// rows 1 and on are taken from `pass` and given back in it.
+    fn decode_rows_eagerly(
+        &mut self,
+        lead: &mut CudaCache,
+        pass: &mut RowsPass,
+        start: usize,
+    ) -> Result<(), BackendError> {
+        let tokens = pass.tokens.clone();
+        self.ops.begin_rows(RowsPass {
+            seqs: pass.seqs.clone(),
+            tokens: pass.tokens.clone(),
+            caches: std::mem::take(&mut pass.caches),
+            max_splits: None,
+        })?;
+        let result = model::forward(
+            &mut self.ops,
+            &self.cfg,
+            &self.weights,
+            lead,
+            &tokens,
+            start,
+            Logits::Rows,
+            &mut Vec::new(),
+            None,
+        );
+        pass.caches = self.ops.end_rows();
+        result
     }
 
     /// One decode step through the sequence's graph, capturing it first if
@@ -715,6 +751,9 @@ impl Backend for CudaBackend {
             self.slots
                 .push(CudaSlot::new(&self.dev, self.cfg.vocab_size)?);
         }
+        // Batched steps' graphs hold the table and x8 block of the old count.
+        self.rows_graphs.clear();
+        self.ops.reserve_rows(n)?;
         self.select_slot(0)
     }
 
@@ -743,10 +782,18 @@ impl Backend for CudaBackend {
         }
         self.dev.bind()?;
         let tokens: Vec<u32> = rows.iter().map(|&(_, t)| t).collect();
-        let positions: Vec<usize> = rows.iter().map(|&(s, _)| self.slots[s].len).collect();
-        let logits = rows
+        let seqs: Vec<RowSeq> = rows
             .iter()
-            .map(|&(s, _)| self.slots[s].sampler.logits_ptr())
+            .map(|&(s, _)| {
+                let slot = &self.slots[s];
+                let cache = slot.cache.as_ref().expect("checked above");
+                RowSeq {
+                    cache: cache.planes(0).0,
+                    logits: slot.sampler.logits_ptr(),
+                    pos: slot.len as i32,
+                    capacity: cache.capacity as i32,
+                }
+            })
             .collect();
         let mut caches: Vec<CudaCache> = rows
             .iter()
@@ -757,28 +804,31 @@ impl Backend for CudaBackend {
             })
             .collect();
         let mut lead = caches.remove(0);
-        let start = positions[0];
-        self.ops.begin_rows(RowsPass {
-            positions,
+        let start = seqs[0].pos as usize;
+        let mut pass = RowsPass {
+            seqs,
+            tokens,
             caches,
-            logits,
-            table_written: false,
-        });
-        let result = model::forward(
-            &mut self.ops,
-            &self.cfg,
-            &self.weights,
-            &mut lead,
-            &tokens,
-            start,
-            Logits::Rows,
-            &mut Vec::new(),
-            None,
-        );
-        let rest = self.ops.end_rows();
+            max_splits: None,
+        };
+        let mut result = Ok(false);
+        if self.use_graphs && !self.rows_graphs.failed {
+            result = self.rows_graphs.run(
+                &mut self.ops,
+                &self.cfg,
+                &self.weights,
+                &mut lead,
+                &mut pass,
+            );
+        }
+        let result = match result {
+            Ok(false) => self.decode_rows_eagerly(&mut lead, &mut pass, start),
+            other => other.map(|_| ()),
+        };
         self.ops.end_step();
         // Every cache goes back to its slot, whatever the pass did.
-        for (&(s, _), cache) in rows.iter().zip(std::iter::once(lead).chain(rest)) {
+        let caches = std::mem::take(&mut pass.caches);
+        for (&(s, _), cache) in rows.iter().zip(std::iter::once(lead).chain(caches)) {
             self.slots[s].cache = Some(cache);
         }
         result?;

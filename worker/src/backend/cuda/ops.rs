@@ -139,7 +139,9 @@ pub struct CudaOps {
     rows: Option<RowsPass>,
     /// The device table of a rows-mode pass's sequences (`rows.rs`), kept
     /// for the next pass.
-    rows_table: Option<DevBuf>,
+    rows_table: Option<rows::RowsTable>,
+    /// The widest row of x `mv8_*` splits (`reserve_x8`).
+    x8_cols: Option<usize>,
 }
 
 /// Whether no buffer of `outs` overlaps x (a product that wrote x itself
@@ -176,6 +178,7 @@ impl CudaOps {
             moe_step: None,
             rows: None,
             rows_table: None,
+            x8_cols: None,
         }
     }
 
@@ -377,6 +380,7 @@ impl CudaOps {
     /// decode graph needs to allocate; without it the first such matmul
     /// allocates).
     pub fn reserve_x8(&mut self, cols: usize) -> Result<(), BackendError> {
+        self.x8_cols = Some(cols);
         self.reserve_x8_values(cols * MV8_LOOP_MAX_TOKENS)
     }
 
@@ -849,6 +853,9 @@ impl Ops for CudaOps {
                 table.rows
             )));
         }
+        if self.in_rows() {
+            return self.embed_rows(table, out);
+        }
         self.dev.bind()?;
         if let Some(c) = &self.capture {
             // The token id is written to the step's device slot before each replay.
@@ -878,9 +885,7 @@ impl Ops for CudaOps {
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
         if self.in_rows() {
-            // Each row's own position (checked against the table by `embed`).
-            let positions = self.rows_positions();
-            return self.embed(table, &positions, out);
+            return self.embed_positions_rows(table, out);
         }
         let end = start_pos + out.rows;
         if end > table.rows {

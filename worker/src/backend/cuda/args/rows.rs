@@ -20,6 +20,8 @@ pub struct RowSeq {
     /// The sequence's KV cache: per layer a K plane then a V plane of
     /// `[n_head_kv, capacity, head_dim]` f16.
     pub cache: u64,
+    /// `[vocab]` f32: where the row's logits go (the sequence's sampler).
+    pub logits: u64,
     /// The row's position (the sequence's length before the step).
     pub pos: i32,
     pub capacity: i32,
@@ -44,6 +46,36 @@ pub fn rows_nsplit(pos: usize, capacity: usize, sliding: usize) -> usize {
         .saturating_sub(first)
         .div_ceil(ATS_ROW_CHUNK)
         .clamp(1, ATS_MAX_SPLITS)
+}
+
+/// `keep_rows`: row `r` of a batched step's logits to `seqs[r].logits`.
+#[derive(Clone, Copy, Debug)]
+pub struct KeepRowsArgs {
+    /// `[rows, cols]` f32.
+    pub x: DevPtr<f32>,
+    pub rows: usize,
+    pub cols: usize,
+    /// `[rows]` [`RowSeq`], each `logits` a buffer of `cols` f32.
+    pub seqs: DevPtr<RowSeq>,
+}
+
+impl KernelCall for KeepRowsArgs {
+    type Params = (DevPtr<f32>, i32, DevPtr<RowSeq>);
+
+    fn plan(&self) -> Plan {
+        plan(
+            Kernel::KeepRows,
+            [("rows", self.rows), ("cols", self.cols)],
+            [("x", self.x.addr()), ("seqs", self.seqs.addr())],
+            Work::Rows {
+                rows: self.rows,
+                cols: self.cols,
+            },
+        )
+    }
+    fn params(&self) -> Self::Params {
+        (self.x, self.cols as i32, self.seqs)
+    }
 }
 
 /// `qk_rope_store_rows`: [`super::QkRopeStoreArgs`] for a batched step,

@@ -12,9 +12,14 @@
 //! of the step's sequences (`RowSeq`); attention cuts each row's context
 //! into chunks of a fixed length (`ATS_ROW_CHUNK`), so its sums do not
 //! depend on the others either. Shapes those kernels do not take run row by
-//! row, as alone. The LM head's rows go to each sequence's sampler.
-
-use cudarc::driver::sys::CUdeviceptr;
+//! row, as alone. The LM head's rows go to each sequence's sampler (one
+//! `keep_rows` launch).
+//!
+//! Nothing of a pass but the table depends on which sequences it decodes:
+//! the table holds each row's cache, sampler buffer, position and token, so
+//! a pass captured into a CUDA graph replays for any rows of the same count
+//! (`graph::RowsGraphs`) once the host has rewritten the table. Row-by-row
+//! work (host positions) refuses to be captured.
 
 use super::attend::check_attention;
 use super::{
@@ -24,7 +29,8 @@ use super::{
 use crate::backend::cuda::args::{
     rows_nsplit, AttentionCombineRowsArgs, AttentionSplitRowsArgs, QkRopeStoreRowsArgs, RowSeq,
 };
-use crate::backend::cuda::device::{driver_error, Purpose};
+use crate::backend::cuda::args::{EmbedArgs, KeepRowsArgs};
+use crate::backend::cuda::device::{driver_error, DevBuf, Purpose};
 use crate::backend::cuda::kernels::Mv8Plan;
 use crate::backend::cuda::ptr::DevPtr;
 use crate::backend::cuda::source::ATS_MAX_GROUP;
@@ -33,14 +39,48 @@ use crate::model::ops::{AttentionShape, HeadNorms, QkPrep, RopeParams};
 
 /// The sequences of a rows-mode pass, row by row.
 pub struct RowsPass {
-    /// Each row's position (its sequence's length before the step).
-    pub positions: Vec<usize>,
+    /// Each row's sequence: its cache, sampler buffer and position (its
+    /// length before the step).
+    pub seqs: Vec<RowSeq>,
+    /// Each row's token.
+    pub tokens: Vec<u32>,
     /// The caches of rows 1 and on; row 0's is the one the pass was given.
     pub caches: Vec<CudaCache>,
-    /// Where each row's logits go (its sequence's sampler buffer).
-    pub logits: Vec<CUdeviceptr>,
-    /// Whether the device table of the rows' sequences holds this pass's.
-    pub table_written: bool,
+    /// Inside a graph capture, the most chunks of `ATS_ROW_CHUNK` positions
+    /// the graph's attention takes a row (its replays' rows stay within);
+    /// otherwise none (each pass its own).
+    pub max_splits: Option<usize>,
+}
+
+impl RowsPass {
+    /// Row `i`'s position.
+    fn position(&self, i: usize) -> usize {
+        self.seqs[i].pos as usize
+    }
+}
+
+/// The device table of rows-mode passes, for up to `rows` rows: each row's
+/// [`RowSeq`], then each row's token id, then each row's position (u32), at
+/// fixed addresses (graphs hold them).
+pub(crate) struct RowsTable {
+    mem: DevBuf,
+    rows: usize,
+}
+
+impl RowsTable {
+    const ROW_BYTES: usize = std::mem::size_of::<RowSeq>() + 8;
+
+    fn seqs(&self) -> DevPtr<RowSeq> {
+        DevPtr::new(self.mem.ptr())
+    }
+
+    fn tokens(&self) -> DevPtr<u32> {
+        DevPtr::new(self.mem.ptr() + (self.rows * std::mem::size_of::<RowSeq>()) as u64)
+    }
+
+    fn positions(&self) -> DevPtr<u32> {
+        DevPtr::new(self.mem.ptr() + (self.rows * (std::mem::size_of::<RowSeq>() + 4)) as u64)
+    }
 }
 
 /// Row `i` of `x` as a matrix of its own, in `x`'s memory.
@@ -83,14 +123,95 @@ fn shape_at(s: AttentionShape, pos: usize) -> AttentionShape {
 }
 
 impl CudaOps {
-    /// Starts a rows-mode pass (see the module doc): one position and one
-    /// logits buffer per row, a cache for each row after the first. Never
-    /// inside a graph capture.
-    pub fn begin_rows(&mut self, rows: RowsPass) {
-        let n = rows.positions.len();
-        debug_assert!(n > 0 && rows.logits.len() == n && rows.caches.len() + 1 == n);
-        debug_assert!(self.capture.is_none());
+    /// Makes the device table room for `rows` rows, and `mv8_*`'s block
+    /// room for that many rows of x (at load or when the slots change, so
+    /// that no captured pass needs to allocate).
+    pub fn reserve_rows(&mut self, rows: usize) -> Result<(), BackendError> {
+        if let Some(cols) = self.x8_cols {
+            self.reserve_x8_values(cols * rows)?;
+        }
+        if self.rows_table.as_ref().is_some_and(|t| t.rows >= rows) {
+            return Ok(());
+        }
+        self.dev.bind()?;
+        let mem = self
+            .dev
+            .alloc(Purpose::Scratch, (rows * RowsTable::ROW_BYTES) as u64)?;
+        self.rows_table = Some(RowsTable { mem, rows });
+        Ok(())
+    }
+
+    /// Writes the rows' sequences and tokens to the device table, in stream
+    /// order (before a pass, or a captured pass's replay, reads them).
+    pub fn write_rows_table(
+        &mut self,
+        seqs: &[RowSeq],
+        tokens: &[u32],
+    ) -> Result<(), BackendError> {
+        let n = seqs.len();
+        if tokens.len() != n || n == 0 {
+            return Err(shape_error(format!(
+                "{n} rows with {} tokens",
+                tokens.len()
+            )));
+        }
+        if self.rows_table.as_ref().is_none_or(|t| t.rows < n) {
+            self.reserve_rows(n)?;
+        }
+        let table = self.rows_table.as_ref().expect("reserved above");
+        let mut bytes = vec![0u8; table.rows * RowsTable::ROW_BYTES];
+        let seq_bytes = std::mem::size_of::<RowSeq>();
+        for (i, q) in seqs.iter().enumerate() {
+            // SAFETY: RowSeq is a plain repr(C) struct of integers.
+            let raw =
+                unsafe { std::slice::from_raw_parts(q as *const RowSeq as *const u8, seq_bytes) };
+            bytes[i * seq_bytes..][..seq_bytes].copy_from_slice(raw);
+        }
+        let (tok_at, pos_at) = (table.rows * seq_bytes, table.rows * (seq_bytes + 4));
+        for (i, (&t, q)) in tokens.iter().zip(seqs).enumerate() {
+            bytes[tok_at + 4 * i..][..4].copy_from_slice(&t.to_le_bytes());
+            bytes[pos_at + 4 * i..][..4].copy_from_slice(&(q.pos as u32).to_le_bytes());
+        }
+        self.dev.bind()?;
+        // SAFETY: the table's own bytes; pageable memory is staged before
+        // the call returns, and the copy is ordered after the passes that
+        // read the table before.
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(
+                table.mem.ptr(),
+                &bytes[..],
+                self.dev.cu_stream(),
+            )
+        }
+        .map_err(|e| driver_error("copying the rows' sequences", e))
+    }
+
+    /// Starts a rows-mode pass (see the module doc): a sequence and a token
+    /// per row, a cache for each row after the first. Outside a capture the
+    /// table is written now; inside one, the replays write it.
+    pub fn begin_rows(&mut self, rows: RowsPass) -> Result<(), BackendError> {
+        let n = rows.seqs.len();
+        if n == 0 || rows.tokens.len() != n || rows.caches.len() + 1 != n {
+            return Err(shape_error(format!(
+                "a rows-mode pass of {n} sequences, {} tokens and {} caches",
+                rows.tokens.len(),
+                rows.caches.len()
+            )));
+        }
+        if self.capture.is_some() != rows.max_splits.is_some() {
+            return Err(shape_error(
+                "a captured pass's chunk bound, and only its".into(),
+            ));
+        }
+        if self.capture.is_none() {
+            self.write_rows_table(&rows.seqs, &rows.tokens)?;
+        } else if self.rows_table.as_ref().is_none_or(|t| t.rows < n) {
+            return Err(BackendError::InferenceFailed(format!(
+                "no table room for {n} rows reserved before a capture"
+            )));
+        }
         self.rows = Some(rows);
+        Ok(())
     }
 
     /// Ends a rows-mode pass, giving back the caches of rows 1 and on.
@@ -112,31 +233,45 @@ impl CudaOps {
         mut f: impl FnMut(&mut CudaOps, usize, usize, &mut CudaCache) -> Result<(), BackendError>,
     ) -> Result<(), BackendError> {
         let mut rows = self.rows.take().expect("in rows mode");
-        let result = (0..rows.positions.len()).try_for_each(|i| {
+        let result = (0..rows.seqs.len()).try_for_each(|i| {
+            let pos = rows.position(i);
             let cache = match i {
                 0 => &mut *lead,
                 _ => &mut rows.caches[i - 1],
             };
-            f(self, i, rows.positions[i], cache)
+            f(self, i, pos, cache)
         });
         self.rows = Some(rows);
         result
     }
 
-    /// [`CudaOps::each_row`] for operations that touch no cache.
+    /// Refuses row-by-row work inside a capture: it would run at the
+    /// captured positions at every replay.
+    fn no_capture(&self, what: &str) -> Result<(), BackendError> {
+        if self.capture.is_some() {
+            return Err(BackendError::InferenceFailed(format!(
+                "{what} runs row by row, which a graph cannot replay"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs `f` for every row with its position (operations that touch no
+    /// cache, row by row; never inside a capture).
     fn each_position(
         &mut self,
         mut f: impl FnMut(&mut CudaOps, usize, usize) -> Result<(), BackendError>,
     ) -> Result<(), BackendError> {
+        self.no_capture("rope")?;
         let rows = self.rows.take().expect("in rows mode");
-        let result = (rows.positions.iter().enumerate()).try_for_each(|(i, &pos)| f(self, i, pos));
+        let result = (0..rows.seqs.len()).try_for_each(|i| f(self, i, rows.position(i)));
         self.rows = Some(rows);
         result
     }
 
     /// Checks that a rows-mode operation's buffers hold one row per sequence.
     fn check_rows(&self, what: &str, bufs: &[&CudaBuf]) -> Result<(), BackendError> {
-        let n = self.rows.as_ref().map_or(0, |r| r.positions.len());
+        let n = self.rows.as_ref().map_or(0, |r| r.seqs.len());
         if bufs.iter().any(|b| b.rows != n) {
             return Err(shape_error(format!("{what}: rows mode over {n} sequences")));
         }
@@ -161,49 +296,23 @@ impl CudaOps {
         self.dev.kernels.matmul_rows(&self.dev.stream, &args)
     }
 
-    /// The device table of this pass's sequences (row 0's cache is
-    /// `lead`), written on first use in the pass; and the most chunks any
-    /// row's attention takes with a window of `sliding` positions (0: none).
-    fn rows_table(
-        &mut self,
-        lead: &CudaCache,
-        sliding: usize,
-    ) -> Result<(DevPtr<RowSeq>, usize), BackendError> {
+    /// The device table's sequences, and the most chunks any row's
+    /// attention takes with a window of `sliding` positions (0: none): a
+    /// capture's bound, which every row's count must stay within.
+    fn rows_seqs(&self, sliding: usize) -> Result<(DevPtr<RowSeq>, usize), BackendError> {
         let rows = self.rows.as_ref().expect("in rows mode");
-        let caches = std::iter::once(lead).chain(rows.caches.iter());
-        let seqs: Vec<RowSeq> = caches
-            .zip(&rows.positions)
-            .map(|(c, &pos)| RowSeq {
-                cache: c.mem.ptr(),
-                pos: pos as i32,
-                capacity: c.capacity as i32,
-            })
-            .collect();
-        let max_splits = (seqs.iter())
+        let table = self.rows_table.as_ref().expect("written by begin_rows");
+        let most = (rows.seqs.iter())
             .map(|q| rows_nsplit(q.pos as usize, q.capacity as usize, sliding))
             .max()
             .unwrap_or(1);
-        let bytes = std::mem::size_of_val(seqs.as_slice()) as u64;
-        if self.rows_table.as_ref().is_none_or(|t| t.bytes() < bytes) {
-            self.rows_table = Some(
-                self.dev
-                    .alloc(Purpose::Scratch, bytes.next_power_of_two())?,
-            );
+        match rows.max_splits {
+            Some(bound) if most > bound => Err(BackendError::InferenceFailed(format!(
+                "a row's attention takes {most} chunks, a captured pass {bound}"
+            ))),
+            Some(bound) => Ok((table.seqs(), bound)),
+            None => Ok((table.seqs(), most)),
         }
-        let table = self.rows_table.as_ref().expect("made above").ptr();
-        if !rows.table_written {
-            self.dev.bind()?;
-            // SAFETY: `bytes` of plain C structs into a block of at least
-            // that many; pageable memory is staged before the call returns,
-            // and the copy is ordered after the steps that read the table.
-            unsafe {
-                let raw = std::slice::from_raw_parts(seqs.as_ptr() as *const u8, bytes as usize);
-                cudarc::driver::result::memcpy_htod_async(table, raw, self.dev.cu_stream())
-            }
-            .map_err(|e| driver_error("copying the rows' sequences", e))?;
-            self.rows.as_mut().expect("in rows mode").table_written = true;
-        }
-        Ok((DevPtr::new(table), max_splits))
     }
 
     /// Checks every row's attention call as alone (buffers, cache, position).
@@ -237,7 +346,6 @@ impl CudaOps {
         k: &CudaBuf,
         v: &CudaBuf,
         prep: &QkPrep<'_, CudaWeight>,
-        cache: &mut CudaCache,
         s: &AttentionShape,
     ) -> Result<Option<QkRopeStoreRowsArgs>, BackendError> {
         let norms = match &prep.norms {
@@ -254,7 +362,7 @@ impl CudaOps {
             None => None,
         };
         // The rotation's frequencies and pairing (its positions are the table's).
-        let pos0 = self.rows.as_ref().expect("in rows mode").positions[0];
+        let pos0 = self.rows.as_ref().expect("in rows mode").position(0);
         let rope = match prep.rope {
             Some((pq, pk)) => {
                 let a = self.rope_args(&mut row_view(q, 0), rope_at(pq, pos0))?;
@@ -267,7 +375,7 @@ impl CudaOps {
             }
             None => None,
         };
-        let (seqs, _) = self.rows_table(cache, 0)?;
+        let (seqs, _) = self.rows_seqs(0)?;
         Ok(Some(QkRopeStoreRowsArgs {
             q: view(q).output(),
             k: view(k).output(),
@@ -298,10 +406,11 @@ impl CudaOps {
         out: &CudaBuf,
     ) -> Result<(), BackendError> {
         self.check_rows_attention(q, k, v, cache, s, out)?;
-        if let Some(args) = self.qk_rope_store_rows_args(q, k, v, prep, cache, &s)? {
+        if let Some(args) = self.qk_rope_store_rows_args(q, k, v, prep, &s)? {
             self.dev.kernels.launch(&self.dev.stream, &args)?;
             return self.attend_rows_cached(q, cache, s, None, out);
         }
+        self.no_capture("attend")?;
         self.each_row(cache, |ops, i, pos, c| {
             let (mut qi, mut ki, vi, mut oi) = (
                 row_view(q, i),
@@ -337,7 +446,7 @@ impl CudaOps {
         out: &CudaBuf,
     ) -> Result<(), BackendError> {
         self.check_rows_attention(q, k, v, cache, s, out)?;
-        let (seqs, _) = self.rows_table(cache, 0)?;
+        let (seqs, _) = self.rows_seqs(0)?;
         let store = QkRopeStoreRowsArgs {
             q: view(q).output(),
             k: view(k).output(),
@@ -370,6 +479,7 @@ impl CudaOps {
     ) -> Result<(), BackendError> {
         let (n_head, n_head_kv, hd) = (s.n_head, s.n_head_kv, s.head_dim);
         if n_head / n_head_kv > ATS_MAX_GROUP || !hd.is_multiple_of(8) {
+            self.no_capture("attention")?;
             return self.each_row(cache, |ops, i, pos, c| {
                 ops.attend_cached(
                     &row_view(q, i),
@@ -382,9 +492,10 @@ impl CudaOps {
         }
         // A window at least as wide as a row's context hides nothing of it.
         let sliding = s.window.unwrap_or(0);
-        let (seqs, max_splits) = self.rows_table(cache, sliding)?;
+        let (seqs, max_splits) = self.rows_seqs(sliding)?;
         let rows = q.rows;
-        let mut part = self.alloc_buf(rows * n_head * max_splits, hd + 2)?;
+        // Inside a capture, one arena block for every layer's chunks.
+        let mut part = self.split_part(rows * n_head * max_splits, hd + 2)?;
         let split = AttentionSplitRowsArgs {
             q: q.input(),
             rows,
@@ -443,16 +554,69 @@ impl CudaOps {
         })
     }
 
-    /// Each row's learned position (GPT-2) in rows mode.
-    pub(super) fn rows_positions(&self) -> Vec<u32> {
-        self.rows
+    /// `embed` in rows mode: each row's token, from the table.
+    pub(super) fn embed_rows(
+        &mut self,
+        table: &CudaWeight,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        let tokens = self
+            .rows_table
             .as_ref()
-            .map(|r| r.positions.iter().map(|&p| p as u32).collect())
-            .unwrap_or_default()
+            .expect("written by begin_rows")
+            .tokens();
+        self.embed_from(table, tokens, out)
+    }
+
+    /// `embed_positions` in rows mode: each row's learned position (GPT-2),
+    /// from the table.
+    pub(super) fn embed_positions_rows(
+        &mut self,
+        table: &CudaWeight,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        let rows = self.rows.as_ref().expect("in rows mode");
+        if let Some(q) = rows.seqs.iter().find(|q| q.pos as usize >= table.rows) {
+            return Err(BackendError::InferenceFailed(format!(
+                "position {} is past the {} learned positions",
+                q.pos, table.rows
+            )));
+        }
+        let positions = self
+            .rows_table
+            .as_ref()
+            .expect("written by begin_rows")
+            .positions();
+        self.embed_from(table, positions, out)
+    }
+
+    /// `embed` of the rows' ids at `ids` (device) into `out`.
+    fn embed_from(
+        &mut self,
+        table: &CudaWeight,
+        ids: DevPtr<u32>,
+        out: &mut CudaBuf,
+    ) -> Result<(), BackendError> {
+        self.check_rows("embed", &[out])?;
+        if out.cols != table.cols {
+            return Err(shape_error(format!(
+                "embed: table {}x{}, out {}x{}",
+                table.rows, table.cols, out.rows, out.cols
+            )));
+        }
+        super::check_weights("embed", &[table])?;
+        self.dev.bind()?;
+        let args = EmbedArgs {
+            table: table.stored(),
+            tokens: ids,
+            n: out.rows,
+            out: out.output(),
+        };
+        self.dev.kernels.launch(&self.dev.stream, &args)
     }
 
     /// `keep_last_row` in rows mode: row `i` of the logits to sequence `i`'s
-    /// sampler.
+    /// sampler, one launch for all.
     pub(super) fn keep_rows(&mut self, x: &CudaBuf, len: usize) -> Result<(), BackendError> {
         self.check_rows("keep_last_row", &[x])?;
         if x.cols != len {
@@ -461,22 +625,18 @@ impl CudaOps {
                 x.rows, x.cols
             )));
         }
-        let dsts = self.rows.as_ref().expect("in rows mode").logits.clone();
+        let seqs = self
+            .rows_table
+            .as_ref()
+            .expect("written by begin_rows")
+            .seqs();
         self.dev.bind()?;
-        self.dev.kernels.note_write();
-        for (i, dst) in dsts.into_iter().enumerate() {
-            // SAFETY: one row of `len` f32 inside the block, into a sampler
-            // buffer of `len` f32.
-            unsafe {
-                cudarc::driver::result::memcpy_dtod_async(
-                    dst,
-                    x.row_ptr(i),
-                    len * 4,
-                    self.dev.cu_stream(),
-                )
-            }
-            .map_err(|e| crate::backend::cuda::device::driver_error("keeping a row's logits", e))?;
-        }
-        Ok(())
+        let args = KeepRowsArgs {
+            x: x.input(),
+            rows: x.rows,
+            cols: len,
+            seqs,
+        };
+        self.dev.kernels.launch(&self.dev.stream, &args)
     }
 }

@@ -617,6 +617,7 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         ),
         (Kernel::QkRopeStore, sig::<QkRopeStoreArgs>()),
         (Kernel::QkRopeStoreRows, sig::<QkRopeStoreRowsArgs>()),
+        (Kernel::KeepRows, sig::<KeepRowsArgs>()),
         (
             Kernel::AttentionCombineRows,
             sig::<AttentionCombineRowsArgs>(),

@@ -72,3 +72,75 @@ fn graph_decode_is_bit_identical_to_eager_decode() {
         );
     }
 }
+
+/// Batched decode steps replayed from graphs (`graph::RowsGraphs`, one a
+/// row count and chunk bound, any sequences) give the logits of the same
+/// steps run eagerly, bit for bit: three sequences of different lengths
+/// joining and leaving the batch, one of them past several chunks of
+/// attention (a larger bound, captured again), for every synthetic
+/// architecture but the mixture of experts (which decodes rows one by one).
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn rows_graphs_are_bit_identical_to_eager_rows() {
+    let _gpu = shared_gpu();
+    for arch in SYNTHETIC_ARCHS {
+        let file = Arc::new(GgufFile::from_bytes(synthetic_model(arch, 30, 512)).unwrap());
+        let cfg = ModelConfig::try_from(&file.metadata).unwrap();
+        let experts = cfg.moe.is_some();
+        let mut gpu =
+            CudaBackend::load(cfg, &file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();
+        gpu.set_slots(3).unwrap();
+        let prompts: [Vec<u32>; 3] = [
+            (0..5).map(|i| i * 11 % 384).collect(),
+            (0..300).map(|i| i * 37 % 384).collect(),
+            (0..40).map(|i| i * 7 % 384).collect(),
+        ];
+        let run = |gpu: &mut CudaBackend, graphs: bool| {
+            gpu.set_decode_graphs(graphs);
+            for (slot, prompt) in prompts.iter().enumerate() {
+                gpu.select_slot(slot).unwrap();
+                gpu.begin_sequence(480).unwrap();
+                gpu.forward(prompt, Logits::None, &mut Vec::new(), None)
+                    .unwrap();
+            }
+            let mut all = Vec::new();
+            for step in 0..140u32 {
+                // All three, then two, then one, as jobs join and leave.
+                let rows: Vec<(usize, u32)> = match step % 4 {
+                    0 | 1 => vec![(0, step), (1, step + 1), (2, step + 2)],
+                    2 => vec![(2, step), (0, step + 3)],
+                    _ => vec![(1, step)],
+                };
+                gpu.decode_rows(&rows).unwrap();
+                for &(slot, _) in &rows {
+                    gpu.select_slot(slot).unwrap();
+                    all.extend(gpu.sampler().download_logits().unwrap());
+                }
+            }
+            for slot in 0..3 {
+                gpu.select_slot(slot).unwrap();
+                gpu.end_sequence();
+            }
+            all
+        };
+        let eager = run(&mut gpu, false);
+        let with = run(&mut gpu, true);
+        assert!(
+            bits(&with) == bits(&eager),
+            "{arch}: batched steps from graphs differ from eager ones"
+        );
+        let captured = gpu.rows_graphs.captured();
+        if experts {
+            assert_eq!(captured, 0, "{arch}: experts decode rows one by one");
+            continue;
+        }
+        // Three row counts; the long sequence's bound grows past 2 chunks.
+        assert!(captured >= 4, "{arch}: {captured} graphs captured");
+        assert!(!gpu.rows_graphs.failed, "{arch}: a capture failed");
+        let again = run(&mut gpu, true);
+        assert!(
+            bits(&again) == bits(&with),
+            "{arch}: replays are not deterministic"
+        );
+    }
+}

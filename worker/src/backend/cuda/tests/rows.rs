@@ -3,7 +3,29 @@
 
 use super::*;
 use crate::backend::cuda::ops::RowsPass;
+use crate::backend::cuda::RowSeq;
 use crate::model::ops::{HeadNorms, QkPrep};
+
+/// A rows-mode pass over `lead` and `caches` at these positions (tokens 0,
+/// no sampler: what the attention and product tests need).
+fn pass(lead: &CudaCache, caches: Vec<CudaCache>, positions: &[usize]) -> RowsPass {
+    let seqs = std::iter::once(lead)
+        .chain(&caches)
+        .zip(positions)
+        .map(|(c, &pos)| RowSeq {
+            cache: c.planes(0).0,
+            logits: 0,
+            pos: pos as i32,
+            capacity: c.capacity as i32,
+        })
+        .collect();
+    RowsPass {
+        seqs,
+        tokens: vec![0; positions.len()],
+        caches,
+        max_splits: None,
+    }
+}
 
 /// Three sequences at different depths (a few positions, several chunks of
 /// `ATS_ROW_CHUNK`, many), decoded in one rows-mode `attend`: three launches
@@ -174,12 +196,7 @@ fn rows_attention_matches_cpu_and_is_batch_invariant() {
                 order.iter().map(|&i| taken[i].take().unwrap()).collect();
             let mut lead = caches.remove(0);
             let positions: Vec<usize> = order.iter().map(|&i| depths[i]).collect();
-            ops.begin_rows(RowsPass {
-                positions: positions.clone(),
-                caches,
-                logits: vec![0; n],
-                table_written: false,
-            });
+            ops.begin_rows(pass(&lead, caches, &positions)).unwrap();
             let prep = QkPrep {
                 norms: with_norms.then_some(HeadNorms {
                     q: &qw.gpu,
@@ -275,16 +292,12 @@ fn rows_products_give_a_row_the_same_bits_in_any_batch() {
             &random_vec(&mut rng, rows * cols, 1.0),
         );
         let mut all: Option<Vec<f32>> = None;
+        let lead = CudaCache::new(&dev(), 1, 1, 8, 1).unwrap();
         for n in [64, 1, 9, 20, 37] {
             let caches = (1..n)
                 .map(|_| CudaCache::new(&dev(), 1, 1, 8, 1).unwrap())
                 .collect();
-            ops.begin_rows(RowsPass {
-                positions: vec![0; n],
-                caches,
-                logits: vec![0; n],
-                table_written: false,
-            });
+            ops.begin_rows(pass(&lead, caches, &vec![0; n])).unwrap();
             let x = ops.upload(n, cols, &xv[..n * cols]).unwrap();
             let mut out = ops.buf(n, rows).unwrap();
             let result = ops.matmul(&x, &w.gpu, None, &mut out);
