@@ -25,7 +25,7 @@ use cudarc::driver::sys::{self, CUgraphExec};
 use crate::backend::cuda::args::rows_nsplit;
 use crate::backend::cuda::device::{align_up, driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::ops::{CudaCache, CudaOps, CudaWeight, GraphCapture, RowsPass};
-use crate::backend::cuda::source::ATS_MAX_SPLITS;
+use crate::backend::cuda::source::{ATS_MAX_SPLITS, GF_MAX_TOKENS};
 use crate::backend::{BackendError, Logits};
 use crate::model::ModelConfig;
 use crate::model::{self, Weights};
@@ -165,6 +165,7 @@ impl DecodeGraph {
             step: arena.ptr() + step_offset,
             split_attention,
             split_part: None,
+            temp: None,
         });
         let stream = dev.cu_stream();
         // SAFETY: the stream is ours; every call until end_capture only queues work.
@@ -300,12 +301,29 @@ impl Drop for RowsGraphs {
 }
 
 /// Bytes of activations a batched step of `rows` rows allocates, with
-/// attention's chunk states for `max_splits` chunks a row, with slack.
-fn rows_arena_bytes(cfg: &ModelConfig, rows: usize, max_splits: usize) -> u64 {
+/// attention's chunk states for `max_splits` chunks a row and the
+/// products' column-range parts (a block for each shape at most: the
+/// capture reuses the largest so far), with slack.
+fn rows_arena_bytes(dev: &CudaDevice, cfg: &ModelConfig, rows: usize, max_splits: usize) -> u64 {
     let bufs = crate::model::step_buffers(cfg, rows);
     let acts: u64 = bufs.iter().map(|&n| align_up(n as u64 * 4)).sum();
     let part = align_up((rows * cfg.n_head * max_splits * (cfg.head_dim + 2) * 4) as u64);
-    acts + part + (1 << 20)
+    let (d, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
+    let shapes = [
+        (qd, d),
+        (kvd, d),
+        (qd + 2 * kvd, d),
+        (d, qd),
+        (ff, d),
+        (2 * ff, d),
+        (d, ff),
+        (cfg.vocab_size, d),
+    ];
+    let group = rows.min(GF_MAX_TOKENS);
+    let products: u64 = (shapes.iter())
+        .map(|&(r, c)| align_up((dev.kernels.few_part_floats(r, c) * group * 4) as u64))
+        .sum();
+    acts + part + products + (1 << 20)
 }
 
 impl RowsGraphs {
@@ -398,7 +416,7 @@ impl RowsGraphs {
         max_splits: usize,
     ) -> Result<RowsGraph, BackendError> {
         let rows = pass.seqs.len();
-        let bytes = rows_arena_bytes(cfg, rows, max_splits);
+        let bytes = rows_arena_bytes(&self.dev, cfg, rows, max_splits);
         if self.arena.as_ref().is_none_or(|a| a.bytes() < bytes) {
             self.clear();
             self.dev.bind()?;
@@ -413,6 +431,7 @@ impl RowsGraphs {
             step: arena.ptr(),
             split_attention: false,
             split_part: None,
+            temp: None,
         });
         let began = ops.begin_rows(RowsPass {
             seqs: pass.seqs.clone(),

@@ -612,6 +612,28 @@ impl Kernels {
         })
     }
 
+    /// A batched decode step's product (`CudaOps` rows mode) on
+    /// `gemm_few_*`, where the format has it: its column ranges depend on
+    /// the matrix alone and a row's sums not on the others, so a row's
+    /// result is the same bits in a batch of any size, one row included
+    /// (groups of up to `GF_MAX_TOKENS` rows, a launch each).
+    pub fn rows_few_plan(&self, m: &MatmulArgs) -> Option<GemmSplit> {
+        let ready = self.gemm_split.load(Ordering::Relaxed)
+            && self.gemm_few.load(Ordering::Relaxed)
+            && m.w.cols.is_multiple_of(64)
+            && self.funcs.contains_key(&Kernel::GemmFew(m.w.ty));
+        ready.then(|| GemmSplit {
+            few: true,
+            splits: self.few_splits(m.w.rows, m.w.cols),
+        })
+    }
+
+    /// Floats of `gemm_few_*`'s column-range products for one row of x by a
+    /// `rows` x `cols` matrix (its `part`).
+    pub fn few_part_floats(&self, rows: usize, cols: usize) -> usize {
+        self.few_splits(rows, cols) * rows
+    }
+
     /// `gemm_few_*`'s column ranges for a `rows` x `cols` matrix: as many as
     /// fill the SMs with [`GF_BLOCKS_PER_SM`] blocks each in one wave, down
     /// to ranges of one 64-column chunk (the 0.5B shape's 896 columns are

@@ -345,6 +345,16 @@ impl CudaBackend {
         if let Some(cols) = x8_cols {
             ops.reserve_x8(cols)?;
         }
+        // The widest row of x any product takes (batched steps' f16 block).
+        let widest = names
+            .iter()
+            .filter_map(|n| file.tensor(n))
+            .filter(|i| i.dims.len() > 1)
+            .map(|i| i.dims[0] as usize)
+            .max();
+        if let Some(cols) = widest {
+            ops.set_widest_input(cols);
+        }
         ops.reserve_rows(1)?;
         if let Some(m) = cfg.moe {
             ops.reserve_moe(m.used, m.n_ff, cfg.n_embd)?;

@@ -63,6 +63,10 @@ pub(crate) struct GraphCapture {
     /// from the arena by the first layer and reused by every later one (the
     /// arena is never freed during a capture).
     pub split_part: Option<(CUdeviceptr, usize, usize)>,
+    /// A block for what one launch writes and the next reads (a product's
+    /// column-range parts): `(address, bytes)`, the largest taken so far,
+    /// reused by every later request it holds.
+    pub temp: Option<(CUdeviceptr, u64)>,
 }
 
 /// Bytes every weight matrix's device block holds past its data: the Q8_0
@@ -142,6 +146,10 @@ pub struct CudaOps {
     rows_table: Option<rows::RowsTable>,
     /// The widest row of x `mv8_*` splits (`reserve_x8`).
     x8_cols: Option<usize>,
+    /// A batched step's rows of x in f16 parts for `gemm_few_*` (`rows.rs`).
+    rows_x16: Option<DevBuf>,
+    /// The widest row of x any product takes (`set_widest_input`).
+    widest_input: Option<usize>,
 }
 
 /// Whether no buffer of `outs` overlaps x (a product that wrote x itself
@@ -179,6 +187,8 @@ impl CudaOps {
             rows: None,
             rows_table: None,
             x8_cols: None,
+            rows_x16: None,
+            widest_input: None,
         }
     }
 
@@ -791,6 +801,24 @@ impl CudaOps {
         }
         let mem = self.dev.alloc_async(Purpose::Scratch, bytes)?;
         Ok(CudaBuf::new(BufMem::Owned(mem), rows, cols))
+    }
+
+    /// A buffer that lives until the next launch has read it (a product's
+    /// column-range parts): inside a capture the arena block of the last
+    /// such buffer when it is large enough (the launches run in stream
+    /// order), otherwise a buffer of its own.
+    fn temp_buf(&mut self, rows: usize, cols: usize) -> Result<CudaBuf, BackendError> {
+        let bytes = (rows * cols * 4) as u64;
+        if let Some((ptr, held)) = self.capture.as_ref().and_then(|c| c.temp) {
+            if held >= bytes {
+                return Ok(CudaBuf::new(BufMem::Arena(ptr), rows, cols));
+            }
+        }
+        let b = self.alloc_buf(rows, cols)?;
+        if let Some(c) = &mut self.capture {
+            c.temp = Some((b.ptr(), bytes));
+        }
+        Ok(b)
     }
 
     /// Zeroes a buffer just made (no other buffer's contents change, so no

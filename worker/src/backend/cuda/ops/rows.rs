@@ -32,10 +32,11 @@ use crate::backend::cuda::args::{
 use crate::backend::cuda::args::{EmbedArgs, KeepRowsArgs};
 use crate::backend::cuda::device::{driver_error, DevBuf, Purpose};
 use crate::backend::cuda::kernels::Mv8Plan;
-use crate::backend::cuda::ptr::DevPtr;
-use crate::backend::cuda::source::ATS_MAX_GROUP;
+use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
+use crate::backend::cuda::source::{ATS_MAX_GROUP, GF_MAX_TOKENS};
 use crate::backend::BackendError;
 use crate::model::ops::{AttentionShape, HeadNorms, QkPrep, RopeParams};
+use half::f16;
 
 /// The sequences of a rows-mode pass, row by row.
 pub struct RowsPass {
@@ -123,12 +124,26 @@ fn shape_at(s: AttentionShape, pos: usize) -> AttentionShape {
 }
 
 impl CudaOps {
-    /// Makes the device table room for `rows` rows, and `mv8_*`'s block
-    /// room for that many rows of x (at load or when the slots change, so
-    /// that no captured pass needs to allocate).
+    /// Sets the widest row of x any product of the model takes (for
+    /// [`CudaOps::reserve_rows`]).
+    pub fn set_widest_input(&mut self, cols: usize) {
+        self.widest_input = Some(cols);
+    }
+
+    /// Makes the device table room for `rows` rows, `mv8_*`'s block room
+    /// for that many rows of x, and the rows' f16 block room for a group of
+    /// `gemm_few_*` (at load or when the slots change, so that no captured
+    /// pass needs to allocate).
     pub fn reserve_rows(&mut self, rows: usize) -> Result<(), BackendError> {
         if let Some(cols) = self.x8_cols {
             self.reserve_x8_values(cols * rows)?;
+        }
+        if let Some(cols) = self.widest_input {
+            let bytes = (4 * cols * rows.min(GF_MAX_TOKENS)) as u64;
+            if self.rows_x16.as_ref().is_none_or(|b| b.bytes() < bytes) {
+                self.dev.bind()?;
+                self.rows_x16 = Some(self.dev.alloc(Purpose::Scratch, bytes)?);
+            }
         }
         if self.rows_table.as_ref().is_some_and(|t| t.rows >= rows) {
             return Ok(());
@@ -278,7 +293,8 @@ impl CudaOps {
         check_bufs(what, bufs)
     }
 
-    /// A product of a batched decode step (see the module doc).
+    /// A product of a batched decode step (see the module doc): on
+    /// `gemm_few_*` where the format has it, else `mv8n_*`, else `mv_*`.
     pub(super) fn matmul_rows(
         &mut self,
         x: &CudaBuf,
@@ -288,6 +304,31 @@ impl CudaOps {
     ) -> Result<(), BackendError> {
         let args = matmul_args(x, w, bias, out)?;
         self.dev.bind()?;
+        if let Some(plan) = self.dev.kernels.rows_few_plan(&args) {
+            // Groups of up to GF_MAX_TOKENS rows, each x split into f16
+            // parts in the rows' block, its column ranges summed.
+            for t0 in (0..args.n).step_by(GF_MAX_TOKENS) {
+                let m = args.rows_of_x(t0, GF_MAX_TOKENS.min(args.n - t0));
+                let block = self
+                    .rows_x16
+                    .as_ref()
+                    .filter(|b| b.bytes() >= (4 * m.n * m.w.cols) as u64);
+                let Some(block) = block else {
+                    return Err(BackendError::InferenceFailed(format!(
+                        "no room reserved for {} rows of {} values in f16 parts",
+                        m.n, m.w.cols
+                    )));
+                };
+                let hi = DevPtrMut::<f16>::new(block.ptr());
+                self.launch_to_f16(&m, hi)?;
+                let mut part = self.temp_buf(plan.splits * m.n, m.w.rows)?;
+                let st = &self.dev.stream;
+                self.dev
+                    .kernels
+                    .gemm_split(st, &m, hi.as_const(), plan, part.output())?;
+            }
+            return Ok(());
+        }
         if self.dev.kernels.mv8_applies(&args)
             && self.matmul_x8_plan(x, &args, Mv8Plan::Rows, out)?
         {

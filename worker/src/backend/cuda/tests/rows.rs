@@ -264,10 +264,10 @@ fn rows_attention_matches_cpu_and_is_batch_invariant() {
     }
 }
 
-/// Rows mode's products (`mv8n_*` in groups of 8 rows along its grid, or
-/// `mv_*`/`mvw_*` groups in formats without it, one launch or one a group):
-/// a row of x gets the same bits whether 1, 9, 20, 37 or 64 rows share the
-/// step, and agrees with the CPU's product.
+/// Rows mode's products (`gemm_few_*` in groups of 64 rows, or `mv_*`/
+/// `mvw_*` groups in formats without it): a row of x gets the same bits
+/// whether 1, 9, 20, 37, 64, 65 or 80 rows share the step, and agrees with
+/// the CPU's product.
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
 fn rows_products_give_a_row_the_same_bits_in_any_batch() {
@@ -275,7 +275,9 @@ fn rows_products_give_a_row_the_same_bits_in_any_batch() {
     let mut ops = gpu_ops();
     let mut rng = ChaCha8Rng::seed_from_u64(19);
     let (rows, cols) = (1000, 1536);
-    let xv = random_vec(&mut rng, 64 * cols, 1.0);
+    let xv = random_vec(&mut rng, 80 * cols, 1.0);
+    ops.set_widest_input(cols);
+    ops.reserve_rows(80).unwrap();
     for ty in [
         GgmlType::Q4K,
         GgmlType::Q6K,
@@ -293,7 +295,7 @@ fn rows_products_give_a_row_the_same_bits_in_any_batch() {
         );
         let mut all: Option<Vec<f32>> = None;
         let lead = CudaCache::new(&dev(), 1, 1, 8, 1).unwrap();
-        for n in [64, 1, 9, 20, 37] {
+        for n in [80, 1, 9, 20, 37, 64, 65] {
             let caches = (1..n)
                 .map(|_| CudaCache::new(&dev(), 1, 1, 8, 1).unwrap())
                 .collect();
@@ -309,7 +311,7 @@ fn rows_products_give_a_row_the_same_bits_in_any_batch() {
             assert_eq!(differ.count(), 0, "{ty}: rows of x differ with {n} of them");
         }
         let all = all.unwrap();
-        for t in [0, 7, 8, 63] {
+        for t in [0, 7, 8, 63, 64, 79] {
             let mut want = cpu_buf(1, rows, vec![0.0; rows]);
             let x = cpu_buf(1, cols, xv[t * cols..(t + 1) * cols].to_vec());
             CpuOps.matmul(&x, &w.cpu, None, &mut want).unwrap();
