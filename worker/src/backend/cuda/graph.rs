@@ -22,7 +22,7 @@ use std::sync::Arc;
 use cudarc::driver::result as drv;
 use cudarc::driver::sys::{self, CUgraphExec};
 
-use crate::backend::cuda::args::rows_nsplit;
+use crate::backend::cuda::args::{rows_nsplit, RowSeq};
 use crate::backend::cuda::device::{align_up, driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::ops::{CudaCache, CudaOps, CudaWeight, GraphCapture, RowsPass};
 use crate::backend::cuda::source::{ATS_MAX_SPLITS, GF_MAX_TOKENS};
@@ -264,6 +264,9 @@ impl DecodeGraph {
     }
 }
 
+/// Row counts of captured batched steps are multiples of this.
+pub const ROWS_GRAPH_STEP: usize = 8;
+
 /// One captured batched decode step: `rows` rows, attention over at most
 /// `max_splits` chunks a row.
 struct RowsGraph {
@@ -280,12 +283,22 @@ struct RowsGraph {
 /// table and launches it. The kernels and launch shapes are the eager
 /// pass's, so the logits are bit-identical.
 ///
+/// Row counts are padded to multiples of [`ROWS_GRAPH_STEP`] (rows of a
+/// scratch sequence whose logits go nowhere; a row's sums do not depend on
+/// the others, and the products run on tiles of 8 rows anyway), so a
+/// worker holds a few graphs however its batch grows and drains.
+///
 /// All graphs share one activation arena (they run one after another on the
 /// stream), as large as the largest shape captured; when a larger one is
-/// needed, the graphs are dropped and the arena made again.
+/// needed, the graphs are dropped and the arena made again. The backend
+/// drops them all when no sequence is open, so that the device memory in
+/// use is back at its value after load.
 pub struct RowsGraphs {
     arena: Option<DevBuf>,
     graphs: Vec<RowsGraph>,
+    /// The padding rows' sequence: a KV cache of one position and a
+    /// logits buffer (made with the first graph).
+    pad: Option<(CudaCache, DevBuf)>,
     /// A capture failed (a model with row-by-row work): steps run eagerly.
     pub failed: bool,
     dev: Arc<CudaDevice>,
@@ -331,14 +344,16 @@ impl RowsGraphs {
         RowsGraphs {
             arena: None,
             graphs: Vec::new(),
+            pad: None,
             failed: false,
             dev: dev.clone(),
         }
     }
 
-    /// Drops every graph and the arena (after any replay in flight).
+    /// Drops every graph, the arena and the padding sequence (after any
+    /// replay in flight).
     pub fn clear(&mut self) {
-        if self.graphs.is_empty() && self.arena.is_none() {
+        if self.graphs.is_empty() && self.arena.is_none() && self.pad.is_none() {
             return;
         }
         if self.dev.bind().is_ok() {
@@ -350,6 +365,7 @@ impl RowsGraphs {
         }
         self.graphs.clear();
         self.arena = None;
+        self.pad = None;
     }
 
     /// How many graphs are held (for tests).
@@ -363,6 +379,40 @@ impl RowsGraphs {
     /// taken from `pass` and given back in it. `Ok(false)`: this step
     /// cannot be captured (then it runs eagerly, and so do later ones).
     pub fn run(
+        &mut self,
+        ops: &mut CudaOps,
+        cfg: &ModelConfig,
+        weights: &Weights<CudaWeight>,
+        lead: &mut CudaCache,
+        pass: &mut RowsPass,
+    ) -> Result<bool, BackendError> {
+        let real = pass.seqs.len();
+        let rows = real.next_multiple_of(ROWS_GRAPH_STEP);
+        if self.pad.is_none() {
+            self.dev.bind()?;
+            let cache = CudaCache::new(&self.dev, cfg.n_layer, cfg.n_head_kv, cfg.head_dim, 1)?;
+            let logits = self
+                .dev
+                .alloc(Purpose::Scratch, (cfg.vocab_size * 4) as u64)?;
+            self.pad = Some((cache, logits));
+        }
+        let (pad_cache, pad_logits) = self.pad.as_ref().expect("made above");
+        let pad = RowSeq {
+            cache: pad_cache.planes(0).0,
+            logits: pad_logits.ptr(),
+            pos: 0,
+            capacity: 1,
+        };
+        pass.seqs.resize(rows, pad);
+        pass.tokens.resize(rows, 0);
+        let ran = self.run_padded(ops, cfg, weights, lead, pass);
+        pass.seqs.truncate(real);
+        pass.tokens.truncate(real);
+        ran
+    }
+
+    /// [`RowsGraphs::run`] of a pass padded to a whole step of rows.
+    fn run_padded(
         &mut self,
         ops: &mut CudaOps,
         cfg: &ModelConfig,

@@ -355,7 +355,7 @@ impl CudaBackend {
         if let Some(cols) = widest {
             ops.set_widest_input(cols);
         }
-        ops.reserve_rows(1)?;
+        ops.reserve_rows(graph::ROWS_GRAPH_STEP)?;
         if let Some(m) = cfg.moe {
             ops.reserve_moe(m.used, m.n_ff, cfg.n_embd)?;
         }
@@ -737,6 +737,11 @@ impl Backend for CudaBackend {
 
     fn end_sequence(&mut self) {
         self.slot().end();
+        // With no sequence open, batched steps' graphs go too (the device
+        // memory in use goes back to its value after load).
+        if self.slots.iter().all(|s| s.cache.is_none()) {
+            self.rows_graphs.clear();
+        }
         if let Err(e) = self.dev.trim_pool() {
             tracing::error!(error = %e, "returning scratch memory failed");
         }
@@ -763,7 +768,8 @@ impl Backend for CudaBackend {
         }
         // Batched steps' graphs hold the table and x8 block of the old count.
         self.rows_graphs.clear();
-        self.ops.reserve_rows(n)?;
+        self.ops
+            .reserve_rows(n.next_multiple_of(graph::ROWS_GRAPH_STEP))?;
         self.select_slot(0)
     }
 

@@ -46,6 +46,8 @@ pub struct RowsPass {
     /// Each row's token.
     pub tokens: Vec<u32>,
     /// The caches of rows 1 and on; row 0's is the one the pass was given.
+    /// A captured pass may have rows past them: padding, whose sequences
+    /// (in `seqs`) are a graph's own scratch.
     pub caches: Vec<CudaCache>,
     /// Inside a graph capture, the most chunks of `ATS_ROW_CHUNK` positions
     /// the graph's attention takes a row (its replays' rows stay within);
@@ -206,7 +208,8 @@ impl CudaOps {
     /// table is written now; inside one, the replays write it.
     pub fn begin_rows(&mut self, rows: RowsPass) -> Result<(), BackendError> {
         let n = rows.seqs.len();
-        if n == 0 || rows.tokens.len() != n || rows.caches.len() + 1 != n {
+        let padded = self.capture.is_some() && rows.caches.len() < n;
+        if n == 0 || rows.tokens.len() != n || (rows.caches.len() + 1 != n && !padded) {
             return Err(shape_error(format!(
                 "a rows-mode pass of {n} sequences, {} tokens and {} caches",
                 rows.tokens.len(),
@@ -240,15 +243,16 @@ impl CudaOps {
     }
 
     /// Runs `f` for every row with its position and cache (row 0's is
-    /// `lead`); inside `f` the ops are out of rows mode, so single-row
-    /// operations run as they do alone.
+    /// `lead`; a captured pass's padding rows have none and are skipped);
+    /// inside `f` the ops are out of rows mode, so single-row operations
+    /// run as they do alone.
     pub(super) fn each_row(
         &mut self,
         lead: &mut CudaCache,
         mut f: impl FnMut(&mut CudaOps, usize, usize, &mut CudaCache) -> Result<(), BackendError>,
     ) -> Result<(), BackendError> {
         let mut rows = self.rows.take().expect("in rows mode");
-        let result = (0..rows.seqs.len()).try_for_each(|i| {
+        let result = (0..rows.caches.len() + 1).try_for_each(|i| {
             let pos = rows.position(i);
             let cache = match i {
                 0 => &mut *lead,
@@ -343,6 +347,13 @@ impl CudaOps {
     fn rows_seqs(&self, sliding: usize) -> Result<(DevPtr<RowSeq>, usize), BackendError> {
         let rows = self.rows.as_ref().expect("in rows mode");
         let table = self.rows_table.as_ref().expect("written by begin_rows");
+        if let Some(q) = rows.seqs.iter().find(|q| q.pos < 0 || q.pos >= q.capacity) {
+            return Err(BackendError::InferenceFailed(format!(
+                "KV cache holds {} positions, {} needed",
+                q.capacity,
+                q.pos + 1
+            )));
+        }
         let most = (rows.seqs.iter())
             .map(|q| rows_nsplit(q.pos as usize, q.capacity as usize, sliding))
             .max()
