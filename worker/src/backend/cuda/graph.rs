@@ -353,7 +353,14 @@ impl RowsGraphs {
     /// Drops every graph, the arena and the padding sequence (after any
     /// replay in flight).
     pub fn clear(&mut self) {
-        if self.graphs.is_empty() && self.arena.is_none() && self.pad.is_none() {
+        self.drop_graphs();
+        self.pad = None;
+    }
+
+    /// Drops every graph and the arena (after any replay in flight); the
+    /// padding sequence stays (a pass being captured holds its addresses).
+    fn drop_graphs(&mut self) {
+        if self.graphs.is_empty() && self.arena.is_none() {
             return;
         }
         if self.dev.bind().is_ok() {
@@ -365,7 +372,6 @@ impl RowsGraphs {
         }
         self.graphs.clear();
         self.arena = None;
-        self.pad = None;
     }
 
     /// How many graphs are held (for tests).
@@ -468,7 +474,7 @@ impl RowsGraphs {
         let rows = pass.seqs.len();
         let bytes = rows_arena_bytes(&self.dev, cfg, rows, max_splits);
         if self.arena.as_ref().is_none_or(|a| a.bytes() < bytes) {
-            self.clear();
+            self.drop_graphs();
             self.dev.bind()?;
             self.arena = Some(self.dev.alloc(Purpose::Scratch, bytes)?);
         }
