@@ -176,11 +176,13 @@ pub(crate) fn check_slots(b: &mut dyn Backend) {
             let (id, top) = fingerprint(b);
             let (want_id, want) = &prints[step + 1];
             assert_eq!(id, *want_id, "forward and decode_rows choose alike");
-            // Other kernels (on the GPU one row's mat-vecs split x into
-            // 8-bit parts, a batch's products into f16 parts): the reference
-            // model's top log-probability moved by 1.1e-2 on the H200.
+            // Other kernels: on the GPU one row's mat-vecs multiply exact
+            // integer weights by x in 8-bit parts, a batch's products weights
+            // decoded to f16 by x in f16 parts. The top log-probability moved
+            // by 1.1e-2 on the reference model and 3.3e-2 on the synthetic
+            // llama (random weights, large logits) on the H200.
             let (x, y) = (f32::from_bits(top[0].1), f32::from_bits(want[0].1));
-            assert!((x - y).abs() < 2e-2, "top log-probability {x} vs {y}");
+            assert!((x - y).abs() < 5e-2, "top log-probability {x} vs {y}");
         }
         b.end_sequence();
         alone.push(prints);
