@@ -81,6 +81,43 @@ fn write_step(dev: &CudaDevice, at: u64, token: u32, position: i32) -> Result<()
         .map_err(|e| driver_error("writing the decode step", e))
 }
 
+/// Records what `queue` queues on `dev`'s stream into a graph and
+/// instantiates it (`what`: for errors). The capture always ends, even
+/// after an error, so that the stream is usable again.
+fn record(
+    dev: &CudaDevice,
+    what: &str,
+    queue: impl FnOnce() -> Result<(), BackendError>,
+) -> Result<CUgraphExec, BackendError> {
+    let stream = dev.cu_stream();
+    // SAFETY: the stream is ours; every call until end_capture only queues work.
+    let begun = unsafe {
+        drv::stream::begin_capture(
+            stream,
+            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        )
+    };
+    let recorded = begun
+        .map_err(|e| driver_error("beginning a graph capture", e))
+        .and_then(|()| queue());
+    let graph = if begun.is_ok() {
+        // SAFETY: ends the capture begun above.
+        Some(unsafe { drv::stream::end_capture(stream) })
+    } else {
+        None
+    };
+    recorded?;
+    let graph = graph
+        .expect("capture began")
+        .map_err(|e| driver_error("ending a graph capture", e))?;
+    // SAFETY: `graph` is a valid captured graph, destroyed once instantiated.
+    unsafe {
+        let exec = drv::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0));
+        drv::graph::destroy(graph).ok();
+        exec.map_err(|e| driver_error(&format!("instantiating {what}"), e))
+    }
+}
+
 /// Host-side buffers shared by every decode graph of a backend.
 pub struct GraphHost {
     /// Receives `vocab_size` logits when the caller wants them on the host.
@@ -167,48 +204,22 @@ impl DecodeGraph {
             split_part: None,
             temp: None,
         });
-        let stream = dev.cu_stream();
-        // SAFETY: the stream is ours; every call until end_capture only queues work.
-        let begun = unsafe {
-            drv::stream::begin_capture(
-                stream,
-                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-            )
-        };
         let mut dummy = Vec::new();
-        let recorded = begun
-            .map_err(|e| driver_error("beginning a graph capture", e))
-            .and_then(|()| {
-                model::forward(
-                    ops,
-                    cfg,
-                    weights,
-                    cache,
-                    &[0],
-                    0,
-                    Logits::None,
-                    &mut dummy,
-                    None,
-                )
-            });
+        let exec = record(&dev, "the decode graph", || {
+            model::forward(
+                ops,
+                cfg,
+                weights,
+                cache,
+                &[0],
+                0,
+                Logits::None,
+                &mut dummy,
+                None,
+            )
+        });
         ops.capture = None;
-        // Always end a begun capture, even after an error, so the stream is usable again.
-        let graph = if begun.is_ok() {
-            // SAFETY: ends the capture begun above.
-            Some(unsafe { drv::stream::end_capture(stream) })
-        } else {
-            None
-        };
-        recorded?;
-        let graph = graph
-            .expect("capture began")
-            .map_err(|e| driver_error("ending a graph capture", e))?;
-        // SAFETY: `graph` is a valid captured graph, destroyed once instantiated.
-        let exec = unsafe {
-            let exec = drv::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0));
-            drv::graph::destroy(graph).ok();
-            exec.map_err(|e| driver_error("instantiating the decode graph", e))?
-        };
+        let exec = exec?;
         Ok(DecodeGraph {
             exec,
             arena,
@@ -500,49 +511,24 @@ impl RowsGraphs {
             pass.caches = ops.end_rows();
             return Err(e);
         }
-        let stream = self.dev.cu_stream();
-        // SAFETY: the stream is ours; every call until end_capture only queues work.
-        let begun = unsafe {
-            drv::stream::begin_capture(
-                stream,
-                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        let pos = pass.seqs[0].pos as usize;
+        let exec = record(&self.dev, "a batched decode graph", || {
+            model::forward(
+                ops,
+                cfg,
+                weights,
+                lead,
+                &pass.tokens,
+                pos,
+                Logits::Rows,
+                &mut Vec::new(),
+                None,
             )
-        };
-        let recorded = begun
-            .map_err(|e| driver_error("beginning a graph capture", e))
-            .and_then(|()| {
-                model::forward(
-                    ops,
-                    cfg,
-                    weights,
-                    lead,
-                    &pass.tokens,
-                    pass.seqs[0].pos as usize,
-                    Logits::Rows,
-                    &mut Vec::new(),
-                    None,
-                )
-            });
+        });
         pass.caches = ops.end_rows();
         ops.capture = None;
         ops.end_step();
-        // Always end a begun capture, even after an error, so the stream is usable again.
-        let graph = if begun.is_ok() {
-            // SAFETY: ends the capture begun above.
-            Some(unsafe { drv::stream::end_capture(stream) })
-        } else {
-            None
-        };
-        recorded?;
-        let graph = graph
-            .expect("capture began")
-            .map_err(|e| driver_error("ending a graph capture", e))?;
-        // SAFETY: `graph` is a valid captured graph, destroyed once instantiated.
-        let exec = unsafe {
-            let exec = drv::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0));
-            drv::graph::destroy(graph).ok();
-            exec.map_err(|e| driver_error("instantiating a batched decode graph", e))?
-        };
+        let exec = exec?;
         Ok(RowsGraph {
             exec,
             rows,

@@ -908,6 +908,7 @@ macro_rules! param_tuple {
     };
 }
 
+param_tuple!(A.0, B.1);
 param_tuple!(A.0, B.1, C.2);
 param_tuple!(A.0, B.1, C.2, D.3);
 param_tuple!(A.0, B.1, C.2, D.3, E.4);
@@ -920,6 +921,7 @@ param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10);
 param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11);
 param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12);
 param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12, N.13);
+param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12, N.13, O.14);
 param_tuple!(
     A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12, N.13, O.14, P.15, Q.16
 );

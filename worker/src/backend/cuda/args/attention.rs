@@ -5,7 +5,7 @@ use cudarc::driver::sys::CUdeviceptr;
 use half::f16;
 
 use super::{plan, CacheWindow, SplitsOutput, X8Bufs};
-use crate::backend::cuda::launch::{refusal, Kernel, KernelCall, Plan, Work};
+use crate::backend::cuda::launch::{refusal, Kernel, KernelCall, Plan, Then, Work};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
     ATC_HEAD_DIMS, ATS_MAX_GROUP, ATS_MAX_SPLITS, ATT_MAX_HEAD_DIM,
@@ -174,6 +174,77 @@ impl KernelCall for RopeArgs {
     }
 }
 
+/// Q's and K's head-norm weights (`[head_dim]` f32 each) and epsilon.
+pub type HeadNormArgs = (DevPtr<f32>, DevPtr<f32>, f32);
+
+/// The parameters `qk_rope_store` and `qk_rope_store_rows` begin with, in
+/// order: q, k, v, the head counts and size, the head norms (null weights
+/// and 0 without), the rotation (`n_rot` 0 without).
+pub type QkPrepParams = (
+    DevPtrMut<f32>,
+    DevPtrMut<f32>,
+    DevPtr<f32>,
+    i32,
+    i32,
+    i32,
+    DevPtr<f32>,
+    DevPtr<f32>,
+    f32,
+    i32,
+    DevPtr<f64>,
+    f32,
+    f32,
+    f32,
+    i32,
+);
+
+/// [`QkPrepParams`] of a launch's q, k, v, heads, norms and rotation.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn qk_prep_params(
+    q: DevPtrMut<f32>,
+    k: DevPtrMut<f32>,
+    v: DevPtr<f32>,
+    n_head: usize,
+    n_head_kv: usize,
+    head_dim: usize,
+    norms: &Option<HeadNormArgs>,
+    rope: &Option<RopeArgs>,
+) -> QkPrepParams {
+    let (qw, kw, eps) = (
+        DevPtr::or_null(norms.map(|n| n.0)),
+        DevPtr::or_null(norms.map(|n| n.1)),
+        norms.map_or(0.0, |n| n.2),
+    );
+    let (n_rot, table, base, scale, mscale, style) = match rope {
+        Some(r) => (
+            r.n_rot as i32,
+            DevPtr::or_null(r.inv_freq),
+            r.freq_base,
+            r.freq_scale,
+            r.mscale,
+            r.style(),
+        ),
+        None => (0, DevPtr::or_null(None), 0.0, 0.0, 0.0, 0),
+    };
+    (
+        q,
+        k,
+        v,
+        n_head as i32,
+        n_head_kv as i32,
+        head_dim as i32,
+        qw,
+        kw,
+        eps,
+        n_rot,
+        table,
+        base,
+        scale,
+        mscale,
+        style,
+    )
+}
+
 /// `qk_rope_store`: before attention, in one launch, each head of Q and K
 /// normed (where `norms` are given) and rotated (where `rope` is), in place,
 /// then K's and V's rows stored in the cache as [`KvStoreArgs`] stores them.
@@ -189,7 +260,7 @@ pub struct QkRopeStoreArgs {
     pub n_head_kv: usize,
     pub head_dim: usize,
     /// `[head_dim]` f32 RMSNorm weights of Q's heads and of K's, and epsilon.
-    pub norms: Option<(DevPtr<f32>, DevPtr<f32>, f32)>,
+    pub norms: Option<HeadNormArgs>,
     /// Q's rotation ([`RopeArgs::rotates_like`] K's; its positions the
     /// window's), or none.
     pub rope: Option<RopeArgs>,
@@ -201,28 +272,7 @@ pub struct QkRopeStoreArgs {
 }
 
 impl KernelCall for QkRopeStoreArgs {
-    type Params = (
-        DevPtrMut<f32>,
-        DevPtrMut<f32>,
-        DevPtr<f32>,
-        i32,
-        i32,
-        i32,
-        DevPtr<f32>,
-        DevPtr<f32>,
-        f32,
-        i32,
-        DevPtr<f64>,
-        f32,
-        f32,
-        f32,
-        i32,
-        i32,
-        DevPtr<i32>,
-        i32,
-        DevPtrMut<f16>,
-        DevPtrMut<f16>,
-    );
+    type Params = Then<QkPrepParams, (i32, DevPtr<i32>, i32, DevPtrMut<f16>, DevPtrMut<f16>)>;
 
     fn plan(&self) -> Plan {
         let (n, n_head, n_head_kv, head_dim) = (self.n, self.n_head, self.n_head_kv, self.head_dim);
@@ -257,44 +307,17 @@ impl KernelCall for QkRopeStoreArgs {
     }
     fn params(&self) -> Self::Params {
         let (start, pos, cap) = self.window.params();
-        let (qw, kw) = (
-            DevPtr::or_null(self.norms.map(|n| n.0)),
-            DevPtr::or_null(self.norms.map(|n| n.1)),
-        );
-        let eps = self.norms.map_or(0.0, |n| n.2);
-        let (n_rot, table, base, scale, mscale, style) = match &self.rope {
-            Some(r) => (
-                r.n_rot as i32,
-                DevPtr::or_null(r.inv_freq),
-                r.freq_base,
-                r.freq_scale,
-                r.mscale,
-                r.style(),
-            ),
-            None => (0, DevPtr::or_null(None), 0.0, 0.0, 0.0, 0),
-        };
-        (
+        let prep = qk_prep_params(
             self.q,
             self.k,
             self.v,
-            self.n_head as i32,
-            self.n_head_kv as i32,
-            self.head_dim as i32,
-            qw,
-            kw,
-            eps,
-            n_rot,
-            table,
-            base,
-            scale,
-            mscale,
-            style,
-            start,
-            pos,
-            cap,
-            self.k_cache,
-            self.v_cache,
-        )
+            self.n_head,
+            self.n_head_kv,
+            self.head_dim,
+            &self.norms,
+            &self.rope,
+        );
+        Then(prep, (start, pos, cap, self.k_cache, self.v_cache))
     }
 }
 

@@ -3,8 +3,8 @@
 //! each row's own cache, one launch a layer for all rows. Each row's
 //! sequence is an entry of a device table ([`RowSeq`]).
 
-use super::{plan, RopeArgs};
-use crate::backend::cuda::launch::{refusal, Kernel, KernelCall, Plan, Work};
+use super::{plan, qk_prep_params, HeadNormArgs, QkPrepParams, RopeArgs};
+use crate::backend::cuda::launch::{refusal, Kernel, KernelCall, Plan, Then, Work};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
     head_pairs, split_on_tensor_cores, ATS_MAX_GROUP, ATS_MAX_SPLITS, ATS_ROW_CHUNK,
@@ -92,7 +92,7 @@ pub struct QkRopeStoreRowsArgs {
     pub n_head_kv: usize,
     pub head_dim: usize,
     /// As [`super::QkRopeStoreArgs::norms`].
-    pub norms: Option<(DevPtr<f32>, DevPtr<f32>, f32)>,
+    pub norms: Option<HeadNormArgs>,
     /// The rotation's frequencies and pairing (its rows and positions are
     /// the table's), or none.
     pub rope: Option<RopeArgs>,
@@ -102,25 +102,7 @@ pub struct QkRopeStoreRowsArgs {
 }
 
 impl KernelCall for QkRopeStoreRowsArgs {
-    type Params = (
-        DevPtrMut<f32>,
-        DevPtrMut<f32>,
-        DevPtr<f32>,
-        i32,
-        i32,
-        i32,
-        DevPtr<f32>,
-        DevPtr<f32>,
-        f32,
-        i32,
-        DevPtr<f64>,
-        f32,
-        f32,
-        f32,
-        i32,
-        DevPtr<RowSeq>,
-        i32,
-    );
+    type Params = Then<QkPrepParams, (DevPtr<RowSeq>, i32)>;
 
     fn plan(&self) -> Plan {
         let (n, n_head, n_head_kv, head_dim) =
@@ -152,41 +134,17 @@ impl KernelCall for QkRopeStoreRowsArgs {
         Ok(())
     }
     fn params(&self) -> Self::Params {
-        let (qw, kw) = (
-            DevPtr::or_null(self.norms.map(|n| n.0)),
-            DevPtr::or_null(self.norms.map(|n| n.1)),
-        );
-        let eps = self.norms.map_or(0.0, |n| n.2);
-        let (n_rot, table, base, scale, mscale, style) = match &self.rope {
-            Some(r) => (
-                r.n_rot as i32,
-                DevPtr::or_null(r.inv_freq),
-                r.freq_base,
-                r.freq_scale,
-                r.mscale,
-                r.style(),
-            ),
-            None => (0, DevPtr::or_null(None), 0.0, 0.0, 0.0, 0),
-        };
-        (
+        let prep = qk_prep_params(
             self.q,
             self.k,
             self.v,
-            self.n_head as i32,
-            self.n_head_kv as i32,
-            self.head_dim as i32,
-            qw,
-            kw,
-            eps,
-            n_rot,
-            table,
-            base,
-            scale,
-            mscale,
-            style,
-            self.seqs,
-            self.layer as i32,
-        )
+            self.n_head,
+            self.n_head_kv,
+            self.head_dim,
+            &self.norms,
+            &self.rope,
+        );
+        Then(prep, (self.seqs, self.layer as i32))
     }
 }
 

@@ -8,8 +8,8 @@ use super::{
     check_bufs, is_f32_vector, matmul_args, shape_error, CudaBuf, CudaCache, CudaOps, CudaWeight,
 };
 use crate::backend::cuda::args::{
-    AttentionArgs, AttentionCombineArgs, AttentionSplitArgs, CacheWindow, KvStoreArgs,
-    MatVec8ManyCall, MatVec8QkvCall, QkRopeStoreArgs, RopePairs,
+    AttentionArgs, AttentionCombineArgs, AttentionSplitArgs, CacheWindow, HeadNormArgs,
+    KvStoreArgs, MatVec8ManyCall, MatVec8QkvCall, QkRopeStoreArgs, RopePairs,
 };
 use crate::backend::cuda::ptr::DevPtr;
 use crate::backend::cuda::source::ATT_MAX_HEAD_DIM;
@@ -70,6 +70,24 @@ pub(super) fn check_attention(
     Ok(())
 }
 
+/// The checked head norms of `prep` (Q's weights, K's, epsilon) for heads
+/// of `head_dim`, as `qk_rope_store*` take them.
+pub(super) fn head_norms(
+    prep: &QkPrep<'_, CudaWeight>,
+    head_dim: usize,
+) -> Result<Option<HeadNormArgs>, BackendError> {
+    let Some(n) = &prep.norms else {
+        return Ok(None);
+    };
+    if !is_f32_vector(n.q, head_dim) || !is_f32_vector(n.k, head_dim) {
+        return Err(shape_error(format!(
+            "attend: head norms of {} and {} values for heads of {head_dim}",
+            n.q.cols, n.k.cols
+        )));
+    }
+    Ok(Some((n.q.vector(), n.k.vector(), n.eps)))
+}
+
 impl CudaOps {
     /// Where this call's rows go in the cache (a decode graph reads the
     /// position from the step's slot).
@@ -125,19 +143,7 @@ impl CudaOps {
         out: &CudaBuf,
     ) -> Result<Option<QkRopeStoreArgs>, BackendError> {
         check_attention(q, k, v, cache, s, out)?;
-        let norms = match &prep.norms {
-            Some(n) => {
-                let hd = s.head_dim;
-                if !is_f32_vector(n.q, hd) || !is_f32_vector(n.k, hd) {
-                    return Err(shape_error(format!(
-                        "attend: head norms of {} and {} values for heads of {hd}",
-                        n.q.cols, n.k.cols
-                    )));
-                }
-                Some((n.q.vector(), n.k.vector(), n.eps))
-            }
-            None => None,
-        };
+        let norms = head_norms(prep, s.head_dim)?;
         let rope = match prep.rope {
             Some((pq, pk)) => match (self.rope_args(q, pq)?, self.rope_args(k, pk)?) {
                 (Some(a), Some(b)) if a.rotates_like(&b) => Some(a),

@@ -21,10 +21,9 @@
 //! (`graph::RowsGraphs`) once the host has rewritten the table. Row-by-row
 //! work (host positions) refuses to be captured.
 
-use super::attend::check_attention;
+use super::attend::{check_attention, head_norms};
 use super::{
-    check_bufs, is_f32_vector, matmul_args, shape_error, BufMem, CudaBuf, CudaCache, CudaOps,
-    CudaWeight,
+    check_bufs, matmul_args, shape_error, BufMem, CudaBuf, CudaCache, CudaOps, CudaWeight,
 };
 use crate::backend::cuda::args::{
     rows_nsplit, AttentionCombineRowsArgs, AttentionSplitRowsArgs, QkRopeStoreRowsArgs, RowSeq,
@@ -400,19 +399,7 @@ impl CudaOps {
         prep: &QkPrep<'_, CudaWeight>,
         s: &AttentionShape,
     ) -> Result<Option<QkRopeStoreRowsArgs>, BackendError> {
-        let norms = match &prep.norms {
-            Some(n) => {
-                let hd = s.head_dim;
-                if !is_f32_vector(n.q, hd) || !is_f32_vector(n.k, hd) {
-                    return Err(shape_error(format!(
-                        "attend: head norms of {} and {} values for heads of {hd}",
-                        n.q.cols, n.k.cols
-                    )));
-                }
-                Some((n.q.vector(), n.k.vector(), n.eps))
-            }
-            None => None,
-        };
+        let norms = head_norms(prep, s.head_dim)?;
         // The rotation's frequencies and pairing (its positions are the table's).
         let pos0 = self.rows.as_ref().expect("in rows mode").position(0);
         let rope = match prep.rope {
