@@ -506,23 +506,27 @@ impl CudaBackend {
         start: usize,
     ) -> Result<(), BackendError> {
         let tokens = pass.tokens.clone();
-        self.ops.begin_rows(RowsPass {
+        let began = self.ops.begin_rows(RowsPass {
             seqs: pass.seqs.clone(),
             tokens: pass.tokens.clone(),
             caches: std::mem::take(&mut pass.caches),
             max_splits: None,
-        })?;
-        let result = model::forward(
-            &mut self.ops,
-            &self.cfg,
-            &self.weights,
-            lead,
-            &tokens,
-            start,
-            Logits::Rows,
-            &mut Vec::new(),
-            None,
-        );
+        });
+        let result = began.and_then(|()| {
+            model::forward(
+                &mut self.ops,
+                &self.cfg,
+                &self.weights,
+                lead,
+                &tokens,
+                start,
+                Logits::Rows,
+                &mut Vec::new(),
+                None,
+            )
+        });
+        // The caches come back whatever happened (begin_rows holds the pass
+        // even when it fails).
         pass.caches = self.ops.end_rows();
         result
     }

@@ -204,31 +204,38 @@ impl CudaOps {
 
     /// Starts a rows-mode pass (see the module doc): a sequence and a token
     /// per row, a cache for each row after the first. Outside a capture the
-    /// table is written now; inside one, the replays write it.
+    /// table is written now; inside one, the replays write it. The pass is
+    /// held even when this fails: [`CudaOps::end_rows`] gives its caches back.
     pub fn begin_rows(&mut self, rows: RowsPass) -> Result<(), BackendError> {
         let n = rows.seqs.len();
         let padded = self.capture.is_some() && rows.caches.len() < n;
-        if n == 0 || rows.tokens.len() != n || (rows.caches.len() + 1 != n && !padded) {
+        let shape_ok = n > 0 && rows.tokens.len() == n && (rows.caches.len() + 1 == n || padded);
+        let bound_ok = self.capture.is_some() == rows.max_splits.is_some();
+        let tokens = rows.tokens.len();
+        let caches = rows.caches.len();
+        self.rows = Some(rows);
+        if !shape_ok {
             return Err(shape_error(format!(
-                "a rows-mode pass of {n} sequences, {} tokens and {} caches",
-                rows.tokens.len(),
-                rows.caches.len()
+                "a rows-mode pass of {n} sequences, {tokens} tokens and {caches} caches"
             )));
         }
-        if self.capture.is_some() != rows.max_splits.is_some() {
+        if !bound_ok {
             return Err(shape_error(
                 "a captured pass's chunk bound, and only its".into(),
             ));
         }
-        if self.capture.is_none() {
-            self.write_rows_table(&rows.seqs, &rows.tokens)?;
-        } else if self.rows_table.as_ref().is_none_or(|t| t.rows < n) {
-            return Err(BackendError::InferenceFailed(format!(
-                "no table room for {n} rows reserved before a capture"
-            )));
+        if self.capture.is_some() {
+            if self.rows_table.as_ref().is_none_or(|t| t.rows < n) {
+                return Err(BackendError::InferenceFailed(format!(
+                    "no table room for {n} rows reserved before a capture"
+                )));
+            }
+            return Ok(());
         }
+        let rows = self.rows.take().expect("set above");
+        let written = self.write_rows_table(&rows.seqs, &rows.tokens);
         self.rows = Some(rows);
-        Ok(())
+        written
     }
 
     /// Ends a rows-mode pass, giving back the caches of rows 1 and on.
