@@ -22,7 +22,7 @@ use std::sync::Arc;
 use cudarc::driver::result as drv;
 use cudarc::driver::sys::{self, CUgraphExec};
 
-use crate::backend::cuda::args::{rows_nsplit, RowSeq};
+use crate::backend::cuda::args::{most_splits, RowSeq};
 use crate::backend::cuda::device::{align_up, driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::ops::{CudaCache, CudaOps, CudaWeight, GraphCapture, RowsPass};
 use crate::backend::cuda::source::{ATS_MAX_SPLITS, GF_MAX_TOKENS};
@@ -438,11 +438,9 @@ impl RowsGraphs {
         pass: &mut RowsPass,
     ) -> Result<bool, BackendError> {
         let rows = pass.seqs.len();
-        let most = (pass.seqs.iter())
-            .map(|q| rows_nsplit(q.pos as usize, q.capacity as usize, 0))
-            .max()
-            .unwrap_or(1);
-        let max_splits = most.next_power_of_two().min(ATS_MAX_SPLITS);
+        let max_splits = most_splits(&pass.seqs, 0)
+            .next_power_of_two()
+            .min(ATS_MAX_SPLITS);
         let at = self
             .graphs
             .iter()

@@ -470,9 +470,15 @@ impl Kernels {
     /// Whether `gemm_few_*` takes this matmul: short-prompt kernels on, few
     /// enough rows of x, whole 64-column chunks, the kernel compiled.
     fn few_ready(&self, m: &MatmulArgs) -> bool {
+        m.n <= GF_MAX_TOKENS && self.few_takes(m)
+    }
+
+    /// Whether `gemm_few_*` takes this matrix, in groups of up to
+    /// `GF_MAX_TOKENS` rows of x: on, whole 64-column chunks, compiled for
+    /// the format.
+    fn few_takes(&self, m: &MatmulArgs) -> bool {
         self.gemm_split.load(Ordering::Relaxed)
             && self.gemm_few.load(Ordering::Relaxed)
-            && m.n <= GF_MAX_TOKENS
             && m.w.cols.is_multiple_of(64)
             && self.funcs.contains_key(&Kernel::GemmFew(m.w.ty))
     }
@@ -618,11 +624,7 @@ impl Kernels {
     /// result is the same bits in a batch of any size, one row included
     /// (groups of up to `GF_MAX_TOKENS` rows, a launch each).
     pub fn rows_few_plan(&self, m: &MatmulArgs) -> Option<GemmSplit> {
-        let ready = self.gemm_split.load(Ordering::Relaxed)
-            && self.gemm_few.load(Ordering::Relaxed)
-            && m.w.cols.is_multiple_of(64)
-            && self.funcs.contains_key(&Kernel::GemmFew(m.w.ty));
-        ready.then(|| GemmSplit {
+        self.few_takes(m).then(|| GemmSplit {
             few: true,
             splits: self.few_splits(m.w.rows, m.w.cols),
         })

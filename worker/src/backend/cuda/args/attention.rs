@@ -558,12 +558,31 @@ fn validate_head_split(
 /// query heads per KV head: the tensor-core kernel for heads of 64 or 128
 /// dims; else dim pairs per lane, 1, 2 or 4, and most heads, 4 or 8 (larger
 /// heads and groups are refused by `validate`).
-fn split_kernel(head_dim: usize, group: usize) -> Kernel {
+pub(super) fn split_kernel(head_dim: usize, group: usize) -> Kernel {
     let pairs = crate::backend::cuda::source::head_pairs(head_dim);
     if crate::backend::cuda::source::split_on_tensor_cores(head_dim) {
         return Kernel::AttentionSplitTc(pairs);
     }
     Kernel::AttentionSplit(pairs, if group <= 4 { 4 } else { 8 })
+}
+
+/// Refuses heads the split kernels do not take: a group of more than
+/// `ATS_MAX_GROUP` query heads per KV head, heads not of whole 8-value
+/// chunks or wider than `ATT_MAX_HEAD_DIM`.
+pub(super) fn check_split_heads(
+    k: Kernel,
+    n_head: usize,
+    n_head_kv: usize,
+    head_dim: usize,
+) -> Result<(), BackendError> {
+    let group = n_head / n_head_kv.max(1);
+    if n_head_kv == 0 || !n_head.is_multiple_of(n_head_kv) || group > ATS_MAX_GROUP {
+        return Err(refusal(k, format!("{n_head}/{n_head_kv} heads")));
+    }
+    if !head_dim.is_multiple_of(8) || head_dim > ATT_MAX_HEAD_DIM {
+        return Err(refusal(k, format!("heads of {head_dim}")));
+    }
+    Ok(())
 }
 
 /// `attention_split`: one query row (decode) over a long context split into
@@ -638,15 +657,7 @@ impl KernelCall for AttentionSplitArgs {
     fn validate(&self) -> Result<(), BackendError> {
         let group = self.n_head / self.n_head_kv.max(1);
         let k = split_kernel(self.head_dim, group);
-        if !self.n_head.is_multiple_of(self.n_head_kv) || group > ATS_MAX_GROUP {
-            return Err(refusal(
-                k,
-                format!("{}/{} heads", self.n_head, self.n_head_kv),
-            ));
-        }
-        if !self.head_dim.is_multiple_of(8) || self.head_dim > ATT_MAX_HEAD_DIM {
-            return Err(refusal(k, format!("heads of {}", self.head_dim)));
-        }
+        check_split_heads(k, self.n_head, self.n_head_kv, self.head_dim)?;
         if self.sliding > self.window.capacity {
             return Err(refusal(k, format!("a window of {}", self.sliding)));
         }

@@ -3,13 +3,12 @@
 //! each row's own cache, one launch a layer for all rows. Each row's
 //! sequence is an entry of a device table ([`RowSeq`]).
 
-use super::{plan, qk_prep_params, HeadNormArgs, QkPrepParams, RopeArgs};
+use super::{
+    check_split_heads, plan, qk_prep_params, split_kernel, HeadNormArgs, QkPrepParams, RopeArgs,
+};
 use crate::backend::cuda::launch::{refusal, Kernel, KernelCall, Plan, Then, Work};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
-use crate::backend::cuda::source::{
-    head_pairs, split_on_tensor_cores, ATS_MAX_GROUP, ATS_MAX_SPLITS, ATS_ROW_CHUNK,
-    ATT_MAX_HEAD_DIM,
-};
+use crate::backend::cuda::source::{ATS_MAX_SPLITS, ATS_ROW_CHUNK, ATT_MAX_HEAD_DIM};
 use crate::backend::BackendError;
 
 /// One row's sequence in a batched step's table (common.cuh's `RowSeq`:
@@ -46,6 +45,15 @@ pub fn rows_nsplit(pos: usize, capacity: usize, sliding: usize) -> usize {
         .saturating_sub(first)
         .div_ceil(ATS_ROW_CHUNK)
         .clamp(1, ATS_MAX_SPLITS)
+}
+
+/// The most chunks any of these rows' attention takes with a window of
+/// `sliding` positions (0: none; no window gives the most).
+pub fn most_splits(seqs: &[RowSeq], sliding: usize) -> usize {
+    seqs.iter()
+        .map(|q| rows_nsplit(q.pos as usize, q.capacity as usize, sliding))
+        .max()
+        .unwrap_or(1)
 }
 
 /// `keep_rows`: row `r` of a batched step's logits to `seqs[r].logits`.
@@ -149,30 +157,14 @@ impl KernelCall for QkRopeStoreRowsArgs {
 }
 
 /// The `attention_split_*_rows` instance for heads of `head_dim` and
-/// `group` query heads per KV head (as `attention_split_*` is chosen).
+/// `group` query heads per KV head: the rows form of the one
+/// `attention_split_*` takes.
 fn split_rows_kernel(head_dim: usize, group: usize) -> Kernel {
-    let pairs = head_pairs(head_dim);
-    if split_on_tensor_cores(head_dim) {
-        return Kernel::AttentionSplitTcRows(pairs);
+    match split_kernel(head_dim, group) {
+        Kernel::AttentionSplitTc(pairs) => Kernel::AttentionSplitTcRows(pairs),
+        Kernel::AttentionSplit(pairs, g) => Kernel::AttentionSplitRows(pairs, g),
+        k => unreachable!("{k:?} is not a split attention kernel"),
     }
-    Kernel::AttentionSplitRows(pairs, if group <= 4 { 4 } else { 8 })
-}
-
-/// Refuses heads the split kernels do not take.
-fn check_heads(
-    k: Kernel,
-    n_head: usize,
-    n_head_kv: usize,
-    head_dim: usize,
-) -> Result<(), BackendError> {
-    let group = n_head / n_head_kv.max(1);
-    if n_head_kv == 0 || !n_head.is_multiple_of(n_head_kv) || group > ATS_MAX_GROUP {
-        return Err(refusal(k, format!("{n_head}/{n_head_kv} heads")));
-    }
-    if !head_dim.is_multiple_of(8) || head_dim > ATT_MAX_HEAD_DIM {
-        return Err(refusal(k, format!("heads of {head_dim}")));
-    }
-    Ok(())
 }
 
 /// `attention_split_*_rows`: one query row per sequence, each over its own
@@ -236,7 +228,7 @@ impl KernelCall for AttentionSplitRowsArgs {
     }
     fn validate(&self) -> Result<(), BackendError> {
         let k = split_rows_kernel(self.head_dim, self.n_head / self.n_head_kv.max(1));
-        check_heads(k, self.n_head, self.n_head_kv, self.head_dim)?;
+        check_split_heads(k, self.n_head, self.n_head_kv, self.head_dim)?;
         if self.max_splits > ATS_MAX_SPLITS || self.layer > i32::MAX as usize {
             let msg = format!("{} chunks, layer {}", self.max_splits, self.layer);
             return Err(refusal(k, msg));

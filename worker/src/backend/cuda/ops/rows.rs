@@ -26,7 +26,7 @@ use super::{
     check_bufs, matmul_args, shape_error, BufMem, CudaBuf, CudaCache, CudaOps, CudaWeight,
 };
 use crate::backend::cuda::args::{
-    rows_nsplit, AttentionCombineRowsArgs, AttentionSplitRowsArgs, QkRopeStoreRowsArgs, RowSeq,
+    most_splits, AttentionCombineRowsArgs, AttentionSplitRowsArgs, QkRopeStoreRowsArgs, RowSeq,
 };
 use crate::backend::cuda::args::{EmbedArgs, KeepRowsArgs};
 use crate::backend::cuda::device::{driver_error, DevBuf, Purpose};
@@ -360,10 +360,7 @@ impl CudaOps {
                 q.pos + 1
             )));
         }
-        let most = (rows.seqs.iter())
-            .map(|q| rows_nsplit(q.pos as usize, q.capacity as usize, sliding))
-            .max()
-            .unwrap_or(1);
+        let most = most_splits(&rows.seqs, sliding);
         match rows.max_splits {
             Some(bound) if most > bound => Err(BackendError::InferenceFailed(format!(
                 "a row's attention takes {most} chunks, a captured pass {bound}"
@@ -492,20 +489,13 @@ impl CudaOps {
         out: &CudaBuf,
     ) -> Result<(), BackendError> {
         self.check_rows_attention(q, k, v, cache, s, out)?;
-        let (seqs, _) = self.rows_seqs(0)?;
-        let store = QkRopeStoreRowsArgs {
-            q: view(q).output(),
-            k: view(k).output(),
-            v: v.input(),
-            rows: q.rows,
-            n_head: s.n_head,
-            n_head_kv: s.n_head_kv,
-            head_dim: s.head_dim,
+        let nothing = QkPrep {
             norms: None,
             rope: None,
-            seqs,
-            layer: s.layer,
         };
+        let store = self
+            .qk_rope_store_rows_args(q, k, v, &nothing, &s)?
+            .expect("nothing to turn: one launch");
         self.dev.bind()?;
         self.dev.kernels.launch(&self.dev.stream, &store)?;
         self.attend_rows_cached(q, cache, s, sinks.map(CudaWeight::vector), out)
