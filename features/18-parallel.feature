@@ -48,3 +48,31 @@ Feature: Many clients at once
       """
     Then each job gave the same tokens at once as alone
     And at least 8 of the jobs streamed at the same time
+
+  # Pages of the paged KV pool are the driver's 2 MiB: a 4 MiB budget is two
+  # blocks. Each job needs under 1 MB (SmolLM2: 23,040 bytes a position), so
+  # bytes alone would let all four run; blocks let two.
+  @EXT-018.3 @cuda
+  Scenario: Jobs take their KV caches from a pool of blocks fixed at start-up, wait for free blocks rather than fail, and give every block back
+    Given a worker on the reference model with flags "--parallel 4 --kv-cache-size-mb 4"
+    When I scrape /metrics
+    Then the scrape's "worker_kv_blocks_total" is above 0
+    And the scrape's "worker_kv_blocks_used" is 0
+    And the scrape's "worker_kv_blocks_free" equals its "worker_kv_blocks_total"
+    When I post these jobs at once:
+      """
+      [{"job_id": "k18-1", "prompt": "Tell me about the sea.", "max_tokens": 30, "temperature": 0},
+       {"job_id": "k18-2", "prompt": "The history of Rome begins", "max_tokens": 30, "temperature": 0},
+       {"job_id": "k18-3", "prompt": "Once upon a time", "max_tokens": 30, "temperature": 0.7, "seed": 4},
+       {"job_id": "k18-4", "prompt": "Count to ten:", "max_tokens": 30, "temperature": 0}]
+      """
+    And all jobs end
+    Then jobs "k18-1", "k18-2", "k18-3" and "k18-4" ended with "end"
+    And every accepted job ended with exactly one terminal event
+    And at least 2 of the jobs streamed at the same time
+    And at most 2 of the jobs streamed at the same time
+    When I scrape /metrics
+    Then the scrape's "worker_kv_blocks_used" is 0
+    And the scrape's "worker_kv_blocks_free" equals its "worker_kv_blocks_total"
+    And the scrape's "worker_kv_cache_bytes" is 0
+    And the scrape's "worker_running_jobs" is 0

@@ -84,6 +84,15 @@ impl MemoryUse {
     }
 }
 
+/// The paged KV cache's blocks: their size, how many there are, and how
+/// many open sequences hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct KvBlocks {
+    pub block_bytes: u64,
+    pub total: usize,
+    pub used: usize,
+}
+
 /// What [`Backend::sample`] is asked to do with the last forward pass's
 /// last-position logits.
 #[derive(Clone, Copy, Debug)]
@@ -241,6 +250,13 @@ pub trait Backend: Send {
     /// job wait for room rather than fail at its start.
     fn has_room(&self, _capacity: usize) -> bool {
         true
+    }
+
+    /// The paged KV cache's blocks, where the backend has one (the GPU with
+    /// more than one slot): jobs' caches come from a pool of fixed-size
+    /// blocks taken at start-up, and `has_room` asks whether enough are free.
+    fn kv_blocks(&self) -> Option<KvBlocks> {
+        None
     }
 
     /// How many sequences the backend holds at once: 1 unless `set_slots`

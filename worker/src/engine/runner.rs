@@ -102,6 +102,9 @@ impl Engine {
         };
         let backend_kind = parts.backend.device().backend;
         parts.metrics.set_slots(parts.backend.slots());
+        if let Some(b) = parts.backend.kv_blocks() {
+            parts.metrics.set_kv_blocks(b.total, b.used);
+        }
         let post_load_vram = parts.backend.memory_use().total();
         parts.status.set_vram_bytes_used(post_load_vram);
         // Looked up once here (a pass over the vocabulary), not in a job.
@@ -467,7 +470,16 @@ impl EngineThread {
     /// cache gauge; clears a memory problem once back at the post-load level.
     pub(super) fn note_memory(&self) {
         let memory = self.backend.memory_use();
-        self.metrics.set_kv_cache_bytes(memory.kv_cache);
+        // With a paged pool the device holds all of it from start-up; the
+        // gauge counts what the open sequences hold.
+        match self.backend.kv_blocks() {
+            Some(b) => {
+                self.metrics.set_kv_blocks(b.total, b.used);
+                self.metrics
+                    .set_kv_cache_bytes(b.used as u64 * b.block_bytes);
+            }
+            None => self.metrics.set_kv_cache_bytes(memory.kv_cache),
+        }
         let vram = memory.total();
         self.status.set_vram_bytes_used(vram);
         if vram <= self.post_load_vram {

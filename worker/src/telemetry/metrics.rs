@@ -19,6 +19,9 @@
 //! | `worker_running_jobs` | gauge | jobs running now (at most `worker_slots`) |
 //! | `worker_batch_rows` | histogram | jobs decoded together in one step (`--parallel` > 1) |
 //! | `worker_kv_cache_bytes` | gauge | device bytes of the open sequences' KV caches (0 on cpu) |
+//! | `worker_kv_blocks_total` | gauge | blocks of the paged KV pool (`--parallel` > 1 on the GPU; 0 without a pool) |
+//! | `worker_kv_blocks_used` | gauge | blocks of the pool held by open sequences |
+//! | `worker_kv_blocks_free` | gauge | blocks of the pool free for new jobs |
 //! | `worker_parity_records_dropped_total` | counter | parity records dropped because the writer was behind |
 //! | `worker_active_expert_count` | gauge | mixture-of-experts models (gpt-oss) only: experts each token is routed to in every layer (`expert_used_count`) |
 //! | `worker_expert_count` | gauge | mixture-of-experts models only: experts in every layer (`expert_count`) |
@@ -124,6 +127,9 @@ pub struct Metrics {
     running_jobs: Gauge,
     batch_rows: Histogram,
     kv_cache_bytes: Gauge,
+    kv_blocks_total: Gauge,
+    kv_blocks_used: Gauge,
+    kv_blocks_free: Gauge,
     parity_dropped: Counter,
     started: Instant,
 }
@@ -149,6 +155,9 @@ impl Metrics {
         let running_jobs = Gauge::default();
         let batch_rows = Histogram::new(exponential_buckets(1.0, 2.0, 9));
         let kv_cache_bytes = Gauge::default();
+        let kv_blocks_total = Gauge::default();
+        let kv_blocks_used = Gauge::default();
+        let kv_blocks_free = Gauge::default();
         let parity_dropped = Counter::default();
         let info_family = Family::<InfoLabels, Gauge>::default();
         info_family.get_or_create(&info).set(1);
@@ -232,6 +241,21 @@ impl Metrics {
             kv_cache_bytes.clone(),
         );
         registry.register(
+            "worker_kv_blocks_total",
+            "Blocks of the paged KV pool (0 without one)",
+            kv_blocks_total.clone(),
+        );
+        registry.register(
+            "worker_kv_blocks_used",
+            "Blocks of the paged KV pool held by open sequences",
+            kv_blocks_used.clone(),
+        );
+        registry.register(
+            "worker_kv_blocks_free",
+            "Blocks of the paged KV pool free for new jobs",
+            kv_blocks_free.clone(),
+        );
+        registry.register(
             "worker_parity_records_dropped",
             "Parity log records dropped because the writer was behind",
             parity_dropped.clone(),
@@ -278,6 +302,9 @@ impl Metrics {
             running_jobs,
             batch_rows,
             kv_cache_bytes,
+            kv_blocks_total,
+            kv_blocks_used,
+            kv_blocks_free,
             parity_dropped,
             started: Instant::now(),
         }
@@ -354,6 +381,14 @@ impl Metrics {
     pub fn set_kv_cache_bytes(&self, bytes: u64) {
         self.kv_cache_bytes
             .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// The paged KV pool's blocks: all, held, free.
+    pub fn set_kv_blocks(&self, total: usize, used: usize) {
+        let g = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+        self.kv_blocks_total.set(g(total));
+        self.kv_blocks_used.set(g(used));
+        self.kv_blocks_free.set(g(total.saturating_sub(used)));
     }
 
     pub fn parity_dropped_counter(&self) -> Counter {

@@ -189,6 +189,37 @@ async fn sample_is(w: &mut TestWorld, name: String, want: String) -> StepResult 
     Ok(())
 }
 
+/// The one sample of `name` in the last scrape.
+fn one_sample(w: &TestWorld, name: &str) -> anyhow::Result<f64> {
+    let s = parse(w.probes.last_scrape()?)?;
+    let found: Vec<f64> = s
+        .iter()
+        .filter(|x| x.name == name)
+        .map(|x| x.value)
+        .collect();
+    match found[..] {
+        [v] => Ok(v),
+        _ => Err(anyhow!("{name}: want one sample, found {found:?}")),
+    }
+}
+
+#[then(expr = "the scrape's {string} is above {int}")]
+async fn sample_above(w: &mut TestWorld, name: String, floor: u32) -> StepResult {
+    let v = one_sample(w, &name)?;
+    check!(
+        v > f64::from(floor),
+        "{name} is {v}, want more than {floor}"
+    );
+    Ok(())
+}
+
+#[then(expr = "the scrape's {string} equals its {string}")]
+async fn samples_equal(w: &mut TestWorld, a: String, b: String) -> StepResult {
+    let (x, y) = (one_sample(w, &a)?, one_sample(w, &b)?);
+    check!(x == y, "{a} is {x}, {b} is {y}");
+    Ok(())
+}
+
 fn rose_by(w: &TestWorld, selector: &str, by: f64) -> StepResult {
     let (a, b) = last_two(w)?;
     let (x, y) = (total(&a, selector)?, total(&b, selector)?);

@@ -122,3 +122,10 @@ async fn streamed_together(w: &mut TestWorld, n: usize) -> StepResult {
     check!(most >= n, "at most {most} jobs streamed at once, want {n}");
     Ok(())
 }
+
+#[then(expr = "at most {int} of the jobs streamed at the same time")]
+async fn streamed_apart(w: &mut TestWorld, n: usize) -> StepResult {
+    let most = most_at_once(w)?;
+    check!(most <= n, "{most} jobs streamed at once, want at most {n}");
+    Ok(())
+}

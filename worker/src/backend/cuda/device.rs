@@ -90,7 +90,7 @@ impl Accounting {
         self.cap.map(|c| c.saturating_sub(self.snapshot().total()))
     }
 
-    fn reserve(&self, p: Purpose, bytes: u64) -> Result<(), BackendError> {
+    pub(crate) fn reserve(&self, p: Purpose, bytes: u64) -> Result<(), BackendError> {
         if let Some(left) = self.cap_left() {
             if bytes > left {
                 return Err(BackendError::OutOfMemory {
@@ -103,7 +103,7 @@ impl Accounting {
         Ok(())
     }
 
-    fn release(&self, p: Purpose, bytes: u64) {
+    pub(crate) fn release(&self, p: Purpose, bytes: u64) {
         self.counter(p).fetch_sub(bytes, Ordering::Relaxed);
     }
 }
@@ -305,6 +305,11 @@ impl CudaDevice {
 
     pub fn info(&self) -> &DeviceInfo {
         &self.info
+    }
+
+    /// The driver's device handle (the id in memory locations).
+    pub(crate) fn cu_device(&self) -> sys::CUdevice {
+        self.ctx.cu_device()
     }
 
     /// Compute capability `(major, minor)`.

@@ -31,6 +31,7 @@ mod blas;
 mod device;
 mod graph;
 mod kernels;
+mod kv_pool;
 mod launch;
 mod nvrtc;
 mod ops;
@@ -58,7 +59,7 @@ pub use upload::UploadStats;
 
 use crate::backend::{
     check_set_slots, check_slot, decode_one_by_one, Backend, BackendError, Checkpoints, DeviceInfo,
-    Logits, MemoryUse, SampleRequest, SampledToken,
+    KvBlocks, Logits, MemoryUse, SampleRequest, SampledToken,
 };
 use crate::gguf::GgufFile;
 use crate::model::ModelConfig;
@@ -133,6 +134,8 @@ pub struct CudaBackend {
     slots: Vec<CudaSlot>,
     current: usize,
     kv_limit_bytes: Option<u64>,
+    /// The paged KV pool the slots' caches come from (more than one slot).
+    kv_pool: Option<kv_pool::KvPool>,
     upload_stats: UploadStats,
     graph_host: graph::GraphHost,
     use_graphs: bool,
@@ -384,6 +387,7 @@ impl CudaBackend {
             slots: vec![slot],
             current: 0,
             kv_limit_bytes,
+            kv_pool: None,
             upload_stats,
             graph_host,
             use_graphs,
@@ -462,6 +466,34 @@ impl CudaBackend {
             });
         }
         Ok(())
+    }
+
+    /// The paged pool for `slots` sequences, taken last at start-up: the
+    /// `--kv-cache-size-mb` budget, or else a full context for every slot;
+    /// either way no more than the device has free beside some headroom.
+    fn make_kv_pool(&self, slots: usize) -> Result<kv_pool::KvPool, BackendError> {
+        let cfg = &self.cfg;
+        let per_pos = CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, 1);
+        let full = slots as u64 * per_pos * cfg.context_length as u64;
+        let want = self.kv_limit_bytes.unwrap_or(full);
+        let bytes = kv_pool::KvPool::plan_bytes(&self.dev, want)?;
+        if bytes == 0 {
+            let available = self.dev.available_bytes()?;
+            return Err(BackendError::OutOfMemory {
+                needed: want,
+                available,
+            });
+        }
+        let pool = kv_pool::KvPool::new(&self.dev, bytes)?;
+        let blocks = pool.blocks();
+        tracing::info!(
+            slots,
+            blocks = blocks.total,
+            block_bytes = blocks.block_bytes,
+            pool_bytes = bytes,
+            "paged KV pool ready"
+        );
+        Ok(pool)
     }
 
     /// KV cache bytes of the open sequences.
@@ -640,13 +672,18 @@ impl Backend for CudaBackend {
         }
         self.end_sequence();
         self.kv_budget(capacity)?;
-        let cache = CudaCache::new(
-            &self.dev,
-            self.cfg.n_layer,
-            self.cfg.n_head_kv,
-            self.cfg.head_dim,
-            capacity,
-        )?;
+        let (dev, cfg) = (&self.dev, &self.cfg);
+        let cache = match &self.kv_pool {
+            Some(pool) => CudaCache::from_pool(
+                dev,
+                pool,
+                cfg.n_layer,
+                cfg.n_head_kv,
+                cfg.head_dim,
+                capacity,
+            )?,
+            None => CudaCache::new(dev, cfg.n_layer, cfg.n_head_kv, cfg.head_dim, capacity)?,
+        };
         let slot = self.slot();
         slot.cache = Some(cache);
         slot.len = 0;
@@ -751,9 +788,16 @@ impl Backend for CudaBackend {
         }
     }
 
-    /// Within `--kv-cache-size-mb` beside the open sequences' caches.
+    /// Within `--kv-cache-size-mb` beside the open sequences' caches, and
+    /// enough of the pool's blocks free.
     fn has_room(&self, capacity: usize) -> bool {
-        self.kv_budget(capacity).is_ok()
+        let cfg = &self.cfg;
+        let bytes = CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, capacity);
+        self.kv_budget(capacity).is_ok() && self.kv_pool.as_ref().is_none_or(|p| p.has_room(bytes))
+    }
+
+    fn kv_blocks(&self) -> Option<KvBlocks> {
+        self.kv_pool.as_ref().map(|p| p.blocks())
     }
 
     fn slots(&self) -> usize {
@@ -774,6 +818,10 @@ impl Backend for CudaBackend {
         self.rows_graphs.clear();
         self.ops
             .reserve_rows(n.next_multiple_of(graph::ROWS_GRAPH_STEP))?;
+        self.kv_pool = None;
+        if n > 1 {
+            self.kv_pool = Some(self.make_kv_pool(n)?);
+        }
         self.select_slot(0)
     }
 

@@ -11,6 +11,7 @@ use half::f16;
 
 use crate::backend::cuda::args::Stored;
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
+use crate::backend::cuda::kv_pool::{KvPool, PageLease};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -112,9 +113,33 @@ impl CudaBuf {
     }
 }
 
+/// The memory behind a KV cache.
+pub(crate) enum CacheMem {
+    /// Its own block (`--parallel 1`, tests).
+    Block(DevBuf),
+    /// Pages of the paged pool mapped contiguously (`--parallel N`).
+    Pages(PageLease),
+}
+
+impl CacheMem {
+    pub(crate) fn ptr(&self) -> CUdeviceptr {
+        match self {
+            CacheMem::Block(b) => b.ptr(),
+            CacheMem::Pages(p) => p.ptr(),
+        }
+    }
+
+    pub(crate) fn bytes(&self) -> u64 {
+        match self {
+            CacheMem::Block(b) => b.bytes(),
+            CacheMem::Pages(p) => p.bytes(),
+        }
+    }
+}
+
 /// One sequence's KV cache: f16, `[n_layer][2][n_head_kv][capacity][head_dim]`.
 pub struct CudaCache {
-    pub(super) mem: DevBuf,
+    pub(super) mem: CacheMem,
     pub n_layer: usize,
     pub n_head_kv: usize,
     pub head_dim: usize,
@@ -139,7 +164,30 @@ impl CudaCache {
         let mem = dev.alloc(Purpose::KvCache, bytes)?;
         mem.zero(bytes)?;
         Ok(CudaCache {
-            mem,
+            mem: CacheMem::Block(mem),
+            n_layer,
+            n_head_kv,
+            head_dim,
+            capacity,
+        })
+    }
+
+    /// A zeroed cache on pages of `pool` (an error when too few are free).
+    pub fn from_pool(
+        dev: &Arc<CudaDevice>,
+        pool: &KvPool,
+        n_layer: usize,
+        n_head_kv: usize,
+        head_dim: usize,
+        capacity: usize,
+    ) -> Result<Self, BackendError> {
+        let bytes = Self::bytes_for(n_layer, n_head_kv, head_dim, capacity);
+        let lease = pool.lease(bytes)?;
+        // SAFETY: the lease's pages are mapped for at least `bytes` bytes.
+        unsafe { drv::memset_d8_async(lease.ptr(), 0, bytes as usize, dev.cu_stream()) }
+            .map_err(|e| driver_error("zeroing a KV cache", e))?;
+        Ok(CudaCache {
+            mem: CacheMem::Pages(lease),
             n_layer,
             n_head_kv,
             head_dim,

@@ -33,6 +33,7 @@ mod compile;
 mod elementwise;
 mod geometry;
 mod graph;
+mod kv_pool;
 mod launchers;
 mod matmul;
 mod memcheck;

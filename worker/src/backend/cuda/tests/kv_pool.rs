@@ -1,0 +1,161 @@
+//! The paged KV pool (`kv_pool.rs`): pages leased, mapped and given back,
+//! and a backend's slots on it computing what a cache of its own computes.
+
+use super::*;
+use cudarc::driver::result as drv;
+
+use crate::backend::cuda::kv_pool::KvPool;
+use crate::model::synthetic::synthetic_model;
+
+fn fill(ptr: u64, bytes: u64, value: u8) {
+    let d = dev();
+    // SAFETY: the range is a mapped lease of at least `bytes` bytes.
+    unsafe { drv::memset_d8_async(ptr, value, bytes as usize, d.cu_stream()) }.unwrap();
+}
+
+fn read(ptr: u64, bytes: u64) -> Vec<u8> {
+    let d = dev();
+    let mut out = vec![0u8; bytes as usize];
+    // SAFETY: the range is a mapped lease of at least `bytes` bytes.
+    unsafe { drv::memcpy_dtoh_async(&mut out, ptr, d.cu_stream()) }.unwrap();
+    d.synchronize().unwrap();
+    out
+}
+
+/// Leases take the lowest free pages, fail without enough, and give their
+/// pages back on drop; a lease on pages that are not consecutive is still
+/// one contiguous range, and writing it leaves the other leases' bytes alone.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn pool_leases_map_pages_contiguously_and_give_them_back() {
+    let _gpu = shared_gpu();
+    let d = dev();
+    d.bind().unwrap();
+    let before = d.memory_use().kv_cache;
+    let probe = KvPool::new(&d, 1).unwrap();
+    let page = probe.page_bytes();
+    drop(probe);
+    let pool = KvPool::new(&d, 6 * page).unwrap();
+    assert_eq!(d.memory_use().kv_cache, before + 6 * page);
+    let blocks = pool.blocks();
+    assert_eq!(
+        (blocks.total, blocks.used, blocks.block_bytes),
+        (6, 0, page)
+    );
+
+    let a = pool.lease(page + 1).unwrap(); // pages 0, 1
+    let b = pool.lease(page).unwrap(); // page 2
+    let c = pool.lease(1).unwrap(); // page 3
+    assert_eq!(pool.blocks().used, 4);
+    assert_eq!((a.bytes(), b.bytes(), c.bytes()), (2 * page, page, page));
+    assert!(pool.has_room(2 * page) && !pool.has_room(2 * page + 1));
+    match pool.lease(3 * page) {
+        Err(BackendError::OutOfMemory { needed, available }) => {
+            assert_eq!((needed, available), (3 * page, 2 * page))
+        }
+        other => panic!(
+            "a lease beyond the free pages: {:?}",
+            other.map(|l| l.bytes())
+        ),
+    }
+    fill(a.ptr(), a.bytes(), 0xa1);
+    fill(c.ptr(), c.bytes(), 0xc3);
+    drop(b);
+    assert_eq!(pool.blocks().used, 3);
+
+    // Pages 2, 4 and 5: two runs, one range.
+    let e = pool.lease(3 * page).unwrap();
+    assert_eq!(pool.blocks().used, 6);
+    assert!(!pool.has_room(1));
+    let pattern: Vec<u8> = (0..e.bytes()).map(|i| (i % 251) as u8).collect();
+    // SAFETY: `e` maps `pattern.len()` bytes.
+    unsafe { drv::memcpy_htod_async(e.ptr(), &pattern, d.cu_stream()) }.unwrap();
+    assert!(
+        read(e.ptr(), e.bytes()) == pattern,
+        "a lease reads back what was written"
+    );
+    assert!(read(a.ptr(), a.bytes()).iter().all(|&x| x == 0xa1));
+    assert!(read(c.ptr(), c.bytes()).iter().all(|&x| x == 0xc3));
+
+    drop((a, c, e));
+    assert_eq!(pool.blocks().used, 0);
+    drop(pool);
+    assert_eq!(d.memory_use().kv_cache, before);
+}
+
+/// A backend with several slots takes their caches from its pool: blocks
+/// counted per sequence, `has_room` by free blocks (not only by bytes), all
+/// back when the sequences end; and a sequence on pages that are not
+/// consecutive gives the same logits, bit for bit, as one on a cache of its
+/// own in a one-slot backend.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn slots_share_the_pool_and_compute_as_a_cache_of_their_own() {
+    let _gpu = shared_gpu();
+    let file = Arc::new(GgufFile::from_bytes(synthetic_model("llama", 31, 4096)).unwrap());
+    let cfg = ModelConfig::try_from(&file.metadata).unwrap();
+    let load = |mb: Option<u64>| {
+        let opts = CudaLoadOptions {
+            kv_cache_size_mb: mb,
+            ..Default::default()
+        };
+        CudaBackend::load(cfg.clone(), &file, &opts, &mut |_| {}).unwrap()
+    };
+    let mut alone = load(None);
+    assert_eq!(alone.kv_blocks(), None, "one slot: no pool");
+    let mut shared = load(Some(6));
+    shared.set_slots(3).unwrap();
+    let blocks = shared.kv_blocks().expect("a pool with three slots");
+    let page = blocks.block_bytes;
+    assert_eq!(blocks.total as u64, (6u64 << 20).div_ceil(page));
+    assert_eq!(blocks.used, 0);
+    let per_pos = CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, 1);
+    // A capacity of just over one page, and a small one.
+    let big = (page / per_pos) as usize + 4;
+    assert!(big <= cfg.context_length, "the test needs {big} positions");
+    for slot in 0..2 {
+        shared.select_slot(slot).unwrap();
+        shared.begin_sequence(100).unwrap();
+    }
+    assert_eq!(shared.kv_blocks().unwrap().used, 2);
+    let free = blocks.total - 2;
+    assert_eq!(
+        shared.has_room(big),
+        free >= 2,
+        "{free} blocks free for a cache of two"
+    );
+    shared.select_slot(0).unwrap();
+    shared.end_sequence();
+    assert_eq!(shared.kv_blocks().unwrap().used, 1);
+
+    // Slot 0 again, on the first page and the pages after slot 1's.
+    shared.begin_sequence(big).unwrap();
+    alone.begin_sequence(big).unwrap();
+    assert_eq!(shared.kv_blocks().unwrap().used, 3);
+    let vocab = cfg.vocab_size as u32;
+    let prompt: Vec<u32> = (0..60).map(|i| (i * 13 + 5) % vocab).collect();
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    alone.forward(&prompt, Logits::Last, &mut a, None).unwrap();
+    shared.forward(&prompt, Logits::Last, &mut b, None).unwrap();
+    assert!(
+        a == b,
+        "prompt logits differ between a pooled cache and its own"
+    );
+    for step in 0..24u32 {
+        let token = (step * 29 + 1) % vocab;
+        alone.forward(&[token], Logits::Last, &mut a, None).unwrap();
+        shared
+            .forward(&[token], Logits::Last, &mut b, None)
+            .unwrap();
+        assert!(
+            a == b,
+            "step {step}: logits differ between a pooled cache and its own"
+        );
+    }
+    for slot in 0..2 {
+        shared.select_slot(slot).unwrap();
+        shared.end_sequence();
+    }
+    assert_eq!(shared.kv_blocks().unwrap().used, 0);
+    assert!(shared.has_room(big));
+}
