@@ -2,9 +2,10 @@
 //! fixed-size blocks of device memory, taken at start-up from the VRAM
 //! budget, that the slots' sequences share whatever their lengths.
 //!
-//! The blocks are physical pages of the driver's virtual memory management
-//! (`cuMemCreate`, one page = the allocation granularity, 2 MiB on current
-//! GPUs). A sequence's cache gets the pages it needs, wherever they lie in the
+//! The blocks are physical allocations of the driver's virtual memory
+//! management (`cuMemCreate`), each one page of the allocation granularity
+//! (2 MiB on current GPUs) or, in a pool of more than [`MAX_BLOCKS`] pages,
+//! a few pages (the driver maps an allocation whole, so a block is one). A sequence's cache gets the pages it needs, wherever they lie in the
 //! pool, mapped one after another into an address range of its own
 //! (`cuMemAddressReserve` + `cuMemMap`): the kernels see the contiguous cache
 //! they always saw (`attention.cuh`'s layout), so no kernel changes, while the
@@ -13,9 +14,6 @@
 //! size is fixed at start-up, a job that cannot get its pages waits in the
 //! queue (`Backend::has_room`), and its pages come back when its sequence
 //! ends, however the job ended.
-//!
-//! Pages are handed out lowest first, so a sequence's pages are mostly
-//! consecutive within one physical allocation and map in a few calls.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -25,10 +23,9 @@ use cudarc::driver::sys::{self, CUdeviceptr};
 use crate::backend::cuda::device::{driver_error, CudaDevice, Purpose};
 use crate::backend::{BackendError, KvBlocks};
 
-/// Physical memory is created in allocations of at most this many bytes (a
-/// multiple of the page size), so start-up makes a few driver calls rather
-/// than one per page.
-const CHUNK_BYTES: u64 = 1 << 30;
+/// Blocks in a pool at most: a larger pool takes larger blocks, so that
+/// start-up's driver calls (one a block) stay few.
+const MAX_BLOCKS: u64 = 16_384;
 
 /// Device memory left outside the pool by default: prompts' activations,
 /// batched steps' arenas and graphs, cuBLAS's workspace.
@@ -36,18 +33,13 @@ const HEADROOM_MIN_BYTES: u64 = 1 << 30;
 /// ... or this fraction of the free memory, whichever is larger.
 const HEADROOM_FRACTION: u64 = 16;
 
-/// One physical allocation.
-struct Chunk {
-    handle: sys::CUmemGenericAllocationHandle,
-}
-
-/// The pool's shared state: its chunks and which pages are free.
+/// The pool's shared state: its blocks and which are free.
 struct Inner {
     dev: Arc<CudaDevice>,
+    /// Bytes of one block.
     page: u64,
-    chunks: Vec<Chunk>,
-    /// Global page numbers: chunk `c` holds pages `first[c] .. first[c] + pages`.
-    first: Vec<u32>,
+    /// Block `i`'s physical allocation.
+    blocks: Vec<sys::CUmemGenericAllocationHandle>,
     free: Mutex<BTreeSet<u32>>,
     total: u32,
     /// Bytes counted as KV cache in the device's accounting.
@@ -60,13 +52,13 @@ pub struct KvPool {
     inner: Arc<Inner>,
 }
 
-/// A sequence's pages, mapped at `ptr` for `bytes`; unmapped and returned to
-/// the pool on drop.
+/// A sequence's blocks, mapped one after another at `ptr` for `bytes`;
+/// unmapped and returned to the pool on drop.
 pub struct PageLease {
     ptr: CUdeviceptr,
     bytes: u64,
-    /// The mapped runs: (address, bytes), each within one chunk.
-    runs: Vec<(CUdeviceptr, u64)>,
+    /// Blocks mapped so far (the first `mapped` of `pages`).
+    mapped: usize,
     pages: Vec<u32>,
     inner: Arc<Inner>,
 }
@@ -89,19 +81,29 @@ impl KvPool {
         Ok((g as u64).max(1))
     }
 
-    /// The pool's size: `want` bytes (rounded up to whole pages) or what the
-    /// device has free beside the headroom, whichever is less.
-    pub fn plan_bytes(dev: &CudaDevice, want: u64) -> Result<u64, BackendError> {
-        let page = Self::granularity(dev)?;
-        let free = dev.available_bytes()?;
-        let headroom = HEADROOM_MIN_BYTES.max(free / HEADROOM_FRACTION);
-        let room = free.saturating_sub(headroom);
-        Ok(want.div_ceil(page).min(room / page) * page)
+    /// Bytes of one block in a pool of about `bytes`.
+    pub fn block_bytes(dev: &CudaDevice, bytes: u64) -> Result<u64, BackendError> {
+        let g = Self::granularity(dev)?;
+        Ok(g * bytes.div_ceil(g * MAX_BLOCKS).max(1))
     }
 
-    /// Creates a pool of `bytes` (whole pages; at least one) on `dev`.
-    pub fn new(dev: &Arc<CudaDevice>, bytes: u64) -> Result<KvPool, BackendError> {
-        let page = Self::granularity(dev)?;
+    /// Bytes the device can give a pool: what it has free beside the headroom.
+    pub fn room(dev: &CudaDevice) -> Result<u64, BackendError> {
+        let free = dev.available_bytes()?;
+        let headroom = HEADROOM_MIN_BYTES.max(free / HEADROOM_FRACTION);
+        Ok(free.saturating_sub(headroom))
+    }
+
+    /// Creates a pool of `bytes` (whole blocks of `block` bytes, a multiple of
+    /// the page size; at least one) on `dev`.
+    pub fn new(dev: &Arc<CudaDevice>, bytes: u64, block: u64) -> Result<KvPool, BackendError> {
+        let g = Self::granularity(dev)?;
+        if block == 0 || !block.is_multiple_of(g) {
+            return Err(BackendError::InferenceFailed(format!(
+                "a KV block of {block} bytes is not whole pages of {g}"
+            )));
+        }
+        let page = block;
         let pages = bytes.div_ceil(page).max(1);
         let total = u32::try_from(pages).map_err(|_| {
             BackendError::InferenceFailed(format!("a KV pool of {pages} pages is too many"))
@@ -111,44 +113,33 @@ impl KvPool {
         let mut inner = Inner {
             dev: dev.clone(),
             page,
-            chunks: Vec::new(),
-            first: Vec::new(),
+            blocks: Vec::with_capacity(total as usize),
             free: Mutex::new((0..total).collect()),
             total,
             reserved: pages * page,
         };
-        let per_chunk = (CHUNK_BYTES / page).max(1) as u32;
-        let mut made = 0u32;
-        while made < total {
-            let n = per_chunk.min(total - made);
-            let prop = allocation_prop(dev);
+        let prop = allocation_prop(dev);
+        while inner.blocks.len() < total as usize {
             let mut handle: sys::CUmemGenericAllocationHandle = 0;
             // SAFETY: creates one physical allocation; released in Inner's drop.
-            let r = unsafe { sys::cuMemCreate(&mut handle, n as usize * page as usize, &prop, 0) }
-                .result();
+            let r = unsafe { sys::cuMemCreate(&mut handle, page as usize, &prop, 0) }.result();
             if let Err(e) = r {
-                // Inner's drop releases the chunks made so far and the count.
+                // Inner's drop releases the blocks made so far and the count.
+                let made = inner.blocks.len() as u64;
                 return Err(if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
                     BackendError::OutOfMemory {
                         needed: pages * page,
-                        available: made as u64 * page,
+                        available: made * page,
                     }
                 } else {
                     driver_error("creating the KV pool", e)
                 });
             }
-            inner.chunks.push(Chunk { handle });
-            inner.first.push(made);
-            made += n;
+            inner.blocks.push(handle);
         }
         Ok(KvPool {
             inner: Arc::new(inner),
         })
-    }
-
-    /// Bytes of one block (page).
-    pub fn page_bytes(&self) -> u64 {
-        self.inner.page
     }
 
     /// Pages a cache of `bytes` takes.
@@ -192,7 +183,7 @@ impl KvPool {
         let mut lease = PageLease {
             ptr: 0,
             bytes: n as u64 * self.inner.page,
-            runs: Vec::new(),
+            mapped: 0,
             pages,
             inner: self.inner.clone(),
         };
@@ -211,8 +202,9 @@ impl PageLease {
         self.bytes
     }
 
-    /// Reserves the address range and maps the pages into it, consecutive
-    /// pages of one chunk in one call. On error, drop undoes what was done.
+    /// Reserves the address range and maps the blocks into it, one after
+    /// another, each readable and writable by the device. On error, drop
+    /// undoes what was done.
     fn map(&mut self) -> Result<(), BackendError> {
         let inner = self.inner.clone();
         let page = inner.page;
@@ -223,40 +215,19 @@ impl PageLease {
             .result()
             .map_err(|e| driver_error("reserving a KV cache's addresses", e))?;
         self.ptr = ptr;
-        let mut i = 0;
-        while i < self.pages.len() {
-            let (chunk, offset) = inner.locate(self.pages[i]);
-            let mut n = 1;
-            while i + n < self.pages.len()
-                && self.pages[i + n] == self.pages[i] + n as u32
-                && inner.locate(self.pages[i + n]).0 == chunk
-            {
-                n += 1;
-            }
-            let at = ptr + i as u64 * page;
-            let len = n as u64 * page;
-            // SAFETY: maps a range of one chunk into addresses reserved above.
-            unsafe {
-                sys::cuMemMap(
-                    at,
-                    len as usize,
-                    offset as usize,
-                    inner.chunks[chunk].handle,
-                    0,
-                )
-            }
-            .result()
-            .map_err(|e| driver_error("mapping a KV cache's pages", e))?;
-            self.runs.push((at, len));
-            i += n;
-        }
         let access = sys::CUmemAccessDesc {
             location: location(&inner.dev),
             flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
         };
-        for &(at, len) in &self.runs {
-            // SAFETY: the range is mapped above.
-            unsafe { sys::cuMemSetAccess(at, len as usize, &access, 1) }
+        for (i, &p) in self.pages.iter().enumerate() {
+            let at = ptr + i as u64 * page;
+            // SAFETY: maps one whole block into addresses reserved above.
+            unsafe { sys::cuMemMap(at, page as usize, 0, inner.blocks[p as usize], 0) }
+                .result()
+                .map_err(|e| driver_error("mapping a KV cache's blocks", e))?;
+            self.mapped = i + 1;
+            // SAFETY: the block is mapped just above.
+            unsafe { sys::cuMemSetAccess(at, page as usize, &access, 1) }
                 .result()
                 .map_err(|e| driver_error("enabling access to a KV cache", e))?;
         }
@@ -273,9 +244,10 @@ impl Drop for PageLease {
         if let Err(e) = r {
             tracing::error!(error = %e, "waiting for a KV cache's last use failed");
         }
-        for &(at, len) in &self.runs {
-            // SAFETY: each run was mapped by `map` and is unmapped once.
-            if let Err(e) = unsafe { sys::cuMemUnmap(at, len as usize) }.result() {
+        for i in 0..self.mapped {
+            let at = self.ptr + i as u64 * inner.page;
+            // SAFETY: block `i` was mapped whole by `map`, and is unmapped once.
+            if let Err(e) = unsafe { sys::cuMemUnmap(at, inner.page as usize) }.result() {
                 tracing::error!(error = ?e, "unmapping a KV cache failed");
             }
         }
@@ -291,20 +263,12 @@ impl Drop for PageLease {
     }
 }
 
-impl Inner {
-    /// Chunk index and byte offset in it of global page `p`.
-    fn locate(&self, p: u32) -> (usize, u64) {
-        let c = self.first.partition_point(|&f| f <= p) - 1;
-        (c, (p - self.first[c]) as u64 * self.page)
-    }
-}
-
 impl Drop for Inner {
     fn drop(&mut self) {
         // Leases hold the Arc, so none is mapped any more.
-        for c in &self.chunks {
+        for &handle in &self.blocks {
             // SAFETY: each handle was created by cuMemCreate and released once.
-            if let Err(e) = unsafe { sys::cuMemRelease(c.handle) }.result() {
+            if let Err(e) = unsafe { sys::cuMemRelease(handle) }.result() {
                 tracing::error!(error = ?e, "releasing the KV pool failed");
             }
         }

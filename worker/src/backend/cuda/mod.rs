@@ -469,28 +469,37 @@ impl CudaBackend {
     }
 
     /// The paged pool for `slots` sequences, taken last at start-up: the
-    /// `--kv-cache-size-mb` budget, or else a full context for every slot;
-    /// either way no more than the device has free beside some headroom.
+    /// `--kv-cache-size-mb` budget, or else a full context for every slot
+    /// (whole blocks each); either way no more than the device has free
+    /// beside some headroom.
     fn make_kv_pool(&self, slots: usize) -> Result<kv_pool::KvPool, BackendError> {
         let cfg = &self.cfg;
-        let per_pos = CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, 1);
-        let full = slots as u64 * per_pos * cfg.context_length as u64;
-        let want = self.kv_limit_bytes.unwrap_or(full);
-        let bytes = kv_pool::KvPool::plan_bytes(&self.dev, want)?;
+        let full =
+            CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, cfg.context_length);
+        let rough = self.kv_limit_bytes.unwrap_or(slots as u64 * full);
+        let block = kv_pool::KvPool::block_bytes(&self.dev, rough)?;
+        let want = match self.kv_limit_bytes {
+            Some(limit) => limit.div_ceil(block) * block,
+            None => slots as u64 * full.div_ceil(block) * block,
+        };
+        let room = kv_pool::KvPool::room(&self.dev)?;
+        let bytes = want.min(room / block * block);
         if bytes == 0 {
-            let available = self.dev.available_bytes()?;
             return Err(BackendError::OutOfMemory {
-                needed: want,
-                available,
+                needed: block,
+                available: room,
             });
         }
-        let pool = kv_pool::KvPool::new(&self.dev, bytes)?;
+        let started = std::time::Instant::now();
+        let pool = kv_pool::KvPool::new(&self.dev, bytes, block)?;
         let blocks = pool.blocks();
         tracing::info!(
             slots,
             blocks = blocks.total,
             block_bytes = blocks.block_bytes,
             pool_bytes = bytes,
+            wanted_bytes = want,
+            ms = started.elapsed().as_millis() as u64,
             "paged KV pool ready"
         );
         Ok(pool)

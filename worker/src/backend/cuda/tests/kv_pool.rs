@@ -32,10 +32,12 @@ fn pool_leases_map_pages_contiguously_and_give_them_back() {
     let d = dev();
     d.bind().unwrap();
     let before = d.memory_use().kv_cache;
-    let probe = KvPool::new(&d, 1).unwrap();
-    let page = probe.page_bytes();
-    drop(probe);
-    let pool = KvPool::new(&d, 6 * page).unwrap();
+    let page = KvPool::block_bytes(&d, 1).unwrap();
+    assert!(
+        KvPool::new(&d, page, page + 1).is_err(),
+        "blocks are whole pages"
+    );
+    let pool = KvPool::new(&d, 6 * page, page).unwrap();
     assert_eq!(d.memory_use().kv_cache, before + 6 * page);
     let blocks = pool.blocks();
     assert_eq!(

@@ -156,11 +156,11 @@ fn memory_accounting_kv_limits_and_vram_cap() {
         after_load.weights >= file.tensor_bytes_total(),
         "{after_load:?}"
     );
-    assert_eq!(
-        after_load.kv_cache + after_load.scratch,
-        0,
-        "{after_load:?}"
-    );
+    assert_eq!(after_load.kv_cache, 0, "{after_load:?}");
+    // Scratch held from load on: batched steps' table and f16 block for a
+    // few rows, reserved then so that no captured step allocates.
+    let held = after_load.scratch;
+    assert!(held < 1 << 20, "{after_load:?}");
 
     gpu.begin_sequence(100).unwrap();
     let kv = CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, 100);
@@ -175,7 +175,7 @@ fn memory_accounting_kv_limits_and_vram_cap() {
     .unwrap();
     assert_eq!(
         gpu.memory_use().scratch,
-        0,
+        held,
         "activations are freed when a step ends"
     );
     gpu.forward(&[11], Logits::Last, &mut out, None).unwrap();
