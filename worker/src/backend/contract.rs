@@ -230,9 +230,18 @@ pub(crate) fn check_slots(b: &mut dyn Backend) {
         b.select_slot(slot).unwrap();
         b.end_sequence();
     }
-    assert_eq!(b.memory_use().kv_cache, 0, "every slot's cache is freed");
+    match b.kv_blocks() {
+        Some(blocks) => assert_eq!(blocks.used, 0, "every slot's blocks are back in the pool"),
+        None => assert_eq!(b.memory_use().kv_cache, 0, "every slot's cache is freed"),
+    }
     b.set_slots(1).unwrap();
     assert_eq!(b.slots(), 1);
+    assert_eq!(b.kv_blocks(), None, "one slot: no pool");
+    assert_eq!(
+        b.memory_use().kv_cache,
+        0,
+        "the pool is freed with its slots"
+    );
 }
 
 /// `sample` picks from the latest forward pass's last position, whether or

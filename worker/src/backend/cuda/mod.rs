@@ -827,6 +827,7 @@ impl Backend for CudaBackend {
         self.rows_graphs.clear();
         self.ops
             .reserve_rows(n.next_multiple_of(graph::ROWS_GRAPH_STEP))?;
+        sample::reserve_table(&self.dev, &mut self.sample_table, n)?;
         self.kv_pool = None;
         if n > 1 {
             self.kv_pool = Some(self.make_kv_pool(n)?);

@@ -47,6 +47,21 @@ enum Choice {
 /// `sample_select_rows` launch (a block each; every row's choice the one
 /// `sample_select` makes alone), then the log-probabilities where asked for.
 /// `table` is device scratch for that launch's rows, grown as needed.
+/// `table`, made room for `rows` sampling rows (`set_slots` reserves it for
+/// every slot, so that serving never grows it).
+pub fn reserve_table<'t>(
+    dev: &Arc<CudaDevice>,
+    table: &'t mut Option<DevBuf>,
+    rows: usize,
+) -> Result<&'t DevBuf, BackendError> {
+    let bytes = (rows.max(1) * std::mem::size_of::<SampleRow>()) as u64;
+    if table.as_ref().is_none_or(|t| t.bytes() < bytes) {
+        *table = None;
+        *table = Some(dev.alloc(Purpose::Scratch, bytes.next_power_of_two())?);
+    }
+    Ok(table.as_ref().expect("made above"))
+}
+
 pub fn sample_rows(
     rows: &mut [(&mut DeviceSampler, &SampleRequest)],
     table: &mut Option<DevBuf>,
@@ -69,10 +84,7 @@ pub fn sample_rows(
     }
     if !selects.is_empty() {
         let bytes = (selects.len() * std::mem::size_of::<SampleRow>()) as u64;
-        if table.as_ref().is_none_or(|t| t.bytes() < bytes) {
-            *table = Some(dev.alloc(Purpose::Scratch, bytes.next_power_of_two())?);
-        }
-        let t = table.as_ref().expect("made above");
+        let t = reserve_table(&dev, table, selects.len())?;
         // SAFETY: `bytes` of plain C structs into a block of at least that
         // many; pageable memory is staged before the call returns.
         unsafe {
