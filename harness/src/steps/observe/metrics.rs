@@ -172,12 +172,7 @@ async fn has_label(w: &mut TestWorld, label: String) -> StepResult {
 /// expert gauges).
 #[then(expr = "the scrape's {string} is {word}")]
 async fn sample_is(w: &mut TestWorld, name: String, want: String) -> StepResult {
-    let s = parse(w.probes.last_scrape()?)?;
-    let found: Vec<f64> = s
-        .iter()
-        .filter(|x| x.name == name)
-        .map(|x| x.value)
-        .collect();
+    let found = samples_named(w, &name)?;
     if want == "absent" {
         check!(found.is_empty(), "{name} is present: {found:?}");
         return Ok(());
@@ -189,14 +184,18 @@ async fn sample_is(w: &mut TestWorld, name: String, want: String) -> StepResult 
     Ok(())
 }
 
-/// The one sample of `name` in the last scrape.
-fn one_sample(w: &TestWorld, name: &str) -> anyhow::Result<f64> {
+/// The values of every sample of `name` in the last scrape.
+fn samples_named(w: &TestWorld, name: &str) -> anyhow::Result<Vec<f64>> {
     let s = parse(w.probes.last_scrape()?)?;
-    let found: Vec<f64> = s
-        .iter()
+    Ok(s.iter()
         .filter(|x| x.name == name)
         .map(|x| x.value)
-        .collect();
+        .collect())
+}
+
+/// The one sample of `name` in the last scrape.
+fn one_sample(w: &TestWorld, name: &str) -> anyhow::Result<f64> {
+    let found = samples_named(w, name)?;
     match found[..] {
         [v] => Ok(v),
         _ => Err(anyhow!("{name}: want one sample, found {found:?}")),

@@ -681,18 +681,15 @@ impl Backend for CudaBackend {
         }
         self.end_sequence();
         self.kv_budget(capacity)?;
-        let (dev, cfg) = (&self.dev, &self.cfg);
-        let cache = match &self.kv_pool {
-            Some(pool) => CudaCache::from_pool(
-                dev,
-                pool,
-                cfg.n_layer,
-                cfg.n_head_kv,
-                cfg.head_dim,
-                capacity,
-            )?,
-            None => CudaCache::new(dev, cfg.n_layer, cfg.n_head_kv, cfg.head_dim, capacity)?,
-        };
+        let cfg = &self.cfg;
+        let cache = CudaCache::new_in(
+            &self.dev,
+            self.kv_pool.as_ref(),
+            cfg.n_layer,
+            cfg.n_head_kv,
+            cfg.head_dim,
+            capacity,
+        )?;
         let slot = self.slot();
         slot.cache = Some(cache);
         slot.len = 0;

@@ -152,7 +152,7 @@ impl CudaCache {
         (n_layer * 2 * n_head_kv * capacity * head_dim * 2) as u64
     }
 
-    /// Allocates a zeroed cache.
+    /// Allocates a zeroed cache of its own.
     pub fn new(
         dev: &Arc<CudaDevice>,
         n_layer: usize,
@@ -160,34 +160,29 @@ impl CudaCache {
         head_dim: usize,
         capacity: usize,
     ) -> Result<Self, BackendError> {
-        let bytes = Self::bytes_for(n_layer, n_head_kv, head_dim, capacity);
-        let mem = dev.alloc(Purpose::KvCache, bytes)?;
-        mem.zero(bytes)?;
-        Ok(CudaCache {
-            mem: CacheMem::Block(mem),
-            n_layer,
-            n_head_kv,
-            head_dim,
-            capacity,
-        })
+        Self::new_in(dev, None, n_layer, n_head_kv, head_dim, capacity)
     }
 
-    /// A zeroed cache on pages of `pool` (an error when too few are free).
-    pub fn from_pool(
+    /// A zeroed cache on blocks of `pool` (an error when too few are free),
+    /// or of its own without one.
+    pub fn new_in(
         dev: &Arc<CudaDevice>,
-        pool: &KvPool,
+        pool: Option<&KvPool>,
         n_layer: usize,
         n_head_kv: usize,
         head_dim: usize,
         capacity: usize,
     ) -> Result<Self, BackendError> {
         let bytes = Self::bytes_for(n_layer, n_head_kv, head_dim, capacity);
-        let lease = pool.lease(bytes)?;
-        // SAFETY: the lease's pages are mapped for at least `bytes` bytes.
-        unsafe { drv::memset_d8_async(lease.ptr(), 0, bytes as usize, dev.cu_stream()) }
+        let mem = match pool {
+            Some(pool) => CacheMem::Pages(pool.lease(bytes)?),
+            None => CacheMem::Block(dev.alloc(Purpose::KvCache, bytes)?),
+        };
+        // SAFETY: the memory behind `mem` holds at least `bytes` bytes.
+        unsafe { drv::memset_d8_async(mem.ptr(), 0, bytes as usize, dev.cu_stream()) }
             .map_err(|e| driver_error("zeroing a KV cache", e))?;
         Ok(CudaCache {
-            mem: CacheMem::Pages(lease),
+            mem,
             n_layer,
             n_head_kv,
             head_dim,
