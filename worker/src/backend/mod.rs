@@ -310,6 +310,14 @@ pub trait Backend: Send {
         decode_one_by_one(self, rows)
     }
 
+    /// Runs the work of a first job once before serving, on a sequence that
+    /// is then closed, so that the first client does not pay for first use
+    /// (kernels loaded on first launch, libraries' set-up, memory pools'
+    /// growth). Nothing to do on the CPU.
+    fn warm_up(&mut self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     /// Asks the driver where every weight buffer lives; `Ok(true)` when all
     /// are plain device memory. Always `Ok(false)` on the CPU, where the
     /// notion does not apply.

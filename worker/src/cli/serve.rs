@@ -275,12 +275,18 @@ fn load(cfg: &ServeConfig) -> Result<LoadedModel, ExitCode> {
         );
     };
     match load_model(&cfg.model, &opts, &mut report) {
-        Ok(model) => {
+        Ok(mut model) => {
+            let warm = Instant::now();
+            if let Err(e) = model.backend.warm_up() {
+                // Not fatal: the first job then pays for what it would have done.
+                narrate!(warn, "warm_up_failed", message = %e.to_string());
+            }
             narrate!(
                 info,
                 "model_load_complete",
                 vram_bytes = model.backend.memory_use().total(),
                 load_ms = started.elapsed().as_millis() as u64,
+                warm_up_ms = warm.elapsed().as_millis() as u64,
                 model_name = %model.info.name,
                 architecture = %model.info.architecture,
                 quant_kind = %model.info.quant_kind,

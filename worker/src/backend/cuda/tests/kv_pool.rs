@@ -161,3 +161,60 @@ fn slots_share_the_pool_and_compute_as_a_cache_of_their_own() {
     assert_eq!(shared.kv_blocks().unwrap().used, 0);
     assert!(shared.has_room(big));
 }
+
+/// Warming up leaves nothing behind that a job could see: no sequence open,
+/// the KV cache's bytes (or the pool's blocks) back, and a job's logits the
+/// same bits as on a backend that did not warm up; with a KV budget and
+/// with a pool as well.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn warm_up_leaves_no_trace_a_job_can_see() {
+    let _gpu = shared_gpu();
+    let file = Arc::new(GgufFile::from_bytes(synthetic_model("llama", 33, 4096)).unwrap());
+    let cfg = ModelConfig::try_from(&file.metadata).unwrap();
+    let load = |mb: Option<u64>, slots: usize| {
+        let opts = CudaLoadOptions {
+            kv_cache_size_mb: mb,
+            ..Default::default()
+        };
+        let mut b = CudaBackend::load(cfg.clone(), &file, &opts, &mut |_| {}).unwrap();
+        b.set_slots(slots).unwrap();
+        b
+    };
+    let vocab = cfg.vocab_size as u32;
+    let prompt: Vec<u32> = (0..40).map(|i| (i * 11 + 3) % vocab).collect();
+    let job = |b: &mut CudaBackend| {
+        let mut out = Vec::new();
+        let mut all = Vec::new();
+        b.select_slot(0).unwrap();
+        b.begin_sequence(64).unwrap();
+        b.forward(&prompt, Logits::Last, &mut out, None).unwrap();
+        all.extend_from_slice(&out);
+        for t in 0..8u32 {
+            b.forward(&[t * 5 % vocab], Logits::Last, &mut out, None)
+                .unwrap();
+            all.extend_from_slice(&out);
+        }
+        b.end_sequence();
+        all
+    };
+    let mut cold = load(None, 1);
+    let want = job(&mut cold);
+    drop(cold);
+    // (mb, slots): no budget; a budget of 1 MB (1,024 positions here); a
+    // pool of three slots.
+    for (mb, slots) in [(None, 1), (Some(1), 1), (None, 3)] {
+        let mut warm = load(mb, slots);
+        warm.warm_up().unwrap();
+        assert_eq!(warm.sequence_len(), 0, "{mb:?} {slots}");
+        assert!(warm.cache().is_none(), "{mb:?} {slots}: no sequence open");
+        assert_eq!(warm.kv_blocks().map(|b| b.used), (slots > 1).then_some(0));
+        if slots == 1 {
+            assert_eq!(warm.memory_use().kv_cache, 0, "{mb:?}");
+        }
+        assert!(
+            job(&mut warm) == want,
+            "{mb:?} {slots}: a job after warming up differs"
+        );
+    }
+}
