@@ -5,15 +5,16 @@
 //! The blocks are physical allocations of the driver's virtual memory
 //! management (`cuMemCreate`), each one page of the allocation granularity
 //! (2 MiB on current GPUs) or, in a pool of more than [`MAX_BLOCKS`] pages,
-//! a few pages (the driver maps an allocation whole, so a block is one). A sequence's cache gets the pages it needs, wherever they lie in the
-//! pool, mapped one after another into an address range of its own
+//! a few pages (the driver maps an allocation whole, so a block is one). A
+//! sequence's cache gets the blocks it needs, wherever they lie in the pool,
+//! mapped one after another into an address range of its own
 //! (`cuMemAddressReserve` + `cuMemMap`): the kernels see the contiguous cache
-//! they always saw (`attention.cuh`'s layout), so no kernel changes, while the
-//! memory is paged (as vAttention does, rather than PagedAttention's block
-//! tables). No device memory is allocated or freed while jobs run: the pool's
-//! size is fixed at start-up, a job that cannot get its pages waits in the
-//! queue (`Backend::has_room`), and its pages come back when its sequence
-//! ends, however the job ended.
+//! they always saw (`attention.cuh`'s layout), so no kernel changes, while
+//! the memory is paged (as vAttention does, rather than PagedAttention's
+//! block tables). No device memory is allocated or freed while jobs run: the
+//! pool's size is fixed at start-up, a job that cannot get its blocks waits
+//! in the queue (`Backend::has_room`), and its blocks come back when its
+//! sequence ends, however the job ended.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -37,16 +38,16 @@ const HEADROOM_FRACTION: u64 = 16;
 struct Inner {
     dev: Arc<CudaDevice>,
     /// Bytes of one block.
-    page: u64,
+    block: u64,
     /// Block `i`'s physical allocation.
-    blocks: Vec<sys::CUmemGenericAllocationHandle>,
+    handles: Vec<sys::CUmemGenericAllocationHandle>,
     free: Mutex<BTreeSet<u32>>,
     total: u32,
     /// Bytes counted as KV cache in the device's accounting.
     reserved: u64,
 }
 
-/// The pool of KV pages. Cheap to clone (shared).
+/// The pool of KV blocks. Cheap to clone (shared).
 #[derive(Clone)]
 pub struct KvPool {
     inner: Arc<Inner>,
@@ -54,12 +55,12 @@ pub struct KvPool {
 
 /// A sequence's blocks, mapped one after another at `ptr` for `bytes`;
 /// unmapped and returned to the pool on drop.
-pub struct PageLease {
+pub struct BlockLease {
     ptr: CUdeviceptr,
     bytes: u64,
-    /// Blocks mapped so far (the first `mapped` of `pages`).
+    /// Blocks mapped so far (the first `mapped` of `blocks`).
     mapped: usize,
-    pages: Vec<u32>,
+    blocks: Vec<u32>,
     inner: Arc<Inner>,
 }
 
@@ -103,39 +104,38 @@ impl KvPool {
                 "a KV block of {block} bytes is not whole pages of {g}"
             )));
         }
-        let page = block;
-        let pages = bytes.div_ceil(page).max(1);
-        let total = u32::try_from(pages).map_err(|_| {
-            BackendError::InferenceFailed(format!("a KV pool of {pages} pages is too many"))
+        let n = bytes.div_ceil(block).max(1);
+        let total = u32::try_from(n).map_err(|_| {
+            BackendError::InferenceFailed(format!("a KV pool of {n} blocks is too many"))
         })?;
         dev.bind()?;
-        dev.acct.reserve(Purpose::KvCache, pages * page)?;
+        dev.acct.reserve(Purpose::KvCache, n * block)?;
         let mut inner = Inner {
             dev: dev.clone(),
-            page,
-            blocks: Vec::with_capacity(total as usize),
+            block,
+            handles: Vec::with_capacity(total as usize),
             free: Mutex::new((0..total).collect()),
             total,
-            reserved: pages * page,
+            reserved: n * block,
         };
         let prop = allocation_prop(dev);
-        while inner.blocks.len() < total as usize {
+        while inner.handles.len() < total as usize {
             let mut handle: sys::CUmemGenericAllocationHandle = 0;
             // SAFETY: creates one physical allocation; released in Inner's drop.
-            let r = unsafe { sys::cuMemCreate(&mut handle, page as usize, &prop, 0) }.result();
+            let r = unsafe { sys::cuMemCreate(&mut handle, block as usize, &prop, 0) }.result();
             if let Err(e) = r {
                 // Inner's drop releases the blocks made so far and the count.
-                let made = inner.blocks.len() as u64;
+                let made = inner.handles.len() as u64;
                 return Err(if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
                     BackendError::OutOfMemory {
-                        needed: pages * page,
-                        available: made * page,
+                        needed: n * block,
+                        available: made * block,
                     }
                 } else {
                     driver_error("creating the KV pool", e)
                 });
             }
-            inner.blocks.push(handle);
+            inner.handles.push(handle);
         }
         Ok(KvPool {
             inner: Arc::new(inner),
@@ -143,15 +143,15 @@ impl KvPool {
     }
 
     /// Pages a cache of `bytes` takes.
-    pub fn pages_for(&self, bytes: u64) -> usize {
-        bytes.div_ceil(self.inner.page).max(1) as usize
+    pub fn blocks_for(&self, bytes: u64) -> usize {
+        bytes.div_ceil(self.inner.block).max(1) as usize
     }
 
     /// Blocks in the pool and blocks held by sequences.
     pub fn blocks(&self) -> KvBlocks {
         let free = self.inner.free.lock().expect("pool lock").len();
         KvBlocks {
-            block_bytes: self.inner.page,
+            block_bytes: self.inner.block,
             total: self.inner.total as usize,
             used: self.inner.total as usize - free,
         }
@@ -159,19 +159,19 @@ impl KvPool {
 
     /// Whether `bytes` of cache could be leased now.
     pub fn has_room(&self, bytes: u64) -> bool {
-        self.pages_for(bytes) <= self.inner.free.lock().expect("pool lock").len()
+        self.blocks_for(bytes) <= self.inner.free.lock().expect("pool lock").len()
     }
 
-    /// Leases pages for `bytes` of cache and maps them contiguously; the
+    /// Leases blocks for `bytes` of cache and maps them contiguously; the
     /// memory is not cleared.
-    pub fn lease(&self, bytes: u64) -> Result<PageLease, BackendError> {
-        let n = self.pages_for(bytes);
-        let pages: Vec<u32> = {
+    pub fn lease(&self, bytes: u64) -> Result<BlockLease, BackendError> {
+        let n = self.blocks_for(bytes);
+        let blocks: Vec<u32> = {
             let mut free = self.inner.free.lock().expect("pool lock");
             if n > free.len() {
                 return Err(BackendError::OutOfMemory {
-                    needed: n as u64 * self.inner.page,
-                    available: free.len() as u64 * self.inner.page,
+                    needed: n as u64 * self.inner.block,
+                    available: free.len() as u64 * self.inner.block,
                 });
             }
             let taken: Vec<u32> = free.iter().take(n).copied().collect();
@@ -180,11 +180,11 @@ impl KvPool {
             }
             taken
         };
-        let mut lease = PageLease {
+        let mut lease = BlockLease {
             ptr: 0,
-            bytes: n as u64 * self.inner.page,
+            bytes: n as u64 * self.inner.block,
             mapped: 0,
-            pages,
+            blocks,
             inner: self.inner.clone(),
         };
         lease.map()?;
@@ -192,12 +192,12 @@ impl KvPool {
     }
 }
 
-impl PageLease {
+impl BlockLease {
     pub fn ptr(&self) -> CUdeviceptr {
         self.ptr
     }
 
-    /// Bytes mapped (whole pages).
+    /// Bytes mapped (whole blocks).
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
@@ -207,11 +207,13 @@ impl PageLease {
     /// undoes what was done.
     fn map(&mut self) -> Result<(), BackendError> {
         let inner = self.inner.clone();
-        let page = inner.page;
+        let block = inner.block;
         inner.dev.bind()?;
         let mut ptr: CUdeviceptr = 0;
-        // SAFETY: reserves address space only; freed in drop.
-        unsafe { sys::cuMemAddressReserve(&mut ptr, self.bytes as usize, page as usize, 0, 0) }
+        // SAFETY: reserves address space only; freed in drop. Alignment 0 is
+        // the page size, which a block is a multiple of (a block of three
+        // pages is no power of two, which an alignment may have to be).
+        unsafe { sys::cuMemAddressReserve(&mut ptr, self.bytes as usize, 0, 0, 0) }
             .result()
             .map_err(|e| driver_error("reserving a KV cache's addresses", e))?;
         self.ptr = ptr;
@@ -219,15 +221,15 @@ impl PageLease {
             location: location(&inner.dev),
             flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
         };
-        for (i, &p) in self.pages.iter().enumerate() {
-            let at = ptr + i as u64 * page;
+        for (i, &b) in self.blocks.iter().enumerate() {
+            let at = ptr + i as u64 * block;
             // SAFETY: maps one whole block into addresses reserved above.
-            unsafe { sys::cuMemMap(at, page as usize, 0, inner.blocks[p as usize], 0) }
+            unsafe { sys::cuMemMap(at, block as usize, 0, inner.handles[b as usize], 0) }
                 .result()
                 .map_err(|e| driver_error("mapping a KV cache's blocks", e))?;
             self.mapped = i + 1;
             // SAFETY: the block is mapped just above.
-            unsafe { sys::cuMemSetAccess(at, page as usize, &access, 1) }
+            unsafe { sys::cuMemSetAccess(at, block as usize, &access, 1) }
                 .result()
                 .map_err(|e| driver_error("enabling access to a KV cache", e))?;
         }
@@ -235,19 +237,19 @@ impl PageLease {
     }
 }
 
-impl Drop for PageLease {
+impl Drop for BlockLease {
     fn drop(&mut self) {
         let inner = &self.inner;
-        // Work queued on the cache must finish before its pages go to another
+        // Work queued on the cache must finish before its blocks go to another
         // sequence (cuMemFree would wait the same way).
         let r = inner.dev.bind().and_then(|()| inner.dev.synchronize());
         if let Err(e) = r {
             tracing::error!(error = %e, "waiting for a KV cache's last use failed");
         }
         for i in 0..self.mapped {
-            let at = self.ptr + i as u64 * inner.page;
+            let at = self.ptr + i as u64 * inner.block;
             // SAFETY: block `i` was mapped whole by `map`, and is unmapped once.
-            if let Err(e) = unsafe { sys::cuMemUnmap(at, inner.page as usize) }.result() {
+            if let Err(e) = unsafe { sys::cuMemUnmap(at, inner.block as usize) }.result() {
                 tracing::error!(error = ?e, "unmapping a KV cache failed");
             }
         }
@@ -259,14 +261,14 @@ impl Drop for PageLease {
             }
         }
         let mut free = inner.free.lock().expect("pool lock");
-        free.extend(self.pages.drain(..));
+        free.extend(self.blocks.drain(..));
     }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         // Leases hold the Arc, so none is mapped any more.
-        for &handle in &self.blocks {
+        for &handle in &self.handles {
             // SAFETY: each handle was created by cuMemCreate and released once.
             if let Err(e) = unsafe { sys::cuMemRelease(handle) }.result() {
                 tracing::error!(error = ?e, "releasing the KV pool failed");

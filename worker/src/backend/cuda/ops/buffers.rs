@@ -11,7 +11,7 @@ use half::f16;
 
 use crate::backend::cuda::args::Stored;
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
-use crate::backend::cuda::kv_pool::{KvPool, PageLease};
+use crate::backend::cuda::kv_pool::{BlockLease, KvPool};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -118,7 +118,7 @@ pub(crate) enum CacheMem {
     /// Its own block (`--parallel 1`, tests).
     Block(DevBuf),
     /// Pages of the paged pool mapped contiguously (`--parallel N`).
-    Pages(PageLease),
+    Pages(BlockLease),
 }
 
 impl CacheMem {
