@@ -42,9 +42,9 @@ struct Inner {
     /// Block `i`'s physical allocation.
     handles: Vec<sys::CUmemGenericAllocationHandle>,
     free: Mutex<BTreeSet<u32>>,
+    /// Blocks the pool is made of (and counted as KV cache in the device's
+    /// accounting: `total * block` bytes).
     total: u32,
-    /// Bytes counted as KV cache in the device's accounting.
-    reserved: u64,
 }
 
 /// The pool of KV blocks. Cheap to clone (shared).
@@ -116,7 +116,6 @@ impl KvPool {
             handles: Vec::with_capacity(total as usize),
             free: Mutex::new((0..total).collect()),
             total,
-            reserved: n * block,
         };
         let prop = allocation_prop(dev);
         while inner.handles.len() < total as usize {
@@ -142,7 +141,7 @@ impl KvPool {
         })
     }
 
-    /// Pages a cache of `bytes` takes.
+    /// Blocks a cache of `bytes` takes.
     pub fn blocks_for(&self, bytes: u64) -> usize {
         bytes.div_ceil(self.inner.block).max(1) as usize
     }
@@ -174,11 +173,10 @@ impl KvPool {
                     available: free.len() as u64 * self.inner.block,
                 });
             }
-            let taken: Vec<u32> = free.iter().take(n).copied().collect();
-            for p in &taken {
-                free.remove(p);
-            }
-            taken
+            // The lowest free blocks.
+            (0..n)
+                .map(|_| free.pop_first().expect("counted above"))
+                .collect()
         };
         let mut lease = BlockLease {
             ptr: 0,
@@ -274,7 +272,9 @@ impl Drop for Inner {
                 tracing::error!(error = ?e, "releasing the KV pool failed");
             }
         }
-        self.dev.acct.release(Purpose::KvCache, self.reserved);
+        self.dev
+            .acct
+            .release(Purpose::KvCache, self.total as u64 * self.block);
     }
 }
 

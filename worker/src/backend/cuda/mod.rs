@@ -453,8 +453,7 @@ impl CudaBackend {
     /// Whether a cache of `capacity` positions fits `--kv-cache-size-mb`
     /// beside the open sequences' caches (the limit holds for all together).
     fn kv_budget(&self, capacity: usize) -> Result<(), BackendError> {
-        let cfg = &self.cfg;
-        let bytes = CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, capacity);
+        let bytes = self.kv_bytes(capacity);
         let Some(limit) = self.kv_limit_bytes else {
             return Ok(());
         };
@@ -473,9 +472,7 @@ impl CudaBackend {
     /// (whole blocks each); either way no more than the device has free
     /// beside some headroom.
     fn make_kv_pool(&self, slots: usize) -> Result<kv_pool::KvPool, BackendError> {
-        let cfg = &self.cfg;
-        let full =
-            CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, cfg.context_length);
+        let full = self.kv_bytes(self.cfg.context_length);
         let rough = self.kv_limit_bytes.unwrap_or(slots as u64 * full);
         let block = kv_pool::KvPool::block_bytes(&self.dev, rough)?;
         let want = match self.kv_limit_bytes {
@@ -505,19 +502,18 @@ impl CudaBackend {
         Ok(pool)
     }
 
+    /// Bytes a KV cache of `capacity` positions takes for this model.
+    fn kv_bytes(&self, capacity: usize) -> u64 {
+        let cfg = &self.cfg;
+        CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, capacity)
+    }
+
     /// KV cache bytes of the open sequences.
     fn kv_bytes_open(&self) -> u64 {
         self.slots
             .iter()
             .filter_map(|s| s.cache.as_ref())
-            .map(|c| {
-                CudaCache::bytes_for(
-                    self.cfg.n_layer,
-                    self.cfg.n_head_kv,
-                    self.cfg.head_dim,
-                    c.capacity,
-                )
-            })
+            .map(|c| self.kv_bytes(c.capacity))
             .sum()
     }
 
@@ -797,8 +793,7 @@ impl Backend for CudaBackend {
     /// Within `--kv-cache-size-mb` beside the open sequences' caches, and
     /// enough of the pool's blocks free.
     fn has_room(&self, capacity: usize) -> bool {
-        let cfg = &self.cfg;
-        let bytes = CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, capacity);
+        let bytes = self.kv_bytes(capacity);
         self.kv_budget(capacity).is_ok() && self.kv_pool.as_ref().is_none_or(|p| p.has_room(bytes))
     }
 

@@ -42,11 +42,6 @@ enum Choice {
     Select(SampleSelectArgs),
 }
 
-/// Samples one token for each `(sampler, request)` of a batched decode step
-/// with one wait: each greedy choice as `sample` makes it, the rest in one
-/// `sample_select_rows` launch (a block each; every row's choice the one
-/// `sample_select` makes alone), then the log-probabilities where asked for.
-/// `table` is device scratch for that launch's rows, grown as needed.
 /// `table`, made room for `rows` sampling rows (`set_slots` reserves it for
 /// every slot, so that serving never grows it).
 pub fn reserve_table<'t>(
@@ -62,6 +57,11 @@ pub fn reserve_table<'t>(
     Ok(table.as_ref().expect("made above"))
 }
 
+/// Samples one token for each `(sampler, request)` of a batched decode step
+/// with one wait: each greedy choice as `sample` makes it, the rest in one
+/// `sample_select_rows` launch (a block each; every row's choice the one
+/// `sample_select` makes alone), then the log-probabilities where asked for.
+/// `table` is device scratch for that launch's rows, grown as needed.
 pub fn sample_rows(
     rows: &mut [(&mut DeviceSampler, &SampleRequest)],
     table: &mut Option<DevBuf>,

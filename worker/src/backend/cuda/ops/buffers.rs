@@ -117,22 +117,22 @@ impl CudaBuf {
 pub(crate) enum CacheMem {
     /// Its own block (`--parallel 1`, tests).
     Block(DevBuf),
-    /// Pages of the paged pool mapped contiguously (`--parallel N`).
-    Pages(BlockLease),
+    /// Blocks of the paged pool mapped contiguously (`--parallel N`).
+    Blocks(BlockLease),
 }
 
 impl CacheMem {
     pub(crate) fn ptr(&self) -> CUdeviceptr {
         match self {
             CacheMem::Block(b) => b.ptr(),
-            CacheMem::Pages(p) => p.ptr(),
+            CacheMem::Blocks(p) => p.ptr(),
         }
     }
 
     pub(crate) fn bytes(&self) -> u64 {
         match self {
             CacheMem::Block(b) => b.bytes(),
-            CacheMem::Pages(p) => p.bytes(),
+            CacheMem::Blocks(p) => p.bytes(),
         }
     }
 }
@@ -175,7 +175,7 @@ impl CudaCache {
     ) -> Result<Self, BackendError> {
         let bytes = Self::bytes_for(n_layer, n_head_kv, head_dim, capacity);
         let mem = match pool {
-            Some(pool) => CacheMem::Pages(pool.lease(bytes)?),
+            Some(pool) => CacheMem::Blocks(pool.lease(bytes)?),
             None => CacheMem::Block(dev.alloc(Purpose::KvCache, bytes)?),
         };
         // SAFETY: the memory behind `mem` holds at least `bytes` bytes.

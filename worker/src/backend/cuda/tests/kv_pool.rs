@@ -22,6 +22,18 @@ fn read(ptr: u64, bytes: u64) -> Vec<u8> {
     out
 }
 
+/// `file` on the GPU with `--kv-cache-size-mb mb` and `slots` slots.
+fn backend(file: &Arc<GgufFile>, mb: Option<u64>, slots: usize) -> CudaBackend {
+    let cfg = ModelConfig::try_from(&file.metadata).unwrap();
+    let opts = CudaLoadOptions {
+        kv_cache_size_mb: mb,
+        ..Default::default()
+    };
+    let mut b = CudaBackend::load(cfg, file, &opts, &mut |_| {}).unwrap();
+    b.set_slots(slots).unwrap();
+    b
+}
+
 /// Leases take the lowest free pages, fail without enough, and give their
 /// pages back on drop; a lease on pages that are not consecutive is still
 /// one contiguous range, and writing it leaves the other leases' bytes alone.
@@ -96,17 +108,9 @@ fn slots_share_the_pool_and_compute_as_a_cache_of_their_own() {
     let _gpu = shared_gpu();
     let file = Arc::new(GgufFile::from_bytes(synthetic_model("llama", 31, 4096)).unwrap());
     let cfg = ModelConfig::try_from(&file.metadata).unwrap();
-    let load = |mb: Option<u64>| {
-        let opts = CudaLoadOptions {
-            kv_cache_size_mb: mb,
-            ..Default::default()
-        };
-        CudaBackend::load(cfg.clone(), &file, &opts, &mut |_| {}).unwrap()
-    };
-    let mut alone = load(None);
+    let mut alone = backend(&file, None, 1);
     assert_eq!(alone.kv_blocks(), None, "one slot: no pool");
-    let mut shared = load(Some(6));
-    shared.set_slots(3).unwrap();
+    let mut shared = backend(&file, Some(6), 3);
     let blocks = shared.kv_blocks().expect("a pool with three slots");
     let page = blocks.block_bytes;
     assert_eq!(blocks.total as u64, (6u64 << 20).div_ceil(page));
@@ -172,15 +176,6 @@ fn warm_up_leaves_no_trace_a_job_can_see() {
     let _gpu = shared_gpu();
     let file = Arc::new(GgufFile::from_bytes(synthetic_model("llama", 33, 4096)).unwrap());
     let cfg = ModelConfig::try_from(&file.metadata).unwrap();
-    let load = |mb: Option<u64>, slots: usize| {
-        let opts = CudaLoadOptions {
-            kv_cache_size_mb: mb,
-            ..Default::default()
-        };
-        let mut b = CudaBackend::load(cfg.clone(), &file, &opts, &mut |_| {}).unwrap();
-        b.set_slots(slots).unwrap();
-        b
-    };
     let vocab = cfg.vocab_size as u32;
     let prompt: Vec<u32> = (0..40).map(|i| (i * 11 + 3) % vocab).collect();
     let job = |b: &mut CudaBackend| {
@@ -198,13 +193,13 @@ fn warm_up_leaves_no_trace_a_job_can_see() {
         b.end_sequence();
         all
     };
-    let mut cold = load(None, 1);
+    let mut cold = backend(&file, None, 1);
     let want = job(&mut cold);
     drop(cold);
     // (mb, slots): no budget; a budget of 1 MB (1,024 positions here); a
     // pool of three slots.
     for (mb, slots) in [(None, 1), (Some(1), 1), (None, 3)] {
-        let mut warm = load(mb, slots);
+        let mut warm = backend(&file, mb, slots);
         warm.warm_up().unwrap();
         assert_eq!(warm.sequence_len(), 0, "{mb:?} {slots}");
         assert!(warm.cache().is_none(), "{mb:?} {slots}: no sequence open");
