@@ -140,15 +140,20 @@ extern "C" __global__ void __launch_bounds__(MOE_ROUTE_ROWS * 32)
 
 // gpt-oss's clamped SwiGLU (llama.cpp's swiglu_oai, alpha 1.702, limit 7):
 // out[i] = min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1),
-// rounded step by step as the CPU backend computes it.
+// rounded step by step as the CPU backend computes it. With xh set (n a
+// multiple of 32), out is also split as quantize_x8 splits it, for the
+// experts' down product on mv8e_* (saving that launch in decode).
 extern "C" __global__ void swiglu_oai(const float* __restrict__ gate, const float* __restrict__ up, i64 n,
-                                      float* __restrict__ out) {
+                                      float* __restrict__ out, i8* __restrict__ xh, i8* __restrict__ xl,
+                                      float* __restrict__ xd, float* __restrict__ xs) {
     pdl_start();
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const float g = fminf(gate[i], 7.0f), u = fminf(fmaxf(up[i], -7.0f), 7.0f);
     const float s = __fdiv_rn(g, __fadd_rn(1.0f, expf(__fmul_rn(-1.702f, g))));
-    out[i] = __fmul_rn(s, __fadd_rn(u, 1.0f));
+    const float y = __fmul_rn(s, __fadd_rn(u, 1.0f));
+    out[i] = y;
+    if (xh) split_x8(y, i, xh, xl, xd, xs);
 }
 
 // out[t][c] = the sum over k in order of weights[t * used + k] * y[s][c],

@@ -116,6 +116,23 @@ __device__ __forceinline__ u32 e2m1_plus12(u32 w) {
     return (pos & ~mask) | (neg & mask);
 }
 
+// Eight MXFP4 codes, the nibbles of q as qs holds them (byte i: value i's
+// code low, value i + 16's high), as signed bytes of twice their E2M1 value
+// (0, 1, 2, 3, 4, 6, 8, 12 and their negatives; code 8 is 0), as dp4a takes
+// them: lo = values 0-3, hi = values 16-19. Each code's low three bits pick
+// from the positive and the negative half-table at once (a selector nibble
+// a code), and its sign bit then picks between the two (llama.cpp's
+// get_int_from_table_16): twelve instructions a word of eight codes, where
+// nibbles split and looked up four at a time took about thirty.
+__device__ __forceinline__ void e2m1_doubled_s8(u32 q, u32& lo, u32& hi) {
+    const u32 P0 = 0x03020100u, P1 = 0x0C080604u, N0 = 0xFDFEFF00u, N1 = 0xF4F8FAFCu;
+    const u32 idx = q & 0x77777777u, pick = 0x32103210u | ((q & 0x88888888u) >> 1);
+    const u32 a = __byte_perm(__byte_perm(P0, P1, idx), __byte_perm(N0, N1, idx), pick);
+    const u32 b = __byte_perm(__byte_perm(P0, P1, idx >> 16), __byte_perm(N0, N1, idx >> 16), pick >> 16);
+    lo = __byte_perm(a, b, 0x6420);
+    hi = __byte_perm(a, b, 0x7531);
+}
+
 // sum_k W[8 c + k] * x[k] over chunk `c` of a row (8 values, never
 // straddling a block), the format's scales applied once to the
 // integer-valued partial sum rather than to every value: this rounds
@@ -286,6 +303,21 @@ __device__ __forceinline__ void mv1_impl(const u8* __restrict__ W, i64 row_bytes
 FOR_EACH_TYPE(DEF_MV1)
 #endif
 
+// The expert this block of an `mv1e_*` or `mv8e_*` launch multiplies: row
+// y of the grid is slot s, its expert ids[s] (-1 if out of range: never,
+// moe_route writes ids below experts); z = 1 takes the second matrix, its
+// bias and output.
+__device__ __forceinline__ int block_expert(const int* ids, int experts, const u8*& W, const float*& bias,
+                                            float*& out, const u8* W2, const float* bias2, float* out2) {
+    if (blockIdx.z == 1) {
+        W = W2;
+        bias = bias2;
+        out = out2;
+    }
+    const int e = ids[blockIdx.y];
+    return e >= 0 && e < experts ? e : -1;
+}
+
 // `mv1e_<type>`: mv1 over the experts a router chose (mixture of experts):
 // row y of the grid is slot s of n * used; it multiplies expert ids[s]'s
 // `rows` rows of W (experts stacked, expert e's rows e * rows..), with row
@@ -303,13 +335,8 @@ FOR_EACH_TYPE(DEF_MV1)
                     int x_div, const float* x, const float* bias, float* out, const u8* W2,              \
                     const float* bias2, float* out2) {                                                   \
         pdl_start();                                                                                     \
-        if (blockIdx.z == 1) {                                                                           \
-            W = W2;                                                                                      \
-            bias = bias2;                                                                                \
-            out = out2;                                                                                  \
-        }                                                                                                \
-        const int s = blockIdx.y, e = ids[s];                                                            \
-        if (e < 0 || e >= experts) return; /* never: moe_route writes ids below experts */              \
+        const int s = blockIdx.y, e = block_expert(ids, experts, W, bias, out, W2, bias2, out2);        \
+        if (e < 0) return;                                                                               \
         mv1_impl<T>(W + (i64)e * rows * row_bytes, row_bytes, rows, cols, x + (i64)(s / x_div) * cols,    \
                     bias ? bias + (i64)e * rows : nullptr, out + (i64)s * rows);                          \
     }
@@ -319,7 +346,8 @@ FOR_EACH_TYPE(DEF_MV1E)
 
 // ---------------------------------------------------------------------------
 // `mv8_<type>` / `mv8n_<type>`: the same product on the integer units, for
-// Q4_0, Q4_1, Q4_K, Q5_0, Q8_0 and Q6_K, from x split by `quantize_x8` (elementwise.cu)
+// Q4_0, Q4_1, Q4_K, Q5_0, Q8_0 and Q6_K (and MXFP4 in `mv8e_*`, over the
+// experts a router chose), from x split by `quantize_x8` (elementwise.cu)
 // into int8 parts hi and lo (x ~ d * (hi + lo / 256) per 32 values) and
 // exact sums of 16. Four weights meet four int8 values in one dp4a, where
 // mv1 spends three instructions per value. No shared memory but for the
@@ -540,6 +568,30 @@ struct Mv8Unit<T_Q4_1> {
         const float d = f16_to_f32((u16)(dm & 0xFFFF)), m = f16_to_f32((u16)(dm >> 16));
         const float q = dot16(lo, x.h0, x.l0) + dot16(hi, x.h1, x.l1);
         return fmaf(d * x.d0, q, m * (x.s0 + x.s1));
+    }
+};
+
+// MXFP4: 17-byte blocks {e, qs[16]} at any byte alignment, value j the
+// E2M1 code in qs[j]'s low nibble (j < 16) or qs[j - 16]'s high one, times
+// 2^(e - 127). The codes become signed bytes of twice their value (exact)
+// for dp4a, and the halved scale multiplies the integer sums once. qs comes
+// from whole 16-byte chunks (ld_a16: at most 16 bytes past the block, the
+// weights' tail), e by a byte load.
+template <>
+struct Mv8Unit<T_MXFP4> {
+    u32 e, qs[4];
+    static __device__ __forceinline__ int col0(int u) { return 32 * u; }
+    static __device__ __forceinline__ int col1(int u) { return 32 * u + 16; }
+    __device__ __forceinline__ void load(const u8* __restrict__ row, int u) {
+        const u8* b = row + (i64)u * 17;
+        e = __ldg(b);
+        ld_a16<4, true>(b + 1, qs);
+    }
+    __device__ __forceinline__ float dot(int, const X8Unit& x) const {
+        u32 lo[4], hi[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) e2m1_doubled_s8(qs[i], lo[i], hi[i]);
+        return e8m0_half((u8)e) * x.d0 * (dot16(lo, x.h0, x.l0) + dot16(hi, x.h1, x.l1));
     }
 };
 
@@ -904,6 +956,49 @@ DEF_MV8(q8_0, T_Q8_0)
 DEF_MV8(q6_k, T_Q6_K)
 #endif
 #endif  // part 0
+
+// `mv8e_<type>`: mv8 over the experts a router chose, the grid laid out as
+// mv1e_*'s (row y: slot s, expert ids[s]; z = 1: the second matrix, its
+// bias and output): x's row s / x_div from its parts as `quantize_x8` (or
+// swiglu_oai) split them. The expert id is moe_route's output, so the
+// kernel waits for the kernel ahead before its first load. Part 2 of the
+// module, with mv1e_*: compiled only for the formats a model stores
+// experts in.
+#define DEF_MV8E(name, T)                                                                                \
+    extern "C" __global__ void __launch_bounds__(MV8_THREADS)                                            \
+        mv8e_##name(const u8* W, i64 row_bytes, int rows, int cols, int experts, const int* ids,         \
+                    int x_div, const i8* xh, const i8* xl, const float* xd, const float* xs,             \
+                    const float* bias, float* out, const u8* W2, const float* bias2, float* out2) {      \
+        pdl_start();                                                                                     \
+        const int s = blockIdx.y, e = block_expert(ids, experts, W, bias, out, W2, bias2, out2);        \
+        if (e < 0) return;                                                                               \
+        mv8_one<T, MV8_ROWS>(blockIdx.x, W + (i64)e * rows * row_bytes, row_bytes, rows, cols,          \
+                             X8{xh, xl, xd, xs}.row(s / x_div, cols), bias ? bias + (i64)e * rows : nullptr, \
+                             Mv8Store{out + (i64)s * rows});                                             \
+    }
+#if !defined(ONE_PART) || ONE_PART == 2
+#if !defined(ONE_FORMAT_ID) || ONE_FORMAT_ID == T_MXFP4
+DEF_MV8E(mxfp4, T_MXFP4)
+#endif
+#if !defined(ONE_FORMAT_ID) || ONE_FORMAT_ID == T_Q4_K
+DEF_MV8E(q4_k, T_Q4_K)
+#endif
+#if !defined(ONE_FORMAT_ID) || ONE_FORMAT_ID == T_Q4_0
+DEF_MV8E(q4_0, T_Q4_0)
+#endif
+#if !defined(ONE_FORMAT_ID) || ONE_FORMAT_ID == T_Q4_1
+DEF_MV8E(q4_1, T_Q4_1)
+#endif
+#if !defined(ONE_FORMAT_ID) || ONE_FORMAT_ID == T_Q5_0
+DEF_MV8E(q5_0, T_Q5_0)
+#endif
+#if !defined(ONE_FORMAT_ID) || ONE_FORMAT_ID == T_Q8_0
+DEF_MV8E(q8_0, T_Q8_0)
+#endif
+#if !defined(ONE_FORMAT_ID) || ONE_FORMAT_ID == T_Q6_K
+DEF_MV8E(q6_k, T_Q6_K)
+#endif
+#endif  // part 2
 
 // ---- short prompts in Q8_0 on the integer tensor cores (mmq_q8_0) ----
 //

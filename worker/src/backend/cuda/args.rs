@@ -1181,7 +1181,7 @@ impl SplitsOutput for AddRmsNormArgs {
     }
 }
 
-impl SplitsOutput for SwigluArgs {
+impl SplitsOutput for GluArgs {
     fn x8(&self) -> Option<X8Bufs> {
         self.x8
     }
@@ -1255,25 +1255,35 @@ impl KernelCall for LayerNormArgs {
     }
 }
 
-/// `swiglu`: `out[i] = gate[i] / (1 + exp(-gate[i])) * up[i]`, or with
-/// `gelu`, `geglu`: `out[i] = gelu(gate[i]) * up[i]`.
+/// The activation of a gated feed-forward ([`GluArgs`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Glu {
+    /// `swiglu`: `out[i] = gate[i] / (1 + exp(-gate[i])) * up[i]`.
+    Silu,
+    /// `geglu`: `out[i] = gelu(gate[i]) * up[i]`.
+    Gelu,
+    /// `swiglu_oai`: gpt-oss's clamped SwiGLU, `out[i] = min(g, 7) *
+    /// sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1)`.
+    SiluOai,
+}
+
+/// A gated activation of `gate` times `up` (one kernel per [`Glu`]).
 #[derive(Clone, Copy, Debug)]
-pub struct SwigluArgs {
-    /// GeGLU instead of SwiGLU.
-    pub gelu: bool,
+pub struct GluArgs {
+    pub act: Glu,
     /// `[len]` f32 each.
     pub gate: DevPtr<f32>,
     pub up: DevPtr<f32>,
     pub len: usize,
     pub out: DevPtrMut<f32>,
-    /// Where `out` is also split for `mv8_*` (one row: `len` a multiple of
-    /// 32), or none.
+    /// Where `out` is also split for `mv8_*` (`len` a multiple of 32: the
+    /// split is by 32-value groups, so any whole rows of them), or none.
     pub x8: Option<X8Bufs>,
 }
 
 // The element-wise kernels take an i64 length: no `int` dimension to check;
 // the grid refuses zero elements.
-impl KernelCall for SwigluArgs {
+impl KernelCall for GluArgs {
     type Params = (
         DevPtr<f32>,
         DevPtr<f32>,
@@ -1337,12 +1347,12 @@ impl KernelCall for GeluArgs {
     }
 }
 
-impl SwigluArgs {
+impl GluArgs {
     fn kernel(&self) -> Kernel {
-        if self.gelu {
-            Kernel::Geglu
-        } else {
-            Kernel::Swiglu
+        match self.act {
+            Glu::Silu => Kernel::Swiglu,
+            Glu::Gelu => Kernel::Geglu,
+            Glu::SiluOai => Kernel::SwigluOai,
         }
     }
 }

@@ -159,6 +159,9 @@ pub struct Kernels {
     /// Whether kernels may run in thread block clusters (sm_90 on, unless
     /// [`CLUSTERS_ENV`] is `0`).
     clusters: AtomicBool,
+    /// Whether chosen experts' products may take `mv8e_*` (unless
+    /// [`MV8_EXPERTS_ENV`] is `0`).
+    mv8_experts: bool,
 }
 
 /// `WORKER_ORCD_PDL=0`: every kernel waits for the one ahead of it to end
@@ -195,6 +198,10 @@ pub fn qkv_rope_max_blocks(sm_count: usize) -> usize {
 
 /// `0` keeps the decode norm on one block (`add_rms_norm`) on sm_90 too.
 pub const CLUSTERS_ENV: &str = "WORKER_ORCD_CLUSTERS";
+
+/// `0` keeps a mixture of experts' decode products on `mv1e_*` (f32 x)
+/// rather than `mv8e_*`.
+pub const MV8_EXPERTS_ENV: &str = "WORKER_ORCD_MV8_EXPERTS";
 
 fn load_error(u: Unit, e: impl std::fmt::Debug) -> BackendError {
     BackendError::KernelLaunchFailed(format!("loading {}: {e:?}", u.label()))
@@ -398,6 +405,7 @@ impl Kernels {
             clusters: AtomicBool::new(
                 arch.0 >= 9 && std::env::var(CLUSTERS_ENV).map_or(true, |v| v != "0"),
             ),
+            mv8_experts: std::env::var(MV8_EXPERTS_ENV).map_or(true, |v| v != "0"),
         })
     }
 
@@ -458,6 +466,15 @@ impl Kernels {
     /// Whether one row of x may go through `mv8_*` at all.
     pub fn mv8_enabled(&self) -> bool {
         self.mv8.load(Ordering::Relaxed)
+    }
+
+    /// Whether chosen experts' products in format `t` may take `mv8e_*`:
+    /// the integer mat-vec on (and not turned off for experts by
+    /// [`MV8_EXPERTS_ENV`]), the kernel compiled.
+    pub fn mv8_experts_ready(&self, t: GgmlType) -> bool {
+        self.mv8_experts
+            && self.mv8.load(Ordering::Relaxed)
+            && self.funcs.contains_key(&Kernel::MatVec8Experts(t))
     }
 
     /// Whether a short prompt's matmul in format `t` takes `mmq_*`: the

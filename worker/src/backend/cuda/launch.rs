@@ -36,6 +36,9 @@ pub enum Kernel {
     /// `mv1e_<type>`: `mv1_<type>` over the experts a router chose, one
     /// grid row per (token, chosen expert), the expert read on the device.
     MatVecExperts(GgmlType),
+    /// `mv8e_<type>`: `mv8_<type>` over the experts a router chose, laid
+    /// out as `mv1e_<type>`, from x split by `quantize_x8` (or `swiglu_oai`).
+    MatVec8Experts(GgmlType),
     /// `mv8_<type>`: matrix product for one row of x (decode) on the integer
     /// units, from x split by `quantize_x8`; `MV8_ROWS` weight rows a block.
     MatVec8(GgmlType),
@@ -169,6 +172,9 @@ impl Kernel {
             } else {
                 v.push(Kernel::GemmTc(t));
             }
+            if has_mv8_experts(t) {
+                v.push(Kernel::MatVec8Experts(t));
+            }
             if has_mv8(t) {
                 v.extend([
                     Kernel::MatVec8(t),
@@ -242,6 +248,7 @@ impl Kernel {
             Kernel::MatVec(_) | Kernel::MatVecWarp(_) | Kernel::Gemm(_) => Module::Matmul,
             Kernel::MatVec1(_)
             | Kernel::MatVecExperts(_)
+            | Kernel::MatVec8Experts(_)
             | Kernel::MatVec8(_)
             | Kernel::MatVec8Many(_)
             | Kernel::MatVec8Qkv(_)
@@ -299,7 +306,7 @@ impl Kernel {
             | Kernel::MatVec8Qkv(_)
             | Kernel::MatVec8N(_) => Some(0),
             Kernel::Mmq(_) => Some(1),
-            Kernel::MatVecExperts(_) => Some(2),
+            Kernel::MatVecExperts(_) | Kernel::MatVec8Experts(_) => Some(2),
             Kernel::MatVecWarp(_) => Some(1),
             Kernel::GemmTc(_) | Kernel::GemmTcSplit(_) | Kernel::DequantF16(_) => Some(0),
             Kernel::GemmFew(_) => Some(1),
@@ -361,6 +368,7 @@ impl Kernel {
             | Kernel::Gemm(t)
             | Kernel::MatVec1(t)
             | Kernel::MatVecExperts(t)
+            | Kernel::MatVec8Experts(t)
             | Kernel::MatVec8(t)
             | Kernel::MatVec8Many(t)
             | Kernel::MatVec8Qkv(t)
@@ -385,6 +393,7 @@ impl Kernel {
             Kernel::Gemm(t) => format!("gemm_{}", ty(t)),
             Kernel::MatVec1(t) => format!("mv1_{}", ty(t)),
             Kernel::MatVecExperts(t) => format!("mv1e_{}", ty(t)),
+            Kernel::MatVec8Experts(t) => format!("mv8e_{}", ty(t)),
             Kernel::MatVec8(t) => format!("mv8_{}", ty(t)),
             Kernel::MatVec8Many(t) => format!("mv8m_{}", ty(t)),
             Kernel::MatVec8Qkv(t) => format!("mv8q_{}", ty(t)),
@@ -455,6 +464,12 @@ pub fn has_mv8(t: GgmlType) -> bool {
     )
 }
 
+/// Formats with an integer mat-vec over chosen experts (`mv8e_*`): those
+/// of `mv8_*`, and MXFP4 (whose E2M1 values, doubled, are small integers).
+pub fn has_mv8_experts(t: GgmlType) -> bool {
+    has_mv8(t) || t == GgmlType::Mxfp4
+}
+
 /// M0-W-1431: the checks every launch makes before it queues anything, so
 /// that a bad call is a typed error rather than a launch that reads or
 /// writes outside a buffer. Each `int` argument of the kernel must lie in
@@ -508,10 +523,12 @@ pub enum Work {
     },
     /// One block per (query row, head).
     Heads { n: usize, n_head: usize },
-    /// `mv1_*`'s blocks over `rows` weight rows, for each of `slots`
-    /// (token, chosen expert) pairs, of each of `matrices` matrices.
+    /// `mv1_*`'s (or `mv8_*`'s) blocks over `rows` weight rows of `cols`
+    /// columns, for each of `slots` (token, chosen expert) pairs, of each
+    /// of `matrices` matrices.
     Experts {
         rows: usize,
+        cols: usize,
         slots: usize,
         matrices: usize,
     },
@@ -677,9 +694,10 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
             Ok(blocks(((rows as u32).div_ceil(MV1_ROWS), 1), MV1_THREADS))
         }
         (
-            Kernel::MatVecExperts(_),
+            Kernel::MatVecExperts(_) | Kernel::MatVec8Experts(_),
             Work::Experts {
                 rows,
+                cols,
                 slots,
                 matrices,
             },
@@ -689,13 +707,17 @@ pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError
                     "{slots} (token, expert) pairs of {matrices} matrices exceed one launch"
                 )));
             }
+            let (per_block, threads) = match k {
+                Kernel::MatVecExperts(_) => (MV1_ROWS, MV1_THREADS),
+                _ => (mv8_rows_per_block(cols) as u32, MV8_THREADS),
+            };
             Ok(LaunchConfig {
                 grid_dim: (
-                    (rows as u32).div_ceil(MV1_ROWS),
+                    (rows as u32).div_ceil(per_block),
                     slots as u32,
                     matrices as u32,
                 ),
-                block_dim: (MV1_THREADS, 1, 1),
+                block_dim: (threads, 1, 1),
                 shared_mem_bytes: 0,
             })
         }
@@ -908,6 +930,7 @@ macro_rules! param_tuple {
     };
 }
 
+param_tuple!(A.0);
 param_tuple!(A.0, B.1);
 param_tuple!(A.0, B.1, C.2);
 param_tuple!(A.0, B.1, C.2, D.3);

@@ -16,8 +16,8 @@ use half::f16;
 
 use crate::backend::cuda::args::{
     AddAssignArgs, AddBiasArgs, AddRmsNormArgs, AddRmsNormClusterArgs, CopyColsArgs,
-    DequantF16Args, EmbedArgs, GeluArgs, LayerNormArgs, MatmulArgs, QuantizeX8Args, RmsNormArgs,
-    RopeArgs, RopePairs, ScaleArgs, SplitsOutput, SwigluArgs, ToF16Args, X8Bufs,
+    DequantF16Args, EmbedArgs, GeluArgs, Glu, GluArgs, LayerNormArgs, MatmulArgs, QuantizeX8Args,
+    RmsNormArgs, RopeArgs, RopePairs, ScaleArgs, SplitsOutput, ToF16Args, X8Bufs,
 };
 use crate::backend::cuda::blas::{chunk_rows, Blas, F16Product};
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
@@ -415,25 +415,34 @@ impl CudaOps {
     /// `None` inside a graph capture when the block is too small (nothing
     /// may be allocated there: `mv1_*` runs instead).
     fn quantized_x(&mut self, x: &CudaBuf) -> Result<Option<X8Bufs>, BackendError> {
-        let len = x.len();
+        let Some(bufs) = self.x8_room(x.len())? else {
+            return Ok(None);
+        };
+        let kernels = &self.dev.kernels;
+        let block = self.x8.as_ref().expect("x8_room reserved it");
+        if block.holds != Some((x.id(), x.rows, x.cols, kernels.writes())) {
+            let args = QuantizeX8Args {
+                x: x.input(),
+                cols: x.len(),
+                out: bufs,
+            };
+            kernels.launch(&self.dev.stream, &args)?;
+        }
+        Ok(Some(bufs))
+    }
+
+    /// The block's parts for `len` values, grown to hold them outside a
+    /// graph capture; `None` inside one when it is too small (nothing may
+    /// be allocated there).
+    fn x8_room(&mut self, len: usize) -> Result<Option<X8Bufs>, BackendError> {
         if self.x8.as_ref().is_none_or(|b| b.len < len) {
             if self.capture.is_some() {
                 return Ok(None);
             }
             self.reserve_x8_values(len)?;
         }
-        let kernels = &self.dev.kernels;
-        let block = self.x8.as_mut().expect("reserved above");
-        let bufs = X8Bufs::at(block.mem.ptr(), len);
-        if block.holds != Some((x.id(), x.rows, x.cols, kernels.writes())) {
-            let args = QuantizeX8Args {
-                x: x.input(),
-                cols: len,
-                out: bufs,
-            };
-            kernels.launch(&self.dev.stream, &args)?;
-        }
-        Ok(Some(bufs))
+        let block = self.x8.as_ref().expect("reserved above");
+        Ok(Some(X8Bufs::at(block.mem.ptr(), len)))
     }
 
     /// Where a kernel writing `out` may also split it for `mv8_*`, saving
@@ -446,10 +455,10 @@ impl CudaOps {
         (fits && self.dev.kernels.mv8_enabled()).then(|| X8Bufs::at(block.mem.ptr(), out.len()))
     }
 
-    /// `out = act(gate) * up` with SiLU, or GELU when `gelu`.
+    /// `out = act(gate) * up`.
     fn glu(
         &mut self,
-        gelu: bool,
+        act: Glu,
         gate: &CudaBuf,
         up: &CudaBuf,
         out: &mut CudaBuf,
@@ -465,8 +474,8 @@ impl CudaOps {
         check_bufs("glu", &[gate, up, out])?;
         self.dev.bind()?;
         let x8 = self.x8_for(out);
-        let args = SwigluArgs {
-            gelu,
+        let args = GluArgs {
+            act,
             gate: gate.input(),
             up: up.input(),
             len: up.len(),
@@ -1250,7 +1259,7 @@ impl Ops for CudaOps {
         up: &CudaBuf,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
-        self.glu(false, gate, up, out)
+        self.glu(Glu::Silu, gate, up, out)
     }
 
     fn geglu(
@@ -1259,7 +1268,7 @@ impl Ops for CudaOps {
         up: &CudaBuf,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
-        self.glu(true, gate, up, out)
+        self.glu(Glu::Gelu, gate, up, out)
     }
 
     fn scale(&mut self, x: &mut CudaBuf, factor: f32) -> Result<(), BackendError> {

@@ -2,8 +2,10 @@
 //! router's choice on the device, the chosen experts' mat-vecs, their
 //! clamped SwiGLU and the weighted sum of their outputs.
 
-use super::{plan, Stored};
-use crate::backend::cuda::launch::{refusal, Kernel, KernelCall, Plan, Work};
+use super::{plan, Stored, X8Bufs};
+use crate::backend::cuda::launch::{
+    has_mv8_experts, refusal, Kernel, KernelCall, Plan, Then, Work,
+};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{f16_tiles, GTC_BK, MOE_MAX_EXPERTS};
 use crate::backend::BackendError;
@@ -106,49 +108,30 @@ impl ExpertMatVecArgs {
     pub fn rows(&self) -> usize {
         expert_rows(&self.w, self.experts)
     }
-}
 
-impl KernelCall for ExpertMatVecArgs {
-    type Params = (
-        DevPtr<u8>,
-        i64,
-        i32,
-        i32,
-        i32,
-        DevPtr<i32>,
-        i32,
-        DevPtr<f32>,
-        DevPtr<f32>,
-        DevPtrMut<f32>,
-        DevPtr<u8>,
-        DevPtr<f32>,
-        DevPtrMut<f32>,
-    );
-
-    fn plan(&self) -> Plan {
-        let dims = [
+    fn dims(&self) -> [(&'static str, usize); 6] {
+        [
             ("rows", self.rows()),
             ("cols", self.w.cols),
             ("row_bytes", self.w.row_bytes),
             ("experts", self.experts),
             ("slots", self.slots),
             ("x_div", self.x_div),
-        ];
-        let buffers = [
-            ("w", self.w.ptr.addr()),
-            ("ids", self.ids.addr()),
-            ("x", self.x.addr()),
-            ("out", self.out.addr()),
-        ];
-        let work = Work::Experts {
+        ]
+    }
+
+    fn work(&self) -> Work {
+        Work::Experts {
             rows: self.rows(),
+            cols: self.w.cols,
             slots: self.slots,
             matrices: 1 + usize::from(self.second.is_some()),
-        };
-        plan(Kernel::MatVecExperts(self.w.ty), dims, buffers, work)
+        }
     }
-    fn validate(&self) -> Result<(), BackendError> {
-        let k = Kernel::MatVecExperts(self.w.ty);
+
+    /// The checks of either kernel `k` over these arguments: stacked
+    /// matrices, a second one of the first's shape, whole rows of x.
+    fn check_shapes(&self, k: Kernel) -> Result<(), BackendError> {
         check_stacked(k, &self.w, self.experts)?;
         if let Some((w2, _, out2)) = &self.second {
             let same = (w2.ty, w2.rows, w2.cols, w2.row_bytes)
@@ -166,7 +149,10 @@ impl KernelCall for ExpertMatVecArgs {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
+
+    /// The parameters both kernels open with: the weights and their shape,
+    /// the experts and the slots' rows of x.
+    fn head_params(&self) -> ExpertHead {
         (
             self.w.ptr,
             self.w.row_bytes as i64,
@@ -175,7 +161,13 @@ impl KernelCall for ExpertMatVecArgs {
             self.experts as i32,
             self.ids,
             self.x_div as i32,
-            self.x,
+        )
+    }
+
+    /// The parameters both kernels close with: the bias and output, then
+    /// the second matrix's weights, bias and output (null without one).
+    fn tail_params(&self) -> ExpertTail {
+        (
             DevPtr::or_null(self.bias),
             self.out,
             DevPtr::or_null(self.second.map(|s| s.0.ptr)),
@@ -185,30 +177,77 @@ impl KernelCall for ExpertMatVecArgs {
     }
 }
 
-/// `swiglu_oai`: gpt-oss's clamped SwiGLU, `out[i] = min(g, 7) *
-/// sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1)`.
-#[derive(Clone, Copy, Debug)]
-pub struct SwigluOaiArgs {
-    /// `[len]` f32 each.
-    pub gate: DevPtr<f32>,
-    pub up: DevPtr<f32>,
-    pub len: usize,
-    pub out: DevPtrMut<f32>,
-}
+type ExpertHead = (DevPtr<u8>, i64, i32, i32, i32, DevPtr<i32>, i32);
+type ExpertTail = (
+    DevPtr<f32>,
+    DevPtrMut<f32>,
+    DevPtr<u8>,
+    DevPtr<f32>,
+    DevPtrMut<f32>,
+);
 
-impl KernelCall for SwigluOaiArgs {
-    type Params = (DevPtr<f32>, DevPtr<f32>, i64, DevPtrMut<f32>);
+impl KernelCall for ExpertMatVecArgs {
+    /// `x` between the head and the tail.
+    type Params = Then<ExpertHead, Then<(DevPtr<f32>,), ExpertTail>>;
 
     fn plan(&self) -> Plan {
         let buffers = [
-            ("gate", self.gate.addr()),
-            ("up", self.up.addr()),
+            ("w", self.w.ptr.addr()),
+            ("ids", self.ids.addr()),
+            ("x", self.x.addr()),
             ("out", self.out.addr()),
         ];
-        plan(Kernel::SwigluOai, [], buffers, Work::Elements(self.len))
+        let k = Kernel::MatVecExperts(self.w.ty);
+        plan(k, self.dims(), buffers, self.work())
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        self.check_shapes(Kernel::MatVecExperts(self.w.ty))
     }
     fn params(&self) -> Self::Params {
-        (self.gate, self.up, self.len as i64, self.out)
+        Then(self.head_params(), Then((self.x,), self.tail_params()))
+    }
+}
+
+/// `mv8e_<ty>`: the products of [`ExpertMatVecArgs`] on the integer units,
+/// reading x as `quantize_x8` (or `swiglu_oai`) split it into `x8` (`args.x`
+/// itself is not read): rows of `cols` values one after another.
+#[derive(Clone, Copy, Debug)]
+pub struct ExpertMatVec8Call {
+    pub args: ExpertMatVecArgs,
+    pub x8: X8Bufs,
+}
+
+impl KernelCall for ExpertMatVec8Call {
+    /// x's parts between the head and the tail.
+    type Params =
+        Then<ExpertHead, Then<(DevPtr<i8>, DevPtr<i8>, DevPtr<f32>, DevPtr<f32>), ExpertTail>>;
+
+    fn plan(&self) -> Plan {
+        let a = &self.args;
+        let [hi, lo, d, sums] = self.x8.addrs();
+        let buffers = [
+            ("w", a.w.ptr.addr()),
+            ("ids", a.ids.addr()),
+            hi,
+            lo,
+            d,
+            sums,
+            ("out", a.out.addr()),
+        ];
+        plan(Kernel::MatVec8Experts(a.w.ty), a.dims(), buffers, a.work())
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        let a = &self.args;
+        let k = Kernel::MatVec8Experts(a.w.ty);
+        if !a.w.cols.is_multiple_of(32) || !has_mv8_experts(a.w.ty) {
+            let msg = format!("{} {} columns", a.w.cols, a.w.ty.name());
+            return Err(refusal(k, msg));
+        }
+        a.check_shapes(k)
+    }
+    fn params(&self) -> Self::Params {
+        let a = &self.args;
+        Then(a.head_params(), Then(self.x8.reads(), a.tail_params()))
     }
 }
 
@@ -465,6 +504,22 @@ mod tests {
         assert!(second(stored(mxfp4, 4 * 64, 256)).check().is_ok());
         assert!(second(stored(mxfp4, 4 * 32, 256)).check().is_err());
         assert!(second(stored(GgmlType::Q8_0, 4 * 64, 256)).check().is_err());
+        // On the integer units: the same checks, and whole 32-value groups
+        // of a format with a unit.
+        let x8 = X8Bufs::at(0x6000, 6 * 256);
+        let mv8 = |args: ExpertMatVecArgs| ExpertMatVec8Call { args, x8 }.check();
+        assert!(mv8(mv).is_ok());
+        assert!(mv8(ExpertMatVecArgs { x_div: 4, ..mv }).is_err());
+        assert!(mv8(second(stored(mxfp4, 4 * 32, 256))).is_err());
+        for (ty, cols, ok) in [(GgmlType::Q8_0, 256, true), (mxfp4, 240, false)] {
+            let w = stored(ty, 4 * 64, cols);
+            assert_eq!(mv8(ExpertMatVecArgs { w, ..mv }).is_ok(), ok, "{ty} {cols}");
+        }
+        assert!(mv8(ExpertMatVecArgs {
+            w: stored(GgmlType::F16, 4 * 64, 256),
+            ..mv
+        })
+        .is_err());
 
         let route = MoeRouteArgs {
             logits: DevPtr::new(0x1000),

@@ -1,8 +1,9 @@
 //! A mixture-of-experts feed-forward on `CudaOps` (gpt-oss's `Ops::moe`):
 //! from the router's logits, the choice of experts and their weights on the
-//! device (`moe_route`), the chosen experts' gate and up products
-//! (`mv1e_*`: only their rows of the stacked expert matrices are read), the
-//! clamped SwiGLU, their down products and the weighted sum. A decode step
+//! device (`moe_route`), the chosen experts' gate and up products (`mv8e_*`,
+//! or `mv1e_*` in formats without it: only their rows of the stacked expert
+//! matrices are read), the clamped SwiGLU, their down products and the
+//! weighted sum. A decode step
 //! sends nothing to the host, so it runs inside its CUDA graph; a prompt's
 //! (row, expert) pairs are sorted by expert on the host for `gemm_moe_*`.
 
@@ -10,8 +11,8 @@ use super::{check_bufs, check_weights, shape_error, BufMem, CudaBuf, CudaOps, Cu
 use half::f16;
 
 use crate::backend::cuda::args::{
-    ExpertGemmArgs, ExpertMatVecArgs, MoeGatherF16Args, MoeRouteArgs, MoeSumArgs, SwigluOaiArgs,
-    ToF16Args,
+    ExpertGemmArgs, ExpertMatVec8Call, ExpertMatVecArgs, Glu, GluArgs, MoeGatherF16Args,
+    MoeRouteArgs, MoeSumArgs, ToF16Args, X8Bufs,
 };
 use crate::backend::cuda::device::{align_up, Purpose};
 use crate::backend::cuda::launch::Kernel;
@@ -105,6 +106,8 @@ impl CudaOps {
     /// Room for a decode step's `moe` scratch, made at load: a step inside
     /// a CUDA graph may not allocate.
     pub fn reserve_moe(&mut self, used: usize, n_ff: usize, d: usize) -> Result<(), BackendError> {
+        // The step's splits for `mv8e_*`: x, and the SwiGLU's `used` rows.
+        self.reserve_x8_values(d.max(used * n_ff))?;
         let bytes = scratch_bytes(&scratch_parts(1, used, n_ff, d));
         if self.moe_step.as_ref().is_some_and(|b| b.bytes() >= bytes) {
             return Ok(());
@@ -206,7 +209,9 @@ impl CudaOps {
         )
     }
 
-    /// A few rows: each (row, chosen expert) pair's products by `mv1e_*`.
+    /// A few rows: each (row, chosen expert) pair's products by `mv8e_*`
+    /// where the experts' format has it (x split once for gate and up, the
+    /// SwiGLU's output split by `swiglu_oai` for down), else `mv1e_*`.
     fn experts_rows(
         &mut self,
         x: &CudaBuf,
@@ -222,8 +227,6 @@ impl CudaOps {
             .map_err(|_| shape_error("moe scratch".into()))?;
         self.dev.bind()?;
         self.route(logits, used, &ids, &mut weights)?;
-        let k = &self.dev.kernels;
-        let st = &self.dev.stream;
         let ids_r = DevPtr::<i32>::new(ids.ptr());
         let slots = rows * used;
         let product = |m: &CudaWeight,
@@ -243,27 +246,42 @@ impl CudaOps {
                 second: None,
             }
         };
+        // Room for both splits first: the block is not replaced between them.
+        let integer =
+            self.integer_experts(w, d, s.n_ff) && self.x8_room(x.len().max(act.len()))?.is_some();
+        let x8 = if integer { self.quantized_x(x)? } else { None };
         // Gate and up in one launch where they are stored alike.
         let mut gate_up = product(w.gate, w.gate_bias, x.input(), used, gate.output());
         let up_args = product(w.up, w.up_bias, x.input(), used, up.output());
         if (w.up.ty, w.up.rows, w.up.row_bytes) == (w.gate.ty, w.gate.rows, w.gate.row_bytes) {
             gate_up.second = Some((up_args.w, up_args.bias, up_args.out));
-            k.launch(st, &gate_up)?;
+            self.expert_product(gate_up, x8)?;
         } else {
-            k.launch(st, &gate_up)?;
-            k.launch(st, &up_args)?;
+            self.expert_product(gate_up, x8)?;
+            self.expert_product(up_args, x8)?;
         }
-        let glu = SwigluOaiArgs {
+        if x8.is_some() {
+            self.x8_still_holds(x, &[&gate, &up]);
+        }
+        let act_x8 = if integer {
+            self.x8_room(act.len())?
+        } else {
+            None
+        };
+        let glu = GluArgs {
+            act: Glu::SiluOai,
             gate: gate.input(),
             up: up.input(),
             len: slots * s.n_ff,
             out: act.output(),
+            x8: act_x8,
         };
-        k.launch(st, &glu)?;
-        k.launch(
-            st,
-            &product(w.down, w.down_bias, act.input(), 1, down.output()),
-        )?;
+        self.launch_splitting(&glu, &act)?;
+        let down_args = product(w.down, w.down_bias, act.input(), 1, down.output());
+        self.expert_product(down_args, act_x8)?;
+        if act_x8.is_some() {
+            self.x8_still_holds(&act, &[&down]);
+        }
         let sum = MoeSumArgs {
             y: down.input(),
             pos: None,
@@ -273,7 +291,31 @@ impl CudaOps {
             cols: d,
             out: out.output(),
         };
-        k.launch(st, &sum)
+        self.dev.kernels.launch(&self.dev.stream, &sum)
+    }
+
+    /// Whether the experts' products take `mv8e_*`: the integer mat-vec on
+    /// and compiled for their one format, rows of x of whole 32-value groups.
+    fn integer_experts(&self, w: &MoeWeights<'_, CudaWeight>, d: usize, n_ff: usize) -> bool {
+        let ty = w.gate.ty;
+        [w.up, w.down].iter().all(|m| m.ty == ty)
+            && d.is_multiple_of(32)
+            && n_ff.is_multiple_of(32)
+            && self.dev.kernels.mv8_experts_ready(ty)
+    }
+
+    /// One launch of the chosen experts' products: `mv8e_*` from x split
+    /// into `x8`, or `mv1e_*` from x itself.
+    fn expert_product(
+        &self,
+        args: ExpertMatVecArgs,
+        x8: Option<X8Bufs>,
+    ) -> Result<(), BackendError> {
+        let (k, st) = (&self.dev.kernels, &self.dev.stream);
+        match x8 {
+            Some(x8) => k.launch(st, &ExpertMatVec8Call { args, x8 }),
+            None => k.launch(st, &args),
+        }
     }
 
     /// Many rows: the (row, chosen expert) pairs sorted by expert on the
@@ -342,11 +384,13 @@ impl CudaOps {
         };
         k.launch(st, &product(w.gate, w.gate_bias, xhi, gate.output()))?;
         k.launch(st, &product(w.up, w.up_bias, xhi, up.output()))?;
-        let glu = SwigluOaiArgs {
+        let glu = GluArgs {
+            act: Glu::SiluOai,
             gate: gate.input(),
             up: up.input(),
             len: m * ff,
             out: act.output(),
+            x8: None,
         };
         k.launch(st, &glu)?;
         let (ahi, alo) = half(&acth, ff);

@@ -347,6 +347,10 @@ fn every_kernel_symbol_is_defined_in_its_module() {
             Kernel::Gemm(_) => src.contains("gemm_##name"),
             Kernel::MatVec1(_) => src.contains("mv1_##name"),
             Kernel::MatVecExperts(_) => src.contains("mv1e_##name"),
+            Kernel::MatVec8Experts(t) => {
+                src.contains("mv8e_##name")
+                    && src.contains(&format!("DEF_MV8E({}, ", t.name().to_ascii_lowercase()))
+            }
             Kernel::MatVec8(t) => {
                 src.contains("mv8_##name")
                     && src.contains(&format!("DEF_MV8({}, ", t.name().to_ascii_lowercase()))
@@ -477,6 +481,7 @@ fn c_signature(k: Kernel) -> Vec<String> {
         Kernel::Gemm(_) => vec!["gemm_##name(".to_string()],
         Kernel::MatVec1(_) => vec!["mv1_##name(".to_string()],
         Kernel::MatVecExperts(_) => vec!["mv1e_##name(".to_string()],
+        Kernel::MatVec8Experts(_) => vec!["mv8e_##name(".to_string()],
         Kernel::MatVec8(_) => vec!["mv8_##name(".to_string()],
         Kernel::MatVec8Many(_) => vec!["mv8m_##name(".to_string()],
         Kernel::MatVec8Qkv(_) => vec!["mv8q_##name(".to_string()],
@@ -543,6 +548,9 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
         }
         v.push((Kernel::MatVec1(t), sig::<MatVec1Call>()));
         v.push((Kernel::MatVecExperts(t), sig::<ExpertMatVecArgs>()));
+        if crate::backend::cuda::launch::has_mv8_experts(t) {
+            v.push((Kernel::MatVec8Experts(t), sig::<ExpertMatVec8Call>()));
+        }
         v.push((Kernel::DequantF16(t), sig::<DequantF16Args>()));
         if crate::backend::cuda::launch::integer_gemm(t) {
             v.push((Kernel::GemmTcSplit(t), sig::<GemmTcSplitCall>()));
@@ -622,12 +630,12 @@ fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
             Kernel::AttentionCombineRows,
             sig::<AttentionCombineRowsArgs>(),
         ),
-        (Kernel::Swiglu, sig::<SwigluArgs>()),
-        (Kernel::SwigluOai, sig::<SwigluOaiArgs>()),
+        (Kernel::Swiglu, sig::<GluArgs>()),
+        (Kernel::SwigluOai, sig::<GluArgs>()),
         (Kernel::MoeRoute, sig::<MoeRouteArgs>()),
         (Kernel::MoeSum, sig::<MoeSumArgs>()),
         (Kernel::MoeGatherF16, sig::<MoeGatherF16Args>()),
-        (Kernel::Geglu, sig::<SwigluArgs>()),
+        (Kernel::Geglu, sig::<GluArgs>()),
         (Kernel::Gelu, sig::<GeluArgs>()),
         (Kernel::AddAssign, sig::<AddAssignArgs>()),
         (Kernel::Scale, sig::<ScaleArgs>()),

@@ -182,7 +182,9 @@ fn every_kernel_is_laid_out_as_before() {
     );
     // A mixture of experts (gpt-oss-20b's widths): the router's choice a
     // warp per row, four rows a block; the chosen experts' mat-vec over
-    // (weight rows, pairs, gate and up along z); the grouped GEMM a block
+    // (weight rows, pairs, gate and up along z), on the integer units two
+    // weight rows a block of four warps (2880 columns: 90 units a row, more
+    // than two warps cover); the grouped GEMM a block
     // per 128 weight rows and tile of pairs, with gemm_tck's shared memory.
     assert_eq!(
         shape(Kernel::MoeRoute, rows(9, 32)),
@@ -190,6 +192,7 @@ fn every_kernel_is_laid_out_as_before() {
     );
     let experts = |matrices| Work::Experts {
         rows: 2880,
+        cols: 2880,
         slots: 4,
         matrices,
     };
@@ -201,6 +204,10 @@ fn every_kernel_is_laid_out_as_before() {
     assert_eq!(
         shape(Kernel::MatVecExperts(mxfp4), experts(1)),
         ((360, 4, 1), (256, 1, 1))
+    );
+    assert_eq!(
+        shape(Kernel::MatVec8Experts(mxfp4), experts(2)),
+        ((1440, 4, 2), (128, 1, 1))
     );
     let tiles = Work::ExpertTiles {
         rows: 2880,
@@ -256,6 +263,7 @@ fn launches_past_the_grid_limits_are_refused() {
         Kernel::MatVecExperts(GgmlType::Mxfp4),
         Work::Experts {
             rows: 8,
+            cols: 64,
             slots: 65536,
             matrices: 1,
         },
@@ -264,6 +272,7 @@ fn launches_past_the_grid_limits_are_refused() {
         Kernel::MatVecExperts(GgmlType::Mxfp4),
         Work::Experts {
             rows: 8,
+            cols: 64,
             slots: 1,
             matrices: 3,
         },

@@ -5,8 +5,8 @@
 use super::safety::refused;
 use super::*;
 use crate::backend::cuda::args::{
-    AddAssignArgs, AttentionArgs, CacheWindow, EmbedArgs, GeluArgs, KvStoreArgs, LayerNormArgs,
-    MatmulArgs, RmsNormArgs, RopeArgs, RopePairs, Stored, SwigluArgs, X8Bufs,
+    AddAssignArgs, AttentionArgs, CacheWindow, EmbedArgs, GeluArgs, Glu, GluArgs, KvStoreArgs,
+    LayerNormArgs, MatmulArgs, RmsNormArgs, RopeArgs, RopePairs, Stored, X8Bufs,
 };
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 
@@ -361,8 +361,8 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
         "swiglu of nothing",
         k.launch(
             s,
-            &SwigluArgs {
-                gelu: false,
+            &GluArgs {
+                act: Glu::Silu,
                 gate: a,
                 up: b,
                 len: 0,
@@ -375,8 +375,8 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
         "swiglu into null",
         k.launch(
             s,
-            &SwigluArgs {
-                gelu: false,
+            &GluArgs {
+                act: Glu::Silu,
                 gate: a,
                 up: b,
                 len: 16,
@@ -389,8 +389,8 @@ fn m0_w_1431_cuda_launchers_refuse_zero_lengths_and_null_buffers() {
         "swiglu split for mv8 in part groups",
         k.launch(
             s,
-            &SwigluArgs {
-                gelu: false,
+            &GluArgs {
+                act: Glu::Silu,
                 gate: a,
                 up: b,
                 len: 48,

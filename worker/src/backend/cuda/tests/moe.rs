@@ -2,6 +2,7 @@
 //! the router's choice, the chosen experts' products, the clamped SwiGLU and
 //! the weighted sum, for one row (decode) and many (prefill).
 
+use super::matmul::restore_matmul_choice;
 use super::*;
 use crate::model::ops::MoeWeights;
 
@@ -74,7 +75,9 @@ impl Experts {
 
 /// GPU vs CPU `moe` for 1, 3 and 70 rows of x: gpt-oss's small preset's
 /// layout (experts in MXFP4, the router in F32), gpt-oss-20b's width with
-/// fewer experts, and another expert format; deterministic over runs.
+/// fewer experts, and another expert format; the few rows' products on the
+/// integer units (`mv8e_*`) and, with them off, on `mv1e_*`; deterministic
+/// over runs.
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
 fn moe_matches_cpu_for_decode_and_prefill_rows() {
@@ -91,7 +94,9 @@ fn moe_matches_cpu_for_decode_and_prefill_rows() {
     let mut worst = 0f64;
     for (router_ty, ty, experts, used, d, ff) in cases {
         let w = Experts::random(&mut ops, &mut rng, router_ty, ty, experts, d, ff);
-        for n in [1, 3, 70] {
+        let runs = [(1, true), (1, false), (3, true), (3, false), (70, true)];
+        for (n, mv8) in runs {
+            dev().kernels.set_mv8(mv8);
             let xv = random_vec(&mut rng, n * d, 1.0);
             // The router's logits as the graph makes them, on each backend.
             let cx = cpu_buf(n, d, xv.clone());
@@ -114,7 +119,7 @@ fn moe_matches_cpu_for_decode_and_prefill_rows() {
             let e = rel_err(&got, &want.data);
             assert!(
                 e <= 1e-3,
-                "moe {used} of {experts} {ty} experts, {d}x{ff}, {n} rows: relative error {e:e}"
+                "moe {used} of {experts} {ty} experts, {d}x{ff}, {n} rows, mv8 {mv8}: relative error {e:e}"
             );
             worst = worst.max(e);
             assert_deterministic("moe", || {
@@ -130,5 +135,6 @@ fn moe_matches_cpu_for_decode_and_prefill_rows() {
         let too_many = w.gpu(experts, experts + 1);
         assert!(ops.moe(&x, &logits, too_many, &mut out).is_err());
     }
+    restore_matmul_choice();
     eprintln!("moe: max relative error {worst:.2e}");
 }
