@@ -3,9 +3,9 @@
 //! device (`moe_route`), the chosen experts' gate and up products (`mv8e_*`,
 //! or `mv1e_*` in formats without it: only their rows of the stacked expert
 //! matrices are read), the clamped SwiGLU, their down products and the
-//! weighted sum. A decode step
-//! sends nothing to the host, so it runs inside its CUDA graph; a prompt's
-//! (row, expert) pairs are sorted by expert on the host for `gemm_moe_*`.
+//! weighted sum. A decode step sends nothing to the host, so it runs inside
+//! its CUDA graph; a prompt's (row, expert) pairs are sorted by expert on
+//! the host for `gemm_moe_*`.
 
 use super::{check_bufs, check_weights, shape_error, BufMem, CudaBuf, CudaOps, CudaWeight};
 use half::f16;
