@@ -29,12 +29,12 @@ fn bench_cpu(c: &mut Criterion) {
     group.throughput(Throughput::Elements(prompt.len() as u64));
     group.bench_function("prefill_64", |b| {
         b.iter(|| {
-            model.backend.begin_sequence(prompt.len()).unwrap();
+            let seq = model.backend.open(prompt.len()).unwrap();
             model
                 .backend
-                .forward(&prompt, Logits::Last, &mut logits, None)
+                .forward(seq, &prompt, Logits::Last, &mut logits, None)
                 .unwrap();
-            model.backend.end_sequence();
+            model.backend.close(seq);
         })
     });
 
@@ -46,22 +46,22 @@ fn bench_cpu(c: &mut Criterion) {
         b.iter_custom(|iters| {
             let mut timed = Duration::ZERO;
             for _ in 0..iters {
-                model.backend.begin_sequence(16 + decode_steps).unwrap();
+                let seq = model.backend.open(16 + decode_steps).unwrap();
                 model
                     .backend
-                    .forward(&prompt[..16], Logits::Last, &mut logits, None)
+                    .forward(seq, &prompt[..16], Logits::Last, &mut logits, None)
                     .unwrap();
                 let mut next = prompt[16];
                 let started = std::time::Instant::now();
                 for _ in 0..decode_steps {
                     model
                         .backend
-                        .forward(&[next], Logits::Last, &mut logits, None)
+                        .forward(seq, &[next], Logits::Last, &mut logits, None)
                         .unwrap();
                     next = worker_orcd::sampling::argmax(&logits);
                 }
                 timed += started.elapsed();
-                model.backend.end_sequence();
+                model.backend.close(seq);
             }
             timed
         })

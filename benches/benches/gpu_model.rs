@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 use worker_benches::{cuda_device_or_skip, LLAMA_8B, QWEN_05B, SMOLLM2};
-use worker_orcd::backend::{Backend, BackendKind, Logits, SampleRequest};
+use worker_orcd::backend::{sample_one, Backend, BackendKind, Logits, SampleRequest, SeqId};
 use worker_orcd::load::{load_model, LoadOptions};
 use worker_orcd::sampling::SamplingParams;
 
@@ -31,14 +31,14 @@ const GREEDY: SamplingParams = SamplingParams {
 /// Decode steps per sequence: the context grows to at most 16 + this.
 const MAX_STEPS: usize = 256;
 
-fn pick(backend: &mut dyn Backend) -> u32 {
+fn pick(backend: &mut dyn Backend, seq: SeqId) -> u32 {
     let req = SampleRequest {
         params: &GREEDY,
         generated: &[],
         uniform: None,
         logprobs: 0,
     };
-    backend.sample(&req).expect("sample").id
+    sample_one(backend, seq, &req).expect("sample").id
 }
 
 /// Token ids spread over the vocabulary without a random number generator.
@@ -75,20 +75,20 @@ fn gpu_model(c: &mut Criterion) {
                     // the context stays short and within the model's limit.
                     let steps = left.min(MAX_STEPS);
                     left -= steps;
-                    backend.begin_sequence(16 + steps).unwrap();
+                    let seq = backend.open(16 + steps).unwrap();
                     backend
-                        .forward(&tokens(vocab, 16), Logits::None, &mut out, None)
+                        .forward(seq, &tokens(vocab, 16), Logits::None, &mut out, None)
                         .unwrap();
-                    let mut next = pick(backend);
+                    let mut next = pick(backend, seq);
                     let t = Instant::now();
                     for _ in 0..steps {
                         backend
-                            .forward(&[next], Logits::None, &mut out, None)
+                            .forward(seq, &[next], Logits::None, &mut out, None)
                             .unwrap();
-                        next = pick(backend);
+                        next = pick(backend, seq);
                     }
                     total += t.elapsed();
-                    backend.end_sequence();
+                    backend.close(seq);
                 }
                 total
             })
@@ -106,14 +106,14 @@ fn gpu_model(c: &mut Criterion) {
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
-                        backend.begin_sequence(n).unwrap();
+                        let seq = backend.open(n).unwrap();
                         let t = Instant::now();
                         backend
-                            .forward(&prompt, Logits::None, &mut out, None)
+                            .forward(seq, &prompt, Logits::None, &mut out, None)
                             .unwrap();
-                        pick(backend);
+                        pick(backend, seq);
                         total += t.elapsed();
-                        backend.end_sequence();
+                        backend.close(seq);
                     }
                     total
                 })

@@ -218,7 +218,7 @@ fn load_from(
 
     let mut marks = ProgressMarks::new(file.tensor_bytes_total(), progress);
     let mut backend = construct_backend(&config, &file, opts, &mut |b| marks.advance(b))?;
-    backend.set_slots(opts.parallel)?;
+    backend.set_max_sequences(opts.parallel)?;
     marks.finish();
     Ok(LoadedModel {
         backend,

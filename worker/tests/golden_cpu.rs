@@ -19,8 +19,9 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use worker_orcd::backend::Logits;
+use worker_orcd::engine::generate;
 use worker_orcd::engine::generate::{
-    generate, AbortReason, GeneratedToken, GenerationObserver, GenerationRequest,
+    AbortReason, GeneratedToken, GenerationObserver, GenerationRequest,
 };
 use worker_orcd::load::{load_model, LoadOptions, LoadedModel};
 use worker_orcd::sampling::{top_logprobs, SamplingParams};
@@ -153,13 +154,13 @@ fn teacher_forced(set: &GoldenSet) {
         let forced = &case.generated_token_ids[..8];
         let mut tokens = case.prompt_token_ids.clone();
         tokens.extend_from_slice(&forced[..7]);
-        model.backend.begin_sequence(tokens.len()).unwrap();
+        let seq = model.backend.open(tokens.len()).unwrap();
         let mut logits = Vec::new();
         model
             .backend
-            .forward(&tokens, Logits::All, &mut logits, None)
+            .forward(seq, &tokens, Logits::All, &mut logits, None)
             .unwrap();
-        model.backend.end_sequence();
+        model.backend.close(seq);
         assert_eq!(logits.len(), tokens.len() * vocab);
 
         let first = case.prompt_token_ids.len() - 1;
@@ -293,13 +294,13 @@ fn gemma3_matches_an_f64_reference() {
     {
         let mut tokens = case.prompt_token_ids.clone();
         tokens.extend_from_slice(&case.generated_token_ids[..7]);
-        model.backend.begin_sequence(tokens.len()).unwrap();
+        let seq = model.backend.open(tokens.len()).unwrap();
         let mut logits = Vec::new();
         model
             .backend
-            .forward(&tokens, Logits::All, &mut logits, None)
+            .forward(seq, &tokens, Logits::All, &mut logits, None)
             .unwrap();
-        model.backend.end_sequence();
+        model.backend.close(seq);
         let first = case.prompt_token_ids.len() - 1;
         for (i, pos) in exact["positions"].as_array().unwrap().iter().enumerate() {
             let ours = log_softmax(&logits[(first + i) * vocab..(first + i + 1) * vocab]);

@@ -65,13 +65,13 @@ fn compare(name: &str) {
     let mut agreement = Agreement::default();
     for case in &g.cases {
         let n = case.prompt_ids.len();
-        model.backend.begin_sequence(n).unwrap();
+        let seq = model.backend.open(n).unwrap();
         let mut logits = Vec::new();
         model
             .backend
-            .forward(&case.prompt_ids, Logits::All, &mut logits, None)
+            .forward(seq, &case.prompt_ids, Logits::All, &mut logits, None)
             .unwrap();
-        model.backend.end_sequence();
+        model.backend.close(seq);
         agreement.add_case(name, case, &logits, vocab);
     }
     eprintln!("{}", agreement.summary(name));

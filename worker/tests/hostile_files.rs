@@ -33,27 +33,28 @@ enum Outcome {
 /// One greedy step on a model that loaded, so hostile weights (NaN, Inf)
 /// reach the forward pass and the sampler too. An error is a fine answer.
 fn one_step(model: &mut LoadedModel) {
-    if model.backend.begin_sequence(4).is_err() {
+    let Ok(seq) = model.backend.open(4) else {
         return;
-    }
+    };
     let mut out = Vec::new();
     if model
         .backend
-        .forward(&[1], Logits::Last, &mut out, None)
+        .forward(seq, &[1], Logits::Last, &mut out, None)
         .is_ok()
     {
         let params = SamplingParams {
             temperature: 0.0,
             ..Default::default()
         };
-        let _ = model.backend.sample(&SampleRequest {
+        let req = SampleRequest {
             params: &params,
             generated: &[],
             uniform: None,
             logprobs: 3,
-        });
+        };
+        let _ = model.backend.sample(&[(seq, req)]);
     }
-    model.backend.end_sequence();
+    model.backend.close(seq);
 }
 
 fn load(parsed: impl FnOnce() -> Result<GgufFile, GgufError>) -> Outcome {

@@ -131,9 +131,9 @@ fn tiny_presets_load_and_run_in_every_format() {
             let vocab = m.info.vocab_size;
             let mut tokens = prompt.clone();
             let mut logits = Vec::new();
-            m.backend.begin_sequence(tokens.len() + 8).unwrap();
+            let seq = m.backend.open(tokens.len() + 8).unwrap();
             m.backend
-                .forward(&tokens, Logits::Last, &mut logits, None)
+                .forward(seq, &tokens, Logits::Last, &mut logits, None)
                 .unwrap();
             let mut spreads = Vec::new();
             for _ in 0..4 {
@@ -150,10 +150,10 @@ fn tiny_presets_load_and_run_in_every_format() {
                     .unwrap() as u32;
                 tokens.push(next);
                 m.backend
-                    .forward(&[next], Logits::Last, &mut logits, None)
+                    .forward(seq, &[next], Logits::Last, &mut logits, None)
                     .unwrap();
             }
-            m.backend.end_sequence();
+            m.backend.close(seq);
             eprintln!(
                 "{name} {}: logit std per step {spreads:.3?}, greedy {:?}",
                 format.name(),

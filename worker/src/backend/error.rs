@@ -20,6 +20,11 @@ pub enum BackendError {
     VramResidencyFailed(String),
     #[error("kernel launch failed: {0}")]
     KernelLaunchFailed(String),
+    /// The engine asked for something the backend's contract rules out (a
+    /// sequence that is not open, one named twice in a step): a bug in the
+    /// caller, logged by name, never a client's fault.
+    #[error("backend misused: {0}")]
+    CallerBug(String),
     #[error("unknown backend error: {0}")]
     Unknown(String),
 }

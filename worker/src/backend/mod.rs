@@ -1,8 +1,9 @@
 //! Compute backends behind one trait.
 //!
 //! The engine thread owns exactly one `Backend`. A backend holds the model's
-//! weights and at most one sequence (KV cache) at a time, and turns token ids
-//! into logits. `cpu` is the plain-Rust f32 reference (the numerical oracle);
+//! weights and up to [`Backend::max_sequences`] open sequences (each a KV
+//! cache, a position and its last logits, named by a [`SeqId`]), and turns
+//! token ids into logits. `cpu` is the plain-Rust f32 reference (the numerical oracle);
 //! `cuda` runs the same graph on the GPU. Nothing outside `backend::cuda`
 //! touches cudarc, the driver or cuBLAS (M0-W-1050).
 
@@ -11,8 +12,10 @@ mod contract;
 pub mod cpu;
 pub mod cuda;
 mod error;
+mod seqs;
 
 pub use error::BackendError;
+pub use seqs::{SeqId, Slots};
 // The forward pass's vocabulary is the model graph's; backends speak it.
 pub use crate::model::ops::{Checkpoints, Logits};
 
@@ -126,12 +129,12 @@ pub fn sample_on_host(
     req: &SampleRequest,
 ) -> Result<SampledToken, BackendError> {
     if logits.is_empty() {
-        return Err(BackendError::InferenceFailed(
+        return Err(BackendError::CallerBug(
             "sample without logits: run forward first".into(),
         ));
     }
     if req.logprobs > MAX_LOGPROBS {
-        return Err(BackendError::InferenceFailed(format!(
+        return Err(BackendError::CallerBug(format!(
             "{} log-probabilities asked, at most {MAX_LOGPROBS}",
             req.logprobs
         )));
@@ -145,95 +148,149 @@ pub fn sample_on_host(
     Ok(SampledToken { id, logprobs })
 }
 
-/// Whether a backend may now hold `n` sequences (`Backend::set_slots`):
-/// at least one, and only while none is open.
-pub fn check_set_slots(n: usize, any_open: bool) -> Result<(), BackendError> {
-    if n == 0 {
-        return Err(BackendError::InferenceFailed("zero slots".into()));
-    }
-    if any_open {
-        return Err(BackendError::InferenceFailed(
-            "slots change only while no sequence is open".into(),
-        ));
+/// Whether a sequence of `capacity` positions fits a context of `context`.
+pub fn check_capacity(capacity: usize, context: usize) -> Result<(), BackendError> {
+    if capacity == 0 || capacity > context {
+        return Err(BackendError::CallerBug(format!(
+            "a sequence of {capacity} positions does not fit the context of {context}"
+        )));
     }
     Ok(())
 }
 
-/// [`Backend::decode_rows`] as one-token `forward` calls, slot by slot.
+/// [`Backend::decode`] as one-token [`Backend::forward`] calls, row by row.
 pub fn decode_one_by_one<B: Backend + ?Sized>(
     b: &mut B,
-    rows: &[(usize, u32)],
+    rows: &[(SeqId, u32)],
 ) -> Result<(), BackendError> {
+    check_distinct(rows.iter().map(|(seq, _)| *seq))?;
     let mut none = Vec::new();
-    for &(slot, token) in rows {
-        b.select_slot(slot)?;
-        b.forward(&[token], Logits::None, &mut none, None)?;
+    for &(seq, token) in rows {
+        b.forward(seq, &[token], Logits::None, &mut none, None)?;
     }
     Ok(())
 }
 
-/// `slot` is one of `slots`, or the error that says it is not.
-pub fn check_slot(slot: usize, slots: usize) -> Result<(), BackendError> {
-    if slot < slots {
-        Ok(())
-    } else {
-        Err(BackendError::InferenceFailed(format!(
-            "slot {slot} does not exist: the backend holds {slots}"
-        )))
+/// Each sequence once in a step, or the caller's bug.
+pub fn check_distinct(seqs: impl Iterator<Item = SeqId>) -> Result<(), BackendError> {
+    let mut seen = std::collections::HashSet::new();
+    for seq in seqs {
+        if !seen.insert(seq) {
+            return Err(BackendError::CallerBug(format!(
+                "{seq:?} is twice in one step"
+            )));
+        }
     }
+    Ok(())
 }
 
-/// [`Backend::prefill_chunk`] unless a backend says otherwise: the CPU
+/// [`Backend::sample`] of one sequence.
+pub fn sample_one(
+    b: &mut (impl Backend + ?Sized),
+    seq: SeqId,
+    req: &SampleRequest,
+) -> Result<SampledToken, BackendError> {
+    let mut tokens = b.sample(&[(seq, *req)])?;
+    tokens
+        .pop()
+        .ok_or_else(|| BackendError::CallerBug("sample gave no token for one row".into()))
+}
+
+/// [`Backend::forward`]'s chunk unless a backend says otherwise: the CPU
 /// backend's scratch stays bounded.
 pub const DEFAULT_PREFILL_CHUNK: usize = 256;
 
-/// A loaded model on a device, holding one sequence, or several in slots of
-/// their own ([`Backend::set_slots`]).
+/// A loaded model on a device, holding up to [`Backend::max_sequences`]
+/// sequences at once.
 ///
-/// `begin_sequence`, `sequence_len`, `forward`, `sample` and `end_sequence`
-/// act on the current slot ([`Backend::select_slot`]; slot 0 unless another
-/// is selected). Calls come from the engine thread only. Errors never panic across this
-/// boundary: every failure is a `BackendError`.
+/// A sequence is opened with the positions it may need ([`Backend::open`]),
+/// its prompt appended a chunk at a time ([`Backend::forward`]), and then,
+/// step after step, its next token chosen ([`Backend::sample`]) and appended
+/// ([`Backend::decode`], which appends one token to each of several
+/// sequences at once), until it is closed ([`Backend::close`]). Calls come
+/// from the engine thread only. Errors never panic across this boundary:
+/// every failure is a `BackendError`; a call naming a sequence that is not
+/// open is a [`BackendError::CallerBug`].
 pub trait Backend: Send {
     /// The device this backend runs on.
     fn device(&self) -> &DeviceInfo;
 
-    /// Starts a new sequence with room for `capacity` positions, freeing any
-    /// previous one. Fails with `OutOfMemory` when its KV cache cannot be had.
-    fn begin_sequence(&mut self, capacity: usize) -> Result<(), BackendError>;
+    /// How many sequences may be open at once: 1 unless
+    /// [`Backend::set_max_sequences`] asked for more.
+    fn max_sequences(&self) -> usize {
+        1
+    }
 
-    /// Number of positions already in the current sequence's KV cache.
-    fn sequence_len(&self) -> usize;
+    /// Makes room for `n` sequences at once, each with its own KV cache,
+    /// position and last logits (`--parallel N`). Only while none is open;
+    /// a backend that holds one sequence refuses `n > 1`.
+    fn set_max_sequences(&mut self, n: usize) -> Result<(), BackendError> {
+        match n {
+            1 => Ok(()),
+            _ => Err(BackendError::CallerBug(format!(
+                "this backend holds one sequence at a time, not {n}"
+            ))),
+        }
+    }
 
-    /// Appends `tokens` to the current sequence (their K/V go into the cache at
-    /// the positions after those already there) and writes the requested logits
-    /// into `out` (resized by the callee). When `checkpoints` is given, the
-    /// backend records its intermediate values at the last position.
+    /// Opens a sequence with room for `capacity` positions. Fails with
+    /// `OutOfMemory` when its KV cache cannot be had, and with `CallerBug`
+    /// when [`Backend::max_sequences`] are open already.
+    fn open(&mut self, capacity: usize) -> Result<SeqId, BackendError>;
+
+    /// Frees `seq`'s KV cache and scratch; `seq` is no longer valid. Closing a
+    /// sequence that is not open does nothing.
+    fn close(&mut self, seq: SeqId);
+
+    /// Number of positions already in `seq`'s KV cache (0 when it is not open).
+    fn len(&self, seq: SeqId) -> usize;
+
+    /// Appends `tokens` to `seq` (their K/V go into its cache at the
+    /// positions after those already there) and writes the requested logits
+    /// into `out` (resized by the callee): a prompt's chunk, or one token
+    /// whose logits or checkpoints the caller wants on the host. When
+    /// `checkpoints` is given, the backend records its intermediate values at
+    /// the last position.
     fn forward(
         &mut self,
+        seq: SeqId,
         tokens: &[u32],
         logits: Logits,
         out: &mut Vec<f32>,
         checkpoints: Option<&mut Checkpoints>,
     ) -> Result<(), BackendError>;
 
-    /// Picks the next token from the last position's logits of the latest
-    /// `forward` in this sequence (whatever `Logits` it was given), by the
-    /// pipeline of `crate::sampling` with the draw `req.uniform`. The id
-    /// equals `sampling::select` on the same logits (see each backend for
-    /// its precision). Fails when no forward pass has run in the sequence.
-    fn sample(&mut self, req: &SampleRequest) -> Result<SampledToken, BackendError>;
+    /// One decode step of several sequences (distinct): for each `(seq,
+    /// token)`, the token is appended to that sequence as `forward(seq,
+    /// &[token], Logits::None, ..)` would append it, and its `sample` then
+    /// picks from its new logits. Each row's logits are bit for bit the same
+    /// whichever rows share the step, a row alone included (batch
+    /// invariance); a backend that batches may differ from a one-token
+    /// `forward` in the last bits (other kernels).
+    fn decode(&mut self, rows: &[(SeqId, u32)]) -> Result<(), BackendError> {
+        decode_one_by_one(self, rows)
+    }
 
-    /// Frees the current sequence's KV cache and scratch.
-    fn end_sequence(&mut self);
-
-    /// Whether a one-token `forward` returns once its work is queued on the
-    /// device (the next `sample` waits for it), so that the engine may queue
-    /// the next step before it streams the token it follows. `false` (the
-    /// default): `forward` computes, and a token would wait a step to go out.
-    fn queues_work(&self) -> bool {
+    /// Whether [`Backend::decode`] of `rows` returns once its work is queued
+    /// on the device (the next `sample` waits for it), so that the engine may
+    /// queue the step before it streams the tokens it follows. `false` (the
+    /// default): `decode` computes, or first does slow work on the host
+    /// (capturing a graph), and a token would wait for it to go out.
+    fn queues_decode(&self, _rows: &[(SeqId, u32)]) -> bool {
         false
     }
+
+    /// Picks the next token of each `(seq, request)` (distinct sequences)
+    /// from the last position's logits of the latest `forward` or `decode`
+    /// of that sequence, by the pipeline of `crate::sampling` with the draw
+    /// `req.uniform`; the tokens in the same order. Each id equals
+    /// `sampling::select` on the same logits (see each backend for its
+    /// precision), whichever rows share the call. Fails when a sequence has
+    /// no logits yet.
+    fn sample(
+        &mut self,
+        rows: &[(SeqId, SampleRequest<'_>)],
+    ) -> Result<Vec<SampledToken>, BackendError>;
 
     /// Prompt tokens per `forward` call during prefill: as many as the
     /// backend runs well in one pass within its scratch budget (the engine
@@ -253,61 +310,10 @@ pub trait Backend: Send {
     }
 
     /// The paged KV cache's blocks, where the backend has one (the GPU with
-    /// more than one slot): jobs' caches come from a pool of fixed-size
+    /// more than one sequence): caches come from a pool of fixed-size
     /// blocks taken at start-up, and `has_room` asks whether enough are free.
     fn kv_blocks(&self) -> Option<KvBlocks> {
         None
-    }
-
-    /// How many sequences the backend holds at once: 1 unless `set_slots`
-    /// asked for more.
-    fn slots(&self) -> usize {
-        1
-    }
-
-    /// Makes room for `n` sequences at once, each in a slot with its own KV
-    /// cache, position and last logits (`--parallel N`). Only while no
-    /// sequence is open; a backend that holds one sequence refuses `n > 1`.
-    fn set_slots(&mut self, n: usize) -> Result<(), BackendError> {
-        match n {
-            1 => Ok(()),
-            _ => Err(BackendError::InferenceFailed(format!(
-                "this backend holds one sequence at a time, not {n}"
-            ))),
-        }
-    }
-
-    /// Makes `slot` (below [`Backend::slots`]) the current sequence.
-    fn select_slot(&mut self, slot: usize) -> Result<(), BackendError> {
-        check_slot(slot, self.slots())
-    }
-
-    /// `sample` for each `(slot, request)` (distinct slots): the tokens in
-    /// the same order, each the one that slot's own `sample` picks.
-    /// Backends that batch it (the GPU: one launch, one wait) override this.
-    /// The current slot afterwards is unspecified.
-    fn sample_rows(
-        &mut self,
-        rows: &[(usize, SampleRequest<'_>)],
-    ) -> Result<Vec<SampledToken>, BackendError> {
-        let mut out = Vec::with_capacity(rows.len());
-        for (slot, req) in rows {
-            self.select_slot(*slot)?;
-            out.push(self.sample(req)?);
-        }
-        Ok(out)
-    }
-
-    /// One decode step of several sequences: for each `(slot, token)`, the
-    /// token is appended to that slot's sequence as `forward(&[token],
-    /// Logits::None, ..)` would append it, and that slot's `sample` then picks
-    /// from its new logits. Each row's logits are bit for bit the same
-    /// whichever rows share the step, a row alone included (batch
-    /// invariance); a backend that batches may differ from a one-token
-    /// `forward` in the last bits (other kernels). The current slot
-    /// afterwards is unspecified.
-    fn decode_rows(&mut self, rows: &[(usize, u32)]) -> Result<(), BackendError> {
-        decode_one_by_one(self, rows)
     }
 
     /// Runs the work of a first job once before serving, on a sequence that

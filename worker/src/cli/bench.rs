@@ -23,7 +23,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use crate::backend::{Backend, BackendKind, Logits, SampleRequest};
+use crate::backend::{sample_one, Backend, BackendKind, Logits, SampleRequest, SeqId};
 use crate::load::{load_model, LoadOptions};
 use crate::sampling::SamplingParams;
 
@@ -245,14 +245,14 @@ pub fn random_tokens(rng: &mut ChaCha8Rng, vocab: usize, n: usize) -> Vec<u32> {
 }
 
 /// Waits for the latest forward pass by picking its greedy token.
-fn finish(backend: &mut dyn Backend, greedy: &SamplingParams) -> anyhow::Result<u32> {
+fn finish(backend: &mut dyn Backend, seq: SeqId, greedy: &SamplingParams) -> anyhow::Result<u32> {
     let req = SampleRequest {
         params: greedy,
         generated: &[],
         uniform: None,
         logprobs: 0,
     };
-    Ok(backend.sample(&req)?.id)
+    Ok(sample_one(backend, seq, &req)?.id)
 }
 
 /// One run of `case` in a fresh sequence; returns the time of its timed part.
@@ -267,26 +267,26 @@ fn run_once(
         ..SamplingParams::default()
     };
     let mut out = Vec::new();
-    backend.begin_sequence(case.capacity())?;
+    let seq = backend.open(case.capacity())?;
     for chunk in random_tokens(rng, vocab, case.n_depth).chunks(DEPTH_CHUNK) {
-        backend.forward(chunk, Logits::None, &mut out, None)?;
+        backend.forward(seq, chunk, Logits::None, &mut out, None)?;
     }
     if case.n_depth > 0 {
-        finish(backend, &greedy)?;
+        finish(backend, seq, &greedy)?;
     }
     let prompt = random_tokens(rng, vocab, case.n_prompt);
     let mut next = rng.random_range(0..vocab as u32);
     let started = Instant::now();
     if !prompt.is_empty() {
-        backend.forward(&prompt, Logits::None, &mut out, None)?;
-        finish(backend, &greedy)?;
+        backend.forward(seq, &prompt, Logits::None, &mut out, None)?;
+        finish(backend, seq, &greedy)?;
     }
     for _ in 0..case.n_gen {
-        backend.forward(&[next], Logits::None, &mut out, None)?;
-        next = finish(backend, &greedy)?;
+        backend.forward(seq, &[next], Logits::None, &mut out, None)?;
+        next = finish(backend, seq, &greedy)?;
     }
     let elapsed = started.elapsed();
-    backend.end_sequence();
+    backend.close(seq);
     Ok(elapsed)
 }
 
@@ -449,12 +449,11 @@ mod tests {
             let times = run_case(&mut backend, case, vocab, 1, 2, &mut rng).unwrap();
             assert_eq!(times.len(), 2, "{}", case.name());
             assert!(times.iter().all(|t| *t > Duration::ZERO));
-            assert_eq!(
-                backend.sequence_len(),
-                0,
-                "{}: sequence left open",
-                case.name()
-            );
+            // One sequence at a time: a new one opens only if none was left.
+            let seq = backend
+                .open(1)
+                .unwrap_or_else(|e| panic!("{}: sequence left open: {e}", case.name()));
+            backend.close(seq);
         }
     }
 }

@@ -7,9 +7,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 
 use crate::backend::BackendKind;
-use crate::engine::generate::{
-    generate, AbortReason, GeneratedToken, GenerationObserver, GenerationRequest,
-};
+use crate::engine::generate::{AbortReason, GeneratedToken, GenerationObserver, GenerationRequest};
+use crate::engine::round::generate;
 use crate::load::{load_model, LoadOptions, TokenizerChoice};
 use crate::sampling::SamplingParams;
 use crate::tokenizer::ChatMessage;

@@ -120,16 +120,17 @@ pub fn backend_error_code(err: &BackendError, backend: BackendKind, phase: Phase
         | (Phase::Load, BackendError::VramResidencyFailed(_)) => load_device_failure,
         (Phase::Load, BackendError::ModelLoadFailed(_))
         | (Phase::Load, BackendError::InferenceFailed(_))
-        | (Phase::Load, BackendError::Unknown(_)) => ErrorCode::ModelLoadFailed,
+        | (Phase::Load, BackendError::Unknown(_))
+        | (Phase::Load, BackendError::CallerBug(_)) => ErrorCode::ModelLoadFailed,
         (Phase::Job, BackendError::OutOfMemory { .. }) => ErrorCode::VramOom,
         (Phase::Job, BackendError::DeviceNotFound(_))
         | (Phase::Job, BackendError::InvalidDevice(_))
         | (Phase::Job, BackendError::InferenceFailed(_))
         | (Phase::Job, BackendError::VramResidencyFailed(_))
         | (Phase::Job, BackendError::KernelLaunchFailed(_)) => device_failure,
-        (Phase::Job, BackendError::ModelLoadFailed(_)) | (Phase::Job, BackendError::Unknown(_)) => {
-            ErrorCode::Internal
-        }
+        (Phase::Job, BackendError::ModelLoadFailed(_))
+        | (Phase::Job, BackendError::Unknown(_))
+        | (Phase::Job, BackendError::CallerBug(_)) => ErrorCode::Internal,
     }
 }
 
@@ -202,8 +203,14 @@ impl JobError {
         JobError::new(ErrorCode::Internal, message)
     }
 
+    /// The client's view of a backend error. A caller bug is the engine's
+    /// own: the client gets a plain internal error, the log gets its text.
     pub fn from_backend(err: &BackendError, backend: BackendKind, phase: Phase) -> Self {
-        JobError::new(backend_error_code(err, backend, phase), err.to_string())
+        let code = backend_error_code(err, backend, phase);
+        match err {
+            BackendError::CallerBug(_) => JobError::new(code, "internal error in the engine"),
+            _ => JobError::new(code, err.to_string()),
+        }
     }
 }
 
@@ -227,13 +234,14 @@ mod tests {
                 4 => BackendError::InferenceFailed("x".into()),
                 5 => BackendError::VramResidencyFailed("x".into()),
                 6 => BackendError::KernelLaunchFailed("x".into()),
+                7 => BackendError::CallerBug("x".into()),
                 _ => BackendError::Unknown("x".into()),
             }
         }
         use BackendKind::{Cpu, Cuda};
         use ErrorCode::*;
         use Phase::{Job, Load};
-        for kind in 0..8 {
+        for kind in 0..9 {
             let err = sample(kind);
             let expected = |backend: BackendKind, phase: Phase| -> ErrorCode {
                 let dev = if backend == Cuda { CudaError } else { Internal };
@@ -251,15 +259,16 @@ mod tests {
                     | (BackendError::VramResidencyFailed(_), Load) => load_dev,
                     (BackendError::ModelLoadFailed(_), Load)
                     | (BackendError::InferenceFailed(_), Load)
-                    | (BackendError::Unknown(_), Load) => ModelLoadFailed,
+                    | (BackendError::Unknown(_), Load)
+                    | (BackendError::CallerBug(_), Load) => ModelLoadFailed,
                     (BackendError::DeviceNotFound(_), Job)
                     | (BackendError::InvalidDevice(_), Job)
                     | (BackendError::InferenceFailed(_), Job)
                     | (BackendError::VramResidencyFailed(_), Job)
                     | (BackendError::KernelLaunchFailed(_), Job) => dev,
-                    (BackendError::ModelLoadFailed(_), Job) | (BackendError::Unknown(_), Job) => {
-                        Internal
-                    }
+                    (BackendError::ModelLoadFailed(_), Job)
+                    | (BackendError::Unknown(_), Job)
+                    | (BackendError::CallerBug(_), Job) => Internal,
                 }
             };
             for backend in [Cpu, Cuda] {
@@ -282,6 +291,7 @@ mod tests {
                     "weights are not resident in device memory: "
                 }
                 BackendError::KernelLaunchFailed(_) => "kernel launch failed: ",
+                BackendError::CallerBug(_) => "backend misused: ",
                 BackendError::Unknown(_) => "unknown backend error: ",
             };
             assert!(err.to_string().starts_with(prefix), "{err}");
@@ -293,5 +303,12 @@ mod tests {
         let e = JobError::from_backend(&oom, Cuda, Job);
         assert_eq!(e.code, VramOom);
         assert!(!e.retriable);
+        let bug = BackendError::CallerBug("SeqId { slot: 3 } is not open".into());
+        let e = JobError::from_backend(&bug, Cuda, Job);
+        assert_eq!(e.code, Internal);
+        assert!(
+            !e.message.contains("SeqId"),
+            "a caller bug's text stays in the log"
+        );
     }
 }

@@ -1,6 +1,8 @@
-//! One job's token loop: prefill the prompt, then sample and decode one token
-//! at a time until `max_tokens`, an end-of-generation token (unless the job
-//! ignores them) or a stop string.
+//! One job's generation, step by step ([`Generation`]): its sequence, its
+//! prompt prefilled a chunk at a time, then one token at a time sampled,
+//! turned into text and fed back until `max_tokens`, an end-of-generation
+//! token (unless the job ignores them) or a stop string. The steps of every
+//! running job are driven by one loop, `engine::round`.
 //!
 //! This is the whole of generation and nothing else: queueing, cancellation
 //! requests, timeouts and transport live in the caller, which answers
@@ -9,7 +11,9 @@
 
 use std::time::Instant;
 
-use crate::backend::{Backend, BackendError, Checkpoints, Logits, SampleRequest, SampledToken};
+use crate::backend::{
+    Backend, BackendError, Checkpoints, Logits, SampleRequest, SampledToken, SeqId,
+};
 use crate::engine::stop::{StopMatcher, StopOutcome};
 use crate::sampling::{top_logprobs, Sampler, SamplingParams, TokenLogprob};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
@@ -95,6 +99,9 @@ pub enum GenerationError {
     Backend(#[from] BackendError),
     #[error("generation aborted: {0:?}")]
     Aborted(AbortReason),
+    /// The engine panicked while running the job (the panic's message).
+    #[error("the engine panicked: {0}")]
+    Panicked(String),
 }
 
 /// One token's parity record (EXT-001): what the backend computed at the step
@@ -122,71 +129,22 @@ pub trait GenerationObserver {
     fn on_parity(&mut self, _record: ParityStep) {}
 }
 
-/// Runs one job to completion on `backend`, alone. The backend's sequence is
-/// started here and always ended before returning, also on error.
-pub fn generate(
-    backend: &mut dyn Backend,
-    tokenizer: &Tokenizer,
-    req: &GenerationRequest,
-    observer: &mut dyn GenerationObserver,
-) -> Result<GenerationSummary, GenerationError> {
-    let mut gen = Generation::new(req.clone(), observer.wants_parity());
-    gen.begin(backend)?;
-    let result = run(&mut gen, backend, tokenizer, observer);
-    gen.end(backend);
-    result
-}
-
-fn run(
-    gen: &mut Generation,
-    backend: &mut dyn Backend,
-    tokenizer: &Tokenizer,
-    observer: &mut dyn GenerationObserver,
-) -> Result<GenerationSummary, GenerationError> {
-    // Prefill in chunks of the backend's size, checking for an abort between
-    // them (M0-W-1610).
-    while gen.prefilling() {
-        check_abort(observer)?;
-        gen.prefill(backend)?;
+impl<T: GenerationObserver + ?Sized> GenerationObserver for &mut T {
+    fn should_abort(&mut self) -> Option<AbortReason> {
+        (**self).should_abort()
     }
-    // Where the device queues its work, the next step is queued before the
-    // host streams a token (its text, stop strings and event then overlap the
-    // step instead of holding the device idle). Not with parity records,
-    // whose logits the next step would overwrite.
-    let ahead = backend.queues_work() && !gen.records_parity();
-
-    let stop_reason = loop {
-        let (sampled, parity) = gen.sample(backend, tokenizer)?;
-        if let Some(record) = parity {
-            observer.on_parity(record);
-        }
-        let Sampled::Token(token) = sampled else {
-            break StopReason::Eos;
-        };
-        // Wasted only when a stop string or a gone client ends the job here.
-        // Not after the first token, which would wait for the step that
-        // captures the decode graph.
-        let (id, queued) = (token.id, ahead && token.index > 0 && !token.is_last);
-        if queued {
-            check_abort(observer)?;
-            gen.feed(backend, id)?;
-        }
-        let (out, stopped) = gen.emit(tokenizer, token);
-        if let Some(reason) = observer.on_token(out) {
-            return Err(GenerationError::Aborted(reason));
-        }
-        if let Some(reason) = stopped {
-            break reason;
-        }
-        if !queued {
-            check_abort(observer)?;
-            gen.feed(backend, id)?;
-        }
-    };
-    Ok(gen.summary(stop_reason))
+    fn on_token(&mut self, token: GeneratedToken) -> Option<AbortReason> {
+        (**self).on_token(token)
+    }
+    fn wants_parity(&self) -> bool {
+        (**self).wants_parity()
+    }
+    fn on_parity(&mut self, record: ParityStep) {
+        (**self).on_parity(record)
+    }
 }
 
-/// A token [`Generation::sample`] chose, before its text is worked out.
+/// A token the backend chose for a job, before its text is worked out.
 #[derive(Clone, Debug)]
 pub struct SampledId {
     pub index: usize,
@@ -196,7 +154,7 @@ pub struct SampledId {
     pub is_last: bool,
 }
 
-/// What [`Generation::sample`] found.
+/// What [`Generation::accept`] made of the backend's choice.
 #[derive(Clone, Debug)]
 pub enum Sampled {
     /// The next token, to [`Generation::emit`] and (unless it ends the job)
@@ -208,11 +166,14 @@ pub enum Sampled {
 
 /// One job's generation, step by step: [`Generation::begin`] its sequence,
 /// [`Generation::prefill`] the prompt a chunk at a time, then
-/// [`Generation::sample`] a token, [`Generation::emit`] its text and
-/// [`Generation::feed`] it back, until a stop. [`generate`] runs it alone;
-/// the engine's scheduler interleaves several on a backend's slots.
+/// [`Generation::accept`] the backend's choice of token, [`Generation::emit`]
+/// its text and append it (in a batched decode step, or alone with
+/// [`Generation::feed`]), until a stop. `engine::round` drives the steps of
+/// every running job; [`crate::engine::generate`] runs one alone.
 pub struct Generation {
     req: GenerationRequest,
+    /// The job's sequence, while open.
+    seq: Option<SeqId>,
     started: Instant,
     /// Prompt tokens prefilled so far.
     fed: usize,
@@ -236,6 +197,7 @@ impl Generation {
             stops: StopMatcher::new(req.stop.clone()),
             generated: Vec::with_capacity(req.max_tokens),
             req,
+            seq: None,
             started: now,
             fed: 0,
             logits: Vec::new(),
@@ -251,10 +213,10 @@ impl Generation {
         self.req.positions()
     }
 
-    /// Opens the job's sequence in the backend's current slot.
+    /// Opens the job's sequence.
     pub fn begin(&mut self, backend: &mut dyn Backend) -> Result<(), BackendError> {
         let t = Instant::now();
-        backend.begin_sequence(self.capacity())?;
+        self.seq = Some(backend.open(self.capacity())?);
         tracing::debug!(
             positions = self.capacity(),
             us = micros(t),
@@ -264,11 +226,20 @@ impl Generation {
         Ok(())
     }
 
-    /// Frees the job's sequence (the backend's current slot).
+    /// Frees the job's sequence, if open.
     pub fn end(&mut self, backend: &mut dyn Backend) {
+        let Some(seq) = self.seq.take() else {
+            return;
+        };
         let t = Instant::now();
-        backend.end_sequence();
+        backend.close(seq);
         tracing::debug!(us = micros(t), "sequence ended");
+    }
+
+    /// The job's open sequence.
+    pub fn seq(&self) -> Result<SeqId, BackendError> {
+        self.seq
+            .ok_or_else(|| BackendError::CallerBug("a step of a job with no sequence".into()))
     }
 
     /// Part of the prompt is still to be prefilled.
@@ -298,7 +269,14 @@ impl Generation {
             cp.entries.clear();
         }
         let chunk = &self.req.prompt_tokens[self.fed..end];
-        backend.forward(chunk, wanted, &mut self.logits, self.checkpoints.as_mut())?;
+        let seq = self.seq()?;
+        backend.forward(
+            seq,
+            chunk,
+            wanted,
+            &mut self.logits,
+            self.checkpoints.as_mut(),
+        )?;
         self.fed = end;
         if !self.prefilling() {
             // Time in the prefill's forward calls: on the GPU the work is
@@ -310,18 +288,6 @@ impl Generation {
             );
         }
         Ok(())
-    }
-
-    /// Picks the next token from the latest step's logits, with its parity
-    /// record when those are kept.
-    pub fn sample(
-        &mut self,
-        backend: &mut dyn Backend,
-        tokenizer: &Tokenizer,
-    ) -> Result<(Sampled, Option<ParityStep>), BackendError> {
-        let uniform = self.draw();
-        let sampled = backend.sample(&self.request(uniform))?;
-        Ok(self.accept(sampled, tokenizer))
     }
 
     /// The next token's draw from the job's generator (`None` when greedy).
@@ -415,11 +381,19 @@ impl Generation {
         (out, reason)
     }
 
-    /// Appends the sampled token to the sequence: the step that gives the
-    /// next token's logits.
+    /// Appends the sampled token to the sequence alone (not in a batched
+    /// step): the step that gives the next token's logits, on the host and
+    /// with checkpoints when parity is recorded.
     pub fn feed(&mut self, backend: &mut dyn Backend, id: u32) -> Result<(), BackendError> {
         let wanted = self.wanted();
-        backend.forward(&[id], wanted, &mut self.logits, self.checkpoints.as_mut())
+        let seq = self.seq()?;
+        backend.forward(
+            seq,
+            &[id],
+            wanted,
+            &mut self.logits,
+            self.checkpoints.as_mut(),
+        )
     }
 
     /// The `end` event's figures, once the job stopped for `stop_reason`.
@@ -434,133 +408,7 @@ impl Generation {
     }
 }
 
-fn check_abort(observer: &mut dyn GenerationObserver) -> Result<(), GenerationError> {
-    match observer.should_abort() {
-        Some(reason) => Err(GenerationError::Aborted(reason)),
-        None => Ok(()),
-    }
-}
-
 /// Microseconds since `since`, for the timing logs.
 fn micros(since: Instant) -> u64 {
     since.elapsed().as_micros() as u64
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::engine::testing::{byte_tokenizer, ScriptedBackend, BYTE_VOCAB_SIZE, EOS_ID};
-
-    struct Collect(Vec<GeneratedToken>);
-
-    impl GenerationObserver for Collect {
-        fn should_abort(&mut self) -> Option<AbortReason> {
-            None
-        }
-        fn on_token(&mut self, token: GeneratedToken) -> Option<AbortReason> {
-            self.0.push(token);
-            None
-        }
-    }
-
-    /// Greedy "hi", then the scripted backend's EOS at every later step.
-    fn run_hi(ignore_eos: bool, max_tokens: usize) -> (GenerationSummary, Vec<GeneratedToken>) {
-        let mut backend = ScriptedBackend::new(vec![b'h' as u32, b'i' as u32], BYTE_VOCAB_SIZE);
-        let req = GenerationRequest {
-            prompt_tokens: vec![b'x' as u32],
-            max_tokens,
-            sampling: SamplingParams {
-                temperature: 0.0,
-                ..SamplingParams::default()
-            },
-            stop: Vec::new(),
-            logprobs: 0,
-            ignore_eos,
-            accepted_at: None,
-        };
-        let mut seen = Collect(Vec::new());
-        let summary = generate(&mut backend, &byte_tokenizer(), &req, &mut seen).unwrap();
-        (summary, seen.0)
-    }
-
-    /// The prompt goes to the backend in passes of the backend's size.
-    #[test]
-    fn the_prompt_is_prefilled_in_the_backends_passes() {
-        for (chunk, want) in [(256, vec![256, 256, 88]), (512, vec![512, 88])] {
-            let mut backend =
-                ScriptedBackend::new(Vec::new(), BYTE_VOCAB_SIZE).with_prefill_chunk(chunk);
-            let probe = backend.probe();
-            let req = GenerationRequest {
-                prompt_tokens: vec![b'x' as u32; 600],
-                max_tokens: 1,
-                sampling: SamplingParams::default(),
-                stop: Vec::new(),
-                logprobs: 0,
-                ignore_eos: true,
-                accepted_at: None,
-            };
-            generate(
-                &mut backend,
-                &byte_tokenizer(),
-                &req,
-                &mut Collect(Vec::new()),
-            )
-            .unwrap();
-            assert_eq!(
-                *probe.forward_sizes.lock().unwrap(),
-                want,
-                "passes of {chunk}"
-            );
-        }
-    }
-
-    /// A backend that queues its work gets each step before the token it
-    /// follows is streamed: the same tokens, text and stop, at the cost of
-    /// one step where a stop string ends the job.
-    #[test]
-    fn a_queuing_backend_streams_the_same_tokens() {
-        use std::sync::atomic::Ordering;
-        let run = |queues: bool, stop: &[&str]| {
-            let script = b"hello world".iter().map(|&b| b as u32).collect();
-            let mut backend = ScriptedBackend::new(script, BYTE_VOCAB_SIZE).queuing(queues);
-            let probe = backend.probe();
-            let req = GenerationRequest {
-                prompt_tokens: vec![b'x' as u32],
-                max_tokens: 8,
-                sampling: SamplingParams {
-                    temperature: 0.0,
-                    ..SamplingParams::default()
-                },
-                stop: stop.iter().map(|s| s.to_string()).collect(),
-                logprobs: 0,
-                ignore_eos: false,
-                accepted_at: None,
-            };
-            let mut seen = Collect(Vec::new());
-            let summary = generate(&mut backend, &byte_tokenizer(), &req, &mut seen).unwrap();
-            let calls = probe.forward_calls.load(Ordering::SeqCst);
-            (summary.stop_reason, seen.0, calls)
-        };
-        for (stop, extra) in [(&[][..], 0), (&["lo w"][..], 1)] {
-            let (reason, tokens, calls) = run(false, stop);
-            let (q_reason, q_tokens, q_calls) = run(true, stop);
-            assert_eq!((&q_reason, &q_tokens), (&reason, &tokens), "stop {stop:?}");
-            assert_eq!(q_calls, calls + extra, "stop {stop:?}");
-        }
-    }
-
-    #[test]
-    fn eos_ends_the_job_unless_it_is_ignored() {
-        let (summary, tokens) = run_hi(false, 5);
-        assert_eq!(summary.stop_reason, StopReason::Eos);
-        assert_eq!((summary.tokens_out, tokens.len()), (2, 2));
-
-        let (summary, tokens) = run_hi(true, 5);
-        assert_eq!(summary.stop_reason, StopReason::MaxTokens);
-        assert_eq!((summary.tokens_out, tokens.len()), (5, 5));
-        let ids: Vec<u32> = tokens.iter().map(|t| t.id).collect();
-        assert_eq!(ids, [b'h' as u32, b'i' as u32, EOS_ID, EOS_ID, EOS_ID]);
-        // The end-of-sequence token travels with its text, like any control token.
-        assert_eq!(tokens[2].text, "<|endoftext|>");
-    }
 }

@@ -1,6 +1,7 @@
-//! The engine: one thread that owns the backend and runs one job at a time
-//! (`runner.rs`), or several on the backend's slots (`scheduler.rs`,
-//! `--parallel N`), fed by a bounded FIFO queue (EXT-003).
+//! The engine: one thread that owns the backend (`runner.rs`) and runs up to
+//! `--parallel N` jobs at once, one by default (`scheduler.rs`), every job's
+//! steps in one loop of rounds (`round.rs`), fed by a bounded FIFO queue
+//! (EXT-003).
 //!
 //! Built as an actor (after mistral.rs `engine/` and TGI's `queue.rs`): the
 //! HTTP side holds an [`EngineHandle`] and submits [`Job`]s; each job carries
@@ -13,6 +14,7 @@ pub mod generate;
 pub mod job;
 pub mod parity;
 pub mod queue;
+pub mod round;
 pub mod runner;
 mod scheduler;
 pub mod status;
@@ -21,7 +23,8 @@ pub mod stop;
 pub mod testing;
 
 pub use error::{backend_error_code, load_error_code, ErrorCode, JobError, Phase};
-pub use generate::Generation;
+pub use generate::{Generation, GenerationError};
 pub use job::{Job, JobEvent, JobSink, Outcome};
+pub use round::generate;
 pub use runner::{Engine, EngineConfig, EngineHandle, SubmitError};
 pub use status::EngineStatus;

@@ -1,7 +1,7 @@
-//! The engine thread: takes jobs from the queue one at a time, runs
-//! [`generate`] on the backend it owns, and streams each token to the job's
-//! sink as it is produced (M0-W-1301). With more than one slot
-//! (`--parallel N`) the thread runs `scheduler.rs`'s rounds instead.
+//! The engine thread: takes jobs from the queue (one at a time by default,
+//! M0-W-1301; up to `--parallel N`), runs them on the backend it owns in
+//! `scheduler.rs`'s loop, and streams each token to the job's sink as it is
+//! produced.
 //!
 //! Between steps the engine asks, in this order: was the job cancelled (by its
 //! client or by shutdown), has the client gone away, has the job run past the
@@ -10,7 +10,6 @@
 //! While idle and on `cuda`, the thread checks weight residency every
 //! `residency_check` interval (M0-W-1012).
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -18,14 +17,14 @@ use std::time::{Duration, Instant};
 use crate::backend::{Backend, BackendError, BackendKind};
 use crate::engine::error::{ErrorCode, JobError, Phase};
 use crate::engine::generate::{
-    generate, AbortReason, GeneratedToken, GenerationError, GenerationObserver, GenerationRequest,
+    AbortReason, GeneratedToken, GenerationError, GenerationObserver, GenerationRequest,
     GenerationSummary, ParityStep,
 };
 use crate::engine::job::{
     CancelFlag, Job, JobEnd, JobEvent, JobSink, Outcome, TokenAlternative, TokenOut,
 };
 use crate::engine::parity::ParitySender;
-use crate::engine::queue::{CancelResult, JobQueue, Pop, PushError};
+use crate::engine::queue::{CancelResult, JobQueue, PushError};
 use crate::engine::status::{EngineStatus, Problem};
 use crate::narrate;
 use crate::telemetry::metrics::Metrics;
@@ -95,13 +94,16 @@ pub enum CancelState {
 impl Engine {
     /// Starts the engine thread.
     pub fn start(config: EngineConfig, parts: EngineParts) -> std::io::Result<Engine> {
-        let queue = Arc::new(JobQueue::new(config.queue_depth, parts.backend.slots()));
+        let queue = Arc::new(JobQueue::new(
+            config.queue_depth,
+            parts.backend.max_sequences(),
+        ));
         let handle = EngineHandle {
             queue: queue.clone(),
             status: parts.status.clone(),
         };
         let backend_kind = parts.backend.device().backend;
-        parts.metrics.set_slots(parts.backend.slots());
+        parts.metrics.set_slots(parts.backend.max_sequences());
         if let Some(b) = parts.backend.kv_blocks() {
             parts.metrics.set_kv_blocks(b.total, b.used);
         }
@@ -264,28 +266,11 @@ impl EngineThread {
             status: self.status.clone(),
             normal: false,
         };
-        if self.backend.slots() > 1 {
-            self.run_parallel();
-        } else {
-            self.run_sequential();
-        }
+        self.run_jobs();
         guard.normal = true;
         // Dropping the backend frees its memory before the thread ends.
         drop(self.backend);
         drop(self.parity);
-    }
-
-    /// One job at a time (M0-W-1301, `--parallel 1`).
-    fn run_sequential(&mut self) {
-        let mut idle = IdleClock::new(self.residency_interval());
-        loop {
-            let wait = idle.wait(self);
-            match self.queue.pop(wait) {
-                Pop::Job(job) => self.run_job(job),
-                Pop::Idle => {}
-                Pop::Closed => break,
-            }
-        }
     }
 
     /// Residency is checked on `cuda` only: on the CPU the notion does not apply.
@@ -332,30 +317,6 @@ impl EngineThread {
                 JobError::new(ErrorCode::Cancelled, "the client disconnected"),
             ),
         }
-    }
-
-    fn run_job(&mut self, job: Box<Job>) {
-        let Some((request, mut observer)) = self.admit(job) else {
-            return;
-        };
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            generate(
-                self.backend.as_mut(),
-                &self.tokenizer,
-                &request,
-                &mut observer,
-            )
-        }));
-        let result = match result {
-            Ok(Ok(summary)) => Ok(summary),
-            Ok(Err(e)) => Err(Failure::Generation(e)),
-            Err(panic) => {
-                // The sequence may still be open; close it so its memory goes.
-                self.backend.end_sequence();
-                Err(Failure::Panic(panic_message(panic)))
-            }
-        };
-        self.end_job(observer, result);
     }
 
     /// Takes a job the queue gave out: its stream's start is logged and its
@@ -419,7 +380,7 @@ impl EngineThread {
     pub(super) fn end_job(
         &mut self,
         observer: Observer,
-        result: Result<GenerationSummary, Failure>,
+        result: Result<GenerationSummary, GenerationError>,
     ) {
         let id = observer.job_id.clone();
         let tokens_out = observer.tokens_sent;
@@ -431,7 +392,7 @@ impl EngineThread {
                     .observe_first_token_ms(summary.first_token_ms as f64);
                 JobEnd::completed(summary)
             }
-            Err(Failure::Generation(GenerationError::Aborted(reason))) => {
+            Err(GenerationError::Aborted(reason)) => {
                 let (outcome, error) = self.abort_error(reason);
                 if outcome == Outcome::Timeout {
                     narrate!(error, "error", job_id = %id, code = error.code.as_str(), message = %error.message);
@@ -442,7 +403,7 @@ impl EngineThread {
                     ..JobEnd::failed(outcome, error, tokens_out)
                 }
             }
-            Err(Failure::Generation(GenerationError::Backend(err))) => {
+            Err(GenerationError::Backend(err)) => {
                 let error = JobError::from_backend(&err, self.backend_kind, Phase::Job);
                 if let BackendError::OutOfMemory { .. } = err {
                     self.status.set_problem(
@@ -450,10 +411,16 @@ impl EngineThread {
                         format!("a job ran out of device memory: {err}"),
                     );
                 }
-                narrate!(error, "error", job_id = %id, code = error.code.as_str(), message = %error.message);
+                // A caller bug is the engine's own: its text goes to the log
+                // only, the client gets a plain internal error.
+                let logged = match &err {
+                    BackendError::CallerBug(_) => err.to_string(),
+                    _ => error.message.clone(),
+                };
+                narrate!(error, "error", job_id = %id, code = error.code.as_str(), message = %logged);
                 JobEnd::failed(Outcome::Error, error, tokens_out)
             }
-            Err(Failure::Panic(what)) => {
+            Err(GenerationError::Panicked(what)) => {
                 let error = JobError::internal("the engine failed while running the job");
                 narrate!(error, "error", job_id = %id, code = error.code.as_str(), message = %format!("engine panic: {what}"));
                 JobEnd::failed(Outcome::Error, error, tokens_out)
@@ -486,35 +453,6 @@ impl EngineThread {
             self.status.clear_problem(Problem::Memory);
         }
     }
-}
-
-/// How a job that did not complete failed.
-#[derive(Clone)]
-pub(super) enum Failure {
-    Generation(GenerationError),
-    /// The engine panicked while running it (the message).
-    Panic(String),
-}
-
-impl From<GenerationError> for Failure {
-    fn from(e: GenerationError) -> Self {
-        Failure::Generation(e)
-    }
-}
-
-impl From<BackendError> for Failure {
-    fn from(e: BackendError) -> Self {
-        Failure::Generation(GenerationError::Backend(e))
-    }
-}
-
-/// A panic's message, for the log.
-pub(super) fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
 }
 
 /// When an idle engine next checks weight residency.

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::backend::{
-    check_slot, sample_on_host, Backend, BackendError, BackendKind, Checkpoints, DeviceInfo,
-    Logits, MemoryUse, SampleRequest, SampledToken, DEFAULT_PREFILL_CHUNK,
+    sample_on_host, Backend, BackendError, BackendKind, Checkpoints, DeviceInfo, Logits, MemoryUse,
+    SampleRequest, SampledToken, SeqId, Slots, DEFAULT_PREFILL_CHUNK,
 };
 use crate::sampling::Selector;
 use crate::tokenizer::{Tokenizer, VocabSpec};
@@ -108,13 +108,13 @@ pub struct ScriptProbe {
     pub residency_checks: AtomicUsize,
     /// The most sequences open at once.
     pub most_open: AtomicUsize,
-    /// Rows of each `decode_rows` call, in order.
+    /// Rows of each `decode` call, in order.
     pub decode_rows: Mutex<Vec<usize>>,
 }
 
 /// A fake backend: after a sequence's prompt, the `n`-th forward call's
 /// logits make `script[n]` the clear winner (then EOS once the script runs
-/// out). Each forward call, and each batched `decode_rows` step once, sleeps
+/// out). Each forward call, and each `decode` step once, sleeps
 /// `step_delay`. It samples on the host, as the CPU backend does. With
 /// [`ScriptedBackend::with_slots`] it holds that many sequences, each
 /// following the script.
@@ -130,22 +130,21 @@ pub struct ScriptedBackend {
     device: DeviceInfo,
     /// What `prefill_chunk` answers (the trait's default when unset).
     prefill_chunk: Option<usize>,
-    /// What `queues_work` answers.
+    /// Whether `queues_decode` says yes once each row's sequence has
+    /// decoded a step (as a GPU's captured decode graph does).
     queues: bool,
-    seqs: Vec<ScriptSeq>,
-    current: usize,
+    seqs: Slots<ScriptSeq>,
     /// Open sequences `has_room` allows (none: any).
     room: Option<usize>,
     probe: Arc<ScriptProbe>,
     selector: Selector,
 }
 
-/// One slot's sequence.
+/// One sequence.
 #[derive(Clone, Default)]
 struct ScriptSeq {
     step: usize,
     len: usize,
-    open: bool,
     /// The latest forward call's logits.
     last_logits: Vec<f32>,
 }
@@ -169,8 +168,7 @@ impl ScriptedBackend {
                 cuda_runtime_version: None,
                 total_memory_bytes: None,
             },
-            seqs: vec![ScriptSeq::default()],
-            current: 0,
+            seqs: Slots::new(vec![ScriptSeq::default()]),
             room: None,
             probe: Arc::new(ScriptProbe::default()),
             selector: Selector::default(),
@@ -207,7 +205,7 @@ impl ScriptedBackend {
         self
     }
 
-    /// Answers `queues_work` with `queues` (a GPU's decode graph does).
+    /// Queues decode steps (see the field `queues`).
     pub fn queuing(mut self, queues: bool) -> Self {
         self.queues = queues;
         self
@@ -224,9 +222,9 @@ impl ScriptedBackend {
         self
     }
 
-    /// Holds `n` sequences at once (what `set_slots(n)` does).
+    /// Holds `n` sequences at once (what `set_max_sequences(n)` does).
     pub fn with_slots(mut self, n: usize) -> Self {
-        self.seqs = vec![ScriptSeq::default(); n];
+        self.seqs = Slots::new(vec![ScriptSeq::default(); n]);
         self
     }
 
@@ -241,20 +239,16 @@ impl ScriptedBackend {
 }
 
 impl ScriptedBackend {
-    /// One forward call of the current sequence, without the delay.
+    /// One forward call of `seq`, without the delay.
     fn step(
         &mut self,
+        seq: SeqId,
         tokens: &[u32],
         logits: Logits,
         out: &mut Vec<f32>,
         checkpoints: Option<&mut Checkpoints>,
     ) -> Result<(), BackendError> {
-        let seq = &mut self.seqs[self.current];
-        if !seq.open {
-            return Err(BackendError::InferenceFailed(
-                "forward without a sequence".into(),
-            ));
-        }
+        let seq = self.seqs.get_mut(seq)?;
         self.probe.forward_calls.fetch_add(1, Ordering::SeqCst);
         self.probe.forward_sizes.lock().unwrap().push(tokens.len());
         if seq.step == 0 {
@@ -295,34 +289,48 @@ impl Backend for ScriptedBackend {
         &self.device
     }
 
-    fn begin_sequence(&mut self, capacity: usize) -> Result<(), BackendError> {
-        if capacity == 0 {
-            return Err(BackendError::InferenceFailed("empty sequence".into()));
-        }
-        self.seqs[self.current] = ScriptSeq {
-            open: true,
-            ..ScriptSeq::default()
-        };
-        let open = self.seqs.iter().filter(|s| s.open).count();
-        self.probe.most_open.fetch_max(open, Ordering::SeqCst);
-        self.probe.sequences_begun.fetch_add(1, Ordering::SeqCst);
-        Ok(())
+    fn max_sequences(&self) -> usize {
+        self.seqs.capacity()
     }
 
-    fn sequence_len(&self) -> usize {
-        self.seqs[self.current].len
+    fn open(&mut self, capacity: usize) -> Result<SeqId, BackendError> {
+        if capacity == 0 {
+            return Err(BackendError::CallerBug("empty sequence".into()));
+        }
+        let (id, seq) = self.seqs.open()?;
+        *seq = ScriptSeq::default();
+        let open = self.seqs.open_count();
+        self.probe.most_open.fetch_max(open, Ordering::SeqCst);
+        self.probe.sequences_begun.fetch_add(1, Ordering::SeqCst);
+        Ok(id)
+    }
+
+    fn close(&mut self, seq: SeqId) {
+        if self.seqs.close(seq).is_some() {
+            self.probe.sequences_ended.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn len(&self, seq: SeqId) -> usize {
+        self.seqs.get(seq).map_or(0, |s| s.len)
     }
 
     fn prefill_chunk(&self) -> usize {
         self.prefill_chunk.unwrap_or(DEFAULT_PREFILL_CHUNK)
     }
 
-    fn queues_work(&self) -> bool {
+    /// Queued once every row's sequence has decoded a step before (a GPU
+    /// captures its decode graph at the first).
+    fn queues_decode(&self, rows: &[(SeqId, u32)]) -> bool {
         self.queues
+            && rows
+                .iter()
+                .all(|(id, _)| self.seqs.get(*id).is_ok_and(|s| s.step > 1))
     }
 
     fn forward(
         &mut self,
+        seq: SeqId,
         tokens: &[u32],
         logits: Logits,
         out: &mut Vec<f32>,
@@ -331,46 +339,33 @@ impl Backend for ScriptedBackend {
         if !self.step_delay.is_zero() {
             std::thread::sleep(self.step_delay);
         }
-        self.step(tokens, logits, out, checkpoints)
+        self.step(seq, tokens, logits, out, checkpoints)
     }
 
-    fn sample(&mut self, req: &SampleRequest) -> Result<SampledToken, BackendError> {
-        let logits = &self.seqs[self.current].last_logits;
-        sample_on_host(&mut self.selector, logits, req)
-    }
-
-    fn end_sequence(&mut self) {
-        let seq = &mut self.seqs[self.current];
-        if seq.open {
-            self.probe.sequences_ended.fetch_add(1, Ordering::SeqCst);
-        }
-        *seq = ScriptSeq::default();
-    }
-
-    fn slots(&self) -> usize {
-        self.seqs.len()
+    fn sample(
+        &mut self,
+        rows: &[(SeqId, SampleRequest<'_>)],
+    ) -> Result<Vec<SampledToken>, BackendError> {
+        let ids: Vec<SeqId> = rows.iter().map(|(id, _)| *id).collect();
+        let seqs = self.seqs.get_many_mut(&ids)?;
+        seqs.into_iter()
+            .zip(rows)
+            .map(|(s, (_, req))| sample_on_host(&mut self.selector, &s.last_logits, req))
+            .collect()
     }
 
     fn has_room(&self, _capacity: usize) -> bool {
-        let open = self.seqs.iter().filter(|s| s.open).count();
-        self.room.is_none_or(|n| open < n)
-    }
-
-    fn select_slot(&mut self, slot: usize) -> Result<(), BackendError> {
-        check_slot(slot, self.seqs.len())?;
-        self.current = slot;
-        Ok(())
+        self.room.is_none_or(|n| self.seqs.open_count() < n)
     }
 
     /// One sleep for the whole step, as a device that batches them.
-    fn decode_rows(&mut self, rows: &[(usize, u32)]) -> Result<(), BackendError> {
+    fn decode(&mut self, rows: &[(SeqId, u32)]) -> Result<(), BackendError> {
         self.probe.decode_rows.lock().unwrap().push(rows.len());
         if !self.step_delay.is_zero() {
             std::thread::sleep(self.step_delay);
         }
-        for &(slot, token) in rows {
-            self.select_slot(slot)?;
-            self.step(&[token], Logits::None, &mut Vec::new(), None)?;
+        for &(seq, token) in rows {
+            self.step(seq, &[token], Logits::None, &mut Vec::new(), None)?;
         }
         Ok(())
     }

@@ -44,7 +44,7 @@ pub enum Logits {
     Last,
     /// Every position's logits, position-major (`n_tokens * vocab_size`).
     All,
-    /// A batched decode step's (`Backend::decode_rows`): each row is the
+    /// A batched decode step's (`Backend::decode`): each row is the
     /// last position of a sequence of its own, and every row's logits stay
     /// with the backend for that sequence's sampler (see
     /// [`Ops::keep_last_row`]); `out` is left empty.

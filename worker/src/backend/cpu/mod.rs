@@ -10,8 +10,8 @@ use std::sync::Arc;
 pub use ops::{dot_f32, CpuBuf, CpuCache, CpuOps, CpuWeight};
 
 use crate::backend::{
-    check_set_slots, check_slot, sample_on_host, Backend, BackendError, BackendKind, Checkpoints,
-    DeviceInfo, Logits, MemoryUse, SampleRequest, SampledToken,
+    check_capacity, sample_on_host, Backend, BackendError, BackendKind, Checkpoints, DeviceInfo,
+    Logits, MemoryUse, SampleRequest, SampledToken, SeqId, Slots,
 };
 use crate::gguf::GgufFile;
 use crate::model::ModelConfig;
@@ -21,17 +21,15 @@ use crate::sampling::Selector;
 pub struct CpuBackend {
     cfg: ModelConfig,
     weights: Weights<CpuWeight>,
-    /// One sequence per slot ([`Backend::set_slots`]); `current` is the one
-    /// the single-sequence calls act on.
-    slots: Vec<CpuSlot>,
-    current: usize,
+    /// The open sequences ([`Backend::set_max_sequences`] of them at most).
+    seqs: Slots<CpuSeq>,
     device: DeviceInfo,
     selector: Selector,
 }
 
 /// One sequence: its KV cache, position and last logits.
 #[derive(Default)]
-struct CpuSlot {
+struct CpuSeq {
     cache: Option<CpuCache>,
     len: usize,
     /// The latest forward pass's last-position logits (empty before one).
@@ -65,8 +63,7 @@ impl CpuBackend {
         Ok(CpuBackend {
             cfg,
             weights,
-            slots: vec![CpuSlot::default()],
-            current: 0,
+            seqs: Slots::new(vec![CpuSeq::default()]),
             device,
             selector: Selector::default(),
         })
@@ -75,10 +72,6 @@ impl CpuBackend {
     pub fn config(&self) -> &ModelConfig {
         &self.cfg
     }
-
-    fn slot(&mut self) -> &mut CpuSlot {
-        &mut self.slots[self.current]
-    }
 }
 
 impl Backend for CpuBackend {
@@ -86,44 +79,52 @@ impl Backend for CpuBackend {
         &self.device
     }
 
-    fn begin_sequence(&mut self, capacity: usize) -> Result<(), BackendError> {
-        if capacity == 0 || capacity > self.cfg.context_length {
-            return Err(BackendError::InferenceFailed(format!(
-                "a sequence of {capacity} positions does not fit the context of {}",
-                self.cfg.context_length
-            )));
-        }
-        let cache = CpuCache::new(self.cfg.n_layer, capacity, self.cfg.kv_dim());
-        *self.slot() = CpuSlot {
-            cache: Some(cache),
-            ..CpuSlot::default()
-        };
-        Ok(())
+    fn max_sequences(&self) -> usize {
+        self.seqs.capacity()
     }
 
-    fn sequence_len(&self) -> usize {
-        self.slots[self.current].len
+    fn set_max_sequences(&mut self, n: usize) -> Result<(), BackendError> {
+        self.seqs.resize(n, || Ok(CpuSeq::default()))
+    }
+
+    fn open(&mut self, capacity: usize) -> Result<SeqId, BackendError> {
+        check_capacity(capacity, self.cfg.context_length)?;
+        let cache = CpuCache::new(self.cfg.n_layer, capacity, self.cfg.kv_dim());
+        let (id, seq) = self.seqs.open()?;
+        *seq = CpuSeq {
+            cache: Some(cache),
+            ..CpuSeq::default()
+        };
+        Ok(id)
+    }
+
+    fn close(&mut self, seq: SeqId) {
+        if let Some(s) = self.seqs.close(seq) {
+            *s = CpuSeq::default();
+        }
+    }
+
+    fn len(&self, seq: SeqId) -> usize {
+        self.seqs.get(seq).map_or(0, |s| s.len)
     }
 
     fn forward(
         &mut self,
+        seq: SeqId,
         tokens: &[u32],
         logits: Logits,
         out: &mut Vec<f32>,
         checkpoints: Option<&mut Checkpoints>,
     ) -> Result<(), BackendError> {
         if logits == Logits::Rows {
-            return Err(BackendError::InferenceFailed(
-                "the CPU backend decodes several sequences one by one".into(),
+            return Err(BackendError::CallerBug(
+                "Logits::Rows belongs to decode".into(),
             ));
         }
-        let slot = &mut self.slots[self.current];
-        let cache = slot
-            .cache
-            .as_mut()
-            .ok_or_else(|| BackendError::InferenceFailed("forward without a sequence".into()))?;
-        slot.last_logits.clear();
-        let (ops, cfg, w, start) = (&mut CpuOps, &self.cfg, &self.weights, slot.len);
+        let s = self.seqs.get_mut(seq)?;
+        let cache = s.cache.as_mut().expect("an open sequence has a cache");
+        s.last_logits.clear();
+        let (ops, cfg, w, start) = (&mut CpuOps, &self.cfg, &self.weights, s.len);
         if logits == Logits::None {
             // Host memory either way: the last row goes straight to the sampler's copy.
             model::forward(
@@ -134,43 +135,29 @@ impl Backend for CpuBackend {
                 tokens,
                 start,
                 Logits::Last,
-                &mut slot.last_logits,
+                &mut s.last_logits,
                 checkpoints,
             )?;
             out.clear();
         } else {
             model::forward(ops, cfg, w, cache, tokens, start, logits, out, checkpoints)?;
-            slot.last_logits
+            s.last_logits
                 .extend_from_slice(&out[out.len() - cfg.vocab_size..]);
         }
-        slot.len += tokens.len();
+        s.len += tokens.len();
         Ok(())
     }
 
-    fn sample(&mut self, req: &SampleRequest) -> Result<SampledToken, BackendError> {
-        let logits = &self.slots[self.current].last_logits;
-        sample_on_host(&mut self.selector, logits, req)
-    }
-
-    fn end_sequence(&mut self) {
-        *self.slot() = CpuSlot::default();
-    }
-
-    fn slots(&self) -> usize {
-        self.slots.len()
-    }
-
-    fn set_slots(&mut self, n: usize) -> Result<(), BackendError> {
-        check_set_slots(n, self.slots.iter().any(|s| s.cache.is_some()))?;
-        self.slots.resize_with(n, CpuSlot::default);
-        self.current = 0;
-        Ok(())
-    }
-
-    fn select_slot(&mut self, slot: usize) -> Result<(), BackendError> {
-        check_slot(slot, self.slots.len())?;
-        self.current = slot;
-        Ok(())
+    fn sample(
+        &mut self,
+        rows: &[(SeqId, SampleRequest<'_>)],
+    ) -> Result<Vec<SampledToken>, BackendError> {
+        let ids: Vec<SeqId> = rows.iter().map(|(id, _)| *id).collect();
+        let seqs = self.seqs.get_many_mut(&ids)?;
+        seqs.into_iter()
+            .zip(rows)
+            .map(|(s, (_, req))| sample_on_host(&mut self.selector, &s.last_logits, req))
+            .collect()
     }
 
     /// Host memory is not device memory: the CPU backend reports zero (M0-W-1011).
@@ -224,17 +211,18 @@ mod gpt2_tests {
         let mut rows = vec![0f32; n_ctx * cfg.n_embd];
         quant::dequantize(table.ggml_type, file.tensor_data(&table), &mut rows).unwrap();
         let mut b = CpuBackend::load(cfg.clone(), file, &mut |_| {}).unwrap();
-        b.begin_sequence(n_ctx).unwrap();
+        let seq = b.open(n_ctx).unwrap();
         let mut out = Vec::new();
         let mut pos = 0;
         for target in [0, 1, n_ctx - 1] {
             if target > pos {
                 let filler: Vec<u32> = (pos..target).map(|p| (p % 300) as u32).collect();
-                b.forward(&filler, Logits::Last, &mut out, None).unwrap();
+                b.forward(seq, &filler, Logits::Last, &mut out, None)
+                    .unwrap();
                 pos = target;
             }
             let mut cp = Checkpoints::default();
-            b.forward(&[7], Logits::Last, &mut out, Some(&mut cp))
+            b.forward(seq, &[7], Logits::Last, &mut out, Some(&mut cp))
                 .unwrap();
             let get = |name: &str| &cp.entries.iter().find(|(n, _)| n == name).unwrap().1;
             let (tok, input) = (get("inp_embd"), get("inpL"));

@@ -286,7 +286,7 @@ struct RowsGraph {
     max_splits: usize,
 }
 
-/// Batched decode steps (`CudaBackend::decode_rows`) replayed from CUDA
+/// Batched decode steps (`CudaBackend::decode`) replayed from CUDA
 /// graphs. A rows-mode pass reads everything that depends on its sequences
 /// from the device table (`ops::RowsTable`), so one graph per row count and
 /// bound on attention's chunks (a power of two: contexts grow) serves every

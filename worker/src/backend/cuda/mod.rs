@@ -22,7 +22,7 @@
 //! allocated, the bytes needed (weights, the minimum KV cache, decode scratch)
 //! are compared with the free memory (and the test cap
 //! `WORKER_ORCD_VRAM_CAP_BYTES`); a shortfall is `OutOfMemory`. A sequence's
-//! KV cache is allocated by `begin_sequence` and freed by `end_sequence`;
+//! KV cache is allocated by `open` and freed by `close`;
 //! activations come from the stream-ordered pool and are freed as each step
 //! ends, so after a job the memory in use is back at its post-load value.
 
@@ -58,8 +58,8 @@ pub use source::{KernelSet, Module, Unit, HEADERS};
 pub use upload::UploadStats;
 
 use crate::backend::{
-    check_set_slots, check_slot, decode_one_by_one, Backend, BackendError, Checkpoints, DeviceInfo,
-    KvBlocks, Logits, MemoryUse, SampleRequest, SampledToken,
+    check_capacity, decode_one_by_one, Backend, BackendError, Checkpoints, DeviceInfo, KvBlocks,
+    Logits, MemoryUse, SampleRequest, SampledToken, SeqId, Slots,
 };
 use crate::gguf::GgufFile;
 use crate::model::ModelConfig;
@@ -129,19 +129,17 @@ pub struct CudaBackend {
     /// Every weight buffer, by tensor name, for the residency check.
     weight_bufs: Vec<WeightBuffer>,
     host_mapped: Option<HostMapped>,
-    /// One sequence per slot ([`Backend::set_slots`]); `current` is the one
-    /// the single-sequence calls act on.
-    slots: Vec<CudaSlot>,
-    current: usize,
+    /// The open sequences ([`Backend::set_max_sequences`] of them at most).
+    seqs: Slots<CudaSlot>,
     kv_limit_bytes: Option<u64>,
-    /// The paged KV pool the slots' caches come from (more than one slot).
+    /// The paged KV pool the caches come from (more than one sequence).
     kv_pool: Option<kv_pool::KvPool>,
     upload_stats: UploadStats,
     graph_host: graph::GraphHost,
     use_graphs: bool,
-    /// `sample_rows`' table of a batched step's sampling rows.
+    /// `sample`'s table of a batched step's sampling rows.
     sample_table: Option<DevBuf>,
-    /// Batched decode steps' graphs (`decode_rows`).
+    /// Batched decode steps' graphs (`decode`).
     rows_graphs: graph::RowsGraphs,
 }
 
@@ -384,8 +382,7 @@ impl CudaBackend {
             weights,
             weight_bufs,
             host_mapped,
-            slots: vec![slot],
-            current: 0,
+            seqs: Slots::new(vec![slot]),
             kv_limit_bytes,
             kv_pool: None,
             upload_stats,
@@ -418,22 +415,23 @@ impl CudaBackend {
         &self.weights
     }
 
-    /// The current sequence's KV cache.
-    pub fn cache(&self) -> Option<&CudaCache> {
-        self.slots[self.current].cache.as_ref()
+    /// `seq`'s KV cache.
+    pub fn cache(&self, seq: SeqId) -> Result<&CudaCache, BackendError> {
+        let slot = self.seqs.get(seq)?;
+        Ok(slot.cache.as_ref().expect("an open sequence has a cache"))
     }
 
-    fn slot(&mut self) -> &mut CudaSlot {
-        &mut self.slots[self.current]
+    /// Whether decode steps batch their rows (`decode` in rows mode): with
+    /// room for more than one sequence, whatever the step's row count, so
+    /// that a row's bits never depend on how many share its step.
+    fn batches(&self) -> bool {
+        self.seqs.capacity() > 1 && self.cfg.moe.is_none()
     }
 
-    /// Whether `slot`'s sequence can take `token` as one more position.
-    fn check_decode(&self, slot: usize, token: u32) -> Result<(), BackendError> {
-        let s = &self.slots[slot];
-        let cache = s
-            .cache
-            .as_ref()
-            .ok_or_else(|| BackendError::InferenceFailed("forward without a sequence".into()))?;
+    /// Whether `seq` can take `token` as one more position.
+    fn check_decode(&self, seq: SeqId, token: u32) -> Result<(), BackendError> {
+        let s = self.seqs.get(seq)?;
+        let cache = s.cache.as_ref().expect("an open sequence has a cache");
         if s.len + 1 > cache.capacity {
             return Err(BackendError::InferenceFailed(format!(
                 "KV cache holds {} positions, {} needed",
@@ -510,8 +508,8 @@ impl CudaBackend {
 
     /// KV cache bytes of the open sequences.
     fn kv_bytes_open(&self) -> u64 {
-        self.slots
-            .iter()
+        self.seqs
+            .open_states()
             .filter_map(|s| s.cache.as_ref())
             .map(|c| self.kv_bytes(c.capacity))
             .sum()
@@ -523,18 +521,18 @@ impl CudaBackend {
         self.use_graphs = on;
     }
 
-    /// Whether the current sequence decodes through a captured graph.
-    pub fn decoding_with_graph(&self) -> bool {
-        self.slots[self.current].decode_graph.is_some()
+    /// Whether `seq` decodes through a captured graph.
+    pub fn decoding_with_graph(&self, seq: SeqId) -> bool {
+        self.seqs.get(seq).is_ok_and(|s| s.decode_graph.is_some())
     }
 
-    /// The sampler, whose logits buffer every forward pass writes (for tests
-    /// that sample from logits of their own).
-    pub fn sampler(&mut self) -> &mut DeviceSampler {
-        &mut self.slot().sampler
+    /// `seq`'s sampler, whose logits buffer its forward passes write (for
+    /// tests that sample from logits of their own).
+    pub fn sampler(&mut self, seq: SeqId) -> Result<&mut DeviceSampler, BackendError> {
+        Ok(&mut self.seqs.get_mut(seq)?.sampler)
     }
 
-    /// A batched step's pass run eagerly (see `decode_rows`); the caches of
+    /// A batched step's pass run eagerly (see `decode`); the caches of
     /// rows 1 and on are taken from `pass` and given back in it.
     fn decode_rows_eagerly(
         &mut self,
@@ -568,16 +566,17 @@ impl CudaBackend {
         result
     }
 
-    /// One decode step through the sequence's graph, capturing it first if
+    /// One decode step of `seq` through its graph, capturing it first if
     /// needed; the logits go to `out` when given. `Ok(false)` when the graph
     /// cannot be used (then run eagerly).
     fn decode_with_graph(
         &mut self,
+        seq: SeqId,
         token: u32,
         out: Option<&mut Vec<f32>>,
     ) -> Result<bool, BackendError> {
-        self.check_decode(self.current, token)?;
-        let slot = &mut self.slots[self.current];
+        self.check_decode(seq, token)?;
+        let slot = self.seqs.get_mut(seq)?;
         let cache = slot.cache.as_mut().expect("checked above");
         // A long context splits attention over the context; the graph holds
         // one choice, so it is captured again (once) when the context grows
@@ -654,7 +653,7 @@ impl Drop for CudaBackend {
         // left in the stream-ordered pool goes back to the driver (the pool
         // keeps freed blocks between steps). The weights are freed after
         // this, as the fields drop.
-        for slot in &mut self.slots {
+        for slot in self.seqs.states_mut() {
             slot.end();
         }
         if let Err(e) = self.dev.trim_pool() {
@@ -668,14 +667,31 @@ impl Backend for CudaBackend {
         self.dev.info()
     }
 
-    fn begin_sequence(&mut self, capacity: usize) -> Result<(), BackendError> {
-        if capacity == 0 || capacity > self.cfg.context_length {
-            return Err(BackendError::InferenceFailed(format!(
-                "a sequence of {capacity} positions does not fit the context of {}",
-                self.cfg.context_length
-            )));
+    fn max_sequences(&self) -> usize {
+        self.seqs.capacity()
+    }
+
+    /// Each sequence has its own sampler (its logits buffer and scratch,
+    /// counted at load as the first one's is); more than one share the
+    /// paged KV pool and batched decode steps.
+    fn set_max_sequences(&mut self, n: usize) -> Result<(), BackendError> {
+        self.dev.bind()?;
+        let (dev, vocab) = (self.dev.clone(), self.cfg.vocab_size);
+        self.seqs.resize(n, || CudaSlot::new(&dev, vocab))?;
+        // Batched steps' graphs hold the table and x8 block of the old count.
+        self.rows_graphs.clear();
+        self.ops
+            .reserve_rows(n.next_multiple_of(graph::ROWS_GRAPH_STEP))?;
+        sample::reserve_table(&self.dev, &mut self.sample_table, n)?;
+        self.kv_pool = None;
+        if n > 1 {
+            self.kv_pool = Some(self.make_kv_pool(n)?);
         }
-        self.end_sequence();
+        Ok(())
+    }
+
+    fn open(&mut self, capacity: usize) -> Result<SeqId, BackendError> {
+        check_capacity(capacity, self.cfg.context_length)?;
         self.kv_budget(capacity)?;
         let cfg = &self.cfg;
         let cache = CudaCache::new_in(
@@ -686,49 +702,63 @@ impl Backend for CudaBackend {
             cfg.head_dim,
             capacity,
         )?;
-        let slot = self.slot();
+        let (id, slot) = self.seqs.open()?;
         slot.cache = Some(cache);
         slot.len = 0;
-        Ok(())
+        Ok(id)
     }
 
-    fn sequence_len(&self) -> usize {
-        self.slots[self.current].len
+    fn close(&mut self, seq: SeqId) {
+        let Some(slot) = self.seqs.close(seq) else {
+            return;
+        };
+        slot.end();
+        // With no sequence open, batched steps' graphs go too (the device
+        // memory in use goes back to its value after load).
+        if !self.seqs.any_open() {
+            self.rows_graphs.clear();
+        }
+        if let Err(e) = self.dev.trim_pool() {
+            tracing::error!(error = %e, "returning scratch memory failed");
+        }
     }
 
-    /// llama.cpp's micro-batch: 512 rows keep the GEMMs busy (8B Q4_K on
-    /// the H100: 3,853 tokens/s at 128 rows, 5,034 at 512), and a 500-token
-    /// prompt is one pass rather than two.
+    fn len(&self, seq: SeqId) -> usize {
+        self.seqs.get(seq).map_or(0, |s| s.len)
+    }
+
+    /// llama.cpp's micro-batch: 512 rows keep the GEMMs busy and a
+    /// 500-token prompt is one pass rather than two (benches/results).
     fn prefill_chunk(&self) -> usize {
         PREFILL_CHUNK_GPU
     }
 
+    /// The logits go to `seq`'s own sampler; a one-token step replays the
+    /// sequence's captured graph where it can.
     fn forward(
         &mut self,
+        seq: SeqId,
         tokens: &[u32],
         logits: Logits,
         out: &mut Vec<f32>,
         checkpoints: Option<&mut Checkpoints>,
     ) -> Result<(), BackendError> {
-        if self.slot().cache.is_none() {
-            return Err(BackendError::InferenceFailed(
-                "forward without a sequence".into(),
-            ));
-        }
         if logits == Logits::Rows {
-            return Err(BackendError::InferenceFailed(
-                "Logits::Rows belongs to decode_rows".into(),
+            return Err(BackendError::CallerBug(
+                "Logits::Rows belongs to decode".into(),
             ));
         }
-        self.dev.bind()?;
         let use_graphs = self.use_graphs;
-        let slot = self.slot();
+        let slot = self.seqs.get_mut(seq)?;
         slot.has_logits = false;
         let graph_step = use_graphs
             && !slot.graph_failed
             && tokens.len() == 1
             && logits != Logits::All
             && checkpoints.is_none();
+        let kept = slot.sampler.logits_ptr();
+        self.dev.bind()?;
+        self.ops.keep_logits_in(kept, self.cfg.vocab_size);
         if graph_step {
             let host_out = if logits == Logits::None {
                 out.clear();
@@ -736,15 +766,15 @@ impl Backend for CudaBackend {
             } else {
                 Some(&mut *out)
             };
-            if self.decode_with_graph(tokens[0], host_out)? {
-                let slot = self.slot();
+            if self.decode_with_graph(seq, tokens[0], host_out)? {
+                let slot = self.seqs.get_mut(seq)?;
                 slot.len += 1;
                 slot.has_logits = true;
                 return Ok(());
             }
         }
-        let slot = &mut self.slots[self.current];
-        let cache = slot.cache.as_mut().expect("checked above");
+        let slot = self.seqs.get_mut(seq)?;
+        let cache = slot.cache.as_mut().expect("an open sequence has a cache");
         let r = model::forward(
             &mut self.ops,
             &self.cfg,
@@ -763,31 +793,43 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
-    fn sample(&mut self, req: &SampleRequest) -> Result<SampledToken, BackendError> {
-        let slot = self.slot();
-        if !slot.has_logits {
-            return Err(BackendError::InferenceFailed(
-                "sample without logits: run forward first".into(),
-            ));
+    /// One row alone from the slot's own sampler; several with one wait
+    /// (`sample::sample_rows`). Both give the same bits.
+    fn sample(
+        &mut self,
+        rows: &[(SeqId, SampleRequest<'_>)],
+    ) -> Result<Vec<SampledToken>, BackendError> {
+        let ids: Vec<SeqId> = rows.iter().map(|(id, _)| *id).collect();
+        let slots = self.seqs.get_many_mut(&ids)?;
+        let mut batch = Vec::with_capacity(rows.len());
+        for ((id, req), s) in rows.iter().zip(slots) {
+            if !s.has_logits {
+                return Err(BackendError::CallerBug(format!(
+                    "{id:?}: sample without logits: run forward first"
+                )));
+            }
+            batch.push((&mut s.sampler, req));
         }
-        slot.sampler.sample(req)
+        if let [(sampler, req)] = batch.as_mut_slice() {
+            return Ok(vec![sampler.sample(req)?]);
+        }
+        sample::sample_rows(&mut batch, &mut self.sample_table)
     }
 
-    /// A decode graph's replay is queued and not waited for.
-    fn queues_work(&self) -> bool {
-        self.use_graphs && !self.slots[self.current].graph_failed
-    }
-
-    fn end_sequence(&mut self) {
-        self.slot().end();
-        // With no sequence open, batched steps' graphs go too (the device
-        // memory in use goes back to its value after load).
-        if self.slots.iter().all(|s| s.cache.is_none()) {
-            self.rows_graphs.clear();
+    /// A captured graph's replay is queued and not waited for: a batched
+    /// step's, or each row's own once its sequence has captured one.
+    fn queues_decode(&self, rows: &[(SeqId, u32)]) -> bool {
+        if !self.use_graphs {
+            return false;
         }
-        if let Err(e) = self.dev.trim_pool() {
-            tracing::error!(error = %e, "returning scratch memory failed");
+        if self.batches() {
+            return !self.rows_graphs.failed;
         }
+        rows.iter().all(|(id, _)| {
+            self.seqs
+                .get(*id)
+                .is_ok_and(|s| s.decode_graph.is_some() && !s.graph_failed)
+        })
     }
 
     /// Within `--kv-cache-size-mb` beside the open sequences' caches, and
@@ -801,78 +843,41 @@ impl Backend for CudaBackend {
         self.kv_pool.as_ref().map(|p| p.blocks())
     }
 
-    fn slots(&self) -> usize {
-        self.slots.len()
-    }
-
-    /// Each slot has its own sampler (its logits buffer and scratch,
-    /// counted at load as the first slot's is).
-    fn set_slots(&mut self, n: usize) -> Result<(), BackendError> {
-        check_set_slots(n, self.slots.iter().any(|s| s.cache.is_some()))?;
-        self.dev.bind()?;
-        self.slots.truncate(n);
-        while self.slots.len() < n {
-            self.slots
-                .push(CudaSlot::new(&self.dev, self.cfg.vocab_size)?);
-        }
-        // Batched steps' graphs hold the table and x8 block of the old count.
-        self.rows_graphs.clear();
-        self.ops
-            .reserve_rows(n.next_multiple_of(graph::ROWS_GRAPH_STEP))?;
-        sample::reserve_table(&self.dev, &mut self.sample_table, n)?;
-        self.kv_pool = None;
-        if n > 1 {
-            self.kv_pool = Some(self.make_kv_pool(n)?);
-        }
-        self.select_slot(0)
-    }
-
-    /// One forward pass over every row (`ops::RowsPass`): each weight read
+    /// With room for one sequence, its one-token step (its own captured
+    /// graph, the one-row kernels). With room for more, one forward pass over
+    /// every row (`ops::RowsPass`) whatever their number: each weight read
     /// once for the step, each row's sums on kernels that do not depend on
     /// how many rows there are, each row's attention over its own cache; a
     /// row's logits are the same bits in any batch, one row alone included
-    /// (they may differ in the last bits from `forward`'s one-row kernels).
-    /// A mixture of experts decodes its rows one by one.
-    fn decode_rows(&mut self, rows: &[(usize, u32)]) -> Result<(), BackendError> {
+    /// (they may differ in the last bits from the one-row kernels). A mixture
+    /// of experts decodes its rows one by one.
+    fn decode(&mut self, rows: &[(SeqId, u32)]) -> Result<(), BackendError> {
         if rows.is_empty() {
             return Ok(());
         }
-        if self.cfg.moe.is_some() {
+        if !self.batches() {
             return decode_one_by_one(self, rows);
         }
-        let mut seen = vec![false; self.slots.len()];
-        for &(slot, token) in rows {
-            check_slot(slot, self.slots.len())?;
-            if std::mem::replace(&mut seen[slot], true) {
-                return Err(BackendError::InferenceFailed(format!(
-                    "slot {slot} is twice in one decode step"
-                )));
-            }
-            self.check_decode(slot, token)?;
+        let ids: Vec<SeqId> = rows.iter().map(|&(id, _)| id).collect();
+        self.seqs.get_many_mut(&ids)?;
+        for &(seq, token) in rows {
+            self.check_decode(seq, token)?;
         }
         self.dev.bind()?;
         let tokens: Vec<u32> = rows.iter().map(|&(_, t)| t).collect();
-        let seqs: Vec<RowSeq> = rows
-            .iter()
-            .map(|&(s, _)| {
-                let slot = &self.slots[s];
-                let cache = slot.cache.as_ref().expect("checked above");
-                RowSeq {
-                    cache: cache.planes(0).0,
-                    logits: slot.sampler.logits_ptr(),
-                    pos: slot.len as i32,
-                    capacity: cache.capacity as i32,
-                }
-            })
-            .collect();
-        let mut caches: Vec<CudaCache> = rows
-            .iter()
-            .map(|&(s, _)| {
-                let slot = &mut self.slots[s];
-                slot.has_logits = false;
-                slot.cache.take().expect("checked above")
-            })
-            .collect();
+        let mut seqs = Vec::with_capacity(rows.len());
+        let mut caches = Vec::with_capacity(rows.len());
+        for slot in self.seqs.get_many_mut(&ids)? {
+            let cache = slot.cache.take().expect("checked above");
+            seqs.push(RowSeq {
+                cache: cache.planes(0).0,
+                logits: slot.sampler.logits_ptr(),
+                pos: slot.len as i32,
+                capacity: cache.capacity as i32,
+            });
+            slot.has_logits = false;
+            caches.push(cache);
+        }
         let mut lead = caches.remove(0);
         let start = seqs[0].pos as usize;
         let mut pass = RowsPass {
@@ -896,50 +901,17 @@ impl Backend for CudaBackend {
             other => other.map(|_| ()),
         };
         self.ops.end_step();
-        // Every cache goes back to its slot, whatever the pass did.
-        let caches = std::mem::take(&mut pass.caches);
-        for (&(s, _), cache) in rows.iter().zip(std::iter::once(lead).chain(caches)) {
-            self.slots[s].cache = Some(cache);
-        }
-        result?;
-        for &(s, _) in rows {
-            let slot = &mut self.slots[s];
-            slot.len += 1;
-            slot.has_logits = true;
-        }
-        Ok(())
-    }
-
-    /// Every row's choice with one wait (`sample::sample_rows`).
-    fn sample_rows(
-        &mut self,
-        rows: &[(usize, SampleRequest<'_>)],
-    ) -> Result<Vec<SampledToken>, BackendError> {
-        let n = self.slots.len();
-        let mut free: Vec<Option<&mut CudaSlot>> = self.slots.iter_mut().map(Some).collect();
-        let mut batch = Vec::with_capacity(rows.len());
-        for (slot, req) in rows {
-            check_slot(*slot, n)?;
-            let s = free[*slot].take().ok_or_else(|| {
-                BackendError::InferenceFailed(format!("slot {slot} is twice in one sampling step"))
-            })?;
-            if !s.has_logits {
-                return Err(BackendError::InferenceFailed(format!(
-                    "slot {slot}: sample without logits: run forward first"
-                )));
+        // Every cache goes back to its sequence, whatever the pass did.
+        let caches = std::iter::once(lead).chain(std::mem::take(&mut pass.caches));
+        let slots = self.seqs.get_many_mut(&ids)?;
+        for (slot, cache) in slots.into_iter().zip(caches) {
+            slot.cache = Some(cache);
+            if result.is_ok() {
+                slot.len += 1;
+                slot.has_logits = true;
             }
-            batch.push((&mut s.sampler, req));
         }
-        sample::sample_rows(&mut batch, &mut self.sample_table)
-    }
-
-    /// Forward passes write their last logits into the slot's own sampler.
-    fn select_slot(&mut self, slot: usize) -> Result<(), BackendError> {
-        check_slot(slot, self.slots.len())?;
-        self.current = slot;
-        let ptr = self.slots[slot].sampler.logits_ptr();
-        self.ops.keep_logits_in(ptr, self.cfg.vocab_size);
-        Ok(())
+        result
     }
 
     fn memory_use(&self) -> MemoryUse {
@@ -947,10 +919,10 @@ impl Backend for CudaBackend {
     }
 
     /// A prompt of a whole prefill chunk (the products from cuBLAS and the
-    /// tensor-core kernels, flash attention) and one decode step (its graph)
-    /// in slot 0, then the sequence closes and the memory pool is trimmed as
-    /// after any job. The first long prompt after start took 95 ms against
-    /// 10-11 ms for the next ones (H200, 0.5B shape, 542 tokens) without it.
+    /// tensor-core kernels, flash attention) and one decode step (its graph),
+    /// then the sequence closes and the memory pool is trimmed as after any
+    /// job. Without it the first long prompt after start took several times
+    /// as long as the next ones (benches/results).
     fn warm_up(&mut self) -> Result<(), BackendError> {
         // Within --kv-cache-size-mb (and the pool): a shorter prompt if need be.
         let mut n = PREFILL_CHUNK_GPU.min(self.cfg.context_length.saturating_sub(1));
@@ -962,14 +934,13 @@ impl Backend for CudaBackend {
         }
         let vocab = self.cfg.vocab_size;
         let tokens: Vec<u32> = (0..n).map(|i| (i * 7 % vocab) as u32).collect();
-        self.select_slot(0)?;
-        self.begin_sequence(n + 1)?;
+        let seq = self.open(n + 1)?;
         let mut out = Vec::new();
         let r = self
-            .forward(&tokens, Logits::Last, &mut out, None)
-            .and_then(|()| self.forward(&tokens[..1], Logits::Last, &mut out, None))
+            .forward(seq, &tokens, Logits::Last, &mut out, None)
+            .and_then(|()| self.forward(seq, &tokens[..1], Logits::Last, &mut out, None))
             .and_then(|()| self.dev.synchronize());
-        self.end_sequence();
+        self.close(seq);
         r
     }
 

@@ -42,7 +42,7 @@ enum Choice {
     Select(SampleSelectArgs),
 }
 
-/// `table`, made room for `rows` sampling rows (`set_slots` reserves it for
+/// `table`, made room for `rows` sampling rows (`set_max_sequences` reserves it for
 /// every slot, so that serving never grows it).
 pub fn reserve_table<'t>(
     dev: &Arc<CudaDevice>,

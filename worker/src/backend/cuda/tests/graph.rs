@@ -17,20 +17,21 @@ fn graph_decode_is_bit_identical_to_eager_decode() {
         let tokens: Vec<u32> = (0..40).map(|i| (i * 37 % 384) as u32).collect();
         let run = |gpu: &mut CudaBackend, graphs: bool| {
             gpu.set_decode_graphs(graphs);
-            gpu.begin_sequence(300).unwrap();
+            let seq = gpu.open(300).unwrap();
             let mut all = Vec::new();
             let mut out = Vec::new();
-            gpu.forward(&tokens[..20], Logits::Last, &mut out, None)
+            gpu.forward(seq, &tokens[..20], Logits::Last, &mut out, None)
                 .unwrap();
             all.extend_from_slice(&out);
             // Long enough for attention to pass its 128-key chunk.
             for i in 0..150 {
-                gpu.forward(&[tokens[20 + i % 20]], Logits::Last, &mut out, None)
+                let token = tokens[20 + i % 20];
+                gpu.forward(seq, &[token], Logits::Last, &mut out, None)
                     .unwrap();
                 all.extend_from_slice(&out);
             }
-            assert_eq!(gpu.decoding_with_graph(), graphs);
-            gpu.end_sequence();
+            assert_eq!(gpu.decoding_with_graph(seq), graphs);
+            gpu.close(seq);
             all
         };
         let with = run(&mut gpu, true);
@@ -90,7 +91,7 @@ fn rows_graphs_are_bit_identical_to_eager_rows() {
         let experts = cfg.moe.is_some();
         let mut gpu =
             CudaBackend::load(cfg, &file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();
-        gpu.set_slots(3).unwrap();
+        gpu.set_max_sequences(3).unwrap();
         let prompts: [Vec<u32>; 3] = [
             (0..5).map(|i| i * 11 % 384).collect(),
             (0..300).map(|i| i * 37 % 384).collect(),
@@ -98,30 +99,29 @@ fn rows_graphs_are_bit_identical_to_eager_rows() {
         ];
         let run = |gpu: &mut CudaBackend, graphs: bool| {
             gpu.set_decode_graphs(graphs);
-            for (slot, prompt) in prompts.iter().enumerate() {
-                gpu.select_slot(slot).unwrap();
-                gpu.begin_sequence(480).unwrap();
-                gpu.forward(prompt, Logits::None, &mut Vec::new(), None)
+            let mut seqs = Vec::new();
+            for prompt in &prompts {
+                let seq = gpu.open(480).unwrap();
+                gpu.forward(seq, prompt, Logits::None, &mut Vec::new(), None)
                     .unwrap();
+                seqs.push(seq);
             }
             let mut all = Vec::new();
             for step in 0..140u32 {
                 // All three, then two, then one, as jobs join and leave.
-                let rows: Vec<(usize, u32)> = match step % 4 {
-                    0 | 1 => vec![(0, step), (1, step + 1), (2, step + 2)],
-                    2 => vec![(2, step), (0, step + 3)],
-                    _ => vec![(1, step)],
+                let rows: Vec<(SeqId, u32)> = match step % 4 {
+                    0 | 1 => vec![(seqs[0], step), (seqs[1], step + 1), (seqs[2], step + 2)],
+                    2 => vec![(seqs[2], step), (seqs[0], step + 3)],
+                    _ => vec![(seqs[1], step)],
                 };
-                gpu.decode_rows(&rows).unwrap();
-                for &(slot, _) in &rows {
-                    gpu.select_slot(slot).unwrap();
-                    all.extend(gpu.sampler().download_logits().unwrap());
+                gpu.decode(&rows).unwrap();
+                for &(seq, _) in &rows {
+                    all.extend(gpu.sampler(seq).unwrap().download_logits().unwrap());
                 }
             }
             let captured = gpu.rows_graphs.captured();
-            for slot in 0..3 {
-                gpu.select_slot(slot).unwrap();
-                gpu.end_sequence();
+            for seq in seqs {
+                gpu.close(seq);
             }
             // No sequence open: the graphs are gone.
             assert_eq!(gpu.rows_graphs.captured(), 0);

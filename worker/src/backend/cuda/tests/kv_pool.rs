@@ -30,7 +30,7 @@ fn backend(file: &Arc<GgufFile>, mb: Option<u64>, slots: usize) -> CudaBackend {
         ..Default::default()
     };
     let mut b = CudaBackend::load(cfg, file, &opts, &mut |_| {}).unwrap();
-    b.set_slots(slots).unwrap();
+    b.set_max_sequences(slots).unwrap();
     b
 }
 
@@ -119,10 +119,8 @@ fn slots_share_the_pool_and_compute_as_a_cache_of_their_own() {
     // A capacity of just over one page, and a small one.
     let big = (page / per_pos) as usize + 4;
     assert!(big <= cfg.context_length, "the test needs {big} positions");
-    for slot in 0..2 {
-        shared.select_slot(slot).unwrap();
-        shared.begin_sequence(100).unwrap();
-    }
+    let first = shared.open(100).unwrap();
+    let second = shared.open(100).unwrap();
     assert_eq!(shared.kv_blocks().unwrap().used, 2);
     let free = blocks.total - 2;
     assert_eq!(
@@ -130,38 +128,41 @@ fn slots_share_the_pool_and_compute_as_a_cache_of_their_own() {
         free >= 2,
         "{free} blocks free for a cache of two"
     );
-    shared.select_slot(0).unwrap();
-    shared.end_sequence();
+    shared.close(first);
     assert_eq!(shared.kv_blocks().unwrap().used, 1);
 
-    // Slot 0 again, on the first page and the pages after slot 1's.
-    shared.begin_sequence(big).unwrap();
-    alone.begin_sequence(big).unwrap();
+    // A sequence again, on the first page and the pages after the second's.
+    let pooled = shared.open(big).unwrap();
+    let own = alone.open(big).unwrap();
     assert_eq!(shared.kv_blocks().unwrap().used, 3);
     let vocab = cfg.vocab_size as u32;
     let prompt: Vec<u32> = (0..60).map(|i| (i * 13 + 5) % vocab).collect();
     let (mut a, mut b) = (Vec::new(), Vec::new());
-    alone.forward(&prompt, Logits::Last, &mut a, None).unwrap();
-    shared.forward(&prompt, Logits::Last, &mut b, None).unwrap();
+    alone
+        .forward(own, &prompt, Logits::Last, &mut a, None)
+        .unwrap();
+    shared
+        .forward(pooled, &prompt, Logits::Last, &mut b, None)
+        .unwrap();
     assert!(
         a == b,
         "prompt logits differ between a pooled cache and its own"
     );
     for step in 0..24u32 {
         let token = (step * 29 + 1) % vocab;
-        alone.forward(&[token], Logits::Last, &mut a, None).unwrap();
+        alone
+            .forward(own, &[token], Logits::Last, &mut a, None)
+            .unwrap();
         shared
-            .forward(&[token], Logits::Last, &mut b, None)
+            .forward(pooled, &[token], Logits::Last, &mut b, None)
             .unwrap();
         assert!(
             a == b,
             "step {step}: logits differ between a pooled cache and its own"
         );
     }
-    for slot in 0..2 {
-        shared.select_slot(slot).unwrap();
-        shared.end_sequence();
-    }
+    shared.close(pooled);
+    shared.close(second);
     assert_eq!(shared.kv_blocks().unwrap().used, 0);
     assert!(shared.has_room(big));
 }
@@ -181,16 +182,16 @@ fn warm_up_leaves_no_trace_a_job_can_see() {
     let job = |b: &mut CudaBackend| {
         let mut out = Vec::new();
         let mut all = Vec::new();
-        b.select_slot(0).unwrap();
-        b.begin_sequence(64).unwrap();
-        b.forward(&prompt, Logits::Last, &mut out, None).unwrap();
+        let seq = b.open(64).unwrap();
+        b.forward(seq, &prompt, Logits::Last, &mut out, None)
+            .unwrap();
         all.extend_from_slice(&out);
         for t in 0..8u32 {
-            b.forward(&[t * 5 % vocab], Logits::Last, &mut out, None)
+            b.forward(seq, &[t * 5 % vocab], Logits::Last, &mut out, None)
                 .unwrap();
             all.extend_from_slice(&out);
         }
-        b.end_sequence();
+        b.close(seq);
         all
     };
     let mut cold = backend(&file, None, 1);
@@ -201,8 +202,7 @@ fn warm_up_leaves_no_trace_a_job_can_see() {
     for (mb, slots) in [(None, 1), (Some(1), 1), (None, 3)] {
         let mut warm = backend(&file, mb, slots);
         warm.warm_up().unwrap();
-        assert_eq!(warm.sequence_len(), 0, "{mb:?} {slots}");
-        assert!(warm.cache().is_none(), "{mb:?} {slots}: no sequence open");
+        assert!(!warm.seqs.any_open(), "{mb:?} {slots}: no sequence open");
         assert_eq!(warm.kv_blocks().map(|b| b.used), (slots > 1).then_some(0));
         if slots == 1 {
             assert_eq!(warm.memory_use().kv_cache, 0, "{mb:?}");

@@ -32,6 +32,7 @@ mod attention;
 mod compile;
 mod elementwise;
 mod geometry;
+mod gpt_oss;
 mod graph;
 mod kv_pool;
 mod launchers;

@@ -11,7 +11,7 @@ const NEAR_TIE_LOGIT: f32 = 0.05;
 /// Prefill of `tokens[..n_prompt]` with logits at every position, then
 /// teacher-forced decode of the rest one token at a time: GPU logits vs CPU
 /// logits at every position. Returns the worst relative error.
-fn compare_sequence(
+pub(super) fn compare_sequence(
     cpu: &mut CpuBackend,
     gpu: &mut CudaBackend,
     tokens: &[u32],
@@ -19,12 +19,12 @@ fn compare_sequence(
     what: &str,
 ) -> f64 {
     let vocab = cpu.config().vocab_size;
-    cpu.begin_sequence(tokens.len()).unwrap();
-    gpu.begin_sequence(tokens.len()).unwrap();
+    let cpu_seq = cpu.open(tokens.len()).unwrap();
+    let gpu_seq = gpu.open(tokens.len()).unwrap();
     let (mut c, mut g) = (Vec::new(), Vec::new());
-    cpu.forward(&tokens[..n_prompt], Logits::All, &mut c, None)
+    cpu.forward(cpu_seq, &tokens[..n_prompt], Logits::All, &mut c, None)
         .unwrap();
-    gpu.forward(&tokens[..n_prompt], Logits::All, &mut g, None)
+    gpu.forward(gpu_seq, &tokens[..n_prompt], Logits::All, &mut g, None)
         .unwrap();
     assert_eq!(g.len(), n_prompt * vocab);
     let mut worst = 0f64;
@@ -49,13 +49,15 @@ fn compare_sequence(
         );
     }
     for (i, &t) in tokens[n_prompt..].iter().enumerate() {
-        cpu.forward(&[t], Logits::Last, &mut c, None).unwrap();
-        gpu.forward(&[t], Logits::Last, &mut g, None).unwrap();
+        cpu.forward(cpu_seq, &[t], Logits::Last, &mut c, None)
+            .unwrap();
+        gpu.forward(gpu_seq, &[t], Logits::Last, &mut g, None)
+            .unwrap();
         check(&g, &c, n_prompt + i);
     }
-    assert_eq!(gpu.sequence_len(), tokens.len());
-    cpu.end_sequence();
-    gpu.end_sequence();
+    assert_eq!(gpu.len(gpu_seq), tokens.len());
+    cpu.close(cpu_seq);
+    gpu.close(gpu_seq);
     worst
 }
 
@@ -85,11 +87,11 @@ fn synthetic_models_with_every_format_match_the_cpu_backend() {
         // Checkpoints record the same names as the CPU backend.
         let (mut cc, mut gc) = (Checkpoints::default(), Checkpoints::default());
         let (mut c, mut g) = (Vec::new(), Vec::new());
-        cpu.begin_sequence(8).unwrap();
-        gpu.begin_sequence(8).unwrap();
-        cpu.forward(&tokens[..5], Logits::Last, &mut c, Some(&mut cc))
+        let cpu_seq = cpu.open(8).unwrap();
+        let gpu_seq = gpu.open(8).unwrap();
+        cpu.forward(cpu_seq, &tokens[..5], Logits::Last, &mut c, Some(&mut cc))
             .unwrap();
-        gpu.forward(&tokens[..5], Logits::Last, &mut g, Some(&mut gc))
+        gpu.forward(gpu_seq, &tokens[..5], Logits::Last, &mut g, Some(&mut gc))
             .unwrap();
         let names = |cp: &Checkpoints| {
             cp.entries
@@ -162,11 +164,12 @@ fn memory_accounting_kv_limits_and_vram_cap() {
     let held = after_load.scratch;
     assert!(held < 1 << 20, "{after_load:?}");
 
-    gpu.begin_sequence(100).unwrap();
+    let gpu_seq = gpu.open(100).unwrap();
     let kv = CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, 100);
     assert_eq!(gpu.memory_use().kv_cache, align_up(kv));
     let mut out = Vec::new();
     gpu.forward(
+        gpu_seq,
         &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
         Logits::All,
         &mut out,
@@ -178,13 +181,14 @@ fn memory_accounting_kv_limits_and_vram_cap() {
         held,
         "activations are freed when a step ends"
     );
-    gpu.forward(&[11], Logits::Last, &mut out, None).unwrap();
-    assert!(gpu.decoding_with_graph());
+    gpu.forward(gpu_seq, &[11], Logits::Last, &mut out, None)
+        .unwrap();
+    assert!(gpu.decoding_with_graph(gpu_seq));
     eprintln!(
         "during decode: {:?} (the decode graph's arena is scratch)",
         gpu.memory_use()
     );
-    gpu.end_sequence();
+    gpu.close(gpu_seq);
     assert_eq!(
         gpu.memory_use(),
         after_load,
@@ -195,13 +199,14 @@ fn memory_accounting_kv_limits_and_vram_cap() {
     let too_long =
         (1 << 20) / CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, 1) as usize + 1;
     assert!(matches!(
-        gpu.begin_sequence(too_long),
+        gpu.open(too_long),
         Err(BackendError::OutOfMemory { .. })
     ));
     assert_eq!(gpu.memory_use(), after_load);
-    gpu.begin_sequence(16).unwrap();
-    gpu.forward(&[1, 2], Logits::Last, &mut out, None).unwrap();
-    gpu.end_sequence();
+    let gpu_seq = gpu.open(16).unwrap();
+    gpu.forward(gpu_seq, &[1, 2], Logits::Last, &mut out, None)
+        .unwrap();
+    gpu.close(gpu_seq);
     drop(gpu);
 
     // Under a cap below the model, the load fails before allocating.
@@ -225,22 +230,25 @@ fn memory_accounting_kv_limits_and_vram_cap() {
     };
     let mut gpu = CudaBackend::load(cfg.clone(), &file, &capped, &mut |_| {}).unwrap();
     let post = gpu.memory_use();
-    assert!(
-        matches!(
-            gpu.begin_sequence(512),
-            Err(BackendError::OutOfMemory { .. })
-        ) || {
+    let ran_out = match gpu.open(512) {
+        Err(BackendError::OutOfMemory { .. }) => true,
+        Err(e) => panic!("expected OutOfMemory, got {e}"),
+        Ok(seq) => {
             // The cache fits; then a long prefill must run out.
-            gpu.forward(&vec![1u32; 512], Logits::All, &mut out, None)
-                .is_err()
+            let long = vec![1u32; 512];
+            let failed = gpu
+                .forward(seq, &long, Logits::All, &mut out, None)
+                .is_err();
+            gpu.close(seq);
+            failed
         }
-    );
-    gpu.end_sequence();
+    };
+    assert!(ran_out, "a sequence past the cap runs out of memory");
     assert_eq!(gpu.memory_use(), post);
-    gpu.begin_sequence(8).unwrap();
-    gpu.forward(&[1, 2, 3], Logits::Last, &mut out, None)
+    let gpu_seq = gpu.open(8).unwrap();
+    gpu.forward(gpu_seq, &[1, 2, 3], Logits::Last, &mut out, None)
         .unwrap();
-    gpu.end_sequence();
+    gpu.close(gpu_seq);
 }
 
 #[test]
@@ -283,54 +291,59 @@ fn reference_model_matches_the_cpu_backend() {
     let mut out = Vec::new();
     let mut ttft = Vec::new();
     for _ in 0..10 {
-        gpu.begin_sequence(256).unwrap();
+        let gpu_seq = gpu.open(256).unwrap();
         let t = std::time::Instant::now();
-        gpu.forward(&tokens[..16], Logits::Last, &mut out, None)
+        gpu.forward(gpu_seq, &tokens[..16], Logits::Last, &mut out, None)
             .unwrap();
         ttft.push(t.elapsed().as_secs_f64() * 1e3);
-        gpu.end_sequence();
+        gpu.close(gpu_seq);
     }
     ttft.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    gpu.begin_sequence(256).unwrap();
-    gpu.forward(&tokens[..16], Logits::Last, &mut out, None)
+    let gpu_seq = gpu.open(256).unwrap();
+    gpu.forward(gpu_seq, &tokens[..16], Logits::Last, &mut out, None)
         .unwrap();
     let mut next = argmax(&out) as u32;
     for _ in 0..8 {
-        gpu.forward(&[next], Logits::Last, &mut out, None).unwrap();
+        gpu.forward(gpu_seq, &[next], Logits::Last, &mut out, None)
+            .unwrap();
         next = argmax(&out) as u32;
     }
     let steps = 128;
     let t = std::time::Instant::now();
     for _ in 0..steps {
-        gpu.forward(&[next], Logits::Last, &mut out, None).unwrap();
+        gpu.forward(gpu_seq, &[next], Logits::Last, &mut out, None)
+            .unwrap();
         next = argmax(&out) as u32;
     }
     let dt = t.elapsed().as_secs_f64();
-    assert!(gpu.decoding_with_graph());
-    gpu.end_sequence();
+    assert!(gpu.decoding_with_graph(gpu_seq));
+    gpu.close(gpu_seq);
     // The same without graphs, for comparison.
     gpu.set_decode_graphs(false);
-    gpu.begin_sequence(256).unwrap();
-    gpu.forward(&tokens[..16], Logits::Last, &mut out, None)
+    let gpu_seq = gpu.open(256).unwrap();
+    gpu.forward(gpu_seq, &tokens[..16], Logits::Last, &mut out, None)
         .unwrap();
     let t = std::time::Instant::now();
     for _ in 0..steps {
-        gpu.forward(&[next], Logits::Last, &mut out, None).unwrap();
+        gpu.forward(gpu_seq, &[next], Logits::Last, &mut out, None)
+            .unwrap();
         next = argmax(&out) as u32;
     }
     let dt_eager = t.elapsed().as_secs_f64();
-    gpu.end_sequence();
+    gpu.close(gpu_seq);
     gpu.set_decode_graphs(true);
     let pp = {
-        gpu.begin_sequence(512).unwrap();
+        let gpu_seq = gpu.open(512).unwrap();
         let prompt: Vec<u32> = tokens.iter().cycle().take(512).copied().collect();
-        gpu.forward(&prompt, Logits::Last, &mut out, None).unwrap();
-        gpu.end_sequence();
-        gpu.begin_sequence(512).unwrap();
+        gpu.forward(gpu_seq, &prompt, Logits::Last, &mut out, None)
+            .unwrap();
+        gpu.close(gpu_seq);
+        let gpu_seq = gpu.open(512).unwrap();
         let t = std::time::Instant::now();
-        gpu.forward(&prompt, Logits::Last, &mut out, None).unwrap();
+        gpu.forward(gpu_seq, &prompt, Logits::Last, &mut out, None)
+            .unwrap();
         let s = t.elapsed().as_secs_f64();
-        gpu.end_sequence();
+        gpu.close(gpu_seq);
         512.0 / s
     };
     eprintln!(
@@ -426,219 +439,6 @@ fn phi3_and_gpt2_shapes_match_the_cpu_backend() {
     }
 }
 
-/// Router logits closer than this at the last chosen expert are a near tie:
-/// GPU and CPU may choose different experts there (their hidden states
-/// differ by rounding), and the position's output with them.
-const MOE_NEAR_TIE: f32 = 2e-3;
-
-/// The smallest margin, over layers, between the last chosen and the first
-/// unchosen router logit at each position of `tokens`: the CPU backend a
-/// token at a time, its checkpoints holding the position's
-/// `ffn_moe_logits-<layer>`.
-fn routing_margins(cpu: &mut CpuBackend, tokens: &[u32], used: usize) -> Vec<f32> {
-    cpu.begin_sequence(tokens.len()).unwrap();
-    let mut out = Vec::new();
-    let margins = tokens
-        .iter()
-        .map(|&t| {
-            let mut cp = crate::model::ops::Checkpoints::default();
-            cpu.forward(&[t], Logits::Last, &mut out, Some(&mut cp))
-                .unwrap();
-            routing(&cp, used).1
-        })
-        .collect();
-    cpu.end_sequence();
-    margins
-}
-
-/// gpt-oss (attention sinks, a 128-position window on every other layer,
-/// YaRN, experts in MXFP4 chosen on the device): the harness's small
-/// gpt-oss preset (the real vocabulary and layout), GPU vs CPU logits at
-/// every position of a prefill that runs past the window and of decode
-/// steps after it, on the graph path; then decode steps with attention
-/// split over the context (the sink in `attention_combine`). The tokens
-/// are the first of a few fixed sequences whose routing has no near tie
-/// (`MOE_NEAR_TIE`) at any position and layer.
-#[test]
-#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
-fn gpt_oss_matches_the_cpu_backend() {
-    use harness::synth;
-    let _gpu = shared_gpu();
-    let Some(reference) = reference_model_path() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must fetch the reference model"
-        );
-        eprintln!("skipping: the reference model is absent");
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let preset = synth::preset("gpt-oss").unwrap();
-    let opts = synth::Options {
-        preset,
-        format: preset.default_format,
-        seed: 0,
-        threads: 16,
-    };
-    let path = dir.path().join("gpt-oss.gguf");
-    synth::write_file(&opts, &reference, &path).unwrap();
-    let file = Arc::new(GgufFile::open(&path).unwrap());
-    let (mut cpu, mut gpu) = both_backends(file, &CudaLoadOptions::default());
-    let (vocab, used) = (
-        cpu.config().vocab_size as u32,
-        cpu.config().moe.unwrap().used,
-    );
-    let (tokens, margin) = (0..20u32)
-        .map(|k| {
-            let tokens: Vec<u32> = (0..160u32)
-                .map(|i| (i * 7919 + 11 + k * 104_729) % vocab)
-                .collect();
-            let m = routing_margins(&mut cpu, &tokens, used);
-            (tokens, m.into_iter().fold(f32::INFINITY, f32::min))
-        })
-        .find(|(_, m)| *m >= MOE_NEAR_TIE)
-        .expect("one of 20 sequences routes without a near tie");
-    let e = compare_sequence(&mut cpu, &mut gpu, &tokens, 150, "gpt-oss");
-    gpu.cuda_device().kernels.set_split_min_context(0);
-    let split = compare_sequence(
-        &mut cpu,
-        &mut gpu,
-        &tokens[..40],
-        30,
-        "gpt-oss, split decode",
-    );
-    gpu.cuda_device()
-        .kernels
-        .set_split_min_context(kernels::SPLIT_MIN_CONTEXT);
-    eprintln!(
-        "gpt-oss: GPU vs CPU logits at 160 positions (smallest routing margin {margin:.2e}): max relative error {e:.2e}; split decode {split:.2e}"
-    );
-}
-
-/// The experts each layer's router chose (its `used` highest logits) at
-/// the last position of a pass, from the pass's checkpoints, and the
-/// smallest margin between the last chosen and the first unchosen logit.
-fn routing(cp: &crate::model::ops::Checkpoints, used: usize) -> (Vec<Vec<usize>>, f32) {
-    let mut margin = f32::INFINITY;
-    let chosen = cp
-        .entries
-        .iter()
-        .filter(|(name, _)| name.starts_with("ffn_moe_logits-"))
-        .map(|(_, l)| {
-            let mut order: Vec<usize> = (0..l.len()).collect();
-            order.sort_by(|&a, &b| l[b].total_cmp(&l[a]).then(a.cmp(&b)));
-            margin = margin.min(l[order[used - 1]] - l[order[used]]);
-            let mut top = order[..used].to_vec();
-            top.sort_unstable();
-            top
-        })
-        .collect();
-    (chosen, margin)
-}
-
-/// gpt-oss-20b's real shapes (issue 14): GPU vs CPU logits at every
-/// position of testdata/golden-synth/gpt-oss-20b-Q8_0.json's prompts, 1e-2
-/// relative wherever the two routers chose the same experts in every layer
-/// at this position and every one before it; where they did not, the CPU's
-/// own margin must show a near tie. Each position is the last of a prefill
-/// of its prefix (the GPU's grouped expert GEMM from 8 tokens on), so the
-/// checkpoints hold its router logits on both backends.
-///
-/// The agreement with llama.cpp's log-probabilities on the same 12 GB file
-/// (its CUDA build) is reported, not asserted: on this random-weight file
-/// llama.cpp's CPU and CUDA builds agree with each other at 7 of 26
-/// positions' top-1 (11 beyond a near tie; benches/results/h200-gpt-oss):
-/// with 24 layers of 4-of-32 routing at small margins, llama.cpp's 8-bit
-/// activations choose other experts, and the choice carries through
-/// attention to every later position. The small gpt-oss preset's goldens
-/// (2 layers) are asserted on the CPU (tests/golden_synth.rs).
-/// The file is `harness synth-model`'s, kept in `HARNESS_MODEL_CACHE`.
-#[test]
-#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
-fn gpt_oss_20b_matches_the_cpu_backend() {
-    use crate::model::ops::Checkpoints;
-    use harness::golden::{Agreement, Golden};
-    use harness::synth;
-    let _gpu = shared_gpu();
-    let golden = workspace_path("testdata/golden-synth/gpt-oss-20b-Q8_0.json");
-    let (Some(reference), true) = (reference_model_path(), golden.exists()) else {
-        eprintln!("skipping: the reference model or the gpt-oss-20b golden is absent");
-        return;
-    };
-    let g = Golden::read(&golden).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let cache = std::env::var_os("HARNESS_MODEL_CACHE").map(std::path::PathBuf::from);
-    let path = cache
-        .as_deref()
-        .unwrap_or(dir.path())
-        .join("synthetic-gpt-oss-20b.gguf");
-    if !path.exists() {
-        let preset = synth::preset(&g.preset).unwrap();
-        let opts = synth::Options {
-            preset,
-            format: synth::Format::from_name(&g.format).unwrap(),
-            seed: g.seed,
-            threads: 16,
-        };
-        synth::write_file(&opts, &reference, &path).unwrap();
-    }
-    let bytes = std::fs::metadata(&path).unwrap().len();
-    assert_eq!(Some(bytes), g.file_bytes, "the file llama.cpp read");
-    let file = Arc::new(GgufFile::open(&path).unwrap());
-    let (mut cpu, mut gpu) = both_backends(file, &CudaLoadOptions::default());
-    let (vocab, used) = (cpu.config().vocab_size, cpu.config().moe.unwrap().used);
-    let mut agreement = Agreement::default();
-    let (mut worst, mut flips) = (0f64, 0);
-    for case in &g.cases {
-        let ids = &case.prompt_ids;
-        let mut all = vec![0f32; ids.len() * vocab];
-        // Once a position routed differently, later ones attend to its K
-        // and V: they are compared with llama.cpp's only.
-        let mut flipped = false;
-        for n in 1..=ids.len() {
-            let pass = |b: &mut dyn Backend| {
-                let (mut cp, mut logits) = (Checkpoints::default(), Vec::new());
-                b.begin_sequence(n).unwrap();
-                b.forward(&ids[..n], Logits::Last, &mut logits, Some(&mut cp))
-                    .unwrap();
-                b.end_sequence();
-                (logits, routing(&cp, used))
-            };
-            let (c, (c_chosen, margin)) = pass(&mut cpu);
-            let (gl, (g_chosen, _)) = pass(&mut gpu);
-            let e = rel_err(&gl, &c);
-            let same = c_chosen == g_chosen;
-            eprintln!("{n} tokens: GPU vs CPU relative error {e:.2e}, same experts {same}, CPU routing margin {margin:.2e}");
-            if same && !flipped {
-                assert!(
-                    e <= 1e-2,
-                    "gpt-oss-20b: {n} tokens: GPU vs CPU relative error {e:e}"
-                );
-                worst = worst.max(e);
-            } else if !same {
-                flipped = true;
-                assert!(
-                    margin < MOE_FLIP_MARGIN,
-                    "gpt-oss-20b: {n} tokens: the routers chose differently at a margin of {margin:e}"
-                );
-                flips += 1;
-            }
-            all[(n - 1) * vocab..n * vocab].copy_from_slice(&gl);
-        }
-        agreement.add_case("gpt-oss-20b on the GPU", case, &all, vocab);
-    }
-    let vs_llama = agreement.summary("gpt-oss-20b on the GPU vs llama.cpp (reported)");
-    eprintln!("{vs_llama}");
-    for f in &agreement.failures {
-        eprintln!("  {f}");
-    }
-    eprintln!("gpt-oss-20b: GPU vs CPU max relative error {worst:.2e} where both routed alike; {flips} positions routed differently at a near tie (they and the positions after them not compared)");
-}
-
-/// A router margin under which 24 layers of rounding differences may choose
-/// another expert (seen: 3.6e-3 on gpt-oss-20b's shapes).
-const MOE_FLIP_MARGIN: f32 = 2e-2;
-
 /// Decode speed, time to first token and prefill speed at SmolLM2-135M's shapes.
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
@@ -658,11 +458,12 @@ fn smollm2_shaped_timings() {
     let prefill_ms = |gpu: &mut CudaBackend, n: usize, out: &mut Vec<f32>| {
         let mut v = Vec::new();
         for _ in 0..7 {
-            gpu.begin_sequence(1024).unwrap();
+            let gpu_seq = gpu.open(1024).unwrap();
             let t = std::time::Instant::now();
-            gpu.forward(&prompt[..n], Logits::Last, out, None).unwrap();
+            gpu.forward(gpu_seq, &prompt[..n], Logits::Last, out, None)
+                .unwrap();
             v.push(t.elapsed().as_secs_f64() * 1e3);
-            gpu.end_sequence();
+            gpu.close(gpu_seq);
         }
         median(v)
     };
@@ -671,19 +472,21 @@ fn smollm2_shaped_timings() {
     let p512 = prefill_ms(&mut gpu, 512, &mut out);
     let mut decode = |gpu: &mut CudaBackend, graphs: bool, start: usize| {
         gpu.set_decode_graphs(graphs);
-        gpu.begin_sequence(1024).unwrap();
-        gpu.forward(&prompt[..start], Logits::Last, &mut out, None)
+        let gpu_seq = gpu.open(1024).unwrap();
+        gpu.forward(gpu_seq, &prompt[..start], Logits::Last, &mut out, None)
             .unwrap();
         for &t in &prompt[..4] {
-            gpu.forward(&[t], Logits::Last, &mut out, None).unwrap();
+            gpu.forward(gpu_seq, &[t], Logits::Last, &mut out, None)
+                .unwrap();
         }
         let steps = 128;
         let t = std::time::Instant::now();
         for &t in &prompt[..steps] {
-            gpu.forward(&[t], Logits::Last, &mut out, None).unwrap();
+            gpu.forward(gpu_seq, &[t], Logits::Last, &mut out, None)
+                .unwrap();
         }
         let s = t.elapsed().as_secs_f64();
-        gpu.end_sequence();
+        gpu.close(gpu_seq);
         steps as f64 / s
     };
     let tg = decode(&mut gpu, true, 16);
@@ -715,14 +518,14 @@ fn m0_w_1052_backend_contract_cuda() {
     }
 }
 
-/// Issue 18: batched decode steps (`decode_rows`, rows mode) for every
+/// Issue 18: batched decode steps (`decode`, rows mode) for every
 /// synthetic architecture, the reference model and Gemma 3 where present:
 /// three sequences of different lengths, batched in any order and subset,
 /// give each the bits it gives alone, and the choices of one-token
 /// `forward` calls (`contract::check_slots`).
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
-fn decode_rows_is_batch_invariant_for_every_architecture() {
+fn batched_decode_is_batch_invariant_for_every_architecture() {
     let _gpu = shared_gpu();
     let mut files: Vec<(String, Arc<GgufFile>)> = SYNTHETIC_ARCHS
         .iter()
@@ -745,7 +548,7 @@ fn decode_rows_is_batch_invariant_for_every_architecture() {
         ));
     }
     for (name, file) in files {
-        eprintln!("decode_rows: {name}");
+        eprintln!("batched decode: {name}");
         let cfg = ModelConfig::try_from(&file.metadata).unwrap();
         let mut gpu =
             CudaBackend::load(cfg, &file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();

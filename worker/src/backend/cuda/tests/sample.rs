@@ -343,8 +343,8 @@ fn gpu_sampling_refuses_bad_requests_before_launch() {
     );
     let cfg = ModelConfig::try_from(&file.metadata).unwrap();
     let mut gpu = CudaBackend::load(cfg, &file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();
-    gpu.begin_sequence(8).unwrap();
-    assert!(gpu.sample(&req(None, 0)).is_err());
+    let seq = gpu.open(8).unwrap();
+    assert!(gpu.sample(&[(seq, req(None, 0))]).is_err());
 }
 
 /// 32 tokens at temperature 0.8 from one seed on both backends, each
@@ -359,7 +359,7 @@ fn gpu_sampling_refuses_bad_requests_before_launch() {
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
 fn gpu_sampling_generates_like_the_cpu_backend() {
     let _gpu = shared_gpu();
-    use crate::backend::SampleRequest;
+    use crate::backend::{sample_one, SampleRequest};
     use crate::sampling::{draws_away_from_boundaries, select, Sampler, SamplingParams};
     for (arch, seed) in [("llama", 44u64), ("qwen2", 45)] {
         let file = Arc::new(
@@ -376,11 +376,13 @@ fn gpu_sampling_generates_like_the_cpu_backend() {
             ..Default::default()
         };
         let prompt = [1u32, 17, 42, 99, 5];
-        cpu.begin_sequence(prompt.len() + 32).unwrap();
-        gpu.begin_sequence(prompt.len() + 32).unwrap();
+        let cs = cpu.open(prompt.len() + 32).unwrap();
+        let gs = gpu.open(prompt.len() + 32).unwrap();
         let (mut c, mut none) = (Vec::new(), Vec::new());
-        cpu.forward(&prompt, Logits::Last, &mut c, None).unwrap();
-        gpu.forward(&prompt, Logits::None, &mut none, None).unwrap();
+        cpu.forward(cs, &prompt, Logits::Last, &mut c, None)
+            .unwrap();
+        gpu.forward(gs, &prompt, Logits::None, &mut none, None)
+            .unwrap();
         let mut sampler = Sampler::new(p.clone());
         let (mut generated, mut differing, mut checked) = (Vec::new(), 0, 0);
         for step in 0..32 {
@@ -391,9 +393,9 @@ fn gpu_sampling_generates_like_the_cpu_backend() {
                 uniform,
                 logprobs: 5,
             };
-            let want = cpu.sample(&req).unwrap();
-            let got = gpu.sample(&req).unwrap();
-            let g = gpu.sampler().download_logits().unwrap();
+            let want = sample_one(&mut cpu, cs, &req).unwrap();
+            let got = sample_one(&mut gpu, gs, &req).unwrap();
+            let g = gpu.sampler(gs).unwrap().download_logits().unwrap();
             assert!(
                 rel_err(&g, &c) <= 1e-2,
                 "{arch} step {step}: logits differ by {:e}",
@@ -416,13 +418,14 @@ fn gpu_sampling_generates_like_the_cpu_backend() {
             }
             assert_eq!(got.logprobs.len(), 5);
             generated.push(want.id);
-            cpu.forward(&[want.id], Logits::Last, &mut c, None).unwrap();
-            gpu.forward(&[want.id], Logits::None, &mut none, None)
+            cpu.forward(cs, &[want.id], Logits::Last, &mut c, None)
+                .unwrap();
+            gpu.forward(gs, &[want.id], Logits::None, &mut none, None)
                 .unwrap();
             assert!(none.is_empty());
         }
         assert!(
-            gpu.decoding_with_graph(),
+            gpu.decoding_with_graph(gs),
             "decode steps went through the graph"
         );
         assert!(

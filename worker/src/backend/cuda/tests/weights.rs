@@ -121,15 +121,16 @@ fn load_run_drop(m: &TestModel) -> (u64, u64) {
     };
     let weights = backend.memory_use().weights;
     let vocab = config(m).vocab_size as u32;
-    backend.begin_sequence(64).unwrap();
+    let seq = backend.open(64).unwrap();
     let prompt: Vec<u32> = (0..8).map(|i| (i * 37 + 1) % vocab).collect();
     let mut out = Vec::new();
     backend
-        .forward(&prompt, Logits::Last, &mut out, None)
+        .forward(seq, &prompt, Logits::Last, &mut out, None)
         .unwrap();
     for t in 0..3 {
+        let token = (t * 11 + 2) % vocab;
         backend
-            .forward(&[(t * 11 + 2) % vocab], Logits::Last, &mut out, None)
+            .forward(seq, &[token], Logits::Last, &mut out, None)
             .unwrap();
     }
     let loaded = driver_free_bytes();
@@ -443,10 +444,10 @@ fn m0_w_1220_cuda_weight_buffers_are_aligned_sized_from_the_table_and_freed_on_d
                 b.name
             );
         }
-        gpu.begin_sequence(33).unwrap();
-        let (k0, _) = gpu.cache().unwrap().planes(0);
+        let seq = gpu.open(33).unwrap();
+        let (k0, _) = gpu.cache(seq).unwrap().planes(0);
         assert_eq!(k0 % 256, 0, "{}: the KV cache block", m.name);
-        gpu.end_sequence();
+        gpu.close(seq);
         let mut ops = CudaOps::new(gpu.cuda_device().clone());
         for (rows, cols) in [(1, 1), (3, 5), (7, 577)] {
             assert_eq!(
