@@ -31,6 +31,7 @@ pub struct Gpt2Weights<W> {
     pub trunk: Trunk<W, Gpt2Layer<W>>,
 }
 
+/// Every layer's tensors: the fused block's six, each a weight and a bias.
 const LAYER: [LayerTensors; 1] = [LayerTensors {
     names: &FUSED_LAYER,
     suffixes: &["weight", "bias"],

@@ -35,6 +35,7 @@ pub struct Phi3Weights<W> {
     pub rope_factors: Option<Vec<f32>>,
 }
 
+/// Every layer's tensors: the fused block's six weights.
 const LAYER: [LayerTensors; 1] = [LayerTensors::weights(&FUSED_LAYER)];
 
 impl<W> Phi3Weights<W> {
