@@ -11,13 +11,7 @@
 use crate::gguf::GgufFile;
 use crate::model::config::ModelConfig;
 use crate::model::ops::{GraphError, Ops};
-use crate::model::parts::{self, check_layer_count, lm_head, Binder, FinalNorm, Pass, Upload};
-
-/// A weight and its bias.
-pub struct Affine<W> {
-    pub weight: W,
-    pub bias: W,
-}
+use crate::model::parts::{self, Affine, Binder, LayerTensors, Pass, Trunk, FUSED_LAYER};
 
 /// One transformer block's weights.
 pub struct Gpt2Layer<W> {
@@ -32,44 +26,29 @@ pub struct Gpt2Layer<W> {
 
 /// All weights of a GPT-2 model.
 pub struct Gpt2Weights<W> {
-    pub token_embd: W,
     /// `[positions, n_embd]`.
     pub position_embd: W,
-    pub layers: Vec<Gpt2Layer<W>>,
-    pub output_norm: Affine<W>,
-    /// `None` when the LM head is tied to `token_embd`.
-    pub output: Option<W>,
+    pub trunk: Trunk<W, Gpt2Layer<W>>,
 }
 
-const LAYER_TENSORS: [&str; 6] = [
-    "attn_norm",
-    "attn_qkv",
-    "attn_output",
-    "ffn_norm",
-    "ffn_up",
-    "ffn_down",
-];
+/// Every layer's tensors: the fused block's six, each a weight and a bias.
+const LAYER: [LayerTensors; 1] = [LayerTensors {
+    names: &FUSED_LAYER,
+    suffixes: &["weight", "bias"],
+}];
 
 impl<W> Gpt2Weights<W> {
     /// Every tensor name this architecture reads.
     pub fn tensor_names(cfg: &ModelConfig, file: &GgufFile) -> Vec<String> {
-        let top = [
-            "token_embd.weight",
-            "position_embd.weight",
-            "output_norm.weight",
-            "output_norm.bias",
-        ];
-        parts::tensor_names(cfg, file, &top, &LAYER_TENSORS, &["weight", "bias"])
+        parts::tensor_names(cfg, file, &["position_embd.weight"], &LAYER)
     }
 
-    /// Binds every tensor through `upload`, checking each one's shape first.
-    pub fn load<E: From<GraphError>>(
-        cfg: &ModelConfig,
-        file: &GgufFile,
-        upload: &mut Upload<'_, W, E>,
-    ) -> Result<Self, E> {
-        check_layer_count(cfg, file, 2 * LAYER_TENSORS.len() as u64)?;
-        let positions = match file
+    /// Binds every tensor, checking each one's shape first; the position
+    /// table must cover the context.
+    pub fn load<E: From<GraphError>>(b: &mut Binder<'_, '_, W, E>) -> Result<Self, E> {
+        let cfg = b.cfg;
+        let positions = match b
+            .file
             .tensor("position_embd.weight")
             .map(|t| t.dims.as_slice())
         {
@@ -83,39 +62,21 @@ impl<W> Gpt2Weights<W> {
             ))
             .into());
         }
-        let mut b = Binder { file, upload };
-        let (d, v, ff) = (cfg.n_embd, cfg.vocab_size, cfg.n_ff);
-        let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
-        // A norm's bias is as long as its weight; a projection's, as its outputs.
-        let affine = |b: &mut Binder<'_, '_, W, E>, name: &str, rows: usize, cols: usize| {
-            let bias_len = if rows == 1 { cols } else { rows };
-            Ok::<_, E>(Affine {
-                weight: b.get(&format!("{name}.weight"), rows, cols)?,
-                bias: b.get(&format!("{name}.bias"), 1, bias_len)?,
-            })
-        };
-        let token_embd = b.get("token_embd.weight", v, d)?;
+        let (d, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
         let position_embd = b.get("position_embd.weight", positions, d)?;
-        let mut layers = Vec::with_capacity(cfg.n_layer);
-        for i in 0..cfg.n_layer {
-            let n = |s: &str| format!("blk.{i}.{s}");
-            layers.push(Gpt2Layer {
-                attn_norm: affine(&mut b, &n("attn_norm"), 1, d)?,
-                qkv: affine(&mut b, &n("attn_qkv"), qd + 2 * kvd, d)?,
-                wo: affine(&mut b, &n("attn_output"), d, qd)?,
-                ffn_norm: affine(&mut b, &n("ffn_norm"), 1, d)?,
-                ffn_up: affine(&mut b, &n("ffn_up"), ff, d)?,
-                ffn_down: affine(&mut b, &n("ffn_down"), d, ff)?,
-            });
-        }
-        let output_norm = affine(&mut b, "output_norm", 1, d)?;
-        let output = b.optional("output.weight", v, d)?;
+        let trunk = b.trunk(&LAYER, |b, blk| {
+            Ok(Gpt2Layer {
+                attn_norm: b.affine(&blk.name("attn_norm"), 1, d)?,
+                qkv: b.affine(&blk.name("attn_qkv"), qd + 2 * kvd, d)?,
+                wo: b.affine(&blk.name("attn_output"), d, qd)?,
+                ffn_norm: b.affine(&blk.name("ffn_norm"), 1, d)?,
+                ffn_up: b.affine(&blk.name("ffn_up"), ff, d)?,
+                ffn_down: b.affine(&blk.name("ffn_down"), d, ff)?,
+            })
+        })?;
         Ok(Gpt2Weights {
-            token_embd,
             position_embd,
-            layers,
-            output_norm,
-            output,
+            trunk,
         })
     }
 }
@@ -128,54 +89,41 @@ pub fn forward<O: Ops>(
     cache: &mut O::Cache,
     mut pass: Pass<'_>,
 ) -> Result<(), O::Error> {
-    let (tokens, start_pos, n) = (pass.tokens, pass.start_pos, pass.tokens.len());
-    let (d, qd, kvd, ff, eps) = (
-        cfg.n_embd,
-        cfg.q_dim(),
-        cfg.kv_dim(),
-        cfg.n_ff,
-        cfg.norm_eps,
-    );
+    let (start_pos, n, d, eps) = (pass.start_pos, pass.tokens.len(), cfg.n_embd, cfg.norm_eps);
 
     let mut x = ops.buf(n, d)?;
     let mut h = ops.buf(n, d)?;
-    ops.embed(&w.token_embd, tokens, &mut x)?;
+    ops.embed(&w.trunk.token_embd, pass.tokens, &mut x)?;
     pass.rec.record(ops, "inp_embd", &x)?;
     ops.embed_positions(&w.position_embd, start_pos, &mut h)?;
     ops.add_assign(&mut x, &h)?;
     pass.rec.record(ops, "inpL", &x)?;
 
-    let mut qkv = ops.buf(n, qd + 2 * kvd)?;
-    let mut q = ops.buf(n, qd)?;
-    let mut k = ops.buf(n, kvd)?;
-    let mut v = ops.buf(n, kvd)?;
-    let mut attn = ops.buf(n, qd)?;
-    let mut proj = ops.buf(n, d)?;
-    let mut up = ops.buf(n, ff)?;
-    let mut act = ops.buf(n, ff)?;
+    let mut qkv = ops.buf(n, cfg.q_dim() + 2 * cfg.kv_dim())?;
+    let mut a = parts::AttnBufs::new(ops, cfg, n)?;
+    let mut up = ops.buf(n, cfg.n_ff)?;
+    let mut act = ops.buf(n, cfg.n_ff)?;
     let norm = |ops: &mut O, x: &O::Buf, a: &Affine<O::Weight>, out: &mut O::Buf| {
         ops.layer_norm(x, &a.weight, Some(&a.bias), eps, out)
     };
-    for (il, l) in w.layers.iter().enumerate() {
+    let product = |ops: &mut O, x: &O::Buf, a: &Affine<O::Weight>, out: &mut O::Buf| {
+        ops.matmul(x, &a.weight, Some(&a.bias), out)
+    };
+    for (il, l) in w.trunk.layers.iter().enumerate() {
         norm(ops, &x, &l.attn_norm, &mut h)?;
-        ops.matmul(&h, &l.qkv.weight, Some(&l.qkv.bias), &mut qkv)?;
-        ops.copy_cols(&qkv, 0, &mut q)?;
-        ops.copy_cols(&qkv, qd, &mut k)?;
-        ops.copy_cols(&qkv, qd + kvd, &mut v)?;
+        product(ops, &h, &l.qkv, &mut qkv)?;
+        parts::split_qkv(ops, cfg, &qkv, &mut a)?;
         let shape = parts::attention_shape(cfg, il, start_pos, n);
-        ops.attention(&q, &k, &v, cache, shape, &mut attn)?;
-        ops.matmul(&attn, &l.wo.weight, Some(&l.wo.bias), &mut proj)?;
-        ops.add_assign(&mut x, &proj)?;
+        ops.attention(&a.q, &a.k, &a.v, cache, shape, &mut a.attn)?;
+        product(ops, &a.attn, &l.wo, &mut a.proj)?;
+        ops.add_assign(&mut x, &a.proj)?;
 
         norm(ops, &x, &l.ffn_norm, &mut h)?;
-        ops.matmul(&h, &l.ffn_up.weight, Some(&l.ffn_up.bias), &mut up)?;
+        product(ops, &h, &l.ffn_up, &mut up)?;
         ops.gelu(&up, &mut act)?;
-        ops.matmul(&act, &l.ffn_down.weight, Some(&l.ffn_down.bias), &mut proj)?;
-        ops.add_assign(&mut x, &proj)?;
-        pass.rec.record(ops, &format!("l_out-{il}"), &x)?;
+        product(ops, &act, &l.ffn_down, &mut a.proj)?;
+        ops.add_assign(&mut x, &a.proj)?;
+        pass.rec.layer_out(ops, il, &x)?;
     }
-
-    let head = w.output.as_ref().unwrap_or(&w.token_embd);
-    let norm = FinalNorm::Layer(&w.output_norm.weight, &w.output_norm.bias);
-    lm_head(ops, cfg, x, norm, head, pass)
+    parts::lm_head(ops, cfg, x, &w.trunk, pass)
 }

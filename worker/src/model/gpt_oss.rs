@@ -11,18 +11,14 @@
 
 use crate::gguf::GgufFile;
 use crate::model::config::{ModelConfig, MoeConfig};
-use crate::model::ops::{GraphError, MoeWeights, Ops, Product};
-use crate::model::parts::{self, check_layer_count, lm_head, Binder, FinalNorm, Pass, Upload};
+use crate::model::ops::{GraphError, MoeWeights, Ops};
+use crate::model::parts::{self, Binder, LayerTensors, Pass, Qkv, Stream, Trunk, QKV};
 
 /// One transformer block's weights.
 pub struct GptOssLayer<W> {
     pub attn_norm: W,
-    pub wq: W,
-    pub bq: W,
-    pub wk: W,
-    pub bk: W,
-    pub wv: W,
-    pub bv: W,
+    /// Q, K and V, each with its bias.
+    pub qkv: Qkv<W>,
     pub wo: W,
     pub bo: W,
     /// `[n_head]`: each head's sink logit.
@@ -41,39 +37,31 @@ pub struct GptOssLayer<W> {
     pub down_bias: W,
 }
 
-/// All weights of a gpt-oss model.
+/// All weights of a gpt-oss model. Its LM head is never tied: the load
+/// refuses a file without `output.weight`.
 pub struct GptOssWeights<W> {
-    pub token_embd: W,
-    pub layers: Vec<GptOssLayer<W>>,
-    pub output_norm: W,
-    pub output: W,
+    pub trunk: Trunk<W, GptOssLayer<W>>,
     /// YaRN's frequency factors (`config::Yarn::freq_factors`), if any.
     pub rope_factors: Option<Vec<f32>>,
 }
 
-/// Tensors of one layer (`.weight` and, for most, `.bias`).
-const LAYER_WEIGHTS: [&str; 11] = [
-    "attn_norm",
-    "attn_q",
-    "attn_k",
-    "attn_v",
-    "attn_output",
-    "attn_sinks",
-    "post_attention_norm",
-    "ffn_gate_inp",
-    "ffn_gate_exps",
-    "ffn_up_exps",
-    "ffn_down_exps",
-];
-const LAYER_BIASES: [&str; 8] = [
-    "attn_q",
-    "attn_k",
-    "attn_v",
-    "attn_output",
-    "ffn_gate_inp",
-    "ffn_gate_exps",
-    "ffn_up_exps",
-    "ffn_down_exps",
+/// The experts' matrices, each with a bias.
+const EXPERTS: [&str; 3] = ["ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"];
+
+/// Tensors of one layer: every `.weight`, then the `.bias`es.
+const LAYER: [LayerTensors; 7] = [
+    LayerTensors::weights(&["attn_norm"]),
+    LayerTensors::weights(&QKV),
+    LayerTensors::weights(&[
+        "attn_output",
+        "attn_sinks",
+        "post_attention_norm",
+        "ffn_gate_inp",
+    ]),
+    LayerTensors::weights(&EXPERTS),
+    LayerTensors::biases(&QKV),
+    LayerTensors::biases(&["attn_output", "ffn_gate_inp"]),
+    LayerTensors::biases(&EXPERTS),
 ];
 
 fn moe_config(cfg: &ModelConfig) -> Result<MoeConfig, GraphError> {
@@ -83,41 +71,20 @@ fn moe_config(cfg: &ModelConfig) -> Result<MoeConfig, GraphError> {
 
 impl<W> GptOssWeights<W> {
     /// Every tensor name this architecture reads.
-    pub fn tensor_names(cfg: &ModelConfig, _file: &GgufFile) -> Vec<String> {
-        let mut names: Vec<String> = ["token_embd.weight", "output_norm.weight", "output.weight"]
-            .map(String::from)
-            .to_vec();
-        for i in 0..cfg.n_layer {
-            names.extend(LAYER_WEIGHTS.iter().map(|n| format!("blk.{i}.{n}.weight")));
-            names.extend(LAYER_BIASES.iter().map(|n| format!("blk.{i}.{n}.bias")));
-        }
-        names
+    pub fn tensor_names(cfg: &ModelConfig, file: &GgufFile) -> Vec<String> {
+        parts::tensor_names(cfg, file, &[], &LAYER)
     }
 
-    /// Binds every tensor through `upload`, checking each one's shape first.
-    pub fn load<E: From<GraphError>>(
-        cfg: &ModelConfig,
-        file: &GgufFile,
-        upload: &mut Upload<'_, W, E>,
-    ) -> Result<Self, E> {
+    /// Binds every tensor, checking each one's shape first.
+    pub fn load<E: From<GraphError>>(b: &mut Binder<'_, '_, W, E>) -> Result<Self, E> {
+        let cfg = b.cfg;
         let moe = moe_config(cfg)?;
-        check_layer_count(cfg, file, (LAYER_WEIGHTS.len() + LAYER_BIASES.len()) as u64)?;
-        let mut b = Binder { file, upload };
-        let (d, v, qd, kvd) = (cfg.n_embd, cfg.vocab_size, cfg.q_dim(), cfg.kv_dim());
-        let (x, ff) = (moe.count, moe.n_ff);
-        let token_embd = b.get("token_embd.weight", v, d)?;
-        let mut layers = Vec::with_capacity(cfg.n_layer);
-        for i in 0..cfg.n_layer {
-            let w = |s: &str| format!("blk.{i}.{s}.weight");
-            let bias = |s: &str| format!("blk.{i}.{s}.bias");
-            layers.push(GptOssLayer {
+        let (d, qd, x, ff) = (cfg.n_embd, cfg.q_dim(), moe.count, moe.n_ff);
+        let trunk = b.trunk(&LAYER, |b, blk| {
+            let (w, bias) = (|s: &str| blk.weight(s), |s: &str| blk.bias(s));
+            Ok(GptOssLayer {
                 attn_norm: b.get(&w("attn_norm"), 1, d)?,
-                wq: b.get(&w("attn_q"), qd, d)?,
-                bq: b.get(&bias("attn_q"), 1, qd)?,
-                wk: b.get(&w("attn_k"), kvd, d)?,
-                bk: b.get(&bias("attn_k"), 1, kvd)?,
-                wv: b.get(&w("attn_v"), kvd, d)?,
-                bv: b.get(&bias("attn_v"), 1, kvd)?,
+                qkv: Qkv::bind(b, blk, true)?,
                 wo: b.get(&w("attn_output"), d, qd)?,
                 bo: b.get(&bias("attn_output"), 1, d)?,
                 sinks: b.get(&w("attn_sinks"), 1, cfg.n_head)?,
@@ -130,17 +97,32 @@ impl<W> GptOssWeights<W> {
                 up_bias: b.get(&bias("ffn_up_exps"), x, ff)?,
                 down: b.experts(&w("ffn_down_exps"), x, d, ff)?,
                 down_bias: b.get(&bias("ffn_down_exps"), x, d)?,
-            });
+            })
+        })?;
+        if trunk.output.is_none() {
+            return Err(GraphError::MissingTensor("output.weight".into()).into());
         }
-        let output_norm = b.get("output_norm.weight", 1, d)?;
-        let output = b.get("output.weight", v, d)?;
+        let rope_factors = parts::rope_factors(cfg, b.file)?;
         Ok(GptOssWeights {
-            token_embd,
-            layers,
-            output_norm,
-            output,
-            rope_factors: parts::rope_factors(cfg, file)?,
+            trunk,
+            rope_factors,
         })
+    }
+}
+
+impl<W> GptOssLayer<W> {
+    /// The experts as [`Ops::moe`] takes them.
+    fn experts(&self, moe: MoeConfig) -> MoeWeights<'_, W> {
+        MoeWeights {
+            gate: &self.gate,
+            gate_bias: &self.gate_bias,
+            up: &self.up,
+            up_bias: &self.up_bias,
+            down: &self.down,
+            down_bias: &self.down_bias,
+            experts: moe.count,
+            used: moe.used,
+        }
     }
 }
 
@@ -153,72 +135,30 @@ pub fn forward<O: Ops>(
     mut pass: Pass<'_>,
 ) -> Result<(), O::Error> {
     let moe = moe_config(cfg)?;
-    let (tokens, start_pos, n) = (pass.tokens, pass.start_pos, pass.tokens.len());
-    let (d, qd, kvd) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim());
-
-    let mut x = ops.buf(n, d)?;
-    ops.embed(&w.token_embd, tokens, &mut x)?;
-    pass.rec.record(ops, "inp_embd", &x)?;
-
-    let mut h = ops.buf(n, d)?;
-    let mut q = ops.buf(n, qd)?;
-    let mut k = ops.buf(n, kvd)?;
-    let mut v = ops.buf(n, kvd)?;
-    let mut attn = ops.buf(n, qd)?;
-    let mut proj = ops.buf(n, d)?;
+    let (start_pos, n) = (pass.start_pos, pass.tokens.len());
+    let x = parts::embed(ops, cfg, &w.trunk.token_embd, &mut pass)?;
+    let mut s = Stream::new(ops, x)?;
+    let mut a = parts::AttnBufs::new(ops, cfg, n)?;
     let mut router = ops.buf(n, moe.count)?;
-    let rope = |n_head| parts::rope_params(cfg, n_head, start_pos, w.rope_factors.as_deref());
+    let layers = &w.trunk.layers;
 
-    if let Some(first) = w.layers.first() {
-        ops.rms_norm(&x, &first.attn_norm, cfg.norm_eps, &mut h)?;
-    }
-    for (il, l) in w.layers.iter().enumerate() {
-        ops.matmuls(
-            &h,
-            &mut [
-                Product {
-                    w: &l.wq,
-                    bias: Some(&l.bq),
-                    out: &mut q,
-                },
-                Product {
-                    w: &l.wk,
-                    bias: Some(&l.bk),
-                    out: &mut k,
-                },
-                Product {
-                    w: &l.wv,
-                    bias: Some(&l.bv),
-                    out: &mut v,
-                },
-            ],
-        )?;
-        ops.rope_qk(&mut q, &mut k, rope(cfg.n_head), rope(cfg.n_head_kv))?;
+    s.first_norm(ops, cfg, layers.first().map(|l| &l.attn_norm))?;
+    for (il, l) in layers.iter().enumerate() {
+        ops.matmuls(&s.h, &mut l.qkv.products(&mut a.q, &mut a.k, &mut a.v))?;
+        let (pq, pk) = parts::rope_pair(cfg, il, start_pos, w.rope_factors.as_deref());
+        ops.rope_qk(&mut a.q, &mut a.k, pq, pk)?;
         let shape = parts::attention_shape(cfg, il, start_pos, n);
-        ops.attention_sinks(&q, &k, &v, cache, shape, &l.sinks, &mut attn)?;
-        ops.matmul(&attn, &l.wo, Some(&l.bo), &mut proj)?;
-        ops.add_rms_norm(&mut x, &proj, &l.post_attention_norm, cfg.norm_eps, &mut h)?;
+        ops.attention_sinks(&a.q, &a.k, &a.v, cache, shape, &l.sinks, &mut a.attn)?;
+        ops.matmul(&a.attn, &l.wo, Some(&l.bo), &mut a.proj)?;
+        let eps = cfg.norm_eps;
+        ops.add_rms_norm(&mut s.x, &a.proj, &l.post_attention_norm, eps, &mut s.h)?;
 
-        ops.matmul(&h, &l.router, Some(&l.router_bias), &mut router)?;
+        ops.matmul(&s.h, &l.router, Some(&l.router_bias), &mut router)?;
         pass.rec
             .record(ops, &format!("ffn_moe_logits-{il}"), &router)?;
-        let experts = MoeWeights {
-            gate: &l.gate,
-            gate_bias: &l.gate_bias,
-            up: &l.up,
-            up_bias: &l.up_bias,
-            down: &l.down,
-            down_bias: &l.down_bias,
-            experts: moe.count,
-            used: moe.used,
-        };
-        ops.moe(&h, &router, experts, &mut proj)?;
-        match w.layers.get(il + 1) {
-            Some(next) => ops.add_rms_norm(&mut x, &proj, &next.attn_norm, cfg.norm_eps, &mut h)?,
-            None => ops.add_assign(&mut x, &proj)?,
-        }
-        pass.rec.record(ops, &format!("l_out-{il}"), &x)?;
+        ops.moe(&s.h, &router, l.experts(moe), &mut a.proj)?;
+        let next = layers.get(il + 1).map(|l| &l.attn_norm);
+        parts::end_layer(ops, cfg, &mut pass.rec, il, &mut s, &a.proj, next)?;
     }
-
-    lm_head(ops, cfg, x, FinalNorm::Rms(&w.output_norm), &w.output, pass)
+    parts::lm_head(ops, cfg, s.x, &w.trunk, pass)
 }

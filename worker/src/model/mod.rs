@@ -1,7 +1,9 @@
-//! Model architectures: typed configuration read once from GGUF metadata, the
-//! operations a device provides, and one file per architecture family that
-//! maps GGUF tensor names to weights and describes the forward pass.
-//! Nothing here names a backend: `crate::load` puts a model on one.
+//! Model architectures: typed configuration read once from GGUF metadata
+//! ([`config`]), the operations a device provides ([`ops`]), and one file per
+//! architecture family that maps GGUF tensor names to weights and describes
+//! the forward pass, keeping only what differs from the others; what they
+//! share is in [`parts`]. Nothing here names a backend: `crate::load` puts a
+//! model on one.
 
 pub mod config;
 pub mod gemma3;
@@ -21,7 +23,7 @@ use gpt2::Gpt2Weights;
 use gpt_oss::GptOssWeights;
 use llama::LlamaWeights;
 use ops::{Checkpoints, GraphError, Logits, Ops};
-use parts::{Pass, Recorder, Upload};
+use parts::{Binder, Pass, Recorder, Upload};
 use phi3::Phi3Weights;
 
 /// A model's weights, as handles of a backend's weight type, in the layout
@@ -65,14 +67,13 @@ impl<W> Weights<W> {
         file: &GgufFile,
         upload: &mut Upload<'_, W, E>,
     ) -> Result<Self, E> {
+        let b = &mut Binder { cfg, file, upload };
         Ok(match cfg.architecture {
-            Architecture::Llama | Architecture::Qwen2 => {
-                Weights::Llama(LlamaWeights::load(cfg, file, upload)?)
-            }
-            Architecture::Gemma3 => Weights::Gemma3(Gemma3Weights::load(cfg, file, upload)?),
-            Architecture::Phi3 => Weights::Phi3(Phi3Weights::load(cfg, file, upload)?),
-            Architecture::Gpt2 => Weights::Gpt2(Gpt2Weights::load(cfg, file, upload)?),
-            Architecture::GptOss => Weights::GptOss(GptOssWeights::load(cfg, file, upload)?),
+            Architecture::Llama | Architecture::Qwen2 => Weights::Llama(LlamaWeights::load(b)?),
+            Architecture::Gemma3 => Weights::Gemma3(Gemma3Weights::load(b)?),
+            Architecture::Phi3 => Weights::Phi3(Phi3Weights::load(b)?),
+            Architecture::Gpt2 => Weights::Gpt2(Gpt2Weights::load(b)?),
+            Architecture::GptOss => Weights::GptOss(GptOssWeights::load(b)?),
         })
     }
 }
