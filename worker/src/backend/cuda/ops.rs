@@ -14,15 +14,15 @@ use cudarc::driver::sys::CUdeviceptr;
 
 use half::f16;
 
-use crate::backend::cuda::args::{
+use crate::backend::cuda::blas::{chunk_rows, Blas, F16Product};
+use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
+use crate::backend::cuda::kernels::norm_cluster_blocks;
+use crate::backend::cuda::kernels::{
     AddAssignArgs, AddBiasArgs, AddRmsNormArgs, AddRmsNormClusterArgs, CopyColsArgs,
     DequantF16Args, EmbedArgs, GeluArgs, Glu, GluArgs, LayerNormArgs, MatmulArgs, QuantizeX8Args,
     RmsNormArgs, RopeArgs, RopePairs, ScaleArgs, SplitsOutput, ToF16Args, X8Bufs,
 };
-use crate::backend::cuda::blas::{chunk_rows, Blas, F16Product};
-use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::kernels::{Mv8Plan, MV8_LOOP_MAX_TOKENS};
-use crate::backend::cuda::launch::norm_cluster_blocks;
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::BackendError;
 use crate::model::config::RopeStyle;

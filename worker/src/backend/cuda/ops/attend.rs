@@ -7,7 +7,7 @@
 use super::{
     check_bufs, is_f32_vector, matmul_args, shape_error, CudaBuf, CudaCache, CudaOps, CudaWeight,
 };
-use crate::backend::cuda::args::{
+use crate::backend::cuda::kernels::{
     AttentionArgs, AttentionCombineArgs, AttentionSplitArgs, CacheWindow, HeadNormArgs,
     KvStoreArgs, MatVec8ManyCall, MatVec8QkvCall, QkRopeStoreArgs, RopePairs,
 };

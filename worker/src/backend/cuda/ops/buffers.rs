@@ -9,8 +9,8 @@ use cudarc::driver::result as drv;
 use cudarc::driver::sys::CUdeviceptr;
 use half::f16;
 
-use crate::backend::cuda::args::Stored;
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
+use crate::backend::cuda::kernels::Stored;
 use crate::backend::cuda::kv_pool::{BlockLease, KvPool};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::BackendError;

@@ -25,12 +25,12 @@ use super::attend::{check_attention, head_norms};
 use super::{
     check_bufs, matmul_args, shape_error, BufMem, CudaBuf, CudaCache, CudaOps, CudaWeight,
 };
-use crate::backend::cuda::args::{
-    most_splits, AttentionCombineRowsArgs, AttentionSplitRowsArgs, QkRopeStoreRowsArgs, RowSeq,
-};
-use crate::backend::cuda::args::{EmbedArgs, KeepRowsArgs};
 use crate::backend::cuda::device::{driver_error, DevBuf, Purpose};
 use crate::backend::cuda::kernels::Mv8Plan;
+use crate::backend::cuda::kernels::{
+    most_splits, AttentionCombineRowsArgs, AttentionSplitRowsArgs, QkRopeStoreRowsArgs, RowSeq,
+};
+use crate::backend::cuda::kernels::{EmbedArgs, KeepRowsArgs};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{ATS_MAX_GROUP, GF_MAX_TOKENS};
 use crate::backend::BackendError;

@@ -78,7 +78,7 @@ fn matmul_matches_cpu_for_every_format_and_shape() {
                 (off, true, true, true, false, kernels::BLAS_MIN_ROWS),
                 (off, true, true, true, true, 0),
             ];
-            if launch::has_mv8(ty) && n == 1 {
+            if kernels::has_mv8(ty) && n == 1 {
                 kinds.push((off, true, false, false, true, off));
             }
             for (with_bias, (warp_rows, newer, mv8, split, few, blas)) in [false, true]
