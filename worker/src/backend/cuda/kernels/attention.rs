@@ -8,32 +8,29 @@ use half::f16;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, grid_1d, plan, refusal, Family, KernelCall, Plan, Work, ELEMENT_THREADS,
+    blocks, grid_1d, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work, ELEMENT_THREADS,
 };
 use crate::backend::cuda::kernels::{AttentionTc, CacheWindow, Kernel, SplitsOutput, X8Bufs};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{Module, ATC_HEAD_DIMS, ATT_MAX_HEAD_DIM, ATT_THREADS};
 use crate::backend::BackendError;
 
-/// The kernels of `attention.cu`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Attention {
-    KvStore,
-    Attention,
+unit_kernels! {
+    /// The kernels of `attention.cu`.
+    pub enum Attention {
+        KvStore = "kv_store",
+        Attention = "attention",
+    }
 }
 
 impl Family for Attention {
     const MODULE: Module = Module::Attention;
 
     fn all() -> Vec<Attention> {
-        vec![Attention::KvStore, Attention::Attention]
+        Attention::ALL.to_vec()
     }
     fn symbol(self) -> String {
-        match self {
-            Attention::KvStore => "kv_store",
-            Attention::Attention => "attention",
-        }
-        .into()
+        self.name().into()
     }
     fn config(self, work: Work) -> Option<Result<LaunchConfig, BackendError>> {
         match (self, work) {
@@ -104,7 +101,7 @@ impl KernelCall for KvStoreArgs {
         );
         let buffers = [("k", k), ("v", v), ("k_cache", kc), ("v_cache", vc)];
         plan(
-            Kernel::Attention(Attention::KvStore),
+            Attention::KvStore,
             dims,
             buffers,
             Work::Elements(n.saturating_mul(n_head_kv).saturating_mul(head_dim)),

@@ -8,29 +8,30 @@ use cudarc::driver::LaunchConfig;
 
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
-use crate::backend::cuda::kernels::launch::{blocks, Family, Work};
+use crate::backend::cuda::kernels::launch::{blocks, unit_kernels, Family, Work};
 #[cfg(test)]
 use crate::backend::cuda::kernels::AttentionArgs;
 use crate::backend::cuda::kernels::{Kernel, Kernels};
 use crate::backend::cuda::source::{Module, ATC_BQ, ATC_HEAD_DIMS, ATC_SMEM_BYTES, ATC_THREADS};
 use crate::backend::BackendError;
 
-/// The kernel of `attention_tc.cu`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AttentionTc {
-    /// `attention_tc`: `attention` for many query rows at once, on tensor
-    /// cores (flash attention; heads of 64 or 128 dims).
-    AttentionTc,
+unit_kernels! {
+    /// The kernel of `attention_tc.cu`.
+    pub enum AttentionTc {
+        /// `attention_tc`: `attention` for many query rows at once, on tensor
+        /// cores (flash attention; heads of 64 or 128 dims).
+        AttentionTc = "attention_tc",
+    }
 }
 
 impl Family for AttentionTc {
     const MODULE: Module = Module::AttentionTc;
 
     fn all() -> Vec<AttentionTc> {
-        vec![AttentionTc::AttentionTc]
+        AttentionTc::ALL.to_vec()
     }
     fn symbol(self) -> String {
-        "attention_tc".into()
+        self.name().into()
     }
     fn dynamic_smem(self) -> Option<u32> {
         Some(ATC_SMEM_BYTES)

@@ -7,7 +7,7 @@ use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
     blocks, plan, type_suffix, Family, KernelCall, Plan, Work,
 };
-use crate::backend::cuda::kernels::{Kernel, Stored};
+use crate::backend::cuda::kernels::Stored;
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::Module;
 use crate::backend::BackendError;
@@ -71,7 +71,7 @@ impl KernelCall for EmbedArgs {
             ("out", self.out.addr()),
         ];
         plan(
-            Kernel::Embed(Embed::Embed(t.ty)),
+            Embed::Embed(t.ty),
             t.dims(self.n),
             buffers,
             Work::Rows {

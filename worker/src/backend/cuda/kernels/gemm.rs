@@ -495,7 +495,7 @@ impl KernelCall for DequantF16Args {
         let buffers = [("w", w.ptr.addr()), ("out", self.out.addr())];
         let chunks = self.nrows * (w.cols / 8);
         plan(
-            Kernel::Gemm(Gemm::DequantF16(w.ty)),
+            Gemm::DequantF16(w.ty),
             dims,
             buffers,
             Work::Elements(chunks),
@@ -515,7 +515,7 @@ impl KernelCall for DequantF16Args {
                 w.cols,
                 self.out.addr()
             );
-            return Err(refusal(Kernel::Gemm(Gemm::DequantF16(w.ty)), msg));
+            return Err(refusal(Gemm::DequantF16(w.ty), msg));
         }
         Ok(())
     }
@@ -586,7 +586,7 @@ impl KernelCall for ExpertGemmArgs {
             rows: self.rows(),
             tiles: self.n_tiles,
         };
-        plan(Kernel::Gemm(Gemm::Moe(self.w.ty)), dims, buffers, work)
+        plan(Gemm::Moe(self.w.ty), dims, buffers, work)
     }
     fn validate(&self) -> Result<(), BackendError> {
         let k = Kernel::Gemm(Gemm::Moe(self.w.ty));

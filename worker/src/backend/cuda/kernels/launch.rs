@@ -81,6 +81,37 @@ pub trait Family: Copy + Into<Kernel> {
     }
 }
 
+/// Declares a family's enum of kernels without parameters, each with its
+/// `extern "C"` symbol: `ALL` (every variant) and `name` (the symbol), for
+/// the family's `Family::all` and `Family::symbol`.
+macro_rules! unit_kernels {
+    (
+        $(#[$meta:meta])*
+        pub enum $family:ident {
+            $($(#[$vmeta:meta])* $variant:ident = $symbol:literal,)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $family {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $family {
+            /// Every kernel of the family.
+            const ALL: &'static [$family] = &[$($family::$variant),+];
+
+            /// The kernel's `extern "C"` symbol.
+            fn name(self) -> &'static str {
+                match self {
+                    $($family::$variant => $symbol),+
+                }
+            }
+        }
+    };
+}
+pub(crate) use unit_kernels;
+
 /// The C types a launcher of `C` pushes (for [`Family::pushed`]).
 #[cfg(test)]
 pub fn pushed<C: KernelCall>() -> Vec<String> {

@@ -7,40 +7,35 @@ use cudarc::driver::LaunchConfig;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, plan, refusal, Family, KernelCall, Plan, Work,
+    blocks, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work,
 };
 use crate::backend::cuda::kernels::{validate_x8_output, Kernel, SplitsOutput, X8Bufs};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::Module;
 use crate::backend::BackendError;
 
-/// The kernels of `norm.cu`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Norm {
-    Rms,
-    /// `add_rms_norm`: a residual add, then `rms_norm` of the sum.
-    AddRms,
-    /// `add_rms_norm_cluster`: the same for one row split for `mv8_*`,
-    /// over a cluster of blocks (sm_90 on; decode).
-    AddRmsCluster,
-    /// `layer_norm`: GPT-2's LayerNorm (M0-W-1432).
-    Layer,
+unit_kernels! {
+    /// The kernels of `norm.cu`.
+    pub enum Norm {
+        Rms = "rms_norm",
+        /// `add_rms_norm`: a residual add, then `rms_norm` of the sum.
+        AddRms = "add_rms_norm",
+        /// `add_rms_norm_cluster`: the same for one row split for `mv8_*`,
+        /// over a cluster of blocks (sm_90 on; decode).
+        AddRmsCluster = "add_rms_norm_cluster",
+        /// `layer_norm`: GPT-2's LayerNorm (M0-W-1432).
+        Layer = "layer_norm",
+    }
 }
 
 impl Family for Norm {
     const MODULE: Module = Module::Norm;
 
     fn all() -> Vec<Norm> {
-        vec![Norm::Rms, Norm::AddRms, Norm::AddRmsCluster, Norm::Layer]
+        Norm::ALL.to_vec()
     }
     fn symbol(self) -> String {
-        match self {
-            Norm::Rms => "rms_norm",
-            Norm::AddRms => "add_rms_norm",
-            Norm::AddRmsCluster => "add_rms_norm_cluster",
-            Norm::Layer => "layer_norm",
-        }
-        .into()
+        self.name().into()
     }
     fn config(self, work: Work) -> Option<Result<LaunchConfig, BackendError>> {
         match (self, work) {
@@ -229,12 +224,7 @@ impl KernelCall for AddRmsNormArgs {
         ];
         let (rows, cols) = (self.rows, self.cols);
         let dims = [("rows", rows), ("cols", cols)];
-        plan(
-            Kernel::Norm(Norm::AddRms),
-            dims,
-            buffers,
-            Work::Rows { rows, cols },
-        )
+        plan(Norm::AddRms, dims, buffers, Work::Rows { rows, cols })
     }
     fn validate(&self) -> Result<(), BackendError> {
         validate_x8_output(Kernel::Norm(Norm::AddRms), self.x8, self.rows, self.cols)
@@ -298,7 +288,7 @@ impl KernelCall for AddRmsNormClusterArgs {
         // A width no cluster divides is refused by `validate`.
         let blocks = norm_cluster_blocks(cols).unwrap_or(1);
         plan(
-            Kernel::Norm(Norm::AddRmsCluster),
+            Norm::AddRmsCluster,
             [("cols", cols)],
             buffers,
             Work::ClusterRow { cols, blocks },
@@ -307,7 +297,7 @@ impl KernelCall for AddRmsNormClusterArgs {
     fn validate(&self) -> Result<(), BackendError> {
         if norm_cluster_blocks(self.cols).is_none() {
             return Err(refusal(
-                Kernel::Norm(Norm::AddRmsCluster),
+                Norm::AddRmsCluster,
                 format!("a row of {} values", self.cols),
             ));
         }

@@ -9,38 +9,35 @@ use half::f16;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, grid_1d, plan, refusal, Family, KernelCall, Plan, Then, Work, ELEMENT_THREADS,
+    blocks, grid_1d, plan, refusal, unit_kernels, Family, KernelCall, Plan, Then, Work,
+    ELEMENT_THREADS,
 };
 use crate::backend::cuda::kernels::{norm_threads, CacheWindow, Kernel, RowSeq};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::Module;
 use crate::backend::BackendError;
 
-/// The kernels of `rope.cu`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Rope {
-    Plain,
-    /// `qk_rope_store`: per-head norms and RoPE of Q and K in place, and
-    /// the KV store, in one launch (before attention).
-    QkRopeStore,
-    /// `qk_rope_store_rows`: the same for a batched decode step, each row
-    /// at its own sequence's position and into its own cache.
-    QkRopeStoreRows,
+unit_kernels! {
+    /// The kernels of `rope.cu`.
+    pub enum Rope {
+        Plain = "rope",
+        /// `qk_rope_store`: per-head norms and RoPE of Q and K in place, and
+        /// the KV store, in one launch (before attention).
+        QkRopeStore = "qk_rope_store",
+        /// `qk_rope_store_rows`: the same for a batched decode step, each row
+        /// at its own sequence's position and into its own cache.
+        QkRopeStoreRows = "qk_rope_store_rows",
+    }
 }
 
 impl Family for Rope {
     const MODULE: Module = Module::Rope;
 
     fn all() -> Vec<Rope> {
-        vec![Rope::Plain, Rope::QkRopeStore, Rope::QkRopeStoreRows]
+        Rope::ALL.to_vec()
     }
     fn symbol(self) -> String {
-        match self {
-            Rope::Plain => "rope",
-            Rope::QkRopeStore => "qk_rope_store",
-            Rope::QkRopeStoreRows => "qk_rope_store_rows",
-        }
-        .into()
+        self.name().into()
     }
     fn config(self, work: Work) -> Option<Result<LaunchConfig, BackendError>> {
         match (self, work) {
@@ -180,12 +177,7 @@ impl KernelCall for RopeArgs {
                 .saturating_mul(self.n_head.saturating_add(self.n_head2))
                 .saturating_mul(self.n_rot / 2),
         );
-        plan(
-            Kernel::Rope(Rope::Plain),
-            dims,
-            [("x", self.x.addr())],
-            work,
-        )
+        plan(Rope::Plain, dims, [("x", self.x.addr())], work)
     }
     fn validate(&self) -> Result<(), BackendError> {
         if !self.n_rot.is_multiple_of(2) || self.n_rot > self.head_dim {
@@ -193,11 +185,11 @@ impl KernelCall for RopeArgs {
                 "{} rotated dims of a {}-dim head",
                 self.n_rot, self.head_dim
             );
-            return Err(refusal(Kernel::Rope(Rope::Plain), msg));
+            return Err(refusal(Rope::Plain, msg));
         }
         if self.x2.is_some() != (self.n_head2 > 0) || self.n_head2 > i32::MAX as usize {
             let msg = format!("a second matrix of {} heads", self.n_head2);
-            return Err(refusal(Kernel::Rope(Rope::Plain), msg));
+            return Err(refusal(Rope::Plain, msg));
         }
         Ok(())
     }
@@ -351,7 +343,7 @@ impl KernelCall for QkRopeStoreArgs {
         ];
         let heads = n_head.saturating_add(n_head_kv);
         let work = Work::HeadRows { n, heads, head_dim };
-        plan(Kernel::Rope(Rope::QkRopeStore), dims, buffers, work)
+        plan(Rope::QkRopeStore, dims, buffers, work)
     }
     fn validate(&self) -> Result<(), BackendError> {
         let k = Kernel::Rope(Rope::QkRopeStore);
@@ -423,7 +415,7 @@ impl KernelCall for QkRopeStoreRowsArgs {
         ];
         let heads = n_head.saturating_add(n_head_kv);
         let work = Work::HeadRows { n, heads, head_dim };
-        plan(Kernel::Rope(Rope::QkRopeStoreRows), dims, buffers, work)
+        plan(Rope::QkRopeStoreRows, dims, buffers, work)
     }
     fn validate(&self) -> Result<(), BackendError> {
         if let Some(r) = &self.rope {
@@ -431,7 +423,7 @@ impl KernelCall for QkRopeStoreRowsArgs {
         }
         if self.layer > i32::MAX as usize {
             let msg = format!("layer {}", self.layer);
-            return Err(refusal(Kernel::Rope(Rope::QkRopeStoreRows), msg));
+            return Err(refusal(Rope::QkRopeStoreRows, msg));
         }
         Ok(())
     }

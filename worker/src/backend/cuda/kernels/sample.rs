@@ -8,48 +8,37 @@ use cudarc::driver::LaunchConfig;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, plan, refusal, Family, KernelCall, Plan, Work,
+    blocks, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work,
 };
-use crate::backend::cuda::kernels::Kernel;
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
     Module, SAMPLE_ARGMAX_BLOCKS, SAMPLE_ARGMAX_THREADS, SAMPLE_MAX_LOGPROBS, SAMPLE_THREADS,
 };
 use crate::backend::BackendError;
 
-/// The kernels of `sample.cu`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Sample {
-    /// `sample_select`: the sampling pipeline over one logit vector.
-    Select,
-    /// `sample_select_rows`: `sample_select` for each sequence of a batched
-    /// decode step, a block each.
-    SelectRows,
-    /// `sample_argmax`: greedy sampling without a penalty, over many blocks.
-    Argmax,
-    /// `sample_logprobs`: the top log-probabilities of one logit vector.
-    Logprobs,
+unit_kernels! {
+    /// The kernels of `sample.cu`.
+    pub enum Sample {
+        /// `sample_select`: the sampling pipeline over one logit vector.
+        Select = "sample_select",
+        /// `sample_select_rows`: `sample_select` for each sequence of a batched
+        /// decode step, a block each.
+        SelectRows = "sample_select_rows",
+        /// `sample_argmax`: greedy sampling without a penalty, over many blocks.
+        Argmax = "sample_argmax",
+        /// `sample_logprobs`: the top log-probabilities of one logit vector.
+        Logprobs = "sample_logprobs",
+    }
 }
 
 impl Family for Sample {
     const MODULE: Module = Module::Sample;
 
     fn all() -> Vec<Sample> {
-        vec![
-            Sample::Select,
-            Sample::SelectRows,
-            Sample::Argmax,
-            Sample::Logprobs,
-        ]
+        Sample::ALL.to_vec()
     }
     fn symbol(self) -> String {
-        match self {
-            Sample::Select => "sample_select",
-            Sample::SelectRows => "sample_select_rows",
-            Sample::Argmax => "sample_argmax",
-            Sample::Logprobs => "sample_logprobs",
-        }
-        .into()
+        self.name().into()
     }
     fn part(self) -> Option<u8> {
         match self {
@@ -148,7 +137,7 @@ impl KernelCall for SampleSelectArgs {
             ("out", self.out.addr()),
         ];
         plan(
-            Kernel::Sample(Sample::Select),
+            Sample::Select,
             [("n", self.n as usize)],
             buffers,
             Work::Single,
@@ -156,10 +145,7 @@ impl KernelCall for SampleSelectArgs {
     }
     fn validate(&self) -> Result<(), BackendError> {
         if self.n_pen > 0 && DevPtr::or_null(self.pen_ids).addr() == 0 {
-            return Err(refusal(
-                Kernel::Sample(Sample::Select),
-                "buffer pen_ids is null".into(),
-            ));
+            return Err(refusal(Sample::Select, "buffer pen_ids is null".into()));
         }
         Ok(())
     }
@@ -252,7 +238,7 @@ impl KernelCall for SampleSelectRowsArgs {
 
     fn plan(&self) -> Plan {
         plan(
-            Kernel::Sample(Sample::SelectRows),
+            Sample::SelectRows,
             [("n", self.n as usize), ("rows", self.rows)],
             [("table", self.table.addr())],
             Work::Rows {
@@ -291,7 +277,7 @@ impl KernelCall for SampleLogprobsArgs {
             ("out", self.out.addr()),
         ];
         plan(
-            Kernel::Sample(Sample::Logprobs),
+            Sample::Logprobs,
             [("n", self.n as usize), ("k", self.k as usize)],
             buffers,
             Work::Single,
@@ -300,7 +286,7 @@ impl KernelCall for SampleLogprobsArgs {
     fn validate(&self) -> Result<(), BackendError> {
         if self.k as usize > SAMPLE_MAX_LOGPROBS {
             return Err(refusal(
-                Kernel::Sample(Sample::Logprobs),
+                Sample::Logprobs,
                 format!("k = {} exceeds {SAMPLE_MAX_LOGPROBS}", self.k),
             ));
         }
@@ -344,12 +330,7 @@ impl KernelCall for SampleArgmaxArgs {
             ("out", self.out.addr()),
         ];
         let n = self.n as usize;
-        plan(
-            Kernel::Sample(Sample::Argmax),
-            [("n", n)],
-            buffers,
-            Work::Elements(n),
-        )
+        plan(Sample::Argmax, [("n", n)], buffers, Work::Elements(n))
     }
     fn params(&self) -> Self::Params {
         (self.logits, self.n, self.partial, self.done, self.out)

@@ -39,7 +39,7 @@ pub enum AttentionSplit {
     /// query heads are the rows of the products).
     Tc(u8),
     Combine,
-    /// `attention_split_*_rows`: `AttentionSplit` for a batched decode
+    /// `attention_split_*_rows`: `Scalar` for a batched decode
     /// step, each row over its own cache in chunks of `ATS_ROW_CHUNK`.
     ScalarRows(u8, u8),
     /// `attention_split_tc_*_rows`: the same on tensor cores.
@@ -416,7 +416,7 @@ impl KernelCall for AttentionCombineArgs {
         ];
         let buffers = [("part", self.part.addr()), ("out", self.out.addr())];
         plan(
-            Kernel::AttentionSplit(AttentionSplit::Combine),
+            AttentionSplit::Combine,
             dims,
             buffers,
             Work::Rows {
@@ -428,7 +428,7 @@ impl KernelCall for AttentionCombineArgs {
     fn validate(&self) -> Result<(), BackendError> {
         if self.nsplit > ATS_MAX_SPLITS {
             return Err(refusal(
-                Kernel::AttentionSplit(AttentionSplit::Combine),
+                AttentionSplit::Combine,
                 format!("{} chunks", self.nsplit),
             ));
         }

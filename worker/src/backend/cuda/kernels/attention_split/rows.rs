@@ -201,20 +201,12 @@ impl KernelCall for AttentionCombineRowsArgs {
             n: self.rows,
             n_head: self.n_head,
         };
-        plan(
-            Kernel::AttentionSplit(AttentionSplit::CombineRows),
-            dims,
-            buffers,
-            work,
-        )
+        plan(AttentionSplit::CombineRows, dims, buffers, work)
     }
     fn validate(&self) -> Result<(), BackendError> {
         if self.max_splits > ATS_MAX_SPLITS || self.head_dim > ATT_MAX_HEAD_DIM {
             let msg = format!("{} chunks of heads of {}", self.max_splits, self.head_dim);
-            return Err(refusal(
-                Kernel::AttentionSplit(AttentionSplit::CombineRows),
-                msg,
-            ));
+            return Err(refusal(AttentionSplit::CombineRows, msg));
         }
         Ok(())
     }

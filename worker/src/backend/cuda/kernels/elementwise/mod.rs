@@ -9,7 +9,7 @@ use cudarc::driver::LaunchConfig;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, grid_1d, plan, refusal, Family, KernelCall, Plan, Work, ELEMENT_THREADS,
+    blocks, grid_1d, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work, ELEMENT_THREADS,
 };
 use crate::backend::cuda::kernels::{validate_x8_output, Kernel, RowSeq, SplitsOutput, X8Bufs};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
@@ -22,83 +22,50 @@ mod products;
 pub use moe::*;
 pub use products::*;
 
-/// The kernels of `elementwise.cu`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Elementwise {
-    Swiglu,
-    /// `swiglu_oai`: gpt-oss's clamped SwiGLU.
-    SwigluOai,
-    /// `moe_route`: the router's choice of experts and their weights.
-    MoeRoute,
-    /// `moe_sum`: the chosen experts' outputs, weighed and added.
-    MoeSum,
-    /// `moe_gather_f16`: rows of x gathered by expert, split into f16 parts.
-    MoeGatherF16,
-    /// `geglu`: `swiglu` with the tanh-approximated GELU (Gemma's feed-forward).
-    Geglu,
-    /// `gelu`: GPT-2's tanh-approximated GELU (M0-W-1433).
-    Gelu,
-    AddAssign,
-    /// `scale`: `x *= factor` (Gemma's embeddings).
-    Scale,
-    /// `copy_cols`: a column range of each row (fused projections' parts).
-    CopyCols,
-    /// `keep_rows`: each row of a batched step's logits to its sequence's
-    /// sampler.
-    KeepRows,
-    /// `quantize_x8`: rows of x as `mv8_*` reads them.
-    QuantizeX8,
-    /// `gemm_splits_sum`: the column-range parts of `gemm_tck_*` or
-    /// `gemm_few_*` added up.
-    GemmSplitsSum,
-    /// `to_f16`: x as two f16 parts, for cuBLAS and `gemm_tck_*`.
-    ToF16,
-    /// `add_bias`: a bias added to each row of a cuBLAS product.
-    AddBias,
+unit_kernels! {
+    /// The kernels of `elementwise.cu`.
+    pub enum Elementwise {
+        Swiglu = "swiglu",
+        /// `swiglu_oai`: gpt-oss's clamped SwiGLU.
+        SwigluOai = "swiglu_oai",
+        /// `moe_route`: the router's choice of experts and their weights.
+        MoeRoute = "moe_route",
+        /// `moe_sum`: the chosen experts' outputs, weighed and added.
+        MoeSum = "moe_sum",
+        /// `moe_gather_f16`: rows of x gathered by expert, split into f16 parts.
+        MoeGatherF16 = "moe_gather_f16",
+        /// `geglu`: `swiglu` with the tanh-approximated GELU (Gemma's feed-forward).
+        Geglu = "geglu",
+        /// `gelu`: GPT-2's tanh-approximated GELU (M0-W-1433).
+        Gelu = "gelu",
+        AddAssign = "add_assign",
+        /// `scale`: `x *= factor` (Gemma's embeddings).
+        Scale = "scale",
+        /// `copy_cols`: a column range of each row (fused projections' parts).
+        CopyCols = "copy_cols",
+        /// `keep_rows`: each row of a batched step's logits to its sequence's
+        /// sampler.
+        KeepRows = "keep_rows",
+        /// `quantize_x8`: rows of x as `mv8_*` reads them.
+        QuantizeX8 = "quantize_x8",
+        /// `gemm_splits_sum`: the column-range parts of `gemm_tck_*` or
+        /// `gemm_few_*` added up.
+        GemmSplitsSum = "gemm_splits_sum",
+        /// `to_f16`: x as two f16 parts, for cuBLAS and `gemm_tck_*`.
+        ToF16 = "to_f16",
+        /// `add_bias`: a bias added to each row of a cuBLAS product.
+        AddBias = "add_bias",
+    }
 }
 
 impl Family for Elementwise {
     const MODULE: Module = Module::Elementwise;
 
     fn all() -> Vec<Elementwise> {
-        use Elementwise::*;
-        vec![
-            QuantizeX8,
-            GemmSplitsSum,
-            ToF16,
-            AddBias,
-            Swiglu,
-            SwigluOai,
-            MoeRoute,
-            MoeSum,
-            MoeGatherF16,
-            Geglu,
-            Gelu,
-            AddAssign,
-            Scale,
-            CopyCols,
-            KeepRows,
-        ]
+        Elementwise::ALL.to_vec()
     }
     fn symbol(self) -> String {
-        match self {
-            Elementwise::Swiglu => "swiglu",
-            Elementwise::SwigluOai => "swiglu_oai",
-            Elementwise::MoeRoute => "moe_route",
-            Elementwise::MoeSum => "moe_sum",
-            Elementwise::MoeGatherF16 => "moe_gather_f16",
-            Elementwise::Geglu => "geglu",
-            Elementwise::Gelu => "gelu",
-            Elementwise::AddAssign => "add_assign",
-            Elementwise::Scale => "scale",
-            Elementwise::CopyCols => "copy_cols",
-            Elementwise::KeepRows => "keep_rows",
-            Elementwise::QuantizeX8 => "quantize_x8",
-            Elementwise::GemmSplitsSum => "gemm_splits_sum",
-            Elementwise::ToF16 => "to_f16",
-            Elementwise::AddBias => "add_bias",
-        }
-        .into()
+        self.name().into()
     }
     fn config(self, work: Work) -> Option<Result<LaunchConfig, BackendError>> {
         match (self, work) {
@@ -241,7 +208,7 @@ impl KernelCall for GeluArgs {
 
     fn plan(&self) -> Plan {
         plan(
-            Kernel::Elementwise(Elementwise::Gelu),
+            Elementwise::Gelu,
             [],
             [("x", self.x.addr()), ("out", self.out.addr())],
             Work::Elements(self.len),
@@ -266,7 +233,7 @@ impl KernelCall for ScaleArgs {
 
     fn plan(&self) -> Plan {
         plan(
-            Kernel::Elementwise(Elementwise::Scale),
+            Elementwise::Scale,
             [],
             [("x", self.x.addr())],
             Work::Elements(self.len),
@@ -296,7 +263,7 @@ impl KernelCall for CopyColsArgs {
 
     fn plan(&self) -> Plan {
         plan(
-            Kernel::Elementwise(Elementwise::CopyCols),
+            Elementwise::CopyCols,
             [("x_cols", self.x_cols), ("cols", self.cols)],
             [("x", self.x.addr()), ("out", self.out.addr())],
             Work::Elements(self.rows.saturating_mul(self.cols)),
@@ -305,7 +272,7 @@ impl KernelCall for CopyColsArgs {
     fn validate(&self) -> Result<(), BackendError> {
         if self.start + self.cols > self.x_cols {
             return Err(refusal(
-                Kernel::Elementwise(Elementwise::CopyCols),
+                Elementwise::CopyCols,
                 format!(
                     "columns {}..{} of {}",
                     self.start,
@@ -342,7 +309,7 @@ impl KernelCall for AddAssignArgs {
 
     fn plan(&self) -> Plan {
         plan(
-            Kernel::Elementwise(Elementwise::AddAssign),
+            Elementwise::AddAssign,
             [],
             [("x", self.x.addr()), ("y", self.y.addr())],
             Work::Elements(self.len),
@@ -369,7 +336,7 @@ impl KernelCall for KeepRowsArgs {
 
     fn plan(&self) -> Plan {
         plan(
-            Kernel::Elementwise(Elementwise::KeepRows),
+            Elementwise::KeepRows,
             [("rows", self.rows), ("cols", self.cols)],
             [("x", self.x.addr()), ("seqs", self.seqs.addr())],
             Work::Rows {

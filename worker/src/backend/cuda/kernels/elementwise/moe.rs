@@ -5,7 +5,7 @@
 use half::f16;
 
 use crate::backend::cuda::kernels::launch::{plan, refusal, KernelCall, Plan, Work};
-use crate::backend::cuda::kernels::{Elementwise, Kernel};
+use crate::backend::cuda::kernels::Elementwise;
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::MOE_MAX_EXPERTS;
 use crate::backend::BackendError;
@@ -43,12 +43,7 @@ impl KernelCall for MoeRouteArgs {
             rows: self.n,
             cols: self.experts,
         };
-        plan(
-            Kernel::Elementwise(Elementwise::MoeRoute),
-            dims,
-            buffers,
-            work,
-        )
+        plan(Elementwise::MoeRoute, dims, buffers, work)
     }
     fn validate(&self) -> Result<(), BackendError> {
         if self.used > self.experts || self.experts > MOE_MAX_EXPERTS {
@@ -56,7 +51,7 @@ impl KernelCall for MoeRouteArgs {
                 "{} of {} experts (at most {MOE_MAX_EXPERTS})",
                 self.used, self.experts
             );
-            return Err(refusal(Kernel::Elementwise(Elementwise::MoeRoute), msg));
+            return Err(refusal(Elementwise::MoeRoute, msg));
         }
         Ok(())
     }
@@ -113,12 +108,7 @@ impl KernelCall for MoeSumArgs {
             ("out", self.out.addr()),
         ];
         let len = self.rows.saturating_mul(self.cols);
-        plan(
-            Kernel::Elementwise(Elementwise::MoeSum),
-            dims,
-            buffers,
-            Work::Elements(len),
-        )
+        plan(Elementwise::MoeSum, dims, buffers, Work::Elements(len))
     }
     fn params(&self) -> Self::Params {
         (
@@ -171,7 +161,7 @@ impl KernelCall for MoeGatherF16Args {
         ];
         let len = self.m.saturating_mul(self.cols) / 8;
         plan(
-            Kernel::Elementwise(Elementwise::MoeGatherF16),
+            Elementwise::MoeGatherF16,
             dims,
             buffers,
             Work::Elements(len),
@@ -183,7 +173,7 @@ impl KernelCall for MoeGatherF16Args {
             && self.lo.addr().is_multiple_of(16);
         if !self.cols.is_multiple_of(8) || !aligned {
             let msg = format!("rows of {} values, x at {:#x}", self.cols, self.x.addr());
-            return Err(refusal(Kernel::Elementwise(Elementwise::MoeGatherF16), msg));
+            return Err(refusal(Elementwise::MoeGatherF16, msg));
         }
         Ok(())
     }

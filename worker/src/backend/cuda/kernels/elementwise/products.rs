@@ -7,7 +7,7 @@
 use half::f16;
 
 use crate::backend::cuda::kernels::launch::{plan, refusal, KernelCall, Plan, Work};
-use crate::backend::cuda::kernels::{Elementwise, Kernel, X8Bufs};
+use crate::backend::cuda::kernels::{Elementwise, X8Bufs};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::BackendError;
 
@@ -34,7 +34,7 @@ impl KernelCall for QuantizeX8Args {
     fn plan(&self) -> Plan {
         let [hi, lo, d, sums] = self.out.addrs();
         plan(
-            Kernel::Elementwise(Elementwise::QuantizeX8),
+            Elementwise::QuantizeX8,
             [("cols", self.cols)],
             [("x", self.x.addr()), hi, lo, d, sums],
             Work::Elements(self.cols),
@@ -43,7 +43,7 @@ impl KernelCall for QuantizeX8Args {
     fn validate(&self) -> Result<(), BackendError> {
         if !self.cols.is_multiple_of(32) {
             return Err(refusal(
-                Kernel::Elementwise(Elementwise::QuantizeX8),
+                Elementwise::QuantizeX8,
                 format!("{} columns, not a multiple of 32", self.cols),
             ));
         }
@@ -72,7 +72,7 @@ impl KernelCall for ToF16Args {
 
     fn plan(&self) -> Plan {
         plan(
-            Kernel::Elementwise(Elementwise::ToF16),
+            Elementwise::ToF16,
             [("len", self.len)],
             [
                 ("x", self.x.addr()),
@@ -95,7 +95,7 @@ impl KernelCall for ToF16Args {
                 self.hi.addr(),
                 self.lo.addr()
             );
-            return Err(refusal(Kernel::Elementwise(Elementwise::ToF16), msg));
+            return Err(refusal(Elementwise::ToF16, msg));
         }
         Ok(())
     }
@@ -120,7 +120,7 @@ impl KernelCall for AddBiasArgs {
 
     fn plan(&self) -> Plan {
         plan(
-            Kernel::Elementwise(Elementwise::AddBias),
+            Elementwise::AddBias,
             [("len", self.len), ("rows", self.rows)],
             [("out", self.out.addr()), ("bias", self.bias.addr())],
             Work::Elements(self.len),
@@ -129,7 +129,7 @@ impl KernelCall for AddBiasArgs {
     fn validate(&self) -> Result<(), BackendError> {
         if !self.len.is_multiple_of(self.rows.max(1)) {
             let msg = format!("{} values in rows of {}", self.len, self.rows);
-            return Err(refusal(Kernel::Elementwise(Elementwise::AddBias), msg));
+            return Err(refusal(Elementwise::AddBias, msg));
         }
         Ok(())
     }
@@ -164,7 +164,7 @@ impl KernelCall for GemmSplitsSumArgs {
         ];
         let buffers = [("part", self.part.addr()), ("out", self.out.addr())];
         plan(
-            Kernel::Elementwise(Elementwise::GemmSplitsSum),
+            Elementwise::GemmSplitsSum,
             dims,
             buffers,
             Work::Elements(self.len),
@@ -173,10 +173,7 @@ impl KernelCall for GemmSplitsSumArgs {
     fn validate(&self) -> Result<(), BackendError> {
         if self.rows == 0 || !self.len.is_multiple_of(self.rows) {
             let msg = format!("{} values in rows of {}", self.len, self.rows);
-            return Err(refusal(
-                Kernel::Elementwise(Elementwise::GemmSplitsSum),
-                msg,
-            ));
+            return Err(refusal(Elementwise::GemmSplitsSum, msg));
         }
         Ok(())
     }

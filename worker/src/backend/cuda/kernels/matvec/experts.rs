@@ -174,12 +174,7 @@ impl KernelCall for ExpertMatVec8Call {
             sums,
             ("out", a.out.addr()),
         ];
-        plan(
-            Kernel::Matvec(Matvec::MatVec8Experts(a.w.ty)),
-            a.dims(),
-            buffers,
-            a.work(),
-        )
+        plan(Matvec::MatVec8Experts(a.w.ty), a.dims(), buffers, a.work())
     }
     fn validate(&self) -> Result<(), BackendError> {
         let a = &self.args;

@@ -473,7 +473,7 @@ impl KernelCall for MatVec1Call {
             ("out", a.out.addr()),
         ];
         plan(
-            Kernel::Matvec(Matvec::MatVec1(a.w.ty)),
+            Matvec::MatVec1(a.w.ty),
             a.w.dims(a.n),
             buffers,
             Work::Matrix {
@@ -485,7 +485,7 @@ impl KernelCall for MatVec1Call {
     fn validate(&self) -> Result<(), BackendError> {
         if self.args.n != 1 {
             return Err(refusal(
-                Kernel::Matvec(Matvec::MatVec1(self.args.w.ty)),
+                Matvec::MatVec1(self.args.w.ty),
                 format!("{} rows of x, not 1", self.args.n),
             ));
         }
