@@ -33,8 +33,10 @@ mod rows;
 mod split;
 
 pub(crate) use buffers::BufMem;
+#[cfg(test)]
+pub use buffers::WEIGHT_TAIL_BYTES;
 use buffers::{check_bufs, check_weights, is_f32_vector, shape_check, shape_error};
-pub use buffers::{CudaBuf, CudaCache, CudaWeight};
+pub use buffers::{weight_block_bytes, CudaBuf, CudaCache, CudaWeight};
 use norm::RopeTable;
 use products::{matmul_args, BlasSlot, SplitX};
 pub use rows::RowsPass;
@@ -63,17 +65,6 @@ pub(crate) struct GraphCapture {
     /// column-range parts): `(address, bytes)`, the largest taken so far,
     /// reused by every later request it holds.
     pub temp: Option<(CUdeviceptr, u64)>,
-}
-
-/// Bytes every weight matrix's device block holds past its data: the Q8_0
-/// decode mat-vec and `gemm_tck_*` read 2-byte aligned blocks as whole
-/// 16-byte aligned chunks (`ld_a16` in dequant.cuh), up to 16 bytes past the
-/// last block of a tensor.
-pub const WEIGHT_TAIL_BYTES: usize = 16;
-
-/// The device block size asked for a weight matrix of `len` bytes.
-pub fn weight_block_bytes(len: usize) -> u64 {
-    (len + WEIGHT_TAIL_BYTES) as u64
 }
 
 /// The `Ops` implementation over one device.

@@ -9,13 +9,24 @@ use cudarc::driver::result as drv;
 use cudarc::driver::sys::CUdeviceptr;
 use half::f16;
 
-use super::{weight_block_bytes, CudaOps};
+use super::CudaOps;
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::kernels::Stored;
 use crate::backend::cuda::kv_pool::{BlockLease, KvPool};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
+
+/// Bytes every weight matrix's device block holds past its data: the Q8_0
+/// decode mat-vec and `gemm_tck_*` read 2-byte aligned blocks as whole
+/// 16-byte aligned chunks (`ld_a16` in dequant.cuh), up to 16 bytes past the
+/// last block of a tensor.
+pub const WEIGHT_TAIL_BYTES: usize = 16;
+
+/// The device block size asked for a weight matrix of `len` bytes.
+pub fn weight_block_bytes(len: usize) -> u64 {
+    (len + WEIGHT_TAIL_BYTES) as u64
+}
 
 /// A weight on the device: `rows` rows of `cols` values of `ty`, each row
 /// `row_bytes` bytes, exactly as stored in the file. Vectors (norm weights,
