@@ -215,10 +215,9 @@ __device__ __forceinline__ void attention_split_impl(const float* __restrict__ q
 // Scores are in log2 units (q scaled by log2 e); a chunk's max is written
 // back in natural units, so `attention_combine` is the same for both kernels.
 // A chunk holds whole tiles and at least ATS_TC_MIN_CHUNK keys: a short
-// context fills fewer chunks, and the combine skips the empty ones. (On the
-// H100 at depth 4096, tg128 with a least chunk of 32 / 64 / 128 keys: 0.5B
-// shape 1112 / 1126 / 1136 tok/s, 8B 318 / 317 / 328; 2 to 8 blocks an SM
-// changed the 128 figures by less than 4%.)
+// context fills fewer chunks, and the combine skips the empty ones. (128
+// keys was the fastest least chunk of 32, 64 and 128 measured:
+// benches/results/kernel-choices.md.)
 #define ATS_TC_MIN_CHUNK 128
 template <int D>
 __device__ __forceinline__ void attention_split_tc_impl(const float* __restrict__ q, int n_head, int n_head_kv,

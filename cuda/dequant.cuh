@@ -102,7 +102,7 @@ __device__ __forceinline__ void k_scale_min(const u8* q, int j, float d, float d
 // Twice an MXFP4 code's E2M1 value (0, 1, 2, 3, 4, 6, 8, 12 and their
 // negatives), from a byte permute of the eight magnitudes held in two words:
 // a lookup in registers. (A __constant__ table indexed by the code
-// serialises a warp's differing codes: mv1e_mxfp4 ran at 144 GB/s with one.)
+// serialises a warp's differing codes: benches/results/kernel-choices.md.)
 __device__ __forceinline__ float mxfp4_doubled(u32 code) {
     const int m = (int)(__byte_perm(0x03020100u, 0x0C080604u, code & 7u) & 0xFFu);
     return i2f((code & 8u) ? -m : m);  // +0 for code 8, as the table has it
@@ -154,8 +154,8 @@ __device__ __forceinline__ uint4 ld_weights16(const void* p) {
 }
 
 // STREAM: the loads marked with ld_weights16's policy (decode's mat-vecs
-// only: in the prefill GEMMs, which are bound by instruction issue, it cost
-// 20% on the H100, 8B Q4_K pp16 1,419 -> 1,105 tok/s).
+// only: it slowed the prefill GEMMs, which are bound by instruction issue;
+// benches/results/kernel-choices.md).
 template <int N, bool STREAM = false>
 __device__ __forceinline__ void ld_a16(const u8* p, u32* w) {
     constexpr int C = (4 * N + 14) / 16 + 1;

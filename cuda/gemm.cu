@@ -387,8 +387,8 @@ __device__ __forceinline__ void gemm_int_impl(const u8* __restrict__ W, i64 row_
             for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
 
     // A step's loads: weight bytes and x's two parts, two steps ahead (one
-    // step's products are too short to hide the memory's latency: with one
-    // step ahead, an 8B 16-token prompt read its weights at ~350 GB/s).
+    // step's products are too short to hide the memory's latency; with one
+    // step ahead the weights streamed slowly: benches/results/kernel-choices.md).
     struct Loads {
         RawW w;
         uint4 xh, xl;

@@ -358,10 +358,9 @@ FOR_EACH_TYPE(DEF_MV1E)
 // group's warps splitting the columns. A thread takes the same unit of every row of
 // the block, so it loads x's parts once for all of them (x is most of the
 // bytes a thread loads: 64 of them per 16 bytes of Q4_K weights) and issues
-// every row's weight loads before it multiplies any. On the H100 this runs
-// at 1.25-1.45x the former warp-per-row layout on the 8B shapes' large
-// matrices (benches/cuda-lab/mvr_lab.cu: Q4_K 14336 x 4096 2,084 GB/s, Q6_K
-// 1,863). `mv8n_*` takes any number of rows of x (short prompts, batched
+// every row's weight loads before it multiplies any: faster than the former
+// warp-per-row layout on large matrices (benches/cuda-lab/mvr_lab.cu;
+// figures in benches/results/kernel-choices.md). `mv8n_*` takes any number of rows of x (short prompts, batched
 // decode steps) in groups of MV8_MAX_TOKENS along the grid's y, MV8N_ROWS
 // weight rows a block with a warp each, each weight unit decoded once for
 // all rows of its group; a row's sums are the same in any group.
@@ -603,10 +602,10 @@ struct Mv8Unit<T_Q8_0> {
     __device__ __forceinline__ void load(const u8* __restrict__ row, int u) {
         const u8* b = row + (i64)u * 34;
         dh = *(const u16*)b;
-        // From whole 16-byte chunks (dequant.cuh): on the H100, tg128 of
-        // synthetic files 8B 248 -> 254 tok/s, 0.5B 1,117 -> 1,162 against
-        // seventeen u16 loads. (The same for Q6_K's ql and qh lost 9%: 90
-        // registers, was 72; it keeps ld_a2<8>.)
+        // From whole 16-byte chunks (dequant.cuh): faster than seventeen
+        // u16 loads. (The same for Q6_K's ql and qh was slower, on more
+        // registers; it keeps ld_a2<8>. Figures in
+        // benches/results/kernel-choices.md.)
         ld_a16<8, true>(b + 2, qs);
     }
     __device__ __forceinline__ float dot(int, const X8Unit& x) const {
@@ -654,9 +653,8 @@ struct Mv8Unit<T_Q6_K> {
 };
 
 // Formats whose mat-vec loads its first weights before waiting for the
-// kernel ahead. On an H200 (`worker-orcd bench -p 0 -n 128`, synthetic files,
-// same lease): 8B Q8_0 295 -> 311 tok/s, SmolLM2 Q4_1 1,350 -> 1,390, but 8B
-// Q4_K 367 -> 357 and Q6_K 268 -> 263: not for the K-quants.
+// kernel ahead: not the K-quants, which it slowed while it sped the others
+// (benches/results/kernel-choices.md).
 __device__ __forceinline__ constexpr bool mv8_early(int T) { return T != T_Q4_K && T != T_Q6_K; }
 
 // Warps that share one group of rows in `mv8_*`: a row's units spread over
@@ -792,7 +790,7 @@ struct Mv8Stores {
 // next thread's (R even, rows a multiple of head_dim). The angle's cosine
 // and sine are taken in `prepare`, while the block's first weights load:
 // done after the products, their double-precision latency lengthened every
-// block's life (8B shape 277 -> 274 tok/s). The position comes from pos_ptr
+// block's life (benches/results/kernel-choices.md). The position comes from pos_ptr
 // in a replayed decode graph: written by a copy before the graph's first
 // kernel, so it may be read before the wait for the kernel ahead.
 struct QkvRope {
@@ -1008,7 +1006,8 @@ DEF_MV8E(q6_k, T_Q6_K)
 // of x in two mma.m16n8k32 (hi, lo), and one scale product per output
 // applies both blocks' scales: no decoding, no shared-memory staging. The
 // weights stream from global memory straight into the A fragments.
-// `gemm_tck_q8_0` (f16 tiles) ran an 8B 16-token prompt at 0.64x llama.cpp.
+// `gemm_tck_q8_0` (f16 tiles) ran short prompts well behind llama.cpp
+// (benches/results/kernel-choices.md).
 //
 // The summation order does not depend on n. Within a 32-value block the
 // values are permuted alike in A and B: lane t of a quad takes bytes 8t ..
@@ -1059,11 +1058,10 @@ __device__ __forceinline__ void x8_frag(const X8& x, int cols, int tok, int kb, 
 //
 // Each A fragment load touches 8 rows (lines), so the load/store unit, not
 // the memory, bounds the kernel, and every 8 rows of x add their own x
-// loads: on an H200 it beats gemm_tck_q8_0 up to ~20 rows of x (8B shape:
-// 9 rows 695 -> 824 tok/s, 16 rows 1,220 -> 1,375; 24 rows 1,720 -> 1,650;
-// 0.5B: 16 rows 4,720 -> 7,210), so the worker sends it 9 to 20 rows
-// (kernels.rs, MMQ_MAX_ROWS). Built for fewer rows (24: 91 registers, was
-// 121) it was slower (8B, 16 rows: 1,020 tok/s).
+// loads: it beats gemm_tck_q8_0 up to ~20 rows of x, so the worker sends it
+// short prompts only (kernels/matvec/mod.rs, MMQ_MAX_ROWS). Built for fewer
+// rows (fewer registers) it was slower. Figures in
+// benches/results/kernel-choices.md.
 // Staging x in shared memory (cp.async) instead was slower at every n.
 __device__ __forceinline__ void mmq_rows(const u8* __restrict__ W, i64 row_bytes, int rows, int cols, int n,
                                          const X8& x, const float* __restrict__ bias, float* __restrict__ out) {

@@ -63,7 +63,7 @@ static void launch(Kern k, int grid, int block, const u8* w, i64 rb, int rows, i
     k<<<grid, block>>>(w, rb, rows, cols, x, n, nullptr, out);
 }
 
-// The current kernel's choice (kernels.rs): warp per row from 4096 rows.
+// The current kernel's choice (worker/src/backend/cuda/kernels/matmul.rs): warp per row from 4096 rows.
 static void old_mv(const Fmt& f, const u8* w, i64 rb, int rows, int cols, const float* x, int n, float* out) {
     if (rows >= 4096) launch(f.mvw, (rows + 3) / 4, 128, w, rb, rows, cols, x, n, out);
     else launch(f.mv, rows, 128, w, rb, rows, cols, x, n, out);

@@ -22,8 +22,8 @@ use std::sync::Arc;
 use cudarc::driver::result as drv;
 use cudarc::driver::sys::{self, CUgraphExec};
 
-use crate::backend::cuda::args::{most_splits, RowSeq};
 use crate::backend::cuda::device::{align_up, driver_error, CudaDevice, DevBuf, Purpose};
+use crate::backend::cuda::kernels::{most_splits, RowSeq};
 use crate::backend::cuda::ops::{CudaCache, CudaOps, CudaWeight, GraphCapture, RowsPass};
 use crate::backend::cuda::source::{ATS_MAX_SPLITS, GF_MAX_TOKENS};
 use crate::backend::{BackendError, Logits};

@@ -26,13 +26,11 @@
 //! activations come from the stream-ordered pool and are freed as each step
 //! ends, so after a job the memory in use is back at its post-load value.
 
-mod args;
 mod blas;
 mod device;
 mod graph;
 mod kernels;
 mod kv_pool;
-mod launch;
 mod nvrtc;
 mod ops;
 mod ptr;
@@ -45,9 +43,8 @@ mod tests;
 
 use std::sync::Arc;
 
-pub use args::RowSeq;
 pub use device::{align_up, ContextLimits, CudaDevice, MemoryKind, VRAM_CAP_ENV};
-pub use launch::Kernel;
+pub use kernels::{Kernel, RowSeq};
 pub use nvrtc::{
     compile_here, compile_in_processes, compile_source, compile_unit, nvrtc_available, KernelCache,
     KERNEL_CACHE_ENV, NVRTC_PROCESSES_ENV,
@@ -340,7 +337,7 @@ impl CudaBackend {
         let x8_cols = names
             .iter()
             .filter_map(|n| file.tensor(n))
-            .filter(|i| i.dims.len() > 1 && launch::has_mv8(i.ggml_type))
+            .filter(|i| i.dims.len() > 1 && kernels::has_mv8(i.ggml_type))
             .map(|i| i.dims[0] as usize)
             .max();
         if let Some(cols) = x8_cols {

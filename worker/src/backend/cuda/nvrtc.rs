@@ -68,8 +68,8 @@ fn check(r: nv::nvrtcResult, what: &str) -> Result<(), BackendError> {
 /// The options every module is compiled with, for architecture `arch`: the
 /// target, the language, the constants shared with the host, and
 /// `--split-compile=0`: NVRTC optimizes a module's kernels on as many
-/// threads as the machine has (on the H100 machine's 16 cores the first
-/// start's slowest module, attention.cu, compiled in 3.7 s instead of 9.1).
+/// threads as the machine has, which more than halved the first start's
+/// slowest module (`benches/results/kernel-choices.md`).
 pub fn options(arch: (i32, i32)) -> Vec<String> {
     let mut opts = vec![
         format!("--gpu-architecture=sm_{}{}", arch.0, arch.1),
@@ -208,10 +208,10 @@ pub const NVRTC_PROCESSES_ENV: &str = "WORKER_ORCD_NVRTC_PROCESSES";
 
 /// Makes [`compile_unit`] run `exe compile-unit STEM ARCH` (the worker's
 /// own binary) for each unit, unless [`NVRTC_PROCESSES_ENV`] is `0`.
-/// Parallel compiles in one process share NVRTC's locks: on the H100
-/// machine 19 units on 16 cores took 1.4-1.5 s, where the slowest alone
-/// takes a fraction of that; in processes of their own they do not wait
-/// for each other.
+/// Parallel compiles in one process share NVRTC's locks: together they
+/// took several times the slowest unit alone
+/// (`benches/results/kernel-choices.md`); in processes of their own they
+/// do not wait for each other.
 pub fn compile_in_processes(exe: PathBuf) {
     if std::env::var(NVRTC_PROCESSES_ENV).map_or(true, |v| v != "0") {
         let _ = COMPILE_HELPER.set(exe);

@@ -12,35 +12,33 @@ use std::sync::Arc;
 use cudarc::driver::result as drv;
 use cudarc::driver::sys::CUdeviceptr;
 
-use half::f16;
-
-use crate::backend::cuda::args::{
-    AddAssignArgs, AddBiasArgs, AddRmsNormArgs, AddRmsNormClusterArgs, CopyColsArgs,
-    DequantF16Args, EmbedArgs, GeluArgs, Glu, GluArgs, LayerNormArgs, MatmulArgs, QuantizeX8Args,
-    RmsNormArgs, RopeArgs, RopePairs, ScaleArgs, SplitsOutput, ToF16Args, X8Bufs,
-};
-use crate::backend::cuda::blas::{chunk_rows, Blas, F16Product};
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
-use crate::backend::cuda::kernels::{Mv8Plan, MV8_LOOP_MAX_TOKENS};
-use crate::backend::cuda::launch::norm_cluster_blocks;
-use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
-use crate::backend::BackendError;
-use crate::model::config::RopeStyle;
-use crate::model::ops::{
-    attend_in_steps, project_attend_in_steps, rope_inv_freqs, AttentionShape, MoeWeights, Ops,
-    Product, QkPrep, RopeParams,
+use crate::backend::cuda::kernels::{
+    AddAssignArgs, CopyColsArgs, EmbedArgs, GeluArgs, Glu, LayerNormArgs, RmsNormArgs, RopeArgs,
+    ScaleArgs,
 };
-use crate::quant::GgmlType;
+use crate::backend::cuda::ptr::DevPtr;
+use crate::backend::BackendError;
+use crate::model::ops::{
+    attend_in_steps, project_attend_in_steps, AttentionShape, MoeWeights, Ops, Product, QkPrep,
+    RopeParams,
+};
 
 mod attend;
 mod buffers;
 mod moe;
+mod norm;
+mod products;
 mod rows;
 mod split;
 
 pub(crate) use buffers::BufMem;
-use buffers::{check_bufs, check_weights, is_f32_vector, shape_error};
-pub use buffers::{CudaBuf, CudaCache, CudaWeight};
+#[cfg(test)]
+pub use buffers::WEIGHT_TAIL_BYTES;
+use buffers::{check_bufs, check_weights, is_f32_vector, shape_check, shape_error};
+pub use buffers::{weight_block_bytes, CudaBuf, CudaCache, CudaWeight};
+use norm::RopeTable;
+use products::{matmul_args, BlasSlot, SplitX};
 pub use rows::RowsPass;
 
 /// What `CudaOps` does differently while a decode step is captured into a
@@ -67,59 +65,6 @@ pub(crate) struct GraphCapture {
     /// column-range parts): `(address, bytes)`, the largest taken so far,
     /// reused by every later request it holds.
     pub temp: Option<(CUdeviceptr, u64)>,
-}
-
-/// Bytes every weight matrix's device block holds past its data: the Q8_0
-/// decode mat-vec and `gemm_tck_*` read 2-byte aligned blocks as whole
-/// 16-byte aligned chunks (`ld_a16` in dequant.cuh), up to 16 bytes past the
-/// last block of a tensor.
-pub const WEIGHT_TAIL_BYTES: usize = 16;
-
-/// The device block size asked for a weight matrix of `len` bytes.
-pub fn weight_block_bytes(len: usize) -> u64 {
-    (len + WEIGHT_TAIL_BYTES) as u64
-}
-
-/// `freq_base^(-2i / n_rot) / factors[i]` for one (base, n_rot, factors),
-/// on the device as f64.
-struct RopeTable {
-    base_bits: u32,
-    n_rot: usize,
-    /// The frequency factors' bits, or none.
-    factors: Option<Vec<u32>>,
-    mem: DevBuf,
-}
-
-impl RopeTable {
-    fn is_for(&self, freq_base: f32, n_rot: usize, factors: Option<&[f32]>) -> bool {
-        self.base_bits == freq_base.to_bits()
-            && self.n_rot == n_rot
-            && self.factors.as_deref() == factors.map(factor_bits).as_deref()
-    }
-}
-
-fn factor_bits(f: &[f32]) -> Vec<u32> {
-    f.iter().map(|v| v.to_bits()).collect()
-}
-
-/// A block of x split for a kernel: `quantize_x8`'s parts for `mv8_*`, or
-/// `to_f16`'s two f16 parts for `gemm_tck_*` (room for `len` values), and
-/// which x it holds: `(CudaBuf::id, rows, cols, Kernels::writes)` when it
-/// was written, so that Q, K and V (or gate and up), which read one x,
-/// split it once. Any launch or copy since changes the count, and the x is
-/// split again.
-struct SplitX {
-    mem: DevBuf,
-    len: usize,
-    holds: Option<(u64, usize, usize, u64)>,
-}
-
-/// cuBLAS for prefill products, made on first use (or at load).
-enum BlasSlot {
-    Untried,
-    /// No libcublas, or no handle could be made: `gemm_tc_*` serves.
-    Missing,
-    Ready(Blas),
 }
 
 /// The `Ops` implementation over one device.
@@ -152,16 +97,6 @@ pub struct CudaOps {
     widest_input: Option<usize>,
 }
 
-/// Whether no buffer of `outs` overlaps x (a product that wrote x itself
-/// leaves a split of x stale).
-fn apart(x: &CudaBuf, outs: &[&CudaBuf]) -> bool {
-    let (xs, xe) = (x.ptr(), x.ptr() + x.len() as u64 * 4);
-    outs.iter().all(|out| {
-        let (os, oe) = (out.ptr(), out.ptr() + out.len() as u64 * 4);
-        oe <= xs || xe <= os
-    })
-}
-
 /// `embed` of `n` token ids at `tokens` from `table` into `out`.
 fn embed_args(table: &CudaWeight, tokens: DevPtr<u32>, n: usize, out: &mut CudaBuf) -> EmbedArgs {
     EmbedArgs {
@@ -192,485 +127,10 @@ impl CudaOps {
         }
     }
 
-    /// Makes the cuBLAS handle and the f16 scratch for the largest chunk of
-    /// any of these `(rows, cols)` matrices (done at load, so that neither
-    /// counts against a request, and the scratch is in the load's VRAM).
-    /// Without cuBLAS, or without room for it, prefill keeps to `gemm_tc_*`.
-    pub fn prepare_blas(&mut self, shapes: impl IntoIterator<Item = (usize, usize)>) {
-        if !self.blas_ready() {
-            return;
-        }
-        let most = shapes.into_iter().map(|(r, c)| chunk_rows(r, c) * c).max();
-        if let Some(Err(e)) = most.map(|values| self.reserve_blas_scratch(values)) {
-            // Short of memory (a VRAM cap): the model still serves, on
-            // the worker's own GEMM kernels.
-            tracing::warn!(error = %e, "no room for cuBLAS's scratch: prefill runs on the worker's own GEMM kernels");
-            self.blas = BlasSlot::Missing;
-        }
-    }
-
-    /// Bytes held for cuBLAS (its workspace and the f16 scratch), counted
-    /// with the weights.
-    #[cfg(test)]
-    pub(crate) fn blas_bytes(&self) -> u64 {
-        use crate::backend::cuda::{blas::BLAS_WORKSPACE_BYTES, device::align_up};
-        let workspace = match self.blas {
-            BlasSlot::Ready(_) => align_up(BLAS_WORKSPACE_BYTES),
-            _ => 0,
-        };
-        workspace + self.blas_scratch.as_ref().map_or(0, |(m, _)| m.bytes())
-    }
-
-    /// Whether cuBLAS is there, making its handle on first use.
-    fn blas_ready(&mut self) -> bool {
-        if let BlasSlot::Untried = self.blas {
-            self.blas = match Blas::new(&self.dev) {
-                Ok(Some(b)) => BlasSlot::Ready(b),
-                Ok(None) => BlasSlot::Missing,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cuBLAS unavailable: prefill runs on the worker's own GEMM kernels");
-                    BlasSlot::Missing
-                }
-            };
-        }
-        matches!(self.blas, BlasSlot::Ready(_))
-    }
-
-    /// The f16 scratch, grown to hold `values` values.
-    fn reserve_blas_scratch(&mut self, values: usize) -> Result<DevPtrMut<f16>, BackendError> {
-        if self.blas_scratch.as_ref().is_none_or(|(_, v)| *v < values) {
-            if self.blas_scratch.is_some() {
-                // Queued products may still read the old block: let them
-                // finish before it is freed (a rare path: an LM head
-                // multiplied for many rows grows it once).
-                self.dev.synchronize()?;
-            }
-            self.blas_scratch = None;
-            let mem = self.dev.alloc(Purpose::Weights, (values * 2) as u64)?;
-            self.blas_scratch = Some((mem, values));
-        }
-        let (mem, _) = self.blas_scratch.as_ref().expect("just reserved");
-        Ok(DevPtrMut::new(mem.ptr()))
-    }
-
-    /// x of `m` as two f16 parts (`to_f16`: x rounded, then the rounding
-    /// of the rest) at `hi` and right after it (each 16-byte aligned: n x
-    /// cols is a multiple of 8), for cuBLAS and `gemm_tck_*`.
-    fn launch_to_f16(&self, m: &MatmulArgs, hi: DevPtrMut<f16>) -> Result<(), BackendError> {
-        let len = m.n * m.w.cols;
-        let args = ToF16Args {
-            x: m.x,
-            len,
-            hi,
-            lo: hi.offset(len),
-        };
-        self.dev.kernels.launch(&self.dev.stream, &args)
-    }
-
-    /// [`Self::launch_to_f16`] into a scratch block of its own, freed in
-    /// stream order when dropped.
-    fn split_x_f16(&mut self, m: &MatmulArgs) -> Result<(DevBuf, DevPtrMut<f16>), BackendError> {
-        let mem = self
-            .dev
-            .alloc_async(Purpose::Scratch, (4 * m.n * m.w.cols) as u64)?;
-        let hi = DevPtrMut::<f16>::new(mem.ptr());
-        self.launch_to_f16(m, hi)?;
-        Ok((mem, hi))
-    }
-
     /// Frees what a step kept in scratch between its products (x's f16
     /// parts): activations live no longer than their step.
     pub fn end_step(&mut self) {
         self.x16 = None;
-    }
-
-    /// x of `m` in two f16 parts for `gemm_tck_*`, in the `x16` block:
-    /// split unless the block holds this x already (Q, K and V read one).
-    fn x_f16(&mut self, x: &CudaBuf, m: &MatmulArgs) -> Result<DevPtr<f16>, BackendError> {
-        let len = m.n * m.w.cols;
-        let kernels = &self.dev.kernels;
-        let held = (x.id(), x.rows, x.cols, kernels.writes());
-        if let Some(b) = self.x16.as_ref().filter(|b| b.len >= len) {
-            if b.holds == Some(held) {
-                return Ok(DevPtr::new(b.mem.ptr()));
-            }
-        }
-        if self.x16.as_ref().is_none_or(|b| b.len < len) {
-            // Scratch, freed in stream order when replaced.
-            let mem = self.dev.alloc_async(Purpose::Scratch, (4 * len) as u64)?;
-            self.x16 = Some(SplitX {
-                mem,
-                len,
-                holds: None,
-            });
-        }
-        let block = self.x16.as_mut().expect("made above");
-        block.holds = None;
-        let hi = DevPtrMut::<f16>::new(block.mem.ptr());
-        self.launch_to_f16(m, hi)?;
-        Ok(hi.as_const())
-    }
-
-    /// `m` on cuBLAS over f16 (`blas.rs`): x rounded to f16 once, the
-    /// weights decoded chunk by chunk into the scratch (F16 weights are
-    /// read where they are), each chunk's product written into its columns
-    /// of `out`, then the bias. `false` when cuBLAS is missing.
-    fn matmul_blas(&mut self, m: &MatmulArgs) -> Result<bool, BackendError> {
-        if !self.blas_ready() {
-            return Ok(false);
-        }
-        let (rows, cols, n) = (m.w.rows, m.w.cols, m.n);
-        let direct = m.w.ty == GgmlType::F16;
-        let chunk = if direct { rows } else { chunk_rows(rows, cols) };
-        let scratch = if direct {
-            None
-        } else {
-            Some(self.reserve_blas_scratch(chunk * cols)?)
-        };
-        // Freed in stream order when this returns, after the products.
-        let (_xh_mem, xh) = self.split_x_f16(m)?;
-        let xl = xh.offset(n * cols);
-        let (k, st) = (&self.dev.kernels, &self.dev.stream);
-        let BlasSlot::Ready(blas) = &self.blas else {
-            unreachable!("blas_ready said so");
-        };
-        for r0 in (0..rows).step_by(chunk) {
-            let nrows = chunk.min(rows - r0);
-            let w = match scratch {
-                None => DevPtr::new(m.w.ptr.addr()),
-                Some(out) => {
-                    k.launch(
-                        st,
-                        &DequantF16Args {
-                            w: m.w,
-                            r0,
-                            nrows,
-                            out,
-                        },
-                    )?;
-                    out.as_const()
-                }
-            };
-            // The small part of x first, then the large one added to it.
-            for (x, accumulate) in [(xl, false), (xh, true)] {
-                let product = F16Product {
-                    w,
-                    rows: nrows,
-                    cols,
-                    x: x.as_const(),
-                    n,
-                    out: m.out.offset(r0),
-                    ld_out: rows,
-                    accumulate,
-                };
-                // SAFETY: w holds nrows x cols f16 (the stored F16 matrix,
-                // or the chunk just decoded), xh and xl n x cols each, out
-                // n x rows f32 (checked by `matmul`), all on this device.
-                unsafe { blas.gemm_f16(&product) }?;
-            }
-            k.note_write();
-        }
-        if let Some(bias) = m.bias {
-            let len = n * rows;
-            k.launch(
-                st,
-                &AddBiasArgs {
-                    out: m.out,
-                    bias,
-                    len,
-                    rows,
-                },
-            )?;
-        }
-        Ok(true)
-    }
-
-    /// Makes room for up to `MV8_LOOP_MAX_TOKENS` rows of x of up to `cols`
-    /// columns in the block that `mv8_*` reads (done at load, so that no
-    /// decode graph needs to allocate; without it the first such matmul
-    /// allocates).
-    pub fn reserve_x8(&mut self, cols: usize) -> Result<(), BackendError> {
-        self.x8_cols = Some(cols);
-        self.reserve_x8_values(cols * MV8_LOOP_MAX_TOKENS)
-    }
-
-    fn reserve_x8_values(&mut self, len: usize) -> Result<(), BackendError> {
-        if self.x8.as_ref().is_some_and(|b| b.len >= len) {
-            return Ok(());
-        }
-        self.dev.bind()?;
-        // Held for the model's lifetime, as the sampler's buffers are.
-        let mem = self
-            .dev
-            .alloc(Purpose::Weights, X8Bufs::bytes(len) as u64)?;
-        self.x8 = Some(SplitX {
-            mem,
-            len,
-            holds: None,
-        });
-        Ok(())
-    }
-
-    /// x split for `mv8_*`, split now unless the block holds it already;
-    /// `None` inside a graph capture when the block is too small (nothing
-    /// may be allocated there: `mv1_*` runs instead).
-    fn quantized_x(&mut self, x: &CudaBuf) -> Result<Option<X8Bufs>, BackendError> {
-        let Some(bufs) = self.x8_room(x.len())? else {
-            return Ok(None);
-        };
-        let kernels = &self.dev.kernels;
-        let block = self.x8.as_ref().expect("x8_room reserved it");
-        if block.holds != Some((x.id(), x.rows, x.cols, kernels.writes())) {
-            let args = QuantizeX8Args {
-                x: x.input(),
-                cols: x.len(),
-                out: bufs,
-            };
-            kernels.launch(&self.dev.stream, &args)?;
-        }
-        Ok(Some(bufs))
-    }
-
-    /// The block's parts for `len` values, grown to hold them outside a
-    /// graph capture; `None` inside one when it is too small (nothing may
-    /// be allocated there).
-    fn x8_room(&mut self, len: usize) -> Result<Option<X8Bufs>, BackendError> {
-        if self.x8.as_ref().is_none_or(|b| b.len < len) {
-            if self.capture.is_some() {
-                return Ok(None);
-            }
-            self.reserve_x8_values(len)?;
-        }
-        let block = self.x8.as_ref().expect("reserved above");
-        Ok(Some(X8Bufs::at(block.mem.ptr(), len)))
-    }
-
-    /// Where a kernel writing `out` may also split it for `mv8_*`, saving
-    /// `quantize_x8`'s launch before the next matmul of `out` (decode: the
-    /// norms and SwiGLU feed mat-vecs): one row of whole 32-value groups,
-    /// the integer mat-vec on, and a block reserved for that many values.
-    fn x8_for(&self, out: &CudaBuf) -> Option<X8Bufs> {
-        let block = self.x8.as_ref()?;
-        let fits = out.rows == 1 && out.cols.is_multiple_of(32) && block.len >= out.len();
-        (fits && self.dev.kernels.mv8_enabled()).then(|| X8Bufs::at(block.mem.ptr(), out.len()))
-    }
-
-    /// `out = act(gate) * up`.
-    fn glu(
-        &mut self,
-        act: Glu,
-        gate: &CudaBuf,
-        up: &CudaBuf,
-        out: &mut CudaBuf,
-    ) -> Result<(), BackendError> {
-        if gate.len() != up.len() || out.len() != up.len() || up.is_empty() {
-            return Err(shape_error(format!(
-                "glu: {} {} {}",
-                gate.len(),
-                up.len(),
-                out.len()
-            )));
-        }
-        check_bufs("glu", &[gate, up, out])?;
-        self.dev.bind()?;
-        let x8 = self.x8_for(out);
-        let args = GluArgs {
-            act,
-            gate: gate.input(),
-            up: up.input(),
-            len: up.len(),
-            out: out.output(),
-            x8,
-        };
-        self.launch_splitting(&args, out)
-    }
-
-    /// Launches a kernel that writes `out` and, when `args.x8()` says so,
-    /// splits it into the block; the block then holds `out` as it is now
-    /// (until the next launch or copy).
-    fn launch_splitting<C: SplitsOutput>(
-        &mut self,
-        args: &C,
-        out: &CudaBuf,
-    ) -> Result<(), BackendError> {
-        self.dev.kernels.launch(&self.dev.stream, args)?;
-        if args.x8().is_some() {
-            self.x8_now_holds(out);
-        }
-        Ok(())
-    }
-
-    /// `x += y` (or `rms_norm(y) * y_weight`), then `out = rms_norm(x) * weight`.
-    fn add_rms_norm_launch(
-        &mut self,
-        x: &mut CudaBuf,
-        y: &CudaBuf,
-        y_weight: Option<&CudaWeight>,
-        weight: &CudaWeight,
-        eps: f32,
-        out: &mut CudaBuf,
-    ) -> Result<(), BackendError> {
-        let same = |b: &CudaBuf| b.rows == x.rows && b.cols == x.cols;
-        let yw_ok = y_weight.is_none_or(|w| is_f32_vector(w, x.cols));
-        if !is_f32_vector(weight, x.cols) || !yw_ok || !same(y) || !same(out) || x.is_empty() {
-            return Err(shape_error(format!(
-                "add_rms_norm: x {}x{}, y {}x{}, w {}, y's w {:?}, out {}x{}",
-                x.rows,
-                x.cols,
-                y.rows,
-                y.cols,
-                weight.cols,
-                y_weight.map(|w| w.cols),
-                out.rows,
-                out.cols
-            )));
-        }
-        check_weights("add_rms_norm", &[weight])?;
-        if let Some(w) = y_weight {
-            check_weights("add_rms_norm", &[w])?;
-        }
-        check_bufs("add_rms_norm", &[x, y, out])?;
-        self.dev.bind()?;
-        let x8 = self.x8_for(out);
-        if let Some(x8) = x8.filter(|_| {
-            y_weight.is_none()
-                && self.dev.kernels.clusters()
-                && norm_cluster_blocks(x.cols).is_some()
-        }) {
-            let args = AddRmsNormClusterArgs {
-                x: x.output(),
-                y: y.input(),
-                w: weight.vector(),
-                cols: x.cols,
-                eps,
-                out: out.output(),
-                x8,
-            };
-            return self.launch_splitting(&args, out);
-        }
-        let args = AddRmsNormArgs {
-            x: x.output(),
-            y: y.input(),
-            yw: y_weight.map(CudaWeight::vector),
-            w: weight.vector(),
-            rows: x.rows,
-            cols: x.cols,
-            eps,
-            out: out.output(),
-            x8,
-        };
-        self.launch_splitting(&args, out)
-    }
-
-    /// After the launch that split `out` into the x8 block.
-    fn x8_now_holds(&mut self, out: &CudaBuf) {
-        let writes = self.dev.kernels.writes();
-        if let Some(b) = self.x8.as_mut() {
-            b.holds = Some((out.id(), out.rows, out.cols, writes));
-        }
-    }
-
-    /// `out = x W^T (+ bias)` through `mv8_*`, when it applies; `false`:
-    /// it does not, nothing was launched.
-    fn matmul_x8(
-        &mut self,
-        x: &CudaBuf,
-        args: &MatmulArgs,
-        out: &CudaBuf,
-    ) -> Result<bool, BackendError> {
-        match self.dev.kernels.mv8_choice(args) {
-            Some(plan) => self.matmul_x8_plan(x, args, plan, out),
-            None => Ok(false),
-        }
-    }
-
-    /// `matmul_x8` on `plan`; `false` where x cannot be split (inside a
-    /// capture without room).
-    fn matmul_x8_plan(
-        &mut self,
-        x: &CudaBuf,
-        args: &MatmulArgs,
-        plan: Mv8Plan,
-        out: &CudaBuf,
-    ) -> Result<bool, BackendError> {
-        let Some(x8) = self.quantized_x(x)? else {
-            return Ok(false);
-        };
-        self.dev.kernels.matvec8(&self.dev.stream, args, plan, x8)?;
-        self.x8_still_holds(x, &[out]);
-        Ok(true)
-    }
-
-    /// After products of x split in the x8 block wrote `outs`: the block
-    /// still holds x, unless a product overwrote x itself.
-    fn x8_still_holds(&mut self, x: &CudaBuf, outs: &[&CudaBuf]) {
-        let kernels = &self.dev.kernels;
-        let block = self.x8.as_mut().expect("quantized_x reserved it");
-        block.holds = apart(x, outs).then_some((x.id(), x.rows, x.cols, kernels.writes()));
-    }
-
-    /// The checked launch of `rope` on x (`None`: nothing to rotate).
-    fn rope_args(
-        &mut self,
-        x: &mut CudaBuf,
-        p: RopeParams<'_>,
-    ) -> Result<Option<RopeArgs>, BackendError> {
-        if x.cols != p.n_head * p.head_dim
-            || p.n_rot > p.head_dim
-            || !p.n_rot.is_multiple_of(2)
-            || !p.factors_fit()
-            || x.is_empty()
-        {
-            return Err(shape_error(format!(
-                "rope: x {}x{}, {} heads of {}, {:?} frequency factors",
-                x.rows,
-                x.cols,
-                p.n_head,
-                p.head_dim,
-                p.freq_factors.map(<[f32]>::len)
-            )));
-        }
-        check_bufs("rope", &[x])?;
-        if p.n_rot == 0 {
-            return Ok(None);
-        }
-        let pairs = match p.style {
-            RopeStyle::Normal => RopePairs::Adjacent,
-            RopeStyle::Neox => RopePairs::Halves,
-        };
-        // Frequency factors live only in the table: made here on first use
-        // (never inside a graph capture, which may not allocate; the prefill
-        // before it has made it).
-        if p.freq_factors.is_some() && self.capture.is_none() {
-            self.prepare_rope(p.freq_base, p.n_rot, p.freq_factors)?;
-        }
-        let inv_freq = self
-            .rope_tables
-            .iter()
-            .find(|t| t.is_for(p.freq_base, p.n_rot, p.freq_factors))
-            .map(|t| DevPtr::new(t.mem.ptr()));
-        if inv_freq.is_none() && p.freq_factors.is_some() {
-            return Err(BackendError::InferenceFailed(
-                "rope: no table for these frequency factors inside a graph capture".into(),
-            ));
-        }
-        self.dev.bind()?;
-        Ok(Some(RopeArgs {
-            x: x.output(),
-            x2: None,
-            n_head2: 0,
-            rows: x.rows,
-            n_head: p.n_head,
-            head_dim: p.head_dim,
-            n_rot: p.n_rot,
-            start_pos: p.start_pos,
-            pos_ptr: self.pos_ptr(),
-            inv_freq,
-            freq_base: p.freq_base,
-            freq_scale: p.freq_scale,
-            mscale: p.mscale,
-            pairs,
-        }))
     }
 
     /// Makes `keep_last_row` copy the last position's logits to `ptr`, a
@@ -680,162 +140,9 @@ impl CudaOps {
         self.kept_logits = Some((ptr, len));
     }
 
-    /// Uploads the RoPE frequencies for (`freq_base`, `n_rot`), computed as
-    /// the CPU reference computes them, so that `rope` need not compute them
-    /// per thread. Without a table the kernel computes them itself.
-    pub fn prepare_rope(
-        &mut self,
-        freq_base: f32,
-        n_rot: usize,
-        factors: Option<&[f32]>,
-    ) -> Result<(), BackendError> {
-        if n_rot < 2
-            || factors.is_some_and(|f| f.len() != n_rot / 2)
-            || self
-                .rope_tables
-                .iter()
-                .any(|t| t.is_for(freq_base, n_rot, factors))
-        {
-            return Ok(());
-        }
-        let table = rope_inv_freqs(freq_base, n_rot, factors);
-        self.dev.bind()?;
-        let mem = self.dev.alloc(Purpose::Weights, (table.len() * 8) as u64)?;
-        // SAFETY: the block holds the table.
-        unsafe { drv::memcpy_htod_async(mem.ptr(), &table, self.dev.cu_stream()) }
-            .map_err(|e| driver_error("copying the RoPE table", e))?;
-        self.dev.synchronize()?;
-        self.rope_tables.push(RopeTable {
-            base_bits: freq_base.to_bits(),
-            n_rot,
-            factors: factors.map(factor_bits),
-            mem,
-        });
-        Ok(())
-    }
-
-    /// The device position slot while capturing, else none.
-    fn pos_ptr(&self) -> Option<DevPtr<i32>> {
-        self.capture.as_ref().map(|c| DevPtr::new(c.step + 4))
-    }
-
-    /// Uploads an f32 host matrix (for tests and small inputs).
-    pub fn upload(
-        &mut self,
-        rows: usize,
-        cols: usize,
-        data: &[f32],
-    ) -> Result<CudaBuf, BackendError> {
-        self.upload_values(rows, cols, data)
-    }
-
     /// `words` in a new buffer (index lists for kernels that read `int`s).
     pub(super) fn upload_words(&mut self, words: &[u32]) -> Result<CudaBuf, BackendError> {
         self.upload_values(1, words.len(), words)
-    }
-
-    /// `rows x cols` 4-byte values in a new buffer.
-    fn upload_values<T: cudarc::driver::DeviceRepr>(
-        &mut self,
-        rows: usize,
-        cols: usize,
-        data: &[T],
-    ) -> Result<CudaBuf, BackendError> {
-        if data.len() != rows * cols || std::mem::size_of::<T>() != 4 {
-            return Err(shape_error(format!(
-                "upload: {} values for {rows}x{cols}",
-                data.len()
-            )));
-        }
-        let b = self.alloc_buf(rows, cols)?;
-        // SAFETY: the block holds `data.len()` 4-byte values; pageable host
-        // memory is staged before the call returns.
-        unsafe { drv::memcpy_htod_async(b.ptr(), data, self.dev.cu_stream()) }
-            .map_err(|e| driver_error("copying to the device", e))?;
-        self.dev.kernels.note_write();
-        Ok(b)
-    }
-
-    /// Uploads a weight from its stored bytes (`rows` rows of `cols` values
-    /// of `ty`), synchronously. Vectors must be F32 with one row.
-    pub fn upload_weight(
-        &mut self,
-        ty: GgmlType,
-        rows: usize,
-        cols: usize,
-        bytes: &[u8],
-    ) -> Result<CudaWeight, BackendError> {
-        let row_bytes = ty.bytes_for(cols as u64).ok_or_else(|| {
-            shape_error(format!(
-                "upload_weight: {cols} values are not whole {ty} blocks"
-            ))
-        })? as usize;
-        if row_bytes * rows != bytes.len() || rows == 0 || (rows == 1 && ty != GgmlType::F32) {
-            return Err(shape_error(format!(
-                "upload_weight: {} bytes for {rows}x{cols} {ty}",
-                bytes.len()
-            )));
-        }
-        self.dev.bind()?;
-        let mem = self
-            .dev
-            .alloc(Purpose::Weights, weight_block_bytes(bytes.len()))?;
-        // SAFETY: the block holds `bytes.len()` bytes.
-        unsafe { drv::memcpy_htod_async(mem.ptr(), bytes, self.dev.cu_stream()) }
-            .map_err(|e| driver_error("copying a weight", e))?;
-        self.dev.synchronize()?;
-        Ok(CudaWeight {
-            mem,
-            ty,
-            rows,
-            cols,
-            row_bytes,
-        })
-    }
-
-    fn alloc_buf(&mut self, rows: usize, cols: usize) -> Result<CudaBuf, BackendError> {
-        self.dev.bind()?;
-        let bytes = (rows * cols * 4) as u64;
-        if let Some(c) = &mut self.capture {
-            let size = super::device::align_up(bytes);
-            if c.arena_used + size > c.arena_bytes {
-                return Err(BackendError::OutOfMemory {
-                    needed: size,
-                    available: c.arena_bytes - c.arena_used,
-                });
-            }
-            let ptr = c.arena + c.arena_used;
-            c.arena_used += size;
-            return Ok(CudaBuf::new(BufMem::Arena(ptr), rows, cols));
-        }
-        let mem = self.dev.alloc_async(Purpose::Scratch, bytes)?;
-        Ok(CudaBuf::new(BufMem::Owned(mem), rows, cols))
-    }
-
-    /// A buffer that lives until the next launch has read it (a product's
-    /// column-range parts): inside a capture the arena block of the last
-    /// such buffer when it is large enough (the launches run in stream
-    /// order), otherwise a buffer of its own.
-    fn temp_buf(&mut self, rows: usize, cols: usize) -> Result<CudaBuf, BackendError> {
-        let bytes = (rows * cols * 4) as u64;
-        if let Some((ptr, held)) = self.capture.as_ref().and_then(|c| c.temp) {
-            if held >= bytes {
-                return Ok(CudaBuf::new(BufMem::Arena(ptr), rows, cols));
-            }
-        }
-        let b = self.alloc_buf(rows, cols)?;
-        if let Some(c) = &mut self.capture {
-            c.temp = Some((b.ptr(), bytes));
-        }
-        Ok(b)
-    }
-
-    /// Zeroes a buffer just made (no other buffer's contents change, so no
-    /// write is counted for `mv8_*`'s block).
-    fn zero(&self, b: &CudaBuf) -> Result<(), BackendError> {
-        // SAFETY: the range is the buffer's own.
-        unsafe { drv::memset_d8_async(b.ptr(), 0, b.len() * 4, self.dev.cu_stream()) }
-            .map_err(|e| driver_error("zeroing device memory", e))
     }
 }
 
@@ -868,20 +175,22 @@ impl Ops for CudaOps {
         tokens: &[u32],
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
-        if tokens.is_empty()
-            || out.rows != tokens.len()
-            || out.cols != table.cols
-            || table.cols == 0
-        {
-            return Err(shape_error(format!(
-                "embed: {} tokens, table {}x{}, out {}x{}",
-                tokens.len(),
-                table.rows,
-                table.cols,
-                out.rows,
-                out.cols
-            )));
-        }
+        shape_check(
+            tokens.is_empty()
+                || out.rows != tokens.len()
+                || out.cols != table.cols
+                || table.cols == 0,
+            || {
+                format!(
+                    "embed: {} tokens, table {}x{}, out {}x{}",
+                    tokens.len(),
+                    table.rows,
+                    table.cols,
+                    out.rows,
+                    out.cols
+                )
+            },
+        )?;
         check_weights("embed", &[table])?;
         check_bufs("embed", &[out])?;
         if let Some(&id) = tokens.iter().find(|&&id| id as usize >= table.rows) {
@@ -939,12 +248,12 @@ impl Ops for CudaOps {
         // A decode graph reads its position from the step's slot, the word
         // after the token (the model's context, checked at load, is within
         // the table).
-        if out.rows != 1 || out.cols != table.cols {
-            return Err(shape_error(format!(
+        shape_check(out.rows != 1 || out.cols != table.cols, || {
+            format!(
                 "embed_positions: a decode graph takes one row of {}, not {}x{}",
                 table.cols, out.rows, out.cols
-            )));
-        }
+            )
+        })?;
         check_weights("embed_positions", &[table])?;
         check_bufs("embed_positions", &[out])?;
         self.dev.bind()?;
@@ -958,12 +267,15 @@ impl Ops for CudaOps {
         start: usize,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
-        if out.rows != x.rows || start + out.cols > x.cols || out.is_empty() {
-            return Err(shape_error(format!(
-                "copy_cols: x {}x{} from {start}, out {}x{}",
-                x.rows, x.cols, out.rows, out.cols
-            )));
-        }
+        shape_check(
+            out.rows != x.rows || start + out.cols > x.cols || out.is_empty(),
+            || {
+                format!(
+                    "copy_cols: x {}x{} from {start}, out {}x{}",
+                    x.rows, x.cols, out.rows, out.cols
+                )
+            },
+        )?;
         check_bufs("copy_cols", &[x, out])?;
         self.dev.bind()?;
         let args = CopyColsArgs {
@@ -985,18 +297,20 @@ impl Ops for CudaOps {
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
         let width = weight.cols;
-        if !is_f32_vector(weight, width)
-            || width == 0
-            || !x.cols.is_multiple_of(width)
-            || out.rows != x.rows
-            || out.cols != x.cols
-            || x.is_empty()
-        {
-            return Err(shape_error(format!(
-                "rms_norm: x {}x{}, w {}, out {}x{}",
-                x.rows, x.cols, weight.cols, out.rows, out.cols
-            )));
-        }
+        shape_check(
+            !is_f32_vector(weight, width)
+                || width == 0
+                || !x.cols.is_multiple_of(width)
+                || out.rows != x.rows
+                || out.cols != x.cols
+                || x.is_empty(),
+            || {
+                format!(
+                    "rms_norm: x {}x{}, w {}, out {}x{}",
+                    x.rows, x.cols, weight.cols, out.rows, out.cols
+                )
+            },
+        )?;
         check_weights("rms_norm", &[weight])?;
         check_bufs("rms_norm", &[x, out])?;
         self.dev.bind()?;
@@ -1024,42 +338,7 @@ impl Ops for CudaOps {
         bias: Option<&CudaWeight>,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
-        if self.in_rows() {
-            return self.matmul_rows(x, w, bias, out);
-        }
-        let args = matmul_args(x, w, bias, out)?;
-        self.dev.bind()?;
-        if self.capture.is_none()
-            && self.dev.kernels.blas_choice(&args)
-            && self.matmul_blas(&args)?
-        {
-            return Ok(());
-        }
-        // Short prompts, quantized formats: tensor cores over split columns
-        // (never inside a capture, which may not allocate; decode is n = 1).
-        if let Some(plan) = self
-            .dev
-            .kernels
-            .gemm_splits(&args)
-            .filter(|_| self.capture.is_none())
-        {
-            let xh = self.x_f16(x, &args)?;
-            let mut part = self.alloc_buf(plan.splits * x.rows, w.rows)?;
-            let st = &self.dev.stream;
-            self.dev
-                .kernels
-                .gemm_split(st, &args, xh, plan, part.output())?;
-            let block = self.x16.as_mut().expect("x_f16 made it");
-            block.holds = apart(x, &[out]).then(|| {
-                let writes = self.dev.kernels.writes();
-                (x.id(), x.rows, x.cols, writes)
-            });
-            return Ok(());
-        }
-        if self.matmul_x8(x, &args, out)? {
-            return Ok(());
-        }
-        self.dev.kernels.matmul(&self.dev.stream, &args)
+        self.product(x, w, bias, out)
     }
 
     /// Products of one row of x in one format with `mv8_*` run as one
@@ -1070,48 +349,7 @@ impl Ops for CudaOps {
         x: &CudaBuf,
         products: &mut [Product<'_, CudaWeight, CudaBuf>],
     ) -> Result<(), BackendError> {
-        let mut fused = vec![false; products.len()];
-        if x.rows == 1 && products.len() > 1 && !self.in_rows() {
-            let mut args = Vec::with_capacity(products.len());
-            for p in products.iter_mut() {
-                args.push(matmul_args(x, p.w, p.bias, p.out)?);
-            }
-            self.dev.bind()?;
-            for (i, a) in args.iter().enumerate() {
-                if fused[i] || self.dev.kernels.mv8_choice(a) != Some(Mv8Plan::One) {
-                    continue;
-                }
-                let group: Vec<usize> = (i..args.len())
-                    .filter(|&j| {
-                        !fused[j]
-                            && args[j].w.ty == a.w.ty
-                            && self.dev.kernels.mv8_choice(&args[j]) == Some(Mv8Plan::One)
-                    })
-                    .take(3)
-                    .collect();
-                if group.len() < 2 {
-                    continue;
-                }
-                let Some(x8) = self.quantized_x(x)? else {
-                    break;
-                };
-                let chosen: Vec<MatmulArgs> = group.iter().map(|&j| args[j]).collect();
-                self.dev
-                    .kernels
-                    .matvec8_many(&self.dev.stream, &chosen, x8)?;
-                let outs: Vec<&CudaBuf> = group.iter().map(|&j| &*products[j].out).collect();
-                self.x8_still_holds(x, &outs);
-                for j in group {
-                    fused[j] = true;
-                }
-            }
-        }
-        for (p, done) in products.iter_mut().zip(fused) {
-            if !done {
-                self.matmul(x, p.w, p.bias, p.out)?;
-            }
-        }
-        Ok(())
+        self.products(x, products)
     }
 
     fn rope(&mut self, x: &mut CudaBuf, p: RopeParams<'_>) -> Result<(), BackendError> {
@@ -1182,12 +420,12 @@ impl Ops for CudaOps {
         sinks: &CudaWeight,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
-        if !is_f32_vector(sinks, s.n_head) {
-            return Err(shape_error(format!(
+        shape_check(!is_f32_vector(sinks, s.n_head), || {
+            format!(
                 "attention sinks: {} values for {} heads",
                 sinks.cols, s.n_head
-            )));
-        }
+            )
+        })?;
         check_weights("attention sinks", &[sinks])?;
         if self.in_rows() {
             return self.attention_rows(q, k, v, cache, s, Some(sinks), out);
@@ -1272,9 +510,7 @@ impl Ops for CudaOps {
     }
 
     fn scale(&mut self, x: &mut CudaBuf, factor: f32) -> Result<(), BackendError> {
-        if x.is_empty() {
-            return Err(shape_error("scale: an empty buffer".into()));
-        }
+        shape_check(x.is_empty(), || "scale: an empty buffer".into())?;
         check_bufs("scale", &[x])?;
         self.dev.bind()?;
         let args = ScaleArgs {
@@ -1293,22 +529,24 @@ impl Ops for CudaOps {
         eps: f32,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
-        if !is_f32_vector(weight, x.cols)
-            || bias.is_some_and(|b| !is_f32_vector(b, x.cols))
-            || out.rows != x.rows
-            || out.cols != x.cols
-            || x.is_empty()
-        {
-            return Err(shape_error(format!(
-                "layer_norm: x {}x{}, w {}, bias {:?}, out {}x{}",
-                x.rows,
-                x.cols,
-                weight.cols,
-                bias.map(|b| b.cols),
-                out.rows,
-                out.cols
-            )));
-        }
+        shape_check(
+            !is_f32_vector(weight, x.cols)
+                || bias.is_some_and(|b| !is_f32_vector(b, x.cols))
+                || out.rows != x.rows
+                || out.cols != x.cols
+                || x.is_empty(),
+            || {
+                format!(
+                    "layer_norm: x {}x{}, w {}, bias {:?}, out {}x{}",
+                    x.rows,
+                    x.cols,
+                    weight.cols,
+                    bias.map(|b| b.cols),
+                    out.rows,
+                    out.cols
+                )
+            },
+        )?;
         check_weights("layer_norm", &[weight])?;
         if let Some(b) = bias {
             check_weights("layer_norm bias", &[b])?;
@@ -1329,12 +567,12 @@ impl Ops for CudaOps {
     }
 
     fn gelu(&mut self, x: &CudaBuf, out: &mut CudaBuf) -> Result<(), BackendError> {
-        if out.len() != x.len() || x.is_empty() {
-            return Err(shape_error(format!(
+        shape_check(out.len() != x.len() || x.is_empty(), || {
+            format!(
                 "gelu: x {}x{}, out {}x{}",
                 x.rows, x.cols, out.rows, out.cols
-            )));
-        }
+            )
+        })?;
         check_bufs("gelu", &[x, out])?;
         self.dev.bind()?;
         let args = GeluArgs {
@@ -1346,9 +584,7 @@ impl Ops for CudaOps {
     }
 
     fn add_assign(&mut self, x: &mut CudaBuf, y: &CudaBuf) -> Result<(), BackendError> {
-        if x.len() != y.len() || x.is_empty() {
-            return Err(shape_error("add".into()));
-        }
+        shape_check(x.len() != y.len() || x.is_empty(), || "add".into())?;
         check_bufs("add", &[x, y])?;
         self.dev.bind()?;
         let args = AddAssignArgs {
@@ -1384,9 +620,7 @@ impl Ops for CudaOps {
     }
 
     fn take_row(&mut self, x: &CudaBuf, row: usize) -> Result<CudaBuf, BackendError> {
-        if row >= x.rows {
-            return Err(shape_error("take_row".into()));
-        }
+        shape_check(row >= x.rows, || "take_row".into())?;
         check_bufs("take_row", &[x])?;
         let out = self.alloc_buf(1, x.cols)?;
         // SAFETY: both ranges are `cols` f32 values inside their blocks.
@@ -1423,12 +657,9 @@ impl Ops for CudaOps {
         if self.in_rows() {
             return self.keep_rows(x, len);
         }
-        if x.rows == 0 || x.cols != len {
-            return Err(shape_error(format!(
-                "keep_last_row: {}x{} for {len} logits",
-                x.rows, x.cols
-            )));
-        }
+        shape_check(x.rows == 0 || x.cols != len, || {
+            format!("keep_last_row: {}x{} for {len} logits", x.rows, x.cols)
+        })?;
         self.dev.bind()?;
         self.dev.kernels.note_write();
         // SAFETY: one row of `len` f32 inside the block, into a buffer of `len` f32.
@@ -1442,9 +673,7 @@ impl Ops for CudaOps {
         row: usize,
         out: &mut Vec<f32>,
     ) -> Result<(), BackendError> {
-        if row >= x.rows {
-            return Err(shape_error("row_to_host".into()));
-        }
+        shape_check(row >= x.rows, || "row_to_host".into())?;
         check_bufs("row_to_host", &[x])?;
         if self.capture.is_some() {
             return Err(BackendError::InferenceFailed(
@@ -1459,42 +688,4 @@ impl Ops for CudaOps {
             .map_err(|e| driver_error("copying to the host", e))?;
         self.dev.synchronize()
     }
-}
-
-/// The checked launch arguments of `out = x w^T (+ bias)` (shapes, weights
-/// and buffers as `matmul` refuses them).
-fn matmul_args(
-    x: &CudaBuf,
-    w: &CudaWeight,
-    bias: Option<&CudaWeight>,
-    out: &mut CudaBuf,
-) -> Result<MatmulArgs, BackendError> {
-    if x.cols != w.cols || out.rows != x.rows || out.cols != w.rows || x.is_empty() || w.rows == 0 {
-        return Err(shape_error(format!(
-            "matmul: x {}x{}, w {}x{}, out {}x{}",
-            x.rows, x.cols, w.rows, w.cols, out.rows, out.cols
-        )));
-    }
-    check_weights("matmul", &[w])?;
-    check_bufs("matmul", &[x, out])?;
-    let bias = match bias {
-        Some(b) if is_f32_vector(b, w.rows) => {
-            check_weights("matmul bias", &[b])?;
-            Some(b.vector())
-        }
-        Some(b) => {
-            return Err(shape_error(format!(
-                "matmul bias of {} values for {} rows",
-                b.cols, w.rows
-            )))
-        }
-        None => None,
-    };
-    Ok(MatmulArgs {
-        w: w.stored(),
-        x: x.input(),
-        n: x.rows,
-        bias,
-        out: out.output(),
-    })
 }

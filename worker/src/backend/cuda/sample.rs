@@ -25,11 +25,11 @@ use std::sync::Arc;
 use cudarc::driver::result as drv;
 use cudarc::driver::sys::CUdeviceptr;
 
-use crate::backend::cuda::args::{
+use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
+use crate::backend::cuda::kernels::{
     SampleArgmaxArgs, SampleLogprobsArgs, SampleRow, SampleSelectArgs, SampleSelectRowsArgs,
     SelectArgs,
 };
-use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{SAMPLE_ARGMAX_BLOCKS, SAMPLE_MAX_LOGPROBS, SAMPLE_OUT_WORDS};
 use crate::backend::{BackendError, SampleRequest, SampledToken};

@@ -240,8 +240,8 @@ impl Module {
     /// but `attention_split.cu`'s scalar kernels (part 1: groups of up to 4
     /// query heads, part 2: 5 to 8) only for heads of other sizes than the
     /// tensor-core kernel's (part 0, with the combine), and part 2 only for
-    /// such groups. On the H100, compiling the scalar kernel beside the
-    /// tensor-core one made its unit a first start's slowest (1.7-1.9 s).
+    /// such groups: compiling the scalar kernel beside the tensor-core one
+    /// made its unit a first start's slowest.
     /// `matvec.cu`'s part 1 (`mmq_*`, short prompts) only for a format with
     /// such a kernel that the layers' matrices are stored in (it doubled
     /// the Q8_0 unit's compile time, and the reference model's Q8_0 matrix
@@ -387,8 +387,8 @@ impl Unit {
     /// The formats compiled for a model stored in `formats`: each once. F32
     /// only where a matrix is stored in it: the f32 vectors the worker keeps
     /// (norm weights, biases) are read by the norm and mat-vec kernels
-    /// themselves, never multiplied as matrices (on the H100 the F32 matmul
-    /// unit was the slowest compile of a first start).
+    /// themselves, never multiplied as matrices (the F32 matmul unit was the
+    /// slowest compile of a first start).
     pub fn formats_compiled(formats: &[GgmlType]) -> Vec<GgmlType> {
         let mut wanted = Vec::new();
         for &f in formats {

@@ -5,9 +5,9 @@
 //! splitting its output for the next mat-vec in decode.
 
 use super::{
-    check_bufs, is_f32_vector, matmul_args, shape_error, CudaBuf, CudaCache, CudaOps, CudaWeight,
+    check_bufs, is_f32_vector, matmul_args, shape_check, CudaBuf, CudaCache, CudaOps, CudaWeight,
 };
-use crate::backend::cuda::args::{
+use crate::backend::cuda::kernels::{
     AttentionArgs, AttentionCombineArgs, AttentionSplitArgs, CacheWindow, HeadNormArgs,
     KvStoreArgs, MatVec8ManyCall, MatVec8QkvCall, QkRopeStoreArgs, RopePairs,
 };
@@ -30,23 +30,23 @@ pub(super) fn check_attention(
     let rows_ok = [q.rows, k.rows, v.rows, out.rows]
         .iter()
         .all(|&r| r == s.n_tokens);
-    if s.n_tokens == 0
-        || s.n_head_kv == 0
-        || !s.n_head.is_multiple_of(s.n_head_kv)
-        || hd == 0
-        || !hd.is_multiple_of(2)
-        || hd > ATT_MAX_HEAD_DIM
-        || q.cols != s.n_head * hd
-        || k.cols != kvd
-        || v.cols != kvd
-        || !rows_ok
-        || out.cols != q.cols
-        || cache.n_head_kv != s.n_head_kv
-        || cache.head_dim != hd
-        || s.layer >= cache.n_layer
-    {
-        return Err(shape_error(format!("attention: {s:?}")));
-    }
+    shape_check(
+        s.n_tokens == 0
+            || s.n_head_kv == 0
+            || !s.n_head.is_multiple_of(s.n_head_kv)
+            || hd == 0
+            || !hd.is_multiple_of(2)
+            || hd > ATT_MAX_HEAD_DIM
+            || q.cols != s.n_head * hd
+            || k.cols != kvd
+            || v.cols != kvd
+            || !rows_ok
+            || out.cols != q.cols
+            || cache.n_head_kv != s.n_head_kv
+            || cache.head_dim != hd
+            || s.layer >= cache.n_layer,
+        || format!("attention: {s:?}"),
+    )?;
     check_bufs("attention", &[q, k, v, out])?;
     let end = s.start_pos + s.n_tokens;
     if end > cache.capacity {
@@ -61,12 +61,12 @@ pub(super) fn check_attention(
         cache.head_dim,
         cache.capacity,
     );
-    if cache.mem.bytes() < cache_bytes {
-        return Err(shape_error(format!(
+    shape_check(cache.mem.bytes() < cache_bytes, || {
+        format!(
             "attention: a cache of {cache_bytes} bytes in a block of {}",
             cache.mem.bytes()
-        )));
-    }
+        )
+    })?;
     Ok(())
 }
 
@@ -79,12 +79,15 @@ pub(super) fn head_norms(
     let Some(n) = &prep.norms else {
         return Ok(None);
     };
-    if !is_f32_vector(n.q, head_dim) || !is_f32_vector(n.k, head_dim) {
-        return Err(shape_error(format!(
-            "attend: head norms of {} and {} values for heads of {head_dim}",
-            n.q.cols, n.k.cols
-        )));
-    }
+    shape_check(
+        !is_f32_vector(n.q, head_dim) || !is_f32_vector(n.k, head_dim),
+        || {
+            format!(
+                "attend: head norms of {} and {} values for heads of {head_dim}",
+                n.q.cols, n.k.cols
+            )
+        },
+    )?;
     Ok(Some((n.q.vector(), n.k.vector(), n.eps)))
 }
 

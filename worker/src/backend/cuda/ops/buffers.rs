@@ -9,12 +9,24 @@ use cudarc::driver::result as drv;
 use cudarc::driver::sys::CUdeviceptr;
 use half::f16;
 
-use crate::backend::cuda::args::Stored;
+use super::CudaOps;
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
+use crate::backend::cuda::kernels::Stored;
 use crate::backend::cuda::kv_pool::{BlockLease, KvPool};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
+
+/// Bytes every weight matrix's device block holds past its data: the Q8_0
+/// decode mat-vec and `gemm_tck_*` read 2-byte aligned blocks as whole
+/// 16-byte aligned chunks (`ld_a16` in dequant.cuh), up to 16 bytes past the
+/// last block of a tensor.
+pub const WEIGHT_TAIL_BYTES: usize = 16;
+
+/// The device block size asked for a weight matrix of `len` bytes.
+pub fn weight_block_bytes(len: usize) -> u64 {
+    (len + WEIGHT_TAIL_BYTES) as u64
+}
 
 /// A weight on the device: `rows` rows of `cols` values of `ty`, each row
 /// `row_bytes` bytes, exactly as stored in the file. Vectors (norm weights,
@@ -236,6 +248,20 @@ pub(super) fn shape_error(what: String) -> BackendError {
     BackendError::InferenceFailed(format!("shape mismatch in {what}"))
 }
 
+/// Refuses an operation whose operands' shapes do not fit (`mismatch`)
+/// with [`shape_error`]; `what` (the operation and its shapes) is only
+/// formatted then.
+pub(super) fn shape_check(
+    mismatch: bool,
+    what: impl FnOnce() -> String,
+) -> Result<(), BackendError> {
+    if mismatch {
+        Err(shape_error(what()))
+    } else {
+        Ok(())
+    }
+}
+
 /// M0-W-1431: every matrix an operation touches must be backed by enough
 /// device memory for its stated shape (the shape fields are public, so a
 /// caller can make them disagree with the block). A buffer carved from a
@@ -244,14 +270,14 @@ pub(super) fn check_bufs(what: &str, bufs: &[&CudaBuf]) -> Result<(), BackendErr
     for b in bufs {
         let need = (b.rows * b.cols * 4) as u64;
         if let BufMem::Owned(m) = &b.mem {
-            if m.bytes() < need {
-                return Err(shape_error(format!(
+            shape_check(m.bytes() < need, || {
+                format!(
                     "{what}: a {}x{} matrix in a block of {} bytes",
                     b.rows,
                     b.cols,
                     m.bytes()
-                )));
-            }
+                )
+            })?;
         }
     }
     Ok(())
@@ -262,16 +288,19 @@ pub(super) fn check_bufs(what: &str, bufs: &[&CudaBuf]) -> Result<(), BackendErr
 pub(super) fn check_weights(what: &str, ws: &[&CudaWeight]) -> Result<(), BackendError> {
     for w in ws {
         let need = w.rows as u64 * w.row_bytes as u64;
-        if w.ty.bytes_for(w.cols as u64) != Some(w.row_bytes as u64) || w.mem.bytes() < need {
-            return Err(shape_error(format!(
-                "{what}: a {}x{} {} weight with rows of {} bytes in a block of {} bytes",
-                w.rows,
-                w.cols,
-                w.ty,
-                w.row_bytes,
-                w.mem.bytes()
-            )));
-        }
+        shape_check(
+            w.ty.bytes_for(w.cols as u64) != Some(w.row_bytes as u64) || w.mem.bytes() < need,
+            || {
+                format!(
+                    "{what}: a {}x{} {} weight with rows of {} bytes in a block of {} bytes",
+                    w.rows,
+                    w.cols,
+                    w.ty,
+                    w.row_bytes,
+                    w.mem.bytes()
+                )
+            },
+        )?;
     }
     Ok(())
 }
@@ -279,4 +308,121 @@ pub(super) fn check_weights(what: &str, ws: &[&CudaWeight]) -> Result<(), Backen
 /// A vector weight (norm weight, bias) of `len` f32 values.
 pub(super) fn is_f32_vector(w: &CudaWeight, len: usize) -> bool {
     w.ty == GgmlType::F32 && w.rows == 1 && w.cols == len
+}
+
+impl CudaOps {
+    /// Uploads an f32 host matrix (for tests and small inputs).
+    pub fn upload(
+        &mut self,
+        rows: usize,
+        cols: usize,
+        data: &[f32],
+    ) -> Result<CudaBuf, BackendError> {
+        self.upload_values(rows, cols, data)
+    }
+
+    /// `rows x cols` 4-byte values in a new buffer.
+    pub(super) fn upload_values<T: cudarc::driver::DeviceRepr>(
+        &mut self,
+        rows: usize,
+        cols: usize,
+        data: &[T],
+    ) -> Result<CudaBuf, BackendError> {
+        shape_check(
+            data.len() != rows * cols || std::mem::size_of::<T>() != 4,
+            || format!("upload: {} values for {rows}x{cols}", data.len()),
+        )?;
+        let b = self.alloc_buf(rows, cols)?;
+        // SAFETY: the block holds `data.len()` 4-byte values; pageable host
+        // memory is staged before the call returns.
+        unsafe { drv::memcpy_htod_async(b.ptr(), data, self.dev.cu_stream()) }
+            .map_err(|e| driver_error("copying to the device", e))?;
+        self.dev.kernels.note_write();
+        Ok(b)
+    }
+
+    /// Uploads a weight from its stored bytes (`rows` rows of `cols` values
+    /// of `ty`), synchronously. Vectors must be F32 with one row.
+    pub fn upload_weight(
+        &mut self,
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        bytes: &[u8],
+    ) -> Result<CudaWeight, BackendError> {
+        let row_bytes = ty.bytes_for(cols as u64).ok_or_else(|| {
+            shape_error(format!(
+                "upload_weight: {cols} values are not whole {ty} blocks"
+            ))
+        })? as usize;
+        shape_check(
+            row_bytes * rows != bytes.len() || rows == 0 || (rows == 1 && ty != GgmlType::F32),
+            || {
+                format!(
+                    "upload_weight: {} bytes for {rows}x{cols} {ty}",
+                    bytes.len()
+                )
+            },
+        )?;
+        self.dev.bind()?;
+        let mem = self
+            .dev
+            .alloc(Purpose::Weights, weight_block_bytes(bytes.len()))?;
+        // SAFETY: the block holds `bytes.len()` bytes.
+        unsafe { drv::memcpy_htod_async(mem.ptr(), bytes, self.dev.cu_stream()) }
+            .map_err(|e| driver_error("copying a weight", e))?;
+        self.dev.synchronize()?;
+        Ok(CudaWeight {
+            mem,
+            ty,
+            rows,
+            cols,
+            row_bytes,
+        })
+    }
+
+    pub(super) fn alloc_buf(&mut self, rows: usize, cols: usize) -> Result<CudaBuf, BackendError> {
+        self.dev.bind()?;
+        let bytes = (rows * cols * 4) as u64;
+        if let Some(c) = &mut self.capture {
+            let size = crate::backend::cuda::device::align_up(bytes);
+            if c.arena_used + size > c.arena_bytes {
+                return Err(BackendError::OutOfMemory {
+                    needed: size,
+                    available: c.arena_bytes - c.arena_used,
+                });
+            }
+            let ptr = c.arena + c.arena_used;
+            c.arena_used += size;
+            return Ok(CudaBuf::new(BufMem::Arena(ptr), rows, cols));
+        }
+        let mem = self.dev.alloc_async(Purpose::Scratch, bytes)?;
+        Ok(CudaBuf::new(BufMem::Owned(mem), rows, cols))
+    }
+
+    /// A buffer that lives until the next launch has read it (a product's
+    /// column-range parts): inside a capture the arena block of the last
+    /// such buffer when it is large enough (the launches run in stream
+    /// order), otherwise a buffer of its own.
+    pub(super) fn temp_buf(&mut self, rows: usize, cols: usize) -> Result<CudaBuf, BackendError> {
+        let bytes = (rows * cols * 4) as u64;
+        if let Some((ptr, held)) = self.capture.as_ref().and_then(|c| c.temp) {
+            if held >= bytes {
+                return Ok(CudaBuf::new(BufMem::Arena(ptr), rows, cols));
+            }
+        }
+        let b = self.alloc_buf(rows, cols)?;
+        if let Some(c) = &mut self.capture {
+            c.temp = Some((b.ptr(), bytes));
+        }
+        Ok(b)
+    }
+
+    /// Zeroes a buffer just made (no other buffer's contents change, so no
+    /// write is counted for `mv8_*`'s block).
+    pub(super) fn zero(&self, b: &CudaBuf) -> Result<(), BackendError> {
+        // SAFETY: the range is the buffer's own.
+        unsafe { drv::memset_d8_async(b.ptr(), 0, b.len() * 4, self.dev.cu_stream()) }
+            .map_err(|e| driver_error("zeroing device memory", e))
+    }
 }

@@ -10,12 +10,12 @@
 use super::{check_bufs, check_weights, shape_error, BufMem, CudaBuf, CudaOps, CudaWeight};
 use half::f16;
 
-use crate::backend::cuda::args::{
+use crate::backend::cuda::device::{align_up, Purpose};
+use crate::backend::cuda::kernels::{
     ExpertGemmArgs, ExpertMatVec8Call, ExpertMatVecArgs, Glu, GluArgs, MoeGatherF16Args,
     MoeRouteArgs, MoeSumArgs, ToF16Args, X8Bufs,
 };
-use crate::backend::cuda::device::{align_up, Purpose};
-use crate::backend::cuda::launch::Kernel;
+use crate::backend::cuda::kernels::{Gemm, Kernel};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{GTC_BK, GTC_BT};
 use crate::backend::BackendError;
@@ -148,7 +148,7 @@ impl CudaOps {
     /// capture (the grouping is made on the host), experts in a format with
     /// f16 tiles and widths of whole 32-column steps.
     fn grouped(&self, x: &CudaBuf, w: &MoeWeights<'_, CudaWeight>) -> bool {
-        let k = Kernel::GemmExperts(w.gate.ty);
+        let k = Kernel::Gemm(Gemm::Moe(w.gate.ty));
         x.rows >= MOE_GROUPED_MIN_ROWS
             && self.capture.is_none()
             && !self.in_rows()

@@ -23,14 +23,14 @@
 
 use super::attend::{check_attention, head_norms};
 use super::{
-    check_bufs, matmul_args, shape_error, BufMem, CudaBuf, CudaCache, CudaOps, CudaWeight,
+    check_bufs, matmul_args, shape_check, BufMem, CudaBuf, CudaCache, CudaOps, CudaWeight,
 };
-use crate::backend::cuda::args::{
-    most_splits, AttentionCombineRowsArgs, AttentionSplitRowsArgs, QkRopeStoreRowsArgs, RowSeq,
-};
-use crate::backend::cuda::args::{EmbedArgs, KeepRowsArgs};
 use crate::backend::cuda::device::{driver_error, DevBuf, Purpose};
 use crate::backend::cuda::kernels::Mv8Plan;
+use crate::backend::cuda::kernels::{
+    most_splits, AttentionCombineRowsArgs, AttentionSplitRowsArgs, QkRopeStoreRowsArgs, RowSeq,
+};
+use crate::backend::cuda::kernels::{EmbedArgs, KeepRowsArgs};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{ATS_MAX_GROUP, GF_MAX_TOKENS};
 use crate::backend::BackendError;
@@ -165,12 +165,9 @@ impl CudaOps {
         tokens: &[u32],
     ) -> Result<(), BackendError> {
         let n = seqs.len();
-        if tokens.len() != n || n == 0 {
-            return Err(shape_error(format!(
-                "{n} rows with {} tokens",
-                tokens.len()
-            )));
-        }
+        shape_check(tokens.len() != n || n == 0, || {
+            format!("{n} rows with {} tokens", tokens.len())
+        })?;
         if self.rows_table.as_ref().is_none_or(|t| t.rows < n) {
             self.reserve_rows(n)?;
         }
@@ -214,16 +211,12 @@ impl CudaOps {
         let tokens = rows.tokens.len();
         let caches = rows.caches.len();
         self.rows = Some(rows);
-        if !shape_ok {
-            return Err(shape_error(format!(
-                "a rows-mode pass of {n} sequences, {tokens} tokens and {caches} caches"
-            )));
-        }
-        if !bound_ok {
-            return Err(shape_error(
-                "a captured pass's chunk bound, and only its".into(),
-            ));
-        }
+        shape_check(!shape_ok, || {
+            format!("a rows-mode pass of {n} sequences, {tokens} tokens and {caches} caches")
+        })?;
+        shape_check(!bound_ok, || {
+            "a captured pass's chunk bound, and only its".into()
+        })?;
         if self.capture.is_some() {
             if self.rows_table.as_ref().is_none_or(|t| t.rows < n) {
                 return Err(BackendError::InferenceFailed(format!(
@@ -297,9 +290,9 @@ impl CudaOps {
     /// Checks that a rows-mode operation's buffers hold one row per sequence.
     fn check_rows(&self, what: &str, bufs: &[&CudaBuf]) -> Result<(), BackendError> {
         let n = self.rows.as_ref().map_or(0, |r| r.seqs.len());
-        if bufs.iter().any(|b| b.rows != n) {
-            return Err(shape_error(format!("{what}: rows mode over {n} sequences")));
-        }
+        shape_check(bufs.iter().any(|b| b.rows != n), || {
+            format!("{what}: rows mode over {n} sequences")
+        })?;
         check_bufs(what, bufs)
     }
 
@@ -634,12 +627,12 @@ impl CudaOps {
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
         self.check_rows("embed", &[out])?;
-        if out.cols != table.cols {
-            return Err(shape_error(format!(
+        shape_check(out.cols != table.cols, || {
+            format!(
                 "embed: table {}x{}, out {}x{}",
                 table.rows, table.cols, out.rows, out.cols
-            )));
-        }
+            )
+        })?;
         super::check_weights("embed", &[table])?;
         self.dev.bind()?;
         let args = EmbedArgs {
@@ -655,12 +648,9 @@ impl CudaOps {
     /// sampler, one launch for all.
     pub(super) fn keep_rows(&mut self, x: &CudaBuf, len: usize) -> Result<(), BackendError> {
         self.check_rows("keep_last_row", &[x])?;
-        if x.cols != len {
-            return Err(shape_error(format!(
-                "keep_last_row: {}x{} for {len} logits",
-                x.rows, x.cols
-            )));
-        }
+        shape_check(x.cols != len, || {
+            format!("keep_last_row: {}x{} for {len} logits", x.rows, x.cols)
+        })?;
         let seqs = self
             .rows_table
             .as_ref()

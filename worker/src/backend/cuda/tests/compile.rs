@@ -4,6 +4,7 @@
 //! C signature.
 
 use super::*;
+use crate::backend::cuda::kernels::{AttentionSplit, Embed, Gemm, Matmul, Matvec};
 
 // ------------------------------------------------------ without a GPU (CI)
 
@@ -207,14 +208,7 @@ fn head_size_units_hold_only_their_head_size() {
                 let has = cubin.windows(sym.len() + 2).any(|w| {
                     w[0] == 0 && &w[1..=sym.len()] == sym.as_bytes() && w[sym.len() + 1] == 0
                 });
-                let want = k.part() == u.part
-                    && match k {
-                        Kernel::AttentionSplit(p, _)
-                        | Kernel::AttentionSplitTc(p)
-                        | Kernel::AttentionSplitRows(p, _)
-                        | Kernel::AttentionSplitTcRows(p) => p == pairs,
-                        _ => true,
-                    };
+                let want = k.part() == u.part && k.head_pairs().is_none_or(|p| p == pairs);
                 assert_eq!(has, want, "{}: symbol {sym}", u.label());
             }
             keys.push(key(u));
@@ -256,9 +250,18 @@ fn attention_split_compiles_the_models_group_only() {
             .collect();
         assert_eq!(got, parts, "heads of {head_dim}, group {group}");
     }
-    assert_eq!(Kernel::AttentionSplitTc(1).part(), Some(0));
-    assert_eq!(Kernel::AttentionSplit(1, 4).part(), Some(1));
-    assert_eq!(Kernel::AttentionSplit(4, 8).part(), Some(2));
+    assert_eq!(
+        Kernel::AttentionSplit(AttentionSplit::Tc(1)).part(),
+        Some(0)
+    );
+    assert_eq!(
+        Kernel::AttentionSplit(AttentionSplit::Scalar(1, 4)).part(),
+        Some(1)
+    );
+    assert_eq!(
+        Kernel::AttentionSplit(AttentionSplit::Scalar(4, 8)).part(),
+        Some(2)
+    );
 }
 
 /// `mmq_*` (matvec.cu's part 1) compiles only where the layers' matrices
@@ -285,8 +288,11 @@ fn mmq_compiles_only_for_layers_in_its_format() {
         mmq_units(&[GgmlType::Q4_1, GgmlType::Q8_0]),
         vec![Some(GgmlType::Q8_0)]
     );
-    assert_eq!(Kernel::Mmq(GgmlType::Q8_0).part(), Some(1));
-    assert_eq!(Kernel::MatVec8(GgmlType::Q8_0).part(), Some(0));
+    assert_eq!(Kernel::Matvec(Matvec::Mmq(GgmlType::Q8_0)).part(), Some(1));
+    assert_eq!(
+        Kernel::Matvec(Matvec::MatVec8(GgmlType::Q8_0)).part(),
+        Some(0)
+    );
 }
 
 /// A kernel names its part exactly where its module is cut into parts, and
@@ -341,48 +347,48 @@ fn every_kernel_symbol_is_defined_in_its_module() {
         let src = k.module().source();
         let sym = k.symbol();
         let defined = match k {
-            Kernel::Embed(_) => src.contains("embed_##name"),
-            Kernel::MatVec(_) => src.contains("mv_##name"),
-            Kernel::MatVecWarp(_) => src.contains("mvw_##name"),
-            Kernel::Gemm(_) => src.contains("gemm_##name"),
-            Kernel::MatVec1(_) => src.contains("mv1_##name"),
-            Kernel::MatVecExperts(_) => src.contains("mv1e_##name"),
-            Kernel::MatVec8Experts(t) => {
+            Kernel::Embed(Embed::Embed(_)) => src.contains("embed_##name"),
+            Kernel::Matmul(Matmul::Mv(_)) => src.contains("mv_##name"),
+            Kernel::Matmul(Matmul::Mvw(_)) => src.contains("mvw_##name"),
+            Kernel::Matmul(Matmul::Gemm(_)) => src.contains("gemm_##name"),
+            Kernel::Matvec(Matvec::MatVec1(_)) => src.contains("mv1_##name"),
+            Kernel::Matvec(Matvec::MatVecExperts(_)) => src.contains("mv1e_##name"),
+            Kernel::Matvec(Matvec::MatVec8Experts(t)) => {
                 src.contains("mv8e_##name")
                     && src.contains(&format!("DEF_MV8E({}, ", t.name().to_ascii_lowercase()))
             }
-            Kernel::MatVec8(t) => {
+            Kernel::Matvec(Matvec::MatVec8(t)) => {
                 src.contains("mv8_##name")
                     && src.contains(&format!("DEF_MV8({}, ", t.name().to_ascii_lowercase()))
             }
-            Kernel::MatVec8Many(_) => src.contains("mv8m_##name"),
-            Kernel::MatVec8Qkv(_) => src.contains("mv8q_##name"),
-            Kernel::MatVec8N(_) => src.contains("mv8n_##name"),
-            Kernel::Mmq(_) => src.contains(&format!(")\n    {sym}(")),
-            Kernel::GemmTc(_) => src.contains("gemm_tc_##name"),
-            Kernel::GemmTcSplit(_) => src.contains("gemm_tck_##name"),
-            Kernel::GemmFew(_) => src.contains("gemm_few_##name"),
-            Kernel::DequantF16(_) => src.contains("dequant_f16_##name"),
-            Kernel::GemmExperts(_) => src.contains("gemm_moe_##name"),
-            Kernel::AttentionSplit(pairs, group) => {
+            Kernel::Matvec(Matvec::MatVec8Many(_)) => src.contains("mv8m_##name"),
+            Kernel::Matvec(Matvec::MatVec8Qkv(_)) => src.contains("mv8q_##name"),
+            Kernel::Matvec(Matvec::MatVec8N(_)) => src.contains("mv8n_##name"),
+            Kernel::Matvec(Matvec::Mmq(_)) => src.contains(&format!(")\n    {sym}(")),
+            Kernel::Gemm(Gemm::Tc(_)) => src.contains("gemm_tc_##name"),
+            Kernel::Gemm(Gemm::Tck(_)) => src.contains("gemm_tck_##name"),
+            Kernel::Gemm(Gemm::Few(_)) => src.contains("gemm_few_##name"),
+            Kernel::Gemm(Gemm::DequantF16(_)) => src.contains("dequant_f16_##name"),
+            Kernel::Gemm(Gemm::Moe(_)) => src.contains("gemm_moe_##name"),
+            Kernel::AttentionSplit(AttentionSplit::Scalar(pairs, group)) => {
                 src.contains(" NAME(")
                     && src.contains(&format!("ATTENTION_SPLIT_BOTH({sym}, {pairs}, {group})"))
             }
-            Kernel::AttentionSplitTc(pairs) => {
+            Kernel::AttentionSplit(AttentionSplit::Tc(pairs)) => {
                 src.contains(" NAME(")
                     && src.contains(&format!(
                         "ATTENTION_SPLIT_TC_BOTH({sym}, {})",
                         64 * pairs as usize
                     ))
             }
-            Kernel::AttentionSplitRows(pairs, group) => {
+            Kernel::AttentionSplit(AttentionSplit::ScalarRows(pairs, group)) => {
                 src.contains("ATTENTION_SPLIT_ROWS(NAME##_rows")
                     && src.contains(&format!(
                         "ATTENTION_SPLIT_BOTH({}, {pairs}, {group})",
                         sym.trim_end_matches("_rows")
                     ))
             }
-            Kernel::AttentionSplitTcRows(pairs) => {
+            Kernel::AttentionSplit(AttentionSplit::TcRows(pairs)) => {
                 src.contains("ATTENTION_SPLIT_ROWS(NAME##_rows")
                     && src.contains(&format!(
                         "ATTENTION_SPLIT_TC_BOTH({}, {})",
@@ -470,43 +476,24 @@ fn every_kernel_opens_with_pdl_start() {
 }
 
 /// The parameter list of `k`'s definition in its module source, each
-/// parameter reduced to its C type (`const float*`, `int`, ...).
+/// parameter reduced to its C type (`const float*`, `int`, ...); where the
+/// definition opens is the family's word (`Family::definition`).
 fn c_signature(k: Kernel) -> Vec<String> {
     let src = k.module().source();
-    let sym = k.symbol();
-    let heads = match k {
-        Kernel::Embed(_) => vec!["embed_##name(".to_string()],
-        Kernel::MatVec(_) => vec!["mv_##name(".to_string()],
-        Kernel::MatVecWarp(_) => vec!["mvw_##name(".to_string()],
-        Kernel::Gemm(_) => vec!["gemm_##name(".to_string()],
-        Kernel::MatVec1(_) => vec!["mv1_##name(".to_string()],
-        Kernel::MatVecExperts(_) => vec!["mv1e_##name(".to_string()],
-        Kernel::MatVec8Experts(_) => vec!["mv8e_##name(".to_string()],
-        Kernel::MatVec8(_) => vec!["mv8_##name(".to_string()],
-        Kernel::MatVec8Many(_) => vec!["mv8m_##name(".to_string()],
-        Kernel::MatVec8Qkv(_) => vec!["mv8q_##name(".to_string()],
-        Kernel::MatVec8N(_) => vec!["mv8n_##name(".to_string()],
-        Kernel::GemmTc(_) => vec!["gemm_tc_##name(".to_string()],
-        Kernel::GemmTcSplit(_) => vec!["gemm_tck_##name(".to_string()],
-        Kernel::GemmFew(_) => vec!["gemm_few_##name(".to_string()],
-        Kernel::DequantF16(_) => vec!["dequant_f16_##name(".to_string()],
-        Kernel::GemmExperts(_) => vec!["gemm_moe_##name(".to_string()],
-        Kernel::AttentionSplit(..) | Kernel::AttentionSplitTc(_) => vec![" NAME(".to_string()],
-        // The rows instances' macro comes after the others'.
-        Kernel::AttentionSplitRows(..) | Kernel::AttentionSplitTcRows(_) => {
-            let at = src
-                .find("#define ATTENTION_SPLIT_ROWS(")
-                .expect("the rows instances' macro");
-            let head = " NAME(";
-            let start = at + src[at..].find(head).expect("its parameter list") + head.len();
-            return c_params(&src[start..]);
-        }
-        _ => vec![format!("void {sym}("), format!(")\n    {sym}(")],
-    };
+    let (after, heads) = k.definition();
+    let at = src
+        .find(after)
+        .unwrap_or_else(|| panic!("{}: no {after:?} in its module", k.symbol()));
     let start = heads
         .iter()
-        .find_map(|h| src.find(h.as_str()).map(|i| i + h.len()))
-        .unwrap_or_else(|| panic!("{sym} is not defined in {}", k.module().file_name()));
+        .find_map(|h| src[at..].find(h.as_str()).map(|i| at + i + h.len()))
+        .unwrap_or_else(|| {
+            panic!(
+                "{} is not defined in {}",
+                k.symbol(),
+                k.module().file_name()
+            )
+        });
     c_params(&src[start..])
 }
 
@@ -530,148 +517,20 @@ fn c_params(list: &str) -> Vec<String> {
         .collect()
 }
 
-/// The C types each launcher pushes, by kernel.
-fn launcher_signatures() -> Vec<(Kernel, Vec<String>)> {
-    use crate::backend::cuda::args::*;
-    use crate::backend::cuda::launch::{KernelCall, ParamList};
-    fn sig<C: KernelCall>() -> Vec<String> {
-        <C::Params as ParamList>::c_types()
-    }
-    let mut v = Vec::new();
-    for t in GgmlType::ALL {
-        v.push((Kernel::Embed(t), sig::<EmbedArgs>()));
-        for k in [Kernel::MatVec(t), Kernel::MatVecWarp(t), Kernel::Gemm(t)] {
-            v.push((k, sig::<MatmulCall>()));
-        }
-        if !crate::backend::cuda::launch::integer_gemm(t) {
-            v.push((Kernel::GemmTc(t), sig::<MatmulCall>()));
-        }
-        v.push((Kernel::MatVec1(t), sig::<MatVec1Call>()));
-        v.push((Kernel::MatVecExperts(t), sig::<ExpertMatVecArgs>()));
-        if crate::backend::cuda::launch::has_mv8_experts(t) {
-            v.push((Kernel::MatVec8Experts(t), sig::<ExpertMatVec8Call>()));
-        }
-        v.push((Kernel::DequantF16(t), sig::<DequantF16Args>()));
-        if crate::backend::cuda::launch::integer_gemm(t) {
-            v.push((Kernel::GemmTcSplit(t), sig::<GemmTcSplitCall>()));
-            v.push((Kernel::GemmFew(t), sig::<GemmTcSplitCall>()));
-        }
-        if crate::backend::cuda::launch::has_mv8(t) {
-            v.push((Kernel::MatVec8(t), sig::<MatVec8Call>()));
-            v.push((Kernel::MatVec8Many(t), sig::<MatVec8ManyCall>()));
-            v.push((Kernel::MatVec8Qkv(t), sig::<MatVec8QkvCall>()));
-            v.push((Kernel::MatVec8N(t), sig::<MatVec8NCall>()));
-        }
-        if crate::backend::cuda::source::has_mmq(t) {
-            v.push((Kernel::Mmq(t), sig::<MmqCall>()));
-        }
-        if crate::backend::cuda::source::f16_tiles(t) {
-            v.push((Kernel::GemmExperts(t), sig::<ExpertGemmArgs>()));
-        }
-    }
-    v.extend([
-        (Kernel::QuantizeX8, sig::<QuantizeX8Args>()),
-        (Kernel::GemmSplitsSum, sig::<GemmSplitsSumArgs>()),
-        (Kernel::ToF16, sig::<ToF16Args>()),
-        (Kernel::AddBias, sig::<AddBiasArgs>()),
-        (Kernel::RmsNorm, sig::<RmsNormArgs>()),
-        (Kernel::AddRmsNorm, sig::<AddRmsNormArgs>()),
-        (Kernel::AddRmsNormCluster, sig::<AddRmsNormClusterArgs>()),
-        (Kernel::LayerNorm, sig::<LayerNormArgs>()),
-        (Kernel::Rope, sig::<RopeArgs>()),
-        (Kernel::KvStore, sig::<KvStoreArgs>()),
-        (Kernel::Attention, sig::<AttentionArgs>()),
-        (Kernel::AttentionTc, sig::<AttentionArgs>()),
-        (Kernel::AttentionSplit(1, 4), sig::<AttentionSplitArgs>()),
-        (Kernel::AttentionSplit(1, 8), sig::<AttentionSplitArgs>()),
-        (Kernel::AttentionSplit(2, 4), sig::<AttentionSplitArgs>()),
-        (Kernel::AttentionSplit(2, 8), sig::<AttentionSplitArgs>()),
-        (Kernel::AttentionSplitTc(1), sig::<AttentionSplitArgs>()),
-        (Kernel::AttentionSplitTc(2), sig::<AttentionSplitArgs>()),
-        (Kernel::AttentionSplit(4, 4), sig::<AttentionSplitArgs>()),
-        (Kernel::AttentionSplit(4, 8), sig::<AttentionSplitArgs>()),
-        (Kernel::AttentionCombine, sig::<AttentionCombineArgs>()),
-        (
-            Kernel::AttentionSplitRows(1, 4),
-            sig::<AttentionSplitRowsArgs>(),
-        ),
-        (
-            Kernel::AttentionSplitRows(1, 8),
-            sig::<AttentionSplitRowsArgs>(),
-        ),
-        (
-            Kernel::AttentionSplitRows(2, 4),
-            sig::<AttentionSplitRowsArgs>(),
-        ),
-        (
-            Kernel::AttentionSplitRows(2, 8),
-            sig::<AttentionSplitRowsArgs>(),
-        ),
-        (
-            Kernel::AttentionSplitRows(4, 4),
-            sig::<AttentionSplitRowsArgs>(),
-        ),
-        (
-            Kernel::AttentionSplitRows(4, 8),
-            sig::<AttentionSplitRowsArgs>(),
-        ),
-        (
-            Kernel::AttentionSplitTcRows(1),
-            sig::<AttentionSplitRowsArgs>(),
-        ),
-        (
-            Kernel::AttentionSplitTcRows(2),
-            sig::<AttentionSplitRowsArgs>(),
-        ),
-        (Kernel::QkRopeStore, sig::<QkRopeStoreArgs>()),
-        (Kernel::QkRopeStoreRows, sig::<QkRopeStoreRowsArgs>()),
-        (Kernel::KeepRows, sig::<KeepRowsArgs>()),
-        (
-            Kernel::AttentionCombineRows,
-            sig::<AttentionCombineRowsArgs>(),
-        ),
-        (Kernel::Swiglu, sig::<GluArgs>()),
-        (Kernel::SwigluOai, sig::<GluArgs>()),
-        (Kernel::MoeRoute, sig::<MoeRouteArgs>()),
-        (Kernel::MoeSum, sig::<MoeSumArgs>()),
-        (Kernel::MoeGatherF16, sig::<MoeGatherF16Args>()),
-        (Kernel::Geglu, sig::<GluArgs>()),
-        (Kernel::Gelu, sig::<GeluArgs>()),
-        (Kernel::AddAssign, sig::<AddAssignArgs>()),
-        (Kernel::Scale, sig::<ScaleArgs>()),
-        (Kernel::CopyCols, sig::<CopyColsArgs>()),
-        (Kernel::SampleSelect, sig::<SampleSelectArgs>()),
-        (Kernel::SampleSelectRows, sig::<SampleSelectRowsArgs>()),
-        (Kernel::SampleArgmax, sig::<SampleArgmaxArgs>()),
-        (Kernel::SampleLogprobs, sig::<SampleLogprobsArgs>()),
-    ]);
-    v
-}
-
 /// Every kernel has a launcher, and the launcher pushes exactly the
 /// kernel's parameters: as many, in the same order, of the same C types
 /// (pointer element types and constness included). A mismatch here would
 /// be a launch reading its arguments wrongly on the GPU.
 #[test]
 fn every_launcher_pushes_its_kernels_c_signature() {
-    let launchers = launcher_signatures();
     for k in Kernel::all() {
-        let (_, pushed) = launchers
-            .iter()
-            .find(|(l, _)| *l == k)
-            .unwrap_or_else(|| panic!("{k:?} has no launcher"));
         assert_eq!(
-            *pushed,
+            k.pushed(),
             c_signature(k),
             "{}: launcher parameters vs the .cu signature",
             k.symbol()
         );
     }
-    assert_eq!(
-        launchers.len(),
-        Kernel::all().len(),
-        "one launcher per kernel"
-    );
 }
 
 /// The shared constants are defined once, in Rust: each reaches NVRTC as

@@ -4,7 +4,7 @@
 
 use super::safety::refused;
 use super::*;
-use crate::backend::cuda::args::{
+use crate::backend::cuda::kernels::{
     AddAssignArgs, AttentionArgs, CacheWindow, EmbedArgs, GeluArgs, Glu, GluArgs, KvStoreArgs,
     LayerNormArgs, MatmulArgs, RmsNormArgs, RopeArgs, RopePairs, Stored, X8Bufs,
 };

@@ -11,7 +11,8 @@
 //!   (M0-W-1222).
 //! - With a GPU (`#[ignore]`d, run with `--run-ignored all` / `--include-ignored`):
 //!   each kernel against the CPU reference ops at real and odd shapes for
-//!   every weight format (`matmul`, `norm`: LayerNorm at GPT-2's widths,
+//!   every weight format (`matmul`; `mv8`: x split for the integer mat-vecs;
+//!   `norm`: LayerNorm at GPT-2's widths,
 //!   M0-W-1432; `attention`; `elementwise`: GELU against f64, M0-W-1433),
 //!   determinism over 50 runs, device set-up (`setup`), sampling
 //!   (`sample`), graph replay (`graph`), memory accounting, residency, and
@@ -40,6 +41,7 @@ mod matmul;
 mod memcheck;
 mod model;
 mod moe;
+mod mv8;
 mod norm;
 mod rows;
 mod safety;

@@ -4,6 +4,12 @@
 
 use super::matmul::restore_matmul_choice;
 use super::*;
+use crate::backend::cuda::kernels::{
+    ExpertGemmArgs, ExpertMatVec8Call, ExpertMatVecArgs, KernelCall, MoeGatherF16Args,
+    MoeRouteArgs, Stored, X8Bufs,
+};
+use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
+use crate::backend::cuda::source::MOE_MAX_EXPERTS;
 use crate::model::ops::MoeWeights;
 
 /// One layer's router, experts and biases on both backends.
@@ -137,4 +143,136 @@ fn moe_matches_cpu_for_decode_and_prefill_rows() {
     }
     restore_matmul_choice();
     eprintln!("moe: max relative error {worst:.2e}");
+}
+
+fn stored_at(ty: GgmlType, rows: usize, cols: usize) -> Stored {
+    Stored {
+        ty,
+        ptr: DevPtr::new(0x1000),
+        row_bytes: ty.bytes_for(cols as u64).unwrap_or(1) as usize,
+        rows,
+        cols,
+    }
+}
+
+/// Every launch of the experts' kernels is checked before it is queued
+/// (M0-W-1431): shapes that do not split into experts, a second matrix
+/// of another shape, pairs over rows of x that do not divide, more
+/// experts than the router holds, formats without f16 tiles.
+#[test]
+fn expert_launches_refuse_shapes_that_do_not_fit() {
+    let mxfp4 = GgmlType::Mxfp4;
+    let mv = ExpertMatVecArgs {
+        w: stored_at(mxfp4, 4 * 64, 256),
+        experts: 4,
+        ids: DevPtr::new(0x2000),
+        slots: 6,
+        x: DevPtr::new(0x3000),
+        x_div: 2,
+        bias: None,
+        out: DevPtrMut::new(0x4000),
+        second: None,
+    };
+    assert!(mv.check().is_ok());
+    assert_eq!(mv.rows(), 64);
+    assert!(ExpertMatVecArgs { experts: 3, ..mv }.check().is_err());
+    assert!(ExpertMatVecArgs { x_div: 4, ..mv }.check().is_err());
+    assert!(ExpertMatVecArgs { slots: 0, ..mv }.check().is_err());
+    let second = |w: Stored| ExpertMatVecArgs {
+        second: Some((w, None, DevPtrMut::new(0x5000))),
+        ..mv
+    };
+    assert!(second(stored_at(mxfp4, 4 * 64, 256)).check().is_ok());
+    assert!(second(stored_at(mxfp4, 4 * 32, 256)).check().is_err());
+    assert!(second(stored_at(GgmlType::Q8_0, 4 * 64, 256))
+        .check()
+        .is_err());
+    // On the integer units: the same checks, and whole 32-value groups
+    // of a format with a unit.
+    let x8 = X8Bufs::at(0x6000, 6 * 256);
+    let mv8 = |args: ExpertMatVecArgs| ExpertMatVec8Call { args, x8 }.check();
+    assert!(mv8(mv).is_ok());
+    assert!(mv8(ExpertMatVecArgs { x_div: 4, ..mv }).is_err());
+    assert!(mv8(second(stored_at(mxfp4, 4 * 32, 256))).is_err());
+    for (ty, cols, ok) in [(GgmlType::Q8_0, 256, true), (mxfp4, 240, false)] {
+        let w = stored_at(ty, 4 * 64, cols);
+        assert_eq!(mv8(ExpertMatVecArgs { w, ..mv }).is_ok(), ok, "{ty} {cols}");
+    }
+    assert!(mv8(ExpertMatVecArgs {
+        w: stored_at(GgmlType::F16, 4 * 64, 256),
+        ..mv
+    })
+    .is_err());
+
+    let route = MoeRouteArgs {
+        logits: DevPtr::new(0x1000),
+        n: 3,
+        experts: 32,
+        used: 4,
+        ids: DevPtrMut::new(0x2000),
+        weights: DevPtrMut::new(0x3000),
+    };
+    assert!(route.check().is_ok());
+    assert!(MoeRouteArgs { used: 33, ..route }.check().is_err());
+    let too_many = MOE_MAX_EXPERTS + 1;
+    assert!(MoeRouteArgs {
+        experts: too_many,
+        ..route
+    }
+    .check()
+    .is_err());
+
+    let gemm = ExpertGemmArgs {
+        w: stored_at(mxfp4, 4 * 64, 256),
+        experts: 4,
+        tiles: DevPtr::new(0x2000),
+        n_tiles: 5,
+        xh: DevPtr::new(0x3000),
+        m: 200,
+        bias: None,
+        out: DevPtrMut::new(0x4000),
+    };
+    assert!(gemm.check().is_ok());
+    assert!(ExpertGemmArgs {
+        w: stored_at(mxfp4, 4 * 64, 96),
+        ..gemm
+    }
+    .check()
+    .is_ok());
+    assert!(ExpertGemmArgs {
+        w: stored_at(mxfp4, 4 * 64, 80),
+        ..gemm
+    }
+    .check()
+    .is_err());
+    assert!(ExpertGemmArgs {
+        w: stored_at(GgmlType::F16, 4 * 64, 256),
+        ..gemm
+    }
+    .check()
+    .is_err());
+    assert!(ExpertGemmArgs {
+        xh: DevPtr::new(0x3008),
+        ..gemm
+    }
+    .check()
+    .is_err());
+
+    let gather = MoeGatherF16Args {
+        x: DevPtr::new(0x1000),
+        order: DevPtr::new(0x2000),
+        used: 4,
+        cols: 256,
+        m: 12,
+        hi: DevPtrMut::new(0x3000),
+        lo: DevPtrMut::new(0x4000),
+    };
+    assert!(gather.check().is_ok());
+    assert!(MoeGatherF16Args { cols: 12, ..gather }.check().is_err());
+    assert!(MoeGatherF16Args {
+        x: DevPtr::new(0x1010),
+        ..gather
+    }
+    .check()
+    .is_err());
 }

@@ -313,11 +313,11 @@ fn m0_w_1201_cuda_weights_stay_in_stored_format_byte_for_byte() {
         let x8_block = names
             .iter()
             .filter_map(|n| m.file.tensor(n))
-            .filter(|t| t.dims.len() >= 2 && crate::backend::cuda::launch::has_mv8(t.ggml_type))
+            .filter(|t| t.dims.len() >= 2 && crate::backend::cuda::kernels::has_mv8(t.ggml_type))
             .map(|t| t.dims[0] as usize)
             .max()
             .map_or(0, |cols| {
-                align_up(crate::backend::cuda::args::X8Bufs::bytes(
+                align_up(crate::backend::cuda::kernels::X8Bufs::bytes(
                     cols * crate::backend::cuda::kernels::MV8_LOOP_MAX_TOKENS,
                 ) as u64)
             });

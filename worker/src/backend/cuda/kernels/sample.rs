@@ -1,10 +1,82 @@
-//! The argument structs of the sampling kernels.
+//! The kernels of `cuda/sample.cu`: the sampling pipeline over one logit
+//! vector (`sample_select`) or each row of a batched step's
+//! (`sample_select_rows`), greedy sampling over many blocks
+//! (`sample_argmax`) and the top log-probabilities (`sample_logprobs`).
 
-use super::plan;
-use crate::backend::cuda::launch::{refusal, Kernel, KernelCall, Plan, Work};
+use cudarc::driver::LaunchConfig;
+
+#[cfg(test)]
+use crate::backend::cuda::kernels::launch::pushed;
+use crate::backend::cuda::kernels::launch::{
+    blocks, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work,
+};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
-use crate::backend::cuda::source::SAMPLE_MAX_LOGPROBS;
+use crate::backend::cuda::source::{
+    Module, SAMPLE_ARGMAX_BLOCKS, SAMPLE_ARGMAX_THREADS, SAMPLE_MAX_LOGPROBS, SAMPLE_THREADS,
+};
 use crate::backend::BackendError;
+
+unit_kernels! {
+    /// The kernels of `sample.cu`.
+    pub enum Sample {
+        /// `sample_select`: the sampling pipeline over one logit vector.
+        Select = "sample_select",
+        /// `sample_select_rows`: `sample_select` for each sequence of a batched
+        /// decode step, a block each.
+        SelectRows = "sample_select_rows",
+        /// `sample_argmax`: greedy sampling without a penalty, over many blocks.
+        Argmax = "sample_argmax",
+        /// `sample_logprobs`: the top log-probabilities of one logit vector.
+        Logprobs = "sample_logprobs",
+    }
+}
+
+impl Family for Sample {
+    const MODULE: Module = Module::Sample;
+
+    fn all() -> Vec<Sample> {
+        Sample::ALL.to_vec()
+    }
+    fn symbol(self) -> String {
+        self.name().into()
+    }
+    fn part(self) -> Option<u8> {
+        match self {
+            Sample::Select | Sample::SelectRows => Some(0),
+            Sample::Argmax | Sample::Logprobs => Some(1),
+        }
+    }
+    fn config(self, work: Work) -> Option<Result<LaunchConfig, BackendError>> {
+        match (self, work) {
+            (Sample::Argmax, Work::Elements(n)) => {
+                Some(Ok(blocks((argmax_blocks(n), 1), SAMPLE_ARGMAX_THREADS)))
+            }
+            (Sample::Select | Sample::Logprobs, Work::Single) => {
+                Some(Ok(blocks((1, 1), SAMPLE_THREADS)))
+            }
+            (Sample::SelectRows, Work::Rows { rows, .. }) if rows > 0 && rows <= 65535 => {
+                Some(Ok(blocks((rows as u32, 1), SAMPLE_THREADS)))
+            }
+            _ => None,
+        }
+    }
+    #[cfg(test)]
+    fn pushed(self) -> Vec<String> {
+        match self {
+            Sample::Select => pushed::<SampleSelectArgs>(),
+            Sample::SelectRows => pushed::<SampleSelectRowsArgs>(),
+            Sample::Argmax => pushed::<SampleArgmaxArgs>(),
+            Sample::Logprobs => pushed::<SampleLogprobsArgs>(),
+        }
+    }
+}
+
+/// Blocks of `sample_argmax` over `n` logits: eight a thread, at most
+/// `SAMPLE_ARGMAX_BLOCKS` (its buffer of partial results).
+pub fn argmax_blocks(n: usize) -> u32 {
+    let per_block = SAMPLE_ARGMAX_THREADS as usize * 8;
+    n.div_ceil(per_block).clamp(1, SAMPLE_ARGMAX_BLOCKS) as u32
+}
 
 /// The scalar arguments of `sample_select`.
 #[derive(Clone, Copy, Debug)]
@@ -65,7 +137,7 @@ impl KernelCall for SampleSelectArgs {
             ("out", self.out.addr()),
         ];
         plan(
-            Kernel::SampleSelect,
+            Sample::Select,
             [("n", self.n as usize)],
             buffers,
             Work::Single,
@@ -73,10 +145,7 @@ impl KernelCall for SampleSelectArgs {
     }
     fn validate(&self) -> Result<(), BackendError> {
         if self.n_pen > 0 && DevPtr::or_null(self.pen_ids).addr() == 0 {
-            return Err(refusal(
-                Kernel::SampleSelect,
-                "buffer pen_ids is null".into(),
-            ));
+            return Err(refusal(Sample::Select, "buffer pen_ids is null".into()));
         }
         Ok(())
     }
@@ -169,7 +238,7 @@ impl KernelCall for SampleSelectRowsArgs {
 
     fn plan(&self) -> Plan {
         plan(
-            Kernel::SampleSelectRows,
+            Sample::SelectRows,
             [("n", self.n as usize), ("rows", self.rows)],
             [("table", self.table.addr())],
             Work::Rows {
@@ -208,7 +277,7 @@ impl KernelCall for SampleLogprobsArgs {
             ("out", self.out.addr()),
         ];
         plan(
-            Kernel::SampleLogprobs,
+            Sample::Logprobs,
             [("n", self.n as usize), ("k", self.k as usize)],
             buffers,
             Work::Single,
@@ -217,7 +286,7 @@ impl KernelCall for SampleLogprobsArgs {
     fn validate(&self) -> Result<(), BackendError> {
         if self.k as usize > SAMPLE_MAX_LOGPROBS {
             return Err(refusal(
-                Kernel::SampleLogprobs,
+                Sample::Logprobs,
                 format!("k = {} exceeds {SAMPLE_MAX_LOGPROBS}", self.k),
             ));
         }
@@ -261,7 +330,7 @@ impl KernelCall for SampleArgmaxArgs {
             ("out", self.out.addr()),
         ];
         let n = self.n as usize;
-        plan(Kernel::SampleArgmax, [("n", n)], buffers, Work::Elements(n))
+        plan(Sample::Argmax, [("n", n)], buffers, Work::Elements(n))
     }
     fn params(&self) -> Self::Params {
         (self.logits, self.n, self.partial, self.done, self.out)

@@ -1,12 +1,10 @@
-//! The argument structs of rows mode's attention (`ops/rows.rs`): a batched
-//! decode step's Q/K preparation with the KV store, and its attention over
-//! each row's own cache, one launch a layer for all rows. Each row's
-//! sequence is an entry of a device table ([`RowSeq`]).
+//! A batched decode step's split attention: each row's sequence is an
+//! entry of a device table ([`RowSeq`]), each row over its own cache in
+//! chunks of `ATS_ROW_CHUNK` positions (`attention_split_*_rows`), then
+//! each row's chunks merged (`attention_combine_rows`).
 
-use super::{
-    check_split_heads, plan, qk_prep_params, split_kernel, HeadNormArgs, QkPrepParams, RopeArgs,
-};
-use crate::backend::cuda::launch::{refusal, Kernel, KernelCall, Plan, Then, Work};
+use crate::backend::cuda::kernels::launch::{plan, refusal, KernelCall, Plan, Work};
+use crate::backend::cuda::kernels::{check_split_heads, split_kernel, AttentionSplit, Kernel};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{ATS_MAX_SPLITS, ATS_ROW_CHUNK, ATT_MAX_HEAD_DIM};
 use crate::backend::BackendError;
@@ -56,113 +54,17 @@ pub fn most_splits(seqs: &[RowSeq], sliding: usize) -> usize {
         .unwrap_or(1)
 }
 
-/// `keep_rows`: row `r` of a batched step's logits to `seqs[r].logits`.
-#[derive(Clone, Copy, Debug)]
-pub struct KeepRowsArgs {
-    /// `[rows, cols]` f32.
-    pub x: DevPtr<f32>,
-    pub rows: usize,
-    pub cols: usize,
-    /// `[rows]` [`RowSeq`], each `logits` a buffer of `cols` f32.
-    pub seqs: DevPtr<RowSeq>,
-}
-
-impl KernelCall for KeepRowsArgs {
-    type Params = (DevPtr<f32>, i32, DevPtr<RowSeq>);
-
-    fn plan(&self) -> Plan {
-        plan(
-            Kernel::KeepRows,
-            [("rows", self.rows), ("cols", self.cols)],
-            [("x", self.x.addr()), ("seqs", self.seqs.addr())],
-            Work::Rows {
-                rows: self.rows,
-                cols: self.cols,
-            },
-        )
-    }
-    fn params(&self) -> Self::Params {
-        (self.x, self.cols as i32, self.seqs)
-    }
-}
-
-/// `qk_rope_store_rows`: [`super::QkRopeStoreArgs`] for a batched step,
-/// row `r` at `seqs[r]`'s position and into its cache's layer `layer`.
-#[derive(Clone, Copy, Debug)]
-pub struct QkRopeStoreRowsArgs {
-    /// `[rows, n_head * head_dim]` f32.
-    pub q: DevPtrMut<f32>,
-    /// `[rows, n_head_kv * head_dim]` f32 each.
-    pub k: DevPtrMut<f32>,
-    pub v: DevPtr<f32>,
-    pub rows: usize,
-    pub n_head: usize,
-    pub n_head_kv: usize,
-    pub head_dim: usize,
-    /// As [`super::QkRopeStoreArgs::norms`].
-    pub norms: Option<HeadNormArgs>,
-    /// The rotation's frequencies and pairing (its rows and positions are
-    /// the table's), or none.
-    pub rope: Option<RopeArgs>,
-    /// `[rows]` [`RowSeq`].
-    pub seqs: DevPtr<RowSeq>,
-    pub layer: usize,
-}
-
-impl KernelCall for QkRopeStoreRowsArgs {
-    type Params = Then<QkPrepParams, (DevPtr<RowSeq>, i32)>;
-
-    fn plan(&self) -> Plan {
-        let (n, n_head, n_head_kv, head_dim) =
-            (self.rows, self.n_head, self.n_head_kv, self.head_dim);
-        let dims = [
-            ("rows", n),
-            ("n_head", n_head),
-            ("n_head_kv", n_head_kv),
-            ("head_dim", head_dim),
-        ];
-        let buffers = [
-            ("q", self.q.addr()),
-            ("k", self.k.addr()),
-            ("v", self.v.addr()),
-            ("seqs", self.seqs.addr()),
-        ];
-        let heads = n_head.saturating_add(n_head_kv);
-        let work = Work::HeadRows { n, heads, head_dim };
-        plan(Kernel::QkRopeStoreRows, dims, buffers, work)
-    }
-    fn validate(&self) -> Result<(), BackendError> {
-        if let Some(r) = &self.rope {
-            r.validate()?;
-        }
-        if self.layer > i32::MAX as usize {
-            let msg = format!("layer {}", self.layer);
-            return Err(refusal(Kernel::QkRopeStoreRows, msg));
-        }
-        Ok(())
-    }
-    fn params(&self) -> Self::Params {
-        let prep = qk_prep_params(
-            self.q,
-            self.k,
-            self.v,
-            self.n_head,
-            self.n_head_kv,
-            self.head_dim,
-            &self.norms,
-            &self.rope,
-        );
-        Then(prep, (self.seqs, self.layer as i32))
-    }
-}
-
 /// The `attention_split_*_rows` instance for heads of `head_dim` and
 /// `group` query heads per KV head: the rows form of the one
 /// `attention_split_*` takes.
-fn split_rows_kernel(head_dim: usize, group: usize) -> Kernel {
+pub(crate) fn split_rows_kernel(head_dim: usize, group: usize) -> Kernel {
     match split_kernel(head_dim, group) {
-        Kernel::AttentionSplitTc(pairs) => Kernel::AttentionSplitTcRows(pairs),
-        Kernel::AttentionSplit(pairs, g) => Kernel::AttentionSplitRows(pairs, g),
+        Kernel::AttentionSplit(AttentionSplit::Tc(pairs)) => {
+            Kernel::AttentionSplit(AttentionSplit::TcRows(pairs))
+        }
+        Kernel::AttentionSplit(AttentionSplit::Scalar(pairs, g)) => {
+            Kernel::AttentionSplit(AttentionSplit::ScalarRows(pairs, g))
+        }
         k => unreachable!("{k:?} is not a split attention kernel"),
     }
 }
@@ -299,12 +201,12 @@ impl KernelCall for AttentionCombineRowsArgs {
             n: self.rows,
             n_head: self.n_head,
         };
-        plan(Kernel::AttentionCombineRows, dims, buffers, work)
+        plan(AttentionSplit::CombineRows, dims, buffers, work)
     }
     fn validate(&self) -> Result<(), BackendError> {
         if self.max_splits > ATS_MAX_SPLITS || self.head_dim > ATT_MAX_HEAD_DIM {
             let msg = format!("{} chunks of heads of {}", self.max_splits, self.head_dim);
-            return Err(refusal(Kernel::AttentionCombineRows, msg));
+            return Err(refusal(AttentionSplit::CombineRows, msg));
         }
         Ok(())
     }

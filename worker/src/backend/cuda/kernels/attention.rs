@@ -1,0 +1,290 @@
+//! The kernels of `cuda/attention.cu`: the KV store and causal GQA of
+//! each query row over the cache, one block per (row, head). Its argument
+//! struct also launches `attention_tc.cu`'s prefill kernel (`attention_tc`).
+
+use cudarc::driver::LaunchConfig;
+use half::f16;
+
+#[cfg(test)]
+use crate::backend::cuda::kernels::launch::pushed;
+use crate::backend::cuda::kernels::launch::{
+    blocks, grid_1d, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work, ELEMENT_THREADS,
+};
+use crate::backend::cuda::kernels::{AttentionTc, CacheWindow, Kernel, SplitsOutput, X8Bufs};
+use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
+use crate::backend::cuda::source::{Module, ATC_HEAD_DIMS, ATT_MAX_HEAD_DIM, ATT_THREADS};
+use crate::backend::BackendError;
+
+unit_kernels! {
+    /// The kernels of `attention.cu`.
+    pub enum Attention {
+        KvStore = "kv_store",
+        Attention = "attention",
+    }
+}
+
+impl Family for Attention {
+    const MODULE: Module = Module::Attention;
+
+    fn all() -> Vec<Attention> {
+        Attention::ALL.to_vec()
+    }
+    fn symbol(self) -> String {
+        self.name().into()
+    }
+    fn config(self, work: Work) -> Option<Result<LaunchConfig, BackendError>> {
+        match (self, work) {
+            (Attention::KvStore, Work::Elements(n)) => Some(grid_1d(n as u64, ELEMENT_THREADS)),
+            (Attention::Attention, Work::Heads { n, n_head }) => {
+                if n > 65535 * 1024 || n_head > 65535 {
+                    return Some(Err(BackendError::InferenceFailed(
+                        "attention shape exceeds one launch".into(),
+                    )));
+                }
+                Some(Ok(blocks((n as u32, n_head as u32), ATT_THREADS)))
+            }
+            _ => None,
+        }
+    }
+    #[cfg(test)]
+    fn pushed(self) -> Vec<String> {
+        match self {
+            Attention::KvStore => pushed::<KvStoreArgs>(),
+            Attention::Attention => pushed::<AttentionArgs>(),
+        }
+    }
+}
+
+/// `kv_store`: writes K and V rows into one layer's cache planes as f16.
+#[derive(Clone, Copy, Debug)]
+pub struct KvStoreArgs {
+    /// `[n, n_head_kv * head_dim]` f32 each.
+    pub k: DevPtr<f32>,
+    pub v: DevPtr<f32>,
+    pub n: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    /// Rows go to positions `start_pos..start_pos + n`.
+    pub window: CacheWindow,
+    /// `[n_head_kv, capacity, head_dim]` f16 each.
+    pub k_cache: DevPtrMut<f16>,
+    pub v_cache: DevPtrMut<f16>,
+}
+
+impl KernelCall for KvStoreArgs {
+    type Params = (
+        DevPtr<f32>,
+        DevPtr<f32>,
+        i32,
+        i32,
+        i32,
+        i32,
+        DevPtr<i32>,
+        i32,
+        DevPtrMut<f16>,
+        DevPtrMut<f16>,
+    );
+
+    fn plan(&self) -> Plan {
+        let (n, n_head_kv, head_dim) = (self.n, self.n_head_kv, self.head_dim);
+        let dims = [
+            ("n", n),
+            ("n_head_kv", n_head_kv),
+            ("head_dim", head_dim),
+            ("capacity", self.window.capacity),
+        ];
+        let (k, v, kc, vc) = (
+            self.k.addr(),
+            self.v.addr(),
+            self.k_cache.addr(),
+            self.v_cache.addr(),
+        );
+        let buffers = [("k", k), ("v", v), ("k_cache", kc), ("v_cache", vc)];
+        plan(
+            Attention::KvStore,
+            dims,
+            buffers,
+            Work::Elements(n.saturating_mul(n_head_kv).saturating_mul(head_dim)),
+        )
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        self.window
+            .check(Kernel::Attention(Attention::KvStore), self.n)
+    }
+    fn params(&self) -> Self::Params {
+        let (start, pos, cap) = self.window.params();
+        let (n, n_head_kv, head_dim) = (self.n as i32, self.n_head_kv as i32, self.head_dim as i32);
+        (
+            self.k,
+            self.v,
+            n,
+            n_head_kv,
+            head_dim,
+            start,
+            pos,
+            cap,
+            self.k_cache,
+            self.v_cache,
+        )
+    }
+}
+
+/// `attention`: causal GQA of each query row over the cache.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionArgs {
+    /// `[n, n_head * head_dim]` f32, row `t` at position `start_pos + t`.
+    pub q: DevPtr<f32>,
+    pub n: usize,
+    /// A multiple of `n_head_kv`.
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    /// At most `ATT_MAX_HEAD_DIM`.
+    pub head_dim: usize,
+    pub window: CacheWindow,
+    /// `[n_head_kv, capacity, head_dim]` f16 each, filled up to `start_pos + n`.
+    pub k_cache: DevPtr<f16>,
+    pub v_cache: DevPtr<f16>,
+    pub scale: f32,
+    /// A sliding window: row `t` sees only the `sliding` positions up to
+    /// `start_pos + t`; 0 for all of them. At most the capacity.
+    pub sliding: usize,
+    /// `[n_head]` f32: each head's sink logit (gpt-oss), counted in its
+    /// softmax's denominator; or none.
+    pub sinks: Option<DevPtr<f32>>,
+    /// `[n, n_head * head_dim]` f32.
+    pub out: DevPtrMut<f32>,
+    /// `attention_tc` (heads of [`ATC_HEAD_DIMS`] dims), else `attention`.
+    pub tensor_cores: bool,
+    /// Where `out` is also split for `mv8_*` (`attention`, one row, heads
+    /// of a multiple of 32 dims), or none.
+    pub x8: Option<X8Bufs>,
+}
+
+impl AttentionArgs {
+    fn kernel(&self) -> Kernel {
+        if self.tensor_cores {
+            Kernel::AttentionTc(AttentionTc::AttentionTc)
+        } else {
+            Kernel::Attention(Attention::Attention)
+        }
+    }
+}
+
+impl KernelCall for AttentionArgs {
+    type Params = (
+        DevPtr<f32>,
+        i32,
+        i32,
+        i32,
+        i32,
+        i32,
+        DevPtr<i32>,
+        i32,
+        DevPtr<f16>,
+        DevPtr<f16>,
+        f32,
+        i32,
+        DevPtr<f32>,
+        DevPtrMut<f32>,
+        DevPtrMut<i8>,
+        DevPtrMut<i8>,
+        DevPtrMut<f32>,
+        DevPtrMut<f32>,
+    );
+
+    fn plan(&self) -> Plan {
+        let (n, n_head, capacity) = (self.n, self.n_head, self.window.capacity);
+        let (kv, hd) = (self.n_head_kv, self.head_dim);
+        let dims = [
+            ("n", n),
+            ("n_head", n_head),
+            ("n_head_kv", kv),
+            ("head_dim", hd),
+            ("capacity", capacity),
+        ];
+        let (q, kc, vc, out) = (
+            self.q.addr(),
+            self.k_cache.addr(),
+            self.v_cache.addr(),
+            self.out.addr(),
+        );
+        let buffers = [("q", q), ("k_cache", kc), ("v_cache", vc), ("out", out)];
+        plan(self.kernel(), dims, buffers, Work::Heads { n, n_head })
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        let head_ok = if self.tensor_cores {
+            ATC_HEAD_DIMS.contains(&self.head_dim)
+        } else {
+            self.head_dim <= ATT_MAX_HEAD_DIM
+        };
+        if self.sliding > self.window.capacity {
+            return Err(refusal(
+                self.kernel(),
+                format!("a window of {}", self.sliding),
+            ));
+        }
+        if !head_ok || !self.n_head.is_multiple_of(self.n_head_kv) {
+            let msg = format!(
+                "{}/{} heads of {}",
+                self.n_head, self.n_head_kv, self.head_dim
+            );
+            return Err(refusal(self.kernel(), msg));
+        }
+        validate_head_split(
+            self.kernel(),
+            self.x8,
+            self.n,
+            self.head_dim,
+            self.tensor_cores,
+        )?;
+        self.window.check(self.kernel(), self.n)
+    }
+    fn params(&self) -> Self::Params {
+        let (start, pos, cap) = self.window.params();
+        let (n, heads, kv_heads) = (self.n as i32, self.n_head as i32, self.n_head_kv as i32);
+        let hd = self.head_dim as i32;
+        let (hi, lo, d, sums) = X8Bufs::writes_or_null(self.x8);
+        (
+            self.q,
+            n,
+            heads,
+            kv_heads,
+            hd,
+            start,
+            pos,
+            cap,
+            self.k_cache,
+            self.v_cache,
+            self.scale,
+            self.sliding as i32,
+            DevPtr::or_null(self.sinks),
+            self.out,
+            hi,
+            lo,
+            d,
+            sums,
+        )
+    }
+}
+
+impl SplitsOutput for AttentionArgs {
+    fn x8(&self) -> Option<X8Bufs> {
+        self.x8
+    }
+}
+
+/// Attention's output is split for `mv8_*` only for one row (decode), by
+/// kernels whose warps each take 32 dims of one head.
+pub(crate) fn validate_head_split(
+    k: Kernel,
+    x8: Option<X8Bufs>,
+    n: usize,
+    head_dim: usize,
+    tensor_cores: bool,
+) -> Result<(), BackendError> {
+    if x8.is_some() && (n != 1 || !head_dim.is_multiple_of(32) || tensor_cores) {
+        let msg = format!("splitting {n} rows of heads of {head_dim}");
+        return Err(refusal(k, msg));
+    }
+    Ok(())
+}

@@ -1,0 +1,190 @@
+//! The argument structs of `elementwise.cu`'s kernels around a matrix
+//! product: x split for `mv8_*` (`quantize_x8`) or into two f16 parts
+//! (`to_f16`, for cuBLAS and `gemm_tck_*`), a bias added to a cuBLAS
+//! product (`add_bias`), and column-range parts added up
+//! (`gemm_splits_sum`).
+
+use half::f16;
+
+use crate::backend::cuda::kernels::launch::{plan, refusal, KernelCall, Plan, Work};
+use crate::backend::cuda::kernels::{Elementwise, X8Bufs};
+use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
+use crate::backend::BackendError;
+
+/// `quantize_x8`: `cols` values of x (whole rows) into [`X8Bufs`].
+#[derive(Clone, Copy, Debug)]
+pub struct QuantizeX8Args {
+    /// `[cols]` f32.
+    pub x: DevPtr<f32>,
+    /// A multiple of 32 (rows of a multiple of 32 values, one after another).
+    pub cols: usize,
+    pub out: X8Bufs,
+}
+
+impl KernelCall for QuantizeX8Args {
+    type Params = (
+        DevPtr<f32>,
+        i32,
+        DevPtrMut<i8>,
+        DevPtrMut<i8>,
+        DevPtrMut<f32>,
+        DevPtrMut<f32>,
+    );
+
+    fn plan(&self) -> Plan {
+        let [hi, lo, d, sums] = self.out.addrs();
+        plan(
+            Elementwise::QuantizeX8,
+            [("cols", self.cols)],
+            [("x", self.x.addr()), hi, lo, d, sums],
+            Work::Elements(self.cols),
+        )
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        if !self.cols.is_multiple_of(32) {
+            return Err(refusal(
+                Elementwise::QuantizeX8,
+                format!("{} columns, not a multiple of 32", self.cols),
+            ));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        let o = &self.out;
+        (self.x, self.cols as i32, o.hi, o.lo, o.d, o.sums)
+    }
+}
+
+/// `to_f16`: `out[i] = x[i]` as f16, `len` a multiple of 8.
+#[derive(Clone, Copy, Debug)]
+pub struct ToF16Args {
+    /// `[len]` f32, 32-byte aligned.
+    pub x: DevPtr<f32>,
+    pub len: usize,
+    /// `[len]` f16 each, 16-byte aligned: x rounded, and the rounding of
+    /// what is left.
+    pub hi: DevPtrMut<f16>,
+    pub lo: DevPtrMut<f16>,
+}
+
+impl KernelCall for ToF16Args {
+    type Params = (DevPtr<f32>, i64, DevPtrMut<f16>, DevPtrMut<f16>);
+
+    fn plan(&self) -> Plan {
+        plan(
+            Elementwise::ToF16,
+            [("len", self.len)],
+            [
+                ("x", self.x.addr()),
+                ("hi", self.hi.addr()),
+                ("lo", self.lo.addr()),
+            ],
+            Work::Elements(self.len / 8),
+        )
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        if !self.len.is_multiple_of(8)
+            || !self.x.addr().is_multiple_of(32)
+            || !self.hi.addr().is_multiple_of(16)
+            || !self.lo.addr().is_multiple_of(16)
+        {
+            let msg = format!(
+                "{} values from {:#x} to {:#x} and {:#x}",
+                self.len,
+                self.x.addr(),
+                self.hi.addr(),
+                self.lo.addr()
+            );
+            return Err(refusal(Elementwise::ToF16, msg));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        (self.x, (self.len / 8) as i64, self.hi, self.lo)
+    }
+}
+
+/// `add_bias`: `out[i] += bias[i % rows]`.
+#[derive(Clone, Copy, Debug)]
+pub struct AddBiasArgs {
+    /// `[len]` f32, `len` a multiple of `rows`.
+    pub out: DevPtrMut<f32>,
+    /// `[rows]` f32.
+    pub bias: DevPtr<f32>,
+    pub len: usize,
+    pub rows: usize,
+}
+
+impl KernelCall for AddBiasArgs {
+    type Params = (DevPtrMut<f32>, DevPtr<f32>, i64, i32);
+
+    fn plan(&self) -> Plan {
+        plan(
+            Elementwise::AddBias,
+            [("len", self.len), ("rows", self.rows)],
+            [("out", self.out.addr()), ("bias", self.bias.addr())],
+            Work::Elements(self.len),
+        )
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        if !self.len.is_multiple_of(self.rows.max(1)) {
+            let msg = format!("{} values in rows of {}", self.len, self.rows);
+            return Err(refusal(Elementwise::AddBias, msg));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        (self.out, self.bias, self.len as i64, self.rows as i32)
+    }
+}
+
+/// `gemm_splits_sum`: `out[i] = sum_z part[z * len + i] (+ bias[i % rows])`.
+#[derive(Clone, Copy, Debug)]
+pub struct GemmSplitsSumArgs {
+    /// `[splits, len]` f32.
+    pub part: DevPtr<f32>,
+    pub splits: usize,
+    /// `n * rows`.
+    pub len: usize,
+    pub rows: usize,
+    /// `[rows]` f32, or none.
+    pub bias: Option<DevPtr<f32>>,
+    /// `[len]` f32.
+    pub out: DevPtrMut<f32>,
+}
+
+impl KernelCall for GemmSplitsSumArgs {
+    type Params = (DevPtr<f32>, i32, i64, i32, DevPtr<f32>, DevPtrMut<f32>);
+
+    fn plan(&self) -> Plan {
+        let dims = [
+            ("splits", self.splits),
+            ("len", self.len),
+            ("rows", self.rows),
+        ];
+        let buffers = [("part", self.part.addr()), ("out", self.out.addr())];
+        plan(
+            Elementwise::GemmSplitsSum,
+            dims,
+            buffers,
+            Work::Elements(self.len),
+        )
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        if self.rows == 0 || !self.len.is_multiple_of(self.rows) {
+            let msg = format!("{} values in rows of {}", self.len, self.rows);
+            return Err(refusal(Elementwise::GemmSplitsSum, msg));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        (
+            self.part,
+            self.splits as i32,
+            self.len as i64,
+            self.rows as i32,
+            DevPtr::or_null(self.bias),
+            self.out,
+        )
+    }
+}

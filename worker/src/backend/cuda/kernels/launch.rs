@@ -1,0 +1,387 @@
+//! What a kernel launch is, apart from any particular kernel: what each
+//! family tells about its kernels ([`Family`]), the argument checks every
+//! launch makes ([`check_args`], M0-W-1431), the problem sizes grids are
+//! laid over ([`Work`]), the parameter lists pushed in a kernel's C order
+//! ([`ParamList`]), and the [`KernelCall`] trait that each kernel's
+//! argument struct implements in its family's file, so that one generic
+//! launcher (`Kernels::launch`) checks, shapes and launches them all.
+
+use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::{LaunchArgs, LaunchConfig, PushKernelArg};
+
+use super::Kernel;
+use crate::backend::cuda::ptr::Param;
+use crate::backend::cuda::source::Module;
+use crate::backend::BackendError;
+use crate::quant::GgmlType;
+
+/// What one family of kernels (the kernels of one `cuda/<family>.cu`, an
+/// enum in `kernels/<family>.rs`) tells about each of its kernels: the
+/// one place each fact is written.
+pub trait Family: Copy + Into<Kernel> {
+    /// The module its kernels are compiled in.
+    const MODULE: Module;
+    /// Every kernel of the family, for loading them all at start.
+    fn all() -> Vec<Self>;
+    /// The `extern "C"` symbol in the module.
+    fn symbol(self) -> String;
+    /// The weight format of a per-format kernel.
+    fn format(self) -> Option<GgmlType> {
+        None
+    }
+    /// Which part of its module the kernel is compiled in, for the modules
+    /// cut in [`Module::parts`] (the `ONE_PART` guards of their sources).
+    fn part(self) -> Option<u8> {
+        None
+    }
+    /// Dynamic shared memory a block needs, for the kernels that take it
+    /// (over the 48 KB default: the loader raises their limit to this).
+    fn dynamic_smem(self) -> Option<u32> {
+        None
+    }
+    /// Whether the kernel's blocks hold tens of KB of shared memory, so that
+    /// the SM should give shared memory all it can (left to the driver, an
+    /// earlier `attention_split` of 41 KB blocks ran at one block per SM;
+    /// `benches/results/kernel-choices.md`), or blocks of a few KB that
+    /// should share an SM four at a time (left to the driver,
+    /// `attention_split`'s 4 KB blocks also ran one at a time).
+    fn prefers_shared_memory(self) -> bool {
+        false
+    }
+    /// The grid and block over `work`, or `None` where the kernel is not
+    /// laid out over that kind of work. The block sizes are the ones the
+    /// kernels are compiled for (`source.rs`, `__launch_bounds__`);
+    /// dimensions were checked by [`check_args`] (at most `i32::MAX`)
+    /// before this is asked.
+    fn config(self, work: Work) -> Option<Result<LaunchConfig, BackendError>>;
+    /// The C types its launcher (its argument struct's [`KernelCall`])
+    /// pushes, compared with the `.cu` definition by a test.
+    #[cfg(test)]
+    fn pushed(self) -> Vec<String>;
+    /// Where the kernel's definition opens in its module's source: a text
+    /// to find first ("" for none), then the first found after it of the
+    /// texts just before its parameter list. A per-format kernel is
+    /// defined once in a `FOR_EACH_TYPE` macro (`<prefix>##name(`), any
+    /// other by its symbol.
+    #[cfg(test)]
+    fn definition(self) -> (&'static str, Vec<String>) {
+        let sym = self.symbol();
+        match self.format() {
+            Some(t) => {
+                let prefix = sym.strip_suffix(&type_suffix(t)).unwrap_or(&sym);
+                ("", vec![format!("{prefix}##name(")])
+            }
+            None => ("", vec![format!("void {sym}("), format!(")\n    {sym}(")]),
+        }
+    }
+    /// The head-size class ([`crate::backend::cuda::source::head_pairs`])
+    /// of a kernel compiled for one: only the model's class is loaded.
+    fn head_pairs(self) -> Option<u8> {
+        None
+    }
+}
+
+/// Declares a family's enum of kernels without parameters, each with its
+/// `extern "C"` symbol: `ALL` (every variant) and `name` (the symbol), for
+/// the family's `Family::all` and `Family::symbol`.
+macro_rules! unit_kernels {
+    (
+        $(#[$meta:meta])*
+        pub enum $family:ident {
+            $($(#[$vmeta:meta])* $variant:ident = $symbol:literal,)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $family {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $family {
+            /// Every kernel of the family.
+            const ALL: &'static [$family] = &[$($family::$variant),+];
+
+            /// The kernel's `extern "C"` symbol.
+            fn name(self) -> &'static str {
+                match self {
+                    $($family::$variant => $symbol),+
+                }
+            }
+        }
+    };
+}
+pub(crate) use unit_kernels;
+
+/// The C types a launcher of `C` pushes (for [`Family::pushed`]).
+#[cfg(test)]
+pub fn pushed<C: KernelCall>() -> Vec<String> {
+    <C::Params as ParamList>::c_types()
+}
+
+/// A weight format as kernel symbols end in it (`q8_0`, `f16`).
+pub fn type_suffix(t: GgmlType) -> String {
+    t.name().to_ascii_lowercase()
+}
+
+/// The plan of a kernel over `work` with these dimensions and buffers.
+pub fn plan<const D: usize, const B: usize>(
+    kernel: impl Into<Kernel>,
+    dims: [(&'static str, usize); D],
+    buffers: [(&'static str, CUdeviceptr); B],
+    work: Work,
+) -> Plan {
+    Plan {
+        kernel: kernel.into(),
+        dims: dims.to_vec(),
+        buffers: buffers.to_vec(),
+        work,
+    }
+}
+
+/// M0-W-1431: the checks every launch makes before it queues anything, so
+/// that a bad call is a typed error rather than a launch that reads or
+/// writes outside a buffer. Each `int` argument of the kernel must lie in
+/// `1..=i32::MAX` (zero rows or columns are refused, not launched as empty
+/// grids), and each required buffer must not be null. Buffer sizes are
+/// checked one level up, in `ops.rs`, where the buffers are known.
+pub fn check_args(
+    k: Kernel,
+    ints: &[(&str, usize)],
+    ptrs: &[(&str, CUdeviceptr)],
+) -> Result<(), BackendError> {
+    for &(name, v) in ints {
+        if v == 0 {
+            return Err(refusal(k, format!("{name} is zero; nothing is launched")));
+        }
+        if v > i32::MAX as usize {
+            return Err(refusal(
+                k,
+                format!("{name} = {v} exceeds the kernel's int range"),
+            ));
+        }
+    }
+    if let Some((name, _)) = ptrs.iter().find(|(_, p)| *p == 0) {
+        return Err(refusal(k, format!("buffer {name} is null")));
+    }
+    Ok(())
+}
+
+/// A launch refused before anything was queued: `<symbol>: <why>`.
+pub fn refusal(k: impl Into<Kernel>, why: String) -> BackendError {
+    BackendError::InferenceFailed(format!("{}: {why}", k.into().symbol()))
+}
+
+/// The problem size a kernel's grid is laid over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// One thread per element.
+    Elements(usize),
+    /// One block per row of `cols` values.
+    Rows { rows: usize, cols: usize },
+    /// An output of `rows` weight rows by `n` rows of x (matmul).
+    Matrix { rows: usize, n: usize },
+    /// One row of x by `rows` weight rows of `cols` columns (`mv8_*`;
+    /// `mv8m_*`: the matrices' rows each rounded up to whole blocks).
+    MatVec { rows: usize, cols: usize },
+    /// The same, its columns split into `splits` ranges.
+    SplitMatrix {
+        rows: usize,
+        n: usize,
+        splits: usize,
+    },
+    /// One block per (query row, head).
+    Heads { n: usize, n_head: usize },
+    /// `mv1_*`'s (or `mv8_*`'s) blocks over `rows` weight rows of `cols`
+    /// columns, for each of `slots` (token, chosen expert) pairs, of each
+    /// of `matrices` matrices.
+    Experts {
+        rows: usize,
+        cols: usize,
+        slots: usize,
+        matrices: usize,
+    },
+    /// `gemm_tck_*`'s blocks over `rows` weight rows, for each of `tiles`
+    /// tiles of rows of x of one expert each.
+    ExpertTiles { rows: usize, tiles: usize },
+    /// One block per (row, head) of heads of `head_dim` values, as wide as
+    /// `rms_norm`'s block for a row of that width.
+    HeadRows {
+        n: usize,
+        heads: usize,
+        head_dim: usize,
+    },
+    /// One block per (KV head, chunk of the context).
+    Chunks { n_head_kv: usize, nsplit: usize },
+    /// The same for each of `rows` sequences (rows mode), `nsplit` chunks
+    /// each at most.
+    RowChunks {
+        n_head_kv: usize,
+        nsplit: usize,
+        rows: usize,
+    },
+    /// One block for the whole problem.
+    Single,
+    /// One row of `cols` values over a cluster of `blocks` blocks, a
+    /// thread a value.
+    ClusterRow { cols: usize, blocks: usize },
+}
+
+impl Work {
+    /// The thread block cluster the launch needs, if any.
+    pub fn cluster(self) -> Option<u32> {
+        match self {
+            Work::ClusterRow { blocks, .. } => Some(blocks as u32),
+            _ => None,
+        }
+    }
+}
+
+/// Threads per block of the one-thread-per-element kernels.
+pub const ELEMENT_THREADS: u32 = 256;
+
+/// A grid of `grid` blocks of `threads` threads.
+pub fn blocks(grid: (u32, u32), threads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (grid.0, grid.1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// One thread per element in blocks of `block`; zero elements are refused.
+pub fn grid_1d(n: u64, block: u32) -> Result<LaunchConfig, BackendError> {
+    if n == 0 {
+        return Err(BackendError::InferenceFailed(
+            "a launch over zero elements".into(),
+        ));
+    }
+    let count = u32::try_from(n.div_ceil(block as u64))
+        .map_err(|_| BackendError::InferenceFailed(format!("{n} elements exceed one launch")))?;
+    Ok(blocks((count, 1), block))
+}
+
+/// The grid and block of kernel `k` over `work` (its family's
+/// [`Family::config`]).
+pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError> {
+    k.config(work).unwrap_or_else(|| {
+        Err(BackendError::KernelLaunchFailed(format!(
+            "{} is not laid out over {work:?}",
+            k.symbol()
+        )))
+    })
+}
+
+/// A kernel's parameter values in its C signature's order, pushed one by one.
+pub trait ParamList {
+    fn push_all<'a>(&'a self, b: &mut LaunchArgs<'a>);
+    /// The address of each value, in order: `cuLaunchKernelEx`'s `kernelParams`.
+    fn addresses(&self, out: &mut Vec<*mut std::ffi::c_void>);
+    /// The C types, in order, for comparing with the `.cu` source.
+    #[cfg(test)]
+    fn c_types() -> Vec<String>;
+}
+
+macro_rules! param_tuple {
+    ($($p:ident . $i:tt),+) => {
+        impl<$($p: Param),+> ParamList for ($($p,)+) {
+            fn push_all<'a>(&'a self, b: &mut LaunchArgs<'a>) {
+                $(b.arg(&self.$i);)+
+            }
+            fn addresses(&self, out: &mut Vec<*mut std::ffi::c_void>) {
+                $(out.push(&self.$i as *const $p as *mut std::ffi::c_void);)+
+            }
+            #[cfg(test)]
+            fn c_types() -> Vec<String> {
+                vec![$($p::c_type()),+]
+            }
+        }
+    };
+}
+
+param_tuple!(A.0);
+param_tuple!(A.0, B.1);
+param_tuple!(A.0, B.1, C.2);
+param_tuple!(A.0, B.1, C.2, D.3);
+param_tuple!(A.0, B.1, C.2, D.3, E.4);
+param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5);
+param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6);
+param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7);
+param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8);
+param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9);
+param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10);
+param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11);
+param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12);
+param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12, N.13);
+param_tuple!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12, N.13, O.14);
+param_tuple!(
+    A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12, N.13, O.14, P.15, Q.16
+);
+param_tuple!(
+    A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12, N.13, O.14, P.15, Q.16,
+    R.17
+);
+param_tuple!(
+    A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11, M.12, N.13, O.14, P.15, Q.16,
+    R.17, S.18, T.19
+);
+
+/// One kernel's parameters as two lists, the first pushed first: a kernel
+/// that takes another's parameters and more (`mv8q_*` after `mv8m_*`'s).
+pub struct Then<A, B>(pub A, pub B);
+
+impl<A: ParamList, B: ParamList> ParamList for Then<A, B> {
+    fn push_all<'a>(&'a self, b: &mut LaunchArgs<'a>) {
+        self.0.push_all(b);
+        self.1.push_all(b);
+    }
+    fn addresses(&self, out: &mut Vec<*mut std::ffi::c_void>) {
+        self.0.addresses(out);
+        self.1.addresses(out);
+    }
+    #[cfg(test)]
+    fn c_types() -> Vec<String> {
+        let mut v = A::c_types();
+        v.extend(B::c_types());
+        v
+    }
+}
+
+/// A launch as the generic launcher sees it: which kernel, what
+/// [`check_args`] checks, and the problem size the grid is laid over.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub kernel: Kernel,
+    /// The `int` dimensions, each to lie in `1..=i32::MAX`.
+    pub dims: Vec<(&'static str, usize)>,
+    /// The buffers that must not be null.
+    pub buffers: Vec<(&'static str, CUdeviceptr)>,
+    pub work: Work,
+}
+
+/// One launch of one kernel with named, typed arguments. Implemented by
+/// each kernel's argument struct in `args.rs`; `Kernels::launch` runs
+/// [`KernelCall::check`], lays the grid out with [`launch_config`] and
+/// pushes [`KernelCall::params`].
+pub trait KernelCall {
+    /// The kernel's parameters: exactly its C signature, in order (a test
+    /// compares every one with the `.cu` source).
+    type Params: ParamList;
+
+    fn plan(&self) -> Plan;
+    /// Checks between arguments beyond [`check_args`] (cache positions,
+    /// head counts); none by default.
+    fn validate(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+    /// The values to push; called only after [`KernelCall::check`] passed,
+    /// so every dimension converts to the kernel's `int` exactly.
+    fn params(&self) -> Self::Params;
+
+    /// Everything refused before a launch (M0-W-1431); the plan to launch.
+    fn check(&self) -> Result<Plan, BackendError> {
+        let plan = self.plan();
+        check_args(plan.kernel, &plan.dims, &plan.buffers)?;
+        self.validate()?;
+        Ok(plan)
+    }
+}

@@ -1,0 +1,192 @@
+//! The argument structs of `matvec.cu`'s products of a mixture of
+//! experts' chosen experts: `mv1e_*` from f32 x, `mv8e_*` from x split for
+//! the integer units.
+
+use crate::backend::cuda::kernels::launch::{plan, refusal, KernelCall, Plan, Then, Work};
+use crate::backend::cuda::kernels::{has_mv8_experts, Kernel, Matvec, Stored, X8Bufs};
+use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
+use crate::backend::BackendError;
+
+/// `mv1e_<ty>`: for each slot `s` of `slots`, `out[s] = W_e x[s / x_div]
+/// (+ bias[e])` with `e = ids[s]`, `W_e` expert `e`'s `rows` rows of `w`.
+#[derive(Clone, Copy, Debug)]
+pub struct ExpertMatVecArgs {
+    /// `[experts * rows, cols]`: the experts' matrices one after another.
+    pub w: Stored,
+    pub experts: usize,
+    /// `[slots]` i32, each below `experts` (`moe_route` writes them).
+    pub ids: DevPtr<i32>,
+    pub slots: usize,
+    /// `[slots / x_div, cols]` f32: `x_div` slots share a row of x.
+    pub x: DevPtr<f32>,
+    pub x_div: usize,
+    /// `[experts, rows]` f32, or none.
+    pub bias: Option<DevPtr<f32>>,
+    /// `[slots, rows]` f32.
+    pub out: DevPtrMut<f32>,
+    /// A second matrix of `w`'s shape and format, its bias and output, in
+    /// the same launch (gate and up); or none.
+    pub second: Option<(Stored, Option<DevPtr<f32>>, DevPtrMut<f32>)>,
+}
+
+/// Rows of one of the `experts` matrices stacked in `w`.
+pub(crate) fn expert_rows(w: &Stored, experts: usize) -> usize {
+    w.rows / experts.max(1)
+}
+
+/// Refuses a stacked matrix `w` that does not split into `experts` matrices.
+pub(crate) fn check_stacked(k: Kernel, w: &Stored, experts: usize) -> Result<(), BackendError> {
+    if experts == 0 || !w.rows.is_multiple_of(experts) {
+        return Err(refusal(k, format!("{} rows for {experts} experts", w.rows)));
+    }
+    Ok(())
+}
+
+impl ExpertMatVecArgs {
+    /// Rows of one expert's matrix.
+    pub fn rows(&self) -> usize {
+        expert_rows(&self.w, self.experts)
+    }
+
+    fn dims(&self) -> [(&'static str, usize); 6] {
+        [
+            ("rows", self.rows()),
+            ("cols", self.w.cols),
+            ("row_bytes", self.w.row_bytes),
+            ("experts", self.experts),
+            ("slots", self.slots),
+            ("x_div", self.x_div),
+        ]
+    }
+
+    fn work(&self) -> Work {
+        Work::Experts {
+            rows: self.rows(),
+            cols: self.w.cols,
+            slots: self.slots,
+            matrices: 1 + usize::from(self.second.is_some()),
+        }
+    }
+
+    /// The checks of either kernel `k` over these arguments: stacked
+    /// matrices, a second one of the first's shape, whole rows of x.
+    fn check_shapes(&self, k: Kernel) -> Result<(), BackendError> {
+        check_stacked(k, &self.w, self.experts)?;
+        if let Some((w2, _, out2)) = &self.second {
+            let same = (w2.ty, w2.rows, w2.cols, w2.row_bytes)
+                == (self.w.ty, self.w.rows, self.w.cols, self.w.row_bytes);
+            if !same || w2.ptr.addr() == 0 || out2.addr() == 0 {
+                return Err(refusal(k, "a second matrix of another shape".into()));
+            }
+        }
+        if self.x_div == 0 || !self.slots.is_multiple_of(self.x_div) {
+            let msg = format!(
+                "{} slots over rows of x shared by {}",
+                self.slots, self.x_div
+            );
+            return Err(refusal(k, msg));
+        }
+        Ok(())
+    }
+
+    /// The parameters both kernels open with: the weights and their shape,
+    /// the experts and the slots' rows of x.
+    fn head_params(&self) -> ExpertHead {
+        (
+            self.w.ptr,
+            self.w.row_bytes as i64,
+            self.rows() as i32,
+            self.w.cols as i32,
+            self.experts as i32,
+            self.ids,
+            self.x_div as i32,
+        )
+    }
+
+    /// The parameters both kernels close with: the bias and output, then
+    /// the second matrix's weights, bias and output (null without one).
+    fn tail_params(&self) -> ExpertTail {
+        (
+            DevPtr::or_null(self.bias),
+            self.out,
+            DevPtr::or_null(self.second.map(|s| s.0.ptr)),
+            DevPtr::or_null(self.second.and_then(|s| s.1)),
+            DevPtrMut::or_null(self.second.map(|s| s.2)),
+        )
+    }
+}
+
+type ExpertHead = (DevPtr<u8>, i64, i32, i32, i32, DevPtr<i32>, i32);
+
+type ExpertTail = (
+    DevPtr<f32>,
+    DevPtrMut<f32>,
+    DevPtr<u8>,
+    DevPtr<f32>,
+    DevPtrMut<f32>,
+);
+
+impl KernelCall for ExpertMatVecArgs {
+    /// `x` between the head and the tail.
+    type Params = Then<ExpertHead, Then<(DevPtr<f32>,), ExpertTail>>;
+
+    fn plan(&self) -> Plan {
+        let buffers = [
+            ("w", self.w.ptr.addr()),
+            ("ids", self.ids.addr()),
+            ("x", self.x.addr()),
+            ("out", self.out.addr()),
+        ];
+        let k = Kernel::Matvec(Matvec::MatVecExperts(self.w.ty));
+        plan(k, self.dims(), buffers, self.work())
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        self.check_shapes(Kernel::Matvec(Matvec::MatVecExperts(self.w.ty)))
+    }
+    fn params(&self) -> Self::Params {
+        Then(self.head_params(), Then((self.x,), self.tail_params()))
+    }
+}
+
+/// `mv8e_<ty>`: the products of [`ExpertMatVecArgs`] on the integer units,
+/// reading x as `quantize_x8` (or `swiglu_oai`) split it into `x8` (`args.x`
+/// itself is not read): rows of `cols` values one after another.
+#[derive(Clone, Copy, Debug)]
+pub struct ExpertMatVec8Call {
+    pub args: ExpertMatVecArgs,
+    pub x8: X8Bufs,
+}
+
+impl KernelCall for ExpertMatVec8Call {
+    /// x's parts between the head and the tail.
+    type Params =
+        Then<ExpertHead, Then<(DevPtr<i8>, DevPtr<i8>, DevPtr<f32>, DevPtr<f32>), ExpertTail>>;
+
+    fn plan(&self) -> Plan {
+        let a = &self.args;
+        let [hi, lo, d, sums] = self.x8.addrs();
+        let buffers = [
+            ("w", a.w.ptr.addr()),
+            ("ids", a.ids.addr()),
+            hi,
+            lo,
+            d,
+            sums,
+            ("out", a.out.addr()),
+        ];
+        plan(Matvec::MatVec8Experts(a.w.ty), a.dims(), buffers, a.work())
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        let a = &self.args;
+        let k = Kernel::Matvec(Matvec::MatVec8Experts(a.w.ty));
+        if !a.w.cols.is_multiple_of(32) || !has_mv8_experts(a.w.ty) {
+            let msg = format!("{} {} columns", a.w.cols, a.w.ty.name());
+            return Err(refusal(k, msg));
+        }
+        a.check_shapes(k)
+    }
+    fn params(&self) -> Self::Params {
+        let a = &self.args;
+        Then(a.head_params(), Then(self.x8.reads(), a.tail_params()))
+    }
+}

@@ -1,0 +1,571 @@
+//! The kernels of `cuda/matvec.cu`: a matrix product for one row of x
+//! (decode) or a few (`mv1_*`; on the integer units from x split by
+//! `quantize_x8`: `mv8_*`, `mv8m_*`, `mv8q_*`, `mv8n_*`), short prompts on
+//! the integer tensor cores (`mmq_*`), and the chosen experts' products of
+//! a mixture of experts (`mv1e_*`, `mv8e_*`, in `experts.rs`); which of them
+//! a product takes (`Kernels::mv8_choice`).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::{CudaStream, LaunchConfig};
+
+#[cfg(test)]
+use crate::backend::cuda::kernels::launch::pushed;
+use crate::backend::cuda::kernels::launch::{
+    blocks, plan, refusal, type_suffix, Family, KernelCall, Plan, Work,
+};
+use crate::backend::cuda::kernels::{Kernel, Kernels, MatmulArgs, MV_LOOP_MAX_TOKENS};
+use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
+use crate::backend::cuda::source::{
+    has_mmq, Module, MMQ_MAX_TOKENS, MMQ_WARPS, MV1_ROWS, MV1_THREADS, MV8N_ROWS, MV8_MAX_TOKENS,
+    MV8_ROWS, MV8_THREADS,
+};
+use crate::backend::BackendError;
+use crate::quant::GgmlType;
+
+mod experts;
+mod mv8;
+
+pub use experts::*;
+pub use mv8::*;
+
+/// The kernels of `matvec.cu`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Matvec {
+    /// `mv1_<type>`: matrix product for one row of x (decode), streaming
+    /// tiles of `MV1_ROWS` weight rows through shared memory.
+    MatVec1(GgmlType),
+    /// `mv1e_<type>`: `mv1_<type>` over the experts a router chose, one
+    /// grid row per (token, chosen expert), the expert read on the device.
+    MatVecExperts(GgmlType),
+    /// `mv8e_<type>`: `mv8_<type>` over the experts a router chose, laid
+    /// out as `mv1e_<type>`, from x split by `quantize_x8` (or `swiglu_oai`).
+    MatVec8Experts(GgmlType),
+    /// `mv8_<type>`: matrix product for one row of x (decode) on the integer
+    /// units, from x split by `quantize_x8`; `MV8_ROWS` weight rows a block.
+    MatVec8(GgmlType),
+    /// `mv8m_<type>`: `mv8_<type>` for up to three matrices of one width
+    /// and x in one launch (Q, K and V; gate and up).
+    MatVec8Many(GgmlType),
+    /// `mv8q_<type>`: `mv8m_<type>` of Q, K and V with Q's and K's heads
+    /// turned (RoPE, adjacent pairs) and K and V stored in the cache, as
+    /// `qk_rope_store` does them.
+    MatVec8Qkv(GgmlType),
+    /// `mv8n_<type>`: the same for several rows of x, in groups of
+    /// `MV8_MAX_TOKENS` (the grid's y), `MV8N_ROWS` weight rows a block.
+    MatVec8N(GgmlType),
+    /// `mmq_<type>`: 9 to `MMQ_MAX_TOKENS` rows of x (short prompts) on the
+    /// integer tensor cores, from x split by `quantize_x8` (Q8_0).
+    Mmq(GgmlType),
+}
+
+impl Family for Matvec {
+    const MODULE: Module = Module::Matvec;
+
+    fn all() -> Vec<Matvec> {
+        let mut v = Vec::new();
+        for t in GgmlType::ALL {
+            v.extend([Matvec::MatVec1(t), Matvec::MatVecExperts(t)]);
+            if has_mv8_experts(t) {
+                v.push(Matvec::MatVec8Experts(t));
+            }
+            if has_mv8(t) {
+                v.extend([
+                    Matvec::MatVec8(t),
+                    Matvec::MatVec8Many(t),
+                    Matvec::MatVec8Qkv(t),
+                    Matvec::MatVec8N(t),
+                ]);
+            }
+            if has_mmq(t) {
+                v.push(Matvec::Mmq(t));
+            }
+        }
+        v
+    }
+    fn symbol(self) -> String {
+        let (prefix, t) = match self {
+            Matvec::MatVec1(t) => ("mv1", t),
+            Matvec::MatVecExperts(t) => ("mv1e", t),
+            Matvec::MatVec8Experts(t) => ("mv8e", t),
+            Matvec::MatVec8(t) => ("mv8", t),
+            Matvec::MatVec8Many(t) => ("mv8m", t),
+            Matvec::MatVec8Qkv(t) => ("mv8q", t),
+            Matvec::MatVec8N(t) => ("mv8n", t),
+            Matvec::Mmq(t) => ("mmq", t),
+        };
+        format!("{prefix}_{}", type_suffix(t))
+    }
+    fn format(self) -> Option<GgmlType> {
+        match self {
+            Matvec::MatVec1(t)
+            | Matvec::MatVecExperts(t)
+            | Matvec::MatVec8Experts(t)
+            | Matvec::MatVec8(t)
+            | Matvec::MatVec8Many(t)
+            | Matvec::MatVec8Qkv(t)
+            | Matvec::MatVec8N(t)
+            | Matvec::Mmq(t) => Some(t),
+        }
+    }
+    fn part(self) -> Option<u8> {
+        match self {
+            Matvec::MatVec1(_)
+            | Matvec::MatVec8(_)
+            | Matvec::MatVec8Many(_)
+            | Matvec::MatVec8Qkv(_)
+            | Matvec::MatVec8N(_) => Some(0),
+            Matvec::Mmq(_) => Some(1),
+            Matvec::MatVecExperts(_) | Matvec::MatVec8Experts(_) => Some(2),
+        }
+    }
+    fn prefers_shared_memory(self) -> bool {
+        matches!(self, Matvec::MatVec1(_) | Matvec::MatVecExperts(_))
+    }
+    fn config(self, work: Work) -> Option<Result<LaunchConfig, BackendError>> {
+        Some(match (self, work) {
+            (Matvec::MatVec1(_), Work::Matrix { rows, .. }) => {
+                Ok(blocks(((rows as u32).div_ceil(MV1_ROWS), 1), MV1_THREADS))
+            }
+            (
+                Matvec::MatVecExperts(_) | Matvec::MatVec8Experts(_),
+                Work::Experts {
+                    rows,
+                    cols,
+                    slots,
+                    matrices,
+                },
+            ) => {
+                if slots > 65535 || !(1..=2).contains(&matrices) {
+                    return Some(Err(BackendError::InferenceFailed(format!(
+                        "{slots} (token, expert) pairs of {matrices} matrices exceed one launch"
+                    ))));
+                }
+                let (per_block, threads) = match self {
+                    Matvec::MatVecExperts(_) => (MV1_ROWS, MV1_THREADS),
+                    _ => (mv8_rows_per_block(cols) as u32, MV8_THREADS),
+                };
+                Ok(LaunchConfig {
+                    grid_dim: (
+                        (rows as u32).div_ceil(per_block),
+                        slots as u32,
+                        matrices as u32,
+                    ),
+                    block_dim: (threads, 1, 1),
+                    shared_mem_bytes: 0,
+                })
+            }
+            (
+                Matvec::MatVec8(_) | Matvec::MatVec8Many(_) | Matvec::MatVec8Qkv(_),
+                Work::MatVec { rows, cols },
+            ) => {
+                let per_block = mv8_rows_per_block(cols) as u32;
+                Ok(blocks(((rows as u32).div_ceil(per_block), 1), MV8_THREADS))
+            }
+            // Groups of MV8_MAX_TOKENS rows of x along y.
+            (Matvec::MatVec8N(_), Work::Matrix { rows, n }) => {
+                let groups = n.div_ceil(MV8_MAX_TOKENS);
+                if groups > 65535 {
+                    return Some(Err(BackendError::InferenceFailed(format!(
+                        "{n} rows exceed one mv8n launch"
+                    ))));
+                }
+                Ok(blocks(
+                    ((rows as u32).div_ceil(MV8N_ROWS), groups as u32),
+                    MV8_THREADS,
+                ))
+            }
+            // 16 weight rows a block.
+            (Matvec::Mmq(_), Work::Matrix { rows, .. }) => {
+                Ok(blocks(((rows as u32).div_ceil(16), 1), MMQ_WARPS * 32))
+            }
+            _ => return None,
+        })
+    }
+    #[cfg(test)]
+    fn pushed(self) -> Vec<String> {
+        match self {
+            Matvec::MatVec1(_) => pushed::<MatVec1Call>(),
+            Matvec::MatVecExperts(_) => pushed::<ExpertMatVecArgs>(),
+            Matvec::MatVec8Experts(_) => pushed::<ExpertMatVec8Call>(),
+            Matvec::MatVec8(_) => pushed::<MatVec8Call>(),
+            Matvec::MatVec8Many(_) => pushed::<MatVec8ManyCall>(),
+            Matvec::MatVec8Qkv(_) => pushed::<MatVec8QkvCall>(),
+            Matvec::MatVec8N(_) => pushed::<MatVec8NCall>(),
+            Matvec::Mmq(_) => pushed::<MmqCall>(),
+        }
+    }
+    /// `mmq_q8_0` is written out for its one format; the others are
+    /// `FOR_EACH_TYPE` instances.
+    #[cfg(test)]
+    fn definition(self) -> (&'static str, Vec<String>) {
+        let sym = self.symbol();
+        match self {
+            Matvec::Mmq(_) => ("", vec![format!("void {sym}("), format!(")\n    {sym}(")]),
+            _ => {
+                let t = self.format().expect("a per-format kernel");
+                let prefix = sym.strip_suffix(&type_suffix(t)).unwrap_or(&sym);
+                ("", vec![format!("{prefix}##name(")])
+            }
+        }
+    }
+}
+
+/// Formats with an integer decode mat-vec (`mv8_*`, matvec.cu).
+pub fn has_mv8(t: GgmlType) -> bool {
+    matches!(
+        t,
+        GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q4K
+            | GgmlType::Q5_0
+            | GgmlType::Q8_0
+            | GgmlType::Q6K
+    )
+}
+
+/// Formats with an integer mat-vec over chosen experts (`mv8e_*`): those
+/// of `mv8_*`, and MXFP4 (whose E2M1 values, doubled, are small integers).
+pub fn has_mv8_experts(t: GgmlType) -> bool {
+    has_mv8(t) || t == GgmlType::Mxfp4
+}
+
+/// Warps of an `mv8_*` block that share one group of `MV8_ROWS` rows: as
+/// few as cover a row's 32-value units (matvec.cu computes the same).
+pub fn mv8_group_warps(cols: usize) -> u32 {
+    match cols / 32 {
+        0..=32 => 1,
+        33..=64 => 2,
+        _ => MV8_THREADS / 32,
+    }
+}
+
+/// Weight rows an `mv8_*` block takes for rows of `cols` columns.
+pub fn mv8_rows_per_block(cols: usize) -> usize {
+    (MV8_ROWS * (MV8_THREADS / 32) / mv8_group_warps(cols)) as usize
+}
+
+/// From this many weight rows on, one row of x goes through `mv1_*` (which
+/// streams 8 rows a block: faster than `mvw_*` from 4096 rows on, and no
+/// faster below ~2048; `benches/results/kernel-choices.md`).
+pub const MV1_MIN_ROWS: usize = 2048;
+
+/// Up to this many rows of x, quantized formats with `mv8n_*` run it over
+/// groups of `MV8_MAX_TOKENS` rows (short prompts: each group reads the
+/// weights once) instead of `mv_*` groups or a GEMM.
+pub const MV8_LOOP_MAX_TOKENS: usize = MV_LOOP_MAX_TOKENS;
+
+/// How a matmul runs on the integer mat-vec kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mv8Plan {
+    /// One row of x: `mv8_*`.
+    One,
+    /// Several rows: `mv8n_*` per group of `MV8_MAX_TOKENS`.
+    Rows,
+    /// A short prompt's rows (more than `MV8_MAX_TOKENS`, up to
+    /// [`MMQ_MAX_ROWS`]) in one `mmq_*` launch, where the format has it.
+    Mma,
+}
+
+/// The most rows of x that go to `mmq_*` (the kernel takes up to
+/// `MMQ_MAX_TOKENS`), and only for a matrix too small to fill the SMs with
+/// `gemm_few_*` blocks (see `Kernels::few_fills`): there `mmq_*` was the
+/// faster up to 16 rows and `gemm_few_*` from 20; a matrix that fills the
+/// SMs runs faster on `gemm_few_*` from 9 rows
+/// (`benches/results/kernel-choices.md`).
+pub const MMQ_MAX_ROWS: usize = 16;
+const _: () = assert!(MMQ_MAX_ROWS <= MMQ_MAX_TOKENS && MMQ_MAX_ROWS > MV8_MAX_TOKENS);
+
+/// Where a decode step's RoPE and KV store run with the Q, K and V
+/// products (`mv8q_*`): `0` never (`qk_rope_store` after `mv8m_*`), `all`
+/// wherever the products allow it, otherwise (the default) only for
+/// launches of one wave of blocks ([`MV8Q_BLOCKS_PER_SM`] an SM): a
+/// launch of more waves gained little or nothing, one of a wave gained
+/// most (`benches/results/kernel-choices.md`).
+pub const QKV_ROPE_ENV: &str = "WORKER_ORCD_QKV_ROPE";
+
+/// Blocks of `mv8q_*` an SM holds at once (128 threads a block: 16 fill an
+/// SM's 2,048 threads).
+pub const MV8Q_BLOCKS_PER_SM: usize = 16;
+
+/// The most blocks of a `mv8q_*` launch by the environment
+/// ([`QKV_ROPE_ENV`]) on a GPU of `sm_count` SMs.
+pub fn qkv_rope_max_blocks(sm_count: usize) -> usize {
+    match std::env::var(QKV_ROPE_ENV).as_deref() {
+        Ok("0") => 0,
+        Ok("all") => usize::MAX,
+        _ => MV8Q_BLOCKS_PER_SM * sm_count,
+    }
+}
+
+/// `0` keeps a mixture of experts' decode products on `mv1e_*` (f32 x)
+/// rather than `mv8e_*`.
+pub const MV8_EXPERTS_ENV: &str = "WORKER_ORCD_MV8_EXPERTS";
+
+impl Kernels {
+    /// Turns `mv8_*` on or off (for tests and benchmarks).
+    #[cfg(test)]
+    pub fn set_mv8(&self, on: bool) {
+        self.mv8.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether one row of x may go through `mv8_*` at all.
+    pub fn mv8_enabled(&self) -> bool {
+        self.mv8.load(Ordering::Relaxed)
+    }
+
+    /// Whether chosen experts' products in format `t` may take `mv8e_*`:
+    /// the integer mat-vec on (and not turned off for experts by
+    /// [`MV8_EXPERTS_ENV`]), the kernel compiled.
+    pub fn mv8_experts_ready(&self, t: GgmlType) -> bool {
+        self.mv8_experts
+            && self.mv8.load(Ordering::Relaxed)
+            && self
+                .funcs
+                .contains_key(&Kernel::Matvec(Matvec::MatVec8Experts(t)))
+    }
+
+    /// Whether a short prompt's matmul in format `t` takes `mmq_*`: the
+    /// kernel compiled, and the short-prompt kernels on (`set_gemm_split`,
+    /// which switches `gemm_tck_*` and this alike).
+    pub(super) fn mmq_ready(&self, t: GgmlType) -> bool {
+        self.gemm_split.load(Ordering::Relaxed)
+            && self.funcs.contains_key(&Kernel::Matvec(Matvec::Mmq(t)))
+    }
+
+    /// Whether this matmul runs on `mv8_*` from a quantized x, and how: one
+    /// row (`mv8_*`), a short prompt's rows in a format with `mmq_*`, or up
+    /// to [`MV8_LOOP_MAX_TOKENS`] rows of x (`mv8n_*`) in a format that has
+    /// such a kernel compiled.
+    pub fn mv8_choice(&self, m: &MatmulArgs) -> Option<Mv8Plan> {
+        let w = &m.w;
+        if !self.mv8_applies(m) {
+            return None;
+        }
+        match m.n {
+            1 => Some(Mv8Plan::One),
+            n if n > MV8_MAX_TOKENS
+                && n <= MMQ_MAX_ROWS
+                && self.mmq_ready(w.ty)
+                && !(self.few_ready(m) && self.few_fills(w.rows, w.cols)) =>
+            {
+                Some(Mv8Plan::Mma)
+            }
+            n if n <= MV8_LOOP_MAX_TOKENS => Some(Mv8Plan::Rows),
+            _ => None,
+        }
+    }
+
+    /// Whether the integer mat-vec kernels take this product: on, whole
+    /// 32-column groups, compiled for the format.
+    pub fn mv8_applies(&self, m: &MatmulArgs) -> bool {
+        self.mv8.load(Ordering::Relaxed)
+            && m.w.cols.is_multiple_of(32)
+            && self
+                .funcs
+                .contains_key(&Kernel::Matvec(Matvec::MatVec8(m.w.ty)))
+    }
+
+    /// `out = x W^T (+ bias)` on `mv8_*` as `plan` says, from x split into `x8`.
+    pub fn matvec8(
+        &self,
+        s: &Arc<CudaStream>,
+        m: &MatmulArgs,
+        plan: Mv8Plan,
+        x8: X8Bufs,
+    ) -> Result<(), BackendError> {
+        match plan {
+            Mv8Plan::One => self.launch(s, &MatVec8Call { args: *m, x8 }),
+            Mv8Plan::Mma => self.launch(s, &MmqCall { args: *m, x8 }),
+            Mv8Plan::Rows => self.launch(s, &MatVec8NCall { args: *m, x8 }),
+        }
+    }
+
+    /// Two or three products of one row of x (`products`, of one format
+    /// with `mv8_*` and one width) in one `mv8m_*` launch, from x split into
+    /// `x8`; each output as `matvec8` would write it.
+    pub fn matvec8_many(
+        &self,
+        s: &Arc<CudaStream>,
+        products: &[MatmulArgs],
+        x8: X8Bufs,
+    ) -> Result<(), BackendError> {
+        let (Some(&first), 2..=3) = (products.first(), products.len()) else {
+            return Err(BackendError::KernelLaunchFailed(format!(
+                "mv8m takes 2 or 3 products, not {}",
+                products.len()
+            )));
+        };
+        let mut args = [first; 3];
+        args[..products.len()].copy_from_slice(products);
+        self.launch(
+            s,
+            &MatVec8ManyCall {
+                args,
+                count: products.len(),
+                x8,
+            },
+        )
+    }
+
+    /// Whether Q, K and V of one row of x (`q`, `k`, `v`) take one
+    /// `mv8q_*` launch: each on `mv8_*` alone, of one format and width, the
+    /// kernel compiled, and no more blocks than [`QKV_ROPE_ENV`] allows.
+    /// (With the RoPE's angle taken after the products, each block's life
+    /// grew and a launch of more than a wave lost speed; the angle is now
+    /// taken while the weights load.)
+    pub fn qkv_rope_ready(&self, q: &MatmulArgs, k: &MatmulArgs, v: &MatmulArgs) -> bool {
+        let same = |a: &MatmulArgs| {
+            self.mv8_choice(a) == Some(Mv8Plan::One)
+                && (a.w.ty, a.w.cols, a.w.row_bytes) == (q.w.ty, q.w.cols, q.w.row_bytes)
+        };
+        let per_block = mv8_rows_per_block(q.w.cols);
+        let blocks: usize = [q, k, v].iter().map(|a| a.w.rows.div_ceil(per_block)).sum();
+        same(q)
+            && same(k)
+            && same(v)
+            && blocks <= self.qkv_rope_max_blocks.load(Ordering::Relaxed)
+            && self
+                .funcs
+                .contains_key(&Kernel::Matvec(Matvec::MatVec8Qkv(q.w.ty)))
+    }
+
+    /// Sets the most blocks a `mv8q_*` launch may take (0: none; `None`:
+    /// as the environment says), for tests.
+    #[cfg(test)]
+    pub fn set_qkv_rope(&self, max_blocks: Option<usize>) {
+        let max = max_blocks.unwrap_or_else(|| qkv_rope_max_blocks(self.sm_count));
+        self.qkv_rope_max_blocks.store(max, Ordering::Relaxed);
+    }
+}
+
+/// A matmul of one row of x through `mv1_*`, whose signature has no row count.
+#[derive(Clone, Copy, Debug)]
+pub struct MatVec1Call {
+    args: MatmulArgs,
+}
+
+impl MatmulArgs {
+    /// As run by `mv1_*`; `n` must be 1.
+    pub(crate) fn one_row(self) -> MatVec1Call {
+        MatVec1Call { args: self }
+    }
+}
+
+impl KernelCall for MatVec1Call {
+    type Params = (
+        DevPtr<u8>,
+        i64,
+        i32,
+        i32,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtrMut<f32>,
+    );
+
+    fn plan(&self) -> Plan {
+        let a = &self.args;
+        let buffers = [
+            ("w", a.w.ptr.addr()),
+            ("x", a.x.addr()),
+            ("out", a.out.addr()),
+        ];
+        plan(
+            Matvec::MatVec1(a.w.ty),
+            a.w.dims(a.n),
+            buffers,
+            Work::Matrix {
+                rows: a.w.rows,
+                n: a.n,
+            },
+        )
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        if self.args.n != 1 {
+            return Err(refusal(
+                Matvec::MatVec1(self.args.w.ty),
+                format!("{} rows of x, not 1", self.args.n),
+            ));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        let a = &self.args;
+        let (w, row_bytes, rows, cols) = a.w.params();
+        (
+            w,
+            row_bytes,
+            rows,
+            cols,
+            a.x,
+            DevPtr::or_null(a.bias),
+            a.out,
+        )
+    }
+}
+
+/// Rows of x split for `mv8_*` by `quantize_x8`, in one scratch block: for
+/// `len` values (rows of `cols` one after another), `[len]` i8 high parts,
+/// `[len]` i8 low parts, `[len / 32]` f32 scales, `[len / 16]` f32 sums of
+/// 16 values.
+#[derive(Clone, Copy, Debug)]
+pub struct X8Bufs {
+    pub hi: DevPtrMut<i8>,
+    pub lo: DevPtrMut<i8>,
+    pub d: DevPtrMut<f32>,
+    pub sums: DevPtrMut<f32>,
+}
+
+impl X8Bufs {
+    /// Bytes of the block for `len` values.
+    pub fn bytes(len: usize) -> usize {
+        2 * len + len / 32 * 4 + len / 16 * 4
+    }
+
+    /// The parts of the block at `base` for `len` values (a multiple of
+    /// 32, so that each part stays 16-byte aligned for the kernels' vector
+    /// loads).
+    pub fn at(base: CUdeviceptr, len: usize) -> X8Bufs {
+        let d = base + 2 * len as u64;
+        X8Bufs {
+            hi: DevPtrMut::new(base),
+            lo: DevPtrMut::new(base + len as u64),
+            d: DevPtrMut::new(d),
+            sums: DevPtrMut::new(d + (len / 32 * 4) as u64),
+        }
+    }
+
+    /// The parts as a kernel that also splits its output writes them: all
+    /// null when there is no block (the kernel then skips the split).
+    pub(crate) fn writes_or_null(
+        x8: Option<X8Bufs>,
+    ) -> (DevPtrMut<i8>, DevPtrMut<i8>, DevPtrMut<f32>, DevPtrMut<f32>) {
+        (
+            DevPtrMut::or_null(x8.map(|b| b.hi)),
+            DevPtrMut::or_null(x8.map(|b| b.lo)),
+            DevPtrMut::or_null(x8.map(|b| b.d)),
+            DevPtrMut::or_null(x8.map(|b| b.sums)),
+        )
+    }
+
+    /// The parts as the `mv8*` kernels read them.
+    fn reads(&self) -> (DevPtr<i8>, DevPtr<i8>, DevPtr<f32>, DevPtr<f32>) {
+        (
+            self.hi.as_const(),
+            self.lo.as_const(),
+            self.d.as_const(),
+            self.sums.as_const(),
+        )
+    }
+
+    pub(crate) fn addrs(&self) -> [(&'static str, CUdeviceptr); 4] {
+        [
+            ("x8 hi", self.hi.addr()),
+            ("x8 lo", self.lo.addr()),
+            ("x8 d", self.d.addr()),
+            ("x8 sums", self.sums.addr()),
+        ]
+    }
+}

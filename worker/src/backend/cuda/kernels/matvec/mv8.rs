@@ -1,0 +1,435 @@
+//! The argument structs of `matvec.cu`'s integer mat-vecs (`mv8_*`,
+//! `mv8m_*`, `mv8q_*`, `mv8n_*`) and `mmq_*`, all from x split by
+//! `quantize_x8` into [`X8Bufs`], and the kernels that write such a split
+//! beside their output ([`SplitsOutput`]).
+
+use half::f16;
+
+use crate::backend::cuda::kernels::launch::{plan, refusal, KernelCall, Plan, Then, Work};
+use crate::backend::cuda::kernels::{
+    has_mv8, mv8_rows_per_block, CacheWindow, Kernel, MatmulArgs, Matvec, RopeArgs, RopePairs,
+    X8Bufs,
+};
+use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
+use crate::backend::cuda::source::{has_mmq, MMQ_MAX_TOKENS, MV8_MAX_TOKENS};
+use crate::backend::BackendError;
+
+/// A matmul of one row of x through `mv8_*`, reading x as `quantize_x8`
+/// wrote it into `x8` (`args.x` itself is not read).
+#[derive(Clone, Copy, Debug)]
+pub struct MatVec8Call {
+    pub args: MatmulArgs,
+    pub x8: X8Bufs,
+}
+
+impl MatVec8Call {
+    fn kernel(&self) -> Kernel {
+        Kernel::Matvec(Matvec::MatVec8(self.args.w.ty))
+    }
+}
+
+impl KernelCall for MatVec8Call {
+    type Params = (
+        DevPtr<u8>,
+        i64,
+        i32,
+        i32,
+        DevPtr<i8>,
+        DevPtr<i8>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtrMut<f32>,
+    );
+
+    fn plan(&self) -> Plan {
+        mv8_plan(self.kernel(), &self.args, &self.x8)
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        mv8_validate(self.kernel(), &self.args, 1)
+    }
+    fn params(&self) -> Self::Params {
+        let a = &self.args;
+        let (w, row_bytes, rows, cols) = a.w.params();
+        let (hi, lo, d, sums) = self.x8.reads();
+        let bias = DevPtr::or_null(a.bias);
+        (w, row_bytes, rows, cols, hi, lo, d, sums, bias, a.out)
+    }
+}
+
+/// Two or three matmuls of one row of x through one `mv8m_*` launch:
+/// matrices of one format and width, x as `quantize_x8` wrote it into `x8`.
+/// Unused slots (`count` of 2) are pushed as null with 0 rows.
+#[derive(Clone, Copy, Debug)]
+pub struct MatVec8ManyCall {
+    pub args: [MatmulArgs; 3],
+    pub count: usize,
+    pub x8: X8Bufs,
+}
+
+impl MatVec8ManyCall {
+    fn used(&self) -> &[MatmulArgs] {
+        &self.args[..self.count]
+    }
+}
+
+impl KernelCall for MatVec8ManyCall {
+    type Params = (
+        DevPtr<u8>,
+        DevPtr<u8>,
+        DevPtr<u8>,
+        i64,
+        i32,
+        i32,
+        i32,
+        i32,
+        DevPtr<i8>,
+        DevPtr<i8>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtrMut<f32>,
+        DevPtrMut<f32>,
+        DevPtrMut<f32>,
+    );
+
+    fn plan(&self) -> Plan {
+        let first = &self.args[0];
+        let kernel = Kernel::Matvec(Matvec::MatVec8Many(first.w.ty));
+        let per_block = mv8_rows_per_block(first.w.cols);
+        let padded: usize = self
+            .used()
+            .iter()
+            .map(|a| a.w.rows.div_ceil(per_block) * per_block)
+            .sum();
+        let mut dims = vec![("rows", padded)];
+        let mut buffers = Vec::new();
+        for a in self.used() {
+            dims.extend(a.w.dims(a.n));
+            buffers.extend([("w", a.w.ptr.addr()), ("out", a.out.addr())]);
+        }
+        buffers.extend(self.x8.addrs());
+        Plan {
+            kernel,
+            dims,
+            buffers,
+            work: Work::MatVec {
+                rows: padded,
+                cols: first.w.cols,
+            },
+        }
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        let first = &self.args[0];
+        let kernel = Kernel::Matvec(Matvec::MatVec8Many(first.w.ty));
+        if !(2..=3).contains(&self.count)
+            || self.used().iter().any(|a| {
+                a.w.ty != first.w.ty
+                    || a.w.cols != first.w.cols
+                    || a.w.row_bytes != first.w.row_bytes
+            })
+        {
+            return Err(refusal(
+                kernel,
+                format!("{} products of differing formats or widths", self.count),
+            ));
+        }
+        self.used()
+            .iter()
+            .try_for_each(|a| mv8_validate(kernel, a, 1))
+    }
+    fn params(&self) -> Self::Params {
+        let slot = |i: usize| self.used().get(i);
+        let w = |i| DevPtr::or_null(slot(i).map(|a: &MatmulArgs| a.w.ptr));
+        let rows = |i| slot(i).map_or(0, |a: &MatmulArgs| a.w.rows as i32);
+        let bias = |i| DevPtr::or_null(slot(i).and_then(|a: &MatmulArgs| a.bias));
+        let out = |i| DevPtrMut::or_null(slot(i).map(|a: &MatmulArgs| a.out));
+        let first = &self.args[0];
+        let (hi, lo, d, sums) = self.x8.reads();
+        (
+            w(0),
+            w(1),
+            w(2),
+            first.w.row_bytes as i64,
+            rows(0),
+            rows(1),
+            rows(2),
+            first.w.cols as i32,
+            hi,
+            lo,
+            d,
+            sums,
+            bias(0),
+            bias(1),
+            bias(2),
+            out(0),
+            out(1),
+            out(2),
+        )
+    }
+}
+
+/// Q, K and V of one row of x through one `mv8q_*` launch: as
+/// [`MatVec8ManyCall`] computes them (all three products), then Q's and K's
+/// heads turned by `rope` (adjacent pairs; its rows and positions are the
+/// window's, its x is Q's output) and K's and V's rows stored in the cache
+/// at the window's position, as [`QkRopeStoreArgs`] turns and stores them.
+#[derive(Clone, Copy, Debug)]
+pub struct MatVec8QkvCall {
+    pub products: MatVec8ManyCall,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub rope: RopeArgs,
+    pub window: CacheWindow,
+    /// `[n_head_kv, capacity, head_dim]` f16 each.
+    pub k_cache: DevPtrMut<f16>,
+    pub v_cache: DevPtrMut<f16>,
+}
+
+impl KernelCall for MatVec8QkvCall {
+    type Params = Then<
+        <MatVec8ManyCall as KernelCall>::Params,
+        (
+            i32,
+            i32,
+            DevPtr<f64>,
+            f32,
+            f32,
+            f32,
+            i32,
+            DevPtr<i32>,
+            i32,
+            DevPtrMut<f16>,
+            DevPtrMut<f16>,
+        ),
+    >;
+
+    fn plan(&self) -> Plan {
+        let mut plan = self.products.plan();
+        plan.kernel = Kernel::Matvec(Matvec::MatVec8Qkv(self.products.args[0].w.ty));
+        plan.dims.extend([
+            ("n_head", self.n_head),
+            ("n_head_kv", self.n_head_kv),
+            ("head_dim", self.head_dim),
+            ("capacity", self.window.capacity),
+        ]);
+        plan.buffers.extend([
+            ("k_cache", self.k_cache.addr()),
+            ("v_cache", self.v_cache.addr()),
+        ]);
+        plan
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        let k = Kernel::Matvec(Matvec::MatVec8Qkv(self.products.args[0].w.ty));
+        self.products.validate()?;
+        let [q, kk, v] = &self.products.args;
+        let (hd, r) = (self.head_dim, &self.rope);
+        let shapes_ok = self.products.count == 3
+            && q.w.rows == self.n_head * hd
+            && kk.w.rows == self.n_head_kv * hd
+            && v.w.rows == self.n_head_kv * hd
+            && hd.is_multiple_of(2);
+        if !shapes_ok {
+            return Err(refusal(
+                k,
+                "Q, K and V rows that are not whole heads".into(),
+            ));
+        }
+        if !r.turns_only(q.out.addr(), 1, self.n_head, hd, &self.window)
+            || r.pairs != RopePairs::Adjacent
+        {
+            return Err(refusal(
+                k,
+                "a rotation of other rows, positions or pairs".into(),
+            ));
+        }
+        r.validate()?;
+        self.window.check(k, 1)
+    }
+    fn params(&self) -> Self::Params {
+        let (start, pos, cap) = self.window.params();
+        let r = &self.rope;
+        Then(
+            self.products.params(),
+            (
+                self.head_dim as i32,
+                r.n_rot as i32,
+                DevPtr::or_null(r.inv_freq),
+                r.freq_base,
+                r.freq_scale,
+                r.mscale,
+                start,
+                pos,
+                cap,
+                self.k_cache,
+                self.v_cache,
+            ),
+        )
+    }
+}
+
+/// A matmul of several rows of x through `mv8n_*` (groups of
+/// `MV8_MAX_TOKENS` along the grid's y, at most [`MV8N_MAX_ROWS_OF_X`]),
+/// reading x as `quantize_x8` wrote it into `x8` (`args.x` itself is not
+/// read).
+#[derive(Clone, Copy, Debug)]
+pub struct MatVec8NCall {
+    pub args: MatmulArgs,
+    pub x8: X8Bufs,
+}
+
+impl KernelCall for MatVec8NCall {
+    type Params = (
+        DevPtr<u8>,
+        i64,
+        i32,
+        i32,
+        i32,
+        DevPtr<i8>,
+        DevPtr<i8>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtr<f32>,
+        DevPtrMut<f32>,
+    );
+
+    fn plan(&self) -> Plan {
+        mv8_plan(
+            Kernel::Matvec(Matvec::MatVec8N(self.args.w.ty)),
+            &self.args,
+            &self.x8,
+        )
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        mv8_validate(
+            Kernel::Matvec(Matvec::MatVec8N(self.args.w.ty)),
+            &self.args,
+            MV8N_MAX_ROWS_OF_X,
+        )
+    }
+    fn params(&self) -> Self::Params {
+        x8_rows_params(&self.args, &self.x8)
+    }
+}
+
+/// Most rows of x one `mv8n_*` launch takes (its grid's y).
+pub const MV8N_MAX_ROWS_OF_X: usize = MV8_MAX_TOKENS * 65535;
+
+/// The parameters of a kernel over several rows of x split into `x8`
+/// (`mv8n_*`, `mmq_*`): the weights, n, x's parts, the bias and out.
+pub(crate) fn x8_rows_params(a: &MatmulArgs, x8: &X8Bufs) -> <MatVec8NCall as KernelCall>::Params {
+    let (w, row_bytes, rows, cols) = a.w.params();
+    let (hi, lo, d, sums) = x8.reads();
+    let bias = DevPtr::or_null(a.bias);
+    (
+        w, row_bytes, rows, cols, a.n as i32, hi, lo, d, sums, bias, a.out,
+    )
+}
+
+/// A matmul of up to `MMQ_MAX_TOKENS` rows of x through `mmq_*` (the
+/// integer tensor cores), reading x as `quantize_x8` wrote it into `x8`.
+#[derive(Clone, Copy, Debug)]
+pub struct MmqCall {
+    pub args: MatmulArgs,
+    pub x8: X8Bufs,
+}
+
+impl KernelCall for MmqCall {
+    type Params = <MatVec8NCall as KernelCall>::Params;
+
+    fn plan(&self) -> Plan {
+        mv8_plan(
+            Kernel::Matvec(Matvec::Mmq(self.args.w.ty)),
+            &self.args,
+            &self.x8,
+        )
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        let kernel = Kernel::Matvec(Matvec::Mmq(self.args.w.ty));
+        mv8_validate(kernel, &self.args, MMQ_MAX_TOKENS)?;
+        if !has_mmq(self.args.w.ty) {
+            return Err(refusal(
+                kernel,
+                format!("{} weights", self.args.w.ty.name()),
+            ));
+        }
+        Ok(())
+    }
+    fn params(&self) -> Self::Params {
+        x8_rows_params(&self.args, &self.x8)
+    }
+}
+
+/// The plan of an `mv8*` launch: the weights, x's parts and the output.
+pub(crate) fn mv8_plan(kernel: Kernel, a: &MatmulArgs, x8: &X8Bufs) -> Plan {
+    let [hi, lo, d, sums] = x8.addrs();
+    plan(
+        kernel,
+        a.w.dims(a.n),
+        [
+            ("w", a.w.ptr.addr()),
+            hi,
+            lo,
+            d,
+            sums,
+            ("out", a.out.addr()),
+        ],
+        match kernel {
+            Kernel::Matvec(Matvec::MatVec8(_)) => Work::MatVec {
+                rows: a.w.rows,
+                cols: a.w.cols,
+            },
+            _ => Work::Matrix {
+                rows: a.w.rows,
+                n: a.n,
+            },
+        },
+    )
+}
+
+/// An `mv8*` kernel takes up to `max_n` rows of x, whole 32-value blocks
+/// of a format it has a unit for.
+pub(crate) fn mv8_validate(
+    kernel: Kernel,
+    a: &MatmulArgs,
+    max_n: usize,
+) -> Result<(), BackendError> {
+    if a.n > max_n || !a.w.cols.is_multiple_of(32) || !has_mv8(a.w.ty) {
+        return Err(refusal(
+            kernel,
+            format!(
+                "{} rows of x by {} {} columns",
+                a.n,
+                a.w.cols,
+                a.w.ty.name()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A kernel that may also split its output for `mv8_*`.
+pub trait SplitsOutput: KernelCall {
+    /// Where it splits its output, if it does.
+    fn x8(&self) -> Option<X8Bufs>;
+}
+
+/// A kernel splits its output for `mv8_*` only for one row of whole
+/// 32-value groups (its warps each take one group).
+pub(crate) fn validate_x8_output(
+    k: Kernel,
+    x8: Option<X8Bufs>,
+    rows: usize,
+    cols: usize,
+) -> Result<(), BackendError> {
+    if x8.is_some() && (rows != 1 || !cols.is_multiple_of(32)) {
+        return Err(refusal(
+            k,
+            format!("splitting {rows} rows of {cols} values"),
+        ));
+    }
+    Ok(())
+}
