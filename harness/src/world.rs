@@ -5,7 +5,8 @@
 //! - [`Probes`]: `/health` and `/metrics` readings kept for later comparison;
 //! - [`Budgets`]: timing samples compared with budgets.yaml;
 //! - [`Parity`]: golden, haiku and cross-backend evidence;
-//! - [`Workspace`]: commands run in the source tree (cargo, nested harness runs).
+//! - [`Workspace`]: commands run in the source tree (cargo, nested harness runs);
+//! - [`OpenAiRuns`]: answers of the OpenAI-compatible routes, whole and streamed.
 //!
 //! A scenario starts the worker under test on a free port with a chosen model and
 //! backend, drives it over HTTP/SSE and signals, and the runner's `after` hook
@@ -13,6 +14,7 @@
 //! parts never import from `steps/`: the steps import the World.
 
 mod budgets;
+mod openai;
 mod parity;
 mod probes;
 mod process;
@@ -31,6 +33,7 @@ use crate::client::{Client, Transcript};
 use crate::process::{Launch, Worker};
 
 pub use budgets::Budgets;
+pub use openai::{Answer, OpenAiRuns};
 pub use parity::{Haiku, Parity};
 pub use probes::Probes;
 pub use process::{Poll, Process};
@@ -84,7 +87,7 @@ pub struct TestWorld {
     pub budgets: Budgets,
     pub parity: Parity,
     pub workspace: Workspace,
-    pub openai: crate::steps::openai::OpenAiRuns,
+    pub openai: OpenAiRuns,
 }
 
 impl TestWorld {
