@@ -66,7 +66,9 @@ impl ApiError {
                 StatusCode::BAD_REQUEST,
                 format!("invalid request body: {}", rejection.body_text()),
             ),
-            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => return ApiError::too_large(),
+            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                return ApiError::too_large()
+            }
             other => (
                 StatusCode::BAD_REQUEST,
                 format!("unreadable request body: {}", other.body_text()),

@@ -299,9 +299,7 @@ pub async fn limit_body(
         let path = parts.uri.path();
         let openai = path.starts_with("/v1/");
         if path == "/execute" || openai {
-            state
-                .metrics
-                .request_finished(Outcome::Invalid);
+            state.metrics.request_finished(Outcome::Invalid);
         }
         if openai {
             return OpenAiError::from(ApiError::too_large()).into_response();
