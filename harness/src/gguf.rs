@@ -47,8 +47,14 @@ pub struct Gguf {
     pub extra_data: Vec<u8>,
 }
 
-const STRING: u32 = 8;
-const ARRAY: u32 = 9;
+/// GGUF value types (gguf.md's `gguf_metadata_value_type`) this crate writes.
+pub const U32: u32 = 4;
+pub const I32: u32 = 5;
+pub const F32: u32 = 6;
+pub const BOOL: u32 = 7;
+pub const STRING: u32 = 8;
+pub const ARRAY: u32 = 9;
+pub const U64: u32 = 10;
 
 fn scalar_size(t: u32) -> Option<usize> {
     Some(match t {
@@ -266,27 +272,13 @@ impl Gguf {
 
     /// The file re-serialized from the (possibly edited) KVs and tensor infos.
     pub fn write(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        out.extend_from_slice(b"GGUF");
-        out.extend_from_slice(&self.version.to_le_bytes());
-        out.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
-        out.extend_from_slice(&(self.kvs.len() as u64).to_le_bytes());
-        for kv in &self.kvs {
-            put_string(&mut out, &kv.key);
-            out.extend_from_slice(&kv.vtype.to_le_bytes());
-            out.extend_from_slice(&kv.raw);
-        }
-        for t in &self.tensors {
-            put_string(&mut out, &t.name);
-            out.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
-            for d in &t.dims {
-                out.extend_from_slice(&d.to_le_bytes());
-            }
-            out.extend_from_slice(&t.ttype.to_le_bytes());
-            out.extend_from_slice(&t.offset.to_le_bytes());
-        }
-        let a = self.alignment as usize;
-        out.resize(out.len().div_ceil(a) * a, 0);
+        let tensors = self.tensors.iter().map(|t| TensorEntry {
+            name: &t.name,
+            dims: &t.dims,
+            ttype: t.ttype,
+            offset: t.offset,
+        });
+        let mut out = write_header(self.version, &self.kvs, tensors, self.alignment);
         out.extend_from_slice(self.bytes.get(self.data_offset..).unwrap_or_default());
         out.extend_from_slice(&self.extra_data);
         out
@@ -345,9 +337,79 @@ impl Gguf {
     }
 }
 
+/// A tensor's entry in a header.
+pub struct TensorEntry<'a> {
+    pub name: &'a str,
+    /// ggml order (ne0 first).
+    pub dims: &'a [u64],
+    pub ttype: u32,
+    /// From the start of the data section.
+    pub offset: u64,
+}
+
+/// A header up to the data section, padded to `alignment` (gguf.md's layout):
+/// magic, version, counts, the KVs, the tensor infos. The one writer of both
+/// the fixtures' re-written files and the synthetic models (`synth`).
+pub fn write_header<'a>(
+    version: u32,
+    kvs: &[Kv],
+    tensors: impl ExactSizeIterator<Item = TensorEntry<'a>>,
+    alignment: u64,
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(b"GGUF");
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    out.extend_from_slice(&(kvs.len() as u64).to_le_bytes());
+    for kv in kvs {
+        put_string(&mut out, &kv.key);
+        out.extend_from_slice(&kv.vtype.to_le_bytes());
+        out.extend_from_slice(&kv.raw);
+    }
+    for t in tensors {
+        put_string(&mut out, t.name);
+        out.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+        for d in t.dims {
+            out.extend_from_slice(&d.to_le_bytes());
+        }
+        out.extend_from_slice(&t.ttype.to_le_bytes());
+        out.extend_from_slice(&t.offset.to_le_bytes());
+    }
+    let a = alignment as usize;
+    out.resize(out.len().div_ceil(a) * a, 0);
+    out
+}
+
 fn put_string(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&(s.len() as u64).to_le_bytes());
     out.extend_from_slice(s.as_bytes());
+}
+
+/// A new metadata entry (not from a file: `at` is 0).
+pub fn kv(key: &str, vtype: u32, raw: Vec<u8>) -> Kv {
+    Kv {
+        key: key.into(),
+        vtype,
+        raw,
+        at: 0,
+    }
+}
+
+/// A string value's bytes: its u64 length, then its UTF-8.
+pub fn string_raw(s: &str) -> Vec<u8> {
+    let mut raw = Vec::with_capacity(8 + s.len());
+    put_string(&mut raw, s);
+    raw
+}
+
+/// An array value's bytes: element type, count, then each element's bytes.
+pub fn array_raw(elem: u32, items: impl ExactSizeIterator<Item = Vec<u8>>) -> Vec<u8> {
+    let mut raw = elem.to_le_bytes().to_vec();
+    raw.extend_from_slice(&(items.len() as u64).to_le_bytes());
+    for i in items {
+        raw.extend(i);
+    }
+    raw
 }
 
 /// Overwrites bytes at `at` in a copy.

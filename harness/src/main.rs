@@ -10,6 +10,7 @@
 
 use std::path::PathBuf;
 
+use clap::builder::PossibleValuesParser;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -49,10 +50,8 @@ enum Cmd {
     },
     /// Write a random-weight GGUF model of a named shape, with the reference's tokenizer.
     SynthModel {
-        /// tiny-llama, tiny-qwen2, tiny-phi3, tiny-gpt2, smollm2, qwen2.5-0.5b, llama-3-8b,
-        /// llama-2gb, phi3 (Phi-3-mini-4k), gpt2 (GPT-2 124M) or llama-mxfp4 (tiny-llama
-        /// in MXFP4).
-        #[arg(long)]
+        /// The shape to write (harness/README.md gives each preset's); every preset is listed.
+        #[arg(long, value_parser = PossibleValuesParser::new(harness::synth::PRESETS.iter().map(|p| p.name)))]
         preset: String,
         /// Output file (written as FILE.part, renamed when complete).
         #[arg(long)]

@@ -5,7 +5,8 @@
 //! - [`Probes`]: `/health` and `/metrics` readings kept for later comparison;
 //! - [`Budgets`]: timing samples compared with budgets.yaml;
 //! - [`Parity`]: golden, haiku and cross-backend evidence;
-//! - [`Workspace`]: commands run in the source tree (cargo, nested harness runs).
+//! - [`Workspace`]: commands run in the source tree (cargo, nested harness runs);
+//! - [`OpenAiRuns`]: answers of the OpenAI-compatible routes, whole and streamed.
 //!
 //! A scenario starts the worker under test on a free port with a chosen model and
 //! backend, drives it over HTTP/SSE and signals, and the runner's `after` hook
@@ -13,6 +14,8 @@
 //! parts never import from `steps/`: the steps import the World.
 
 mod budgets;
+mod config;
+mod openai;
 mod parity;
 mod probes;
 mod process;
@@ -26,35 +29,17 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use serde_json::Value;
 
-use crate::budgets::BudgetFile;
 use crate::client::{Client, Transcript};
 use crate::process::{Launch, Worker};
 
 pub use budgets::Budgets;
+pub use config::SuiteConfig;
+pub use openai::{Answer, OpenAiRuns};
 pub use parity::{Haiku, Parity};
 pub use probes::Probes;
-pub use process::{Poll, Process};
+pub use process::{tail, uuid_v4, Poll, Process};
 pub use stream::{conformance, job_id, Stream, JOB_TIMEOUT};
 pub use workspace::{CommandOutcome, Workspace};
-
-/// What the whole run was started with.
-#[derive(Debug)]
-pub struct SuiteConfig {
-    pub workspace: PathBuf,
-    pub worker_bin: PathBuf,
-    pub backend: String,
-    /// The reference model (absolute).
-    pub model: PathBuf,
-    /// A GPU is present and the backend under test is `cuda`.
-    pub gpu: bool,
-    pub gpu_count: u32,
-    pub budgets: BudgetFile,
-    pub budgets_path: PathBuf,
-    pub fixtures_dir: PathBuf,
-    pub golden_dir: PathBuf,
-    pub requirements: PathBuf,
-    pub start_timeout: Duration,
-}
 
 static CONFIG: OnceLock<Arc<SuiteConfig>> = OnceLock::new();
 
@@ -84,7 +69,7 @@ pub struct TestWorld {
     pub budgets: Budgets,
     pub parity: Parity,
     pub workspace: Workspace,
-    pub openai: crate::steps::openai::OpenAiRuns,
+    pub openai: OpenAiRuns,
 }
 
 impl TestWorld {
@@ -202,27 +187,6 @@ impl TestWorld {
 fn next_serial() -> usize {
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-}
-
-/// A random RFC 4122 version-4 UUID.
-pub fn uuid_v4() -> String {
-    let mut b: [u8; 16] = rand::random();
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
-
-pub fn tail(text: &str, lines: usize) -> String {
-    let v: Vec<&str> = text.lines().collect();
-    v[v.len().saturating_sub(lines)..].join("\n")
 }
 
 /// Reads a JSON file under the workspace.

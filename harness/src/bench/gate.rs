@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use super::record::{Better, Figure, Records, WORKER};
+use super::record::{baseline_path, Better, Figure, Records, WORKER};
 
 #[derive(clap::Args, Debug)]
 pub struct GateArgs {
@@ -166,7 +166,7 @@ pub fn run(args: &GateArgs) -> anyhow::Result<i32> {
         (Some(b), _) => b.clone(),
         (None, Some(dir)) => {
             let gpu = run.runs.first().map(|r| r.gpu.clone()).unwrap_or_default();
-            let path = super::baseline_path(dir, &gpu);
+            let path = baseline_path(dir, &gpu);
             if !path.exists() {
                 println!(
                     "gate: skipped: no baseline for {gpu:?} ({} does not exist)",

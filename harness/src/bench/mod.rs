@@ -12,10 +12,10 @@ pub mod record;
 pub mod report;
 pub mod svg;
 
+pub use record::{baseline_path, slug};
+
 #[cfg(test)]
 mod tests;
-
-use std::path::PathBuf;
 
 /// `harness bench report|gate`.
 #[derive(clap::Subcommand, Debug)]
@@ -32,26 +32,4 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<i32> {
         BenchCmd::Report(args) => report::run(&args).map(|()| 0),
         BenchCmd::Gate(args) => gate::run(&args),
     }
-}
-
-/// A file name made of `s`'s letters, digits, dots and dashes (GPU names,
-/// model names), other characters turned into `-`.
-pub fn slug(s: &str) -> String {
-    let mut out = String::new();
-    for c in s.chars() {
-        let c = if c.is_ascii_alphanumeric() || c == '.' {
-            c.to_ascii_lowercase()
-        } else {
-            '-'
-        };
-        if !(c == '-' && (out.is_empty() || out.ends_with('-'))) {
-            out.push(c);
-        }
-    }
-    out.trim_end_matches('-').to_string()
-}
-
-/// Where `ci/gpu-bench` keeps the baseline of a GPU: `DIR/<slug of its name>.jsonl`.
-pub fn baseline_path(dir: &std::path::Path, gpu: &str) -> PathBuf {
-    dir.join(format!("{}.jsonl", slug(gpu)))
 }

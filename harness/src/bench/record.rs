@@ -10,7 +10,7 @@
 //! Lines of other kinds (raw llama-bench output, errors) are skipped, so the
 //! tool can log everything it saw into the same file.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
@@ -159,4 +159,26 @@ impl Records {
         }
         out
     }
+}
+
+/// A file name made of `s`'s letters, digits, dots and dashes (GPU names,
+/// model names), other characters turned into `-`.
+pub fn slug(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        let c = if c.is_ascii_alphanumeric() || c == '.' {
+            c.to_ascii_lowercase()
+        } else {
+            '-'
+        };
+        if !(c == '-' && (out.is_empty() || out.ends_with('-'))) {
+            out.push(c);
+        }
+    }
+    out.trim_end_matches('-').to_string()
+}
+
+/// Where `ci/gpu-bench` keeps the baseline of a GPU: `DIR/<slug of its name>.jsonl`.
+pub fn baseline_path(dir: &Path, gpu: &str) -> PathBuf {
+    dir.join(format!("{}.jsonl", slug(gpu)))
 }

@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use super::record::{Better, Figure, Records, RunInfo, LLAMA, WORKER};
-use super::slug;
+use super::record::{slug, Better, Figure, Records, RunInfo, LLAMA, WORKER};
 use super::svg::{self, Point, Series};
 
 #[derive(clap::Args, Debug)]

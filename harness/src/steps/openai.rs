@@ -19,26 +19,7 @@ use serde_json::{json, Value};
 
 use crate::check;
 use crate::steps::{docstring, StepResult};
-use crate::world::{TestWorld, JOB_TIMEOUT};
-
-/// What the last OpenAI steps got.
-#[derive(Debug, Default)]
-pub struct OpenAiRuns {
-    /// Text, finish reason, completion tokens, per-token logprob entries
-    /// (token text, logprob) of the whole answer, and the same of the stream.
-    pub whole: Option<Answer>,
-    pub streamed: Option<Answer>,
-    /// `/execute`'s greedy tokens: (text of the chosen token, logprob).
-    pub execute: Vec<(String, f64)>,
-}
-
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct Answer {
-    pub text: String,
-    pub finish_reason: String,
-    pub completion_tokens: Option<u32>,
-    pub logprobs: Vec<(String, f64)>,
-}
+use crate::world::{Answer, TestWorld, JOB_TIMEOUT};
 
 fn client(w: &TestWorld) -> anyhow::Result<Client<OpenAIConfig>> {
     let base = format!("{}/v1", w.client()?.base());

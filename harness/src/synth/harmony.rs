@@ -22,8 +22,7 @@ use std::collections::HashMap;
 
 use anyhow::{anyhow, ensure, Result};
 
-use super::{array_raw, kv, string_raw, ARRAY, I32, STRING, U32};
-use crate::gguf::Kv;
+use crate::gguf::{array_raw, kv, string_raw, Kv, ARRAY, I32, STRING, U32};
 
 /// Ids of the whole vocabulary.
 pub const VOCAB: u64 = 201_088;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
 
-use super::{tail, uuid_v4, SuiteConfig};
+use super::config::SuiteConfig;
 use crate::client::Client;
 use crate::process::{free_port, Launch, Worker};
 
@@ -199,4 +199,26 @@ async fn poll_once(client: &Client) -> (Poll, bool) {
             (poll, false)
         }
     }
+}
+
+/// A random RFC 4122 version-4 UUID.
+pub fn uuid_v4() -> String {
+    let mut b: [u8; 16] = rand::random();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// The last `lines` lines of `text`.
+pub fn tail(text: &str, lines: usize) -> String {
+    let v: Vec<&str> = text.lines().collect();
+    v[v.len().saturating_sub(lines)..].join("\n")
 }

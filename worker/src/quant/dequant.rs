@@ -6,7 +6,8 @@ use super::blocks::{
     Block, BlockMxfp4, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K,
     BlockQ8_0,
 };
-use super::{check_lengths, GgmlType, QuantError};
+use super::error::{check_lengths, QuantError};
+use super::types::GgmlType;
 
 /// Decodes `dst.len()` values stored as `ty` in `src`.
 ///

@@ -13,7 +13,8 @@ use super::blocks::{
     e8m0_half, pack_k_scales, Block, BlockMxfp4, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
     BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0, MXFP4_DOUBLED, QK, QK_K,
 };
-use super::{GgmlType, QuantError};
+use super::error::QuantError;
+use super::types::GgmlType;
 
 /// Quantizes `src` to `ty`, returning the stored bytes
 /// (`ty.bytes_for(src.len())` of them). `src.len()` must be whole blocks.

@@ -6,16 +6,14 @@
 //! malformed JSON, invalid UTF-8, wrong JSON types, unknown fields and a
 //! `Content-Type` other than `application/json` → 400 (EXT-004 names 400
 //! and 413 only); a body over
-//! [`MAX_BODY_BYTES`](super::MAX_BODY_BYTES) → 413.
+//! [`MAX_BODY_BYTES`](super::MAX_BODY_BYTES) → 413 (the body limit itself,
+//! which reads the body before any handler, is `server::guard`'s).
 
-use axum::body::Body;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{FromRequest, Request};
 use axum::http::{header, HeaderValue, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures::StreamExt;
 use serde::de::DeserializeOwned;
 
 use super::events::ErrorBody;
@@ -42,6 +40,17 @@ impl ApiError {
         JobError::invalid(message).into()
     }
 
+    /// 413: the body is over [`MAX_BODY_BYTES`](super::MAX_BODY_BYTES).
+    pub fn too_large() -> Self {
+        ApiError::with_status(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            JobError::invalid(format!(
+                "the request body is larger than {} bytes",
+                super::MAX_BODY_BYTES
+            )),
+        )
+    }
+
     /// Maps axum's JSON body rejections onto `INVALID_REQUEST` answers.
     pub fn from_json_rejection(rejection: JsonRejection) -> Self {
         let (status, message) = match &rejection {
@@ -57,7 +66,9 @@ impl ApiError {
                 StatusCode::BAD_REQUEST,
                 format!("invalid request body: {}", rejection.body_text()),
             ),
-            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => return too_large(),
+            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                return ApiError::too_large()
+            }
             other => (
                 StatusCode::BAD_REQUEST,
                 format!("unreadable request body: {}", other.body_text()),
@@ -109,102 +120,6 @@ impl IntoResponse for ApiError {
         }
         response
     }
-}
-
-/// 408 when the body missed its deadline ([`super::guard::BodyTimeout`]),
-/// 413 when it was already too large, else 400 (malformed framing, such as
-/// a bad chunk size).
-fn body_error(e: axum::Error, oversized: bool) -> Response {
-    let source = e.into_inner();
-    // The timeout may come wrapped in layers of body errors.
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
-    while let Some(c) = cause {
-        if let Some(t) = c.downcast_ref::<super::guard::BodyTimeout>() {
-            let error = JobError::invalid(t.to_string());
-            return ApiError::with_status(StatusCode::REQUEST_TIMEOUT, error).into_response();
-        }
-        cause = c.source();
-    }
-    if oversized {
-        return too_large().into_response();
-    }
-    ApiError::invalid(format!("the request body could not be read: {source}")).into_response()
-}
-
-/// The connection closes after this answer: what is left of the request
-/// body is not read.
-fn closing(mut resp: Response) -> Response {
-    resp.headers_mut().insert(
-        header::CONNECTION,
-        axum::http::HeaderValue::from_static("close"),
-    );
-    resp
-}
-
-fn too_large() -> ApiError {
-    ApiError::with_status(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        JobError::invalid(format!(
-            "the request body is larger than {} bytes",
-            super::MAX_BODY_BYTES
-        )),
-    )
-}
-
-/// Reads the whole body before the handler runs, refusing bodies over
-/// [`MAX_BODY_BYTES`](super::MAX_BODY_BYTES) with 413. An oversized body is
-/// still read (and dropped), up to [`MAX_DRAINED_BYTES`](super::MAX_DRAINED_BYTES),
-/// so the client finishes sending and sees the answer instead of a reset.
-/// A refused `/execute` counts as `invalid` in `worker_requests_total`.
-pub async fn limit_body(
-    State(state): State<super::AppState>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let limit = super::MAX_BODY_BYTES as u64;
-    let (parts, body) = req.into_parts();
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let mut oversized = declared.is_some_and(|n| n > limit);
-    // Far too large to drain: answer at once and close the connection.
-    if declared.is_some_and(|n| n > super::MAX_DRAINED_BYTES) {
-        return closing(too_large().into_response());
-    }
-    let mut kept = Vec::with_capacity(declared.filter(|_| !oversized).unwrap_or(0) as usize);
-    let mut seen = 0u64;
-    let mut stream = body.into_data_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk = match chunk {
-            Ok(chunk) => chunk,
-            Err(e) => return closing(body_error(e, oversized)),
-        };
-        seen += chunk.len() as u64;
-        oversized |= seen > limit;
-        if oversized {
-            if seen > super::MAX_DRAINED_BYTES {
-                break;
-            }
-        } else {
-            kept.extend_from_slice(&chunk);
-        }
-    }
-    if oversized {
-        let path = parts.uri.path();
-        let openai = path.starts_with("/v1/");
-        if path == "/execute" || openai {
-            state
-                .metrics
-                .request_finished(crate::engine::Outcome::Invalid);
-        }
-        if openai {
-            return super::openai::error::OpenAiError::from(too_large()).into_response();
-        }
-        return too_large().into_response();
-    }
-    next.run(Request::from_parts(parts, Body::from(kept))).await
 }
 
 /// `Json<T>` whose rejections are [`ApiError`]s.

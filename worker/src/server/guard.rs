@@ -6,7 +6,8 @@
 //!   connection may wait for its next request), and a shutdown drain that no
 //!   client can hold up;
 //! - request bodies: one deadline for the whole body (a trickle of bytes does
-//!   not reset it, unlike a per-frame timeout);
+//!   not reset it, unlike a per-frame timeout), and the size limit
+//!   ([`limit_body`]: 413, in OpenAI's shape on the `/v1/` routes);
 //! - access: `--api-key` (or `WORKER_API_KEY`) required as
 //!   `Authorization: Bearer` on every route but `/health`, compared in
 //!   constant time; a `POST` with a body must be `application/json`, and no
@@ -19,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -33,6 +34,7 @@ use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
 use super::error::ApiError;
+use super::openai::error::OpenAiError;
 use crate::engine::{JobError, Outcome};
 use crate::narrate;
 use crate::telemetry::metrics::Metrics;
@@ -221,6 +223,90 @@ async fn body_deadline(timeout: Duration, req: Request, next: Next) -> Response 
     );
     next.run(Request::from_parts(parts, Body::from_stream(stream)))
         .await
+}
+
+/// 408 when the body missed its deadline ([`BodyTimeout`]),
+/// 413 when it was already too large, else 400 (malformed framing, such as
+/// a bad chunk size).
+fn body_error(e: axum::Error, oversized: bool) -> Response {
+    let source = e.into_inner();
+    // The timeout may come wrapped in layers of body errors.
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
+    while let Some(c) = cause {
+        if let Some(t) = c.downcast_ref::<BodyTimeout>() {
+            let error = JobError::invalid(t.to_string());
+            return ApiError::with_status(StatusCode::REQUEST_TIMEOUT, error).into_response();
+        }
+        cause = c.source();
+    }
+    if oversized {
+        return ApiError::too_large().into_response();
+    }
+    ApiError::invalid(format!("the request body could not be read: {source}")).into_response()
+}
+
+/// The connection closes after this answer: what is left of the request
+/// body is not read.
+fn closing(mut resp: Response) -> Response {
+    resp.headers_mut().insert(
+        header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    resp
+}
+
+/// Reads the whole body before the handler runs, refusing bodies over
+/// [`MAX_BODY_BYTES`](super::MAX_BODY_BYTES) with 413. An oversized body is
+/// still read (and dropped), up to [`MAX_DRAINED_BYTES`](super::MAX_DRAINED_BYTES),
+/// so the client finishes sending and sees the answer instead of a reset.
+/// A refused `/execute` counts as `invalid` in `worker_requests_total`.
+pub async fn limit_body(
+    State(state): State<super::AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let limit = super::MAX_BODY_BYTES as u64;
+    let (parts, body) = req.into_parts();
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let mut oversized = declared.is_some_and(|n| n > limit);
+    // Far too large to drain: answer at once and close the connection.
+    if declared.is_some_and(|n| n > super::MAX_DRAINED_BYTES) {
+        return closing(ApiError::too_large().into_response());
+    }
+    let mut kept = Vec::with_capacity(declared.filter(|_| !oversized).unwrap_or(0) as usize);
+    let mut seen = 0u64;
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            Err(e) => return closing(body_error(e, oversized)),
+        };
+        seen += chunk.len() as u64;
+        oversized |= seen > limit;
+        if oversized {
+            if seen > super::MAX_DRAINED_BYTES {
+                break;
+            }
+        } else {
+            kept.extend_from_slice(&chunk);
+        }
+    }
+    if oversized {
+        let path = parts.uri.path();
+        let openai = path.starts_with("/v1/");
+        if path == "/execute" || openai {
+            state.metrics.request_finished(Outcome::Invalid);
+        }
+        if openai {
+            return OpenAiError::from(ApiError::too_large()).into_response();
+        }
+        return ApiError::too_large().into_response();
+    }
+    next.run(Request::from_parts(parts, Body::from(kept))).await
 }
 
 /// Serves `router` on `listener` until `stop` resolves, then drains: idle

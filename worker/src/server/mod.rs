@@ -152,7 +152,7 @@ pub fn app(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            error::limit_body,
+            guard::limit_body,
         ))
         .with_state(state)
 }

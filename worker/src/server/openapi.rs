@@ -33,6 +33,8 @@ use super::{openai, AppState};
         super::events::EndEvent,
         super::events::LogprobEntry,
         openai::types::ChatCompletionChunk,
+        // Named by `openai::error::Refusals`' responses, which do not register it.
+        openai::types::ErrorResponse,
     )),
     tags(
         (name = "worker", description = "The worker's own API"),

@@ -314,8 +314,9 @@ pub(crate) enum Fragment<'a> {
 
 /// The special tokens the partition cuts out, longest text first, with an
 /// automaton that finds in one pass which of them occur in a text. Gemma 3
-/// has 6,414 of them: trying each with `str::find` cost about 2 ms per
-/// prompt; the automaton leaves the few that occur.
+/// has thousands of them, and trying each with `str::find` on every prompt
+/// was measurable (benches/results/code-comment-figures.md); the automaton
+/// leaves the few that occur.
 pub(crate) struct SpecialTokens {
     list: Vec<SpecialToken>,
     finder: Option<AhoCorasick>,

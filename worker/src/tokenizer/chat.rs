@@ -589,7 +589,7 @@ mod limit_tests {
     fn templates_that_grow_values_end_with_an_error() {
         let cases = [
             // Found by the chat_template fuzzer (see the test below); this one doubles a
-            // string 40 times: libFuzzer's out-of-memory at 3 GB after 9 s.
+            // string 40 times, until libFuzzer's memory limit stopped it.
             "{% set ns = namespace(x='ab') %}{% for i in range(40) %}{% set ns.x = ns.x ~ ns.x %}{% endfor %}",
             "{% set ns = namespace(x='ab') %}{% for i in range(40) %}{% set ns.x = ns.x + ns.x %}{% endfor %}",
             "{% macro d(s, n) %}{% if n > 0 %}{{ d(s ~ s, n - 1) }}{% endif %}{% endmacro %}{{ d('x' * 100000, 40) }}",
@@ -634,9 +634,10 @@ mod limit_tests {
         }
     }
 
-    /// The chat_template fuzzer's timeout (8,028,151 runs): `'...' * n` up to
-    /// minijinja's 100 MB per operation, over and over, rendered for 4.2 s
-    /// under ASan. Replayed the way the fuzz target splits its input.
+    /// The chat_template fuzzer's timeout: `'...' * n` up to minijinja's
+    /// 100 MB per operation, over and over, rendered for seconds under ASan
+    /// (benches/results/code-comment-figures.md). Replayed the way the fuzz
+    /// target splits its input.
     #[test]
     fn the_fuzzers_slow_template_ends_in_time() {
         let data = include_bytes!("../../../fuzz/corpus/chat_template/regression-timeout-cca771e7");

@@ -24,7 +24,7 @@ use tokenizers::{DecoderWrapper, PostProcessorWrapper};
 
 use super::bpe::{SpecialToken, SpecialTokens};
 use super::vocab::{self, token_type, VocabSpec};
-use super::{Tokenizer, TokenizerError, TokenizerKind};
+use super::{Parts, Tokenizer, TokenizerError, TokenizerKind};
 
 /// The file the worker looks for in the model file's folder.
 pub const FILE_NAME: &str = "tokenizer.json";
@@ -166,29 +166,19 @@ impl Tokenizer {
         let derived = vocab::derive(&spec)?;
         let specials = special_tokens(&file.added, &derived.attrs)?;
         let renderer = PieceRenderer::new(file.tokenizer.get_decoder())?;
-        let (piece_bytes, piece_offsets) = pieces(&spec.tokens, &file.added, &renderer);
-        let mut tokenizer = Tokenizer {
+        let pieces = pieces(&spec.tokens, &file.added, &renderer);
+        let parts = Parts {
             kind: TokenizerKind::HfJson,
             inner: file.tokenizer,
-            tokens: spec.tokens,
-            attrs: derived.attrs,
-            piece_bytes,
-            piece_offsets,
+            spec,
+            derived,
+            pieces,
             specials,
-            eog: derived.eog,
-            bos_id: spec.bos_id,
-            eos_id: spec.eos_id,
-            add_bos: spec.add_bos,
-            add_eos: spec.add_eos,
             // The file's normalizer and pre-tokenizer place any prefix space.
             add_space_prefix: false,
             model_max_context: file.model_max_context,
-            chat_template: None,
-            chat_template_error: None,
-            harmony: std::sync::OnceLock::new(),
         };
-        tokenizer.adopt_chat_template(chat_template.as_deref());
-        Ok(tokenizer)
+        Ok(Tokenizer::assemble(parts, chat_template.as_deref()))
     }
 }
 

@@ -143,6 +143,19 @@ pub struct Tokenizer {
     harmony: std::sync::OnceLock<Option<harmony::HarmonyIds>>,
 }
 
+/// A tokenizer's parts as a loader has read them ([`Tokenizer::assemble`]).
+struct Parts {
+    kind: TokenizerKind,
+    inner: tokenizers::Tokenizer,
+    spec: VocabSpec,
+    derived: vocab::Derived,
+    /// The bytes of every token and where each starts (`Tokenizer::piece_bytes`).
+    pieces: (Vec<u8>, Vec<usize>),
+    specials: SpecialTokens,
+    add_space_prefix: bool,
+    model_max_context: Option<usize>,
+}
+
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tokenizer")
@@ -160,7 +173,7 @@ impl std::fmt::Debug for Tokenizer {
 
 impl Tokenizer {
     /// Builds a tokenizer from a vocabulary description.
-    pub fn from_spec(spec: VocabSpec) -> Result<Tokenizer, TokenizerError> {
+    pub fn from_spec(mut spec: VocabSpec) -> Result<Tokenizer, TokenizerError> {
         let kind = match spec.model.as_str() {
             "gpt2" => TokenizerKind::GgufBpe,
             "llama" => TokenizerKind::GgufSpm,
@@ -290,27 +303,46 @@ impl Tokenizer {
         }
         piece_bytes.shrink_to_fit();
 
+        let chat_template = spec.chat_template.take();
+        Ok(Tokenizer::assemble(
+            Parts {
+                kind,
+                inner,
+                add_space_prefix: kind == TokenizerKind::GgufSpm && spec.add_space_prefix,
+                spec,
+                derived,
+                pieces: (piece_bytes, piece_offsets),
+                specials,
+                model_max_context: None,
+            },
+            chat_template.as_deref(),
+        ))
+    }
+
+    /// The one place a tokenizer is put together from what a loader (GGUF
+    /// keys or tokenizer.json) has read, its chat template adopted last.
+    fn assemble(p: Parts, chat_template: Option<&str>) -> Tokenizer {
         let mut tokenizer = Tokenizer {
-            kind,
-            inner,
-            tokens: spec.tokens,
-            attrs: derived.attrs,
-            piece_bytes,
-            piece_offsets,
-            specials,
-            eog: derived.eog,
-            bos_id: spec.bos_id,
-            eos_id: spec.eos_id,
-            add_bos: spec.add_bos,
-            add_eos: spec.add_eos,
-            add_space_prefix: kind == TokenizerKind::GgufSpm && spec.add_space_prefix,
-            model_max_context: None,
+            kind: p.kind,
+            inner: p.inner,
+            tokens: p.spec.tokens,
+            attrs: p.derived.attrs,
+            piece_bytes: p.pieces.0,
+            piece_offsets: p.pieces.1,
+            specials: p.specials,
+            eog: p.derived.eog,
+            bos_id: p.spec.bos_id,
+            eos_id: p.spec.eos_id,
+            add_bos: p.spec.add_bos,
+            add_eos: p.spec.add_eos,
+            add_space_prefix: p.add_space_prefix,
+            model_max_context: p.model_max_context,
             chat_template: None,
             chat_template_error: None,
             harmony: std::sync::OnceLock::new(),
         };
-        tokenizer.adopt_chat_template(spec.chat_template.as_deref());
-        Ok(tokenizer)
+        tokenizer.adopt_chat_template(chat_template);
+        tokenizer
     }
 
     /// The model's own chat template; one that does not compile is kept as

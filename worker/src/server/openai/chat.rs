@@ -5,17 +5,16 @@
 
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::response::Response;
 
-use super::error::OpenAiError;
-use super::reply::{collect, finish_reason, Collected, Part, ReplyCtx, SYSTEM_FINGERPRINT};
-use super::stream::{error_lines, sse, DONE};
+use super::error::{OpenAiError, Refusals};
+use super::reply::{finish_reason, Collected, Part, ReplyCtx, SYSTEM_FINGERPRINT};
+use super::stream::{error_lines, DONE};
 use super::types::{
     AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk,
-    ChatCompletionRequest, ChatDelta, ChatLogprobs, ErrorResponse,
+    ChatCompletionRequest, ChatDelta, ChatLogprobs,
 };
-use super::{admit, served_names, Body};
+use super::{answer, open, request, Body};
 use crate::engine::job::JobEvent;
 use crate::server::AppState;
 
@@ -31,11 +30,7 @@ use crate::server::AppState;
             (ChatCompletion = "application/json"),
             (String = "text/event-stream"),
         )),
-        (status = 400, description = "A field is invalid or not served", body = ErrorResponse),
-        (status = 404, description = "`model` is not the served model", body = ErrorResponse),
-        (status = 413, description = "The body is over 1 MiB", body = ErrorResponse),
-        (status = 503, description = "The queue is full or the worker is shutting down (Retry-After)",
-            body = ErrorResponse),
+        Refusals,
     )
 )]
 pub async fn chat_completions(
@@ -43,18 +38,9 @@ pub async fn chat_completions(
     headers: HeaderMap,
     body: Body<ChatCompletionRequest>,
 ) -> Result<Response, OpenAiError> {
-    let id = format!("chatcmpl-{}", uuid::Uuid::new_v4().simple());
-    let names = served_names(&state);
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    let mapped = super::parse(body)
-        .and_then(|req| super::request::map_chat(req, &id, &names))
-        .map_err(|e| super::refused(&state, e))?;
-    let (ctx, events) = admit(&state, &headers, id, mapped).await?;
-    if ctx.shape.stream {
-        return Ok(sse(events, move |event| chunk_lines(&ctx, event)));
-    }
-    let collected = collect(events).await?;
-    Ok(Json(completion(&ctx, &collected)).into_response())
+    let (ctx, events) = open(&state, &headers, body, "chatcmpl", request::map_chat).await?;
+    let lines = |ctx: ReplyCtx| move |event: &JobEvent| chunk_lines(&ctx, event);
+    answer(ctx, events, lines, completion).await
 }
 
 /// The whole answer of a non-streaming request.

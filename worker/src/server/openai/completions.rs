@@ -6,16 +6,13 @@ use std::collections::BTreeMap;
 
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::response::Response;
 
-use super::error::OpenAiError;
-use super::reply::{collect, finish_reason, Collected, ReplyCtx, SYSTEM_FINGERPRINT};
-use super::stream::{error_lines, sse, DONE};
-use super::types::{
-    Completion, CompletionChoice, CompletionLogprobs, CompletionRequest, ErrorResponse,
-};
-use super::{admit, served_names, Body};
+use super::error::{OpenAiError, Refusals};
+use super::reply::{finish_reason, Collected, ReplyCtx, SYSTEM_FINGERPRINT};
+use super::stream::{error_lines, DONE};
+use super::types::{Completion, CompletionChoice, CompletionLogprobs, CompletionRequest};
+use super::{answer, open, request, Body};
 use crate::engine::job::{JobEvent, TokenOut};
 use crate::server::AppState;
 
@@ -31,11 +28,7 @@ use crate::server::AppState;
             (Completion = "application/json"),
             (String = "text/event-stream"),
         )),
-        (status = 400, description = "A field is invalid or not served", body = ErrorResponse),
-        (status = 404, description = "`model` is not the served model", body = ErrorResponse),
-        (status = 413, description = "The body is over 1 MiB", body = ErrorResponse),
-        (status = 503, description = "The queue is full or the worker is shutting down (Retry-After)",
-            body = ErrorResponse),
+        Refusals,
     )
 )]
 pub async fn completions(
@@ -43,21 +36,16 @@ pub async fn completions(
     headers: HeaderMap,
     body: Body<CompletionRequest>,
 ) -> Result<Response, OpenAiError> {
-    let id = format!("cmpl-{}", uuid::Uuid::new_v4().simple());
-    let names = served_names(&state);
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let tokenizer = state.tokenizer.clone();
-    let decode = |ids: &[u32]| tokenizer.decode(ids).ok();
-    let mapped = super::parse(body)
-        .and_then(|req| super::request::map_completion(req, &id, &names, decode))
-        .map_err(|e| super::refused(&state, e))?;
-    let (ctx, events) = admit(&state, &headers, id, mapped).await?;
-    if ctx.shape.stream {
+    let map = |req, id: &str, names: &[&str]| {
+        request::map_completion(req, id, names, |ids: &[u32]| tokenizer.decode(ids).ok())
+    };
+    let (ctx, events) = open(&state, &headers, body, "cmpl", map).await?;
+    let lines = |ctx| {
         let mut stream = StreamState { ctx, offset: 0 };
-        return Ok(sse(events, move |event| stream.lines(event)));
-    }
-    let collected = collect(events).await?;
-    Ok(Json(completion(&ctx, &collected)).into_response())
+        move |event: &JobEvent| stream.lines(event)
+    };
+    answer(ctx, events, lines, completion).await
 }
 
 /// Appends one token to the legacy `logprobs` lists; `offset` is the

@@ -12,6 +12,22 @@ use super::types::{ErrorObject, ErrorResponse};
 use crate::engine::error::{ErrorCode, JobError};
 use crate::server::error::{ApiError, RETRY_AFTER_QUEUE_FULL_S, RETRY_AFTER_SHUTTING_DOWN_S};
 
+/// The refusals both completion routes document, each an [`ErrorResponse`].
+#[derive(utoipa::IntoResponses)]
+pub enum Refusals {
+    #[response(status = 400, description = "A field is invalid or not served")]
+    Invalid(ErrorResponse),
+    #[response(status = 404, description = "`model` is not the served model")]
+    UnknownModel(ErrorResponse),
+    #[response(status = 413, description = "The body is over 1 MiB")]
+    TooLarge(ErrorResponse),
+    #[response(
+        status = 503,
+        description = "The queue is full or the worker is shutting down (Retry-After)"
+    )]
+    Busy(ErrorResponse),
+}
+
 /// An error answer of an OpenAI route.
 #[derive(Debug)]
 pub struct OpenAiError {

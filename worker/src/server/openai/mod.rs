@@ -21,13 +21,14 @@ pub mod stream;
 pub mod types;
 
 use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
+use axum::{Json, Router};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use self::error::OpenAiError;
 use self::models::{model_id, served_names, unix_seconds};
-use self::reply::ReplyCtx;
+use self::reply::{Collected, ReplyCtx};
 use self::request::Mapped;
 use super::error::{ApiError, ApiJson};
 use super::{execute, AppState};
@@ -44,9 +45,46 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/models", get(models::list_models))
 }
 
-/// The body as sent, or its 400.
-fn parse<T>(body: Body<T>) -> Result<T, OpenAiError> {
-    body.map(|ApiJson(req)| req).map_err(OpenAiError::from)
+/// The opening every OpenAI handler shares: a fresh id (`PREFIX-<uuid>`),
+/// the body read and mapped onto `/execute`'s request by `map` (given the id
+/// and the served model names), a refusal counted and logged as `/execute`
+/// counts it, then `/execute`'s validation and queue. Gives the reply's facts
+/// and the job's events.
+async fn open<T>(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body<T>,
+    prefix: &str,
+    map: impl FnOnce(T, &str, &[&str]) -> Result<Mapped, OpenAiError>,
+) -> Result<(ReplyCtx, UnboundedReceiver<JobEvent>), OpenAiError> {
+    let id = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
+    let names = served_names(state);
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mapped = body
+        .map(|ApiJson(req)| req)
+        .map_err(OpenAiError::from)
+        .and_then(|req| map(req, &id, &names))
+        .map_err(|e| refused(state, e))?;
+    admit(state, headers, id, mapped).await
+}
+
+/// The answer to an admitted request: SSE lines from the closure `lines(ctx)`
+/// gives when the client asked for a stream, else the whole reply `whole` builds.
+async fn answer<F, W>(
+    ctx: ReplyCtx,
+    events: UnboundedReceiver<JobEvent>,
+    lines: impl FnOnce(ReplyCtx) -> F,
+    whole: impl FnOnce(&ReplyCtx, &Collected) -> W,
+) -> Result<Response, OpenAiError>
+where
+    F: FnMut(&JobEvent) -> Vec<String> + Send + 'static,
+    W: serde::Serialize,
+{
+    if ctx.shape.stream {
+        return Ok(stream::sse(events, lines(ctx)));
+    }
+    let collected = reply::collect(events).await?;
+    Ok(Json(whole(&ctx, &collected)).into_response())
 }
 
 /// Counts and logs a request refused before validation, as `/execute` does.

@@ -1,0 +1,22 @@
+//! The OpenAI part of the World: what the last steps over the OpenAI-compatible
+//! routes got, kept for the steps that compare them (`steps::openai`).
+
+/// What the last OpenAI steps got.
+#[derive(Debug, Default)]
+pub struct OpenAiRuns {
+    /// Text, finish reason, completion tokens, per-token logprob entries
+    /// (token text, logprob) of the whole answer, and the same of the stream.
+    pub whole: Option<Answer>,
+    pub streamed: Option<Answer>,
+    /// `/execute`'s greedy tokens: (text of the chosen token, logprob).
+    pub execute: Vec<(String, f64)>,
+}
+
+/// One answer as the client read it.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Answer {
+    pub text: String,
+    pub finish_reason: String,
+    pub completion_tokens: Option<u32>,
+    pub logprobs: Vec<(String, f64)>,
+}
