@@ -1,6 +1,12 @@
 //! The backend layer's error type (M0-W-1501).
 
+use std::sync::Arc;
+
 use crate::model::ops::GraphError;
+
+/// The error underneath a backend error (a driver's or a library's), shared
+/// by the jobs of a step that failed together.
+pub type Cause = Arc<dyn std::error::Error + Send + Sync>;
 
 /// What can go wrong inside a backend. Each kind has a fixed message prefix
 /// and maps to one stable API code (see `engine::ErrorCode`).
@@ -20,6 +26,21 @@ pub enum BackendError {
     VramResidencyFailed(String),
     #[error("kernel launch failed: {0}")]
     KernelLaunchFailed(String),
+    /// A call into the CUDA driver or one of its libraries (cuBLAS) failed:
+    /// what was asked, and the library's own error.
+    #[error("CUDA call failed: {what}: {source}")]
+    Driver {
+        what: String,
+        #[source]
+        source: Cause,
+    },
+    /// NVRTC could not compile a kernel module (its log in the message).
+    #[error("kernel compilation failed: {0}")]
+    Compile(String),
+    /// Operands whose shapes or sizes do not fit the operation or the
+    /// kernel's launch limits, refused before anything was launched.
+    #[error("shape mismatch: {0}")]
+    Shape(String),
     /// The engine asked for something the backend's contract rules out (a
     /// sequence that is not open, one named twice in a step): a bug in the
     /// caller, logged by name, never a client's fault.
@@ -27,6 +48,19 @@ pub enum BackendError {
     CallerBug(String),
     #[error("unknown backend error: {0}")]
     Unknown(String),
+}
+
+impl BackendError {
+    /// A failed driver or library call, keeping its error as the source.
+    pub fn driver(
+        what: impl Into<String>,
+        e: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        BackendError::Driver {
+            what: what.into(),
+            source: Arc::new(e),
+        }
+    }
 }
 
 /// The graph's own findings: a bad tensor fails the load, an empty forward

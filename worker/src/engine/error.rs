@@ -117,19 +117,26 @@ pub fn backend_error_code(err: &BackendError, backend: BackendKind, phase: Phase
         | (Phase::Load, BackendError::InvalidDevice(_)) => ErrorCode::CudaError,
         // NVRTC compilation and residency problems while setting up (M0-W-1702).
         (Phase::Load, BackendError::KernelLaunchFailed(_))
+        | (Phase::Load, BackendError::Driver { .. })
+        | (Phase::Load, BackendError::Compile(_))
         | (Phase::Load, BackendError::VramResidencyFailed(_)) => load_device_failure,
         (Phase::Load, BackendError::ModelLoadFailed(_))
         | (Phase::Load, BackendError::InferenceFailed(_))
         | (Phase::Load, BackendError::Unknown(_))
+        | (Phase::Load, BackendError::Shape(_))
         | (Phase::Load, BackendError::CallerBug(_)) => ErrorCode::ModelLoadFailed,
         (Phase::Job, BackendError::OutOfMemory { .. }) => ErrorCode::VramOom,
         (Phase::Job, BackendError::DeviceNotFound(_))
         | (Phase::Job, BackendError::InvalidDevice(_))
         | (Phase::Job, BackendError::InferenceFailed(_))
         | (Phase::Job, BackendError::VramResidencyFailed(_))
-        | (Phase::Job, BackendError::KernelLaunchFailed(_)) => device_failure,
+        | (Phase::Job, BackendError::KernelLaunchFailed(_))
+        | (Phase::Job, BackendError::Driver { .. })
+        | (Phase::Job, BackendError::Compile(_)) => device_failure,
         (Phase::Job, BackendError::ModelLoadFailed(_))
         | (Phase::Job, BackendError::Unknown(_))
+        // Operands that do not fit are the engine's own bug, not the device's.
+        | (Phase::Job, BackendError::Shape(_))
         | (Phase::Job, BackendError::CallerBug(_)) => ErrorCode::Internal,
     }
 }
@@ -235,13 +242,16 @@ mod tests {
                 5 => BackendError::VramResidencyFailed("x".into()),
                 6 => BackendError::KernelLaunchFailed("x".into()),
                 7 => BackendError::CallerBug("x".into()),
+                8 => BackendError::driver("cuLaunchKernel", std::io::Error::other("x")),
+                9 => BackendError::Compile("x".into()),
+                10 => BackendError::Shape("x".into()),
                 _ => BackendError::Unknown("x".into()),
             }
         }
         use BackendKind::{Cpu, Cuda};
         use ErrorCode::*;
         use Phase::{Job, Load};
-        for kind in 0..9 {
+        for kind in 0..12 {
             let err = sample(kind);
             let expected = |backend: BackendKind, phase: Phase| -> ErrorCode {
                 let dev = if backend == Cuda { CudaError } else { Internal };
@@ -256,18 +266,24 @@ mod tests {
                     (BackendError::DeviceNotFound(_), Load)
                     | (BackendError::InvalidDevice(_), Load) => CudaError,
                     (BackendError::KernelLaunchFailed(_), Load)
+                    | (BackendError::Driver { .. }, Load)
+                    | (BackendError::Compile(_), Load)
                     | (BackendError::VramResidencyFailed(_), Load) => load_dev,
                     (BackendError::ModelLoadFailed(_), Load)
                     | (BackendError::InferenceFailed(_), Load)
                     | (BackendError::Unknown(_), Load)
+                    | (BackendError::Shape(_), Load)
                     | (BackendError::CallerBug(_), Load) => ModelLoadFailed,
                     (BackendError::DeviceNotFound(_), Job)
                     | (BackendError::InvalidDevice(_), Job)
                     | (BackendError::InferenceFailed(_), Job)
                     | (BackendError::VramResidencyFailed(_), Job)
-                    | (BackendError::KernelLaunchFailed(_), Job) => dev,
+                    | (BackendError::KernelLaunchFailed(_), Job)
+                    | (BackendError::Driver { .. }, Job)
+                    | (BackendError::Compile(_), Job) => dev,
                     (BackendError::ModelLoadFailed(_), Job)
                     | (BackendError::Unknown(_), Job)
+                    | (BackendError::Shape(_), Job)
                     | (BackendError::CallerBug(_), Job) => Internal,
                 }
             };
@@ -292,6 +308,9 @@ mod tests {
                 }
                 BackendError::KernelLaunchFailed(_) => "kernel launch failed: ",
                 BackendError::CallerBug(_) => "backend misused: ",
+                BackendError::Driver { .. } => "CUDA call failed: ",
+                BackendError::Compile(_) => "kernel compilation failed: ",
+                BackendError::Shape(_) => "shape mismatch: ",
                 BackendError::Unknown(_) => "unknown backend error: ",
             };
             assert!(err.to_string().starts_with(prefix), "{err}");
@@ -309,6 +328,13 @@ mod tests {
         assert!(
             !e.message.contains("SeqId"),
             "a caller bug's text stays in the log"
+        );
+        let driver = BackendError::driver("cuMemAlloc", std::io::Error::other("CUDA_ERROR_X"));
+        let source = std::error::Error::source(&driver).map(|s| s.to_string());
+        assert_eq!(
+            source.as_deref(),
+            Some("CUDA_ERROR_X"),
+            "the driver's error is the source"
         );
     }
 }

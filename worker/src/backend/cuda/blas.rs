@@ -38,7 +38,7 @@ pub const BLAS_SCRATCH_MAX_BYTES: usize = 64 << 20;
 const CHUNK_ROW_ALIGN: usize = 128;
 
 fn blas_error(what: &'static str) -> impl Fn(CublasError) -> BackendError {
-    move |e| BackendError::KernelLaunchFailed(format!("{what}: {e:?}"))
+    move |e| BackendError::driver(what, e)
 }
 
 /// `out[t][r] (+)= sum_c x[t][c] * w[r][c]` for `r < rows`, `t < n`.

@@ -110,7 +110,7 @@ impl Accounting {
 
 /// A driver error as the backend's error kind.
 pub(crate) fn driver_error(what: &str, e: DriverError) -> BackendError {
-    BackendError::KernelLaunchFailed(format!("{what}: {e:?}"))
+    BackendError::driver(what, e)
 }
 
 fn is_oom(e: &DriverError) -> bool {

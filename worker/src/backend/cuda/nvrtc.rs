@@ -49,7 +49,7 @@ fn ensure_nvrtc() -> Result<(), BackendError> {
     if nvrtc_available() {
         Ok(())
     } else {
-        Err(BackendError::KernelLaunchFailed(
+        Err(BackendError::Compile(
             "the NVRTC library (libnvrtc) could not be loaded; put CUDA's lib64 folder on LD_LIBRARY_PATH".into(),
         ))
     }
@@ -59,9 +59,7 @@ fn check(r: nv::nvrtcResult, what: &str) -> Result<(), BackendError> {
     if r == nv::nvrtcResult::NVRTC_SUCCESS {
         Ok(())
     } else {
-        Err(BackendError::KernelLaunchFailed(format!(
-            "{what} failed: {r:?}"
-        )))
+        Err(BackendError::Compile(format!("{what} failed: {r:?}")))
     }
 }
 
@@ -82,7 +80,7 @@ pub fn options(arch: (i32, i32)) -> Vec<String> {
 
 /// Compiles `source` (named `name` in messages) with the shared headers to
 /// CUBIN for compute capability `arch`. A compile error is a
-/// `KernelLaunchFailed` carrying NVRTC's log.
+/// `Compile` error carrying NVRTC's log.
 pub fn compile_source(name: &str, source: &str, arch: (i32, i32)) -> Result<Vec<u8>, BackendError> {
     compile_with(name, source, arch, &[])
 }
@@ -96,7 +94,7 @@ fn compile_with(
 ) -> Result<Vec<u8>, BackendError> {
     ensure_nvrtc()?;
     let src = CString::new(source)
-        .map_err(|_| BackendError::KernelLaunchFailed(format!("{name} holds a NUL byte")))?;
+        .map_err(|_| BackendError::Compile(format!("{name} holds a NUL byte")))?;
     let cname = CString::new(name).expect("module names hold no NUL");
     let header_srcs: Vec<CString> = HEADERS
         .iter()
@@ -146,7 +144,7 @@ fn compile_program(
     let r = unsafe { nv::nvrtcCompileProgram(prog, opt_ptrs.len() as i32, opt_ptrs.as_ptr()) };
     if r != nv::nvrtcResult::NVRTC_SUCCESS {
         let log = program_log(prog).unwrap_or_else(|e| format!("(no log: {e})"));
-        return Err(BackendError::KernelLaunchFailed(format!(
+        return Err(BackendError::Compile(format!(
             "NVRTC could not compile {name} for sm_{}{} ({r:?}):\n{log}",
             arch.0, arch.1
         )));
@@ -163,7 +161,7 @@ fn compile_program(
         "nvrtcGetCUBIN",
     )?;
     if cubin.is_empty() {
-        return Err(BackendError::KernelLaunchFailed(format!(
+        return Err(BackendError::Compile(format!(
             "NVRTC produced no CUBIN for {name}"
         )));
     }
@@ -220,7 +218,7 @@ pub fn compile_in_processes(exe: PathBuf) {
 
 fn compile_in_helper(exe: &Path, unit: Unit, arch: (i32, i32)) -> Result<Vec<u8>, BackendError> {
     let failed = |why: String| {
-        BackendError::KernelLaunchFailed(format!(
+        BackendError::Compile(format!(
             "compiling {} in a helper process: {why}",
             unit.label()
         ))

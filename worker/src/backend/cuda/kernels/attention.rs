@@ -37,7 +37,7 @@ impl Family for Attention {
             (Attention::KvStore, Work::Elements(n)) => Some(grid_1d(n as u64, ELEMENT_THREADS)),
             (Attention::Attention, Work::Heads { n, n_head }) => {
                 if n > 65535 * 1024 || n_head > 65535 {
-                    return Some(Err(BackendError::InferenceFailed(
+                    return Some(Err(BackendError::Shape(
                         "attention shape exceeds one launch".into(),
                     )));
                 }

@@ -45,7 +45,7 @@ impl Family for AttentionTc {
         };
         let tiles = (n as u32).div_ceil(ATC_BQ);
         if n_head > 65535 {
-            return Some(Err(BackendError::InferenceFailed(
+            return Some(Err(BackendError::Shape(
                 "attention shape exceeds one launch".into(),
             )));
         }

@@ -115,7 +115,7 @@ impl Family for Gemm {
             }
             (Gemm::Moe(_), Work::ExpertTiles { rows, tiles }) => {
                 if tiles > 65535 {
-                    return Some(Err(BackendError::InferenceFailed(format!(
+                    return Some(Err(BackendError::Shape(format!(
                         "{tiles} expert tiles exceed one launch"
                     ))));
                 }
@@ -128,7 +128,7 @@ impl Family for Gemm {
             // 32 weight rows a warp, all rows of x, a column range along z.
             (Gemm::Few(_), Work::SplitMatrix { rows, n, splits }) => {
                 if n > GF_MAX_TOKENS || splits > 64 {
-                    return Some(Err(BackendError::InferenceFailed(format!(
+                    return Some(Err(BackendError::Shape(format!(
                         "{n} rows in {splits} column ranges exceed one gemm_few launch"
                     ))));
                 }
@@ -158,7 +158,7 @@ impl Family for Gemm {
 fn gemm_tc_config(rows: usize, n: usize, splits: usize) -> Result<LaunchConfig, BackendError> {
     let tiles_n = (n as u32).div_ceil(GTC_BT);
     if tiles_n > 65535 || splits > 64 {
-        return Err(BackendError::InferenceFailed(format!(
+        return Err(BackendError::Shape(format!(
             "{n} rows in {splits} column ranges exceed one matmul launch"
         )));
     }

@@ -168,7 +168,7 @@ pub fn check_args(
 
 /// A launch refused before anything was queued: `<symbol>: <why>`.
 pub fn refusal(k: impl Into<Kernel>, why: String) -> BackendError {
-    BackendError::InferenceFailed(format!("{}: {why}", k.into().symbol()))
+    BackendError::Shape(format!("{}: {why}", k.into().symbol()))
 }
 
 /// The problem size a kernel's grid is laid over.
@@ -251,12 +251,10 @@ pub fn blocks(grid: (u32, u32), threads: u32) -> LaunchConfig {
 /// One thread per element in blocks of `block`; zero elements are refused.
 pub fn grid_1d(n: u64, block: u32) -> Result<LaunchConfig, BackendError> {
     if n == 0 {
-        return Err(BackendError::InferenceFailed(
-            "a launch over zero elements".into(),
-        ));
+        return Err(BackendError::Shape("a launch over zero elements".into()));
     }
     let count = u32::try_from(n.div_ceil(block as u64))
-        .map_err(|_| BackendError::InferenceFailed(format!("{n} elements exceed one launch")))?;
+        .map_err(|_| BackendError::Shape(format!("{n} elements exceed one launch")))?;
     Ok(blocks((count, 1), block))
 }
 

@@ -38,7 +38,7 @@ use crate::quant::GgmlType;
 /// `benches/results/kernel-choices.md`.
 fn set_stack_limit(ctx: &Arc<CudaContext>, bytes: usize) -> Result<(), BackendError> {
     ctx.set_limit(cudarc::driver::sys::CUlimit::CU_LIMIT_STACK_SIZE, bytes)
-        .map_err(|e| BackendError::KernelLaunchFailed(format!("setting the stack limit: {e:?}")))?;
+        .map_err(|e| BackendError::driver("setting the stack limit", e))?;
     tracing::debug!(stack_bytes = bytes, "per-thread stack limit");
     Ok(())
 }
@@ -182,9 +182,9 @@ impl Kernels {
         compiling: Compiling,
     ) -> Result<Kernels, BackendError> {
         let cache = KernelCache::from_env();
-        let images = compiling.join().map_err(|_| {
-            BackendError::KernelLaunchFailed("the compile thread panicked".into())
-        })??;
+        let images = compiling
+            .join()
+            .map_err(|_| BackendError::Compile("the compile thread panicked".into()))??;
         let mut modules = HashMap::new();
         for image in images {
             let u = image.0;
@@ -217,18 +217,11 @@ impl Kernels {
                 }
             }
             let f = module.load_function(&k.symbol()).map_err(|e| {
-                BackendError::KernelLaunchFailed(format!(
-                    "{} has no kernel {}: {e:?}",
-                    unit.label(),
-                    k.symbol()
-                ))
+                BackendError::driver(format!("{} has no kernel {}", unit.label(), k.symbol()), e)
             })?;
             let set = |attr: Attr, value: i32| {
                 f.set_attribute(attr, value).map_err(|e| {
-                    BackendError::KernelLaunchFailed(format!(
-                        "setting {}'s {attr:?}: {e:?}",
-                        k.symbol()
-                    ))
+                    BackendError::driver(format!("setting {}'s {attr:?}", k.symbol()), e)
                 })
             };
             if let Some(bytes) = k.dynamic_smem() {
@@ -247,10 +240,7 @@ impl Kernels {
             let local = f
                 .get_attribute(Attr::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)
                 .map_err(|e| {
-                    BackendError::KernelLaunchFailed(format!(
-                        "reading {}'s local memory size: {e:?}",
-                        k.symbol()
-                    ))
+                    BackendError::driver(format!("reading {}'s local memory size", k.symbol()), e)
                 })?;
             stack_bytes = stack_bytes.max(local.max(0) as usize);
             funcs.insert(k, f);
@@ -260,9 +250,8 @@ impl Kernels {
             .attribute(
                 cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
             )
-            .map_err(|e| {
-                BackendError::KernelLaunchFailed(format!("reading the multiprocessor count: {e:?}"))
-            })? as usize;
+            .map_err(|e| BackendError::driver("reading the multiprocessor count", e))?
+            as usize;
         Ok(Kernels {
             funcs,
             formats: formats.map(Unit::formats_compiled),
@@ -323,8 +312,7 @@ impl Kernels {
             ))
         })?;
         self.writes.fetch_add(1, Ordering::Relaxed);
-        let failed =
-            |e| BackendError::KernelLaunchFailed(format!("launching {}: {e:?}", k.symbol()));
+        let failed = |e| BackendError::driver(format!("launching {}", k.symbol()), e);
         let pdl = self.pdl.load(Ordering::Relaxed);
         let cluster = plan.work.cluster();
         if pdl || cluster.is_some() {

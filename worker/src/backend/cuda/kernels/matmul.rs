@@ -75,7 +75,7 @@ impl Family for Matmul {
             Matmul::Gemm(_) => {
                 let tiles_n = (n as u32).div_ceil(GEMM_BN);
                 if tiles_n > 65535 {
-                    return Some(Err(BackendError::InferenceFailed(format!(
+                    return Some(Err(BackendError::Shape(format!(
                         "{n} rows exceed one matmul launch"
                     ))));
                 }

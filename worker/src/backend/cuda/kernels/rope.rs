@@ -44,7 +44,7 @@ impl Family for Rope {
             (Rope::Plain, Work::Elements(n)) => Some(grid_1d(n as u64, ELEMENT_THREADS)),
             (Rope::QkRopeStore | Rope::QkRopeStoreRows, Work::HeadRows { n, heads, head_dim }) => {
                 if n > i32::MAX as usize || heads > 65535 {
-                    return Some(Err(BackendError::InferenceFailed(
+                    return Some(Err(BackendError::Shape(
                         "attention shape exceeds one launch".into(),
                     )));
                 }

@@ -245,7 +245,7 @@ impl CudaCache {
 }
 
 pub(super) fn shape_error(what: String) -> BackendError {
-    BackendError::InferenceFailed(format!("shape mismatch in {what}"))
+    BackendError::Shape(what)
 }
 
 /// Refuses an operation whose operands' shapes do not fit (`mismatch`)

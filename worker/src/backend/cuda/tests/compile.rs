@@ -331,7 +331,7 @@ fn nvrtc_reports_a_broken_kernel_with_its_log() {
     }
     let src = "#include \"common.cuh\"\nextern \"C\" __global__ void broken(float* x) { x[0] = undefined_name; }\n";
     match compile_source("broken.cu", src, (9, 0)) {
-        Err(BackendError::KernelLaunchFailed(msg)) => {
+        Err(BackendError::Compile(msg)) => {
             assert!(
                 msg.contains("undefined_name"),
                 "the NVRTC log names the error: {msg}"

@@ -253,7 +253,7 @@ fn every_kernel_is_laid_out_as_before() {
 #[test]
 fn launches_past_the_grid_limits_are_refused() {
     let refused = |k: Kernel, work: Work| match launch_config(k, work) {
-        Err(BackendError::InferenceFailed(_)) => {}
+        Err(BackendError::Shape(_)) => {}
         other => panic!("{k:?} over {work:?}: expected a refusal, got {other:?}"),
     };
     refused(

@@ -11,7 +11,7 @@ use super::*;
 /// Asserts that `r` is a refusal: a typed error, not a panic and not a launch.
 pub(super) fn refused(what: &str, r: Result<(), BackendError>) {
     match r {
-        Err(BackendError::InferenceFailed(_)) => {}
+        Err(BackendError::Shape(_)) => {}
         Err(e) => panic!("{what}: refused, but as {e:?} rather than a shape error"),
         Ok(()) => panic!("{what}: not refused"),
     }
@@ -50,7 +50,7 @@ fn m0_w_1431_launch_argument_checks_refuse_zero_null_and_out_of_range() {
     .is_ok());
     assert!(check_args(k, &[("rows", i32::MAX as usize)], &[]).is_ok());
     let expect = |r: Result<(), BackendError>, words: &[&str]| match r {
-        Err(BackendError::InferenceFailed(msg)) => {
+        Err(BackendError::Shape(msg)) => {
             assert!(
                 words.iter().all(|w| msg.contains(w)),
                 "{msg:?} should name {words:?}"

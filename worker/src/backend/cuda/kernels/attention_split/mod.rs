@@ -113,7 +113,7 @@ impl Family for AttentionSplit {
         Some(match (self, work) {
             (Scalar(..) | Tc(_), Work::Chunks { n_head_kv, nsplit }) => {
                 if nsplit > 65535 {
-                    return Some(Err(BackendError::InferenceFailed(format!(
+                    return Some(Err(BackendError::Shape(format!(
                         "{nsplit} context chunks exceed one launch"
                     ))));
                 }
@@ -128,7 +128,7 @@ impl Family for AttentionSplit {
                 },
             ) => {
                 if nsplit > 65535 || rows > 65535 {
-                    return Some(Err(BackendError::InferenceFailed(format!(
+                    return Some(Err(BackendError::Shape(format!(
                         "{nsplit} context chunks of {rows} rows exceed one launch"
                     ))));
                 }
@@ -141,7 +141,7 @@ impl Family for AttentionSplit {
             // One block per (head, row).
             (CombineRows, Work::Heads { n, n_head }) => {
                 if n > 65535 {
-                    return Some(Err(BackendError::InferenceFailed(format!(
+                    return Some(Err(BackendError::Shape(format!(
                         "{n} rows exceed one launch"
                     ))));
                 }

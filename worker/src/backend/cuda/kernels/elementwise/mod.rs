@@ -72,7 +72,7 @@ impl Family for Elementwise {
             // Chunks of a row along x, rows along y.
             (Elementwise::KeepRows, Work::Rows { rows, cols }) => {
                 if rows > 65535 {
-                    return Some(Err(BackendError::InferenceFailed(format!(
+                    return Some(Err(BackendError::Shape(format!(
                         "{rows} rows exceed one launch"
                     ))));
                 }

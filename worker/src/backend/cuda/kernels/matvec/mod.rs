@@ -139,7 +139,7 @@ impl Family for Matvec {
                 },
             ) => {
                 if slots > 65535 || !(1..=2).contains(&matrices) {
-                    return Some(Err(BackendError::InferenceFailed(format!(
+                    return Some(Err(BackendError::Shape(format!(
                         "{slots} (token, expert) pairs of {matrices} matrices exceed one launch"
                     ))));
                 }
@@ -168,7 +168,7 @@ impl Family for Matvec {
             (Matvec::MatVec8N(_), Work::Matrix { rows, n }) => {
                 let groups = n.div_ceil(MV8_MAX_TOKENS);
                 if groups > 65535 {
-                    return Some(Err(BackendError::InferenceFailed(format!(
+                    return Some(Err(BackendError::Shape(format!(
                         "{n} rows exceed one mv8n launch"
                     ))));
                 }
