@@ -23,9 +23,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use super::error::{ApiError, ApiJson};
 use super::events::ErrorBody;
 use super::events::{event_data, event_name};
-use super::validation::{
-    validate_with_ids, ExecuteRequest, ValidExecuteRequest, ValidationErrors,
-};
+use super::validation::{validate_with_ids, ExecuteRequest, ValidExecuteRequest, ValidationErrors};
 use super::AppState;
 use crate::engine::error::JobError;
 use crate::engine::job::{CancelFlag, Job, JobEvent, JobSink, JobStarted, Outcome, PromptFacts};

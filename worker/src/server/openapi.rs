@@ -135,7 +135,12 @@ mod tests {
     #[test]
     fn routes_come_from_the_document() {
         let routes = routes();
-        for route in ["GET /", "POST /execute", "GET /health", "POST /v1/chat/completions"] {
+        for route in [
+            "GET /",
+            "POST /execute",
+            "GET /health",
+            "POST /v1/chat/completions",
+        ] {
             assert!(routes.iter().any(|r| r == route), "{route} in {routes:?}");
         }
         let doc: serde_json::Value = serde_json::from_str(&document()).unwrap();

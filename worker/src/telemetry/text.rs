@@ -19,6 +19,9 @@ use tracing_subscriber::registry::LookupSpan;
 
 /// The narration context's fields (`narrate!` adds them to every record).
 const CONSTANT_FIELDS: [&str; 4] = ["worker_id", "model_ref", "gpu_device", "backend"];
+/// The constants whose text another field may repeat (numbers such as the
+/// GPU ordinal coincide with counts by chance).
+const TEXT_CONSTANTS: [&str; 2] = ["worker_id", "model_ref"];
 /// The record that shows [`CONSTANT_FIELDS`].
 const SHOWS_CONSTANTS: &str = "startup";
 /// Hex digits of a hash that identify it to a reader.
@@ -76,9 +79,8 @@ impl Fields {
         }
         let event = self.event.as_deref().unwrap_or("-");
         out.push_str(&paint("1", event));
-        let show_constants = event == SHOWS_CONSTANTS;
         for (name, value) in &self.pairs {
-            if show_constants || !CONSTANT_FIELDS.contains(name) {
+            if event == SHOWS_CONSTANTS || !self.repeats_a_constant(name, value, level) {
                 let _ = write!(out, " {name}={value}");
             }
         }
@@ -86,6 +88,21 @@ impl Fields {
             let _ = write!(out, "  {message}");
         }
         out
+    }
+
+    /// A constant field, or on an INFO (or quieter) record another field
+    /// that only repeats a constant's text (`model_path` on
+    /// `model_load_start`); a warning or an error keeps such a field, since it
+    /// may be the first the reader sees.
+    fn repeats_a_constant(&self, name: &str, value: &str, level: Level) -> bool {
+        if CONSTANT_FIELDS.contains(&name) {
+            return true;
+        }
+        let mut texts = self
+            .pairs
+            .iter()
+            .filter(|(n, _)| TEXT_CONSTANTS.contains(n));
+        level > Level::WARN && texts.any(|(_, v)| v == value)
     }
 
     fn push(&mut self, field: &Field, value: String) {
@@ -205,8 +222,19 @@ mod tests {
                 x_deadline = None::<&str>,
             );
             record!(warn, "callback_failed", url = "http://x", "no answer");
+            record!(
+                info,
+                "model_load_start",
+                model_path = "/a/long/path/to/the/model.gguf",
+                upload_chunk_bytes = 4096u64,
+            );
+            record!(
+                error,
+                "error",
+                model_path = "/a/long/path/to/the/model.gguf"
+            );
         });
-        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert_eq!(lines.len(), 5, "{lines:?}");
         let (time, startup) = lines[0].split_once(' ').unwrap();
         assert_eq!(time.len(), "15:04:05.123".len(), "{time}");
         assert_eq!(
@@ -221,6 +249,14 @@ mod tests {
         assert_eq!(
             lines[2].split_once(' ').unwrap().1,
             "WARN callback_failed url=http://x  no answer"
+        );
+        assert_eq!(
+            lines[3].split_once(' ').unwrap().1,
+            "model_load_start upload_chunk_bytes=4096"
+        );
+        assert_eq!(
+            lines[4].split_once(' ').unwrap().1,
+            "ERROR error model_path=/a/long/path/to/the/model.gguf"
         );
     }
 

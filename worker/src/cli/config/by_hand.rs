@@ -20,7 +20,7 @@ Examples:
 
 Then, for instance:
   curl -N localhost:8080/v1/chat/completions -H 'content-type: application/json' \\
-    -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"stream\":true}'";
+    -d '{\"model\":\"model\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"stream\":true}'";
 
 /// The command line of `worker-orcd serve`.
 #[derive(clap::Args, Clone, Debug)]

@@ -169,4 +169,3 @@ pub(super) fn check_parity_path(path: &Path) -> Result<(), ConfigError> {
     }
     Ok(())
 }
-

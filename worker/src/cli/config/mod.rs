@@ -403,10 +403,7 @@ fn front(args: &ServeArgs, file: &FileConfig, fallbacks: &Fallbacks) -> Result<F
         .or_else(|| file.worker_id.clone())
         .or_else(|| fallbacks.worker_id.clone());
     let model = args.model.clone().or_else(|| file.model.clone());
-    let gpu_device = args
-        .gpu_device
-        .or(file.gpu_device)
-        .or(fallbacks.gpu_device);
+    let gpu_device = args.gpu_device.or(file.gpu_device).or(fallbacks.gpu_device);
     let port = args.port.or(file.port).or(fallbacks.port);
     let (Some(worker_id), Some(model), Some(gpu_device), Some(port)) =
         (worker_id.clone(), model.clone(), gpu_device, port)

@@ -97,22 +97,10 @@ fn bad_values_name_their_flag() {
             with(&f, |a| a.model = Some(f.dir.path().to_path_buf())),
             "--model",
         ),
-        (
-            with(&f, |a| a.model = Some(not_gguf)),
-            "--model",
-        ),
-        (
-            with(&f, |a| a.port = Some(80)),
-            "--port",
-        ),
-        (
-            with(&f, |a| a.port = Some(70000)),
-            "--port",
-        ),
-        (
-            with(&f, |a| a.port = Some(busy_port)),
-            "--port",
-        ),
+        (with(&f, |a| a.model = Some(not_gguf)), "--model"),
+        (with(&f, |a| a.port = Some(80)), "--port"),
+        (with(&f, |a| a.port = Some(70000)), "--port"),
+        (with(&f, |a| a.port = Some(busy_port)), "--port"),
         (
             with(&f, |a| a.options.host = Some("nowhere".into())),
             "--host",
@@ -138,25 +126,15 @@ fn bad_values_name_their_flag() {
             "--callback-url",
         ),
         (
-            with(&f, |a| a.options.parity_log = Some("/no/such/dir/p.jsonl".into())),
+            with(&f, |a| {
+                a.options.parity_log = Some("/no/such/dir/p.jsonl".into())
+            }),
             "--parity-log",
         ),
-        (
-            with(&f, |a| a.worker_id = None),
-            "--worker-id",
-        ),
-        (
-            with(&f, |a| a.model = None),
-            "--model",
-        ),
-        (
-            with(&f, |a| a.gpu_device = None),
-            "--gpu-device",
-        ),
-        (
-            with(&f, |a| a.port = None),
-            "--port",
-        ),
+        (with(&f, |a| a.worker_id = None), "--worker-id"),
+        (with(&f, |a| a.model = None), "--model"),
+        (with(&f, |a| a.gpu_device = None), "--gpu-device"),
+        (with(&f, |a| a.port = None), "--port"),
     ];
     for (a, flag) in rows {
         let shown = format!("{a:?}");
@@ -193,13 +171,14 @@ fn yaml_file_under_flags() {
     assert_eq!(overridden.max_tokens_out, 5);
 
     std::fs::write(&path, "port: 8080\nbogus-key: 1\n").unwrap();
-    let err = resolve(with(&f, |a| a.options.config = Some(path.clone())))
-    .unwrap_err();
+    let err = resolve(with(&f, |a| a.options.config = Some(path.clone()))).unwrap_err();
     assert!(
         matches!(&err, ConfigError::Invalid { flag: "--config", message } if message.contains("bogus-key")),
         "{err}"
     );
-    let err = resolve(with(&f, |a| a.options.config = Some(f.dir.path().join("none.yaml"))))
+    let err = resolve(with(&f, |a| {
+        a.options.config = Some(f.dir.path().join("none.yaml"))
+    }))
     .unwrap_err();
     assert!(matches!(
         err,
@@ -252,8 +231,7 @@ fn log_format_from_flag_or_file() {
 ",
     )
     .unwrap();
-    let err = resolve(with(&f, |a| a.options.config = Some(path)))
-    .unwrap_err();
+    let err = resolve(with(&f, |a| a.options.config = Some(path))).unwrap_err();
     assert!(
         matches!(
             err,
@@ -294,14 +272,15 @@ fn tokenizer_hf_json_needs_the_file_beside_the_model() {
 #[test]
 fn chat_templates_by_name_or_file() {
     let f = fixture();
-    let c = resolve(with(&f, |a| a.options.chat_template = Some("gemma".into())))
-    .unwrap();
+    let c = resolve(with(&f, |a| a.options.chat_template = Some("gemma".into()))).unwrap();
     assert!(c.chat_template.unwrap().contains("<start_of_turn>"));
     assert_eq!(resolve(args(&f)).unwrap().chat_template, None);
 
     let good = f.dir.path().join("t.jinja");
     std::fs::write(&good, "{% for m in messages %}{{ m.content }}{% endfor %}").unwrap();
-    let c = resolve(with(&f, |a| a.options.chat_template_file = Some(good.clone())))
+    let c = resolve(with(&f, |a| {
+        a.options.chat_template_file = Some(good.clone())
+    }))
     .unwrap();
     assert!(c.chat_template.unwrap().starts_with("{% for m"));
 
@@ -379,7 +358,16 @@ fn ctx_size_bounds_the_context() {
     .unwrap();
     assert_eq!(c.max_context(), Some(128));
     let err = resolve(with(&f, |a| a.ctx_size = Some(1))).unwrap_err();
-    assert!(matches!(err, ConfigError::Invalid { flag: "--ctx-size", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            ConfigError::Invalid {
+                flag: "--ctx-size",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 /// `serve`'s fallbacks: a relative model path taken from the working
@@ -424,12 +412,18 @@ fn serve_fills_in_what_a_person_leaves_out() {
 
     let (args, fallbacks) = parse_serve(&["m.gguf", "-c", "512", "-p", "9000", "-np", "4"]);
     assert_eq!(args.model, Some(PathBuf::from("m.gguf")));
-    assert_eq!((args.ctx_size, args.port, args.parallel), (Some(512), Some(9000), Some(4)));
+    assert_eq!(
+        (args.ctx_size, args.port, args.parallel),
+        (Some(512), Some(9000), Some(4))
+    );
     assert_eq!(fallbacks.port, Some(DEFAULT_SERVE_PORT));
     assert!(uuid::Uuid::parse_str(fallbacks.worker_id.as_deref().unwrap()).is_ok());
     let (args, _) = parse_serve(&["-m", "m.gguf", "--parallel", "2", "--backend", "cpu"]);
     assert_eq!(args.model, Some(PathBuf::from("m.gguf")));
-    assert_eq!((args.parallel, args.options.backend), (Some(2), Some(BackendKind::Cpu)));
+    assert_eq!(
+        (args.parallel, args.options.backend),
+        (Some(2), Some(BackendKind::Cpu))
+    );
 }
 
 /// `worker-orcd serve ARGS` as the binary parses it, `-np` included.

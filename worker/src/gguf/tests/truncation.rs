@@ -94,7 +94,9 @@ fn truncated_in_the_data_section() {
             Err(e) => panic!("cut at {len}: expected CutShort, got {e:?}"),
         }
     }
-    let message = parse(full[..data_end - 1].to_vec()).unwrap_err().to_string();
+    let message = parse(full[..data_end - 1].to_vec())
+        .unwrap_err()
+        .to_string();
     assert!(
         message.contains("truncated")
             && message.contains(&format!("needs {data_end} bytes"))
