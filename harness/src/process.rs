@@ -342,19 +342,7 @@ impl Worker {
     }
 
     pub fn signal(&self, sig: i32) -> Result<()> {
-        if self.exit.is_some() {
-            return Err(anyhow!("worker already exited"));
-        }
-        // SAFETY: kill(2) on our own child's pid; no memory is shared.
-        let rc = unsafe { libc::kill(self.pid as libc::pid_t, sig) };
-        if rc != 0 {
-            return Err(anyhow!(
-                "kill({}, {sig}) failed: {}",
-                self.pid,
-                std::io::Error::last_os_error()
-            ));
-        }
-        Ok(())
+        self.kill(self.pid as libc::pid_t, sig)
     }
 
     /// Sends `sig` to the worker's whole process group (it must have been
@@ -363,15 +351,19 @@ impl Worker {
         if !self.launch.own_group {
             return Err(anyhow!("the worker was not started in a group of its own"));
         }
+        self.kill(-(self.pid as libc::pid_t), sig)
+    }
+
+    /// kill(2) on `target`: our child's pid, or the group it leads (negative).
+    fn kill(&self, target: libc::pid_t, sig: i32) -> Result<()> {
         if self.exit.is_some() {
             return Err(anyhow!("worker already exited"));
         }
-        // SAFETY: kill(2) on the group our own child leads; no memory is shared.
-        let rc = unsafe { libc::kill(-(self.pid as libc::pid_t), sig) };
+        // SAFETY: kill(2) on our own child or the group it leads; no memory is shared.
+        let rc = unsafe { libc::kill(target, sig) };
         if rc != 0 {
             return Err(anyhow!(
-                "kill(-{}, {sig}) failed: {}",
-                self.pid,
+                "kill({target}, {sig}) failed: {}",
                 std::io::Error::last_os_error()
             ));
         }
