@@ -68,6 +68,12 @@ pub struct Launch {
     pub env: Vec<(String, String)>,
     pub host: String,
     pub port: u16,
+    /// The working folder (`None`: the suite's).
+    pub cwd: Option<PathBuf>,
+    /// Started as the leader of a process group of its own, so that a
+    /// signal can reach every process of a command line, as Ctrl-C does in
+    /// a terminal ([`Worker::signal_group`]).
+    pub own_group: bool,
 }
 
 impl Launch {
@@ -138,7 +144,7 @@ impl Launch {
 }
 
 /// Splits flags on whitespace, honouring double quotes.
-fn shell_words(s: &str) -> Result<Vec<String>> {
+pub fn shell_words(s: &str) -> Result<Vec<String>> {
     let mut out = Vec::new();
     let mut cur = String::new();
     let mut quoted = false;
@@ -201,6 +207,12 @@ impl Worker {
             .kill_on_drop(true);
         for (k, v) in &launch.env {
             cmd.env(k, v);
+        }
+        if let Some(dir) = &launch.cwd {
+            cmd.current_dir(dir);
+        }
+        if launch.own_group {
+            cmd.process_group(0);
         }
         let spawned = Instant::now();
         let spawned_wall = chrono::Utc::now();
@@ -330,26 +342,46 @@ impl Worker {
     }
 
     pub fn signal(&self, sig: i32) -> Result<()> {
+        self.kill(self.pid as libc::pid_t, sig)
+    }
+
+    /// Sends `sig` to the worker's whole process group (it must have been
+    /// launched with `own_group`).
+    pub fn signal_group(&self, sig: i32) -> Result<()> {
+        if !self.launch.own_group {
+            return Err(anyhow!("the worker was not started in a group of its own"));
+        }
+        self.kill(-(self.pid as libc::pid_t), sig)
+    }
+
+    /// kill(2) on `target`: our child's pid, or the group it leads (negative).
+    fn kill(&self, target: libc::pid_t, sig: i32) -> Result<()> {
         if self.exit.is_some() {
             return Err(anyhow!("worker already exited"));
         }
-        // SAFETY: kill(2) on our own child's pid; no memory is shared.
-        let rc = unsafe { libc::kill(self.pid as libc::pid_t, sig) };
+        // SAFETY: kill(2) on our own child or the group it leads; no memory is shared.
+        let rc = unsafe { libc::kill(target, sig) };
         if rc != 0 {
             return Err(anyhow!(
-                "kill({}, {sig}) failed: {}",
-                self.pid,
+                "kill({target}, {sig}) failed: {}",
                 std::io::Error::last_os_error()
             ));
         }
         Ok(())
     }
 
-    /// Stops the worker: SIGTERM, then SIGKILL after `grace`.
+    /// Stops the worker (its whole group, when it has one of its own):
+    /// SIGTERM, then SIGKILL after `grace`.
     pub async fn stop(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
         if self.try_exit().ok().flatten().is_none() {
-            let _ = self.signal(libc::SIGTERM);
+            let _ = match self.launch.own_group {
+                true => self.signal_group(libc::SIGTERM),
+                false => self.signal(libc::SIGTERM),
+            };
             if self.wait_exit(grace).await.ok().flatten().is_none() {
+                if self.launch.own_group {
+                    let _ = self.signal_group(libc::SIGKILL);
+                }
                 let _ = self.child.start_kill();
                 let _ = self.wait_exit(Duration::from_secs(5)).await;
             }
@@ -412,6 +444,8 @@ mod tests {
             env: vec![],
             host: "127.0.0.1".into(),
             port: 1,
+            cwd: None,
+            own_group: false,
         }
     }
 

@@ -342,7 +342,7 @@ mod tests {
         .err()
         .expect("cut file");
         assert!(
-            matches!(err, LoadError::Gguf(GgufError::TensorOutOfBounds { .. })),
+            matches!(err, LoadError::Gguf(GgufError::CutShort { .. })),
             "{err}"
         );
         assert_eq!(

@@ -49,6 +49,8 @@ impl Process {
             env: self.env.clone(),
             host: "127.0.0.1".into(),
             port,
+            cwd: None,
+            own_group: false,
         };
         l.set("--worker-id", Some(&uuid_v4()));
         l.set("--model", Some(&model.display().to_string()));

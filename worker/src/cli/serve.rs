@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use clap::CommandFactory;
 
 use crate::backend::{BackendError, BackendKind};
-use crate::cli::config::{self, ConfigError, ServeArgs, ServeConfig};
+use crate::cli::config::{self, ConfigError, Fallbacks, ServeArgs, ServeConfig};
 use crate::cli::Cli;
 use crate::engine::load_error_code;
 use crate::engine::parity::{ParitySender, ParityWriter};
@@ -62,12 +62,14 @@ fn start_failed(f: StartFailure<'_>) -> ExitCode {
         vram_needed_bytes = f.vram.map(|v| v.0),
         vram_free_bytes = f.vram.map(|v| v.1),
     );
-    eprintln!("worker-orcd: {}", f.message);
+    // The record is the one report: a line of text on a terminal, JSON
+    // otherwise (issue 48: every start-up error printed once).
     ExitCode::FAILURE
 }
 
-/// Runs the worker until it is shut down.
-pub fn run(args: ServeArgs) -> ExitCode {
+/// Runs the worker until it is shut down; `fallbacks` stand in for required
+/// flags given nowhere (none on the orchestrator's command line).
+pub fn run(args: ServeArgs, fallbacks: &Fallbacks) -> ExitCode {
     logging::init(config::log_format(&args));
     let raw_model = args
         .model
@@ -80,12 +82,13 @@ pub fn run(args: ServeArgs) -> ExitCode {
         model_ref: raw_model.clone(),
         gpu_device: args.gpu_device.unwrap_or(0) as u64,
         backend: args
+            .options
             .backend
             .unwrap_or(config::DEFAULT_BACKEND)
             .as_str()
             .into(),
     });
-    let cfg = match config::resolve(args) {
+    let cfg = match config::resolve_with(args, fallbacks) {
         Ok(cfg) => cfg,
         Err(e @ ConfigError::Missing(_)) => Cli::command()
             .error(
@@ -122,6 +125,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         port = cfg.port,
         queue_depth = cfg.queue_depth,
         parallel = cfg.parallel,
+        ctx_size = cfg.ctx_size,
         max_tokens_in = cfg.max_tokens_in,
         max_tokens_out = cfg.max_tokens_out,
         inference_timeout_sec = cfg.inference_timeout.as_secs(),
@@ -260,7 +264,7 @@ fn load(cfg: &ServeConfig) -> Result<LoadedModel, ExitCode> {
         gpu_device: cfg.gpu_device,
         kv_cache_size_mb: cfg.kv_cache_size_mb,
         upload_chunk_bytes: cfg.upload_chunk_bytes,
-        max_context: cfg.max_tokens_in.map(|n| n + cfg.max_tokens_out),
+        max_context: cfg.max_context(),
         chat_template: cfg.chat_template.clone(),
         tokenizer: cfg.tokenizer,
         parallel: cfg.parallel,

@@ -20,7 +20,7 @@ pub enum GgufError {
     #[error("unsupported GGUF version {0} (only version 3 is supported)")]
     UnsupportedVersion(u32),
 
-    #[error("file truncated: {what} at byte offset {offset} runs past the end")]
+    #[error("file truncated: {what} at byte offset {offset} runs past the end; download it again")]
     Truncated { what: String, offset: u64 },
 
     #[error("too many {what}: {count} (at most {max} allowed)")]
@@ -67,6 +67,15 @@ pub enum GgufError {
         size: u64,
         data_len: u64,
     },
+
+    /// The tensor table describes more bytes than the file holds, and the
+    /// cut runs through or just before a tensor: what an interrupted
+    /// download or copy leaves behind.
+    #[error(
+        "the file is truncated: its tensor table needs {needed} bytes, the file has {file_len}; \
+         download it again (an interrupted download or copy leaves such a file)"
+    )]
+    CutShort { file_len: u64, needed: u64 },
 
     #[error(
         "tensor '{tensor}' data offset {offset} is not a multiple of the alignment {alignment}"

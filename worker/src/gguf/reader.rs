@@ -324,6 +324,7 @@ pub(crate) fn parse_with(buf: &[u8], limits: &Limits) -> Result<Parsed> {
         .filter(|&o| o <= buf.len() as u64 || tensors.is_empty())
         .ok_or_else(|| c.truncated(&|| "padding before the data section".into()))?;
     let data_len = (buf.len() as u64).saturating_sub(data_offset);
+    check_truncation(&tensors, alignment, data_offset, data_len)?;
     check_placement(&tensors, alignment, data_len)?;
 
     Ok(Parsed {
@@ -595,6 +596,40 @@ fn bad_dims(name: &str, reason: String) -> GgufError {
 
 /// Every tensor must start aligned, end inside the data section and share
 /// no byte with another tensor.
+/// A file cut short (the first tensor that runs past the end starts inside
+/// the data section, or in the alignment padding right after the cut) is
+/// reported as truncated, with the size its tensor table needs; a tensor
+/// placed far beyond the end is left to [`check_placement`]'s
+/// `TensorOutOfBounds`, since no cut explains it.
+fn check_truncation(
+    tensors: &[TensorInfo],
+    alignment: u64,
+    data_offset: u64,
+    data_len: u64,
+) -> Result<()> {
+    let end = |t: &TensorInfo| t.offset.checked_add(t.n_bytes);
+    let Some(first_out) = tensors
+        .iter()
+        .filter(|t| end(t).is_none_or(|e| e > data_len))
+        .min_by_key(|t| t.offset)
+    else {
+        return Ok(());
+    };
+    let needed = tensors
+        .iter()
+        .try_fold(0u64, |most, t| Some(most.max(end(t)?)))
+        .and_then(|most| most.checked_add(data_offset));
+    match needed {
+        Some(needed) if first_out.offset <= data_len.next_multiple_of(alignment) => {
+            Err(GgufError::CutShort {
+                file_len: data_offset + data_len,
+                needed,
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 fn check_placement(tensors: &[TensorInfo], alignment: u64, data_len: u64) -> Result<()> {
     for t in tensors {
         if !t.offset.is_multiple_of(alignment) {

@@ -23,7 +23,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use super::error::{ApiError, ApiJson};
 use super::events::ErrorBody;
 use super::events::{event_data, event_name};
-use super::validation::{validate_with_ids, ExecuteRequest, ValidExecuteRequest};
+use super::validation::{validate_with_ids, ExecuteRequest, ValidExecuteRequest, ValidationErrors};
 use super::AppState;
 use crate::engine::error::JobError;
 use crate::engine::job::{CancelFlag, Job, JobEvent, JobSink, JobStarted, Outcome, PromptFacts};
@@ -79,16 +79,66 @@ pub(super) async fn admit(
     Ok((valid, events))
 }
 
-/// Counts and logs a refused request. Refusals are logged by code and status
-/// only: a JSON error message may quote a value from the body (M0-W-1902).
+/// Counts and logs a refused request, with the reason in the worker's own
+/// words ([`own_words`]).
 fn refuse(state: &AppState, outcome: Outcome, err: ApiError) -> ApiError {
-    log_refusal(state, outcome, err.error.code.as_str(), err.status.as_u16());
+    let why = Refusal {
+        field: None,
+        reason: Some(own_words(&err.error.message).to_string()),
+    };
+    log_refusal_why(state, outcome, &err, why);
     err
+}
+
+/// Counts and logs a request that broke field rules: every field and its
+/// reason.
+fn refuse_invalid(state: &AppState, errors: ValidationErrors) -> ApiError {
+    let why = Refusal {
+        field: Some(errors.fields().join(",")),
+        reason: Some(
+            errors
+                .0
+                .iter()
+                .map(|e| format!("{}: {}", e.field, own_words(&e.message)))
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+    };
+    let err: ApiError = JobError::invalid(errors.to_string()).into();
+    log_refusal_why(state, Outcome::Invalid, &err, why);
+    err
+}
+
+/// A message up to its first `: `. Refusals are logged in the worker's own
+/// words only: what follows that separator may quote the request (serde's
+/// and the chat template's errors do), and the log never holds prompt text
+/// (M0-W-1902).
+fn own_words(message: &str) -> &str {
+    message.split_once(": ").map_or(message, |(ours, _)| ours)
+}
+
+/// What the log says of a refusal besides its code.
+struct Refusal {
+    field: Option<String>,
+    reason: Option<String>,
 }
 
 /// Counts and logs a refusal by its code and status (the OpenAI routes
 /// refuse some requests before they reach [`admit`]).
 pub(super) fn log_refusal(state: &AppState, outcome: Outcome, code: &str, status: u16) {
+    let why = Refusal {
+        field: None,
+        reason: None,
+    };
+    log_refusal_with(state, outcome, code, status, why);
+}
+
+fn log_refusal_why(state: &AppState, outcome: Outcome, err: &ApiError, why: Refusal) {
+    let code = err.error.code.as_str();
+    log_refusal_with(state, outcome, code, err.status.as_u16(), why);
+}
+
+fn log_refusal_with(state: &AppState, outcome: Outcome, code: &str, status: u16, why: Refusal) {
     state.metrics.request_finished(outcome);
     narrate!(
         info,
@@ -96,6 +146,8 @@ pub(super) fn log_refusal(state: &AppState, outcome: Outcome, code: &str, status
         outcome = outcome.as_str(),
         code = code,
         status = status,
+        field = why.field.as_deref(),
+        reason = why.reason.as_deref(),
     );
 }
 
@@ -126,13 +178,7 @@ async fn validate_request(
             JobError::internal("request validation failed").into(),
         )
     })?;
-    checked.map_err(|e| {
-        refuse(
-            state,
-            Outcome::Invalid,
-            JobError::invalid(e.to_string()).into(),
-        )
-    })
+    checked.map_err(|e| refuse_invalid(state, e))
 }
 
 /// Step 2: accept the job (its stream opens with `started`) and hand it to

@@ -107,3 +107,27 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     });
     ([(header::CONTENT_TYPE, CONTENT_TYPE)], text)
 }
+
+/// `GET /`: what answers on this port, for a person with a browser or curl
+/// and for a client finding its way.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct About {
+    /// `worker-orcd`.
+    pub name: String,
+    pub version: String,
+    /// The model's file name, as `/health` and `/v1/models` name it.
+    pub model: String,
+    /// Every route, `METHOD /path`, from the OpenAPI document
+    /// (`GET /openapi.json` describes each).
+    pub routes: Vec<String>,
+}
+
+#[utoipa::path(get, path = "/", tag = "worker", responses((status = 200, body = About)))]
+pub async fn about(State(state): State<AppState>) -> Json<About> {
+    Json(About {
+        name: env!("CARGO_PKG_NAME").into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        model: state.model.model_ref.clone(),
+        routes: super::openapi::routes().to_vec(),
+    })
+}

@@ -2,6 +2,7 @@
 //!
 //! | route | body | answer |
 //! |---|---|---|
+//! | `GET /` | | `{name, version, model, routes}` ([`info::About`]) |
 //! | `POST /execute` | [`validation::ExecuteRequest`] | `200 text/event-stream`: `started`, `token`*, then `end` or `error` |
 //! | `POST /cancel` | `{job_id}` | `202 {job_id, state}` (also for unknown or finished ids) |
 //! | `POST /shutdown` | empty or `{}` | `202 {status: "shutting_down"}` |
@@ -138,6 +139,7 @@ impl std::ops::Deref for AppState {
 /// The worker's router.
 pub fn app(state: AppState) -> Router {
     Router::new()
+        .route("/", get(info::about))
         .route("/execute", post(execute::execute))
         .route("/cancel", post(control::cancel))
         .route("/shutdown", post(control::shutdown))

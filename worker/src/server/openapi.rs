@@ -15,6 +15,7 @@ use super::{openai, AppState};
     info(title = "worker-orcd", description = "One GGUF model on one GPU over HTTP/SSE: the worker's own API \
         (`/execute` ...) and an OpenAI-compatible one (`/v1/...`)."),
     paths(
+        super::info::about,
         super::execute::execute,
         super::control::cancel,
         super::control::shutdown,
@@ -28,6 +29,7 @@ use super::{openai, AppState};
         openapi_json,
     ),
     components(schemas(
+        super::info::About,
         super::events::StartedEvent,
         super::events::TokenEvent,
         super::events::EndEvent,
@@ -42,6 +44,23 @@ use super::{openai, AppState};
     )
 )]
 pub struct ApiDoc;
+
+/// Every route of the document, `METHOD /path`, in its order.
+pub fn routes() -> &'static [String] {
+    static ROUTES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    ROUTES.get_or_init(|| {
+        let doc: serde_json::Value =
+            serde_json::from_str(&document()).expect("the OpenAPI document is JSON");
+        let paths = doc["paths"].as_object().cloned().unwrap_or_default();
+        let mut routes = Vec::new();
+        for (path, item) in paths {
+            for (method, _) in item.as_object().into_iter().flatten() {
+                routes.push(format!("{} {path}", method.to_uppercase()));
+            }
+        }
+        routes
+    })
+}
 
 /// The document as JSON.
 pub fn document() -> String {
@@ -82,6 +101,7 @@ mod tests {
     fn both_front_doors_are_documented_with_their_types() {
         let doc: serde_json::Value = serde_json::from_str(&document()).unwrap();
         for path in [
+            "/",
             "/execute",
             "/cancel",
             "/shutdown",
@@ -111,5 +131,21 @@ mod tests {
         let served = served_document(&["m".to_string()]);
         let model = &served["components"]["schemas"]["SamplingFields"]["properties"]["model"];
         assert_eq!(model["enum"], serde_json::json!(["m"]));
+    }
+
+    /// `GET /` lists the routes from this document, so it cannot miss one.
+    #[test]
+    fn routes_come_from_the_document() {
+        let routes = routes();
+        for route in [
+            "GET /",
+            "POST /execute",
+            "GET /health",
+            "POST /v1/chat/completions",
+        ] {
+            assert!(routes.iter().any(|r| r == route), "{route} in {routes:?}");
+        }
+        let doc: serde_json::Value = serde_json::from_str(&document()).unwrap();
+        assert!(routes.len() >= doc["paths"].as_object().unwrap().len());
     }
 }

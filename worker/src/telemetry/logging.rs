@@ -1,9 +1,9 @@
 //! Logging to stderr with `tracing-subscriber`, and the worker's fixed log
 //! fields. Two formats (`--log-format`): JSON lines (one object per line,
 //! event fields at the top level), the machine-readable record every
-//! collector and the tests read; and a human-friendly one-line text for a
-//! person at a terminal. `auto`, the default, picks the text when stderr is a
-//! terminal and JSON otherwise, as most servers do.
+//! collector and the tests read; and one short line of text for a person at
+//! a terminal ([`super::text`]). `auto`, the default, picks the text when
+//! stderr is a terminal and JSON otherwise, as most servers do.
 //!
 //! Nothing here logs prompts or generated text (M0-W-1902); callers log a
 //! prompt's SHA-256, its length in characters and token counts only.
@@ -48,7 +48,7 @@ pub enum LogFormat {
     Auto,
     /// One JSON object per line.
     Json,
-    /// One line of text per record, coloured on a terminal.
+    /// One short line of text per record, coloured on a terminal.
     Pretty,
 }
 
@@ -74,7 +74,9 @@ pub fn init(format: LogFormat) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     let _ = match format.resolve(terminal) {
-        LogFormat::Pretty => builder.with_ansi(terminal).try_init(),
+        LogFormat::Pretty => builder
+            .event_format(super::text::TextFormat { ansi: terminal })
+            .try_init(),
         _ => builder
             .json()
             .flatten_event(true)

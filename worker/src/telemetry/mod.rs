@@ -1,8 +1,10 @@
-//! Logs and metrics: JSON narration records (M0-W-1900) and the Prometheus
-//! registry behind `/metrics` (M0-W-1350).
+//! Logs and metrics: JSON narration records (M0-W-1900), their one-line text
+//! form for a terminal (`text.rs`), and the Prometheus registry behind
+//! `/metrics` (M0-W-1350).
 
 pub mod logging;
 pub mod metrics;
+pub mod text;
 
 /// Logs one narration record: `event` plus the worker's fixed fields
 /// (`worker_id`, `model_ref`, `gpu_device`, `backend`) and any extra fields,

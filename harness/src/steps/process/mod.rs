@@ -1,7 +1,9 @@
 //! The worker as a process: starting it (`start`), signals, exits and what it
-//! printed while it started (`exit`), its JSON log (`logs`), and the GPU driver's
-//! view of it (`gpu`).
+//! printed while it started (`exit`), its JSON log (`logs`), the GPU driver's
+//! view of it (`gpu`), and the worker as a person starts and reads it
+//! (`by_hand`: `serve`, its text log, `GET /`).
 
+pub mod by_hand;
 pub mod exit;
 pub mod gpu;
 pub mod logs;
