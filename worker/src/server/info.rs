@@ -121,13 +121,3 @@ pub struct About {
     /// (`GET /openapi.json` describes each).
     pub routes: Vec<String>,
 }
-
-#[utoipa::path(get, path = "/", tag = "worker", responses((status = 200, body = About)))]
-pub async fn about(State(state): State<AppState>) -> Json<About> {
-    Json(About {
-        name: env!("CARGO_PKG_NAME").into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        model: state.model.model_ref.clone(),
-        routes: super::openapi::routes().to_vec(),
-    })
-}

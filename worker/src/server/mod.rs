@@ -139,7 +139,7 @@ impl std::ops::Deref for AppState {
 /// The worker's router.
 pub fn app(state: AppState) -> Router {
     Router::new()
-        .route("/", get(info::about))
+        .route("/", get(openapi::about))
         .route("/execute", post(execute::execute))
         .route("/cancel", post(control::cancel))
         .route("/shutdown", post(control::shutdown))

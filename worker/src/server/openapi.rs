@@ -9,13 +9,14 @@ use axum::Json;
 use utoipa::OpenApi;
 
 use super::{openai, AppState};
+use About;
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "worker-orcd", description = "One GGUF model on one GPU over HTTP/SSE: the worker's own API \
         (`/execute` ...) and an OpenAI-compatible one (`/v1/...`)."),
     paths(
-        super::info::about,
+        about,
         super::execute::execute,
         super::control::cancel,
         super::control::shutdown,
@@ -29,7 +30,7 @@ use super::{openai, AppState};
         openapi_json,
     ),
     components(schemas(
-        super::info::About,
+        About,
         super::events::StartedEvent,
         super::events::TokenEvent,
         super::events::EndEvent,
@@ -148,4 +149,15 @@ mod tests {
         let doc: serde_json::Value = serde_json::from_str(&document()).unwrap();
         assert!(routes.len() >= doc["paths"].as_object().unwrap().len());
     }
+}
+
+/// `GET /` answers with the routes of this document (so it lives here).
+#[utoipa::path(get, path = "/", tag = "worker", responses((status = 200, body = About)))]
+pub async fn about(State(state): State<AppState>) -> Json<About> {
+    Json(About {
+        name: env!("CARGO_PKG_NAME").into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        model: state.model.model_ref.clone(),
+        routes: routes().to_vec(),
+    })
 }
