@@ -8,8 +8,8 @@ use axum::extract::State;
 use axum::Json;
 use utoipa::OpenApi;
 
+use super::info::About;
 use super::{openai, AppState};
-use About;
 
 #[derive(OpenApi)]
 #[openapi(
