@@ -50,7 +50,7 @@ pub(super) fn check_attention(
     check_bufs("attention", &[q, k, v, out])?;
     let end = s.start_pos + s.n_tokens;
     if end > cache.capacity {
-        return Err(BackendError::InferenceFailed(format!(
+        return Err(BackendError::Shape(format!(
             "KV cache holds {} positions, {end} needed",
             cache.capacity
         )));

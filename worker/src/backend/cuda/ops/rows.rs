@@ -347,7 +347,7 @@ impl CudaOps {
         let rows = self.rows.as_ref().expect("in rows mode");
         let table = self.rows_table.as_ref().expect("written by begin_rows");
         if let Some(q) = rows.seqs.iter().find(|q| q.pos < 0 || q.pos >= q.capacity) {
-            return Err(BackendError::InferenceFailed(format!(
+            return Err(BackendError::Shape(format!(
                 "KV cache holds {} positions, {} needed",
                 q.capacity,
                 q.pos + 1
