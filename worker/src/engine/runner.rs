@@ -426,11 +426,13 @@ impl EngineThread {
                 JobEnd::failed(Outcome::Error, error, tokens_out)
             }
         };
-        // Out of the queue's running set first: a client that sees the
-        // terminal event finds the slot free and the job id reusable.
+        // Out of the queue's running set and the memory noted first: a
+        // client that sees the terminal event finds the slot free, the job
+        // id reusable and /health as the job left it (a memory problem
+        // cleared once the memory is back).
         self.queue.finish_running(&id);
-        observer.sink.finish(end);
         self.note_memory();
+        observer.sink.finish(end);
     }
 
     /// Publishes the device memory held now: `/health`'s VRAM and the KV
