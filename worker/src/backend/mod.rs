@@ -148,6 +148,23 @@ pub fn sample_on_host(
     Ok(SampledToken { id, logprobs })
 }
 
+/// [`Backend::sample`] of backends that keep each sequence's last logits on
+/// the host: [`sample_on_host`] for each row, in order.
+pub fn sample_rows_on_host<S>(
+    seqs: &mut Slots<S>,
+    selector: &mut Selector,
+    rows: &[(SeqId, SampleRequest<'_>)],
+    logits: impl Fn(&S) -> &[f32],
+) -> Result<Vec<SampledToken>, BackendError> {
+    let ids: Vec<SeqId> = rows.iter().map(|(id, _)| *id).collect();
+    let states = seqs.get_many_mut(&ids)?;
+    states
+        .into_iter()
+        .zip(rows)
+        .map(|(s, (_, req))| sample_on_host(selector, logits(s), req))
+        .collect()
+}
+
 /// Whether a sequence of `capacity` positions fits a context of `context`.
 pub fn check_capacity(capacity: usize, context: usize) -> Result<(), BackendError> {
     if capacity == 0 || capacity > context {

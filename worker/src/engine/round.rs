@@ -212,13 +212,12 @@ fn stream<O: GenerationObserver>(
     for (i, token) in sampled {
         let m = &mut members[i];
         let id = token.id;
-        let is_last = token.is_last;
         let (out, stop) = m.gen.emit(tokenizer, token);
         if let Some(reason) = m.observer.on_token(out) {
             ended.push((i, Err(GenerationError::Aborted(reason))));
         } else if let Some(reason) = stop {
             ended.push((i, Ok(m.gen.summary(reason))));
-        } else if m.gen.records_parity() && !is_last {
+        } else if m.gen.records_parity() {
             if let Err(e) = guarded(|| Ok(m.gen.feed(backend, id)?)) {
                 ended.push((i, Err(e)));
             }

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::backend::{
-    sample_on_host, Backend, BackendError, BackendKind, Checkpoints, DeviceInfo, Logits, MemoryUse,
-    SampleRequest, SampledToken, SeqId, Slots, DEFAULT_PREFILL_CHUNK,
+    sample_rows_on_host, Backend, BackendError, BackendKind, Checkpoints, DeviceInfo, Logits,
+    MemoryUse, SampleRequest, SampledToken, SeqId, Slots, DEFAULT_PREFILL_CHUNK,
 };
 use crate::sampling::Selector;
 use crate::tokenizer::{Tokenizer, VocabSpec};
@@ -346,12 +346,7 @@ impl Backend for ScriptedBackend {
         &mut self,
         rows: &[(SeqId, SampleRequest<'_>)],
     ) -> Result<Vec<SampledToken>, BackendError> {
-        let ids: Vec<SeqId> = rows.iter().map(|(id, _)| *id).collect();
-        let seqs = self.seqs.get_many_mut(&ids)?;
-        seqs.into_iter()
-            .zip(rows)
-            .map(|(s, (_, req))| sample_on_host(&mut self.selector, &s.last_logits, req))
-            .collect()
+        sample_rows_on_host(&mut self.seqs, &mut self.selector, rows, |s| &s.last_logits)
     }
 
     fn has_room(&self, _capacity: usize) -> bool {

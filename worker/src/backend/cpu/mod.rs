@@ -10,8 +10,8 @@ use std::sync::Arc;
 pub use ops::{dot_f32, CpuBuf, CpuCache, CpuOps, CpuWeight};
 
 use crate::backend::{
-    check_capacity, sample_on_host, Backend, BackendError, BackendKind, Checkpoints, DeviceInfo,
-    Logits, MemoryUse, SampleRequest, SampledToken, SeqId, Slots,
+    check_capacity, sample_rows_on_host, Backend, BackendError, BackendKind, Checkpoints,
+    DeviceInfo, Logits, MemoryUse, SampleRequest, SampledToken, SeqId, Slots,
 };
 use crate::gguf::GgufFile;
 use crate::model::ModelConfig;
@@ -152,12 +152,7 @@ impl Backend for CpuBackend {
         &mut self,
         rows: &[(SeqId, SampleRequest<'_>)],
     ) -> Result<Vec<SampledToken>, BackendError> {
-        let ids: Vec<SeqId> = rows.iter().map(|(id, _)| *id).collect();
-        let seqs = self.seqs.get_many_mut(&ids)?;
-        seqs.into_iter()
-            .zip(rows)
-            .map(|(s, (_, req))| sample_on_host(&mut self.selector, &s.last_logits, req))
-            .collect()
+        sample_rows_on_host(&mut self.seqs, &mut self.selector, rows, |s| &s.last_logits)
     }
 
     /// Host memory is not device memory: the CPU backend reports zero (M0-W-1011).
