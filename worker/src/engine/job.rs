@@ -15,9 +15,8 @@ use tokio::sync::mpsc;
 
 use crate::engine::error::JobError;
 use crate::engine::generate::{AbortReason, GenerationRequest, GenerationSummary};
+use crate::engine::ledger::{Ledger, Outcome};
 use crate::narrate;
-use crate::telemetry::metrics::Metrics;
-pub use crate::telemetry::metrics::Outcome;
 
 /// The job was accepted: sent before it is queued.
 #[derive(Clone, Debug, PartialEq)]
@@ -119,7 +118,7 @@ impl JobEnd {
 /// The engine's end of a job's event stream.
 pub struct JobSink {
     tx: mpsc::UnboundedSender<JobEvent>,
-    metrics: Arc<Metrics>,
+    ledger: Ledger,
     /// What the job's `execute_end` record names it by.
     job_id: String,
     tokens_in: usize,
@@ -131,13 +130,13 @@ impl JobSink {
     pub fn channel(
         job_id: &str,
         tokens_in: usize,
-        metrics: Arc<Metrics>,
+        ledger: Ledger,
     ) -> (JobSink, mpsc::UnboundedReceiver<JobEvent>) {
         let (tx, rx) = mpsc::unbounded_channel();
         (
             JobSink {
                 tx,
-                metrics,
+                ledger,
                 job_id: job_id.to_string(),
                 tokens_in,
                 finished: false,
@@ -163,6 +162,12 @@ impl JobSink {
         self.finished = true;
     }
 
+    /// Counts the job as admitted: the queue calls this under its lock as it
+    /// takes the job, before the engine can end it.
+    pub(super) fn admitted(&self) {
+        self.ledger.accepted();
+    }
+
     /// Sends the terminal event, counts the outcome and logs `execute_end`:
     /// the one place a job's end is recorded. Consumes the sink, so a job
     /// ends exactly once; the stream closes when the sink is dropped.
@@ -170,8 +175,7 @@ impl JobSink {
         debug_assert!(end.event.is_terminal());
         self.finished = true;
         self.log_end(&end);
-        self.metrics.request_finished(end.outcome);
-        self.metrics.job_ended();
+        self.ledger.ended(end.outcome);
         let _ = self.tx.send(end.event);
     }
 
@@ -202,8 +206,7 @@ impl JobSink {
 impl Drop for JobSink {
     fn drop(&mut self) {
         if !self.finished {
-            self.metrics.request_finished(Outcome::Error);
-            self.metrics.job_ended();
+            self.ledger.ended(Outcome::Error);
             let _ = self.tx.send(JobEvent::Error(JobError::internal(
                 "the job ended without a result (internal error)",
             )));
@@ -273,23 +276,23 @@ mod tests {
 
     #[test]
     fn a_dropped_sink_still_ends_the_stream_once() {
-        let metrics = Arc::new(Metrics::new_for_tests());
-        let (sink, mut rx) = JobSink::channel("j", 1, metrics.clone());
+        let ledger = Ledger::new_for_tests();
+        let (sink, mut rx) = JobSink::channel("j", 1, ledger.clone());
         drop(sink);
         let ev = rx.try_recv().unwrap();
         assert!(
             matches!(ev, JobEvent::Error(ref e) if e.code == crate::engine::ErrorCode::Internal)
         );
         assert!(rx.try_recv().is_err());
-        assert_eq!(metrics.requests(Outcome::Error), 1);
+        assert_eq!(ledger.requests(Outcome::Error), 1);
         assert_eq!(
-            metrics.jobs(),
+            ledger.jobs(),
             (0, 1),
-            "ended once; accepting is the server's count"
+            "ended once; admitting is the queue's count"
         );
-        let (refused, _rx) = JobSink::channel("k", 1, metrics.clone());
+        let (refused, _rx) = JobSink::channel("k", 1, ledger.clone());
         refused.discard();
-        assert_eq!(metrics.jobs(), (0, 1), "a discarded sink never ended a job");
+        assert_eq!(ledger.jobs(), (0, 1), "a discarded sink never ended a job");
     }
 
     #[test]

@@ -12,6 +12,7 @@
 pub mod error;
 pub mod generate;
 pub mod job;
+pub mod ledger;
 pub mod parity;
 pub mod queue;
 pub mod round;
@@ -24,7 +25,8 @@ pub mod testing;
 
 pub use error::{backend_error_code, load_error_code, ErrorCode, JobError, Phase};
 pub use generate::{Generation, GenerationError};
-pub use job::{Job, JobEvent, JobSink, Outcome};
+pub use job::{Job, JobEvent, JobSink};
+pub use ledger::{Ledger, Outcome};
 pub use round::generate;
 pub use runner::{Engine, EngineConfig, EngineHandle, SubmitError};
 pub use status::EngineStatus;

@@ -104,6 +104,9 @@ impl JobQueue {
         if st.waiting.len() >= room {
             return Err(PushError::Full(job));
         }
+        // Counted while the lock keeps the engine from taking it: a job can
+        // never end before it was admitted.
+        job.sink.admitted();
         st.waiting.push_back(job);
         drop(st);
         self.arrived.notify_one();
@@ -234,11 +237,15 @@ mod tests {
     use super::*;
     use crate::engine::generate::GenerationRequest;
     use crate::engine::job::{JobSink, PromptFacts};
+    use crate::engine::ledger::{Ledger, Outcome};
     use crate::sampling::SamplingParams;
-    use crate::telemetry::metrics::Metrics;
 
     fn job(id: &str) -> Job {
-        let (sink, rx) = JobSink::channel(id, 1, Arc::new(Metrics::new_for_tests()));
+        job_counted_in(id, &Ledger::new_for_tests())
+    }
+
+    fn job_counted_in(id: &str, ledger: &Ledger) -> Job {
+        let (sink, rx) = JobSink::channel(id, 1, ledger.clone());
         std::mem::forget(rx);
         Job {
             id: id.into(),
@@ -262,10 +269,7 @@ mod tests {
         match q.pop(Some(Duration::from_millis(10))) {
             Pop::Job(j) => {
                 let id = j.id.clone();
-                j.finish_unrun(
-                    crate::engine::job::Outcome::Completed,
-                    crate::engine::JobError::cancelled(),
-                );
+                j.finish_unrun(Outcome::Completed, crate::engine::JobError::cancelled());
                 id
             }
             Pop::Idle => "idle".into(),
@@ -330,6 +334,27 @@ mod tests {
         assert!(matches!(q.push(job("b")), Err(PushError::Full(_))));
         assert_eq!(popped_id(&q), "a");
         assert!(matches!(q.push(job("b")), Err(PushError::Full(_))));
+    }
+
+    /// Admission is counted by the queue as it takes a job, never for one it
+    /// refuses (the caller counts that refusal where it answers).
+    #[test]
+    fn only_a_job_the_queue_takes_is_counted_as_admitted() {
+        let q = JobQueue::new(0, 1);
+        let ledger = Ledger::new_for_tests();
+        assert!(q.push(job_counted_in("a", &ledger)).is_ok());
+        assert_eq!(ledger.jobs(), (1, 0));
+        for refused in [
+            q.push(job_counted_in("a", &ledger)),
+            q.push(job_counted_in("b", &ledger)),
+        ] {
+            let Err(PushError::DuplicateId(j) | PushError::Full(j)) = refused else {
+                panic!("refused")
+            };
+            j.sink.discard();
+        }
+        assert_eq!(ledger.jobs(), (1, 0));
+        assert_eq!(popped_id(&q), "a");
     }
 
     #[test]

@@ -20,9 +20,8 @@ use crate::engine::generate::{
     AbortReason, GeneratedToken, GenerationError, GenerationObserver, GenerationRequest,
     GenerationSummary, ParityStep,
 };
-use crate::engine::job::{
-    CancelFlag, Job, JobEnd, JobEvent, JobSink, Outcome, TokenAlternative, TokenOut,
-};
+use crate::engine::job::{CancelFlag, Job, JobEnd, JobEvent, JobSink, TokenAlternative, TokenOut};
+use crate::engine::ledger::{Ledger, Outcome};
 use crate::engine::parity::ParitySender;
 use crate::engine::queue::{CancelResult, JobQueue, PushError};
 use crate::engine::status::{EngineStatus, Problem};
@@ -63,6 +62,7 @@ pub struct Engine {
 pub struct EngineHandle {
     queue: Arc<JobQueue>,
     status: Arc<EngineStatus>,
+    ledger: Ledger,
 }
 
 /// Why a job was not accepted.
@@ -79,6 +79,15 @@ impl SubmitError {
             SubmitError::QueueFull(e)
             | SubmitError::ShuttingDown(e)
             | SubmitError::DuplicateId(e) => e,
+        }
+    }
+
+    /// What the refusal is counted as: a duplicate id is the caller's
+    /// mistake, a full queue or shutdown a lack of room.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            SubmitError::DuplicateId(_) => Outcome::Invalid,
+            SubmitError::QueueFull(_) | SubmitError::ShuttingDown(_) => Outcome::Rejected,
         }
     }
 }
@@ -101,6 +110,7 @@ impl Engine {
         let handle = EngineHandle {
             queue: queue.clone(),
             status: parts.status.clone(),
+            ledger: Ledger::new(parts.metrics.clone()),
         };
         let backend_kind = parts.backend.device().backend;
         parts.metrics.set_slots(parts.backend.max_sequences());
@@ -155,8 +165,15 @@ impl Engine {
 }
 
 impl EngineHandle {
-    /// Queues an accepted job. On refusal the job's stream is discarded
-    /// unopened; the caller answers with the returned error and counts it.
+    /// Where every request's end is counted: the server counts its refusals
+    /// here and opens each job's sink on it.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// Queues an accepted job; the queue counts it as admitted. On refusal
+    /// the job's stream is discarded unopened; the caller answers with the
+    /// returned error and counts it as [`SubmitError::outcome`].
     pub fn submit(&self, job: Job) -> Result<(), SubmitError> {
         match self.queue.push(job) {
             Ok(()) => Ok(()),

@@ -26,8 +26,8 @@ use super::events::{event_data, event_name};
 use super::validation::{validate_with_ids, ExecuteRequest, ValidExecuteRequest, ValidationErrors};
 use super::AppState;
 use crate::engine::error::JobError;
-use crate::engine::job::{CancelFlag, Job, JobEvent, JobSink, JobStarted, Outcome, PromptFacts};
-use crate::engine::SubmitError;
+use crate::engine::job::{CancelFlag, Job, JobEvent, JobSink, JobStarted, PromptFacts};
+use crate::engine::Outcome;
 use crate::narrate;
 
 /// Interval of SSE keep-alive comments while a job waits or runs.
@@ -139,7 +139,7 @@ fn log_refusal_why(state: &AppState, outcome: Outcome, err: &ApiError, why: Refu
 }
 
 fn log_refusal_with(state: &AppState, outcome: Outcome, code: &str, status: u16, why: Refusal) {
-    state.metrics.request_finished(outcome);
+    state.engine.ledger().refused(outcome);
     narrate!(
         info,
         "execute_rejected",
@@ -196,7 +196,7 @@ fn queue(
     let (sink, events) = JobSink::channel(
         &valid.job_id,
         request.prompt_tokens.len(),
-        state.metrics.clone(),
+        state.engine.ledger().clone(),
     );
     sink.send(JobEvent::Started(JobStarted {
         job_id: valid.job_id.clone(),
@@ -216,14 +216,10 @@ fn queue(
         cancel: Arc::new(CancelFlag::default()),
         sink,
     };
-    state.engine.submit(job).map_err(|e| {
-        let outcome = match e {
-            SubmitError::DuplicateId(_) => Outcome::Invalid,
-            _ => Outcome::Rejected,
-        };
-        refuse(state, outcome, e.into_error().into())
-    })?;
-    state.metrics.job_accepted();
+    state
+        .engine
+        .submit(job)
+        .map_err(|e| refuse(state, e.outcome(), e.into_error().into()))?;
     Ok(events)
 }
 

@@ -35,9 +35,8 @@ use tower::ServiceExt;
 
 use super::error::ApiError;
 use super::openai::error::OpenAiError;
-use crate::engine::{JobError, Outcome};
+use crate::engine::{JobError, Ledger, Outcome};
 use crate::narrate;
-use crate::telemetry::metrics::Metrics;
 
 /// Default of `--header-timeout-sec`.
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -75,8 +74,9 @@ impl Default for HttpOptions {
 }
 
 /// Wraps every route of `router` in the access checks and the body deadline.
-/// A refused `/execute` counts as `invalid` in `metrics`, as the body limit's do.
-pub fn protect(router: Router, opts: &HttpOptions, metrics: Arc<Metrics>) -> Router {
+/// A refused `/execute` counts as `invalid` in the engine's `ledger`, as the
+/// body limit's do.
+pub fn protect(router: Router, opts: &HttpOptions, ledger: Ledger) -> Router {
     let key = opts.api_key.clone().map(Arc::<str>::from);
     let body_timeout = opts.body_timeout;
     router
@@ -88,7 +88,7 @@ pub fn protect(router: Router, opts: &HttpOptions, metrics: Arc<Metrics>) -> Rou
             move |req: Request, next: Next| require_key(key.clone(), req, next),
         ))
         .layer(axum::middleware::from_fn(
-            move |req: Request, next: Next| count_refusals(metrics.clone(), req, next),
+            move |req: Request, next: Next| count_refusals(ledger.clone(), req, next),
         ))
 }
 
@@ -97,11 +97,11 @@ pub fn protect(router: Router, opts: &HttpOptions, metrics: Arc<Metrics>) -> Rou
 struct Refused;
 
 /// Counts an `/execute` that a check here refused as `invalid`.
-async fn count_refusals(metrics: Arc<Metrics>, req: Request, next: Next) -> Response {
+async fn count_refusals(ledger: Ledger, req: Request, next: Next) -> Response {
     let execute = req.uri().path() == "/execute";
     let resp = next.run(req).await;
     if execute && resp.extensions().get::<Refused>().is_some() {
-        metrics.request_finished(Outcome::Invalid);
+        ledger.refused(Outcome::Invalid);
     }
     resp
 }
@@ -299,7 +299,7 @@ pub async fn limit_body(
         let path = parts.uri.path();
         let openai = path.starts_with("/v1/");
         if path == "/execute" || openai {
-            state.metrics.request_finished(Outcome::Invalid);
+            state.engine.ledger().refused(Outcome::Invalid);
         }
         if openai {
             return OpenAiError::from(ApiError::too_large()).into_response();

@@ -225,7 +225,7 @@ pub async fn serve_with(
         let _ = stop_http.send(());
         (reason, begun, cancelled)
     });
-    let router = guard::protect(app(state.clone()), http, state.metrics.clone());
+    let router = guard::protect(app(state.clone()), http, state.engine.ledger().clone());
     guard::serve_connections(listener, router, http, async move {
         let _ = http_stopped.await;
     })

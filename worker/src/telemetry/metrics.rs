@@ -37,45 +37,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-/// How a request ended, as counted in `worker_requests_total{outcome}`. Defined
-/// here, where it is counted; the engine and the server decide which applies.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    Completed,
-    Cancelled,
-    Disconnected,
-    Timeout,
-    Error,
-    /// Refused by validation (400).
-    Invalid,
-    /// Refused for lack of room or at shutdown (503).
-    Rejected,
-}
-
-impl Outcome {
-    pub const ALL: [Outcome; 7] = [
-        Outcome::Completed,
-        Outcome::Cancelled,
-        Outcome::Disconnected,
-        Outcome::Timeout,
-        Outcome::Error,
-        Outcome::Invalid,
-        Outcome::Rejected,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Completed => "completed",
-            Outcome::Cancelled => "cancelled",
-            Outcome::Disconnected => "disconnected",
-            Outcome::Timeout => "timeout",
-            Outcome::Error => "error",
-            Outcome::Invalid => "invalid",
-            Outcome::Rejected => "rejected",
-        }
-    }
-}
-
 /// The content type of the `/metrics` answer.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -277,14 +238,6 @@ impl Metrics {
                 gauge(e.count),
             );
         }
-        // Every outcome shows from the start, so a scrape before and after one
-        // job can subtract without missing series.
-        for outcome in Outcome::ALL {
-            let _ = requests.get_or_create(&OutcomeLabels {
-                outcome: outcome.as_str().into(),
-            });
-        }
-
         Metrics {
             registry,
             requests,
@@ -315,21 +268,31 @@ impl Metrics {
         Metrics::new(InfoLabels::default(), None)
     }
 
-    pub fn request_finished(&self, outcome: Outcome) {
-        self.requests
-            .get_or_create(&OutcomeLabels {
-                outcome: outcome.as_str().into(),
-            })
-            .inc();
+    /// Creates the series of each outcome label at 0, so that every one
+    /// shows from the first scrape. The engine's ledger names them.
+    pub fn declare_request_outcomes(&self, outcomes: &[&str]) {
+        for outcome in outcomes {
+            let _ = self.request_counter(outcome);
+        }
+    }
+
+    /// A request ended with `outcome` (a label of the engine's `Outcome`;
+    /// its ledger is the only caller).
+    pub fn request_finished(&self, outcome: &str) {
+        self.request_counter(outcome).inc();
     }
 
     /// Requests counted with `outcome` so far.
-    pub fn requests(&self, outcome: Outcome) -> u64 {
+    pub fn requests(&self, outcome: &str) -> u64 {
+        self.request_counter(outcome).get()
+    }
+
+    fn request_counter(&self, outcome: &str) -> Counter {
         self.requests
             .get_or_create(&OutcomeLabels {
-                outcome: outcome.as_str().into(),
+                outcome: outcome.into(),
             })
-            .get()
+            .clone()
     }
 
     /// A job was accepted into the queue.
@@ -429,7 +392,8 @@ mod tests {
             },
             None,
         );
-        m.request_finished(Outcome::Completed);
+        m.declare_request_outcomes(&["completed", "disconnected"]);
+        m.request_finished("completed");
         m.job_accepted();
         m.job_accepted();
         m.job_ended();

@@ -50,9 +50,9 @@ async fn queue_runs_jobs_in_order_and_refuses_when_full() {
         prompts,
         vec![vec![b'0' as u32], vec![b'1' as u32], vec![b'2' as u32]]
     );
-    assert_eq!(h.state.metrics.requests(Outcome::Rejected), 1);
+    assert_eq!(h.state.engine.ledger().requests(Outcome::Rejected), 1);
     // Three accepted, three ended; the full queue's and the duplicate's refusals are neither.
-    assert_eq!(h.state.metrics.jobs(), (3, 3));
+    assert_eq!(h.state.engine.ledger().jobs(), (3, 3));
     h.shutdown().await;
 }
 
@@ -97,8 +97,8 @@ async fn cancel_a_running_job() {
         202
     );
     assert_eq!(h.post("/cancel", json!({})).await.status(), 400);
-    assert_eq!(h.state.metrics.requests(Outcome::Cancelled), 1);
-    assert_eq!(h.state.metrics.jobs(), (1, 1));
+    assert_eq!(h.state.engine.ledger().requests(Outcome::Cancelled), 1);
+    assert_eq!(h.state.engine.ledger().jobs(), (1, 1));
     let probe = h.probe.clone();
     h.shutdown().await;
     assert_eq!(h_probe_balance(&probe), 0);
@@ -159,9 +159,9 @@ async fn a_disconnect_frees_the_engine() {
         "the next job waited {:?}",
         t.elapsed()
     );
-    assert_eq!(h.state.metrics.requests(Outcome::Disconnected), 1);
+    assert_eq!(h.state.engine.ledger().requests(Outcome::Disconnected), 1);
     assert_eq!(
-        h.state.metrics.jobs(),
+        h.state.engine.ledger().jobs(),
         (2, 2),
         "the vanished client's job ended too"
     );
@@ -187,7 +187,7 @@ async fn a_slow_job_times_out() {
     assert_eq!(last["code"], "INFERENCE_TIMEOUT");
     assert_eq!(last["retriable"], false);
     assert!(last["message"].is_string());
-    assert_eq!(h.state.metrics.requests(Outcome::Timeout), 1);
+    assert_eq!(h.state.engine.ledger().requests(Outcome::Timeout), 1);
     h.shutdown().await;
 }
 
@@ -296,7 +296,7 @@ async fn parallel_slots_run_jobs_alongside() {
     assert_eq!(h.probe.most_open.load(Ordering::SeqCst), 3);
     let rows = h.probe.decode_rows.lock().unwrap().clone();
     assert!(rows.contains(&3), "steps batched three jobs: {rows:?}");
-    assert_eq!(h.state.metrics.jobs(), (4, 4));
+    assert_eq!(h.state.engine.ledger().jobs(), (4, 4));
     // The engine counts a job out just after its terminal event goes.
     let mut metrics = String::new();
     for _ in 0..50 {
@@ -358,13 +358,13 @@ async fn parallel_jobs_end_alone() {
     assert_eq!(last[2].data["code"], "CANCELLED");
     // Every accepted job ended once, the vanished client's included.
     for _ in 0..50 {
-        if h.state.metrics.jobs() == (4, 4) {
+        if h.state.engine.ledger().jobs() == (4, 4) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(h.state.metrics.jobs(), (4, 4));
-    assert_eq!(h.state.metrics.requests(Outcome::Disconnected), 1);
+    assert_eq!(h.state.engine.ledger().jobs(), (4, 4));
+    assert_eq!(h.state.engine.ledger().requests(Outcome::Disconnected), 1);
     let probe = h.probe.clone();
     h.shutdown().await;
     assert_eq!(h_probe_balance(&probe), 0);

@@ -53,7 +53,7 @@ async fn chat_answers_whole_and_streamed() {
     let finish = &lines[lines.len() - 3];
     assert_eq!(finish["choices"][0]["finish_reason"], "length");
     assert_eq!(lines[lines.len() - 2]["usage"]["completion_tokens"], 2);
-    assert_eq!(h.state.metrics.requests(Outcome::Completed), 2);
+    assert_eq!(h.state.engine.ledger().requests(Outcome::Completed), 2);
     h.shutdown().await;
 }
 
@@ -150,7 +150,7 @@ async fn refusals_are_openai_errors_with_execute_statuses() {
         "queue_full"
     );
     drop((running, queued));
-    assert!(h.state.metrics.requests(Outcome::Invalid) >= 5);
+    assert!(h.state.engine.ledger().requests(Outcome::Invalid) >= 5);
     h.shutdown().await;
 }
 
@@ -166,7 +166,7 @@ async fn a_client_that_leaves_cancels_its_job() {
     }
     drop(body);
     let t = Instant::now();
-    while h.state.metrics.requests(Outcome::Disconnected) == 0 {
+    while h.state.engine.ledger().requests(Outcome::Disconnected) == 0 {
         assert!(
             t.elapsed() < Duration::from_secs(5),
             "the job was not cancelled"
@@ -189,7 +189,7 @@ async fn a_client_that_leaves_before_a_whole_answer_cancels_its_job() {
         "the answer came before the job could have ended"
     );
     let t = Instant::now();
-    while h.state.metrics.requests(Outcome::Disconnected) == 0 {
+    while h.state.engine.ledger().requests(Outcome::Disconnected) == 0 {
         assert!(
             t.elapsed() < Duration::from_secs(5),
             "the job was not cancelled"

@@ -31,7 +31,7 @@ async fn a_job_streams_started_tokens_and_end() {
         h.probe.prompts.lock().unwrap()[0],
         b"hello".iter().map(|&b| b as u32).collect::<Vec<_>>()
     );
-    assert_eq!(h.state.metrics.requests(Outcome::Completed), 1);
+    assert_eq!(h.state.engine.ledger().requests(Outcome::Completed), 1);
     assert_eq!(h.state.metrics.tokens_generated(), 3);
     h.shutdown().await;
 }
@@ -225,7 +225,7 @@ async fn bad_requests_get_json_errors() {
         0,
         "nothing was queued"
     );
-    assert_eq!(h.state.metrics.requests(Outcome::Invalid), 19);
+    assert_eq!(h.state.engine.ledger().requests(Outcome::Invalid), 19);
     // The worker still serves.
     assert_eq!(h.get_json("/health").await["status"], "healthy");
     assert_eq!(
