@@ -13,6 +13,7 @@
 //! `{float}`, `{string}` and this suite's own (`{model}`, `{code}`, `{names}`, ...).
 //! A `/` in an expression is an alternation, so literal slashes are written `\/`.
 
+pub mod anthropic;
 pub mod budgets;
 pub mod model;
 pub mod observe;

@@ -1,5 +1,6 @@
 //! The OpenAI part of the World: what the last steps over the OpenAI-compatible
-//! routes got, kept for the steps that compare them (`steps::openai`).
+//! routes and Anthropic's `/v1/messages` got, kept for the steps that compare
+//! them (`steps::openai`, `steps::anthropic`).
 
 /// What the last OpenAI steps got.
 #[derive(Debug, Default)]
@@ -10,6 +11,10 @@ pub struct OpenAiRuns {
     pub streamed: Option<Answer>,
     /// `/execute`'s greedy tokens: (text of the chosen token, logprob).
     pub execute: Vec<(String, f64)>,
+    /// `/v1/messages`: the whole answer, and the streamed events as
+    /// `(event name, data)`.
+    pub message: Option<serde_json::Value>,
+    pub message_events: Vec<(String, serde_json::Value)>,
 }
 
 /// One answer as the client read it.

@@ -33,6 +33,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
+use super::anthropic::error::AnthropicError;
 use super::error::ApiError;
 use super::openai::error::OpenAiError;
 use crate::engine::{JobError, Ledger, Outcome};
@@ -117,16 +118,25 @@ async fn require_key(key: Option<Arc<str>>, req: Request, next: Next) -> Respons
     let Some(key) = key else {
         return next.run(req).await;
     };
-    if req.uri().path() == "/health" || bearer_matches(req.headers(), &key) {
+    if req.uri().path() == "/health" || key_matches(req.headers(), &key) {
         return next.run(req).await;
     }
     let mut resp = refuse(
         StatusCode::UNAUTHORIZED,
-        "a missing or wrong API key: send Authorization: Bearer <key>",
+        "a missing or wrong API key: send Authorization: Bearer <key> (or x-api-key: <key>)",
     );
     resp.headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     resp
+}
+
+/// Whether the request carries `key`: as `Authorization: Bearer <key>`
+/// (OpenAI's clients, curl) or as `x-api-key: <key>` (Anthropic's client).
+fn key_matches(headers: &HeaderMap, key: &str) -> bool {
+    let x_api_key = headers
+        .get("x-api-key")
+        .is_some_and(|v| bool::from(v.as_bytes().ct_eq(key.as_bytes())));
+    x_api_key || bearer_matches(headers, key)
 }
 
 /// Whether `Authorization: Bearer <token>` holds `key`, compared in constant
@@ -300,6 +310,9 @@ pub async fn limit_body(
         let openai = path.starts_with("/v1/");
         if path == "/execute" || openai {
             state.engine.ledger().refused(Outcome::Invalid);
+        }
+        if path == "/v1/messages" {
+            return AnthropicError::from(ApiError::too_large()).into_response();
         }
         if openai {
             return OpenAiError::from(ApiError::too_large()).into_response();

@@ -11,12 +11,14 @@
 //! | `POST /tokenize` | `{content, add_special=true, parse_special=true}` | `{tokens}` |
 //! | `POST /detokenize` | `{tokens}` | `{content}` |
 //! | `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models` | OpenAI's | see [`openai`] |
+//! | `POST /v1/messages` | Anthropic's | see [`anthropic`] |
 //! | `GET /openapi.json` | | the OpenAPI document of all of these ([`openapi`]) |
 //!
 //! Errors are `{code, message, retriable}` with the status of the code (see
 //! [`error`]). No route has a timeout layer: SSE streams live as long as
 //! their job.
 
+pub mod anthropic;
 pub mod control;
 pub mod error;
 pub mod events;
@@ -149,6 +151,7 @@ pub fn app(state: AppState) -> Router {
         .route("/detokenize", post(tokenize::detokenize))
         .route("/openapi.json", get(openapi::openapi_json))
         .merge(openai::routes())
+        .merge(anthropic::routes())
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

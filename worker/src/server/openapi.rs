@@ -1,7 +1,7 @@
-//! `GET /openapi.json`: the OpenAPI document of the whole HTTP API, both front
-//! doors (`/execute` and its companions, and the OpenAI routes), generated
-//! from the request and response types and the handlers' `#[utoipa::path]`
-//! annotations, as TGI does, so the document cannot drift from the code's
+//! `GET /openapi.json`: the OpenAPI document of the whole HTTP API, every
+//! front door (`/execute` and its companions, the OpenAI routes, Anthropic's
+//! `/v1/messages`), generated from the request and response types and the
+//! handlers' `#[utoipa::path]` annotations, as TGI does, so the document cannot drift from the code's
 //! types. CI checks the running worker against it with schemathesis.
 
 use axum::extract::State;
@@ -9,12 +9,13 @@ use axum::Json;
 use utoipa::OpenApi;
 
 use super::info::About;
-use super::{openai, AppState};
+use super::{anthropic, openai, AppState};
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "worker-orcd", description = "One GGUF model on one GPU over HTTP/SSE: the worker's own API \
-        (`/execute` ...) and an OpenAI-compatible one (`/v1/...`)."),
+        (`/execute` ...), an OpenAI-compatible one (`/v1/chat/completions` ...) and Anthropic's \
+        Messages (`/v1/messages`)."),
     paths(
         about,
         super::execute::execute,
@@ -27,6 +28,7 @@ use super::{openai, AppState};
         openai::chat::chat_completions,
         openai::completions::completions,
         openai::models::list_models,
+        anthropic::messages,
         openapi_json,
     ),
     components(schemas(
@@ -38,10 +40,12 @@ use super::{openai, AppState};
         openai::types::ChatCompletionChunk,
         // Named by `openai::error::Refusals`' responses, which do not register it.
         openai::types::ErrorResponse,
+        anthropic::types::MessagesErrorBody,
     )),
     tags(
         (name = "worker", description = "The worker's own API"),
         (name = "openai", description = "The OpenAI-compatible API"),
+        (name = "anthropic", description = "The Anthropic Messages API"),
     )
 )]
 pub struct ApiDoc;
@@ -70,15 +74,17 @@ pub fn document() -> String {
         .expect("the OpenAPI document serializes")
 }
 
-/// The document as this worker serves it: `model` of the OpenAI requests is
-/// one of the names it answers to, so clients and fuzzers (schemathesis) can
-/// make requests that reach the engine.
+/// The document as this worker serves it: `model` of the OpenAI and
+/// Anthropic requests is one of the names it answers to, so clients and
+/// fuzzers (schemathesis) can make requests that reach the engine.
 pub fn served_document(model_names: &[String]) -> serde_json::Value {
     let mut doc: serde_json::Value =
         serde_json::from_str(&document()).expect("the OpenAPI document is JSON");
-    let model = &mut doc["components"]["schemas"]["SamplingFields"]["properties"]["model"];
-    if model.is_object() {
-        model["enum"] = serde_json::json!(model_names);
+    for schema in ["SamplingFields", "MessagesRequest"] {
+        let model = &mut doc["components"]["schemas"][schema]["properties"]["model"];
+        if model.is_object() {
+            model["enum"] = serde_json::json!(model_names);
+        }
     }
     doc
 }
@@ -99,7 +105,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn both_front_doors_are_documented_with_their_types() {
+    fn every_front_door_is_documented_with_its_types() {
         let doc: serde_json::Value = serde_json::from_str(&document()).unwrap();
         for path in [
             "/",
@@ -113,6 +119,7 @@ mod tests {
             "/v1/chat/completions",
             "/v1/completions",
             "/v1/models",
+            "/v1/messages",
             "/openapi.json",
         ] {
             assert!(doc["paths"].get(path).is_some(), "{path} is missing");
@@ -124,14 +131,24 @@ mod tests {
             "ChatCompletion",
             "Completion",
             "ErrorResponse",
+            "MessagesRequest",
+            "Message",
+            "MessagesErrorBody",
         ] {
             assert!(schemas.get(name).is_some(), "{name} is missing");
         }
         // The /execute body keeps refusing unknown fields, and says so.
         assert_eq!(schemas["ExecuteRequest"]["additionalProperties"], false);
         let served = served_document(&["m".to_string()]);
-        let model = &served["components"]["schemas"]["SamplingFields"]["properties"]["model"];
-        assert_eq!(model["enum"], serde_json::json!(["m"]));
+        for schema in ["SamplingFields", "MessagesRequest"] {
+            let model = &served["components"]["schemas"][schema]["properties"]["model"];
+            assert_eq!(model["enum"], serde_json::json!(["m"]), "{schema}");
+        }
+        // Each front door documents its own error body (utoipa names schemas
+        // by type name: two `ErrorBody`s would silently become one).
+        let messages_400 = &doc["paths"]["/v1/messages"]["post"]["responses"]["400"];
+        let schema = &messages_400["content"]["application/json"]["schema"]["$ref"];
+        assert_eq!(schema, "#/components/schemas/MessagesErrorBody");
     }
 
     /// `GET /` lists the routes from this document, so it cannot miss one.

@@ -47,14 +47,7 @@ impl ReplyCtx {
     /// structure tokens nowhere, as llama-server and vLLM do; any other
     /// model's text is all `content`.
     pub fn part(&self, token: &TokenOut) -> Part {
-        if self.tokenizer.harmony().is_none() {
-            return Part::Content;
-        }
-        match token.channel.as_deref() {
-            Some("analysis") => Part::Reasoning,
-            Some(_) => Part::Content,
-            None => Part::Neither,
-        }
+        part_of(&self.tokenizer, token)
     }
 
     pub fn usage(&self, summary: &GenerationSummary) -> Usage {
@@ -112,6 +105,19 @@ pub fn finish_reason(summary: &GenerationSummary) -> &'static str {
     match summary.stop_reason {
         StopReason::MaxTokens => "length",
         StopReason::Eos | StopReason::StopSequence(_) => "stop",
+    }
+}
+
+/// Where a token's text goes: see [`ReplyCtx::part`] (the Anthropic route
+/// shows only [`Part::Content`]).
+pub fn part_of(tokenizer: &Tokenizer, token: &TokenOut) -> Part {
+    if tokenizer.harmony().is_none() {
+        return Part::Content;
+    }
+    match token.channel.as_deref() {
+        Some("analysis") => Part::Reasoning,
+        Some(_) => Part::Content,
+        None => Part::Neither,
     }
 }
 

@@ -1,0 +1,106 @@
+//! The Anthropic Messages front door (issue 43), beside `/execute` and the
+//! OpenAI routes:
+//!
+//! | route | body | answer |
+//! |---|---|---|
+//! | `POST /v1/messages` | [`types::MessagesRequest`] | one [`types::Message`], or Anthropic's SSE events |
+//!
+//! A request is mapped onto `/execute`'s ([`request`]) and goes through the
+//! same validation, queue, engine, limits, metrics and cancel-on-disconnect
+//! (`server::execute::admit`); only the answer's shape differs ([`reply`]).
+//! Errors are Anthropic's `{"type": "error", "error": {...}}` with
+//! `/execute`'s statuses ([`error`]). The official client's `x-api-key`
+//! header is accepted where `--api-key` is set (`server::guard`). Text is
+//! served; tool use, images and extended thinking are refused by name.
+
+pub mod error;
+pub mod reply;
+pub mod request;
+pub mod types;
+
+use std::convert::Infallible;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::sse::Event;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use futures::StreamExt;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use self::error::{AnthropicError, Refusals};
+use self::reply::MessageCtx;
+use self::types::{Message, MessagesRequest};
+use super::error::{ApiError, ApiJson};
+use super::openai::models::{model_id, served_names};
+use super::openai::reply::collect;
+use super::{execute, AppState};
+use crate::engine::{JobEvent, Outcome};
+
+/// The Anthropic routes.
+pub fn routes() -> Router<AppState> {
+    Router::new().route("/v1/messages", post(messages))
+}
+
+/// Creates a message.
+#[utoipa::path(
+    post,
+    path = "/v1/messages",
+    tag = "anthropic",
+    request_body = MessagesRequest,
+    responses(
+        (status = 200, description = "The answer; with `stream: true`, Anthropic's SSE events \
+            (`message_start` ... `message_stop`)", content(
+            (Message = "application/json"),
+            (String = "text/event-stream"),
+        )),
+        Refusals,
+    )
+)]
+pub async fn messages(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<ApiJson<MessagesRequest>, ApiError>,
+) -> Result<Response, AnthropicError> {
+    let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
+    let names = served_names(&state);
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mapped = body
+        .map(|ApiJson(req)| req)
+        .map_err(AnthropicError::from)
+        .and_then(|req| request::map_messages(req, &id, &names))
+        .map_err(|e| refused(&state, e))?;
+    let (valid, events) = execute::admit(&state, Ok(mapped.execute), None, &headers).await?;
+    let ctx = MessageCtx {
+        id,
+        model: model_id(&state.model.model_ref),
+        input_tokens: valid.prompt_tokens.len(),
+        tokenizer: state.tokenizer.clone(),
+    };
+    if mapped.stream {
+        return Ok(sse(events, ctx));
+    }
+    let collected = collect(events).await?;
+    Ok(Json(ctx.whole(&collected)).into_response())
+}
+
+/// Counts and logs a request refused before validation, as `/execute` does.
+fn refused(state: &AppState, e: AnthropicError) -> AnthropicError {
+    execute::log_refusal(state, Outcome::Invalid, &e.log_code(), e.status.as_u16());
+    e
+}
+
+/// Streams a job's events as Anthropic's named SSE events. Dropping the
+/// response (the client went away) drops `events`, which cancels the job.
+fn sse(events: UnboundedReceiver<JobEvent>, ctx: MessageCtx) -> Response {
+    let stream = UnboundedReceiverStream::new(events).flat_map(move |event| {
+        let named = ctx
+            .events(&event)
+            .into_iter()
+            .map(|(name, data)| Ok::<Event, Infallible>(Event::default().event(name).data(data)));
+        futures::stream::iter(named.collect::<Vec<_>>())
+    });
+    execute::sse_response(stream)
+}
