@@ -2,12 +2,14 @@
 
 use cudarc::driver::LaunchConfig;
 
+use crate::backend::cuda::kernels::launch::kernel_params;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
     blocks, plan, type_suffix, Family, KernelCall, Plan, Work,
 };
 use crate::backend::cuda::kernels::Stored;
+use crate::backend::cuda::kernels::StoredParams;
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::Module;
 use crate::backend::BackendError;
@@ -61,8 +63,6 @@ pub struct EmbedArgs {
 }
 
 impl KernelCall for EmbedArgs {
-    type Params = (DevPtr<u8>, i64, i32, i32, DevPtr<u32>, i32, DevPtrMut<f32>);
-
     fn plan(&self) -> Plan {
         let t = &self.table;
         let buffers = [
@@ -80,16 +80,10 @@ impl KernelCall for EmbedArgs {
             },
         )
     }
-    fn params(&self) -> Self::Params {
-        let (table, row_bytes, rows, cols) = self.table.params();
-        (
-            table,
-            row_bytes,
-            rows,
-            cols,
-            self.tokens,
-            self.n as i32,
-            self.out,
-        )
+    kernel_params! { self =>
+        ..StoredParams = self.table.params(),
+        DevPtr<u32> = self.tokens,
+        i32 = self.n as i32,
+        DevPtrMut<f32> = self.out,
     }
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaStream, LaunchConfig};
 use half::f16;
 
+use crate::backend::cuda::kernels::launch::kernel_params;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
@@ -19,6 +20,7 @@ use crate::backend::cuda::kernels::launch::{
 };
 #[cfg(test)]
 use crate::backend::cuda::kernels::MatmulCall;
+use crate::backend::cuda::kernels::StoredParams;
 use crate::backend::cuda::kernels::{
     check_stacked, expert_rows, Elementwise, GemmSplitsSumArgs, Kernel, Kernels, MatmulArgs,
     Mv8Plan, Stored,
@@ -405,17 +407,6 @@ pub struct GemmTcSplitCall {
 }
 
 impl KernelCall for GemmTcSplitCall {
-    type Params = (
-        DevPtr<u8>,
-        i64,
-        i32,
-        i32,
-        DevPtr<f16>,
-        i32,
-        i32,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         let a = &self.args;
         let buffers = [
@@ -452,11 +443,13 @@ impl KernelCall for GemmTcSplitCall {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
+    kernel_params! { self =>
         let a = &self.args;
-        let (w, row_bytes, rows, cols) = a.w.params();
-        let (n, splits) = (a.n as i32, self.splits as i32);
-        (w, row_bytes, rows, cols, self.xh, n, splits, self.part)
+        ..StoredParams = a.w.params(),
+        DevPtr<f16> = self.xh,
+        i32 = a.n as i32,
+        i32 = self.splits as i32,
+        DevPtrMut<f32> = self.part,
     }
 }
 
@@ -482,8 +475,6 @@ pub struct DequantF16Args {
 }
 
 impl KernelCall for DequantF16Args {
-    type Params = (DevPtr<u8>, i64, i32, i32, i32, i32, DevPtrMut<f16>);
-
     fn plan(&self) -> Plan {
         let w = &self.w;
         let dims = [
@@ -519,10 +510,11 @@ impl KernelCall for DequantF16Args {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
-        let (w, row_bytes, rows, cols) = self.w.params();
-        let (r0, nrows) = (self.r0 as i32, self.nrows as i32);
-        (w, row_bytes, rows, cols, r0, nrows, self.out)
+    kernel_params! { self =>
+        ..StoredParams = self.w.params(),
+        i32 = self.r0 as i32,
+        i32 = self.nrows as i32,
+        DevPtrMut<f16> = self.out,
     }
 }
 
@@ -554,19 +546,6 @@ impl ExpertGemmArgs {
 }
 
 impl KernelCall for ExpertGemmArgs {
-    type Params = (
-        DevPtr<u8>,
-        i64,
-        i32,
-        i32,
-        i32,
-        DevPtr<i32>,
-        DevPtr<f16>,
-        i32,
-        DevPtr<f32>,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         let dims = [
             ("rows", self.rows()),
@@ -600,18 +579,16 @@ impl KernelCall for ExpertGemmArgs {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
-        (
-            self.w.ptr,
-            self.w.row_bytes as i64,
-            self.rows() as i32,
-            self.w.cols as i32,
-            self.experts as i32,
-            self.tiles,
-            self.xh,
-            self.m as i32,
-            DevPtr::or_null(self.bias),
-            self.out,
-        )
+    kernel_params! { self =>
+        DevPtr<u8> = self.w.ptr,
+        i64 = self.w.row_bytes as i64,
+        i32 = self.rows() as i32,
+        i32 = self.w.cols as i32,
+        i32 = self.experts as i32,
+        DevPtr<i32> = self.tiles,
+        DevPtr<f16> = self.xh,
+        i32 = self.m as i32,
+        DevPtr<f32> = DevPtr::or_null(self.bias),
+        DevPtrMut<f32> = self.out,
     }
 }

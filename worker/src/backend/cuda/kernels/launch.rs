@@ -2,9 +2,10 @@
 //! family tells about its kernels ([`Family`]), the argument checks every
 //! launch makes ([`check_args`], M0-W-1431), the problem sizes grids are
 //! laid over ([`Work`]), the parameter lists pushed in a kernel's C order
-//! ([`ParamList`]), and the [`KernelCall`] trait that each kernel's
-//! argument struct implements in its family's file, so that one generic
-//! launcher (`Kernels::launch`) checks, shapes and launches them all.
+//! ([`ParamList`], written once a kernel with `kernel_params!`), and the
+//! [`KernelCall`] trait that each kernel's argument struct implements in
+//! its family's file, so that one generic launcher (`Kernels::launch`)
+//! checks, shapes and launches them all.
 
 use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{LaunchArgs, LaunchConfig, PushKernelArg};
@@ -323,6 +324,110 @@ param_tuple!(
     R.17, S.18, T.19
 );
 
+/// A [`KernelCall`]'s `type Params` and `fn params` from one list of its
+/// kernel's parameters in C order, each `Type = value`, so that order and
+/// types are written once. `..Type = value` splices a [`ParamList`] of
+/// several (an operand's, such as [`super::Stored`]'s); `let pattern =
+/// value;` lines before the list name values it uses:
+///
+/// ```ignore
+/// kernel_params! { self =>
+///     let (hi, lo, d, sums) = X8Bufs::writes_or_null(self.x8);
+///     DevPtr<f32> = self.x,
+///     ..StoredParams = self.w.params(),
+///     i32 = self.cols as i32,
+/// }
+/// ```
+///
+/// (`self` is passed in so that the values may name it.)
+macro_rules! kernel_params {
+    ($s:ident => $($list:tt)+) => {
+        type Params = $crate::backend::cuda::kernels::launch::kernel_params!(@ty [] $($list)+);
+        fn params(&$s) -> Self::Params {
+            $crate::backend::cuda::kernels::launch::kernel_params!(@val [] $($list)+)
+        }
+    };
+    // The type: runs of single parameters as tuples, splices between them.
+    (@ty [] let $p:pat = $v:expr; $($rest:tt)*) => {
+        $crate::backend::cuda::kernels::launch::kernel_params!(@ty [] $($rest)*)
+    };
+    (@ty [$($run:ty),*]) => { ($($run,)*) };
+    (@ty [] .. $t:ty = $e:expr $(,)?) => { $t };
+    (@ty [$($run:ty),+] .. $t:ty = $e:expr $(,)?) => {
+        $crate::backend::cuda::kernels::launch::Then<($($run,)+), $t>
+    };
+    (@ty [] .. $t:ty = $e:expr, $($rest:tt)+) => {
+        $crate::backend::cuda::kernels::launch::Then<
+            $t,
+            $crate::backend::cuda::kernels::launch::kernel_params!(@ty [] $($rest)+),
+        >
+    };
+    (@ty [$($run:ty),+] .. $t:ty = $e:expr, $($rest:tt)+) => {
+        $crate::backend::cuda::kernels::launch::Then<
+            ($($run,)+),
+            $crate::backend::cuda::kernels::launch::kernel_params!(@ty [] .. $t = $e, $($rest)+),
+        >
+    };
+    (@ty [$($run:ty),*] $t:ty = $e:expr $(, $($rest:tt)*)?) => {
+        $crate::backend::cuda::kernels::launch::kernel_params!(@ty [$($run,)* $t] $($($rest)*)?)
+    };
+    // The values, in the same shape.
+    (@val [] let $p:pat = $v:expr; $($rest:tt)*) => {{
+        let $p = $v;
+        $crate::backend::cuda::kernels::launch::kernel_params!(@val [] $($rest)*)
+    }};
+    (@val [$($run:expr),*]) => { ($($run,)*) };
+    (@val [] .. $t:ty = $e:expr $(,)?) => { $e };
+    (@val [$($run:expr),+] .. $t:ty = $e:expr $(,)?) => {
+        $crate::backend::cuda::kernels::launch::Then(($($run,)+), $e)
+    };
+    (@val [] .. $t:ty = $e:expr, $($rest:tt)+) => {
+        $crate::backend::cuda::kernels::launch::Then(
+            $e,
+            $crate::backend::cuda::kernels::launch::kernel_params!(@val [] $($rest)+),
+        )
+    };
+    (@val [$($run:expr),+] .. $t:ty = $e:expr, $($rest:tt)+) => {
+        $crate::backend::cuda::kernels::launch::Then(
+            ($($run,)+),
+            $crate::backend::cuda::kernels::launch::kernel_params!(@val [] .. $t = $e, $($rest)+),
+        )
+    };
+    (@val [$($run:expr),*] $t:ty = $e:expr $(, $($rest:tt)*)?) => {
+        $crate::backend::cuda::kernels::launch::kernel_params!(@val [$($run,)* $e] $($($rest)*)?)
+    };
+}
+pub(crate) use kernel_params;
+
+/// A group of parameters several kernels take (an operand's), written as
+/// `kernel_params!`'s list: declares the group's type `$alias` and the
+/// function (or, inside `impl Owner { .. }`, the method) giving its values.
+macro_rules! param_group {
+    (
+        $(#[$tm:meta])* $tv:vis type $alias:ident;
+        impl $owner:ident {
+            $(#[$fm:meta])* $fv:vis fn $f:ident($($args:tt)*) { $($list:tt)+ }
+        }
+    ) => {
+        $(#[$tm])* $tv type $alias = $crate::backend::cuda::kernels::launch::kernel_params!(@ty [] $($list)+);
+        impl $owner {
+            $(#[$fm])* $fv fn $f($($args)*) -> $alias {
+                $crate::backend::cuda::kernels::launch::kernel_params!(@val [] $($list)+)
+            }
+        }
+    };
+    (
+        $(#[$tm:meta])* $tv:vis type $alias:ident;
+        $(#[$fm:meta])* $fv:vis fn $f:ident($($args:tt)*) { $($list:tt)+ }
+    ) => {
+        $(#[$tm])* $tv type $alias = $crate::backend::cuda::kernels::launch::kernel_params!(@ty [] $($list)+);
+        $(#[$fm])* $fv fn $f($($args)*) -> $alias {
+            $crate::backend::cuda::kernels::launch::kernel_params!(@val [] $($list)+)
+        }
+    };
+}
+pub(crate) use param_group;
+
 /// One kernel's parameters as two lists, the first pushed first: a kernel
 /// that takes another's parameters and more (`mv8q_*` after `mv8m_*`'s).
 pub struct Then<A, B>(pub A, pub B);
@@ -357,9 +462,10 @@ pub struct Plan {
 }
 
 /// One launch of one kernel with named, typed arguments. Implemented by
-/// each kernel's argument struct in `args.rs`; `Kernels::launch` runs
-/// [`KernelCall::check`], lays the grid out with [`launch_config`] and
-/// pushes [`KernelCall::params`].
+/// each kernel's argument struct in its family's file; `Kernels::launch`
+/// runs [`KernelCall::check`], lays the grid out with [`launch_config`] and
+/// pushes [`KernelCall::params`]. `Params` and `params` come from one list,
+/// `kernel_params!`.
 pub trait KernelCall {
     /// The kernel's parameters: exactly its C signature, in order (a test
     /// compares every one with the `.cu` source).

@@ -9,11 +9,13 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, LaunchConfig};
 
+use crate::backend::cuda::kernels::launch::kernel_params;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
     blocks, plan, type_suffix, Family, KernelCall, Plan, Work,
 };
+use crate::backend::cuda::kernels::StoredParams;
 use crate::backend::cuda::kernels::{tc_tiles, Gemm, Kernel, Kernels, Stored};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
@@ -241,17 +243,6 @@ pub struct MatmulCall {
 }
 
 impl KernelCall for MatmulCall {
-    type Params = (
-        DevPtr<u8>,
-        i64,
-        i32,
-        i32,
-        DevPtr<f32>,
-        i32,
-        DevPtr<f32>,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         let a = &self.args;
         let buffers = [
@@ -269,18 +260,12 @@ impl KernelCall for MatmulCall {
             },
         )
     }
-    fn params(&self) -> Self::Params {
+    kernel_params! { self =>
         let a = &self.args;
-        let (w, row_bytes, rows, cols) = a.w.params();
-        (
-            w,
-            row_bytes,
-            rows,
-            cols,
-            a.x,
-            a.n as i32,
-            DevPtr::or_null(a.bias),
-            a.out,
-        )
+        ..StoredParams = a.w.params(),
+        DevPtr<f32> = a.x,
+        i32 = a.n as i32,
+        DevPtr<f32> = DevPtr::or_null(a.bias),
+        DevPtrMut<f32> = a.out,
     }
 }

@@ -16,6 +16,8 @@ use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
     blocks, plan, refusal, type_suffix, Family, KernelCall, Plan, Work,
 };
+use crate::backend::cuda::kernels::launch::{kernel_params, param_group};
+use crate::backend::cuda::kernels::StoredParams;
 use crate::backend::cuda::kernels::{Kernel, Kernels, MatmulArgs, MV_LOOP_MAX_TOKENS};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
@@ -455,16 +457,6 @@ impl MatmulArgs {
 }
 
 impl KernelCall for MatVec1Call {
-    type Params = (
-        DevPtr<u8>,
-        i64,
-        i32,
-        i32,
-        DevPtr<f32>,
-        DevPtr<f32>,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         let a = &self.args;
         let buffers = [
@@ -491,18 +483,12 @@ impl KernelCall for MatVec1Call {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
+    kernel_params! { self =>
         let a = &self.args;
-        let (w, row_bytes, rows, cols) = a.w.params();
-        (
-            w,
-            row_bytes,
-            rows,
-            cols,
-            a.x,
-            DevPtr::or_null(a.bias),
-            a.out,
-        )
+        ..StoredParams = a.w.params(),
+        DevPtr<f32> = a.x,
+        DevPtr<f32> = DevPtr::or_null(a.bias),
+        DevPtrMut<f32> = a.out,
     }
 }
 
@@ -537,29 +523,6 @@ impl X8Bufs {
         }
     }
 
-    /// The parts as a kernel that also splits its output writes them: all
-    /// null when there is no block (the kernel then skips the split).
-    pub(crate) fn writes_or_null(
-        x8: Option<X8Bufs>,
-    ) -> (DevPtrMut<i8>, DevPtrMut<i8>, DevPtrMut<f32>, DevPtrMut<f32>) {
-        (
-            DevPtrMut::or_null(x8.map(|b| b.hi)),
-            DevPtrMut::or_null(x8.map(|b| b.lo)),
-            DevPtrMut::or_null(x8.map(|b| b.d)),
-            DevPtrMut::or_null(x8.map(|b| b.sums)),
-        )
-    }
-
-    /// The parts as the `mv8*` kernels read them.
-    fn reads(&self) -> (DevPtr<i8>, DevPtr<i8>, DevPtr<f32>, DevPtr<f32>) {
-        (
-            self.hi.as_const(),
-            self.lo.as_const(),
-            self.d.as_const(),
-            self.sums.as_const(),
-        )
-    }
-
     pub(crate) fn addrs(&self) -> [(&'static str, CUdeviceptr); 4] {
         [
             ("x8 hi", self.hi.addr()),
@@ -567,5 +530,34 @@ impl X8Bufs {
             ("x8 d", self.d.addr()),
             ("x8 sums", self.sums.addr()),
         ]
+    }
+}
+
+param_group! {
+    /// `(i8* hi, i8* lo, float* d, float* sums)`: x's parts as a kernel
+    /// that also splits its output writes them.
+    pub type X8Writes;
+    impl X8Bufs {
+        /// All null when there is no block (the kernel then skips the split).
+        pub(crate) fn writes_or_null(x8: Option<X8Bufs>) {
+            DevPtrMut<i8> = DevPtrMut::or_null(x8.map(|b| b.hi)),
+            DevPtrMut<i8> = DevPtrMut::or_null(x8.map(|b| b.lo)),
+            DevPtrMut<f32> = DevPtrMut::or_null(x8.map(|b| b.d)),
+            DevPtrMut<f32> = DevPtrMut::or_null(x8.map(|b| b.sums)),
+        }
+    }
+}
+
+param_group! {
+    /// `(const i8* hi, const i8* lo, const float* d, const float* sums)`:
+    /// x's parts as the `mv8*` kernels read them.
+    pub type X8Reads;
+    impl X8Bufs {
+        fn reads(&self) {
+            DevPtr<i8> = self.hi.as_const(),
+            DevPtr<i8> = self.lo.as_const(),
+            DevPtr<f32> = self.d.as_const(),
+            DevPtr<f32> = self.sums.as_const(),
+        }
     }
 }
