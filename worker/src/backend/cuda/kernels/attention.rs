@@ -5,11 +5,11 @@
 use cudarc::driver::LaunchConfig;
 use half::f16;
 
-use crate::backend::cuda::kernels::launch::kernel_params;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, grid_1d, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work, ELEMENT_THREADS,
+    blocks, grid_1d, kernel_params, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work,
+    ELEMENT_THREADS,
 };
 use crate::backend::cuda::kernels::{AttentionTc, CacheWindow, Kernel, SplitsOutput, X8Bufs};
 use crate::backend::cuda::kernels::{WindowParams, X8Writes};

@@ -2,11 +2,10 @@
 
 use cudarc::driver::LaunchConfig;
 
-use crate::backend::cuda::kernels::launch::kernel_params;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, plan, type_suffix, Family, KernelCall, Plan, Work,
+    blocks, format_kernels, kernel_params, plan, Family, KernelCall, Plan, Work,
 };
 use crate::backend::cuda::kernels::Stored;
 use crate::backend::cuda::kernels::StoredParams;
@@ -15,11 +14,12 @@ use crate::backend::cuda::source::Module;
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
-/// The kernels of `embed.cu`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Embed {
-    /// `embed_<type>`: rows of a stored table to f32.
-    Embed(GgmlType),
+format_kernels! {
+    /// The kernels of `embed.cu`.
+    pub enum Embed {
+        /// `embed_<type>`: rows of a stored table to f32.
+        Embed = "embed",
+    }
 }
 
 /// Threads per `embed_*` block (one block per token, threads over its row).
@@ -32,12 +32,10 @@ impl Family for Embed {
         GgmlType::ALL.into_iter().map(Embed::Embed).collect()
     }
     fn symbol(self) -> String {
-        let Embed::Embed(t) = self;
-        format!("embed_{}", type_suffix(t))
+        self.name()
     }
     fn format(self) -> Option<GgmlType> {
-        let Embed::Embed(t) = self;
-        Some(t)
+        Some(self.weight_format())
     }
     fn config(self, work: Work) -> Option<Result<LaunchConfig, BackendError>> {
         match work {

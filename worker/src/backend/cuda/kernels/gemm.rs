@@ -12,11 +12,11 @@ use std::sync::Arc;
 use cudarc::driver::{CudaStream, LaunchConfig};
 use half::f16;
 
-use crate::backend::cuda::kernels::launch::kernel_params;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    grid_1d, plan, refusal, type_suffix, Family, KernelCall, Plan, Work, ELEMENT_THREADS,
+    format_kernels, grid_1d, kernel_params, plan, refusal, Family, KernelCall, Plan, Work,
+    ELEMENT_THREADS,
 };
 #[cfg(test)]
 use crate::backend::cuda::kernels::MatmulCall;
@@ -33,27 +33,28 @@ use crate::backend::cuda::source::{
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
-/// The kernels of `gemm.cu`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Gemm {
-    /// `gemm_tc_<type>`: matrix product for many rows of x on tensor cores,
-    /// float formats (3xTF32).
-    Tc(GgmlType),
-    /// `gemm_tck_<type>`: the quantized formats' matrix product for many
-    /// rows of x on tensor cores (weight tiles decoded into f16, x in two
-    /// f16 parts from `to_f16`), the columns split across blocks (short
-    /// prompts leave SMs idle otherwise); `gemm_splits_sum` adds the parts.
-    Tck(GgmlType),
-    /// `gemm_few_<type>`: the same product for up to `GF_MAX_TOKENS` rows
-    /// of x (short prompts), weights decoded straight into the tensor
-    /// cores' fragments: the weights' stream, no shared-memory tiles.
-    Few(GgmlType),
-    /// `gemm_moe_<type>`: `gemm_tck_*`'s product for a mixture of experts'
-    /// rows of x gathered by expert, every expert in one launch (prefill).
-    Moe(GgmlType),
-    /// `dequant_f16_<type>`: rows of a stored matrix as f16, for cuBLAS
-    /// (`blas.rs`).
-    DequantF16(GgmlType),
+format_kernels! {
+    /// The kernels of `gemm.cu`.
+    pub enum Gemm {
+        /// `gemm_tc_<type>`: matrix product for many rows of x on tensor cores,
+        /// float formats (3xTF32).
+        Tc = "gemm_tc",
+        /// `gemm_tck_<type>`: the quantized formats' matrix product for many
+        /// rows of x on tensor cores (weight tiles decoded into f16, x in two
+        /// f16 parts from `to_f16`), the columns split across blocks (short
+        /// prompts leave SMs idle otherwise); `gemm_splits_sum` adds the parts.
+        Tck = "gemm_tck",
+        /// `gemm_few_<type>`: the same product for up to `GF_MAX_TOKENS` rows
+        /// of x (short prompts), weights decoded straight into the tensor
+        /// cores' fragments: the weights' stream, no shared-memory tiles.
+        Few = "gemm_few",
+        /// `gemm_moe_<type>`: `gemm_tck_*`'s product for a mixture of experts'
+        /// rows of x gathered by expert, every expert in one launch (prefill).
+        Moe = "gemm_moe",
+        /// `dequant_f16_<type>`: rows of a stored matrix as f16, for cuBLAS
+        /// (`blas.rs`).
+        DequantF16 = "dequant_f16",
+    }
 }
 
 impl Family for Gemm {
@@ -77,21 +78,10 @@ impl Family for Gemm {
         v
     }
     fn symbol(self) -> String {
-        let (prefix, t) = match self {
-            Gemm::Tc(t) => ("gemm_tc", t),
-            Gemm::Tck(t) => ("gemm_tck", t),
-            Gemm::Few(t) => ("gemm_few", t),
-            Gemm::Moe(t) => ("gemm_moe", t),
-            Gemm::DequantF16(t) => ("dequant_f16", t),
-        };
-        format!("{prefix}_{}", type_suffix(t))
+        self.name()
     }
     fn format(self) -> Option<GgmlType> {
-        match self {
-            Gemm::Tc(t) | Gemm::Tck(t) | Gemm::Few(t) | Gemm::Moe(t) | Gemm::DequantF16(t) => {
-                Some(t)
-            }
-        }
+        Some(self.weight_format())
     }
     fn part(self) -> Option<u8> {
         match self {

@@ -113,6 +113,43 @@ macro_rules! unit_kernels {
 }
 pub(crate) use unit_kernels;
 
+/// Declares a per-format family's enum (each kernel compiled once per weight
+/// format, `FOR_EACH_TYPE` in dequant.cuh), each variant with the prefix of
+/// its `extern "C"` symbols: `name` (`mv_q8_0`) and `weight_format`, for the
+/// family's `Family::symbol` and `Family::format`.
+macro_rules! format_kernels {
+    (
+        $(#[$meta:meta])*
+        pub enum $family:ident {
+            $($(#[$vmeta:meta])* $variant:ident = $prefix:literal,)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $family {
+            $($(#[$vmeta])* $variant($crate::quant::GgmlType),)+
+        }
+
+        impl $family {
+            /// The kernel's `extern "C"` symbol: its prefix, then its format.
+            fn name(self) -> String {
+                let (prefix, t) = match self {
+                    $($family::$variant(t) => ($prefix, t)),+
+                };
+                format!("{prefix}_{}", $crate::backend::cuda::kernels::launch::type_suffix(t))
+            }
+
+            /// The weight format the kernel is compiled for.
+            fn weight_format(self) -> $crate::quant::GgmlType {
+                match self {
+                    $($family::$variant(t))|+ => t,
+                }
+            }
+        }
+    };
+}
+pub(crate) use format_kernels;
+
 /// The C types a launcher of `C` pushes (for [`Family::pushed`]).
 #[cfg(test)]
 pub fn pushed<C: KernelCall>() -> Vec<String> {

@@ -9,11 +9,10 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, LaunchConfig};
 
-use crate::backend::cuda::kernels::launch::kernel_params;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, plan, type_suffix, Family, KernelCall, Plan, Work,
+    blocks, format_kernels, kernel_params, plan, Family, KernelCall, Plan, Work,
 };
 use crate::backend::cuda::kernels::StoredParams;
 use crate::backend::cuda::kernels::{tc_tiles, Gemm, Kernel, Kernels, Stored};
@@ -24,15 +23,16 @@ use crate::backend::cuda::source::{
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
-/// The kernels of `matmul.cu`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Matmul {
-    /// `mv_<type>`: matrix product for up to `MV_MAX_TOKENS` rows of x, a block per weight row.
-    Mv(GgmlType),
-    /// `mvw_<type>`: the same with a warp per weight row, for matrices of many rows.
-    Mvw(GgmlType),
-    /// `gemm_<type>`: tiled matrix product for any number of rows of x.
-    Gemm(GgmlType),
+format_kernels! {
+    /// The kernels of `matmul.cu`.
+    pub enum Matmul {
+        /// `mv_<type>`: matrix product for up to `MV_MAX_TOKENS` rows of x, a block per weight row.
+        Mv = "mv",
+        /// `mvw_<type>`: the same with a warp per weight row, for matrices of many rows.
+        Mvw = "mvw",
+        /// `gemm_<type>`: tiled matrix product for any number of rows of x.
+        Gemm = "gemm",
+    }
 }
 
 impl Family for Matmul {
@@ -45,17 +45,10 @@ impl Family for Matmul {
             .collect()
     }
     fn symbol(self) -> String {
-        let (prefix, t) = match self {
-            Matmul::Mv(t) => ("mv", t),
-            Matmul::Mvw(t) => ("mvw", t),
-            Matmul::Gemm(t) => ("gemm", t),
-        };
-        format!("{prefix}_{}", type_suffix(t))
+        self.name()
     }
     fn format(self) -> Option<GgmlType> {
-        match self {
-            Matmul::Mv(t) | Matmul::Mvw(t) | Matmul::Gemm(t) => Some(t),
-        }
+        Some(self.weight_format())
     }
     fn part(self) -> Option<u8> {
         match self {

@@ -4,11 +4,10 @@
 
 use cudarc::driver::LaunchConfig;
 
-use crate::backend::cuda::kernels::launch::kernel_params;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work,
+    blocks, kernel_params, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work,
 };
 use crate::backend::cuda::kernels::X8Writes;
 use crate::backend::cuda::kernels::{validate_x8_output, Kernel, SplitsOutput, X8Bufs};

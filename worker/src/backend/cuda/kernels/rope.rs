@@ -9,9 +9,9 @@ use half::f16;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, grid_1d, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work, ELEMENT_THREADS,
+    blocks, grid_1d, kernel_params, param_group, plan, refusal, unit_kernels, Family, KernelCall,
+    Plan, Work, ELEMENT_THREADS,
 };
-use crate::backend::cuda::kernels::launch::{kernel_params, param_group};
 use crate::backend::cuda::kernels::WindowParams;
 use crate::backend::cuda::kernels::{norm_threads, CacheWindow, Kernel, RowSeq};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};

@@ -5,11 +5,10 @@
 
 use cudarc::driver::LaunchConfig;
 
-use crate::backend::cuda::kernels::launch::kernel_params;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work,
+    blocks, kernel_params, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work,
 };
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{

@@ -10,11 +10,10 @@ use std::sync::Arc;
 use cudarc::driver::{CudaStream, LaunchConfig};
 use half::f16;
 
-use crate::backend::cuda::kernels::launch::kernel_params;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, plan, refusal, Family, KernelCall, Plan, Work,
+    blocks, kernel_params, plan, refusal, Family, KernelCall, Plan, Work,
 };
 use crate::backend::cuda::kernels::{validate_head_split, CacheWindow, Kernel, Kernels, X8Bufs};
 use crate::backend::cuda::kernels::{WindowParams, X8Writes};

@@ -3,8 +3,7 @@
 //! chunks of `ATS_ROW_CHUNK` positions (`attention_split_*_rows`), then
 //! each row's chunks merged (`attention_combine_rows`).
 
-use crate::backend::cuda::kernels::launch::kernel_params;
-use crate::backend::cuda::kernels::launch::{plan, refusal, KernelCall, Plan, Work};
+use crate::backend::cuda::kernels::launch::{kernel_params, plan, refusal, KernelCall, Plan, Work};
 use crate::backend::cuda::kernels::{check_split_heads, split_kernel, AttentionSplit, Kernel};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{ATS_MAX_SPLITS, ATS_ROW_CHUNK, ATT_MAX_HEAD_DIM};

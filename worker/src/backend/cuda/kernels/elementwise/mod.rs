@@ -6,11 +6,11 @@
 
 use cudarc::driver::LaunchConfig;
 
-use crate::backend::cuda::kernels::launch::kernel_params;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, grid_1d, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work, ELEMENT_THREADS,
+    blocks, grid_1d, kernel_params, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work,
+    ELEMENT_THREADS,
 };
 use crate::backend::cuda::kernels::X8Writes;
 use crate::backend::cuda::kernels::{validate_x8_output, Kernel, RowSeq, SplitsOutput, X8Bufs};

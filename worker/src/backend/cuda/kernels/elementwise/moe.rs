@@ -4,8 +4,7 @@
 
 use half::f16;
 
-use crate::backend::cuda::kernels::launch::kernel_params;
-use crate::backend::cuda::kernels::launch::{plan, refusal, KernelCall, Plan, Work};
+use crate::backend::cuda::kernels::launch::{kernel_params, plan, refusal, KernelCall, Plan, Work};
 use crate::backend::cuda::kernels::Elementwise;
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::MOE_MAX_EXPERTS;

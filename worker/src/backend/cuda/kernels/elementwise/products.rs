@@ -6,8 +6,7 @@
 
 use half::f16;
 
-use crate::backend::cuda::kernels::launch::kernel_params;
-use crate::backend::cuda::kernels::launch::{plan, refusal, KernelCall, Plan, Work};
+use crate::backend::cuda::kernels::launch::{kernel_params, plan, refusal, KernelCall, Plan, Work};
 use crate::backend::cuda::kernels::{Elementwise, X8Bufs};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::BackendError;

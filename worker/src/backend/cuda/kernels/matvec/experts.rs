@@ -2,8 +2,9 @@
 //! experts' chosen experts: `mv1e_*` from f32 x, `mv8e_*` from x split for
 //! the integer units.
 
-use crate::backend::cuda::kernels::launch::{kernel_params, param_group};
-use crate::backend::cuda::kernels::launch::{plan, refusal, KernelCall, Plan, Work};
+use crate::backend::cuda::kernels::launch::{
+    kernel_params, param_group, plan, refusal, KernelCall, Plan, Work,
+};
 use crate::backend::cuda::kernels::{has_mv8_experts, Kernel, Matvec, Stored, X8Bufs};
 use crate::backend::cuda::kernels::{StoredParams, X8Reads};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};

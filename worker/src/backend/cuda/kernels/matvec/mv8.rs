@@ -5,8 +5,9 @@
 
 use half::f16;
 
-use crate::backend::cuda::kernels::launch::{kernel_params, param_group};
-use crate::backend::cuda::kernels::launch::{plan, refusal, KernelCall, Plan, Work};
+use crate::backend::cuda::kernels::launch::{
+    kernel_params, param_group, plan, refusal, KernelCall, Plan, Work,
+};
 use crate::backend::cuda::kernels::{
     has_mv8, mv8_rows_per_block, CacheWindow, Kernel, MatmulArgs, Matvec, RopeArgs, RopePairs,
     X8Bufs,
