@@ -369,10 +369,11 @@ param_tuple!(
 ///
 /// ```ignore
 /// kernel_params! { self =>
-///     let (hi, lo, d, sums) = X8Bufs::writes_or_null(self.x8);
-///     DevPtr<f32> = self.x,
-///     ..StoredParams = self.w.params(),
-///     i32 = self.cols as i32,
+///     let a = &self.args;
+///     ..StoredParams = a.w.params(),
+///     DevPtr<f32> = a.x,
+///     i32 = a.n as i32,
+///     ..X8Writes = X8Bufs::writes_or_null(self.x8),
 /// }
 /// ```
 ///
@@ -465,8 +466,8 @@ macro_rules! param_group {
 }
 pub(crate) use param_group;
 
-/// One kernel's parameters as two lists, the first pushed first: a kernel
-/// that takes another's parameters and more (`mv8q_*` after `mv8m_*`'s).
+/// One kernel's parameters as two lists, the first pushed first: how
+/// `kernel_params!` joins runs of single parameters and spliced groups.
 pub struct Then<A, B>(pub A, pub B);
 
 impl<A: ParamList, B: ParamList> ParamList for Then<A, B> {
