@@ -11,7 +11,8 @@
 //! This module is the bottom of `backend::cuda`'s kernel stack: `nvrtc`
 //! compiles what it lists, `launch` and `kernels` launch what it names.
 //!
-//! A [`Unit`] is what NVRTC compiles in one go. The modules whose kernels
+//! A [`Module`] is the text of one or more `cuda/*.cu` files
+//! ([`Module::files`]), a [`Unit`] what NVRTC compiles of it in one go. The modules whose kernels
 //! exist once per weight format (`Module::per_format`) are compiled once per
 //! format a model uses, in parallel: a model in two formats compiles a sixth
 //! of their code, which is most of the first start on a new machine.
@@ -176,37 +177,50 @@ impl Module {
         Module::Sample,
     ];
 
+    /// The module's name: its first file, the one that includes the headers.
     pub fn file_name(self) -> &'static str {
-        match self {
-            Module::Embed => "embed.cu",
-            Module::Matmul => "matmul.cu",
-            Module::Matvec => "matvec.cu",
-            Module::GemmTc => "gemm.cu",
-            Module::Norm => "norm.cu",
-            Module::Rope => "rope.cu",
-            Module::Attention => "attention.cu",
-            Module::AttentionSplit => "attention_split.cu",
-            Module::AttentionTc => "attention_tc.cu",
-            Module::Elementwise => "elementwise.cu",
-            Module::Sample => "sample.cu",
-        }
+        self.files()[0]
     }
+}
 
-    pub fn source(self) -> &'static str {
-        match self {
-            Module::Embed => include_str!("../../../../cuda/embed.cu"),
-            Module::Matmul => include_str!("../../../../cuda/matmul.cu"),
-            Module::Matvec => include_str!("../../../../cuda/matvec.cu"),
-            Module::GemmTc => include_str!("../../../../cuda/gemm.cu"),
-            Module::Norm => include_str!("../../../../cuda/norm.cu"),
-            Module::Rope => include_str!("../../../../cuda/rope.cu"),
-            Module::Attention => include_str!("../../../../cuda/attention.cu"),
-            Module::AttentionSplit => include_str!("../../../../cuda/attention_split.cu"),
-            Module::AttentionTc => include_str!("../../../../cuda/attention_tc.cu"),
-            Module::Elementwise => include_str!("../../../../cuda/elementwise.cu"),
-            Module::Sample => include_str!("../../../../cuda/sample.cu"),
+/// Each module's `cuda/` files, in the order NVRTC reads them as one text
+/// ([`Module::source`]): a module over 700 lines is cut into files by what
+/// its kernels do, the later ones using what the first includes and
+/// defines. Adding a file to a module is a line here.
+macro_rules! module_files {
+    ($($module:ident => [$($file:literal),+ $(,)?],)+) => {
+        impl Module {
+            /// The module's files, its name first.
+            pub fn files(self) -> &'static [&'static str] {
+                match self {
+                    $(Module::$module => &[$($file),+]),+
+                }
+            }
+
+            /// The text NVRTC compiles: the module's files, one after another.
+            pub fn source(self) -> &'static str {
+                match self {
+                    $(Module::$module => {
+                        concat!($(include_str!(concat!("../../../../cuda/", $file))),+)
+                    }),+
+                }
+            }
         }
-    }
+    };
+}
+
+module_files! {
+    Embed => ["embed.cu"],
+    Matmul => ["matmul.cu"],
+    Matvec => ["matvec.cu", "matvec_mv8.cu", "matvec_mmq.cu"],
+    GemmTc => ["gemm.cu", "gemm_few.cu"],
+    Norm => ["norm.cu"],
+    Rope => ["rope.cu"],
+    Attention => ["attention.cu"],
+    AttentionSplit => ["attention_split.cu"],
+    AttentionTc => ["attention_tc.cu"],
+    Elementwise => ["elementwise.cu"],
+    Sample => ["sample.cu"],
 }
 
 impl Module {

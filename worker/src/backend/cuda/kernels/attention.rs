@@ -8,9 +8,11 @@ use half::f16;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, grid_1d, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work, ELEMENT_THREADS,
+    blocks, grid_1d, kernel_params, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work,
+    ELEMENT_THREADS,
 };
 use crate::backend::cuda::kernels::{AttentionTc, CacheWindow, Kernel, SplitsOutput, X8Bufs};
+use crate::backend::cuda::kernels::{WindowParams, X8Writes};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{Module, ATC_HEAD_DIMS, ATT_MAX_HEAD_DIM, ATT_THREADS};
 use crate::backend::BackendError;
@@ -72,19 +74,6 @@ pub struct KvStoreArgs {
 }
 
 impl KernelCall for KvStoreArgs {
-    type Params = (
-        DevPtr<f32>,
-        DevPtr<f32>,
-        i32,
-        i32,
-        i32,
-        i32,
-        DevPtr<i32>,
-        i32,
-        DevPtrMut<f16>,
-        DevPtrMut<f16>,
-    );
-
     fn plan(&self) -> Plan {
         let (n, n_head_kv, head_dim) = (self.n, self.n_head_kv, self.head_dim);
         let dims = [
@@ -111,21 +100,15 @@ impl KernelCall for KvStoreArgs {
         self.window
             .check(Kernel::Attention(Attention::KvStore), self.n)
     }
-    fn params(&self) -> Self::Params {
-        let (start, pos, cap) = self.window.params();
-        let (n, n_head_kv, head_dim) = (self.n as i32, self.n_head_kv as i32, self.head_dim as i32);
-        (
-            self.k,
-            self.v,
-            n,
-            n_head_kv,
-            head_dim,
-            start,
-            pos,
-            cap,
-            self.k_cache,
-            self.v_cache,
-        )
+    kernel_params! { self =>
+        DevPtr<f32> = self.k,
+        DevPtr<f32> = self.v,
+        i32 = self.n as i32,
+        i32 = self.n_head_kv as i32,
+        i32 = self.head_dim as i32,
+        ..WindowParams = self.window.params(),
+        DevPtrMut<f16> = self.k_cache,
+        DevPtrMut<f16> = self.v_cache,
     }
 }
 
@@ -171,27 +154,6 @@ impl AttentionArgs {
 }
 
 impl KernelCall for AttentionArgs {
-    type Params = (
-        DevPtr<f32>,
-        i32,
-        i32,
-        i32,
-        i32,
-        i32,
-        DevPtr<i32>,
-        i32,
-        DevPtr<f16>,
-        DevPtr<f16>,
-        f32,
-        i32,
-        DevPtr<f32>,
-        DevPtrMut<f32>,
-        DevPtrMut<i8>,
-        DevPtrMut<i8>,
-        DevPtrMut<f32>,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         let (n, n_head, capacity) = (self.n, self.n_head, self.window.capacity);
         let (kv, hd) = (self.n_head_kv, self.head_dim);
@@ -239,31 +201,20 @@ impl KernelCall for AttentionArgs {
         )?;
         self.window.check(self.kernel(), self.n)
     }
-    fn params(&self) -> Self::Params {
-        let (start, pos, cap) = self.window.params();
-        let (n, heads, kv_heads) = (self.n as i32, self.n_head as i32, self.n_head_kv as i32);
-        let hd = self.head_dim as i32;
-        let (hi, lo, d, sums) = X8Bufs::writes_or_null(self.x8);
-        (
-            self.q,
-            n,
-            heads,
-            kv_heads,
-            hd,
-            start,
-            pos,
-            cap,
-            self.k_cache,
-            self.v_cache,
-            self.scale,
-            self.sliding as i32,
-            DevPtr::or_null(self.sinks),
-            self.out,
-            hi,
-            lo,
-            d,
-            sums,
-        )
+    kernel_params! { self =>
+        DevPtr<f32> = self.q,
+        i32 = self.n as i32,
+        i32 = self.n_head as i32,
+        i32 = self.n_head_kv as i32,
+        i32 = self.head_dim as i32,
+        ..WindowParams = self.window.params(),
+        DevPtr<f16> = self.k_cache,
+        DevPtr<f16> = self.v_cache,
+        f32 = self.scale,
+        i32 = self.sliding as i32,
+        DevPtr<f32> = DevPtr::or_null(self.sinks),
+        DevPtrMut<f32> = self.out,
+        ..X8Writes = X8Bufs::writes_or_null(self.x8),
     }
 }
 

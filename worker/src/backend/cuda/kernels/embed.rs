@@ -5,19 +5,21 @@ use cudarc::driver::LaunchConfig;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, plan, type_suffix, Family, KernelCall, Plan, Work,
+    blocks, format_kernels, kernel_params, plan, Family, KernelCall, Plan, Work,
 };
 use crate::backend::cuda::kernels::Stored;
+use crate::backend::cuda::kernels::StoredParams;
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::Module;
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
-/// The kernels of `embed.cu`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Embed {
-    /// `embed_<type>`: rows of a stored table to f32.
-    Embed(GgmlType),
+format_kernels! {
+    /// The kernels of `embed.cu`.
+    pub enum Embed {
+        /// `embed_<type>`: rows of a stored table to f32.
+        Embed = "embed",
+    }
 }
 
 /// Threads per `embed_*` block (one block per token, threads over its row).
@@ -30,12 +32,10 @@ impl Family for Embed {
         GgmlType::ALL.into_iter().map(Embed::Embed).collect()
     }
     fn symbol(self) -> String {
-        let Embed::Embed(t) = self;
-        format!("embed_{}", type_suffix(t))
+        self.name()
     }
     fn format(self) -> Option<GgmlType> {
-        let Embed::Embed(t) = self;
-        Some(t)
+        Some(self.weight_format())
     }
     fn config(self, work: Work) -> Option<Result<LaunchConfig, BackendError>> {
         match work {
@@ -61,8 +61,6 @@ pub struct EmbedArgs {
 }
 
 impl KernelCall for EmbedArgs {
-    type Params = (DevPtr<u8>, i64, i32, i32, DevPtr<u32>, i32, DevPtrMut<f32>);
-
     fn plan(&self) -> Plan {
         let t = &self.table;
         let buffers = [
@@ -80,16 +78,10 @@ impl KernelCall for EmbedArgs {
             },
         )
     }
-    fn params(&self) -> Self::Params {
-        let (table, row_bytes, rows, cols) = self.table.params();
-        (
-            table,
-            row_bytes,
-            rows,
-            cols,
-            self.tokens,
-            self.n as i32,
-            self.out,
-        )
+    kernel_params! { self =>
+        ..StoredParams = self.table.params(),
+        DevPtr<u32> = self.tokens,
+        i32 = self.n as i32,
+        DevPtrMut<f32> = self.out,
     }
 }

@@ -15,10 +15,12 @@ use half::f16;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    grid_1d, plan, refusal, type_suffix, Family, KernelCall, Plan, Work, ELEMENT_THREADS,
+    format_kernels, grid_1d, kernel_params, plan, refusal, Family, KernelCall, Plan, Work,
+    ELEMENT_THREADS,
 };
 #[cfg(test)]
 use crate::backend::cuda::kernels::MatmulCall;
+use crate::backend::cuda::kernels::StoredParams;
 use crate::backend::cuda::kernels::{
     check_stacked, expert_rows, Elementwise, GemmSplitsSumArgs, Kernel, Kernels, MatmulArgs,
     Mv8Plan, Stored,
@@ -31,27 +33,28 @@ use crate::backend::cuda::source::{
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
-/// The kernels of `gemm.cu`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Gemm {
-    /// `gemm_tc_<type>`: matrix product for many rows of x on tensor cores,
-    /// float formats (3xTF32).
-    Tc(GgmlType),
-    /// `gemm_tck_<type>`: the quantized formats' matrix product for many
-    /// rows of x on tensor cores (weight tiles decoded into f16, x in two
-    /// f16 parts from `to_f16`), the columns split across blocks (short
-    /// prompts leave SMs idle otherwise); `gemm_splits_sum` adds the parts.
-    Tck(GgmlType),
-    /// `gemm_few_<type>`: the same product for up to `GF_MAX_TOKENS` rows
-    /// of x (short prompts), weights decoded straight into the tensor
-    /// cores' fragments: the weights' stream, no shared-memory tiles.
-    Few(GgmlType),
-    /// `gemm_moe_<type>`: `gemm_tck_*`'s product for a mixture of experts'
-    /// rows of x gathered by expert, every expert in one launch (prefill).
-    Moe(GgmlType),
-    /// `dequant_f16_<type>`: rows of a stored matrix as f16, for cuBLAS
-    /// (`blas.rs`).
-    DequantF16(GgmlType),
+format_kernels! {
+    /// The kernels of `gemm.cu`.
+    pub enum Gemm {
+        /// `gemm_tc_<type>`: matrix product for many rows of x on tensor cores,
+        /// float formats (3xTF32).
+        Tc = "gemm_tc",
+        /// `gemm_tck_<type>`: the quantized formats' matrix product for many
+        /// rows of x on tensor cores (weight tiles decoded into f16, x in two
+        /// f16 parts from `to_f16`), the columns split across blocks (short
+        /// prompts leave SMs idle otherwise); `gemm_splits_sum` adds the parts.
+        Tck = "gemm_tck",
+        /// `gemm_few_<type>`: the same product for up to `GF_MAX_TOKENS` rows
+        /// of x (short prompts), weights decoded straight into the tensor
+        /// cores' fragments: the weights' stream, no shared-memory tiles.
+        Few = "gemm_few",
+        /// `gemm_moe_<type>`: `gemm_tck_*`'s product for a mixture of experts'
+        /// rows of x gathered by expert, every expert in one launch (prefill).
+        Moe = "gemm_moe",
+        /// `dequant_f16_<type>`: rows of a stored matrix as f16, for cuBLAS
+        /// (`blas.rs`).
+        DequantF16 = "dequant_f16",
+    }
 }
 
 impl Family for Gemm {
@@ -75,21 +78,10 @@ impl Family for Gemm {
         v
     }
     fn symbol(self) -> String {
-        let (prefix, t) = match self {
-            Gemm::Tc(t) => ("gemm_tc", t),
-            Gemm::Tck(t) => ("gemm_tck", t),
-            Gemm::Few(t) => ("gemm_few", t),
-            Gemm::Moe(t) => ("gemm_moe", t),
-            Gemm::DequantF16(t) => ("dequant_f16", t),
-        };
-        format!("{prefix}_{}", type_suffix(t))
+        self.name()
     }
     fn format(self) -> Option<GgmlType> {
-        match self {
-            Gemm::Tc(t) | Gemm::Tck(t) | Gemm::Few(t) | Gemm::Moe(t) | Gemm::DequantF16(t) => {
-                Some(t)
-            }
-        }
+        Some(self.weight_format())
     }
     fn part(self) -> Option<u8> {
         match self {
@@ -405,17 +397,6 @@ pub struct GemmTcSplitCall {
 }
 
 impl KernelCall for GemmTcSplitCall {
-    type Params = (
-        DevPtr<u8>,
-        i64,
-        i32,
-        i32,
-        DevPtr<f16>,
-        i32,
-        i32,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         let a = &self.args;
         let buffers = [
@@ -452,11 +433,13 @@ impl KernelCall for GemmTcSplitCall {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
+    kernel_params! { self =>
         let a = &self.args;
-        let (w, row_bytes, rows, cols) = a.w.params();
-        let (n, splits) = (a.n as i32, self.splits as i32);
-        (w, row_bytes, rows, cols, self.xh, n, splits, self.part)
+        ..StoredParams = a.w.params(),
+        DevPtr<f16> = self.xh,
+        i32 = a.n as i32,
+        i32 = self.splits as i32,
+        DevPtrMut<f32> = self.part,
     }
 }
 
@@ -482,8 +465,6 @@ pub struct DequantF16Args {
 }
 
 impl KernelCall for DequantF16Args {
-    type Params = (DevPtr<u8>, i64, i32, i32, i32, i32, DevPtrMut<f16>);
-
     fn plan(&self) -> Plan {
         let w = &self.w;
         let dims = [
@@ -519,10 +500,11 @@ impl KernelCall for DequantF16Args {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
-        let (w, row_bytes, rows, cols) = self.w.params();
-        let (r0, nrows) = (self.r0 as i32, self.nrows as i32);
-        (w, row_bytes, rows, cols, r0, nrows, self.out)
+    kernel_params! { self =>
+        ..StoredParams = self.w.params(),
+        i32 = self.r0 as i32,
+        i32 = self.nrows as i32,
+        DevPtrMut<f16> = self.out,
     }
 }
 
@@ -554,19 +536,6 @@ impl ExpertGemmArgs {
 }
 
 impl KernelCall for ExpertGemmArgs {
-    type Params = (
-        DevPtr<u8>,
-        i64,
-        i32,
-        i32,
-        i32,
-        DevPtr<i32>,
-        DevPtr<f16>,
-        i32,
-        DevPtr<f32>,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         let dims = [
             ("rows", self.rows()),
@@ -600,18 +569,16 @@ impl KernelCall for ExpertGemmArgs {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
-        (
-            self.w.ptr,
-            self.w.row_bytes as i64,
-            self.rows() as i32,
-            self.w.cols as i32,
-            self.experts as i32,
-            self.tiles,
-            self.xh,
-            self.m as i32,
-            DevPtr::or_null(self.bias),
-            self.out,
-        )
+    kernel_params! { self =>
+        DevPtr<u8> = self.w.ptr,
+        i64 = self.w.row_bytes as i64,
+        i32 = self.rows() as i32,
+        i32 = self.w.cols as i32,
+        i32 = self.experts as i32,
+        DevPtr<i32> = self.tiles,
+        DevPtr<f16> = self.xh,
+        i32 = self.m as i32,
+        DevPtr<f32> = DevPtr::or_null(self.bias),
+        DevPtrMut<f32> = self.out,
     }
 }

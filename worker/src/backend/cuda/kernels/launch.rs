@@ -2,9 +2,10 @@
 //! family tells about its kernels ([`Family`]), the argument checks every
 //! launch makes ([`check_args`], M0-W-1431), the problem sizes grids are
 //! laid over ([`Work`]), the parameter lists pushed in a kernel's C order
-//! ([`ParamList`]), and the [`KernelCall`] trait that each kernel's
-//! argument struct implements in its family's file, so that one generic
-//! launcher (`Kernels::launch`) checks, shapes and launches them all.
+//! ([`ParamList`], written once a kernel with `kernel_params!`), and the
+//! [`KernelCall`] trait that each kernel's argument struct implements in
+//! its family's file, so that one generic launcher (`Kernels::launch`)
+//! checks, shapes and launches them all.
 
 use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{LaunchArgs, LaunchConfig, PushKernelArg};
@@ -111,6 +112,43 @@ macro_rules! unit_kernels {
     };
 }
 pub(crate) use unit_kernels;
+
+/// Declares a per-format family's enum (each kernel compiled once per weight
+/// format, `FOR_EACH_TYPE` in dequant.cuh), each variant with the prefix of
+/// its `extern "C"` symbols: `name` (`mv_q8_0`) and `weight_format`, for the
+/// family's `Family::symbol` and `Family::format`.
+macro_rules! format_kernels {
+    (
+        $(#[$meta:meta])*
+        pub enum $family:ident {
+            $($(#[$vmeta:meta])* $variant:ident = $prefix:literal,)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $family {
+            $($(#[$vmeta])* $variant($crate::quant::GgmlType),)+
+        }
+
+        impl $family {
+            /// The kernel's `extern "C"` symbol: its prefix, then its format.
+            fn name(self) -> String {
+                let (prefix, t) = match self {
+                    $($family::$variant(t) => ($prefix, t)),+
+                };
+                format!("{prefix}_{}", $crate::backend::cuda::kernels::launch::type_suffix(t))
+            }
+
+            /// The weight format the kernel is compiled for.
+            fn weight_format(self) -> $crate::quant::GgmlType {
+                match self {
+                    $($family::$variant(t))|+ => t,
+                }
+            }
+        }
+    };
+}
+pub(crate) use format_kernels;
 
 /// The C types a launcher of `C` pushes (for [`Family::pushed`]).
 #[cfg(test)]
@@ -323,8 +361,113 @@ param_tuple!(
     R.17, S.18, T.19
 );
 
-/// One kernel's parameters as two lists, the first pushed first: a kernel
-/// that takes another's parameters and more (`mv8q_*` after `mv8m_*`'s).
+/// A [`KernelCall`]'s `type Params` and `fn params` from one list of its
+/// kernel's parameters in C order, each `Type = value`, so that order and
+/// types are written once. `..Type = value` splices a [`ParamList`] of
+/// several (an operand's, such as [`super::Stored`]'s); `let pattern =
+/// value;` lines before the list name values it uses:
+///
+/// ```ignore
+/// kernel_params! { self =>
+///     let a = &self.args;
+///     ..StoredParams = a.w.params(),
+///     DevPtr<f32> = a.x,
+///     i32 = a.n as i32,
+///     ..X8Writes = X8Bufs::writes_or_null(self.x8),
+/// }
+/// ```
+///
+/// (`self` is passed in so that the values may name it.)
+macro_rules! kernel_params {
+    ($s:ident => $($list:tt)+) => {
+        type Params = $crate::backend::cuda::kernels::launch::kernel_params!(@ty [] $($list)+);
+        fn params(&$s) -> Self::Params {
+            $crate::backend::cuda::kernels::launch::kernel_params!(@val [] $($list)+)
+        }
+    };
+    // The type: runs of single parameters as tuples, splices between them.
+    (@ty [] let $p:pat = $v:expr; $($rest:tt)*) => {
+        $crate::backend::cuda::kernels::launch::kernel_params!(@ty [] $($rest)*)
+    };
+    (@ty [$($run:ty),*]) => { ($($run,)*) };
+    (@ty [] .. $t:ty = $e:expr $(,)?) => { $t };
+    (@ty [$($run:ty),+] .. $t:ty = $e:expr $(,)?) => {
+        $crate::backend::cuda::kernels::launch::Then<($($run,)+), $t>
+    };
+    (@ty [] .. $t:ty = $e:expr, $($rest:tt)+) => {
+        $crate::backend::cuda::kernels::launch::Then<
+            $t,
+            $crate::backend::cuda::kernels::launch::kernel_params!(@ty [] $($rest)+),
+        >
+    };
+    (@ty [$($run:ty),+] .. $t:ty = $e:expr, $($rest:tt)+) => {
+        $crate::backend::cuda::kernels::launch::Then<
+            ($($run,)+),
+            $crate::backend::cuda::kernels::launch::kernel_params!(@ty [] .. $t = $e, $($rest)+),
+        >
+    };
+    (@ty [$($run:ty),*] $t:ty = $e:expr $(, $($rest:tt)*)?) => {
+        $crate::backend::cuda::kernels::launch::kernel_params!(@ty [$($run,)* $t] $($($rest)*)?)
+    };
+    // The values, in the same shape.
+    (@val [] let $p:pat = $v:expr; $($rest:tt)*) => {{
+        let $p = $v;
+        $crate::backend::cuda::kernels::launch::kernel_params!(@val [] $($rest)*)
+    }};
+    (@val [$($run:expr),*]) => { ($($run,)*) };
+    (@val [] .. $t:ty = $e:expr $(,)?) => { $e };
+    (@val [$($run:expr),+] .. $t:ty = $e:expr $(,)?) => {
+        $crate::backend::cuda::kernels::launch::Then(($($run,)+), $e)
+    };
+    (@val [] .. $t:ty = $e:expr, $($rest:tt)+) => {
+        $crate::backend::cuda::kernels::launch::Then(
+            $e,
+            $crate::backend::cuda::kernels::launch::kernel_params!(@val [] $($rest)+),
+        )
+    };
+    (@val [$($run:expr),+] .. $t:ty = $e:expr, $($rest:tt)+) => {
+        $crate::backend::cuda::kernels::launch::Then(
+            ($($run,)+),
+            $crate::backend::cuda::kernels::launch::kernel_params!(@val [] .. $t = $e, $($rest)+),
+        )
+    };
+    (@val [$($run:expr),*] $t:ty = $e:expr $(, $($rest:tt)*)?) => {
+        $crate::backend::cuda::kernels::launch::kernel_params!(@val [$($run,)* $e] $($($rest)*)?)
+    };
+}
+pub(crate) use kernel_params;
+
+/// A group of parameters several kernels take (an operand's), written as
+/// `kernel_params!`'s list: declares the group's type `$alias` and the
+/// function (or, inside `impl Owner { .. }`, the method) giving its values.
+macro_rules! param_group {
+    (
+        $(#[$tm:meta])* $tv:vis type $alias:ident;
+        impl $owner:ident {
+            $(#[$fm:meta])* $fv:vis fn $f:ident($($args:tt)*) { $($list:tt)+ }
+        }
+    ) => {
+        $(#[$tm])* $tv type $alias = $crate::backend::cuda::kernels::launch::kernel_params!(@ty [] $($list)+);
+        impl $owner {
+            $(#[$fm])* $fv fn $f($($args)*) -> $alias {
+                $crate::backend::cuda::kernels::launch::kernel_params!(@val [] $($list)+)
+            }
+        }
+    };
+    (
+        $(#[$tm:meta])* $tv:vis type $alias:ident;
+        $(#[$fm:meta])* $fv:vis fn $f:ident($($args:tt)*) { $($list:tt)+ }
+    ) => {
+        $(#[$tm])* $tv type $alias = $crate::backend::cuda::kernels::launch::kernel_params!(@ty [] $($list)+);
+        $(#[$fm])* $fv fn $f($($args)*) -> $alias {
+            $crate::backend::cuda::kernels::launch::kernel_params!(@val [] $($list)+)
+        }
+    };
+}
+pub(crate) use param_group;
+
+/// One kernel's parameters as two lists, the first pushed first: how
+/// `kernel_params!` joins runs of single parameters and spliced groups.
 pub struct Then<A, B>(pub A, pub B);
 
 impl<A: ParamList, B: ParamList> ParamList for Then<A, B> {
@@ -357,9 +500,10 @@ pub struct Plan {
 }
 
 /// One launch of one kernel with named, typed arguments. Implemented by
-/// each kernel's argument struct in `args.rs`; `Kernels::launch` runs
-/// [`KernelCall::check`], lays the grid out with [`launch_config`] and
-/// pushes [`KernelCall::params`].
+/// each kernel's argument struct in its family's file; `Kernels::launch`
+/// runs [`KernelCall::check`], lays the grid out with [`launch_config`] and
+/// pushes [`KernelCall::params`]. `Params` and `params` come from one list,
+/// `kernel_params!`.
 pub trait KernelCall {
     /// The kernel's parameters: exactly its C signature, in order (a test
     /// compares every one with the `.cu` source).

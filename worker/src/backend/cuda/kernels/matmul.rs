@@ -12,8 +12,9 @@ use cudarc::driver::{CudaStream, LaunchConfig};
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, plan, type_suffix, Family, KernelCall, Plan, Work,
+    blocks, format_kernels, kernel_params, plan, Family, KernelCall, Plan, Work,
 };
+use crate::backend::cuda::kernels::StoredParams;
 use crate::backend::cuda::kernels::{tc_tiles, Gemm, Kernel, Kernels, Stored};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
@@ -22,15 +23,16 @@ use crate::backend::cuda::source::{
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
-/// The kernels of `matmul.cu`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Matmul {
-    /// `mv_<type>`: matrix product for up to `MV_MAX_TOKENS` rows of x, a block per weight row.
-    Mv(GgmlType),
-    /// `mvw_<type>`: the same with a warp per weight row, for matrices of many rows.
-    Mvw(GgmlType),
-    /// `gemm_<type>`: tiled matrix product for any number of rows of x.
-    Gemm(GgmlType),
+format_kernels! {
+    /// The kernels of `matmul.cu`.
+    pub enum Matmul {
+        /// `mv_<type>`: matrix product for up to `MV_MAX_TOKENS` rows of x, a block per weight row.
+        Mv = "mv",
+        /// `mvw_<type>`: the same with a warp per weight row, for matrices of many rows.
+        Mvw = "mvw",
+        /// `gemm_<type>`: tiled matrix product for any number of rows of x.
+        Gemm = "gemm",
+    }
 }
 
 impl Family for Matmul {
@@ -43,17 +45,10 @@ impl Family for Matmul {
             .collect()
     }
     fn symbol(self) -> String {
-        let (prefix, t) = match self {
-            Matmul::Mv(t) => ("mv", t),
-            Matmul::Mvw(t) => ("mvw", t),
-            Matmul::Gemm(t) => ("gemm", t),
-        };
-        format!("{prefix}_{}", type_suffix(t))
+        self.name()
     }
     fn format(self) -> Option<GgmlType> {
-        match self {
-            Matmul::Mv(t) | Matmul::Mvw(t) | Matmul::Gemm(t) => Some(t),
-        }
+        Some(self.weight_format())
     }
     fn part(self) -> Option<u8> {
         match self {
@@ -241,17 +236,6 @@ pub struct MatmulCall {
 }
 
 impl KernelCall for MatmulCall {
-    type Params = (
-        DevPtr<u8>,
-        i64,
-        i32,
-        i32,
-        DevPtr<f32>,
-        i32,
-        DevPtr<f32>,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         let a = &self.args;
         let buffers = [
@@ -269,18 +253,12 @@ impl KernelCall for MatmulCall {
             },
         )
     }
-    fn params(&self) -> Self::Params {
+    kernel_params! { self =>
         let a = &self.args;
-        let (w, row_bytes, rows, cols) = a.w.params();
-        (
-            w,
-            row_bytes,
-            rows,
-            cols,
-            a.x,
-            a.n as i32,
-            DevPtr::or_null(a.bias),
-            a.out,
-        )
+        ..StoredParams = a.w.params(),
+        DevPtr<f32> = a.x,
+        i32 = a.n as i32,
+        DevPtr<f32> = DevPtr::or_null(a.bias),
+        DevPtrMut<f32> = a.out,
     }
 }

@@ -7,8 +7,9 @@ use cudarc::driver::LaunchConfig;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work,
+    blocks, kernel_params, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work,
 };
+use crate::backend::cuda::kernels::X8Writes;
 use crate::backend::cuda::kernels::{validate_x8_output, Kernel, SplitsOutput, X8Bufs};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::Module;
@@ -129,19 +130,6 @@ pub struct RmsNormArgs {
 }
 
 impl KernelCall for RmsNormArgs {
-    type Params = (
-        DevPtr<f32>,
-        DevPtr<f32>,
-        i32,
-        f32,
-        i32,
-        DevPtrMut<f32>,
-        DevPtrMut<i8>,
-        DevPtrMut<i8>,
-        DevPtrMut<f32>,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         norm_plan(
             Kernel::Norm(Norm::Rms),
@@ -155,20 +143,14 @@ impl KernelCall for RmsNormArgs {
     fn validate(&self) -> Result<(), BackendError> {
         validate_x8_output(Kernel::Norm(Norm::Rms), self.x8, self.rows, self.cols)
     }
-    fn params(&self) -> Self::Params {
-        let (hi, lo, d, sums) = X8Bufs::writes_or_null(self.x8);
-        (
-            self.x,
-            self.w,
-            self.cols as i32,
-            self.eps,
-            self.rows as i32,
-            self.out,
-            hi,
-            lo,
-            d,
-            sums,
-        )
+    kernel_params! { self =>
+        DevPtr<f32> = self.x,
+        DevPtr<f32> = self.w,
+        i32 = self.cols as i32,
+        f32 = self.eps,
+        i32 = self.rows as i32,
+        DevPtrMut<f32> = self.out,
+        ..X8Writes = X8Bufs::writes_or_null(self.x8),
     }
 }
 
@@ -200,21 +182,6 @@ pub struct AddRmsNormArgs {
 }
 
 impl KernelCall for AddRmsNormArgs {
-    type Params = (
-        DevPtrMut<f32>,
-        DevPtr<f32>,
-        DevPtr<f32>,
-        DevPtr<f32>,
-        i32,
-        f32,
-        i32,
-        DevPtrMut<f32>,
-        DevPtrMut<i8>,
-        DevPtrMut<i8>,
-        DevPtrMut<f32>,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         let buffers = [
             ("x", self.x.addr()),
@@ -229,13 +196,16 @@ impl KernelCall for AddRmsNormArgs {
     fn validate(&self) -> Result<(), BackendError> {
         validate_x8_output(Kernel::Norm(Norm::AddRms), self.x8, self.rows, self.cols)
     }
-    fn params(&self) -> Self::Params {
-        let (hi, lo, d, sums) = X8Bufs::writes_or_null(self.x8);
-        let (rows, cols) = (self.rows as i32, self.cols as i32);
-        let yw = DevPtr::or_null(self.yw);
-        (
-            self.x, self.y, yw, self.w, cols, self.eps, rows, self.out, hi, lo, d, sums,
-        )
+    kernel_params! { self =>
+        DevPtrMut<f32> = self.x,
+        DevPtr<f32> = self.y,
+        DevPtr<f32> = DevPtr::or_null(self.yw),
+        DevPtr<f32> = self.w,
+        i32 = self.cols as i32,
+        f32 = self.eps,
+        i32 = self.rows as i32,
+        DevPtrMut<f32> = self.out,
+        ..X8Writes = X8Bufs::writes_or_null(self.x8),
     }
 }
 
@@ -263,19 +233,6 @@ pub struct AddRmsNormClusterArgs {
 }
 
 impl KernelCall for AddRmsNormClusterArgs {
-    type Params = (
-        DevPtrMut<f32>,
-        DevPtr<f32>,
-        DevPtr<f32>,
-        i32,
-        f32,
-        DevPtrMut<f32>,
-        DevPtrMut<i8>,
-        DevPtrMut<i8>,
-        DevPtrMut<f32>,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         let buffers = [
             ("x", self.x.addr()),
@@ -303,20 +260,18 @@ impl KernelCall for AddRmsNormClusterArgs {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
+    kernel_params! { self =>
         let x8 = self.x8;
-        (
-            self.x,
-            self.y,
-            self.w,
-            self.cols as i32,
-            self.eps,
-            self.out,
-            x8.hi,
-            x8.lo,
-            x8.d,
-            x8.sums,
-        )
+        DevPtrMut<f32> = self.x,
+        DevPtr<f32> = self.y,
+        DevPtr<f32> = self.w,
+        i32 = self.cols as i32,
+        f32 = self.eps,
+        DevPtrMut<f32> = self.out,
+        DevPtrMut<i8> = x8.hi,
+        DevPtrMut<i8> = x8.lo,
+        DevPtrMut<f32> = x8.d,
+        DevPtrMut<f32> = x8.sums,
     }
 }
 
@@ -344,16 +299,6 @@ pub struct LayerNormArgs {
 }
 
 impl KernelCall for LayerNormArgs {
-    type Params = (
-        DevPtr<f32>,
-        DevPtr<f32>,
-        DevPtr<f32>,
-        i32,
-        f32,
-        i32,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         norm_plan(
             Kernel::Norm(Norm::Layer),
@@ -364,15 +309,13 @@ impl KernelCall for LayerNormArgs {
             self.out,
         )
     }
-    fn params(&self) -> Self::Params {
-        (
-            self.x,
-            self.w,
-            DevPtr::or_null(self.b),
-            self.cols as i32,
-            self.eps,
-            self.rows as i32,
-            self.out,
-        )
+    kernel_params! { self =>
+        DevPtr<f32> = self.x,
+        DevPtr<f32> = self.w,
+        DevPtr<f32> = DevPtr::or_null(self.b),
+        i32 = self.cols as i32,
+        f32 = self.eps,
+        i32 = self.rows as i32,
+        DevPtrMut<f32> = self.out,
     }
 }

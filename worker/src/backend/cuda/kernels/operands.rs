@@ -4,7 +4,7 @@
 //! `KernelCall::check` has refused anything outside `1..=i32::MAX` before
 //! `params` converts them.
 
-use crate::backend::cuda::kernels::launch::refusal;
+use crate::backend::cuda::kernels::launch::{param_group, refusal};
 use crate::backend::cuda::kernels::Kernel;
 use crate::backend::cuda::ptr::DevPtr;
 use crate::backend::BackendError;
@@ -32,13 +32,17 @@ impl CacheWindow {
         }
         Ok(())
     }
+}
 
-    pub(crate) fn params(&self) -> (i32, DevPtr<i32>, i32) {
-        (
-            self.start_pos as i32,
-            DevPtr::or_null(self.pos_ptr),
-            self.capacity as i32,
-        )
+param_group! {
+    /// `(int start_pos, const int* pos_ptr, int capacity)`.
+    pub type WindowParams;
+    impl CacheWindow {
+        pub(crate) fn params(&self) {
+            i32 = self.start_pos as i32,
+            DevPtr<i32> = DevPtr::or_null(self.pos_ptr),
+            i32 = self.capacity as i32,
+        }
     }
 }
 
@@ -64,14 +68,18 @@ impl Stored {
             ("row_bytes", self.row_bytes),
         ]
     }
+}
 
-    /// `(const u8* table, i64 row_bytes, int rows, int cols)`, as every kernel over one takes them.
-    pub(crate) fn params(&self) -> (DevPtr<u8>, i64, i32, i32) {
-        (
-            self.ptr,
-            self.row_bytes as i64,
-            self.rows as i32,
-            self.cols as i32,
-        )
+param_group! {
+    /// `(const u8* table, i64 row_bytes, int rows, int cols)`, as every
+    /// kernel over a stored matrix takes them.
+    pub type StoredParams;
+    impl Stored {
+        pub(crate) fn params(&self) {
+            DevPtr<u8> = self.ptr,
+            i64 = self.row_bytes as i64,
+            i32 = self.rows as i32,
+            i32 = self.cols as i32,
+        }
     }
 }

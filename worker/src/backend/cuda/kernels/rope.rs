@@ -9,9 +9,10 @@ use half::f16;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, grid_1d, plan, refusal, unit_kernels, Family, KernelCall, Plan, Then, Work,
-    ELEMENT_THREADS,
+    blocks, grid_1d, kernel_params, param_group, plan, refusal, unit_kernels, Family, KernelCall,
+    Plan, Work, ELEMENT_THREADS,
 };
+use crate::backend::cuda::kernels::WindowParams;
 use crate::backend::cuda::kernels::{norm_threads, CacheWindow, Kernel, RowSeq};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::Module;
@@ -147,23 +148,6 @@ impl RopeArgs {
 }
 
 impl KernelCall for RopeArgs {
-    type Params = (
-        DevPtrMut<f32>,
-        DevPtrMut<f32>,
-        i32,
-        i32,
-        i32,
-        i32,
-        i32,
-        i32,
-        DevPtr<i32>,
-        DevPtr<f64>,
-        f32,
-        f32,
-        f32,
-        i32,
-    );
-
     fn plan(&self) -> Plan {
         let dims = [
             ("rows", self.rows),
@@ -193,107 +177,71 @@ impl KernelCall for RopeArgs {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
-        let style = self.style();
-        let (rows, heads, hd, n_rot) = (
-            self.rows as i32,
-            self.n_head as i32,
-            self.head_dim as i32,
-            self.n_rot as i32,
-        );
-        let (pos, table) = (
-            DevPtr::or_null(self.pos_ptr),
-            DevPtr::or_null(self.inv_freq),
-        );
-        let start = self.start_pos as i32;
-        (
-            self.x,
-            DevPtrMut::or_null(self.x2),
-            rows,
-            heads,
-            self.n_head2 as i32,
-            hd,
-            n_rot,
-            start,
-            pos,
-            table,
-            self.freq_base,
-            self.freq_scale,
-            self.mscale,
-            style,
-        )
+    kernel_params! { self =>
+        DevPtrMut<f32> = self.x,
+        DevPtrMut<f32> = DevPtrMut::or_null(self.x2),
+        i32 = self.rows as i32,
+        i32 = self.n_head as i32,
+        i32 = self.n_head2 as i32,
+        i32 = self.head_dim as i32,
+        i32 = self.n_rot as i32,
+        i32 = self.start_pos as i32,
+        DevPtr<i32> = DevPtr::or_null(self.pos_ptr),
+        DevPtr<f64> = DevPtr::or_null(self.inv_freq),
+        f32 = self.freq_base,
+        f32 = self.freq_scale,
+        f32 = self.mscale,
+        i32 = self.style(),
     }
 }
 
 /// Q's and K's head-norm weights (`[head_dim]` f32 each) and epsilon.
 pub type HeadNormArgs = (DevPtr<f32>, DevPtr<f32>, f32);
 
-/// The parameters `qk_rope_store` and `qk_rope_store_rows` begin with, in
-/// order: q, k, v, the head counts and size, the head norms (null weights
-/// and 0 without), the rotation (`n_rot` 0 without).
-pub type QkPrepParams = (
-    DevPtrMut<f32>,
-    DevPtrMut<f32>,
-    DevPtr<f32>,
-    i32,
-    i32,
-    i32,
-    DevPtr<f32>,
-    DevPtr<f32>,
-    f32,
-    i32,
-    DevPtr<f64>,
-    f32,
-    f32,
-    f32,
-    i32,
-);
-
-/// [`QkPrepParams`] of a launch's q, k, v, heads, norms and rotation.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn qk_prep_params(
-    q: DevPtrMut<f32>,
-    k: DevPtrMut<f32>,
-    v: DevPtr<f32>,
-    n_head: usize,
-    n_head_kv: usize,
-    head_dim: usize,
-    norms: &Option<HeadNormArgs>,
-    rope: &Option<RopeArgs>,
-) -> QkPrepParams {
-    let (qw, kw, eps) = (
-        DevPtr::or_null(norms.map(|n| n.0)),
-        DevPtr::or_null(norms.map(|n| n.1)),
-        norms.map_or(0.0, |n| n.2),
-    );
-    let (n_rot, table, base, scale, mscale, style) = match rope {
-        Some(r) => (
-            r.n_rot as i32,
-            DevPtr::or_null(r.inv_freq),
-            r.freq_base,
-            r.freq_scale,
-            r.mscale,
-            r.style(),
-        ),
-        None => (0, DevPtr::or_null(None), 0.0, 0.0, 0.0, 0),
-    };
-    (
-        q,
-        k,
-        v,
-        n_head as i32,
-        n_head_kv as i32,
-        head_dim as i32,
-        qw,
-        kw,
-        eps,
-        n_rot,
-        table,
-        base,
-        scale,
-        mscale,
-        style,
-    )
+param_group! {
+    /// The parameters `qk_rope_store` and `qk_rope_store_rows` begin with, in
+    /// order: q, k, v, the head counts and size, the head norms (null weights
+    /// and 0 without), the rotation (`n_rot` 0 without).
+    pub type QkPrepParams;
+    /// [`QkPrepParams`] of a launch's q, k, v, heads, norms and rotation.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn qk_prep_params(
+        q: DevPtrMut<f32>,
+        k: DevPtrMut<f32>,
+        v: DevPtr<f32>,
+        n_head: usize,
+        n_head_kv: usize,
+        head_dim: usize,
+        norms: &Option<HeadNormArgs>,
+        rope: &Option<RopeArgs>,
+    ) {
+        let (n_rot, table, base, scale, mscale, style) = match rope {
+            Some(r) => (
+                r.n_rot as i32,
+                DevPtr::or_null(r.inv_freq),
+                r.freq_base,
+                r.freq_scale,
+                r.mscale,
+                r.style(),
+            ),
+            None => (0, DevPtr::or_null(None), 0.0, 0.0, 0.0, 0),
+        };
+        DevPtrMut<f32> = q,
+        DevPtrMut<f32> = k,
+        DevPtr<f32> = v,
+        i32 = n_head as i32,
+        i32 = n_head_kv as i32,
+        i32 = head_dim as i32,
+        DevPtr<f32> = DevPtr::or_null(norms.map(|n| n.0)),
+        DevPtr<f32> = DevPtr::or_null(norms.map(|n| n.1)),
+        f32 = norms.map_or(0.0, |n| n.2),
+        i32 = n_rot,
+        DevPtr<f64> = table,
+        f32 = base,
+        f32 = scale,
+        f32 = mscale,
+        i32 = style,
+    }
 }
 
 /// `qk_rope_store`: before attention, in one launch, each head of Q and K
@@ -323,8 +271,6 @@ pub struct QkRopeStoreArgs {
 }
 
 impl KernelCall for QkRopeStoreArgs {
-    type Params = Then<QkPrepParams, (i32, DevPtr<i32>, i32, DevPtrMut<f16>, DevPtrMut<f16>)>;
-
     fn plan(&self) -> Plan {
         let (n, n_head, n_head_kv, head_dim) = (self.n, self.n_head, self.n_head_kv, self.head_dim);
         let dims = [
@@ -356,9 +302,8 @@ impl KernelCall for QkRopeStoreArgs {
         }
         self.window.check(k, self.n)
     }
-    fn params(&self) -> Self::Params {
-        let (start, pos, cap) = self.window.params();
-        let prep = qk_prep_params(
+    kernel_params! { self =>
+        ..QkPrepParams = qk_prep_params(
             self.q,
             self.k,
             self.v,
@@ -367,8 +312,10 @@ impl KernelCall for QkRopeStoreArgs {
             self.head_dim,
             &self.norms,
             &self.rope,
-        );
-        Then(prep, (start, pos, cap, self.k_cache, self.v_cache))
+        ),
+        ..WindowParams = self.window.params(),
+        DevPtrMut<f16> = self.k_cache,
+        DevPtrMut<f16> = self.v_cache,
     }
 }
 
@@ -396,8 +343,6 @@ pub struct QkRopeStoreRowsArgs {
 }
 
 impl KernelCall for QkRopeStoreRowsArgs {
-    type Params = Then<QkPrepParams, (DevPtr<RowSeq>, i32)>;
-
     fn plan(&self) -> Plan {
         let (n, n_head, n_head_kv, head_dim) =
             (self.rows, self.n_head, self.n_head_kv, self.head_dim);
@@ -427,8 +372,8 @@ impl KernelCall for QkRopeStoreRowsArgs {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
-        let prep = qk_prep_params(
+    kernel_params! { self =>
+        ..QkPrepParams = qk_prep_params(
             self.q,
             self.k,
             self.v,
@@ -437,7 +382,8 @@ impl KernelCall for QkRopeStoreRowsArgs {
             self.head_dim,
             &self.norms,
             &self.rope,
-        );
-        Then(prep, (self.seqs, self.layer as i32))
+        ),
+        DevPtr<RowSeq> = self.seqs,
+        i32 = self.layer as i32,
     }
 }

@@ -8,7 +8,7 @@ use cudarc::driver::LaunchConfig;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work,
+    blocks, kernel_params, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work,
 };
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
@@ -110,26 +110,7 @@ pub struct SampleSelectArgs {
     pub out: DevPtrMut<u32>,
 }
 
-type SelectParams = (
-    DevPtr<f32>,
-    u32,
-    DevPtrMut<u32>,
-    DevPtr<u32>,
-    u32,
-    f32,
-    f32,
-    u32,
-    f32,
-    f32,
-    f64,
-    f64,
-    i32,
-    DevPtrMut<u32>,
-);
-
 impl KernelCall for SampleSelectArgs {
-    type Params = SelectParams;
-
     fn plan(&self) -> Plan {
         let buffers = [
             ("logits", self.logits.addr()),
@@ -149,24 +130,21 @@ impl KernelCall for SampleSelectArgs {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
-        let (p, pen) = (&self.p, DevPtr::or_null(self.pen_ids));
-        (
-            self.logits,
-            self.n,
-            self.keys,
-            pen,
-            self.n_pen,
-            p.temperature,
-            p.penalty,
-            p.top_k,
-            p.top_p,
-            p.min_p,
-            p.uniform,
-            p.scale,
-            i32::from(p.greedy),
-            self.out,
-        )
+    kernel_params! { self =>
+        DevPtr<f32> = self.logits,
+        u32 = self.n,
+        DevPtrMut<u32> = self.keys,
+        DevPtr<u32> = DevPtr::or_null(self.pen_ids),
+        u32 = self.n_pen,
+        f32 = self.p.temperature,
+        f32 = self.p.penalty,
+        u32 = self.p.top_k,
+        f32 = self.p.top_p,
+        f32 = self.p.min_p,
+        f64 = self.p.uniform,
+        f64 = self.p.scale,
+        i32 = i32::from(self.p.greedy),
+        DevPtrMut<u32> = self.out,
     }
 }
 
@@ -234,8 +212,6 @@ pub struct SampleSelectRowsArgs {
 }
 
 impl KernelCall for SampleSelectRowsArgs {
-    type Params = (DevPtr<SampleRow>, u32, f64);
-
     fn plan(&self) -> Plan {
         plan(
             Sample::SelectRows,
@@ -247,8 +223,10 @@ impl KernelCall for SampleSelectRowsArgs {
             },
         )
     }
-    fn params(&self) -> Self::Params {
-        (self.table, self.n, self.scale)
+    kernel_params! { self =>
+        DevPtr<SampleRow> = self.table,
+        u32 = self.n,
+        f64 = self.scale,
     }
 }
 
@@ -268,8 +246,6 @@ pub struct SampleLogprobsArgs {
 }
 
 impl KernelCall for SampleLogprobsArgs {
-    type Params = (DevPtr<f32>, u32, DevPtrMut<u32>, u32, DevPtrMut<u32>);
-
     fn plan(&self) -> Plan {
         let buffers = [
             ("logits", self.logits.addr()),
@@ -292,8 +268,12 @@ impl KernelCall for SampleLogprobsArgs {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
-        (self.logits, self.n, self.keys, self.k, self.out)
+    kernel_params! { self =>
+        DevPtr<f32> = self.logits,
+        u32 = self.n,
+        DevPtrMut<u32> = self.keys,
+        u32 = self.k,
+        DevPtrMut<u32> = self.out,
     }
 }
 
@@ -314,14 +294,6 @@ pub struct SampleArgmaxArgs {
 }
 
 impl KernelCall for SampleArgmaxArgs {
-    type Params = (
-        DevPtr<f32>,
-        u32,
-        DevPtrMut<u64>,
-        DevPtrMut<u32>,
-        DevPtrMut<u32>,
-    );
-
     fn plan(&self) -> Plan {
         let buffers = [
             ("logits", self.logits.addr()),
@@ -332,7 +304,11 @@ impl KernelCall for SampleArgmaxArgs {
         let n = self.n as usize;
         plan(Sample::Argmax, [("n", n)], buffers, Work::Elements(n))
     }
-    fn params(&self) -> Self::Params {
-        (self.logits, self.n, self.partial, self.done, self.out)
+    kernel_params! { self =>
+        DevPtr<f32> = self.logits,
+        u32 = self.n,
+        DevPtrMut<u64> = self.partial,
+        DevPtrMut<u32> = self.done,
+        DevPtrMut<u32> = self.out,
     }
 }

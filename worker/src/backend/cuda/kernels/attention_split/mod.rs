@@ -13,9 +13,10 @@ use half::f16;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, plan, refusal, Family, KernelCall, Plan, Work,
+    blocks, kernel_params, plan, refusal, Family, KernelCall, Plan, Work,
 };
 use crate::backend::cuda::kernels::{validate_head_split, CacheWindow, Kernel, Kernels, X8Bufs};
+use crate::backend::cuda::kernels::{WindowParams, X8Writes};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
     Module, ATSC_THREADS, ATS_MAX_GROUP, ATS_MAX_SPLITS, ATS_THREADS, ATT_MAX_HEAD_DIM,
@@ -296,22 +297,6 @@ pub struct AttentionSplitArgs {
 }
 
 impl KernelCall for AttentionSplitArgs {
-    type Params = (
-        DevPtr<f32>,
-        i32,
-        i32,
-        i32,
-        i32,
-        DevPtr<i32>,
-        i32,
-        DevPtr<f16>,
-        DevPtr<f16>,
-        f32,
-        i32,
-        i32,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         let (kv, hd, capacity) = (self.n_head_kv, self.head_dim, self.window.capacity);
         let dims = [
@@ -350,29 +335,18 @@ impl KernelCall for AttentionSplitArgs {
         }
         self.window.check(k, 1)
     }
-    fn params(&self) -> Self::Params {
-        let (start, pos, cap) = self.window.params();
-        let (heads, kv_heads, hd) = (
-            self.n_head as i32,
-            self.n_head_kv as i32,
-            self.head_dim as i32,
-        );
-        let nsplit = self.nsplit as i32;
-        (
-            self.q,
-            heads,
-            kv_heads,
-            hd,
-            start,
-            pos,
-            cap,
-            self.k_cache,
-            self.v_cache,
-            self.scale,
-            self.sliding as i32,
-            nsplit,
-            self.part,
-        )
+    kernel_params! { self =>
+        DevPtr<f32> = self.q,
+        i32 = self.n_head as i32,
+        i32 = self.n_head_kv as i32,
+        i32 = self.head_dim as i32,
+        ..WindowParams = self.window.params(),
+        DevPtr<f16> = self.k_cache,
+        DevPtr<f16> = self.v_cache,
+        f32 = self.scale,
+        i32 = self.sliding as i32,
+        i32 = self.nsplit as i32,
+        DevPtrMut<f32> = self.part,
     }
 }
 
@@ -395,19 +369,6 @@ pub struct AttentionCombineArgs {
 }
 
 impl KernelCall for AttentionCombineArgs {
-    type Params = (
-        DevPtr<f32>,
-        i32,
-        i32,
-        i32,
-        DevPtr<f32>,
-        DevPtrMut<f32>,
-        DevPtrMut<i8>,
-        DevPtrMut<i8>,
-        DevPtrMut<f32>,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         let dims = [
             ("n_head", self.n_head),
@@ -440,19 +401,13 @@ impl KernelCall for AttentionCombineArgs {
             false,
         )
     }
-    fn params(&self) -> Self::Params {
-        let (hi, lo, d, sums) = X8Bufs::writes_or_null(self.x8);
-        (
-            self.part,
-            self.n_head as i32,
-            self.head_dim as i32,
-            self.nsplit as i32,
-            DevPtr::or_null(self.sinks),
-            self.out,
-            hi,
-            lo,
-            d,
-            sums,
-        )
+    kernel_params! { self =>
+        DevPtr<f32> = self.part,
+        i32 = self.n_head as i32,
+        i32 = self.head_dim as i32,
+        i32 = self.nsplit as i32,
+        DevPtr<f32> = DevPtr::or_null(self.sinks),
+        DevPtrMut<f32> = self.out,
+        ..X8Writes = X8Bufs::writes_or_null(self.x8),
     }
 }

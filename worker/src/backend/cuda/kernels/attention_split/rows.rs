@@ -3,7 +3,7 @@
 //! chunks of `ATS_ROW_CHUNK` positions (`attention_split_*_rows`), then
 //! each row's chunks merged (`attention_combine_rows`).
 
-use crate::backend::cuda::kernels::launch::{plan, refusal, KernelCall, Plan, Work};
+use crate::backend::cuda::kernels::launch::{kernel_params, plan, refusal, KernelCall, Plan, Work};
 use crate::backend::cuda::kernels::{check_split_heads, split_kernel, AttentionSplit, Kernel};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{ATS_MAX_SPLITS, ATS_ROW_CHUNK, ATT_MAX_HEAD_DIM};
@@ -94,19 +94,6 @@ pub struct AttentionSplitRowsArgs {
 }
 
 impl KernelCall for AttentionSplitRowsArgs {
-    type Params = (
-        DevPtr<f32>,
-        i32,
-        i32,
-        i32,
-        DevPtr<RowSeq>,
-        i32,
-        f32,
-        i32,
-        i32,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         let dims = [
             ("rows", self.rows),
@@ -137,19 +124,17 @@ impl KernelCall for AttentionSplitRowsArgs {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
-        (
-            self.q,
-            self.n_head as i32,
-            self.n_head_kv as i32,
-            self.head_dim as i32,
-            self.seqs,
-            self.layer as i32,
-            self.scale,
-            self.sliding as i32,
-            self.max_splits as i32,
-            self.part,
-        )
+    kernel_params! { self =>
+        DevPtr<f32> = self.q,
+        i32 = self.n_head as i32,
+        i32 = self.n_head_kv as i32,
+        i32 = self.head_dim as i32,
+        DevPtr<RowSeq> = self.seqs,
+        i32 = self.layer as i32,
+        f32 = self.scale,
+        i32 = self.sliding as i32,
+        i32 = self.max_splits as i32,
+        DevPtrMut<f32> = self.part,
     }
 }
 
@@ -174,17 +159,6 @@ pub struct AttentionCombineRowsArgs {
 }
 
 impl KernelCall for AttentionCombineRowsArgs {
-    type Params = (
-        DevPtr<f32>,
-        i32,
-        i32,
-        DevPtr<RowSeq>,
-        i32,
-        i32,
-        DevPtr<f32>,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         let dims = [
             ("rows", self.rows),
@@ -210,16 +184,14 @@ impl KernelCall for AttentionCombineRowsArgs {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
-        (
-            self.part,
-            self.n_head as i32,
-            self.head_dim as i32,
-            self.seqs,
-            self.sliding as i32,
-            self.max_splits as i32,
-            DevPtr::or_null(self.sinks),
-            self.out,
-        )
+    kernel_params! { self =>
+        DevPtr<f32> = self.part,
+        i32 = self.n_head as i32,
+        i32 = self.head_dim as i32,
+        DevPtr<RowSeq> = self.seqs,
+        i32 = self.sliding as i32,
+        i32 = self.max_splits as i32,
+        DevPtr<f32> = DevPtr::or_null(self.sinks),
+        DevPtrMut<f32> = self.out,
     }
 }

@@ -9,8 +9,10 @@ use cudarc::driver::LaunchConfig;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, grid_1d, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work, ELEMENT_THREADS,
+    blocks, grid_1d, kernel_params, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work,
+    ELEMENT_THREADS,
 };
+use crate::backend::cuda::kernels::X8Writes;
 use crate::backend::cuda::kernels::{validate_x8_output, Kernel, RowSeq, SplitsOutput, X8Bufs};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{Module, MOE_ROUTE_ROWS};
@@ -140,17 +142,6 @@ pub struct GluArgs {
 }
 
 impl KernelCall for GluArgs {
-    type Params = (
-        DevPtr<f32>,
-        DevPtr<f32>,
-        i64,
-        DevPtrMut<f32>,
-        DevPtrMut<i8>,
-        DevPtrMut<i8>,
-        DevPtrMut<f32>,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         let buffers = [
             ("gate", self.gate.addr()),
@@ -162,18 +153,12 @@ impl KernelCall for GluArgs {
     fn validate(&self) -> Result<(), BackendError> {
         validate_x8_output(self.kernel(), self.x8, 1, self.len)
     }
-    fn params(&self) -> Self::Params {
-        let (hi, lo, d, sums) = X8Bufs::writes_or_null(self.x8);
-        (
-            self.gate,
-            self.up,
-            self.len as i64,
-            self.out,
-            hi,
-            lo,
-            d,
-            sums,
-        )
+    kernel_params! { self =>
+        DevPtr<f32> = self.gate,
+        DevPtr<f32> = self.up,
+        i64 = self.len as i64,
+        DevPtrMut<f32> = self.out,
+        ..X8Writes = X8Bufs::writes_or_null(self.x8),
     }
 }
 
@@ -204,8 +189,6 @@ pub struct GeluArgs {
 }
 
 impl KernelCall for GeluArgs {
-    type Params = (DevPtr<f32>, i64, DevPtrMut<f32>);
-
     fn plan(&self) -> Plan {
         plan(
             Elementwise::Gelu,
@@ -214,8 +197,10 @@ impl KernelCall for GeluArgs {
             Work::Elements(self.len),
         )
     }
-    fn params(&self) -> Self::Params {
-        (self.x, self.len as i64, self.out)
+    kernel_params! { self =>
+        DevPtr<f32> = self.x,
+        i64 = self.len as i64,
+        DevPtrMut<f32> = self.out,
     }
 }
 
@@ -229,8 +214,6 @@ pub struct ScaleArgs {
 }
 
 impl KernelCall for ScaleArgs {
-    type Params = (DevPtrMut<f32>, i64, f32);
-
     fn plan(&self) -> Plan {
         plan(
             Elementwise::Scale,
@@ -239,8 +222,10 @@ impl KernelCall for ScaleArgs {
             Work::Elements(self.len),
         )
     }
-    fn params(&self) -> Self::Params {
-        (self.x, self.len as i64, self.factor)
+    kernel_params! { self =>
+        DevPtrMut<f32> = self.x,
+        i64 = self.len as i64,
+        f32 = self.factor,
     }
 }
 
@@ -259,8 +244,6 @@ pub struct CopyColsArgs {
 }
 
 impl KernelCall for CopyColsArgs {
-    type Params = (DevPtr<f32>, i32, i32, i32, DevPtrMut<f32>, i64);
-
     fn plan(&self) -> Plan {
         plan(
             Elementwise::CopyCols,
@@ -283,15 +266,13 @@ impl KernelCall for CopyColsArgs {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
-        (
-            self.x,
-            self.x_cols as i32,
-            self.start as i32,
-            self.cols as i32,
-            self.out,
-            (self.rows * self.cols) as i64,
-        )
+    kernel_params! { self =>
+        DevPtr<f32> = self.x,
+        i32 = self.x_cols as i32,
+        i32 = self.start as i32,
+        i32 = self.cols as i32,
+        DevPtrMut<f32> = self.out,
+        i64 = (self.rows * self.cols) as i64,
     }
 }
 
@@ -305,8 +286,6 @@ pub struct AddAssignArgs {
 }
 
 impl KernelCall for AddAssignArgs {
-    type Params = (DevPtrMut<f32>, DevPtr<f32>, i64);
-
     fn plan(&self) -> Plan {
         plan(
             Elementwise::AddAssign,
@@ -315,8 +294,10 @@ impl KernelCall for AddAssignArgs {
             Work::Elements(self.len),
         )
     }
-    fn params(&self) -> Self::Params {
-        (self.x, self.y, self.len as i64)
+    kernel_params! { self =>
+        DevPtrMut<f32> = self.x,
+        DevPtr<f32> = self.y,
+        i64 = self.len as i64,
     }
 }
 
@@ -332,8 +313,6 @@ pub struct KeepRowsArgs {
 }
 
 impl KernelCall for KeepRowsArgs {
-    type Params = (DevPtr<f32>, i32, DevPtr<RowSeq>);
-
     fn plan(&self) -> Plan {
         plan(
             Elementwise::KeepRows,
@@ -345,7 +324,9 @@ impl KernelCall for KeepRowsArgs {
             },
         )
     }
-    fn params(&self) -> Self::Params {
-        (self.x, self.cols as i32, self.seqs)
+    kernel_params! { self =>
+        DevPtr<f32> = self.x,
+        i32 = self.cols as i32,
+        DevPtr<RowSeq> = self.seqs,
     }
 }

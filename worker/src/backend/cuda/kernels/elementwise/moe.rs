@@ -4,7 +4,7 @@
 
 use half::f16;
 
-use crate::backend::cuda::kernels::launch::{plan, refusal, KernelCall, Plan, Work};
+use crate::backend::cuda::kernels::launch::{kernel_params, plan, refusal, KernelCall, Plan, Work};
 use crate::backend::cuda::kernels::Elementwise;
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::MOE_MAX_EXPERTS;
@@ -26,8 +26,6 @@ pub struct MoeRouteArgs {
 }
 
 impl KernelCall for MoeRouteArgs {
-    type Params = (DevPtr<f32>, i32, i32, i32, DevPtrMut<i32>, DevPtrMut<f32>);
-
     fn plan(&self) -> Plan {
         let dims = [
             ("n", self.n),
@@ -55,15 +53,13 @@ impl KernelCall for MoeRouteArgs {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
-        (
-            self.logits,
-            self.n as i32,
-            self.experts as i32,
-            self.used as i32,
-            self.ids,
-            self.weights,
-        )
+    kernel_params! { self =>
+        DevPtr<f32> = self.logits,
+        i32 = self.n as i32,
+        i32 = self.experts as i32,
+        i32 = self.used as i32,
+        DevPtrMut<i32> = self.ids,
+        DevPtrMut<f32> = self.weights,
     }
 }
 
@@ -86,16 +82,6 @@ pub struct MoeSumArgs {
 }
 
 impl KernelCall for MoeSumArgs {
-    type Params = (
-        DevPtr<f32>,
-        DevPtr<i32>,
-        DevPtr<f32>,
-        i32,
-        i32,
-        i64,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         let dims = [
             ("rows", self.rows),
@@ -110,16 +96,14 @@ impl KernelCall for MoeSumArgs {
         let len = self.rows.saturating_mul(self.cols);
         plan(Elementwise::MoeSum, dims, buffers, Work::Elements(len))
     }
-    fn params(&self) -> Self::Params {
-        (
-            self.y,
-            DevPtr::or_null(self.pos),
-            self.weights,
-            self.used as i32,
-            self.cols as i32,
-            (self.rows * self.cols) as i64,
-            self.out,
-        )
+    kernel_params! { self =>
+        DevPtr<f32> = self.y,
+        DevPtr<i32> = DevPtr::or_null(self.pos),
+        DevPtr<f32> = self.weights,
+        i32 = self.used as i32,
+        i32 = self.cols as i32,
+        i64 = (self.rows * self.cols) as i64,
+        DevPtrMut<f32> = self.out,
     }
 }
 
@@ -141,16 +125,6 @@ pub struct MoeGatherF16Args {
 }
 
 impl KernelCall for MoeGatherF16Args {
-    type Params = (
-        DevPtr<f32>,
-        DevPtr<i32>,
-        i32,
-        i32,
-        i64,
-        DevPtrMut<f16>,
-        DevPtrMut<f16>,
-    );
-
     fn plan(&self) -> Plan {
         let dims = [("used", self.used), ("cols", self.cols), ("m", self.m)];
         let buffers = [
@@ -177,15 +151,13 @@ impl KernelCall for MoeGatherF16Args {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
-        (
-            self.x,
-            self.order,
-            self.used as i32,
-            self.cols as i32,
-            (self.m * self.cols / 8) as i64,
-            self.hi,
-            self.lo,
-        )
+    kernel_params! { self =>
+        DevPtr<f32> = self.x,
+        DevPtr<i32> = self.order,
+        i32 = self.used as i32,
+        i32 = self.cols as i32,
+        i64 = (self.m * self.cols / 8) as i64,
+        DevPtrMut<f16> = self.hi,
+        DevPtrMut<f16> = self.lo,
     }
 }

@@ -6,7 +6,7 @@
 
 use half::f16;
 
-use crate::backend::cuda::kernels::launch::{plan, refusal, KernelCall, Plan, Work};
+use crate::backend::cuda::kernels::launch::{kernel_params, plan, refusal, KernelCall, Plan, Work};
 use crate::backend::cuda::kernels::{Elementwise, X8Bufs};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::BackendError;
@@ -22,15 +22,6 @@ pub struct QuantizeX8Args {
 }
 
 impl KernelCall for QuantizeX8Args {
-    type Params = (
-        DevPtr<f32>,
-        i32,
-        DevPtrMut<i8>,
-        DevPtrMut<i8>,
-        DevPtrMut<f32>,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         let [hi, lo, d, sums] = self.out.addrs();
         plan(
@@ -49,9 +40,14 @@ impl KernelCall for QuantizeX8Args {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
+    kernel_params! { self =>
         let o = &self.out;
-        (self.x, self.cols as i32, o.hi, o.lo, o.d, o.sums)
+        DevPtr<f32> = self.x,
+        i32 = self.cols as i32,
+        DevPtrMut<i8> = o.hi,
+        DevPtrMut<i8> = o.lo,
+        DevPtrMut<f32> = o.d,
+        DevPtrMut<f32> = o.sums,
     }
 }
 
@@ -68,8 +64,6 @@ pub struct ToF16Args {
 }
 
 impl KernelCall for ToF16Args {
-    type Params = (DevPtr<f32>, i64, DevPtrMut<f16>, DevPtrMut<f16>);
-
     fn plan(&self) -> Plan {
         plan(
             Elementwise::ToF16,
@@ -99,8 +93,11 @@ impl KernelCall for ToF16Args {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
-        (self.x, (self.len / 8) as i64, self.hi, self.lo)
+    kernel_params! { self =>
+        DevPtr<f32> = self.x,
+        i64 = (self.len / 8) as i64,
+        DevPtrMut<f16> = self.hi,
+        DevPtrMut<f16> = self.lo,
     }
 }
 
@@ -116,8 +113,6 @@ pub struct AddBiasArgs {
 }
 
 impl KernelCall for AddBiasArgs {
-    type Params = (DevPtrMut<f32>, DevPtr<f32>, i64, i32);
-
     fn plan(&self) -> Plan {
         plan(
             Elementwise::AddBias,
@@ -133,8 +128,11 @@ impl KernelCall for AddBiasArgs {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
-        (self.out, self.bias, self.len as i64, self.rows as i32)
+    kernel_params! { self =>
+        DevPtrMut<f32> = self.out,
+        DevPtr<f32> = self.bias,
+        i64 = self.len as i64,
+        i32 = self.rows as i32,
     }
 }
 
@@ -154,8 +152,6 @@ pub struct GemmSplitsSumArgs {
 }
 
 impl KernelCall for GemmSplitsSumArgs {
-    type Params = (DevPtr<f32>, i32, i64, i32, DevPtr<f32>, DevPtrMut<f32>);
-
     fn plan(&self) -> Plan {
         let dims = [
             ("splits", self.splits),
@@ -177,14 +173,12 @@ impl KernelCall for GemmSplitsSumArgs {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
-        (
-            self.part,
-            self.splits as i32,
-            self.len as i64,
-            self.rows as i32,
-            DevPtr::or_null(self.bias),
-            self.out,
-        )
+    kernel_params! { self =>
+        DevPtr<f32> = self.part,
+        i32 = self.splits as i32,
+        i64 = self.len as i64,
+        i32 = self.rows as i32,
+        DevPtr<f32> = DevPtr::or_null(self.bias),
+        DevPtrMut<f32> = self.out,
     }
 }

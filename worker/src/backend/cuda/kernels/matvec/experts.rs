@@ -2,8 +2,11 @@
 //! experts' chosen experts: `mv1e_*` from f32 x, `mv8e_*` from x split for
 //! the integer units.
 
-use crate::backend::cuda::kernels::launch::{plan, refusal, KernelCall, Plan, Then, Work};
+use crate::backend::cuda::kernels::launch::{
+    kernel_params, param_group, plan, refusal, KernelCall, Plan, Work,
+};
 use crate::backend::cuda::kernels::{has_mv8_experts, Kernel, Matvec, Stored, X8Bufs};
+use crate::backend::cuda::kernels::{StoredParams, X8Reads};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::BackendError;
 
@@ -88,48 +91,39 @@ impl ExpertMatVecArgs {
         }
         Ok(())
     }
+}
 
+param_group! {
     /// The parameters both kernels open with: the weights and their shape,
     /// the experts and the slots' rows of x.
-    fn head_params(&self) -> ExpertHead {
-        (
-            self.w.ptr,
-            self.w.row_bytes as i64,
-            self.rows() as i32,
-            self.w.cols as i32,
-            self.experts as i32,
-            self.ids,
-            self.x_div as i32,
-        )
-    }
-
-    /// The parameters both kernels close with: the bias and output, then
-    /// the second matrix's weights, bias and output (null without one).
-    fn tail_params(&self) -> ExpertTail {
-        (
-            DevPtr::or_null(self.bias),
-            self.out,
-            DevPtr::or_null(self.second.map(|s| s.0.ptr)),
-            DevPtr::or_null(self.second.and_then(|s| s.1)),
-            DevPtrMut::or_null(self.second.map(|s| s.2)),
-        )
+    type ExpertHead;
+    impl ExpertMatVecArgs {
+        fn head_params(&self) {
+            // One expert's matrix: the stacked one's first `rows()` rows.
+            ..StoredParams = Stored { rows: self.rows(), ..self.w }.params(),
+            i32 = self.experts as i32,
+            DevPtr<i32> = self.ids,
+            i32 = self.x_div as i32,
+        }
     }
 }
 
-type ExpertHead = (DevPtr<u8>, i64, i32, i32, i32, DevPtr<i32>, i32);
-
-type ExpertTail = (
-    DevPtr<f32>,
-    DevPtrMut<f32>,
-    DevPtr<u8>,
-    DevPtr<f32>,
-    DevPtrMut<f32>,
-);
+param_group! {
+    /// The parameters both kernels close with: the bias and output, then
+    /// the second matrix's weights, bias and output (null without one).
+    type ExpertTail;
+    impl ExpertMatVecArgs {
+        fn tail_params(&self) {
+            DevPtr<f32> = DevPtr::or_null(self.bias),
+            DevPtrMut<f32> = self.out,
+            DevPtr<u8> = DevPtr::or_null(self.second.map(|s| s.0.ptr)),
+            DevPtr<f32> = DevPtr::or_null(self.second.and_then(|s| s.1)),
+            DevPtrMut<f32> = DevPtrMut::or_null(self.second.map(|s| s.2)),
+        }
+    }
+}
 
 impl KernelCall for ExpertMatVecArgs {
-    /// `x` between the head and the tail.
-    type Params = Then<ExpertHead, Then<(DevPtr<f32>,), ExpertTail>>;
-
     fn plan(&self) -> Plan {
         let buffers = [
             ("w", self.w.ptr.addr()),
@@ -143,8 +137,10 @@ impl KernelCall for ExpertMatVecArgs {
     fn validate(&self) -> Result<(), BackendError> {
         self.check_shapes(Kernel::Matvec(Matvec::MatVecExperts(self.w.ty)))
     }
-    fn params(&self) -> Self::Params {
-        Then(self.head_params(), Then((self.x,), self.tail_params()))
+    kernel_params! { self =>
+        ..ExpertHead = self.head_params(),
+        DevPtr<f32> = self.x,
+        ..ExpertTail = self.tail_params(),
     }
 }
 
@@ -158,10 +154,6 @@ pub struct ExpertMatVec8Call {
 }
 
 impl KernelCall for ExpertMatVec8Call {
-    /// x's parts between the head and the tail.
-    type Params =
-        Then<ExpertHead, Then<(DevPtr<i8>, DevPtr<i8>, DevPtr<f32>, DevPtr<f32>), ExpertTail>>;
-
     fn plan(&self) -> Plan {
         let a = &self.args;
         let [hi, lo, d, sums] = self.x8.addrs();
@@ -185,8 +177,9 @@ impl KernelCall for ExpertMatVec8Call {
         }
         a.check_shapes(k)
     }
-    fn params(&self) -> Self::Params {
-        let a = &self.args;
-        Then(a.head_params(), Then(self.x8.reads(), a.tail_params()))
+    kernel_params! { self =>
+        ..ExpertHead = self.args.head_params(),
+        ..X8Reads = self.x8.reads(),
+        ..ExpertTail = self.args.tail_params(),
     }
 }

@@ -14,8 +14,10 @@ use cudarc::driver::{CudaStream, LaunchConfig};
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, plan, refusal, type_suffix, Family, KernelCall, Plan, Work,
+    blocks, format_kernels, kernel_params, param_group, plan, refusal, Family, KernelCall, Plan,
+    Work,
 };
+use crate::backend::cuda::kernels::StoredParams;
 use crate::backend::cuda::kernels::{Kernel, Kernels, MatmulArgs, MV_LOOP_MAX_TOKENS};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
@@ -31,34 +33,35 @@ mod mv8;
 pub use experts::*;
 pub use mv8::*;
 
-/// The kernels of `matvec.cu`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Matvec {
-    /// `mv1_<type>`: matrix product for one row of x (decode), streaming
-    /// tiles of `MV1_ROWS` weight rows through shared memory.
-    MatVec1(GgmlType),
-    /// `mv1e_<type>`: `mv1_<type>` over the experts a router chose, one
-    /// grid row per (token, chosen expert), the expert read on the device.
-    MatVecExperts(GgmlType),
-    /// `mv8e_<type>`: `mv8_<type>` over the experts a router chose, laid
-    /// out as `mv1e_<type>`, from x split by `quantize_x8` (or `swiglu_oai`).
-    MatVec8Experts(GgmlType),
-    /// `mv8_<type>`: matrix product for one row of x (decode) on the integer
-    /// units, from x split by `quantize_x8`; `MV8_ROWS` weight rows a block.
-    MatVec8(GgmlType),
-    /// `mv8m_<type>`: `mv8_<type>` for up to three matrices of one width
-    /// and x in one launch (Q, K and V; gate and up).
-    MatVec8Many(GgmlType),
-    /// `mv8q_<type>`: `mv8m_<type>` of Q, K and V with Q's and K's heads
-    /// turned (RoPE, adjacent pairs) and K and V stored in the cache, as
-    /// `qk_rope_store` does them.
-    MatVec8Qkv(GgmlType),
-    /// `mv8n_<type>`: the same for several rows of x, in groups of
-    /// `MV8_MAX_TOKENS` (the grid's y), `MV8N_ROWS` weight rows a block.
-    MatVec8N(GgmlType),
-    /// `mmq_<type>`: 9 to `MMQ_MAX_TOKENS` rows of x (short prompts) on the
-    /// integer tensor cores, from x split by `quantize_x8` (Q8_0).
-    Mmq(GgmlType),
+format_kernels! {
+    /// The kernels of `matvec.cu`.
+    pub enum Matvec {
+        /// `mv1_<type>`: matrix product for one row of x (decode), streaming
+        /// tiles of `MV1_ROWS` weight rows through shared memory.
+        MatVec1 = "mv1",
+        /// `mv1e_<type>`: `mv1_<type>` over the experts a router chose, one
+        /// grid row per (token, chosen expert), the expert read on the device.
+        MatVecExperts = "mv1e",
+        /// `mv8e_<type>`: `mv8_<type>` over the experts a router chose, laid
+        /// out as `mv1e_<type>`, from x split by `quantize_x8` (or `swiglu_oai`).
+        MatVec8Experts = "mv8e",
+        /// `mv8_<type>`: matrix product for one row of x (decode) on the integer
+        /// units, from x split by `quantize_x8`; `MV8_ROWS` weight rows a block.
+        MatVec8 = "mv8",
+        /// `mv8m_<type>`: `mv8_<type>` for up to three matrices of one width
+        /// and x in one launch (Q, K and V; gate and up).
+        MatVec8Many = "mv8m",
+        /// `mv8q_<type>`: `mv8m_<type>` of Q, K and V with Q's and K's heads
+        /// turned (RoPE, adjacent pairs) and K and V stored in the cache, as
+        /// `qk_rope_store` does them.
+        MatVec8Qkv = "mv8q",
+        /// `mv8n_<type>`: the same for several rows of x, in groups of
+        /// `MV8_MAX_TOKENS` (the grid's y), `MV8N_ROWS` weight rows a block.
+        MatVec8N = "mv8n",
+        /// `mmq_<type>`: 9 to `MMQ_MAX_TOKENS` rows of x (short prompts) on the
+        /// integer tensor cores, from x split by `quantize_x8` (Q8_0).
+        Mmq = "mmq",
+    }
 }
 
 impl Family for Matvec {
@@ -86,29 +89,10 @@ impl Family for Matvec {
         v
     }
     fn symbol(self) -> String {
-        let (prefix, t) = match self {
-            Matvec::MatVec1(t) => ("mv1", t),
-            Matvec::MatVecExperts(t) => ("mv1e", t),
-            Matvec::MatVec8Experts(t) => ("mv8e", t),
-            Matvec::MatVec8(t) => ("mv8", t),
-            Matvec::MatVec8Many(t) => ("mv8m", t),
-            Matvec::MatVec8Qkv(t) => ("mv8q", t),
-            Matvec::MatVec8N(t) => ("mv8n", t),
-            Matvec::Mmq(t) => ("mmq", t),
-        };
-        format!("{prefix}_{}", type_suffix(t))
+        self.name()
     }
     fn format(self) -> Option<GgmlType> {
-        match self {
-            Matvec::MatVec1(t)
-            | Matvec::MatVecExperts(t)
-            | Matvec::MatVec8Experts(t)
-            | Matvec::MatVec8(t)
-            | Matvec::MatVec8Many(t)
-            | Matvec::MatVec8Qkv(t)
-            | Matvec::MatVec8N(t)
-            | Matvec::Mmq(t) => Some(t),
-        }
+        Some(self.weight_format())
     }
     fn part(self) -> Option<u8> {
         match self {
@@ -201,6 +185,7 @@ impl Family for Matvec {
     /// `FOR_EACH_TYPE` instances.
     #[cfg(test)]
     fn definition(self) -> (&'static str, Vec<String>) {
+        use crate::backend::cuda::kernels::launch::type_suffix;
         let sym = self.symbol();
         match self {
             Matvec::Mmq(_) => ("", vec![format!("void {sym}("), format!(")\n    {sym}(")]),
@@ -455,16 +440,6 @@ impl MatmulArgs {
 }
 
 impl KernelCall for MatVec1Call {
-    type Params = (
-        DevPtr<u8>,
-        i64,
-        i32,
-        i32,
-        DevPtr<f32>,
-        DevPtr<f32>,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         let a = &self.args;
         let buffers = [
@@ -491,18 +466,12 @@ impl KernelCall for MatVec1Call {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
+    kernel_params! { self =>
         let a = &self.args;
-        let (w, row_bytes, rows, cols) = a.w.params();
-        (
-            w,
-            row_bytes,
-            rows,
-            cols,
-            a.x,
-            DevPtr::or_null(a.bias),
-            a.out,
-        )
+        ..StoredParams = a.w.params(),
+        DevPtr<f32> = a.x,
+        DevPtr<f32> = DevPtr::or_null(a.bias),
+        DevPtrMut<f32> = a.out,
     }
 }
 
@@ -537,29 +506,6 @@ impl X8Bufs {
         }
     }
 
-    /// The parts as a kernel that also splits its output writes them: all
-    /// null when there is no block (the kernel then skips the split).
-    pub(crate) fn writes_or_null(
-        x8: Option<X8Bufs>,
-    ) -> (DevPtrMut<i8>, DevPtrMut<i8>, DevPtrMut<f32>, DevPtrMut<f32>) {
-        (
-            DevPtrMut::or_null(x8.map(|b| b.hi)),
-            DevPtrMut::or_null(x8.map(|b| b.lo)),
-            DevPtrMut::or_null(x8.map(|b| b.d)),
-            DevPtrMut::or_null(x8.map(|b| b.sums)),
-        )
-    }
-
-    /// The parts as the `mv8*` kernels read them.
-    fn reads(&self) -> (DevPtr<i8>, DevPtr<i8>, DevPtr<f32>, DevPtr<f32>) {
-        (
-            self.hi.as_const(),
-            self.lo.as_const(),
-            self.d.as_const(),
-            self.sums.as_const(),
-        )
-    }
-
     pub(crate) fn addrs(&self) -> [(&'static str, CUdeviceptr); 4] {
         [
             ("x8 hi", self.hi.addr()),
@@ -567,5 +513,34 @@ impl X8Bufs {
             ("x8 d", self.d.addr()),
             ("x8 sums", self.sums.addr()),
         ]
+    }
+}
+
+param_group! {
+    /// `(i8* hi, i8* lo, float* d, float* sums)`: x's parts as a kernel
+    /// that also splits its output writes them.
+    pub type X8Writes;
+    impl X8Bufs {
+        /// All null when there is no block (the kernel then skips the split).
+        pub(crate) fn writes_or_null(x8: Option<X8Bufs>) {
+            DevPtrMut<i8> = DevPtrMut::or_null(x8.map(|b| b.hi)),
+            DevPtrMut<i8> = DevPtrMut::or_null(x8.map(|b| b.lo)),
+            DevPtrMut<f32> = DevPtrMut::or_null(x8.map(|b| b.d)),
+            DevPtrMut<f32> = DevPtrMut::or_null(x8.map(|b| b.sums)),
+        }
+    }
+}
+
+param_group! {
+    /// `(const i8* hi, const i8* lo, const float* d, const float* sums)`:
+    /// x's parts as the `mv8*` kernels read them.
+    pub type X8Reads;
+    impl X8Bufs {
+        fn reads(&self) {
+            DevPtr<i8> = self.hi.as_const(),
+            DevPtr<i8> = self.lo.as_const(),
+            DevPtr<f32> = self.d.as_const(),
+            DevPtr<f32> = self.sums.as_const(),
+        }
     }
 }

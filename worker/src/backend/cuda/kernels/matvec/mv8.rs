@@ -5,11 +5,14 @@
 
 use half::f16;
 
-use crate::backend::cuda::kernels::launch::{plan, refusal, KernelCall, Plan, Then, Work};
+use crate::backend::cuda::kernels::launch::{
+    kernel_params, param_group, plan, refusal, KernelCall, Plan, Work,
+};
 use crate::backend::cuda::kernels::{
     has_mv8, mv8_rows_per_block, CacheWindow, Kernel, MatmulArgs, Matvec, RopeArgs, RopePairs,
     X8Bufs,
 };
+use crate::backend::cuda::kernels::{StoredParams, WindowParams, X8Reads};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{has_mmq, MMQ_MAX_TOKENS, MV8_MAX_TOKENS};
 use crate::backend::BackendError;
@@ -29,31 +32,18 @@ impl MatVec8Call {
 }
 
 impl KernelCall for MatVec8Call {
-    type Params = (
-        DevPtr<u8>,
-        i64,
-        i32,
-        i32,
-        DevPtr<i8>,
-        DevPtr<i8>,
-        DevPtr<f32>,
-        DevPtr<f32>,
-        DevPtr<f32>,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         mv8_plan(self.kernel(), &self.args, &self.x8)
     }
     fn validate(&self) -> Result<(), BackendError> {
         mv8_validate(self.kernel(), &self.args, 1)
     }
-    fn params(&self) -> Self::Params {
+    kernel_params! { self =>
         let a = &self.args;
-        let (w, row_bytes, rows, cols) = a.w.params();
-        let (hi, lo, d, sums) = self.x8.reads();
-        let bias = DevPtr::or_null(a.bias);
-        (w, row_bytes, rows, cols, hi, lo, d, sums, bias, a.out)
+        ..StoredParams = a.w.params(),
+        ..X8Reads = self.x8.reads(),
+        DevPtr<f32> = DevPtr::or_null(a.bias),
+        DevPtrMut<f32> = a.out,
     }
 }
 
@@ -74,27 +64,6 @@ impl MatVec8ManyCall {
 }
 
 impl KernelCall for MatVec8ManyCall {
-    type Params = (
-        DevPtr<u8>,
-        DevPtr<u8>,
-        DevPtr<u8>,
-        i64,
-        i32,
-        i32,
-        i32,
-        i32,
-        DevPtr<i8>,
-        DevPtr<i8>,
-        DevPtr<f32>,
-        DevPtr<f32>,
-        DevPtr<f32>,
-        DevPtr<f32>,
-        DevPtr<f32>,
-        DevPtrMut<f32>,
-        DevPtrMut<f32>,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         let first = &self.args[0];
         let kernel = Kernel::Matvec(Matvec::MatVec8Many(first.w.ty));
@@ -140,34 +109,28 @@ impl KernelCall for MatVec8ManyCall {
             .iter()
             .try_for_each(|a| mv8_validate(kernel, a, 1))
     }
-    fn params(&self) -> Self::Params {
+    kernel_params! { self =>
         let slot = |i: usize| self.used().get(i);
         let w = |i| DevPtr::or_null(slot(i).map(|a: &MatmulArgs| a.w.ptr));
         let rows = |i| slot(i).map_or(0, |a: &MatmulArgs| a.w.rows as i32);
         let bias = |i| DevPtr::or_null(slot(i).and_then(|a: &MatmulArgs| a.bias));
         let out = |i| DevPtrMut::or_null(slot(i).map(|a: &MatmulArgs| a.out));
         let first = &self.args[0];
-        let (hi, lo, d, sums) = self.x8.reads();
-        (
-            w(0),
-            w(1),
-            w(2),
-            first.w.row_bytes as i64,
-            rows(0),
-            rows(1),
-            rows(2),
-            first.w.cols as i32,
-            hi,
-            lo,
-            d,
-            sums,
-            bias(0),
-            bias(1),
-            bias(2),
-            out(0),
-            out(1),
-            out(2),
-        )
+        DevPtr<u8> = w(0),
+        DevPtr<u8> = w(1),
+        DevPtr<u8> = w(2),
+        i64 = first.w.row_bytes as i64,
+        i32 = rows(0),
+        i32 = rows(1),
+        i32 = rows(2),
+        i32 = first.w.cols as i32,
+        ..X8Reads = self.x8.reads(),
+        DevPtr<f32> = bias(0),
+        DevPtr<f32> = bias(1),
+        DevPtr<f32> = bias(2),
+        DevPtrMut<f32> = out(0),
+        DevPtrMut<f32> = out(1),
+        DevPtrMut<f32> = out(2),
     }
 }
 
@@ -190,23 +153,6 @@ pub struct MatVec8QkvCall {
 }
 
 impl KernelCall for MatVec8QkvCall {
-    type Params = Then<
-        <MatVec8ManyCall as KernelCall>::Params,
-        (
-            i32,
-            i32,
-            DevPtr<f64>,
-            f32,
-            f32,
-            f32,
-            i32,
-            DevPtr<i32>,
-            i32,
-            DevPtrMut<f16>,
-            DevPtrMut<f16>,
-        ),
-    >;
-
     fn plan(&self) -> Plan {
         let mut plan = self.products.plan();
         plan.kernel = Kernel::Matvec(Matvec::MatVec8Qkv(self.products.args[0].w.ty));
@@ -249,25 +195,17 @@ impl KernelCall for MatVec8QkvCall {
         r.validate()?;
         self.window.check(k, 1)
     }
-    fn params(&self) -> Self::Params {
-        let (start, pos, cap) = self.window.params();
-        let r = &self.rope;
-        Then(
-            self.products.params(),
-            (
-                self.head_dim as i32,
-                r.n_rot as i32,
-                DevPtr::or_null(r.inv_freq),
-                r.freq_base,
-                r.freq_scale,
-                r.mscale,
-                start,
-                pos,
-                cap,
-                self.k_cache,
-                self.v_cache,
-            ),
-        )
+    kernel_params! { self =>
+        ..<MatVec8ManyCall as KernelCall>::Params = self.products.params(),
+        i32 = self.head_dim as i32,
+        i32 = self.rope.n_rot as i32,
+        DevPtr<f64> = DevPtr::or_null(self.rope.inv_freq),
+        f32 = self.rope.freq_base,
+        f32 = self.rope.freq_scale,
+        f32 = self.rope.mscale,
+        ..WindowParams = self.window.params(),
+        DevPtrMut<f16> = self.k_cache,
+        DevPtrMut<f16> = self.v_cache,
     }
 }
 
@@ -282,20 +220,6 @@ pub struct MatVec8NCall {
 }
 
 impl KernelCall for MatVec8NCall {
-    type Params = (
-        DevPtr<u8>,
-        i64,
-        i32,
-        i32,
-        i32,
-        DevPtr<i8>,
-        DevPtr<i8>,
-        DevPtr<f32>,
-        DevPtr<f32>,
-        DevPtr<f32>,
-        DevPtrMut<f32>,
-    );
-
     fn plan(&self) -> Plan {
         mv8_plan(
             Kernel::Matvec(Matvec::MatVec8N(self.args.w.ty)),
@@ -310,23 +234,25 @@ impl KernelCall for MatVec8NCall {
             MV8N_MAX_ROWS_OF_X,
         )
     }
-    fn params(&self) -> Self::Params {
-        x8_rows_params(&self.args, &self.x8)
+    kernel_params! { self =>
+        ..X8RowsParams = x8_rows_params(&self.args, &self.x8),
     }
 }
 
 /// Most rows of x one `mv8n_*` launch takes (its grid's y).
 pub const MV8N_MAX_ROWS_OF_X: usize = MV8_MAX_TOKENS * 65535;
 
-/// The parameters of a kernel over several rows of x split into `x8`
-/// (`mv8n_*`, `mmq_*`): the weights, n, x's parts, the bias and out.
-pub(crate) fn x8_rows_params(a: &MatmulArgs, x8: &X8Bufs) -> <MatVec8NCall as KernelCall>::Params {
-    let (w, row_bytes, rows, cols) = a.w.params();
-    let (hi, lo, d, sums) = x8.reads();
-    let bias = DevPtr::or_null(a.bias);
-    (
-        w, row_bytes, rows, cols, a.n as i32, hi, lo, d, sums, bias, a.out,
-    )
+param_group! {
+    /// The parameters of a kernel over several rows of x split into `x8`
+    /// (`mv8n_*`, `mmq_*`): the weights, n, x's parts, the bias and out.
+    pub type X8RowsParams;
+    pub(crate) fn x8_rows_params(a: &MatmulArgs, x8: &X8Bufs) {
+        ..StoredParams = a.w.params(),
+        i32 = a.n as i32,
+        ..X8Reads = x8.reads(),
+        DevPtr<f32> = DevPtr::or_null(a.bias),
+        DevPtrMut<f32> = a.out,
+    }
 }
 
 /// A matmul of up to `MMQ_MAX_TOKENS` rows of x through `mmq_*` (the
@@ -338,8 +264,6 @@ pub struct MmqCall {
 }
 
 impl KernelCall for MmqCall {
-    type Params = <MatVec8NCall as KernelCall>::Params;
-
     fn plan(&self) -> Plan {
         mv8_plan(
             Kernel::Matvec(Matvec::Mmq(self.args.w.ty)),
@@ -358,8 +282,8 @@ impl KernelCall for MmqCall {
         }
         Ok(())
     }
-    fn params(&self) -> Self::Params {
-        x8_rows_params(&self.args, &self.x8)
+    kernel_params! { self =>
+        ..X8RowsParams = x8_rows_params(&self.args, &self.x8),
     }
 }
 
