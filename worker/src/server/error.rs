@@ -46,7 +46,7 @@ impl ApiError {
             StatusCode::PAYLOAD_TOO_LARGE,
             JobError::invalid(format!(
                 "the request body is larger than {} bytes",
-                super::MAX_BODY_BYTES
+                super::body_limits::MAX_BODY_BYTES
             )),
         )
     }

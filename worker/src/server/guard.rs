@@ -275,7 +275,7 @@ pub async fn limit_body(
     req: Request,
     next: Next,
 ) -> Response {
-    let limit = super::MAX_BODY_BYTES as u64;
+    let limit = super::body_limits::MAX_BODY_BYTES as u64;
     let (parts, body) = req.into_parts();
     let declared = parts
         .headers
@@ -284,7 +284,7 @@ pub async fn limit_body(
         .and_then(|v| v.parse::<u64>().ok());
     let mut oversized = declared.is_some_and(|n| n > limit);
     // Far too large to drain: answer at once and close the connection.
-    if declared.is_some_and(|n| n > super::MAX_DRAINED_BYTES) {
+    if declared.is_some_and(|n| n > super::body_limits::MAX_DRAINED_BYTES) {
         return closing(ApiError::too_large().into_response());
     }
     let mut kept = Vec::with_capacity(declared.filter(|_| !oversized).unwrap_or(0) as usize);
@@ -298,7 +298,7 @@ pub async fn limit_body(
         seen += chunk.len() as u64;
         oversized |= seen > limit;
         if oversized {
-            if seen > super::MAX_DRAINED_BYTES {
+            if seen > super::body_limits::MAX_DRAINED_BYTES {
                 break;
             }
         } else {

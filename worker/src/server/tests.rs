@@ -16,6 +16,8 @@ use crate::engine::parity::{ParitySender, ParityWriter};
 use crate::engine::runner::EngineParts;
 use crate::engine::testing::{byte_tokenizer, ScriptProbe, ScriptedBackend, BYTE_VOCAB_SIZE};
 use crate::engine::{Engine, EngineConfig, EngineStatus, Outcome};
+use crate::model::ModelInfo;
+use crate::telemetry::metrics::Metrics;
 
 mod device;
 mod jobs;

@@ -12,8 +12,6 @@
 
 use std::sync::Arc;
 
-use super::Tokenizer;
-
 /// The structure tokens' text: `<|start|>`, `<|channel|>`, `<|message|>`,
 /// then the three that end a message.
 pub const STRUCTURE: [&str; 6] = [
@@ -35,14 +33,12 @@ pub struct HarmonyIds {
 }
 
 impl HarmonyIds {
-    /// The ids, when the vocabulary has every one of them.
-    pub fn of(tok: &Tokenizer) -> Option<HarmonyIds> {
+    /// The ids, when the vocabulary (each token's text, by id) has every
+    /// one of them.
+    pub fn of(tokens: &[String]) -> Option<HarmonyIds> {
         let mut ids = [None; 6];
-        for id in 0..tok.vocab_size() as u32 {
-            if let Some(i) = tok
-                .token_text(id)
-                .and_then(|t| STRUCTURE.iter().position(|n| *n == t))
-            {
+        for (id, text) in (0u32..).zip(tokens) {
+            if let Some(i) = STRUCTURE.iter().position(|n| n == text) {
                 ids[i].get_or_insert(id);
             }
         }

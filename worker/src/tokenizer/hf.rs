@@ -23,8 +23,9 @@ use std::path::Path;
 use tokenizers::{DecoderWrapper, PostProcessorWrapper};
 
 use super::bpe::{SpecialToken, SpecialTokens};
+use super::codec::Parts;
 use super::vocab::{self, token_type, VocabSpec};
-use super::{Parts, Tokenizer, TokenizerError, TokenizerKind};
+use super::{Tokenizer, TokenizerError, TokenizerKind};
 
 /// The file the worker looks for in the model file's folder.
 pub const FILE_NAME: &str = "tokenizer.json";
@@ -146,10 +147,10 @@ impl Tokenizer {
         tracing::info!(
             path = %path.display(),
             vocab_size = tokenizer.vocab_size(),
-            bos_id = tokenizer.bos_id,
-            eos_id = tokenizer.eos_id,
-            add_bos = tokenizer.add_bos,
-            model_max_context = tokenizer.model_max_context,
+            bos_id = tokenizer.bos_id(),
+            eos_id = tokenizer.eos_id(),
+            add_bos = tokenizer.add_bos(),
+            model_max_context = tokenizer.model_max_context(),
             "hf-json tokenizer loaded"
         );
         Ok(tokenizer)
@@ -458,7 +459,7 @@ impl PieceRenderer {
     fn apply(&self, step: &Step, t: &str) -> Piece {
         match step {
             Step::ByteLevel => Piece::Bytes(self.byte_level(t)),
-            Step::ByteFallback => match super::parse_byte_token(t) {
+            Step::ByteFallback => match vocab::parse_byte_token(t) {
                 Some(b) => Piece::Bytes(vec![b]),
                 None => Piece::Text(t.to_string()),
             },

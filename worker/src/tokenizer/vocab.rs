@@ -276,3 +276,12 @@ pub(crate) fn meta_err(e: crate::gguf::GgufError) -> TokenizerError {
         other => TokenizerError::Build(other.to_string()),
     }
 }
+
+/// `<0xNN>` byte tokens.
+pub(super) fn parse_byte_token(text: &str) -> Option<u8> {
+    let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() != 2 {
+        return None;
+    }
+    u8::from_str_radix(hex, 16).ok()
+}

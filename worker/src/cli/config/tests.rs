@@ -1,8 +1,13 @@
 //! The flags' and the YAML file's checks.
 
 use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use super::*;
+use crate::backend::BackendKind;
+use crate::load::TokenizerChoice;
+use crate::telemetry::logging::LogFormat;
 
 struct Fixture {
     dir: tempfile::TempDir,

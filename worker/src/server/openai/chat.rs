@@ -8,13 +8,14 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 
 use super::error::{OpenAiError, Refusals};
+use super::handle::{answer, open, Body};
 use super::reply::{finish_reason, Collected, Part, ReplyCtx, SYSTEM_FINGERPRINT};
+use super::request;
 use super::stream::{error_lines, DONE};
 use super::types::{
     AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk,
     ChatCompletionRequest, ChatDelta, ChatLogprobs,
 };
-use super::{answer, open, request, Body};
 use crate::engine::job::JobEvent;
 use crate::server::AppState;
 

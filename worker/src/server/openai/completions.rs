@@ -9,10 +9,11 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 
 use super::error::{OpenAiError, Refusals};
+use super::handle::{answer, open, Body};
 use super::reply::{finish_reason, Collected, ReplyCtx, SYSTEM_FINGERPRINT};
+use super::request;
 use super::stream::{error_lines, DONE};
 use super::types::{Completion, CompletionChoice, CompletionLogprobs, CompletionRequest};
-use super::{answer, open, request, Body};
 use crate::engine::job::{JobEvent, TokenOut};
 use crate::server::AppState;
 

@@ -7,7 +7,8 @@ use rayon::prelude::*;
 use crate::backend::BackendError;
 use crate::model::ops::AttentionShape;
 
-use super::{dot_f32, shape_error, CpuBuf, CpuCache};
+use super::arith::{dot_f32, shape_error};
+use super::{CpuBuf, CpuCache};
 
 /// Largest head size the attention accepts (stack buffer for one query head).
 pub const MAX_HEAD_DIM: usize = 256;

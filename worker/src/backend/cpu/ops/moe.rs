@@ -8,7 +8,8 @@ use crate::backend::BackendError;
 use crate::model::ops::MoeWeights;
 use crate::quant;
 
-use super::{shape_error, CpuBuf, CpuWeight};
+use super::arith::shape_error;
+use super::{CpuBuf, CpuWeight};
 
 /// gpt-oss's clamped SwiGLU (llama.cpp's `ggml_swiglu_oai`, alpha 1.702,
 /// limit 7): `min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1)`.

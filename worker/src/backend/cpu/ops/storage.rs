@@ -7,7 +7,7 @@ use crate::backend::BackendError;
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::quant::{self, GgmlType};
 
-use super::shape_error;
+use super::arith::shape_error;
 
 /// A weight as the CPU backend holds it: matrices stay in the file's stored
 /// format (read through the memory map); vectors are decoded to f32 once.

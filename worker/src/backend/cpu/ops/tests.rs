@@ -1,7 +1,9 @@
 //! The CPU operations' own checks: grouped RMSNorm, the sliding window,
 //! LayerNorm (M0-W-1432) and GELU (M0-W-1433) against worked-out values.
 
+use super::arith::gelu;
 use super::*;
+use crate::model::ops::{AttentionShape, Ops};
 
 fn buf(rows: usize, cols: usize, data: Vec<f32>) -> CpuBuf {
     CpuBuf { rows, cols, data }

@@ -4,9 +4,9 @@
 //! attention over the cache, split across the context for long decode steps,
 //! splitting its output for the next mat-vec in decode.
 
-use super::{
-    check_bufs, is_f32_vector, matmul_args, shape_check, CudaBuf, CudaCache, CudaOps, CudaWeight,
-};
+use super::buffers::{check_bufs, is_f32_vector, shape_check, CudaBuf, CudaCache, CudaWeight};
+use super::products::matmul_args;
+use super::CudaOps;
 use crate::backend::cuda::kernels::{
     AttentionArgs, AttentionCombineArgs, AttentionSplitArgs, CacheWindow, HeadNormArgs,
     KvStoreArgs, MatVec8ManyCall, MatVec8QkvCall, QkRopeStoreArgs, RopePairs,

@@ -7,7 +7,8 @@
 //! its CUDA graph; a prompt's (row, expert) pairs are sorted by expert on
 //! the host for `gemm_moe_*`.
 
-use super::{check_bufs, check_weights, shape_error, BufMem, CudaBuf, CudaOps, CudaWeight};
+use super::buffers::{check_bufs, check_weights, shape_error, BufMem, CudaBuf, CudaWeight};
+use super::CudaOps;
 use half::f16;
 
 use crate::backend::cuda::device::{align_up, Purpose};

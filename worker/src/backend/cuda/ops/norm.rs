@@ -3,8 +3,10 @@
 
 use cudarc::driver::result as drv;
 
-use super::{check_bufs, check_weights, is_f32_vector, shape_check, CudaBuf, CudaOps, CudaWeight};
-use crate::backend::cuda::device::{driver_error, DevBuf, Purpose};
+use super::buffers::{check_bufs, check_weights, is_f32_vector, shape_check, CudaBuf, CudaWeight};
+use super::state::RopeTable;
+use super::CudaOps;
+use crate::backend::cuda::device::{driver_error, Purpose};
 use crate::backend::cuda::kernels::norm_cluster_blocks;
 use crate::backend::cuda::kernels::{
     AddRmsNormArgs, AddRmsNormClusterArgs, Glu, GluArgs, RopeArgs, RopePairs, SplitsOutput,
@@ -13,28 +15,6 @@ use crate::backend::cuda::ptr::DevPtr;
 use crate::backend::BackendError;
 use crate::model::config::RopeStyle;
 use crate::model::ops::{rope_inv_freqs, RopeParams};
-
-/// `freq_base^(-2i / n_rot) / factors[i]` for one (base, n_rot, factors),
-/// on the device as f64.
-pub(super) struct RopeTable {
-    base_bits: u32,
-    n_rot: usize,
-    /// The frequency factors' bits, or none.
-    factors: Option<Vec<u32>>,
-    mem: DevBuf,
-}
-
-impl RopeTable {
-    fn is_for(&self, freq_base: f32, n_rot: usize, factors: Option<&[f32]>) -> bool {
-        self.base_bits == freq_base.to_bits()
-            && self.n_rot == n_rot
-            && self.factors.as_deref() == factors.map(factor_bits).as_deref()
-    }
-}
-
-fn factor_bits(f: &[f32]) -> Vec<u32> {
-    f.iter().map(|v| v.to_bits()).collect()
-}
 
 impl CudaOps {
     /// `out = act(gate) * up`.
@@ -234,12 +214,8 @@ impl CudaOps {
         unsafe { drv::memcpy_htod_async(mem.ptr(), &table, self.dev.cu_stream()) }
             .map_err(|e| driver_error("copying the RoPE table", e))?;
         self.dev.synchronize()?;
-        self.rope_tables.push(RopeTable {
-            base_bits: freq_base.to_bits(),
-            n_rot,
-            factors: factors.map(factor_bits),
-            mem,
-        });
+        self.rope_tables
+            .push(RopeTable::new(freq_base, n_rot, factors, mem));
         Ok(())
     }
 

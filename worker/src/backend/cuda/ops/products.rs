@@ -6,10 +6,11 @@
 
 use half::f16;
 
-use super::{
-    check_bufs, check_weights, is_f32_vector, shape_check, shape_error, CudaBuf, CudaOps,
-    CudaWeight,
+use super::buffers::{
+    check_bufs, check_weights, is_f32_vector, shape_check, shape_error, CudaBuf, CudaWeight,
 };
+use super::state::{BlasSlot, SplitX};
+use super::CudaOps;
 use crate::backend::cuda::blas::{chunk_rows, Blas, F16Product};
 use crate::backend::cuda::device::{DevBuf, Purpose};
 use crate::backend::cuda::kernels::{
@@ -20,26 +21,6 @@ use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::BackendError;
 use crate::model::ops::{Ops, Product};
 use crate::quant::GgmlType;
-
-/// A block of x split for a kernel: `quantize_x8`'s parts for `mv8_*`, or
-/// `to_f16`'s two f16 parts for `gemm_tck_*` (room for `len` values), and
-/// which x it holds: `(CudaBuf::id, rows, cols, Kernels::writes)` when it
-/// was written, so that Q, K and V (or gate and up), which read one x,
-/// split it once. Any launch or copy since changes the count, and the x is
-/// split again.
-pub(super) struct SplitX {
-    pub(super) mem: DevBuf,
-    pub(super) len: usize,
-    pub(super) holds: Option<(u64, usize, usize, u64)>,
-}
-
-/// cuBLAS for prefill products, made on first use (or at load).
-pub(super) enum BlasSlot {
-    Untried,
-    /// No libcublas, or no handle could be made: `gemm_tc_*` serves.
-    Missing,
-    Ready(Blas),
-}
 
 /// Whether no buffer of `outs` overlaps x (a product that wrote x itself
 /// leaves a split of x stale).

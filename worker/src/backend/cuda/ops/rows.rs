@@ -22,10 +22,13 @@
 //! work (host positions) refuses to be captured.
 
 use super::attend::{check_attention, head_norms};
-use super::{
-    check_bufs, matmul_args, shape_check, BufMem, CudaBuf, CudaCache, CudaOps, CudaWeight,
+use super::buffers::{
+    check_bufs, check_weights, shape_check, BufMem, CudaBuf, CudaCache, CudaWeight,
 };
-use crate::backend::cuda::device::{driver_error, DevBuf, Purpose};
+use super::products::matmul_args;
+use super::state::{RowsPass, RowsTable};
+use super::CudaOps;
+use crate::backend::cuda::device::{driver_error, Purpose};
 use crate::backend::cuda::kernels::Mv8Plan;
 use crate::backend::cuda::kernels::{
     most_splits, AttentionCombineRowsArgs, AttentionSplitRowsArgs, QkRopeStoreRowsArgs, RowSeq,
@@ -36,54 +39,6 @@ use crate::backend::cuda::source::{ATS_MAX_GROUP, GF_MAX_TOKENS};
 use crate::backend::BackendError;
 use crate::model::ops::{AttentionShape, HeadNorms, QkPrep, RopeParams};
 use half::f16;
-
-/// The sequences of a rows-mode pass, row by row.
-pub struct RowsPass {
-    /// Each row's sequence: its cache, sampler buffer and position (its
-    /// length before the step).
-    pub seqs: Vec<RowSeq>,
-    /// Each row's token.
-    pub tokens: Vec<u32>,
-    /// The caches of rows 1 and on; row 0's is the one the pass was given.
-    /// A captured pass may have rows past them: padding, whose sequences
-    /// (in `seqs`) are a graph's own scratch.
-    pub caches: Vec<CudaCache>,
-    /// Inside a graph capture, the most chunks of `ATS_ROW_CHUNK` positions
-    /// the graph's attention takes a row (its replays' rows stay within);
-    /// otherwise none (each pass its own).
-    pub max_splits: Option<usize>,
-}
-
-impl RowsPass {
-    /// Row `i`'s position.
-    fn position(&self, i: usize) -> usize {
-        self.seqs[i].pos as usize
-    }
-}
-
-/// The device table of rows-mode passes, for up to `rows` rows: each row's
-/// [`RowSeq`], then each row's token id, then each row's position (u32), at
-/// fixed addresses (graphs hold them).
-pub(crate) struct RowsTable {
-    mem: DevBuf,
-    rows: usize,
-}
-
-impl RowsTable {
-    const ROW_BYTES: usize = std::mem::size_of::<RowSeq>() + 8;
-
-    fn seqs(&self) -> DevPtr<RowSeq> {
-        DevPtr::new(self.mem.ptr())
-    }
-
-    fn tokens(&self) -> DevPtr<u32> {
-        DevPtr::new(self.mem.ptr() + (self.rows * std::mem::size_of::<RowSeq>()) as u64)
-    }
-
-    fn positions(&self) -> DevPtr<u32> {
-        DevPtr::new(self.mem.ptr() + (self.rows * (std::mem::size_of::<RowSeq>() + 4)) as u64)
-    }
-}
 
 /// Row `i` of `x` as a matrix of its own, in `x`'s memory.
 fn row_view(x: &CudaBuf, i: usize) -> CudaBuf {
@@ -633,7 +588,7 @@ impl CudaOps {
                 table.rows, table.cols, out.rows, out.cols
             )
         })?;
-        super::check_weights("embed", &[table])?;
+        check_weights("embed", &[table])?;
         self.dev.bind()?;
         let args = EmbedArgs {
             table: table.stored(),

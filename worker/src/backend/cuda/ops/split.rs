@@ -1,7 +1,8 @@
 //! The split-context decode attention's choices on `CudaOps`: when a step
 //! splits, and where its chunk states live.
 
-use super::{BufMem, CudaBuf, CudaOps};
+use super::buffers::{BufMem, CudaBuf};
+use super::CudaOps;
 use crate::backend::cuda::kernels::ContextSplit;
 use crate::backend::cuda::source::ATS_MAX_GROUP;
 use crate::backend::BackendError;
