@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The official `openai` package, unmodified, against a spawned CPU worker (issue 16).
 
-Both endpoints, streaming and not, with log-probabilities, stop strings, seeds
+The chat and text completion endpoints and the stateless Responses API, streaming and not, with log-probabilities, stop strings, seeds
 (same seed, same text), usage, `ignore_eos`, and refusals surfacing as the client's typed
 exceptions (BadRequestError, NotFoundError, APIStatusError 503 for a full queue).
 
@@ -201,6 +201,39 @@ def test_reasoning_effort(client, model):
               f"reasoning_effort {effort}: the same greedy answer")
 
 
+def test_responses(client, model):
+    """`/v1/responses`, stateless: whole and streamed (the client's own event handling), instructions, status."""
+    ask = dict(model=model, instructions="Answer in one sentence.", input="What is a GPU used for?",
+               max_output_tokens=16, temperature=0)
+    whole = client.responses.create(**ask)
+    check(whole.object == "response" and whole.status in ("completed", "incomplete"),
+          f"responses: a response, {whole.status}")
+    check(bool(whole.output_text) and whole.output[0].role == "assistant", f"responses: text {whole.output_text!r}")
+    u = whole.usage
+    check(u.input_tokens > 0 and 0 < u.output_tokens <= 16 and u.total_tokens == u.input_tokens + u.output_tokens,
+          f"responses: usage {u.input_tokens}+{u.output_tokens}")
+    deltas, final = [], None
+    for event in client.responses.create(stream=True, **ask):
+        if event.type == "response.output_text.delta":
+            deltas.append(event.delta)
+        if event.type in ("response.completed", "response.incomplete"):
+            final = event.response
+    check("".join(deltas) == whole.output_text == final.output_text,
+          "responses: the stream's deltas and final response give the whole answer's text")
+    check(final.usage.output_tokens == u.output_tokens and final.status == whole.status,
+          "responses: the stream's usage and status agree")
+    short = client.responses.create(model=model, input="Hi", max_output_tokens=2, temperature=0)
+    check(short.status == "incomplete" and short.incomplete_details.reason == "max_output_tokens",
+          "responses: max_output_tokens leaves it incomplete")
+    e = expect(openai.BadRequestError, lambda: client.responses.create(model=model, input="hi", store=True),
+               "responses: store")
+    check(e.param == "store", "responses: store names its param")
+    e = expect(openai.BadRequestError, lambda: client.responses.create(
+        model=model, input="hi", tools=[{"type": "function", "name": "f", "parameters": {"type": "object"}}]),
+        "responses: tools")
+    check(e.param == "tools", "responses: tools names its param")
+
+
 def test_queue_full(base, model):
     """Queue depth 1: one running, one waiting, the third refused with 503."""
     client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
@@ -240,6 +273,7 @@ def main():
         test_ignore_eos(client, model)
         test_reasoning_effort(client, model)
         test_errors(client, model)
+        test_responses(client, model)
         test_queue_full(base, model)
     print("all checks passed")
 

@@ -28,6 +28,7 @@ use super::{anthropic, openai, AppState};
         openai::chat::chat_completions,
         openai::completions::completions,
         openai::models::list_models,
+        openai::responses::responses,
         anthropic::messages,
         openapi_json,
     ),
@@ -80,7 +81,7 @@ pub fn document() -> String {
 pub fn served_document(model_names: &[String]) -> serde_json::Value {
     let mut doc: serde_json::Value =
         serde_json::from_str(&document()).expect("the OpenAPI document is JSON");
-    for schema in ["SamplingFields", "MessagesRequest"] {
+    for schema in ["SamplingFields", "ResponsesRequest", "MessagesRequest"] {
         let model = &mut doc["components"]["schemas"][schema]["properties"]["model"];
         if model.is_object() {
             model["enum"] = serde_json::json!(model_names);
@@ -119,6 +120,7 @@ mod tests {
             "/v1/chat/completions",
             "/v1/completions",
             "/v1/models",
+            "/v1/responses",
             "/v1/messages",
             "/openapi.json",
         ] {
@@ -131,6 +133,8 @@ mod tests {
             "ChatCompletion",
             "Completion",
             "ErrorResponse",
+            "ResponsesRequest",
+            "ResponseObject",
             "MessagesRequest",
             "Message",
             "MessagesErrorBody",
@@ -140,7 +144,7 @@ mod tests {
         // The /execute body keeps refusing unknown fields, and says so.
         assert_eq!(schemas["ExecuteRequest"]["additionalProperties"], false);
         let served = served_document(&["m".to_string()]);
-        for schema in ["SamplingFields", "MessagesRequest"] {
+        for schema in ["SamplingFields", "ResponsesRequest", "MessagesRequest"] {
             let model = &served["components"]["schemas"][schema]["properties"]["model"];
             assert_eq!(model["enum"], serde_json::json!(["m"]), "{schema}");
         }

@@ -18,17 +18,11 @@ pub mod reply;
 pub mod request;
 pub mod types;
 
-use std::convert::Infallible;
-
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use futures::StreamExt;
-use tokio::sync::mpsc::UnboundedReceiver;
-use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use self::error::{AnthropicError, Refusals};
 use self::reply::MessageCtx;
@@ -36,8 +30,9 @@ use self::types::{Message, MessagesRequest};
 use super::error::{ApiError, ApiJson};
 use super::openai::models::{model_id, served_names};
 use super::openai::reply::collect;
+use super::openai::stream::sse_named;
 use super::{execute, AppState};
-use crate::engine::{JobEvent, Outcome};
+use crate::engine::Outcome;
 
 /// The Anthropic routes.
 pub fn routes() -> Router<AppState> {
@@ -80,7 +75,7 @@ pub async fn messages(
         tokenizer: state.tokenizer.clone(),
     };
     if mapped.stream {
-        return Ok(sse(events, ctx));
+        return Ok(sse_named(events, move |event| ctx.events(event)));
     }
     let collected = collect(events).await?;
     Ok(Json(ctx.whole(&collected)).into_response())
@@ -90,17 +85,4 @@ pub async fn messages(
 fn refused(state: &AppState, e: AnthropicError) -> AnthropicError {
     execute::log_refusal(state, Outcome::Invalid, &e.log_code(), e.status.as_u16());
     e
-}
-
-/// Streams a job's events as Anthropic's named SSE events. Dropping the
-/// response (the client went away) drops `events`, which cancels the job.
-fn sse(events: UnboundedReceiver<JobEvent>, ctx: MessageCtx) -> Response {
-    let stream = UnboundedReceiverStream::new(events).flat_map(move |event| {
-        let named = ctx
-            .events(&event)
-            .into_iter()
-            .map(|(name, data)| Ok::<Event, Infallible>(Event::default().event(name).data(data)));
-        futures::stream::iter(named.collect::<Vec<_>>())
-    });
-    execute::sse_response(stream)
 }

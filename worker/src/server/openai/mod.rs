@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | `POST /v1/chat/completions` | [`types::ChatCompletionRequest`] | `chat.completion`, or SSE chunks then `[DONE]` |
 //! | `POST /v1/completions` | [`types::CompletionRequest`] | `text_completion`, or SSE chunks then `data: [DONE]` |
+//! | `POST /v1/responses` | [`responses::types::ResponsesRequest`] | `response`, or its named SSE events (stateless) |
 //! | `GET /v1/models` | | the served model |
 //!
 //! A request is mapped onto `/execute`'s ([`request`]) and goes through the
@@ -20,6 +21,7 @@ mod handle;
 pub mod models;
 pub mod reply;
 pub mod request;
+pub mod responses;
 mod routes;
 pub mod stream;
 pub mod types;

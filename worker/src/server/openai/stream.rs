@@ -38,3 +38,20 @@ where
     });
     sse_response(stream)
 }
+
+/// Streams a job's events as named SSE events (`event:` then `data:`), the
+/// `(name, data)` pairs `to_events` makes of each: the framing of the
+/// Responses API and of Anthropic's Messages. Dropping the response drops
+/// `events`, which cancels the job.
+pub fn sse_named<F>(events: UnboundedReceiver<JobEvent>, mut to_events: F) -> Response
+where
+    F: FnMut(&JobEvent) -> Vec<(&'static str, String)> + Send + 'static,
+{
+    let stream = UnboundedReceiverStream::new(events).flat_map(move |event| {
+        let named = to_events(&event)
+            .into_iter()
+            .map(|(name, data)| Ok::<Event, Infallible>(Event::default().event(name).data(data)));
+        futures::stream::iter(named.collect::<Vec<_>>())
+    });
+    sse_response(stream)
+}

@@ -1,0 +1,258 @@
+//! OpenAI Responses request → the worker's own [`ExecuteRequest`]:
+//! `instructions` becomes a system message before the input, the input's
+//! message items become chat messages, and the sampling fields both APIs
+//! share are copied as they are, so `/execute`'s validation judges them.
+//! The route is stateless; what it cannot honour (stored responses, earlier
+//! responses by id, tools, images, structured `text.format`) is refused by
+//! name, never ignored.
+
+use serde_json::{Map, Value};
+
+use super::types::{InputContent, InputItem, ResponsesInput, ResponsesRequest};
+use crate::server::openai::error::OpenAiError;
+use crate::server::openai::request::{Mapped, ReplyShape};
+use crate::server::validation::{ExecuteRequest, MessageIn};
+
+/// What the answer repeats of the request.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Echo {
+    pub instructions: Option<String>,
+    pub max_output_tokens: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+}
+
+/// Fields accepted and ignored because they do not change the answer, when
+/// they hold these values (`null` is always accepted).
+fn harmless(field: &str, value: &Value) -> bool {
+    let empty = || value.as_array().is_some_and(Vec::is_empty);
+    match field {
+        "user"
+        | "metadata"
+        | "service_tier"
+        | "prompt_cache_key"
+        | "safety_identifier"
+        | "parallel_tool_calls" => true,
+        "store" | "background" => value == &Value::Bool(false),
+        "truncation" => value == "disabled",
+        "include" | "tools" => empty(),
+        "tool_choice" => value == "none" || value == "auto",
+        "text" => value.pointer("/format/type").is_none_or(|t| t == "text"),
+        _ => false,
+    }
+}
+
+/// Refuses the first field the worker does not serve, by name.
+fn refuse_unserved(other: &Map<String, Value>) -> Result<(), OpenAiError> {
+    let Some((field, _)) = other.iter().find(|(k, v)| !v.is_null() && !harmless(k, v)) else {
+        return Ok(());
+    };
+    let why = match field.as_str() {
+        "store" | "previous_response_id" | "conversation" | "background" => {
+            "this server keeps no responses (stateless); send the whole input"
+        }
+        "tools" | "tool_choice" => "tool use is not served yet",
+        "text" => "only text output is served yet",
+        _ => "is not supported by this server",
+    };
+    Err(OpenAiError::invalid(field, format!("{field}: {why}")))
+}
+
+/// `POST /v1/responses` → `/execute` with `messages`.
+pub fn map_responses(
+    req: ResponsesRequest,
+    job_id: &str,
+    served: &[&str],
+) -> Result<(Mapped, Echo), OpenAiError> {
+    refuse_unserved(&req.other)?;
+    if !served.contains(&req.model.as_str()) {
+        return Err(OpenAiError::model_not_found(&req.model, served[0]));
+    }
+    let reasoning = req.reasoning.unwrap_or_default();
+    if let Some((field, _)) = reasoning.other.iter().find(|(_, v)| !v.is_null()) {
+        return Err(OpenAiError::invalid(
+            "reasoning",
+            format!("reasoning.{field}: is not supported by this server"),
+        ));
+    }
+    let mut messages = Vec::new();
+    if let Some(instructions) = &req.instructions {
+        messages.push(message("system", instructions.clone()));
+    }
+    match req.input {
+        ResponsesInput::Text(text) => messages.push(message("user", text)),
+        ResponsesInput::Items(items) => {
+            for (i, item) in items.into_iter().enumerate() {
+                messages.push(item_message(i, item)?);
+            }
+        }
+    }
+    let echo = Echo {
+        instructions: req.instructions,
+        max_output_tokens: req.max_output_tokens,
+        temperature: req.temperature,
+        top_p: req.top_p,
+    };
+    let execute = ExecuteRequest {
+        job_id: Some(job_id.to_string()),
+        messages: Some(messages),
+        max_tokens: req.max_output_tokens,
+        temperature: req.temperature,
+        top_p: req.top_p,
+        reasoning_effort: reasoning.effort,
+        ..ExecuteRequest::default()
+    };
+    let shape = ReplyShape {
+        stream: req.stream,
+        include_usage: false,
+        continuous_usage: false,
+        logprobs: false,
+        top_logprobs: 0,
+    };
+    let mapped = Mapped {
+        execute,
+        prompt_ids: None,
+        shape,
+    };
+    Ok((mapped, echo))
+}
+
+fn message(role: &str, content: String) -> MessageIn {
+    MessageIn {
+        role: role.into(),
+        content,
+    }
+}
+
+/// One input item as a chat message: a message item's role and text parts.
+fn item_message(i: usize, item: InputItem) -> Result<MessageIn, OpenAiError> {
+    let invalid = |why: String| OpenAiError::invalid("input", format!("input: item {i} {why}"));
+    match item.kind.as_deref() {
+        None | Some("message") => {}
+        Some(kind @ ("function_call" | "function_call_output")) => {
+            return Err(invalid(format!("is a {kind}: tool use is not served yet")))
+        }
+        Some(kind) => {
+            return Err(invalid(format!(
+                "has type {kind:?}; only messages are served"
+            )))
+        }
+    }
+    let role = match item.role.as_deref() {
+        Some("developer") | Some("system") => "system",
+        Some("user") => "user",
+        Some("assistant") => "assistant",
+        other => return Err(invalid(format!("has role {other:?}"))),
+    };
+    let text = match item.content {
+        None => return Err(invalid("has no content".into())),
+        Some(InputContent::Text(text)) => text,
+        Some(InputContent::Parts(parts)) => {
+            let mut text = String::new();
+            for part in parts {
+                match (part.kind.as_str(), part.text) {
+                    ("input_text" | "output_text", Some(t)) => text.push_str(&t),
+                    (kind, _) => {
+                        return Err(invalid(format!(
+                            "has a content part of type {kind:?}; only text is served"
+                        )))
+                    }
+                }
+            }
+            text
+        }
+    };
+    Ok(message(role, text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn map(body: Value) -> Result<(Mapped, Echo), OpenAiError> {
+        map_responses(serde_json::from_value(body).unwrap(), "resp-1", &["smol"])
+    }
+
+    #[test]
+    fn instructions_and_message_items_become_chat_messages() {
+        let (m, echo) = map(json!({
+            "model": "smol", "instructions": "Be brief.", "max_output_tokens": 9,
+            "temperature": 0.5, "stream": true, "store": false, "reasoning": {"effort": "low"},
+            "text": {"format": {"type": "text"}}, "metadata": {"k": "v"},
+            "input": [
+                {"role": "developer", "content": "Answer in English."},
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
+                {"role": "assistant", "content": [{"type": "output_text", "text": "Hello."}]},
+                {"role": "user", "content": "Name a colour."}
+            ]
+        }))
+        .unwrap();
+        let got: Vec<(String, String)> = m
+            .execute
+            .messages
+            .unwrap()
+            .into_iter()
+            .map(|m| (m.role, m.content))
+            .collect();
+        let want = [
+            ("system", "Be brief."),
+            ("system", "Answer in English."),
+            ("user", "Hi"),
+            ("assistant", "Hello."),
+            ("user", "Name a colour."),
+        ];
+        assert_eq!(
+            got,
+            want.map(|(r, c)| (r.to_string(), c.to_string())).to_vec()
+        );
+        assert_eq!(m.execute.max_tokens, Some(9));
+        assert_eq!(m.execute.reasoning_effort.as_deref(), Some("low"));
+        assert!(m.shape.stream);
+        assert_eq!(echo.instructions.as_deref(), Some("Be brief."));
+        let (m, _) = map(json!({"model": "smol", "input": "Hi"})).unwrap();
+        assert_eq!(m.execute.messages.unwrap()[0].content, "Hi");
+    }
+
+    #[test]
+    fn state_tools_and_other_formats_are_refused_by_name() {
+        let refused = |extra: Value| {
+            let mut body = json!({"model": "smol", "input": "Hi"});
+            body.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            map(body).unwrap_err().body.error
+        };
+        for (extra, param) in [
+            (json!({"store": true}), "store"),
+            (
+                json!({"previous_response_id": "resp-0"}),
+                "previous_response_id",
+            ),
+            (
+                json!({"tools": [{"type": "function", "name": "f"}]}),
+                "tools",
+            ),
+            (
+                json!({"text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}}),
+                "text",
+            ),
+            (json!({"reasoning": {"summary": "auto"}}), "reasoning"),
+            (
+                json!({"input": [{"type": "function_call_output", "call_id": "c", "output": "4"}]}),
+                "input",
+            ),
+            (
+                json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}),
+                "input",
+            ),
+            (json!({"frequency_penalty": 1}), "frequency_penalty"),
+        ] {
+            let e = refused(extra.clone());
+            assert_eq!(e.param.as_deref(), Some(param), "{extra}: {}", e.message);
+            assert!(e.message.starts_with(param), "{}", e.message);
+        }
+        let e = map(json!({"model": "gpt-5", "input": "Hi"})).unwrap_err();
+        assert_eq!(e.status.as_u16(), 404);
+    }
+}

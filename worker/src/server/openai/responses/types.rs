@@ -1,0 +1,146 @@
+//! The OpenAI Responses wire types the worker reads and writes, after
+//! OpenAI's API reference (`POST /v1/responses`). Only what the worker
+//! serves is typed; any other field lands in `other` and is refused by name
+//! unless it leaves the answer as is (see `request.rs`).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+/// `input`: one user message as text, or a list of items.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum ResponsesInput {
+    Text(String),
+    Items(Vec<InputItem>),
+}
+
+/// One input item: a message (`type` `message` or absent). Other item types
+/// (`function_call`, `function_call_output`, `reasoning`, ...) are refused
+/// by their type.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct InputItem {
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    /// `user`, `assistant`, `system` or `developer` (served as `system`).
+    pub role: Option<String>,
+    pub content: Option<InputContent>,
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub other: Map<String, Value>,
+}
+
+/// A message's content: text, or parts of which `input_text` and
+/// `output_text` are served.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum InputContent {
+    Text(String),
+    Parts(Vec<InputPart>),
+}
+
+/// One part of a message's content.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct InputPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub other: Map<String, Value>,
+}
+
+/// `reasoning`: `effort` goes to the chat template (gpt-oss).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema)]
+pub struct ReasoningParam {
+    pub effort: Option<String>,
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub other: Map<String, Value>,
+}
+
+/// `POST /v1/responses`. Stateless: `store: true` and
+/// `previous_response_id` are refused.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct ResponsesRequest {
+    /// The id from `GET /v1/models`.
+    pub model: String,
+    pub input: ResponsesInput,
+    /// A system message before the input.
+    pub instructions: Option<String>,
+    #[schema(minimum = 1, maximum = 2048)]
+    pub max_output_tokens: Option<i64>,
+    #[schema(minimum = 0.0, maximum = 2.0)]
+    pub temperature: Option<f64>,
+    #[schema(minimum = 0.0, maximum = 1.0)]
+    pub top_p: Option<f64>,
+    #[serde(default)]
+    pub stream: bool,
+    pub reasoning: Option<ReasoningParam>,
+    /// Every other field: refused by name unless it leaves the answer as is.
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub other: Map<String, Value>,
+}
+
+/// A part of the answer's message.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct OutputText {
+    /// `output_text`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: String,
+    /// Always empty.
+    pub annotations: Vec<Value>,
+}
+
+/// The answer's one output item.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct OutputMessage {
+    /// `message`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub id: String,
+    /// `in_progress`, `completed` or `incomplete`.
+    pub status: String,
+    /// `assistant`.
+    pub role: String,
+    pub content: Vec<OutputText>,
+}
+
+/// `usage` of a response.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct ResponseUsage {
+    pub input_tokens: usize,
+    pub input_tokens_details: Value,
+    pub output_tokens: usize,
+    pub output_tokens_details: Value,
+    pub total_tokens: usize,
+}
+
+/// The answer: one `response`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct ResponseObject {
+    /// `resp-<hex>`.
+    pub id: String,
+    /// `response`.
+    pub object: String,
+    pub created_at: u64,
+    /// `in_progress` (stream start), `completed`, or `incomplete` at `max_output_tokens`.
+    pub status: String,
+    /// `{"reason": "max_output_tokens"}` when incomplete.
+    pub incomplete_details: Option<Value>,
+    pub error: Option<Value>,
+    pub model: String,
+    pub instructions: Option<String>,
+    pub max_output_tokens: Option<i64>,
+    pub output: Vec<OutputMessage>,
+    pub parallel_tool_calls: bool,
+    pub tool_choice: String,
+    pub tools: Vec<Value>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    /// `false`: nothing is kept.
+    pub store: bool,
+    pub usage: Option<ResponseUsage>,
+}
