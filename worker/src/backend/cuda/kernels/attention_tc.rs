@@ -1,8 +1,7 @@
 //! The kernel of `cuda/attention_tc.cu`: prefill attention on tensor
 //! cores (flash attention; heads of 64 or 128 dims), launched through
-//! `attention.rs`'s `AttentionArgs`, and when a prompt takes it.
-
-use std::sync::atomic::Ordering;
+//! `attention.rs`'s `AttentionArgs`, and the fewest rows that take it
+//! (the choice: `select.rs`).
 
 use cudarc::driver::LaunchConfig;
 
@@ -11,8 +10,7 @@ use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{blocks, unit_kernels, Family, Work};
 #[cfg(test)]
 use crate::backend::cuda::kernels::AttentionArgs;
-use crate::backend::cuda::kernels::{Kernel, Kernels};
-use crate::backend::cuda::source::{Module, ATC_BQ, ATC_HEAD_DIMS, ATC_SMEM_BYTES, ATC_THREADS};
+use crate::backend::cuda::source::{Module, ATC_BQ, ATC_SMEM_BYTES, ATC_THREADS};
 use crate::backend::BackendError;
 
 unit_kernels! {
@@ -63,21 +61,3 @@ impl Family for AttentionTc {
 /// The fewest query rows (prefill) that go to `attention_tc`: from two rows
 /// on, one block reading each key once for 64 rows beats a block per row.
 pub const ATC_MIN_ROWS: usize = 2;
-
-impl Kernels {
-    /// Whether `n` query rows of heads of `head_dim` dims take `attention_tc`.
-    pub fn attention_on_tensor_cores(&self, n: usize, head_dim: usize) -> bool {
-        n >= self.attention_tc_min_rows.load(Ordering::Relaxed)
-            && ATC_HEAD_DIMS.contains(&head_dim)
-            && self
-                .funcs
-                .contains_key(&Kernel::AttentionTc(AttentionTc::AttentionTc))
-    }
-
-    /// Tests: the fewest query rows that take `attention_tc`
-    /// ([`ATC_MIN_ROWS`] by default; `usize::MAX`: never).
-    #[cfg(test)]
-    pub fn set_attention_tc_min_rows(&self, rows: usize) {
-        self.attention_tc_min_rows.store(rows, Ordering::Relaxed);
-    }
-}

@@ -7,8 +7,8 @@
 //! out-of-range dimensions, null buffers and inconsistent arguments before
 //! it queues anything (M0-W-1431), lays the grid out (the kernel family's
 //! `Family::config`) and checks the launch result. Callers (`ops.rs`,
-//! `sample.rs`) check shapes and buffer sizes before that. Which variant a
-//! product or an attention takes is decided in its family's file, on the
+//! `sample.rs`) check shapes and buffer sizes before that. Which kernel a
+//! product or an attention takes is decided in `select.rs`, on the
 //! switches held here.
 
 use std::collections::HashMap;

@@ -3,9 +3,10 @@
 //! family's kernels (an enum whose `Family` impl gives each kernel's
 //! symbol, module part, shared memory and launch geometry), their argument
 //! structs with the `KernelCall` that maps each to its C signature, and
-//! the choice among its variants. Adding a kernel touches its `.cu` file
-//! and its family's file (and, for a new family, a `mod` line below and
-//! the `families!` list in `kernel.rs`).
+//! the bounds the choice among them compares with. Adding a kernel
+//! touches its `.cu` file and its family's file (and, for a new family, a
+//! `mod` line below and the `families!` list in `kernel.rs`; for a kernel
+//! that a product or an attention picks by shape, its rule in `select.rs`).
 //!
 //! - `kernel.rs`: [`Kernel`], every kernel by family, and what is asked of
 //!   any kernel handed to its family;
@@ -13,7 +14,9 @@
 //!   launch makes, the problem sizes grids are laid over, parameter lists);
 //! - `operands.rs`: the operands several families share;
 //! - `loader.rs`: the loaded kernels of one context ([`Kernels`]) and the
-//!   one generic launcher.
+//!   one generic launcher;
+//! - `select.rs`: which kernel a product or an attention takes, within a
+//!   family and across families, on the switches [`Kernels`] holds.
 
 mod attention;
 mod attention_split;
@@ -30,6 +33,7 @@ mod norm;
 mod operands;
 mod rope;
 mod sample;
+mod select;
 
 pub use attention::*;
 pub use attention_split::*;

@@ -2,12 +2,10 @@
 //! context split into chunks across blocks (scalar instances per head-size
 //! class and group, tensor-core ones for heads of 64 and 128 dims), the
 //! merge of the chunks (`attention_combine`), their batched decode step's
-//! forms (`rows.rs`), and when and how a context is split.
+//! forms (`rows.rs`), and the bounds of how a context is split (the
+//! split itself: `select.rs`).
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-
-use cudarc::driver::{CudaStream, LaunchConfig};
+use cudarc::driver::LaunchConfig;
 use half::f16;
 
 #[cfg(test)]
@@ -15,7 +13,7 @@ use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
     blocks, kernel_params, plan, refusal, Family, KernelCall, Plan, Work,
 };
-use crate::backend::cuda::kernels::{validate_head_split, CacheWindow, Kernel, Kernels, X8Bufs};
+use crate::backend::cuda::kernels::{validate_head_split, CacheWindow, Kernel, X8Bufs};
 use crate::backend::cuda::kernels::{WindowParams, X8Writes};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
@@ -196,44 +194,6 @@ pub const SPLIT_BLOCKS_PER_SM: usize = 4;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ContextSplit {
     pub nsplit: usize,
-}
-
-impl Kernels {
-    /// Changes the context length from which decode attention is split (for
-    /// tests and benchmarks; `usize::MAX`: never).
-    #[cfg(test)]
-    pub fn set_split_min_context(&self, positions: usize) {
-        self.split_min_context.store(positions, Ordering::Relaxed);
-    }
-
-    /// Whether a decode step at a context of `positions` splits its attention.
-    pub fn splits_attention_at(&self, positions: usize) -> bool {
-        positions >= self.split_min_context.load(Ordering::Relaxed)
-    }
-
-    /// How a context of up to `capacity` positions is split for `n_head_kv`
-    /// KV heads: [`SPLIT_BLOCKS_PER_SM`] blocks per SM (the kernel cuts the
-    /// filled context into that many chunks at run time).
-    pub fn context_split(&self, n_head_kv: usize, capacity: usize) -> ContextSplit {
-        let nsplit = (SPLIT_BLOCKS_PER_SM * self.sm_count)
-            .div_ceil(n_head_kv.max(1))
-            .min(capacity)
-            .clamp(1, ATS_MAX_SPLITS);
-        ContextSplit { nsplit }
-    }
-
-    /// Decode attention split over the context: `attention_split`, then
-    /// `attention_combine` from `split.part` into `out`.
-    pub fn attention_split(
-        &self,
-        s: &Arc<CudaStream>,
-        split: &AttentionSplitArgs,
-        combine: &AttentionCombineArgs,
-    ) -> Result<(), BackendError> {
-        combine.check()?;
-        self.launch(s, split)?;
-        self.launch(s, combine)
-    }
 }
 
 /// The `attention_split_*` instance for heads of `head_dim` and `group`

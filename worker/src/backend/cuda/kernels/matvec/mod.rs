@@ -3,13 +3,11 @@
 //! `quantize_x8`: `mv8_*`, `mv8m_*`, `mv8q_*`, `mv8n_*`), short prompts on
 //! the integer tensor cores (`mmq_*`), and the chosen experts' products of
 //! a mixture of experts (`mv1e_*`, `mv8e_*`, in `experts.rs`); which of them
-//! a product takes (`Kernels::mv8_choice`).
-
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+//! a product takes is chosen in `select.rs` (`Kernels::mv8_choice`), on
+//! the bounds here.
 
 use cudarc::driver::sys::CUdeviceptr;
-use cudarc::driver::{CudaStream, LaunchConfig};
+use cudarc::driver::LaunchConfig;
 
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
@@ -18,7 +16,7 @@ use crate::backend::cuda::kernels::launch::{
     Work,
 };
 use crate::backend::cuda::kernels::StoredParams;
-use crate::backend::cuda::kernels::{Kernel, Kernels, MatmulArgs, MV_LOOP_MAX_TOKENS};
+use crate::backend::cuda::kernels::{MatmulArgs, MV_LOOP_MAX_TOKENS};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
     has_mmq, Module, MMQ_MAX_TOKENS, MMQ_WARPS, MV1_ROWS, MV1_THREADS, MV8N_ROWS, MV8_MAX_TOKENS,
@@ -288,143 +286,6 @@ pub fn qkv_rope_max_blocks(sm_count: usize) -> usize {
 /// `0` keeps a mixture of experts' decode products on `mv1e_*` (f32 x)
 /// rather than `mv8e_*`.
 pub const MV8_EXPERTS_ENV: &str = "WORKER_ORCD_MV8_EXPERTS";
-
-impl Kernels {
-    /// Turns `mv8_*` on or off (for tests and benchmarks).
-    #[cfg(test)]
-    pub fn set_mv8(&self, on: bool) {
-        self.mv8.store(on, Ordering::Relaxed);
-    }
-
-    /// Whether one row of x may go through `mv8_*` at all.
-    pub fn mv8_enabled(&self) -> bool {
-        self.mv8.load(Ordering::Relaxed)
-    }
-
-    /// Whether chosen experts' products in format `t` may take `mv8e_*`:
-    /// the integer mat-vec on (and not turned off for experts by
-    /// [`MV8_EXPERTS_ENV`]), the kernel compiled.
-    pub fn mv8_experts_ready(&self, t: GgmlType) -> bool {
-        self.mv8_experts
-            && self.mv8.load(Ordering::Relaxed)
-            && self
-                .funcs
-                .contains_key(&Kernel::Matvec(Matvec::MatVec8Experts(t)))
-    }
-
-    /// Whether a short prompt's matmul in format `t` takes `mmq_*`: the
-    /// kernel compiled, and the short-prompt kernels on (`set_gemm_split`,
-    /// which switches `gemm_tck_*` and this alike).
-    pub(super) fn mmq_ready(&self, t: GgmlType) -> bool {
-        self.gemm_split.load(Ordering::Relaxed)
-            && self.funcs.contains_key(&Kernel::Matvec(Matvec::Mmq(t)))
-    }
-
-    /// Whether this matmul runs on `mv8_*` from a quantized x, and how: one
-    /// row (`mv8_*`), a short prompt's rows in a format with `mmq_*`, or up
-    /// to [`MV8_LOOP_MAX_TOKENS`] rows of x (`mv8n_*`) in a format that has
-    /// such a kernel compiled.
-    pub fn mv8_choice(&self, m: &MatmulArgs) -> Option<Mv8Plan> {
-        let w = &m.w;
-        if !self.mv8_applies(m) {
-            return None;
-        }
-        match m.n {
-            1 => Some(Mv8Plan::One),
-            n if n > MV8_MAX_TOKENS
-                && n <= MMQ_MAX_ROWS
-                && self.mmq_ready(w.ty)
-                && !(self.few_ready(m) && self.few_fills(w.rows, w.cols)) =>
-            {
-                Some(Mv8Plan::Mma)
-            }
-            n if n <= MV8_LOOP_MAX_TOKENS => Some(Mv8Plan::Rows),
-            _ => None,
-        }
-    }
-
-    /// Whether the integer mat-vec kernels take this product: on, whole
-    /// 32-column groups, compiled for the format.
-    pub fn mv8_applies(&self, m: &MatmulArgs) -> bool {
-        self.mv8.load(Ordering::Relaxed)
-            && m.w.cols.is_multiple_of(32)
-            && self
-                .funcs
-                .contains_key(&Kernel::Matvec(Matvec::MatVec8(m.w.ty)))
-    }
-
-    /// `out = x W^T (+ bias)` on `mv8_*` as `plan` says, from x split into `x8`.
-    pub fn matvec8(
-        &self,
-        s: &Arc<CudaStream>,
-        m: &MatmulArgs,
-        plan: Mv8Plan,
-        x8: X8Bufs,
-    ) -> Result<(), BackendError> {
-        match plan {
-            Mv8Plan::One => self.launch(s, &MatVec8Call { args: *m, x8 }),
-            Mv8Plan::Mma => self.launch(s, &MmqCall { args: *m, x8 }),
-            Mv8Plan::Rows => self.launch(s, &MatVec8NCall { args: *m, x8 }),
-        }
-    }
-
-    /// Two or three products of one row of x (`products`, of one format
-    /// with `mv8_*` and one width) in one `mv8m_*` launch, from x split into
-    /// `x8`; each output as `matvec8` would write it.
-    pub fn matvec8_many(
-        &self,
-        s: &Arc<CudaStream>,
-        products: &[MatmulArgs],
-        x8: X8Bufs,
-    ) -> Result<(), BackendError> {
-        let (Some(&first), 2..=3) = (products.first(), products.len()) else {
-            return Err(BackendError::KernelLaunchFailed(format!(
-                "mv8m takes 2 or 3 products, not {}",
-                products.len()
-            )));
-        };
-        let mut args = [first; 3];
-        args[..products.len()].copy_from_slice(products);
-        self.launch(
-            s,
-            &MatVec8ManyCall {
-                args,
-                count: products.len(),
-                x8,
-            },
-        )
-    }
-
-    /// Whether Q, K and V of one row of x (`q`, `k`, `v`) take one
-    /// `mv8q_*` launch: each on `mv8_*` alone, of one format and width, the
-    /// kernel compiled, and no more blocks than [`QKV_ROPE_ENV`] allows.
-    /// (With the RoPE's angle taken after the products, each block's life
-    /// grew and a launch of more than a wave lost speed; the angle is now
-    /// taken while the weights load.)
-    pub fn qkv_rope_ready(&self, q: &MatmulArgs, k: &MatmulArgs, v: &MatmulArgs) -> bool {
-        let same = |a: &MatmulArgs| {
-            self.mv8_choice(a) == Some(Mv8Plan::One)
-                && (a.w.ty, a.w.cols, a.w.row_bytes) == (q.w.ty, q.w.cols, q.w.row_bytes)
-        };
-        let per_block = mv8_rows_per_block(q.w.cols);
-        let blocks: usize = [q, k, v].iter().map(|a| a.w.rows.div_ceil(per_block)).sum();
-        same(q)
-            && same(k)
-            && same(v)
-            && blocks <= self.qkv_rope_max_blocks.load(Ordering::Relaxed)
-            && self
-                .funcs
-                .contains_key(&Kernel::Matvec(Matvec::MatVec8Qkv(q.w.ty)))
-    }
-
-    /// Sets the most blocks a `mv8q_*` launch may take (0: none; `None`:
-    /// as the environment says), for tests.
-    #[cfg(test)]
-    pub fn set_qkv_rope(&self, max_blocks: Option<usize>) {
-        let max = max_blocks.unwrap_or_else(|| qkv_rope_max_blocks(self.sm_count));
-        self.qkv_rope_max_blocks.store(max, Ordering::Relaxed);
-    }
-}
 
 /// A matmul of one row of x through `mv1_*`, whose signature has no row count.
 #[derive(Clone, Copy, Debug)]
