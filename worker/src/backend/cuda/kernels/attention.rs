@@ -5,14 +5,16 @@
 use cudarc::driver::LaunchConfig;
 use half::f16;
 
+use crate::backend::cuda::kernels::attention_tc::AttentionTc;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, grid_1d, kernel_params, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work,
-    ELEMENT_THREADS,
+    blocks, grid_1d, kernel_params, plan, refusal, unit_kernels, Either, Family, KernelCall, Named,
+    Plan, Work, ELEMENT_THREADS,
 };
-use crate::backend::cuda::kernels::{AttentionTc, CacheWindow, Kernel, SplitsOutput, X8Bufs};
-use crate::backend::cuda::kernels::{WindowParams, X8Writes};
+use crate::backend::cuda::kernels::operands::{
+    CacheWindow, SplitsOutput, WindowParams, X8Bufs, X8Writes,
+};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{Module, ATC_HEAD_DIMS, ATT_MAX_HEAD_DIM, ATT_THREADS};
 use crate::backend::BackendError;
@@ -74,7 +76,8 @@ pub struct KvStoreArgs {
 }
 
 impl KernelCall for KvStoreArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = Attention;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let (n, n_head_kv, head_dim) = (self.n, self.n_head_kv, self.head_dim);
         let dims = [
             ("n", n),
@@ -97,8 +100,7 @@ impl KernelCall for KvStoreArgs {
         )
     }
     fn validate(&self) -> Result<(), BackendError> {
-        self.window
-            .check(Kernel::Attention(Attention::KvStore), self.n)
+        self.window.check(Attention::KvStore, self.n)
     }
     kernel_params! { self =>
         DevPtr<f32> = self.k,
@@ -144,17 +146,18 @@ pub struct AttentionArgs {
 }
 
 impl AttentionArgs {
-    fn kernel(&self) -> Kernel {
+    fn kernel(&self) -> Either<Attention, AttentionTc> {
         if self.tensor_cores {
-            Kernel::AttentionTc(AttentionTc::AttentionTc)
+            Either::B(AttentionTc::AttentionTc)
         } else {
-            Kernel::Attention(Attention::Attention)
+            Either::A(Attention::Attention)
         }
     }
 }
 
 impl KernelCall for AttentionArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = Either<Attention, AttentionTc>;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let (n, n_head, capacity) = (self.n, self.n_head, self.window.capacity);
         let (kv, hd) = (self.n_head_kv, self.head_dim);
         let dims = [
@@ -227,7 +230,7 @@ impl SplitsOutput for AttentionArgs {
 /// Attention's output is split for `mv8_*` only for one row (decode), by
 /// kernels whose warps each take 32 dims of one head.
 pub(crate) fn validate_head_split(
-    k: Kernel,
+    k: impl Named,
     x8: Option<X8Bufs>,
     n: usize,
     head_dim: usize,

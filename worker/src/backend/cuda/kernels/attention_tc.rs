@@ -6,10 +6,10 @@
 use cudarc::driver::LaunchConfig;
 
 #[cfg(test)]
+use crate::backend::cuda::kernels::attention::AttentionArgs;
+#[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{blocks, unit_kernels, Family, Work};
-#[cfg(test)]
-use crate::backend::cuda::kernels::AttentionArgs;
 use crate::backend::cuda::source::{Module, ATC_BQ, ATC_SMEM_BYTES, ATC_THREADS};
 use crate::backend::BackendError;
 

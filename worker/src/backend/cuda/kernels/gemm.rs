@@ -16,10 +16,11 @@ use crate::backend::cuda::kernels::launch::{
     format_kernels, grid_1d, kernel_params, plan, refusal, Family, KernelCall, Plan, Work,
     ELEMENT_THREADS,
 };
+use crate::backend::cuda::kernels::matmul::MatmulArgs;
 #[cfg(test)]
-use crate::backend::cuda::kernels::MatmulCall;
-use crate::backend::cuda::kernels::StoredParams;
-use crate::backend::cuda::kernels::{check_stacked, expert_rows, Kernel, MatmulArgs, Stored};
+use crate::backend::cuda::kernels::matmul::MatmulCall;
+use crate::backend::cuda::kernels::matvec::{check_stacked, expert_rows};
+use crate::backend::cuda::kernels::operands::{Stored, StoredParams};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
     f16_tiles, integer_gemm, Module, GF_MAX_TOKENS, GF_WARPS, GTC_BK, GTC_BR, GTC_BT,
@@ -132,7 +133,7 @@ impl Family for Gemm {
     #[cfg(test)]
     fn pushed(self) -> Vec<String> {
         match self {
-            Gemm::Tc(_) => pushed::<MatmulCall>(),
+            Gemm::Tc(_) => pushed::<MatmulCall<Gemm>>(),
             Gemm::Tck(_) | Gemm::Few(_) => pushed::<GemmTcSplitCall>(),
             Gemm::Moe(_) => pushed::<ExpertGemmArgs>(),
             Gemm::DequantF16(_) => pushed::<DequantF16Args>(),
@@ -216,7 +217,8 @@ pub struct GemmTcSplitCall {
 }
 
 impl KernelCall for GemmTcSplitCall {
-    fn plan(&self) -> Plan {
+    type Kernel = Gemm;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let a = &self.args;
         let buffers = [
             ("w", a.w.ptr.addr()),
@@ -263,12 +265,12 @@ impl KernelCall for GemmTcSplitCall {
 }
 
 impl GemmTcSplitCall {
-    fn kernel(&self) -> Kernel {
+    fn kernel(&self) -> Gemm {
         let t = self.args.w.ty;
         if self.few {
-            Kernel::Gemm(Gemm::Few(t))
+            Gemm::Few(t)
         } else {
-            Kernel::Gemm(Gemm::Tck(t))
+            Gemm::Tck(t)
         }
     }
 }
@@ -284,7 +286,8 @@ pub struct DequantF16Args {
 }
 
 impl KernelCall for DequantF16Args {
-    fn plan(&self) -> Plan {
+    type Kernel = Gemm;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let w = &self.w;
         let dims = [
             ("rows", w.rows),
@@ -355,7 +358,8 @@ impl ExpertGemmArgs {
 }
 
 impl KernelCall for ExpertGemmArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = Gemm;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let dims = [
             ("rows", self.rows()),
             ("cols", self.w.cols),
@@ -377,7 +381,7 @@ impl KernelCall for ExpertGemmArgs {
         plan(Gemm::Moe(self.w.ty), dims, buffers, work)
     }
     fn validate(&self) -> Result<(), BackendError> {
-        let k = Kernel::Gemm(Gemm::Moe(self.w.ty));
+        let k = Gemm::Moe(self.w.ty);
         if !f16_tiles(self.w.ty) {
             return Err(refusal(k, format!("{} has no f16 tiles", self.w.ty)));
         }

@@ -9,10 +9,9 @@ use cudarc::driver::LaunchConfig;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, format_kernels, kernel_params, plan, Family, KernelCall, Plan, Work,
+    blocks, format_kernels, kernel_params, plan, Family, KernelCall, Named, Plan, Work,
 };
-use crate::backend::cuda::kernels::StoredParams;
-use crate::backend::cuda::kernels::{Kernel, Stored};
+use crate::backend::cuda::kernels::operands::{Stored, StoredParams};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{Module, GEMM_BM, GEMM_BN, GEMM_THREADS, MV_THREADS};
 use crate::backend::BackendError;
@@ -78,7 +77,7 @@ impl Family for Matmul {
     }
     #[cfg(test)]
     fn pushed(self) -> Vec<String> {
-        pushed::<MatmulCall>()
+        pushed::<MatmulCall<Matmul>>()
     }
 }
 
@@ -127,15 +126,16 @@ impl MatmulArgs {
         }
     }
 
-    /// As run by `kernel`, one of the three matmul kernels of `w.ty`.
-    pub(crate) fn with_kernel(self, kernel: Kernel) -> MatmulCall {
+    /// As run by `kernel`: one of the three matmul kernels of `w.ty`
+    /// (`Matmul`), or `gemm_tc_*` (`gemm.rs`'s `Gemm::Tc`).
+    pub(crate) fn with_kernel<K: Named>(self, kernel: K) -> MatmulCall<K> {
         MatmulCall { kernel, args: self }
     }
 
     /// The launch checks (M0-W-1431), made once before the kernel is chosen
     /// and any group is launched; named after `gemm_*`.
     pub fn check(&self) -> Result<(), BackendError> {
-        self.with_kernel(Kernel::Matmul(Matmul::Gemm(self.w.ty)))
+        self.with_kernel(Matmul::Gemm(self.w.ty))
             .check()
             .map(|_| ())
     }
@@ -144,13 +144,14 @@ impl MatmulArgs {
 /// A matmul with its kernel chosen (only `Kernels::matmul` chooses):
 /// `mv_*`, `mvw_*`, `gemm_*` and `gemm_tc_*` share one signature.
 #[derive(Clone, Copy, Debug)]
-pub struct MatmulCall {
-    kernel: Kernel,
+pub struct MatmulCall<K> {
+    kernel: K,
     args: MatmulArgs,
 }
 
-impl KernelCall for MatmulCall {
-    fn plan(&self) -> Plan {
+impl<K: Named> KernelCall for MatmulCall<K> {
+    type Kernel = K;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let a = &self.args;
         let buffers = [
             ("w", a.w.ptr.addr()),

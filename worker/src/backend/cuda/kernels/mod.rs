@@ -37,13 +37,15 @@ mod select;
 
 pub use attention::*;
 pub use attention_split::*;
+// Outside kernels/, only tests name `attention_tc.rs`'s items.
+#[cfg(test)]
 pub use attention_tc::*;
 pub use elementwise::*;
 pub use embed::*;
 pub use gemm::*;
 pub use kernel::*;
 #[cfg(test)]
-pub use launch::{check_args, launch_config, KernelCall, Work};
+pub use launch::{check_args, KernelCall, Work};
 pub use loader::*;
 pub use matmul::*;
 pub use matvec::*;

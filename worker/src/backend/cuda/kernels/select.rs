@@ -27,8 +27,9 @@ use super::matmul::{Matmul, MatmulArgs, MV_LOOP_MAX_TOKENS, MV_LOOP_SMALL_GRID_M
 use super::matvec::qkv_rope_max_blocks;
 use super::matvec::{
     mv8_rows_per_block, MatVec8Call, MatVec8ManyCall, MatVec8NCall, Matvec, MmqCall, Mv8Plan,
-    X8Bufs, MMQ_MAX_ROWS, MV8_LOOP_MAX_TOKENS,
+    MMQ_MAX_ROWS, MV8_LOOP_MAX_TOKENS,
 };
+use super::operands::X8Bufs;
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
     integer_gemm, ATC_HEAD_DIMS, ATS_MAX_SPLITS, GEMM_BM, GEMM_BN, GF_BLOCKS_PER_SM, GF_MAX_TOKENS,
@@ -65,9 +66,9 @@ impl Kernels {
     pub fn matmul_rows(&self, s: &Arc<CudaStream>, m: &MatmulArgs) -> Result<(), BackendError> {
         m.check()?;
         let kernel = if m.w.rows >= self.mv_warp_min_rows.load(Ordering::Relaxed) {
-            Kernel::Matmul(Matmul::Mvw(m.w.ty))
+            Matmul::Mvw(m.w.ty)
         } else {
-            Kernel::Matmul(Matmul::Mv(m.w.ty))
+            Matmul::Mv(m.w.ty)
         };
         for t0 in (0..m.n).step_by(MV_MAX_TOKENS) {
             let group = m.rows_of_x(t0, MV_MAX_TOKENS.min(m.n - t0));
@@ -102,17 +103,18 @@ impl Kernels {
         let tc_blocks = tc_tiles(rows, n);
         // The quantized formats' tensor-core GEMM (`gemm_tck_*`) takes x's
         // f16 parts: `CudaOps::matmul` runs it (`gemm_splits`).
-        let kernel = if n > MV_MAX_TOKENS
+        if n > MV_MAX_TOKENS
             && tc_blocks >= self.tc_min_blocks.load(Ordering::Relaxed)
             && !integer_gemm(m.w.ty)
         {
-            Kernel::Gemm(Gemm::Tc(m.w.ty))
-        } else if n > MV_MAX_TOKENS {
-            Kernel::Matmul(Matmul::Gemm(m.w.ty))
+            return self.launch(s, &m.with_kernel(Gemm::Tc(m.w.ty)));
+        }
+        let kernel = if n > MV_MAX_TOKENS {
+            Matmul::Gemm(m.w.ty)
         } else if rows >= self.mv_warp_min_rows.load(Ordering::Relaxed) {
-            Kernel::Matmul(Matmul::Mvw(m.w.ty))
+            Matmul::Mvw(m.w.ty)
         } else {
-            Kernel::Matmul(Matmul::Mv(m.w.ty))
+            Matmul::Mv(m.w.ty)
         };
         self.launch(s, &m.with_kernel(kernel))
     }
