@@ -1,22 +1,20 @@
 //! The kernels of `cuda/attention.cu`: the KV store and causal GQA of
 //! each query row over the cache, one block per (row, head). Its argument
-//! struct also launches `attention_tc.cu`'s prefill kernel (`attention_tc`).
+//! struct `AttentionArgs` also launches `attention_tc.cu`'s prefill kernel:
+//! its `KernelCall`, which names both families, is in `attention_tc.rs`.
 
 use cudarc::driver::LaunchConfig;
 use half::f16;
 
-use crate::backend::cuda::kernels::attention_tc::AttentionTc;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, grid_1d, kernel_params, plan, refusal, unit_kernels, Either, Family, KernelCall, Named,
-    Plan, Work, ELEMENT_THREADS,
+    blocks, grid_1d, kernel_params, plan, refusal, unit_kernels, Family, KernelCall, Named, Plan,
+    Work, ELEMENT_THREADS,
 };
-use crate::backend::cuda::kernels::operands::{
-    CacheWindow, SplitsOutput, WindowParams, X8Bufs, X8Writes,
-};
+use crate::backend::cuda::kernels::operands::{CacheWindow, SplitsOutput, WindowParams, X8Bufs};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
-use crate::backend::cuda::source::{Module, ATC_HEAD_DIMS, ATT_MAX_HEAD_DIM, ATT_THREADS};
+use crate::backend::cuda::source::{Module, ATT_THREADS};
 use crate::backend::BackendError;
 
 unit_kernels! {
@@ -138,87 +136,11 @@ pub struct AttentionArgs {
     pub sinks: Option<DevPtr<f32>>,
     /// `[n, n_head * head_dim]` f32.
     pub out: DevPtrMut<f32>,
-    /// `attention_tc` (heads of [`ATC_HEAD_DIMS`] dims), else `attention`.
+    /// `attention_tc` (heads of `ATC_HEAD_DIMS` dims), else `attention`.
     pub tensor_cores: bool,
     /// Where `out` is also split for `mv8_*` (`attention`, one row, heads
     /// of a multiple of 32 dims), or none.
     pub x8: Option<X8Bufs>,
-}
-
-impl AttentionArgs {
-    fn kernel(&self) -> Either<Attention, AttentionTc> {
-        if self.tensor_cores {
-            Either::B(AttentionTc::AttentionTc)
-        } else {
-            Either::A(Attention::Attention)
-        }
-    }
-}
-
-impl KernelCall for AttentionArgs {
-    type Kernel = Either<Attention, AttentionTc>;
-    fn plan(&self) -> Plan<Self::Kernel> {
-        let (n, n_head, capacity) = (self.n, self.n_head, self.window.capacity);
-        let (kv, hd) = (self.n_head_kv, self.head_dim);
-        let dims = [
-            ("n", n),
-            ("n_head", n_head),
-            ("n_head_kv", kv),
-            ("head_dim", hd),
-            ("capacity", capacity),
-        ];
-        let (q, kc, vc, out) = (
-            self.q.addr(),
-            self.k_cache.addr(),
-            self.v_cache.addr(),
-            self.out.addr(),
-        );
-        let buffers = [("q", q), ("k_cache", kc), ("v_cache", vc), ("out", out)];
-        plan(self.kernel(), dims, buffers, Work::Heads { n, n_head })
-    }
-    fn validate(&self) -> Result<(), BackendError> {
-        let head_ok = if self.tensor_cores {
-            ATC_HEAD_DIMS.contains(&self.head_dim)
-        } else {
-            self.head_dim <= ATT_MAX_HEAD_DIM
-        };
-        if self.sliding > self.window.capacity {
-            return Err(refusal(
-                self.kernel(),
-                format!("a window of {}", self.sliding),
-            ));
-        }
-        if !head_ok || !self.n_head.is_multiple_of(self.n_head_kv) {
-            let msg = format!(
-                "{}/{} heads of {}",
-                self.n_head, self.n_head_kv, self.head_dim
-            );
-            return Err(refusal(self.kernel(), msg));
-        }
-        validate_head_split(
-            self.kernel(),
-            self.x8,
-            self.n,
-            self.head_dim,
-            self.tensor_cores,
-        )?;
-        self.window.check(self.kernel(), self.n)
-    }
-    kernel_params! { self =>
-        DevPtr<f32> = self.q,
-        i32 = self.n as i32,
-        i32 = self.n_head as i32,
-        i32 = self.n_head_kv as i32,
-        i32 = self.head_dim as i32,
-        ..WindowParams = self.window.params(),
-        DevPtr<f16> = self.k_cache,
-        DevPtr<f16> = self.v_cache,
-        f32 = self.scale,
-        i32 = self.sliding as i32,
-        DevPtr<f32> = DevPtr::or_null(self.sinks),
-        DevPtrMut<f32> = self.out,
-        ..X8Writes = X8Bufs::writes_or_null(self.x8),
-    }
 }
 
 impl SplitsOutput for AttentionArgs {

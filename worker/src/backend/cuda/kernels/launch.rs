@@ -101,11 +101,12 @@ macro_rules! unit_kernels {
         }
 
         impl $family {
-            /// Every kernel of the family.
-            const ALL: &'static [$family] = &[$($family::$variant),+];
+            /// Every kernel of the family (`pub(super)`: a family of a
+            /// directory implements `Family` in its `mod.rs`).
+            pub(super) const ALL: &'static [$family] = &[$($family::$variant),+];
 
             /// The kernel's `extern "C"` symbol.
-            fn name(self) -> &'static str {
+            pub(super) fn name(self) -> &'static str {
                 match self {
                     $($family::$variant => $symbol),+
                 }
@@ -133,8 +134,10 @@ macro_rules! format_kernels {
         }
 
         impl $family {
-            /// The kernel's `extern "C"` symbol: its prefix, then its format.
-            fn name(self) -> String {
+            /// The kernel's `extern "C"` symbol: its prefix, then its format
+            /// (`pub(super)`: a family of a directory implements `Family` in
+            /// its `mod.rs`).
+            pub(super) fn name(self) -> String {
                 let (prefix, t) = match self {
                     $($family::$variant(t) => ($prefix, t)),+
                 };
@@ -142,7 +145,7 @@ macro_rules! format_kernels {
             }
 
             /// The weight format the kernel is compiled for.
-            fn weight_format(self) -> $crate::quant::GgmlType {
+            pub(super) fn weight_format(self) -> $crate::quant::GgmlType {
                 match self {
                     $($family::$variant(t))|+ => t,
                 }
@@ -164,7 +167,8 @@ pub fn type_suffix(t: GgmlType) -> String {
 }
 
 /// A kernel as a launch names it: a kernel of one family (any [`Family`]),
-/// or of either of two ([`Either`]).
+/// or of either of two ([`Either`]); `kernel.rs`'s `Kernel`, any kernel,
+/// is one too.
 pub trait Named: Copy + std::fmt::Debug {
     /// The `extern "C"` symbol, for refusals.
     fn symbol(self) -> String;

@@ -8,15 +8,25 @@
 //! `mod` line below and the `families!` list in `kernel.rs`; for a kernel
 //! that a product or an attention picks by shape, its rule in `select.rs`).
 //!
-//! - `kernel.rs`: [`Kernel`], every kernel by family, and what is asked of
-//!   any kernel handed to its family;
-//! - `launch.rs`: what a launch is apart from any kernel (the checks every
-//!   launch makes, the problem sizes grids are laid over, parameter lists);
+//! - `launch.rs`: what a launch is apart from any kernel (what a family
+//!   tells about its kernels, the checks every launch makes, the problem
+//!   sizes grids are laid over, parameter lists);
 //! - `operands.rs`: the operands several families share;
+//! - `kernel.rs`: [`Kernel`], every kernel by family, each question about
+//!   a kernel handed to its family;
 //! - `loader.rs`: the loaded kernels of one context ([`Kernels`]) and the
 //!   one generic launcher;
 //! - `select.rs`: which kernel a product or an attention takes, within a
 //!   family and across families, on the switches [`Kernels`] holds.
+//!
+//! The imports run one way, in that order: `launch.rs` and `operands.rs`
+//! at the bottom, then the family files (which name their kernels by their
+//! own enums, never [`Kernel`], and import one another without a circle:
+//! `gemm` uses `matvec` and `matmul`, `matvec` uses `matmul` and `rope`,
+//! `rope` uses `norm`, `attention_tc` and `attention_split` use
+//! `attention`), then `kernel.rs`, `loader.rs` and `select.rs`. Inside
+//! `kernels/` a file imports from the file that defines a name, never
+//! through this one, which only wires them in (`ci/check-layers --strict`).
 
 mod attention;
 mod attention_split;

@@ -1,23 +1,14 @@
-//! `elementwise.cu`'s family (elementwise/mod.rs says what it holds): the family's enum with its `Family` impl, and the kernels of a
-//! thread per element.
+//! Of `elementwise.cu`'s family (`elementwise/mod.rs` says what each file holds):
+//! the family's enum (`Elementwise`) and the kernels of a thread per
+//! element.
 
-use cudarc::driver::LaunchConfig;
-
-#[cfg(test)]
-use super::moe::{MoeGatherF16Args, MoeRouteArgs, MoeSumArgs};
-#[cfg(test)]
-use super::products::{AddBiasArgs, GemmSplitsSumArgs, QuantizeX8Args, ToF16Args};
-#[cfg(test)]
-use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, grid_1d, kernel_params, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work,
-    ELEMENT_THREADS,
+    kernel_params, plan, refusal, unit_kernels, KernelCall, Plan, Work,
 };
 use crate::backend::cuda::kernels::operands::{
     validate_x8_output, RowSeq, SplitsOutput, X8Bufs, X8Writes,
 };
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
-use crate::backend::cuda::source::{Module, MOE_ROUTE_ROWS};
 use crate::backend::BackendError;
 
 unit_kernels! {
@@ -53,61 +44,6 @@ unit_kernels! {
         ToF16 = "to_f16",
         /// `add_bias`: a bias added to each row of a cuBLAS product.
         AddBias = "add_bias",
-    }
-}
-
-impl Family for Elementwise {
-    const MODULE: Module = Module::Elementwise;
-
-    fn all() -> Vec<Elementwise> {
-        Elementwise::ALL.to_vec()
-    }
-    fn symbol(self) -> String {
-        self.name().into()
-    }
-    fn config(self, work: Work) -> Option<Result<LaunchConfig, BackendError>> {
-        match (self, work) {
-            // Chunks of a row along x, rows along y.
-            (Elementwise::KeepRows, Work::Rows { rows, cols }) => {
-                if rows > 65535 {
-                    return Some(Err(BackendError::Shape(format!(
-                        "{rows} rows exceed one launch"
-                    ))));
-                }
-                Some(Ok(blocks(
-                    ((cols as u32).div_ceil(ELEMENT_THREADS), rows as u32),
-                    ELEMENT_THREADS,
-                )))
-            }
-            // A warp per row.
-            (Elementwise::MoeRoute, Work::Rows { rows, .. }) => Some(Ok(blocks(
-                ((rows as u32).div_ceil(MOE_ROUTE_ROWS), 1),
-                MOE_ROUTE_ROWS * 32,
-            ))),
-            (Elementwise::KeepRows | Elementwise::MoeRoute, _) => None,
-            (_, Work::Elements(n)) => Some(grid_1d(n as u64, ELEMENT_THREADS)),
-            _ => None,
-        }
-    }
-    #[cfg(test)]
-    fn pushed(self) -> Vec<String> {
-        match self {
-            Elementwise::Swiglu | Elementwise::SwigluOai | Elementwise::Geglu => {
-                pushed::<GluArgs>()
-            }
-            Elementwise::MoeRoute => pushed::<MoeRouteArgs>(),
-            Elementwise::MoeSum => pushed::<MoeSumArgs>(),
-            Elementwise::MoeGatherF16 => pushed::<MoeGatherF16Args>(),
-            Elementwise::Gelu => pushed::<GeluArgs>(),
-            Elementwise::AddAssign => pushed::<AddAssignArgs>(),
-            Elementwise::Scale => pushed::<ScaleArgs>(),
-            Elementwise::CopyCols => pushed::<CopyColsArgs>(),
-            Elementwise::KeepRows => pushed::<KeepRowsArgs>(),
-            Elementwise::QuantizeX8 => pushed::<QuantizeX8Args>(),
-            Elementwise::GemmSplitsSum => pushed::<GemmSplitsSumArgs>(),
-            Elementwise::ToF16 => pushed::<ToF16Args>(),
-            Elementwise::AddBias => pushed::<AddBiasArgs>(),
-        }
     }
 }
 
