@@ -202,7 +202,7 @@ pub(crate) fn tc_tiles(rows: usize, n: usize) -> usize {
 /// read as its two f16 parts, the columns split into `splits` ranges of
 /// whole 32-column steps (`gemm_few_*`: 64-column chunks), range z's
 /// products (no bias) written to `part + z * n * rows`;
-/// [`GemmSplitsSumArgs`] adds them up.
+/// [`GemmSplitsSumArgs`](crate::backend::cuda::kernels::elementwise::GemmSplitsSumArgs) adds them up.
 #[derive(Clone, Copy, Debug)]
 pub struct GemmTcSplitCall {
     pub args: MatmulArgs,

@@ -63,7 +63,7 @@ pub struct Kernels {
     /// [`GEMM_FEW_ENV`] is `0`).
     pub(super) gemm_few: AtomicBool,
     /// The most blocks a decode step's `mv8q_*` launch may have (0: none
-    /// is made; [`QKV_ROPE_ENV`]).
+    /// is made; [`QKV_ROPE_ENV`](super::matvec::QKV_ROPE_ENV)).
     pub(super) qkv_rope_max_blocks: AtomicUsize,
     /// Whether one row of x goes through `mv8_*` where the format has one.
     pub(super) mv8: AtomicBool,

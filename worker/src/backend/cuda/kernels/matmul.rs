@@ -82,7 +82,7 @@ impl Family for Matmul {
 }
 
 /// Up to this many rows of x, `matmul` runs `mv_*` once per group of
-/// [`MV_MAX_TOKENS`] instead of `gemm_*`.
+/// [`MV_MAX_TOKENS`](crate::backend::cuda::source::MV_MAX_TOKENS) instead of `gemm_*`.
 pub const MV_LOOP_MAX_TOKENS: usize = 32;
 
 /// Up to this many rows of x, `mv_*` groups are also used when `gemm_*`

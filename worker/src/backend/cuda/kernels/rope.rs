@@ -247,7 +247,8 @@ param_group! {
 
 /// `qk_rope_store`: before attention, in one launch, each head of Q and K
 /// normed (where `norms` are given) and rotated (where `rope` is), in place,
-/// then K's and V's rows stored in the cache as [`KvStoreArgs`] stores them.
+/// then K's and V's rows stored in the cache as [`KvStoreArgs`](crate::backend::cuda::kernels::attention::KvStoreArgs)
+/// stores them.
 #[derive(Clone, Copy, Debug)]
 pub struct QkRopeStoreArgs {
     /// `[n, n_head * head_dim]` f32.

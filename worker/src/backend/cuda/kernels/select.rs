@@ -59,7 +59,7 @@ impl Kernels {
     }
 
     /// A batched decode step's product (`CudaOps` rows mode) in a format
-    /// without `mv8_*`: `mv_<ty>` (`mvw_<ty>` from [`MV_WARP_MIN_ROWS`]
+    /// without `mv8_*`: `mv_<ty>` (`mvw_<ty>` from [`MV_WARP_MIN_ROWS`](super::matmul::MV_WARP_MIN_ROWS)
     /// weight rows on) over groups of up to [`MV_MAX_TOKENS`] rows of x,
     /// whatever `n` is, so that a row's result does not depend on how many
     /// rows share the step (`matmul` takes `mv1_*` for one row).
@@ -78,8 +78,8 @@ impl Kernels {
     }
 
     /// `out[t][r] = sum_c x[t][c] * W[r][c] (+ bias[r])`. One row of x from
-    /// [`MV1_MIN_ROWS`] weight rows on: `mv1_<ty>`. Otherwise `mv_<ty>` (or
-    /// `mvw_<ty>` from [`MV_WARP_MIN_ROWS`] rows on) over groups of up to
+    /// [`MV1_MIN_ROWS`](super::matvec::MV1_MIN_ROWS) weight rows on: `mv1_<ty>`. Otherwise `mv_<ty>` (or
+    /// `mvw_<ty>` from [`MV_WARP_MIN_ROWS`](super::matmul::MV_WARP_MIN_ROWS) rows on) over groups of up to
     /// [`MV_MAX_TOKENS`] rows of x when `n <= MV_LOOP_MAX_TOKENS`, or
     /// `n <= MV_LOOP_SMALL_GRID_MAX_TOKENS` and `gemm_<ty>` would not fill
     /// the GPU (short prompts: a block per weight row keeps every SM busy,
@@ -134,7 +134,7 @@ impl Kernels {
 
     /// Whether chosen experts' products in format `t` may take `mv8e_*`:
     /// the integer mat-vec on (and not turned off for experts by
-    /// [`MV8_EXPERTS_ENV`]), the kernel compiled.
+    /// [`MV8_EXPERTS_ENV`](super::matvec::MV8_EXPERTS_ENV)), the kernel compiled.
     pub fn mv8_experts_ready(&self, t: GgmlType) -> bool {
         self.mv8_experts
             && self.mv8.load(Ordering::Relaxed)
@@ -228,7 +228,7 @@ impl Kernels {
 
     /// Whether Q, K and V of one row of x (`q`, `k`, `v`) take one
     /// `mv8q_*` launch: each on `mv8_*` alone, of one format and width, the
-    /// kernel compiled, and no more blocks than [`QKV_ROPE_ENV`] allows.
+    /// kernel compiled, and no more blocks than [`QKV_ROPE_ENV`](super::matvec::QKV_ROPE_ENV) allows.
     /// (With the RoPE's angle taken after the products, each block's life
     /// grew and a launch of more than a wave lost speed; the angle is now
     /// taken while the weights load.)
@@ -482,7 +482,7 @@ impl Kernels {
     }
 
     /// Tests: the fewest query rows that take `attention_tc`
-    /// ([`ATC_MIN_ROWS`] by default; `usize::MAX`: never).
+    /// ([`ATC_MIN_ROWS`](super::attention_tc::ATC_MIN_ROWS) by default; `usize::MAX`: never).
     #[cfg(test)]
     pub fn set_attention_tc_min_rows(&self, rows: usize) {
         self.attention_tc_min_rows.store(rows, Ordering::Relaxed);

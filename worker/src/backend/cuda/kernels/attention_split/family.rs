@@ -99,7 +99,7 @@ pub struct AttentionSplitArgs {
     pub k_cache: DevPtr<f16>,
     pub v_cache: DevPtr<f16>,
     pub scale: f32,
-    /// As [`AttentionArgs::sliding`]; the chunks cover only the visible positions.
+    /// As [`AttentionArgs::sliding`](crate::backend::cuda::kernels::attention::AttentionArgs::sliding); the chunks cover only the visible positions.
     pub sliding: usize,
     /// At least 1, at most `ATS_MAX_SPLITS`.
     pub nsplit: usize,
@@ -172,11 +172,11 @@ pub struct AttentionCombineArgs {
     pub head_dim: usize,
     /// At most `ATS_MAX_SPLITS`.
     pub nsplit: usize,
-    /// As [`AttentionArgs::sinks`].
+    /// As [`AttentionArgs::sinks`](crate::backend::cuda::kernels::attention::AttentionArgs::sinks).
     pub sinks: Option<DevPtr<f32>>,
     /// `[n_head * head_dim]` f32.
     pub out: DevPtrMut<f32>,
-    /// As [`AttentionArgs::x8`].
+    /// As [`AttentionArgs::x8`](crate::backend::cuda::kernels::attention::AttentionArgs::x8).
     pub x8: Option<X8Bufs>,
 }
 

@@ -1,7 +1,7 @@
 //! The argument structs of `matvec.cu`'s integer mat-vecs (`mv8_*`,
 //! `mv8m_*`, `mv8q_*`, `mv8n_*`) and `mmq_*`, all from x split by
-//! `quantize_x8` into [`X8Bufs`], and the kernels that write such a split
-//! beside their output ([`SplitsOutput`]).
+//! `quantize_x8` into [`X8Bufs`] (`operands.rs`, with the kernels that
+//! write such a split beside their output).
 
 use half::f16;
 
@@ -141,7 +141,7 @@ impl KernelCall for MatVec8ManyCall {
 /// [`MatVec8ManyCall`] computes them (all three products), then Q's and K's
 /// heads turned by `rope` (adjacent pairs; its rows and positions are the
 /// window's, its x is Q's output) and K's and V's rows stored in the cache
-/// at the window's position, as [`QkRopeStoreArgs`] turns and stores them.
+/// at the window's position, as [`QkRopeStoreArgs`](crate::backend::cuda::kernels::rope::QkRopeStoreArgs) turns and stores them.
 #[derive(Clone, Copy, Debug)]
 pub struct MatVec8QkvCall {
     pub products: MatVec8ManyCall,
