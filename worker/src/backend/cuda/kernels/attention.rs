@@ -1,6 +1,7 @@
 //! The kernels of `cuda/attention.cu`: the KV store and causal GQA of
 //! each query row over the cache, one block per (row, head). Its argument
-//! struct also launches `attention_tc.cu`'s prefill kernel (`attention_tc`).
+//! struct `AttentionArgs` also launches `attention_tc.cu`'s prefill kernel:
+//! its `KernelCall`, which names both families, is in `attention_tc.rs`.
 
 use cudarc::driver::LaunchConfig;
 use half::f16;
@@ -8,13 +9,12 @@ use half::f16;
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, grid_1d, kernel_params, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work,
-    ELEMENT_THREADS,
+    blocks, grid_1d, kernel_params, plan, refusal, unit_kernels, Family, KernelCall, Named, Plan,
+    Work, ELEMENT_THREADS,
 };
-use crate::backend::cuda::kernels::{AttentionTc, CacheWindow, Kernel, SplitsOutput, X8Bufs};
-use crate::backend::cuda::kernels::{WindowParams, X8Writes};
+use crate::backend::cuda::kernels::operands::{CacheWindow, SplitsOutput, WindowParams, X8Bufs};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
-use crate::backend::cuda::source::{Module, ATC_HEAD_DIMS, ATT_MAX_HEAD_DIM, ATT_THREADS};
+use crate::backend::cuda::source::{Module, ATT_THREADS};
 use crate::backend::BackendError;
 
 unit_kernels! {
@@ -74,7 +74,8 @@ pub struct KvStoreArgs {
 }
 
 impl KernelCall for KvStoreArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = Attention;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let (n, n_head_kv, head_dim) = (self.n, self.n_head_kv, self.head_dim);
         let dims = [
             ("n", n),
@@ -97,8 +98,7 @@ impl KernelCall for KvStoreArgs {
         )
     }
     fn validate(&self) -> Result<(), BackendError> {
-        self.window
-            .check(Kernel::Attention(Attention::KvStore), self.n)
+        self.window.check(Attention::KvStore, self.n)
     }
     kernel_params! { self =>
         DevPtr<f32> = self.k,
@@ -136,86 +136,11 @@ pub struct AttentionArgs {
     pub sinks: Option<DevPtr<f32>>,
     /// `[n, n_head * head_dim]` f32.
     pub out: DevPtrMut<f32>,
-    /// `attention_tc` (heads of [`ATC_HEAD_DIMS`] dims), else `attention`.
+    /// `attention_tc` (heads of `ATC_HEAD_DIMS` dims), else `attention`.
     pub tensor_cores: bool,
     /// Where `out` is also split for `mv8_*` (`attention`, one row, heads
     /// of a multiple of 32 dims), or none.
     pub x8: Option<X8Bufs>,
-}
-
-impl AttentionArgs {
-    fn kernel(&self) -> Kernel {
-        if self.tensor_cores {
-            Kernel::AttentionTc(AttentionTc::AttentionTc)
-        } else {
-            Kernel::Attention(Attention::Attention)
-        }
-    }
-}
-
-impl KernelCall for AttentionArgs {
-    fn plan(&self) -> Plan {
-        let (n, n_head, capacity) = (self.n, self.n_head, self.window.capacity);
-        let (kv, hd) = (self.n_head_kv, self.head_dim);
-        let dims = [
-            ("n", n),
-            ("n_head", n_head),
-            ("n_head_kv", kv),
-            ("head_dim", hd),
-            ("capacity", capacity),
-        ];
-        let (q, kc, vc, out) = (
-            self.q.addr(),
-            self.k_cache.addr(),
-            self.v_cache.addr(),
-            self.out.addr(),
-        );
-        let buffers = [("q", q), ("k_cache", kc), ("v_cache", vc), ("out", out)];
-        plan(self.kernel(), dims, buffers, Work::Heads { n, n_head })
-    }
-    fn validate(&self) -> Result<(), BackendError> {
-        let head_ok = if self.tensor_cores {
-            ATC_HEAD_DIMS.contains(&self.head_dim)
-        } else {
-            self.head_dim <= ATT_MAX_HEAD_DIM
-        };
-        if self.sliding > self.window.capacity {
-            return Err(refusal(
-                self.kernel(),
-                format!("a window of {}", self.sliding),
-            ));
-        }
-        if !head_ok || !self.n_head.is_multiple_of(self.n_head_kv) {
-            let msg = format!(
-                "{}/{} heads of {}",
-                self.n_head, self.n_head_kv, self.head_dim
-            );
-            return Err(refusal(self.kernel(), msg));
-        }
-        validate_head_split(
-            self.kernel(),
-            self.x8,
-            self.n,
-            self.head_dim,
-            self.tensor_cores,
-        )?;
-        self.window.check(self.kernel(), self.n)
-    }
-    kernel_params! { self =>
-        DevPtr<f32> = self.q,
-        i32 = self.n as i32,
-        i32 = self.n_head as i32,
-        i32 = self.n_head_kv as i32,
-        i32 = self.head_dim as i32,
-        ..WindowParams = self.window.params(),
-        DevPtr<f16> = self.k_cache,
-        DevPtr<f16> = self.v_cache,
-        f32 = self.scale,
-        i32 = self.sliding as i32,
-        DevPtr<f32> = DevPtr::or_null(self.sinks),
-        DevPtrMut<f32> = self.out,
-        ..X8Writes = X8Bufs::writes_or_null(self.x8),
-    }
 }
 
 impl SplitsOutput for AttentionArgs {
@@ -227,7 +152,7 @@ impl SplitsOutput for AttentionArgs {
 /// Attention's output is split for `mv8_*` only for one row (decode), by
 /// kernels whose warps each take 32 dims of one head.
 pub(crate) fn validate_head_split(
-    k: Kernel,
+    k: impl Named,
     x8: Option<X8Bufs>,
     n: usize,
     head_dim: usize,

@@ -1,18 +1,24 @@
 //! The kernel of `cuda/attention_tc.cu`: prefill attention on tensor
-//! cores (flash attention; heads of 64 or 128 dims), launched through
-//! `attention.rs`'s `AttentionArgs`, and when a prompt takes it.
-
-use std::sync::atomic::Ordering;
+//! cores (flash attention; heads of 64 or 128 dims), the launch of
+//! `attention.rs`'s `AttentionArgs` on it or on `attention` (as its
+//! `tensor_cores` says: this file sits above `attention.rs` and names both
+//! families), and the fewest rows that take it (the choice: `select.rs`).
 
 use cudarc::driver::LaunchConfig;
 
+use half::f16;
+
+use crate::backend::cuda::kernels::attention::{validate_head_split, Attention, AttentionArgs};
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
-use crate::backend::cuda::kernels::launch::{blocks, unit_kernels, Family, Work};
-#[cfg(test)]
-use crate::backend::cuda::kernels::AttentionArgs;
-use crate::backend::cuda::kernels::{Kernel, Kernels};
-use crate::backend::cuda::source::{Module, ATC_BQ, ATC_HEAD_DIMS, ATC_SMEM_BYTES, ATC_THREADS};
+use crate::backend::cuda::kernels::launch::{
+    blocks, kernel_params, plan, refusal, unit_kernels, Either, Family, KernelCall, Plan, Work,
+};
+use crate::backend::cuda::kernels::operands::{WindowParams, X8Bufs, X8Writes};
+use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
+use crate::backend::cuda::source::{
+    Module, ATC_BQ, ATC_HEAD_DIMS, ATC_SMEM_BYTES, ATC_THREADS, ATT_MAX_HEAD_DIM,
+};
 use crate::backend::BackendError;
 
 unit_kernels! {
@@ -64,20 +70,78 @@ impl Family for AttentionTc {
 /// on, one block reading each key once for 64 rows beats a block per row.
 pub const ATC_MIN_ROWS: usize = 2;
 
-impl Kernels {
-    /// Whether `n` query rows of heads of `head_dim` dims take `attention_tc`.
-    pub fn attention_on_tensor_cores(&self, n: usize, head_dim: usize) -> bool {
-        n >= self.attention_tc_min_rows.load(Ordering::Relaxed)
-            && ATC_HEAD_DIMS.contains(&head_dim)
-            && self
-                .funcs
-                .contains_key(&Kernel::AttentionTc(AttentionTc::AttentionTc))
+impl AttentionArgs {
+    fn kernel(&self) -> Either<Attention, AttentionTc> {
+        if self.tensor_cores {
+            Either::B(AttentionTc::AttentionTc)
+        } else {
+            Either::A(Attention::Attention)
+        }
     }
+}
 
-    /// Tests: the fewest query rows that take `attention_tc`
-    /// ([`ATC_MIN_ROWS`] by default; `usize::MAX`: never).
-    #[cfg(test)]
-    pub fn set_attention_tc_min_rows(&self, rows: usize) {
-        self.attention_tc_min_rows.store(rows, Ordering::Relaxed);
+impl KernelCall for AttentionArgs {
+    type Kernel = Either<Attention, AttentionTc>;
+    fn plan(&self) -> Plan<Self::Kernel> {
+        let (n, n_head, capacity) = (self.n, self.n_head, self.window.capacity);
+        let (kv, hd) = (self.n_head_kv, self.head_dim);
+        let dims = [
+            ("n", n),
+            ("n_head", n_head),
+            ("n_head_kv", kv),
+            ("head_dim", hd),
+            ("capacity", capacity),
+        ];
+        let (q, kc, vc, out) = (
+            self.q.addr(),
+            self.k_cache.addr(),
+            self.v_cache.addr(),
+            self.out.addr(),
+        );
+        let buffers = [("q", q), ("k_cache", kc), ("v_cache", vc), ("out", out)];
+        plan(self.kernel(), dims, buffers, Work::Heads { n, n_head })
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        let head_ok = if self.tensor_cores {
+            ATC_HEAD_DIMS.contains(&self.head_dim)
+        } else {
+            self.head_dim <= ATT_MAX_HEAD_DIM
+        };
+        if self.sliding > self.window.capacity {
+            return Err(refusal(
+                self.kernel(),
+                format!("a window of {}", self.sliding),
+            ));
+        }
+        if !head_ok || !self.n_head.is_multiple_of(self.n_head_kv) {
+            let msg = format!(
+                "{}/{} heads of {}",
+                self.n_head, self.n_head_kv, self.head_dim
+            );
+            return Err(refusal(self.kernel(), msg));
+        }
+        validate_head_split(
+            self.kernel(),
+            self.x8,
+            self.n,
+            self.head_dim,
+            self.tensor_cores,
+        )?;
+        self.window.check(self.kernel(), self.n)
+    }
+    kernel_params! { self =>
+        DevPtr<f32> = self.q,
+        i32 = self.n as i32,
+        i32 = self.n_head as i32,
+        i32 = self.n_head_kv as i32,
+        i32 = self.head_dim as i32,
+        ..WindowParams = self.window.params(),
+        DevPtr<f16> = self.k_cache,
+        DevPtr<f16> = self.v_cache,
+        f32 = self.scale,
+        i32 = self.sliding as i32,
+        DevPtr<f32> = DevPtr::or_null(self.sinks),
+        DevPtrMut<f32> = self.out,
+        ..X8Writes = X8Bufs::writes_or_null(self.x8),
     }
 }

@@ -7,8 +7,7 @@ use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
     blocks, format_kernels, kernel_params, plan, Family, KernelCall, Plan, Work,
 };
-use crate::backend::cuda::kernels::Stored;
-use crate::backend::cuda::kernels::StoredParams;
+use crate::backend::cuda::kernels::operands::{Stored, StoredParams};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::Module;
 use crate::backend::BackendError;
@@ -61,7 +60,8 @@ pub struct EmbedArgs {
 }
 
 impl KernelCall for EmbedArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = Embed;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let t = &self.table;
         let buffers = [
             ("table", t.ptr.addr()),

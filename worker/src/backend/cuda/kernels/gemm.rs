@@ -3,13 +3,11 @@
 //! quantized formats `gemm_tck_*` on weight tiles decoded to f16 against
 //! x's two f16 parts, short prompts on `gemm_few_*`, a mixture of experts'
 //! rows on `gemm_moe_*`), and `dequant_f16_*` for cuBLAS; which of them a
-//! short prompt's product takes and over how many column ranges
-//! (`Kernels::gemm_splits`), and when cuBLAS takes it instead.
+//! short prompt's product takes and over how many column ranges, and
+//! when cuBLAS takes it instead, are chosen in `select.rs`
+//! (`Kernels::gemm_splits`, `Kernels::blas_choice`) on the bounds here.
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-
-use cudarc::driver::{CudaStream, LaunchConfig};
+use cudarc::driver::LaunchConfig;
 use half::f16;
 
 #[cfg(test)]
@@ -18,17 +16,15 @@ use crate::backend::cuda::kernels::launch::{
     format_kernels, grid_1d, kernel_params, plan, refusal, Family, KernelCall, Plan, Work,
     ELEMENT_THREADS,
 };
+use crate::backend::cuda::kernels::matmul::MatmulArgs;
 #[cfg(test)]
-use crate::backend::cuda::kernels::MatmulCall;
-use crate::backend::cuda::kernels::StoredParams;
-use crate::backend::cuda::kernels::{
-    check_stacked, expert_rows, Elementwise, GemmSplitsSumArgs, Kernel, Kernels, MatmulArgs,
-    Mv8Plan, Stored,
-};
+use crate::backend::cuda::kernels::matmul::MatmulCall;
+use crate::backend::cuda::kernels::matvec::{check_stacked, expert_rows};
+use crate::backend::cuda::kernels::operands::{Stored, StoredParams};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{
-    f16_tiles, integer_gemm, Module, GF_BLOCKS_PER_SM, GF_MAX_TOKENS, GF_WARPS, GTC_BK, GTC_BR,
-    GTC_BT, GTC_SMEM_BYTES, GTC_THREADS, MV8_MAX_TOKENS,
+    f16_tiles, integer_gemm, Module, GF_MAX_TOKENS, GF_WARPS, GTC_BK, GTC_BR, GTC_BT,
+    GTC_SMEM_BYTES, GTC_THREADS,
 };
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -137,7 +133,7 @@ impl Family for Gemm {
     #[cfg(test)]
     fn pushed(self) -> Vec<String> {
         match self {
-            Gemm::Tc(_) => pushed::<MatmulCall>(),
+            Gemm::Tc(_) => pushed::<MatmulCall<Gemm>>(),
             Gemm::Tck(_) | Gemm::Few(_) => pushed::<GemmTcSplitCall>(),
             Gemm::Moe(_) => pushed::<ExpertGemmArgs>(),
             Gemm::DequantF16(_) => pushed::<DequantF16Args>(),
@@ -197,192 +193,16 @@ pub struct GemmSplit {
     pub splits: usize,
 }
 
-/// `gemm_few_*` blocks along the weight rows (32 a warp).
-fn few_row_blocks(rows: usize) -> usize {
-    rows.div_ceil(GF_WARPS as usize * 32)
-}
-
-/// `splits` ranges of `steps` as the kernels cut them (ceil(steps /
-/// splits) long), fewer where that leaves the last ones empty.
-fn even_ranges(steps: usize, splits: usize) -> usize {
-    steps.div_ceil(steps.div_ceil(splits.max(1)))
-}
-
 /// Blocks of a `gemm_tc_*` grid (per column range, for `gemm_tck_*`).
 pub(crate) fn tc_tiles(rows: usize, n: usize) -> usize {
     rows.div_ceil(GTC_BR as usize) * n.div_ceil(GTC_BT as usize)
-}
-
-impl Kernels {
-    /// Whether `gemm_few_*` takes this matmul: short-prompt kernels on, few
-    /// enough rows of x, whole 64-column chunks, the kernel compiled.
-    pub(super) fn few_ready(&self, m: &MatmulArgs) -> bool {
-        m.n <= GF_MAX_TOKENS && self.few_takes(m)
-    }
-
-    /// Whether `gemm_few_*` takes this matrix, in groups of up to
-    /// `GF_MAX_TOKENS` rows of x: on, whole 64-column chunks, compiled for
-    /// the format.
-    pub(super) fn few_takes(&self, m: &MatmulArgs) -> bool {
-        self.gemm_split.load(Ordering::Relaxed)
-            && self.gemm_few.load(Ordering::Relaxed)
-            && m.w.cols.is_multiple_of(64)
-            && self.funcs.contains_key(&Kernel::Gemm(Gemm::Few(m.w.ty)))
-    }
-
-    /// Which short-prompt kernel takes this matmul and into how many column
-    /// ranges it splits it, or none: it takes more rows of x than one
-    /// `mv8n_*` launch, in a quantized format with the kernel.
-    /// `gemm_few_*` where it applies (see [`Kernels::few_splits`]), else
-    /// `gemm_tck_*`: one range when the tiles alone give every SM a block,
-    /// else as many as fit two blocks per SM (the kernel's occupancy) in
-    /// one wave, each of at least [`GEMM_SPLIT_MIN_STEPS`] steps of 32
-    /// columns. Depends on the shape only, so a row's result never depends
-    /// on the other rows.
-    pub fn gemm_splits(&self, m: &MatmulArgs) -> Option<GemmSplit> {
-        let w = &m.w;
-        if !self.gemm_split.load(Ordering::Relaxed)
-            || m.n <= MV8_MAX_TOKENS
-            || self.mv8_choice(m) == Some(Mv8Plan::Mma)
-            || !w.cols.is_multiple_of(32)
-        {
-            return None;
-        }
-        if self.few_ready(m) {
-            return Some(GemmSplit {
-                few: true,
-                splits: self.few_splits(w.rows, w.cols),
-            });
-        }
-        if !self.funcs.contains_key(&Kernel::Gemm(Gemm::Tck(w.ty))) {
-            return None;
-        }
-        let tiles = tc_tiles(w.rows, m.n);
-        let splits = if tiles >= self.sm_count {
-            1
-        } else {
-            // Rounded down: a grid of one wave (a second, partial wave had
-            // the 8B shape's matrices wait for its few blocks).
-            (2 * self.sm_count / tiles)
-                .min(w.cols / 32 / GEMM_SPLIT_MIN_STEPS)
-                .max(1)
-        };
-        Some(GemmSplit {
-            few: false,
-            splits: even_ranges(w.cols / 32, splits),
-        })
-    }
-
-    /// A batched decode step's product (`CudaOps` rows mode) on
-    /// `gemm_few_*`, where the format has it: its column ranges depend on
-    /// the matrix alone and a row's sums not on the others, so a row's
-    /// result is the same bits in a batch of any size, one row included
-    /// (groups of up to `GF_MAX_TOKENS` rows, a launch each).
-    pub fn rows_few_plan(&self, m: &MatmulArgs) -> Option<GemmSplit> {
-        self.few_takes(m).then(|| GemmSplit {
-            few: true,
-            splits: self.few_splits(m.w.rows, m.w.cols),
-        })
-    }
-
-    /// Floats of `gemm_few_*`'s column-range products for one row of x by a
-    /// `rows` x `cols` matrix (its `part`).
-    pub fn few_part_floats(&self, rows: usize, cols: usize) -> usize {
-        self.few_splits(rows, cols) * rows
-    }
-
-    /// `gemm_few_*`'s column ranges for a `rows` x `cols` matrix: as many as
-    /// fill the SMs with [`GF_BLOCKS_PER_SM`] blocks each in one wave, down
-    /// to ranges of one 64-column chunk (the 0.5B shape's 896 columns are
-    /// 14). The number of rows of x plays no part: a row's result is the
-    /// same in any batch.
-    pub(super) fn few_splits(&self, rows: usize, cols: usize) -> usize {
-        let splits = (GF_BLOCKS_PER_SM * self.sm_count / few_row_blocks(rows))
-            .min(cols / 64)
-            .clamp(1, 64);
-        even_ranges(cols / 64, splits)
-    }
-
-    /// Whether `gemm_few_*`'s grid for this matrix gives every SM a block.
-    pub(super) fn few_fills(&self, rows: usize, cols: usize) -> bool {
-        few_row_blocks(rows) * self.few_splits(rows, cols) >= self.sm_count
-    }
-
-    /// `out = x W^T (+ bias)` on `gemm_tck_*` over `splits` column ranges
-    /// into `part` (`[splits, n, rows]` f32), then `gemm_splits_sum`; `xh`
-    /// holds x's two f16 parts (`to_f16`).
-    pub fn gemm_split(
-        &self,
-        s: &Arc<CudaStream>,
-        m: &MatmulArgs,
-        xh: DevPtr<f16>,
-        plan: GemmSplit,
-        part: DevPtrMut<f32>,
-    ) -> Result<(), BackendError> {
-        let splits = plan.splits;
-        self.launch(
-            s,
-            &GemmTcSplitCall {
-                args: *m,
-                few: plan.few,
-                xh,
-                splits,
-                part,
-            },
-        )?;
-        let sum = GemmSplitsSumArgs {
-            part: part.as_const(),
-            splits,
-            len: m.n * m.w.rows,
-            rows: m.w.rows,
-            bias: m.bias,
-            out: m.out,
-        };
-        self.launch(s, &sum)
-    }
-
-    /// Whether this matmul runs on cuBLAS over f16 (`blas.rs`): from the
-    /// threshold's rows of x on, weights in F16 or a quantized format
-    /// whose `dequant_f16_*` is compiled, rows of whole 8-value chunks.
-    pub fn blas_choice(&self, m: &MatmulArgs) -> bool {
-        let ty = m.w.ty;
-        m.n >= self.blas_min_rows.load(Ordering::Relaxed)
-            && m.w.cols.is_multiple_of(8)
-            && self
-                .funcs
-                .contains_key(&Kernel::Elementwise(Elementwise::ToF16))
-            && (ty == GgmlType::F16
-                || (ty.block_len() > 1
-                    && self.funcs.contains_key(&Kernel::Gemm(Gemm::DequantF16(ty)))))
-    }
-
-    /// Changes the fewest rows of x that run on cuBLAS (for tests;
-    /// `usize::MAX`: never).
-    #[cfg(test)]
-    pub fn set_blas_min_rows(&self, rows: usize) {
-        self.blas_min_rows.store(rows, Ordering::Relaxed);
-    }
-
-    /// Turns the short-prompt kernels, `gemm_tck_*` and `mmq_*`, on or off
-    /// (for tests and benchmarks).
-    #[cfg(test)]
-    pub fn set_gemm_split(&self, on: bool) {
-        self.gemm_split.store(on, Ordering::Relaxed);
-    }
-
-    /// Turns `gemm_few_*` on or off (off: `gemm_tck_*` and `mmq_*` take
-    /// the short prompts; for tests).
-    #[cfg(test)]
-    pub fn set_gemm_few(&self, on: bool) {
-        self.gemm_few.store(on, Ordering::Relaxed);
-    }
 }
 
 /// A matmul through `gemm_tck_*` or `gemm_few_*` (quantized formats): x
 /// read as its two f16 parts, the columns split into `splits` ranges of
 /// whole 32-column steps (`gemm_few_*`: 64-column chunks), range z's
 /// products (no bias) written to `part + z * n * rows`;
-/// [`GemmSplitsSumArgs`] adds them up.
+/// [`GemmSplitsSumArgs`](crate::backend::cuda::kernels::elementwise::GemmSplitsSumArgs) adds them up.
 #[derive(Clone, Copy, Debug)]
 pub struct GemmTcSplitCall {
     pub args: MatmulArgs,
@@ -397,7 +217,8 @@ pub struct GemmTcSplitCall {
 }
 
 impl KernelCall for GemmTcSplitCall {
-    fn plan(&self) -> Plan {
+    type Kernel = Gemm;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let a = &self.args;
         let buffers = [
             ("w", a.w.ptr.addr()),
@@ -444,12 +265,12 @@ impl KernelCall for GemmTcSplitCall {
 }
 
 impl GemmTcSplitCall {
-    fn kernel(&self) -> Kernel {
+    fn kernel(&self) -> Gemm {
         let t = self.args.w.ty;
         if self.few {
-            Kernel::Gemm(Gemm::Few(t))
+            Gemm::Few(t)
         } else {
-            Kernel::Gemm(Gemm::Tck(t))
+            Gemm::Tck(t)
         }
     }
 }
@@ -465,7 +286,8 @@ pub struct DequantF16Args {
 }
 
 impl KernelCall for DequantF16Args {
-    fn plan(&self) -> Plan {
+    type Kernel = Gemm;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let w = &self.w;
         let dims = [
             ("rows", w.rows),
@@ -536,7 +358,8 @@ impl ExpertGemmArgs {
 }
 
 impl KernelCall for ExpertGemmArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = Gemm;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let dims = [
             ("rows", self.rows()),
             ("cols", self.w.cols),
@@ -558,7 +381,7 @@ impl KernelCall for ExpertGemmArgs {
         plan(Gemm::Moe(self.w.ty), dims, buffers, work)
     }
     fn validate(&self) -> Result<(), BackendError> {
-        let k = Kernel::Gemm(Gemm::Moe(self.w.ty));
+        let k = Gemm::Moe(self.w.ty);
         if !f16_tiles(self.w.ty) {
             return Err(refusal(k, format!("{} has no f16 tiles", self.w.ty)));
         }

@@ -1,14 +1,23 @@
 //! [`Kernel`]: every kernel the backend launches, a variant per family
 //! (`kernels/<family>.rs`), each question about a kernel handed to its
-//! family's [`Family`] impl.
+//! family's [`Family`] impl. It sits above the family files: they name
+//! their kernels by their own types, and the loader turns those into
+//! [`Kernel`]s (`From`).
 
 use cudarc::driver::LaunchConfig;
 
-use crate::backend::cuda::kernels::launch::{Family, Work};
-use crate::backend::cuda::kernels::{
-    Attention, AttentionSplit, AttentionTc, Elementwise, Embed, Gemm, Matmul, Matvec, Norm, Rope,
-    Sample,
-};
+use super::attention::Attention;
+use super::attention_split::AttentionSplit;
+use super::attention_tc::AttentionTc;
+use super::elementwise::Elementwise;
+use super::embed::Embed;
+use super::gemm::Gemm;
+use super::launch::{Either, Family, Named, Work};
+use super::matmul::Matmul;
+use super::matvec::Matvec;
+use super::norm::Norm;
+use super::rope::Rope;
+use super::sample::Sample;
 use crate::backend::cuda::source::Module;
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -45,7 +54,7 @@ macro_rules! families {
             /// See [`Family::symbol`].
             pub fn symbol(self) -> String {
                 match self {
-                    $(Kernel::$family(k) => k.symbol()),+
+                    $(Kernel::$family(k) => Family::symbol(k)),+
                 }
             }
             /// See [`Family::format`].
@@ -100,6 +109,32 @@ macro_rules! families {
             }
         }
     };
+}
+
+impl<A: Into<Kernel>, B: Into<Kernel>> From<Either<A, B>> for Kernel {
+    fn from(k: Either<A, B>) -> Kernel {
+        match k {
+            Either::A(k) => k.into(),
+            Either::B(k) => k.into(),
+        }
+    }
+}
+
+impl Named for Kernel {
+    fn symbol(self) -> String {
+        Kernel::symbol(self)
+    }
+}
+
+/// The grid and block of kernel `k` over `work` (its family's
+/// [`Family::config`]).
+pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError> {
+    k.config(work).unwrap_or_else(|| {
+        Err(BackendError::KernelLaunchFailed(format!(
+            "{} is not laid out over {work:?}",
+            k.symbol()
+        )))
+    })
 }
 
 families! {

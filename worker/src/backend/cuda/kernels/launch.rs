@@ -5,12 +5,14 @@
 //! ([`ParamList`], written once a kernel with `kernel_params!`), and the
 //! [`KernelCall`] trait that each kernel's argument struct implements in
 //! its family's file, so that one generic launcher (`Kernels::launch`)
-//! checks, shapes and launches them all.
+//! checks, shapes and launches them all. Nothing here names `kernel.rs`'s
+//! `Kernel` (every kernel of every family): a launch names its kernel by
+//! its family's type ([`Named`]), and `kernel.rs` and the loader, above the
+//! families, turn that into a `Kernel`.
 
 use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{LaunchArgs, LaunchConfig, PushKernelArg};
 
-use super::Kernel;
 use crate::backend::cuda::ptr::Param;
 use crate::backend::cuda::source::Module;
 use crate::backend::BackendError;
@@ -19,7 +21,7 @@ use crate::quant::GgmlType;
 /// What one family of kernels (the kernels of one `cuda/<family>.cu`, an
 /// enum in `kernels/<family>.rs`) tells about each of its kernels: the
 /// one place each fact is written.
-pub trait Family: Copy + Into<Kernel> {
+pub trait Family: Copy + std::fmt::Debug {
     /// The module its kernels are compiled in.
     const MODULE: Module;
     /// Every kernel of the family, for loading them all at start.
@@ -66,7 +68,7 @@ pub trait Family: Copy + Into<Kernel> {
     /// other by its symbol.
     #[cfg(test)]
     fn definition(self) -> (&'static str, Vec<String>) {
-        let sym = self.symbol();
+        let sym = Family::symbol(self);
         match self.format() {
             Some(t) => {
                 let prefix = sym.strip_suffix(&type_suffix(t)).unwrap_or(&sym);
@@ -99,11 +101,12 @@ macro_rules! unit_kernels {
         }
 
         impl $family {
-            /// Every kernel of the family.
-            const ALL: &'static [$family] = &[$($family::$variant),+];
+            /// Every kernel of the family (`pub(super)`: a family of a
+            /// directory implements `Family` in its `mod.rs`).
+            pub(super) const ALL: &'static [$family] = &[$($family::$variant),+];
 
             /// The kernel's `extern "C"` symbol.
-            fn name(self) -> &'static str {
+            pub(super) fn name(self) -> &'static str {
                 match self {
                     $($family::$variant => $symbol),+
                 }
@@ -131,8 +134,10 @@ macro_rules! format_kernels {
         }
 
         impl $family {
-            /// The kernel's `extern "C"` symbol: its prefix, then its format.
-            fn name(self) -> String {
+            /// The kernel's `extern "C"` symbol: its prefix, then its format
+            /// (`pub(super)`: a family of a directory implements `Family` in
+            /// its `mod.rs`).
+            pub(super) fn name(self) -> String {
                 let (prefix, t) = match self {
                     $($family::$variant(t) => ($prefix, t)),+
                 };
@@ -140,7 +145,7 @@ macro_rules! format_kernels {
             }
 
             /// The weight format the kernel is compiled for.
-            fn weight_format(self) -> $crate::quant::GgmlType {
+            pub(super) fn weight_format(self) -> $crate::quant::GgmlType {
                 match self {
                     $($family::$variant(t))|+ => t,
                 }
@@ -161,15 +166,47 @@ pub fn type_suffix(t: GgmlType) -> String {
     t.name().to_ascii_lowercase()
 }
 
+/// A kernel as a launch names it: a kernel of one family (any [`Family`]),
+/// or of either of two ([`Either`]); `kernel.rs`'s `Kernel`, any kernel,
+/// is one too.
+pub trait Named: Copy + std::fmt::Debug {
+    /// The `extern "C"` symbol, for refusals.
+    fn symbol(self) -> String;
+}
+
+impl<F: Family> Named for F {
+    fn symbol(self) -> String {
+        Family::symbol(self)
+    }
+}
+
+/// A kernel of one family or of another, for an argument struct that
+/// launches either (`attention.rs`'s `AttentionArgs`: `attention` or
+/// `attention_tc`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Either<A, B> {
+    A(A),
+    B(B),
+}
+
+impl<A: Named, B: Named> Named for Either<A, B> {
+    fn symbol(self) -> String {
+        match self {
+            Either::A(k) => k.symbol(),
+            Either::B(k) => k.symbol(),
+        }
+    }
+}
+
 /// The plan of a kernel over `work` with these dimensions and buffers.
-pub fn plan<const D: usize, const B: usize>(
-    kernel: impl Into<Kernel>,
+pub fn plan<K: Named, const D: usize, const B: usize>(
+    kernel: K,
     dims: [(&'static str, usize); D],
     buffers: [(&'static str, CUdeviceptr); B],
     work: Work,
-) -> Plan {
+) -> Plan<K> {
     Plan {
-        kernel: kernel.into(),
+        kernel,
         dims: dims.to_vec(),
         buffers: buffers.to_vec(),
         work,
@@ -183,7 +220,7 @@ pub fn plan<const D: usize, const B: usize>(
 /// grids), and each required buffer must not be null. Buffer sizes are
 /// checked one level up, in `ops.rs`, where the buffers are known.
 pub fn check_args(
-    k: Kernel,
+    k: impl Named,
     ints: &[(&str, usize)],
     ptrs: &[(&str, CUdeviceptr)],
 ) -> Result<(), BackendError> {
@@ -205,8 +242,8 @@ pub fn check_args(
 }
 
 /// A launch refused before anything was queued: `<symbol>: <why>`.
-pub fn refusal(k: impl Into<Kernel>, why: String) -> BackendError {
-    BackendError::Shape(format!("{}: {why}", k.into().symbol()))
+pub fn refusal(k: impl Named, why: String) -> BackendError {
+    BackendError::Shape(format!("{}: {why}", k.symbol()))
 }
 
 /// The problem size a kernel's grid is laid over.
@@ -294,17 +331,6 @@ pub fn grid_1d(n: u64, block: u32) -> Result<LaunchConfig, BackendError> {
     let count = u32::try_from(n.div_ceil(block as u64))
         .map_err(|_| BackendError::Shape(format!("{n} elements exceed one launch")))?;
     Ok(blocks((count, 1), block))
-}
-
-/// The grid and block of kernel `k` over `work` (its family's
-/// [`Family::config`]).
-pub fn launch_config(k: Kernel, work: Work) -> Result<LaunchConfig, BackendError> {
-    k.config(work).unwrap_or_else(|| {
-        Err(BackendError::KernelLaunchFailed(format!(
-            "{} is not laid out over {work:?}",
-            k.symbol()
-        )))
-    })
 }
 
 /// A kernel's parameter values in its C signature's order, pushed one by one.
@@ -487,11 +513,12 @@ impl<A: ParamList, B: ParamList> ParamList for Then<A, B> {
     }
 }
 
-/// A launch as the generic launcher sees it: which kernel, what
-/// [`check_args`] checks, and the problem size the grid is laid over.
+/// A launch as the generic launcher sees it: which kernel (`K`, its
+/// family's type), what [`check_args`] checks, and the problem size the
+/// grid is laid over.
 #[derive(Clone, Debug)]
-pub struct Plan {
-    pub kernel: Kernel,
+pub struct Plan<K> {
+    pub kernel: K,
     /// The `int` dimensions, each to lie in `1..=i32::MAX`.
     pub dims: Vec<(&'static str, usize)>,
     /// The buffers that must not be null.
@@ -501,15 +528,17 @@ pub struct Plan {
 
 /// One launch of one kernel with named, typed arguments. Implemented by
 /// each kernel's argument struct in its family's file; `Kernels::launch`
-/// runs [`KernelCall::check`], lays the grid out with [`launch_config`] and
-/// pushes [`KernelCall::params`]. `Params` and `params` come from one list,
+/// runs [`KernelCall::check`], lays the grid out (`kernel.rs`'s
+/// `launch_config`) and pushes [`KernelCall::params`]. `Params` and `params` come from one list,
 /// `kernel_params!`.
 pub trait KernelCall {
     /// The kernel's parameters: exactly its C signature, in order (a test
     /// compares every one with the `.cu` source).
     type Params: ParamList;
+    /// The kernel's type: its family's enum (or [`Either`] of two).
+    type Kernel: Named;
 
-    fn plan(&self) -> Plan;
+    fn plan(&self) -> Plan<Self::Kernel>;
     /// Checks between arguments beyond [`check_args`] (cache positions,
     /// head counts); none by default.
     fn validate(&self) -> Result<(), BackendError> {
@@ -520,7 +549,7 @@ pub trait KernelCall {
     fn params(&self) -> Self::Params;
 
     /// Everything refused before a launch (M0-W-1431); the plan to launch.
-    fn check(&self) -> Result<Plan, BackendError> {
+    fn check(&self) -> Result<Plan<Self::Kernel>, BackendError> {
         let plan = self.plan();
         check_args(plan.kernel, &plan.dims, &plan.buffers)?;
         self.validate()?;

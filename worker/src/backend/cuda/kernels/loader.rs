@@ -7,8 +7,8 @@
 //! out-of-range dimensions, null buffers and inconsistent arguments before
 //! it queues anything (M0-W-1431), lays the grid out (the kernel family's
 //! `Family::config`) and checks the launch result. Callers (`ops.rs`,
-//! `sample.rs`) check shapes and buffer sizes before that. Which variant a
-//! product or an attention takes is decided in its family's file, on the
+//! `sample.rs`) check shapes and buffer sizes before that. Which kernel a
+//! product or an attention takes is decided in `select.rs`, on the
 //! switches held here.
 
 use std::collections::HashMap;
@@ -20,11 +20,13 @@ use cudarc::driver::sys::CUfunction_attribute as Attr;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
 
-use crate::backend::cuda::kernels::launch::{launch_config, KernelCall, ParamList};
-use crate::backend::cuda::kernels::{
-    blas_min_rows_from_env, qkv_rope_max_blocks, Kernel, ATC_MIN_ROWS, GEMM_FEW_ENV, MV1_MIN_ROWS,
-    MV8_EXPERTS_ENV, MV_WARP_MIN_ROWS, SPLIT_MIN_CONTEXT, TC_MIN_BLOCKS_PER_SM,
-};
+use super::attention_split::SPLIT_MIN_CONTEXT;
+use super::attention_tc::ATC_MIN_ROWS;
+use super::gemm::{blas_min_rows_from_env, GEMM_FEW_ENV};
+use super::kernel::{launch_config, Kernel};
+use super::launch::{KernelCall, ParamList};
+use super::matmul::{MV_WARP_MIN_ROWS, TC_MIN_BLOCKS_PER_SM};
+use super::matvec::{qkv_rope_max_blocks, MV1_MIN_ROWS, MV8_EXPERTS_ENV};
 use crate::backend::cuda::nvrtc::{compile_unit, KernelCache};
 use crate::backend::cuda::source::{head_pairs, KernelSet, Unit};
 use crate::backend::BackendError;
@@ -61,7 +63,7 @@ pub struct Kernels {
     /// [`GEMM_FEW_ENV`] is `0`).
     pub(super) gemm_few: AtomicBool,
     /// The most blocks a decode step's `mv8q_*` launch may have (0: none
-    /// is made; [`QKV_ROPE_ENV`]).
+    /// is made; [`QKV_ROPE_ENV`](super::matvec::QKV_ROPE_ENV)).
     pub(super) qkv_rope_max_blocks: AtomicUsize,
     /// Whether one row of x goes through `mv8_*` where the format has one.
     pub(super) mv8: AtomicBool,
@@ -276,8 +278,8 @@ impl Kernels {
     }
 
     /// Whether kernel `k` was compiled and loaded for this model.
-    pub fn has(&self, k: Kernel) -> bool {
-        self.funcs.contains_key(&k)
+    pub fn has(&self, k: impl Into<Kernel>) -> bool {
+        self.funcs.contains_key(&k.into())
     }
 
     /// The GPU's multiprocessor count.
@@ -299,9 +301,13 @@ impl Kernels {
 
     /// Launches one kernel on `s`: checks the arguments (M0-W-1431), lays
     /// out the grid, pushes the parameters in the kernel's order.
-    pub fn launch<C: KernelCall>(&self, s: &Arc<CudaStream>, call: &C) -> Result<(), BackendError> {
+    pub fn launch<C>(&self, s: &Arc<CudaStream>, call: &C) -> Result<(), BackendError>
+    where
+        C: KernelCall,
+        C::Kernel: Into<Kernel>,
+    {
         let plan = call.check()?;
-        let k = plan.kernel;
+        let k: Kernel = plan.kernel.into();
         let cfg = launch_config(k, plan.work)?;
         let params = call.params();
         let f = self.funcs.get(&k).ok_or_else(|| {

@@ -1,25 +1,19 @@
 //! The kernels of `cuda/matmul.cu`: a matrix product over f32 tiles for
 //! any number of rows of x (`mv_*` and `mvw_*` for up to `MV_MAX_TOKENS`,
 //! `gemm_*` for more), and which kernel a product of f32 x takes
-//! (`Kernels::matmul`, which also picks `matvec.cu`'s `mv1_*` and
-//! `gemm.cu`'s `gemm_tc_*`).
+//! (`select.rs`'s `Kernels::matmul`, which also picks `matvec.cu`'s
+//! `mv1_*` and `gemm.cu`'s `gemm_tc_*`).
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-
-use cudarc::driver::{CudaStream, LaunchConfig};
+use cudarc::driver::LaunchConfig;
 
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
-    blocks, format_kernels, kernel_params, plan, Family, KernelCall, Plan, Work,
+    blocks, format_kernels, kernel_params, plan, Family, KernelCall, Named, Plan, Work,
 };
-use crate::backend::cuda::kernels::StoredParams;
-use crate::backend::cuda::kernels::{tc_tiles, Gemm, Kernel, Kernels, Stored};
+use crate::backend::cuda::kernels::operands::{Stored, StoredParams};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
-use crate::backend::cuda::source::{
-    integer_gemm, Module, GEMM_BM, GEMM_BN, GEMM_THREADS, MV_MAX_TOKENS, MV_THREADS,
-};
+use crate::backend::cuda::source::{Module, GEMM_BM, GEMM_BN, GEMM_THREADS, MV_THREADS};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
@@ -83,12 +77,12 @@ impl Family for Matmul {
     }
     #[cfg(test)]
     fn pushed(self) -> Vec<String> {
-        pushed::<MatmulCall>()
+        pushed::<MatmulCall<Matmul>>()
     }
 }
 
 /// Up to this many rows of x, `matmul` runs `mv_*` once per group of
-/// [`MV_MAX_TOKENS`] instead of `gemm_*`.
+/// [`MV_MAX_TOKENS`](crate::backend::cuda::source::MV_MAX_TOKENS) instead of `gemm_*`.
 pub const MV_LOOP_MAX_TOKENS: usize = 32;
 
 /// Up to this many rows of x, `mv_*` groups are also used when `gemm_*`
@@ -107,89 +101,8 @@ pub const MV_WARP_MIN_ROWS: usize = 4096;
 /// a GEMM runs.
 pub const TC_MIN_BLOCKS_PER_SM: usize = 1;
 
-impl Kernels {
-    /// Changes the row count from which `mvw_*` is used (for tests and benchmarks).
-    pub fn set_mv_warp_min_rows(&self, rows: usize) {
-        self.mv_warp_min_rows.store(rows, Ordering::Relaxed);
-    }
-
-    /// Changes the row count from which `mv1_*` is used (for tests and
-    /// benchmarks; `usize::MAX`: never).
-    #[cfg(test)]
-    pub fn set_mv1_min_rows(&self, rows: usize) {
-        self.mv1_min_rows.store(rows, Ordering::Relaxed);
-    }
-
-    /// Changes the grid size from which `gemm_tc_*` is used (for tests and
-    /// benchmarks; `usize::MAX`: never).
-    #[cfg(test)]
-    pub fn set_tc_min_blocks(&self, blocks: usize) {
-        self.tc_min_blocks.store(blocks, Ordering::Relaxed);
-    }
-
-    /// A batched decode step's product (`CudaOps` rows mode) in a format
-    /// without `mv8_*`: `mv_<ty>` (`mvw_<ty>` from [`MV_WARP_MIN_ROWS`]
-    /// weight rows on) over groups of up to [`MV_MAX_TOKENS`] rows of x,
-    /// whatever `n` is, so that a row's result does not depend on how many
-    /// rows share the step (`matmul` takes `mv1_*` for one row).
-    pub fn matmul_rows(&self, s: &Arc<CudaStream>, m: &MatmulArgs) -> Result<(), BackendError> {
-        m.check()?;
-        let kernel = if m.w.rows >= self.mv_warp_min_rows.load(Ordering::Relaxed) {
-            Kernel::Matmul(Matmul::Mvw(m.w.ty))
-        } else {
-            Kernel::Matmul(Matmul::Mv(m.w.ty))
-        };
-        for t0 in (0..m.n).step_by(MV_MAX_TOKENS) {
-            let group = m.rows_of_x(t0, MV_MAX_TOKENS.min(m.n - t0));
-            self.launch(s, &group.with_kernel(kernel))?;
-        }
-        Ok(())
-    }
-
-    /// `out[t][r] = sum_c x[t][c] * W[r][c] (+ bias[r])`. One row of x from
-    /// [`MV1_MIN_ROWS`] weight rows on: `mv1_<ty>`. Otherwise `mv_<ty>` (or
-    /// `mvw_<ty>` from [`MV_WARP_MIN_ROWS`] rows on) over groups of up to
-    /// [`MV_MAX_TOKENS`] rows of x when `n <= MV_LOOP_MAX_TOKENS`, or
-    /// `n <= MV_LOOP_SMALL_GRID_MAX_TOKENS` and `gemm_<ty>` would not fill
-    /// the GPU (short prompts: a block per weight row keeps every SM busy,
-    /// and the weights stay in L2 between groups); else, float formats,
-    /// `gemm_tc_<ty>` on tensor cores when its grid fills the GPU, or
-    /// `gemm_<ty>`.
-    pub fn matmul(&self, s: &Arc<CudaStream>, m: &MatmulArgs) -> Result<(), BackendError> {
-        m.check()?;
-        let (n, rows) = (m.n, m.w.rows);
-        if n == 1 && rows >= self.mv1_min_rows.load(Ordering::Relaxed) {
-            return self.launch(s, &m.one_row());
-        }
-        let gemm_blocks = rows.div_ceil(GEMM_BM as usize) * n.div_ceil(GEMM_BN as usize);
-        let few_tiles = n <= MV_LOOP_SMALL_GRID_MAX_TOKENS && gemm_blocks < self.sm_count;
-        if n > MV_MAX_TOKENS && (n <= MV_LOOP_MAX_TOKENS || few_tiles) {
-            for t0 in (0..n).step_by(MV_MAX_TOKENS) {
-                self.matmul(s, &m.rows_of_x(t0, MV_MAX_TOKENS.min(n - t0)))?;
-            }
-            return Ok(());
-        }
-        let tc_blocks = tc_tiles(rows, n);
-        // The quantized formats' tensor-core GEMM (`gemm_tck_*`) takes x's
-        // f16 parts: `CudaOps::matmul` runs it (`gemm_splits`).
-        let kernel = if n > MV_MAX_TOKENS
-            && tc_blocks >= self.tc_min_blocks.load(Ordering::Relaxed)
-            && !integer_gemm(m.w.ty)
-        {
-            Kernel::Gemm(Gemm::Tc(m.w.ty))
-        } else if n > MV_MAX_TOKENS {
-            Kernel::Matmul(Matmul::Gemm(m.w.ty))
-        } else if rows >= self.mv_warp_min_rows.load(Ordering::Relaxed) {
-            Kernel::Matmul(Matmul::Mvw(m.w.ty))
-        } else {
-            Kernel::Matmul(Matmul::Mv(m.w.ty))
-        };
-        self.launch(s, &m.with_kernel(kernel))
-    }
-}
-
 /// `out[t][r] = sum_c x[t][c] * W[r][c] (+ bias[r])` through `mv_<ty>`,
-/// `mvw_<ty>` or `gemm_<ty>` (`Kernels::matmul` chooses).
+/// `mvw_<ty>` or `gemm_<ty>` (`Kernels::matmul` in `select.rs` chooses).
 #[derive(Clone, Copy, Debug)]
 pub struct MatmulArgs {
     pub w: Stored,
@@ -213,15 +126,16 @@ impl MatmulArgs {
         }
     }
 
-    /// As run by `kernel`, one of the three matmul kernels of `w.ty`.
-    pub(crate) fn with_kernel(self, kernel: Kernel) -> MatmulCall {
+    /// As run by `kernel`: one of the three matmul kernels of `w.ty`
+    /// (`Matmul`), or `gemm_tc_*` (`gemm.rs`'s `Gemm::Tc`).
+    pub(crate) fn with_kernel<K: Named>(self, kernel: K) -> MatmulCall<K> {
         MatmulCall { kernel, args: self }
     }
 
     /// The launch checks (M0-W-1431), made once before the kernel is chosen
     /// and any group is launched; named after `gemm_*`.
     pub fn check(&self) -> Result<(), BackendError> {
-        self.with_kernel(Kernel::Matmul(Matmul::Gemm(self.w.ty)))
+        self.with_kernel(Matmul::Gemm(self.w.ty))
             .check()
             .map(|_| ())
     }
@@ -230,13 +144,14 @@ impl MatmulArgs {
 /// A matmul with its kernel chosen (only `Kernels::matmul` chooses):
 /// `mv_*`, `mvw_*`, `gemm_*` and `gemm_tc_*` share one signature.
 #[derive(Clone, Copy, Debug)]
-pub struct MatmulCall {
-    kernel: Kernel,
+pub struct MatmulCall<K> {
+    kernel: K,
     args: MatmulArgs,
 }
 
-impl KernelCall for MatmulCall {
-    fn plan(&self) -> Plan {
+impl<K: Named> KernelCall for MatmulCall<K> {
+    type Kernel = K;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let a = &self.args;
         let buffers = [
             ("w", a.w.ptr.addr()),

@@ -9,8 +9,7 @@ use crate::backend::cuda::kernels::launch::pushed;
 use crate::backend::cuda::kernels::launch::{
     blocks, kernel_params, plan, refusal, unit_kernels, Family, KernelCall, Plan, Work,
 };
-use crate::backend::cuda::kernels::X8Writes;
-use crate::backend::cuda::kernels::{validate_x8_output, Kernel, SplitsOutput, X8Bufs};
+use crate::backend::cuda::kernels::operands::{validate_x8_output, SplitsOutput, X8Bufs, X8Writes};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::Module;
 use crate::backend::BackendError;
@@ -96,13 +95,13 @@ pub fn norm_cluster_blocks(cols: usize) -> Option<usize> {
 
 /// Both norms: rows of `x` normalized into `out`, scaled by `w`.
 pub(crate) fn norm_plan(
-    kernel: Kernel,
+    kernel: Norm,
     x: DevPtr<f32>,
     w: DevPtr<f32>,
     rows: usize,
     cols: usize,
     out: DevPtrMut<f32>,
-) -> Plan {
+) -> Plan<Norm> {
     let buffers = [("x", x.addr()), ("w", w.addr()), ("out", out.addr())];
     plan(
         kernel,
@@ -130,18 +129,12 @@ pub struct RmsNormArgs {
 }
 
 impl KernelCall for RmsNormArgs {
-    fn plan(&self) -> Plan {
-        norm_plan(
-            Kernel::Norm(Norm::Rms),
-            self.x,
-            self.w,
-            self.rows,
-            self.cols,
-            self.out,
-        )
+    type Kernel = Norm;
+    fn plan(&self) -> Plan<Self::Kernel> {
+        norm_plan(Norm::Rms, self.x, self.w, self.rows, self.cols, self.out)
     }
     fn validate(&self) -> Result<(), BackendError> {
-        validate_x8_output(Kernel::Norm(Norm::Rms), self.x8, self.rows, self.cols)
+        validate_x8_output(Norm::Rms, self.x8, self.rows, self.cols)
     }
     kernel_params! { self =>
         DevPtr<f32> = self.x,
@@ -182,7 +175,8 @@ pub struct AddRmsNormArgs {
 }
 
 impl KernelCall for AddRmsNormArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = Norm;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let buffers = [
             ("x", self.x.addr()),
             ("y", self.y.addr()),
@@ -194,7 +188,7 @@ impl KernelCall for AddRmsNormArgs {
         plan(Norm::AddRms, dims, buffers, Work::Rows { rows, cols })
     }
     fn validate(&self) -> Result<(), BackendError> {
-        validate_x8_output(Kernel::Norm(Norm::AddRms), self.x8, self.rows, self.cols)
+        validate_x8_output(Norm::AddRms, self.x8, self.rows, self.cols)
     }
     kernel_params! { self =>
         DevPtrMut<f32> = self.x,
@@ -233,7 +227,8 @@ pub struct AddRmsNormClusterArgs {
 }
 
 impl KernelCall for AddRmsNormClusterArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = Norm;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let buffers = [
             ("x", self.x.addr()),
             ("y", self.y.addr()),
@@ -299,15 +294,9 @@ pub struct LayerNormArgs {
 }
 
 impl KernelCall for LayerNormArgs {
-    fn plan(&self) -> Plan {
-        norm_plan(
-            Kernel::Norm(Norm::Layer),
-            self.x,
-            self.w,
-            self.rows,
-            self.cols,
-            self.out,
-        )
+    type Kernel = Norm;
+    fn plan(&self) -> Plan<Self::Kernel> {
+        norm_plan(Norm::Layer, self.x, self.w, self.rows, self.cols, self.out)
     }
     kernel_params! { self =>
         DevPtr<f32> = self.x,

@@ -1,12 +1,15 @@
 //! Operands several families' argument structs share: a matrix in its
-//! stored format ([`Stored`]) and where rows go in a KV cache
-//! ([`CacheWindow`]). Dimensions are `usize` here and `int` in CUDA:
+//! stored format ([`Stored`]), where rows go in a KV cache
+//! ([`CacheWindow`]), x split for the integer mat-vec kernels ([`X8Bufs`],
+//! which several kernels also write: [`SplitsOutput`]) and a batched step's
+//! table of sequences ([`RowSeq`]). Dimensions are `usize` here and `int` in CUDA:
 //! `KernelCall::check` has refused anything outside `1..=i32::MAX` before
 //! `params` converts them.
 
-use crate::backend::cuda::kernels::launch::{param_group, refusal};
-use crate::backend::cuda::kernels::Kernel;
-use crate::backend::cuda::ptr::DevPtr;
+use cudarc::driver::sys::CUdeviceptr;
+
+use super::launch::{param_group, refusal, KernelCall, Named};
+use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
@@ -22,7 +25,7 @@ pub struct CacheWindow {
 
 impl CacheWindow {
     /// `n` rows fit (checked only when the position is known on the host).
-    pub(crate) fn check(&self, k: Kernel, n: usize) -> Result<(), BackendError> {
+    pub(crate) fn check(&self, k: impl Named, n: usize) -> Result<(), BackendError> {
         if self.pos_ptr.is_none() && self.start_pos + n > self.capacity {
             let end = self.start_pos + n;
             return Err(refusal(
@@ -82,4 +85,117 @@ param_group! {
             i32 = self.cols as i32,
         }
     }
+}
+
+/// Rows of x split for `mv8_*` by `quantize_x8`, in one scratch block: for
+/// `len` values (rows of `cols` one after another), `[len]` i8 high parts,
+/// `[len]` i8 low parts, `[len / 32]` f32 scales, `[len / 16]` f32 sums of
+/// 16 values.
+#[derive(Clone, Copy, Debug)]
+pub struct X8Bufs {
+    pub hi: DevPtrMut<i8>,
+    pub lo: DevPtrMut<i8>,
+    pub d: DevPtrMut<f32>,
+    pub sums: DevPtrMut<f32>,
+}
+
+impl X8Bufs {
+    /// Bytes of the block for `len` values.
+    pub fn bytes(len: usize) -> usize {
+        2 * len + len / 32 * 4 + len / 16 * 4
+    }
+
+    /// The parts of the block at `base` for `len` values (a multiple of
+    /// 32, so that each part stays 16-byte aligned for the kernels' vector
+    /// loads).
+    pub fn at(base: CUdeviceptr, len: usize) -> X8Bufs {
+        let d = base + 2 * len as u64;
+        X8Bufs {
+            hi: DevPtrMut::new(base),
+            lo: DevPtrMut::new(base + len as u64),
+            d: DevPtrMut::new(d),
+            sums: DevPtrMut::new(d + (len / 32 * 4) as u64),
+        }
+    }
+
+    pub(crate) fn addrs(&self) -> [(&'static str, CUdeviceptr); 4] {
+        [
+            ("x8 hi", self.hi.addr()),
+            ("x8 lo", self.lo.addr()),
+            ("x8 d", self.d.addr()),
+            ("x8 sums", self.sums.addr()),
+        ]
+    }
+}
+
+param_group! {
+    /// `(i8* hi, i8* lo, float* d, float* sums)`: x's parts as a kernel
+    /// that also splits its output writes them.
+    pub type X8Writes;
+    impl X8Bufs {
+        /// All null when there is no block (the kernel then skips the split).
+        pub(crate) fn writes_or_null(x8: Option<X8Bufs>) {
+            DevPtrMut<i8> = DevPtrMut::or_null(x8.map(|b| b.hi)),
+            DevPtrMut<i8> = DevPtrMut::or_null(x8.map(|b| b.lo)),
+            DevPtrMut<f32> = DevPtrMut::or_null(x8.map(|b| b.d)),
+            DevPtrMut<f32> = DevPtrMut::or_null(x8.map(|b| b.sums)),
+        }
+    }
+}
+
+param_group! {
+    /// `(const i8* hi, const i8* lo, const float* d, const float* sums)`:
+    /// x's parts as the `mv8*` kernels read them.
+    pub type X8Reads;
+    impl X8Bufs {
+        pub(crate) fn reads(&self) {
+            DevPtr<i8> = self.hi.as_const(),
+            DevPtr<i8> = self.lo.as_const(),
+            DevPtr<f32> = self.d.as_const(),
+            DevPtr<f32> = self.sums.as_const(),
+        }
+    }
+}
+
+/// A kernel that may also split its output for `mv8_*`.
+pub trait SplitsOutput: KernelCall {
+    /// Where it splits its output, if it does.
+    fn x8(&self) -> Option<X8Bufs>;
+}
+
+/// A kernel splits its output for `mv8_*` only for one row of whole
+/// 32-value groups (its warps each take one group).
+pub(crate) fn validate_x8_output(
+    k: impl Named,
+    x8: Option<X8Bufs>,
+    rows: usize,
+    cols: usize,
+) -> Result<(), BackendError> {
+    if x8.is_some() && (rows != 1 || !cols.is_multiple_of(32)) {
+        return Err(refusal(
+            k,
+            format!("splitting {rows} rows of {cols} values"),
+        ));
+    }
+    Ok(())
+}
+
+/// One row's sequence in a batched step's table (common.cuh's `RowSeq`:
+/// the same fields in the same order).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RowSeq {
+    /// The sequence's KV cache: per layer a K plane then a V plane of
+    /// `[n_head_kv, capacity, head_dim]` f16.
+    pub cache: u64,
+    /// `[vocab]` f32: where the row's logits go (the sequence's sampler).
+    pub logits: u64,
+    /// The row's position (the sequence's length before the step).
+    pub pos: i32,
+    pub capacity: i32,
+}
+
+impl crate::backend::cuda::ptr::Elem for RowSeq {
+    #[cfg(test)]
+    const C_NAME: &'static str = "RowSeq";
 }

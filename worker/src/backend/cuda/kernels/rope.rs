@@ -12,8 +12,8 @@ use crate::backend::cuda::kernels::launch::{
     blocks, grid_1d, kernel_params, param_group, plan, refusal, unit_kernels, Family, KernelCall,
     Plan, Work, ELEMENT_THREADS,
 };
-use crate::backend::cuda::kernels::WindowParams;
-use crate::backend::cuda::kernels::{norm_threads, CacheWindow, Kernel, RowSeq};
+use crate::backend::cuda::kernels::norm::norm_threads;
+use crate::backend::cuda::kernels::operands::{CacheWindow, RowSeq, WindowParams};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::Module;
 use crate::backend::BackendError;
@@ -148,7 +148,8 @@ impl RopeArgs {
 }
 
 impl KernelCall for RopeArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = Rope;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let dims = [
             ("rows", self.rows),
             ("n_head", self.n_head),
@@ -246,7 +247,8 @@ param_group! {
 
 /// `qk_rope_store`: before attention, in one launch, each head of Q and K
 /// normed (where `norms` are given) and rotated (where `rope` is), in place,
-/// then K's and V's rows stored in the cache as [`KvStoreArgs`] stores them.
+/// then K's and V's rows stored in the cache as [`KvStoreArgs`](crate::backend::cuda::kernels::attention::KvStoreArgs)
+/// stores them.
 #[derive(Clone, Copy, Debug)]
 pub struct QkRopeStoreArgs {
     /// `[n, n_head * head_dim]` f32.
@@ -271,7 +273,8 @@ pub struct QkRopeStoreArgs {
 }
 
 impl KernelCall for QkRopeStoreArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = Rope;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let (n, n_head, n_head_kv, head_dim) = (self.n, self.n_head, self.n_head_kv, self.head_dim);
         let dims = [
             ("n", n),
@@ -292,7 +295,7 @@ impl KernelCall for QkRopeStoreArgs {
         plan(Rope::QkRopeStore, dims, buffers, work)
     }
     fn validate(&self) -> Result<(), BackendError> {
-        let k = Kernel::Rope(Rope::QkRopeStore);
+        let k = Rope::QkRopeStore;
         if let Some(r) = &self.rope {
             let (q, n) = (self.q.addr(), self.n);
             if !r.turns_only(q, n, self.n_head, self.head_dim, &self.window) {
@@ -343,7 +346,8 @@ pub struct QkRopeStoreRowsArgs {
 }
 
 impl KernelCall for QkRopeStoreRowsArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = Rope;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let (n, n_head, n_head_kv, head_dim) =
             (self.rows, self.n_head, self.n_head_kv, self.head_dim);
         let dims = [

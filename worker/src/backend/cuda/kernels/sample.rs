@@ -111,7 +111,8 @@ pub struct SampleSelectArgs {
 }
 
 impl KernelCall for SampleSelectArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = Sample;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let buffers = [
             ("logits", self.logits.addr()),
             ("keys", self.keys.addr()),
@@ -212,7 +213,8 @@ pub struct SampleSelectRowsArgs {
 }
 
 impl KernelCall for SampleSelectRowsArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = Sample;
+    fn plan(&self) -> Plan<Self::Kernel> {
         plan(
             Sample::SelectRows,
             [("n", self.n as usize), ("rows", self.rows)],
@@ -246,7 +248,8 @@ pub struct SampleLogprobsArgs {
 }
 
 impl KernelCall for SampleLogprobsArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = Sample;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let buffers = [
             ("logits", self.logits.addr()),
             ("keys", self.keys.addr()),
@@ -294,7 +297,8 @@ pub struct SampleArgmaxArgs {
 }
 
 impl KernelCall for SampleArgmaxArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = Sample;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let buffers = [
             ("logits", self.logits.addr()),
             ("partial", self.partial.addr()),

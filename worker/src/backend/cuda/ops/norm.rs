@@ -7,7 +7,7 @@ use super::buffers::{check_bufs, check_weights, is_f32_vector, shape_check, Cuda
 use super::state::RopeTable;
 use super::CudaOps;
 use crate::backend::cuda::device::{driver_error, Purpose};
-use crate::backend::cuda::kernels::norm_cluster_blocks;
+use crate::backend::cuda::kernels::{norm_cluster_blocks, Kernel};
 use crate::backend::cuda::kernels::{
     AddRmsNormArgs, AddRmsNormClusterArgs, Glu, GluArgs, RopeArgs, RopePairs, SplitsOutput,
 };
@@ -50,7 +50,10 @@ impl CudaOps {
         &mut self,
         args: &C,
         out: &CudaBuf,
-    ) -> Result<(), BackendError> {
+    ) -> Result<(), BackendError>
+    where
+        C::Kernel: Into<Kernel>,
+    {
         self.dev.kernels.launch(&self.dev.stream, args)?;
         if args.x8().is_some() {
             self.x8_now_holds(out);

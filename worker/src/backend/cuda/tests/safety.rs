@@ -41,7 +41,7 @@ fn short_vector(ops: &mut CudaOps, stored: usize, len: usize) -> CudaWeight {
 #[test]
 fn m0_w_1431_launch_argument_checks_refuse_zero_null_and_out_of_range() {
     use kernels::{check_args, Norm};
-    let k = Kernel::Norm(Norm::Rms);
+    let k = Norm::Rms;
     assert!(check_args(
         k,
         &[("rows", 1), ("cols", 576)],

@@ -2,52 +2,26 @@
 //! context split into chunks across blocks (scalar instances per head-size
 //! class and group, tensor-core ones for heads of 64 and 128 dims), the
 //! merge of the chunks (`attention_combine`), their batched decode step's
-//! forms (`rows.rs`), and when and how a context is split.
+//! forms (`rows.rs`), and the bounds of how a context is split (the
+//! split itself: `select.rs`).
+//!
+//! `family.rs`: the family's enum (`AttentionSplit`), the split kernels and their
+//! merge; `rows.rs` import it. This file, above them all,
+//! wires them in and holds the family's `Family` impl (which names their
+//! argument structs, for the C types each kernel's launcher pushes).
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+mod family;
+mod rows;
 
-use cudarc::driver::{CudaStream, LaunchConfig};
-use half::f16;
+pub use family::*;
+pub use rows::*;
 
 #[cfg(test)]
 use crate::backend::cuda::kernels::launch::pushed;
-use crate::backend::cuda::kernels::launch::{
-    blocks, kernel_params, plan, refusal, Family, KernelCall, Plan, Work,
-};
-use crate::backend::cuda::kernels::{validate_head_split, CacheWindow, Kernel, Kernels, X8Bufs};
-use crate::backend::cuda::kernels::{WindowParams, X8Writes};
-use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
-use crate::backend::cuda::source::{
-    Module, ATSC_THREADS, ATS_MAX_GROUP, ATS_MAX_SPLITS, ATS_THREADS, ATT_MAX_HEAD_DIM,
-};
+use crate::backend::cuda::kernels::launch::{blocks, Family, Work};
+use crate::backend::cuda::source::{Module, ATSC_THREADS, ATS_THREADS};
 use crate::backend::BackendError;
-
-mod rows;
-
-pub use rows::*;
-
-/// The kernels of `attention_split.cu`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AttentionSplit {
-    /// `attention_split_<64 * n>_g<g>`: one query row over a long context,
-    /// the context split into chunks across blocks, for heads of up to 64 * n
-    /// dims (n = 1, 2, 4) and up to g query heads per KV head (g = 4, 8);
-    /// `attention_combine` merges the chunks.
-    Scalar(u8, u8),
-    /// `attention_split_tc_<64 * n>`: the same on tensor cores for heads of
-    /// exactly 64 * n dims (n = 1, 2) and any group of up to 8 (the group's
-    /// query heads are the rows of the products).
-    Tc(u8),
-    Combine,
-    /// `attention_split_*_rows`: `Scalar` for a batched decode
-    /// step, each row over its own cache in chunks of `ATS_ROW_CHUNK`.
-    ScalarRows(u8, u8),
-    /// `attention_split_tc_*_rows`: the same on tensor cores.
-    TcRows(u8),
-    /// `attention_combine_rows`: the merge of each row's chunks.
-    CombineRows,
-}
+use cudarc::driver::LaunchConfig;
 
 impl Family for AttentionSplit {
     const MODULE: Module = Module::AttentionSplit;
@@ -178,236 +152,5 @@ impl Family for AttentionSplit {
                 ("", vec![format!("void {sym}("), format!(")\n    {sym}(")])
             }
         }
-    }
-}
-
-/// From this many context positions on, a decode step's attention is split
-/// over the context (`attention_split`); below, one block per head is faster.
-pub const SPLIT_MIN_CONTEXT: usize = 1024;
-
-/// `attention_split` blocks per SM: the fastest of 1, 2 and 4 measured at
-/// depth 4096 (`benches/results/kernel-choices.md`). The tensor-core kernel
-/// (heads of 64 and 128 dims) takes chunks of at least 128 keys, so at that
-/// depth fewer chunks are filled and the count barely mattered; the bound
-/// matters for longer contexts.
-pub const SPLIT_BLOCKS_PER_SM: usize = 4;
-
-/// How `attention_split` divides a context: into `nsplit` chunks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ContextSplit {
-    pub nsplit: usize,
-}
-
-impl Kernels {
-    /// Changes the context length from which decode attention is split (for
-    /// tests and benchmarks; `usize::MAX`: never).
-    #[cfg(test)]
-    pub fn set_split_min_context(&self, positions: usize) {
-        self.split_min_context.store(positions, Ordering::Relaxed);
-    }
-
-    /// Whether a decode step at a context of `positions` splits its attention.
-    pub fn splits_attention_at(&self, positions: usize) -> bool {
-        positions >= self.split_min_context.load(Ordering::Relaxed)
-    }
-
-    /// How a context of up to `capacity` positions is split for `n_head_kv`
-    /// KV heads: [`SPLIT_BLOCKS_PER_SM`] blocks per SM (the kernel cuts the
-    /// filled context into that many chunks at run time).
-    pub fn context_split(&self, n_head_kv: usize, capacity: usize) -> ContextSplit {
-        let nsplit = (SPLIT_BLOCKS_PER_SM * self.sm_count)
-            .div_ceil(n_head_kv.max(1))
-            .min(capacity)
-            .clamp(1, ATS_MAX_SPLITS);
-        ContextSplit { nsplit }
-    }
-
-    /// Decode attention split over the context: `attention_split`, then
-    /// `attention_combine` from `split.part` into `out`.
-    pub fn attention_split(
-        &self,
-        s: &Arc<CudaStream>,
-        split: &AttentionSplitArgs,
-        combine: &AttentionCombineArgs,
-    ) -> Result<(), BackendError> {
-        combine.check()?;
-        self.launch(s, split)?;
-        self.launch(s, combine)
-    }
-}
-
-/// The `attention_split_*` instance for heads of `head_dim` and `group`
-/// query heads per KV head: the tensor-core kernel for heads of 64 or 128
-/// dims; else dim pairs per lane, 1, 2 or 4, and most heads, 4 or 8 (larger
-/// heads and groups are refused by `validate`).
-pub(crate) fn split_kernel(head_dim: usize, group: usize) -> Kernel {
-    let pairs = crate::backend::cuda::source::head_pairs(head_dim);
-    if crate::backend::cuda::source::split_on_tensor_cores(head_dim) {
-        return Kernel::AttentionSplit(AttentionSplit::Tc(pairs));
-    }
-    Kernel::AttentionSplit(AttentionSplit::Scalar(
-        pairs,
-        if group <= 4 { 4 } else { 8 },
-    ))
-}
-
-/// Refuses heads the split kernels do not take: a group of more than
-/// `ATS_MAX_GROUP` query heads per KV head, heads not of whole 8-value
-/// chunks or wider than `ATT_MAX_HEAD_DIM`.
-pub(crate) fn check_split_heads(
-    k: Kernel,
-    n_head: usize,
-    n_head_kv: usize,
-    head_dim: usize,
-) -> Result<(), BackendError> {
-    let group = n_head / n_head_kv.max(1);
-    if n_head_kv == 0 || !n_head.is_multiple_of(n_head_kv) || group > ATS_MAX_GROUP {
-        return Err(refusal(k, format!("{n_head}/{n_head_kv} heads")));
-    }
-    if !head_dim.is_multiple_of(8) || head_dim > ATT_MAX_HEAD_DIM {
-        return Err(refusal(k, format!("heads of {head_dim}")));
-    }
-    Ok(())
-}
-
-/// `attention_split`: one query row (decode) over a long context split into
-/// `nsplit` chunks of equal length (fixed at run time from the position);
-/// block (KV head, chunk) writes the softmax state of its chunk for every
-/// query head of the group to `part`.
-#[derive(Clone, Copy, Debug)]
-pub struct AttentionSplitArgs {
-    /// `[n_head * head_dim]` f32, at position `start_pos`.
-    pub q: DevPtr<f32>,
-    /// A multiple of `n_head_kv`, at most `ATS_MAX_GROUP` times it.
-    pub n_head: usize,
-    pub n_head_kv: usize,
-    /// A multiple of 8, at most `ATT_MAX_HEAD_DIM`.
-    pub head_dim: usize,
-    pub window: CacheWindow,
-    /// `[n_head_kv, capacity, head_dim]` f16 each, filled up to `start_pos + 1`.
-    pub k_cache: DevPtr<f16>,
-    pub v_cache: DevPtr<f16>,
-    pub scale: f32,
-    /// As [`AttentionArgs::sliding`]; the chunks cover only the visible positions.
-    pub sliding: usize,
-    /// At least 1, at most `ATS_MAX_SPLITS`.
-    pub nsplit: usize,
-    /// `[n_head, nsplit, head_dim + 2]` f32: max, sum of weights, then the unnormalised output.
-    pub part: DevPtrMut<f32>,
-}
-
-impl KernelCall for AttentionSplitArgs {
-    fn plan(&self) -> Plan {
-        let (kv, hd, capacity) = (self.n_head_kv, self.head_dim, self.window.capacity);
-        let dims = [
-            ("n_head", self.n_head),
-            ("n_head_kv", kv),
-            ("head_dim", hd),
-            ("capacity", capacity),
-        ];
-        let dims = [dims[0], dims[1], dims[2], dims[3], ("nsplit", self.nsplit)];
-        let (q, kc, vc, part) = (
-            self.q.addr(),
-            self.k_cache.addr(),
-            self.v_cache.addr(),
-            self.part.addr(),
-        );
-        let buffers = [("q", q), ("k_cache", kc), ("v_cache", vc), ("part", part)];
-        plan(
-            split_kernel(hd, self.n_head / kv.max(1)),
-            dims,
-            buffers,
-            Work::Chunks {
-                n_head_kv: kv,
-                nsplit: self.nsplit,
-            },
-        )
-    }
-    fn validate(&self) -> Result<(), BackendError> {
-        let group = self.n_head / self.n_head_kv.max(1);
-        let k = split_kernel(self.head_dim, group);
-        check_split_heads(k, self.n_head, self.n_head_kv, self.head_dim)?;
-        if self.sliding > self.window.capacity {
-            return Err(refusal(k, format!("a window of {}", self.sliding)));
-        }
-        if self.nsplit == 0 || self.nsplit > ATS_MAX_SPLITS {
-            return Err(refusal(k, format!("{} chunks", self.nsplit)));
-        }
-        self.window.check(k, 1)
-    }
-    kernel_params! { self =>
-        DevPtr<f32> = self.q,
-        i32 = self.n_head as i32,
-        i32 = self.n_head_kv as i32,
-        i32 = self.head_dim as i32,
-        ..WindowParams = self.window.params(),
-        DevPtr<f16> = self.k_cache,
-        DevPtr<f16> = self.v_cache,
-        f32 = self.scale,
-        i32 = self.sliding as i32,
-        i32 = self.nsplit as i32,
-        DevPtrMut<f32> = self.part,
-    }
-}
-
-/// `attention_combine`: `out[h]` = the merge of head `h`'s `nsplit` chunk
-/// states in `part`, in chunk order.
-#[derive(Clone, Copy, Debug)]
-pub struct AttentionCombineArgs {
-    /// `[n_head, nsplit, head_dim + 2]` f32, as `attention_split` wrote it.
-    pub part: DevPtr<f32>,
-    pub n_head: usize,
-    pub head_dim: usize,
-    /// At most `ATS_MAX_SPLITS`.
-    pub nsplit: usize,
-    /// As [`AttentionArgs::sinks`].
-    pub sinks: Option<DevPtr<f32>>,
-    /// `[n_head * head_dim]` f32.
-    pub out: DevPtrMut<f32>,
-    /// As [`AttentionArgs::x8`].
-    pub x8: Option<X8Bufs>,
-}
-
-impl KernelCall for AttentionCombineArgs {
-    fn plan(&self) -> Plan {
-        let dims = [
-            ("n_head", self.n_head),
-            ("head_dim", self.head_dim),
-            ("nsplit", self.nsplit),
-        ];
-        let buffers = [("part", self.part.addr()), ("out", self.out.addr())];
-        plan(
-            AttentionSplit::Combine,
-            dims,
-            buffers,
-            Work::Rows {
-                rows: self.n_head,
-                cols: self.head_dim,
-            },
-        )
-    }
-    fn validate(&self) -> Result<(), BackendError> {
-        if self.nsplit > ATS_MAX_SPLITS {
-            return Err(refusal(
-                AttentionSplit::Combine,
-                format!("{} chunks", self.nsplit),
-            ));
-        }
-        validate_head_split(
-            Kernel::AttentionSplit(AttentionSplit::Combine),
-            self.x8,
-            1,
-            self.head_dim,
-            false,
-        )
-    }
-    kernel_params! { self =>
-        DevPtr<f32> = self.part,
-        i32 = self.n_head as i32,
-        i32 = self.head_dim as i32,
-        i32 = self.nsplit as i32,
-        DevPtr<f32> = DevPtr::or_null(self.sinks),
-        DevPtrMut<f32> = self.out,
-        ..X8Writes = X8Bufs::writes_or_null(self.x8),
     }
 }

@@ -3,31 +3,12 @@
 //! chunks of `ATS_ROW_CHUNK` positions (`attention_split_*_rows`), then
 //! each row's chunks merged (`attention_combine_rows`).
 
+use super::family::{check_split_heads, split_kernel, AttentionSplit};
 use crate::backend::cuda::kernels::launch::{kernel_params, plan, refusal, KernelCall, Plan, Work};
-use crate::backend::cuda::kernels::{check_split_heads, split_kernel, AttentionSplit, Kernel};
+use crate::backend::cuda::kernels::operands::RowSeq;
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{ATS_MAX_SPLITS, ATS_ROW_CHUNK, ATT_MAX_HEAD_DIM};
 use crate::backend::BackendError;
-
-/// One row's sequence in a batched step's table (common.cuh's `RowSeq`:
-/// the same fields in the same order).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RowSeq {
-    /// The sequence's KV cache: per layer a K plane then a V plane of
-    /// `[n_head_kv, capacity, head_dim]` f16.
-    pub cache: u64,
-    /// `[vocab]` f32: where the row's logits go (the sequence's sampler).
-    pub logits: u64,
-    /// The row's position (the sequence's length before the step).
-    pub pos: i32,
-    pub capacity: i32,
-}
-
-impl crate::backend::cuda::ptr::Elem for RowSeq {
-    #[cfg(test)]
-    const C_NAME: &'static str = "RowSeq";
-}
 
 /// Chunks `attention_split_*_rows` cuts a context into for a row at `pos`
 /// in a cache of `capacity` with a sliding window of `sliding` (0: none):
@@ -57,14 +38,10 @@ pub fn most_splits(seqs: &[RowSeq], sliding: usize) -> usize {
 /// The `attention_split_*_rows` instance for heads of `head_dim` and
 /// `group` query heads per KV head: the rows form of the one
 /// `attention_split_*` takes.
-pub(crate) fn split_rows_kernel(head_dim: usize, group: usize) -> Kernel {
+pub(crate) fn split_rows_kernel(head_dim: usize, group: usize) -> AttentionSplit {
     match split_kernel(head_dim, group) {
-        Kernel::AttentionSplit(AttentionSplit::Tc(pairs)) => {
-            Kernel::AttentionSplit(AttentionSplit::TcRows(pairs))
-        }
-        Kernel::AttentionSplit(AttentionSplit::Scalar(pairs, g)) => {
-            Kernel::AttentionSplit(AttentionSplit::ScalarRows(pairs, g))
-        }
+        AttentionSplit::Tc(pairs) => AttentionSplit::TcRows(pairs),
+        AttentionSplit::Scalar(pairs, g) => AttentionSplit::ScalarRows(pairs, g),
         k => unreachable!("{k:?} is not a split attention kernel"),
     }
 }
@@ -94,7 +71,8 @@ pub struct AttentionSplitRowsArgs {
 }
 
 impl KernelCall for AttentionSplitRowsArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = AttentionSplit;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let dims = [
             ("rows", self.rows),
             ("n_head", self.n_head),
@@ -159,7 +137,8 @@ pub struct AttentionCombineRowsArgs {
 }
 
 impl KernelCall for AttentionCombineRowsArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = AttentionSplit;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let dims = [
             ("rows", self.rows),
             ("n_head", self.n_head),

@@ -4,8 +4,8 @@
 
 use half::f16;
 
+use super::family::Elementwise;
 use crate::backend::cuda::kernels::launch::{kernel_params, plan, refusal, KernelCall, Plan, Work};
-use crate::backend::cuda::kernels::Elementwise;
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::MOE_MAX_EXPERTS;
 use crate::backend::BackendError;
@@ -26,7 +26,8 @@ pub struct MoeRouteArgs {
 }
 
 impl KernelCall for MoeRouteArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = Elementwise;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let dims = [
             ("n", self.n),
             ("experts", self.experts),
@@ -82,7 +83,8 @@ pub struct MoeSumArgs {
 }
 
 impl KernelCall for MoeSumArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = Elementwise;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let dims = [
             ("rows", self.rows),
             ("used", self.used),
@@ -125,7 +127,8 @@ pub struct MoeGatherF16Args {
 }
 
 impl KernelCall for MoeGatherF16Args {
-    fn plan(&self) -> Plan {
+    type Kernel = Elementwise;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let dims = [("used", self.used), ("cols", self.cols), ("m", self.m)];
         let buffers = [
             ("x", self.x.addr()),

@@ -6,8 +6,9 @@
 
 use half::f16;
 
+use super::family::Elementwise;
 use crate::backend::cuda::kernels::launch::{kernel_params, plan, refusal, KernelCall, Plan, Work};
-use crate::backend::cuda::kernels::{Elementwise, X8Bufs};
+use crate::backend::cuda::kernels::operands::X8Bufs;
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::BackendError;
 
@@ -22,7 +23,8 @@ pub struct QuantizeX8Args {
 }
 
 impl KernelCall for QuantizeX8Args {
-    fn plan(&self) -> Plan {
+    type Kernel = Elementwise;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let [hi, lo, d, sums] = self.out.addrs();
         plan(
             Elementwise::QuantizeX8,
@@ -64,7 +66,8 @@ pub struct ToF16Args {
 }
 
 impl KernelCall for ToF16Args {
-    fn plan(&self) -> Plan {
+    type Kernel = Elementwise;
+    fn plan(&self) -> Plan<Self::Kernel> {
         plan(
             Elementwise::ToF16,
             [("len", self.len)],
@@ -113,7 +116,8 @@ pub struct AddBiasArgs {
 }
 
 impl KernelCall for AddBiasArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = Elementwise;
+    fn plan(&self) -> Plan<Self::Kernel> {
         plan(
             Elementwise::AddBias,
             [("len", self.len), ("rows", self.rows)],
@@ -152,7 +156,8 @@ pub struct GemmSplitsSumArgs {
 }
 
 impl KernelCall for GemmSplitsSumArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = Elementwise;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let dims = [
             ("splits", self.splits),
             ("len", self.len),

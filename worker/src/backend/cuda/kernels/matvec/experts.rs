@@ -2,11 +2,11 @@
 //! experts' chosen experts: `mv1e_*` from f32 x, `mv8e_*` from x split for
 //! the integer units.
 
+use super::family::{has_mv8_experts, Matvec};
 use crate::backend::cuda::kernels::launch::{
-    kernel_params, param_group, plan, refusal, KernelCall, Plan, Work,
+    kernel_params, param_group, plan, refusal, KernelCall, Named, Plan, Work,
 };
-use crate::backend::cuda::kernels::{has_mv8_experts, Kernel, Matvec, Stored, X8Bufs};
-use crate::backend::cuda::kernels::{StoredParams, X8Reads};
+use crate::backend::cuda::kernels::operands::{Stored, StoredParams, X8Bufs, X8Reads};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::BackendError;
 
@@ -38,7 +38,7 @@ pub(crate) fn expert_rows(w: &Stored, experts: usize) -> usize {
 }
 
 /// Refuses a stacked matrix `w` that does not split into `experts` matrices.
-pub(crate) fn check_stacked(k: Kernel, w: &Stored, experts: usize) -> Result<(), BackendError> {
+pub(crate) fn check_stacked(k: impl Named, w: &Stored, experts: usize) -> Result<(), BackendError> {
     if experts == 0 || !w.rows.is_multiple_of(experts) {
         return Err(refusal(k, format!("{} rows for {experts} experts", w.rows)));
     }
@@ -73,7 +73,7 @@ impl ExpertMatVecArgs {
 
     /// The checks of either kernel `k` over these arguments: stacked
     /// matrices, a second one of the first's shape, whole rows of x.
-    fn check_shapes(&self, k: Kernel) -> Result<(), BackendError> {
+    fn check_shapes(&self, k: Matvec) -> Result<(), BackendError> {
         check_stacked(k, &self.w, self.experts)?;
         if let Some((w2, _, out2)) = &self.second {
             let same = (w2.ty, w2.rows, w2.cols, w2.row_bytes)
@@ -124,18 +124,19 @@ param_group! {
 }
 
 impl KernelCall for ExpertMatVecArgs {
-    fn plan(&self) -> Plan {
+    type Kernel = Matvec;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let buffers = [
             ("w", self.w.ptr.addr()),
             ("ids", self.ids.addr()),
             ("x", self.x.addr()),
             ("out", self.out.addr()),
         ];
-        let k = Kernel::Matvec(Matvec::MatVecExperts(self.w.ty));
+        let k = Matvec::MatVecExperts(self.w.ty);
         plan(k, self.dims(), buffers, self.work())
     }
     fn validate(&self) -> Result<(), BackendError> {
-        self.check_shapes(Kernel::Matvec(Matvec::MatVecExperts(self.w.ty)))
+        self.check_shapes(Matvec::MatVecExperts(self.w.ty))
     }
     kernel_params! { self =>
         ..ExpertHead = self.head_params(),
@@ -154,7 +155,8 @@ pub struct ExpertMatVec8Call {
 }
 
 impl KernelCall for ExpertMatVec8Call {
-    fn plan(&self) -> Plan {
+    type Kernel = Matvec;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let a = &self.args;
         let [hi, lo, d, sums] = self.x8.addrs();
         let buffers = [
@@ -170,7 +172,7 @@ impl KernelCall for ExpertMatVec8Call {
     }
     fn validate(&self) -> Result<(), BackendError> {
         let a = &self.args;
-        let k = Kernel::Matvec(Matvec::MatVec8Experts(a.w.ty));
+        let k = Matvec::MatVec8Experts(a.w.ty);
         if !a.w.cols.is_multiple_of(32) || !has_mv8_experts(a.w.ty) {
             let msg = format!("{} {} columns", a.w.cols, a.w.ty.name());
             return Err(refusal(k, msg));

@@ -1,18 +1,19 @@
 //! The argument structs of `matvec.cu`'s integer mat-vecs (`mv8_*`,
 //! `mv8m_*`, `mv8q_*`, `mv8n_*`) and `mmq_*`, all from x split by
-//! `quantize_x8` into [`X8Bufs`], and the kernels that write such a split
-//! beside their output ([`SplitsOutput`]).
+//! `quantize_x8` into [`X8Bufs`] (`operands.rs`, with the kernels that
+//! write such a split beside their output).
 
 use half::f16;
 
+use super::family::{has_mv8, mv8_rows_per_block, Matvec};
 use crate::backend::cuda::kernels::launch::{
     kernel_params, param_group, plan, refusal, KernelCall, Plan, Work,
 };
-use crate::backend::cuda::kernels::{
-    has_mv8, mv8_rows_per_block, CacheWindow, Kernel, MatmulArgs, Matvec, RopeArgs, RopePairs,
-    X8Bufs,
+use crate::backend::cuda::kernels::matmul::MatmulArgs;
+use crate::backend::cuda::kernels::operands::{
+    CacheWindow, StoredParams, WindowParams, X8Bufs, X8Reads,
 };
-use crate::backend::cuda::kernels::{StoredParams, WindowParams, X8Reads};
+use crate::backend::cuda::kernels::rope::{RopeArgs, RopePairs};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{has_mmq, MMQ_MAX_TOKENS, MV8_MAX_TOKENS};
 use crate::backend::BackendError;
@@ -26,13 +27,14 @@ pub struct MatVec8Call {
 }
 
 impl MatVec8Call {
-    fn kernel(&self) -> Kernel {
-        Kernel::Matvec(Matvec::MatVec8(self.args.w.ty))
+    fn kernel(&self) -> Matvec {
+        Matvec::MatVec8(self.args.w.ty)
     }
 }
 
 impl KernelCall for MatVec8Call {
-    fn plan(&self) -> Plan {
+    type Kernel = Matvec;
+    fn plan(&self) -> Plan<Self::Kernel> {
         mv8_plan(self.kernel(), &self.args, &self.x8)
     }
     fn validate(&self) -> Result<(), BackendError> {
@@ -64,9 +66,10 @@ impl MatVec8ManyCall {
 }
 
 impl KernelCall for MatVec8ManyCall {
-    fn plan(&self) -> Plan {
+    type Kernel = Matvec;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let first = &self.args[0];
-        let kernel = Kernel::Matvec(Matvec::MatVec8Many(first.w.ty));
+        let kernel = Matvec::MatVec8Many(first.w.ty);
         let per_block = mv8_rows_per_block(first.w.cols);
         let padded: usize = self
             .used()
@@ -92,7 +95,7 @@ impl KernelCall for MatVec8ManyCall {
     }
     fn validate(&self) -> Result<(), BackendError> {
         let first = &self.args[0];
-        let kernel = Kernel::Matvec(Matvec::MatVec8Many(first.w.ty));
+        let kernel = Matvec::MatVec8Many(first.w.ty);
         if !(2..=3).contains(&self.count)
             || self.used().iter().any(|a| {
                 a.w.ty != first.w.ty
@@ -138,7 +141,7 @@ impl KernelCall for MatVec8ManyCall {
 /// [`MatVec8ManyCall`] computes them (all three products), then Q's and K's
 /// heads turned by `rope` (adjacent pairs; its rows and positions are the
 /// window's, its x is Q's output) and K's and V's rows stored in the cache
-/// at the window's position, as [`QkRopeStoreArgs`] turns and stores them.
+/// at the window's position, as [`QkRopeStoreArgs`](crate::backend::cuda::kernels::rope::QkRopeStoreArgs) turns and stores them.
 #[derive(Clone, Copy, Debug)]
 pub struct MatVec8QkvCall {
     pub products: MatVec8ManyCall,
@@ -153,9 +156,10 @@ pub struct MatVec8QkvCall {
 }
 
 impl KernelCall for MatVec8QkvCall {
-    fn plan(&self) -> Plan {
+    type Kernel = Matvec;
+    fn plan(&self) -> Plan<Self::Kernel> {
         let mut plan = self.products.plan();
-        plan.kernel = Kernel::Matvec(Matvec::MatVec8Qkv(self.products.args[0].w.ty));
+        plan.kernel = Matvec::MatVec8Qkv(self.products.args[0].w.ty);
         plan.dims.extend([
             ("n_head", self.n_head),
             ("n_head_kv", self.n_head_kv),
@@ -169,7 +173,7 @@ impl KernelCall for MatVec8QkvCall {
         plan
     }
     fn validate(&self) -> Result<(), BackendError> {
-        let k = Kernel::Matvec(Matvec::MatVec8Qkv(self.products.args[0].w.ty));
+        let k = Matvec::MatVec8Qkv(self.products.args[0].w.ty);
         self.products.validate()?;
         let [q, kk, v] = &self.products.args;
         let (hd, r) = (self.head_dim, &self.rope);
@@ -220,16 +224,13 @@ pub struct MatVec8NCall {
 }
 
 impl KernelCall for MatVec8NCall {
-    fn plan(&self) -> Plan {
-        mv8_plan(
-            Kernel::Matvec(Matvec::MatVec8N(self.args.w.ty)),
-            &self.args,
-            &self.x8,
-        )
+    type Kernel = Matvec;
+    fn plan(&self) -> Plan<Self::Kernel> {
+        mv8_plan(Matvec::MatVec8N(self.args.w.ty), &self.args, &self.x8)
     }
     fn validate(&self) -> Result<(), BackendError> {
         mv8_validate(
-            Kernel::Matvec(Matvec::MatVec8N(self.args.w.ty)),
+            Matvec::MatVec8N(self.args.w.ty),
             &self.args,
             MV8N_MAX_ROWS_OF_X,
         )
@@ -264,15 +265,12 @@ pub struct MmqCall {
 }
 
 impl KernelCall for MmqCall {
-    fn plan(&self) -> Plan {
-        mv8_plan(
-            Kernel::Matvec(Matvec::Mmq(self.args.w.ty)),
-            &self.args,
-            &self.x8,
-        )
+    type Kernel = Matvec;
+    fn plan(&self) -> Plan<Self::Kernel> {
+        mv8_plan(Matvec::Mmq(self.args.w.ty), &self.args, &self.x8)
     }
     fn validate(&self) -> Result<(), BackendError> {
-        let kernel = Kernel::Matvec(Matvec::Mmq(self.args.w.ty));
+        let kernel = Matvec::Mmq(self.args.w.ty);
         mv8_validate(kernel, &self.args, MMQ_MAX_TOKENS)?;
         if !has_mmq(self.args.w.ty) {
             return Err(refusal(
@@ -288,7 +286,7 @@ impl KernelCall for MmqCall {
 }
 
 /// The plan of an `mv8*` launch: the weights, x's parts and the output.
-pub(crate) fn mv8_plan(kernel: Kernel, a: &MatmulArgs, x8: &X8Bufs) -> Plan {
+pub(crate) fn mv8_plan(kernel: Matvec, a: &MatmulArgs, x8: &X8Bufs) -> Plan<Matvec> {
     let [hi, lo, d, sums] = x8.addrs();
     plan(
         kernel,
@@ -302,7 +300,7 @@ pub(crate) fn mv8_plan(kernel: Kernel, a: &MatmulArgs, x8: &X8Bufs) -> Plan {
             ("out", a.out.addr()),
         ],
         match kernel {
-            Kernel::Matvec(Matvec::MatVec8(_)) => Work::MatVec {
+            Matvec::MatVec8(_) => Work::MatVec {
                 rows: a.w.rows,
                 cols: a.w.cols,
             },
@@ -317,7 +315,7 @@ pub(crate) fn mv8_plan(kernel: Kernel, a: &MatmulArgs, x8: &X8Bufs) -> Plan {
 /// An `mv8*` kernel takes up to `max_n` rows of x, whole 32-value blocks
 /// of a format it has a unit for.
 pub(crate) fn mv8_validate(
-    kernel: Kernel,
+    kernel: Matvec,
     a: &MatmulArgs,
     max_n: usize,
 ) -> Result<(), BackendError> {
@@ -330,29 +328,6 @@ pub(crate) fn mv8_validate(
                 a.w.cols,
                 a.w.ty.name()
             ),
-        ));
-    }
-    Ok(())
-}
-
-/// A kernel that may also split its output for `mv8_*`.
-pub trait SplitsOutput: KernelCall {
-    /// Where it splits its output, if it does.
-    fn x8(&self) -> Option<X8Bufs>;
-}
-
-/// A kernel splits its output for `mv8_*` only for one row of whole
-/// 32-value groups (its warps each take one group).
-pub(crate) fn validate_x8_output(
-    k: Kernel,
-    x8: Option<X8Bufs>,
-    rows: usize,
-    cols: usize,
-) -> Result<(), BackendError> {
-    if x8.is_some() && (rows != 1 || !cols.is_multiple_of(32)) {
-        return Err(refusal(
-            k,
-            format!("splitting {rows} rows of {cols} values"),
         ));
     }
     Ok(())
