@@ -32,6 +32,7 @@
 mod attention;
 mod compile;
 mod elementwise;
+mod file_replaced;
 mod geometry;
 mod gpt_oss;
 mod graph;
