@@ -221,6 +221,20 @@ fn reference_model_path() -> Option<std::path::PathBuf> {
     p.exists().then_some(p)
 }
 
+/// The reference model for a test that needs it; `None`, with a note, when
+/// it is absent, which CI does not allow.
+fn reference_model_or_skip() -> Option<std::path::PathBuf> {
+    let path = reference_model_path();
+    if path.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must fetch the reference model"
+        );
+        eprintln!("skipping: the reference model is absent");
+    }
+    path
+}
+
 /// Loads `file` on both backends.
 fn both_backends(file: Arc<GgufFile>, opts: &CudaLoadOptions) -> (CpuBackend, CudaBackend) {
     let cfg = ModelConfig::try_from(&file.metadata).expect("config");
