@@ -1,8 +1,12 @@
-//! Loading, the one place that knows both the model and the backends: map →
-//! parse → validate → configure (which picks the architecture) → tokenizer
-//! (from the GGUF metadata, or `tokenizer.json` beside the file: M0-W-1360) →
-//! construct the chosen backend, which binds the weights (M0-W-1410), with
-//! progress reported by bytes.
+//! Loading, the one place that knows both the model and the backends: read
+//! or map → parse → validate → configure (which picks the architecture) →
+//! tokenizer (from the GGUF metadata, or `tokenizer.json` beside the file:
+//! M0-W-1360) → construct the chosen backend, which binds the weights
+//! (M0-W-1410), with progress reported by bytes.
+//!
+//! A loaded model needs nothing from the file on disk any more, so a deploy
+//! that truncates or overwrites it in place cannot reach a running worker
+//! (issue 47): see [`open_for`].
 //!
 //! It sits above `model` and `backend` (which know nothing of each other's
 //! construction) and below `engine` and `cli`; the stable API code of a load
@@ -179,11 +183,26 @@ pub fn load_model(
     progress: &mut dyn FnMut(LoadProgress),
 ) -> Result<LoadedModel, LoadError> {
     load_from(
-        Arc::new(GgufFile::open(path)?),
+        Arc::new(open_for(opts.backend, path)?),
         path.parent(),
         opts,
         progress,
     )
+}
+
+/// The file as the chosen backend needs it for as long as it serves. The
+/// CPU backend computes from the stored weights on every step, so they are
+/// read into memory: the file's size in RSS instead of the page cache (one
+/// copy, read in one go), and no map left for a truncation to turn into
+/// SIGBUS (a private map would not help: it copies pages only on write).
+/// The CUDA backend copies every weight to the GPU while it loads and only
+/// borrows the file (`CudaBackend::load` takes `&GgufFile`), so the map is
+/// dropped when [`load_from`] returns: no host copy of gigabytes.
+fn open_for(backend: BackendKind, path: &Path) -> Result<GgufFile, GgufError> {
+    match backend {
+        BackendKind::Cpu => GgufFile::read(path),
+        BackendKind::Cuda => GgufFile::open(path),
+    }
 }
 
 /// [`load_model`] for a file already parsed (from memory, in tests and the
@@ -317,6 +336,9 @@ fn quant_kind(file: &GgufFile) -> String {
         .map(|(name, _)| name.to_string())
         .unwrap_or_else(|| "F32".into())
 }
+
+#[cfg(test)]
+pub(crate) mod file_replaced;
 
 #[cfg(test)]
 mod tests {
@@ -466,7 +488,7 @@ mod tests {
     }
 
     /// A `tokenizer.json` of `n` tokens, `t0` up, as the synthetic file names them.
-    fn tiny_tokenizer_json(n: usize) -> String {
+    pub(super) fn tiny_tokenizer_json(n: usize) -> String {
         let vocab: serde_json::Map<String, serde_json::Value> =
             (0..n).map(|i| (format!("t{i}"), i.into())).collect();
         serde_json::json!({

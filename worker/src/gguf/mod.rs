@@ -6,7 +6,8 @@
 //! with ne0 first, ggml type, offset), padding to `general.alignment`
 //! (default 32), then the tensor data section.
 //!
-//! [`GgufFile::open`] memory-maps the file and validates all of it up front
+//! [`GgufFile::open`] memory-maps the file ([`GgufFile::read`] reads it into
+//! memory, for a holder that outlives changes to the file) and validates all of it up front
 //! (counts, lengths, types, dims, tensor bounds, alignment and overlap), so
 //! code holding a `GgufFile` can slice tensor data without further checks.
 //! A hostile or corrupt file yields a [`GgufError`], never a panic or an

@@ -105,7 +105,10 @@ impl Storage {
 
 impl GgufFile {
     /// Maps `path` read-only and parses it. Nothing but the metadata and
-    /// tensor table is copied to the heap.
+    /// tensor table is copied to the heap. For a reader done with the file
+    /// when it returns (the CUDA upload, the tools): the map reads the file
+    /// as it is now, so whoever keeps it must not outlive a replacement of
+    /// the file; [`Self::read`] is for one that does.
     pub fn open(path: &Path) -> Result<GgufFile> {
         let io = |source| GgufError::Io {
             path: path.to_owned(),
@@ -114,10 +117,23 @@ impl GgufFile {
         let file = File::open(path).map_err(io)?;
         // SAFETY: the map is read-only, so we never write through it. Another
         // process truncating or rewriting the model file while it is mapped
-        // would change the bytes under us (or raise SIGBUS); like llama.cpp
-        // we accept that, as model files are not modified in place.
+        // would change the bytes under us (or raise SIGBUS); callers hold the
+        // map only while loading, and a file replaced mid-load is not served.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         Self::from_storage(Storage::Mapped(map))
+    }
+
+    /// Reads `path` into memory in one go and parses it: one heap copy of
+    /// the file, which nothing done to the file afterwards (truncated,
+    /// overwritten in place, deleted) can change or take away.
+    pub fn read(path: &Path) -> Result<GgufFile> {
+        // std::fs::read sizes the buffer from the file's length up front:
+        // one allocation, no copy beyond the one kept.
+        let bytes = std::fs::read(path).map_err(|source| GgufError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_bytes(bytes)
     }
 
     /// Parses an existing read-only map (for instance a private copy-on-write

@@ -1,7 +1,9 @@
 //! The plain-Rust f32 reference backend: the numerical oracle that the CUDA
 //! backend and the golden data are compared with. It runs only when asked
-//! for (`--backend cpu`). Weights are read through the GGUF memory map in
-//! their stored format; activations and the KV cache are f32.
+//! for (`--backend cpu`). Weights stay in their stored format in the
+//! `GgufFile`'s bytes, which the load path reads into memory (so the file on
+//! disk may be replaced under a running worker); activations and the KV
+//! cache are f32.
 
 mod ops;
 

@@ -10,7 +10,7 @@ use crate::quant::{self, GgmlType};
 use super::arith::shape_error;
 
 /// A weight as the CPU backend holds it: matrices stay in the file's stored
-/// format (read through the memory map); vectors are decoded to f32 once.
+/// format (in the file's bytes, held in memory); vectors are decoded to f32 once.
 pub enum CpuWeight {
     Stored {
         ty: GgmlType,

@@ -32,6 +32,7 @@
 mod attention;
 mod compile;
 mod elementwise;
+mod file_replaced;
 mod geometry;
 mod gpt_oss;
 mod graph;
@@ -218,6 +219,20 @@ fn reference_model_path() -> Option<std::path::PathBuf> {
         None => workspace_path(".models/smollm2-135m-instruct-q4_1.gguf"),
     };
     p.exists().then_some(p)
+}
+
+/// The reference model for a test that needs it; `None`, with a note, when
+/// it is absent, which CI does not allow.
+fn reference_model_or_skip() -> Option<std::path::PathBuf> {
+    let path = reference_model_path();
+    if path.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must fetch the reference model"
+        );
+        eprintln!("skipping: the reference model is absent");
+    }
+    path
 }
 
 /// Loads `file` on both backends.
