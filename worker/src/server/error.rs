@@ -105,20 +105,36 @@ impl From<JobError> for ApiError {
     }
 }
 
+/// Seconds a client should wait before retrying an error with `code`
+/// (`Retry-After`), for the errors that pass.
+pub fn retry_after(code: ErrorCode) -> Option<u64> {
+    match code {
+        ErrorCode::QueueFull => Some(RETRY_AFTER_QUEUE_FULL_S),
+        ErrorCode::ShuttingDown => Some(RETRY_AFTER_SHUTTING_DOWN_S),
+        _ => None,
+    }
+}
+
+/// `body` as JSON with `status`, and `Retry-After` when `retry_after` says:
+/// every front door's error answer.
+pub fn error_response<T: serde::Serialize>(
+    status: StatusCode,
+    body: T,
+    retry_after: Option<u64>,
+) -> Response {
+    let mut response = (status, Json(body)).into_response();
+    if let Some(s) = retry_after {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(s));
+    }
+    response
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let retry_after = match self.error.code {
-            ErrorCode::QueueFull => Some(RETRY_AFTER_QUEUE_FULL_S),
-            ErrorCode::ShuttingDown => Some(RETRY_AFTER_SHUTTING_DOWN_S),
-            _ => None,
-        };
-        let mut response = (self.status, Json(ErrorBody::from(&self.error))).into_response();
-        if let Some(s) = retry_after {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(s));
-        }
-        response
+        let retry = retry_after(self.error.code);
+        error_response(self.status, ErrorBody::from(&self.error), retry)
     }
 }
 

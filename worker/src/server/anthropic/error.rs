@@ -4,13 +4,12 @@
 //! raises its typed exceptions (`BadRequestError` for 400, `NotFoundError`
 //! for another model, a retried `InternalServerError` for a full queue).
 
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 
 use super::types::{MessagesErrorBody, MessagesErrorDetail};
-use crate::engine::error::{ErrorCode, JobError};
-use crate::server::error::{ApiError, RETRY_AFTER_QUEUE_FULL_S, RETRY_AFTER_SHUTTING_DOWN_S};
+use crate::engine::error::JobError;
+use crate::server::error::{error_response, retry_after, ApiError};
 
 /// The refusals `/v1/messages` documents, each a [`MessagesErrorBody`].
 #[derive(utoipa::IntoResponses)]
@@ -103,30 +102,21 @@ impl From<JobError> for AnthropicError {
     fn from(e: JobError) -> Self {
         let status = crate::server::error::http_status(e.code);
         let mut out = AnthropicError::new(status, e.message);
-        out.retry_after = match e.code {
-            ErrorCode::QueueFull => Some(RETRY_AFTER_QUEUE_FULL_S),
-            ErrorCode::ShuttingDown => Some(RETRY_AFTER_SHUTTING_DOWN_S),
-            _ => None,
-        };
+        out.retry_after = retry_after(e.code);
         out
     }
 }
 
 impl IntoResponse for AnthropicError {
     fn into_response(self) -> Response {
-        let mut response = (self.status, Json(self.body)).into_response();
-        if let Some(s) = self.retry_after {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(s));
-        }
-        response
+        error_response(self.status, self.body, self.retry_after)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::header;
 
     #[test]
     fn statuses_keep_execute_s_and_types_are_anthropic_s() {

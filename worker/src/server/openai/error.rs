@@ -4,13 +4,12 @@
 //! so the official clients raise their typed exceptions (`BadRequestError`
 //! for 400, `APIStatusError` with 503 for a full queue, ...).
 
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 
 use super::types::{ErrorObject, ErrorResponse};
 use crate::engine::error::{ErrorCode, JobError};
-use crate::server::error::{ApiError, RETRY_AFTER_QUEUE_FULL_S, RETRY_AFTER_SHUTTING_DOWN_S};
+use crate::server::error::{error_response, retry_after, ApiError};
 
 /// The refusals both completion routes document, each an [`ErrorResponse`].
 #[derive(utoipa::IntoResponses)]
@@ -114,30 +113,21 @@ impl From<JobError> for OpenAiError {
         };
         let code = e.code.as_str().to_ascii_lowercase();
         let mut out = OpenAiError::new(status, e.message, param, &code);
-        out.retry_after = match e.code {
-            ErrorCode::QueueFull => Some(RETRY_AFTER_QUEUE_FULL_S),
-            ErrorCode::ShuttingDown => Some(RETRY_AFTER_SHUTTING_DOWN_S),
-            _ => None,
-        };
+        out.retry_after = retry_after(e.code);
         out
     }
 }
 
 impl IntoResponse for OpenAiError {
     fn into_response(self) -> Response {
-        let mut response = (self.status, Json(self.body)).into_response();
-        if let Some(s) = self.retry_after {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(s));
-        }
-        response
+        error_response(self.status, self.body, self.retry_after)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::header;
 
     #[test]
     fn validation_errors_keep_status_and_name_their_field() {
