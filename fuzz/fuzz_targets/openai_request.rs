@@ -1,11 +1,17 @@
-//! Any body posted to /v1/chat/completions or /v1/completions (the first
-//! byte picks which): JSON parsing, the mapping onto /execute's request,
-//! then every validation rule, the chat template and the tokenization.
+//! Any body posted to a `/v1` route (the first byte picks which:
+//! /v1/chat/completions, /v1/completions, /v1/responses, or Anthropic's
+//! /v1/messages): JSON parsing, the mapping onto /execute's request, then
+//! every validation rule, the chat template and the tokenization.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use worker_orcd::server::anthropic::request::map_messages;
+use worker_orcd::server::anthropic::types::MessagesRequest;
 use worker_orcd::server::openai::request::{map_chat, map_completion};
+use worker_orcd::server::openai::responses::request::map_responses;
+use worker_orcd::server::openai::responses::types::ResponsesRequest;
 use worker_orcd::server::openai::types::{ChatCompletionRequest, CompletionRequest};
+use worker_orcd::server::validation::ExecuteRequest;
 use worker_orcd::server::validation::{validate_with_ids, Limits};
 
 #[path = "common.rs"]
@@ -23,18 +29,26 @@ fuzz_target!(
         return;
     };
     let tok = common::reference_tokenizer();
-    let mapped = if which & 1 == 0 {
-        let Ok(req) = serde_json::from_slice::<ChatCompletionRequest>(body) else {
-            return;
-        };
-        map_chat(req, "fuzz", SERVED)
-    } else {
-        let Ok(req) = serde_json::from_slice::<CompletionRequest>(body) else {
-            return;
-        };
-        map_completion(req, "fuzz", SERVED, |ids| tok.decode(ids).ok())
+    // (the /execute request and its prompt ids, when the route maps it)
+    let mapped: Option<(ExecuteRequest, Option<Vec<u32>>)> = match which % 4 {
+        0 => serde_json::from_slice::<ChatCompletionRequest>(body)
+            .ok()
+            .and_then(|req| map_chat(req, "fuzz", SERVED).ok())
+            .map(|m| (m.execute, m.prompt_ids)),
+        1 => serde_json::from_slice::<CompletionRequest>(body)
+            .ok()
+            .and_then(|req| map_completion(req, "fuzz", SERVED, |ids| tok.decode(ids).ok()).ok())
+            .map(|m| (m.execute, m.prompt_ids)),
+        2 => serde_json::from_slice::<ResponsesRequest>(body)
+            .ok()
+            .and_then(|req| map_responses(req, "fuzz", SERVED).ok())
+            .map(|(m, _)| (m.execute, m.prompt_ids)),
+        _ => serde_json::from_slice::<MessagesRequest>(body)
+            .ok()
+            .and_then(|req| map_messages(req, "fuzz", SERVED).ok())
+            .map(|m| (m.execute, None)),
     };
-    let Ok(mapped) = mapped else {
+    let Some((execute, prompt_ids)) = mapped else {
         return;
     };
     let limits = Limits {
@@ -43,7 +57,7 @@ fuzz_target!(
         vocab_size: tok.vocab_size(),
         context_length: 8192,
     };
-    if let Ok(valid) = validate_with_ids(mapped.execute, mapped.prompt_ids, &limits, tok, || 7) {
+    if let Ok(valid) = validate_with_ids(execute, prompt_ids, &limits, tok, || 7) {
         assert!(
             valid.prompt_tokens.len() <= limits.max_tokens_in,
             "a prompt over the limit passed"
