@@ -124,6 +124,7 @@ fn stop_of(summary: &GenerationSummary) -> (&'static str, Option<String>) {
 mod tests {
     use super::*;
     use crate::engine::testing::byte_tokenizer;
+    use crate::server::openai::reply::tests::summary;
 
     fn ctx() -> MessageCtx {
         MessageCtx {
@@ -141,16 +142,6 @@ mod tests {
             text: text.into(),
             logprobs: None,
             channel: None,
-        }
-    }
-
-    fn summary(stop_reason: StopReason) -> GenerationSummary {
-        GenerationSummary {
-            tokens_in: 5,
-            tokens_out: 2,
-            first_token_ms: 1,
-            decode_time_ms: 2,
-            stop_reason,
         }
     }
 

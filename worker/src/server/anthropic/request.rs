@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use super::error::AnthropicError;
 use super::types::{Content, MessagesRequest};
+use crate::server::openai::request::joined_text;
 use crate::server::validation::{ExecuteRequest, MessageIn};
 
 /// Fields accepted and ignored because they do not change the answer, when
@@ -104,24 +105,14 @@ fn text_of(content: Content, place: &str) -> Result<String, AnthropicError> {
         Content::Text(text) => return Ok(text),
         Content::Blocks(blocks) => blocks,
     };
-    let mut text = String::new();
-    for block in blocks {
-        match (block.kind.as_str(), block.text) {
-            ("text", Some(t)) => text.push_str(&t),
-            ("tool_use" | "tool_result", _) => {
-                return Err(AnthropicError::invalid(format!(
-                    "{place} has a {} block: tool use is not served yet",
-                    block.kind
-                )))
+    joined_text(blocks.into_iter().map(|b| (b.kind, b.text)), &["text"]).map_err(|kind| {
+        AnthropicError::invalid(match kind.as_str() {
+            "tool_use" | "tool_result" => {
+                format!("{place} has a {kind} block: tool use is not served yet")
             }
-            (kind, _) => {
-                return Err(AnthropicError::invalid(format!(
-                    "{place} has a content block of type {kind:?}; only text is served"
-                )))
-            }
-        }
-    }
-    Ok(text)
+            _ => format!("{place} has a content block of type {kind:?}; only text is served"),
+        })
+    })
 }
 
 #[cfg(test)]

@@ -165,7 +165,7 @@ pub async fn collect(mut events: UnboundedReceiver<JobEvent>) -> Result<Collecte
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::engine::job::TokenAlternative;
     use crate::engine::testing::byte_tokenizer;
@@ -220,15 +220,20 @@ pub(super) mod tests {
         assert_eq!(e.logprob, UNLISTED_LOGPROB);
     }
 
+    /// A finished job's summary: 5 tokens in, 2 out.
+    pub fn summary(stop_reason: StopReason) -> GenerationSummary {
+        GenerationSummary {
+            tokens_in: 5,
+            tokens_out: 2,
+            first_token_ms: 1,
+            decode_time_ms: 2,
+            stop_reason,
+        }
+    }
+
     #[test]
     fn finish_reasons() {
-        let mut s = GenerationSummary {
-            tokens_in: 1,
-            tokens_out: 1,
-            first_token_ms: 0,
-            decode_time_ms: 0,
-            stop_reason: StopReason::MaxTokens,
-        };
+        let mut s = summary(StopReason::MaxTokens);
         assert_eq!(finish_reason(&s), "length");
         s.stop_reason = StopReason::Eos;
         assert_eq!(finish_reason(&s), "stop");

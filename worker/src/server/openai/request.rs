@@ -185,22 +185,34 @@ fn message(i: usize, m: ChatMessageIn) -> Result<MessageIn, OpenAiError> {
     let content = match m.content {
         MessageContent::Text(text) => text,
         MessageContent::Parts(parts) => {
-            let mut text = String::new();
-            for part in parts {
-                match (part.kind.as_str(), part.text) {
-                    ("text", Some(t)) => text.push_str(&t),
-                    (kind, _) => {
-                        return Err(OpenAiError::invalid(
-                            "messages",
-                            format!("messages: message {i} has a content part of type {kind:?}; only text is served"),
-                        ))
-                    }
-                }
-            }
-            text
+            joined_text(parts.into_iter().map(|p| (p.kind, p.text)), &["text"]).map_err(|kind| {
+                OpenAiError::invalid(
+                    "messages",
+                    format!("messages: message {i} has a content part of type {kind:?}; only text is served"),
+                )
+            })?
         }
     };
     Ok(MessageIn { role, content })
+}
+
+/// The text of a message's content parts, each `(type, text)`: the texts of
+/// the parts whose type is one of `text_types`, joined in order. The first
+/// other part, or a text part without text, is given back by its type for
+/// the caller to refuse in its own API's words (every front door that takes
+/// content parts reads them here).
+pub fn joined_text(
+    parts: impl IntoIterator<Item = (String, Option<String>)>,
+    text_types: &[&str],
+) -> Result<String, String> {
+    let mut text = String::new();
+    for (kind, part) in parts {
+        match part {
+            Some(t) if text_types.contains(&kind.as_str()) => text.push_str(&t),
+            _ => return Err(kind),
+        }
+    }
+    Ok(text)
 }
 
 /// `POST /v1/completions` → `/execute` with `prompt` (text, or token ids

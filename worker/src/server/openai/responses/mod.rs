@@ -227,17 +227,7 @@ impl StreamState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::openai::reply::tests::{ctx, token};
-
-    fn summary(stop_reason: StopReason) -> GenerationSummary {
-        GenerationSummary {
-            tokens_in: 5,
-            tokens_out: 2,
-            first_token_ms: 1,
-            decode_time_ms: 2,
-            stop_reason,
-        }
-    }
+    use crate::server::openai::reply::tests::{ctx, summary, token};
 
     fn reply() -> Reply {
         Reply {

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use super::types::{InputContent, InputItem, ResponsesInput, ResponsesRequest};
 use crate::server::openai::error::OpenAiError;
-use crate::server::openai::request::{Mapped, ReplyShape};
+use crate::server::openai::request::{joined_text, Mapped, ReplyShape};
 use crate::server::validation::{ExecuteRequest, MessageIn};
 
 /// What the answer repeats of the request.
@@ -147,20 +147,15 @@ fn item_message(i: usize, item: InputItem) -> Result<MessageIn, OpenAiError> {
     let text = match item.content {
         None => return Err(invalid("has no content".into())),
         Some(InputContent::Text(text)) => text,
-        Some(InputContent::Parts(parts)) => {
-            let mut text = String::new();
-            for part in parts {
-                match (part.kind.as_str(), part.text) {
-                    ("input_text" | "output_text", Some(t)) => text.push_str(&t),
-                    (kind, _) => {
-                        return Err(invalid(format!(
-                            "has a content part of type {kind:?}; only text is served"
-                        )))
-                    }
-                }
-            }
-            text
-        }
+        Some(InputContent::Parts(parts)) => joined_text(
+            parts.into_iter().map(|p| (p.kind, p.text)),
+            &["input_text", "output_text"],
+        )
+        .map_err(|kind| {
+            invalid(format!(
+                "has a content part of type {kind:?}; only text is served"
+            ))
+        })?,
     };
     Ok(message(role, text))
 }
