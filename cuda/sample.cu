@@ -578,4 +578,17 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_ARGMAX_THREADS)
         *done = 0;
     }
 }
+
+// sample_mask (issue #43): a constrained job's mask applied to its logits
+// before the pipeline, in place: a token whose bit is clear (bit id % 32 of
+// word id / 32) gets -inf, which every kernel above ranks last and never
+// keeps, so the choice and the log-probabilities are the allowed tokens'
+// alone, as on the CPU. The host builds the mask while the step runs.
+#define SAMPLE_MASK_THREADS 256
+extern "C" __global__ void __launch_bounds__(SAMPLE_MASK_THREADS)
+    sample_mask(float* logits, u32 n, const u32* allowed) {
+    pdl_start();
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && !((allowed[i >> 5] >> (i & 31)) & 1u)) logits[i] = -INFINITY;
+}
 #endif

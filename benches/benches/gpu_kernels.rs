@@ -202,6 +202,7 @@ fn bench_sampling(c: &mut Criterion, dev: &Arc<CudaDevice>, vocab: usize) {
             generated: &[],
             uniform,
             logprobs: 0,
+            mask: None,
         };
         // `sample` returns after copying the id back: each call is synchronous.
         g.bench_function(name, |b| b.iter(|| sampler.sample(&req).unwrap().id));

@@ -37,6 +37,7 @@ fn pick(backend: &mut dyn Backend, seq: SeqId) -> u32 {
         generated: &[],
         uniform: None,
         logprobs: 0,
+        mask: None,
     };
     sample_one(backend, seq, &req).expect("sample").id
 }

@@ -12,6 +12,7 @@
 
 pub mod backend;
 pub mod cli;
+pub mod constraint;
 pub mod engine;
 pub mod gguf;
 pub mod load;

@@ -249,6 +249,7 @@ fn free_running(set: &GoldenSet) {
             logprobs: 0,
             ignore_eos: false,
             accepted_at: None,
+            constraint: None,
         };
         let mut got = Collect(Vec::new());
         generate(model.backend.as_mut(), &model.tokenizer, &req, &mut got).unwrap();

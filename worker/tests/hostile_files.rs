@@ -51,6 +51,7 @@ fn one_step(model: &mut LoadedModel) {
             generated: &[],
             uniform: None,
             logprobs: 3,
+            mask: None,
         };
         let _ = model.backend.sample(&[(seq, req)]);
     }

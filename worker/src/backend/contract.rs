@@ -1,7 +1,7 @@
 //! The contract every `Backend` keeps (M0-W-1052), one generic check that
 //! each backend's tests run on a small synthetic model.
 
-use crate::backend::{sample_one, Backend, Checkpoints, Logits, SampleRequest, SeqId};
+use crate::backend::{apply_mask, sample_one, Backend, Checkpoints, Logits, SampleRequest, SeqId};
 use crate::sampling::{argmax, draws_away_from_boundaries, select, top_logprobs, SamplingParams};
 
 fn rel_diff(a: &[f32], b: &[f32]) -> f64 {
@@ -82,6 +82,7 @@ pub(crate) fn check_backend_contract(b: &mut dyn Backend, vocab: usize) {
     b.close(s);
 
     check_sampling(b);
+    check_masked_sampling(b);
 
     assert_eq!(b.len(s), 0, "a closed sequence has no positions");
     assert_eq!(b.memory_use().kv_cache, 0, "close frees the KV cache");
@@ -115,6 +116,7 @@ fn check_sample_rows(b: &mut dyn Backend, seqs: &[SeqId]) {
         generated: &generated,
         uniform,
         logprobs,
+        mask: None,
     };
     let rows = [
         (seqs[2], req(&drawn, Some(0.37), 3)),
@@ -143,6 +145,7 @@ fn fingerprint(b: &mut dyn Backend, seq: SeqId) -> (u32, Vec<(u32, u32)>) {
         generated: &[],
         uniform: None,
         logprobs: 20,
+        mask: None,
     };
     let s = sample_one(b, seq, &req).unwrap();
     let top = s
@@ -289,6 +292,7 @@ fn check_sampling(b: &mut dyn Backend) {
         generated: &generated,
         uniform,
         logprobs,
+        mask: None,
     };
 
     let s = b.open(8).unwrap();
@@ -352,6 +356,73 @@ fn check_sampling(b: &mut dyn Backend) {
     assert_eq!(
         again,
         sample_one(b, s, &req(&drawn, Some(0.37), 3)).unwrap()
+    );
+    b.close(s);
+}
+
+/// A constraint's mask (issue #43): the choice and the log-probabilities are
+/// those of the allowed tokens' logits alone, greedy and drawn, as
+/// `sampling::select` and `top_logprobs` give them on the masked logits; a
+/// mask of the wrong length is refused.
+fn check_masked_sampling(b: &mut dyn Backend) {
+    let drawn = SamplingParams {
+        temperature: 0.9,
+        top_p: 0.95,
+        repetition_penalty: 1.2,
+        ..SamplingParams::default()
+    };
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    let generated = [1u32, 2];
+    let s = b.open(8).unwrap();
+    let mut host = Vec::new();
+    b.forward(s, &[1, 2, 3], Logits::Last, &mut host, None)
+        .unwrap();
+    // The five least likely tokens and one in the middle: the mask decides.
+    let mut ranked: Vec<u32> = (0..host.len() as u32).collect();
+    ranked.sort_by(|&x, &y| host[x as usize].total_cmp(&host[y as usize]));
+    let mut bits = vec![0u32; host.len().div_ceil(32)];
+    for &id in ranked[..5].iter().chain([&ranked[host.len() / 2]]) {
+        bits[id as usize / 32] |= 1 << (id % 32);
+    }
+    let masked = apply_mask(&host, &bits).unwrap();
+    let req = |params, uniform, logprobs| SampleRequest {
+        params,
+        generated: &generated,
+        uniform,
+        logprobs,
+        mask: Some(&bits),
+    };
+    let g = sample_one(b, s, &req(&greedy, None, 4)).unwrap();
+    assert_eq!(g.id, ranked[host.len() / 2], "greedy among the allowed");
+    let expected = top_logprobs(&masked, 4);
+    for (g, c) in g.logprobs.iter().zip(&expected) {
+        assert_eq!(g.id, c.id);
+        assert!(
+            (g.logprob - c.logprob).abs() < 1e-5,
+            "{} vs {}",
+            g.logprob,
+            c.logprob
+        );
+    }
+    let grid = (0..20).map(|i| (f64::from(i) + 0.5) / 20.0);
+    for u in draws_away_from_boundaries(&masked, &generated, &drawn, grid, 1e-6) {
+        let id = sample_one(b, s, &req(&drawn, Some(u), 0)).unwrap().id;
+        assert_eq!(id, select(&masked, &generated, &drawn, Some(u)), "u = {u}");
+        assert!(
+            bits[id as usize / 32] & (1 << (id % 32)) != 0,
+            "{id} not allowed"
+        );
+    }
+    let short = SampleRequest {
+        mask: Some(&bits[1..]),
+        ..req(&greedy, None, 0)
+    };
+    assert!(
+        sample_one(b, s, &short).is_err(),
+        "a mask of the wrong length"
     );
     b.close(s);
 }

@@ -109,6 +109,11 @@ pub struct SampleRequest<'a> {
     /// How many top log-probabilities of the raw logits to return (0: none;
     /// at most [`MAX_LOGPROBS`]).
     pub logprobs: usize,
+    /// The tokens a constraint allows (issue #43): bit `id % 32` of word
+    /// `id / 32` set for each; the others' logits become -inf before the
+    /// sampling pipeline, so the choice and the log-probabilities are those
+    /// of the allowed tokens alone. `None`: every token.
+    pub mask: Option<&'a [u32]>,
 }
 
 /// The token [`Backend::sample`] chose.
@@ -139,6 +144,14 @@ pub fn sample_on_host(
             req.logprobs
         )));
     }
+    let masked;
+    let logits = match req.mask {
+        Some(bits) => {
+            masked = apply_mask(logits, bits)?;
+            &masked[..]
+        }
+        None => logits,
+    };
     let id = selector.select(logits, req.generated, req.params, req.uniform);
     let logprobs = if req.logprobs > 0 {
         top_logprobs(logits, req.logprobs)
@@ -150,6 +163,28 @@ pub fn sample_on_host(
 
 /// [`Backend::sample`] of backends that keep each sequence's last logits on
 /// the host: [`sample_on_host`] for each row, in order.
+/// `logits` with every token the mask does not allow at -inf.
+pub fn apply_mask(logits: &[f32], bits: &[u32]) -> Result<Vec<f32>, BackendError> {
+    if bits.len() != logits.len().div_ceil(32) {
+        return Err(BackendError::CallerBug(format!(
+            "a mask of {} words for {} logits",
+            bits.len(),
+            logits.len()
+        )));
+    }
+    Ok(logits
+        .iter()
+        .enumerate()
+        .map(|(id, &x)| {
+            if bits[id / 32] & (1 << (id % 32)) != 0 {
+                x
+            } else {
+                f32::NEG_INFINITY
+            }
+        })
+        .collect())
+}
+
 pub fn sample_rows_on_host<S>(
     seqs: &mut Slots<S>,
     selector: &mut Selector,

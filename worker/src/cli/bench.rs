@@ -251,6 +251,7 @@ fn finish(backend: &mut dyn Backend, seq: SeqId, greedy: &SamplingParams) -> any
         generated: &[],
         uniform: None,
         logprobs: 0,
+        mask: None,
     };
     Ok(sample_one(backend, seq, &req)?.id)
 }

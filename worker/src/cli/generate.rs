@@ -138,6 +138,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         logprobs: args.logprobs,
         ignore_eos: false,
         accepted_at: None,
+        constraint: None,
     };
     let mut printer = Printer {
         tokenizer: &tokenizer,

@@ -27,6 +27,7 @@ use clap::CommandFactory;
 use crate::backend::{BackendError, BackendKind};
 use crate::cli::config::{self, ConfigError, Fallbacks, ServeArgs, ServeConfig};
 use crate::cli::Cli;
+use crate::constraint::Compiler;
 use crate::engine::load_error_code;
 use crate::engine::parity::{ParitySender, ParityWriter};
 use crate::engine::runner::EngineParts;
@@ -36,6 +37,7 @@ use crate::narrate;
 use crate::server::{AppInner, AppState, Limits, ModelFacts, Shutdown};
 use crate::telemetry::logging::{self, LogContext};
 use crate::telemetry::metrics::{Experts, InfoLabels, Metrics};
+use crate::tokenizer::Tokenizer;
 
 /// The outer limit on a graceful shutdown; M0-W-1340 allows 30 s.
 pub const SHUTDOWN_WATCHDOG: Duration = Duration::from_secs(25);
@@ -231,8 +233,10 @@ pub fn run(args: ServeArgs, fallbacks: &Fallbacks) -> ExitCode {
             });
         }
     };
+    let constraints = constraint_compiler(&tokenizer, info.vocab_size);
     let state = AppState::new(AppInner {
         engine: engine.handle(),
+        constraints,
         tokenizer,
         model: ModelFacts {
             worker_id: cfg.worker_id.clone(),
@@ -252,6 +256,29 @@ pub fn run(args: ServeArgs, fallbacks: &Fallbacks) -> ExitCode {
     // Leave stuck blocking tasks (none expected) behind rather than hang.
     runtime.shutdown_timeout(Duration::from_secs(1));
     code
+}
+
+/// The compiler of constrained requests over the model's vocabulary: built
+/// at start-up (tens of milliseconds for a large vocabulary), so that a
+/// request's first schema costs only its own compilation. A vocabulary it
+/// cannot take leaves the worker serving, and refusing constraints.
+fn constraint_compiler(tokenizer: &Tokenizer, n_vocab: usize) -> Result<Arc<Compiler>, String> {
+    let t = Instant::now();
+    match Compiler::new(tokenizer, n_vocab) {
+        Ok(c) => {
+            narrate!(
+                info,
+                "constraints_ready",
+                vocab = n_vocab,
+                ms = t.elapsed().as_millis() as u64
+            );
+            Ok(Arc::new(c))
+        }
+        Err(e) => {
+            narrate!(warn, "constraints_unavailable", vocab = n_vocab, reason = %e);
+            Err(e.to_string())
+        }
+    }
 }
 
 /// Steps 2 of start-up: backend and model, with progress records.

@@ -9,11 +9,13 @@
 //! `should_abort` between steps and receives each token through `on_token` the
 //! moment it exists.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::backend::{
     Backend, BackendError, Checkpoints, Logits, SampleRequest, SampledToken, SeqId,
 };
+use crate::constraint::{Constraint, ConstraintError, Grammar};
 use crate::engine::stop::{StopMatcher, StopOutcome};
 use crate::sampling::{top_logprobs, Sampler, SamplingParams, TokenLogprob};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
@@ -35,6 +37,9 @@ pub struct GenerationRequest {
     /// When the job was accepted: `first_token_ms` counts from here
     /// (M0-W-1600). `None`: from the start of generation.
     pub accepted_at: Option<Instant>,
+    /// What the output must match (issue #43): each token is chosen among
+    /// those the grammar allows next, and the job ends when it is complete.
+    pub constraint: Option<Arc<Grammar>>,
 }
 
 impl GenerationRequest {
@@ -102,6 +107,10 @@ pub enum GenerationError {
     /// The engine panicked while running the job (the panic's message).
     #[error("the engine panicked: {0}")]
     Panicked(String),
+    /// The job's constraint could not go on (its work bound, or a token it
+    /// does not allow).
+    #[error(transparent)]
+    Constraint(#[from] ConstraintError),
 }
 
 /// One token's parity record (EXT-001): what the backend computed at the step
@@ -183,6 +192,7 @@ pub struct Generation {
     sampler: Sampler,
     stream: StreamDecoder,
     stops: StopMatcher,
+    constraint: Option<Constraint>,
     generated: Vec<u32>,
     first_token_ms: u64,
     decode_started: Instant,
@@ -195,6 +205,7 @@ impl Generation {
         Generation {
             sampler: Sampler::new(req.sampling.clone()),
             stops: StopMatcher::new(req.stop.clone()),
+            constraint: req.constraint.as_deref().map(Constraint::new),
             generated: Vec::with_capacity(req.max_tokens),
             req,
             seq: None,
@@ -295,6 +306,16 @@ impl Generation {
         self.sampler.draw()
     }
 
+    /// Works out the tokens the job's constraint allows next (before each
+    /// [`Generation::request`]; nothing without a constraint). On the GPU
+    /// this runs while the device computes the step it is for.
+    pub fn constrain(&mut self) -> Result<(), GenerationError> {
+        if let Some(c) = self.constraint.as_mut() {
+            c.mask()?;
+        }
+        Ok(())
+    }
+
     /// What the backend's sampler is asked for the next token, with `uniform`
     /// from [`Generation::draw`].
     pub fn request(&self, uniform: Option<f64>) -> SampleRequest<'_> {
@@ -303,17 +324,22 @@ impl Generation {
             generated: &self.generated,
             uniform,
             logprobs: self.req.logprobs,
+            mask: self.constraint.as_ref().map(Constraint::bits),
         }
     }
 
     /// Takes the backend's choice for the next token: the token, or the end
-    /// of generation, with its parity record when those are kept.
+    /// of generation, with its parity record when those are kept. Fails only
+    /// where the job's constraint refuses the token.
     pub fn accept(
         &mut self,
         sampled: SampledToken,
         tokenizer: &Tokenizer,
-    ) -> (Sampled, Option<ParityStep>) {
+    ) -> Result<(Sampled, Option<ParityStep>), GenerationError> {
         let id = sampled.id;
+        if let Some(c) = self.constraint.as_mut() {
+            c.commit(id)?;
+        }
         let index = self.generated.len();
         self.generated.push(id);
         if index == 0 {
@@ -336,7 +362,7 @@ impl Generation {
             // stop-string prefix, or bytes of an unfinished character) has no
             // token left to travel with and is dropped: see README, "Streaming".
             self.generated.pop();
-            return (Sampled::Eos, parity);
+            return Ok((Sampled::Eos, parity));
         }
         let token = SampledId {
             index,
@@ -344,7 +370,7 @@ impl Generation {
             logprobs: sampled.logprobs,
             is_last: self.generated.len() >= self.req.max_tokens,
         };
-        (Sampled::Token(token), parity)
+        Ok((Sampled::Token(token), parity))
     }
 
     /// The token as the client sees it (the text it releases), and the

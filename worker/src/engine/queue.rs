@@ -257,6 +257,7 @@ mod tests {
                 logprobs: 0,
                 ignore_eos: false,
                 accepted_at: None,
+                constraint: None,
             },
             accepted_at: Instant::now(),
             prompt: PromptFacts::default(),

@@ -152,9 +152,18 @@ fn sample<O: GenerationObserver>(
     members: &mut [Member<O>],
     ended: &mut Vec<Ended>,
 ) -> Vec<(usize, SampledId)> {
-    let ready: Vec<usize> = (0..members.len())
+    let mut ready: Vec<usize> = (0..members.len())
         .filter(|&i| !members[i].gen.prefilling() && !is_gone(ended, i))
         .collect();
+    // Constrained jobs' masks: the device is still computing the step (queued
+    // in the last round), so this host work overlaps it.
+    ready.retain(|&i| match guarded(|| members[i].gen.constrain()) {
+        Ok(()) => true,
+        Err(e) => {
+            ended.push((i, Err(e)));
+            false
+        }
+    });
     let mut sampled = Vec::new();
     if ready.is_empty() {
         return sampled;
@@ -172,7 +181,13 @@ fn sample<O: GenerationObserver>(
         Ok(tokens) => {
             for (&i, token) in ready.iter().zip(tokens) {
                 let m = &mut members[i];
-                let (drawn, parity) = m.gen.accept(token, tokenizer);
+                let (drawn, parity) = match m.gen.accept(token, tokenizer) {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        ended.push((i, Err(e)));
+                        continue;
+                    }
+                };
                 if let Some(record) = parity {
                     m.observer.on_parity(record);
                 }
@@ -275,6 +290,7 @@ mod tests {
             logprobs: 0,
             ignore_eos,
             accepted_at: None,
+            constraint: None,
         };
         let mut seen = Collect(Vec::new());
         let summary = generate(&mut backend, &byte_tokenizer(), &req, &mut seen).unwrap();
@@ -296,6 +312,7 @@ mod tests {
                 logprobs: 0,
                 ignore_eos: true,
                 accepted_at: None,
+                constraint: None,
             };
             generate(
                 &mut backend,
@@ -333,6 +350,7 @@ mod tests {
                 logprobs: 0,
                 ignore_eos: false,
                 accepted_at: None,
+                constraint: None,
             };
             let mut seen = Collect(Vec::new());
             let summary = generate(&mut backend, &byte_tokenizer(), &req, &mut seen).unwrap();
@@ -360,5 +378,81 @@ mod tests {
         assert_eq!(ids, [b'h' as u32, b'i' as u32, EOS_ID, EOS_ID, EOS_ID]);
         // The end-of-sequence token travels with its text, like any control token.
         assert_eq!(tokens[2].text, "<|endoftext|>");
+    }
+
+    /// A constrained job chooses among the tokens its grammar allows (the
+    /// script's own choices are not), and ends at the end-of-generation
+    /// token once the grammar is complete, whole or in rounds with others.
+    #[test]
+    fn a_constrained_job_keeps_to_its_grammar_and_ends_where_it_is_complete() {
+        use crate::constraint::{Compiler, Spec};
+        let tokenizer = byte_tokenizer();
+        let compiler = Compiler::new(&tokenizer, BYTE_VOCAB_SIZE).unwrap();
+        let grammar = compiler
+            .compile(&Spec::Regex("(ab|c)[0-9]{2}".into()))
+            .unwrap();
+        let request = |temperature: f32, seed: u64| GenerationRequest {
+            prompt_tokens: vec![b'x' as u32],
+            max_tokens: 10,
+            sampling: SamplingParams {
+                temperature,
+                seed,
+                ..SamplingParams::default()
+            },
+            stop: Vec::new(),
+            logprobs: 0,
+            ignore_eos: false,
+            accepted_at: None,
+            constraint: Some(grammar.clone()),
+        };
+        let script: Vec<u32> = b"hello".iter().map(|&b| b as u32).collect();
+        let rx = |text: &str| {
+            let b = text.as_bytes();
+            let digits = |d: &[u8]| d.len() == 2 && d.iter().all(u8::is_ascii_digit);
+            (b.starts_with(b"ab") && digits(&b[2..])) || (b.starts_with(b"c") && digits(&b[1..]))
+        };
+        for (temperature, seed) in [(0.0, 0), (1.0, 7), (1.0, 8)] {
+            let mut backend = ScriptedBackend::new(script.clone(), BYTE_VOCAB_SIZE);
+            let mut seen = Collect(Vec::new());
+            let req = request(temperature, seed);
+            let summary = generate(&mut backend, &tokenizer, &req, &mut seen).unwrap();
+            let text: String = seen.0.iter().map(|t| t.text.as_str()).collect();
+            assert!(rx(&text), "{text:?} at temperature {temperature}");
+            assert_eq!(summary.stop_reason, StopReason::Eos, "{text:?}");
+            // In a round with an unconstrained job: the same tokens.
+            let mut backend = ScriptedBackend::new(script.clone(), BYTE_VOCAB_SIZE).with_slots(2);
+            let mut members = [request(temperature, seed), run_hi_request()].map(|r| {
+                let mut gen = Generation::new(r, false);
+                gen.begin(&mut backend).unwrap();
+                Member {
+                    gen,
+                    observer: Collect(Vec::new()),
+                }
+            });
+            let mut done = 0;
+            while done < 2 {
+                done += round(&mut backend, &tokenizer, &mut members).ended.len();
+            }
+            let shared: String = members[0]
+                .observer
+                .0
+                .iter()
+                .map(|t| t.text.as_str())
+                .collect();
+            assert_eq!(shared, text);
+        }
+    }
+
+    fn run_hi_request() -> GenerationRequest {
+        GenerationRequest {
+            prompt_tokens: vec![b'y' as u32],
+            max_tokens: 4,
+            sampling: SamplingParams::default(),
+            stop: Vec::new(),
+            logprobs: 0,
+            ignore_eos: false,
+            accepted_at: None,
+            constraint: None,
+        }
     }
 }

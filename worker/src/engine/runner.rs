@@ -437,6 +437,12 @@ impl EngineThread {
                 narrate!(error, "error", job_id = %id, code = error.code.as_str(), message = %logged);
                 JobEnd::failed(Outcome::Error, error, tokens_out)
             }
+            Err(GenerationError::Constraint(err)) => {
+                // The request's own constraint: its message is the client's.
+                let error = JobError::invalid(err.to_string());
+                narrate!(warn, "error", job_id = %id, code = error.code.as_str(), message = %error.message);
+                JobEnd::failed(Outcome::Invalid, error, tokens_out)
+            }
             Err(GenerationError::Panicked(what)) => {
                 let error = JobError::internal("the engine failed while running the job");
                 narrate!(error, "error", job_id = %id, code = error.code.as_str(), message = %format!("engine panic: {what}"));

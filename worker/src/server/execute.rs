@@ -166,9 +166,14 @@ async fn validate_request(
     }
     let req = body.map_err(|e| refuse(state, Outcome::Invalid, e))?;
     // Tokenizing a long prompt takes milliseconds: keep it off the async threads.
+    // So does compiling a constraint seen for the first time.
     let (tokenizer, limits) = (state.tokenizer.clone(), state.limits);
+    let constraints = state.constraints.clone();
     let checked = tokio::task::spawn_blocking(move || {
-        validate_with_ids(req, prompt_ids, &limits, &tokenizer, rand::random::<u64>)
+        let mut valid =
+            validate_with_ids(req, prompt_ids, &limits, &tokenizer, rand::random::<u64>)?;
+        valid.compile_constraint(&constraints)?;
+        Ok::<_, ValidationErrors>(valid)
     })
     .await
     .map_err(|_| {

@@ -8,6 +8,7 @@ use std::time::Instant;
 use tokio::sync::watch;
 
 use crate::backend::DeviceInfo;
+use crate::constraint::Compiler;
 use crate::engine::EngineHandle;
 use crate::model::ModelInfo;
 use crate::server::validation::Limits;
@@ -75,6 +76,9 @@ pub struct AppState(Arc<AppInner>);
 pub struct AppInner {
     pub engine: EngineHandle,
     pub tokenizer: Arc<Tokenizer>,
+    /// The compiler of constrained requests (issue #43), or why this model
+    /// has none.
+    pub constraints: Result<Arc<Compiler>, String>,
     pub model: ModelFacts,
     pub limits: Limits,
     pub metrics: Arc<Metrics>,

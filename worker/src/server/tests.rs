@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::backend::{Backend, BackendError, MemoryUse};
+use crate::constraint::Compiler;
 use crate::engine::parity::{ParitySender, ParityWriter};
 use crate::engine::runner::EngineParts;
 use crate::engine::testing::{byte_tokenizer, ScriptProbe, ScriptedBackend, BYTE_VOCAB_SIZE};
@@ -19,6 +20,7 @@ use crate::engine::{Engine, EngineConfig, EngineStatus, Outcome};
 use crate::model::ModelInfo;
 use crate::telemetry::metrics::Metrics;
 
+mod constraint;
 mod device;
 mod jobs;
 mod lifecycle;
@@ -94,6 +96,9 @@ async fn start(backend: ScriptedBackend, opts: Opts) -> Harness {
     .unwrap();
     let state = AppState::new(AppInner {
         engine: engine.handle(),
+        constraints: Ok(Arc::new(
+            Compiler::new(&tokenizer, BYTE_VOCAB_SIZE).expect("a byte vocabulary compiles"),
+        )),
         tokenizer,
         model: ModelFacts {
             worker_id: "0b8b5a63-3c0d-4f6e-9a51-2d6a3f1f9c11".into(),

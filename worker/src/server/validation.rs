@@ -8,8 +8,11 @@
 //! `max_tokens` as i64, ...) so that an out-of-range value gets a message
 //! naming the rule instead of a JSON type error.
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 
+use crate::constraint::{Compiler, Grammar, Spec};
 use crate::engine::generate::GenerationRequest;
 use crate::sampling::SamplingParams;
 use crate::telemetry::logging::sha256_hex;
@@ -82,6 +85,13 @@ pub struct ExecuteRequest {
     /// template of `messages` (harmony's system message); templates that do
     /// not read it render as without it.
     pub reasoning_effort: Option<String>,
+    /// Issue #43: a JSON Schema the output is a JSON value of.
+    #[schema(value_type = Option<Object>)]
+    pub json_schema: Option<serde_json::Value>,
+    /// Issue #43: a regular expression the whole output matches.
+    pub regex: Option<String>,
+    /// Issue #43: a Lark grammar (llguidance's dialect) the output matches.
+    pub grammar: Option<String>,
     /// Not an `/execute` field (M0-W-1300 lists them, and unknown fields are
     /// refused): set only by the OpenAI routes' `ignore_eos`.
     #[serde(skip)]
@@ -116,6 +126,10 @@ pub struct ValidExecuteRequest {
     pub logprobs: usize,
     /// Generation does not stop at end-of-generation tokens.
     pub ignore_eos: bool,
+    /// What the output must match, as asked.
+    pub constraint: Option<Spec>,
+    /// `constraint` compiled (by the caller, which holds the compiler).
+    pub grammar: Option<Arc<Grammar>>,
 }
 
 impl ValidExecuteRequest {
@@ -128,6 +142,7 @@ impl ValidExecuteRequest {
             logprobs: self.logprobs,
             ignore_eos: self.ignore_eos,
             accepted_at: None,
+            constraint: self.grammar.clone(),
         }
     }
 }
@@ -234,6 +249,7 @@ pub struct CheckedRequest {
     stop: Vec<String>,
     logprobs: usize,
     ignore_eos: bool,
+    constraint: Option<Spec>,
 }
 
 /// The cheap half of [`validate`]: every field's rule, the chat template and
@@ -245,6 +261,7 @@ pub fn check_fields(
     tokenizer: &Tokenizer,
 ) -> Result<CheckedRequest, ValidationErrors> {
     let mut errs = Collector(Vec::new());
+    let constraint = check_constraint(&mut errs, &req, tokenizer);
 
     let job_id = match req.job_id {
         None => {
@@ -413,6 +430,7 @@ pub fn check_fields(
             stop,
             logprobs,
             ignore_eos: req.ignore_eos,
+            constraint,
         }),
         _ => Err(ValidationErrors(errs.0)),
     }
@@ -508,8 +526,80 @@ impl CheckedRequest {
             stop: self.stop,
             logprobs: self.logprobs,
             ignore_eos: self.ignore_eos,
+            constraint: self.constraint,
+            grammar: None,
         })
     }
+}
+
+impl ValidExecuteRequest {
+    /// Compiles the request's constraint with `compiler` (the model's; an
+    /// error where the model has none), refusing it with the compiler's
+    /// reason under the field that carried it.
+    pub fn compile_constraint(
+        &mut self,
+        compiler: &Result<Arc<Compiler>, String>,
+    ) -> Result<(), ValidationErrors> {
+        let Some(spec) = &self.constraint else {
+            return Ok(());
+        };
+        let compiled = match compiler {
+            Ok(c) => c.compile(spec).map_err(|e| e.to_string()),
+            Err(why) => Err(format!("cannot be enforced on this model: {why}")),
+        };
+        match compiled {
+            Ok(grammar) => {
+                self.grammar = Some(grammar);
+                Ok(())
+            }
+            Err(message) => Err(ValidationErrors(vec![FieldError {
+                field: spec.field(),
+                message,
+            }])),
+        }
+    }
+}
+
+/// `json_schema`, `regex` and `grammar`: at most one, and one the job can
+/// keep to (compiling it is the caller's, after validation).
+fn check_constraint(
+    errs: &mut Collector,
+    req: &ExecuteRequest,
+    tokenizer: &Tokenizer,
+) -> Option<Spec> {
+    let mut given = Vec::new();
+    if let Some(schema) = &req.json_schema {
+        if schema.is_object() || schema.is_boolean() {
+            given.push(Spec::JsonSchema(schema.clone()));
+        } else {
+            errs.add("json_schema", "must be a JSON Schema (an object)");
+        }
+    }
+    given.extend(req.regex.clone().map(Spec::Regex));
+    given.extend(req.grammar.clone().map(Spec::Lark));
+    if given.len() > 1 {
+        errs.add(
+            given[1].field(),
+            "give at most one of json_schema, regex and grammar",
+        );
+        return None;
+    }
+    let spec = given.pop()?;
+    if req.ignore_eos {
+        errs.add(
+            spec.field(),
+            "cannot be combined with ignore_eos: the job ends where the output is complete",
+        );
+    }
+    if req.messages.is_some() && tokenizer.harmony().is_some() {
+        // Harmony answers in channels (analysis, then final) that a grammar
+        // over the whole output would forbid.
+        errs.add(
+            spec.field(),
+            "is not served with messages on this model (its chat format writes channels before the answer); send a prompt",
+        );
+    }
+    Some(spec)
 }
 
 /// Token ids sent as the prompt must be in the vocabulary.

@@ -27,8 +27,8 @@ use cudarc::driver::sys::CUdeviceptr;
 
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::kernels::{
-    SampleArgmaxArgs, SampleLogprobsArgs, SampleRow, SampleSelectArgs, SampleSelectRowsArgs,
-    SelectArgs,
+    SampleArgmaxArgs, SampleLogprobsArgs, SampleMaskArgs, SampleRow, SampleSelectArgs,
+    SampleSelectRowsArgs, SelectArgs,
 };
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{SAMPLE_ARGMAX_BLOCKS, SAMPLE_MAX_LOGPROBS, SAMPLE_OUT_WORDS};
@@ -107,6 +107,11 @@ pub fn sample_rows(
     rows.iter().map(|(s, req)| s.finish(req)).collect()
 }
 
+/// Bytes of a mask over `vocab` tokens: a bit each, in u32 words.
+fn mask_bytes(vocab: usize) -> u64 {
+    vocab.div_ceil(32) as u64 * 4
+}
+
 /// `sample_argmax`'s partial results and ticket counter.
 const ARGMAX_BYTES: u64 = SAMPLE_ARGMAX_BLOCKS as u64 * 8 + 8;
 
@@ -123,6 +128,8 @@ pub struct DeviceSampler {
     keys: DevBuf,
     /// `[vocab]` u32: the distinct generated ids to penalize.
     ids: DevBuf,
+    /// `[ceil(vocab / 32)]` u32: a constrained job's mask (issue #43).
+    mask: DevBuf,
     /// `[SAMPLE_OUT_WORDS]` u32: the result block.
     out: DevBuf,
     /// `sample_argmax`'s `[SAMPLE_ARGMAX_BLOCKS]` u64 partial results, then
@@ -147,6 +154,7 @@ impl DeviceSampler {
     pub fn bytes_for(vocab: usize) -> u64 {
         use crate::backend::cuda::device::align_up;
         3 * align_up(vocab as u64 * 4)
+            + align_up(mask_bytes(vocab))
             + align_up(SAMPLE_OUT_WORDS as u64 * 4)
             + align_up(ARGMAX_BYTES)
     }
@@ -170,6 +178,7 @@ impl DeviceSampler {
             logits,
             keys: dev.alloc(Purpose::Weights, bytes)?,
             ids: dev.alloc(Purpose::Weights, bytes)?,
+            mask: dev.alloc(Purpose::Weights, mask_bytes(vocab))?,
             out: dev.alloc(Purpose::Weights, SAMPLE_OUT_WORDS as u64 * 4)?,
             argmax,
             distinct: Vec::new(),
@@ -270,6 +279,9 @@ impl DeviceSampler {
             greedy,
         };
         self.dev.bind()?;
+        if let Some(bits) = req.mask {
+            self.apply_mask(bits)?;
+        }
         let stream = self.dev.cu_stream();
         if !self.distinct.is_empty() {
             // SAFETY: at most `vocab` ids into a `[vocab]` u32 buffer; pageable
@@ -309,6 +321,27 @@ impl DeviceSampler {
             p: args,
             out,
         }))
+    }
+
+    /// Queues the mask's copy and `sample_mask` over the logits.
+    fn apply_mask(&mut self, bits: &[u32]) -> Result<(), BackendError> {
+        if bits.len() as u64 * 4 != mask_bytes(self.vocab) {
+            return Err(BackendError::CallerBug(format!(
+                "a mask of {} words for {} logits",
+                bits.len(),
+                self.vocab
+            )));
+        }
+        // SAFETY: `bits` fills the mask buffer exactly (checked above);
+        // pageable memory is staged before the call returns.
+        unsafe { drv::memcpy_htod_async(self.mask.ptr(), bits, self.dev.cu_stream()) }
+            .map_err(|e| driver_error("copying the constraint's mask", e))?;
+        let args = SampleMaskArgs {
+            logits: DevPtrMut::new(self.logits.ptr()),
+            n: self.vocab as u32,
+            allowed: DevPtr::new(self.mask.ptr()),
+        };
+        self.dev.kernels.launch(&self.dev.stream, &args)
     }
 
     /// After the choice: the log-probabilities' launch where asked for, and

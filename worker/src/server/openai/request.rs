@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use super::error::OpenAiError;
 use super::types::{
     ChatCompletionRequest, ChatMessageIn, CompletionRequest, MessageContent, PromptField,
-    SamplingFields, StopField,
+    ResponseFormat, SamplingFields, StopField,
 };
 use crate::server::validation::{ExecuteRequest, MessageIn, MAX_LOGPROBS};
 
@@ -112,6 +112,7 @@ fn map_sampling(
         }),
         seed,
         ignore_eos: s.ignore_eos.unwrap_or(false),
+        json_schema: s.response_format.and_then(ResponseFormat::schema),
         ..ExecuteRequest::default()
     };
     Ok((execute, s.stream, usage))
@@ -350,6 +351,28 @@ mod tests {
     }
 
     #[test]
+    fn response_formats_become_the_schema_execute_enforces() {
+        let with = |format: Value| {
+            let body = json!({"model": "smol", "messages": [{"role": "user", "content": "x"}],
+                              "response_format": format});
+            chat(body).unwrap().execute.json_schema
+        };
+        assert_eq!(with(json!({"type": "text"})), None);
+        assert_eq!(
+            with(json!({"type": "json_object"})),
+            Some(json!({"type": "object"}))
+        );
+        let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        let format = json!({"type": "json_schema",
+                            "json_schema": {"name": "x", "schema": schema, "strict": true}});
+        assert_eq!(with(format), Some(schema));
+        let m = completion(json!({"model": "smol", "prompt": "x",
+                                  "response_format": {"type": "json_object"}}))
+        .unwrap();
+        assert_eq!(m.execute.json_schema, Some(json!({"type": "object"})));
+    }
+
+    #[test]
     fn refusals_name_their_field() {
         let base = json!({"model": "smol", "messages": [{"role": "user", "content": "x"}]});
         let with = |k: &str, v: Value| {
@@ -359,7 +382,6 @@ mod tests {
         };
         for (field, value) in [
             ("tools", json!([{"type": "function"}])),
-            ("response_format", json!({"type": "json_object"})),
             ("logit_bias", json!({"42": 5})),
             ("presence_penalty", json!(0.5)),
             ("n", json!(2)),

@@ -63,6 +63,42 @@ pub struct SamplingFields {
     /// end-of-sequence tokens, which are then streamed like any other; only
     /// the token limit, a stop string or a disconnect ends the answer.
     pub ignore_eos: Option<bool>,
+    /// The answer's form (issue #43): enforced token by token, never hoped for.
+    pub response_format: Option<ResponseFormat>,
+}
+
+/// `response_format`: plain text, any JSON object, or JSON that a schema
+/// validates (`strict` or not, the schema is enforced).
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ResponseFormat {
+    Text,
+    JsonObject,
+    JsonSchema { json_schema: JsonSchemaFormat },
+}
+
+/// `response_format.json_schema`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct JsonSchemaFormat {
+    pub name: String,
+    pub description: Option<String>,
+    /// The JSON Schema; absent: any JSON value.
+    #[schema(value_type = Option<Object>)]
+    pub schema: Option<Value>,
+    pub strict: Option<bool>,
+}
+
+impl ResponseFormat {
+    /// The schema `/execute` enforces for this format (`None`: plain text).
+    pub fn schema(self) -> Option<Value> {
+        match self {
+            ResponseFormat::Text => None,
+            ResponseFormat::JsonObject => Some(serde_json::json!({"type": "object"})),
+            ResponseFormat::JsonSchema { json_schema } => {
+                Some(json_schema.schema.unwrap_or_else(|| serde_json::json!({})))
+            }
+        }
+    }
 }
 
 /// Text content, or a list of parts of which only `text` parts are served.

@@ -28,6 +28,8 @@ unit_kernels! {
         Argmax = "sample_argmax",
         /// `sample_logprobs`: the top log-probabilities of one logit vector.
         Logprobs = "sample_logprobs",
+        /// `sample_mask`: a constraint's mask applied to one logit vector.
+        Mask = "sample_mask",
     }
 }
 
@@ -43,7 +45,7 @@ impl Family for Sample {
     fn part(self) -> Option<u8> {
         match self {
             Sample::Select | Sample::SelectRows => Some(0),
-            Sample::Argmax | Sample::Logprobs => Some(1),
+            Sample::Argmax | Sample::Logprobs | Sample::Mask => Some(1),
         }
     }
     fn config(self, work: Work) -> Option<Result<LaunchConfig, BackendError>> {
@@ -51,6 +53,10 @@ impl Family for Sample {
             (Sample::Argmax, Work::Elements(n)) => {
                 Some(Ok(blocks((argmax_blocks(n), 1), SAMPLE_ARGMAX_THREADS)))
             }
+            (Sample::Mask, Work::Elements(n)) => Some(Ok(blocks(
+                (n.div_ceil(SAMPLE_MASK_THREADS as usize) as u32, 1),
+                SAMPLE_MASK_THREADS,
+            ))),
             (Sample::Select | Sample::Logprobs, Work::Single) => {
                 Some(Ok(blocks((1, 1), SAMPLE_THREADS)))
             }
@@ -67,7 +73,38 @@ impl Family for Sample {
             Sample::SelectRows => pushed::<SampleSelectRowsArgs>(),
             Sample::Argmax => pushed::<SampleArgmaxArgs>(),
             Sample::Logprobs => pushed::<SampleLogprobsArgs>(),
+            Sample::Mask => pushed::<SampleMaskArgs>(),
         }
+    }
+}
+
+/// Threads of a `sample_mask` block (as `SAMPLE_MASK_THREADS` in sample.cu).
+const SAMPLE_MASK_THREADS: u32 = 256;
+
+/// `sample_mask`: every logit whose bit in `allowed` is clear becomes -inf.
+#[derive(Clone, Copy, Debug)]
+pub struct SampleMaskArgs {
+    /// `[n]` f32, changed in place.
+    pub logits: DevPtrMut<f32>,
+    pub n: u32,
+    /// `[ceil(n / 32)]` u32: bit `id % 32` of word `id / 32` allows `id`.
+    pub allowed: DevPtr<u32>,
+}
+
+impl KernelCall for SampleMaskArgs {
+    type Kernel = Sample;
+    fn plan(&self) -> Plan<Self::Kernel> {
+        let buffers = [
+            ("logits", self.logits.addr()),
+            ("allowed", self.allowed.addr()),
+        ];
+        let n = self.n as usize;
+        plan(Sample::Mask, [("n", n)], buffers, Work::Elements(n))
+    }
+    kernel_params! { self =>
+        DevPtrMut<f32> = self.logits,
+        u32 = self.n,
+        DevPtr<u32> = self.allowed,
     }
 }
 

@@ -127,6 +127,7 @@ fn gpu_greedy_choice_matches_cpu_argmax_at_every_vocabulary_size() {
                 generated: &[],
                 uniform: None,
                 logprobs: 0,
+                mask: None,
             };
             let want = argmax(&logits);
             for call in 0..2 {
@@ -162,6 +163,7 @@ fn gpu_sampling_matches_cpu_select_on_random_logits() {
                     generated: &generated,
                     uniform,
                     logprobs: 0,
+                    mask: None,
                 };
                 if p.temperature == 0.0 {
                     let got = s.sample(&req(None)).unwrap().id;
@@ -200,6 +202,7 @@ fn gpu_sampling_matches_cpu_select_on_random_logits() {
             generated: &[1, 2],
             uniform: (p.temperature > 0.0).then_some(0.3),
             logprobs: 0,
+            mask: None,
         };
         assert_eq!(
             s.sample(&req).unwrap().id,
@@ -237,6 +240,7 @@ fn gpu_sampling_logprobs_match_cpu_top_logprobs() {
                         generated: &[],
                         uniform: None,
                         logprobs: k,
+                        mask: None,
                     })
                     .unwrap();
                 let want = top_logprobs(&logits, k);
@@ -269,6 +273,7 @@ fn gpu_sampling_logprobs_match_cpu_top_logprobs() {
             generated: &[],
             uniform: None,
             logprobs: 20,
+            mask: None,
         })
         .unwrap();
     assert_eq!(got.logprobs, top_logprobs(&logits, 20));
@@ -293,6 +298,7 @@ fn gpu_sampling_is_deterministic() {
                 generated: &generated,
                 uniform,
                 logprobs: 20,
+                mask: None,
             };
             let first = s.sample(&req).unwrap();
             for run in 1..50 {
@@ -322,6 +328,7 @@ fn gpu_sampling_refuses_bad_requests_before_launch() {
         generated: &[],
         uniform,
         logprobs,
+        mask: None,
     };
     assert!(
         s.sample(&req(Some(0.5), 21)).is_err(),
@@ -392,6 +399,7 @@ fn gpu_sampling_generates_like_the_cpu_backend() {
                 generated: &generated,
                 uniform,
                 logprobs: 5,
+                mask: None,
             };
             let want = sample_one(&mut cpu, cs, &req).unwrap();
             let got = sample_one(&mut gpu, gs, &req).unwrap();

@@ -3,12 +3,12 @@
 //! message items become chat messages, and the sampling fields both APIs
 //! share are copied as they are, so `/execute`'s validation judges them.
 //! The route is stateless; what it cannot honour (stored responses, earlier
-//! responses by id, tools, images, structured `text.format`) is refused by
-//! name, never ignored.
+//! responses by id, tools, images) is refused by name, never ignored.
+//! `text.format` becomes `/execute`'s `json_schema`.
 
 use serde_json::{Map, Value};
 
-use super::types::{InputContent, InputItem, ResponsesInput, ResponsesRequest};
+use super::types::{InputContent, InputItem, ResponsesInput, ResponsesRequest, TextFormat};
 use crate::server::openai::error::OpenAiError;
 use crate::server::openai::request::{joined_text, Mapped, ReplyShape};
 use crate::server::validation::{ExecuteRequest, MessageIn};
@@ -37,7 +37,6 @@ fn harmless(field: &str, value: &Value) -> bool {
         "truncation" => value == "disabled",
         "include" | "tools" => empty(),
         "tool_choice" => value == "none" || value == "auto",
-        "text" => value.pointer("/format/type").is_none_or(|t| t == "text"),
         _ => false,
     }
 }
@@ -52,7 +51,6 @@ fn refuse_unserved(other: &Map<String, Value>) -> Result<(), OpenAiError> {
             "this server keeps no responses (stateless); send the whole input"
         }
         "tools" | "tool_choice" => "tool use is not served yet",
-        "text" => "only text output is served yet",
         _ => "is not supported by this server",
     };
     Err(OpenAiError::invalid(field, format!("{field}: {why}")))
@@ -73,6 +71,13 @@ pub fn map_responses(
         return Err(OpenAiError::invalid(
             "reasoning",
             format!("reasoning.{field}: is not supported by this server"),
+        ));
+    }
+    let text = req.text.unwrap_or_default();
+    if let Some((field, _)) = text.other.iter().find(|(_, v)| !v.is_null()) {
+        return Err(OpenAiError::invalid(
+            "text",
+            format!("text.{field}: is not supported by this server"),
         ));
     }
     let mut messages = Vec::new();
@@ -100,6 +105,7 @@ pub fn map_responses(
         temperature: req.temperature,
         top_p: req.top_p,
         reasoning_effort: reasoning.effort,
+        json_schema: text.format.and_then(TextFormat::schema),
         ..ExecuteRequest::default()
     };
     let shape = ReplyShape {
@@ -210,6 +216,22 @@ mod tests {
     }
 
     #[test]
+    fn text_formats_become_the_schema_execute_enforces() {
+        let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        let format = |f: Value| {
+            let body = json!({"model": "smol", "input": "Hi", "text": {"format": f}});
+            map(body).unwrap().0.execute.json_schema
+        };
+        assert_eq!(format(json!({"type": "text"})), None);
+        assert_eq!(
+            format(json!({"type": "json_object"})),
+            Some(json!({"type": "object"}))
+        );
+        let named = json!({"type": "json_schema", "name": "x", "schema": schema, "strict": true});
+        assert_eq!(format(named), Some(schema));
+    }
+
+    #[test]
     fn state_tools_and_other_formats_are_refused_by_name() {
         let refused = |extra: Value| {
             let mut body = json!({"model": "smol", "input": "Hi"});
@@ -228,10 +250,7 @@ mod tests {
                 json!({"tools": [{"type": "function", "name": "f"}]}),
                 "tools",
             ),
-            (
-                json!({"text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}}),
-                "text",
-            ),
+            (json!({"text": {"verbosity": "low"}}), "text"),
             (json!({"reasoning": {"summary": "auto"}}), "reasoning"),
             (
                 json!({"input": [{"type": "function_call_output", "call_id": "c", "output": "4"}]}),

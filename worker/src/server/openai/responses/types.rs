@@ -50,6 +50,44 @@ pub struct InputPart {
     pub other: Map<String, Value>,
 }
 
+/// `text`: its `format` is enforced token by token; `verbosity` is not served.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema)]
+pub struct TextParam {
+    pub format: Option<TextFormat>,
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub other: Map<String, Value>,
+}
+
+/// `text.format`: plain text, any JSON object, or JSON a schema validates.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TextFormat {
+    Text,
+    JsonObject,
+    JsonSchema {
+        name: String,
+        description: Option<String>,
+        /// The JSON Schema; absent: any JSON value.
+        #[schema(value_type = Option<Object>)]
+        schema: Option<Value>,
+        strict: Option<bool>,
+    },
+}
+
+impl TextFormat {
+    /// The schema `/execute` enforces for this format (`None`: plain text).
+    pub fn schema(self) -> Option<Value> {
+        match self {
+            TextFormat::Text => None,
+            TextFormat::JsonObject => Some(serde_json::json!({"type": "object"})),
+            TextFormat::JsonSchema { schema, .. } => {
+                Some(schema.unwrap_or_else(|| serde_json::json!({})))
+            }
+        }
+    }
+}
+
 /// `reasoning`: `effort` goes to the chat template (gpt-oss).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema)]
 pub struct ReasoningParam {
@@ -77,6 +115,8 @@ pub struct ResponsesRequest {
     #[serde(default)]
     pub stream: bool,
     pub reasoning: Option<ReasoningParam>,
+    /// The answer's form: `text.format` (issue #43).
+    pub text: Option<TextParam>,
     /// Every other field: refused by name unless it leaves the answer as is.
     #[serde(flatten)]
     #[schema(ignore)]

@@ -1,0 +1,146 @@
+//! The constraint over a byte vocabulary (a token per byte, then EOS,
+//! `<|im_start|>`, `<|im_end|>`): masks, commits, refusals and the cache.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::*;
+use crate::engine::testing::{byte_tokenizer, EOS_ID, IM_END_ID, IM_START_ID};
+
+fn compiler() -> Compiler {
+    // Two ids past the tokenizer's vocabulary, as a model's padded output.
+    Compiler::new(&byte_tokenizer(), 261).unwrap()
+}
+
+fn allowed(bits: &[u32], id: u32) -> bool {
+    bits[id as usize / 32] & (1 << (id % 32)) != 0
+}
+
+fn allowed_ids(c: &mut Constraint) -> Vec<u32> {
+    let bits = c.mask().unwrap().to_vec();
+    (0..261).filter(|&id| allowed(&bits, id)).collect()
+}
+
+/// Commits `text` byte by byte, checking each byte was allowed first.
+fn write(c: &mut Constraint, text: &str) {
+    for b in text.bytes() {
+        let bits = c.mask().unwrap().to_vec();
+        assert!(
+            allowed(&bits, b as u32),
+            "{:?} refused in {text:?}",
+            b as char
+        );
+        c.commit(b as u32).unwrap();
+    }
+}
+
+#[test]
+fn a_regex_allows_exactly_its_next_bytes_then_only_the_end() {
+    let g = compiler().compile(&Spec::Regex("(yes|no)".into())).unwrap();
+    let mut c = Constraint::new(&g);
+    assert_eq!(allowed_ids(&mut c), vec![b'n' as u32, b'y' as u32]);
+    write(&mut c, "ye");
+    assert_eq!(allowed_ids(&mut c), vec![b's' as u32]);
+    c.commit(b's' as u32).unwrap();
+    // Complete: every end-of-generation token, nothing else (padding ids never).
+    assert_eq!(allowed_ids(&mut c), vec![EOS_ID, IM_END_ID]);
+}
+
+#[test]
+fn a_json_schema_is_written_compactly_as_json_dumps_writes_it() {
+    let schema = json!({
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},
+        "required": ["name", "n"],
+        "additionalProperties": false
+    });
+    let g = compiler().compile(&Spec::JsonSchema(schema)).unwrap();
+    let mut c = Constraint::new(&g);
+    write(&mut c, r#"{"name": "a b", "n": 12}"#);
+    assert!(allowed_ids(&mut c).contains(&EOS_ID));
+    // Free whitespace is not allowed between tokens.
+    let mut c = Constraint::new(&g);
+    write(&mut c, "{");
+    assert!(!allowed(c.mask().unwrap(), b' ' as u32));
+    assert!(!allowed(c.mask().unwrap(), b'\n' as u32));
+}
+
+#[test]
+fn a_token_outside_the_mask_fails_the_constraint_with_its_position() {
+    let g = compiler().compile(&Spec::Regex("[0-9]+".into())).unwrap();
+    let mut c = Constraint::new(&g);
+    write(&mut c, "42");
+    match c.commit(b'x' as u32) {
+        Err(ConstraintError::Failed { index: 2, .. }) => {}
+        other => panic!("expected a failure at token 2, got {other:?}"),
+    }
+}
+
+#[test]
+fn control_tokens_never_match_text_but_a_lark_grammar_may_name_them() {
+    let g = compiler()
+        .compile(&Spec::Regex("<\\|im_start\\|>".into()))
+        .unwrap();
+    let mut c = Constraint::new(&g);
+    assert!(!allowed_ids(&mut c).contains(&IM_START_ID));
+    let g = compiler()
+        .compile(&Spec::Lark("start: <|im_start|> \"x\"".into()))
+        .unwrap();
+    let mut c = Constraint::new(&g);
+    assert_eq!(allowed_ids(&mut c), vec![IM_START_ID]);
+}
+
+#[test]
+fn specs_that_cannot_be_compiled_are_refused_with_the_reason() {
+    let c = compiler();
+    // A keyword that would change what validates but is not enforced is named.
+    let unenforced = Spec::JsonSchema(json!({"type": "array", "uniqueItems": true}));
+    match c.compile(&unenforced) {
+        Err(ConstraintError::Invalid(m)) => assert!(m.contains("uniqueItems"), "{m}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // An unknown keyword is an annotation, as JSON Schema says.
+    let annotated = Spec::JsonSchema(json!({"type": "object", "x-frobnicate": 1}));
+    assert!(c.compile(&annotated).is_ok());
+    for spec in [
+        Spec::JsonSchema(json!({"type": "strnig"})),
+        Spec::Regex("(unclosed".into()),
+        Spec::Lark("start: undefined_rule".into()),
+    ] {
+        assert!(
+            matches!(c.compile(&spec), Err(ConstraintError::Invalid(_))),
+            "{spec:?} accepted"
+        );
+    }
+    let huge = Spec::Regex("a".repeat(MAX_SPEC_BYTES + 1));
+    assert_eq!(
+        c.compile(&huge).unwrap_err(),
+        ConstraintError::TooLarge {
+            bytes: MAX_SPEC_BYTES + 1
+        }
+    );
+}
+
+#[test]
+fn the_same_spec_compiles_once_and_each_job_starts_from_the_beginning() {
+    let c = compiler();
+    let spec = Spec::JsonSchema(json!({"enum": ["red", "green"]}));
+    let a = c.compile(&spec).unwrap();
+    let b = c.compile(&spec).unwrap();
+    assert!(Arc::ptr_eq(&a, &b));
+    let mut first = Constraint::new(&a);
+    write(&mut first, "\"re");
+    // A second job is not moved by the first one's tokens.
+    let mut second = Constraint::new(&a);
+    assert_eq!(allowed_ids(&mut second), vec![b'"' as u32]);
+}
+
+#[test]
+fn a_user_may_ask_for_free_whitespace_through_llguidance_options() {
+    let schema = json!({"type": "array", "items": {"type": "integer"},
+                        "x-guidance": {"whitespace_flexible": true}});
+    let g = compiler().compile(&Spec::JsonSchema(schema)).unwrap();
+    let mut c = Constraint::new(&g);
+    write(&mut c, "[ 1,\n 2 ]");
+}
