@@ -589,6 +589,6 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MASK_THREADS)
     sample_mask(float* logits, u32 n, const u32* allowed) {
     pdl_start();
     const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n && !((allowed[i >> 5] >> (i & 31)) & 1u)) logits[i] = -INFINITY;
+    if (i < n && !((allowed[i >> 5] >> (i & 31)) & 1u)) logits[i] = __int_as_float(0xff800000);  // -inf
 }
 #endif
