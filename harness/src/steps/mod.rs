@@ -6,6 +6,7 @@
 //! - `observe`: `/health` and `/metrics`;
 //! - `model`: tokenizer and llama.cpp goldens, the haiku, parity logs, CPU-vs-CUDA;
 //! - `openai`: the OpenAI-compatible routes through the `async-openai` client;
+//! - `structured`: output under a JSON Schema, a regex or a grammar (issue 43);
 //! - `budgets`: measurements against budgets.yaml (`@bench`);
 //! - `workspace`: unit tests, source checks, cargo and nested harness runs.
 //!
@@ -21,6 +22,7 @@ pub mod openai;
 pub mod params;
 pub mod process;
 pub mod requests;
+pub mod structured;
 pub mod workspace;
 
 use std::fmt;

@@ -144,3 +144,27 @@ fn a_user_may_ask_for_free_whitespace_through_llguidance_options() {
     let mut c = Constraint::new(&g);
     write(&mut c, "[ 1,\n 2 ]");
 }
+
+/// A regex whose automaton has 2^40 states: llguidance's fuel bounds each
+/// step's work, so every mask comes back (allowed tokens, or the bound's
+/// error that ends the job) instead of stalling the engine.
+#[test]
+fn a_pathological_regex_costs_bounded_work_per_token() {
+    let c = compiler();
+    let spec = Spec::Regex("(a|b)*a(a|b){40}c".into());
+    let Ok(g) = c.compile(&spec) else {
+        return; // refused outright: bounded too
+    };
+    let mut job = Constraint::new(&g);
+    for i in 0..80u32 {
+        match job.mask() {
+            Ok(bits) => {
+                let next = if i % 3 == 0 { b'b' } else { b'a' } as u32;
+                assert!(allowed(bits, next), "step {i}");
+                job.commit(next).unwrap();
+            }
+            Err(ConstraintError::Failed { .. }) => return,
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
