@@ -106,10 +106,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
                 "the model has no chat template: give --chat-template NAME or --chat-template-file",
             )?;
             let rendered = template.render(
-                &[ChatMessage {
-                    role: "user".into(),
-                    content: c.clone(),
-                }],
+                &[ChatMessage::new("user", c.clone())],
                 true,
             )?;
             tokenizer.without_added_specials(&rendered).to_string()

@@ -510,6 +510,7 @@ mod golden;
 mod golden_gemma3;
 mod golden_gpt_oss;
 mod hf_json;
+mod chat_tools;
 
 mod metadata {
     use super::*;
