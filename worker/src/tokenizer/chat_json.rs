@@ -200,7 +200,6 @@ fn write_json_str(out: &mut String, s: &str, ensure_ascii: bool) {
     out.push('"');
 }
 
-
 /// `value` as the template's `tojson` writes it without arguments: for the
 /// text the worker itself writes into a conversation (`chat_tools.rs`), so
 /// that it reads like the template's own. A value nested deeper than

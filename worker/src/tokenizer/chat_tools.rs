@@ -25,7 +25,10 @@ pub const PROBE_TOOL: &str = "worker_orcd_probe_tool";
 /// message (Llama 3.1's template puts tools in the first user message, and
 /// refuses a conversation without one) and one tool.
 pub(super) fn probe() -> (Vec<ChatMessage>, Vec<Value>) {
-    let messages = vec![ChatMessage::new("system", "S"), ChatMessage::new("user", "U")];
+    let messages = vec![
+        ChatMessage::new("system", "S"),
+        ChatMessage::new("user", "U"),
+    ];
     let tool = json!({"type": "function", "function": {
         "name": PROBE_TOOL,
         "description": "D",

@@ -264,7 +264,11 @@ impl ChatStream {
                 reasoning_content: reasoning,
                 ..ChatDelta::default()
             };
-            lines.push(json(&chunk(ctx, vec![choice(delta, logprobs, None)], tokens)));
+            lines.push(json(&chunk(
+                ctx,
+                vec![choice(delta, logprobs, None)],
+                tokens,
+            )));
         }
         for call in released.calls {
             let index = self.calls;
@@ -465,5 +469,113 @@ mod tests {
         assert_eq!(content[0]["logprob"], -0.5);
         assert_eq!(content[1]["logprob"], -9999.0);
         assert_eq!(content[0]["top_logprobs"], json!([]));
+    }
+
+    fn tool_ctx(format: ToolFormat) -> ReplyCtx {
+        let mut c = ctx(false, 0, false);
+        c.tools = Some(crate::server::openai::tools::parse::ToolReply {
+            format,
+            parallel: true,
+            names: vec!["now".into()],
+        });
+        c
+    }
+
+    fn text_token(i: usize, text: &str) -> crate::engine::job::TokenOut {
+        crate::engine::job::TokenOut {
+            index: i,
+            id: 1,
+            text: text.into(),
+            logprobs: None,
+            channel: None,
+        }
+    }
+
+    /// A stream whose call markers are cut across tokens: the content
+    /// deltas are the text alone, the call comes as its two deltas, the
+    /// finish reason is `tool_calls`; the whole answer agrees.
+    #[test]
+    fn streamed_calls_hold_back_split_markers() {
+        let c = tool_ctx(ToolFormat::Hermes);
+        let pieces = [
+            "Checking",
+            ".\n<tool",
+            "_call>\n{\"name\": \"now\", ",
+            "\"arguments\": {}}\n</tool_",
+            "call>",
+        ];
+        let tokens: Vec<_> = pieces
+            .iter()
+            .enumerate()
+            .map(|(i, p)| text_token(i, p))
+            .collect();
+        let mut stream = ChatStream::new(c.clone());
+        let mut out = parse(stream.lines(&started()));
+        for t in &tokens {
+            out.extend(parse(stream.lines(&JobEvent::Token(t.clone()))));
+        }
+        out.extend(parse(
+            stream.lines(&JobEvent::End(summary(StopReason::Eos))),
+        ));
+        let deltas: Vec<&Value> = out
+            .iter()
+            .filter_map(|l| l.get("choices")?.get(0))
+            .map(|c| &c["delta"])
+            .collect();
+        let content: String = deltas
+            .iter()
+            .filter_map(|d| d["content"].as_str())
+            .collect();
+        assert_eq!(content, "Checking.");
+        let calls: Vec<&Value> = deltas.iter().filter_map(|d| d.get("tool_calls")).collect();
+        assert_eq!(calls.len(), 2);
+        assert_eq!(
+            calls[0][0]["function"],
+            json!({"name": "now", "arguments": ""})
+        );
+        assert_eq!(calls[1][0]["function"], json!({"arguments": "{}"}));
+        assert_eq!(
+            out[out.len() - 2]["choices"][0]["finish_reason"],
+            "tool_calls"
+        );
+        assert_eq!(out.last().unwrap(), "[DONE]");
+
+        let collected = Collected {
+            tokens,
+            summary: Some(summary(StopReason::Eos)),
+        };
+        let whole = completion(&c, &collected);
+        let m = &whole.choices[0].message;
+        assert_eq!(m.content.as_deref(), Some("Checking."));
+        let call = &m.tool_calls.as_ref().unwrap()[0];
+        assert_eq!(
+            (
+                call.function.name.as_str(),
+                call.function.arguments.as_str()
+            ),
+            ("now", "{}")
+        );
+        assert_eq!(whole.choices[0].finish_reason, "tool_calls");
+    }
+
+    /// Without a call, text that looked like one's start goes out as
+    /// content by the end, and the finish reason is the job's.
+    #[test]
+    fn a_false_start_is_content_by_the_end() {
+        let c = tool_ctx(ToolFormat::Hermes);
+        let mut stream = ChatStream::new(c);
+        let mut out = Vec::new();
+        for (i, p) in ["1 ", "<", "tool"].iter().enumerate() {
+            out.extend(parse(stream.lines(&JobEvent::Token(text_token(i, p)))));
+        }
+        out.extend(parse(
+            stream.lines(&JobEvent::End(summary(StopReason::MaxTokens))),
+        ));
+        let content: String = out
+            .iter()
+            .filter_map(|l| l["choices"][0]["delta"]["content"].as_str())
+            .collect();
+        assert_eq!(content, "1 <tool");
+        assert_eq!(out[out.len() - 2]["choices"][0]["finish_reason"], "length");
     }
 }

@@ -7,9 +7,9 @@ use serde_json::{Map, Value};
 
 use super::error::OpenAiError;
 use super::tools::format::ToolFormat;
+use super::tools::grammar;
 use super::tools::parse::ToolReply;
 use super::tools::spec::{self, Choice};
-use super::tools::grammar;
 use super::types::{
     ChatCompletionRequest, ChatMessageIn, CompletionRequest, MessageContent, PromptField,
     SamplingFields, StopField,
@@ -451,6 +451,53 @@ mod tests {
         assert_eq!(m.execute.max_tokens, Some(64));
         let body = json!({"model": "smol", "messages": msgs, "ignore_eos": "yes"});
         assert!(serde_json::from_value::<ChatCompletionRequest>(body).is_err());
+    }
+
+    #[test]
+    fn tools_reach_the_template_and_required_choices_get_a_grammar() {
+        let tools = json!([{"type": "function", "function": {"name": "get_weather"}}]);
+        let msgs = json!([
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
+        ]);
+        let m = chat(json!({"model": "smol", "messages": msgs, "tools": tools,
+            "parallel_tool_calls": false}))
+        .unwrap();
+        assert_eq!(
+            m.execute.tools.as_deref(),
+            tools.as_array().map(Vec::as_slice)
+        );
+        assert_eq!(m.execute.grammar, None, "auto enforces nothing");
+        let reply = m.tools.unwrap();
+        assert_eq!((reply.format, reply.parallel), (ToolFormat::Hermes, false));
+        assert_eq!(reply.names, ["get_weather"]);
+        let sent = m.execute.messages.unwrap();
+        assert_eq!(sent[1].content, None);
+        assert_eq!(
+            sent[1].tool_calls.as_ref().unwrap()[0].function.name,
+            "get_weather"
+        );
+        assert_eq!(sent[2].tool_call_id.as_deref(), Some("c1"));
+
+        let named = json!({"type": "function", "function": {"name": "get_weather"}});
+        for choice in [json!("required"), named] {
+            let m = chat(
+                json!({"model": "smol", "messages": msgs, "tools": tools, "tool_choice": choice}),
+            )
+            .unwrap();
+            let grammar = m.execute.grammar.unwrap();
+            assert!(
+                grammar.contains("get_weather") && grammar.contains("<tool_call>"),
+                "{grammar}"
+            );
+        }
+        // `none`: the tools are described, no call is read.
+        let m =
+            chat(json!({"model": "smol", "messages": msgs, "tools": tools, "tool_choice": "none"}))
+                .unwrap();
+        assert!(m.execute.tools.is_some() && m.tools.is_none() && m.execute.grammar.is_none());
     }
 
     #[test]

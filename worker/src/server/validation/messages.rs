@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::tokenizer::{ChatMessage, FunctionCall, ToolCall, Tokenizer};
+use crate::tokenizer::{ChatMessage, FunctionCall, Tokenizer, ToolCall};
 
 /// Longest `prompt`, and longest total text of `messages` (contents, call
 /// names and arguments), in characters.
@@ -67,12 +67,16 @@ pub struct FunctionCallIn {
 fn check_message(i: usize, m: &MessageIn, chars: &mut usize) -> Option<String> {
     if !CHAT_ROLES.contains(&m.role.as_str()) {
         let roles = CHAT_ROLES.join(", ");
-        return Some(format!("message {i} has unknown role (expected one of {roles})"));
+        return Some(format!(
+            "message {i} has unknown role (expected one of {roles})"
+        ));
     }
     *chars += m.content.as_deref().map_or(0, |c| c.chars().count());
     let calls = m.tool_calls.as_deref().unwrap_or_default();
     if !calls.is_empty() && m.role != "assistant" {
-        return Some(format!("message {i} has tool_calls; only assistant messages do"));
+        return Some(format!(
+            "message {i} has tool_calls; only assistant messages do"
+        ));
     }
     if m.content.is_none() && calls.is_empty() {
         return Some(format!("message {i} has no content"));
@@ -80,7 +84,9 @@ fn check_message(i: usize, m: &MessageIn, chars: &mut usize) -> Option<String> {
     match (m.role == "tool", m.tool_call_id.as_deref()) {
         (true, None) => return Some(format!("message {i} (a tool result) has no tool_call_id")),
         (false, Some(_)) => {
-            return Some(format!("message {i} has a tool_call_id; only tool messages do"))
+            return Some(format!(
+                "message {i} has a tool_call_id; only tool messages do"
+            ))
         }
         _ => {}
     }
@@ -92,7 +98,9 @@ fn check_message(i: usize, m: &MessageIn, chars: &mut usize) -> Option<String> {
             ));
         }
         if call.function.name.is_empty() {
-            return Some(format!("message {i} tool call {j} has an empty function name"));
+            return Some(format!(
+                "message {i} tool call {j} has an empty function name"
+            ));
         }
         *chars += call.function.name.chars().count() + call.function.arguments.chars().count();
     }

@@ -62,8 +62,12 @@ fn qwen25_writes_tools_and_the_round_trip() {
     let t = ChatTemplate::new(QWEN, "", "<|im_end|>").unwrap();
     assert!(t.tool_probe().unwrap().contains("<tool_call>"));
     let out = render(QWEN, &round_trip(), &[weather_tool()]);
-    assert!(out.contains("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "));
-    assert!(out.contains("\"required\": [\"city\"]}}}\n</tools>"), "{out}");
+    assert!(out
+        .contains("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "));
+    assert!(
+        out.contains("\"required\": [\"city\"]}}}\n</tools>"),
+        "{out}"
+    );
     let call = "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n";
     assert!(out.contains(call), "{out}");
     let result = "<|im_start|>user\n<tool_response>\n22 C, sunny\n</tool_response><|im_end|>\n<|im_start|>assistant\n";
@@ -73,15 +77,26 @@ fn qwen25_writes_tools_and_the_round_trip() {
 #[test]
 fn llama31_writes_tools_in_the_first_user_message_and_the_round_trip() {
     let t = ChatTemplate::new(LLAMA31, "<|begin_of_text|>", "<|eot_id|>").unwrap();
-    assert!(t.tool_probe().unwrap().contains("\"parameters\": dictionary"));
+    assert!(t
+        .tool_probe()
+        .unwrap()
+        .contains("\"parameters\": dictionary"));
     let out = render(LLAMA31, &round_trip(), &[weather_tool()]);
     assert!(out.contains("Environment: ipython\n"), "{out}");
-    let user = out.split("<|start_header_id|>user<|end_header_id|>\n\n").nth(1).unwrap();
-    assert!(user.contains("\"name\": \"get_weather\"") && user.contains("Weather in Paris?<|eot_id|>"));
+    let user = out
+        .split("<|start_header_id|>user<|end_header_id|>\n\n")
+        .nth(1)
+        .unwrap();
+    assert!(
+        user.contains("\"name\": \"get_weather\"") && user.contains("Weather in Paris?<|eot_id|>")
+    );
     let call = "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}<|eot_id|>";
     assert!(out.contains(call), "{out}");
     // The result's content is a string: Jinja iterates strings, so `tojson` quotes it.
-    assert!(out.contains("<|start_header_id|>ipython<|end_header_id|>\n\n\"22 C, sunny\"<|eot_id|>"), "{out}");
+    assert!(
+        out.contains("<|start_header_id|>ipython<|end_header_id|>\n\n\"22 C, sunny\"<|eot_id|>"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -107,7 +122,9 @@ fn a_template_that_ignores_tools_gets_them_the_hermes_way() {
     assert!(system.contains("<tool_call>\n{\"name\": <function-name>"));
     let call = "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>";
     assert!(out.contains(call), "{out}");
-    assert!(out.contains("<|im_start|>user\n<tool_response>\n22 C, sunny\n</tool_response><|im_end|>"));
+    assert!(
+        out.contains("<|im_start|>user\n<tool_response>\n22 C, sunny\n</tool_response><|im_end|>")
+    );
     // The client's own system message keeps its place, the tools after it;
     // two results share one user turn.
     let mut msgs = round_trip();
@@ -116,12 +133,18 @@ fn a_template_that_ignores_tools_gets_them_the_hermes_way() {
     second.tool_call_id = Some("call_2".into());
     msgs.push(second);
     let out = render(SMOL, &msgs, &[weather_tool()]);
-    assert!(out.starts_with("<|im_start|>system\nBe brief.\n\n# Tools\n"), "{out}");
+    assert!(
+        out.starts_with("<|im_start|>system\nBe brief.\n\n# Tools\n"),
+        "{out}"
+    );
     assert!(out.contains("22 C, sunny\n</tool_response>\n<tool_response>\nrain later\n</tool_response><|im_end|>"), "{out}");
     // Without tools, a history of calls still renders (as text).
     let t = ChatTemplate::new(SMOL, "", "").unwrap();
     let out = t.render_with(&round_trip(), true, None, None).unwrap();
-    assert!(out.contains("<tool_call>") && !out.contains("# Tools"), "{out}");
+    assert!(
+        out.contains("<tool_call>") && !out.contains("# Tools"),
+        "{out}"
+    );
 }
 
 #[test]

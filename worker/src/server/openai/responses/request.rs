@@ -204,7 +204,10 @@ mod tests {
         assert!(m.shape.stream);
         assert_eq!(echo.instructions.as_deref(), Some("Be brief."));
         let (m, _) = map(json!({"model": "smol", "input": "Hi"})).unwrap();
-        assert_eq!(m.execute.messages.unwrap()[0].content.as_deref(), Some("Hi"));
+        assert_eq!(
+            m.execute.messages.unwrap()[0].content.as_deref(),
+            Some("Hi")
+        );
     }
 
     #[test]

@@ -52,7 +52,10 @@ mod tests {
         let qwen = include_str!("../../../tokenizer/testdata/qwen2.5-instruct.jinja");
         let llama = include_str!("../../../tokenizer/testdata/llama3.1-instruct.jinja");
         assert_eq!(ToolFormat::of(&tokenizer_with(qwen)), ToolFormat::Hermes);
-        assert_eq!(ToolFormat::of(&tokenizer_with(llama)), ToolFormat::Llama3Json);
+        assert_eq!(
+            ToolFormat::of(&tokenizer_with(llama)),
+            ToolFormat::Llama3Json
+        );
         let plain = "{% for m in messages %}{{ m.content }}{% endfor %}";
         assert_eq!(ToolFormat::of(&tokenizer_with(plain)), ToolFormat::Hermes);
         // A template that writes tools its own unknown way.
@@ -60,6 +63,9 @@ mod tests {
         let t = tokenizer_with(other);
         assert!(t.chat_template().unwrap().tool_probe().is_some());
         assert_eq!(ToolFormat::of(&t), ToolFormat::Hermes);
-        assert_eq!(ToolFormat::of(&harmony_byte_tokenizer()), ToolFormat::Harmony);
+        assert_eq!(
+            ToolFormat::of(&harmony_byte_tokenizer()),
+            ToolFormat::Harmony
+        );
     }
 }

@@ -62,7 +62,11 @@ pub fn for_choice(spec: &ToolSpec, format: ToolFormat) -> Option<String> {
     }
     let start = match format {
         ToolFormat::Hermes => {
-            rules.push(format!("call: {} fn {}", lit(&format!("{OPEN}\n")), lit(&format!("\n{CLOSE}"))));
+            rules.push(format!(
+                "call: {} fn {}",
+                lit(&format!("{OPEN}\n")),
+                lit(&format!("\n{CLOSE}"))
+            ));
             if spec.parallel {
                 format!("start: call ({} call)*", lit("\n"))
             } else {
@@ -82,7 +86,13 @@ pub fn for_choice(spec: &ToolSpec, format: ToolFormat) -> Option<String> {
         }
     };
     let fns = format!("fn: {}", alternatives.join(" | "));
-    Some([start, fns].into_iter().chain(rules).collect::<Vec<_>>().join("\n"))
+    Some(
+        [start, fns]
+            .into_iter()
+            .chain(rules)
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
 }
 
 #[cfg(test)]

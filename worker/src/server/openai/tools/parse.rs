@@ -281,7 +281,9 @@ fn recipient(header: &str) -> Option<String> {
 
 /// JSON text in one canonical spelling, when it parses.
 fn normalized(text: &str) -> Option<String> {
-    serde_json::from_str::<Value>(text).ok().map(|v| v.to_string())
+    serde_json::from_str::<Value>(text)
+        .ok()
+        .map(|v| v.to_string())
 }
 
 /// `{"name": ..., "arguments": ...}` (or `"parameters"`): the name and the
@@ -321,7 +323,10 @@ fn calls_of_json(text: &str, names: &[String]) -> Option<Vec<(String, String)>> 
             one => vec![one],
         };
         for item in items {
-            let has_args = item.get("arguments").or_else(|| item.get("parameters")).is_some();
+            let has_args = item
+                .get("arguments")
+                .or_else(|| item.get("parameters"))
+                .is_some();
             let call = call_of_value(&item).filter(|(n, _)| has_args && names.contains(n))?;
             calls.push(call);
         }

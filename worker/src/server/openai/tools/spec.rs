@@ -60,7 +60,9 @@ fn invalid(path: &str, why: impl std::fmt::Display) -> OpenAiError {
 /// Whether `name` is a valid function name: `[A-Za-z0-9_-]{1,64}`.
 pub fn valid_name(name: &str) -> bool {
     (1..=MAX_NAME_CHARS).contains(&name.len())
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// Refuses a key of `object` not in `known`.
@@ -102,10 +104,14 @@ fn function(i: usize, tool: &Value) -> Result<Function, OpenAiError> {
             ))
         }
     };
-    if f.get("description").is_some_and(|d| !d.is_string() && !d.is_null()) {
+    if f.get("description")
+        .is_some_and(|d| !d.is_string() && !d.is_null())
+    {
         return Err(invalid(&format!("{path}.description"), "must be a string"));
     }
-    if f.get("strict").is_some_and(|s| !s.is_boolean() && !s.is_null()) {
+    if f.get("strict")
+        .is_some_and(|s| !s.is_boolean() && !s.is_null())
+    {
         return Err(invalid(&format!("{path}.strict"), "must be true or false"));
     }
     let parameters = match f.get("parameters") {
@@ -175,7 +181,10 @@ pub fn check(
     };
     if definitions.len() > MAX_TOOLS {
         let n = definitions.len();
-        return Err(invalid("tools", format!("at most {MAX_TOOLS} tools (got {n})")));
+        return Err(invalid(
+            "tools",
+            format!("at most {MAX_TOOLS} tools (got {n})"),
+        ));
     }
     let mut functions: Vec<Function> = Vec::with_capacity(definitions.len());
     for (i, tool) in definitions.iter().enumerate() {
@@ -183,7 +192,10 @@ pub fn check(
         if functions.iter().any(|g| g.name == f.name) {
             return Err(invalid(
                 &format!("tools[{i}].function.name"),
-                format!("{:?} names an earlier tool too; names must be unique", f.name),
+                format!(
+                    "{:?} names an earlier tool too; names must be unique",
+                    f.name
+                ),
             ));
         }
         functions.push(f);
@@ -214,13 +226,19 @@ mod tests {
         let e = check(Some(&tools), Some(&choice), None).unwrap_err();
         assert_eq!(e.status.as_u16(), 400);
         let param = e.body.error.param.clone().unwrap();
-        assert!(e.body.error.message.starts_with(&format!("{param}: ")), "{}", e.body.error.message);
+        assert!(
+            e.body.error.message.starts_with(&format!("{param}: ")),
+            "{}",
+            e.body.error.message
+        );
         (param, e.body.error.message)
     }
 
     #[test]
     fn definitions_and_choices_are_read() {
-        let spec = check(Some(&json!([weather()])), None, Some(false)).unwrap().unwrap();
+        let spec = check(Some(&json!([weather()])), None, Some(false))
+            .unwrap()
+            .unwrap();
         assert_eq!(spec.definitions, vec![weather()]);
         assert_eq!(spec.functions[0].name, "get_weather");
         assert_eq!((spec.choice.clone(), spec.parallel), (Choice::Auto, false));
@@ -232,11 +250,16 @@ mod tests {
         assert_eq!(spec.allowed()[0].parameters, json!({"type": "object"}));
         assert!(spec.parallel);
         for (mode, want) in [("none", Choice::None), ("required", Choice::Required)] {
-            let spec = check(Some(&tools), Some(&json!(mode)), None).unwrap().unwrap();
+            let spec = check(Some(&tools), Some(&json!(mode)), None)
+                .unwrap()
+                .unwrap();
             assert_eq!(spec.choice, want);
         }
         // No tools: nothing to do, unless a call is demanded.
-        assert_eq!(check(Some(&json!([])), Some(&json!("auto")), None).unwrap(), None);
+        assert_eq!(
+            check(Some(&json!([])), Some(&json!("auto")), None).unwrap(),
+            None
+        );
         assert_eq!(check(None, Some(&json!("none")), None).unwrap(), None);
         assert_eq!(refused(json!([]), json!("required")).0, "tool_choice");
     }
@@ -246,24 +269,66 @@ mod tests {
         let dup = json!([weather(), weather()]);
         let cases = [
             (json!({"type": "function"}), json!("auto"), "tools"),
-            (json!([{"type": "retrieval"}]), json!("auto"), "tools[0].type"),
-            (json!([{"type": "function", "function": {"name": "a b"}}]), json!("auto"), "tools[0].function.name"),
-            (json!([{"type": "function", "function": {"name": "x".repeat(65)}}]), json!("auto"), "tools[0].function.name"),
-            (json!([{"type": "function", "function": {}}]), json!("auto"), "tools[0].function.name"),
-            (json!([{"type": "function", "function": {"name": "f", "parameters": "x"}}]), json!("auto"), "tools[0].function.parameters"),
-            (json!([{"type": "function", "function": {"name": "f", "extra": 1}}]), json!("auto"), "tools[0].function.extra"),
-            (json!([{"type": "function", "function": {"name": "f", "strict": "yes"}}]), json!("auto"), "tools[0].function.strict"),
+            (
+                json!([{"type": "retrieval"}]),
+                json!("auto"),
+                "tools[0].type",
+            ),
+            (
+                json!([{"type": "function", "function": {"name": "a b"}}]),
+                json!("auto"),
+                "tools[0].function.name",
+            ),
+            (
+                json!([{"type": "function", "function": {"name": "x".repeat(65)}}]),
+                json!("auto"),
+                "tools[0].function.name",
+            ),
+            (
+                json!([{"type": "function", "function": {}}]),
+                json!("auto"),
+                "tools[0].function.name",
+            ),
+            (
+                json!([{"type": "function", "function": {"name": "f", "parameters": "x"}}]),
+                json!("auto"),
+                "tools[0].function.parameters",
+            ),
+            (
+                json!([{"type": "function", "function": {"name": "f", "extra": 1}}]),
+                json!("auto"),
+                "tools[0].function.extra",
+            ),
+            (
+                json!([{"type": "function", "function": {"name": "f", "strict": "yes"}}]),
+                json!("auto"),
+                "tools[0].function.strict",
+            ),
             (dup, json!("auto"), "tools[1].function.name"),
             (json!([weather()]), json!("sometimes"), "tool_choice"),
-            (json!([weather()]), json!({"type": "function", "function": {"name": "other"}}), "tool_choice"),
-            (json!([weather()]), json!({"type": "function", "name": "get_weather"}), "tool_choice"),
+            (
+                json!([weather()]),
+                json!({"type": "function", "function": {"name": "other"}}),
+                "tool_choice",
+            ),
+            (
+                json!([weather()]),
+                json!({"type": "function", "name": "get_weather"}),
+                "tool_choice",
+            ),
         ];
         for (tools, choice, want) in cases {
             let (param, message) = refused(tools.clone(), choice);
             assert_eq!(param, want, "{tools}: {message}");
         }
-        let (_, message) = refused(json!([weather()]), json!({"type": "function", "function": {"name": "other"}}));
-        assert!(message.contains("\"other\", which is not in tools"), "{message}");
+        let (_, message) = refused(
+            json!([weather()]),
+            json!({"type": "function", "function": {"name": "other"}}),
+        );
+        assert!(
+            message.contains("\"other\", which is not in tools"),
+            "{message}"
+        );
         let many: Vec<Value> = (0..=MAX_TOOLS)
             .map(|i| json!({"type": "function", "function": {"name": format!("f{i}")}}))
             .collect();

@@ -86,7 +86,9 @@ fn spec(choice: serde_json::Value, parallel: bool) -> ToolSpec {
             "required": ["city"], "additionalProperties": false}}},
         {"type": "function", "function": {"name": "now"}}
     ]);
-    check(Some(&tools), Some(&choice), Some(parallel)).unwrap().unwrap()
+    check(Some(&tools), Some(&choice), Some(parallel))
+        .unwrap()
+        .unwrap()
 }
 
 const NAMED: &str = r#"{"type": "function", "function": {"name": "get_weather"}}"#;
@@ -94,7 +96,10 @@ const NAMED: &str = r#"{"type": "function", "function": {"name": "get_weather"}}
 #[test]
 fn auto_and_none_have_no_grammar() {
     for choice in ["auto", "none"] {
-        assert_eq!(for_choice(&spec(json!(choice), true), ToolFormat::Hermes), None);
+        assert_eq!(
+            for_choice(&spec(json!(choice), true), ToolFormat::Hermes),
+            None
+        );
     }
 }
 
@@ -106,8 +111,14 @@ fn hermes_grammars_admit_exactly_the_allowed_calls() {
     let g = for_choice(&spec(named, true), ToolFormat::Hermes).unwrap();
     assert!(admits(&g, weather), "{g}");
     assert!(!admits(&g, now), "another function");
-    assert!(!admits(&g, &weather.replace("\"Paris\"", "3")), "arguments outside the schema");
-    assert!(!admits(&g, &weather.replace("{\"city\"", "{\"town\": \"x\", \"city\"")));
+    assert!(
+        !admits(&g, &weather.replace("\"Paris\"", "3")),
+        "arguments outside the schema"
+    );
+    assert!(!admits(
+        &g,
+        &weather.replace("{\"city\"", "{\"town\": \"x\", \"city\"")
+    ));
     assert!(!admits(&g, "Sure! <tool_call>"), "text instead of a call");
 
     let g = for_choice(&spec(json!("required"), true), ToolFormat::Hermes).unwrap();
@@ -121,9 +132,21 @@ fn hermes_grammars_admit_exactly_the_allowed_calls() {
 #[test]
 fn llama31_grammar_admits_its_json() {
     let g = for_choice(&spec(json!("required"), true), ToolFormat::Llama3Json).unwrap();
-    assert!(admits(&g, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}"), "{g}");
-    assert!(admits(&g, "{\"name\": \"now\", \"parameters\": {\"any\": [1, 2]}}"));
-    assert!(!admits(&g, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}"));
+    assert!(
+        admits(
+            &g,
+            "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}"
+        ),
+        "{g}"
+    );
+    assert!(admits(
+        &g,
+        "{\"name\": \"now\", \"parameters\": {\"any\": [1, 2]}}"
+    ));
+    assert!(!admits(
+        &g,
+        "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}"
+    ));
 }
 
 #[test]
@@ -132,7 +155,8 @@ fn harmony_grammar_admits_a_commentary_call_after_reasoning() {
     let g = for_choice(&spec(named, true), ToolFormat::Harmony).unwrap();
     let call = "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Rome\"}<|call|>";
     assert!(admits(&g, call), "{g}");
-    let reasoned = format!("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant{call}");
+    let reasoned =
+        format!("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant{call}");
     assert!(admits(&g, &reasoned), "{g}");
     assert!(!admits(&g, &call.replace("get_weather", "now")));
     assert!(!admits(&g, "<|channel|>final<|message|>Hi<|end|>"));

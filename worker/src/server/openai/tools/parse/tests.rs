@@ -53,12 +53,16 @@ fn hermes_calls_one_or_several() {
 
 #[test]
 fn text_around_calls_is_content() {
-    let text = "Let me check.\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\nDone.";
+    let text =
+        "Let me check.\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\nDone.";
     let r = whole(ToolFormat::Hermes, text);
     assert_eq!(r.content, "Let me check.Done.");
     assert_eq!(names_args(&r), [("now", "{}")]);
     let r = whole(ToolFormat::Hermes, "No tools needed: 4.");
-    assert_eq!((r.content.as_str(), r.calls.len()), ("No tools needed: 4.", 0));
+    assert_eq!(
+        (r.content.as_str(), r.calls.len()),
+        ("No tools needed: 4.", 0)
+    );
 }
 
 #[test]
@@ -70,14 +74,20 @@ fn malformed_calls_stay_content() {
     assert_eq!(whole(ToolFormat::Hermes, no_name).content, no_name);
     // Unclosed at the end: a complete call is read, else it is text.
     let open = "<tool_call>\n{\"name\": \"now\", \"arguments\": {\"tz\": \"UTC\"}}";
-    assert_eq!(names_args(&whole(ToolFormat::Hermes, open)), [("now", r#"{"tz":"UTC"}"#)]);
+    assert_eq!(
+        names_args(&whole(ToolFormat::Hermes, open)),
+        [("now", r#"{"tz":"UTC"}"#)]
+    );
     let cut = "<tool_call>\n{\"name\": \"now\", \"argu";
     assert_eq!(whole(ToolFormat::Hermes, cut).content, cut);
 }
 
 #[test]
 fn bare_json_is_a_call_only_when_it_names_a_tool() {
-    let r = whole(ToolFormat::Hermes, " {\"name\": \"now\", \"arguments\": \"{\\\"tz\\\": 1}\"}");
+    let r = whole(
+        ToolFormat::Hermes,
+        " {\"name\": \"now\", \"arguments\": \"{\\\"tz\\\": 1}\"}",
+    );
     assert_eq!(names_args(&r), [("now", r#"{"tz":1}"#)]);
     for content in [
         "{\"name\": \"Bob\", \"arguments\": {}}",
@@ -110,7 +120,10 @@ fn a_marker_split_across_tokens_never_leaks() {
     let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
     let (steps, _) = feed(&r, &pieces);
     let first_call = steps.iter().position(|s| !s.calls.is_empty()).unwrap();
-    let before: String = steps[..first_call].iter().map(|s| s.content.as_str()).collect();
+    let before: String = steps[..first_call]
+        .iter()
+        .map(|s| s.content.as_str())
+        .collect();
     assert_eq!(before, "Sure.");
     // A `<` that is not a call goes out once it is known.
     let (steps, all) = feed(&r, &["a <", "b", " c"]);
@@ -132,7 +145,10 @@ fn llama31_json_answers() {
     let r = reply(ToolFormat::Llama3Json, true);
     let (steps, all) = feed(&r, &["It is", " <tool_call>"]);
     assert_eq!(steps[0].content, "It is");
-    assert_eq!((all.content.as_str(), all.calls.len()), ("It is <tool_call>", 0));
+    assert_eq!(
+        (all.content.as_str(), all.calls.len()),
+        ("It is <tool_call>", 0)
+    );
     // A split python tag is held, then read.
     let (steps, all) = feed(&r, &["<|python", "_tag|>", one]);
     assert!(steps.iter().all(|s| s.content.is_empty()));
