@@ -21,6 +21,7 @@ pub mod openai;
 pub mod params;
 pub mod process;
 pub mod requests;
+pub mod tools;
 pub mod workspace;
 
 use std::fmt;
