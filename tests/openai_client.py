@@ -2,8 +2,10 @@
 """The official `openai` package, unmodified, against a spawned CPU worker (issue 16).
 
 The chat and text completion endpoints and the stateless Responses API, streaming and not, with log-probabilities, stop strings, seeds
-(same seed, same text), usage, `ignore_eos`, and refusals surfacing as the client's typed
-exceptions (BadRequestError, NotFoundError, APIStatusError 503 for a full queue).
+(same seed, same text), usage, `ignore_eos`, tool calls (issue 43: a round trip whole and streamed, the
+client's own stream accumulation, arguments validated against each tool's schema with `jsonschema`), and
+refusals surfacing as the client's typed exceptions (BadRequestError, NotFoundError, APIStatusError 503
+for a full queue).
 
     python tests/openai_client.py --worker target/debug/worker-orcd \
         --model .models/smollm2-135m-instruct-q4_1.gguf
@@ -14,6 +16,7 @@ temporary file and printed when a check fails.
 
 import argparse
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -22,6 +25,7 @@ import tempfile
 import time
 import urllib.request
 
+import jsonschema
 import openai
 
 WORKER_ID = "6f1d7a2e-0000-4000-8000-000000000016"
@@ -180,13 +184,104 @@ def test_errors(client, model):
                "errors: max_tokens too large")
     check(e.param == "max_tokens", "errors: max_tokens names its param")
     e = expect(openai.BadRequestError, lambda: client.chat.completions.create(
-        model=model, messages=msgs, tools=[{"type": "function", "function": {"name": "f"}}]), "errors: tools")
-    check(e.param == "tools", "errors: tools names its param")
+        model=model, messages=msgs, tools=[{"type": "function", "function": {"name": "get weather"}}]),
+        "errors: a bad tool name")
+    check(e.param == "tools[0].function.name", f"errors: the bad tool name is named ({e.param})")
+    e = expect(openai.BadRequestError, lambda: client.chat.completions.create(
+        model=model, messages=msgs, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "f"}}),
+        "errors: tool_choice names a function not in tools")
+    check(e.param == "tool_choice", "errors: tool_choice names its param")
     expect(openai.NotFoundError, lambda: client.chat.completions.create(model="gpt-4o", messages=msgs),
            "errors: another model")
     e = expect(openai.BadRequestError, lambda: client.chat.completions.create(
         model=model, messages=msgs, reasoning_effort="max"), "errors: reasoning_effort max")
     check(e.param == "reasoning_effort", "errors: reasoning_effort names its param")
+
+
+WEATHER = {"type": "object", "properties": {
+    "city": {"type": "string", "minLength": 1, "maxLength": 40},
+    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+    "required": ["city", "unit"], "additionalProperties": False}
+CLOCK = {"type": "object", "properties": {"timezone": {"type": "string", "maxLength": 40}},
+         "required": ["timezone"], "additionalProperties": False}
+TOOLS = [
+    # strict: the client's stream helper accumulates only strict tools.
+    {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                      "parameters": WEATHER, "strict": True}},
+    {"type": "function", "function": {"name": "get_time", "description": "The time in a timezone",
+                                      "parameters": CLOCK, "strict": True}},
+]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+ASK = [{"role": "user", "content": "What is the weather in Paris, in celsius?"}]
+
+
+def valid_calls(calls, allowed, what):
+    """Every call names an allowed tool and its arguments validate against that tool's schema."""
+    check(bool(calls), f"{what}: the answer holds calls")
+    for c in calls:
+        check(c.type == "function" and c.id.startswith("call_"), f"{what}: call id {c.id}")
+        check(c.function.name in allowed, f"{what}: calls {c.function.name}")
+        args = json.loads(c.function.arguments)
+        jsonschema.validate(args, SCHEMAS[c.function.name])
+        check(True, f"{what}: arguments {c.function.arguments} validate against {c.function.name}'s schema")
+
+
+def streamed_calls(client, **kw):
+    """A streamed chat read by hand (content and finish_reason) and by the client's own accumulator."""
+    content, finish, pieces = "", None, {}
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        for ch in chunk.choices:
+            content += ch.delta.content or ""
+            finish = ch.finish_reason or finish
+            for tc in ch.delta.tool_calls or []:
+                p = pieces.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+                p["id"] = tc.id or p["id"]
+                p["name"] += (tc.function.name or "") if tc.function else ""
+                p["arguments"] += (tc.function.arguments or "") if tc.function else ""
+    with client.chat.completions.stream(**kw) as stream:
+        final = stream.get_final_completion()
+    return content, finish, [pieces[i] for i in sorted(pieces)], final
+
+
+def test_tools(client, model):
+    """Tools on the reference model, whose template ignores them (the worker writes them the Hermes way).
+    With tool_choice named or required, every call must parse and validate, at temperature 1 over several
+    seeds: this needs the grammar of the calls enforced while decoding."""
+    for choice, allowed in (({"type": "function", "function": {"name": "get_weather"}}, {"get_weather"}),
+                            ("required", set(SCHEMAS))):
+        label = "named" if isinstance(choice, dict) else choice
+        for seed in (1, 2, 3):
+            # One call per answer: the grammar then ends the answer after it (a model free to add calls
+            # may run into max_tokens mid-call; the grammars of several calls are unit-tested).
+            kw = dict(model=model, messages=ASK, tools=TOOLS, tool_choice=choice, parallel_tool_calls=False,
+                      max_tokens=128, temperature=1.0, seed=seed)
+            whole = client.chat.completions.create(**kw)
+            c = whole.choices[0]
+            check(c.finish_reason == "tool_calls", f"tools {label} seed {seed}: finish_reason {c.finish_reason}")
+            check(c.message.content is None, f"tools {label} seed {seed}: no content beside the calls")
+            valid_calls(c.message.tool_calls, allowed, f"tools {label} seed {seed}")
+            content, finish, calls, final = streamed_calls(client, **kw)
+            check(finish == "tool_calls" and content == "", f"tools {label} seed {seed}: the stream ends tool_calls")
+            check([(p["name"], p["arguments"]) for p in calls]
+                  == [(t.function.name, t.function.arguments) for t in c.message.tool_calls],
+                  f"tools {label} seed {seed}: the streamed calls are the whole answer's")
+            check([(t.function.name, t.function.arguments) for t in final.choices[0].message.tool_calls]
+                  == [(p["name"], p["arguments"]) for p in calls],
+                  f"tools {label} seed {seed}: the client's stream accumulator agrees")
+    # The round trip: the reply's own message object back in the history, the tool's result after it.
+    kw = dict(model=model, tools=TOOLS, max_tokens=64, temperature=0)
+    first = client.chat.completions.create(messages=ASK, tool_choice="required", parallel_tool_calls=False,
+                                           **kw).choices[0].message
+    history = ASK + [first] + [{"role": "tool", "tool_call_id": t.id, "content": "22 C, sunny"}
+                               for t in first.tool_calls]
+    after = client.chat.completions.create(messages=history, **kw).choices[0]
+    check(after.finish_reason in ("stop", "length", "tool_calls"),
+          f"tools: the round trip is answered ({after.finish_reason}: {after.message.content!r})")
+    if after.message.tool_calls:
+        valid_calls(after.message.tool_calls, set(SCHEMAS), "tools: auto after the result")
+    plain = client.chat.completions.create(messages=ASK, tool_choice="none", **kw).choices[0]
+    check(plain.finish_reason != "tool_calls" and plain.message.tool_calls is None,
+          "tools: tool_choice none answers with text")
 
 
 def test_reasoning_effort(client, model):
@@ -273,6 +368,7 @@ def main():
         test_ignore_eos(client, model)
         test_reasoning_effort(client, model)
         test_errors(client, model)
+        test_tools(client, model)
         test_responses(client, model)
         test_queue_full(base, model)
     print("all checks passed")

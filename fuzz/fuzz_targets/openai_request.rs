@@ -9,6 +9,7 @@ use worker_orcd::server::anthropic::request::map_messages;
 use worker_orcd::server::anthropic::types::MessagesRequest;
 use worker_orcd::server::openai::request::{map_chat, map_completion};
 use worker_orcd::server::openai::responses::request::map_responses;
+use worker_orcd::server::openai::tools::format::ToolFormat;
 use worker_orcd::server::openai::responses::types::ResponsesRequest;
 use worker_orcd::server::openai::types::{ChatCompletionRequest, CompletionRequest};
 use worker_orcd::server::validation::ExecuteRequest;
@@ -33,7 +34,7 @@ fuzz_target!(
     let mapped: Option<(ExecuteRequest, Option<Vec<u32>>)> = match which % 4 {
         0 => serde_json::from_slice::<ChatCompletionRequest>(body)
             .ok()
-            .and_then(|req| map_chat(req, "fuzz", SERVED).ok())
+            .and_then(|req| map_chat(req, "fuzz", SERVED, ToolFormat::Hermes).ok())
             .map(|m| (m.execute, m.prompt_ids)),
         1 => serde_json::from_slice::<CompletionRequest>(body)
             .ok()

@@ -23,6 +23,7 @@ pub mod params;
 pub mod process;
 pub mod requests;
 pub mod structured;
+pub mod tools;
 pub mod workspace;
 
 use std::fmt;

@@ -21,7 +21,7 @@ use crate::check;
 use crate::steps::{docstring, StepResult};
 use crate::world::{Answer, TestWorld, JOB_TIMEOUT};
 
-fn client(w: &TestWorld) -> anyhow::Result<Client<OpenAIConfig>> {
+pub(super) fn client(w: &TestWorld) -> anyhow::Result<Client<OpenAIConfig>> {
     let base = format!("{}/v1", w.client()?.base());
     Ok(Client::with_config(
         OpenAIConfig::new()
@@ -31,7 +31,7 @@ fn client(w: &TestWorld) -> anyhow::Result<Client<OpenAIConfig>> {
 }
 
 /// The docstring as JSON with `model` set to the served model's id.
-async fn request(w: &mut TestWorld, step: &Step) -> anyhow::Result<Value> {
+pub(super) async fn request(w: &mut TestWorld, step: &Step) -> anyhow::Result<Value> {
     let text = w.expand(docstring(step)?)?;
     let mut body: Value =
         serde_json::from_str(&text).with_context(|| format!("docstring is not JSON: {text}"))?;

@@ -15,6 +15,19 @@ pub struct OpenAiRuns {
     /// `(event name, data)`.
     pub message: Option<serde_json::Value>,
     pub message_events: Vec<(String, serde_json::Value)>,
+    /// Tool calls (issue 43): the request, and per seed the whole answer's
+    /// choice and the stream put together (`steps::tools`).
+    pub tool_request: Option<serde_json::Value>,
+    pub tool_runs: Vec<ToolRun>,
+}
+
+/// One seed's chat with tools, as JSON: the whole answer's first choice,
+/// and the stream's `{content, tool_calls: [{name, arguments}], finish_reason}`.
+#[derive(Debug, Default, Clone)]
+pub struct ToolRun {
+    pub seed: u64,
+    pub whole: serde_json::Value,
+    pub streamed: serde_json::Value,
 }
 
 /// One answer as the client read it.

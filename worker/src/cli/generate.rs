@@ -105,13 +105,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             let template = tokenizer.chat_template().context(
                 "the model has no chat template: give --chat-template NAME or --chat-template-file",
             )?;
-            let rendered = template.render(
-                &[ChatMessage {
-                    role: "user".into(),
-                    content: c.clone(),
-                }],
-                true,
-            )?;
+            let rendered = template.render(&[ChatMessage::new("user", c.clone())], true)?;
             tokenizer.without_added_specials(&rendered).to_string()
         }
         _ => bail!("give exactly one of --prompt and --chat"),

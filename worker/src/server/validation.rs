@@ -16,7 +16,14 @@ use crate::constraint::{Compiler, Grammar, Spec};
 use crate::engine::generate::GenerationRequest;
 use crate::sampling::SamplingParams;
 use crate::telemetry::logging::sha256_hex;
-use crate::tokenizer::{ChatMessage, Tokenizer};
+use crate::tokenizer::Tokenizer;
+
+mod messages;
+
+pub use messages::{
+    render_messages, FunctionCallIn, MessageIn, ToolCallIn, CHAT_ROLES, MAX_MESSAGES,
+    MAX_PROMPT_CHARS,
+};
 
 /// Longest `job_id`, in characters.
 pub const MAX_JOB_ID_CHARS: usize = 256;
@@ -35,14 +42,8 @@ pub fn check_job_id(id: &str) -> Result<(), String> {
         Ok(())
     }
 }
-/// Longest `prompt`, and longest total `content` of `messages`, in characters.
-pub const MAX_PROMPT_CHARS: usize = 32_768;
-/// Most entries in `messages`.
-pub const MAX_MESSAGES: usize = 256;
 /// Values of `reasoning_effort`.
 pub const REASONING_EFFORTS: [&str; 3] = ["low", "medium", "high"];
-/// Roles accepted in `messages`.
-pub const CHAT_ROLES: [&str; 3] = ["system", "user", "assistant"];
 /// Upper bound of `max_tokens` (also its default); `--max-tokens-out` may lower it.
 pub const MAX_TOKENS_LIMIT: usize = 2048;
 pub const TEMPERATURE_MAX: f64 = 2.0;
@@ -56,14 +57,6 @@ pub const MAX_STOP_SEQUENCES: usize = 4;
 pub const MAX_STOP_TOKENS: usize = 32;
 /// What every backend's `sample` can return.
 pub const MAX_LOGPROBS: usize = crate::sampling::MAX_LOGPROBS;
-
-/// One chat message as the client sends it.
-#[derive(Clone, Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct MessageIn {
-    pub role: String,
-    pub content: String,
-}
 
 /// The `/execute` body as sent. Unknown fields are refused.
 #[derive(Clone, Debug, Default, Deserialize, utoipa::ToSchema)]
@@ -96,6 +89,10 @@ pub struct ExecuteRequest {
     /// refused): set only by the OpenAI routes' `ignore_eos`.
     #[serde(skip)]
     pub ignore_eos: bool,
+    /// Not an `/execute` field: the OpenAI chat route's `tools`, the
+    /// OpenAI-shaped definitions handed to the chat template with `messages`.
+    #[serde(skip)]
+    pub tools: Option<Vec<serde_json::Value>>,
 }
 
 /// The worker's side of the limits.
@@ -315,7 +312,15 @@ pub fn check_fields(
             }
         }
         (None, Some(messages)) => {
-            check_messages(&mut errs, messages, tokenizer, effort).map(|text| ("messages", text))
+            match render_messages(messages, tokenizer, effort, req.tools.as_deref()) {
+                Ok(text) => Some(("messages", text)),
+                Err(broken) => {
+                    for why in broken {
+                        errs.add("messages", why);
+                    }
+                    None
+                }
+            }
         }
     };
 
@@ -591,9 +596,11 @@ fn check_constraint(
             "cannot be combined with ignore_eos: the job ends where the output is complete",
         );
     }
-    if req.messages.is_some() && tokenizer.harmony().is_some() {
-        // Harmony answers in channels (analysis, then final) that a grammar
-        // over the whole output would forbid.
+    let whole_output = matches!(spec, Spec::JsonSchema(_) | Spec::Regex(_));
+    if whole_output && req.messages.is_some() && tokenizer.harmony().is_some() {
+        // Harmony answers in channels (analysis, then final) that a schema
+        // or regex over the whole output would forbid; a grammar can name
+        // them (the tool-call grammars do).
         errs.add(
             spec.field(),
             "is not served with messages on this model (its chat format writes channels before the answer); send a prompt",
@@ -610,78 +617,6 @@ fn check_ids(ids: Vec<u32>, vocab_size: usize) -> Result<Vec<u32>, String> {
             ids[i]
         )),
         None => Ok(ids),
-    }
-}
-
-/// Checks `messages` and renders them with the model's chat template.
-fn check_messages(
-    errs: &mut Collector,
-    messages: Vec<MessageIn>,
-    tokenizer: &Tokenizer,
-    reasoning_effort: Option<&str>,
-) -> Option<String> {
-    if messages.is_empty() {
-        errs.add("messages", "must not be empty");
-        return None;
-    }
-    if messages.len() > MAX_MESSAGES {
-        errs.add(
-            "messages",
-            format!("at most {MAX_MESSAGES} messages (got {})", messages.len()),
-        );
-        return None;
-    }
-    let mut ok = true;
-    let mut chars = 0usize;
-    for (i, m) in messages.iter().enumerate() {
-        if !CHAT_ROLES.contains(&m.role.as_str()) {
-            errs.add(
-                "messages",
-                format!(
-                    "message {i} has unknown role (expected one of {})",
-                    CHAT_ROLES.join(", ")
-                ),
-            );
-            ok = false;
-        }
-        chars += m.content.chars().count();
-    }
-    if chars > MAX_PROMPT_CHARS {
-        errs.add(
-            "messages",
-            format!("contents total at most {MAX_PROMPT_CHARS} characters (got {chars})"),
-        );
-        ok = false;
-    }
-    if !ok {
-        return None;
-    }
-    let Some(template) = tokenizer.chat_template() else {
-        let fix = format!(
-            "start the worker with --chat-template NAME ({}) or --chat-template-file PATH, \
-             or send a prompt instead",
-            crate::tokenizer::builtin_template_names()
-        );
-        let why = match tokenizer.chat_template_error() {
-            Some(e) => format!("the model's chat template does not compile ({e}): {fix}"),
-            None => format!("the model has no chat template: {fix}"),
-        };
-        errs.add("messages", why);
-        return None;
-    };
-    let messages: Vec<ChatMessage> = messages
-        .into_iter()
-        .map(|m| ChatMessage {
-            role: m.role,
-            content: m.content,
-        })
-        .collect();
-    match template.render_with(&messages, true, reasoning_effort) {
-        Ok(text) => Some(tokenizer.without_added_specials(&text).to_string()),
-        Err(e) => {
-            errs.add("messages", format!("the chat template failed: {e}"));
-            None
-        }
     }
 }
 

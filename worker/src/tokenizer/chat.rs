@@ -4,30 +4,20 @@
 //! `raise_exception(msg)`, `strftime_now(fmt)`, an HF-style `tojson`, Python string
 //! and dict methods (`.strip()`, `.startswith()`, `.items()`...) through
 //! minijinja-contrib's `pycompat`, and the variables `messages`,
-//! `add_generation_prompt`, `bos_token`, `eos_token` (with `tools` and `documents`
-//! set to none, as transformers passes them).
+//! `add_generation_prompt`, `bos_token`, `eos_token`, `tools` (the request's
+//! tool definitions, or none) and `documents` (none), as transformers passes them.
+//! Tool calls and results in the conversation, and templates that ignore
+//! `tools`: `chat_tools.rs`.
+
+use std::sync::OnceLock;
 
 use minijinja::limits::{self, RenderLimits};
-use minijinja::value::Kwargs;
 use minijinja::{Environment, Error, ErrorKind, State, Value};
 
+use super::chat_json::tojson;
+use super::chat_message::ChatMessage;
+use super::chat_tools;
 use super::TokenizerError;
-
-/// One chat message.
-#[derive(serde::Deserialize, serde::Serialize, Clone, Debug, PartialEq, Eq)]
-pub struct ChatMessage {
-    pub role: String,
-    pub content: String,
-}
-
-impl ChatMessage {
-    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self {
-            role: role.into(),
-            content: content.into(),
-        }
-    }
-}
 
 const TEMPLATE_NAME: &str = "chat_template";
 
@@ -75,6 +65,9 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: String,
     eos_token: String,
+    /// The probe conversation rendered with a tool, when the template
+    /// writes tools into the prompt (see [`ChatTemplate::tool_probe`]).
+    tool_probe: OnceLock<Option<String>>,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -110,6 +103,7 @@ impl ChatTemplate {
             env,
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
+            tool_probe: OnceLock::new(),
         })
     }
 
@@ -120,18 +114,54 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
-        self.render_with(messages, add_generation_prompt, None)
+        self.render_with(messages, add_generation_prompt, None, None)
     }
 
     /// [`ChatTemplate::render`] with `reasoning_effort` (`low`, `medium`,
     /// `high`) defined for the template where given: gpt-oss's harmony
     /// template writes it into the system message (`Reasoning: high`); left
-    /// undefined, that template says `medium`.
+    /// undefined, that template says `medium`. `tools` (OpenAI-shaped
+    /// definitions) are the template's `tools`; a template that does not
+    /// write them, given tools or a tool exchange, renders the conversation
+    /// rewritten the Hermes way instead (`chat_tools::hermes_messages`).
     pub fn render_with(
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
         reasoning_effort: Option<&str>,
+        tools: Option<&[serde_json::Value]>,
+    ) -> Result<String, TokenizerError> {
+        let tools = tools.filter(|t| !t.is_empty());
+        let tool_exchange = tools.is_some() || messages.iter().any(ChatMessage::is_tool_exchange);
+        if tool_exchange && self.tool_probe().is_none() {
+            let rewritten = chat_tools::hermes_messages(messages, tools);
+            return self.render_raw(&rewritten, add_generation_prompt, reasoning_effort, None);
+        }
+        self.render_raw(messages, add_generation_prompt, reasoning_effort, tools)
+    }
+
+    /// The probe conversation (`chat_tools::probe`: a system and a user
+    /// message, one tool) as this template renders it, when the rendering
+    /// names the tool: what a template does with tools tells which format
+    /// the model calls them in. None for a template that ignores `tools`
+    /// or fails on them. Rendered once.
+    pub fn tool_probe(&self) -> Option<&str> {
+        self.tool_probe
+            .get_or_init(|| {
+                let (messages, tools) = chat_tools::probe();
+                self.render_raw(&messages, true, None, Some(&tools))
+                    .ok()
+                    .filter(|text| text.contains(chat_tools::PROBE_TOOL))
+            })
+            .as_deref()
+    }
+
+    fn render_raw(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        reasoning_effort: Option<&str>,
+        tools: Option<&[serde_json::Value]>,
     ) -> Result<String, TokenizerError> {
         let tmpl = self
             .env
@@ -143,7 +173,7 @@ impl ChatTemplate {
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
-            tools => Value::from(()),
+            tools => tools.map_or(Value::from(()), Value::from_serialize),
             documents => Value::from(()),
         };
         let ctx = match reasoning_effort {
@@ -343,200 +373,6 @@ fn python_formatter(
             .map_err(Error::from),
         _ => minijinja::escape_formatter(out, state, value),
     }
-}
-
-/// transformers' `tojson`: Python `json.dumps(x, ensure_ascii=False, indent=indent,
-/// separators=separators, sort_keys=sort_keys)` (so `", "` and `": "` between items,
-/// no HTML escaping, unlike minijinja's built-in filter).
-fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value, Error> {
-    let indent_arg: Option<Value> = match indent {
-        Some(v) => Some(v),
-        None => kwargs.get::<Option<Value>>("indent")?,
-    };
-    let indent = match indent_arg {
-        None => None,
-        Some(v) if v.is_none() || v.is_undefined() => None,
-        Some(v) => {
-            if let Some(n) = v.as_i64() {
-                let n = n.max(0) as usize;
-                // Written once per level on every line.
-                limits::ensure(n.saturating_mul(JSON_MAX_DEPTH))?;
-                Some(" ".repeat(n))
-            } else if let Some(s) = v.as_str() {
-                Some(s.to_string())
-            } else {
-                return Err(Error::new(
-                    ErrorKind::InvalidOperation,
-                    "tojson: indent must be an int or string",
-                ));
-            }
-        }
-    };
-    let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
-    let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
-    let separators: Option<Vec<String>> = kwargs.get("separators")?;
-    kwargs.assert_all_used()?;
-    let (item_sep, key_sep) = match separators {
-        Some(s) if s.len() == 2 => (s[0].clone(), s[1].clone()),
-        Some(_) => {
-            return Err(Error::new(
-                ErrorKind::InvalidOperation,
-                "tojson: separators must be a pair",
-            ))
-        }
-        None if indent.is_some() => (",".to_string(), ": ".to_string()),
-        None => (", ".to_string(), ": ".to_string()),
-    };
-    for s in [&item_sep, &key_sep].into_iter().chain(indent.as_ref()) {
-        limits::ensure(s.len().saturating_mul(JSON_MAX_DEPTH))?;
-    }
-    let opts = JsonOpts {
-        indent,
-        item_sep,
-        key_sep,
-        ensure_ascii: ensure_ascii.unwrap_or(false),
-        sort_keys: sort_keys.unwrap_or(false),
-    };
-    let mut out = String::new();
-    write_json(&mut out, value, &opts, 0)?;
-    Ok(Value::from_safe_string(out))
-}
-
-struct JsonOpts {
-    indent: Option<String>,
-    item_sep: String,
-    key_sep: String,
-    ensure_ascii: bool,
-    sort_keys: bool,
-}
-
-/// Deepest nesting `tojson` writes.
-const JSON_MAX_DEPTH: usize = 64;
-
-fn write_json(out: &mut String, v: &Value, o: &JsonOpts, depth: usize) -> Result<(), Error> {
-    use minijinja::value::ValueKind as K;
-    if depth > JSON_MAX_DEPTH {
-        return Err(Error::new(
-            ErrorKind::InvalidOperation,
-            format!("tojson: value nested more than {JSON_MAX_DEPTH} levels deep"),
-        ));
-    }
-    // Indents and separators repeat per item: the output can outgrow the value.
-    limits::ensure(out.len())?;
-    let newline = |out: &mut String, depth: usize| {
-        if let Some(ind) = &o.indent {
-            out.push('\n');
-            for _ in 0..depth {
-                out.push_str(ind);
-            }
-        }
-    };
-    match v.kind() {
-        K::Undefined | K::None => out.push_str("null"),
-        K::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
-        K::Number => {
-            if v.is_integer() {
-                out.push_str(&v.to_string());
-            } else {
-                let f = f64::try_from(v.clone())?;
-                out.push_str(&python_float(f));
-            }
-        }
-        K::String => write_json_str(out, v.as_str().unwrap_or_default(), o.ensure_ascii),
-        K::Bytes => write_json_str(
-            out,
-            &String::from_utf8_lossy(v.as_bytes().unwrap_or_default()),
-            o.ensure_ascii,
-        ),
-        K::Map => {
-            let mut keys: Vec<Value> = v.try_iter()?.collect();
-            if o.sort_keys {
-                keys.sort();
-            }
-            if keys.is_empty() {
-                out.push_str("{}");
-                return Ok(());
-            }
-            out.push('{');
-            for (i, k) in keys.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(&o.item_sep);
-                }
-                newline(out, depth + 1);
-                match k.as_str() {
-                    Some(s) => write_json_str(out, s, o.ensure_ascii),
-                    None => write_json_str(out, &k.to_string(), o.ensure_ascii),
-                }
-                out.push_str(&o.key_sep);
-                write_json(out, &v.get_item(k)?, o, depth + 1)?;
-            }
-            newline(out, depth);
-            out.push('}');
-        }
-        K::Seq | K::Iterable => {
-            let items: Vec<Value> = v.try_iter()?.collect();
-            if items.is_empty() {
-                out.push_str("[]");
-                return Ok(());
-            }
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(&o.item_sep);
-                }
-                newline(out, depth + 1);
-                write_json(out, item, o, depth + 1)?;
-            }
-            newline(out, depth);
-            out.push(']');
-        }
-        K::Plain | K::Invalid => write_json_str(out, &v.to_string(), o.ensure_ascii),
-        _ => write_json_str(out, &v.to_string(), o.ensure_ascii),
-    }
-    Ok(())
-}
-
-/// Python's `repr` of a float, near enough: always a decimal point or exponent,
-/// `e+NN` for large exponents, `NaN` / `Infinity` as `json.dumps` writes them.
-fn python_float(f: f64) -> String {
-    if f.is_nan() {
-        return "NaN".into();
-    }
-    if f.is_infinite() {
-        return if f > 0.0 {
-            "Infinity".into()
-        } else {
-            "-Infinity".into()
-        };
-    }
-    let s = format!("{f:?}");
-    match s.find('e') {
-        Some(p) if !s[p + 1..].starts_with('-') => format!("{}e+{}", &s[..p], &s[p + 1..]),
-        _ => s,
-    }
-}
-
-fn write_json_str(out: &mut String, s: &str, ensure_ascii: bool) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 || (ensure_ascii && (c as u32) > 0x7f) => {
-                let mut buf = [0u16; 2];
-                for unit in c.encode_utf16(&mut buf) {
-                    out.push_str(&format!("\\u{unit:04x}"));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 #[cfg(test)]

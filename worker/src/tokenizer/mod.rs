@@ -43,6 +43,9 @@
 mod bpe;
 mod builtin_templates;
 mod chat;
+mod chat_json;
+mod chat_message;
+mod chat_tools;
 mod codec;
 mod error;
 pub mod harmony;
@@ -55,7 +58,9 @@ mod vocab;
 mod tests;
 
 pub use builtin_templates::{builtin_template, builtin_template_names, BUILTIN_TEMPLATES};
-pub use chat::{ChatMessage, ChatTemplate};
+pub use chat::ChatTemplate;
+pub use chat_message::{ChatMessage, FunctionCall, ToolCall};
+pub use chat_tools::{hermes_call, hermes_preamble, PROBE_TOOL};
 pub use codec::{Tokenizer, TokenizerKind};
 pub use error::TokenizerError;
 pub use hf::FILE_NAME as HF_TOKENIZER_FILE;

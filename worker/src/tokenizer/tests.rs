@@ -384,7 +384,7 @@ fn reasoning_effort_reaches_the_harmony_template() {
     let src = include_str!("../../../harness/src/synth/gpt-oss.jinja");
     let t = ChatTemplate::new(src, "<|startoftext|>", "<|return|>").unwrap();
     let msgs = [ChatMessage::new("user", "hi")];
-    let high = t.render_with(&msgs, true, Some("high")).unwrap();
+    let high = t.render_with(&msgs, true, Some("high"), None).unwrap();
     assert!(high.contains("Reasoning: high"), "{high}");
     assert!(high.ends_with("<|start|>assistant"), "{high}");
     let default = t.render(&msgs, true).unwrap();
@@ -506,6 +506,7 @@ fn chat_message_serde() {
     );
 }
 
+mod chat_tools;
 mod golden;
 mod golden_gemma3;
 mod golden_gpt_oss;

@@ -63,10 +63,7 @@ pub fn map_messages(
     }
     let mut messages = Vec::with_capacity(req.messages.len() + 1);
     if let Some(system) = req.system {
-        messages.push(MessageIn {
-            role: "system".into(),
-            content: text_of(system, "system")?,
-        });
+        messages.push(MessageIn::text("system", text_of(system, "system")?));
     }
     for (i, m) in req.messages.into_iter().enumerate() {
         if m.role != "user" && m.role != "assistant" {
@@ -77,10 +74,7 @@ pub fn map_messages(
             )));
         }
         let content = text_of(m.content, &format!("messages: message {i}"))?;
-        messages.push(MessageIn {
-            role: m.role,
-            content,
-        });
+        messages.push(MessageIn::text(m.role, content));
     }
     let execute = ExecuteRequest {
         job_id: Some(job_id.to_string()),
@@ -148,7 +142,7 @@ mod tests {
             .messages
             .unwrap()
             .into_iter()
-            .map(|m| (m.role, m.content))
+            .map(|m| (m.role, m.content.unwrap_or_default()))
             .collect();
         let want = [
             ("system", "Be brief."),

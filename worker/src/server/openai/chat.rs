@@ -1,7 +1,8 @@
 //! `POST /v1/chat/completions`: the request is mapped onto `/execute`'s (the
 //! messages rendered by the model's chat template), runs through the same
 //! validation, queue and engine, and is answered as one `chat.completion` or
-//! a stream of `chat.completion.chunk`s.
+//! a stream of `chat.completion.chunk`s; with tools, calls are read from the
+//! output in the model's format (`tools/`) and answered as `tool_calls`.
 
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -12,10 +13,14 @@ use super::handle::{answer, open, Body};
 use super::reply::{finish_reason, Collected, Part, ReplyCtx, SYSTEM_FINGERPRINT};
 use super::request;
 use super::stream::{error_lines, DONE};
+use super::tools::format::ToolFormat;
+use super::tools::parse::{CallParser, ParsedCall, Released};
+use super::tools::types::{FunctionDelta, FunctionOut, ToolCallDelta, ToolCallOut};
 use super::types::{
     AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk,
     ChatCompletionRequest, ChatDelta, ChatLogprobs,
 };
+use crate::engine::generate::GenerationSummary;
 use crate::engine::job::JobEvent;
 use crate::server::AppState;
 
@@ -39,9 +44,31 @@ pub async fn chat_completions(
     headers: HeaderMap,
     body: Body<ChatCompletionRequest>,
 ) -> Result<Response, OpenAiError> {
-    let (ctx, events) = open(&state, &headers, body, "chatcmpl", request::map_chat).await?;
-    let lines = |ctx: ReplyCtx| move |event: &JobEvent| chunk_lines(&ctx, event);
+    let format = ToolFormat::of(&state.tokenizer);
+    let map = move |req, id: &str, served: &[&str]| request::map_chat(req, id, served, format);
+    let (ctx, events) = open(&state, &headers, body, "chatcmpl", map).await?;
+    let lines = |ctx: ReplyCtx| {
+        let mut stream = ChatStream::new(ctx);
+        move |event: &JobEvent| stream.lines(event)
+    };
     answer(ctx, events, lines, completion).await
+}
+
+/// A reply's content and calls: with tools, read by the parser from every
+/// token (harmony's analysis text is left out, as the parser leaves it);
+/// content is null when the reply is calls and white space only.
+fn content_and_calls(ctx: &ReplyCtx, c: &Collected) -> (Option<String>, Vec<ParsedCall>) {
+    let Some(tools) = &ctx.tools else {
+        return (Some(c.text_of(ctx, Part::Content)), Vec::new());
+    };
+    let mut parser = CallParser::new(tools.clone());
+    let mut out = Released::default();
+    for t in &c.tokens {
+        out.extend(parser.push(&t.text, t.channel.as_deref()));
+    }
+    out.extend(parser.finish());
+    let only_calls = !out.calls.is_empty() && out.content.trim().is_empty();
+    ((!only_calls).then_some(out.content), out.calls)
 }
 
 /// The whole answer of a non-streaming request.
@@ -50,6 +77,13 @@ pub fn completion(ctx: &ReplyCtx, c: &Collected) -> ChatCompletion {
     let logprobs = ctx.shape.logprobs.then(|| ChatLogprobs {
         content: c.tokens.iter().map(|t| ctx.logprob_entry(t)).collect(),
     });
+    let (content, calls) = content_and_calls(ctx, c);
+    let finish = if calls.is_empty() {
+        finish_reason(summary)
+    } else {
+        "tool_calls"
+    };
+    let tool_calls = (!calls.is_empty()).then(|| calls.into_iter().map(call_out).collect());
     ChatCompletion {
         id: ctx.id.clone(),
         object: "chat.completion".into(),
@@ -60,13 +94,25 @@ pub fn completion(ctx: &ReplyCtx, c: &Collected) -> ChatCompletion {
             index: 0,
             message: AssistantMessage {
                 role: "assistant".into(),
-                content: c.text_of(ctx, Part::Content),
+                content,
+                tool_calls,
                 reasoning_content: Some(c.text_of(ctx, Part::Reasoning)).filter(|r| !r.is_empty()),
             },
             logprobs,
-            finish_reason: finish_reason(summary).into(),
+            finish_reason: finish.into(),
         }],
         usage: ctx.usage(summary),
+    }
+}
+
+fn call_out(call: ParsedCall) -> ToolCallOut {
+    ToolCallOut {
+        id: call.id,
+        kind: "function".into(),
+        function: FunctionOut {
+            name: call.name,
+            arguments: call.arguments,
+        },
     }
 }
 
@@ -95,17 +141,20 @@ fn choice(
     }
 }
 
+fn json(c: &ChatCompletionChunk) -> String {
+    serde_json::to_string(c).expect("chunks serialize")
+}
+
 /// The `data:` lines one job event becomes: the role first, one chunk per
 /// token that releases text or carries log-probabilities, the finish reason,
 /// the usage when asked for, then `[DONE]`.
 pub fn chunk_lines(ctx: &ReplyCtx, event: &JobEvent) -> Vec<String> {
-    let json = |c: &ChatCompletionChunk| serde_json::to_string(c).expect("chunks serialize");
     match event {
         JobEvent::Started(_) => {
             let delta = ChatDelta {
                 role: Some("assistant".into()),
                 content: Some(String::new()),
-                reasoning_content: None,
+                ..ChatDelta::default()
             };
             vec![json(&chunk(ctx, vec![choice(delta, None, None)], 0))]
         }
@@ -122,9 +171,9 @@ pub fn chunk_lines(ctx: &ReplyCtx, event: &JobEvent) -> Vec<String> {
                 Part::Neither => return Vec::new(),
             };
             let delta = ChatDelta {
-                role: None,
                 content,
                 reasoning_content,
+                ..ChatDelta::default()
             };
             vec![json(&chunk(
                 ctx,
@@ -132,18 +181,125 @@ pub fn chunk_lines(ctx: &ReplyCtx, event: &JobEvent) -> Vec<String> {
                 t.index + 1,
             ))]
         }
-        JobEvent::End(summary) => {
-            let last = choice(ChatDelta::default(), None, Some(finish_reason(summary)));
-            let mut lines = vec![json(&chunk(ctx, vec![last], summary.tokens_out))];
-            if ctx.shape.include_usage {
-                let mut usage = chunk(ctx, Vec::new(), summary.tokens_out);
-                usage.usage = Some(Some(ctx.usage(summary)));
-                lines.push(json(&usage));
-            }
-            lines.push(DONE.to_string());
-            lines
-        }
+        JobEvent::End(summary) => end_lines(ctx, summary, finish_reason(summary)),
         JobEvent::Error(e) => error_lines(e),
+    }
+}
+
+/// The last chunk (its `finish_reason`), the usage when asked for, `[DONE]`.
+fn end_lines(ctx: &ReplyCtx, summary: &GenerationSummary, finish: &str) -> Vec<String> {
+    let last = choice(ChatDelta::default(), None, Some(finish));
+    let mut lines = vec![json(&chunk(ctx, vec![last], summary.tokens_out))];
+    if ctx.shape.include_usage {
+        let mut usage = chunk(ctx, Vec::new(), summary.tokens_out);
+        usage.usage = Some(Some(ctx.usage(summary)));
+        lines.push(json(&usage));
+    }
+    lines.push(DONE.to_string());
+    lines
+}
+
+/// A chat stream: [`chunk_lines`] without tools; with them, the tokens go
+/// through the call parser, and what it releases is sent: content as it
+/// becomes known not to be a call, each call as its first delta (`id`,
+/// `type`, `function.name`, empty `function.arguments`) then its
+/// arguments, and `finish_reason` `tool_calls` when there were calls.
+pub struct ChatStream {
+    ctx: ReplyCtx,
+    parser: Option<CallParser>,
+    calls: u32,
+}
+
+impl ChatStream {
+    pub fn new(ctx: ReplyCtx) -> Self {
+        let parser = ctx.tools.clone().map(CallParser::new);
+        ChatStream {
+            ctx,
+            parser,
+            calls: 0,
+        }
+    }
+
+    pub fn lines(&mut self, event: &JobEvent) -> Vec<String> {
+        let Some(parser) = self.parser.as_mut() else {
+            return chunk_lines(&self.ctx, event);
+        };
+        match event {
+            JobEvent::Token(t) => {
+                let released = parser.push(&t.text, t.channel.as_deref());
+                let reasoning = (self.ctx.part(t) == Part::Reasoning).then(|| t.text.clone());
+                let logprobs = self.ctx.shape.logprobs.then(|| ChatLogprobs {
+                    content: vec![self.ctx.logprob_entry(t)],
+                });
+                self.released_lines(released, reasoning, logprobs, t.index + 1)
+            }
+            JobEvent::End(summary) => {
+                let released = parser.finish();
+                let mut lines = self.released_lines(released, None, None, summary.tokens_out);
+                let finish = if self.calls > 0 {
+                    "tool_calls"
+                } else {
+                    finish_reason(summary)
+                };
+                lines.extend(end_lines(&self.ctx, summary, finish));
+                lines
+            }
+            _ => chunk_lines(&self.ctx, event),
+        }
+    }
+
+    fn released_lines(
+        &mut self,
+        released: Released,
+        reasoning: Option<String>,
+        logprobs: Option<ChatLogprobs>,
+        tokens: usize,
+    ) -> Vec<String> {
+        let ctx = &self.ctx;
+        let mut lines = Vec::new();
+        let content = Some(released.content).filter(|c| !c.is_empty());
+        if content.is_some() || reasoning.is_some() || logprobs.is_some() {
+            let delta = ChatDelta {
+                content,
+                reasoning_content: reasoning,
+                ..ChatDelta::default()
+            };
+            lines.push(json(&chunk(
+                ctx,
+                vec![choice(delta, logprobs, None)],
+                tokens,
+            )));
+        }
+        for call in released.calls {
+            let index = self.calls;
+            self.calls += 1;
+            let head = ToolCallDelta {
+                index,
+                id: Some(call.id),
+                kind: Some("function".into()),
+                function: FunctionDelta {
+                    name: Some(call.name),
+                    arguments: Some(String::new()),
+                },
+            };
+            let args = ToolCallDelta {
+                index,
+                id: None,
+                kind: None,
+                function: FunctionDelta {
+                    name: None,
+                    arguments: Some(call.arguments),
+                },
+            };
+            for piece in [head, args] {
+                let delta = ChatDelta {
+                    tool_calls: Some(vec![piece]),
+                    ..ChatDelta::default()
+                };
+                lines.push(json(&chunk(ctx, vec![choice(delta, None, None)], tokens)));
+            }
+        }
+        lines
     }
 }
 
@@ -206,7 +362,7 @@ mod tests {
             summary: Some(summary(StopReason::Eos)),
         };
         let m = &completion(&c, &collected).choices[0].message;
-        assert_eq!(m.content, "Yes");
+        assert_eq!(m.content.as_deref(), Some("Yes"));
         assert_eq!(m.reasoning_content.as_deref(), Some("Hm"));
         let deltas: Vec<Value> = tokens
             .into_iter()
@@ -222,7 +378,10 @@ mod tests {
         );
         // Another model's text is all content.
         let plain = completion(&ctx(false, 0, false), &collected);
-        assert_eq!(plain.choices[0].message.content, "analysisHmassistantYes");
+        assert_eq!(
+            plain.choices[0].message.content.as_deref(),
+            Some("analysisHmassistantYes")
+        );
         assert_eq!(plain.choices[0].message.reasoning_content, None);
     }
 
@@ -310,5 +469,113 @@ mod tests {
         assert_eq!(content[0]["logprob"], -0.5);
         assert_eq!(content[1]["logprob"], -9999.0);
         assert_eq!(content[0]["top_logprobs"], json!([]));
+    }
+
+    fn tool_ctx(format: ToolFormat) -> ReplyCtx {
+        let mut c = ctx(false, 0, false);
+        c.tools = Some(crate::server::openai::tools::parse::ToolReply {
+            format,
+            parallel: true,
+            names: vec!["now".into()],
+        });
+        c
+    }
+
+    fn text_token(i: usize, text: &str) -> crate::engine::job::TokenOut {
+        crate::engine::job::TokenOut {
+            index: i,
+            id: 1,
+            text: text.into(),
+            logprobs: None,
+            channel: None,
+        }
+    }
+
+    /// A stream whose call markers are cut across tokens: the content
+    /// deltas are the text alone, the call comes as its two deltas, the
+    /// finish reason is `tool_calls`; the whole answer agrees.
+    #[test]
+    fn streamed_calls_hold_back_split_markers() {
+        let c = tool_ctx(ToolFormat::Hermes);
+        let pieces = [
+            "Checking",
+            ".\n<tool",
+            "_call>\n{\"name\": \"now\", ",
+            "\"arguments\": {}}\n</tool_",
+            "call>",
+        ];
+        let tokens: Vec<_> = pieces
+            .iter()
+            .enumerate()
+            .map(|(i, p)| text_token(i, p))
+            .collect();
+        let mut stream = ChatStream::new(c.clone());
+        let mut out = parse(stream.lines(&started()));
+        for t in &tokens {
+            out.extend(parse(stream.lines(&JobEvent::Token(t.clone()))));
+        }
+        out.extend(parse(
+            stream.lines(&JobEvent::End(summary(StopReason::Eos))),
+        ));
+        let deltas: Vec<&Value> = out
+            .iter()
+            .filter_map(|l| l.get("choices")?.get(0))
+            .map(|c| &c["delta"])
+            .collect();
+        let content: String = deltas
+            .iter()
+            .filter_map(|d| d["content"].as_str())
+            .collect();
+        assert_eq!(content, "Checking.");
+        let calls: Vec<&Value> = deltas.iter().filter_map(|d| d.get("tool_calls")).collect();
+        assert_eq!(calls.len(), 2);
+        assert_eq!(
+            calls[0][0]["function"],
+            json!({"name": "now", "arguments": ""})
+        );
+        assert_eq!(calls[1][0]["function"], json!({"arguments": "{}"}));
+        assert_eq!(
+            out[out.len() - 2]["choices"][0]["finish_reason"],
+            "tool_calls"
+        );
+        assert_eq!(out.last().unwrap(), "[DONE]");
+
+        let collected = Collected {
+            tokens,
+            summary: Some(summary(StopReason::Eos)),
+        };
+        let whole = completion(&c, &collected);
+        let m = &whole.choices[0].message;
+        assert_eq!(m.content.as_deref(), Some("Checking."));
+        let call = &m.tool_calls.as_ref().unwrap()[0];
+        assert_eq!(
+            (
+                call.function.name.as_str(),
+                call.function.arguments.as_str()
+            ),
+            ("now", "{}")
+        );
+        assert_eq!(whole.choices[0].finish_reason, "tool_calls");
+    }
+
+    /// Without a call, text that looked like one's start goes out as
+    /// content by the end, and the finish reason is the job's.
+    #[test]
+    fn a_false_start_is_content_by_the_end() {
+        let c = tool_ctx(ToolFormat::Hermes);
+        let mut stream = ChatStream::new(c);
+        let mut out = Vec::new();
+        for (i, p) in ["1 ", "<", "tool"].iter().enumerate() {
+            out.extend(parse(stream.lines(&JobEvent::Token(text_token(i, p)))));
+        }
+        out.extend(parse(
+            stream.lines(&JobEvent::End(summary(StopReason::MaxTokens))),
+        ));
+        let content: String = out
+            .iter()
+            .filter_map(|l| l["choices"][0]["delta"]["content"].as_str())
+            .collect();
+        assert_eq!(content, "1 <tool");
+        assert_eq!(out[out.len() - 2]["choices"][0]["finish_reason"], "length");
     }
 }

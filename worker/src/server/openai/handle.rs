@@ -86,6 +86,7 @@ async fn admit(
         shape: mapped.shape,
         prompt_tokens: valid.prompt_tokens.len(),
         tokenizer: state.tokenizer.clone(),
+        tools: mapped.tools,
     };
     Ok((ctx, events))
 }

@@ -12,7 +12,8 @@
 //! (`server::execute::admit`); only the answer's shape differs. Errors are
 //! OpenAI's `{"error": {...}}` with `/execute`'s statuses ([`error`]).
 //! What every handler shares (reading the body, admitting the job, the
-//! answer whole or streamed) is in `handle.rs`, the routes in `routes.rs`.
+//! answer whole or streamed) is in `handle.rs`, the routes in `routes.rs`;
+//! tool calls (definitions, formats, parsing, grammars) in `tools/`.
 
 pub mod chat;
 pub mod completions;
@@ -24,6 +25,7 @@ pub mod request;
 pub mod responses;
 mod routes;
 pub mod stream;
+pub mod tools;
 pub mod types;
 
 pub use handle::Body;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::request::ReplyShape;
+use super::tools::parse::ToolReply;
 use super::types::{TokenLogprobEntry, TopLogprob, Usage};
 use crate::engine::generate::{GenerationSummary, StopReason};
 use crate::engine::job::{JobEvent, TokenOut};
@@ -30,6 +31,8 @@ pub struct ReplyCtx {
     pub shape: ReplyShape,
     pub prompt_tokens: usize,
     pub tokenizer: Arc<Tokenizer>,
+    /// How to read calls from a chat answer (tools given, `tool_choice` not `none`).
+    pub tools: Option<ToolReply>,
 }
 
 /// Where a token's text goes in a chat answer.
@@ -100,7 +103,8 @@ impl ReplyCtx {
     }
 }
 
-/// `stop` for an end-of-generation token or a stop string, `length` for `max_tokens`.
+/// `stop` for an end-of-generation token or a stop string, `length` for
+/// `max_tokens` (a chat reply that holds calls says `tool_calls` instead).
 pub fn finish_reason(summary: &GenerationSummary) -> &'static str {
     match summary.stop_reason {
         StopReason::MaxTokens => "length",
@@ -184,6 +188,7 @@ pub(crate) mod tests {
             },
             prompt_tokens: 5,
             tokenizer: byte_tokenizer(),
+            tools: None,
         }
     }
 

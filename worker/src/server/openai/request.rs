@@ -6,6 +6,10 @@
 use serde_json::{Map, Value};
 
 use super::error::OpenAiError;
+use super::tools::format::ToolFormat;
+use super::tools::grammar;
+use super::tools::parse::ToolReply;
+use super::tools::spec::{self, Choice};
 use super::types::{
     ChatCompletionRequest, ChatMessageIn, CompletionRequest, MessageContent, PromptField,
     ResponseFormat, SamplingFields, StopField,
@@ -22,7 +26,6 @@ fn harmless(field: &str, value: &Value) -> bool {
         "user" | "metadata" | "service_tier" | "store" => !matches!(value, Value::Bool(true)),
         "frequency_penalty" | "presence_penalty" => value.as_f64() == Some(0.0),
         "logit_bias" => value.as_object().is_some_and(Map::is_empty),
-        "parallel_tool_calls" => true,
         _ => false,
     }
 }
@@ -58,6 +61,9 @@ pub struct Mapped {
     /// The prompt's token ids, when the client sent ids.
     pub prompt_ids: Option<Vec<u32>>,
     pub shape: ReplyShape,
+    /// How to read calls from the answer; none without tools or with
+    /// `tool_choice: "none"`.
+    pub tools: Option<ToolReply>,
 }
 
 /// Checks `model`, `n`, `stream_options` and copies the shared fields.
@@ -130,13 +136,21 @@ fn logprob_count(field: &'static str, n: Option<i64>) -> Result<usize, OpenAiErr
     }
 }
 
-/// `POST /v1/chat/completions` → `/execute` with `messages`.
+/// `POST /v1/chat/completions` → `/execute` with `messages` (and the
+/// tools, for the template; for `tool_choice` `required` or a named
+/// function, the grammar of the calls in `format`, the model's).
 pub fn map_chat(
     req: ChatCompletionRequest,
     job_id: &str,
     served: &[&str],
+    format: ToolFormat,
 ) -> Result<Mapped, OpenAiError> {
     refuse_unserved(&req.other)?;
+    let tools = spec::check(
+        req.tools.as_ref(),
+        req.tool_choice.as_ref(),
+        req.parallel_tool_calls,
+    )?;
     let (mut execute, stream, (include_usage, continuous_usage)) =
         map_sampling(req.sampling, job_id, served)?;
     execute.max_tokens = execute.max_tokens.or(req.max_completion_tokens);
@@ -156,6 +170,15 @@ pub fn map_chat(
         .collect::<Result<Vec<_>, _>>()?;
     execute.messages = Some(messages);
     execute.reasoning_effort = req.reasoning_effort;
+    let reply = tools.as_ref().and_then(|t| {
+        execute.tools = Some(t.definitions.clone());
+        execute.grammar = grammar::for_choice(t, format);
+        (t.choice != Choice::None).then(|| ToolReply {
+            format,
+            parallel: t.parallel,
+            names: t.functions.iter().map(|f| f.name.clone()).collect(),
+        })
+    });
     Ok(Mapped {
         execute,
         prompt_ids: None,
@@ -166,6 +189,7 @@ pub fn map_chat(
             logprobs: req.logprobs,
             top_logprobs,
         },
+        tools: reply,
     })
 }
 
@@ -177,24 +201,31 @@ fn engine_logprobs(wanted: bool) -> Option<i64> {
 }
 
 /// One chat message: `developer` is OpenAI's newer name for `system`; content
-/// parts are joined when all are text.
+/// parts are joined when all are text; tool calls and results go as they are
+/// (validation judges them).
 fn message(i: usize, m: ChatMessageIn) -> Result<MessageIn, OpenAiError> {
     let role = match m.role.as_str() {
         "developer" => "system".to_string(),
         _ => m.role,
     };
     let content = match m.content {
-        MessageContent::Text(text) => text,
-        MessageContent::Parts(parts) => {
+        None => None,
+        Some(MessageContent::Text(text)) => Some(text),
+        Some(MessageContent::Parts(parts)) => Some(
             joined_text(parts.into_iter().map(|p| (p.kind, p.text)), &["text"]).map_err(|kind| {
                 OpenAiError::invalid(
                     "messages",
                     format!("messages: message {i} has a content part of type {kind:?}; only text is served"),
                 )
-            })?
-        }
+            })?,
+        ),
     };
-    Ok(MessageIn { role, content })
+    Ok(MessageIn {
+        role,
+        content,
+        tool_calls: m.tool_calls,
+        tool_call_id: m.tool_call_id,
+    })
 }
 
 /// The text of a message's content parts, each `(type, text)`: the texts of
@@ -250,6 +281,7 @@ pub fn map_completion(
             logprobs: req.logprobs.is_some(),
             top_logprobs,
         },
+        tools: None,
     })
 }
 
@@ -285,7 +317,12 @@ mod tests {
     const SERVED: [&str; 2] = ["smol", "SmolLM2"];
 
     fn chat(body: Value) -> Result<Mapped, OpenAiError> {
-        map_chat(serde_json::from_value(body).unwrap(), "chatcmpl-1", &SERVED)
+        map_chat(
+            serde_json::from_value(body).unwrap(),
+            "chatcmpl-1",
+            &SERVED,
+            ToolFormat::Hermes,
+        )
     }
 
     fn completion(body: Value) -> Result<Mapped, OpenAiError> {
@@ -313,10 +350,10 @@ mod tests {
         assert_eq!(e.job_id.as_deref(), Some("chatcmpl-1"));
         let msgs = e.messages.as_ref().unwrap();
         assert_eq!(
-            (msgs[0].role.as_str(), msgs[0].content.as_str()),
-            ("system", "Be brief.")
+            (msgs[0].role.as_str(), msgs[0].content.as_deref()),
+            ("system", Some("Be brief."))
         );
-        assert_eq!(msgs[1].content, "Hi there");
+        assert_eq!(msgs[1].content.as_deref(), Some("Hi there"));
         assert_eq!(e.max_tokens, Some(7));
         assert_eq!(
             (e.temperature, e.top_p, e.min_p),
@@ -381,7 +418,8 @@ mod tests {
             chat(b).unwrap_err()
         };
         for (field, value) in [
-            ("tools", json!([{"type": "function"}])),
+            ("tools", json!({"type": "function"})),
+            ("tool_choice", json!("required")),
             ("logit_bias", json!({"42": 5})),
             ("presence_penalty", json!(0.5)),
             ("n", json!(2)),
@@ -435,6 +473,53 @@ mod tests {
         assert_eq!(m.execute.max_tokens, Some(64));
         let body = json!({"model": "smol", "messages": msgs, "ignore_eos": "yes"});
         assert!(serde_json::from_value::<ChatCompletionRequest>(body).is_err());
+    }
+
+    #[test]
+    fn tools_reach_the_template_and_required_choices_get_a_grammar() {
+        let tools = json!([{"type": "function", "function": {"name": "get_weather"}}]);
+        let msgs = json!([
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
+        ]);
+        let m = chat(json!({"model": "smol", "messages": msgs, "tools": tools,
+            "parallel_tool_calls": false}))
+        .unwrap();
+        assert_eq!(
+            m.execute.tools.as_deref(),
+            tools.as_array().map(Vec::as_slice)
+        );
+        assert_eq!(m.execute.grammar, None, "auto enforces nothing");
+        let reply = m.tools.unwrap();
+        assert_eq!((reply.format, reply.parallel), (ToolFormat::Hermes, false));
+        assert_eq!(reply.names, ["get_weather"]);
+        let sent = m.execute.messages.unwrap();
+        assert_eq!(sent[1].content, None);
+        assert_eq!(
+            sent[1].tool_calls.as_ref().unwrap()[0].function.name,
+            "get_weather"
+        );
+        assert_eq!(sent[2].tool_call_id.as_deref(), Some("c1"));
+
+        let named = json!({"type": "function", "function": {"name": "get_weather"}});
+        for choice in [json!("required"), named] {
+            let m = chat(
+                json!({"model": "smol", "messages": msgs, "tools": tools, "tool_choice": choice}),
+            )
+            .unwrap();
+            let grammar = m.execute.grammar.unwrap();
+            assert!(
+                grammar.contains("get_weather") && grammar.contains("<tool_call>"),
+                "{grammar}"
+            );
+        }
+        // `none`: the tools are described, no call is read.
+        let m =
+            chat(json!({"model": "smol", "messages": msgs, "tools": tools, "tool_choice": "none"}))
+                .unwrap();
+        assert!(m.execute.tools.is_some() && m.tools.is_none() && m.execute.grammar.is_none());
     }
 
     #[test]

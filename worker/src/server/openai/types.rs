@@ -3,10 +3,15 @@
 //! the extension fields llama-server and vLLM accept (`top_k`, `min_p`,
 //! `repetition_penalty`, `ignore_eos`). Only what the worker serves is here; a field it
 //! cannot honour lands in `other` and is refused by name (see `request.rs`).
+//! The tool types are in `tools/types.rs`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
+
+pub use super::tools::types::{ToolCallDelta, ToolCallOut};
+use super::tools::types::{ToolChoiceDoc, ToolDef};
+use crate::server::validation::ToolCallIn;
 
 /// `stop`: one string or a list of them.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
@@ -123,9 +128,17 @@ pub struct ContentPart {
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChatMessageIn {
-    /// `system`, `developer` (served as `system`), `user` or `assistant`.
+    /// `system`, `developer` (served as `system`), `user`, `assistant` or `tool`.
     pub role: String,
-    pub content: MessageContent,
+    /// Absent or null only in an assistant message with `tool_calls`.
+    #[serde(default)]
+    pub content: Option<MessageContent>,
+    /// An assistant message's calls (as a reply gave them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallIn>>,
+    /// A `tool` message: the id of the call whose result it holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 /// `POST /v1/chat/completions`.
@@ -145,6 +158,13 @@ pub struct ChatCompletionRequest {
     /// `low`, `medium` or `high`, for the chat template (gpt-oss's harmony
     /// system message); other templates ignore it.
     pub reasoning_effort: Option<String>,
+    /// Functions the model may call, described to it by its chat template.
+    #[schema(value_type = Option<Vec<ToolDef>>)]
+    pub tools: Option<Value>,
+    #[schema(value_type = Option<ToolChoiceDoc>)]
+    pub tool_choice: Option<Value>,
+    /// Whether an answer may hold more than one call (default true).
+    pub parallel_tool_calls: Option<bool>,
     /// Every other field: refused by name unless it leaves the answer as is.
     #[serde(flatten)]
     #[schema(ignore)]
@@ -223,7 +243,11 @@ pub struct ChatLogprobs {
 pub struct AssistantMessage {
     /// Always `assistant`.
     pub role: String,
-    pub content: String,
+    /// Null when the reply is calls only.
+    pub content: Option<String>,
+    /// The calls the model made (`finish_reason` is then `tool_calls`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallOut>>,
     /// gpt-oss: the analysis channel (the model's reasoning), as llama-server
     /// and vLLM name it; `content` is then the final channel alone.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -235,7 +259,8 @@ pub struct ChatChoice {
     pub index: u32,
     pub message: AssistantMessage,
     pub logprobs: Option<ChatLogprobs>,
-    /// `stop` (end of generation or a stop string) or `length` (`max_tokens`).
+    /// `stop` (end of generation or a stop string), `length` (`max_tokens`)
+    /// or `tool_calls` (the reply holds calls).
     pub finish_reason: String,
 }
 
@@ -262,6 +287,8 @@ pub struct ChatDelta {
     /// gpt-oss: text of the analysis channel (see [`AssistantMessage`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]

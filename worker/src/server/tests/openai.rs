@@ -97,7 +97,7 @@ async fn refusals_are_openai_errors_with_execute_statuses() {
     assert_eq!(e["error"]["type"], "invalid_request_error");
     assert_eq!(e["error"]["param"], "temperature");
     let resp = h
-        .post("/v1/chat/completions", chat(json!({"tools": []})))
+        .post("/v1/chat/completions", chat(json!({"tools": {}})))
         .await;
     assert_eq!(
         resp.json::<Value>().await.unwrap()["error"]["param"],
@@ -210,5 +210,161 @@ async fn models_and_the_openapi_document_are_served() {
     let doc = h.get_json("/openapi.json").await;
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     assert!(doc["paths"]["/v1/chat/completions"]["post"].is_object());
+    h.shutdown().await;
+}
+
+/// The byte tokenizer with Qwen2.5's chat template, over a script that
+/// spells `reply` (the prompt, long with tools, in one prefill call: each
+/// forward call takes a step of the script).
+async fn qwen_worker(reply: &str) -> Harness {
+    let template = include_str!("../../tokenizer/testdata/qwen2.5-instruct.jinja");
+    let spec = crate::engine::testing::byte_vocab_spec(Some(template));
+    let opts = Opts {
+        tokenizer: Some(Arc::new(
+            crate::tokenizer::Tokenizer::from_spec(spec).unwrap(),
+        )),
+        ..Opts::default()
+    };
+    start(
+        ScriptedBackend::spelling(reply).with_prefill_chunk(4096),
+        opts,
+    )
+    .await
+}
+
+const WEATHER_CALL: &str =
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+
+/// A conversation with a finished call and its result, and the tool.
+fn with_tools(extra: Value) -> Value {
+    let mut body = chat(json!({
+        "messages": [
+            {"role": "user", "content": "Weather in Paris and Rome?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{\"city\": \"Rome\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "18 C"}
+        ],
+        "tools": [{"type": "function", "function": {"name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+    }));
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_calls_whole_and_streamed() {
+    let h = qwen_worker(WEATHER_CALL).await;
+    let v: Value = h
+        .post("/v1/chat/completions", with_tools(json!({})))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let choice = &v["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+    assert_eq!(choice["message"]["content"], Value::Null);
+    let call = &choice["message"]["tool_calls"][0];
+    assert!(call["id"].as_str().unwrap().starts_with("call_"));
+    assert_eq!(call["type"], "function");
+    assert_eq!(call["function"]["name"], "get_weather");
+    assert_eq!(call["function"]["arguments"], "{\"city\":\"Paris\"}");
+    // The template saw the tools and the earlier round trip.
+    let prompt = h.probe.prompts.lock().unwrap()[0].clone();
+    let prompt = h.state.tokenizer.decode(&prompt).unwrap();
+    assert!(
+        prompt.contains("<tools>\n{\"type\": \"function\""),
+        "{prompt}"
+    );
+    assert!(prompt.contains("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}"));
+    assert!(prompt.contains("<tool_response>\n18 C\n</tool_response>"));
+
+    let lines = data_lines(
+        h.post("/v1/chat/completions", with_tools(json!({"stream": true})))
+            .await,
+    )
+    .await;
+    let deltas: Vec<&Value> = lines
+        .iter()
+        .filter_map(|l| l.get("choices")?.get(0))
+        .map(|c| &c["delta"])
+        .collect();
+    assert!(
+        deltas
+            .iter()
+            .all(|d| d["content"].as_str().is_none_or(str::is_empty)),
+        "{lines:?}"
+    );
+    let calls: Vec<&Value> = deltas.iter().filter_map(|d| d.get("tool_calls")).collect();
+    assert_eq!(calls.len(), 2, "{lines:?}");
+    let head = &calls[0][0];
+    assert_eq!(
+        (head["index"].as_u64(), head["type"].as_str()),
+        (Some(0), Some("function"))
+    );
+    assert_eq!(
+        head["function"],
+        json!({"name": "get_weather", "arguments": ""})
+    );
+    assert!(head["id"].as_str().unwrap().starts_with("call_"));
+    assert_eq!(
+        calls[1][0],
+        json!({"index": 0, "function": {"arguments": "{\"city\":\"Paris\"}"}})
+    );
+    assert_eq!(
+        lines[lines.len() - 2]["choices"][0]["finish_reason"],
+        "tool_calls"
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_choice_none_leaves_the_text_and_bad_tools_are_refused() {
+    let h = qwen_worker(WEATHER_CALL).await;
+    let v: Value = h
+        .post(
+            "/v1/chat/completions",
+            with_tools(json!({"tool_choice": "none"})),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], WEATHER_CALL);
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert!(v["choices"][0]["message"].get("tool_calls").is_none());
+    for (extra, param) in [
+        (
+            json!({"tools": [{"type": "function", "function": {"name": "get weather"}}]}),
+            "tools[0].function.name",
+        ),
+        (
+            json!({"tool_choice": {"type": "function", "function": {"name": "other"}}}),
+            "tool_choice",
+        ),
+    ] {
+        let resp = h.post("/v1/chat/completions", with_tools(extra)).await;
+        assert_eq!(resp.status(), 400);
+        let e: Value = resp.json().await.unwrap();
+        assert_eq!(e["error"]["param"], param, "{e}");
+        assert_eq!(e["error"]["type"], "invalid_request_error");
+    }
+    // A tool result without the call it answers is named by validation.
+    let body = chat(json!({"messages": [{"role": "tool", "content": "18 C"}]}));
+    let e: Value = h
+        .post("/v1/chat/completions", body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(e["error"]["param"], "messages", "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tool_call_id"),
+        "{e}"
+    );
     h.shutdown().await;
 }

@@ -238,3 +238,67 @@ fn unknown_fields_and_wrong_types_fail_to_parse() {
     .unwrap_err();
     assert!(err.to_string().contains("ignore_eos"), "{err}");
 }
+
+/// Issue 43: a call and its result render (the byte tokenizer's ChatML
+/// template ignores tools, so they are written as text); the rules of tool
+/// messages each name `messages` and the message.
+#[test]
+fn tool_calls_and_results_in_messages() {
+    let call = serde_json::json!({"id": "c1", "type": "function",
+        "function": {"name": "now", "arguments": "{\"tz\": \"UTC\"}"}});
+    let ok = serde_json::json!({"job_id": "j", "messages": [
+        {"role": "user", "content": "time?"},
+        {"role": "assistant", "content": null, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "noon"}]});
+    let limits = Limits {
+        max_tokens_in: 1024,
+        context_length: 2048,
+        ..LIMITS
+    };
+    let v = run(ok, &limits).unwrap();
+    let text = byte_tokenizer().decode(&v.prompt_tokens).unwrap();
+    assert!(
+        text.contains(
+            "<tool_call>\n{\"name\": \"now\", \"arguments\": {\"tz\": \"UTC\"}}\n</tool_call>"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("<tool_response>\nnoon\n</tool_response>"),
+        "{text}"
+    );
+    let mut other_type = call.clone();
+    other_type["type"] = "custom".into();
+    let cases = [
+        (
+            serde_json::json!([{"role": "tool", "content": "noon"}]),
+            "no tool_call_id",
+        ),
+        (
+            serde_json::json!([{"role": "user", "content": "x", "tool_call_id": "c1"}]),
+            "only tool messages",
+        ),
+        (
+            serde_json::json!([{"role": "user", "content": "x", "tool_calls": [call]}]),
+            "only assistant messages",
+        ),
+        (serde_json::json!([{"role": "assistant"}]), "has no content"),
+        (
+            serde_json::json!([{"role": "assistant", "tool_calls": [other_type]}]),
+            "only \"function\"",
+        ),
+    ];
+    for (messages, want) in cases {
+        let body = serde_json::json!({"job_id": "j", "messages": messages});
+        let err = run(body, &limits).unwrap_err();
+        assert_eq!(err.fields(), vec!["messages"], "{err}");
+        assert!(err.to_string().contains(want), "{want}: {err}");
+    }
+    // Arguments count towards the messages' length limit.
+    let mut long = call;
+    long["function"]["arguments"] = "x".repeat(MAX_PROMPT_CHARS).into();
+    let body = serde_json::json!({"job_id": "j", "messages": [
+        {"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [long]}]});
+    let err = run(body, &limits).unwrap_err();
+    assert!(err.to_string().contains("contents total at most"), "{err}");
+}

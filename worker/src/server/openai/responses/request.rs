@@ -119,15 +119,13 @@ pub fn map_responses(
         execute,
         prompt_ids: None,
         shape,
+        tools: None,
     };
     Ok((mapped, echo))
 }
 
 fn message(role: &str, content: String) -> MessageIn {
-    MessageIn {
-        role: role.into(),
-        content,
-    }
+    MessageIn::text(role, content)
 }
 
 /// One input item as a chat message: a message item's role and text parts.
@@ -194,7 +192,7 @@ mod tests {
             .messages
             .unwrap()
             .into_iter()
-            .map(|m| (m.role, m.content))
+            .map(|m| (m.role, m.content.unwrap_or_default()))
             .collect();
         let want = [
             ("system", "Be brief."),
@@ -212,7 +210,10 @@ mod tests {
         assert!(m.shape.stream);
         assert_eq!(echo.instructions.as_deref(), Some("Be brief."));
         let (m, _) = map(json!({"model": "smol", "input": "Hi"})).unwrap();
-        assert_eq!(m.execute.messages.unwrap()[0].content, "Hi");
+        assert_eq!(
+            m.execute.messages.unwrap()[0].content.as_deref(),
+            Some("Hi")
+        );
     }
 
     #[test]
