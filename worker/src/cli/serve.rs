@@ -34,7 +34,7 @@ use crate::engine::runner::EngineParts;
 use crate::engine::{Engine, EngineConfig, EngineStatus};
 use crate::load::{load_model, LoadError, LoadOptions, LoadProgress, LoadedModel};
 use crate::narrate;
-use crate::server::{AppInner, AppState, Limits, ModelFacts, Shutdown};
+use crate::server::{AppInner, AppState, Constraints, Limits, ModelFacts, Shutdown};
 use crate::telemetry::logging::{self, LogContext};
 use crate::telemetry::metrics::{Experts, InfoLabels, Metrics};
 use crate::tokenizer::Tokenizer;
@@ -233,7 +233,7 @@ pub fn run(args: ServeArgs, fallbacks: &Fallbacks) -> ExitCode {
             });
         }
     };
-    let constraints = constraint_compiler(&tokenizer, info.vocab_size);
+    let constraints = constraint_compiler(tokenizer.clone(), info.vocab_size);
     let state = AppState::new(AppInner {
         engine: engine.handle(),
         constraints,
@@ -258,27 +258,35 @@ pub fn run(args: ServeArgs, fallbacks: &Fallbacks) -> ExitCode {
     code
 }
 
-/// The compiler of constrained requests over the model's vocabulary: built
-/// at start-up (tens of milliseconds for a large vocabulary), so that a
+/// The compiler of constrained requests over the model's vocabulary, built
+/// on a thread of its own from start-up (hundreds of milliseconds and tens of
+/// MB for a large vocabulary), so that readiness does not wait for it and a
 /// request's first schema costs only its own compilation. A vocabulary it
 /// cannot take leaves the worker serving, and refusing constraints.
-fn constraint_compiler(tokenizer: &Tokenizer, n_vocab: usize) -> Result<Arc<Compiler>, String> {
-    let t = Instant::now();
-    match Compiler::new(tokenizer, n_vocab) {
-        Ok(c) => {
-            narrate!(
-                info,
-                "constraints_ready",
-                vocab = n_vocab,
-                ms = t.elapsed().as_millis() as u64
-            );
-            Ok(Arc::new(c))
-        }
-        Err(e) => {
-            narrate!(warn, "constraints_unavailable", vocab = n_vocab, reason = %e);
-            Err(e.to_string())
-        }
+fn constraint_compiler(tokenizer: Arc<Tokenizer>, n_vocab: usize) -> Constraints {
+    let cell: Constraints = Arc::default();
+    let filled = cell.clone();
+    let built = std::thread::Builder::new()
+        .name("constraints".into())
+        .spawn(move || {
+            let t = Instant::now();
+            let result = match Compiler::new(&tokenizer, n_vocab) {
+                Ok(c) => {
+                    let ms = t.elapsed().as_millis() as u64;
+                    narrate!(info, "constraints_ready", vocab = n_vocab, ms = ms);
+                    Ok(Arc::new(c))
+                }
+                Err(e) => {
+                    narrate!(warn, "constraints_unavailable", vocab = n_vocab, reason = %e);
+                    Err(e.to_string())
+                }
+            };
+            let _ = filled.set(result);
+        });
+    if let Err(e) = built {
+        let _ = cell.set(Err(format!("its thread did not start: {e}")));
     }
+    cell
 }
 
 /// Steps 2 of start-up: backend and model, with progress records.

@@ -44,5 +44,5 @@ mod tests;
 pub use body_limits::{MAX_BODY_BYTES, MAX_DRAINED_BYTES};
 pub use lifecycle::{serve, serve_with, ServeOutcome};
 pub use router::app;
-pub use state::{AppInner, AppState, ModelFacts, Shutdown};
+pub use state::{AppInner, AppState, Constraints, ModelFacts, Shutdown};
 pub use validation::Limits;

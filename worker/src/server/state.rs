@@ -2,7 +2,7 @@
 //! tokenizer, the served model's facts, the limits, the metrics and the
 //! shutdown trigger.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use tokio::sync::watch;
@@ -73,12 +73,15 @@ impl Shutdown {
 #[derive(Clone)]
 pub struct AppState(Arc<AppInner>);
 
+/// The constraint compiler once built ([`OnceLock::wait`] until then).
+pub type Constraints = Arc<OnceLock<Result<Arc<Compiler>, String>>>;
+
 pub struct AppInner {
     pub engine: EngineHandle,
     pub tokenizer: Arc<Tokenizer>,
     /// The compiler of constrained requests (issue #43), or why this model
-    /// has none.
-    pub constraints: Result<Arc<Compiler>, String>,
+    /// has none: built beside serving, so readiness does not wait for it.
+    pub constraints: Constraints,
     pub model: ModelFacts,
     pub limits: Limits,
     pub metrics: Arc<Metrics>,

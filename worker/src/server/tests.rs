@@ -96,9 +96,9 @@ async fn start(backend: ScriptedBackend, opts: Opts) -> Harness {
     .unwrap();
     let state = AppState::new(AppInner {
         engine: engine.handle(),
-        constraints: Ok(Arc::new(
+        constraints: Arc::new(std::sync::OnceLock::from(Ok(Arc::new(
             Compiler::new(&tokenizer, BYTE_VOCAB_SIZE).expect("a byte vocabulary compiles"),
-        )),
+        )))),
         tokenizer,
         model: ModelFacts {
             worker_id: "0b8b5a63-3c0d-4f6e-9a51-2d6a3f1f9c11".into(),

@@ -8,7 +8,7 @@
 //! `max_tokens` as i64, ...) so that an out-of-range value gets a message
 //! naming the rule instead of a JSON type error.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::Deserialize;
 
@@ -543,12 +543,14 @@ impl ValidExecuteRequest {
     /// reason under the field that carried it.
     pub fn compile_constraint(
         &mut self,
-        compiler: &Result<Arc<Compiler>, String>,
+        compiler: &OnceLock<Result<Arc<Compiler>, String>>,
     ) -> Result<(), ValidationErrors> {
         let Some(spec) = &self.constraint else {
             return Ok(());
         };
-        let compiled = match compiler {
+        // Built at start-up beside serving: only the first constrained
+        // requests of a worker can wait for it, for well under a second.
+        let compiled = match compiler.wait() {
             Ok(c) => c.compile(spec).map_err(|e| e.to_string()),
             Err(why) => Err(format!("cannot be enforced on this model: {why}")),
         };
