@@ -306,6 +306,11 @@ impl Generation {
         self.sampler.draw()
     }
 
+    /// Whether the job's output is constrained (issue #43).
+    pub fn is_constrained(&self) -> bool {
+        self.constraint.is_some()
+    }
+
     /// Works out the tokens the job's constraint allows next (before each
     /// [`Generation::request`]; nothing without a constraint). On the GPU
     /// this runs while the device computes the step it is for.

@@ -155,15 +155,10 @@ fn sample<O: GenerationObserver>(
     let mut ready: Vec<usize> = (0..members.len())
         .filter(|&i| !members[i].gen.prefilling() && !is_gone(ended, i))
         .collect();
-    // Constrained jobs' masks: the device is still computing the step (queued
-    // in the last round), so this host work overlaps it.
-    ready.retain(|&i| match guarded(|| members[i].gen.constrain()) {
-        Ok(()) => true,
-        Err(e) => {
-            ended.push((i, Err(e)));
-            false
-        }
-    });
+    for (i, e) in constrain(members, &ready) {
+        ready.retain(|&j| j != i);
+        ended.push((i, Err(e)));
+    }
     let mut sampled = Vec::new();
     if ready.is_empty() {
         return sampled;
@@ -201,6 +196,27 @@ fn sample<O: GenerationObserver>(
         Err(e) => ended.extend(ready.iter().map(|&i| (i, Err(e.clone())))),
     }
     sampled
+}
+
+/// The masks of the constrained jobs among `ready`, one job per thread of
+/// rayon's pool (each job's own grammar, so the order does not matter): the
+/// device is still computing the step queued in the last round, so this host
+/// work overlaps it. Returns the jobs whose constraint failed.
+fn constrain<O>(members: &mut [Member<O>], ready: &[usize]) -> Vec<(usize, GenerationError)> {
+    use rayon::prelude::*;
+    let mut gens: Vec<(usize, &mut Generation)> = members
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, m)| m.gen.is_constrained() && ready.contains(i))
+        .map(|(i, m)| (i, &mut m.gen))
+        .collect();
+    let run = |(i, gen): &mut (usize, &mut Generation)| {
+        guarded(|| gen.constrain()).err().map(|e| (*i, e))
+    };
+    if gens.len() < 2 {
+        return gens.iter_mut().filter_map(run).collect();
+    }
+    gens.par_iter_mut().filter_map(run).collect()
 }
 
 /// One decode step of `step`'s rows; on failure each of its jobs ends with
@@ -419,9 +435,15 @@ mod tests {
             let text: String = seen.0.iter().map(|t| t.text.as_str()).collect();
             assert!(rx(&text), "{text:?} at temperature {temperature}");
             assert_eq!(summary.stop_reason, StopReason::Eos, "{text:?}");
-            // In a round with an unconstrained job: the same tokens.
-            let mut backend = ScriptedBackend::new(script.clone(), BYTE_VOCAB_SIZE).with_slots(2);
-            let mut members = [request(temperature, seed), run_hi_request()].map(|r| {
+            // In a round with an unconstrained job and a twin (two masks, worked
+            // out in parallel): the same tokens.
+            let mut backend = ScriptedBackend::new(script.clone(), BYTE_VOCAB_SIZE).with_slots(3);
+            let jobs = [
+                request(temperature, seed),
+                run_hi_request(),
+                request(temperature, seed),
+            ];
+            let mut members = jobs.map(|r| {
                 let mut gen = Generation::new(r, false);
                 gen.begin(&mut backend).unwrap();
                 Member {
@@ -430,16 +452,13 @@ mod tests {
                 }
             });
             let mut done = 0;
-            while done < 2 {
+            while done < 3 {
                 done += round(&mut backend, &tokenizer, &mut members).ended.len();
             }
-            let shared: String = members[0]
-                .observer
-                .0
-                .iter()
-                .map(|t| t.text.as_str())
-                .collect();
-            assert_eq!(shared, text);
+            for m in [&members[0], &members[2]] {
+                let shared: String = m.observer.0.iter().map(|t| t.text.as_str()).collect();
+                assert_eq!(shared, text);
+            }
         }
     }
 
