@@ -14,7 +14,7 @@ use cucumber::when;
 use serde_json::{json, Value};
 
 use crate::check;
-use crate::steps::{docstring, StepResult};
+use crate::steps::{json_docstring, StepResult};
 use crate::world::TestWorld;
 
 /// The events of an SSE body: `(event name, data as JSON)`.
@@ -55,9 +55,7 @@ async fn post(w: &TestWorld, body: &Value) -> anyhow::Result<(u16, String)> {
 /// The docstring as JSON, `model` set to the served model's id unless it
 /// names one.
 async fn request(w: &mut TestWorld, step: &Step) -> anyhow::Result<Value> {
-    let text = w.expand(docstring(step)?)?;
-    let mut body: Value =
-        serde_json::from_str(&text).with_context(|| format!("docstring is not JSON: {text}"))?;
+    let mut body = json_docstring(w, step)?;
     if body.get("model").is_none() {
         let models: Value = w.client()?.get("/v1/models").await?.json()?;
         body["model"] = models["data"][0]["id"].clone();

@@ -30,6 +30,8 @@ use std::fmt;
 
 use cucumber::gherkin::Step;
 
+use crate::world::TestWorld;
+
 pub use params::quoted_list;
 
 /// A step failure; shows the whole anyhow chain (cucumber prints it with `{}`).
@@ -66,6 +68,13 @@ pub fn docstring(step: &Step) -> anyhow::Result<&str> {
         .as_deref()
         .map(str::trim)
         .ok_or_else(|| anyhow::anyhow!("step needs a docstring"))
+}
+
+/// The step's docstring, expanded, as JSON (a request body).
+pub fn json_docstring(w: &mut TestWorld, step: &Step) -> anyhow::Result<serde_json::Value> {
+    use anyhow::Context;
+    let text = w.expand(docstring(step)?)?;
+    serde_json::from_str(&text).with_context(|| format!("docstring is not JSON: {text}"))
 }
 
 /// The rows of a step's table as maps from header to cell.

@@ -6,7 +6,7 @@
 //! type (so a field the client cannot express fails the step); `model` is
 //! filled in from the client's `GET /v1/models`.
 
-use anyhow::{anyhow, Context};
+use anyhow::anyhow;
 use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
 use async_openai::types::chat::{CreateChatCompletionRequest, CreateChatCompletionResponse};
@@ -18,7 +18,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 
 use crate::check;
-use crate::steps::{docstring, StepResult};
+use crate::steps::{json_docstring, StepResult};
 use crate::world::{Answer, TestWorld, JOB_TIMEOUT};
 
 pub(super) fn client(w: &TestWorld) -> anyhow::Result<Client<OpenAIConfig>> {
@@ -32,9 +32,7 @@ pub(super) fn client(w: &TestWorld) -> anyhow::Result<Client<OpenAIConfig>> {
 
 /// The docstring as JSON with `model` set to the served model's id.
 pub(super) async fn request(w: &mut TestWorld, step: &Step) -> anyhow::Result<Value> {
-    let text = w.expand(docstring(step)?)?;
-    let mut body: Value =
-        serde_json::from_str(&text).with_context(|| format!("docstring is not JSON: {text}"))?;
+    let mut body = json_docstring(w, step)?;
     let models = client(w)?.models().list().await?;
     let id = models
         .data

@@ -9,14 +9,8 @@ use cucumber::{then, when};
 use serde_json::{json, Value};
 
 use crate::check;
-use crate::steps::{docstring, StepResult};
+use crate::steps::{json_docstring, StepResult};
 use crate::world::{job_id, TestWorld};
-
-/// The docstring, expanded, as a JSON body.
-fn body(w: &mut TestWorld, step: &Step) -> anyhow::Result<Value> {
-    let text = w.expand(docstring(step)?)?;
-    serde_json::from_str(&text).with_context(|| format!("docstring is not JSON: {text}"))
-}
 
 /// `text` as JSON, and every way `schema` finds it invalid (none: valid).
 fn schema_errors(schema: &Value, text: &str) -> anyhow::Result<Vec<String>> {
@@ -33,7 +27,7 @@ fn schema_errors(schema: &Value, text: &str) -> anyhow::Result<Vec<String>> {
 /// that follow (the runs of an earlier such step are forgotten).
 #[when(expr = "I run this job with seeds {int} to {int}:")]
 async fn run_seeds(w: &mut TestWorld, from: u64, to: u64, step: &Step) -> StepResult {
-    let b = body(w, step)?;
+    let b = json_docstring(w, step)?;
     let base = job_id(&b);
     w.stream.repeat_ids.clear();
     for seed in from..=to {
@@ -95,12 +89,9 @@ async fn runs_match(w: &mut TestWorld) -> StepResult {
     expr = "a chat under this response_format gives JSON its schema validates with seeds {int} to {int}:"
 )]
 async fn chat_response_format(w: &mut TestWorld, from: u64, to: u64, step: &Step) -> StepResult {
-    let mut b = body(w, step)?;
-    let client = w.client()?;
-    let models: Value = client.get("/v1/models").await?.json()?;
-    b["model"] = models["data"][0]["id"].clone();
+    let mut b = super::openai::request(w, step).await?;
     let schema = b["response_format"]["json_schema"]["schema"].clone();
-    let url = format!("{}/v1/chat/completions", client.base());
+    let url = format!("{}/v1/chat/completions", w.client()?.base());
     for seed in from..=to {
         b["seed"] = json!(seed);
         let reply: Value = reqwest::Client::new()

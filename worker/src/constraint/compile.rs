@@ -1,6 +1,7 @@
 //! Specs to grammars: compiled once per distinct spec, refused with the
 //! compiler's reason, each bounded in size and in the work it may take.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -43,10 +44,10 @@ impl Spec {
     }
 
     /// The spec's text: what its size is judged by and its hash is taken of.
-    fn text(&self) -> String {
+    fn text(&self) -> Cow<'_, str> {
         match self {
-            Spec::JsonSchema(v) => v.to_string(),
-            Spec::Regex(s) | Spec::Lark(s) => s.clone(),
+            Spec::JsonSchema(v) => Cow::Owned(v.to_string()),
+            Spec::Regex(s) | Spec::Lark(s) => Cow::Borrowed(s),
         }
     }
 

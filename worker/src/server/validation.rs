@@ -253,12 +253,12 @@ pub struct CheckedRequest {
 /// the stop strings' token counts, but not the prompt's tokenization (which
 /// grows with the prompt: milliseconds for a long one).
 pub fn check_fields(
-    req: ExecuteRequest,
+    mut req: ExecuteRequest,
     limits: &Limits,
     tokenizer: &Tokenizer,
 ) -> Result<CheckedRequest, ValidationErrors> {
     let mut errs = Collector(Vec::new());
-    let constraint = check_constraint(&mut errs, &req, tokenizer);
+    let constraint = check_constraint(&mut errs, &mut req, tokenizer);
 
     let job_id = match req.job_id {
         None => {
@@ -567,23 +567,24 @@ impl ValidExecuteRequest {
     }
 }
 
-/// `json_schema`, `regex` and `grammar`: at most one, and one the job can
-/// keep to (compiling it is the caller's, after validation).
+/// `json_schema`, `regex` and `grammar` (taken out of `req`): at most one,
+/// and one the job can keep to (compiling it is the caller's, after
+/// validation).
 fn check_constraint(
     errs: &mut Collector,
-    req: &ExecuteRequest,
+    req: &mut ExecuteRequest,
     tokenizer: &Tokenizer,
 ) -> Option<Spec> {
     let mut given = Vec::new();
-    if let Some(schema) = &req.json_schema {
+    if let Some(schema) = req.json_schema.take() {
         if schema.is_object() || schema.is_boolean() {
-            given.push(Spec::JsonSchema(schema.clone()));
+            given.push(Spec::JsonSchema(schema));
         } else {
             errs.add("json_schema", "must be a JSON Schema (an object)");
         }
     }
-    given.extend(req.regex.clone().map(Spec::Regex));
-    given.extend(req.grammar.clone().map(Spec::Lark));
+    given.extend(req.regex.take().map(Spec::Regex));
+    given.extend(req.grammar.take().map(Spec::Lark));
     if given.len() > 1 {
         errs.add(
             given[1].field(),

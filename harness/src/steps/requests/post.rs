@@ -11,25 +11,19 @@ use serde_json::{json, Value};
 use crate::check;
 use crate::client::Reply;
 use crate::steps::params::Header;
-use crate::steps::{docstring, StepResult};
+use crate::steps::{json_docstring, StepResult};
 use crate::world::{job_id, TestWorld, JOB_TIMEOUT};
-
-/// The step's docstring, expanded, as a JSON body.
-fn body(w: &mut TestWorld, step: &Step) -> anyhow::Result<Value> {
-    let text = w.expand(docstring(step)?)?;
-    serde_json::from_str(&text).with_context(|| format!("docstring is not JSON: {text}"))
-}
 
 #[when(expr = "I run the job:")]
 async fn run_job(w: &mut TestWorld, step: &Step) -> StepResult {
-    let b = body(w, step)?;
+    let b = json_docstring(w, step)?;
     w.run_job(b).await?;
     Ok(())
 }
 
 #[when(expr = "I start the job:")]
 async fn start_job(w: &mut TestWorld, step: &Step) -> StepResult {
-    let b = body(w, step)?;
+    let b = json_docstring(w, step)?;
     let id = job_id(&b);
     w.post_job(b, &[]).await?;
     check!(
@@ -42,7 +36,7 @@ async fn start_job(w: &mut TestWorld, step: &Step) -> StepResult {
 
 #[when(expr = "I run this job {int} times:")]
 async fn run_n(w: &mut TestWorld, n: usize, step: &Step) -> StepResult {
-    let b = body(w, step)?;
+    let b = json_docstring(w, step)?;
     let base = job_id(&b);
     for k in 1..=n {
         let mut bk = b.clone();
@@ -75,7 +69,7 @@ async fn post_and_finish(w: &mut TestWorld, b: Value, headers: &[(&str, &str)]) 
 
 #[when(expr = "I post to \\/execute{header}:")]
 async fn post_execute(w: &mut TestWorld, header: Header, step: &Step) -> StepResult {
-    let b = body(w, step)?;
+    let b = json_docstring(w, step)?;
     match &header.0 {
         None => post_and_finish(w, b, &[]).await,
         Some((name, value)) => post_and_finish(w, b, &[(name, value)]).await,
@@ -90,7 +84,7 @@ async fn post_inline(w: &mut TestWorld, text: String) -> StepResult {
 
 /// The step's docstring, expanded, as a JSON array of job bodies.
 pub(super) fn job_list(w: &mut TestWorld, step: &Step) -> anyhow::Result<Vec<Value>> {
-    let list = body(w, step)?;
+    let list = json_docstring(w, step)?;
     list.as_array()
         .cloned()
         .ok_or_else(|| anyhow!("want a JSON array of job bodies"))

@@ -8,9 +8,10 @@
 
 use serde_json::{Map, Value};
 
-use super::types::{InputContent, InputItem, ResponsesInput, ResponsesRequest, TextFormat};
+use super::types::{InputContent, InputItem, ResponsesInput, ResponsesRequest};
 use crate::server::openai::error::OpenAiError;
 use crate::server::openai::request::{joined_text, Mapped, ReplyShape};
+use crate::server::openai::types::ResponseFormat;
 use crate::server::validation::{ExecuteRequest, MessageIn};
 
 /// What the answer repeats of the request.
@@ -105,7 +106,7 @@ pub fn map_responses(
         temperature: req.temperature,
         top_p: req.top_p,
         reasoning_effort: reasoning.effort,
-        json_schema: text.format.and_then(TextFormat::schema),
+        json_schema: text.format.and_then(|f| ResponseFormat::from(f).schema()),
         ..ExecuteRequest::default()
     };
     let shape = ReplyShape {

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use crate::server::openai::types::{JsonSchemaFormat, ResponseFormat};
+
 /// `input`: one user message as text, or a list of items.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 #[serde(untagged)]
@@ -59,31 +61,22 @@ pub struct TextParam {
     pub other: Map<String, Value>,
 }
 
-/// `text.format`: plain text, any JSON object, or JSON a schema validates.
+/// `text.format`: chat's `response_format` with the `json_schema` fields
+/// beside `type` rather than under `json_schema`.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum TextFormat {
     Text,
     JsonObject,
-    JsonSchema {
-        name: String,
-        description: Option<String>,
-        /// The JSON Schema; absent: any JSON value.
-        #[schema(value_type = Option<Object>)]
-        schema: Option<Value>,
-        strict: Option<bool>,
-    },
+    JsonSchema(JsonSchemaFormat),
 }
 
-impl TextFormat {
-    /// The schema `/execute` enforces for this format (`None`: plain text).
-    pub fn schema(self) -> Option<Value> {
-        match self {
-            TextFormat::Text => None,
-            TextFormat::JsonObject => Some(serde_json::json!({"type": "object"})),
-            TextFormat::JsonSchema { schema, .. } => {
-                Some(schema.unwrap_or_else(|| serde_json::json!({})))
-            }
+impl From<TextFormat> for ResponseFormat {
+    fn from(f: TextFormat) -> Self {
+        match f {
+            TextFormat::Text => ResponseFormat::Text,
+            TextFormat::JsonObject => ResponseFormat::JsonObject,
+            TextFormat::JsonSchema(json_schema) => ResponseFormat::JsonSchema { json_schema },
         }
     }
 }
