@@ -591,4 +591,17 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MASK_THREADS)
     const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n && !((allowed[i >> 5] >> (i & 31)) & 1u)) logits[i] = __int_as_float(0xff800000);  // -inf
 }
+
+// sample_bias (issue #43): a job's logit_bias and presence/frequency
+// penalties, one (id, delta bits) pair each in `pairs`, added to its logits
+// in place before the mask and the pipeline. The host sums each id's delta
+// once and sends the ids distinct (so no two threads touch one logit) and in
+// the vocabulary; one f32 add per logit, as on the CPU.
+#define SAMPLE_BIAS_THREADS 256
+extern "C" __global__ void __launch_bounds__(SAMPLE_BIAS_THREADS)
+    sample_bias(float* logits, u32 count, const u32* pairs) {
+    pdl_start();
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) logits[pairs[2 * i]] += __uint_as_float(pairs[2 * i + 1]);
+}
 #endif

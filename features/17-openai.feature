@@ -46,9 +46,9 @@ Feature: OpenAI-compatible API
       """
       {"messages": [{"role": "user", "content": "hi"}], "temperature": 3.5}
       """
-    And the async-openai client gets 400 naming "logit_bias" for:
+    And the async-openai client gets 400 naming "modalities" for:
       """
-      {"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"42": 5}}
+      {"messages": [{"role": "user", "content": "hi"}], "modalities": ["text", "audio"]}
       """
     And the async-openai client gets 404 for model "gpt-4o"
     And /openapi.json documents "/execute, /cancel, /health, /v1/chat/completions, /v1/completions, /v1/models"

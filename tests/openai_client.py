@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -172,6 +173,28 @@ def test_ignore_eos(client, model):
                                   extra_body={"ignore_eos": True})
     check(c.usage.completion_tokens == 40 and c.choices[0].finish_reason == "length",
           f"ignore_eos: completions give {c.usage.completion_tokens} of 40 tokens")
+
+
+def test_bias(client, model):
+    """logit_bias, presence_penalty and frequency_penalty as the client sends them: a +100 bias makes every
+    token that one, whole and streamed; the penalties cut a greedy repetition; a bad id is refused by name."""
+    comma = client.completions.create(model=model, prompt="Hello", max_tokens=6, temperature=1, seed=3,
+                                      logit_bias={"28": 100})
+    check(comma.choices[0].text == "," * 6, f"bias: +100 on token 28 gives {comma.choices[0].text!r}")
+    text, _, _, _ = chat_stream_text(client, model=model, messages=[{"role": "user", "content": "hi"}],
+                                     max_tokens=5, temperature=1, seed=4, logit_bias={"28": 100})
+    check(text == "," * 5, f"bias: the stream gives {text!r}")
+    prompt = "one one one one one one one one"
+    plain = client.completions.create(model=model, prompt=prompt, max_tokens=24, temperature=0)
+    pen = client.completions.create(model=model, prompt=prompt, max_tokens=24, temperature=0,
+                                    presence_penalty=2, frequency_penalty=2)
+    words = lambda c: re.findall(r"\w+", c.choices[0].text)
+    check(len(set(words(pen))) > len(set(words(plain))),
+          f"bias: penalties vary the text: {plain.choices[0].text!r} vs {pen.choices[0].text!r}")
+    e = expect(openai.BadRequestError, lambda: client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "hi"}], logit_bias={"99999999": 5}),
+        "errors: a logit_bias id outside the vocabulary")
+    check(e.param == "logit_bias", f"bias: the bad id names logit_bias ({e.param})")
 
 
 def test_errors(client, model):
@@ -368,6 +391,7 @@ def main():
         test_ignore_eos(client, model)
         test_reasoning_effort(client, model)
         test_errors(client, model)
+        test_bias(client, model)
         test_tools(client, model)
         test_responses(client, model)
         test_queue_full(base, model)

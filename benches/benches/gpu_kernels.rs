@@ -203,6 +203,7 @@ fn bench_sampling(c: &mut Criterion, dev: &Arc<CudaDevice>, vocab: usize) {
             uniform,
             logprobs: 0,
             mask: None,
+            bias: &[],
         };
         // `sample` returns after copying the id back: each call is synchronous.
         g.bench_function(name, |b| b.iter(|| sampler.sample(&req).unwrap().id));

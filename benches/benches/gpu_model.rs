@@ -38,6 +38,7 @@ fn pick(backend: &mut dyn Backend, seq: SeqId) -> u32 {
         uniform: None,
         logprobs: 0,
         mask: None,
+        bias: &[],
     };
     sample_one(backend, seq, &req).expect("sample").id
 }

@@ -250,6 +250,7 @@ fn free_running(set: &GoldenSet) {
             ignore_eos: false,
             accepted_at: None,
             constraint: None,
+            bias: Default::default(),
         };
         let mut got = Collect(Vec::new());
         generate(model.backend.as_mut(), &model.tokenizer, &req, &mut got).unwrap();

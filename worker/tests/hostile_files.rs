@@ -52,6 +52,7 @@ fn one_step(model: &mut LoadedModel) {
             uniform: None,
             logprobs: 3,
             mask: None,
+            bias: &[],
         };
         let _ = model.backend.sample(&[(seq, req)]);
     }

@@ -7,6 +7,7 @@
 //! - `model`: tokenizer and llama.cpp goldens, the haiku, parity logs, CPU-vs-CUDA;
 //! - `openai`: the OpenAI-compatible routes through the `async-openai` client;
 //! - `structured`: output under a JSON Schema, a regex or a grammar (issue 43);
+//! - `bias`: `logit_bias` and the presence and frequency penalties (issue 43);
 //! - `budgets`: measurements against budgets.yaml (`@bench`);
 //! - `workspace`: unit tests, source checks, cargo and nested harness runs.
 //!
@@ -15,6 +16,7 @@
 //! A `/` in an expression is an alternation, so literal slashes are written `\/`.
 
 pub mod anthropic;
+pub mod bias;
 pub mod budgets;
 pub mod model;
 pub mod observe;

@@ -1,8 +1,10 @@
 //! The contract every `Backend` keeps (M0-W-1052), one generic check that
 //! each backend's tests run on a small synthetic model.
 
-use crate::backend::{apply_mask, sample_one, Backend, Checkpoints, Logits, SampleRequest, SeqId};
-use crate::sampling::{argmax, draws_away_from_boundaries, select, top_logprobs, SamplingParams};
+use crate::backend::{adjust, sample_one, Backend, Checkpoints, Logits, SampleRequest, SeqId};
+use crate::sampling::{
+    argmax, draws_away_from_boundaries, select, top_logprobs, SamplingParams, TokenLogprob,
+};
 
 fn rel_diff(a: &[f32], b: &[f32]) -> f64 {
     let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
@@ -83,6 +85,7 @@ pub(crate) fn check_backend_contract(b: &mut dyn Backend, vocab: usize) {
 
     check_sampling(b);
     check_masked_sampling(b);
+    check_biased_sampling(b);
 
     assert_eq!(b.len(s), 0, "a closed sequence has no positions");
     assert_eq!(b.memory_use().kv_cache, 0, "close frees the KV cache");
@@ -117,6 +120,7 @@ fn check_sample_rows(b: &mut dyn Backend, seqs: &[SeqId]) {
         uniform,
         logprobs,
         mask: None,
+        bias: &[],
     };
     let rows = [
         (seqs[2], req(&drawn, Some(0.37), 3)),
@@ -146,6 +150,7 @@ fn fingerprint(b: &mut dyn Backend, seq: SeqId) -> (u32, Vec<(u32, u32)>) {
         uniform: None,
         logprobs: 20,
         mask: None,
+        bias: &[],
     };
     let s = sample_one(b, seq, &req).unwrap();
     let top = s
@@ -293,6 +298,7 @@ fn check_sampling(b: &mut dyn Backend) {
         uniform,
         logprobs,
         mask: None,
+        bias: &[],
     };
 
     let s = b.open(8).unwrap();
@@ -371,42 +377,26 @@ fn check_masked_sampling(b: &mut dyn Backend) {
         repetition_penalty: 1.2,
         ..SamplingParams::default()
     };
-    let greedy = SamplingParams {
-        temperature: 0.0,
-        ..SamplingParams::default()
-    };
+    let greedy = greedy_params();
     let generated = [1u32, 2];
-    let s = b.open(8).unwrap();
-    let mut host = Vec::new();
-    b.forward(s, &[1, 2, 3], Logits::Last, &mut host, None)
-        .unwrap();
+    let (s, host, ranked) = ranked_logits(b, &[1, 2, 3]);
     // The five least likely tokens and one in the middle: the mask decides.
-    let mut ranked: Vec<u32> = (0..host.len() as u32).collect();
-    ranked.sort_by(|&x, &y| host[x as usize].total_cmp(&host[y as usize]));
     let mut bits = vec![0u32; host.len().div_ceil(32)];
     for &id in ranked[..5].iter().chain([&ranked[host.len() / 2]]) {
         bits[id as usize / 32] |= 1 << (id % 32);
     }
-    let masked = apply_mask(&host, &bits).unwrap();
+    let masked = adjust(&host, &[], Some(&bits)).unwrap();
     let req = |params, uniform, logprobs| SampleRequest {
         params,
         generated: &generated,
         uniform,
         logprobs,
         mask: Some(&bits),
+        bias: &[],
     };
     let g = sample_one(b, s, &req(&greedy, None, 4)).unwrap();
     assert_eq!(g.id, ranked[host.len() / 2], "greedy among the allowed");
-    let expected = top_logprobs(&masked, 4);
-    for (g, c) in g.logprobs.iter().zip(&expected) {
-        assert_eq!(g.id, c.id);
-        assert!(
-            (g.logprob - c.logprob).abs() < 1e-5,
-            "{} vs {}",
-            g.logprob,
-            c.logprob
-        );
-    }
+    assert_logprobs(&g.logprobs, &top_logprobs(&masked, 4));
     let grid = (0..20).map(|i| (f64::from(i) + 0.5) / 20.0);
     for u in draws_away_from_boundaries(&masked, &generated, &drawn, grid, 1e-6) {
         let id = sample_one(b, s, &req(&drawn, Some(u), 0)).unwrap().id;
@@ -425,4 +415,103 @@ fn check_masked_sampling(b: &mut dyn Backend) {
         "a mask of the wrong length"
     );
     b.close(s);
+}
+
+/// Additive biases (issue #43: `logit_bias`, presence and frequency
+/// penalties): the choice and the log-probabilities are those of the logits
+/// with each delta added, as `backend::adjust` adds them, greedy and drawn,
+/// under a mask too; a list out of order or out of the vocabulary is refused.
+fn check_biased_sampling(b: &mut dyn Backend) {
+    let drawn = SamplingParams {
+        temperature: 0.8,
+        top_k: 40,
+        ..SamplingParams::default()
+    };
+    let greedy = greedy_params();
+    let generated = [4u32, 9];
+    let (s, host, mut ranked) = ranked_logits(b, &[3, 1, 4]);
+    ranked.reverse(); // most likely first
+    let (top, last) = (ranked[0], ranked[host.len() - 1]);
+    let lift = host[top as usize] - host[last as usize] + 1.5;
+    // The least likely token lifted above the top one, the top one lowered,
+    // and the third made a near tie of the second.
+    let mut bias = vec![
+        (last, lift),
+        (top, -0.75),
+        (
+            ranked[2],
+            host[ranked[1] as usize] - host[ranked[2] as usize],
+        ),
+    ];
+    bias.sort_unstable_by_key(|&(id, _)| id);
+    let biased = adjust(&host, &bias, None).unwrap();
+    let req = |params, uniform, logprobs, mask| SampleRequest {
+        params,
+        generated: &generated,
+        uniform,
+        logprobs,
+        mask,
+        bias: &bias,
+    };
+    let g = sample_one(b, s, &req(&greedy, None, 5, None)).unwrap();
+    assert_eq!(g.id, last, "the lifted token is the greedy choice");
+    assert_logprobs(&g.logprobs, &top_logprobs(&biased, 5));
+    let grid = (0..20).map(|i| (f64::from(i) + 0.5) / 20.0);
+    for u in draws_away_from_boundaries(&biased, &generated, &drawn, grid, 1e-6) {
+        let id = sample_one(b, s, &req(&drawn, Some(u), 0, None)).unwrap().id;
+        assert_eq!(id, select(&biased, &generated, &drawn, Some(u)), "u = {u}");
+    }
+    // Under a mask that excludes the lifted token, the bias still orders the rest.
+    let mut bits = vec![u32::MAX; host.len().div_ceil(32)];
+    bits[last as usize / 32] &= !(1 << (last % 32));
+    let both = adjust(&host, &bias, Some(&bits)).unwrap();
+    let m = sample_one(b, s, &req(&greedy, None, 0, Some(&bits))).unwrap();
+    assert_eq!(m.id, argmax(&both));
+    assert_ne!(m.id, last);
+    let mut refused = |bad: &[(u32, f32)]| {
+        let r = SampleRequest {
+            bias: bad,
+            ..req(&greedy, None, 0, None)
+        };
+        sample_one(b, s, &r).is_err()
+    };
+    assert!(refused(&[(5, 1.0), (2, 1.0)]), "ids out of order");
+    assert!(refused(&[(2, 1.0), (2, 1.0)]), "an id twice");
+    assert!(
+        refused(&[(host.len() as u32, 1.0)]),
+        "an id past the vocabulary"
+    );
+    b.close(s);
+}
+
+fn greedy_params() -> SamplingParams {
+    SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    }
+}
+
+/// A new sequence fed `tokens`, its last logits, and the token ids from the
+/// least likely to the most.
+fn ranked_logits(b: &mut dyn Backend, tokens: &[u32]) -> (SeqId, Vec<f32>, Vec<u32>) {
+    let s = b.open(8).unwrap();
+    let mut host = Vec::new();
+    b.forward(s, tokens, Logits::Last, &mut host, None).unwrap();
+    let mut ranked: Vec<u32> = (0..host.len() as u32).collect();
+    ranked.sort_by(|&x, &y| host[x as usize].total_cmp(&host[y as usize]));
+    (s, host, ranked)
+}
+
+/// The same ids in the same order, each log-probability within 1e-5.
+fn assert_logprobs(got: &[TokenLogprob], want: &[TokenLogprob]) {
+    assert_eq!(got.len(), want.len());
+    for (g, c) in got.iter().zip(want) {
+        assert_eq!(g.id, c.id);
+        assert!(
+            (g.logprob - c.logprob).abs() < 1e-5,
+            "{} vs {}",
+            g.logprob,
+            c.logprob
+        );
+    }
 }

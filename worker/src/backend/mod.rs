@@ -114,6 +114,11 @@ pub struct SampleRequest<'a> {
     /// sampling pipeline, so the choice and the log-probabilities are those
     /// of the allowed tokens alone. `None`: every token.
     pub mask: Option<&'a [u32]>,
+    /// Added to the logits before the sampling pipeline (and before `mask`):
+    /// `(id, delta)`, ids distinct and in the vocabulary (OpenAI's
+    /// `logit_bias`, presence and frequency penalties; see
+    /// [`crate::sampling::LogitBias`]).
+    pub bias: &'a [(u32, f32)],
 }
 
 /// The token [`Backend::sample`] chose.
@@ -144,13 +149,12 @@ pub fn sample_on_host(
             req.logprobs
         )));
     }
-    let masked;
-    let logits = match req.mask {
-        Some(bits) => {
-            masked = apply_mask(logits, bits)?;
-            &masked[..]
-        }
-        None => logits,
+    let adjusted;
+    let logits = if req.mask.is_some() || !req.bias.is_empty() {
+        adjusted = adjust(logits, req.bias, req.mask)?;
+        &adjusted[..]
+    } else {
+        logits
     };
     let id = selector.select(logits, req.generated, req.params, req.uniform);
     let logprobs = if req.logprobs > 0 {
@@ -161,10 +165,23 @@ pub fn sample_on_host(
     Ok(SampledToken { id, logprobs })
 }
 
-/// [`Backend::sample`] of backends that keep each sequence's last logits on
-/// the host: [`sample_on_host`] for each row, in order.
-/// `logits` with every token the mask does not allow at -inf.
-pub fn apply_mask(logits: &[f32], bits: &[u32]) -> Result<Vec<f32>, BackendError> {
+/// `logits` with `bias` added, then every token `mask` does not allow at
+/// -inf: what the GPU's `sample_bias` and `sample_mask` leave. A bias list
+/// whose ids are not ascending and distinct, or out of the vocabulary, is a
+/// caller's bug on every backend (the GPU adds them in parallel).
+pub fn adjust(
+    logits: &[f32],
+    bias: &[(u32, f32)],
+    mask: Option<&[u32]>,
+) -> Result<Vec<f32>, BackendError> {
+    check_bias(bias, logits.len())?;
+    let mut out = logits.to_vec();
+    for &(id, delta) in bias {
+        out[id as usize] += delta;
+    }
+    let Some(bits) = mask else {
+        return Ok(out);
+    };
     if bits.len() != logits.len().div_ceil(32) {
         return Err(BackendError::CallerBug(format!(
             "a mask of {} words for {} logits",
@@ -172,19 +189,30 @@ pub fn apply_mask(logits: &[f32], bits: &[u32]) -> Result<Vec<f32>, BackendError
             logits.len()
         )));
     }
-    Ok(logits
-        .iter()
-        .enumerate()
-        .map(|(id, &x)| {
-            if bits[id / 32] & (1 << (id % 32)) != 0 {
-                x
-            } else {
-                f32::NEG_INFINITY
-            }
-        })
-        .collect())
+    for (id, x) in out.iter_mut().enumerate() {
+        if bits[id / 32] & (1 << (id % 32)) == 0 {
+            *x = f32::NEG_INFINITY;
+        }
+    }
+    Ok(out)
 }
 
+/// Checks that a bias list's ids are ascending, distinct and below `vocab`.
+pub fn check_bias(bias: &[(u32, f32)], vocab: usize) -> Result<(), BackendError> {
+    let ascending = bias.windows(2).all(|w| w[0].0 < w[1].0);
+    match bias.last() {
+        Some(&(id, _)) if !ascending || id as usize >= vocab => {
+            Err(BackendError::CallerBug(format!(
+                "a bias list of {} ids (ascending: {ascending}, last {id}) for {vocab} logits",
+                bias.len()
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// [`Backend::sample`] of backends that keep each sequence's last logits on
+/// the host: [`sample_on_host`] for each row, in order.
 pub fn sample_rows_on_host<S>(
     seqs: &mut Slots<S>,
     selector: &mut Selector,

@@ -252,6 +252,7 @@ fn finish(backend: &mut dyn Backend, seq: SeqId, greedy: &SamplingParams) -> any
         uniform: None,
         logprobs: 0,
         mask: None,
+        bias: &[],
     };
     Ok(sample_one(backend, seq, &req)?.id)
 }

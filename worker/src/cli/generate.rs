@@ -133,6 +133,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         ignore_eos: false,
         accepted_at: None,
         constraint: None,
+        bias: Default::default(),
     };
     let mut printer = Printer {
         tokenizer: &tokenizer,

@@ -17,7 +17,7 @@ use crate::backend::{
 };
 use crate::constraint::{Constraint, ConstraintError, Grammar};
 use crate::engine::stop::{StopMatcher, StopOutcome};
-use crate::sampling::{top_logprobs, Sampler, SamplingParams, TokenLogprob};
+use crate::sampling::{top_logprobs, BiasState, LogitBias, Sampler, SamplingParams, TokenLogprob};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 
 /// A validated job, ready to run.
@@ -40,6 +40,8 @@ pub struct GenerationRequest {
     /// What the output must match (issue #43): each token is chosen among
     /// those the grammar allows next, and the job ends when it is complete.
     pub constraint: Option<Arc<Grammar>>,
+    /// `logit_bias` and the presence and frequency penalties (issue #43).
+    pub bias: LogitBias,
 }
 
 impl GenerationRequest {
@@ -193,6 +195,7 @@ pub struct Generation {
     stream: StreamDecoder,
     stops: StopMatcher,
     constraint: Option<Constraint>,
+    bias: BiasState,
     generated: Vec<u32>,
     first_token_ms: u64,
     decode_started: Instant,
@@ -206,6 +209,7 @@ impl Generation {
             sampler: Sampler::new(req.sampling.clone()),
             stops: StopMatcher::new(req.stop.clone()),
             constraint: req.constraint.as_deref().map(Constraint::new),
+            bias: BiasState::new(req.bias.clone()),
             generated: Vec::with_capacity(req.max_tokens),
             req,
             seq: None,
@@ -330,6 +334,7 @@ impl Generation {
             uniform,
             logprobs: self.req.logprobs,
             mask: self.constraint.as_ref().map(Constraint::bits),
+            bias: self.bias.deltas(),
         }
     }
 
@@ -369,6 +374,7 @@ impl Generation {
             self.generated.pop();
             return Ok((Sampled::Eos, parity));
         }
+        self.bias.push(id);
         let token = SampledId {
             index,
             id,

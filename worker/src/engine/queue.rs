@@ -258,6 +258,7 @@ mod tests {
                 ignore_eos: false,
                 accepted_at: None,
                 constraint: None,
+                bias: Default::default(),
             },
             accepted_at: Instant::now(),
             prompt: PromptFacts::default(),

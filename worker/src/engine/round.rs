@@ -307,6 +307,7 @@ mod tests {
             ignore_eos,
             accepted_at: None,
             constraint: None,
+            bias: Default::default(),
         };
         let mut seen = Collect(Vec::new());
         let summary = generate(&mut backend, &byte_tokenizer(), &req, &mut seen).unwrap();
@@ -329,6 +330,7 @@ mod tests {
                 ignore_eos: true,
                 accepted_at: None,
                 constraint: None,
+                bias: Default::default(),
             };
             generate(
                 &mut backend,
@@ -367,6 +369,7 @@ mod tests {
                 ignore_eos: false,
                 accepted_at: None,
                 constraint: None,
+                bias: Default::default(),
             };
             let mut seen = Collect(Vec::new());
             let summary = generate(&mut backend, &byte_tokenizer(), &req, &mut seen).unwrap();
@@ -420,6 +423,7 @@ mod tests {
             ignore_eos: false,
             accepted_at: None,
             constraint: Some(grammar.clone()),
+            bias: Default::default(),
         };
         let script: Vec<u32> = b"hello".iter().map(|&b| b as u32).collect();
         let rx = |text: &str| {
@@ -472,6 +476,7 @@ mod tests {
             ignore_eos: false,
             accepted_at: None,
             constraint: None,
+            bias: Default::default(),
         }
     }
 }

@@ -59,11 +59,13 @@
 //! sequential walk only when `u × total` lies within f64 rounding of a
 //! boundary.)
 
+mod bias;
 mod logprobs;
 mod select;
 #[cfg(test)]
 mod tests;
 
+pub use bias::{BiasState, LogitBias};
 pub use logprobs::{argmax, top_logprobs, TokenLogprob};
 
 use rand::{Rng, SeedableRng};

@@ -14,10 +14,11 @@ use serde::Deserialize;
 
 use crate::constraint::{Compiler, Grammar, Spec};
 use crate::engine::generate::GenerationRequest;
-use crate::sampling::SamplingParams;
+use crate::sampling::{LogitBias, SamplingParams};
 use crate::telemetry::logging::sha256_hex;
 use crate::tokenizer::Tokenizer;
 
+mod bias;
 mod messages;
 
 pub use messages::{
@@ -71,6 +72,15 @@ pub struct ExecuteRequest {
     pub top_k: Option<i64>,
     pub repetition_penalty: Option<f64>,
     pub min_p: Option<f64>,
+    /// Issue #43: OpenAI's presence penalty, -2 to 2 (0: off): a token's
+    /// logit is lowered by this once it has been generated.
+    pub presence_penalty: Option<f64>,
+    /// Issue #43: OpenAI's frequency penalty, -2 to 2 (0: off): a token's
+    /// logit is lowered by this for each time it has been generated.
+    pub frequency_penalty: Option<f64>,
+    /// Issue #43: token id (a decimal string, as OpenAI sends it) → a bias
+    /// of -100 to 100 added to its logit at every step.
+    pub logit_bias: Option<std::collections::BTreeMap<String, f64>>,
     pub stop: Option<Vec<String>>,
     pub seed: Option<i128>,
     pub logprobs: Option<i64>,
@@ -127,6 +137,8 @@ pub struct ValidExecuteRequest {
     pub constraint: Option<Spec>,
     /// `constraint` compiled (by the caller, which holds the compiler).
     pub grammar: Option<Arc<Grammar>>,
+    /// `logit_bias` and the presence and frequency penalties.
+    pub bias: LogitBias,
 }
 
 impl ValidExecuteRequest {
@@ -140,6 +152,7 @@ impl ValidExecuteRequest {
             ignore_eos: self.ignore_eos,
             accepted_at: None,
             constraint: self.grammar.clone(),
+            bias: self.bias.clone(),
         }
     }
 }
@@ -247,6 +260,7 @@ pub struct CheckedRequest {
     logprobs: usize,
     ignore_eos: bool,
     constraint: Option<Spec>,
+    bias: LogitBias,
 }
 
 /// The cheap half of [`validate`]: every field's rule, the chat template and
@@ -350,6 +364,16 @@ pub fn check_fields(
         DEFAULT_REPETITION_PENALTY,
     );
     let min_p = errs.range_f64("min_p", req.min_p, 1.0, DEFAULT_MIN_P);
+    let bias_fields = bias::BiasFields {
+        presence: req.presence_penalty,
+        frequency: req.frequency_penalty,
+        logit_bias: req.logit_bias.take(),
+    };
+    let mut broken = bias::Broken::new();
+    let bias = bias::check(&mut broken, bias_fields, limits.vocab_size);
+    for (field, message) in broken {
+        errs.add(field, message);
+    }
     let top_k = match req.top_k {
         None => 0,
         Some(k) if k >= 0 && k as u64 <= limits.vocab_size as u64 => k as usize,
@@ -436,6 +460,7 @@ pub fn check_fields(
             logprobs,
             ignore_eos: req.ignore_eos,
             constraint,
+            bias,
         }),
         _ => Err(ValidationErrors(errs.0)),
     }
@@ -533,6 +558,7 @@ impl CheckedRequest {
             ignore_eos: self.ignore_eos,
             constraint: self.constraint,
             grammar: None,
+            bias: self.bias,
         })
     }
 }

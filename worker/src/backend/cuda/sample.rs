@@ -27,12 +27,12 @@ use cudarc::driver::sys::CUdeviceptr;
 
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::kernels::{
-    SampleArgmaxArgs, SampleLogprobsArgs, SampleMaskArgs, SampleRow, SampleSelectArgs,
-    SampleSelectRowsArgs, SelectArgs,
+    SampleArgmaxArgs, SampleBiasArgs, SampleLogprobsArgs, SampleMaskArgs, SampleRow,
+    SampleSelectArgs, SampleSelectRowsArgs, SelectArgs,
 };
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{SAMPLE_ARGMAX_BLOCKS, SAMPLE_MAX_LOGPROBS, SAMPLE_OUT_WORDS};
-use crate::backend::{BackendError, SampleRequest, SampledToken};
+use crate::backend::{check_bias, BackendError, SampleRequest, SampledToken};
 use crate::sampling::TokenLogprob;
 
 /// Which kernel picks a token: `sample_argmax` for the greedy choice
@@ -112,6 +112,11 @@ fn mask_bytes(vocab: usize) -> u64 {
     vocab.div_ceil(32) as u64 * 4
 }
 
+/// Bytes of the bias pairs for `vocab` tokens: at most one (id, delta) each.
+fn bias_bytes(vocab: usize) -> u64 {
+    vocab as u64 * 8
+}
+
 /// `sample_argmax`'s partial results and ticket counter.
 const ARGMAX_BYTES: u64 = SAMPLE_ARGMAX_BLOCKS as u64 * 8 + 8;
 
@@ -130,13 +135,16 @@ pub struct DeviceSampler {
     ids: DevBuf,
     /// `[ceil(vocab / 32)]` u32: a constrained job's mask (issue #43).
     mask: DevBuf,
+    /// `[2 * vocab]` u32: a job's (id, delta bits) biases (issue #43).
+    bias: DevBuf,
     /// `[SAMPLE_OUT_WORDS]` u32: the result block.
     out: DevBuf,
     /// `sample_argmax`'s `[SAMPLE_ARGMAX_BLOCKS]` u64 partial results, then
     /// its u32 ticket counter (zero between launches).
     argmax: DevBuf,
-    /// Host scratch: the distinct ids, and the result block.
+    /// Host scratch: the distinct ids, the bias pairs, and the result block.
     distinct: Vec<u32>,
+    pairs: Vec<u32>,
     result: Vec<u32>,
     /// Fixed-point scale of the weights: 2^(63 - ceil(log2 vocab)).
     scale: f64,
@@ -155,6 +163,7 @@ impl DeviceSampler {
         use crate::backend::cuda::device::align_up;
         3 * align_up(vocab as u64 * 4)
             + align_up(mask_bytes(vocab))
+            + align_up(bias_bytes(vocab))
             + align_up(SAMPLE_OUT_WORDS as u64 * 4)
             + align_up(ARGMAX_BYTES)
     }
@@ -179,9 +188,11 @@ impl DeviceSampler {
             keys: dev.alloc(Purpose::Weights, bytes)?,
             ids: dev.alloc(Purpose::Weights, bytes)?,
             mask: dev.alloc(Purpose::Weights, mask_bytes(vocab))?,
+            bias: dev.alloc(Purpose::Weights, bias_bytes(vocab))?,
             out: dev.alloc(Purpose::Weights, SAMPLE_OUT_WORDS as u64 * 4)?,
             argmax,
             distinct: Vec::new(),
+            pairs: Vec::new(),
             result: vec![0; SAMPLE_OUT_WORDS],
             scale: weight_scale(vocab),
         })
@@ -279,6 +290,9 @@ impl DeviceSampler {
             greedy,
         };
         self.dev.bind()?;
+        if !req.bias.is_empty() {
+            self.apply_bias(req.bias)?;
+        }
         if let Some(bits) = req.mask {
             self.apply_mask(bits)?;
         }
@@ -340,6 +354,29 @@ impl DeviceSampler {
             logits: DevPtrMut::new(self.logits.ptr()),
             n: self.vocab as u32,
             allowed: DevPtr::new(self.mask.ptr()),
+        };
+        self.dev.kernels.launch(&self.dev.stream, &args)
+    }
+
+    /// Queues the bias pairs' copy and `sample_bias` over the logits (before
+    /// the mask, as `backend::adjust` on the host).
+    fn apply_bias(&mut self, bias: &[(u32, f32)]) -> Result<(), BackendError> {
+        check_bias(bias, self.vocab)?;
+        self.pairs.clear();
+        self.pairs
+            .extend(bias.iter().flat_map(|&(id, delta)| [id, delta.to_bits()]));
+        // SAFETY: at most `vocab` distinct ids (checked above), so at most
+        // `2 * vocab` u32 into the bias buffer; pageable memory is staged
+        // before the call returns.
+        unsafe {
+            drv::memcpy_htod_async(self.bias.ptr(), self.pairs.as_slice(), self.dev.cu_stream())
+        }
+        .map_err(|e| driver_error("copying the logit biases", e))?;
+        let args = SampleBiasArgs {
+            logits: DevPtrMut::new(self.logits.ptr()),
+            n: self.vocab as u32,
+            count: bias.len() as u32,
+            pairs: DevPtr::new(self.bias.ptr()),
         };
         self.dev.kernels.launch(&self.dev.stream, &args)
     }

@@ -24,8 +24,6 @@ pub const COMPLETIONS_DEFAULT_MAX_TOKENS: i64 = 16;
 fn harmless(field: &str, value: &Value) -> bool {
     match field {
         "user" | "metadata" | "service_tier" | "store" => !matches!(value, Value::Bool(true)),
-        "frequency_penalty" | "presence_penalty" => value.as_f64() == Some(0.0),
-        "logit_bias" => value.as_object().is_some_and(Map::is_empty),
         _ => false,
     }
 }
@@ -112,6 +110,9 @@ fn map_sampling(
         top_k: s.top_k,
         repetition_penalty: s.repetition_penalty,
         min_p: s.min_p,
+        presence_penalty: s.presence_penalty,
+        frequency_penalty: s.frequency_penalty,
+        logit_bias: s.logit_bias,
         stop: s.stop.map(|stop| match stop {
             StopField::One(one) => vec![one],
             StopField::Many(many) => many,
@@ -343,7 +344,8 @@ mod tests {
             "stop": "\n", "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1, "n": 1,
             "logprobs": true, "top_logprobs": 3, "stream": true,
             "stream_options": {"include_usage": true, "continuous_usage_stats": true},
-            "user": "u-1", "frequency_penalty": 0, "logit_bias": {}, "ignore_eos": false
+            "user": "u-1", "frequency_penalty": 0.25, "presence_penalty": -1,
+            "logit_bias": {"42": 5}, "ignore_eos": false
         }))
         .unwrap();
         let e = &m.execute;
@@ -360,6 +362,12 @@ mod tests {
             (Some(0.5), Some(0.9), Some(0.05))
         );
         assert_eq!((e.top_k, e.repetition_penalty), (Some(40), Some(1.1)));
+        assert_eq!(
+            (e.frequency_penalty, e.presence_penalty),
+            (Some(0.25), Some(-1.0))
+        );
+        let bias = e.logit_bias.as_ref().unwrap();
+        assert_eq!(bias.get("42"), Some(&5.0));
         assert_eq!(e.seed, Some(u64::MAX as i128));
         assert_eq!(e.stop, Some(vec!["\n".to_string()]));
         assert_eq!(e.logprobs, Some(MAX_LOGPROBS as i64));
@@ -420,8 +428,6 @@ mod tests {
         for (field, value) in [
             ("tools", json!({"type": "function"})),
             ("tool_choice", json!("required")),
-            ("logit_bias", json!({"42": 5})),
-            ("presence_penalty", json!(0.5)),
             ("n", json!(2)),
             ("top_logprobs", json!(2)),
             ("stream_options", json!({"include_usage": true})),

@@ -64,6 +64,14 @@ pub struct SamplingFields {
     /// Extension (llama-server, vLLM): 1 is off.
     #[schema(minimum = 0.0, maximum = 2.0)]
     pub repetition_penalty: Option<f64>,
+    /// Lowers a token's logit once it has been generated (0 is off).
+    #[schema(minimum = -2.0, maximum = 2.0)]
+    pub presence_penalty: Option<f64>,
+    /// Lowers a token's logit for each time it has been generated (0 is off).
+    #[schema(minimum = -2.0, maximum = 2.0)]
+    pub frequency_penalty: Option<f64>,
+    /// Token id (a decimal string) → a bias of -100 to 100 added to its logit.
+    pub logit_bias: Option<std::collections::BTreeMap<String, f64>>,
     /// Extension (llama-server, vLLM): do not stop at the model's
     /// end-of-sequence tokens, which are then streamed like any other; only
     /// the token limit, a stop string or a disconnect ends the answer.

@@ -30,6 +30,8 @@ unit_kernels! {
         Logprobs = "sample_logprobs",
         /// `sample_mask`: a constraint's mask applied to one logit vector.
         Mask = "sample_mask",
+        /// `sample_bias`: a job's additive biases applied to one logit vector.
+        Bias = "sample_bias",
     }
 }
 
@@ -45,7 +47,7 @@ impl Family for Sample {
     fn part(self) -> Option<u8> {
         match self {
             Sample::Select | Sample::SelectRows => Some(0),
-            Sample::Argmax | Sample::Logprobs | Sample::Mask => Some(1),
+            Sample::Argmax | Sample::Logprobs | Sample::Mask | Sample::Bias => Some(1),
         }
     }
     fn config(self, work: Work) -> Option<Result<LaunchConfig, BackendError>> {
@@ -56,6 +58,10 @@ impl Family for Sample {
             (Sample::Mask, Work::Elements(n)) => Some(Ok(blocks(
                 (n.div_ceil(SAMPLE_MASK_THREADS as usize) as u32, 1),
                 SAMPLE_MASK_THREADS,
+            ))),
+            (Sample::Bias, Work::Elements(n)) if n > 0 => Some(Ok(blocks(
+                (n.div_ceil(SAMPLE_BIAS_THREADS as usize) as u32, 1),
+                SAMPLE_BIAS_THREADS,
             ))),
             (Sample::Select | Sample::Logprobs, Work::Single) => {
                 Some(Ok(blocks((1, 1), SAMPLE_THREADS)))
@@ -74,6 +80,7 @@ impl Family for Sample {
             Sample::Argmax => pushed::<SampleArgmaxArgs>(),
             Sample::Logprobs => pushed::<SampleLogprobsArgs>(),
             Sample::Mask => pushed::<SampleMaskArgs>(),
+            Sample::Bias => pushed::<SampleBiasArgs>(),
         }
     }
 }
@@ -105,6 +112,41 @@ impl KernelCall for SampleMaskArgs {
         DevPtrMut<f32> = self.logits,
         u32 = self.n,
         DevPtr<u32> = self.allowed,
+    }
+}
+
+/// Threads of a `sample_bias` block (as `SAMPLE_BIAS_THREADS` in sample.cu).
+const SAMPLE_BIAS_THREADS: u32 = 256;
+
+/// `sample_bias`: `count` (id, delta) pairs added to the logits.
+#[derive(Clone, Copy, Debug)]
+pub struct SampleBiasArgs {
+    /// `[n]` f32, changed in place.
+    pub logits: DevPtrMut<f32>,
+    pub n: u32,
+    /// At least 1.
+    pub count: u32,
+    /// `[2 * count]` u32: each pair's id (distinct, below `n`), then its
+    /// delta's f32 bits.
+    pub pairs: DevPtr<u32>,
+}
+
+impl KernelCall for SampleBiasArgs {
+    type Kernel = Sample;
+    fn plan(&self) -> Plan<Self::Kernel> {
+        let buffers = [("logits", self.logits.addr()), ("pairs", self.pairs.addr())];
+        let count = self.count as usize;
+        plan(
+            Sample::Bias,
+            [("n", self.n as usize), ("count", count)],
+            buffers,
+            Work::Elements(count),
+        )
+    }
+    kernel_params! { self =>
+        DevPtrMut<f32> = self.logits,
+        u32 = self.count,
+        DevPtr<u32> = self.pairs,
     }
 }
 

@@ -128,6 +128,7 @@ fn gpu_greedy_choice_matches_cpu_argmax_at_every_vocabulary_size() {
                 uniform: None,
                 logprobs: 0,
                 mask: None,
+                bias: &[],
             };
             let want = argmax(&logits);
             for call in 0..2 {
@@ -164,6 +165,7 @@ fn gpu_sampling_matches_cpu_select_on_random_logits() {
                     uniform,
                     logprobs: 0,
                     mask: None,
+                    bias: &[],
                 };
                 if p.temperature == 0.0 {
                     let got = s.sample(&req(None)).unwrap().id;
@@ -203,6 +205,7 @@ fn gpu_sampling_matches_cpu_select_on_random_logits() {
             uniform: (p.temperature > 0.0).then_some(0.3),
             logprobs: 0,
             mask: None,
+            bias: &[],
         };
         assert_eq!(
             s.sample(&req).unwrap().id,
@@ -241,6 +244,7 @@ fn gpu_sampling_logprobs_match_cpu_top_logprobs() {
                         uniform: None,
                         logprobs: k,
                         mask: None,
+                        bias: &[],
                     })
                     .unwrap();
                 let want = top_logprobs(&logits, k);
@@ -274,6 +278,7 @@ fn gpu_sampling_logprobs_match_cpu_top_logprobs() {
             uniform: None,
             logprobs: 20,
             mask: None,
+            bias: &[],
         })
         .unwrap();
     assert_eq!(got.logprobs, top_logprobs(&logits, 20));
@@ -299,6 +304,7 @@ fn gpu_sampling_is_deterministic() {
                 uniform,
                 logprobs: 20,
                 mask: None,
+                bias: &[],
             };
             let first = s.sample(&req).unwrap();
             for run in 1..50 {
@@ -329,6 +335,7 @@ fn gpu_sampling_refuses_bad_requests_before_launch() {
         uniform,
         logprobs,
         mask: None,
+        bias: &[],
     };
     assert!(
         s.sample(&req(Some(0.5), 21)).is_err(),
@@ -400,6 +407,7 @@ fn gpu_sampling_generates_like_the_cpu_backend() {
                 uniform,
                 logprobs: 5,
                 mask: None,
+                bias: &[],
             };
             let want = sample_one(&mut cpu, cs, &req).unwrap();
             let got = sample_one(&mut gpu, gs, &req).unwrap();
