@@ -580,7 +580,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_ARGMAX_THREADS)
 }
 
 // sample_mask (issue #43): a constrained job's mask applied to its logits
-// before the pipeline, in place: a token whose bit is clear (bit id % 32 of
+// before the pipeline, in place (on the sampler's adjusted copy): a token whose bit is clear (bit id % 32 of
 // word id / 32) gets -inf, which every kernel above ranks last and never
 // keeps, so the choice and the log-probabilities are the allowed tokens'
 // alone, as on the CPU. The host builds the mask while the step runs.
@@ -594,7 +594,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MASK_THREADS)
 
 // sample_bias (issue #43): a job's logit_bias and presence/frequency
 // penalties, one (id, delta bits) pair each in `pairs`, added to its logits
-// in place before the mask and the pipeline. The host sums each id's delta
+// (the sampler's adjusted copy) before the mask and the pipeline. The host sums each id's delta
 // once and sends the ids distinct (so no two threads touch one logit) and in
 // the vocabulary; one f32 add per logit, as on the CPU.
 #define SAMPLE_BIAS_THREADS 256

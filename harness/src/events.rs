@@ -8,7 +8,7 @@ use serde_json::Value;
 use crate::client::{Event, Transcript};
 
 pub const EVENT_KINDS: [&str; 5] = ["started", "token", "metrics", "end", "error"];
-pub const ERROR_CODES: [&str; 10] = [
+pub const ERROR_CODES: [&str; 11] = [
     "INVALID_REQUEST",
     "MODEL_LOAD_FAILED",
     "INSUFFICIENT_VRAM",
@@ -19,6 +19,7 @@ pub const ERROR_CODES: [&str; 10] = [
     "INTERNAL",
     "QUEUE_FULL",
     "SHUTTING_DOWN",
+    "INFERENCE_FAILED",
 ];
 pub const STOP_REASONS: [&str; 3] = ["max_tokens", "eos", "stop_sequence"];
 

@@ -34,6 +34,17 @@ pub enum BackendError {
         #[source]
         source: Cause,
     },
+    /// Issue #47: the GPU's context is unusable: a kernel faulted (illegal
+    /// address, illegal instruction, a device-side assert, ...) or the
+    /// device failed (an uncorrectable ECC error). CUDA's "sticky" errors:
+    /// every later call in this process fails the same way, so only a new
+    /// process can use the GPU again.
+    #[error("the GPU failed and cannot go on: {what}: {source}")]
+    DeviceLost {
+        what: String,
+        #[source]
+        source: Cause,
+    },
     /// NVRTC could not compile a kernel module (its log in the message).
     #[error("kernel compilation failed: {0}")]
     Compile(String),
@@ -52,15 +63,47 @@ pub enum BackendError {
 
 impl BackendError {
     /// A failed driver or library call, keeping its error as the source.
+    /// A sticky CUDA error becomes [`BackendError::DeviceLost`].
     pub fn driver(
         what: impl Into<String>,
         e: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
-        BackendError::Driver {
-            what: what.into(),
-            source: Arc::new(e),
+        let (what, lost) = (what.into(), is_sticky(&e));
+        let source: Cause = Arc::new(e);
+        if lost {
+            BackendError::DeviceLost { what, source }
+        } else {
+            BackendError::Driver { what, source }
         }
     }
+
+    /// Whether the device cannot go on in this process (see `DeviceLost`).
+    pub fn is_device_lost(&self) -> bool {
+        matches!(self, BackendError::DeviceLost { .. })
+    }
+}
+
+/// The driver's errors after which the context is unusable (CUDA's
+/// documentation calls them sticky: "the process must be terminated and
+/// relaunched"), and an uncorrectable ECC error.
+fn is_sticky(e: &(dyn std::error::Error + 'static)) -> bool {
+    use cudarc::driver::sys::CUresult::*;
+    e.downcast_ref::<cudarc::driver::DriverError>()
+        .is_some_and(|d| {
+            matches!(
+                d.0,
+                CUDA_ERROR_ILLEGAL_ADDRESS
+                    | CUDA_ERROR_ILLEGAL_INSTRUCTION
+                    | CUDA_ERROR_MISALIGNED_ADDRESS
+                    | CUDA_ERROR_INVALID_ADDRESS_SPACE
+                    | CUDA_ERROR_INVALID_PC
+                    | CUDA_ERROR_HARDWARE_STACK_ERROR
+                    | CUDA_ERROR_LAUNCH_FAILED
+                    | CUDA_ERROR_LAUNCH_TIMEOUT
+                    | CUDA_ERROR_ASSERT
+                    | CUDA_ERROR_ECC_UNCORRECTABLE
+            )
+        })
 }
 
 /// The graph's own findings: a bad tensor fails the load, an empty forward

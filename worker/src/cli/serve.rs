@@ -16,6 +16,11 @@
 //! running job gets `--shutdown-grace-sec`, then is cancelled; the engine
 //! thread drops the backend; open streams end; exit 0. A watchdog exits the
 //! process if all this has not finished within [`SHUTDOWN_WATCHDOG`].
+//!
+//! A lost GPU (issue #47: a kernel fault or another sticky CUDA error) ends
+//! every job with `INFERENCE_FAILED` (retriable), `/health` turns unhealthy,
+//! and the same shutdown runs at once, ending in exit [`DEVICE_LOST_EXIT`] so
+//! that a supervisor restarts the worker.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -41,6 +46,10 @@ use crate::tokenizer::Tokenizer;
 
 /// The outer limit on a graceful shutdown; M0-W-1340 allows 30 s.
 pub const SHUTDOWN_WATCHDOG: Duration = Duration::from_secs(25);
+/// The exit status after the GPU was lost.
+pub const DEVICE_LOST_EXIT: u8 = 3;
+/// How often serving looks whether the engine lost the device.
+const DEVICE_WATCH: Duration = Duration::from_millis(100);
 /// Timeout of the ready callback's POST.
 pub const CALLBACK_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -418,12 +427,19 @@ async fn serve(cfg: &ServeConfig, state: AppState, engine: Engine, vram_bytes: u
     }
 
     let watchdog_signal = shutdown.clone();
+    let watched = state.clone();
     tokio::spawn(async move {
         watchdog_signal.triggered().await;
-        start_watchdog();
+        start_watchdog(watched);
     });
+    tokio::spawn(watch_device(state.clone()));
+    let lost = state.clone();
     let served = crate::server::serve_with(listener, state, engine, cfg.shutdown_grace, &cfg.http);
-    match served.await {
+    let served = served.await;
+    if lost.engine.status().device_lost() {
+        return ExitCode::from(DEVICE_LOST_EXIT);
+    }
+    match served {
         Ok(outcome) => {
             narrate!(
                 info,
@@ -489,8 +505,8 @@ impl Signals {
     }
 }
 
-fn start_watchdog() {
-    let _ = std::thread::Builder::new().name("shutdown-watchdog".into()).spawn(|| {
+fn start_watchdog(state: AppState) {
+    let _ = std::thread::Builder::new().name("shutdown-watchdog".into()).spawn(move || {
         std::thread::sleep(SHUTDOWN_WATCHDOG);
         narrate!(
             error,
@@ -498,8 +514,28 @@ fn start_watchdog() {
             code = "INTERNAL",
             message = %format!("graceful shutdown did not finish within {} s; exiting", SHUTDOWN_WATCHDOG.as_secs()),
         );
-        std::process::exit(0);
+        let lost = state.engine.status().device_lost();
+        std::process::exit(if lost { i32::from(DEVICE_LOST_EXIT) } else { 0 });
     });
+}
+
+/// Starts the shutdown once the engine has lost the device (issue #47): by
+/// then every job has its terminal event, and nothing more can run here.
+async fn watch_device(state: AppState) {
+    let mut tick = tokio::time::interval(DEVICE_WATCH);
+    loop {
+        tick.tick().await;
+        if state.engine.status().device_lost() {
+            narrate!(
+                error,
+                "shutdown",
+                phase = "device_lost",
+                message = "the GPU failed; exiting so that the worker can be restarted"
+            );
+            state.shutdown.trigger("device lost");
+            return;
+        }
+    }
 }
 
 async fn ready_callback(url: String, body: serde_json::Value) {

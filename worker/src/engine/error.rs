@@ -25,10 +25,13 @@ pub enum ErrorCode {
     Internal,
     QueueFull,
     ShuttingDown,
+    /// Issue #47: the GPU failed mid-job and the worker exits so that a
+    /// supervisor restarts it; the job may be sent again.
+    InferenceFailed,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 10] = [
+    pub const ALL: [ErrorCode; 11] = [
         ErrorCode::InvalidRequest,
         ErrorCode::ModelLoadFailed,
         ErrorCode::InsufficientVram,
@@ -39,6 +42,7 @@ impl ErrorCode {
         ErrorCode::Internal,
         ErrorCode::QueueFull,
         ErrorCode::ShuttingDown,
+        ErrorCode::InferenceFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -53,6 +57,7 @@ impl ErrorCode {
             ErrorCode::Internal => "INTERNAL",
             ErrorCode::QueueFull => "QUEUE_FULL",
             ErrorCode::ShuttingDown => "SHUTTING_DOWN",
+            ErrorCode::InferenceFailed => "INFERENCE_FAILED",
         }
     }
 
@@ -71,6 +76,7 @@ impl ErrorCode {
             ErrorCode::Internal => false,
             ErrorCode::QueueFull => true,
             ErrorCode::ShuttingDown => true,
+            ErrorCode::InferenceFailed => true,
         }
     }
 }
@@ -118,6 +124,7 @@ pub fn backend_error_code(err: &BackendError, backend: BackendKind, phase: Phase
         // NVRTC compilation and residency problems while setting up (M0-W-1702).
         (Phase::Load, BackendError::KernelLaunchFailed(_))
         | (Phase::Load, BackendError::Driver { .. })
+        | (Phase::Load, BackendError::DeviceLost { .. })
         | (Phase::Load, BackendError::Compile(_))
         | (Phase::Load, BackendError::VramResidencyFailed(_)) => load_device_failure,
         (Phase::Load, BackendError::ModelLoadFailed(_))
@@ -126,6 +133,7 @@ pub fn backend_error_code(err: &BackendError, backend: BackendKind, phase: Phase
         | (Phase::Load, BackendError::Shape(_))
         | (Phase::Load, BackendError::CallerBug(_)) => ErrorCode::ModelLoadFailed,
         (Phase::Job, BackendError::OutOfMemory { .. }) => ErrorCode::VramOom,
+        (Phase::Job, BackendError::DeviceLost { .. }) => ErrorCode::InferenceFailed,
         (Phase::Job, BackendError::DeviceNotFound(_))
         | (Phase::Job, BackendError::InvalidDevice(_))
         | (Phase::Job, BackendError::InferenceFailed(_))
@@ -245,13 +253,18 @@ mod tests {
                 8 => BackendError::driver("cuLaunchKernel", std::io::Error::other("x")),
                 9 => BackendError::Compile("x".into()),
                 10 => BackendError::Shape("x".into()),
+                // (A cudarc error is not formatted here: that needs libcuda.)
+                11 => BackendError::DeviceLost {
+                    what: "cuStreamSynchronize".into(),
+                    source: std::sync::Arc::new(std::io::Error::other("x")),
+                },
                 _ => BackendError::Unknown("x".into()),
             }
         }
         use BackendKind::{Cpu, Cuda};
         use ErrorCode::*;
         use Phase::{Job, Load};
-        for kind in 0..12 {
+        for kind in 0..13 {
             let err = sample(kind);
             let expected = |backend: BackendKind, phase: Phase| -> ErrorCode {
                 let dev = if backend == Cuda { CudaError } else { Internal };
@@ -263,10 +276,12 @@ mod tests {
                 match (&err, phase) {
                     (BackendError::OutOfMemory { .. }, Load) => InsufficientVram,
                     (BackendError::OutOfMemory { .. }, Job) => VramOom,
+                    (BackendError::DeviceLost { .. }, Job) => InferenceFailed,
                     (BackendError::DeviceNotFound(_), Load)
                     | (BackendError::InvalidDevice(_), Load) => CudaError,
                     (BackendError::KernelLaunchFailed(_), Load)
                     | (BackendError::Driver { .. }, Load)
+                    | (BackendError::DeviceLost { .. }, Load)
                     | (BackendError::Compile(_), Load)
                     | (BackendError::VramResidencyFailed(_), Load) => load_dev,
                     (BackendError::ModelLoadFailed(_), Load)
@@ -309,12 +324,27 @@ mod tests {
                 BackendError::KernelLaunchFailed(_) => "kernel launch failed: ",
                 BackendError::CallerBug(_) => "backend misused: ",
                 BackendError::Driver { .. } => "CUDA call failed: ",
+                BackendError::DeviceLost { .. } => "the GPU failed and cannot go on: ",
                 BackendError::Compile(_) => "kernel compilation failed: ",
                 BackendError::Shape(_) => "shape mismatch: ",
                 BackendError::Unknown(_) => "unknown backend error: ",
             };
             assert!(err.to_string().starts_with(prefix), "{err}");
         }
+        // Sticky driver errors are the device lost; others stay driver errors.
+        let sticky = |code| BackendError::driver("x", cudarc::driver::DriverError(code));
+        use cudarc::driver::sys::CUresult as R;
+        assert!(sticky(R::CUDA_ERROR_ILLEGAL_ADDRESS).is_device_lost());
+        assert!(sticky(R::CUDA_ERROR_ASSERT).is_device_lost());
+        assert!(!sticky(R::CUDA_ERROR_OUT_OF_MEMORY).is_device_lost());
+        assert!(!sticky(R::CUDA_ERROR_INVALID_VALUE).is_device_lost());
+        let lost = BackendError::DeviceLost {
+            what: "launching sample_select".into(),
+            source: std::sync::Arc::new(std::io::Error::other("CUDA_ERROR_ILLEGAL_ADDRESS")),
+        };
+        let lost = JobError::from_backend(&lost, Cuda, Job);
+        assert_eq!(lost.code, InferenceFailed);
+        assert!(lost.retriable, "another worker can run the job");
         let oom = BackendError::OutOfMemory {
             needed: 2,
             available: 1,

@@ -131,6 +131,7 @@ impl Engine {
             status: parts.status,
             parity: parts.parity,
             post_load_vram,
+            lost: None,
         };
         // The first residency check runs before anyone can ask /health.
         if worker.residency_interval().is_some() {
@@ -251,6 +252,9 @@ pub(super) struct EngineThread {
     status: Arc<EngineStatus>,
     parity: Option<ParitySender>,
     post_load_vram: u64,
+    /// The error that lost the device (issue #47): once set, every job ends
+    /// with it and the thread stops.
+    pub(super) lost: Option<BackendError>,
 }
 
 /// Closes the queue if the engine thread ends abnormally, so no accepted job
@@ -427,6 +431,11 @@ impl EngineThread {
                         Problem::Memory,
                         format!("a job ran out of device memory: {err}"),
                     );
+                }
+                if err.is_device_lost() && self.lost.is_none() {
+                    narrate!(error, "error", code = error.code.as_str(), message = %err.to_string(), critical = true);
+                    self.status.set_problem(Problem::Device, err.to_string());
+                    self.lost = Some(err.clone());
                 }
                 // A caller bug is the engine's own: its text goes to the log
                 // only, the client gets a plain internal error.

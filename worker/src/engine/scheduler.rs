@@ -10,8 +10,11 @@
 
 use std::time::Duration;
 
+use crate::backend::BackendError;
+use crate::engine::error::{JobError, Phase};
 use crate::engine::generate::{AbortReason, GenerationObserver, GenerationSummary};
 use crate::engine::job::Job;
+use crate::engine::ledger::Outcome;
 use crate::engine::queue::Pop;
 use crate::engine::round::{guarded, round, Member};
 use crate::engine::runner::{EngineThread, IdleClock, Observer};
@@ -32,6 +35,10 @@ impl EngineThread {
         // running ones: it waits (first in line) for one of them to end.
         let mut held: Option<Box<Job>> = None;
         loop {
+            if let Some(err) = self.lost.clone() {
+                self.end_everything(std::mem::take(&mut running), held.take(), &err);
+                return;
+            }
             held = held.and_then(|job| self.still_waiting(job));
             // Join: while there is room, take waiting jobs; block only when
             // nothing runs.
@@ -80,6 +87,28 @@ impl EngineThread {
                 let r = running.swap_remove(i);
                 self.finish(r, result);
             }
+        }
+    }
+
+    /// The device is lost (issue #47): every running job ends with `err`
+    /// (`INFERENCE_FAILED`, retriable), as does the held one and every queued
+    /// one, and the queue closes; the process exits once they are answered.
+    fn end_everything(
+        &mut self,
+        running: Vec<Running>,
+        held: Option<Box<Job>>,
+        err: &BackendError,
+    ) {
+        for r in running {
+            self.finish(r, Err(GenerationError::Backend(err.clone())));
+        }
+        let error = JobError::from_backend(err, self.backend.device().backend, Phase::Job);
+        if let Some(job) = held {
+            self.queue.finish_running(&job.id);
+            job.finish_unrun(Outcome::Error, error.clone());
+        }
+        for job in self.queue.close() {
+            job.finish_unrun(Outcome::Error, error.clone());
         }
     }
 

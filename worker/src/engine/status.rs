@@ -14,6 +14,9 @@ pub enum Problem {
     Memory,
     /// The engine thread stopped unexpectedly.
     Engine,
+    /// The GPU failed and cannot go on in this process (issue #47): the
+    /// worker ends every job and exits so that a supervisor restarts it.
+    Device,
 }
 
 #[derive(Debug, Default)]
@@ -59,6 +62,14 @@ impl EngineStatus {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&problem);
+    }
+
+    /// Whether the device was lost (set once; never cleared).
+    pub fn device_lost(&self) -> bool {
+        self.problems
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&Problem::Device)
     }
 
     /// `None` when healthy; otherwise every current reason, joined.

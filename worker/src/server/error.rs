@@ -92,6 +92,7 @@ pub fn http_status(code: ErrorCode) -> StatusCode {
         ErrorCode::Internal => 500,
         ErrorCode::QueueFull => 503,
         ErrorCode::ShuttingDown => 503,
+        ErrorCode::InferenceFailed => 503,
     };
     StatusCode::from_u16(status).expect("every status above is in 100..=999")
 }
@@ -174,6 +175,7 @@ mod tests {
             (ErrorCode::Internal, "INTERNAL", 500, false),
             (ErrorCode::QueueFull, "QUEUE_FULL", 503, true),
             (ErrorCode::ShuttingDown, "SHUTTING_DOWN", 503, true),
+            (ErrorCode::InferenceFailed, "INFERENCE_FAILED", 503, true),
         ];
         assert_eq!(table.len(), ErrorCode::ALL.len());
         for (code, s, status, retriable) in table {

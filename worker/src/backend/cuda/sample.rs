@@ -129,6 +129,12 @@ pub struct DeviceSampler {
     vocab: usize,
     /// `[vocab]` f32: the logits sampled from (the last forward's last position).
     logits: DevBuf,
+    /// `[vocab]` f32: a job's biased and masked copy of `logits` (issue #43),
+    /// sampled from instead, so that `logits` stay as the forward left them
+    /// (sampling twice from one step's logits gives the same token).
+    adjusted: DevBuf,
+    /// Which of the two the last `prepare` sampled from.
+    source: CUdeviceptr,
     /// `[vocab]` u32: the kernels' working rank keys.
     keys: DevBuf,
     /// `[vocab]` u32: the distinct generated ids to penalize.
@@ -161,7 +167,7 @@ impl DeviceSampler {
     /// Device bytes a sampler for `vocab` tokens holds.
     pub fn bytes_for(vocab: usize) -> u64 {
         use crate::backend::cuda::device::align_up;
-        3 * align_up(vocab as u64 * 4)
+        4 * align_up(vocab as u64 * 4)
             + align_up(mask_bytes(vocab))
             + align_up(bias_bytes(vocab))
             + align_up(SAMPLE_OUT_WORDS as u64 * 4)
@@ -181,10 +187,13 @@ impl DeviceSampler {
         logits.zero(bytes)?;
         let argmax = dev.alloc(Purpose::Weights, ARGMAX_BYTES)?;
         argmax.zero(ARGMAX_BYTES)?;
+        let source = logits.ptr();
         Ok(DeviceSampler {
             dev: dev.clone(),
             vocab,
             logits,
+            adjusted: dev.alloc(Purpose::Weights, bytes)?,
+            source,
             keys: dev.alloc(Purpose::Weights, bytes)?,
             ids: dev.alloc(Purpose::Weights, bytes)?,
             mask: dev.alloc(Purpose::Weights, mask_bytes(vocab))?,
@@ -290,11 +299,15 @@ impl DeviceSampler {
             greedy,
         };
         self.dev.bind()?;
-        if !req.bias.is_empty() {
-            self.apply_bias(req.bias)?;
-        }
-        if let Some(bits) = req.mask {
-            self.apply_mask(bits)?;
+        self.source = self.logits.ptr();
+        if !req.bias.is_empty() || req.mask.is_some() {
+            self.copy_to_adjusted()?;
+            if !req.bias.is_empty() {
+                self.apply_bias(req.bias)?;
+            }
+            if let Some(bits) = req.mask {
+                self.apply_mask(bits)?;
+            }
         }
         let stream = self.dev.cu_stream();
         if !self.distinct.is_empty() {
@@ -304,10 +317,7 @@ impl DeviceSampler {
                 .map_err(|e| driver_error("copying the generated ids", e))?;
         }
         let out = self.out_ptr();
-        let (logits, keys) = (
-            DevPtr::new(self.logits.ptr()),
-            DevPtrMut::new(self.keys.ptr()),
-        );
+        let (logits, keys) = (DevPtr::new(self.source), DevPtrMut::new(self.keys.ptr()));
         let (vocab, pen_ids, n_pen) = (
             n as u32,
             Some(DevPtr::new(self.ids.ptr())),
@@ -337,7 +347,24 @@ impl DeviceSampler {
         }))
     }
 
-    /// Queues the mask's copy and `sample_mask` over the logits.
+    /// Queues the copy of the logits that the bias and the mask change.
+    fn copy_to_adjusted(&mut self) -> Result<(), BackendError> {
+        let bytes = self.vocab * 4;
+        // SAFETY: both buffers hold `vocab` f32 values on this device.
+        unsafe {
+            drv::memcpy_dtod_async(
+                self.adjusted.ptr(),
+                self.logits.ptr(),
+                bytes,
+                self.dev.cu_stream(),
+            )
+        }
+        .map_err(|e| driver_error("copying the logits to adjust them", e))?;
+        self.source = self.adjusted.ptr();
+        Ok(())
+    }
+
+    /// Queues the mask's copy and `sample_mask` over the adjusted logits.
     fn apply_mask(&mut self, bits: &[u32]) -> Result<(), BackendError> {
         if bits.len() as u64 * 4 != mask_bytes(self.vocab) {
             return Err(BackendError::CallerBug(format!(
@@ -351,14 +378,14 @@ impl DeviceSampler {
         unsafe { drv::memcpy_htod_async(self.mask.ptr(), bits, self.dev.cu_stream()) }
             .map_err(|e| driver_error("copying the constraint's mask", e))?;
         let args = SampleMaskArgs {
-            logits: DevPtrMut::new(self.logits.ptr()),
+            logits: DevPtrMut::new(self.adjusted.ptr()),
             n: self.vocab as u32,
             allowed: DevPtr::new(self.mask.ptr()),
         };
         self.dev.kernels.launch(&self.dev.stream, &args)
     }
 
-    /// Queues the bias pairs' copy and `sample_bias` over the logits (before
+    /// Queues the bias pairs' copy and `sample_bias` over the adjusted logits (before
     /// the mask, as `backend::adjust` on the host).
     fn apply_bias(&mut self, bias: &[(u32, f32)]) -> Result<(), BackendError> {
         check_bias(bias, self.vocab)?;
@@ -373,7 +400,7 @@ impl DeviceSampler {
         }
         .map_err(|e| driver_error("copying the logit biases", e))?;
         let args = SampleBiasArgs {
-            logits: DevPtrMut::new(self.logits.ptr()),
+            logits: DevPtrMut::new(self.adjusted.ptr()),
             n: self.vocab as u32,
             count: bias.len() as u32,
             pairs: DevPtr::new(self.bias.ptr()),
@@ -390,7 +417,7 @@ impl DeviceSampler {
             kernels.launch(
                 st,
                 &SampleLogprobsArgs {
-                    logits: DevPtr::new(self.logits.ptr()),
+                    logits: DevPtr::new(self.source),
                     n: self.vocab as u32,
                     keys: DevPtrMut::new(self.keys.ptr()),
                     k: req.logprobs as u32,

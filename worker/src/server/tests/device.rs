@@ -148,3 +148,58 @@ async fn device_failures_on_cuda_are_cuda_errors() {
     assert_eq!(frames.last().unwrap().data["retriable"], false);
     h.shutdown().await;
 }
+
+/// Issue 47: a sticky CUDA error (a kernel fault) in one job's step ends
+/// every running job and every queued one with one `INFERENCE_FAILED`
+/// (retriable) event; `/health` turns unhealthy naming the GPU, new jobs are
+/// refused, and the engine thread stops (serving then exits; `cli::serve`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_device_ends_every_job_once() {
+    let backend = ScriptedBackend::spelling("abcdefghijklmnopqrstuvwxyz")
+        .on_cuda()
+        .with_delay(Duration::from_millis(15))
+        .with_slots(3)
+        .failing_at(6, || BackendError::DeviceLost {
+            what: "launching sample_select".into(),
+            // What cudarc's error reads as (formatting one needs libcuda).
+            source: Arc::new(std::io::Error::other(
+                "DriverError(CUDA_ERROR_ILLEGAL_ADDRESS, \"an illegal memory access was encountered\")",
+            )),
+        });
+    let h = start(backend, Opts::default()).await;
+    let mut readers = Vec::new();
+    for i in 0..5 {
+        let mut r = SseReader::new(
+            h.execute(json!({"job_id": format!("d{i}"), "prompt": "x"}))
+                .await,
+        );
+        assert_eq!(r.next().await.unwrap().event, "started");
+        readers.push(r);
+    }
+    for (i, r) in readers.into_iter().enumerate() {
+        let frames = r.all().await;
+        let terminal: Vec<_> = frames
+            .iter()
+            .filter(|f| f.event == "end" || f.event == "error")
+            .collect();
+        assert_eq!(terminal.len(), 1, "job d{i}: {frames:?}");
+        assert_eq!(terminal[0].event, "error", "job d{i}");
+        assert_eq!(terminal[0].data["code"], "INFERENCE_FAILED", "job d{i}");
+        assert_eq!(terminal[0].data["retriable"], true, "job d{i}");
+        assert!(std::ptr::eq(terminal[0], frames.last().unwrap()));
+    }
+    let health = h.get_json("/health").await;
+    assert_eq!(health["status"], "unhealthy", "{health}");
+    assert!(
+        health["reason"].as_str().unwrap().contains("GPU failed"),
+        "{health}"
+    );
+    assert!(h.state.engine.status().device_lost());
+    assert!(h.state.engine.is_closed(), "no job is taken any more");
+    let after = h.execute(json!({"job_id": "after", "prompt": "x"})).await;
+    assert_eq!(after.status(), 503);
+    assert_eq!(h.state.engine.ledger().jobs(), (5, 5));
+    let probe = h.probe.clone();
+    h.shutdown().await;
+    assert_eq!(h_probe_balance(&probe), 0);
+}
