@@ -34,3 +34,13 @@ Feature: Faults production brings
     Examples:
       | backend |
       | cuda    |
+
+  @EXT-047.2 @cuda
+  Scenario: A GPU fault mid-job ends every job once and the worker exits for a restart
+    Given a worker built with fault injection on the reference model with --parallel 16
+    When I start 16 jobs that do not end by themselves
+    And each of the 16 jobs has streamed 4 tokens
+    And the worker's next kernel launch fails
+    Then each of the 16 jobs ended with one error "INFERENCE_FAILED", retriable
+    And the worker exits with code 3 within 5 s
+    And the worker logged a "shutdown" record

@@ -63,17 +63,25 @@ pub enum BackendError {
 
 impl BackendError {
     /// A failed driver or library call, keeping its error as the source.
-    /// A sticky CUDA error becomes [`BackendError::DeviceLost`].
     pub fn driver(
         what: impl Into<String>,
         e: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
-        let (what, lost) = (what.into(), is_sticky(&e));
-        let source: Cause = Arc::new(e);
-        if lost {
-            BackendError::DeviceLost { what, source }
-        } else {
-            BackendError::Driver { what, source }
+        BackendError::Driver {
+            what: what.into(),
+            source: Arc::new(e),
+        }
+    }
+
+    /// A call that left the device unusable (the CUDA backend decides
+    /// which of the driver's errors are such).
+    pub fn device_lost(
+        what: impl Into<String>,
+        e: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        BackendError::DeviceLost {
+            what: what.into(),
+            source: Arc::new(e),
         }
     }
 
@@ -81,29 +89,6 @@ impl BackendError {
     pub fn is_device_lost(&self) -> bool {
         matches!(self, BackendError::DeviceLost { .. })
     }
-}
-
-/// The driver's errors after which the context is unusable (CUDA's
-/// documentation calls them sticky: "the process must be terminated and
-/// relaunched"), and an uncorrectable ECC error.
-fn is_sticky(e: &(dyn std::error::Error + 'static)) -> bool {
-    use cudarc::driver::sys::CUresult::*;
-    e.downcast_ref::<cudarc::driver::DriverError>()
-        .is_some_and(|d| {
-            matches!(
-                d.0,
-                CUDA_ERROR_ILLEGAL_ADDRESS
-                    | CUDA_ERROR_ILLEGAL_INSTRUCTION
-                    | CUDA_ERROR_MISALIGNED_ADDRESS
-                    | CUDA_ERROR_INVALID_ADDRESS_SPACE
-                    | CUDA_ERROR_INVALID_PC
-                    | CUDA_ERROR_HARDWARE_STACK_ERROR
-                    | CUDA_ERROR_LAUNCH_FAILED
-                    | CUDA_ERROR_LAUNCH_TIMEOUT
-                    | CUDA_ERROR_ASSERT
-                    | CUDA_ERROR_ECC_UNCORRECTABLE
-            )
-        })
 }
 
 /// The graph's own findings: a bad tensor fails the load, an empty forward

@@ -433,6 +433,8 @@ async fn serve(cfg: &ServeConfig, state: AppState, engine: Engine, vram_bytes: u
         start_watchdog(watched);
     });
     tokio::spawn(watch_device(state.clone()));
+    #[cfg(feature = "fault-injection")]
+    tokio::spawn(arm_fault_on_sigusr1());
     let lost = state.clone();
     let served = crate::server::serve_with(listener, state, engine, cfg.shutdown_grace, &cfg.http);
     let served = served.await;
@@ -517,6 +519,24 @@ fn start_watchdog(state: AppState) {
         let lost = state.engine.status().device_lost();
         std::process::exit(if lost { i32::from(DEVICE_LOST_EXIT) } else { 0 });
     });
+}
+
+/// Test builds (feature `fault-injection`, issue #47): each SIGUSR1 makes the
+/// next kernel launch fail as a kernel fault does.
+#[cfg(feature = "fault-injection")]
+async fn arm_fault_on_sigusr1() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut usr1) = signal(SignalKind::user_defined1()) else {
+        return;
+    };
+    while usr1.recv().await.is_some() {
+        narrate!(
+            warn,
+            "fault_injection",
+            message = "SIGUSR1: the next kernel launch fails"
+        );
+        crate::backend::cuda::fault::arm();
+    }
 }
 
 /// Starts the shutdown once the engine has lost the device (issue #47): by

@@ -109,9 +109,7 @@ impl Accounting {
 }
 
 /// A driver error as the backend's error kind.
-pub(crate) fn driver_error(what: &str, e: DriverError) -> BackendError {
-    BackendError::driver(what, e)
-}
+pub(crate) use super::fault::driver_error;
 
 fn is_oom(e: &DriverError) -> bool {
     e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY

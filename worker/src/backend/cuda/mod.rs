@@ -28,6 +28,7 @@
 
 mod blas;
 mod device;
+pub mod fault;
 mod graph;
 mod kernels;
 mod kv_pool;

@@ -27,6 +27,7 @@ use super::kernel::{launch_config, Kernel};
 use super::launch::{KernelCall, ParamList};
 use super::matmul::{MV_WARP_MIN_ROWS, TC_MIN_BLOCKS_PER_SM};
 use super::matvec::{qkv_rope_max_blocks, MV1_MIN_ROWS, MV8_EXPERTS_ENV};
+use crate::backend::cuda::fault::driver_error;
 use crate::backend::cuda::nvrtc::{compile_unit, KernelCache};
 use crate::backend::cuda::source::{head_pairs, KernelSet, Unit};
 use crate::backend::BackendError;
@@ -308,6 +309,8 @@ impl Kernels {
     {
         let plan = call.check()?;
         let k: Kernel = plan.kernel.into();
+        #[cfg(feature = "fault-injection")]
+        crate::backend::cuda::fault::injected(&k.symbol())?;
         let cfg = launch_config(k, plan.work)?;
         let params = call.params();
         let f = self.funcs.get(&k).ok_or_else(|| {
@@ -318,7 +321,7 @@ impl Kernels {
             ))
         })?;
         self.writes.fetch_add(1, Ordering::Relaxed);
-        let failed = |e| BackendError::driver(format!("launching {}", k.symbol()), e);
+        let failed = |e| driver_error(&format!("launching {}", k.symbol()), e);
         let pdl = self.pdl.load(Ordering::Relaxed);
         let cluster = plan.work.cluster();
         if pdl || cluster.is_some() {
