@@ -214,3 +214,24 @@ fn the_filter_takes_named_schemas_and_the_first_of_each_category() {
     };
     assert!(corpus::load(&committed(), &none).is_err());
 }
+
+/// The strings the worker's format narrowing (worker/src/constraint/formats.rs)
+/// keeps out are the ones this validator refuses, and llguidance's own
+/// patterns let in.
+#[test]
+fn the_validator_holds_formats_to_their_rfcs() {
+    let cases = [
+        ("date", "2024-02-29", true),
+        ("date", "2023-02-29", false),
+        ("time", "23:59:60Z", true),
+        ("time", "10:20:60Z", false),
+        ("hostname", "ab--cd.example", false),
+        ("email", &format!("{}@b.org", "x".repeat(65)), false),
+        ("email", &format!("a@{}.org", "b".repeat(64)), false),
+        ("email", "a@ab--c.org", false),
+    ];
+    for (format, value, valid) in cases {
+        let v = corpus::validator(&json!({"format": format})).unwrap();
+        assert_eq!(v.is_valid(&json!(value)), valid, "{format} {value:?}");
+    }
+}
