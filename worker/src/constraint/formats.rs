@@ -5,7 +5,8 @@
 //! `--` in a host label's third and fourth places (RFC 5891 keeps them for
 //! A-labels), a host name over 253 bytes, and an address whose local part is
 //! over 64 bytes or whose domain has a label over 63 (RFC 5321). The
-//! `jsonschema` validator refuses all of these (the schema suite found them).
+//! `jsonschema` validator, which `harness schema-suite` checks outputs
+//! with, refuses all of these.
 //! Each format is narrowed here by more patterns, added as `allOf` entries and
 //! intersected with the format's own (for `email`, one pattern in its place):
 //! every string they allow is valid, and only rare valid ones are left out
