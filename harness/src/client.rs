@@ -13,6 +13,9 @@ use futures::{Stream, StreamExt};
 use serde::Serialize;
 use serde_json::Value;
 
+/// How long a plain call ([`Client::raw`], [`Client::post_json`]) may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// One SSE event as received.
 #[derive(Debug, Clone, Serialize)]
 pub struct Event {
@@ -264,22 +267,44 @@ impl Client {
         body: Vec<u8>,
         headers: &[(&str, &str)],
     ) -> Result<Reply> {
+        let req = self.http.request(method, format!("{}{}", self.base, path));
+        self.send(req, content_type, body, headers, REQUEST_TIMEOUT)
+            .await
+            .with_context(|| format!("request to {path}"))
+    }
+
+    /// A JSON POST given up after `timeout` (a whole generation, where
+    /// [`Client::post_json`] allows a short call's [`REQUEST_TIMEOUT`]).
+    pub async fn post_json_within(
+        &self,
+        path: &str,
+        body: &Value,
+        timeout: Duration,
+    ) -> Result<Reply> {
+        let req = self.http.post(format!("{}{}", self.base, path));
+        let body = serde_json::to_vec(body)?;
+        self.send(req, Some("application/json"), body, &[], timeout)
+            .await
+            .with_context(|| format!("request to {path}"))
+    }
+
+    async fn send(
+        &self,
+        req: reqwest::RequestBuilder,
+        content_type: Option<&str>,
+        body: Vec<u8>,
+        headers: &[(&str, &str)],
+        timeout: Duration,
+    ) -> Result<Reply> {
         let sent = Instant::now();
-        let mut req = self
-            .http
-            .request(method, format!("{}{}", self.base, path))
-            .timeout(Duration::from_secs(30));
+        let mut req = req.timeout(timeout);
         if let Some(ct) = content_type {
             req = req.header("content-type", ct);
         }
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let resp = req
-            .body(body)
-            .send()
-            .await
-            .with_context(|| format!("request to {path}"))?;
+        let resp = req.body(body).send().await?;
         let status = resp.status().as_u16();
         let headers = header_pairs(resp.headers());
         let body = resp.text().await.unwrap_or_default();

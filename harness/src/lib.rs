@@ -4,7 +4,8 @@
 //!
 //! The library half (client, events, stats, budgets, parity) is reusable by
 //! benches; `suite` and `steps` are the runner; `synth` writes the synthetic
-//! models (also used by the worker's own tests).
+//! models (also used by the worker's own tests); `schema_suite` checks
+//! structured output over a corpus of real JSON Schemas.
 
 pub mod bench;
 pub mod budgets;
@@ -18,6 +19,7 @@ pub mod matrix;
 pub mod parity;
 pub mod process;
 pub mod proof;
+pub mod schema_suite;
 pub mod stats;
 pub mod steps;
 pub mod suite;

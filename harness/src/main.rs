@@ -6,6 +6,9 @@
 //! - `harness synth-model --preset NAME --out FILE [--format TYPE] [--reference PATH]
 //!   [--spm-reference PATH] [--seed N]`: a random-weight model of a real shape (see
 //!   `harness::synth`), used by the `synthetic-<preset>` fixtures
+//! - `harness schema-suite [--worker BIN] [--backend cpu|cuda] [--model PATH] [--seeds 1,2,3]
+//!   [--parallel N] [--max-tokens N] [--report FILE]`: strict `response_format` outputs over
+//!   `testdata/schemas`, each checked by the `jsonschema` crate (see `harness::schema_suite`)
 //! - `harness bench report|gate ...`: the side-by-side report and regression gate of `ci/gpu-bench`
 
 use std::path::PathBuf;
@@ -27,6 +30,8 @@ enum Cmd {
     Bench(harness::bench::BenchCmd),
     /// Check coverage, run the scenarios against a worker binary, write the proof bundle.
     Suite(harness::suite::Options),
+    /// Strict JSON Schema outputs over the schema corpus, each checked; exit 1 on an invalid one.
+    SchemaSuite(harness::schema_suite::Options),
     /// Fail when a requirement has no scenario or a scenario carries an unknown ID.
     Coverage {
         #[arg(long)]
@@ -76,15 +81,17 @@ enum Cmd {
     },
 }
 
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+}
+
 fn main() -> anyhow::Result<()> {
     let code = match Cli::parse().command {
         Cmd::Bench(cmd) => harness::bench::run(cmd)?,
-        Cmd::Suite(opts) => {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(harness::suite::run(opts))?
-        }
+        Cmd::Suite(opts) => runtime()?.block_on(harness::suite::run(opts))?,
+        Cmd::SchemaSuite(opts) => runtime()?.block_on(harness::schema_suite::run(opts))?,
         Cmd::Coverage {
             requirements,
             workspace,

@@ -77,6 +77,28 @@ pub struct Launch {
 }
 
 impl Launch {
+    /// The standard command line of `bin` serving `model` on `backend`:
+    /// every required flag, a fresh worker id, a free port on 127.0.0.1.
+    pub fn standard(bin: &Path, model: &Path, backend: &str) -> Result<Self> {
+        let port = free_port()?;
+        let mut l = Launch {
+            bin: bin.to_path_buf(),
+            args: Vec::new(),
+            env: Vec::new(),
+            host: "127.0.0.1".into(),
+            port,
+            cwd: None,
+            own_group: false,
+        };
+        l.set("--worker-id", Some(&uuid_v4()));
+        l.set("--model", Some(&model.display().to_string()));
+        l.set("--gpu-device", Some("0"));
+        l.set("--port", Some(&port.to_string()));
+        l.set("--host", Some("127.0.0.1"));
+        l.set("--backend", Some(backend));
+        Ok(l)
+    }
+
     /// Sets a flag, replacing an earlier value of the same flag.
     pub fn set(&mut self, flag: &str, value: Option<&str>) {
         let value = value.map(str::to_owned);
@@ -415,6 +437,28 @@ fn pump(
             });
         }
     });
+}
+
+/// A random RFC 4122 version-4 UUID.
+pub fn uuid_v4() -> String {
+    let mut b: [u8; 16] = rand::random();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// The last `lines` lines of `text`.
+pub fn tail(text: &str, lines: usize) -> String {
+    let v: Vec<&str> = text.lines().collect();
+    v[v.len().saturating_sub(lines)..].join("\n")
 }
 
 /// A free TCP port on 127.0.0.1 (bound and released; a race with other

@@ -170,6 +170,25 @@ pub fn gpu_present() -> bool {
     gpu_count() > 0
 }
 
+/// The worker binary and the model a run drives: the flags' (`worker`,
+/// `model`), else the defaults ($WORKER_BIN or the newest build; the
+/// reference model); both must exist.
+pub fn worker_and_model(
+    workspace: &Path,
+    worker: Option<&Path>,
+    model: Option<&Path>,
+) -> Result<(PathBuf, PathBuf)> {
+    let worker_bin = absolute(&worker.map_or_else(|| default_worker(workspace), Path::to_path_buf));
+    if !worker_bin.is_file() {
+        bail!("no worker binary at {} (build it with `cargo build --release -p worker-orcd`, or pass --worker / WORKER_BIN)", worker_bin.display());
+    }
+    let model = absolute(&model.map_or_else(|| default_model(workspace), Path::to_path_buf));
+    if !model.is_file() {
+        bail!("no model at {} (run ci/fetch-model)", model.display());
+    }
+    Ok((worker_bin, model))
+}
+
 fn default_worker(workspace: &Path) -> PathBuf {
     if let Some(p) = std::env::var_os("WORKER_BIN").filter(|v| !v.is_empty()) {
         return PathBuf::from(p);
@@ -241,24 +260,8 @@ pub async fn run(opts: Options) -> Result<i32> {
     if !["cpu", "cuda"].contains(&opts.backend.as_str()) {
         bail!("--backend must be cpu or cuda");
     }
-    let worker_bin = absolute(
-        &opts
-            .worker
-            .clone()
-            .unwrap_or_else(|| default_worker(&workspace)),
-    );
-    if !worker_bin.is_file() {
-        bail!("no worker binary at {} (build it with `cargo build --release -p worker-orcd`, or pass --worker / WORKER_BIN)", worker_bin.display());
-    }
-    let model = absolute(
-        &opts
-            .model
-            .clone()
-            .unwrap_or_else(|| default_model(&workspace)),
-    );
-    if !model.is_file() {
-        bail!("no model at {} (run ci/fetch-model)", model.display());
-    }
+    let (worker_bin, model) =
+        worker_and_model(&workspace, opts.worker.as_deref(), opts.model.as_deref())?;
     let budgets_path = absolute(
         &opts
             .budgets

@@ -10,7 +10,8 @@ use serde_json::Value;
 
 use super::config::SuiteConfig;
 use crate::client::Client;
-use crate::process::{free_port, Launch, Worker};
+pub use crate::process::{tail, uuid_v4};
+use crate::process::{Launch, Worker};
 
 /// One `/health` poll while the worker started.
 #[derive(Debug, Clone)]
@@ -42,22 +43,8 @@ impl Process {
         model: &std::path::Path,
         backend: &str,
     ) -> Result<Launch> {
-        let port = free_port()?;
-        let mut l = Launch {
-            bin: cfg.worker_bin.clone(),
-            args: Vec::new(),
-            env: self.env.clone(),
-            host: "127.0.0.1".into(),
-            port,
-            cwd: None,
-            own_group: false,
-        };
-        l.set("--worker-id", Some(&uuid_v4()));
-        l.set("--model", Some(&model.display().to_string()));
-        l.set("--gpu-device", Some("0"));
-        l.set("--port", Some(&port.to_string()));
-        l.set("--host", Some("127.0.0.1"));
-        l.set("--backend", Some(backend));
+        let mut l = Launch::standard(&cfg.worker_bin, model, backend)?;
+        l.env = self.env.clone();
         Ok(l)
     }
 
@@ -201,26 +188,4 @@ async fn poll_once(client: &Client) -> (Poll, bool) {
             (poll, false)
         }
     }
-}
-
-/// A random RFC 4122 version-4 UUID.
-pub fn uuid_v4() -> String {
-    let mut b: [u8; 16] = rand::random();
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
-
-/// The last `lines` lines of `text`.
-pub fn tail(text: &str, lines: usize) -> String {
-    let v: Vec<&str> = text.lines().collect();
-    v[v.len().saturating_sub(lines)..].join("\n")
 }

@@ -11,6 +11,7 @@ use llguidance::{Matcher, ParserFactory};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::constraint::formats;
 use crate::constraint::vocab::{end_token, token_env};
 use crate::tokenizer::Tokenizer;
 
@@ -53,7 +54,11 @@ impl Spec {
 
     fn grammar(&self) -> TopLevelGrammar {
         match self {
-            Spec::JsonSchema(v) => TopLevelGrammar::from_json_schema(with_layout(v.clone())),
+            Spec::JsonSchema(v) => {
+                let mut schema = v.clone();
+                formats::narrow(&mut schema);
+                TopLevelGrammar::from_json_schema(with_layout(schema))
+            }
             Spec::Regex(rx) => TopLevelGrammar::from_regex(rx),
             Spec::Lark(lark) => TopLevelGrammar::from_lark(lark.clone()),
         }

@@ -13,6 +13,7 @@
 //! other does, at its end-of-generation token.
 
 mod compile;
+mod formats;
 mod matcher;
 mod vocab;
 

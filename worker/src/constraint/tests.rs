@@ -168,3 +168,67 @@ fn a_pathological_regex_costs_bounded_work_per_token() {
         }
     }
 }
+
+/// Whether the grammar of `schema` lets `text` be written whole and ended.
+fn accepts(schema: serde_json::Value, text: &str) -> bool {
+    let g = compiler().compile(&Spec::JsonSchema(schema)).unwrap();
+    let mut c = Constraint::new(&g);
+    for b in text.bytes() {
+        if !allowed(c.mask().unwrap(), b as u32) {
+            return false;
+        }
+        c.commit(b as u32).unwrap();
+    }
+    allowed_ids(&mut c).contains(&EOS_ID)
+}
+
+/// What the `jsonschema` validator refuses and llguidance's own patterns let
+/// in (harness/src/schema_suite's tests hold the validator to the same
+/// strings) is never written; what it takes still is.
+#[test]
+fn formats_allow_only_strings_a_validator_accepts() {
+    let long_host = format!(
+        "{}.{}.{}.{}",
+        "a".repeat(63),
+        "b".repeat(63),
+        "c".repeat(63),
+        "d".repeat(63)
+    );
+    let long_local = format!("{}@b.org", "x".repeat(65));
+    let long_label = format!("a@{}.org", "b".repeat(64));
+    // Per format: strings the validator takes, then strings it refuses.
+    let cases: [(&str, Vec<&str>, Vec<&str>); 5] = [
+        (
+            "date",
+            vec!["2024-02-29", "2000-02-29", "2023-02-28", "2023-12-31"],
+            vec!["2023-02-29", "1900-02-29"],
+        ),
+        ("time", vec!["10:20:30Z"], vec!["10:20:60Z"]),
+        (
+            "date-time",
+            vec!["2024-02-29T23:59:59+01:00"],
+            vec!["2023-02-29T10:00:00Z", "2024-01-01T10:20:60Z"],
+        ),
+        (
+            "hostname",
+            vec!["a-b.example"],
+            vec!["ab--cd.example", &long_host],
+        ),
+        (
+            "email",
+            vec!["first.last@mail-host.example.org"],
+            vec![&long_local, "a@ab--c.org", &long_label],
+        ),
+    ];
+    for (format, valid, invalid) in cases {
+        let schema = json!({"type": "string", "format": format});
+        for (value, ok) in valid
+            .iter()
+            .map(|v| (v, true))
+            .chain(invalid.iter().map(|v| (v, false)))
+        {
+            let written = accepts(schema.clone(), &format!("\"{value}\""));
+            assert_eq!(written, ok, "{format} {value:?}");
+        }
+    }
+}
