@@ -15,6 +15,7 @@ use super::request;
 use super::stream::{error_lines, DONE};
 use super::tools::format::ToolFormat;
 use super::tools::parse::{CallParser, ParsedCall, Released};
+use super::tools::release::Release;
 use super::tools::types::{FunctionDelta, FunctionOut, ToolCallDelta, ToolCallOut};
 use super::types::{
     AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk,
@@ -61,12 +62,7 @@ fn content_and_calls(ctx: &ReplyCtx, c: &Collected) -> (Option<String>, Vec<Pars
     let Some(tools) = &ctx.tools else {
         return (Some(c.text_of(ctx, Part::Content)), Vec::new());
     };
-    let mut parser = CallParser::new(tools.clone());
-    let mut out = Released::default();
-    for t in &c.tokens {
-        out.extend(parser.push(&t.text, t.channel.as_deref()));
-    }
-    out.extend(parser.finish());
+    let out = Release::whole(ctx.tokenizer.clone(), Some(tools.clone()), &c.tokens);
     let only_calls = !out.calls.is_empty() && out.content.trim().is_empty();
     ((!only_calls).then_some(out.content), out.calls)
 }
