@@ -7,6 +7,8 @@
 //! - `model`: tokenizer and llama.cpp goldens, the haiku, parity logs, CPU-vs-CUDA;
 //! - `openai`: the OpenAI-compatible routes through the `async-openai` client;
 //! - `structured`: output under a JSON Schema, a regex or a grammar (issue 43);
+//! - `tools`, `tool_routes`: tool calls on the chat route, and on `/v1/messages`
+//!   and `/v1/responses` (issue 43);
 //! - `budgets`: measurements against budgets.yaml (`@bench`);
 //! - `workspace`: unit tests, source checks, cargo and nested harness runs.
 //!
@@ -23,6 +25,7 @@ pub mod params;
 pub mod process;
 pub mod requests;
 pub mod structured;
+pub mod tool_routes;
 pub mod tools;
 pub mod workspace;
 

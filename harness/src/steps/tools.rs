@@ -201,7 +201,7 @@ async fn valid_calls(w: &mut TestWorld, allowed: String) -> StepResult {
 /// (`type`, `properties`, `required`, `additionalProperties: false`, `enum`,
 /// `minLength`, `maxLength`); any other keyword fails, so that a schema
 /// outside them is never passed unchecked.
-fn conforms(v: &Value, schema: &Value) -> Result<(), String> {
+pub(crate) fn conforms(v: &Value, schema: &Value) -> Result<(), String> {
     let s = schema.as_object().ok_or("a schema that is not an object")?;
     for (key, rule) in s {
         let ok = match key.as_str() {

@@ -99,6 +99,7 @@ pub fn map_messages(
         temperature: req.temperature,
         top_p: req.top_p,
         top_k: req.top_k,
+        seed: req.seed.map(i128::from),
         stop: req.stop_sequences,
         ..ExecuteRequest::default()
     };

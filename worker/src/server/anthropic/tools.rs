@@ -205,16 +205,16 @@ fn result_in(place: &str, b: ContentBlockIn) -> Result<MessageIn, AnthropicError
     let content = match b.content {
         None => String::new(),
         Some(ToolResultContent::Text(t)) => t,
-        Some(ToolResultContent::Blocks(blocks)) => joined_text(
-            blocks.into_iter().map(|p| (p.kind, p.text)),
-            &["text"],
-        )
-        .map_err(|kind| {
-            invalid(
+        Some(ToolResultContent::Blocks(blocks)) => {
+            joined_text(blocks.into_iter().map(|p| (p.kind, p.text)), &["text"]).map_err(
+                |kind| {
+                    invalid(
                 place,
                 format!("has a tool_result holding a block of type {kind:?}; only text is served"),
             )
-        })?,
+                },
+            )?
+        }
     };
     let content = if b.is_error == Some(true) {
         format!("Error: {content}")

@@ -134,6 +134,9 @@ pub struct MessagesRequest {
     pub top_p: Option<f64>,
     #[schema(minimum = 0)]
     pub top_k: Option<i64>,
+    /// Extension: the sampling seed, as `/execute`'s (the same seed, the
+    /// same answer, whole or streamed).
+    pub seed: Option<u64>,
     pub thinking: Option<ThinkingParam>,
     /// Tools the model may call, described to it by its chat template.
     #[schema(value_type = Option<Vec<ToolDoc>>)]
