@@ -372,12 +372,14 @@ def test_responses_tools(client, model):
     after = client.responses.create(**kw)
     check(after.status in ("completed", "incomplete"),
           f"responses tools: the round trip is answered ({after.status}: {after.output_text!r})")
-    with client.responses.stream(**kw) as stream:
-        for _ in stream:
-            pass
-        streamed = stream.get_final_response() if after.status == "completed" else None
-    check(streamed is None or streamed.output_text == after.output_text,
-          "responses tools: the streamed round trip gives the same greedy text")
+    text, last = "", None
+    for event in client.responses.create(stream=True, **kw):
+        if event.type == "response.output_text.delta":
+            text += event.delta
+        if event.type in ("response.completed", "response.incomplete"):
+            last = event.response
+    check(text == after.output_text == last.output_text and last.status == after.status,
+          "responses tools: the streamed round trip gives the same greedy text and status")
 
 
 def test_queue_full(base, model):

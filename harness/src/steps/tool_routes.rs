@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::check;
 use crate::steps::anthropic::{events, post, request};
-use crate::steps::tools::conforms;
+use crate::steps::tools::{conforms, tool_request};
 use crate::steps::StepResult;
 use crate::world::{TestWorld, ToolRun};
 
@@ -281,11 +281,7 @@ fn schema_of<'a>(req: &'a Value, name: &str) -> anyhow::Result<&'a Value> {
 )]
 async fn valid_uses(w: &mut TestWorld, allowed: String, stop: String) -> StepResult {
     let allowed: Vec<&str> = allowed.split(", ").collect();
-    let req = w
-        .openai
-        .tool_request
-        .as_ref()
-        .ok_or_else(|| anyhow!("no request"))?;
+    let req = tool_request(w)?;
     for r in alike(w)? {
         let seed = r.seed;
         check!(r.whole["stop"] == stop.as_str(), "seed {seed}: {}", r.whole);

@@ -158,11 +158,7 @@ async fn text_or_calls(w: &mut TestWorld) -> StepResult {
 )]
 async fn valid_calls(w: &mut TestWorld, allowed: String) -> StepResult {
     let allowed: Vec<&str> = allowed.split(", ").collect();
-    let req = w
-        .openai
-        .tool_request
-        .as_ref()
-        .ok_or_else(|| anyhow!("no request"))?;
+    let req = tool_request(w)?;
     check!(!w.openai.tool_runs.is_empty(), "no runs");
     for r in &w.openai.tool_runs {
         agree(r)?;
@@ -195,6 +191,14 @@ async fn valid_calls(w: &mut TestWorld, allowed: String) -> StepResult {
         }
     }
     Ok(())
+}
+
+/// The request the last runs with tools were made of.
+pub(crate) fn tool_request(w: &TestWorld) -> anyhow::Result<&Value> {
+    w.openai
+        .tool_request
+        .as_ref()
+        .ok_or_else(|| anyhow!("no request"))
 }
 
 /// Whether `v` follows `schema`, for the keywords the scenarios' schemas use

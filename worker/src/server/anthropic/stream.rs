@@ -159,17 +159,8 @@ mod tests {
     use super::*;
     use crate::engine::generate::StopReason;
     use crate::server::anthropic::reply::tests::{ctx, token};
-    use crate::server::openai::reply::tests::summary;
+    use crate::server::openai::reply::tests::{started, summary};
     use crate::server::openai::reply::Collected;
-
-    fn started() -> JobEvent {
-        JobEvent::Started(crate::engine::job::JobStarted {
-            job_id: "msg_1".into(),
-            model: "smol".into(),
-            started_at: chrono::Utc::now(),
-            seed: 1,
-        })
-    }
 
     /// Every event of a stream as `(name, data)`; each data names its event.
     fn run(stream: &mut MessageStream, events: &[JobEvent]) -> Vec<(&'static str, Value)> {

@@ -8,11 +8,13 @@
 use serde_json::{json, Value};
 
 use super::error::AnthropicError;
-use super::types::{ContentBlock, ContentBlockIn, ToolResultContent};
+use super::types::{ContentBlock, ContentBlockIn};
 use crate::server::openai::request::joined_text;
+use crate::server::openai::responses::types::InputContent;
 use crate::server::openai::tools::parse::ParsedCall;
 use crate::server::openai::tools::spec::{
-    function_of, known_keys, tool_list, Choice, Function, FunctionShape, Refusal, ToolSpec,
+    function_of, known_keys, tool_list, tool_object, Choice, Function, FunctionShape, Refusal,
+    ToolSpec,
 };
 use crate::server::validation::{FunctionCallIn, MessageIn, ToolCallIn};
 
@@ -31,10 +33,7 @@ const TOOL: FunctionShape = FunctionShape {
 
 /// One entry of `tools`: a client tool; server tools are refused by type.
 fn tool(i: usize, v: &Value) -> Result<Function, Refusal> {
-    let path = format!("tools[{i}]");
-    let Some(object) = v.as_object() else {
-        return Err(Refusal::new(&path, "must be an object"));
-    };
+    let (path, object) = tool_object(i, v)?;
     match object.get("type") {
         None | Some(Value::Null) => {}
         Some(t) if t == "custom" => {}
@@ -204,8 +203,8 @@ fn result_in(place: &str, b: ContentBlockIn) -> Result<MessageIn, AnthropicError
     };
     let content = match b.content {
         None => String::new(),
-        Some(ToolResultContent::Text(t)) => t,
-        Some(ToolResultContent::Blocks(blocks)) => {
+        Some(InputContent::Text(t)) => t,
+        Some(InputContent::Parts(blocks)) => {
             joined_text(blocks.into_iter().map(|p| (p.kind, p.text)), &["text"]).map_err(
                 |kind| {
                     invalid(

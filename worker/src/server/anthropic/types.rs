@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use crate::server::openai::responses::types::InputContent;
+
 /// A message's or the system prompt's content: text, or a list of blocks.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 #[serde(untagged)]
@@ -33,8 +35,9 @@ pub struct ContentBlockIn {
     pub input: Option<Value>,
     /// `tool_result`: the `id` of the call it answers.
     pub tool_use_id: Option<String>,
-    /// `tool_result`: the result, text or text blocks (absent: empty).
-    pub content: Option<ToolResultContent>,
+    /// `tool_result`: the result, text or text blocks (absent: empty),
+    /// the shape of a Responses message's content.
+    pub content: Option<InputContent>,
     /// `tool_result`: the call failed; the template gets the content
     /// after `Error: `.
     pub is_error: Option<bool>,
@@ -44,29 +47,10 @@ pub struct ContentBlockIn {
     pub other: Map<String, Value>,
 }
 
-/// A `tool_result`'s content: text, or blocks of which `text` is served.
-#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
-#[serde(untagged)]
-pub enum ToolResultContent {
-    Text(String),
-    Blocks(Vec<ToolResultBlock>),
-}
-
-/// One block of a `tool_result`'s content.
-#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
-pub struct ToolResultBlock {
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub text: Option<String>,
-    #[serde(flatten)]
-    #[schema(ignore)]
-    pub other: Map<String, Value>,
-}
-
 /// One entry of `tools`: a client tool (`type` absent or `custom`); server
 /// tools (`web_search_20250305`, `bash_20250124`, ...) are refused by type.
-#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
-pub struct ToolDoc {
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct MessagesToolDoc {
     /// Letters, digits, `_` and `-`; at most 64 characters; unique in `tools`.
     #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub name: String,
@@ -83,8 +67,8 @@ pub struct ToolDoc {
 /// call), `tool` (a call to `name`) or `none` (the tools are described, no
 /// call is read); `any` and `tool` are generated under a grammar of the
 /// calls, so that they always parse.
-#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
-pub struct ToolChoiceDoc {
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct MessagesToolChoiceDoc {
     /// `auto`, `any`, `tool` or `none`.
     #[serde(rename = "type")]
     pub kind: String,
@@ -139,9 +123,9 @@ pub struct MessagesRequest {
     pub seed: Option<u64>,
     pub thinking: Option<ThinkingParam>,
     /// Tools the model may call, described to it by its chat template.
-    #[schema(value_type = Option<Vec<ToolDoc>>)]
+    #[schema(value_type = Option<Vec<MessagesToolDoc>>)]
     pub tools: Option<Value>,
-    #[schema(value_type = Option<ToolChoiceDoc>)]
+    #[schema(value_type = Option<MessagesToolChoiceDoc>)]
     pub tool_choice: Option<Value>,
     /// Every other field: refused by name unless it leaves the answer as is
     /// (`metadata`, `service_tier`, `inference_geo`, `speed`, `cache_control`).

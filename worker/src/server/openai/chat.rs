@@ -301,10 +301,9 @@ impl ChatStream {
 
 #[cfg(test)]
 mod tests {
-    use super::super::reply::tests::{ctx, token};
+    use super::super::reply::tests::{ctx, started, token};
     use super::*;
     use crate::engine::generate::{GenerationSummary, StopReason};
-    use crate::engine::job::JobStarted;
     use crate::engine::JobError;
     use serde_json::{json, Value};
 
@@ -323,15 +322,6 @@ mod tests {
             .iter()
             .map(|l| serde_json::from_str(l).unwrap_or(Value::String(l.clone())))
             .collect()
-    }
-
-    fn started() -> JobEvent {
-        JobEvent::Started(JobStarted {
-            job_id: "x-1".into(),
-            model: "/m.gguf".into(),
-            started_at: chrono::Utc::now(),
-            seed: 1,
-        })
     }
 
     /// gpt-oss: the analysis channel is `reasoning_content`, the final one

@@ -120,19 +120,43 @@ fn tool_use_and_tool_result_blocks_become_calls_and_tool_messages() {
             {"type": "text", "text": "Thanks."}]}]}))
     .unwrap();
     let sent = m.execute.messages.unwrap();
-    let roles: Vec<&str> = sent.iter().map(|m| m.role.as_str()).collect();
-    assert_eq!(roles, ["user", "assistant", "tool", "tool", "user"]);
-    assert_eq!(sent[1].content.as_deref(), Some("Looking."));
-    let calls = sent[1].tool_calls.as_ref().unwrap();
+    let turns: Vec<(&str, Option<&str>, Option<&str>)> = sent
+        .iter()
+        .map(|m| {
+            (
+                m.role.as_str(),
+                m.content.as_deref(),
+                m.tool_call_id.as_deref(),
+            )
+        })
+        .collect();
+    let want = [
+        ("user", Some("Weather in Paris and Rome?"), None),
+        ("assistant", Some("Looking."), None),
+        ("tool", Some("22 C"), Some("toolu_1")),
+        ("tool", Some("Error: no station"), Some("toolu_2")),
+        ("user", Some("Thanks."), None),
+    ];
+    assert_eq!(turns, want);
+    let calls: Vec<(&str, &str, &str)> = sent[1]
+        .tool_calls
+        .iter()
+        .flatten()
+        .map(|c| {
+            (
+                c.id.as_str(),
+                c.kind.as_str(),
+                c.function.arguments.as_str(),
+            )
+        })
+        .collect();
     assert_eq!(
-        (calls[0].id.as_str(), calls[0].kind.as_str()),
-        ("toolu_1", "function")
+        calls,
+        [
+            ("toolu_1", "function", r#"{"city":"Paris"}"#),
+            ("toolu_2", "function", r#"{"city":"Rome"}"#)
+        ]
     );
-    assert_eq!(calls[1].function.arguments, r#"{"city":"Rome"}"#);
-    assert_eq!(sent[2].tool_call_id.as_deref(), Some("toolu_1"));
-    assert_eq!(sent[2].content.as_deref(), Some("22 C"));
-    assert_eq!(sent[3].content.as_deref(), Some("Error: no station"));
-    assert_eq!(sent[4].content.as_deref(), Some("Thanks."));
     // Calls alone: no content.
     let only = assistant(
         "m",

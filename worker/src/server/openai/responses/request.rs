@@ -189,11 +189,11 @@ fn item_message(i: usize, item: InputItem) -> Result<MessageIn, OpenAiError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
-    fn map(body: Value) -> Result<(Mapped, Echo), OpenAiError> {
+    pub(crate) fn map(body: Value) -> Result<(Mapped, Echo), OpenAiError> {
         map_responses(
             serde_json::from_value(body).unwrap(),
             "resp-1",

@@ -14,9 +14,9 @@
 
 use serde_json::{json, Value};
 
+use super::reply::{output_text, Reply};
 use super::tools::call_item;
 use super::types::OutputItem;
-use super::{output_text, Reply};
 use crate::engine::job::JobEvent;
 use crate::server::openai::error::OpenAiError;
 use crate::server::openai::tools::parse::Released;
@@ -196,10 +196,10 @@ fn call_item_with(
 mod tests {
     use super::*;
     use crate::engine::generate::StopReason;
-    use crate::engine::job::{JobStarted, TokenOut};
-    use crate::server::openai::reply::tests::summary;
+    use crate::engine::job::TokenOut;
+    use crate::server::openai::reply::tests::{started, summary, token};
     use crate::server::openai::reply::Collected;
-    use crate::server::openai::responses::tests::reply;
+    use crate::server::openai::responses::reply::tests::reply;
     use crate::server::openai::tools::format::ToolFormat;
     use crate::server::openai::tools::parse::ToolReply;
 
@@ -224,14 +224,11 @@ mod tests {
         }
     }
 
+    /// A stream of `tokens` ended at the end-of-generation token; each
+    /// event's data names it and carries its place in the stream.
     fn run(r: &Reply, tokens: &[TokenOut]) -> Vec<(&'static str, Value)> {
         let mut s = StreamState::new(r);
-        let mut events = vec![JobEvent::Started(JobStarted {
-            job_id: "resp-1".into(),
-            model: "smol".into(),
-            started_at: chrono::Utc::now(),
-            seed: 1,
-        })];
+        let mut events = vec![started()];
         events.extend(tokens.iter().cloned().map(JobEvent::Token));
         events.push(JobEvent::End(summary(StopReason::Eos)));
         let mut out = Vec::new();
@@ -246,6 +243,10 @@ mod tests {
         out
     }
 
+    fn names<'a>(out: &[(&'a str, Value)]) -> Vec<&'a str> {
+        out.iter().map(|(n, _)| *n).collect()
+    }
+
     /// A call alone: no message item, the call as one item whose
     /// arguments come in one delta, the final response's output that item,
     /// as in the whole answer.
@@ -257,9 +258,8 @@ mod tests {
             text(1, "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"),
         ];
         let out = run(&r, &tokens);
-        let names: Vec<&str> = out.iter().map(|(n, _)| *n).collect();
         assert_eq!(
-            names,
+            names(&out),
             [
                 "response.created",
                 "response.in_progress",
@@ -327,5 +327,29 @@ mod tests {
         let out = run(&r, &[]);
         let last = &out.last().unwrap().1["response"];
         assert_eq!(last["output"][0]["content"][0]["text"], "");
+    }
+
+    #[test]
+    fn a_stream_is_the_responses_event_sequence_numbered_in_order() {
+        let out = run(&reply(), &[token(0, b'H', &[]), token(1, b'i', &[])]);
+        assert_eq!(
+            names(&out),
+            [
+                "response.created",
+                "response.in_progress",
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+                "response.output_text.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "response.completed"
+            ]
+        );
+        // `run` checked each event's type and sequence number.
+        let last = &out[9].1;
+        assert_eq!(last["response"]["output"][0]["content"][0]["text"], "Hi");
+        assert_eq!(last["response"]["usage"]["output_tokens"], 2);
     }
 }

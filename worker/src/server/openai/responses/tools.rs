@@ -13,7 +13,7 @@ use crate::server::openai::error::OpenAiError;
 use crate::server::openai::request::joined_text;
 use crate::server::openai::tools::parse::ParsedCall;
 use crate::server::openai::tools::spec::{
-    function_of, mode, tool_list, Choice, Function, FunctionShape, Refusal, ToolSpec,
+    function_of, mode, tool_list, tool_object, Choice, Function, FunctionShape, Refusal, ToolSpec,
 };
 use crate::server::validation::{FunctionCallIn, MessageIn, ToolCallIn};
 
@@ -26,10 +26,7 @@ const FUNCTION_TOOL: FunctionShape = FunctionShape {
 
 /// One entry of `tools`: a function; other tool types are refused by name.
 fn tool(i: usize, v: &Value) -> Result<Function, Refusal> {
-    let path = format!("tools[{i}]");
-    let Some(object) = v.as_object() else {
-        return Err(Refusal::new(&path, "must be an object"));
-    };
+    let (path, object) = tool_object(i, v)?;
     match object.get("type").and_then(Value::as_str) {
         Some("function") => function_of(object, &path, &FUNCTION_TOOL),
         Some(other) => Err(Refusal::new(

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use crate::server::openai::tools::types::FunctionDef;
 use crate::server::openai::types::{JsonSchemaFormat, ResponseFormat};
 
 /// `input`: one user message as text, or a list of items.
@@ -126,7 +127,7 @@ pub struct ResponsesRequest {
     /// other tool types (`web_search`, `file_search`, ...) are refused.
     #[schema(value_type = Option<Vec<FunctionToolDoc>>)]
     pub tools: Option<Value>,
-    #[schema(value_type = Option<ToolChoiceDoc>)]
+    #[schema(value_type = Option<ResponsesToolChoiceDoc>)]
     pub tool_choice: Option<Value>,
     /// Whether an answer may hold more than one call (default true).
     pub parallel_tool_calls: Option<bool>,
@@ -136,22 +137,15 @@ pub struct ResponsesRequest {
     pub other: Map<String, Value>,
 }
 
-/// One entry of `tools`: a function.
-#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+/// One entry of `tools`: a function, its fields beside `type` rather than
+/// under `function` as on the chat route.
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct FunctionToolDoc {
     /// `function`.
     #[serde(rename = "type")]
     pub kind: String,
-    /// Letters, digits, `_` and `-`; at most 64 characters; unique in `tools`.
-    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
-    pub name: String,
-    pub description: Option<String>,
-    /// A JSON Schema of the arguments object; absent means any object.
-    #[schema(value_type = Option<Object>)]
-    pub parameters: Option<Value>,
-    /// Accepted; the arguments follow `parameters` exactly under
-    /// `tool_choice` `required` or a named function (a grammar).
-    pub strict: Option<bool>,
+    #[serde(flatten)]
+    pub function: FunctionDef,
 }
 
 /// `tool_choice`: `auto` (the default with tools), `none` (tools are
@@ -159,13 +153,13 @@ pub struct FunctionToolDoc {
 /// `{"type": "function", "name": ...}` (that call).
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 #[serde(untagged)]
-pub enum ToolChoiceDoc {
+pub enum ResponsesToolChoiceDoc {
     Mode(String),
-    Named(NamedFunctionDoc),
+    Named(ResponsesNamedFunctionDoc),
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
-pub struct NamedFunctionDoc {
+pub struct ResponsesNamedFunctionDoc {
     /// `function`.
     #[serde(rename = "type")]
     pub kind: String,
@@ -252,7 +246,7 @@ pub struct ResponseObject {
     pub output: Vec<OutputItem>,
     pub parallel_tool_calls: bool,
     /// The request's (`none` without tools, `auto` by default).
-    #[schema(value_type = ToolChoiceDoc)]
+    #[schema(value_type = ResponsesToolChoiceDoc)]
     pub tool_choice: Value,
     /// The request's.
     #[schema(value_type = Vec<FunctionToolDoc>)]

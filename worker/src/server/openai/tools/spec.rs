@@ -257,12 +257,18 @@ pub fn tool_list(
     Ok(functions)
 }
 
+/// Entry `i` of `tools` as an object, and its path (`tools[i]`).
+pub fn tool_object(i: usize, tool: &Value) -> Result<(String, &Map<String, Value>), Refusal> {
+    let path = format!("tools[{i}]");
+    match tool.as_object() {
+        Some(object) => Ok((path, object)),
+        None => Err(Refusal::new(&path, "must be an object")),
+    }
+}
+
 /// One entry of the chat route's `tools`.
 fn chat_function(i: usize, tool: &Value) -> Result<Function, Refusal> {
-    let path = format!("tools[{i}]");
-    let Some(tool) = tool.as_object() else {
-        return Err(Refusal::new(&path, "must be an object"));
-    };
+    let (path, tool) = tool_object(i, tool)?;
     known_keys(tool, &["type", "function"], &path)?;
     match tool.get("type").and_then(Value::as_str) {
         Some("function") => {}

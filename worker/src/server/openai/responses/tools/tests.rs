@@ -2,8 +2,7 @@ use serde_json::json;
 
 use super::*;
 use crate::server::openai::request::Mapped;
-use crate::server::openai::responses::request::{map_responses, Echo};
-use crate::server::openai::tools::format::ToolFormat;
+use crate::server::openai::responses::request::{self, Echo};
 
 fn weather() -> Value {
     json!({"type": "function", "name": "get_weather", "description": "The weather in a city",
@@ -11,17 +10,13 @@ fn weather() -> Value {
                           "required": ["city"]}, "strict": true})
 }
 
+/// A request asking about the weather, with `extra`'s fields.
 fn map(extra: Value) -> Result<(Mapped, Echo), OpenAiError> {
     let mut body = json!({"model": "smol", "input": "Weather in Paris?"});
     body.as_object_mut()
         .unwrap()
         .extend(extra.as_object().unwrap().clone());
-    map_responses(
-        serde_json::from_value(body).unwrap(),
-        "resp-1",
-        &["smol"],
-        ToolFormat::Hermes,
-    )
+    request::tests::map(body)
 }
 
 /// Function tools reach the template in the chat route's shape and are
