@@ -168,8 +168,6 @@ mod tests {
             p.to_string()
         };
         for (schema, field, names) in [
-            ("ChatCompletionRequest", "tools", "ToolDef"),
-            ("ChatCompletionRequest", "tool_choice", "ToolChoiceDoc"),
             ("ResponsesRequest", "tools", "FunctionToolDoc"),
             ("ResponsesRequest", "tool_choice", "ResponsesToolChoiceDoc"),
             ("ResponseObject", "tool_choice", "ResponsesToolChoiceDoc"),
