@@ -16,10 +16,10 @@ Feature: Anthropic Messages API
   @EXT-043.2 @any
   Scenario: What /v1/messages cannot honour is refused in Anthropic's error shape, naming it
     Given a worker on the reference model
-    Then /v1/messages answers 400 "invalid_request_error" naming "tools" for:
+    Then /v1/messages answers 400 "invalid_request_error" naming "thinking" for:
       """
       {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
-       "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]}
+       "thinking": {"type": "enabled", "budget_tokens": 1024}}
       """
     And /v1/messages answers 400 "invalid_request_error" naming "max_tokens" for:
       """

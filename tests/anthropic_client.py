@@ -2,8 +2,10 @@
 """The official `anthropic` package, unmodified, against a spawned CPU worker (issue 43).
 
 `/v1/messages` whole and streamed (the client's own event accumulation), system prompts,
-stop sequences, `max_tokens`, usage, the `x-api-key` header the client sends, and
-refusals surfacing as the client's typed exceptions (BadRequestError for tools and images,
+stop sequences, `max_tokens`, usage, tool use (a tool_use forced by tool_choice, its input
+validated against the tool's input_schema with `jsonschema`, then the tool_result sent back
+and answered, whole and streamed), the `x-api-key` header the client sends, and refusals
+surfacing as the client's typed exceptions (BadRequestError for server tools and images,
 NotFoundError for another model, AuthenticationError for a wrong key).
 
     python tests/anthropic_client.py --worker target/debug/worker-orcd \
@@ -19,9 +21,10 @@ import sys
 import urllib.request
 
 import anthropic
+import jsonschema
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from openai_client import check, expect, worker  # noqa: E402
+from openai_client import WEATHER, check, expect, worker  # noqa: E402
 
 KEY = "sk-worker-test-key"
 # Anthropic's current API has no sampling fields (the client refuses `temperature`); the
@@ -67,12 +70,62 @@ def test_stops(client, model, text):
     check(short.stop_reason == "max_tokens" and short.usage.output_tokens == 2, "stops: max_tokens ends the answer")
 
 
+TOOLS = [{"name": "get_weather", "description": "The weather in a city", "input_schema": WEATHER}]
+WEATHER_ASK = [{"role": "user", "content": "What is the weather in Paris, in celsius?"}]
+
+
+def tool_uses(message):
+    return [b for b in message.content if b.type == "tool_use"]
+
+
+def test_tools(client, model):
+    """A forced tool_use at temperature 1 over several seeds (the grammar makes every input valid), whole and
+    through the client's stream accumulator; then the round trip: the reply's own content back in the history,
+    the tool_result after it, answered whole and streamed."""
+    forced = {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True}
+    for seed in (1, 2, 3):
+        kw = dict(model=model, max_tokens=128, tools=TOOLS, tool_choice=forced, messages=WEATHER_ASK,
+                  extra_body={"temperature": 1, "seed": seed})
+        whole = client.messages.create(**kw)
+        uses = tool_uses(whole)
+        check(whole.stop_reason == "tool_use" and len(uses) == 1 and uses[0].name == "get_weather",
+              f"tools seed {seed}: stop_reason {whole.stop_reason}, {len(uses)} tool_use")
+        check(uses[0].id.startswith("toolu_"), f"tools seed {seed}: id {uses[0].id}")
+        jsonschema.validate(uses[0].input, WEATHER)
+        check(True, f"tools seed {seed}: input {uses[0].input} validates against the input_schema")
+        with client.messages.stream(**kw) as stream:
+            final = stream.get_final_message()
+        streamed = tool_uses(final)
+        check(final.stop_reason == "tool_use" and [(u.name, u.input) for u in streamed]
+              == [(u.name, u.input) for u in uses], f"tools seed {seed}: the stream's tool_use is the whole answer's")
+    history = WEATHER_ASK + [
+        {"role": "assistant", "content": whole.content},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id, "content": "22 C, sunny"}]}]
+    kw = dict(model=model, max_tokens=48, tools=TOOLS, messages=history, extra_body=GREEDY)
+    after = client.messages.create(**kw)
+    check(after.stop_reason in ("end_turn", "max_tokens", "tool_use"),
+          f"tools: the round trip is answered ({after.stop_reason}: {after.content})")
+    with client.messages.stream(**kw) as stream:
+        final = stream.get_final_message()
+    check(final.model_dump()["content"] == after.model_dump()["content"],
+          "tools: the streamed round trip gives the same greedy answer")
+    plain = client.messages.create(model=model, max_tokens=16, tools=TOOLS, tool_choice={"type": "none"},
+                                   messages=WEATHER_ASK, extra_body=GREEDY)
+    check(plain.stop_reason != "tool_use" and not tool_uses(plain), "tools: tool_choice none answers with text")
+
+
 def test_errors(client, model):
-    tools = [{"name": "get_weather", "description": "Weather", "input_schema": {"type": "object"}}]
+    tools = [{"type": "web_search_20250305", "name": "web_search"}]
     e = expect(anthropic.BadRequestError,
-               lambda: client.messages.create(model=model, max_tokens=8, messages=ASK, tools=tools), "errors: tools")
-    check(e.body["error"]["type"] == "invalid_request_error" and e.body["error"]["message"].startswith("tools: "),
-          f"errors: tools named ({e.body['error']['message']})")
+               lambda: client.messages.create(model=model, max_tokens=8, messages=ASK, tools=tools),
+               "errors: a server tool")
+    check(e.body["error"]["type"] == "invalid_request_error"
+          and e.body["error"]["message"].startswith("tools[0].type: "),
+          f"errors: the server tool named ({e.body['error']['message']})")
+    e = expect(anthropic.BadRequestError, lambda: client.messages.create(
+        model=model, max_tokens=8, messages=ASK, tools=TOOLS, tool_choice={"type": "tool", "name": "f"}),
+        "errors: tool_choice names a tool not in tools")
+    check(e.body["error"]["message"].startswith("tool_choice: "), "errors: tool_choice named")
     image = [{"role": "user", "content": [{"type": "image", "source": {
         "type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}]
     expect(anthropic.BadRequestError, lambda: client.messages.create(model=model, max_tokens=8, messages=image),
@@ -103,6 +156,7 @@ def main():
         model = served_model(base)
         text = test_whole_and_stream(client, model)
         test_stops(client, model, text)
+        test_tools(client, model)
         test_errors(client, model)
         wrong = anthropic.Anthropic(base_url=base, api_key="not-the-key", max_retries=0)
         expect(anthropic.AuthenticationError,

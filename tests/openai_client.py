@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The official `openai` package, unmodified, against a spawned CPU worker (issue 16).
 
-The chat and text completion endpoints and the stateless Responses API, streaming and not, with log-probabilities, stop strings, seeds
+The chat and text completion endpoints and the stateless Responses API (its function tools too), streaming and not, with log-probabilities, stop strings, seeds
 (same seed, same text), usage, `ignore_eos`, tool calls (issue 43: a round trip whole and streamed, the
 client's own stream accumulation, arguments validated against each tool's schema with `jsonschema`), and
 refusals surfacing as the client's typed exceptions (BadRequestError, NotFoundError, APIStatusError 503
@@ -347,9 +347,62 @@ def test_responses(client, model):
                "responses: store")
     check(e.param == "store", "responses: store names its param")
     e = expect(openai.BadRequestError, lambda: client.responses.create(
-        model=model, input="hi", tools=[{"type": "function", "name": "f", "parameters": {"type": "object"}}]),
-        "responses: tools")
-    check(e.param == "tools", "responses: tools names its param")
+        model=model, input="hi", tools=[{"type": "web_search"}]), "responses: a web_search tool")
+    check(e.param == "tools[0].type", f"responses: the tool's type names its param ({e.param})")
+
+
+RESPONSES_TOOLS = [{"type": "function", **t["function"]} for t in TOOLS]
+
+
+def function_calls(response):
+    return [o for o in response.output if o.type == "function_call"]
+
+
+def test_responses_tools(client, model):
+    """Function tools on `/v1/responses`: a forced call at temperature 1 over several seeds (arguments validated
+    against the tool's schema), whole, as raw events and through the client's stream helper; then the round
+    trip: the reply's output items back in the input, the function_call_output after them."""
+    ask = "What is the weather in Paris, in celsius?"
+    for seed in (1, 2, 3):
+        kw = dict(model=model, input=ask, tools=RESPONSES_TOOLS, tool_choice={"type": "function", "name": "get_weather"},
+                  parallel_tool_calls=False, max_output_tokens=128, temperature=1.0, extra_body={"seed": seed})
+        whole = client.responses.create(**kw)
+        calls = function_calls(whole)
+        check(whole.status == "completed" and len(calls) == 1 and calls[0].name == "get_weather",
+              f"responses tools seed {seed}: {whole.status}, {len(calls)} function_call")
+        c = calls[0]
+        check(c.call_id.startswith("call_") and c.id.startswith("fc_"), f"responses tools seed {seed}: ids {c.id}")
+        jsonschema.validate(json.loads(c.arguments), WEATHER)
+        check(True, f"responses tools seed {seed}: arguments {c.arguments} validate against the schema")
+        deltas, final = "", None
+        for event in client.responses.create(stream=True, **kw):
+            if event.type == "response.function_call_arguments.delta":
+                deltas += event.delta
+            if event.type == "response.completed":
+                final = event.response
+        check(deltas == c.arguments and function_calls(final)[0].arguments == c.arguments,
+              f"responses tools seed {seed}: the stream's argument deltas and final response are the whole answer's")
+        with client.responses.stream(**kw) as stream:
+            helped = stream.get_final_response()
+        check([(f.name, f.arguments) for f in function_calls(helped)] == [(c.name, c.arguments)],
+              f"responses tools seed {seed}: the client's stream helper agrees")
+    first = client.responses.create(model=model, input=ask, tools=RESPONSES_TOOLS, tool_choice="required",
+                                    parallel_tool_calls=False, max_output_tokens=64, temperature=0)
+    call = function_calls(first)[0]
+    history = [{"role": "user", "content": ask}] + first.output + [
+        {"type": "function_call_output", "call_id": call.call_id, "output": "22 C, sunny"}]
+    kw = dict(model=model, input=history, tools=RESPONSES_TOOLS, max_output_tokens=48, temperature=0)
+    after = client.responses.create(**kw)
+    check(after.status in ("completed", "incomplete"),
+          f"responses tools: the round trip is answered ({after.status}: {after.output_text!r})")
+    text, last = "", None
+    for event in client.responses.create(stream=True, **kw):
+        if event.type == "response.output_text.delta":
+            text += event.delta
+        if event.type in ("response.completed", "response.incomplete"):
+            last = event.response
+    check(text == after.output_text == last.output_text and last.status == after.status,
+          "responses tools: the streamed round trip gives the same greedy text and status")
 
 
 def test_queue_full(base, model):
@@ -394,6 +447,7 @@ def main():
         test_bias(client, model)
         test_tools(client, model)
         test_responses(client, model)
+        test_responses_tools(client, model)
         test_queue_full(base, model)
     print("all checks passed")
 

@@ -18,7 +18,7 @@ use crate::steps::{json_docstring, StepResult};
 use crate::world::TestWorld;
 
 /// The events of an SSE body: `(event name, data as JSON)`.
-fn events(body: &str) -> anyhow::Result<Vec<(String, Value)>> {
+pub(crate) fn events(body: &str) -> anyhow::Result<Vec<(String, Value)>> {
     let mut out = Vec::new();
     for block in body.split("\n\n").filter(|b| !b.trim().is_empty()) {
         let mut name = String::new();
@@ -39,9 +39,10 @@ fn events(body: &str) -> anyhow::Result<Vec<(String, Value)>> {
     Ok(out)
 }
 
-/// POSTs `body` to `/v1/messages` as Anthropic's clients do.
-async fn post(w: &TestWorld, body: &Value) -> anyhow::Result<(u16, String)> {
-    let url = format!("{}/v1/messages", w.client()?.base());
+/// POSTs `body` to `path` (`/v1/messages`, `/v1/responses`) as
+/// Anthropic's clients do (the Responses API ignores their headers).
+pub(crate) async fn post(w: &TestWorld, path: &str, body: &Value) -> anyhow::Result<(u16, String)> {
+    let url = format!("{}{path}", w.client()?.base());
     let r = reqwest::Client::new()
         .post(url)
         .header("x-api-key", "unused")
@@ -54,7 +55,7 @@ async fn post(w: &TestWorld, body: &Value) -> anyhow::Result<(u16, String)> {
 
 /// The docstring as JSON, `model` set to the served model's id unless it
 /// names one.
-async fn request(w: &mut TestWorld, step: &Step) -> anyhow::Result<Value> {
+pub(crate) async fn request(w: &mut TestWorld, step: &Step) -> anyhow::Result<Value> {
     let mut body = json_docstring(w, step)?;
     if body.get("model").is_none() {
         let models: Value = w.client()?.get("/v1/models").await?.json()?;
@@ -66,11 +67,11 @@ async fn request(w: &mut TestWorld, step: &Step) -> anyhow::Result<Value> {
 #[when(expr = "I post this to \\/v1\\/messages whole and streamed:")]
 async fn whole_and_streamed(w: &mut TestWorld, step: &Step) -> StepResult {
     let mut body = request(w, step).await?;
-    let (status, text) = post(w, &body).await?;
+    let (status, text) = post(w, "/v1/messages", &body).await?;
     check!(status == 200, "whole: status {status}: {text}");
     w.openai.message = Some(serde_json::from_str(&text)?);
     body["stream"] = json!(true);
-    let (status, text) = post(w, &body).await?;
+    let (status, text) = post(w, "/v1/messages", &body).await?;
     check!(status == 200, "stream: status {status}: {text}");
     w.openai.message_events = events(&text)?;
     Ok(())
@@ -151,7 +152,7 @@ async fn refused(
     step: &Step,
 ) -> StepResult {
     let body = request(w, step).await?;
-    let (got, text) = post(w, &body).await?;
+    let (got, text) = post(w, "/v1/messages", &body).await?;
     let e: Value = serde_json::from_str(&text).with_context(|| format!("body {text:?}"))?;
     check!(got == status, "status {got}, not {status}: {text}");
     check!(

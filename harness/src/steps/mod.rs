@@ -8,6 +8,8 @@
 //! - `openai`: the OpenAI-compatible routes through the `async-openai` client;
 //! - `structured`: output under a JSON Schema, a regex or a grammar (issue 43);
 //! - `bias`: `logit_bias` and the presence and frequency penalties (issue 43);
+//! - `tools`, `tool_routes`: tool calls on the chat route, and on `/v1/messages`
+//!   and `/v1/responses` (issue 43);
 //! - `budgets`: measurements against budgets.yaml (`@bench`);
 //! - `workspace`: unit tests, source checks, cargo and nested harness runs.
 //!
@@ -25,6 +27,7 @@ pub mod params;
 pub mod process;
 pub mod requests;
 pub mod structured;
+pub mod tool_routes;
 pub mod tools;
 pub mod workspace;
 

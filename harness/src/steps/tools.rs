@@ -158,11 +158,7 @@ async fn text_or_calls(w: &mut TestWorld) -> StepResult {
 )]
 async fn valid_calls(w: &mut TestWorld, allowed: String) -> StepResult {
     let allowed: Vec<&str> = allowed.split(", ").collect();
-    let req = w
-        .openai
-        .tool_request
-        .as_ref()
-        .ok_or_else(|| anyhow!("no request"))?;
+    let req = tool_request(w)?;
     check!(!w.openai.tool_runs.is_empty(), "no runs");
     for r in &w.openai.tool_runs {
         agree(r)?;
@@ -197,11 +193,19 @@ async fn valid_calls(w: &mut TestWorld, allowed: String) -> StepResult {
     Ok(())
 }
 
+/// The request the last runs with tools were made of.
+pub(crate) fn tool_request(w: &TestWorld) -> anyhow::Result<&Value> {
+    w.openai
+        .tool_request
+        .as_ref()
+        .ok_or_else(|| anyhow!("no request"))
+}
+
 /// Whether `v` follows `schema`, for the keywords the scenarios' schemas use
 /// (`type`, `properties`, `required`, `additionalProperties: false`, `enum`,
 /// `minLength`, `maxLength`); any other keyword fails, so that a schema
 /// outside them is never passed unchecked.
-fn conforms(v: &Value, schema: &Value) -> Result<(), String> {
+pub(crate) fn conforms(v: &Value, schema: &Value) -> Result<(), String> {
     let s = schema.as_object().ok_or("a schema that is not an object")?;
     for (key, rule) in s {
         let ok = match key.as_str() {

@@ -155,6 +155,62 @@ mod tests {
         assert_eq!(schema, "#/components/schemas/MessagesErrorBody");
     }
 
+    /// The tool fields of the three front doors are documented, each with
+    /// its own types (a schema name used twice would silently be one: the
+    /// Responses API's `tool_choice` took Anthropic's shape once).
+    #[test]
+    fn every_front_door_documents_its_own_tool_types() {
+        let doc: serde_json::Value = serde_json::from_str(&document()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let property = |schema: &str, field: &str| {
+            let p = &schemas[schema]["properties"][field];
+            assert!(!p.is_null(), "{schema}.{field} is missing");
+            p.to_string()
+        };
+        for (schema, field, names) in [
+            ("ResponsesRequest", "tools", "FunctionToolDoc"),
+            ("ResponsesRequest", "tool_choice", "ResponsesToolChoiceDoc"),
+            ("ResponseObject", "tool_choice", "ResponsesToolChoiceDoc"),
+            ("ResponseObject", "output", "OutputItem"),
+            ("MessagesRequest", "tools", "MessagesToolDoc"),
+            ("MessagesRequest", "tool_choice", "MessagesToolChoiceDoc"),
+            ("Message", "content", "ContentBlock"),
+        ] {
+            let p = property(schema, field);
+            assert!(p.contains(&format!("/{names}\"")), "{schema}.{field}: {p}");
+        }
+        for (schema, fields) in [
+            ("ResponsesRequest", &["parallel_tool_calls", "seed"][..]),
+            ("MessagesRequest", &["seed"][..]),
+            ("ContentBlockIn", &["input", "tool_use_id", "is_error"][..]),
+            ("InputItem", &["call_id", "arguments", "output"][..]),
+            ("FunctionCallItem", &["call_id", "arguments", "status"][..]),
+        ] {
+            for field in fields {
+                property(schema, field);
+            }
+        }
+        let choices = [
+            "ToolChoiceDoc",
+            "ResponsesToolChoiceDoc",
+            "MessagesToolChoiceDoc",
+        ]
+        .map(|name| schemas[name].to_string());
+        assert!(
+            choices[1].contains("ResponsesNamedFunctionDoc"),
+            "{}",
+            choices[1]
+        );
+        assert!(
+            choices[2].contains("disable_parallel_tool_use"),
+            "{}",
+            choices[2]
+        );
+        assert!(choices[0] != choices[1] && choices[1] != choices[2]);
+        let block = schemas["ContentBlock"].to_string();
+        assert!(block.contains("tool_use"), "{block}");
+    }
+
     /// `GET /` lists the routes from this document, so it cannot miss one.
     #[test]
     fn routes_come_from_the_document() {

@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use super::types::{MessagesErrorBody, MessagesErrorDetail};
 use crate::engine::error::JobError;
 use crate::server::error::{error_response, retry_after, ApiError};
+use crate::server::openai::tools::spec::Refusal;
 
 /// The refusals `/v1/messages` documents, each a [`MessagesErrorBody`].
 #[derive(utoipa::IntoResponses)]
@@ -104,6 +105,12 @@ impl From<JobError> for AnthropicError {
         let mut out = AnthropicError::new(status, e.message);
         out.retry_after = retry_after(e.code);
         out
+    }
+}
+
+impl From<Refusal> for AnthropicError {
+    fn from(r: Refusal) -> Self {
+        AnthropicError::invalid(r.message())
     }
 }
 

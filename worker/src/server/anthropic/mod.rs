@@ -10,12 +10,16 @@
 //! (`server::execute::admit`); only the answer's shape differs ([`reply`]).
 //! Errors are Anthropic's `{"type": "error", "error": {...}}` with
 //! `/execute`'s statuses ([`error`]). The official client's `x-api-key`
-//! header is accepted where `--api-key` is set (`server::guard`). Text is
-//! served; tool use, images and extended thinking are refused by name.
+//! header is accepted where `--api-key` is set (`server::guard`). Text and
+//! tool use (client tools, [`tools`]: the chat route's tools in Anthropic's
+//! shapes) are served, streamed as [`stream`] says; server tools, images
+//! and extended thinking are refused by name.
 
 pub mod error;
 pub mod reply;
 pub mod request;
+pub mod stream;
+pub mod tools;
 pub mod types;
 
 use axum::extract::State;
@@ -26,11 +30,13 @@ use axum::{Json, Router};
 
 use self::error::{AnthropicError, Refusals};
 use self::reply::MessageCtx;
+use self::stream::MessageStream;
 use self::types::{Message, MessagesRequest};
 use super::error::{ApiError, ApiJson};
 use super::openai::models::{model_id, served_names};
 use super::openai::reply::collect;
 use super::openai::stream::sse_named;
+use super::openai::tools::format::ToolFormat;
 use super::{execute, AppState};
 use crate::engine::Outcome;
 
@@ -47,7 +53,7 @@ pub fn routes() -> Router<AppState> {
     request_body = MessagesRequest,
     responses(
         (status = 200, description = "The answer; with `stream: true`, Anthropic's SSE events \
-            (`message_start` ... `message_stop`)", content(
+            (`message_start` ... `message_stop`; `tool_use` blocks' input as `input_json_delta`s)", content(
             (Message = "application/json"),
             (String = "text/event-stream"),
         )),
@@ -65,7 +71,7 @@ pub async fn messages(
     let mapped = body
         .map(|ApiJson(req)| req)
         .map_err(AnthropicError::from)
-        .and_then(|req| request::map_messages(req, &id, &names))
+        .and_then(|req| request::map_messages(req, &id, &names, ToolFormat::of(&state.tokenizer)))
         .map_err(|e| refused(&state, e))?;
     let (valid, events) = execute::admit(&state, Ok(mapped.execute), None, &headers).await?;
     let ctx = MessageCtx {
@@ -73,9 +79,11 @@ pub async fn messages(
         model: model_id(&state.model.model_ref),
         input_tokens: valid.prompt_tokens.len(),
         tokenizer: state.tokenizer.clone(),
+        tools: mapped.tools,
     };
     if mapped.stream {
-        return Ok(sse_named(events, move |event| ctx.events(event)));
+        let mut stream = MessageStream::new(ctx);
+        return Ok(sse_named(events, move |event| stream.events(event)));
     }
     let collected = collect(events).await?;
     Ok(Json(ctx.whole(&collected)).into_response())

@@ -1,18 +1,15 @@
-//! `/v1/messages`' answers: one `message`, or Anthropic's stream of named
-//! events: `message_start`, `content_block_start`, `ping`, a
-//! `content_block_delta` per token that releases text, `content_block_stop`,
-//! `message_delta` (stop reason and output tokens), `message_stop`; a job's
-//! error after the start is an `error` event.
+//! `/v1/messages`' whole answer: one `message`, its content the text, then
+//! a `tool_use` block per call read from the output when the request has
+//! tools (`stop_reason` `tool_use` then). The stream is in `stream.rs`.
 
 use std::sync::Arc;
 
-use serde_json::{json, Value};
-
-use super::error::AnthropicError;
-use super::types::{Message, MessagesUsage, TextBlock};
+use super::tools::tool_use;
+use super::types::{ContentBlock, Message, MessagesUsage};
 use crate::engine::generate::{GenerationSummary, StopReason};
-use crate::engine::job::{JobEvent, TokenOut};
-use crate::server::openai::reply::{part_of, Collected, Part};
+use crate::server::openai::reply::Collected;
+use crate::server::openai::tools::parse::{Released, ToolReply};
+use crate::server::openai::tools::release::Release;
 use crate::tokenizer::Tokenizer;
 
 /// One answer's fixed facts.
@@ -23,18 +20,25 @@ pub struct MessageCtx {
     pub model: String,
     pub input_tokens: usize,
     pub tokenizer: Arc<Tokenizer>,
+    /// How to read calls from the answer (tools given, `tool_choice` not `none`).
+    pub tools: Option<ToolReply>,
 }
 
 impl MessageCtx {
-    /// Whether a token's text belongs in the answer: a gpt-oss model's
-    /// analysis channel and structure tokens do not (extended thinking is
-    /// not served).
-    fn shows(&self, token: &TokenOut) -> bool {
-        part_of(&self.tokenizer, token) == Part::Content
+    /// A reader of the answer's tokens: a gpt-oss model's analysis channel
+    /// and structure tokens are left out (extended thinking is not served).
+    pub fn release(&self) -> Release {
+        Release::new(self.tokenizer.clone(), self.tools.clone())
     }
 
-    fn message(&self, content: Vec<TextBlock>, end: Option<&GenerationSummary>) -> Message {
-        let (stop_reason, stop_sequence) = end.map(stop_of).unzip();
+    /// The message with `content`; `end` none while it is under way.
+    pub fn message(
+        &self,
+        content: Vec<ContentBlock>,
+        end: Option<&GenerationSummary>,
+        called: bool,
+    ) -> Message {
+        let (stop_reason, stop_sequence) = end.map(|s| stop_of(s, called)).unzip();
         Message {
             id: self.id.clone(),
             kind: "message".into(),
@@ -50,70 +54,42 @@ impl MessageCtx {
         }
     }
 
-    /// The whole answer of a job collected to its end.
+    /// The whole answer of a job collected to its end: a text block (none
+    /// when there is no text), then the calls.
     pub fn whole(&self, c: &Collected) -> Message {
-        let text: String = c
-            .tokens
-            .iter()
-            .filter(|t| self.shows(t))
-            .map(|t| t.text.as_str())
+        let released = Release::whole(self.tokenizer.clone(), self.tools.clone(), &c.tokens);
+        let (text, calls) = blocks(released);
+        let called = !calls.is_empty();
+        let content = Some(text)
+            .filter(|t| !t.is_empty())
+            .map(ContentBlock::text)
+            .into_iter()
+            .chain(calls)
             .collect();
-        let content = if text.is_empty() {
-            Vec::new()
-        } else {
-            vec![TextBlock::new(text)]
-        };
-        self.message(content, c.summary.as_ref())
-    }
-
-    /// The `(event, data)` pairs one job event becomes.
-    pub fn events(&self, event: &JobEvent) -> Vec<(&'static str, String)> {
-        let data = |v: Value| v.to_string();
-        match event {
-            JobEvent::Started(_) => vec![
-                (
-                    "message_start",
-                    data(
-                        json!({"type": "message_start", "message": self.message(Vec::new(), None)}),
-                    ),
-                ),
-                (
-                    "content_block_start",
-                    data(json!({"type": "content_block_start", "index": 0,
-                        "content_block": TextBlock::new("")})),
-                ),
-                ("ping", data(json!({"type": "ping"}))),
-            ],
-            JobEvent::Token(t) if t.text.is_empty() || !self.shows(t) => Vec::new(),
-            JobEvent::Token(t) => vec![(
-                "content_block_delta",
-                data(json!({"type": "content_block_delta", "index": 0,
-                    "delta": {"type": "text_delta", "text": t.text}})),
-            )],
-            JobEvent::End(summary) => {
-                let (stop_reason, stop_sequence) = stop_of(summary);
-                vec![
-                    (
-                        "content_block_stop",
-                        data(json!({"type": "content_block_stop", "index": 0})),
-                    ),
-                    (
-                        "message_delta",
-                        data(json!({"type": "message_delta",
-                            "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-                            "usage": {"output_tokens": summary.tokens_out}})),
-                    ),
-                    ("message_stop", data(json!({"type": "message_stop"}))),
-                ]
-            }
-            JobEvent::Error(e) => vec![("error", AnthropicError::from(e.clone()).to_json())],
-        }
+        self.message(content, c.summary.as_ref(), called)
     }
 }
 
-/// `stop_reason` and `stop_sequence` of a finished job.
-fn stop_of(summary: &GenerationSummary) -> (&'static str, Option<String>) {
+/// What the reader released, as Anthropic content: the text (with any call
+/// that cannot be a `tool_use` block, see [`tool_use`]) and the
+/// `tool_use` blocks.
+pub fn blocks(released: Released) -> (String, Vec<ContentBlock>) {
+    let mut text = released.content;
+    let mut calls = Vec::new();
+    for call in released.calls {
+        match tool_use(call) {
+            Ok(block) => calls.push(block),
+            Err(as_text) => text.push_str(&as_text),
+        }
+    }
+    (text, calls)
+}
+
+/// `stop_reason` and `stop_sequence` of a finished job; `tool_use` when
+/// the answer holds calls.
+pub fn stop_of(summary: &GenerationSummary, called: bool) -> (&'static str, Option<String>) {
     match &summary.stop_reason {
+        _ if called => ("tool_use", None),
         StopReason::MaxTokens => ("max_tokens", None),
         StopReason::Eos => ("end_turn", None),
         StopReason::StopSequence(s) => ("stop_sequence", Some(s.clone())),
@@ -121,21 +97,30 @@ fn stop_of(summary: &GenerationSummary) -> (&'static str, Option<String>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use serde_json::{json, Value};
+
     use super::*;
+    use crate::engine::job::TokenOut;
     use crate::engine::testing::byte_tokenizer;
     use crate::server::openai::reply::tests::summary;
+    use crate::server::openai::tools::format::ToolFormat;
 
-    fn ctx() -> MessageCtx {
+    pub(crate) fn ctx(tools: bool) -> MessageCtx {
         MessageCtx {
             id: "msg_1".into(),
             model: "smol".into(),
             input_tokens: 5,
             tokenizer: byte_tokenizer(),
+            tools: tools.then(|| ToolReply {
+                format: ToolFormat::Hermes,
+                parallel: true,
+                names: vec!["get_weather".into()],
+            }),
         }
     }
 
-    fn token(index: usize, text: &str) -> TokenOut {
+    pub(crate) fn token(index: usize, text: &str) -> TokenOut {
         TokenOut {
             index,
             id: u32::from(text.as_bytes().first().copied().unwrap_or(0)),
@@ -151,7 +136,7 @@ mod tests {
             tokens: vec![token(0, "H"), token(1, "i")],
             summary: Some(summary(StopReason::StopSequence("\n".into()))),
         };
-        let m = serde_json::to_value(ctx().whole(&c)).unwrap();
+        let m = serde_json::to_value(ctx(false).whole(&c)).unwrap();
         assert_eq!(m["type"], "message");
         assert_eq!(m["role"], "assistant");
         assert_eq!(m["content"], json!([{"type": "text", "text": "Hi"}]));
@@ -162,65 +147,41 @@ mod tests {
             tokens: Vec::new(),
             summary: Some(summary(StopReason::Eos)),
         };
-        let m = serde_json::to_value(ctx().whole(&empty)).unwrap();
+        let m = serde_json::to_value(ctx(false).whole(&empty)).unwrap();
         assert_eq!(
             (m["content"].clone(), m["stop_reason"].clone()),
             (json!([]), json!("end_turn"))
         );
     }
 
+    /// With tools, a call in the output is a tool_use block after the
+    /// text, and the stop reason is `tool_use`; without them it is text.
     #[test]
-    fn a_stream_is_anthropic_s_event_sequence() {
-        let c = ctx();
-        let started = JobEvent::Started(crate::engine::job::JobStarted {
-            job_id: "msg_1".into(),
-            model: "smol".into(),
-            started_at: chrono::Utc::now(),
-            seed: 1,
-        });
-        let mut names = Vec::new();
-        let mut texts = String::new();
-        for event in [
-            started,
-            JobEvent::Token(token(0, "H")),
-            JobEvent::Token(token(1, "")),
-            JobEvent::Token(token(2, "i")),
-            JobEvent::End(summary(StopReason::MaxTokens)),
-        ] {
-            for (name, data) in c.events(&event) {
-                let v: Value = serde_json::from_str(&data).unwrap();
-                assert_eq!(v["type"], name, "each event's data names it");
-                if name == "content_block_delta" {
-                    texts.push_str(v["delta"]["text"].as_str().unwrap());
-                }
-                if name == "message_delta" {
-                    assert_eq!(v["delta"]["stop_reason"], "max_tokens");
-                    assert_eq!(v["usage"]["output_tokens"], 2);
-                }
-                if name == "message_start" {
-                    assert_eq!(v["message"]["usage"]["input_tokens"], 5);
-                    assert_eq!(v["message"]["stop_reason"], Value::Null);
-                }
-                names.push(name);
-            }
-        }
-        assert_eq!(texts, "Hi");
+    fn a_whole_answer_with_a_call_has_a_tool_use_block() {
+        let c = Collected {
+            tokens: vec![
+                token(0, "Sure.\n<tool_call>\n{\"name\": \"get_weather\", "),
+                token(1, "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"),
+            ],
+            summary: Some(summary(StopReason::Eos)),
+        };
+        let m = serde_json::to_value(ctx(true).whole(&c)).unwrap();
+        assert_eq!(m["stop_reason"], "tool_use");
+        assert_eq!(m["stop_sequence"], Value::Null);
+        assert_eq!(m["content"][0], json!({"type": "text", "text": "Sure."}));
+        let call = &m["content"][1];
         assert_eq!(
-            names,
-            [
-                "message_start",
-                "content_block_start",
-                "ping",
-                "content_block_delta",
-                "content_block_delta",
-                "content_block_stop",
-                "message_delta",
-                "message_stop"
-            ]
+            (&call["type"], &call["name"], &call["input"]),
+            (
+                &json!("tool_use"),
+                &json!("get_weather"),
+                &json!({"city": "Paris"})
+            )
         );
-        let failed = c.events(&JobEvent::Error(crate::engine::JobError::timeout(1)));
-        assert_eq!(failed[0].0, "error");
-        let v: Value = serde_json::from_str(&failed[0].1).unwrap();
-        assert_eq!(v["error"]["type"], "timeout_error");
+        let id = call["id"].as_str().unwrap();
+        assert!(id.starts_with("toolu_") && id.len() == 30, "{id}");
+        let m = serde_json::to_value(ctx(false).whole(&c)).unwrap();
+        assert_eq!(m["stop_reason"], "end_turn");
+        assert_eq!(m["content"].as_array().unwrap().len(), 1);
     }
 }

@@ -1,36 +1,35 @@
 //! Anthropic Messages request → the worker's own [`ExecuteRequest`]: the
-//! system prompt becomes the first message, text blocks are joined, and the
-//! sampling fields both APIs share are copied as they are, so `/execute`'s
-//! validation judges them and names them in its errors. What the worker
-//! cannot honour (tools, images, extended thinking, any other field) is
-//! refused by name, never ignored.
+//! system prompt becomes the first message, text blocks are joined,
+//! `tool_use` and `tool_result` blocks become the chat route's assistant
+//! `tool_calls` and `tool` messages, `tools` and `tool_choice` the chat
+//! route's tools (`tools.rs`), and the sampling fields both APIs share are
+//! copied as they are, so `/execute`'s validation judges them and names
+//! them in its errors. What the worker cannot honour (server tools, images,
+//! extended thinking, any other field) is refused by name, never ignored.
 
 use serde_json::{Map, Value};
 
 use super::error::AnthropicError;
+use super::tools;
 use super::types::{Content, MessagesRequest};
 use crate::server::openai::request::joined_text;
+use crate::server::openai::tools::format::ToolFormat;
+use crate::server::openai::tools::parse::ToolReply;
 use crate::server::validation::{ExecuteRequest, MessageIn};
 
-/// Fields accepted and ignored because they do not change the answer, when
-/// they hold these values (`null` is always accepted).
-fn harmless(field: &str, value: &Value) -> bool {
-    match field {
-        // Where or how fast to run, who asks, and prompt caching (the worker
-        // reuses prompts on its own): none changes the answer.
-        "metadata" | "service_tier" | "inference_geo" | "speed" | "cache_control" => true,
-        "tools" => value.as_array().is_some_and(Vec::is_empty),
-        "tool_choice" => value.get("type").and_then(Value::as_str) == Some("none"),
-        _ => false,
-    }
+/// Fields accepted and ignored because they do not change the answer (where
+/// or how fast to run, who asks, and prompt caching: the worker reuses
+/// prompts on its own).
+fn harmless(field: &str) -> bool {
+    matches!(
+        field,
+        "metadata" | "service_tier" | "inference_geo" | "speed" | "cache_control"
+    )
 }
 
 /// Refuses the first field the worker does not serve, by name.
 fn refuse_unserved(other: &Map<String, Value>) -> Result<(), AnthropicError> {
-    match other.iter().find(|(k, v)| !v.is_null() && !harmless(k, v)) {
-        Some((field, _)) if field == "tools" || field == "tool_choice" => Err(
-            AnthropicError::invalid(format!("{field}: tool use is not served yet")),
-        ),
+    match other.iter().find(|(k, v)| !v.is_null() && !harmless(k)) {
         Some((field, _)) => Err(AnthropicError::invalid(format!(
             "{field}: is not supported by this server"
         ))),
@@ -43,13 +42,19 @@ fn refuse_unserved(other: &Map<String, Value>) -> Result<(), AnthropicError> {
 pub struct Mapped {
     pub execute: ExecuteRequest,
     pub stream: bool,
+    /// How to read calls from the answer; none without tools or with
+    /// `tool_choice` `none`.
+    pub tools: Option<ToolReply>,
 }
 
-/// `POST /v1/messages` → `/execute` with `messages` (the system prompt first).
+/// `POST /v1/messages` → `/execute` with `messages` (the system prompt
+/// first) and, with tools, their definitions and (`any`, `tool`) the
+/// grammar of the calls in `format`, the model's.
 pub fn map_messages(
     req: MessagesRequest,
     job_id: &str,
     served: &[&str],
+    format: ToolFormat,
 ) -> Result<Mapped, AnthropicError> {
     refuse_unserved(&req.other)?;
     if !served.contains(&req.model.as_str()) {
@@ -61,51 +66,61 @@ pub fn map_messages(
             t.kind
         )));
     }
+    let spec = tools::spec(req.tools.as_ref(), req.tool_choice.as_ref())?;
     let mut messages = Vec::with_capacity(req.messages.len() + 1);
     if let Some(system) = req.system {
         messages.push(MessageIn::text("system", text_of(system, "system")?));
     }
     for (i, m) in req.messages.into_iter().enumerate() {
-        if m.role != "user" && m.role != "assistant" {
-            return Err(AnthropicError::invalid(format!(
-                "messages: message {i} has role {:?}; roles are \"user\" and \"assistant\" \
-                 (the system prompt goes in `system`)",
-                m.role
-            )));
+        let place = format!("messages: message {i}");
+        let blocks = match m.content {
+            Content::Text(text) if m.role == "user" || m.role == "assistant" => {
+                messages.push(MessageIn::text(m.role, text));
+                continue;
+            }
+            Content::Text(_) => Vec::new(),
+            Content::Blocks(blocks) => blocks,
+        };
+        match m.role.as_str() {
+            "user" => messages.extend(tools::user(&place, blocks)?),
+            "assistant" => messages.push(tools::assistant(&place, blocks)?),
+            role => {
+                return Err(AnthropicError::invalid(format!(
+                    "{place} has role {role:?}; roles are \"user\" and \"assistant\" \
+                     (the system prompt goes in `system`)"
+                )))
+            }
         }
-        let content = text_of(m.content, &format!("messages: message {i}"))?;
-        messages.push(MessageIn::text(m.role, content));
     }
-    let execute = ExecuteRequest {
+    let mut execute = ExecuteRequest {
         job_id: Some(job_id.to_string()),
         messages: Some(messages),
         max_tokens: Some(req.max_tokens),
         temperature: req.temperature,
         top_p: req.top_p,
         top_k: req.top_k,
+        seed: req.seed.map(i128::from),
         stop: req.stop_sequences,
         ..ExecuteRequest::default()
     };
+    let tools = spec.and_then(|t| crate::server::openai::tools::apply(&t, format, &mut execute));
     Ok(Mapped {
         execute,
         stream: req.stream,
+        tools,
     })
 }
 
-/// The text of `content`: its text blocks joined; any other block refused,
-/// named by `place` (`system`, `messages: message 2`).
+/// The system prompt's text: its text blocks joined; any other block refused.
 fn text_of(content: Content, place: &str) -> Result<String, AnthropicError> {
     let blocks = match content {
         Content::Text(text) => return Ok(text),
         Content::Blocks(blocks) => blocks,
     };
     joined_text(blocks.into_iter().map(|b| (b.kind, b.text)), &["text"]).map_err(|kind| {
-        AnthropicError::invalid(match kind.as_str() {
-            "tool_use" | "tool_result" => {
-                format!("{place} has a {kind} block: tool use is not served yet")
-            }
-            _ => format!("{place} has a content block of type {kind:?}; only text is served"),
-        })
+        AnthropicError::invalid(format!(
+            "{place} has a content block of type {kind:?}; only text is served"
+        ))
     })
 }
 
@@ -115,7 +130,7 @@ mod tests {
 
     fn request(body: Value) -> Result<Mapped, AnthropicError> {
         let req: MessagesRequest = serde_json::from_value(body).unwrap();
-        map_messages(req, "msg_1", &["smol"])
+        map_messages(req, "msg_1", &["smol"], ToolFormat::Hermes)
     }
 
     fn message_of(e: AnthropicError) -> String {
@@ -173,8 +188,8 @@ mod tests {
             body
         };
         let tools =
-            serde_json::json!({"tools": [{"name": "f", "input_schema": {"type": "object"}}]});
-        assert!(message_of(request(base(tools)).unwrap_err()).starts_with("tools: "));
+            serde_json::json!({"tools": [{"type": "web_search_20250305", "name": "web_search"}]});
+        assert!(message_of(request(base(tools)).unwrap_err()).starts_with("tools[0].type: "));
         let thinking = serde_json::json!({"thinking": {"type": "enabled", "budget_tokens": 1024}});
         assert!(message_of(request(base(thinking)).unwrap_err()).starts_with("thinking: "));
         let unknown = serde_json::json!({"container": "c-1"});
@@ -186,9 +201,9 @@ mod tests {
             e.starts_with("messages: message 0 ") && e.contains("\"image\""),
             "{e}"
         );
-        let result = serde_json::json!({"messages": [{"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "t1", "content": "4"}]}]});
-        assert!(message_of(request(base(result)).unwrap_err()).contains("tool_result"));
+        let misplaced = serde_json::json!({"messages": [{"role": "user", "content": [
+            {"type": "tool_use", "id": "t1", "name": "f", "input": {}}]}]});
+        assert!(message_of(request(base(misplaced)).unwrap_err()).contains("\"tool_use\""));
         let system_role = serde_json::json!({"messages": [{"role": "system", "content": "x"}]});
         assert!(message_of(request(base(system_role)).unwrap_err()).contains("`system`"));
         let other_model = serde_json::json!({"model": "claude-sonnet-4"});

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use crate::server::openai::responses::types::InputContent;
+
 /// A message's or the system prompt's content: text, or a list of blocks.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 #[serde(untagged)]
@@ -15,18 +17,65 @@ pub enum Content {
     Blocks(Vec<ContentBlockIn>),
 }
 
-/// One content block as sent. Only `text` blocks are served; the others
-/// (`image`, `tool_use`, `tool_result`, `document`, `thinking`) are refused
-/// by their type, with the fields they carry kept only to name them.
+/// One content block as sent: `text`; in an assistant message `tool_use`
+/// (`id`, `name`, `input`); in a user message `tool_result`
+/// (`tool_use_id`, `content`, `is_error`). Other types (`image`,
+/// `document`, `thinking`, ...) are refused by their type.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 pub struct ContentBlockIn {
     #[serde(rename = "type")]
     pub kind: String,
     pub text: Option<String>,
+    /// `tool_use`: the call's id, which its `tool_result` names.
+    pub id: Option<String>,
+    /// `tool_use`: the tool called.
+    pub name: Option<String>,
+    /// `tool_use`: the call's arguments, an object.
+    #[schema(value_type = Option<Object>)]
+    pub input: Option<Value>,
+    /// `tool_result`: the `id` of the call it answers.
+    pub tool_use_id: Option<String>,
+    /// `tool_result`: the result, text or text blocks (absent: empty),
+    /// the shape of a Responses message's content.
+    pub content: Option<InputContent>,
+    /// `tool_result`: the call failed; the template gets the content
+    /// after `Error: `.
+    pub is_error: Option<bool>,
     /// `cache_control` and whatever else a block carries.
     #[serde(flatten)]
     #[schema(ignore)]
     pub other: Map<String, Value>,
+}
+
+/// One entry of `tools`: a client tool (`type` absent or `custom`); server
+/// tools (`web_search_20250305`, `bash_20250124`, ...) are refused by type.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct MessagesToolDoc {
+    /// Letters, digits, `_` and `-`; at most 64 characters; unique in `tools`.
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    pub name: String,
+    pub description: Option<String>,
+    /// A JSON Schema of the input object.
+    #[schema(value_type = Object)]
+    pub input_schema: Value,
+    /// Absent or `custom`.
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+}
+
+/// `tool_choice`: `auto` (the default with tools), `any` (at least one
+/// call), `tool` (a call to `name`) or `none` (the tools are described, no
+/// call is read); `any` and `tool` are generated under a grammar of the
+/// calls, so that they always parse.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct MessagesToolChoiceDoc {
+    /// `auto`, `any`, `tool` or `none`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// With `tool`: the tool to call.
+    pub name: Option<String>,
+    /// At most one call in the answer (default false).
+    pub disable_parallel_tool_use: Option<bool>,
 }
 
 /// One message of the conversation.
@@ -69,7 +118,15 @@ pub struct MessagesRequest {
     pub top_p: Option<f64>,
     #[schema(minimum = 0)]
     pub top_k: Option<i64>,
+    /// Extension: the sampling seed, as `/execute`'s (the same seed, the
+    /// same answer, whole or streamed).
+    pub seed: Option<u64>,
     pub thinking: Option<ThinkingParam>,
+    /// Tools the model may call, described to it by its chat template.
+    #[schema(value_type = Option<Vec<MessagesToolDoc>>)]
+    pub tools: Option<Value>,
+    #[schema(value_type = Option<MessagesToolChoiceDoc>)]
+    pub tool_choice: Option<Value>,
     /// Every other field: refused by name unless it leaves the answer as is
     /// (`metadata`, `service_tier`, `inference_geo`, `speed`, `cache_control`).
     #[serde(flatten)]
@@ -77,21 +134,27 @@ pub struct MessagesRequest {
     pub other: Map<String, Value>,
 }
 
-/// A block of the answer's content.
+/// A block of the answer's content: its text, or a call.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
-pub struct TextBlock {
-    /// `text`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub text: String,
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    Text {
+        text: String,
+    },
+    ToolUse {
+        /// `toolu_` and 24 hexadecimal digits.
+        id: String,
+        name: String,
+        /// The arguments, an object (under the tool's `input_schema` when
+        /// `tool_choice` is `any` or `tool`).
+        #[schema(value_type = Object)]
+        input: Value,
+    },
 }
 
-impl TextBlock {
-    pub fn new(text: impl Into<String>) -> Self {
-        TextBlock {
-            kind: "text".into(),
-            text: text.into(),
-        }
+impl ContentBlock {
+    pub fn text(text: impl Into<String>) -> Self {
+        ContentBlock::Text { text: text.into() }
     }
 }
 
@@ -113,9 +176,10 @@ pub struct Message {
     /// `assistant`.
     pub role: String,
     pub model: String,
-    /// The answer's text; empty when the model ended at once.
-    pub content: Vec<TextBlock>,
-    /// `end_turn`, `max_tokens` or `stop_sequence`; null in `message_start`.
+    /// The answer's text, then its calls; empty when the model ended at once.
+    pub content: Vec<ContentBlock>,
+    /// `end_turn`, `max_tokens`, `stop_sequence` or `tool_use`; null in
+    /// `message_start`.
     pub stop_reason: Option<String>,
     /// The stop sequence that ended the answer.
     pub stop_sequence: Option<String>,

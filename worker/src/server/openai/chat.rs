@@ -15,6 +15,7 @@ use super::request;
 use super::stream::{error_lines, DONE};
 use super::tools::format::ToolFormat;
 use super::tools::parse::{CallParser, ParsedCall, Released};
+use super::tools::release::Release;
 use super::tools::types::{FunctionDelta, FunctionOut, ToolCallDelta, ToolCallOut};
 use super::types::{
     AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk,
@@ -61,12 +62,7 @@ fn content_and_calls(ctx: &ReplyCtx, c: &Collected) -> (Option<String>, Vec<Pars
     let Some(tools) = &ctx.tools else {
         return (Some(c.text_of(ctx, Part::Content)), Vec::new());
     };
-    let mut parser = CallParser::new(tools.clone());
-    let mut out = Released::default();
-    for t in &c.tokens {
-        out.extend(parser.push(&t.text, t.channel.as_deref()));
-    }
-    out.extend(parser.finish());
+    let out = Release::whole(ctx.tokenizer.clone(), Some(tools.clone()), &c.tokens);
     let only_calls = !out.calls.is_empty() && out.content.trim().is_empty();
     ((!only_calls).then_some(out.content), out.calls)
 }
@@ -305,10 +301,9 @@ impl ChatStream {
 
 #[cfg(test)]
 mod tests {
-    use super::super::reply::tests::{ctx, token};
+    use super::super::reply::tests::{ctx, started, token};
     use super::*;
     use crate::engine::generate::{GenerationSummary, StopReason};
-    use crate::engine::job::JobStarted;
     use crate::engine::JobError;
     use serde_json::{json, Value};
 
@@ -327,15 +322,6 @@ mod tests {
             .iter()
             .map(|l| serde_json::from_str(l).unwrap_or(Value::String(l.clone())))
             .collect()
-    }
-
-    fn started() -> JobEvent {
-        JobEvent::Started(JobStarted {
-            job_id: "x-1".into(),
-            model: "/m.gguf".into(),
-            started_at: chrono::Utc::now(),
-            seed: 1,
-        })
     }
 
     /// gpt-oss: the analysis channel is `reasoning_content`, the final one

@@ -171,8 +171,18 @@ pub async fn collect(mut events: UnboundedReceiver<JobEvent>) -> Result<Collecte
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::engine::job::TokenAlternative;
+    use crate::engine::job::{JobStarted, TokenAlternative};
     use crate::engine::testing::byte_tokenizer;
+
+    /// A job's start, as every reply's stream sees it first.
+    pub fn started() -> JobEvent {
+        JobEvent::Started(JobStarted {
+            job_id: "x-1".into(),
+            model: "smol".into(),
+            started_at: chrono::Utc::now(),
+            seed: 1,
+        })
+    }
 
     pub fn ctx(logprobs: bool, top: usize, include_usage: bool) -> ReplyCtx {
         ReplyCtx {

@@ -7,9 +7,8 @@ use serde_json::{Map, Value};
 
 use super::error::OpenAiError;
 use super::tools::format::ToolFormat;
-use super::tools::grammar;
 use super::tools::parse::ToolReply;
-use super::tools::spec::{self, Choice};
+use super::tools::spec;
 use super::types::{
     ChatCompletionRequest, ChatMessageIn, CompletionRequest, MessageContent, PromptField,
     ResponseFormat, SamplingFields, StopField,
@@ -171,15 +170,9 @@ pub fn map_chat(
         .collect::<Result<Vec<_>, _>>()?;
     execute.messages = Some(messages);
     execute.reasoning_effort = req.reasoning_effort;
-    let reply = tools.as_ref().and_then(|t| {
-        execute.tools = Some(t.definitions.clone());
-        execute.grammar = grammar::for_choice(t, format);
-        (t.choice != Choice::None).then(|| ToolReply {
-            format,
-            parallel: t.parallel,
-            names: t.functions.iter().map(|f| f.name.clone()).collect(),
-        })
-    });
+    let reply = tools
+        .as_ref()
+        .and_then(|t| super::tools::apply(t, format, &mut execute));
     Ok(Mapped {
         execute,
         prompt_ids: None,

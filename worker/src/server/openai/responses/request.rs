@@ -2,15 +2,19 @@
 //! `instructions` becomes a system message before the input, the input's
 //! message items become chat messages, and the sampling fields both APIs
 //! share are copied as they are, so `/execute`'s validation judges them.
-//! The route is stateless; what it cannot honour (stored responses, earlier
-//! responses by id, tools, images) is refused by name, never ignored.
+//! Function tools and the `function_call` and `function_call_output` items
+//! become the chat route's tools and history (`tools.rs`). The route is
+//! stateless; what it cannot honour (stored responses, earlier responses by
+//! id, other tool types, images) is refused by name, never ignored.
 //! `text.format` becomes `/execute`'s `json_schema`.
 
 use serde_json::{Map, Value};
 
+use super::tools;
 use super::types::{InputContent, InputItem, ResponsesInput, ResponsesRequest};
 use crate::server::openai::error::OpenAiError;
 use crate::server::openai::request::{joined_text, Mapped, ReplyShape};
+use crate::server::openai::tools::format::ToolFormat;
 use crate::server::openai::types::ResponseFormat;
 use crate::server::validation::{ExecuteRequest, MessageIn};
 
@@ -21,6 +25,11 @@ pub struct Echo {
     pub max_output_tokens: Option<i64>,
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
+    /// The tools as given, `tool_choice` (`none` without tools, else
+    /// `auto` unless given) and `parallel_tool_calls`.
+    pub tools: Vec<Value>,
+    pub tool_choice: Value,
+    pub parallel_tool_calls: bool,
 }
 
 /// Fields accepted and ignored because they do not change the answer, when
@@ -28,16 +37,10 @@ pub struct Echo {
 fn harmless(field: &str, value: &Value) -> bool {
     let empty = || value.as_array().is_some_and(Vec::is_empty);
     match field {
-        "user"
-        | "metadata"
-        | "service_tier"
-        | "prompt_cache_key"
-        | "safety_identifier"
-        | "parallel_tool_calls" => true,
+        "user" | "metadata" | "service_tier" | "prompt_cache_key" | "safety_identifier" => true,
         "store" | "background" => value == &Value::Bool(false),
         "truncation" => value == "disabled",
-        "include" | "tools" => empty(),
-        "tool_choice" => value == "none" || value == "auto",
+        "include" => empty(),
         _ => false,
     }
 }
@@ -51,7 +54,6 @@ fn refuse_unserved(other: &Map<String, Value>) -> Result<(), OpenAiError> {
         "store" | "previous_response_id" | "conversation" | "background" => {
             "this server keeps no responses (stateless); send the whole input"
         }
-        "tools" | "tool_choice" => "tool use is not served yet",
         _ => "is not supported by this server",
     };
     Err(OpenAiError::invalid(field, format!("{field}: {why}")))
@@ -62,6 +64,7 @@ pub fn map_responses(
     req: ResponsesRequest,
     job_id: &str,
     served: &[&str],
+    format: ToolFormat,
 ) -> Result<(Mapped, Echo), OpenAiError> {
     refuse_unserved(&req.other)?;
     if !served.contains(&req.model.as_str()) {
@@ -81,6 +84,11 @@ pub fn map_responses(
             format!("text.{field}: is not supported by this server"),
         ));
     }
+    let spec = tools::spec(
+        req.tools.as_ref(),
+        req.tool_choice.as_ref(),
+        req.parallel_tool_calls,
+    )?;
     let mut messages = Vec::new();
     if let Some(instructions) = &req.instructions {
         messages.push(message("system", instructions.clone()));
@@ -89,7 +97,11 @@ pub fn map_responses(
         ResponsesInput::Text(text) => messages.push(message("user", text)),
         ResponsesInput::Items(items) => {
             for (i, item) in items.into_iter().enumerate() {
-                messages.push(item_message(i, item)?);
+                match item.kind.as_deref() {
+                    Some("function_call") => tools::add_call(&mut messages, i, item)?,
+                    Some("function_call_output") => messages.push(tools::output_message(i, item)?),
+                    _ => messages.push(item_message(i, item)?),
+                }
             }
         }
     }
@@ -98,13 +110,26 @@ pub fn map_responses(
         max_output_tokens: req.max_output_tokens,
         temperature: req.temperature,
         top_p: req.top_p,
+        tools: req
+            .tools
+            .as_ref()
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+        tool_choice: match (&req.tool_choice, &spec) {
+            (Some(c), _) if !c.is_null() => c.clone(),
+            (_, Some(_)) => Value::from("auto"),
+            _ => Value::from("none"),
+        },
+        parallel_tool_calls: req.parallel_tool_calls.unwrap_or(true),
     };
-    let execute = ExecuteRequest {
+    let mut execute = ExecuteRequest {
         job_id: Some(job_id.to_string()),
         messages: Some(messages),
         max_tokens: req.max_output_tokens,
         temperature: req.temperature,
         top_p: req.top_p,
+        seed: req.seed.map(i128::from),
         reasoning_effort: reasoning.effort,
         json_schema: text.format.and_then(|f| ResponseFormat::from(f).schema()),
         ..ExecuteRequest::default()
@@ -116,11 +141,12 @@ pub fn map_responses(
         logprobs: false,
         top_logprobs: 0,
     };
+    let tools = spec.and_then(|t| crate::server::openai::tools::apply(&t, format, &mut execute));
     let mapped = Mapped {
         execute,
         prompt_ids: None,
         shape,
-        tools: None,
+        tools,
     };
     Ok((mapped, echo))
 }
@@ -134,12 +160,9 @@ fn item_message(i: usize, item: InputItem) -> Result<MessageIn, OpenAiError> {
     let invalid = |why: String| OpenAiError::invalid("input", format!("input: item {i} {why}"));
     match item.kind.as_deref() {
         None | Some("message") => {}
-        Some(kind @ ("function_call" | "function_call_output")) => {
-            return Err(invalid(format!("is a {kind}: tool use is not served yet")))
-        }
         Some(kind) => {
             return Err(invalid(format!(
-                "has type {kind:?}; only messages are served"
+                "has type {kind:?}; served are message, function_call and function_call_output"
             )))
         }
     }
@@ -166,12 +189,17 @@ fn item_message(i: usize, item: InputItem) -> Result<MessageIn, OpenAiError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
-    fn map(body: Value) -> Result<(Mapped, Echo), OpenAiError> {
-        map_responses(serde_json::from_value(body).unwrap(), "resp-1", &["smol"])
+    pub(crate) fn map(body: Value) -> Result<(Mapped, Echo), OpenAiError> {
+        map_responses(
+            serde_json::from_value(body).unwrap(),
+            "resp-1",
+            &["smol"],
+            ToolFormat::Hermes,
+        )
     }
 
     #[test]
@@ -248,14 +276,15 @@ mod tests {
                 json!({"previous_response_id": "resp-0"}),
                 "previous_response_id",
             ),
-            (
-                json!({"tools": [{"type": "function", "name": "f"}]}),
-                "tools",
-            ),
+            (json!({"tools": [{"type": "web_search"}]}), "tools[0].type"),
             (json!({"text": {"verbosity": "low"}}), "text"),
             (json!({"reasoning": {"summary": "auto"}}), "reasoning"),
             (
-                json!({"input": [{"type": "function_call_output", "call_id": "c", "output": "4"}]}),
+                json!({"input": [{"type": "function_call_output", "output": "4"}]}),
+                "input",
+            ),
+            (
+                json!({"input": [{"type": "reasoning", "summary": []}]}),
                 "input",
             ),
             (

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use crate::server::openai::tools::types::FunctionDef;
 use crate::server::openai::types::{JsonSchemaFormat, ResponseFormat};
 
 /// `input`: one user message as text, or a list of items.
@@ -17,9 +18,10 @@ pub enum ResponsesInput {
     Items(Vec<InputItem>),
 }
 
-/// One input item: a message (`type` `message` or absent). Other item types
-/// (`function_call`, `function_call_output`, `reasoning`, ...) are refused
-/// by their type.
+/// One input item: a message (`type` `message` or absent), a call the
+/// model made (`function_call`: `call_id`, `name`, `arguments`) or its
+/// result (`function_call_output`: `call_id`, `output`). Other item types
+/// (`reasoning`, `web_search_call`, ...) are refused by their type.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 pub struct InputItem {
     #[serde(rename = "type")]
@@ -27,6 +29,14 @@ pub struct InputItem {
     /// `user`, `assistant`, `system` or `developer` (served as `system`).
     pub role: Option<String>,
     pub content: Option<InputContent>,
+    /// `function_call` and `function_call_output`: the call's id.
+    pub call_id: Option<String>,
+    /// `function_call`: the function called.
+    pub name: Option<String>,
+    /// `function_call`: the arguments as JSON text.
+    pub arguments: Option<String>,
+    /// `function_call_output`: the result, text or text parts.
+    pub output: Option<InputContent>,
     #[serde(flatten)]
     #[schema(ignore)]
     pub other: Map<String, Value>,
@@ -105,15 +115,55 @@ pub struct ResponsesRequest {
     pub temperature: Option<f64>,
     #[schema(minimum = 0.0, maximum = 1.0)]
     pub top_p: Option<f64>,
+    /// Extension: the sampling seed, as `/execute`'s (the same seed, the
+    /// same answer, whole or streamed).
+    pub seed: Option<u64>,
     #[serde(default)]
     pub stream: bool,
     pub reasoning: Option<ReasoningParam>,
     /// The answer's form: `text.format` (issue #43).
     pub text: Option<TextParam>,
+    /// Functions the model may call, described to it by its chat template;
+    /// other tool types (`web_search`, `file_search`, ...) are refused.
+    #[schema(value_type = Option<Vec<FunctionToolDoc>>)]
+    pub tools: Option<Value>,
+    #[schema(value_type = Option<ResponsesToolChoiceDoc>)]
+    pub tool_choice: Option<Value>,
+    /// Whether an answer may hold more than one call (default true).
+    pub parallel_tool_calls: Option<bool>,
     /// Every other field: refused by name unless it leaves the answer as is.
     #[serde(flatten)]
     #[schema(ignore)]
     pub other: Map<String, Value>,
+}
+
+/// One entry of `tools`: a function, its fields beside `type` rather than
+/// under `function` as on the chat route.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct FunctionToolDoc {
+    /// `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(flatten)]
+    pub function: FunctionDef,
+}
+
+/// `tool_choice`: `auto` (the default with tools), `none` (tools are
+/// described, no call is read), `required` (at least one call), or
+/// `{"type": "function", "name": ...}` (that call).
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum ResponsesToolChoiceDoc {
+    Mode(String),
+    Named(ResponsesNamedFunctionDoc),
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct ResponsesNamedFunctionDoc {
+    /// `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub name: String,
 }
 
 /// A part of the answer's message.
@@ -127,7 +177,7 @@ pub struct OutputText {
     pub annotations: Vec<Value>,
 }
 
-/// The answer's one output item.
+/// The answer's message: an output item.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
 pub struct OutputMessage {
     /// `message`.
@@ -139,6 +189,31 @@ pub struct OutputMessage {
     /// `assistant`.
     pub role: String,
     pub content: Vec<OutputText>,
+}
+
+/// A call the model made: an output item.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct FunctionCallItem {
+    /// `function_call`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `fc_` and 24 hexadecimal digits.
+    pub id: String,
+    /// `call_` and the same digits: what `function_call_output` names.
+    pub call_id: String,
+    pub name: String,
+    /// The arguments as JSON text.
+    pub arguments: String,
+    /// `in_progress` (when added to a stream) or `completed`.
+    pub status: String,
+}
+
+/// One output item: a message, or a call.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq)]
+#[serde(untagged)]
+pub enum OutputItem {
+    Message(OutputMessage),
+    FunctionCall(FunctionCallItem),
 }
 
 /// `usage` of a response.
@@ -167,9 +242,14 @@ pub struct ResponseObject {
     pub model: String,
     pub instructions: Option<String>,
     pub max_output_tokens: Option<i64>,
-    pub output: Vec<OutputMessage>,
+    /// The answer's message (none when it is calls alone), then its calls.
+    pub output: Vec<OutputItem>,
     pub parallel_tool_calls: bool,
-    pub tool_choice: String,
+    /// The request's (`none` without tools, `auto` by default).
+    #[schema(value_type = ResponsesToolChoiceDoc)]
+    pub tool_choice: Value,
+    /// The request's.
+    #[schema(value_type = Vec<FunctionToolDoc>)]
     pub tools: Vec<Value>,
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,

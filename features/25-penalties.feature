@@ -2,7 +2,7 @@ Feature: Logit bias and penalties
   OpenAI's logit_bias, presence_penalty and frequency_penalty on /execute and the OpenAI routes
   (issue 43): added to the logits before the sampling pipeline, the same on the CPU and the GPU.
 
-  @EXT-043.12 @any
+  @EXT-043.13 @any
   Scenario: logit_bias lifts or bans a token and the penalties cut repetition
     Given a worker on the reference model
     When I run the job:
