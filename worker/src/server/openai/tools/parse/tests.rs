@@ -207,3 +207,18 @@ fn white_space_after_a_call_is_dropped_across_tokens() {
     let (_, all) = feed(&r, &[call, "\n", call, "\n"]);
     assert_eq!((all.content.as_str(), all.calls.len()), ("", 2));
 }
+
+/// A number with a long mantissa keeps its value: the arguments' one
+/// spelling is the nearest double's, and spelling it again changes nothing
+/// (found by the `tool_calls` fuzz target: serde_json's default parser may
+/// miss the nearest double by one ulp, so each re-spelling moved the number).
+#[test]
+fn long_numbers_in_arguments_keep_their_value() {
+    let text = "<tool_call>{\"name\": \"now\", \"arguments\": {\"x\": 9999999399999999999999999999999}}</tool_call>";
+    let r = whole(ToolFormat::Hermes, text);
+    assert_eq!(names_args(&r), [("now", r#"{"x":9.9999994e+30}"#)]);
+    assert_eq!(
+        normalized(&r.calls[0].arguments).as_deref(),
+        Some(r#"{"x":9.9999994e+30}"#)
+    );
+}
