@@ -81,6 +81,9 @@ pub struct CallParser {
     held: String,
     harmony: Harmony,
     emitted: usize,
+    /// A call has just closed: white space still to come is dropped, in
+    /// whichever token it comes.
+    after_call: bool,
 }
 
 impl CallParser {
@@ -91,6 +94,7 @@ impl CallParser {
             held: String::new(),
             harmony: Harmony::default(),
             emitted: 0,
+            after_call: false,
         }
     }
 
@@ -154,6 +158,10 @@ impl CallParser {
                     return;
                 }
                 State::Text => {
+                    if self.after_call {
+                        self.held = self.held.trim_start().to_string();
+                        self.after_call = self.held.is_empty();
+                    }
                     if let Some(p) = self.held.find(OPEN) {
                         let body = self.held[p + OPEN.len()..].to_string();
                         out.content.push_str(self.held[..p].trim_end());
@@ -182,7 +190,8 @@ impl CallParser {
                             out.content.push_str(&format!("{OPEN}{inner}{close}"));
                         }
                     }
-                    self.held = rest.unwrap_or_default().trim_start().to_string();
+                    self.held = rest.unwrap_or_default().to_string();
+                    self.after_call = true;
                     self.state = State::Text;
                     if rest.is_none() {
                         return;

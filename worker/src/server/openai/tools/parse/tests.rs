@@ -189,3 +189,36 @@ fn harmony_calls_on_the_commentary_channel() {
     all.extend(p.finish());
     assert_eq!((all.content.as_str(), all.calls.len()), ("Hi", 0));
 }
+
+/// White space after a call is dropped in whichever token it comes (Qwen2.5
+/// writes `</tool_call>` as one token and the newline after it as another);
+/// found by the `tool_calls` fuzz target.
+#[test]
+fn white_space_after_a_call_is_dropped_across_tokens() {
+    let r = reply(ToolFormat::Hermes, true);
+    let call = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+    let (_, all) = feed(&r, &["Sure.", call, "\n", " ", "Done."]);
+    assert_eq!(all.content, "Sure.Done.");
+    assert_eq!(
+        all.content,
+        whole(ToolFormat::Hermes, &format!("Sure.{call}\n Done.")).content
+    );
+    // Between two calls and at the end too.
+    let (_, all) = feed(&r, &[call, "\n", call, "\n"]);
+    assert_eq!((all.content.as_str(), all.calls.len()), ("", 2));
+}
+
+/// A number with a long mantissa keeps its value: the arguments' one
+/// spelling is the nearest double's, and spelling it again changes nothing
+/// (found by the `tool_calls` fuzz target: serde_json's default parser may
+/// miss the nearest double by one ulp, so each re-spelling moved the number).
+#[test]
+fn long_numbers_in_arguments_keep_their_value() {
+    let text = "<tool_call>{\"name\": \"now\", \"arguments\": {\"x\": 9999999399999999999999999999999}}</tool_call>";
+    let r = whole(ToolFormat::Hermes, text);
+    assert_eq!(names_args(&r), [("now", r#"{"x":9.9999994e+30}"#)]);
+    assert_eq!(
+        normalized(&r.calls[0].arguments).as_deref(),
+        Some(r#"{"x":9.9999994e+30}"#)
+    );
+}
