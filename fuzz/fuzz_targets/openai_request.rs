@@ -42,11 +42,11 @@ fuzz_target!(
             .map(|m| (m.execute, m.prompt_ids)),
         2 => serde_json::from_slice::<ResponsesRequest>(body)
             .ok()
-            .and_then(|req| map_responses(req, "fuzz", SERVED).ok())
+            .and_then(|req| map_responses(req, "fuzz", SERVED, ToolFormat::Hermes).ok())
             .map(|(m, _)| (m.execute, m.prompt_ids)),
         _ => serde_json::from_slice::<MessagesRequest>(body)
             .ok()
-            .and_then(|req| map_messages(req, "fuzz", SERVED).ok())
+            .and_then(|req| map_messages(req, "fuzz", SERVED, ToolFormat::Hermes).ok())
             .map(|m| (m.execute, None)),
     };
     let Some((execute, prompt_ids)) = mapped else {
