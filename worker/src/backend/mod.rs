@@ -121,6 +121,14 @@ pub struct SampleRequest<'a> {
     pub bias: &'a [(u32, f32)],
 }
 
+impl SampleRequest<'_> {
+    /// Whether the logits are biased or masked before the pipeline (into a
+    /// copy: the step's own logits stay as the forward left them).
+    pub fn adjusts(&self) -> bool {
+        self.mask.is_some() || !self.bias.is_empty()
+    }
+}
+
 /// The token [`Backend::sample`] chose.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SampledToken {
@@ -150,7 +158,7 @@ pub fn sample_on_host(
         )));
     }
     let adjusted;
-    let logits = if req.mask.is_some() || !req.bias.is_empty() {
+    let logits = if req.adjusts() {
         adjusted = adjust(logits, req.bias, req.mask)?;
         &adjusted[..]
     } else {
@@ -182,19 +190,24 @@ pub fn adjust(
     let Some(bits) = mask else {
         return Ok(out);
     };
-    if bits.len() != logits.len().div_ceil(32) {
-        return Err(BackendError::CallerBug(format!(
-            "a mask of {} words for {} logits",
-            bits.len(),
-            logits.len()
-        )));
-    }
+    check_mask(bits, logits.len())?;
     for (id, x) in out.iter_mut().enumerate() {
         if bits[id / 32] & (1 << (id % 32)) == 0 {
             *x = f32::NEG_INFINITY;
         }
     }
     Ok(out)
+}
+
+/// Checks that a mask has one bit for each of `vocab` tokens, in u32 words.
+pub fn check_mask(bits: &[u32], vocab: usize) -> Result<(), BackendError> {
+    if bits.len() != vocab.div_ceil(32) {
+        return Err(BackendError::CallerBug(format!(
+            "a mask of {} words for {vocab} logits",
+            bits.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Checks that a bias list's ids are ascending, distinct and below `vocab`.

@@ -32,7 +32,7 @@ use crate::backend::cuda::kernels::{
 };
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{SAMPLE_ARGMAX_BLOCKS, SAMPLE_MAX_LOGPROBS, SAMPLE_OUT_WORDS};
-use crate::backend::{check_bias, BackendError, SampleRequest, SampledToken};
+use crate::backend::{check_bias, check_mask, BackendError, SampleRequest, SampledToken};
 use crate::sampling::TokenLogprob;
 
 /// Which kernel picks a token: `sample_argmax` for the greedy choice
@@ -130,11 +130,10 @@ pub struct DeviceSampler {
     /// `[vocab]` f32: the logits sampled from (the last forward's last position).
     logits: DevBuf,
     /// `[vocab]` f32: a job's biased and masked copy of `logits` (issue #43),
-    /// sampled from instead, so that `logits` stay as the forward left them
-    /// (sampling twice from one step's logits gives the same token).
+    /// sampled from instead ([`SampleRequest::adjusts`]), so that `logits`
+    /// stay as the forward left them (sampling twice from one step's logits
+    /// gives the same token).
     adjusted: DevBuf,
-    /// Which of the two the last `prepare` sampled from.
-    source: CUdeviceptr,
     /// `[vocab]` u32: the kernels' working rank keys.
     keys: DevBuf,
     /// `[vocab]` u32: the distinct generated ids to penalize.
@@ -187,13 +186,11 @@ impl DeviceSampler {
         logits.zero(bytes)?;
         let argmax = dev.alloc(Purpose::Weights, ARGMAX_BYTES)?;
         argmax.zero(ARGMAX_BYTES)?;
-        let source = logits.ptr();
         Ok(DeviceSampler {
             dev: dev.clone(),
             vocab,
             logits,
             adjusted: dev.alloc(Purpose::Weights, bytes)?,
-            source,
             keys: dev.alloc(Purpose::Weights, bytes)?,
             ids: dev.alloc(Purpose::Weights, bytes)?,
             mask: dev.alloc(Purpose::Weights, mask_bytes(vocab))?,
@@ -299,8 +296,7 @@ impl DeviceSampler {
             greedy,
         };
         self.dev.bind()?;
-        self.source = self.logits.ptr();
-        if !req.bias.is_empty() || req.mask.is_some() {
+        if req.adjusts() {
             self.copy_to_adjusted()?;
             if !req.bias.is_empty() {
                 self.apply_bias(req.bias)?;
@@ -317,7 +313,10 @@ impl DeviceSampler {
                 .map_err(|e| driver_error("copying the generated ids", e))?;
         }
         let out = self.out_ptr();
-        let (logits, keys) = (DevPtr::new(self.source), DevPtrMut::new(self.keys.ptr()));
+        let (logits, keys) = (
+            DevPtr::new(self.source(req)),
+            DevPtrMut::new(self.keys.ptr()),
+        );
         let (vocab, pen_ids, n_pen) = (
             n as u32,
             Some(DevPtr::new(self.ids.ptr())),
@@ -348,7 +347,7 @@ impl DeviceSampler {
     }
 
     /// Queues the copy of the logits that the bias and the mask change.
-    fn copy_to_adjusted(&mut self) -> Result<(), BackendError> {
+    fn copy_to_adjusted(&self) -> Result<(), BackendError> {
         let bytes = self.vocab * 4;
         // SAFETY: both buffers hold `vocab` f32 values on this device.
         unsafe {
@@ -359,20 +358,21 @@ impl DeviceSampler {
                 self.dev.cu_stream(),
             )
         }
-        .map_err(|e| driver_error("copying the logits to adjust them", e))?;
-        self.source = self.adjusted.ptr();
-        Ok(())
+        .map_err(|e| driver_error("copying the logits to adjust them", e))
+    }
+
+    /// The logits `req` is sampled from: the adjusted copy where it adjusts.
+    fn source(&self, req: &SampleRequest) -> CUdeviceptr {
+        if req.adjusts() {
+            self.adjusted.ptr()
+        } else {
+            self.logits.ptr()
+        }
     }
 
     /// Queues the mask's copy and `sample_mask` over the adjusted logits.
     fn apply_mask(&mut self, bits: &[u32]) -> Result<(), BackendError> {
-        if bits.len() as u64 * 4 != mask_bytes(self.vocab) {
-            return Err(BackendError::CallerBug(format!(
-                "a mask of {} words for {} logits",
-                bits.len(),
-                self.vocab
-            )));
-        }
+        check_mask(bits, self.vocab)?;
         // SAFETY: `bits` fills the mask buffer exactly (checked above);
         // pageable memory is staged before the call returns.
         unsafe { drv::memcpy_htod_async(self.mask.ptr(), bits, self.dev.cu_stream()) }
@@ -417,7 +417,7 @@ impl DeviceSampler {
             kernels.launch(
                 st,
                 &SampleLogprobsArgs {
-                    logits: DevPtr::new(self.source),
+                    logits: DevPtr::new(self.source(req)),
                     n: self.vocab as u32,
                     keys: DevPtrMut::new(self.keys.ptr()),
                     k: req.logprobs as u32,
