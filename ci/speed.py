@@ -42,11 +42,23 @@ def count_tokens(port, text):
     with urllib.request.urlopen(req, timeout=60) as r:
         return len(json.load(r)["tokens"])
 
+def fresh_prompt_flags(worker):
+    """The worker's flags for measuring fresh prompts: its prefix cache off (a
+    build that has one), as llama-server runs here with `cache_prompt` off, so
+    that a repeated prompt is prefilled whole every time."""
+    try:
+        helptext = subprocess.run([worker, "serve", "--help"], capture_output=True, text=True,
+                                  timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return ["--prefix-cache", "off"] if "--prefix-cache" in helptext else []
+
 def measure(worker, model, backend):
     port = free_port()
     log = open(f"/tmp/speed-{os.path.basename(model)}.log", "w")
     p = subprocess.Popen([worker, "--worker-id", "6f1d7a2e-0000-4000-8000-00000000beef", "--model", model,
-                          "--gpu-device", "0", "--port", str(port), "--backend", backend],
+                          "--gpu-device", "0", "--port", str(port), "--backend", backend,
+                          *fresh_prompt_flags(worker)],
                          stdout=log, stderr=subprocess.STDOUT)
     try:
         t0 = time.time()

@@ -357,6 +357,15 @@ impl Client {
         Ok(r.body)
     }
 
+    /// The id `GET /v1/models` lists first: the model OpenAI requests must name.
+    pub async fn served_model(&self) -> Result<String> {
+        let models = self.get("/v1/models").await?.json()?;
+        models["data"][0]["id"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| anyhow!("GET /v1/models lists no model: {models}"))
+    }
+
     pub async fn tokenize(
         &self,
         content: &str,

@@ -70,6 +70,8 @@ pub struct TestWorld {
     pub parity: Parity,
     pub workspace: Workspace,
     pub openai: OpenAiRuns,
+    /// The prefix cache scenario's shared prefix and number of jobs.
+    pub shared_prefix: Option<(String, usize)>,
 }
 
 impl TestWorld {
@@ -92,6 +94,7 @@ impl TestWorld {
             parity: Parity::default(),
             workspace: Workspace::default(),
             openai: Default::default(),
+            shared_prefix: None,
         }
     }
 

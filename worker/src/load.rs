@@ -80,6 +80,8 @@ pub struct LoadOptions {
     pub tokenizer: TokenizerChoice,
     /// Sequences the backend holds at once (`--parallel`).
     pub parallel: usize,
+    /// The prefix cache's share of the KV memory (`--prefix-cache`); `None`: off.
+    pub prefix_cache: Option<f64>,
 }
 
 impl Default for LoadOptions {
@@ -93,6 +95,7 @@ impl Default for LoadOptions {
             chat_template: None,
             tokenizer: TokenizerChoice::Gguf,
             parallel: 1,
+            prefix_cache: None,
         }
     }
 }
@@ -238,6 +241,7 @@ fn load_from(
     let mut marks = ProgressMarks::new(file.tensor_bytes_total(), progress);
     let mut backend = construct_backend(&config, &file, opts, &mut |b| marks.advance(b))?;
     backend.set_max_sequences(opts.parallel)?;
+    backend.set_prefix_cache(opts.prefix_cache)?;
     marks.finish();
     Ok(LoadedModel {
         backend,

@@ -19,7 +19,7 @@ mod tests;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use futures::StreamExt as _;
 use serde_json::{json, Value};
 
@@ -142,7 +142,7 @@ async fn start(opts: &Options, bin: &Path, model: &Path) -> Result<Worker> {
 /// Every (schema, seed) request, `--parallel` at a time, each printed as it ends.
 async fn run_all(client: &Client, entries: &[Entry], opts: &Options) -> Result<Vec<Outcome>> {
     let sampling = Sampling {
-        model: served_model(client).await?,
+        model: client.served_model().await?,
         temperature: opts.temperature,
         max_tokens: opts.max_tokens,
         timeout: Duration::from_secs(opts.request_timeout_s),
@@ -166,15 +166,6 @@ async fn run_all(client: &Client, entries: &[Entry], opts: &Options) -> Result<V
         );
     }
     Ok(outcomes)
-}
-
-/// The id `GET /v1/models` lists first: the model requests must name.
-async fn served_model(client: &Client) -> Result<String> {
-    let models = client.get("/v1/models").await?.json()?;
-    models["data"][0]["id"]
-        .as_str()
-        .map(str::to_string)
-        .with_context(|| format!("GET /v1/models lists no model: {models}"))
 }
 
 /// One request's progress line.

@@ -24,6 +24,7 @@ pub mod model;
 pub mod observe;
 pub mod openai;
 pub mod params;
+pub mod prefix;
 pub mod process;
 pub mod requests;
 pub mod structured;

@@ -515,3 +515,88 @@ fn assert_logprobs(got: &[TokenLogprob], want: &[TokenLogprob]) {
         );
     }
 }
+
+/// A prompt's greedy continuation as the engine runs it: a sequence opened,
+/// the cached prefix attached, the rest prefilled in chunks aligned to
+/// `prefill_chunk`, then `n` tokens chosen and decoded. The positions
+/// attached, each token, and each step's top log-probabilities as bits.
+fn continuation(b: &mut dyn Backend, prompt: &[u32], n: usize) -> (usize, Vec<(u32, Vec<u32>)>) {
+    let s = b.open(prompt.len() + n).unwrap();
+    let attached = b.attach_prefix(s, prompt).unwrap();
+    assert_eq!(b.len(s), attached);
+    let chunk = b.prefill_chunk();
+    assert_eq!(attached % chunk, 0, "whole chunks only");
+    let mut none = Vec::new();
+    for part in prompt[attached..].chunks(chunk) {
+        b.forward(s, part, Logits::None, &mut none, None).unwrap();
+    }
+    let params = greedy_params();
+    let mut steps = Vec::new();
+    let mut generated = Vec::new();
+    for _ in 0..n {
+        let req = SampleRequest {
+            params: &params,
+            generated: &generated,
+            uniform: None,
+            logprobs: 5,
+            mask: None,
+            bias: &[],
+        };
+        let t = sample_one(b, s, &req).unwrap();
+        let bits = t.logprobs.iter().map(|l| l.logprob.to_bits()).collect();
+        steps.push((t.id, bits));
+        generated.push(t.id);
+        b.decode(&[(s, t.id)]).unwrap();
+    }
+    b.close(s);
+    (attached, steps)
+}
+
+/// Issue 42: with the prefix cache on, a prompt attaches the whole chunks an
+/// earlier prompt computed that it starts with, and its tokens and
+/// log-probabilities are the same bits as with the cache off, whether the
+/// prefix came from the cache whole, partly, or not at all. The model's
+/// context must hold three of the backend's prefill chunks.
+pub(crate) fn check_prefix_reuse(b: &mut dyn Backend, vocab: usize) {
+    let c = b.prefill_chunk();
+    let prompt: Vec<u32> = (0..2 * c + 5)
+        .map(|i| ((i * 7 + 3) % vocab) as u32)
+        .collect();
+    let mut other = prompt.clone();
+    other[c + 3] = (other[c + 3] + 1) % vocab as u32;
+    let n = 6;
+
+    b.set_prefix_cache(None).unwrap();
+    let (_, want) = continuation(b, &prompt, n);
+    let (_, want_other) = continuation(b, &other, n);
+    assert!(b.prefix_stats().is_none(), "no cache when off");
+
+    b.set_prefix_cache(Some(1.0)).unwrap();
+    assert_eq!(continuation(b, &prompt, n), (0, want.clone()), "computed");
+    assert_eq!(b.prefix_stats().unwrap().entries, 2, "its two whole chunks");
+    assert_eq!(
+        continuation(b, &prompt, n),
+        (2 * c, want.clone()),
+        "all cached"
+    );
+    assert_eq!(continuation(b, &other, n), (c, want_other), "partly cached");
+    assert_eq!(
+        b.prefix_stats().unwrap().entries,
+        3,
+        "the other's second chunk"
+    );
+    // Shorter than a chunk and one past it: nothing, then one chunk.
+    assert_eq!(
+        continuation(b, &prompt[..c], n).0,
+        0,
+        "the last token is computed"
+    );
+    assert_eq!(continuation(b, &prompt[..c + 1], n).0, c);
+
+    // A bound below one entry keeps nothing, and everything still agrees.
+    b.set_prefix_cache(Some(1e-9)).unwrap();
+    assert_eq!(continuation(b, &prompt, n), (0, want.clone()));
+    assert_eq!(continuation(b, &prompt, n), (0, want));
+    assert_eq!(b.prefix_stats().unwrap().entries, 0);
+    b.set_prefix_cache(None).unwrap();
+}

@@ -12,9 +12,11 @@ mod contract;
 pub mod cpu;
 pub mod cuda;
 mod error;
+pub mod prefix;
 mod seqs;
 
 pub use error::BackendError;
+pub use prefix::PrefixStats;
 pub use seqs::{SeqId, Slots};
 // The forward pass's vocabulary is the model graph's; backends speak it.
 pub use crate::model::ops::{Checkpoints, Logits};
@@ -251,6 +253,16 @@ pub fn check_capacity(capacity: usize, context: usize) -> Result<(), BackendErro
     Ok(())
 }
 
+/// Whether `share` is a prefix cache's share of the KV memory: above 0, at most 1.
+pub fn check_prefix_share(share: f64) -> Result<(), BackendError> {
+    if !(share > 0.0 && share <= 1.0) {
+        return Err(BackendError::CallerBug(format!(
+            "a prefix cache's share of {share} (expected above 0, at most 1)"
+        )));
+    }
+    Ok(())
+}
+
 /// [`Backend::decode`] as one-token [`Backend::forward`] calls, row by row.
 pub fn decode_one_by_one<B: Backend + ?Sized>(
     b: &mut B,
@@ -390,6 +402,30 @@ pub trait Backend: Send {
     /// checks for aborts between calls).
     fn prefill_chunk(&self) -> usize {
         DEFAULT_PREFILL_CHUNK
+    }
+
+    /// Keeps prompts' whole chunks after their sequences end, in at most
+    /// `max_share` of the KV memory of [`Backend::max_sequences`] full
+    /// contexts (the GPU's paged pool), for [`Backend::attach_prefix`]
+    /// (`backend::prefix`). Only while no sequence is open; `None` turns it
+    /// off and drops what it held. A backend without one ignores it.
+    fn set_prefix_cache(&mut self, _max_share: Option<f64>) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    /// Gives `seq` (just opened, empty) the KV of the longest run of whole
+    /// cached chunks `prompt` starts with, leaving at least its last token
+    /// to compute; the number of positions it now holds (a multiple of
+    /// [`Backend::prefill_chunk`]). The caller prefills the rest from there in
+    /// chunks of that size, as it would have from 0: the tokens that follow
+    /// are the same bits, cached or not. 0 without a cache.
+    fn attach_prefix(&mut self, _seq: SeqId, _prompt: &[u32]) -> Result<usize, BackendError> {
+        Ok(0)
+    }
+
+    /// The prefix cache's counters; `None` without one.
+    fn prefix_stats(&self) -> Option<PrefixStats> {
+        None
     }
 
     /// Bytes held on the device now.

@@ -312,6 +312,7 @@ fn load(cfg: &ServeConfig) -> Result<LoadedModel, ExitCode> {
         chat_template: cfg.chat_template.clone(),
         tokenizer: cfg.tokenizer,
         parallel: cfg.parallel,
+        prefix_cache: cfg.prefix_cache,
     };
     let mut report = |p: LoadProgress| {
         narrate!(

@@ -85,6 +85,8 @@ impl StopReason {
 #[derive(Clone, Debug, PartialEq)]
 pub struct GenerationSummary {
     pub tokens_in: usize,
+    /// Prompt tokens whose KV came from the prefix cache (not computed).
+    pub tokens_cached: usize,
     pub tokens_out: usize,
     pub first_token_ms: u64,
     pub decode_time_ms: u64,
@@ -186,8 +188,10 @@ pub struct Generation {
     /// The job's sequence, while open.
     seq: Option<SeqId>,
     started: Instant,
-    /// Prompt tokens prefilled so far.
+    /// Prompt tokens prefilled so far (attached from the prefix cache included).
     fed: usize,
+    /// Prompt tokens attached from the prefix cache.
+    cached: usize,
     /// Host logits: filled only for parity records.
     logits: Vec<f32>,
     checkpoints: Option<Checkpoints>,
@@ -215,6 +219,7 @@ impl Generation {
             seq: None,
             started: now,
             fed: 0,
+            cached: 0,
             logits: Vec::new(),
             checkpoints: parity.then(Checkpoints::default),
             stream: StreamDecoder::new(),
@@ -228,17 +233,36 @@ impl Generation {
         self.req.positions()
     }
 
-    /// Opens the job's sequence.
+    /// Opens the job's sequence with the longest cached prefix of its
+    /// prompt attached (none when it records parity, which wants every
+    /// chunk's checkpoints); closed again if that fails.
     pub fn begin(&mut self, backend: &mut dyn Backend) -> Result<(), BackendError> {
         let t = Instant::now();
-        self.seq = Some(backend.open(self.capacity())?);
+        let seq = backend.open(self.capacity())?;
+        self.seq = Some(seq);
+        if self.checkpoints.is_none() {
+            match backend.attach_prefix(seq, &self.req.prompt_tokens) {
+                Ok(n) => (self.fed, self.cached) = (n, n),
+                Err(e) => {
+                    self.end(backend);
+                    return Err(e);
+                }
+            }
+        }
         tracing::debug!(
             positions = self.capacity(),
+            cached = self.cached,
             us = micros(t),
             "sequence begun"
         );
         self.started = Instant::now();
         Ok(())
+    }
+
+    /// `(cached, total)` prompt tokens: those attached from the prefix cache
+    /// by [`Generation::begin`], of all.
+    pub fn prompt_cached(&self) -> (usize, usize) {
+        (self.cached, self.req.prompt_tokens.len())
     }
 
     /// Frees the job's sequence, if open.
@@ -437,6 +461,7 @@ impl Generation {
     pub fn summary(&self, stop_reason: StopReason) -> GenerationSummary {
         GenerationSummary {
             tokens_in: self.req.prompt_tokens.len(),
+            tokens_cached: self.cached,
             tokens_out: self.generated.len(),
             first_token_ms: self.first_token_ms,
             decode_time_ms: self.decode_started.elapsed().as_millis() as u64,

@@ -117,6 +117,7 @@ impl Engine {
         if let Some(b) = parts.backend.kv_blocks() {
             parts.metrics.set_kv_blocks(b.total, b.used);
         }
+        parts.status.set_prefix_cache(parts.backend.prefix_stats());
         let post_load_vram = parts.backend.memory_use().total();
         parts.status.set_vram_bytes_used(post_load_vram);
         // Looked up once here (a pass over the vocabulary), not in a job.
@@ -481,6 +482,12 @@ impl EngineThread {
             }
             None => self.metrics.set_kv_cache_bytes(memory.kv_cache),
         }
+        let prefix = self.backend.prefix_stats();
+        if let Some(p) = prefix {
+            self.metrics
+                .set_prefix_cache(p.entries, p.bytes, p.evictions);
+        }
+        self.status.set_prefix_cache(prefix);
         let vram = memory.total();
         self.status.set_vram_bytes_used(vram);
         if vram <= self.post_load_vram {

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::backend::PrefixStats;
+
 /// Why the worker is unhealthy; each kind is set and cleared on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Problem {
@@ -24,6 +26,8 @@ pub struct EngineStatus {
     vram_bytes_used: AtomicU64,
     resident: AtomicBool,
     problems: Mutex<BTreeMap<Problem, String>>,
+    /// The prefix cache's counters as last noted; `None` without a cache.
+    prefix: Mutex<Option<PrefixStats>>,
 }
 
 impl EngineStatus {
@@ -48,6 +52,14 @@ impl EngineStatus {
 
     pub fn set_resident(&self, resident: bool) {
         self.resident.store(resident, Ordering::Relaxed);
+    }
+
+    pub fn prefix_cache(&self) -> Option<PrefixStats> {
+        *self.prefix.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn set_prefix_cache(&self, stats: Option<PrefixStats>) {
+        *self.prefix.lock().unwrap_or_else(|p| p.into_inner()) = stats;
     }
 
     pub fn set_problem(&self, problem: Problem, reason: impl Into<String>) {

@@ -89,6 +89,8 @@ impl From<&TokenOut> for TokenEvent {
 #[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct EndEvent {
     pub tokens_out: usize,
+    /// Prompt tokens whose KV came from the prefix cache (issue 42).
+    pub tokens_cached: usize,
     pub decode_time_ms: u64,
     pub first_token_ms: u64,
     pub stop_reason: &'static str,
@@ -100,6 +102,7 @@ impl From<&GenerationSummary> for EndEvent {
     fn from(s: &GenerationSummary) -> Self {
         EndEvent {
             tokens_out: s.tokens_out,
+            tokens_cached: s.tokens_cached,
             decode_time_ms: s.decode_time_ms,
             first_token_ms: s.first_token_ms,
             stop_reason: s.stop_reason.as_str(),
@@ -179,6 +182,7 @@ mod tests {
     fn end_event_carries_stop_sequence_only_when_matched() {
         let mut s = GenerationSummary {
             tokens_in: 3,
+            tokens_cached: 0,
             tokens_out: 2,
             first_token_ms: 5,
             decode_time_ms: 9,
@@ -187,7 +191,7 @@ mod tests {
         let e = JobEvent::End(s.clone());
         assert_eq!(
             event_data(&e),
-            r#"{"tokens_out":2,"decode_time_ms":9,"first_token_ms":5,"stop_reason":"max_tokens"}"#
+            r#"{"tokens_out":2,"tokens_cached":0,"decode_time_ms":9,"first_token_ms":5,"stop_reason":"max_tokens"}"#
         );
         s.stop_reason = StopReason::StopSequence("\n\n".into());
         let v: serde_json::Value = serde_json::from_str(&event_data(&JobEvent::End(s))).unwrap();

@@ -11,7 +11,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
-use crate::backend::BackendKind;
+use crate::backend::{BackendKind, PrefixStats};
 use crate::telemetry::metrics::{Snapshot, CONTENT_TYPE};
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
@@ -44,6 +44,35 @@ pub struct Health {
     pub slots_busy: usize,
     pub slots_free: usize,
     pub shutting_down: bool,
+    /// The prefix cache (`--prefix-cache on`): its entries (whole prompt
+    /// chunks of `chunk_tokens` tokens), their bytes and bound, evictions so
+    /// far; absent when it is off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix_cache: Option<PrefixCacheHealth>,
+}
+
+/// `/health`'s view of the prefix cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PrefixCacheHealth {
+    /// Tokens per entry (the backend's prefill chunk).
+    pub chunk_tokens: usize,
+    /// Entries (cached blocks) held now.
+    pub entries: usize,
+    pub bytes: u64,
+    pub max_bytes: u64,
+    pub evictions: u64,
+}
+
+impl From<PrefixStats> for PrefixCacheHealth {
+    fn from(s: PrefixStats) -> Self {
+        PrefixCacheHealth {
+            chunk_tokens: s.chunk_tokens,
+            entries: s.entries,
+            bytes: s.bytes,
+            max_bytes: s.max_bytes,
+            evictions: s.evictions,
+        }
+    }
 }
 
 pub fn health_snapshot(state: &AppState) -> Health {
@@ -83,6 +112,7 @@ pub fn health_snapshot(state: &AppState) -> Health {
         slots_busy: state.engine.running(),
         slots_free: state.engine.slots().saturating_sub(state.engine.running()),
         shutting_down: state.shutdown.is_triggered(),
+        prefix_cache: status.prefix_cache().map(PrefixCacheHealth::from),
     }
 }
 

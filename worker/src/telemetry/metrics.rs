@@ -22,6 +22,11 @@
 //! | `worker_kv_blocks_total` | gauge | blocks of the paged KV pool (`--parallel` > 1 on the GPU; 0 without a pool) |
 //! | `worker_kv_blocks_used` | gauge | blocks of the pool held by open sequences |
 //! | `worker_kv_blocks_free` | gauge | blocks of the pool free for new jobs |
+//! | `worker_prefix_cache_hit_tokens_total` | counter | prompt tokens whose KV came from the prefix cache |
+//! | `worker_prefix_cache_miss_tokens_total` | counter | prompt tokens computed (not found in the prefix cache, or the cache off) |
+//! | `worker_prefix_cache_entries` | gauge | entries (whole prompt chunks) the prefix cache holds |
+//! | `worker_prefix_cache_bytes` | gauge | bytes they take (on the GPU, blocks of the paged KV pool) |
+//! | `worker_prefix_cache_evictions_total` | counter | entries evicted from the prefix cache |
 //! | `worker_parity_records_dropped_total` | counter | parity records dropped because the writer was behind |
 //! | `worker_active_expert_count` | gauge | mixture-of-experts models (gpt-oss) only: experts each token is routed to in every layer (`expert_used_count`) |
 //! | `worker_expert_count` | gauge | mixture-of-experts models only: experts in every layer (`expert_count`) |
@@ -92,7 +97,48 @@ pub struct Metrics {
     kv_blocks_used: Gauge,
     kv_blocks_free: Gauge,
     parity_dropped: Counter,
+    prefix: PrefixMetrics,
     started: Instant,
+}
+
+/// The prefix cache's series (issue 42).
+#[derive(Default)]
+struct PrefixMetrics {
+    hit_tokens: Counter,
+    miss_tokens: Counter,
+    entries: Gauge,
+    bytes: Gauge,
+    evictions: Counter,
+}
+
+impl PrefixMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "worker_prefix_cache_hit_tokens",
+            "Prompt tokens whose KV came from the prefix cache",
+            self.hit_tokens.clone(),
+        );
+        registry.register(
+            "worker_prefix_cache_miss_tokens",
+            "Prompt tokens computed (not in the prefix cache)",
+            self.miss_tokens.clone(),
+        );
+        registry.register(
+            "worker_prefix_cache_entries",
+            "Entries (whole prompt chunks) in the prefix cache",
+            self.entries.clone(),
+        );
+        registry.register(
+            "worker_prefix_cache_bytes",
+            "Bytes the prefix cache's entries take",
+            self.bytes.clone(),
+        );
+        registry.register(
+            "worker_prefix_cache_evictions",
+            "Entries evicted from the prefix cache",
+            self.evictions.clone(),
+        );
+    }
 }
 
 impl Metrics {
@@ -120,6 +166,8 @@ impl Metrics {
         let kv_blocks_used = Gauge::default();
         let kv_blocks_free = Gauge::default();
         let parity_dropped = Counter::default();
+        let prefix = PrefixMetrics::default();
+        prefix.register(&mut registry);
         let info_family = Family::<InfoLabels, Gauge>::default();
         info_family.get_or_create(&info).set(1);
 
@@ -259,6 +307,7 @@ impl Metrics {
             kv_blocks_used,
             kv_blocks_free,
             parity_dropped,
+            prefix,
             started: Instant::now(),
         }
     }
@@ -352,6 +401,27 @@ impl Metrics {
         self.kv_blocks_total.set(g(total));
         self.kv_blocks_used.set(g(used));
         self.kv_blocks_free.set(g(total.saturating_sub(used)));
+    }
+
+    /// A job's prompt began with `cached` tokens from the prefix cache and
+    /// `computed` to prefill.
+    pub fn prompt_tokens(&self, cached: usize, computed: usize) {
+        self.prefix.hit_tokens.inc_by(cached as u64);
+        self.prefix.miss_tokens.inc_by(computed as u64);
+    }
+
+    /// The prefix cache's entries, bytes and evictions since start.
+    pub fn set_prefix_cache(&self, entries: usize, bytes: u64, evictions: u64) {
+        let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.prefix.entries.set(g(entries as u64));
+        self.prefix.bytes.set(g(bytes));
+        let seen = self.prefix.evictions.get();
+        self.prefix.evictions.inc_by(evictions.saturating_sub(seen));
+    }
+
+    /// `(hit, missed)` prompt tokens so far.
+    pub fn prefix_tokens(&self) -> (u64, u64) {
+        (self.prefix.hit_tokens.get(), self.prefix.miss_tokens.get())
     }
 
     pub fn parity_dropped_counter(&self) -> Counter {

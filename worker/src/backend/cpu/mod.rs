@@ -11,9 +11,11 @@ use std::sync::Arc;
 
 pub use ops::{dot_f32, CpuBuf, CpuCache, CpuOps, CpuWeight};
 
+use crate::backend::prefix::{PrefixCache, Trail};
 use crate::backend::{
-    check_capacity, sample_rows_on_host, Backend, BackendError, BackendKind, Checkpoints,
-    DeviceInfo, Logits, MemoryUse, SampleRequest, SampledToken, SeqId, Slots,
+    check_capacity, check_prefix_share, sample_rows_on_host, Backend, BackendError, BackendKind,
+    Checkpoints, DeviceInfo, Logits, MemoryUse, PrefixStats, SampleRequest, SampledToken, SeqId,
+    Slots,
 };
 use crate::gguf::GgufFile;
 use crate::model::ModelConfig;
@@ -27,6 +29,10 @@ pub struct CpuBackend {
     seqs: Slots<CpuSeq>,
     device: DeviceInfo,
     selector: Selector,
+    /// Prompts' whole chunks, each a cache of its own (`backend::prefix`).
+    prefix: Option<PrefixCache<CpuCache>>,
+    /// Its share of `max_sequences` full contexts' KV.
+    prefix_share: Option<f64>,
 }
 
 /// One sequence: its KV cache, position and last logits.
@@ -36,6 +42,8 @@ struct CpuSeq {
     len: usize,
     /// The latest forward pass's last-position logits (empty before one).
     last_logits: Vec<f32>,
+    /// Where it stands with the prefix cache.
+    trail: Trail,
 }
 
 impl CpuBackend {
@@ -68,11 +76,18 @@ impl CpuBackend {
             seqs: Slots::new(vec![CpuSeq::default()]),
             device,
             selector: Selector::default(),
+            prefix: None,
+            prefix_share: None,
         })
     }
 
     pub fn config(&self) -> &ModelConfig {
         &self.cfg
+    }
+
+    /// Bytes of a KV cache of `capacity` positions.
+    fn kv_bytes(&self, capacity: usize) -> u64 {
+        (self.cfg.n_layer * 2 * capacity * self.cfg.kv_dim() * 4) as u64
     }
 }
 
@@ -85,8 +100,10 @@ impl Backend for CpuBackend {
         self.seqs.capacity()
     }
 
+    /// A prefix cache's bound follows the number of sequences.
     fn set_max_sequences(&mut self, n: usize) -> Result<(), BackendError> {
-        self.seqs.resize(n, || Ok(CpuSeq::default()))
+        self.seqs.resize(n, || Ok(CpuSeq::default()))?;
+        self.set_prefix_cache(self.prefix_share)
     }
 
     fn open(&mut self, capacity: usize) -> Result<SeqId, BackendError> {
@@ -146,8 +163,61 @@ impl Backend for CpuBackend {
             s.last_logits
                 .extend_from_slice(&out[out.len() - cfg.vocab_size..]);
         }
+        if let Some(prefix) = self.prefix.as_mut() {
+            let bytes = (cfg.n_layer * 2 * tokens.len() * cfg.kv_dim() * 4) as u64;
+            prefix.publish(&mut s.trail, start, tokens, bytes, |_evicted| {
+                Ok::<_, BackendError>(Some(cache.span(start, tokens.len())))
+            })?;
+        }
         s.len += tokens.len();
         Ok(())
+    }
+
+    fn set_prefix_cache(&mut self, max_share: Option<f64>) -> Result<(), BackendError> {
+        if self.seqs.any_open() {
+            return Err(BackendError::CallerBug(
+                "the prefix cache is set up only while no sequence is open".into(),
+            ));
+        }
+        self.prefix = match max_share {
+            None => None,
+            Some(share) => {
+                check_prefix_share(share)?;
+                let pool = self.seqs.capacity() as u64 * self.kv_bytes(self.cfg.context_length);
+                let max_bytes = (pool as f64 * share) as u64;
+                Some(PrefixCache::new(self.prefill_chunk(), max_bytes))
+            }
+        };
+        self.prefix_share = max_share;
+        Ok(())
+    }
+
+    fn attach_prefix(&mut self, seq: SeqId, prompt: &[u32]) -> Result<usize, BackendError> {
+        let s = self.seqs.get_mut(seq)?;
+        let Some(prefix) = self.prefix.as_mut() else {
+            return Ok(0);
+        };
+        if s.len != 0 {
+            return Err(BackendError::CallerBug(format!(
+                "a prefix attached to {seq:?} after {} positions",
+                s.len
+            )));
+        }
+        let cache = s.cache.as_mut().expect("an open sequence has a cache");
+        let found = prefix.lookup(prompt);
+        let mut at = 0;
+        for (_, part) in &found {
+            cache.put(at, part);
+            at += part.capacity;
+        }
+        let ids: Vec<_> = found.iter().map(|(id, _)| *id).collect();
+        s.trail = PrefixCache::<CpuCache>::attached(&ids);
+        s.len = at;
+        Ok(at)
+    }
+
+    fn prefix_stats(&self) -> Option<PrefixStats> {
+        self.prefix.as_ref().map(|p| p.stats())
     }
 
     fn sample(
@@ -184,6 +254,18 @@ mod tests {
         for arch in SYNTHETIC_ARCHS {
             let (mut b, vocab) = synthetic_backend(arch);
             crate::backend::contract::check_backend_contract(&mut b, vocab);
+        }
+    }
+
+    /// Issue 42: the prefix cache changes no token (`contract::check_prefix_reuse`).
+    #[test]
+    fn a_cached_prefix_gives_the_same_tokens_as_a_computed_one() {
+        for arch in SYNTHETIC_ARCHS {
+            let file = Arc::new(GgufFile::from_bytes(synthetic_model(arch, 7, 1024)).unwrap());
+            let cfg = ModelConfig::try_from(&file.metadata).unwrap();
+            let vocab = cfg.vocab_size;
+            let mut b = CpuBackend::load(cfg, file, &mut |_| {}).unwrap();
+            crate::backend::contract::check_prefix_reuse(&mut b, vocab);
         }
     }
 }

@@ -211,6 +211,8 @@ impl CudaBackend {
             use_graphs,
             sample_table: None,
             rows_graphs,
+            prefix: None,
+            prefix_share: None,
         })
     }
 }

@@ -59,9 +59,11 @@ pub use sample::DeviceSampler;
 pub use source::{KernelSet, Module, Unit, HEADERS};
 pub use upload::UploadStats;
 
+use crate::backend::prefix::{PrefixCache, Trail};
 use crate::backend::{
-    check_capacity, decode_one_by_one, Backend, BackendError, Checkpoints, DeviceInfo, KvBlocks,
-    Logits, MemoryUse, SampleRequest, SampledToken, SeqId, Slots,
+    check_capacity, check_prefix_share, decode_one_by_one, Backend, BackendError, Checkpoints,
+    DeviceInfo, KvBlocks, Logits, MemoryUse, PrefixStats, SampleRequest, SampledToken, SeqId,
+    Slots,
 };
 use crate::gguf::GgufFile;
 use crate::model::ModelConfig;
@@ -143,6 +145,11 @@ pub struct CudaBackend {
     sample_table: Option<DevBuf>,
     /// Batched decode steps' graphs (`decode`).
     rows_graphs: graph::RowsGraphs,
+    /// Prompts' whole chunks, each a cache of its own on blocks of the pool
+    /// (`backend::prefix`).
+    prefix: Option<PrefixCache<CudaCache>>,
+    /// Its share of the pool.
+    prefix_share: Option<f64>,
 }
 
 /// One sequence: its KV cache, position, captured decode step and logits.
@@ -157,6 +164,8 @@ struct CudaSlot {
     sampler: DeviceSampler,
     /// A forward pass of the sequence has left logits in `sampler`.
     has_logits: bool,
+    /// Where it stands with the prefix cache.
+    trail: Trail,
 }
 
 impl CudaSlot {
@@ -168,6 +177,7 @@ impl CudaSlot {
             graph_failed: false,
             sampler: DeviceSampler::new(dev, vocab)?,
             has_logits: false,
+            trail: Trail::new(),
         })
     }
 
@@ -178,6 +188,7 @@ impl CudaSlot {
         self.cache = None;
         self.len = 0;
         self.has_logits = false;
+        self.trail = Trail::new();
     }
 }
 
@@ -299,6 +310,55 @@ impl CudaBackend {
         CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, capacity)
     }
 
+    /// Evicts prefix cache entries until the pool has room for `bytes` of
+    /// cache (or the cache is empty): sequences come first.
+    fn evict_for(&mut self, bytes: u64) {
+        let (Some(pool), Some(prefix)) = (self.kv_pool.as_ref(), self.prefix.as_mut()) else {
+            return;
+        };
+        while !pool.has_room(bytes) {
+            // Dropping an entry waits for the work queued on it, then frees its blocks.
+            if prefix.evict_one(None).is_none() {
+                break;
+            }
+        }
+    }
+
+    /// The pool's blocks the prefix cache holds (its entries are whole blocks).
+    fn prefix_blocks(&self) -> usize {
+        match (self.kv_pool.as_ref(), self.prefix.as_ref()) {
+            (Some(pool), Some(prefix)) => {
+                (prefix.stats().bytes / pool.blocks().block_bytes) as usize
+            }
+            _ => 0,
+        }
+    }
+
+    /// After a forward of `tokens` at `start` on `seq`: a whole chunk the
+    /// cache may keep is copied into blocks of the pool of its own, when the
+    /// pool has them free (a sequence's blocks are never taken for it).
+    fn publish(&mut self, seq: SeqId, start: usize, tokens: &[u32]) -> Result<(), BackendError> {
+        let (Some(prefix), Some(pool)) = (self.prefix.as_mut(), self.kv_pool.as_ref()) else {
+            return Ok(());
+        };
+        let slot = self.seqs.get_mut(seq)?;
+        let cache = slot.cache.as_ref().expect("an open sequence has a cache");
+        let cfg = &self.cfg;
+        let bytes = CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, tokens.len());
+        let held = pool.blocks_for(bytes) as u64 * pool.blocks().block_bytes;
+        let dev = &self.dev;
+        prefix.publish(&mut slot.trail, start, tokens, held, |evicted| {
+            drop(evicted);
+            if !pool.has_room(bytes) {
+                return Ok(None);
+            }
+            let (l, h, d) = (cfg.n_layer, cfg.n_head_kv, cfg.head_dim);
+            let mut part = CudaCache::new_in(dev, Some(pool), l, h, d, tokens.len())?;
+            part.copy_positions(dev, cache, start, 0, tokens.len())?;
+            Ok(Some(part))
+        })
+    }
+
     /// KV cache bytes of the open sequences.
     fn kv_bytes_open(&self) -> u64 {
         self.seqs
@@ -373,16 +433,79 @@ impl Backend for CudaBackend {
         self.ops
             .reserve_rows(n.next_multiple_of(graph::ROWS_GRAPH_STEP))?;
         sample::reserve_table(&self.dev, &mut self.sample_table, n)?;
+        // The cache's entries are blocks of the old pool: they go first.
+        self.prefix = None;
         self.kv_pool = None;
         if n > 1 {
             self.kv_pool = Some(self.make_kv_pool(n)?);
         }
+        self.set_prefix_cache(self.prefix_share)
+    }
+
+    /// The cache's entries are blocks of the paged pool; with one sequence
+    /// the pool is made for it (one full context), so that a job's cache
+    /// and the entries share its blocks. Without room for a pool, the
+    /// worker serves without the cache (a warning).
+    fn set_prefix_cache(&mut self, max_share: Option<f64>) -> Result<(), BackendError> {
+        if self.seqs.any_open() {
+            return Err(BackendError::CallerBug(
+                "the prefix cache is set up only while no sequence is open".into(),
+            ));
+        }
+        self.prefix = None;
+        self.prefix_share = max_share;
+        let Some(share) = max_share else {
+            return Ok(());
+        };
+        check_prefix_share(share)?;
+        if self.kv_pool.is_none() {
+            match self.make_kv_pool(self.seqs.capacity()) {
+                Ok(pool) => self.kv_pool = Some(pool),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no room for a KV pool: serving without the prefix cache");
+                    return Ok(());
+                }
+            }
+        }
+        let pool = self.kv_pool.as_ref().expect("made above").blocks();
+        let max_bytes = (pool.total as u64 * pool.block_bytes) as f64 * share;
+        self.prefix = Some(PrefixCache::new(PREFILL_CHUNK_GPU, max_bytes as u64));
         Ok(())
+    }
+
+    /// Copies the cached chunks `prompt` starts with into `seq`'s cache.
+    fn attach_prefix(&mut self, seq: SeqId, prompt: &[u32]) -> Result<usize, BackendError> {
+        let slot = self.seqs.get_mut(seq)?;
+        let Some(prefix) = self.prefix.as_mut() else {
+            return Ok(0);
+        };
+        if slot.len != 0 {
+            return Err(BackendError::CallerBug(format!(
+                "a prefix attached to {seq:?} after {} positions",
+                slot.len
+            )));
+        }
+        let cache = slot.cache.as_mut().expect("an open sequence has a cache");
+        let found = prefix.lookup(prompt);
+        let mut at = 0;
+        for (_, part) in &found {
+            cache.copy_positions(&self.dev, part, 0, at, part.capacity)?;
+            at += part.capacity;
+        }
+        let ids: Vec<_> = found.iter().map(|(id, _)| *id).collect();
+        slot.trail = PrefixCache::<CudaCache>::attached(&ids);
+        slot.len = at;
+        Ok(at)
+    }
+
+    fn prefix_stats(&self) -> Option<PrefixStats> {
+        self.prefix.as_ref().map(|p| p.stats())
     }
 
     fn open(&mut self, capacity: usize) -> Result<SeqId, BackendError> {
         check_capacity(capacity, self.cfg.context_length)?;
         self.kv_budget(capacity)?;
+        self.evict_for(self.kv_bytes(capacity));
         let cfg = &self.cfg;
         let cache = CudaCache::new_in(
             &self.dev,
@@ -458,9 +581,10 @@ impl Backend for CudaBackend {
             };
             if self.decode_with_graph(seq, tokens[0], host_out)? {
                 let slot = self.seqs.get_mut(seq)?;
+                let start = slot.len;
                 slot.len += 1;
                 slot.has_logits = true;
-                return Ok(());
+                return self.publish(seq, start, tokens);
             }
         }
         let slot = self.seqs.get_mut(seq)?;
@@ -478,9 +602,10 @@ impl Backend for CudaBackend {
         );
         self.ops.end_step();
         r?;
+        let start = slot.len;
         slot.len += tokens.len();
         slot.has_logits = true;
-        Ok(())
+        self.publish(seq, start, tokens)
     }
 
     /// One row alone from the slot's own sampler; several with one wait
@@ -526,7 +651,11 @@ impl Backend for CudaBackend {
     /// enough of the pool's blocks free.
     fn has_room(&self, capacity: usize) -> bool {
         let bytes = self.kv_bytes(capacity);
-        self.kv_budget(capacity).is_ok() && self.kv_pool.as_ref().is_none_or(|p| p.has_room(bytes))
+        let in_pool = |p: &kv_pool::KvPool| {
+            let b = p.blocks();
+            p.blocks_for(bytes) <= b.total - b.used + self.prefix_blocks()
+        };
+        self.kv_budget(capacity).is_ok() && self.kv_pool.as_ref().is_none_or(in_pool)
     }
 
     fn kv_blocks(&self) -> Option<KvBlocks> {
@@ -571,13 +700,18 @@ impl Backend for CudaBackend {
         }
         let vocab = self.cfg.vocab_size;
         let tokens: Vec<u32> = (0..n).map(|i| (i * 7 % vocab) as u32).collect();
-        let seq = self.open(n + 1)?;
-        let mut out = Vec::new();
-        let r = self
-            .forward(seq, &tokens, Logits::Last, &mut out, None)
-            .and_then(|()| self.forward(seq, &tokens[..1], Logits::Last, &mut out, None))
-            .and_then(|()| self.dev.synchronize());
-        self.close(seq);
+        // Its made-up prompt is no one's prefix.
+        let prefix = self.prefix.take();
+        let r = self.open(n + 1).and_then(|seq| {
+            let mut out = Vec::new();
+            let r = self
+                .forward(seq, &tokens, Logits::Last, &mut out, None)
+                .and_then(|()| self.forward(seq, &tokens[..1], Logits::Last, &mut out, None))
+                .and_then(|()| self.dev.synchronize());
+            self.close(seq);
+            r
+        });
+        self.prefix = prefix;
         r
     }
 

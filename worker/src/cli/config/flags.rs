@@ -26,6 +26,16 @@ pub const MIN_PORT: u32 = 1024;
 pub const DEFAULT_SERVE_PORT: u32 = 8080;
 /// Smallest `--ctx-size`: one prompt token and one generated.
 pub const MIN_CTX_SIZE: usize = 2;
+/// `--prefix-cache-share` unless given: half the KV memory.
+pub const DEFAULT_PREFIX_CACHE_SHARE: f64 = 0.5;
+
+/// A feature's switch: `on` or `off`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnOff {
+    On,
+    Off,
+}
 
 /// The orchestrator's command line (M0-W-1100): the four required flags
 /// by long name only, the rest optional. Everything is optional here so the
@@ -122,6 +132,16 @@ pub struct Options {
     /// gguf-spm) or hf-json (tokenizer.json in the model file's folder) [default: gguf].
     #[arg(long, value_name = "KIND")]
     pub tokenizer: Option<TokenizerChoice>,
+    /// Prompt reuse: prompts' whole chunks' KV kept after their jobs, so
+    /// that a prompt starting with the same tokens computes only the rest
+    /// (its tokens the same bits either way): on or off [default: on].
+    #[arg(long, value_name = "on|off", hide_possible_values = true)]
+    pub prefix_cache: Option<OnOff>,
+    /// The prefix cache's bound: at most this fraction, above 0 and at most
+    /// 1, of the KV memory of `--parallel` full contexts (on the GPU, of the
+    /// paged KV pool); sequences take it back when they need it [default: 0.5].
+    #[arg(long, value_name = "FRACTION")]
+    pub prefix_cache_share: Option<f64>,
     /// YAML file with any of the flags above, keyed by long name.
     #[arg(long, value_name = "FILE.yaml")]
     pub config: Option<PathBuf>,
@@ -157,6 +177,8 @@ pub struct FileConfig {
     pub chat_template: Option<String>,
     pub chat_template_file: Option<PathBuf>,
     pub tokenizer: Option<TokenizerChoice>,
+    pub prefix_cache: Option<OnOff>,
+    pub prefix_cache_share: Option<f64>,
 }
 
 /// What stands in for a required flag given neither on the command line nor

@@ -30,6 +30,7 @@ pub use flags::{
     DEFAULT_RESIDENCY_CHECK_SEC, DEFAULT_SERVE_PORT, DEFAULT_SHUTDOWN_GRACE_SEC,
     DEFAULT_UPLOAD_CHUNK_BYTES, MAX_PARALLEL, MAX_QUEUE_DEPTH, MIN_CTX_SIZE, MIN_PORT,
 };
+pub use flags::{OnOff, DEFAULT_PREFIX_CACHE_SHARE};
 pub use resolve::{log_format, read_file, resolve, resolve_with, ServeConfig};
 
 #[cfg(test)]

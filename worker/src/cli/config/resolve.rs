@@ -16,6 +16,7 @@ use crate::cli::config::{
     DEFAULT_RESIDENCY_CHECK_SEC, DEFAULT_SHUTDOWN_GRACE_SEC, DEFAULT_UPLOAD_CHUNK_BYTES,
     MAX_PARALLEL, MAX_QUEUE_DEPTH, MIN_CTX_SIZE, MIN_PORT,
 };
+use crate::cli::config::{OnOff, Options, DEFAULT_PREFIX_CACHE_SHARE};
 use crate::load::TokenizerChoice;
 use crate::server::validation::MAX_TOKENS_LIMIT;
 use crate::telemetry::logging::LogFormat;
@@ -40,6 +41,8 @@ pub struct ServeConfig {
     pub queue_depth: usize,
     /// Jobs that run at once (1: one at a time).
     pub parallel: usize,
+    /// The prefix cache's share of the KV memory; `None`: off.
+    pub prefix_cache: Option<f64>,
     pub parity_log: Option<PathBuf>,
     pub residency_check: Duration,
     pub shutdown_grace: Duration,
@@ -169,6 +172,7 @@ pub fn resolve_with(args: ServeArgs, fallbacks: &Fallbacks) -> Result<ServeConfi
         kv_cache_size_mb: jobs.kv_cache_size_mb,
         queue_depth,
         parallel: jobs.parallel,
+        prefix_cache: jobs.prefix_cache,
         parity_log,
         residency_check: Duration::from_secs(residency_s),
         shutdown_grace: Duration::from_secs(grace_s),
@@ -257,6 +261,7 @@ struct JobLimits {
     inference_timeout: Duration,
     kv_cache_size_mb: Option<u64>,
     parallel: usize,
+    prefix_cache: Option<f64>,
 }
 
 fn job_limits(args: &ServeArgs, file: &FileConfig) -> Result<JobLimits, ConfigError> {
@@ -307,6 +312,23 @@ fn job_limits(args: &ServeArgs, file: &FileConfig) -> Result<JobLimits, ConfigEr
         inference_timeout: Duration::from_secs(timeout_s),
         kv_cache_size_mb,
         parallel,
+        prefix_cache: prefix_cache(opts, file)?,
+    })
+}
+
+/// `--prefix-cache` and `--prefix-cache-share`: the cache's share of the KV
+/// memory, or `None` when it is off.
+fn prefix_cache(opts: &Options, file: &FileConfig) -> Result<Option<f64>, ConfigError> {
+    let share = opts.prefix_cache_share.or(file.prefix_cache_share);
+    if let Some(f) = share.filter(|f| !(*f > 0.0 && *f <= 1.0)) {
+        return Err(invalid(
+            "--prefix-cache-share",
+            format!("{f} is not above 0 and at most 1"),
+        ));
+    }
+    Ok(match opts.prefix_cache.or(file.prefix_cache) {
+        Some(OnOff::Off) => None,
+        _ => Some(share.unwrap_or(DEFAULT_PREFIX_CACHE_SHARE)),
     })
 }
 

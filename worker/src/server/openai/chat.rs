@@ -310,6 +310,7 @@ mod tests {
     fn summary(reason: StopReason) -> GenerationSummary {
         GenerationSummary {
             tokens_in: 5,
+            tokens_cached: 0,
             tokens_out: 2,
             first_token_ms: 1,
             decode_time_ms: 2,

@@ -168,6 +168,7 @@ mod tests {
     fn summary() -> GenerationSummary {
         GenerationSummary {
             tokens_in: 5,
+            tokens_cached: 0,
             tokens_out: 2,
             first_token_ms: 1,
             decode_time_ms: 2,

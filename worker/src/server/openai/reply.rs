@@ -54,7 +54,7 @@ impl ReplyCtx {
     }
 
     pub fn usage(&self, summary: &GenerationSummary) -> Usage {
-        Usage::new(self.prompt_tokens, summary.tokens_out)
+        Usage::new(self.prompt_tokens, summary.tokens_out).with_cached(summary.tokens_cached)
     }
 
     /// A chunk's `usage` after `tokens` generated tokens: absent unless asked
@@ -239,6 +239,7 @@ pub(crate) mod tests {
     pub fn summary(stop_reason: StopReason) -> GenerationSummary {
         GenerationSummary {
             tokens_in: 5,
+            tokens_cached: 0,
             tokens_out: 2,
             first_token_ms: 1,
             decode_time_ms: 2,

@@ -210,6 +210,16 @@ pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub total_tokens: usize,
+    /// The job's end only: prompt tokens that came from the prefix cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+/// OpenAI's `usage.prompt_tokens_details`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, ToSchema, PartialEq)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens whose KV came from the prefix cache (not computed again).
+    pub cached_tokens: usize,
 }
 
 impl Usage {
@@ -218,6 +228,15 @@ impl Usage {
             prompt_tokens,
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
+            prompt_tokens_details: None,
+        }
+    }
+
+    /// The counts with `cached_tokens` of the prompt's from the prefix cache.
+    pub fn with_cached(self, cached_tokens: usize) -> Self {
+        Usage {
+            prompt_tokens_details: Some(PromptTokensDetails { cached_tokens }),
+            ..self
         }
     }
 }

@@ -139,4 +139,28 @@ impl CpuCache {
     pub fn bytes(&self) -> u64 {
         (self.k.len() * 2 * self.capacity * self.kv_dim * 4) as u64
     }
+
+    /// Positions `start..start + n` of every layer, as a cache of `n`
+    /// positions of its own (a prefix cache's chunk).
+    pub fn span(&self, start: usize, n: usize) -> CpuCache {
+        let range = start * self.kv_dim..(start + n) * self.kv_dim;
+        CpuCache {
+            capacity: n,
+            kv_dim: self.kv_dim,
+            k: self.k.iter().map(|l| l[range.clone()].to_vec()).collect(),
+            v: self.v.iter().map(|l| l[range.clone()].to_vec()).collect(),
+        }
+    }
+
+    /// Writes `part`'s positions at `start..` of every layer (`part` from
+    /// [`CpuCache::span`] of a cache of the same model; it fits).
+    pub fn put(&mut self, start: usize, part: &CpuCache) {
+        let range = start * self.kv_dim..(start + part.capacity) * self.kv_dim;
+        for (dst, src) in self.k.iter_mut().zip(&part.k) {
+            dst[range.clone()].copy_from_slice(src);
+        }
+        for (dst, src) in self.v.iter_mut().zip(&part.v) {
+            dst[range.clone()].copy_from_slice(src);
+        }
+    }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use cudarc::driver::result as drv;
-use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::sys::{self, CUdeviceptr};
 use half::f16;
 
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
@@ -215,6 +215,61 @@ impl CudaCache {
     pub(super) fn planes_mut(&mut self, layer: usize) -> (DevPtrMut<f16>, DevPtrMut<f16>) {
         let (k, v) = self.planes(layer);
         (DevPtrMut::new(k), DevPtrMut::new(v))
+    }
+
+    /// Bytes its memory takes (whole blocks of a pool).
+    pub fn held_bytes(&self) -> u64 {
+        self.mem.bytes()
+    }
+
+    /// Copies positions `from..from + n` of `src` to positions `to..to + n`
+    /// of this cache, in every layer's K and V planes (one 2-D copy: a row
+    /// per layer, K or V, and head), queued on `dev`'s stream. The prefix
+    /// cache's copies of a chunk out of a sequence and into another.
+    pub fn copy_positions(
+        &mut self,
+        dev: &CudaDevice,
+        src: &CudaCache,
+        from: usize,
+        to: usize,
+        n: usize,
+    ) -> Result<(), BackendError> {
+        let same_shape = (src.n_layer, src.n_head_kv, src.head_dim)
+            == (self.n_layer, self.n_head_kv, self.head_dim);
+        shape_check(
+            !same_shape || from + n > src.capacity || to + n > self.capacity,
+            || {
+                format!(
+                    "copy_positions {from}+{n} of a cache of {} positions to {to} of {}",
+                    src.capacity, self.capacity
+                )
+            },
+        )?;
+        let row = |cap: usize| cap * self.head_dim * 2;
+        let copy = sys::CUDA_MEMCPY2D {
+            srcXInBytes: from * self.head_dim * 2,
+            srcY: 0,
+            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            srcHost: std::ptr::null(),
+            srcDevice: src.mem.ptr(),
+            srcArray: std::ptr::null_mut(),
+            srcPitch: row(src.capacity),
+            dstXInBytes: to * self.head_dim * 2,
+            dstY: 0,
+            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: self.mem.ptr(),
+            dstArray: std::ptr::null_mut(),
+            dstPitch: row(self.capacity),
+            WidthInBytes: n * self.head_dim * 2,
+            Height: self.n_layer * 2 * self.n_head_kv,
+        };
+        dev.bind()?;
+        // SAFETY: both ranges were checked above to lie inside their caches,
+        // whose memory stays mapped until they drop (which waits for the stream).
+        unsafe { sys::cuMemcpy2DAsync_v2(&copy, dev.cu_stream()) }
+            .result()
+            .map_err(|e| driver_error("copying KV positions", e))
     }
 
     /// Copies position `pos` of layer `layer`, KV head `head`, to the host

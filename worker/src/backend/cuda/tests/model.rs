@@ -513,6 +513,27 @@ fn m0_w_1052_backend_contract_cuda() {
     }
 }
 
+/// Issue 42: the prefix cache changes no token on the GPU, with one
+/// sequence (the pool made for it) and with four (batched decode steps)
+/// (`contract::check_prefix_reuse`), for every synthetic architecture.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn a_cached_prefix_gives_the_same_tokens_as_a_computed_one_cuda() {
+    let _gpu = shared_gpu();
+    for arch in SYNTHETIC_ARCHS {
+        for slots in [1, 4] {
+            let file = Arc::new(GgufFile::from_bytes(synthetic_model(arch, 7, 2048)).unwrap());
+            let cfg = ModelConfig::try_from(&file.metadata).unwrap();
+            let vocab = cfg.vocab_size;
+            let mut gpu =
+                CudaBackend::load(cfg, &file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();
+            gpu.set_max_sequences(slots).unwrap();
+            eprintln!("{arch}, {slots} slots");
+            crate::backend::contract::check_prefix_reuse(&mut gpu, vocab);
+        }
+    }
+}
+
 /// Issue 18: batched decode steps (`decode`, rows mode) for every
 /// synthetic architecture, the reference model and Gemma 3 where present:
 /// three sequences of different lengths, batched in any order and subset,

@@ -56,7 +56,7 @@ impl Reply {
         };
         let usage = end.as_ref().map(|(s, _)| ResponseUsage {
             input_tokens: self.ctx.prompt_tokens,
-            input_tokens_details: json!({"cached_tokens": 0}),
+            input_tokens_details: json!({"cached_tokens": s.tokens_cached}),
             output_tokens: s.tokens_out,
             output_tokens_details: json!({"reasoning_tokens": 0}),
             total_tokens: self.ctx.prompt_tokens + s.tokens_out,
