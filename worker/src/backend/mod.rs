@@ -90,7 +90,8 @@ impl MemoryUse {
 }
 
 /// The paged KV cache's blocks: their size, how many there are, and how
-/// many open sequences hold.
+/// many open sequences hold (those of the prefix cache are not counted: a
+/// sequence takes them back when it needs them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct KvBlocks {
     pub block_bytes: u64,

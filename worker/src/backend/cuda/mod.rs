@@ -459,10 +459,22 @@ impl Backend for CudaBackend {
         };
         check_prefix_share(share)?;
         if self.kv_pool.is_none() {
-            match self.make_kv_pool(self.seqs.capacity()) {
+            // Only a pool that holds the whole context: a job must not find
+            // less room than it would without the cache.
+            let full = self
+                .kv_limit_bytes
+                .unwrap_or(self.kv_bytes(self.cfg.context_length));
+            let pool = kv_pool::KvPool::room(&self.dev).and_then(|room| match room >= full {
+                true => self.make_kv_pool(1),
+                false => Err(BackendError::OutOfMemory {
+                    needed: full,
+                    available: room,
+                }),
+            });
+            match pool {
                 Ok(pool) => self.kv_pool = Some(pool),
                 Err(e) => {
-                    tracing::warn!(error = %e, "no room for a KV pool: serving without the prefix cache");
+                    tracing::warn!(error = %e, "no room for a KV pool of a whole context: serving without the prefix cache");
                     return Ok(());
                 }
             }
@@ -658,8 +670,16 @@ impl Backend for CudaBackend {
         self.kv_budget(capacity).is_ok() && self.kv_pool.as_ref().is_none_or(in_pool)
     }
 
+    /// Blocks the prefix cache holds count as free: a job takes them back.
     fn kv_blocks(&self) -> Option<KvBlocks> {
-        self.kv_pool.as_ref().map(|p| p.blocks())
+        let cached = self.prefix_blocks();
+        self.kv_pool.as_ref().map(|p| {
+            let b = p.blocks();
+            KvBlocks {
+                used: b.used - cached,
+                ..b
+            }
+        })
     }
 
     /// With room for one sequence, its one-token step (its own captured
