@@ -273,13 +273,13 @@ impl CudaBackend {
     /// `--kv-cache-size-mb` budget, or else a full context for every slot
     /// (whole blocks each); either way no more than the device has free
     /// beside some headroom.
-    fn make_kv_pool(&self, slots: usize) -> Result<kv_pool::KvPool, BackendError> {
+    fn make_kv_pool(&self, slots: usize, extra: u64) -> Result<kv_pool::KvPool, BackendError> {
         let full = self.kv_bytes(self.cfg.context_length);
-        let rough = self.kv_limit_bytes.unwrap_or(slots as u64 * full);
+        let rough = self.kv_limit_bytes.unwrap_or(slots as u64 * full + extra);
         let block = kv_pool::KvPool::block_bytes(&self.dev, rough)?;
         let want = match self.kv_limit_bytes {
             Some(limit) => limit.div_ceil(block) * block,
-            None => slots as u64 * full.div_ceil(block) * block,
+            None => (slots as u64 * full.div_ceil(block) + extra.div_ceil(block)) * block,
         };
         let room = kv_pool::KvPool::room(&self.dev)?;
         let bytes = want.min(room / block * block);
@@ -437,14 +437,14 @@ impl Backend for CudaBackend {
         self.prefix = None;
         self.kv_pool = None;
         if n > 1 {
-            self.kv_pool = Some(self.make_kv_pool(n)?);
+            self.kv_pool = Some(self.make_kv_pool(n, 0)?);
         }
         self.set_prefix_cache(self.prefix_share)
     }
 
     /// The cache's entries are blocks of the paged pool; with one sequence
-    /// the pool is made for it (one full context), so that a job's cache
-    /// and the entries share its blocks. Without room for a pool, the
+    /// the pool is made for it (one full context and the cache's share of
+    /// one more), so that a job's cache and the entries share its blocks. Without room for a pool, the
     /// worker serves without the cache (a warning).
     fn set_prefix_cache(&mut self, max_share: Option<f64>) -> Result<(), BackendError> {
         if self.seqs.any_open() {
@@ -460,14 +460,15 @@ impl Backend for CudaBackend {
         check_prefix_share(share)?;
         if self.kv_pool.is_none() {
             // Only a pool that holds the whole context: a job must not find
-            // less room than it would without the cache.
-            let full = self
-                .kv_limit_bytes
-                .unwrap_or(self.kv_bytes(self.cfg.context_length));
-            let pool = kv_pool::KvPool::room(&self.dev).and_then(|room| match room >= full {
-                true => self.make_kv_pool(1),
+            // less room than it would without the cache. Beside it, the
+            // cache's share of a context.
+            let full = self.kv_bytes(self.cfg.context_length);
+            let extra = (full as f64 * share) as u64;
+            let want = self.kv_limit_bytes.unwrap_or(full + extra);
+            let pool = kv_pool::KvPool::room(&self.dev).and_then(|room| match room >= want {
+                true => self.make_kv_pool(1, extra),
                 false => Err(BackendError::OutOfMemory {
-                    needed: full,
+                    needed: want,
                     available: room,
                 }),
             });

@@ -394,7 +394,8 @@ mod tests {
         assert_eq!(out[3]["choices"][0]["delta"], json!({}));
         assert_eq!(out[3]["choices"][0]["finish_reason"], "length");
         assert_eq!(out[4]["choices"], json!([]));
-        let usage = json!({"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7});
+        let usage = json!({"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7,
+            "prompt_tokens_details": {"cached_tokens": 0}});
         assert_eq!(out[4]["usage"], usage);
         assert_eq!(out[5], "[DONE]");
     }

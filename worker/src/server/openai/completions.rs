@@ -192,7 +192,8 @@ mod tests {
         assert_eq!(v["choices"][0]["finish_reason"], "length");
         assert_eq!(
             v["usage"],
-            json!({"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7})
+            json!({"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7,
+                "prompt_tokens_details": {"cached_tokens": 0}})
         );
         let lp = &v["choices"][0]["logprobs"];
         assert_eq!(lp["tokens"], json!(["o", "k"]));

@@ -525,8 +525,13 @@ fn a_cached_prefix_gives_the_same_tokens_as_a_computed_one_cuda() {
             let file = Arc::new(GgufFile::from_bytes(synthetic_model(arch, 7, 2048)).unwrap());
             let cfg = ModelConfig::try_from(&file.metadata).unwrap();
             let vocab = cfg.vocab_size;
-            let mut gpu =
-                CudaBackend::load(cfg, &file, &CudaLoadOptions::default(), &mut |_| {}).unwrap();
+            // A tiny model's whole context is less than one 2 MiB block:
+            // a budget of a few blocks leaves the cache room beside a job.
+            let opts = CudaLoadOptions {
+                kv_cache_size_mb: Some(16),
+                ..CudaLoadOptions::default()
+            };
+            let mut gpu = CudaBackend::load(cfg, &file, &opts, &mut |_| {}).unwrap();
             gpu.set_max_sequences(slots).unwrap();
             eprintln!("{arch}, {slots} slots");
             crate::backend::contract::check_prefix_reuse(&mut gpu, vocab);
