@@ -34,6 +34,8 @@
 
 use std::collections::HashMap;
 
+use crate::backend::BackendError;
+
 /// An entry of a [`PrefixCache`]: its slot and the generation of the entry
 /// in it, so that an id kept after its entry was evicted finds nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -170,6 +172,30 @@ impl<E> PrefixCache<E> {
             .into_iter()
             .map(|id| (id, &self.entry(id).expect("just found").storage))
             .collect()
+    }
+
+    /// Attaches the cached chunks `prompt` starts with to a sequence that
+    /// holds no position yet (`len`, else a caller's bug), each copied in by
+    /// `put(position, storage)`: the sequence's trail and the positions it
+    /// now holds.
+    pub fn attach(
+        &mut self,
+        len: usize,
+        prompt: &[u32],
+        mut put: impl FnMut(usize, &E) -> Result<(), BackendError>,
+    ) -> Result<(Trail, usize), BackendError> {
+        if len != 0 {
+            return Err(BackendError::CallerBug(format!(
+                "a prefix attached to a sequence of {len} positions"
+            )));
+        }
+        let chunk = self.chunk;
+        let found = self.lookup(prompt);
+        for (i, (_, part)) in found.iter().enumerate() {
+            put(i * chunk, part)?;
+        }
+        let ids: Vec<EntryId> = found.iter().map(|(id, _)| *id).collect();
+        Ok((Self::attached(&ids), ids.len() * chunk))
     }
 
     /// A sequence whose first `found` chunks were attached: its trail.

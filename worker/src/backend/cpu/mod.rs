@@ -197,23 +197,13 @@ impl Backend for CpuBackend {
         let Some(prefix) = self.prefix.as_mut() else {
             return Ok(0);
         };
-        if s.len != 0 {
-            return Err(BackendError::CallerBug(format!(
-                "a prefix attached to {seq:?} after {} positions",
-                s.len
-            )));
-        }
         let cache = s.cache.as_mut().expect("an open sequence has a cache");
-        let found = prefix.lookup(prompt);
-        let mut at = 0;
-        for (_, part) in &found {
+        let (trail, len) = prefix.attach(s.len, prompt, |at, part| {
             cache.put(at, part);
-            at += part.capacity;
-        }
-        let ids: Vec<_> = found.iter().map(|(id, _)| *id).collect();
-        s.trail = PrefixCache::<CpuCache>::attached(&ids);
-        s.len = at;
-        Ok(at)
+            Ok(())
+        })?;
+        (s.trail, s.len) = (trail, len);
+        Ok(len)
     }
 
     fn prefix_stats(&self) -> Option<PrefixStats> {

@@ -492,23 +492,13 @@ impl Backend for CudaBackend {
         let Some(prefix) = self.prefix.as_mut() else {
             return Ok(0);
         };
-        if slot.len != 0 {
-            return Err(BackendError::CallerBug(format!(
-                "a prefix attached to {seq:?} after {} positions",
-                slot.len
-            )));
-        }
         let cache = slot.cache.as_mut().expect("an open sequence has a cache");
-        let found = prefix.lookup(prompt);
-        let mut at = 0;
-        for (_, part) in &found {
-            cache.copy_positions(&self.dev, part, 0, at, part.capacity)?;
-            at += part.capacity;
-        }
-        let ids: Vec<_> = found.iter().map(|(id, _)| *id).collect();
-        slot.trail = PrefixCache::<CudaCache>::attached(&ids);
-        slot.len = at;
-        Ok(at)
+        let dev = &self.dev;
+        let (trail, len) = prefix.attach(slot.len, prompt, |at, part| {
+            cache.copy_positions(dev, part, 0, at, part.capacity)
+        })?;
+        (slot.trail, slot.len) = (trail, len);
+        Ok(len)
     }
 
     fn prefix_stats(&self) -> Option<PrefixStats> {
