@@ -329,8 +329,8 @@ impl<E> PrefixCache<E> {
     /// After a `forward` of `tokens` at `start` on a sequence with `trail`:
     /// keeps the chunk when it may be kept and is not there yet, its storage
     /// of `bytes` made by `copy` (which may decline with `Ok(None)`: no
-    /// room), after evicting what the bound asks (handed to `copy` first, so
-    /// that it can reuse or free their memory).
+    /// room), after evicting what the bound asks (handed to `copy`, which
+    /// frees their memory before it takes its own).
     pub fn publish<Er>(
         &mut self,
         trail: &mut Trail,
@@ -346,10 +346,9 @@ impl<E> PrefixCache<E> {
             return Ok(());
         }
         let mut evicted = Vec::new();
-        let room = self.make_room(bytes, parent, &mut evicted);
-        if !room {
+        if !self.make_room(bytes, parent, &mut evicted) {
+            // What was evicted is freed as it drops; nothing is copied.
             trail.broken = true;
-            drop(copy(evicted)?);
             return Ok(());
         }
         match copy(evicted)? {
