@@ -88,7 +88,6 @@ struct Entry<E> {
     children: u32,
     /// The cache's clock when the entry was last attached or published.
     used: u64,
-    bytes: u64,
     storage: E,
 }
 
@@ -96,8 +95,9 @@ struct Entry<E> {
 /// backend's storage of one chunk.
 pub struct PrefixCache<E> {
     chunk: usize,
+    /// Bytes one entry's storage takes (every entry is one whole chunk).
+    entry_bytes: u64,
     max_bytes: u64,
-    bytes: u64,
     entries: Vec<Option<Entry<E>>>,
     /// Each slot's generation (bumped when its entry goes).
     generations: Vec<u32>,
@@ -108,12 +108,13 @@ pub struct PrefixCache<E> {
 }
 
 impl<E> PrefixCache<E> {
-    /// An empty cache of chunks of `chunk` tokens, holding at most `max_bytes`.
-    pub fn new(chunk: usize, max_bytes: u64) -> Self {
+    /// An empty cache of chunks of `chunk` tokens, each entry's storage
+    /// `entry_bytes`, holding at most `max_bytes`.
+    pub fn new(chunk: usize, entry_bytes: u64, max_bytes: u64) -> Self {
         PrefixCache {
             chunk: chunk.max(1),
+            entry_bytes,
             max_bytes,
-            bytes: 0,
             entries: Vec::new(),
             generations: Vec::new(),
             free: Vec::new(),
@@ -123,19 +124,19 @@ impl<E> PrefixCache<E> {
         }
     }
 
-    /// Tokens per entry.
-    pub fn chunk(&self) -> usize {
-        self.chunk
-    }
-
     pub fn stats(&self) -> PrefixStats {
         PrefixStats {
             chunk_tokens: self.chunk,
             entries: self.index.len(),
-            bytes: self.bytes,
+            bytes: self.bytes(),
             max_bytes: self.max_bytes,
             evictions: self.evictions,
         }
+    }
+
+    /// Bytes the entries' storage takes.
+    fn bytes(&self) -> u64 {
+        self.index.len() as u64 * self.entry_bytes
     }
 
     fn entry(&self, id: EntryId) -> Option<&Entry<E>> {
@@ -149,7 +150,7 @@ impl<E> PrefixCache<E> {
     /// storage: as many whole chunks as match, leaving at least one token of
     /// the prompt to compute (its logits are the next token's). Marks them
     /// used.
-    pub fn lookup(&mut self, prompt: &[u32]) -> Vec<(EntryId, &E)> {
+    fn lookup(&mut self, prompt: &[u32]) -> Vec<(EntryId, &E)> {
         let usable = prompt.len().saturating_sub(1) / self.chunk;
         let mut found = Vec::new();
         let mut parent = None;
@@ -199,7 +200,7 @@ impl<E> PrefixCache<E> {
     }
 
     /// A sequence whose first `found` chunks were attached: its trail.
-    pub fn attached(found: &[EntryId]) -> Trail {
+    fn attached(found: &[EntryId]) -> Trail {
         Trail {
             broken: false,
             last: found.last().copied(),
@@ -212,7 +213,7 @@ impl<E> PrefixCache<E> {
     /// whether the backend should copy it out; notes on the trail that the
     /// sequence's positions are no longer whole chunks when they are not.
     /// Gives the chunk's parent when it is to be published.
-    pub fn publishable(&self, trail: &mut Trail, start: usize, tokens: usize) -> Publish {
+    fn publishable(&self, trail: &mut Trail, start: usize, tokens: usize) -> Publish {
         let whole = !trail.broken && tokens == self.chunk && start == trail.chunks * self.chunk;
         if !whole {
             trail.broken = true;
@@ -230,7 +231,7 @@ impl<E> PrefixCache<E> {
 
     /// Whether the cache has `tokens` after `parent` already (then the
     /// trail moves on to it and nothing is copied).
-    pub fn find(&mut self, trail: &mut Trail, parent: Option<EntryId>, tokens: &[u32]) -> bool {
+    fn find(&mut self, trail: &mut Trail, parent: Option<EntryId>, tokens: &[u32]) -> bool {
         let key = (parent, Box::<[u32]>::from(tokens));
         let Some(&id) = self.index.get(&key) else {
             return false;
@@ -244,14 +245,15 @@ impl<E> PrefixCache<E> {
         true
     }
 
-    /// Whether an entry of `bytes` may be added, after evicting (into
-    /// `evicted`, for the backend to free) what the bound asks; never the
-    /// entry `keep` (the new one's parent).
-    pub fn make_room(&mut self, bytes: u64, keep: Option<EntryId>, evicted: &mut Vec<E>) -> bool {
+    /// Whether one more entry may be added, after evicting (into `evicted`,
+    /// for the backend to free) what the bound asks; never the entry `keep`
+    /// (the new one's parent).
+    fn make_room(&mut self, keep: Option<EntryId>, evicted: &mut Vec<E>) -> bool {
+        let bytes = self.entry_bytes;
         if bytes > self.max_bytes {
             return false;
         }
-        while self.bytes + bytes > self.max_bytes {
+        while self.bytes() + bytes > self.max_bytes {
             match self.evict_one(keep) {
                 Some(storage) => evicted.push(storage),
                 None => return false,
@@ -261,16 +263,9 @@ impl<E> PrefixCache<E> {
     }
 
     /// Adds the chunk `tokens` after `parent` (found with [`Self::find`]
-    /// first: not there) with its storage of `bytes`; the trail moves on to
-    /// it. The caller made room with [`Self::make_room`].
-    pub fn insert(
-        &mut self,
-        trail: &mut Trail,
-        parent: Option<EntryId>,
-        tokens: &[u32],
-        bytes: u64,
-        storage: E,
-    ) {
+    /// first: not there) with its storage; the trail moves on to it. The
+    /// caller made room with [`Self::make_room`].
+    fn insert(&mut self, trail: &mut Trail, parent: Option<EntryId>, tokens: &[u32], storage: E) {
         self.clock += 1;
         let slot = self.free.pop().unwrap_or_else(|| {
             self.entries.push(None);
@@ -292,11 +287,9 @@ impl<E> PrefixCache<E> {
             tokens: tokens.into(),
             children: 0,
             used: self.clock,
-            bytes,
             storage,
         });
         self.index.insert((parent, tokens.into()), id);
-        self.bytes += bytes;
         trail.last = Some(id);
         trail.chunks += 1;
     }
@@ -321,22 +314,21 @@ impl<E> PrefixCache<E> {
                 pe.children -= 1;
             }
         }
-        self.bytes -= e.bytes;
         self.evictions += 1;
         Some(e.storage)
     }
 
     /// After a `forward` of `tokens` at `start` on a sequence with `trail`:
     /// keeps the chunk when it may be kept and is not there yet, its storage
-    /// of `bytes` made by `copy` (which may decline with `Ok(None)`: no
-    /// room), after evicting what the bound asks (handed to `copy`, which
-    /// frees their memory before it takes its own).
+    /// made by `copy` (which may decline with `Ok(None)`: no room), after
+    /// evicting what the bound asks (handed to `copy`, which frees their
+    /// memory before it takes its own). Cheap when nothing is kept: a
+    /// decode step only marks the trail.
     pub fn publish<Er>(
         &mut self,
         trail: &mut Trail,
         start: usize,
         tokens: &[u32],
-        bytes: u64,
         copy: impl FnOnce(Vec<E>) -> Result<Option<E>, Er>,
     ) -> Result<(), Er> {
         let Publish::Chunk { parent } = self.publishable(trail, start, tokens.len()) else {
@@ -346,27 +338,28 @@ impl<E> PrefixCache<E> {
             return Ok(());
         }
         let mut evicted = Vec::new();
-        if !self.make_room(bytes, parent, &mut evicted) {
+        if !self.make_room(parent, &mut evicted) {
             // What was evicted is freed as it drops; nothing is copied.
             trail.broken = true;
             return Ok(());
         }
         match copy(evicted)? {
-            Some(storage) => self.insert(trail, parent, tokens, bytes, storage),
+            Some(storage) => self.insert(trail, parent, tokens, storage),
             None => trail.broken = true,
         }
         Ok(())
     }
 
     /// Whether the cache holds anything.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.index.is_empty()
     }
 }
 
 /// What [`PrefixCache::publishable`] decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Publish {
+enum Publish {
     No,
     /// The chunk may be kept, after `parent`.
     Chunk {
@@ -378,27 +371,20 @@ pub enum Publish {
 mod tests {
     use super::*;
 
-    /// A cache of 4-token chunks whose storage is the chunk's first token.
+    /// A cache of 4-token chunks of 10 bytes each whose storage is the
+    /// chunk's first token.
     fn cache(max: u64) -> PrefixCache<u32> {
-        PrefixCache::new(4, max)
+        PrefixCache::new(4, 10, max)
     }
 
-    /// Publishes `prompt`'s whole chunks as a sequence prefilling it would.
+    /// Attaches and publishes `prompt`'s chunks as a backend prefilling it would.
     fn prefill(c: &mut PrefixCache<u32>, prompt: &[u32]) -> Trail {
-        let found: Vec<EntryId> = c.lookup(prompt).iter().map(|(id, _)| *id).collect();
-        let mut trail = PrefixCache::<u32>::attached(&found);
-        let mut at = found.len() * 4;
+        let (mut trail, mut at) = c.attach(0, prompt, |_, _| Ok(())).unwrap();
         while at < prompt.len() {
             let end = (at + 4).min(prompt.len());
             let tokens = &prompt[at..end];
-            if let Publish::Chunk { parent } = c.publishable(&mut trail, at, tokens.len()) {
-                if !c.find(&mut trail, parent, tokens) {
-                    let mut gone = Vec::new();
-                    if c.make_room(10, parent, &mut gone) {
-                        c.insert(&mut trail, parent, tokens, 10, tokens[0]);
-                    }
-                }
-            }
+            c.publish(&mut trail, at, tokens, |_| Ok::<_, ()>(Some(tokens[0])))
+                .unwrap();
             at = end;
         }
         trail
@@ -440,7 +426,7 @@ mod tests {
         );
         let mut t = Trail::new();
         assert_eq!(c.publishable(&mut t, 0, 4), Publish::Chunk { parent: None });
-        c.insert(&mut t, None, &[1, 2, 3, 4], 10, 1);
+        c.insert(&mut t, None, &[1, 2, 3, 4], 1);
         assert_eq!(
             c.publishable(&mut t, 5, 4),
             Publish::No,
@@ -478,12 +464,12 @@ mod tests {
     fn a_trail_whose_parent_was_evicted_publishes_no_more() {
         let mut c = cache(1000);
         let mut t = Trail::new();
-        c.insert(&mut t, None, &[1, 2, 3, 4], 10, 1);
+        c.insert(&mut t, None, &[1, 2, 3, 4], 1);
         c.evict_one(None).unwrap();
         assert_eq!(c.publishable(&mut t, 4, 4), Publish::No);
         // A new entry in the freed slot is not mistaken for the old one.
         let mut u = Trail::new();
-        c.insert(&mut u, None, &[9, 9, 9, 9], 10, 9);
+        c.insert(&mut u, None, &[9, 9, 9, 9], 9);
         assert_eq!(c.publishable(&mut t, 4, 4), Publish::No);
     }
 
@@ -491,7 +477,7 @@ mod tests {
     fn an_entry_larger_than_the_bound_is_never_added() {
         let mut c = cache(5);
         let mut gone = Vec::new();
-        assert!(!c.make_room(10, None, &mut gone));
+        assert!(!c.make_room(None, &mut gone));
         prefill(&mut c, &[1, 2, 3, 4, 5]);
         assert!(c.is_empty());
     }

@@ -164,8 +164,7 @@ impl Backend for CpuBackend {
                 .extend_from_slice(&out[out.len() - cfg.vocab_size..]);
         }
         if let Some(prefix) = self.prefix.as_mut() {
-            let bytes = (cfg.n_layer * 2 * tokens.len() * cfg.kv_dim() * 4) as u64;
-            prefix.publish(&mut s.trail, start, tokens, bytes, |_evicted| {
+            prefix.publish(&mut s.trail, start, tokens, |_evicted| {
                 Ok::<_, BackendError>(Some(cache.span(start, tokens.len())))
             })?;
         }
@@ -185,7 +184,8 @@ impl Backend for CpuBackend {
                 check_prefix_share(share)?;
                 let pool = self.seqs.capacity() as u64 * self.kv_bytes(self.cfg.context_length);
                 let max_bytes = (pool as f64 * share) as u64;
-                Some(PrefixCache::new(self.prefill_chunk(), max_bytes))
+                let chunk = self.prefill_chunk();
+                Some(PrefixCache::new(chunk, self.kv_bytes(chunk), max_bytes))
             }
         };
         self.prefix_share = max_share;

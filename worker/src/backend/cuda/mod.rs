@@ -35,6 +35,7 @@ mod kv_pool;
 mod load;
 mod nvrtc;
 mod ops;
+mod prefix;
 mod ptr;
 mod sample;
 mod source;
@@ -310,55 +311,6 @@ impl CudaBackend {
         CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, capacity)
     }
 
-    /// Evicts prefix cache entries until the pool has room for `bytes` of
-    /// cache (or the cache is empty): sequences come first.
-    fn evict_for(&mut self, bytes: u64) {
-        let (Some(pool), Some(prefix)) = (self.kv_pool.as_ref(), self.prefix.as_mut()) else {
-            return;
-        };
-        while !pool.has_room(bytes) {
-            // Dropping an entry waits for the work queued on it, then frees its blocks.
-            if prefix.evict_one(None).is_none() {
-                break;
-            }
-        }
-    }
-
-    /// The pool's blocks the prefix cache holds (its entries are whole blocks).
-    fn prefix_blocks(&self) -> usize {
-        match (self.kv_pool.as_ref(), self.prefix.as_ref()) {
-            (Some(pool), Some(prefix)) => {
-                (prefix.stats().bytes / pool.blocks().block_bytes) as usize
-            }
-            _ => 0,
-        }
-    }
-
-    /// After a forward of `tokens` at `start` on `seq`: a whole chunk the
-    /// cache may keep is copied into blocks of the pool of its own, when the
-    /// pool has them free (a sequence's blocks are never taken for it).
-    fn publish(&mut self, seq: SeqId, start: usize, tokens: &[u32]) -> Result<(), BackendError> {
-        let (Some(prefix), Some(pool)) = (self.prefix.as_mut(), self.kv_pool.as_ref()) else {
-            return Ok(());
-        };
-        let slot = self.seqs.get_mut(seq)?;
-        let cache = slot.cache.as_ref().expect("an open sequence has a cache");
-        let cfg = &self.cfg;
-        let bytes = CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, tokens.len());
-        let held = pool.blocks_for(bytes) as u64 * pool.blocks().block_bytes;
-        let dev = &self.dev;
-        prefix.publish(&mut slot.trail, start, tokens, held, |evicted| {
-            drop(evicted);
-            if !pool.has_room(bytes) {
-                return Ok(None);
-            }
-            let (l, h, d) = (cfg.n_layer, cfg.n_head_kv, cfg.head_dim);
-            let mut part = CudaCache::new_in(dev, Some(pool), l, h, d, tokens.len())?;
-            part.copy_positions(dev, cache, start, 0, tokens.len())?;
-            Ok(Some(part))
-        })
-    }
-
     /// KV cache bytes of the open sequences.
     fn kv_bytes_open(&self) -> u64 {
         self.seqs
@@ -442,10 +394,8 @@ impl Backend for CudaBackend {
         self.set_prefix_cache(self.prefix_share)
     }
 
-    /// The cache's entries are blocks of the paged pool; with one sequence
-    /// the pool is made for it (one full context and the cache's share of
-    /// one more), so that a job's cache and the entries share its blocks. Without room for a pool, the
-    /// worker serves without the cache (a warning).
+    /// See `prefix.rs` (`make_prefix_cache`): the entries are blocks of the
+    /// paged pool, made for one sequence too.
     fn set_prefix_cache(&mut self, max_share: Option<f64>) -> Result<(), BackendError> {
         if self.seqs.any_open() {
             return Err(BackendError::CallerBug(
@@ -458,31 +408,7 @@ impl Backend for CudaBackend {
             return Ok(());
         };
         check_prefix_share(share)?;
-        if self.kv_pool.is_none() {
-            // Only a pool that holds the whole context: a job must not find
-            // less room than it would without the cache. Beside it, the
-            // cache's share of a context.
-            let full = self.kv_bytes(self.cfg.context_length);
-            let extra = (full as f64 * share) as u64;
-            let want = self.kv_limit_bytes.unwrap_or(full + extra);
-            let pool = kv_pool::KvPool::room(&self.dev).and_then(|room| match room >= want {
-                true => self.make_kv_pool(1, extra),
-                false => Err(BackendError::OutOfMemory {
-                    needed: want,
-                    available: room,
-                }),
-            });
-            match pool {
-                Ok(pool) => self.kv_pool = Some(pool),
-                Err(e) => {
-                    tracing::warn!(error = %e, "no room for a KV pool of a whole context: serving without the prefix cache");
-                    return Ok(());
-                }
-            }
-        }
-        let pool = self.kv_pool.as_ref().expect("made above").blocks();
-        let max_bytes = (pool.total as u64 * pool.block_bytes) as f64 * share;
-        self.prefix = Some(PrefixCache::new(PREFILL_CHUNK_GPU, max_bytes as u64));
+        self.make_prefix_cache(share);
         Ok(())
     }
 
