@@ -17,6 +17,15 @@ Feature: Prompt reuse
     And jobs "again" streamed the same tokens and log-probabilities as jobs "computed"
     And /metrics counts the cached and the computed prompt tokens of jobs "shared, again"
 
+  @EXT-042.3 @any
+  Scenario: prompts posted together with a common start compute it once, and give the tokens of computed ones
+    Given a worker on the reference model with flags "--parallel 16 --queue-depth 16"
+    And a reference worker on the reference model with flags "--parallel 16 --queue-depth 16 --prefix-cache off"
+    When the reference worker runs 16 jobs sharing a 1200-token prefix as "computed", one after another
+    And the worker runs them as "burst", all at once
+    Then one job "burst" computed the shared prefix and every other attached its whole chunks
+    And jobs "burst" streamed the same tokens and log-probabilities as jobs "computed"
+
   @EXT-042.2 @any
   Scenario: the switch, and what the OpenAI usage and /health report
     Given a worker on the reference model

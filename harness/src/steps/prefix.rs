@@ -221,6 +221,46 @@ async fn first_none_rest_shared(w: &mut TestWorld, tag: String) -> StepResult {
     Ok(())
 }
 
+#[then(
+    expr = "one job {string} computed the shared prefix and every other attached its whole chunks"
+)]
+async fn burst_shared(w: &mut TestWorld, tag: String) -> StepResult {
+    let (_, n) = prompts(w)?;
+    // The whole chunks of the start all prompts have in common.
+    let mut common = usize::MAX;
+    for i in 1..n {
+        let (tokens, shared) = cachable(w, i, true).await?;
+        common = common.min(shared).min(tokens - 1);
+    }
+    check!(
+        common > 0,
+        "the prompts share no whole chunk: make the prefix longer"
+    );
+    let mut computed = Vec::new();
+    for i in 0..n {
+        let (tokens, most) = cachable(w, i, false).await?;
+        let id = format!("{tag}-{i}");
+        let end = end_of(w.settle(&id).await?)?.clone();
+        let cached = end["tokens_cached"]
+            .as_u64()
+            .with_context(|| format!("job {id}'s end event has no tokens_cached: {end}"))?
+            as usize;
+        if cached == 0 {
+            computed.push(id);
+            continue;
+        }
+        check!(
+            (common..=most).contains(&cached),
+            "job {id} ({tokens} prompt tokens): {cached} cached tokens, not within {common}..={most}"
+        );
+    }
+    check!(
+        computed.len() == 1,
+        "one job should have computed the shared prefix, these did: {computed:?}"
+    );
+    Ok(())
+}
+
 #[then(expr = "jobs {string} report every whole chunk of their prompts cached but the last token")]
 async fn all_cached(w: &mut TestWorld, tag: String) -> StepResult {
     let (_, n) = prompts(w)?;

@@ -140,6 +140,9 @@ pub trait GenerationObserver {
         false
     }
     fn on_parity(&mut self, _record: ParityStep) {}
+    /// The job's prompt begins with `cached` tokens from the prefix cache,
+    /// of `total` (told once, when its first chunk is about to run).
+    fn on_prompt_cached(&mut self, _cached: usize, _total: usize) {}
 }
 
 impl<T: GenerationObserver + ?Sized> GenerationObserver for &mut T {
@@ -154,6 +157,9 @@ impl<T: GenerationObserver + ?Sized> GenerationObserver for &mut T {
     }
     fn on_parity(&mut self, record: ParityStep) {
         (**self).on_parity(record)
+    }
+    fn on_prompt_cached(&mut self, cached: usize, total: usize) {
+        (**self).on_prompt_cached(cached, total)
     }
 }
 
@@ -187,7 +193,11 @@ pub struct Generation {
     req: GenerationRequest,
     /// The job's sequence, while open.
     seq: Option<SeqId>,
+    /// When the job was made: prompts are prefilled oldest first.
+    created: Instant,
     started: Instant,
+    /// The prefix cache is still to be asked for the prompt's start.
+    attach_pending: bool,
     /// Prompt tokens prefilled so far (attached from the prefix cache included).
     fed: usize,
     /// Prompt tokens attached from the prefix cache.
@@ -217,7 +227,9 @@ impl Generation {
             generated: Vec::with_capacity(req.max_tokens),
             req,
             seq: None,
+            created: now,
             started: now,
+            attach_pending: false,
             fed: 0,
             cached: 0,
             logits: Vec::new(),
@@ -233,25 +245,17 @@ impl Generation {
         self.req.positions()
     }
 
-    /// Opens the job's sequence with the longest cached prefix of its
-    /// prompt attached (none when it records parity, which wants every
-    /// chunk's checkpoints); closed again if that fails.
+    /// Opens the job's sequence. The prefix cache is asked for the prompt's
+    /// start only when its first chunk is about to run
+    /// ([`Generation::attach`]), so that a prompt waiting behind another with
+    /// the same start finds the chunks that one published meanwhile.
     pub fn begin(&mut self, backend: &mut dyn Backend) -> Result<(), BackendError> {
         let t = Instant::now();
         let seq = backend.open(self.capacity())?;
         self.seq = Some(seq);
-        if self.checkpoints.is_none() {
-            match backend.attach_prefix(seq, &self.req.prompt_tokens) {
-                Ok(n) => (self.fed, self.cached) = (n, n),
-                Err(e) => {
-                    self.end(backend);
-                    return Err(e);
-                }
-            }
-        }
+        self.attach_pending = true;
         tracing::debug!(
             positions = self.capacity(),
-            cached = self.cached,
             us = micros(t),
             "sequence begun"
         );
@@ -259,8 +263,39 @@ impl Generation {
         Ok(())
     }
 
+    /// When the job was made (prompts are prefilled oldest first).
+    pub fn created(&self) -> Instant {
+        self.created
+    }
+
+    /// Attaches the longest cached prefix of the prompt to the open
+    /// sequence, once, before its first chunk (none when the job records
+    /// parity, which wants every chunk's checkpoints); `Some((cached,
+    /// total))` the first time, `None` after.
+    pub fn attach(
+        &mut self,
+        backend: &mut dyn Backend,
+    ) -> Result<Option<(usize, usize)>, BackendError> {
+        if !std::mem::take(&mut self.attach_pending) {
+            return Ok(None);
+        }
+        if self.checkpoints.is_none() {
+            let n = backend.attach_prefix(self.seq()?, &self.req.prompt_tokens)?;
+            (self.fed, self.cached) = (n, n);
+            tracing::debug!(cached = n, "prefix attached");
+        }
+        Ok(Some(self.prompt_cached()))
+    }
+
+    /// Prompt tokens the next [`Generation::prefill`] computes.
+    pub fn next_chunk_len(&self, backend: &dyn Backend) -> usize {
+        backend
+            .prefill_chunk()
+            .min(self.req.prompt_tokens.len() - self.fed)
+    }
+
     /// `(cached, total)` prompt tokens: those attached from the prefix cache
-    /// by [`Generation::begin`], of all.
+    /// by [`Generation::attach`], of all.
     pub fn prompt_cached(&self) -> (usize, usize) {
         (self.cached, self.req.prompt_tokens.len())
     }
@@ -300,8 +335,10 @@ impl Generation {
         }
     }
 
-    /// Prefills the next chunk of the prompt (the backend's size).
+    /// Prefills the next chunk of the prompt (the backend's size), the
+    /// cached prefix attached first if that is still to do.
     pub fn prefill(&mut self, backend: &mut dyn Backend) -> Result<(), BackendError> {
+        self.attach(backend)?;
         let end = (self.fed + backend.prefill_chunk()).min(self.req.prompt_tokens.len());
         let wanted = self.wanted();
         if let Some(cp) = self.checkpoints.as_mut() {

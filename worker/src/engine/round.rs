@@ -132,12 +132,40 @@ fn is_gone(ended: &[Ended], i: usize) -> bool {
     ended.iter().any(|(j, _)| *j == i)
 }
 
-/// Prompts: one chunk each.
-fn prefill_chunks<O>(backend: &mut dyn Backend, members: &mut [Member<O>], ended: &mut Vec<Ended>) {
-    for (i, m) in members.iter_mut().enumerate() {
-        if !m.gen.prefilling() || is_gone(ended, i) {
-            continue;
+/// Prompts: a chunk's worth of tokens a round (`Backend::prefill_chunk`),
+/// the oldest jobs' next chunks first, as many as fit (several short
+/// prompts share a round; the first always runs). A burst of prompts thus
+/// holds the running jobs' next tokens back by one chunk a round, not by a
+/// chunk of every prompt, and a prompt's first token comes once its own
+/// last chunk is done, not everyone's. Chunks are cut as they would be
+/// alone, so no job's tokens depend on this order.
+fn prefill_chunks<O: GenerationObserver>(
+    backend: &mut dyn Backend,
+    members: &mut [Member<O>],
+    ended: &mut Vec<Ended>,
+) {
+    let mut order: Vec<usize> = (0..members.len())
+        .filter(|&i| members[i].gen.prefilling() && !is_gone(ended, i))
+        .collect();
+    order.sort_by_key(|&i| members[i].gen.created());
+    let budget = backend.prefill_chunk();
+    let mut spent = 0;
+    for i in order {
+        let m = &mut members[i];
+        // A prompt that does not fit is not looked up either: it attaches
+        // when its turn comes, with what the older prompts published.
+        if spent > 0 && spent + m.gen.next_chunk_len(backend) > budget {
+            break;
         }
+        match guarded(|| Ok(m.gen.attach(backend)?)) {
+            Ok(Some((cached, total))) => m.observer.on_prompt_cached(cached, total),
+            Ok(None) => {}
+            Err(e) => {
+                ended.push((i, Err(e)));
+                continue;
+            }
+        }
+        spent += m.gen.next_chunk_len(backend);
         if let Err(e) = guarded(|| Ok(m.gen.prefill(backend)?)) {
             ended.push((i, Err(e)));
         }
@@ -345,6 +373,52 @@ mod tests {
                 "passes of {chunk}"
             );
         }
+    }
+
+    /// A round prefills a chunk's worth of tokens, the oldest prompts first
+    /// (short ones sharing a round), so a prompt's first token comes after
+    /// its own chunks and the older prompts', not after every prompt's.
+    #[test]
+    fn prompts_are_prefilled_oldest_first_a_chunk_a_round() {
+        let mut backend = ScriptedBackend::new(Vec::new(), BYTE_VOCAB_SIZE)
+            .with_prefill_chunk(256)
+            .with_slots(3);
+        let probe = backend.probe();
+        let request = |len: usize| GenerationRequest {
+            prompt_tokens: vec![b'x' as u32; len],
+            max_tokens: 1,
+            sampling: SamplingParams::default(),
+            stop: Vec::new(),
+            logprobs: 0,
+            ignore_eos: true,
+            accepted_at: None,
+            constraint: None,
+            bias: Default::default(),
+        };
+        let mut members = [600, 100, 100].map(|len| {
+            let mut gen = Generation::new(request(len), false);
+            gen.begin(&mut backend).unwrap();
+            Member {
+                gen,
+                observer: Collect(Vec::new()),
+            }
+        });
+        let mut rounds = Vec::new();
+        while members.iter().any(|m| m.observer.0.is_empty()) {
+            round(&mut backend, &byte_tokenizer(), &mut members);
+            let sizes = std::mem::take(&mut *probe.forward_sizes.lock().unwrap());
+            let answered: Vec<bool> = members.iter().map(|m| !m.observer.0.is_empty()).collect();
+            rounds.push((sizes, answered));
+        }
+        assert_eq!(
+            rounds,
+            [
+                (vec![256], vec![false, false, false]),
+                (vec![256], vec![false, false, false]),
+                (vec![88, 100], vec![true, true, false]),
+                (vec![100], vec![true, true, true]),
+            ]
+        );
     }
 
     /// A backend that queues its work gets each step before the token it

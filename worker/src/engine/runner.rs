@@ -605,4 +605,8 @@ impl GenerationObserver for Observer {
             p.offer(&self.job_id, record);
         }
     }
+
+    fn on_prompt_cached(&mut self, cached: usize, total: usize) {
+        self.metrics.prompt_tokens(cached, total - cached);
+    }
 }

@@ -133,8 +133,6 @@ impl EngineThread {
         let mut gen = Generation::new(request, observer.wants_parity());
         match guarded(|| Ok(gen.begin(self.backend.as_mut())?)) {
             Ok(()) => {
-                let (cached, total) = gen.prompt_cached();
-                self.metrics.prompt_tokens(cached, total - cached);
                 self.note_memory();
                 Some(Member { gen, observer })
             }
