@@ -525,7 +525,10 @@ fn continuation(b: &mut dyn Backend, prompt: &[u32], n: usize) -> (usize, Vec<(u
     let attached = b.attach_prefix(s, prompt).unwrap();
     assert_eq!(b.len(s), attached);
     let chunk = b.prefill_chunk();
-    assert_eq!(attached % chunk, 0, "whole chunks only");
+    assert!(
+        attached.is_multiple_of(chunk) || attached == prompt.len(),
+        "whole chunks only, or the whole prompt"
+    );
     let mut none = Vec::new();
     for part in prompt[attached..].chunks(chunk) {
         b.forward(s, part, Logits::None, &mut none, None).unwrap();
@@ -573,25 +576,51 @@ pub(crate) fn check_prefix_reuse(b: &mut dyn Backend, vocab: usize) {
 
     b.set_prefix_cache(Some(1.0)).unwrap();
     assert_eq!(continuation(b, &prompt, n), (0, want.clone()), "computed");
-    assert_eq!(b.prefix_stats().unwrap().entries, 2, "its two whole chunks");
+    let stats = b.prefix_stats().unwrap();
+    assert_eq!(stats.entries, 3, "its two whole chunks and its last");
+    assert_eq!(
+        stats.logits_bytes,
+        4 * vocab as u64,
+        "one prompt's last logits"
+    );
     assert_eq!(
         continuation(b, &prompt, n),
-        (2 * c, want.clone()),
-        "all cached"
+        (prompt.len(), want.clone()),
+        "the same prompt: every position and its logits cached"
     );
-    assert_eq!(continuation(b, &other, n), (c, want_other), "partly cached");
+    assert_eq!(
+        continuation(b, &other, n),
+        (c, want_other.clone()),
+        "partly cached"
+    );
     assert_eq!(
         b.prefix_stats().unwrap().entries,
-        3,
-        "the other's second chunk"
+        5,
+        "the other's second chunk and its last"
     );
-    // Shorter than a chunk and one past it: nothing, then one chunk.
     assert_eq!(
-        continuation(b, &prompt[..c], n).0,
-        0,
-        "the last token is computed"
+        continuation(b, &other, n),
+        (other.len(), want_other),
+        "the other again"
+    );
+    // One chunk exactly: its last token is computed, unless it was this
+    // prompt's last chunk before; one past it: that chunk.
+    let (_, want_one) = continuation(b, &prompt[..c], n);
+    assert_eq!(
+        continuation(b, &prompt[..c], n),
+        (c, want_one),
+        "a whole last chunk keeps its logits too"
     );
     assert_eq!(continuation(b, &prompt[..c + 1], n).0, c);
+    let (cached, got) = continuation(b, &prompt[..c + 1], n);
+    assert_eq!(cached, c + 1);
+    let (_, computed) = {
+        b.set_prefix_cache(None).unwrap();
+        let r = continuation(b, &prompt[..c + 1], n);
+        b.set_prefix_cache(Some(1.0)).unwrap();
+        r
+    };
+    assert_eq!(got, computed, "a partial last chunk attached");
 
     // A bound below one entry keeps nothing, and everything still agrees.
     b.set_prefix_cache(Some(1e-9)).unwrap();

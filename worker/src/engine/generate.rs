@@ -339,6 +339,9 @@ impl Generation {
     /// cached prefix attached first if that is still to do.
     pub fn prefill(&mut self, backend: &mut dyn Backend) -> Result<(), BackendError> {
         self.attach(backend)?;
+        if !self.prefilling() {
+            return Ok(());
+        }
         let end = (self.fed + backend.prefill_chunk()).min(self.req.prompt_tokens.len());
         let wanted = self.wanted();
         if let Some(cp) = self.checkpoints.as_mut() {

@@ -165,6 +165,11 @@ fn prefill_chunks<O: GenerationObserver>(
                 continue;
             }
         }
+        if !m.gen.prefilling() {
+            // The same prompt again: every position and its logits came
+            // from the cache.
+            continue;
+        }
         spent += m.gen.next_chunk_len(backend);
         if let Err(e) = guarded(|| Ok(m.gen.prefill(backend)?)) {
             ended.push((i, Err(e)));

@@ -485,7 +485,7 @@ impl EngineThread {
         let prefix = self.backend.prefix_stats();
         if let Some(p) = prefix {
             self.metrics
-                .set_prefix_cache(p.entries, p.bytes, p.evictions);
+                .set_prefix_cache(p.entries, p.bytes + p.logits_bytes, p.evictions);
         }
         self.status.set_prefix_cache(prefix);
         let vram = memory.total();

@@ -58,7 +58,11 @@ pub struct PrefixCacheHealth {
     pub chunk_tokens: usize,
     /// Entries (cached blocks) held now.
     pub entries: usize,
+    /// Bytes of the entries' KV (on the GPU, whole blocks of the pool).
     pub bytes: u64,
+    /// Host bytes of the prompts' last logits kept with their last chunks.
+    pub logits_bytes: u64,
+    /// The most `bytes` and `logits_bytes` may reach together.
     pub max_bytes: u64,
     pub evictions: u64,
 }
@@ -69,6 +73,7 @@ impl From<PrefixStats> for PrefixCacheHealth {
             chunk_tokens: s.chunk_tokens,
             entries: s.entries,
             bytes: s.bytes,
+            logits_bytes: s.logits_bytes,
             max_bytes: s.max_bytes,
             evictions: s.evictions,
         }

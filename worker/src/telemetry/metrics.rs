@@ -25,7 +25,7 @@
 //! | `worker_prefix_cache_hit_tokens_total` | counter | prompt tokens whose KV came from the prefix cache |
 //! | `worker_prefix_cache_miss_tokens_total` | counter | prompt tokens computed (not found in the prefix cache, or the cache off) |
 //! | `worker_prefix_cache_entries` | gauge | entries (whole prompt chunks) the prefix cache holds |
-//! | `worker_prefix_cache_bytes` | gauge | bytes they take (on the GPU, blocks of the paged KV pool) |
+//! | `worker_prefix_cache_bytes` | gauge | bytes they take: KV (on the GPU, blocks of the paged KV pool) and prompts' last logits (host) |
 //! | `worker_prefix_cache_evictions_total` | counter | entries evicted from the prefix cache |
 //! | `worker_parity_records_dropped_total` | counter | parity records dropped because the writer was behind |
 //! | `worker_active_expert_count` | gauge | mixture-of-experts models (gpt-oss) only: experts each token is routed to in every layer (`expert_used_count`) |

@@ -164,9 +164,13 @@ impl Backend for CpuBackend {
                 .extend_from_slice(&out[out.len() - cfg.vocab_size..]);
         }
         if let Some(prefix) = self.prefix.as_mut() {
-            prefix.publish(&mut s.trail, start, tokens, |_evicted| {
-                Ok::<_, BackendError>(Some(cache.span(start, tokens.len())))
-            })?;
+            prefix.publish(
+                &mut s.trail,
+                start,
+                tokens,
+                |_evicted| Ok::<_, BackendError>(Some(cache.span(start, tokens.len()))),
+                || Ok(s.last_logits.clone()),
+            )?;
         }
         s.len += tokens.len();
         Ok(())
@@ -185,7 +189,12 @@ impl Backend for CpuBackend {
                 let pool = self.seqs.capacity() as u64 * self.kv_bytes(self.cfg.context_length);
                 let max_bytes = (pool as f64 * share) as u64;
                 let chunk = self.prefill_chunk();
-                Some(PrefixCache::new(chunk, self.kv_bytes(chunk), max_bytes))
+                Some(PrefixCache::new(
+                    chunk,
+                    self.kv_bytes(chunk),
+                    self.cfg.vocab_size,
+                    max_bytes,
+                ))
             }
         };
         self.prefix_share = max_share;
@@ -198,12 +207,15 @@ impl Backend for CpuBackend {
             return Ok(0);
         };
         let cache = s.cache.as_mut().expect("an open sequence has a cache");
-        let (trail, len) = prefix.attach(s.len, prompt, |at, part| {
+        let a = prefix.attach(s.len, prompt, |at, part, _| {
             cache.put(at, part);
             Ok(())
         })?;
-        (s.trail, s.len) = (trail, len);
-        Ok(len)
+        (s.trail, s.len) = (a.trail, a.len);
+        if let Some(logits) = a.logits {
+            s.last_logits = logits.into_vec();
+        }
+        Ok(a.len)
     }
 
     fn prefix_stats(&self) -> Option<PrefixStats> {
@@ -255,6 +267,10 @@ mod tests {
             let cfg = ModelConfig::try_from(&file.metadata).unwrap();
             let vocab = cfg.vocab_size;
             let mut b = CpuBackend::load(cfg, file, &mut |_| {}).unwrap();
+            // The cache's bound is a share of the slots' contexts: room
+            // for every entry the check makes (a 1,024-token context holds
+            // four chunks, the check keeps seven and their logits).
+            b.set_max_sequences(4).unwrap();
             crate::backend::contract::check_prefix_reuse(&mut b, vocab);
         }
     }

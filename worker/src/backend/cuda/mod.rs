@@ -420,11 +420,15 @@ impl Backend for CudaBackend {
         };
         let cache = slot.cache.as_mut().expect("an open sequence has a cache");
         let dev = &self.dev;
-        let (trail, len) = prefix.attach(slot.len, prompt, |at, part| {
-            cache.copy_positions(dev, part, 0, at, part.capacity)
+        let a = prefix.attach(slot.len, prompt, |at, part, n| {
+            cache.copy_positions(dev, part, 0, at, n)
         })?;
-        (slot.trail, slot.len) = (trail, len);
-        Ok(len)
+        (slot.trail, slot.len) = (a.trail, a.len);
+        if let Some(logits) = a.logits {
+            slot.sampler.upload_logits(&logits)?;
+            slot.has_logits = true;
+        }
+        Ok(a.len)
     }
 
     fn prefix_stats(&self) -> Option<PrefixStats> {

@@ -37,7 +37,12 @@ impl CudaBackend {
         let blocks = pool.blocks();
         let max_bytes = (blocks.total as u64 * blocks.block_bytes) as f64 * share;
         let entry = pool.blocks_for(self.kv_bytes(PREFILL_CHUNK_GPU)) as u64 * blocks.block_bytes;
-        self.prefix = Some(PrefixCache::new(PREFILL_CHUNK_GPU, entry, max_bytes as u64));
+        self.prefix = Some(PrefixCache::new(
+            PREFILL_CHUNK_GPU,
+            entry,
+            self.cfg.vocab_size,
+            max_bytes as u64,
+        ));
     }
 
     /// Evicts prefix cache entries until the pool has room for `bytes` of
@@ -64,9 +69,12 @@ impl CudaBackend {
         }
     }
 
-    /// After a forward of `tokens` at `start` on `seq`: a whole chunk the
-    /// cache may keep is copied into blocks of the pool of its own, when the
-    /// pool has them free (a sequence's blocks are never taken for it).
+    /// After a forward of `tokens` at `start` on `seq`: a chunk the cache
+    /// may keep is copied into blocks of the pool of its own (room for a
+    /// whole chunk, also for a prompt's partial last one, so that every
+    /// entry takes the same blocks), when the pool has them free (a
+    /// sequence's blocks are never taken for it); a prompt's last logits are
+    /// copied to the host.
     pub(super) fn publish(
         &mut self,
         seq: SeqId,
@@ -79,15 +87,23 @@ impl CudaBackend {
         let slot = self.seqs.get_mut(seq)?;
         let cache = slot.cache.as_ref().expect("an open sequence has a cache");
         let (cfg, dev) = (&self.cfg, &self.dev);
-        prefix.publish(&mut slot.trail, start, tokens, |evicted| {
-            drop(evicted);
-            let (l, h, d, n) = (cfg.n_layer, cfg.n_head_kv, cfg.head_dim, tokens.len());
-            if !pool.has_room(CudaCache::bytes_for(l, h, d, n)) {
-                return Ok(None);
-            }
-            let mut part = CudaCache::new_in(dev, Some(pool), l, h, d, n)?;
-            part.copy_positions(dev, cache, start, 0, n)?;
-            Ok(Some(part))
-        })
+        let sampler = &slot.sampler;
+        prefix.publish(
+            &mut slot.trail,
+            start,
+            tokens,
+            |evicted| {
+                drop(evicted);
+                let (l, h, d) = (cfg.n_layer, cfg.n_head_kv, cfg.head_dim);
+                let c = PREFILL_CHUNK_GPU;
+                if !pool.has_room(CudaCache::bytes_for(l, h, d, c)) {
+                    return Ok(None);
+                }
+                let mut part = CudaCache::new_in(dev, Some(pool), l, h, d, c)?;
+                part.copy_positions(dev, cache, start, 0, tokens.len())?;
+                Ok(Some(part))
+            },
+            || sampler.download_logits(),
+        )
     }
 }

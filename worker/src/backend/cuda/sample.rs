@@ -230,7 +230,8 @@ impl DeviceSampler {
             .map_err(|e| driver_error("copying logits to the device", e))
     }
 
-    /// Copies the logits sampled from to the host (for tests).
+    /// Copies the logits sampled from to the host (for tests, and for the
+    /// prefix cache, which keeps a prompt's last logits).
     pub fn download_logits(&self) -> Result<Vec<f32>, BackendError> {
         let mut v = vec![0f32; self.vocab];
         self.dev.bind()?;
