@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 
 use crate::tokenizer::bpe::{self, Fragment, SpecialToken, SpecialTokens};
+use crate::tokenizer::fragments::FragmentCache;
 use crate::tokenizer::vocab::{
     self, parse_byte_token, ATTR_BYTE, ATTR_CONTROL, ATTR_NORMAL, ATTR_UNKNOWN, ATTR_USER_DEFINED,
 };
@@ -68,6 +69,8 @@ pub struct Tokenizer {
     chat_template_error: Option<String>,
     /// The harmony structure tokens (gpt-oss), looked up on first use.
     harmony: std::sync::OnceLock<Option<harmony::HarmonyIds>>,
+    /// Long fragments encoded lately (a resent system prompt, a chat's history).
+    fragments: FragmentCache,
 }
 
 /// A tokenizer's parts as a loader has read them ([`Tokenizer::assemble`]).
@@ -267,6 +270,7 @@ impl Tokenizer {
             chat_template: None,
             chat_template_error: None,
             harmony: std::sync::OnceLock::new(),
+            fragments: FragmentCache::default(),
         };
         tokenizer.adopt_chat_template(chat_template);
         tokenizer
@@ -356,11 +360,7 @@ impl Tokenizer {
                     } else {
                         s
                     };
-                    let enc = self
-                        .inner
-                        .encode_fast(s, false)
-                        .map_err(|e| TokenizerError::Encode(e.to_string()))?;
-                    out.extend_from_slice(enc.get_ids());
+                    out.extend_from_slice(&self.encode_fragment(s)?);
                     prev_special = false;
                 }
             }
@@ -369,6 +369,20 @@ impl Tokenizer {
             out.extend(self.eos_id);
         }
         Ok(out)
+    }
+
+    /// The ids of text between special tokens, from the fragment cache when
+    /// it was encoded lately.
+    fn encode_fragment(&self, s: &str) -> Result<std::sync::Arc<[u32]>, TokenizerError> {
+        if let Some(ids) = self.fragments.get(s) {
+            return Ok(ids);
+        }
+        let enc = self
+            .inner
+            .encode_fast(s, false)
+            .map_err(|e| TokenizerError::Encode(e.to_string()))?;
+        self.fragments.put(s, enc.get_ids());
+        Ok(enc.get_ids().into())
     }
 
     /// Ids to text: the tokens' bytes joined, invalid UTF-8 replaced by U+FFFD,

@@ -48,6 +48,7 @@ mod chat_message;
 mod chat_tools;
 mod codec;
 mod error;
+mod fragments;
 pub mod harmony;
 mod hf;
 mod spm;
