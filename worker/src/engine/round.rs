@@ -347,6 +347,21 @@ mod tests {
         (summary, seen.0)
     }
 
+    /// One token after a prompt of `len` tokens.
+    fn one_token_after(len: usize) -> GenerationRequest {
+        GenerationRequest {
+            prompt_tokens: vec![b'x' as u32; len],
+            max_tokens: 1,
+            sampling: SamplingParams::default(),
+            stop: Vec::new(),
+            logprobs: 0,
+            ignore_eos: true,
+            accepted_at: None,
+            constraint: None,
+            bias: Default::default(),
+        }
+    }
+
     /// The prompt goes to the backend in passes of the backend's size.
     #[test]
     fn the_prompt_is_prefilled_in_the_backends_passes() {
@@ -354,17 +369,7 @@ mod tests {
             let mut backend =
                 ScriptedBackend::new(Vec::new(), BYTE_VOCAB_SIZE).with_prefill_chunk(chunk);
             let probe = backend.probe();
-            let req = GenerationRequest {
-                prompt_tokens: vec![b'x' as u32; 600],
-                max_tokens: 1,
-                sampling: SamplingParams::default(),
-                stop: Vec::new(),
-                logprobs: 0,
-                ignore_eos: true,
-                accepted_at: None,
-                constraint: None,
-                bias: Default::default(),
-            };
+            let req = one_token_after(600);
             generate(
                 &mut backend,
                 &byte_tokenizer(),
@@ -389,19 +394,8 @@ mod tests {
             .with_prefill_chunk(256)
             .with_slots(3);
         let probe = backend.probe();
-        let request = |len: usize| GenerationRequest {
-            prompt_tokens: vec![b'x' as u32; len],
-            max_tokens: 1,
-            sampling: SamplingParams::default(),
-            stop: Vec::new(),
-            logprobs: 0,
-            ignore_eos: true,
-            accepted_at: None,
-            constraint: None,
-            bias: Default::default(),
-        };
         let mut members = [600, 100, 100].map(|len| {
-            let mut gen = Generation::new(request(len), false);
+            let mut gen = Generation::new(one_token_after(len), false);
             gen.begin(&mut backend).unwrap();
             Member {
                 gen,
