@@ -1,8 +1,10 @@
 //! The engine's one token loop, as rounds over the running jobs: a job alone
 //! ([`generate`], `--parallel 1`) is a round of one.
 //!
-//! One round: every job still in its prompt prefills one chunk (so a long
-//! prompt never stalls the others' streams for more than a chunk); every job
+//! One round: a chunk's worth of prompt tokens is prefilled, the oldest
+//! prompts first (`prefill_chunks`: a burst of prompts stalls the others'
+//! streams by one chunk a round, and each prompt's first token comes once its
+//! own chunks are done); every job
 //! past its prompt has its next token chosen, all in one `Backend::sample`
 //! call; the tokens that do not end their job go back to the backend as one
 //! decode step (`Backend::decode`). Where the backend queues that step on the
