@@ -381,8 +381,9 @@ impl Tokenizer {
             .inner
             .encode_fast(s, false)
             .map_err(|e| TokenizerError::Encode(e.to_string()))?;
-        self.fragments.put(s, enc.get_ids());
-        Ok(enc.get_ids().into())
+        let ids: std::sync::Arc<[u32]> = enc.get_ids().into();
+        self.fragments.put(s, &ids);
+        Ok(ids)
     }
 
     /// Ids to text: the tokens' bytes joined, invalid UTF-8 replaced by U+FFFD,

@@ -52,7 +52,7 @@ impl FragmentCache {
 
     /// Keeps `ids` as `text`'s, evicting the least recently used fragments
     /// beyond the bound.
-    pub fn put(&self, text: &str, ids: &[u32]) {
+    pub fn put(&self, text: &str, ids: &Arc<[u32]>) {
         let size = entry_bytes(text, ids);
         if text.len() < MIN_FRAGMENT_BYTES || size > MAX_CACHE_BYTES / 4 {
             return;
@@ -80,7 +80,7 @@ impl FragmentCache {
         inner.map.insert(
             text.into(),
             Entry {
-                ids: ids.into(),
+                ids: ids.clone(),
                 used,
             },
         );
@@ -100,9 +100,9 @@ mod tests {
     fn long_fragments_are_kept_short_ones_not() {
         let c = FragmentCache::default();
         let long = "a".repeat(MIN_FRAGMENT_BYTES);
-        c.put("short", &[1]);
+        c.put("short", &Arc::from([1]));
         assert!(c.get("short").is_none());
-        c.put(&long, &[1, 2, 3]);
+        c.put(&long, &Arc::from([1, 2, 3]));
         assert_eq!(c.get(&long).as_deref(), Some(&[1, 2, 3][..]));
         assert_eq!(c.bytes(), long.len() + 12);
     }
@@ -111,7 +111,7 @@ mod tests {
     fn the_least_recently_used_go_first_past_the_bound() {
         let c = FragmentCache::default();
         // Each entry a little over a fifth of the bound: four fit.
-        let ids = vec![0u32; MAX_CACHE_BYTES / 20];
+        let ids: Arc<[u32]> = vec![0u32; MAX_CACHE_BYTES / 20].into();
         let texts: Vec<String> = (0..5)
             .map(|i| format!("{i}{}", "x".repeat(MIN_FRAGMENT_BYTES)))
             .collect();
