@@ -579,24 +579,36 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_ARGMAX_THREADS)
     }
 }
 
-// sample_mask (issue #43): a constrained job's mask applied to its logits
-// before the pipeline, in place (on the sampler's adjusted copy): a token whose bit is clear (bit id % 32 of
-// word id / 32) gets -inf, which every kernel above ranks last and never
-// keeps, so the choice and the log-probabilities are the allowed tokens'
-// alone, as on the CPU. The host builds the mask while the step runs.
+// sample_mask_rows (issue #43): the constrained rows of a step, each row's
+// logits copied to its sampler's adjusted buffer with every token whose bit
+// is clear (bit id % 32 of word id / 32 of the row's mask) at -inf, which
+// every kernel above ranks last and never keeps, so the choice and the
+// log-probabilities are the allowed tokens' alone, as on the CPU. One launch
+// and one copy of the masks for all rows (grid: blocks over n, then rows),
+// not a copy, a mask copy and a launch for each. The host builds the masks
+// while the step runs.
+struct MaskRow {
+    const float* logits;
+    float* adjusted;
+};
+
 #define SAMPLE_MASK_THREADS 256
 extern "C" __global__ void __launch_bounds__(SAMPLE_MASK_THREADS)
-    sample_mask(float* logits, u32 n, const u32* allowed) {
+    sample_mask_rows(const MaskRow* rows, u32 n, const u32* masks, u32 words) {
     pdl_start();
+    const MaskRow r = rows[blockIdx.y];
+    const u32* allowed = masks + (size_t)blockIdx.y * words;
     const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n && !((allowed[i >> 5] >> (i & 31)) & 1u)) logits[i] = __int_as_float(0xff800000);  // -inf
+    if (i < n) r.adjusted[i] = ((allowed[i >> 5] >> (i & 31)) & 1u) ? r.logits[i] : __int_as_float(0xff800000);
 }
 
 // sample_bias (issue #43): a job's logit_bias and presence/frequency
 // penalties, one (id, delta bits) pair each in `pairs`, added to its logits
-// (the sampler's adjusted copy) before the mask and the pipeline. The host sums each id's delta
-// once and sends the ids distinct (so no two threads touch one logit) and in
-// the vocabulary; one f32 add per logit, as on the CPU.
+// (the sampler's adjusted copy, after sample_mask_rows where the job is
+// constrained: the CPU adds before masking, the same values since a finite
+// delta leaves -inf at -inf) and before the pipeline. The host sums each
+// id's delta once and sends the ids distinct (so no two threads touch one
+// logit) and in the vocabulary; one f32 add per logit, as on the CPU.
 #define SAMPLE_BIAS_THREADS 256
 extern "C" __global__ void __launch_bounds__(SAMPLE_BIAS_THREADS)
     sample_bias(float* logits, u32 count, const u32* pairs) {

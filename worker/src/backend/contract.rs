@@ -252,6 +252,7 @@ pub(crate) fn check_slots(b: &mut dyn Backend) {
     for s in seqs {
         b.close(s);
     }
+    check_masked_rows(b);
     assert!(b.decode(&[(stale, 1)]).is_err(), "a closed sequence");
     match b.kv_blocks() {
         Some(blocks) => assert_eq!(
@@ -415,6 +416,63 @@ fn check_masked_sampling(b: &mut dyn Backend) {
         "a mask of the wrong length"
     );
     b.close(s);
+}
+
+/// Constrained rows of one step (their masks copied and applied together
+/// on the GPU): each row's own mask, one with a bias too, beside an
+/// unconstrained row; every choice is the one its adjusted logits give.
+/// Needs room for three sequences.
+fn check_masked_rows(b: &mut dyn Backend) {
+    let (greedy, generated) = (greedy_params(), [7u32]);
+    let drawn = SamplingParams {
+        temperature: 1.0,
+        ..SamplingParams::default()
+    };
+    let (s1, host1, ranked1) = ranked_logits(b, &[1, 2, 3]);
+    let (s2, host2, ranked2) = ranked_logits(b, &[4, 5]);
+    let (s3, host3, _) = ranked_logits(b, &[6]);
+    let words = host1.len().div_ceil(32);
+    let allow = |ids: &[u32]| {
+        let mut bits = vec![0u32; words];
+        for &id in ids {
+            bits[id as usize / 32] |= 1 << (id % 32);
+        }
+        bits
+    };
+    // Row one: the five least likely tokens and one in the middle; row
+    // two: its ten most likely, the least of them lifted.
+    let bits1 = allow(&[&ranked1[..5], &[ranked1[host1.len() / 2]]].concat());
+    let bits2 = allow(&ranked2[host2.len() - 10..]);
+    let bias = [(ranked2[host2.len() - 10], 0.5)];
+    let adjusted = [
+        adjust(&host1, &[], Some(&bits1)).unwrap(),
+        adjust(&host2, &bias, Some(&bits2)).unwrap(),
+        host3,
+    ];
+    let u = draws_away_from_boundaries(&adjusted[1], &generated, &drawn, [0.3, 0.6, 0.9], 1e-6)[0];
+    let req = |params, uniform, mask, bias| SampleRequest {
+        params,
+        generated: &generated,
+        uniform,
+        logprobs: 0,
+        mask,
+        bias,
+    };
+    let rows = [
+        (s3, req(&greedy, None, None, &[])),
+        (s1, req(&greedy, None, Some(&bits1), &[])),
+        (s2, req(&drawn, Some(u), Some(&bits2), &bias)),
+    ];
+    let got: Vec<u32> = b.sample(&rows).unwrap().iter().map(|t| t.id).collect();
+    let want = [
+        argmax(&adjusted[2]),
+        ranked1[host1.len() / 2],
+        select(&adjusted[1], &generated, &drawn, Some(u)),
+    ];
+    assert_eq!(got, want, "each row under its own mask");
+    for s in [s1, s2, s3] {
+        b.close(s);
+    }
 }
 
 /// Additive biases (issue #43: `logit_bias`, presence and frequency

@@ -209,6 +209,10 @@ pub struct Generation {
     stream: StreamDecoder,
     stops: StopMatcher,
     constraint: Option<Constraint>,
+    /// The token last chosen under the constraint, followed by it in the
+    /// next [`Generation::constrain`] (where it runs beside the other jobs'
+    /// and the device's step, not between the sample and the next step).
+    unfollowed: Option<u32>,
     bias: BiasState,
     generated: Vec<u32>,
     first_token_ms: u64,
@@ -223,6 +227,7 @@ impl Generation {
             sampler: Sampler::new(req.sampling.clone()),
             stops: StopMatcher::new(req.stop.clone()),
             constraint: req.constraint.as_deref().map(Constraint::new),
+            unfollowed: None,
             bias: BiasState::new(req.bias.clone()),
             generated: Vec::with_capacity(req.max_tokens),
             req,
@@ -379,11 +384,15 @@ impl Generation {
         self.constraint.is_some()
     }
 
-    /// Works out the tokens the job's constraint allows next (before each
-    /// [`Generation::request`]; nothing without a constraint). On the GPU
-    /// this runs while the device computes the step it is for.
+    /// Follows the token last chosen and works out the tokens the job's
+    /// constraint allows next (before each [`Generation::request`]; nothing
+    /// without a constraint). On the GPU this runs while the device computes
+    /// the step it is for.
     pub fn constrain(&mut self) -> Result<(), GenerationError> {
         if let Some(c) = self.constraint.as_mut() {
+            if let Some(id) = self.unfollowed.take() {
+                c.commit(id)?;
+            }
             c.mask()?;
         }
         Ok(())
@@ -403,16 +412,17 @@ impl Generation {
     }
 
     /// Takes the backend's choice for the next token: the token, or the end
-    /// of generation, with its parity record when those are kept. Fails only
-    /// where the job's constraint refuses the token.
+    /// of generation, with its parity record when those are kept. A
+    /// constrained job's grammar follows the token at the next
+    /// [`Generation::constrain`]: the token was chosen under its mask.
     pub fn accept(
         &mut self,
         sampled: SampledToken,
         tokenizer: &Tokenizer,
-    ) -> Result<(Sampled, Option<ParityStep>), GenerationError> {
+    ) -> (Sampled, Option<ParityStep>) {
         let id = sampled.id;
-        if let Some(c) = self.constraint.as_mut() {
-            c.commit(id)?;
+        if self.constraint.is_some() {
+            self.unfollowed = Some(id);
         }
         let index = self.generated.len();
         self.generated.push(id);
@@ -436,7 +446,7 @@ impl Generation {
             // stop-string prefix, or bytes of an unfinished character) has no
             // token left to travel with and is dropped: see README, "Streaming".
             self.generated.pop();
-            return Ok((Sampled::Eos, parity));
+            return (Sampled::Eos, parity);
         }
         self.bias.push(id);
         let token = SampledId {
@@ -445,7 +455,7 @@ impl Generation {
             logprobs: sampled.logprobs,
             is_last: self.generated.len() >= self.req.max_tokens,
         };
-        Ok((Sampled::Token(token), parity))
+        (Sampled::Token(token), parity)
     }
 
     /// The token as the client sees it (the text it releases), and the

@@ -211,13 +211,7 @@ fn sample<O: GenerationObserver>(
         Ok(tokens) => {
             for (&i, token) in ready.iter().zip(tokens) {
                 let m = &mut members[i];
-                let (drawn, parity) = match m.gen.accept(token, tokenizer) {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        ended.push((i, Err(e)));
-                        continue;
-                    }
-                };
+                let (drawn, parity) = m.gen.accept(token, tokenizer);
                 if let Some(record) = parity {
                     m.observer.on_parity(record);
                 }
@@ -233,10 +227,11 @@ fn sample<O: GenerationObserver>(
     sampled
 }
 
-/// The masks of the constrained jobs among `ready`, one job per thread of
-/// rayon's pool (each job's own grammar, so the order does not matter): the
-/// device is still computing the step queued in the last round, so this host
-/// work overlaps it. Returns the jobs whose constraint failed.
+/// The constrained jobs among `ready` follow their last token and compute
+/// their masks, one job per thread of rayon's pool (each job's own grammar,
+/// so the order does not matter): the device is still computing the step
+/// queued in the last round, so this host work overlaps it. Returns the jobs
+/// whose constraint failed.
 fn constrain<O>(members: &mut [Member<O>], ready: &[usize]) -> Vec<(usize, GenerationError)> {
     use rayon::prelude::*;
     let mut gens: Vec<(usize, &mut Generation)> = members

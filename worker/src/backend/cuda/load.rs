@@ -209,7 +209,7 @@ impl CudaBackend {
             upload_stats,
             graph_host,
             use_graphs,
-            sample_table: None,
+            sample_tables: Default::default(),
             rows_graphs,
             prefix: None,
             prefix_share: None,

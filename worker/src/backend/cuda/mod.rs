@@ -70,7 +70,7 @@ use crate::gguf::GgufFile;
 use crate::model::ModelConfig;
 use crate::model::{self, Weights};
 use crate::quant::{self, GgmlType};
-use device::{memory_type, DevBuf, Purpose};
+use device::{memory_type, Purpose};
 
 /// Positions of KV cache that must fit at load time besides the weights
 /// (the "minimum KV cache" of M0-W-1020), unless the context is shorter.
@@ -142,8 +142,8 @@ pub struct CudaBackend {
     upload_stats: UploadStats,
     graph_host: graph::GraphHost,
     use_graphs: bool,
-    /// `sample`'s table of a batched step's sampling rows.
-    sample_table: Option<DevBuf>,
+    /// `sample`'s scratch for a batched step's rows and masks.
+    sample_tables: sample::SampleTables,
     /// Batched decode steps' graphs (`decode`).
     rows_graphs: graph::RowsGraphs,
     /// Prompts' whole chunks, each a cache of its own on blocks of the pool
@@ -384,7 +384,7 @@ impl Backend for CudaBackend {
         self.rows_graphs.clear();
         self.ops
             .reserve_rows(n.next_multiple_of(graph::ROWS_GRAPH_STEP))?;
-        sample::reserve_table(&self.dev, &mut self.sample_table, n)?;
+        self.sample_tables.reserve(&dev, n, vocab)?;
         // The cache's entries are blocks of the old pool: they go first.
         self.prefix = None;
         self.kv_pool = None;
@@ -541,8 +541,9 @@ impl Backend for CudaBackend {
         self.publish(seq, start, tokens)
     }
 
-    /// One row alone from the slot's own sampler; several with one wait
-    /// (`sample::sample_rows`). Both give the same bits.
+    /// One unconstrained row alone from the slot's own sampler; several, or
+    /// a constrained one, with one wait (`sample::sample_rows`, whose tables
+    /// hold the masks). Both give the same bits.
     fn sample(
         &mut self,
         rows: &[(SeqId, SampleRequest<'_>)],
@@ -559,9 +560,11 @@ impl Backend for CudaBackend {
             batch.push((&mut s.sampler, req));
         }
         if let [(sampler, req)] = batch.as_mut_slice() {
-            return Ok(vec![sampler.sample(req)?]);
+            if req.mask.is_none() {
+                return Ok(vec![sampler.sample(req)?]);
+            }
         }
-        sample::sample_rows(&mut batch, &mut self.sample_table)
+        sample::sample_rows(&mut batch, &mut self.sample_tables)
     }
 
     /// A captured graph's replay is queued and not waited for: a batched

@@ -26,8 +26,9 @@ use cudarc::driver::result as drv;
 use cudarc::driver::sys::CUdeviceptr;
 
 use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
+use crate::backend::cuda::graph::Pinned;
 use crate::backend::cuda::kernels::{
-    SampleArgmaxArgs, SampleBiasArgs, SampleLogprobsArgs, SampleMaskArgs, SampleRow,
+    MaskRow, SampleArgmaxArgs, SampleBiasArgs, SampleLogprobsArgs, SampleMaskRowsArgs, SampleRow,
     SampleSelectArgs, SampleSelectRowsArgs, SelectArgs,
 };
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
@@ -42,29 +43,51 @@ enum Choice {
     Select(SampleSelectArgs),
 }
 
-/// `table`, made room for `rows` sampling rows (`set_max_sequences` reserves it for
-/// every slot, so that serving never grows it).
-pub fn reserve_table<'t>(
-    dev: &Arc<CudaDevice>,
-    table: &'t mut Option<DevBuf>,
-    rows: usize,
-) -> Result<&'t DevBuf, BackendError> {
-    let bytes = (rows.max(1) * std::mem::size_of::<SampleRow>()) as u64;
-    if table.as_ref().is_none_or(|t| t.bytes() < bytes) {
-        *table = None;
-        *table = Some(dev.alloc(Purpose::Scratch, bytes.next_power_of_two())?);
+/// A batched step's sampling scratch: the rows' `sample_select_rows`
+/// table, and the constrained rows' [`MaskRow`]s and masks (on the device,
+/// and staged in pinned memory so that their copy is one queued transfer).
+#[derive(Default)]
+pub struct SampleTables {
+    select: Option<DevBuf>,
+    masks: Option<DevBuf>,
+    staged: Option<Pinned>,
+}
+
+impl SampleTables {
+    /// Room for `rows` sampling rows over `vocab` tokens
+    /// (`set_max_sequences` reserves it for every slot, so that serving
+    /// never grows it).
+    pub fn reserve(
+        &mut self,
+        dev: &Arc<CudaDevice>,
+        rows: usize,
+        vocab: usize,
+    ) -> Result<(), BackendError> {
+        let rows = rows.max(1);
+        let bytes = (rows * std::mem::size_of::<SampleRow>()) as u64;
+        if self.select.as_ref().is_none_or(|t| t.bytes() < bytes) {
+            self.select = None;
+            self.select = Some(dev.alloc(Purpose::Scratch, bytes.next_power_of_two())?);
+        }
+        let bytes = rows * mask_row_bytes(vocab);
+        if self.staged.as_ref().is_none_or(|p| p.bytes() < bytes) {
+            (self.staged, self.masks) = (None, None);
+            self.staged = Some(Pinned::new(dev, bytes)?);
+            self.masks = Some(dev.alloc(Purpose::Scratch, bytes as u64)?);
+        }
+        Ok(())
     }
-    Ok(table.as_ref().expect("made above"))
 }
 
 /// Samples one token for each `(sampler, request)` of a batched decode step
-/// with one wait: each greedy choice as `sample` makes it, the rest in one
+/// with one wait: the constrained rows' masks in one launch
+/// (`queue_masks`), each greedy choice as `sample` makes it, the rest in one
 /// `sample_select_rows` launch (a block each; every row's choice the one
 /// `sample_select` makes alone), then the log-probabilities where asked for.
-/// `table` is device scratch for that launch's rows, grown as needed.
+/// `tables` is the launches' scratch, grown as needed.
 pub fn sample_rows(
     rows: &mut [(&mut DeviceSampler, &SampleRequest)],
-    table: &mut Option<DevBuf>,
+    tables: &mut SampleTables,
 ) -> Result<Vec<SampledToken>, BackendError> {
     let Some((first, _)) = rows.first() else {
         return Ok(Vec::new());
@@ -75,6 +98,26 @@ pub fn sample_rows(
             "samplers of one step share a vocabulary".into(),
         ));
     }
+    let queued = queue_rows(rows, tables, &dev, scale);
+    if queued.is_err() {
+        // Nothing queued may still read the staged masks when the next
+        // call writes them.
+        dev.synchronize().ok();
+    }
+    queued?;
+    dev.synchronize()?;
+    rows.iter().map(|(s, req)| s.finish(req)).collect()
+}
+
+/// `sample_rows`' launches and copies, queued.
+fn queue_rows(
+    rows: &mut [(&mut DeviceSampler, &SampleRequest)],
+    tables: &mut SampleTables,
+    dev: &Arc<CudaDevice>,
+    scale: f64,
+) -> Result<(), BackendError> {
+    let vocab = rows[0].0.vocab;
+    queue_masks(rows, tables, dev)?;
     let mut selects = Vec::new();
     for (s, req) in rows.iter_mut() {
         match s.prepare(req)? {
@@ -83,12 +126,13 @@ pub fn sample_rows(
         }
     }
     if !selects.is_empty() {
-        let bytes = (selects.len() * std::mem::size_of::<SampleRow>()) as u64;
-        let t = reserve_table(&dev, table, selects.len())?;
+        tables.reserve(dev, selects.len(), vocab)?;
+        let t = tables.select.as_ref().expect("reserved above");
+        let bytes = selects.len() * std::mem::size_of::<SampleRow>();
         // SAFETY: `bytes` of plain C structs into a block of at least that
         // many; pageable memory is staged before the call returns.
         unsafe {
-            let raw = std::slice::from_raw_parts(selects.as_ptr() as *const u8, bytes as usize);
+            let raw = std::slice::from_raw_parts(selects.as_ptr() as *const u8, bytes);
             drv::memcpy_htod_async(t.ptr(), raw, dev.cu_stream())
         }
         .map_err(|e| driver_error("copying the sampling rows", e))?;
@@ -103,13 +147,73 @@ pub fn sample_rows(
     for (s, req) in rows.iter_mut() {
         s.queue_result(req)?;
     }
-    dev.synchronize()?;
-    rows.iter().map(|(s, req)| s.finish(req)).collect()
+    Ok(())
+}
+
+/// Queues the constrained rows' masks: their [`MaskRow`]s and masks written
+/// to the pinned stage, one copy to the device, one `sample_mask_rows`
+/// launch that leaves each row's masked logits in its sampler's adjusted
+/// copy (its bias, if any, is added after: see sample.cu).
+fn queue_masks(
+    rows: &[(&mut DeviceSampler, &SampleRequest)],
+    tables: &mut SampleTables,
+    dev: &Arc<CudaDevice>,
+) -> Result<(), BackendError> {
+    let vocab = rows[0].0.vocab;
+    let masked: Vec<(&DeviceSampler, &[u32])> = rows
+        .iter()
+        .filter_map(|(s, req)| req.mask.map(|bits| (&**s, bits)))
+        .collect();
+    if masked.is_empty() {
+        return Ok(());
+    }
+    for (_, bits) in &masked {
+        check_mask(bits, vocab)?;
+    }
+    tables.reserve(dev, masked.len(), vocab)?;
+    let (staged, table) = match (&tables.staged, &tables.masks) {
+        (Some(p), Some(t)) => (p, t),
+        _ => unreachable!("reserved above"),
+    };
+    let words = vocab.div_ceil(32);
+    let head = masked.len() * std::mem::size_of::<MaskRow>() / 4;
+    let len = head + masked.len() * words;
+    // SAFETY: the stage is page-aligned pinned memory of at least
+    // `len` u32 (reserved above), and no queued copy reads it: every
+    // sample waits for its stream before returning.
+    let stage = unsafe { std::slice::from_raw_parts_mut(staged.as_ptr() as *mut u32, len) };
+    for (r, (s, bits)) in masked.iter().enumerate() {
+        let (logits, adjusted) = (s.logits.ptr(), s.adjusted.ptr());
+        stage[4 * r..4 * r + 4].copy_from_slice(&[
+            logits as u32,
+            (logits >> 32) as u32,
+            adjusted as u32,
+            (adjusted >> 32) as u32,
+        ]);
+        stage[head + r * words..head + (r + 1) * words].copy_from_slice(bits);
+    }
+    dev.bind()?;
+    // SAFETY: `len` u32 into a device block of at least as many.
+    unsafe { drv::memcpy_htod_async(table.ptr(), &stage[..], dev.cu_stream()) }
+        .map_err(|e| driver_error("copying the constraints' masks", e))?;
+    let args = SampleMaskRowsArgs {
+        table: DevPtr::new(table.ptr()),
+        rows: masked.len(),
+        n: vocab as u32,
+        masks: DevPtr::new(table.ptr() + 4 * head as u64),
+        words: words as u32,
+    };
+    dev.kernels.launch(&dev.stream, &args)
 }
 
 /// Bytes of a mask over `vocab` tokens: a bit each, in u32 words.
 fn mask_bytes(vocab: usize) -> u64 {
     vocab.div_ceil(32) as u64 * 4
+}
+
+/// Bytes of one constrained row in [`SampleTables`]: its [`MaskRow`] and mask.
+fn mask_row_bytes(vocab: usize) -> usize {
+    std::mem::size_of::<MaskRow>() + mask_bytes(vocab) as usize
 }
 
 /// Bytes of the bias pairs for `vocab` tokens: at most one (id, delta) each.
@@ -138,8 +242,6 @@ pub struct DeviceSampler {
     keys: DevBuf,
     /// `[vocab]` u32: the distinct generated ids to penalize.
     ids: DevBuf,
-    /// `[ceil(vocab / 32)]` u32: a constrained job's mask (issue #43).
-    mask: DevBuf,
     /// `[2 * vocab]` u32: a job's (id, delta bits) biases (issue #43).
     bias: DevBuf,
     /// `[SAMPLE_OUT_WORDS]` u32: the result block.
@@ -167,7 +269,8 @@ impl DeviceSampler {
     pub fn bytes_for(vocab: usize) -> u64 {
         use crate::backend::cuda::device::align_up;
         4 * align_up(vocab as u64 * 4)
-            + align_up(mask_bytes(vocab))
+            // Its share of the backend's mask table (`SampleTables`).
+            + align_up(mask_row_bytes(vocab) as u64)
             + align_up(bias_bytes(vocab))
             + align_up(SAMPLE_OUT_WORDS as u64 * 4)
             + align_up(ARGMAX_BYTES)
@@ -193,7 +296,6 @@ impl DeviceSampler {
             adjusted: dev.alloc(Purpose::Weights, bytes)?,
             keys: dev.alloc(Purpose::Weights, bytes)?,
             ids: dev.alloc(Purpose::Weights, bytes)?,
-            mask: dev.alloc(Purpose::Weights, mask_bytes(vocab))?,
             bias: dev.alloc(Purpose::Weights, bias_bytes(vocab))?,
             out: dev.alloc(Purpose::Weights, SAMPLE_OUT_WORDS as u64 * 4)?,
             argmax,
@@ -244,8 +346,14 @@ impl DeviceSampler {
         Ok(v)
     }
 
-    /// Samples from the logits in the buffer (see the module comment).
+    /// Samples from the logits in the buffer (see the module comment); a
+    /// constrained row goes through [`sample_rows`], whose tables hold masks.
     pub fn sample(&mut self, req: &SampleRequest) -> Result<SampledToken, BackendError> {
+        if req.mask.is_some() {
+            return Err(BackendError::CallerBug(
+                "a masked row is sampled by sample_rows".into(),
+            ));
+        }
         match self.prepare(req)? {
             Choice::Argmax(a) => self.dev.kernels.launch(&self.dev.stream, &a)?,
             Choice::Select(a) => self.dev.kernels.launch(&self.dev.stream, &a)?,
@@ -298,12 +406,12 @@ impl DeviceSampler {
         };
         self.dev.bind()?;
         if req.adjusts() {
-            self.copy_to_adjusted()?;
+            // A constrained row's adjusted copy is queued by `queue_masks`.
+            if req.mask.is_none() {
+                self.copy_to_adjusted()?;
+            }
             if !req.bias.is_empty() {
                 self.apply_bias(req.bias)?;
-            }
-            if let Some(bits) = req.mask {
-                self.apply_mask(bits)?;
             }
         }
         let stream = self.dev.cu_stream();
@@ -371,23 +479,8 @@ impl DeviceSampler {
         }
     }
 
-    /// Queues the mask's copy and `sample_mask` over the adjusted logits.
-    fn apply_mask(&mut self, bits: &[u32]) -> Result<(), BackendError> {
-        check_mask(bits, self.vocab)?;
-        // SAFETY: `bits` fills the mask buffer exactly (checked above);
-        // pageable memory is staged before the call returns.
-        unsafe { drv::memcpy_htod_async(self.mask.ptr(), bits, self.dev.cu_stream()) }
-            .map_err(|e| driver_error("copying the constraint's mask", e))?;
-        let args = SampleMaskArgs {
-            logits: DevPtrMut::new(self.adjusted.ptr()),
-            n: self.vocab as u32,
-            allowed: DevPtr::new(self.mask.ptr()),
-        };
-        self.dev.kernels.launch(&self.dev.stream, &args)
-    }
-
-    /// Queues the bias pairs' copy and `sample_bias` over the adjusted logits (before
-    /// the mask, as `backend::adjust` on the host).
+    /// Queues the bias pairs' copy and `sample_bias` over the adjusted logits
+    /// (after the mask; `backend::adjust` adds before it, the same values).
     fn apply_bias(&mut self, bias: &[(u32, f32)]) -> Result<(), BackendError> {
         check_bias(bias, self.vocab)?;
         self.pairs.clear();

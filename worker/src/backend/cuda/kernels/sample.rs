@@ -1,7 +1,8 @@
 //! The kernels of `cuda/sample.cu`: the sampling pipeline over one logit
 //! vector (`sample_select`) or each row of a batched step's
 //! (`sample_select_rows`), greedy sampling over many blocks
-//! (`sample_argmax`) and the top log-probabilities (`sample_logprobs`).
+//! (`sample_argmax`), the top log-probabilities (`sample_logprobs`), and a
+//! job's adjustments before them (`sample_mask_rows`, `sample_bias`).
 
 use cudarc::driver::LaunchConfig;
 
@@ -28,8 +29,9 @@ unit_kernels! {
         Argmax = "sample_argmax",
         /// `sample_logprobs`: the top log-probabilities of one logit vector.
         Logprobs = "sample_logprobs",
-        /// `sample_mask`: a constraint's mask applied to one logit vector.
-        Mask = "sample_mask",
+        /// `sample_mask_rows`: each constrained row's logits, masked, into its
+        /// sampler's adjusted copy.
+        MaskRows = "sample_mask_rows",
         /// `sample_bias`: a job's additive biases applied to one logit vector.
         Bias = "sample_bias",
     }
@@ -47,7 +49,7 @@ impl Family for Sample {
     fn part(self) -> Option<u8> {
         match self {
             Sample::Select | Sample::SelectRows => Some(0),
-            Sample::Argmax | Sample::Logprobs | Sample::Mask | Sample::Bias => Some(1),
+            Sample::Argmax | Sample::Logprobs | Sample::MaskRows | Sample::Bias => Some(1),
         }
     }
     fn config(self, work: Work) -> Option<Result<LaunchConfig, BackendError>> {
@@ -55,10 +57,15 @@ impl Family for Sample {
             (Sample::Argmax, Work::Elements(n)) => {
                 Some(Ok(blocks((argmax_blocks(n), 1), SAMPLE_ARGMAX_THREADS)))
             }
-            (Sample::Mask, Work::Elements(n)) => Some(Ok(blocks(
-                (n.div_ceil(SAMPLE_MASK_THREADS as usize) as u32, 1),
-                SAMPLE_MASK_THREADS,
-            ))),
+            (Sample::MaskRows, Work::Rows { rows, cols }) if rows > 0 && rows <= 65535 => {
+                Some(Ok(blocks(
+                    (
+                        cols.div_ceil(SAMPLE_MASK_THREADS as usize) as u32,
+                        rows as u32,
+                    ),
+                    SAMPLE_MASK_THREADS,
+                )))
+            }
             (Sample::Bias, Work::Elements(n)) if n > 0 => Some(Ok(blocks(
                 (n.div_ceil(SAMPLE_BIAS_THREADS as usize) as u32, 1),
                 SAMPLE_BIAS_THREADS,
@@ -79,39 +86,76 @@ impl Family for Sample {
             Sample::SelectRows => pushed::<SampleSelectRowsArgs>(),
             Sample::Argmax => pushed::<SampleArgmaxArgs>(),
             Sample::Logprobs => pushed::<SampleLogprobsArgs>(),
-            Sample::Mask => pushed::<SampleMaskArgs>(),
+            Sample::MaskRows => pushed::<SampleMaskRowsArgs>(),
             Sample::Bias => pushed::<SampleBiasArgs>(),
         }
     }
 }
 
-/// Threads of a `sample_mask` block (as `SAMPLE_MASK_THREADS` in sample.cu).
+/// Threads of a `sample_mask_rows` block (as `SAMPLE_MASK_THREADS` in sample.cu).
 const SAMPLE_MASK_THREADS: u32 = 256;
 
-/// `sample_mask`: every logit whose bit in `allowed` is clear becomes -inf.
-#[derive(Clone, Copy, Debug)]
-pub struct SampleMaskArgs {
-    /// `[n]` f32, changed in place.
-    pub logits: DevPtrMut<f32>,
-    pub n: u32,
-    /// `[ceil(n / 32)]` u32: bit `id % 32` of word `id / 32` allows `id`.
-    pub allowed: DevPtr<u32>,
+/// One constrained row's buffers in `sample_mask_rows`'s table (sample.cu's
+/// `MaskRow`: the same fields in the same order).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MaskRow {
+    /// `[n]` f32: the step's logits.
+    pub logits: u64,
+    /// `[n]` f32: the sampler's adjusted copy, written.
+    pub adjusted: u64,
 }
 
-impl KernelCall for SampleMaskArgs {
+impl crate::backend::cuda::ptr::Elem for MaskRow {
+    #[cfg(test)]
+    const C_NAME: &'static str = "MaskRow";
+}
+
+/// `sample_mask_rows`: for each of `rows` rows, its logits into its
+/// adjusted buffer with every token whose bit in the row's mask is clear at
+/// -inf.
+#[derive(Clone, Copy, Debug)]
+pub struct SampleMaskRowsArgs {
+    /// `[rows]` [`MaskRow`]s.
+    pub table: DevPtr<MaskRow>,
+    pub rows: usize,
+    pub n: u32,
+    /// `[rows * words]` u32: row r's mask at `r * words`; bit `id % 32` of
+    /// word `id / 32` allows `id`.
+    pub masks: DevPtr<u32>,
+    /// `ceil(n / 32)`.
+    pub words: u32,
+}
+
+impl KernelCall for SampleMaskRowsArgs {
     type Kernel = Sample;
     fn plan(&self) -> Plan<Self::Kernel> {
-        let buffers = [
-            ("logits", self.logits.addr()),
-            ("allowed", self.allowed.addr()),
-        ];
+        let buffers = [("table", self.table.addr()), ("masks", self.masks.addr())];
         let n = self.n as usize;
-        plan(Sample::Mask, [("n", n)], buffers, Work::Elements(n))
+        plan(
+            Sample::MaskRows,
+            [("n", n), ("rows", self.rows)],
+            buffers,
+            Work::Rows {
+                rows: self.rows,
+                cols: n,
+            },
+        )
+    }
+    fn validate(&self) -> Result<(), BackendError> {
+        if self.words as usize != (self.n as usize).div_ceil(32) {
+            return Err(refusal(
+                Sample::MaskRows,
+                format!("{} mask words for {} logits", self.words, self.n),
+            ));
+        }
+        Ok(())
     }
     kernel_params! { self =>
-        DevPtrMut<f32> = self.logits,
+        DevPtr<MaskRow> = self.table,
         u32 = self.n,
-        DevPtr<u32> = self.allowed,
+        DevPtr<u32> = self.masks,
+        u32 = self.words,
     }
 }
 
