@@ -40,7 +40,7 @@ Feature: OpenAI-compatible API
     Given a worker on the reference model
     Then the async-openai client gets 400 naming "n" for:
       """
-      {"messages": [{"role": "user", "content": "hi"}], "n": 2}
+      {"messages": [{"role": "user", "content": "hi"}], "n": 0}
       """
     And the async-openai client gets 400 naming "temperature" for:
       """
@@ -53,3 +53,19 @@ Feature: OpenAI-compatible API
     And the async-openai client gets 404 for model "gpt-4o"
     And /openapi.json documents "/execute, /cancel, /health, /v1/chat/completions, /v1/completions, /v1/models"
     And /health says "healthy"
+
+  @EXT-043.14 @any
+  Scenario: Several choices of one request, each what its own seed gives, whole and streamed
+    Given a worker on the reference model with flags "--parallel 4"
+    When the async-openai client asks for 3 choices of this chat whole and streamed:
+      """
+      {"messages": [{"role": "user", "content": "Name a colour and say why you like it."}],
+       "max_tokens": 12, "temperature": 1.0, "seed": 7}
+      """
+    Then choice i is the one-choice answer with seed plus i, whole and streamed alike
+    And the usage counts the prompt once and every choice's tokens, whole and streamed
+    And /metrics counted the first request's prompt computed once and attached by its other choices
+    And the async-openai client gets 400 naming "n" for:
+      """
+      {"messages": [{"role": "user", "content": "hi"}], "n": 17}
+      """

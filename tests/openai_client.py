@@ -197,11 +197,40 @@ def test_bias(client, model):
     check(e.param == "logit_bias", f"bias: the bad id names logit_bias ({e.param})")
 
 
+def test_choices(client, model):
+    """n > 1 (issue 43): choice i is what seed + i gives alone, whole and streamed."""
+    kw = dict(model=model, messages=[{"role": "user", "content": "Name a colour."}], max_tokens=8, temperature=1.0)
+    whole = client.chat.completions.create(n=2, seed=11, **kw)
+    check([c.index for c in whole.choices] == [0, 1], "choices: two, indexed 0 and 1")
+    alone = [client.chat.completions.create(seed=11 + i, **kw) for i in (0, 1)]
+    check([c.message.content for c in whole.choices] == [a.choices[0].message.content for a in alone],
+          "choices: choice i is the answer of seed + i alone")
+    u = whole.usage
+    check(u.prompt_tokens == alone[0].usage.prompt_tokens
+          and u.completion_tokens == sum(a.usage.completion_tokens for a in alone),
+          f"choices: usage counts the prompt once and both choices ({u})")
+    texts, finishes, usages = ["", ""], [None, None], 0
+    for chunk in client.chat.completions.create(n=2, seed=11, stream=True, stream_options={"include_usage": True},
+                                                **kw):
+        usages += chunk.usage is not None
+        for c in chunk.choices:
+            texts[c.index] += c.delta.content or ""
+            finishes[c.index] = c.finish_reason or finishes[c.index]
+    check(texts == [c.message.content for c in whole.choices]
+          and finishes == [c.finish_reason for c in whole.choices] and usages == 1,
+          f"choices: the stream gives each choice's text and finish_reason, and one usage ({texts}, {usages})")
+    c = client.completions.create(model=model, prompt="Colours:", n=2, seed=11, max_tokens=8, temperature=1.0)
+    check([x.index for x in c.choices] == [0, 1], "choices: completions index their choices")
+    e = expect(openai.BadRequestError, lambda: client.chat.completions.create(n=3, **kw),
+               "choices: more than this worker holds (--queue-depth 1)")
+    check(e.param == "n", f"choices: the refusal names n ({e.param})")
+
+
 def test_errors(client, model):
     msgs = [{"role": "user", "content": "hi"}]
-    e = expect(openai.BadRequestError, lambda: client.chat.completions.create(model=model, messages=msgs, n=2),
-               "errors: n=2")
-    check(e.param == "n" and e.type == "invalid_request_error", "errors: n=2 names its param")
+    e = expect(openai.BadRequestError, lambda: client.chat.completions.create(model=model, messages=msgs, n=0),
+               "errors: n=0")
+    check(e.param == "n" and e.type == "invalid_request_error", "errors: n=0 names its param")
     e = expect(openai.BadRequestError,
                lambda: client.chat.completions.create(model=model, messages=msgs, max_tokens=100000),
                "errors: max_tokens too large")
@@ -444,6 +473,7 @@ def main():
         test_ignore_eos(client, model)
         test_reasoning_effort(client, model)
         test_errors(client, model)
+        test_choices(client, model)
         test_bias(client, model)
         test_tools(client, model)
         test_responses(client, model)

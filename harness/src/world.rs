@@ -34,7 +34,7 @@ use crate::process::{Launch, Worker};
 
 pub use budgets::Budgets;
 pub use config::SuiteConfig;
-pub use openai::{Answer, OpenAiRuns, ToolRun};
+pub use openai::{Answer, Choices, OpenAiRuns, ToolRun};
 pub use parity::{Haiku, Parity};
 pub use probes::Probes;
 pub use process::{tail, uuid_v4, Poll, Process};

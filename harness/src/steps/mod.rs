@@ -6,6 +6,7 @@
 //! - `observe`: `/health` and `/metrics`;
 //! - `model`: tokenizer and llama.cpp goldens, the haiku, parity logs, CPU-vs-CUDA;
 //! - `openai`: the OpenAI-compatible routes through the `async-openai` client;
+//! - `choices`: several choices of one request (`n`, issue 43);
 //! - `structured`: output under a JSON Schema, a regex or a grammar (issue 43);
 //! - `bias`: `logit_bias` and the presence and frequency penalties (issue 43);
 //! - `tools`, `tool_routes`: tool calls on the chat route, and on `/v1/messages`
@@ -20,6 +21,7 @@
 pub mod anthropic;
 pub mod bias;
 pub mod budgets;
+pub mod choices;
 pub mod model;
 pub mod observe;
 pub mod openai;

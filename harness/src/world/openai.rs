@@ -19,6 +19,22 @@ pub struct OpenAiRuns {
     /// choice and the stream put together (`steps::tools`).
     pub tool_request: Option<serde_json::Value>,
     pub tool_runs: Vec<ToolRun>,
+    /// Several choices of one request (`steps::choices`).
+    pub choices: Option<Choices>,
+}
+
+/// A chat of `n` choices (issue 43): the whole answer, each choice's
+/// stream put together (`{content, finish_reason}` by index), the chunks
+/// that carried a usage, the whole one-choice answers with each choice's
+/// seed, and how far the whole request moved the prefix cache's hit and
+/// miss token counts.
+#[derive(Debug, Default, Clone)]
+pub struct Choices {
+    pub whole: serde_json::Value,
+    pub streamed: Vec<serde_json::Value>,
+    pub usage_chunks: Vec<serde_json::Value>,
+    pub singles: Vec<serde_json::Value>,
+    pub cache_counts: (u64, u64),
 }
 
 /// One seed's chat with tools, as JSON: the whole answer's first choice,

@@ -37,12 +37,13 @@ struct Running {
     cancel: Arc<CancelFlag>,
 }
 
-/// Why a job was not queued; the job comes back so its caller can answer.
+/// Why jobs were not queued; the jobs come back so their caller can answer.
 pub enum PushError {
-    Full(Box<Job>),
-    Closed(Box<Job>),
-    /// A job with this id is already waiting or running.
-    DuplicateId(Box<Job>),
+    Full(Vec<Box<Job>>),
+    Closed(Vec<Box<Job>>),
+    /// A job with one of these ids is already waiting or running, or two
+    /// share one.
+    DuplicateId(Vec<Box<Job>>),
 }
 
 /// What the engine gets when it asks for work.
@@ -88,28 +89,45 @@ impl JobQueue {
 
     /// Queues a job behind those already waiting.
     pub fn push(&self, job: Job) -> Result<(), PushError> {
-        let job = Box::new(job);
+        self.push_all(vec![job])
+    }
+
+    /// Queues `jobs` together behind those already waiting (the choices of
+    /// one request): all of them, or none when the queue has no room for
+    /// all, is closed, or one of their ids is taken.
+    pub fn push_all(&self, jobs: Vec<Job>) -> Result<(), PushError> {
+        let jobs: Vec<Box<Job>> = jobs.into_iter().map(Box::new).collect();
         let mut st = self.lock();
         if st.closed {
-            return Err(PushError::Closed(job));
+            return Err(PushError::Closed(jobs));
         }
-        let duplicate =
-            st.running.iter().any(|r| r.id == job.id) || st.waiting.iter().any(|j| j.id == job.id);
+        let taken = |id: &str| {
+            st.running.iter().any(|r| r.id == id) || st.waiting.iter().any(|j| j.id == id)
+        };
+        let duplicate = jobs
+            .iter()
+            .enumerate()
+            .any(|(i, job)| taken(&job.id) || jobs[..i].iter().any(|j| j.id == job.id));
         if duplicate {
-            return Err(PushError::DuplicateId(job));
+            return Err(PushError::DuplicateId(jobs));
         }
         // The oldest waiting jobs are about to take the free slots and do not
         // take any of the `capacity` places.
         let room = self.capacity + self.parallel.saturating_sub(st.running.len());
-        if st.waiting.len() >= room {
-            return Err(PushError::Full(job));
+        if st.waiting.len() + jobs.len() > room {
+            return Err(PushError::Full(jobs));
         }
-        // Counted while the lock keeps the engine from taking it: a job can
-        // never end before it was admitted.
-        job.sink.admitted();
-        st.waiting.push_back(job);
+        let count = jobs.len();
+        for job in jobs {
+            // Counted while the lock keeps the engine from taking it: a job
+            // can never end before it was admitted.
+            job.sink.admitted();
+            st.waiting.push_back(job);
+        }
         drop(st);
-        self.arrived.notify_one();
+        for _ in 0..count {
+            self.arrived.notify_one();
+        }
         Ok(())
     }
 
@@ -350,13 +368,41 @@ mod tests {
             q.push(job_counted_in("a", &ledger)),
             q.push(job_counted_in("b", &ledger)),
         ] {
-            let Err(PushError::DuplicateId(j) | PushError::Full(j)) = refused else {
+            let Err(PushError::DuplicateId(jobs) | PushError::Full(jobs)) = refused else {
                 panic!("refused")
             };
-            j.sink.discard();
+            jobs.into_iter().for_each(|j| j.sink.discard());
         }
         assert_eq!(ledger.jobs(), (1, 0));
         assert_eq!(popped_id(&q), "a");
+    }
+
+    /// A request's choices (issue 43) are queued all together or not at
+    /// all: no room for every one, or an id taken or given twice, queues none.
+    #[test]
+    fn jobs_pushed_together_are_queued_all_or_none() {
+        let q = JobQueue::new(2, 1);
+        assert!(q.push(job("a")).is_ok());
+        let refused = q.push_all(vec![job("b"), job("c"), job("d")]);
+        let Err(PushError::Full(jobs)) = refused else {
+            panic!("three more do not fit in three places")
+        };
+        assert_eq!(jobs.len(), 3);
+        jobs.into_iter().for_each(|j| j.sink.discard());
+        assert!(matches!(
+            q.push_all(vec![job("b"), job("b")]),
+            Err(PushError::DuplicateId(_))
+        ));
+        assert!(matches!(
+            q.push_all(vec![job("b"), job("a")]),
+            Err(PushError::DuplicateId(_))
+        ));
+        assert_eq!(q.len(), 1, "nothing of the refused pushes was queued");
+        assert!(q.push_all(vec![job("b"), job("c")]).is_ok());
+        for want in ["a", "b", "c"] {
+            assert_eq!(popped_id(&q), want);
+            q.finish_running(want);
+        }
     }
 
     #[test]

@@ -177,20 +177,27 @@ impl EngineHandle {
     /// the job's stream is discarded unopened; the caller answers with the
     /// returned error and counts it as [`SubmitError::outcome`].
     pub fn submit(&self, job: Job) -> Result<(), SubmitError> {
-        match self.queue.push(job) {
+        self.submit_all(vec![job])
+    }
+
+    /// Queues the accepted jobs of one request together, as
+    /// [`EngineHandle::submit`] queues one: all of them, or none.
+    pub fn submit_all(&self, jobs: Vec<Job>) -> Result<(), SubmitError> {
+        let discard = |jobs: Vec<Box<Job>>| jobs.into_iter().for_each(|j| j.sink.discard());
+        match self.queue.push_all(jobs) {
             Ok(()) => Ok(()),
-            Err(PushError::Full(job)) => {
-                job.sink.discard();
+            Err(PushError::Full(jobs)) => {
+                discard(jobs);
                 Err(SubmitError::QueueFull(JobError::queue_full(
                     self.queue.capacity(),
                 )))
             }
-            Err(PushError::Closed(job)) => {
-                job.sink.discard();
+            Err(PushError::Closed(jobs)) => {
+                discard(jobs);
                 Err(SubmitError::ShuttingDown(JobError::shutting_down()))
             }
-            Err(PushError::DuplicateId(job)) => {
-                job.sink.discard();
+            Err(PushError::DuplicateId(jobs)) => {
+                discard(jobs);
                 Err(SubmitError::DuplicateId(JobError::invalid(
                     "job_id: a job with this id is already queued or running",
                 )))

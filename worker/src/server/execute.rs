@@ -74,8 +74,29 @@ pub(super) async fn admit(
     prompt_ids: Option<Vec<u32>>,
     headers: &HeaderMap,
 ) -> Result<(ValidExecuteRequest, UnboundedReceiver<JobEvent>), ApiError> {
+    let (valid, mut events) = admit_choices(state, body, prompt_ids, headers, 1).await?;
+    let events = events.pop().expect("one choice, one stream");
+    Ok((valid, events))
+}
+
+/// [`admit`] for `n` choices of one request (OpenAI's `n`): validated once,
+/// then a job for each choice ([`ValidExecuteRequest::choice`]), queued
+/// together, all or none; their streams in the choices' order.
+pub(super) async fn admit_choices(
+    state: &AppState,
+    body: Result<ExecuteRequest, ApiError>,
+    prompt_ids: Option<Vec<u32>>,
+    headers: &HeaderMap,
+    n: usize,
+) -> Result<(ValidExecuteRequest, Vec<UnboundedReceiver<JobEvent>>), ApiError> {
     let valid = validate_request(state, body, prompt_ids).await?;
-    let events = queue(state, &valid, headers)?;
+    let (jobs, events): (Vec<Job>, Vec<_>) = (0..n)
+        .map(|i| accept(state, &valid.choice(i), headers))
+        .unzip();
+    state
+        .engine
+        .submit_all(jobs)
+        .map_err(|e| refuse(state, e.outcome(), e.into_error().into()))?;
     Ok((valid, events))
 }
 
@@ -186,13 +207,13 @@ async fn validate_request(
     checked.map_err(|e| refuse_invalid(state, e))
 }
 
-/// Step 2: accept the job (its stream opens with `started`) and hand it to
-/// the engine's queue; a full queue or a duplicate id refuses it.
-fn queue(
+/// Step 2: accept the job: its stream opens with `started`; the caller hands
+/// it to the engine's queue, where a full queue or a duplicate id refuses it.
+fn accept(
     state: &AppState,
     valid: &ValidExecuteRequest,
     headers: &HeaderMap,
-) -> Result<UnboundedReceiver<JobEvent>, ApiError> {
+) -> (Job, UnboundedReceiver<JobEvent>) {
     let deadline = headers
         .get("x-deadline")
         .and_then(|v| v.to_str().ok())
@@ -221,11 +242,7 @@ fn queue(
         cancel: Arc::new(CancelFlag::default()),
         sink,
     };
-    state
-        .engine
-        .submit(job)
-        .map_err(|e| refuse(state, e.outcome(), e.into_error().into()))?;
-    Ok(events)
+    (job, events)
 }
 
 /// Step 3: frame the job's events as SSE until its terminal event.

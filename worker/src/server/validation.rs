@@ -155,6 +155,19 @@ impl ValidExecuteRequest {
             bias: self.bias.clone(),
         }
     }
+
+    /// Choice `index` of a request of several (OpenAI's `n`): the first is
+    /// the request itself; the others have the id `<job_id>-<index>` and
+    /// the seed `seed + index`, so that the choices differ and each is
+    /// reproducible from the request's seed.
+    pub fn choice(&self, index: usize) -> ValidExecuteRequest {
+        let mut c = self.clone();
+        if index > 0 {
+            c.job_id = format!("{}-{index}", self.job_id);
+            c.sampling.seed = self.sampling.seed.wrapping_add(index as u64);
+        }
+        c
+    }
 }
 
 /// One broken rule.

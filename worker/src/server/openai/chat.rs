@@ -12,14 +12,14 @@ use super::error::{OpenAiError, Refusals};
 use super::handle::{answer, open, Body};
 use super::reply::{finish_reason, Collected, Part, ReplyCtx, SYSTEM_FINGERPRINT};
 use super::request;
-use super::stream::{error_lines, DONE};
+
 use super::tools::format::ToolFormat;
 use super::tools::parse::{CallParser, ParsedCall, Released};
 use super::tools::release::Release;
 use super::tools::types::{FunctionDelta, FunctionOut, ToolCallDelta, ToolCallOut};
 use super::types::{
     AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk,
-    ChatCompletionRequest, ChatDelta, ChatLogprobs,
+    ChatCompletionRequest, ChatDelta, ChatLogprobs, Usage,
 };
 use crate::engine::generate::GenerationSummary;
 use crate::engine::job::JobEvent;
@@ -52,7 +52,7 @@ pub async fn chat_completions(
         let mut stream = ChatStream::new(ctx);
         move |event: &JobEvent| stream.lines(event)
     };
-    answer(ctx, events, lines, completion).await
+    answer(ctx, events, lines, usage_line, completion).await
 }
 
 /// A reply's content and calls: with tools, read by the parser from every
@@ -67,9 +67,36 @@ fn content_and_calls(ctx: &ReplyCtx, c: &Collected) -> (Option<String>, Vec<Pars
     ((!only_calls).then_some(out.content), out.calls)
 }
 
-/// The whole answer of a non-streaming request.
-pub fn completion(ctx: &ReplyCtx, c: &Collected) -> ChatCompletion {
-    let summary = c.summary.as_ref().expect("a collected job has its summary");
+/// The whole answer of a non-streaming request: a choice for each job.
+pub fn completion(ctx: &ReplyCtx, choices: &[Collected]) -> ChatCompletion {
+    let summaries: Vec<GenerationSummary> = choices
+        .iter()
+        .map(|c| c.summary.clone().expect("a collected job has its summary"))
+        .collect();
+    ChatCompletion {
+        id: ctx.id.clone(),
+        object: "chat.completion".into(),
+        created: ctx.created,
+        model: ctx.model.clone(),
+        system_fingerprint: SYSTEM_FINGERPRINT.into(),
+        choices: choices
+            .iter()
+            .zip(&summaries)
+            .enumerate()
+            .map(|(i, (c, summary))| chat_choice(ctx, i as u32, c, summary))
+            .collect(),
+        usage: ctx.usage_of(&summaries),
+    }
+}
+
+/// Choice `index` of a whole answer: its message (content, calls,
+/// reasoning), log-probabilities and finish reason.
+fn chat_choice(
+    ctx: &ReplyCtx,
+    index: u32,
+    c: &Collected,
+    summary: &GenerationSummary,
+) -> ChatChoice {
     let logprobs = ctx.shape.logprobs.then(|| ChatLogprobs {
         content: c.tokens.iter().map(|t| ctx.logprob_entry(t)).collect(),
     });
@@ -80,24 +107,16 @@ pub fn completion(ctx: &ReplyCtx, c: &Collected) -> ChatCompletion {
         "tool_calls"
     };
     let tool_calls = (!calls.is_empty()).then(|| calls.into_iter().map(call_out).collect());
-    ChatCompletion {
-        id: ctx.id.clone(),
-        object: "chat.completion".into(),
-        created: ctx.created,
-        model: ctx.model.clone(),
-        system_fingerprint: SYSTEM_FINGERPRINT.into(),
-        choices: vec![ChatChoice {
-            index: 0,
-            message: AssistantMessage {
-                role: "assistant".into(),
-                content,
-                tool_calls,
-                reasoning_content: Some(c.text_of(ctx, Part::Reasoning)).filter(|r| !r.is_empty()),
-            },
-            logprobs,
-            finish_reason: finish.into(),
-        }],
-        usage: ctx.usage(summary),
+    ChatChoice {
+        index,
+        message: AssistantMessage {
+            role: "assistant".into(),
+            content,
+            tool_calls,
+            reasoning_content: Some(c.text_of(ctx, Part::Reasoning)).filter(|r| !r.is_empty()),
+        },
+        logprobs,
+        finish_reason: finish.into(),
     }
 }
 
@@ -124,13 +143,15 @@ fn chunk(ctx: &ReplyCtx, choices: Vec<ChatChunkChoice>, tokens: usize) -> ChatCo
     }
 }
 
+/// A chunk's one choice: the context's.
 fn choice(
+    ctx: &ReplyCtx,
     delta: ChatDelta,
     logprobs: Option<ChatLogprobs>,
     finish: Option<&str>,
 ) -> ChatChunkChoice {
     ChatChunkChoice {
-        index: 0,
+        index: ctx.choice,
         delta,
         logprobs,
         finish_reason: finish.map(str::to_string),
@@ -142,8 +163,9 @@ fn json(c: &ChatCompletionChunk) -> String {
 }
 
 /// The `data:` lines one job event becomes: the role first, one chunk per
-/// token that releases text or carries log-probabilities, the finish reason,
-/// the usage when asked for, then `[DONE]`.
+/// token that releases text or carries log-probabilities, then the finish
+/// reason (the usage, `[DONE]` and errors are the stream's: see
+/// `stream::sse_choices`).
 pub fn chunk_lines(ctx: &ReplyCtx, event: &JobEvent) -> Vec<String> {
     match event {
         JobEvent::Started(_) => {
@@ -152,7 +174,7 @@ pub fn chunk_lines(ctx: &ReplyCtx, event: &JobEvent) -> Vec<String> {
                 content: Some(String::new()),
                 ..ChatDelta::default()
             };
-            vec![json(&chunk(ctx, vec![choice(delta, None, None)], 0))]
+            vec![json(&chunk(ctx, vec![choice(ctx, delta, None, None)], 0))]
         }
         JobEvent::Token(t) if t.text.is_empty() && !ctx.shape.logprobs => Vec::new(),
         JobEvent::Token(t) => {
@@ -173,26 +195,27 @@ pub fn chunk_lines(ctx: &ReplyCtx, event: &JobEvent) -> Vec<String> {
             };
             vec![json(&chunk(
                 ctx,
-                vec![choice(delta, logprobs, None)],
+                vec![choice(ctx, delta, logprobs, None)],
                 t.index + 1,
             ))]
         }
-        JobEvent::End(summary) => end_lines(ctx, summary, finish_reason(summary)),
-        JobEvent::Error(e) => error_lines(e),
+        JobEvent::End(summary) => vec![end_line(ctx, summary, finish_reason(summary))],
+        JobEvent::Error(_) => Vec::new(),
     }
 }
 
-/// The last chunk (its `finish_reason`), the usage when asked for, `[DONE]`.
-fn end_lines(ctx: &ReplyCtx, summary: &GenerationSummary, finish: &str) -> Vec<String> {
-    let last = choice(ChatDelta::default(), None, Some(finish));
-    let mut lines = vec![json(&chunk(ctx, vec![last], summary.tokens_out))];
-    if ctx.shape.include_usage {
-        let mut usage = chunk(ctx, Vec::new(), summary.tokens_out);
-        usage.usage = Some(Some(ctx.usage(summary)));
-        lines.push(json(&usage));
-    }
-    lines.push(DONE.to_string());
-    lines
+/// A choice's last chunk: its `finish_reason`.
+fn end_line(ctx: &ReplyCtx, summary: &GenerationSummary, finish: &str) -> String {
+    let last = choice(ctx, ChatDelta::default(), None, Some(finish));
+    json(&chunk(ctx, vec![last], summary.tokens_out))
+}
+
+/// The chunk of the request's usage, after every choice's last chunk (with
+/// `stream_options.include_usage`): no choices.
+pub fn usage_line(ctx: &ReplyCtx, usage: Usage) -> String {
+    let mut c = chunk(ctx, Vec::new(), usage.completion_tokens);
+    c.usage = Some(Some(usage));
+    json(&c)
 }
 
 /// A chat stream: [`chunk_lines`] without tools; with them, the tokens go
@@ -237,7 +260,7 @@ impl ChatStream {
                 } else {
                     finish_reason(summary)
                 };
-                lines.extend(end_lines(&self.ctx, summary, finish));
+                lines.push(end_line(&self.ctx, summary, finish));
                 lines
             }
             _ => chunk_lines(&self.ctx, event),
@@ -262,7 +285,7 @@ impl ChatStream {
             };
             lines.push(json(&chunk(
                 ctx,
-                vec![choice(delta, logprobs, None)],
+                vec![choice(ctx, delta, logprobs, None)],
                 tokens,
             )));
         }
@@ -292,7 +315,11 @@ impl ChatStream {
                     tool_calls: Some(vec![piece]),
                     ..ChatDelta::default()
                 };
-                lines.push(json(&chunk(ctx, vec![choice(delta, None, None)], tokens)));
+                lines.push(json(&chunk(
+                    ctx,
+                    vec![choice(ctx, delta, None, None)],
+                    tokens,
+                )));
             }
         }
         lines
@@ -302,6 +329,7 @@ impl ChatStream {
 #[cfg(test)]
 mod tests {
     use super::super::reply::tests::{ctx, started, token};
+    use super::super::stream::{usage_then_done, Framing};
     use super::*;
     use crate::engine::generate::{GenerationSummary, StopReason};
     use crate::engine::JobError;
@@ -322,6 +350,18 @@ mod tests {
         lines
             .iter()
             .map(|l| serde_json::from_str(l).unwrap_or(Value::String(l.clone())))
+            .collect()
+    }
+
+    /// A one-choice stream of `events`, framed as the route frames it
+    /// (`stream::sse_choices`).
+    fn streamed(c: &ReplyCtx, events: &[JobEvent]) -> Vec<Value> {
+        let mut chat = ChatStream::new(c.clone());
+        let to_lines = move |e: &JobEvent| chat.lines(e);
+        let mut framing = Framing::new(vec![to_lines], usage_then_done(c.clone(), usage_line));
+        events
+            .iter()
+            .flat_map(|e| parse(framing.lines(0, e).0))
             .collect()
     }
 
@@ -348,7 +388,7 @@ mod tests {
             tokens: tokens.clone(),
             summary: Some(summary(StopReason::Eos)),
         };
-        let m = &completion(&c, &collected).choices[0].message;
+        let m = &completion(&c, std::slice::from_ref(&collected)).choices[0].message;
         assert_eq!(m.content.as_deref(), Some("Yes"));
         assert_eq!(m.reasoning_content.as_deref(), Some("Hm"));
         let deltas: Vec<Value> = tokens
@@ -364,7 +404,7 @@ mod tests {
             ]
         );
         // Another model's text is all content.
-        let plain = completion(&ctx(false, 0, false), &collected);
+        let plain = completion(&ctx(false, 0, false), std::slice::from_ref(&collected));
         assert_eq!(
             plain.choices[0].message.content.as_deref(),
             Some("analysisHmassistantYes")
@@ -375,15 +415,15 @@ mod tests {
     #[test]
     fn a_stream_is_role_tokens_finish_usage_done() {
         let c = ctx(false, 0, true);
-        let mut out = Vec::new();
-        for ev in [
-            started(),
-            JobEvent::Token(token(0, b'H', &[])),
-            JobEvent::Token(token(1, b'i', &[])),
-            JobEvent::End(summary(StopReason::MaxTokens)),
-        ] {
-            out.extend(parse(chunk_lines(&c, &ev)));
-        }
+        let out = streamed(
+            &c,
+            &[
+                started(),
+                JobEvent::Token(token(0, b'H', &[])),
+                JobEvent::Token(token(1, b'i', &[])),
+                JobEvent::End(summary(StopReason::MaxTokens)),
+            ],
+        );
         assert_eq!(out.len(), 6);
         let head = json!({"id": "x-1", "object": "chat.completion.chunk", "created": 1_700_000_000,
             "model": "smol", "system_fingerprint": SYSTEM_FINGERPRINT, "usage": null,
@@ -400,6 +440,43 @@ mod tests {
         assert_eq!(out[5], "[DONE]");
     }
 
+    /// Two choices: each chunk has its choice's index; one usage chunk
+    /// (both choices' tokens) and one `[DONE]` after the last end; an error
+    /// in either ends the stream at once.
+    #[test]
+    fn two_choices_share_one_usage_and_done() {
+        let c = ctx(false, 0, true);
+        let lines_of = |choice| {
+            let mut s = ChatStream::new(ReplyCtx {
+                choice,
+                ..c.clone()
+            });
+            move |e: &JobEvent| s.lines(e)
+        };
+        let tail = || usage_then_done(c.clone(), usage_line);
+        let mut f = Framing::new(vec![lines_of(0), lines_of(1)], tail());
+        let (lines, over) = f.lines(1, &JobEvent::Token(token(0, b'b', &[])));
+        assert!(!over);
+        assert_eq!(parse(lines)[0]["choices"][0]["index"], 1);
+        let (lines, over) = f.lines(0, &JobEvent::End(summary(StopReason::Eos)));
+        assert!(!over);
+        assert_eq!(parse(lines)[0]["choices"][0]["index"], 0);
+        let (lines, over) = f.lines(1, &JobEvent::End(summary(StopReason::MaxTokens)));
+        assert!(over);
+        let out = parse(lines);
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0]["choices"][0]["finish_reason"], "length");
+        assert_eq!(out[1]["usage"]["completion_tokens"], 4);
+        assert_eq!(out[2], "[DONE]");
+
+        let mut f = Framing::new(vec![lines_of(0), lines_of(1)], tail());
+        let (lines, over) = f.lines(0, &JobEvent::Error(JobError::timeout(3)));
+        assert!(over);
+        let out = parse(lines);
+        assert_eq!(out[0]["error"]["code"], "inference_timeout");
+        assert_eq!(out[1], "[DONE]");
+    }
+
     #[test]
     fn without_include_usage_chunks_have_no_usage_key() {
         let c = ctx(true, 2, false);
@@ -412,7 +489,7 @@ mod tests {
         assert_eq!(lp["token"], "a");
         assert_eq!(lp["bytes"], json!([97]));
         assert_eq!(lp["top_logprobs"].as_array().unwrap().len(), 2);
-        let end = parse(chunk_lines(&c, &JobEvent::End(summary(StopReason::Eos))));
+        let end = streamed(&c, &[JobEvent::End(summary(StopReason::Eos))]);
         assert_eq!(end.len(), 2);
         assert_eq!(end[0]["choices"][0]["finish_reason"], "stop");
     }
@@ -429,7 +506,7 @@ mod tests {
     #[test]
     fn an_error_mid_stream_is_an_error_object_then_done() {
         let c = ctx(false, 0, false);
-        let lines = parse(chunk_lines(&c, &JobEvent::Error(JobError::timeout(3))));
+        let lines = streamed(&c, &[JobEvent::Error(JobError::timeout(3))]);
         assert_eq!(lines[0]["error"]["code"], "inference_timeout");
         assert_eq!(lines[0]["error"]["type"], "server_error");
         assert_eq!(lines[1], "[DONE]");
@@ -445,7 +522,7 @@ mod tests {
             ],
             summary: Some(summary(StopReason::StopSequence("\n".into()))),
         };
-        let v = serde_json::to_value(completion(&c, &collected)).unwrap();
+        let v = serde_json::to_value(completion(&c, std::slice::from_ref(&collected))).unwrap();
         assert_eq!(v["object"], "chat.completion");
         assert_eq!(
             v["choices"][0]["message"],
@@ -497,14 +574,12 @@ mod tests {
             .enumerate()
             .map(|(i, p)| text_token(i, p))
             .collect();
-        let mut stream = ChatStream::new(c.clone());
-        let mut out = parse(stream.lines(&started()));
-        for t in &tokens {
-            out.extend(parse(stream.lines(&JobEvent::Token(t.clone()))));
-        }
-        out.extend(parse(
-            stream.lines(&JobEvent::End(summary(StopReason::Eos))),
-        ));
+        let events: Vec<JobEvent> = [started()]
+            .into_iter()
+            .chain(tokens.iter().cloned().map(JobEvent::Token))
+            .chain([JobEvent::End(summary(StopReason::Eos))])
+            .collect();
+        let out = streamed(&c, &events);
         let deltas: Vec<&Value> = out
             .iter()
             .filter_map(|l| l.get("choices")?.get(0))
@@ -532,7 +607,7 @@ mod tests {
             tokens,
             summary: Some(summary(StopReason::Eos)),
         };
-        let whole = completion(&c, &collected);
+        let whole = completion(&c, std::slice::from_ref(&collected));
         let m = &whole.choices[0].message;
         assert_eq!(m.content.as_deref(), Some("Checking."));
         let call = &m.tool_calls.as_ref().unwrap()[0];
@@ -551,14 +626,13 @@ mod tests {
     #[test]
     fn a_false_start_is_content_by_the_end() {
         let c = tool_ctx(ToolFormat::Hermes);
-        let mut stream = ChatStream::new(c);
-        let mut out = Vec::new();
-        for (i, p) in ["1 ", "<", "tool"].iter().enumerate() {
-            out.extend(parse(stream.lines(&JobEvent::Token(text_token(i, p)))));
-        }
-        out.extend(parse(
-            stream.lines(&JobEvent::End(summary(StopReason::MaxTokens))),
-        ));
+        let events: Vec<JobEvent> = ["1 ", "<", "tool"]
+            .iter()
+            .enumerate()
+            .map(|(i, p)| JobEvent::Token(text_token(i, p)))
+            .chain([JobEvent::End(summary(StopReason::MaxTokens))])
+            .collect();
+        let out = streamed(&c, &events);
         let content: String = out
             .iter()
             .filter_map(|l| l["choices"][0]["delta"]["content"].as_str())

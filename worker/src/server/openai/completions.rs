@@ -12,8 +12,8 @@ use super::error::{OpenAiError, Refusals};
 use super::handle::{answer, open, Body};
 use super::reply::{finish_reason, Collected, ReplyCtx, SYSTEM_FINGERPRINT};
 use super::request;
-use super::stream::{error_lines, DONE};
-use super::types::{Completion, CompletionChoice, CompletionLogprobs, CompletionRequest};
+use super::types::{Completion, CompletionChoice, CompletionLogprobs, CompletionRequest, Usage};
+use crate::engine::generate::GenerationSummary;
 use crate::engine::job::{JobEvent, TokenOut};
 use crate::server::AppState;
 
@@ -46,7 +46,7 @@ pub async fn completions(
         let mut stream = StreamState { ctx, offset: 0 };
         move |event: &JobEvent| stream.lines(event)
     };
-    answer(ctx, events, lines, completion).await
+    answer(ctx, events, lines, usage_line, completion).await
 }
 
 /// Appends one token to the legacy `logprobs` lists; `offset` is the
@@ -76,28 +76,45 @@ fn text_completion(ctx: &ReplyCtx, choices: Vec<CompletionChoice>) -> Completion
     }
 }
 
-/// The whole answer of a non-streaming request.
-pub fn completion(ctx: &ReplyCtx, c: &Collected) -> Completion {
-    let summary = c.summary.as_ref().expect("a collected job has its summary");
-    let logprobs = ctx.shape.logprobs.then(|| {
-        let mut lp = CompletionLogprobs::default();
-        let mut offset = 0;
-        for t in &c.tokens {
-            push_logprobs(ctx, &mut lp, t, offset);
-            offset += t.text.chars().count();
-        }
-        lp
-    });
-    let choice = CompletionChoice {
-        index: 0,
-        text: c.text(),
-        logprobs,
-        finish_reason: Some(finish_reason(summary).into()),
-    };
+/// The whole answer of a non-streaming request: a choice for each job.
+pub fn completion(ctx: &ReplyCtx, choices: &[Collected]) -> Completion {
+    let summaries: Vec<GenerationSummary> = choices
+        .iter()
+        .map(|c| c.summary.clone().expect("a collected job has its summary"))
+        .collect();
+    let choices = choices
+        .iter()
+        .zip(&summaries)
+        .enumerate()
+        .map(|(i, (c, summary))| CompletionChoice {
+            index: i as u32,
+            text: c.text(),
+            logprobs: ctx.shape.logprobs.then(|| {
+                let mut lp = CompletionLogprobs::default();
+                let mut offset = 0;
+                for t in &c.tokens {
+                    push_logprobs(ctx, &mut lp, t, offset);
+                    offset += t.text.chars().count();
+                }
+                lp
+            }),
+            finish_reason: Some(finish_reason(summary).into()),
+        })
+        .collect();
     Completion {
-        usage: Some(Some(ctx.usage(summary))),
-        ..text_completion(ctx, vec![choice])
+        usage: Some(Some(ctx.usage_of(&summaries))),
+        ..text_completion(ctx, choices)
     }
+}
+
+/// The chunk of the request's usage, after every choice's last chunk (with
+/// `stream_options.include_usage`): no choices.
+pub fn usage_line(ctx: &ReplyCtx, usage: Usage) -> String {
+    let c = Completion {
+        usage: Some(Some(usage)),
+        ..text_completion(ctx, Vec::new())
+    };
+    serde_json::to_string(&c).expect("chunks serialize")
 }
 
 /// A stream's reply facts and the characters sent so far.
@@ -115,8 +132,9 @@ impl StreamState {
     }
 
     /// The `data:` lines one job event becomes: one chunk per token that
-    /// releases text or carries log-probabilities, the finish reason, the
-    /// usage when asked for, then `[DONE]`.
+    /// releases text or carries log-probabilities, then the finish reason
+    /// (the usage, `[DONE]` and errors are the stream's: see
+    /// `stream::sse_choices`).
     pub fn lines(&mut self, event: &JobEvent) -> Vec<String> {
         let json = |c: &Completion| serde_json::to_string(c).expect("chunks serialize");
         match event {
@@ -130,7 +148,7 @@ impl StreamState {
                 });
                 self.offset += t.text.chars().count();
                 let choice = CompletionChoice {
-                    index: 0,
+                    index: self.ctx.choice,
                     text: t.text.clone(),
                     logprobs,
                     finish_reason: None,
@@ -139,21 +157,14 @@ impl StreamState {
             }
             JobEvent::End(summary) => {
                 let last = CompletionChoice {
-                    index: 0,
+                    index: self.ctx.choice,
                     text: String::new(),
                     logprobs: None,
                     finish_reason: Some(finish_reason(summary).into()),
                 };
-                let mut lines = vec![json(&self.chunk(vec![last], summary.tokens_out))];
-                if self.ctx.shape.include_usage {
-                    let mut usage = self.chunk(Vec::new(), summary.tokens_out);
-                    usage.usage = Some(Some(self.ctx.usage(summary)));
-                    lines.push(json(&usage));
-                }
-                lines.push(DONE.to_string());
-                lines
+                vec![json(&self.chunk(vec![last], summary.tokens_out))]
             }
-            JobEvent::Error(e) => error_lines(e),
+            JobEvent::Error(_) => Vec::new(),
         }
     }
 }
@@ -161,6 +172,7 @@ impl StreamState {
 #[cfg(test)]
 mod tests {
     use super::super::reply::tests::{ctx, token};
+    use super::super::stream::{usage_then_done, Framing};
     use super::*;
     use crate::engine::generate::{GenerationSummary, StopReason};
     use serde_json::{json, Value};
@@ -186,7 +198,7 @@ mod tests {
             ],
             summary: Some(summary()),
         };
-        let v = serde_json::to_value(completion(&c, &collected)).unwrap();
+        let v = serde_json::to_value(completion(&c, std::slice::from_ref(&collected))).unwrap();
         assert_eq!(v["object"], "text_completion");
         assert_eq!(v["choices"][0]["text"], "ok");
         assert_eq!(v["choices"][0]["finish_reason"], "length");
@@ -204,16 +216,19 @@ mod tests {
 
     #[test]
     fn a_stream_is_tokens_finish_usage_done() {
+        let c = ctx(false, 0, true);
         let mut s = StreamState {
-            ctx: ctx(false, 0, true),
+            ctx: c.clone(),
             offset: 0,
         };
+        let to_lines = move |e: &JobEvent| s.lines(e);
+        let mut framing = Framing::new(vec![to_lines], usage_then_done(c, usage_line));
         let mut out: Vec<Value> = Vec::new();
         for ev in [
             JobEvent::Token(token(0, b'a', &[])),
             JobEvent::End(summary()),
         ] {
-            for line in s.lines(&ev) {
+            for line in framing.lines(0, &ev).0 {
                 out.push(serde_json::from_str(&line).unwrap_or(Value::String(line)));
             }
         }

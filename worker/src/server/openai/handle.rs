@@ -15,6 +15,7 @@ use crate::server::openai::models::{model_id, served_names, unix_seconds};
 use crate::server::openai::reply::{self, Collected, ReplyCtx};
 use crate::server::openai::request::Mapped;
 use crate::server::openai::stream;
+use crate::server::openai::types::Usage;
 use crate::server::state::AppState;
 
 /// A handler's JSON body, or why it could not be read.
@@ -23,15 +24,15 @@ pub type Body<T> = Result<ApiJson<T>, ApiError>;
 /// The opening every OpenAI handler shares: a fresh id (`PREFIX-<uuid>`),
 /// the body read and mapped onto `/execute`'s request by `map` (given the id
 /// and the served model names), a refusal counted and logged as `/execute`
-/// counts it, then `/execute`'s validation and queue. Gives the reply's facts
-/// and the job's events.
+/// counts it, then `/execute`'s validation and queue, a job for each choice.
+/// Gives the reply's facts and each choice's events.
 pub(super) async fn open<T>(
     state: &AppState,
     headers: &HeaderMap,
     body: Body<T>,
     prefix: &str,
     map: impl FnOnce(T, &str, &[&str]) -> Result<Mapped, OpenAiError>,
-) -> Result<(ReplyCtx, UnboundedReceiver<JobEvent>), OpenAiError> {
+) -> Result<(ReplyCtx, Vec<UnboundedReceiver<JobEvent>>), OpenAiError> {
     let id = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
     let names = served_names(state);
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -39,26 +40,71 @@ pub(super) async fn open<T>(
         .map(|ApiJson(req)| req)
         .map_err(OpenAiError::from)
         .and_then(|req| map(req, &id, &names))
+        .and_then(|m| fits_the_queue(state, m))
         .map_err(|e| refused(state, e))?;
     admit(state, headers, id, mapped).await
 }
 
-/// The answer to an admitted request: SSE lines from the closure `lines(ctx)`
-/// gives when the client asked for a stream, else the whole reply `whole` builds.
+/// [`open`] for a route of one choice (no `n`).
+pub(super) async fn open_one<T>(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body<T>,
+    prefix: &str,
+    map: impl FnOnce(T, &str, &[&str]) -> Result<Mapped, OpenAiError>,
+) -> Result<(ReplyCtx, UnboundedReceiver<JobEvent>), OpenAiError> {
+    let (ctx, mut events) = open(state, headers, body, prefix, map).await?;
+    let events = events.pop().expect("a route without n has one choice");
+    Ok((ctx, events))
+}
+
+/// A request's choices are queued together or not at all: more than the
+/// queue can ever hold (`--queue-depth` waiting and `--parallel` running)
+/// would be refused as a full queue forever, so it is refused here.
+fn fits_the_queue(state: &AppState, mapped: Mapped) -> Result<Mapped, OpenAiError> {
+    let most = state.engine.queue_capacity() + state.engine.slots();
+    let n = mapped.shape.choices;
+    if n > most {
+        return Err(OpenAiError::invalid(
+            "n",
+            format!(
+                "n: this worker holds at most {most} jobs at once (--queue-depth plus --parallel); got {n}"
+            ),
+        ));
+    }
+    Ok(mapped)
+}
+
+/// The answer to an admitted request: SSE lines when the client asked for a
+/// stream (each choice's from its own `lines(ctx)`, then `usage_line` where
+/// the usage was asked for; see [`stream::sse_choices`]), else the whole
+/// reply `whole` builds from every choice, collected.
 pub(super) async fn answer<F, W>(
     ctx: ReplyCtx,
-    events: UnboundedReceiver<JobEvent>,
-    lines: impl FnOnce(ReplyCtx) -> F,
-    whole: impl FnOnce(&ReplyCtx, &Collected) -> W,
+    events: Vec<UnboundedReceiver<JobEvent>>,
+    lines: impl Fn(ReplyCtx) -> F,
+    usage_line: fn(&ReplyCtx, Usage) -> String,
+    whole: impl FnOnce(&ReplyCtx, &[Collected]) -> W,
 ) -> Result<Response, OpenAiError>
 where
     F: FnMut(&JobEvent) -> Vec<String> + Send + 'static,
     W: serde::Serialize,
 {
     if ctx.shape.stream {
-        return Ok(stream::sse(events, lines(ctx)));
+        let per_choice = (0..events.len() as u32)
+            .map(|choice| {
+                lines(ReplyCtx {
+                    choice,
+                    ..ctx.clone()
+                })
+            })
+            .collect();
+        let tail = stream::usage_then_done(ctx, usage_line);
+        return Ok(stream::sse_choices(events, per_choice, tail));
     }
-    let collected = reply::collect(events).await?;
+    // Collected side by side; the first error is the answer, and the
+    // other choices' streams are dropped, which cancels their jobs.
+    let collected = futures::future::try_join_all(events.into_iter().map(reply::collect)).await?;
     Ok(Json(whole(&ctx, &collected)).into_response())
 }
 
@@ -70,15 +116,17 @@ fn refused(state: &AppState, e: OpenAiError) -> OpenAiError {
     e
 }
 
-/// Validates and queues a mapped request; the reply's facts and the job's events.
+/// Validates and queues a mapped request, a job for each choice; the
+/// reply's facts and the jobs' events.
 async fn admit(
     state: &AppState,
     headers: &HeaderMap,
     id: String,
     mapped: Mapped,
-) -> Result<(ReplyCtx, UnboundedReceiver<JobEvent>), OpenAiError> {
+) -> Result<(ReplyCtx, Vec<UnboundedReceiver<JobEvent>>), OpenAiError> {
+    let n = mapped.shape.choices;
     let (valid, events) =
-        execute::admit(state, Ok(mapped.execute), mapped.prompt_ids, headers).await?;
+        execute::admit_choices(state, Ok(mapped.execute), mapped.prompt_ids, headers, n).await?;
     let ctx = ReplyCtx {
         id,
         created: unix_seconds(std::time::Duration::ZERO),
@@ -87,6 +135,7 @@ async fn admit(
         prompt_tokens: valid.prompt_tokens.len(),
         tokenizer: state.tokenizer.clone(),
         tools: mapped.tools,
+        choice: 0,
     };
     Ok((ctx, events))
 }

@@ -33,6 +33,9 @@ pub struct ReplyCtx {
     pub tokenizer: Arc<Tokenizer>,
     /// How to read calls from a chat answer (tools given, `tool_choice` not `none`).
     pub tools: Option<ToolReply>,
+    /// The choice a stream's chunks are for (their `index`; `n` > 1 streams
+    /// each choice with a context of its own).
+    pub choice: u32,
 }
 
 /// Where a token's text goes in a chat answer.
@@ -54,7 +57,17 @@ impl ReplyCtx {
     }
 
     pub fn usage(&self, summary: &GenerationSummary) -> Usage {
-        Usage::new(self.prompt_tokens, summary.tokens_out).with_cached(summary.tokens_cached)
+        self.usage_of(std::slice::from_ref(summary))
+    }
+
+    /// The usage of a request's choices: the prompt once, every choice's
+    /// tokens, and as cached the fewest any choice found cached (choices
+    /// posted together compute their prompt once: one finds none cached,
+    /// the others attach what it computed).
+    pub fn usage_of(&self, summaries: &[GenerationSummary]) -> Usage {
+        let out = summaries.iter().map(|s| s.tokens_out).sum();
+        let cached = summaries.iter().map(|s| s.tokens_cached).min();
+        Usage::new(self.prompt_tokens, out).with_cached(cached.unwrap_or(0))
     }
 
     /// A chunk's `usage` after `tokens` generated tokens: absent unless asked
@@ -195,10 +208,12 @@ pub(crate) mod tests {
                 continuous_usage: false,
                 logprobs,
                 top_logprobs: top,
+                choices: 1,
             },
             prompt_tokens: 5,
             tokenizer: byte_tokenizer(),
             tools: None,
+            choice: 0,
         }
     }
 

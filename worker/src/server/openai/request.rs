@@ -49,6 +49,8 @@ pub struct ReplyShape {
     pub logprobs: bool,
     /// How many of the most likely tokens to list at each position.
     pub top_logprobs: usize,
+    /// Choices asked for (`n`; 1 where a route has no `n`).
+    pub choices: usize,
 }
 
 /// A request mapped onto the worker's own, ready for validation.
@@ -63,19 +65,26 @@ pub struct Mapped {
     pub tools: Option<ToolReply>,
 }
 
-/// Checks `model`, `n`, `stream_options` and copies the shared fields.
+/// Most choices one request may ask for (`n`). Each is a job of its own,
+/// queued with the others or not at all, so the worker's queue must hold
+/// them too (see `handle::open`).
+pub const MAX_CHOICES: i64 = 16;
+
+/// Checks `model`, `n`, `stream_options` and copies the shared fields; the
+/// reply's shape without its log-probabilities, which each route sets.
 fn map_sampling(
     s: SamplingFields,
     job_id: &str,
     served: &[&str],
-) -> Result<(ExecuteRequest, bool, (bool, bool)), OpenAiError> {
+) -> Result<(ExecuteRequest, ReplyShape), OpenAiError> {
     if !served.contains(&s.model.as_str()) {
         return Err(OpenAiError::model_not_found(&s.model, served[0]));
     }
-    if let Some(n) = s.n.filter(|&n| n != 1) {
+    let choices = s.n.unwrap_or(1);
+    if !(1..=MAX_CHOICES).contains(&choices) {
         return Err(OpenAiError::invalid(
             "n",
-            format!("n: only 1 choice per request is served (got {n})"),
+            format!("n: must be 1 to {MAX_CHOICES} (got {choices})"),
         ));
     }
     if s.stream_options.is_some() && !s.stream {
@@ -85,10 +94,14 @@ fn map_sampling(
         ));
     }
     let options = s.stream_options.unwrap_or_default();
-    let usage = (
-        options.include_usage,
-        options.include_usage && options.continuous_usage_stats,
-    );
+    let shape = ReplyShape {
+        stream: s.stream,
+        include_usage: options.include_usage,
+        continuous_usage: options.include_usage && options.continuous_usage_stats,
+        logprobs: false,
+        top_logprobs: 0,
+        choices: choices as usize,
+    };
     let seed = match s.seed {
         None => None,
         Some(n) => match n.as_u64().map(i128::from).or(n.as_i64().map(i128::from)) {
@@ -121,7 +134,7 @@ fn map_sampling(
         json_schema: s.response_format.and_then(ResponseFormat::schema),
         ..ExecuteRequest::default()
     };
-    Ok((execute, s.stream, usage))
+    Ok((execute, shape))
 }
 
 /// A `top_logprobs` or `logprobs` count, checked against what the engine lists.
@@ -151,8 +164,7 @@ pub fn map_chat(
         req.tool_choice.as_ref(),
         req.parallel_tool_calls,
     )?;
-    let (mut execute, stream, (include_usage, continuous_usage)) =
-        map_sampling(req.sampling, job_id, served)?;
+    let (mut execute, shape) = map_sampling(req.sampling, job_id, served)?;
     execute.max_tokens = execute.max_tokens.or(req.max_completion_tokens);
     let top_logprobs = logprob_count("top_logprobs", req.top_logprobs)?;
     if top_logprobs > 0 && !req.logprobs {
@@ -177,11 +189,9 @@ pub fn map_chat(
         execute,
         prompt_ids: None,
         shape: ReplyShape {
-            stream,
-            include_usage,
-            continuous_usage,
             logprobs: req.logprobs,
             top_logprobs,
+            ..shape
         },
         tools: reply,
     })
@@ -250,8 +260,7 @@ pub fn map_completion(
     decode: impl FnOnce(&[u32]) -> Option<String>,
 ) -> Result<Mapped, OpenAiError> {
     refuse_unserved(&req.other)?;
-    let (mut execute, stream, (include_usage, continuous_usage)) =
-        map_sampling(req.sampling, job_id, served)?;
+    let (mut execute, shape) = map_sampling(req.sampling, job_id, served)?;
     execute.max_tokens = execute.max_tokens.or(Some(COMPLETIONS_DEFAULT_MAX_TOKENS));
     let top_logprobs = logprob_count("logprobs", req.logprobs)?;
     execute.logprobs = engine_logprobs(req.logprobs.is_some());
@@ -269,11 +278,9 @@ pub fn map_completion(
         execute,
         prompt_ids,
         shape: ReplyShape {
-            stream,
-            include_usage,
-            continuous_usage,
             logprobs: req.logprobs.is_some(),
             top_logprobs,
+            ..shape
         },
         tools: None,
     })
@@ -372,6 +379,7 @@ mod tests {
             continuous_usage: true,
             logprobs: true,
             top_logprobs: 3,
+            choices: 1,
         };
         assert_eq!(m.shape, want);
     }
@@ -421,7 +429,8 @@ mod tests {
         for (field, value) in [
             ("tools", json!({"type": "function"})),
             ("tool_choice", json!("required")),
-            ("n", json!(2)),
+            ("n", json!(0)),
+            ("n", json!(MAX_CHOICES + 1)),
             ("top_logprobs", json!(2)),
             ("stream_options", json!({"include_usage": true})),
             ("seed", json!(1.5)),

@@ -49,8 +49,8 @@ pub struct SamplingFields {
     #[schema(value_type = Option<u64>, minimum = 0)]
     pub seed: Option<serde_json::Number>,
     pub stop: Option<StopField>,
-    /// Only 1.
-    #[schema(minimum = 1, maximum = 1)]
+    /// Choices, a job each (1 to 16; at most `--queue-depth` plus `--parallel`).
+    #[schema(minimum = 1, maximum = 16)]
     pub n: Option<i64>,
     #[serde(default)]
     pub stream: bool,

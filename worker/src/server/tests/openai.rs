@@ -57,6 +57,72 @@ async fn chat_answers_whole_and_streamed() {
     h.shutdown().await;
 }
 
+/// `n` choices (issue 43): a job each, queued together; the whole answer
+/// lists them by index, the stream interleaves their chunks and ends with
+/// one usage chunk and one `[DONE]`; usage counts the prompt once and every
+/// choice's tokens; more than the queue can hold is refused naming `n`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_choices_whole_and_streamed() {
+    let h = start(ScriptedBackend::spelling("Hi!"), Opts::default()).await;
+    let v: Value = h
+        .post("/v1/chat/completions", chat(json!({"n": 3, "seed": 3})))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let choices = v["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3);
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], i);
+        assert_eq!(c["message"]["content"], "Hi!");
+    }
+    let prompt_tokens = h.probe.prompts.lock().unwrap()[0].len() as u64;
+    assert_eq!(v["usage"]["prompt_tokens"], prompt_tokens);
+    assert_eq!(v["usage"]["completion_tokens"], 9);
+
+    let body = chat(json!({"n": 2, "stream": true, "stream_options": {"include_usage": true}}));
+    let lines = data_lines(h.post("/v1/chat/completions", body).await).await;
+    assert_eq!(lines.last().unwrap(), "[DONE]");
+    assert_eq!(lines.iter().filter(|l| *l == "[DONE]").count(), 1);
+    for i in 0..2 {
+        let of_choice = |l: &&Value| l["choices"][0]["index"] == i;
+        let text: String = lines
+            .iter()
+            .filter(of_choice)
+            .filter_map(|l| l["choices"][0]["delta"]["content"].as_str())
+            .collect();
+        assert_eq!(text, "Hi!", "choice {i}");
+        let finishes = lines
+            .iter()
+            .filter(of_choice)
+            .filter(|l| l["choices"][0]["finish_reason"] == "stop")
+            .count();
+        assert_eq!(finishes, 1, "choice {i}");
+    }
+    let usage: Vec<&Value> = lines.iter().filter(|l| l["usage"].is_object()).collect();
+    assert_eq!(usage.len(), 1);
+    assert_eq!(usage[0]["usage"]["completion_tokens"], 6);
+    assert_eq!(lines[lines.len() - 2], *usage[0], "the usage comes last");
+
+    let body = json!({"model": "scripted", "prompt": "x", "n": 2});
+    let v: Value = h.post("/v1/completions", body).await.json().await.unwrap();
+    assert_eq!(v["choices"][1]["index"], 1);
+    assert_eq!(v["choices"][1]["text"], "Hi!");
+    assert_eq!(v["usage"]["completion_tokens"], 6);
+
+    // Four waiting behind one running: at most five jobs at once.
+    let resp = h.post("/v1/chat/completions", chat(json!({"n": 6}))).await;
+    assert_eq!(resp.status(), 400);
+    let e: Value = resp.json().await.unwrap();
+    assert_eq!(e["error"]["param"], "n");
+    assert!(e["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("at most 5"));
+    assert_eq!(h.state.engine.ledger().requests(Outcome::Completed), 7);
+    h.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completions_take_text_or_ids_and_stop_strings() {
     let h = start(ScriptedBackend::spelling("ab\n\ncd"), Opts::default()).await;

@@ -22,7 +22,7 @@ use self::request::Echo;
 use self::stream::StreamState;
 use self::types::{ResponseObject, ResponsesRequest};
 use crate::server::openai::error::{OpenAiError, Refusals};
-use crate::server::openai::handle::{open, Body};
+use crate::server::openai::handle::{open_one, Body};
 use crate::server::openai::reply::collect;
 use crate::server::openai::stream::sse_named;
 use crate::server::openai::tools::format::ToolFormat;
@@ -56,7 +56,7 @@ pub async fn responses(
         echo = e;
         Ok(mapped)
     };
-    let (ctx, events) = open(&state, &headers, body, "resp", map).await?;
+    let (ctx, events) = open_one(&state, &headers, body, "resp", map).await?;
     let reply = Reply { ctx, echo };
     if reply.ctx.shape.stream {
         let mut stream = StreamState::new(&reply);

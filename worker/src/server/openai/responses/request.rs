@@ -140,6 +140,7 @@ pub fn map_responses(
         continuous_usage: false,
         logprobs: false,
         top_logprobs: 0,
+        choices: 1,
     };
     let tools = spec.and_then(|t| crate::server::openai::tools::apply(&t, format, &mut execute));
     let mapped = Mapped {
