@@ -12,6 +12,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::constraint::formats;
+use crate::constraint::numbers::NumberTokens;
 use crate::constraint::vocab::{end_token, token_env};
 use crate::tokenizer::Tokenizer;
 
@@ -102,6 +103,8 @@ pub struct Grammar {
     pub(crate) eog: Arc<[u32]>,
     pub(crate) end: u32,
     pub(crate) vocab: usize,
+    /// A JSON Schema grammar's numbers are kept readable (`numbers.rs`).
+    pub(crate) numbers: Option<Arc<NumberTokens>>,
 }
 
 impl std::fmt::Debug for Grammar {
@@ -118,6 +121,7 @@ pub struct Compiler {
     eog: Arc<[u32]>,
     end: u32,
     vocab: usize,
+    numbers: Arc<NumberTokens>,
     cache: Mutex<Cache>,
 }
 
@@ -143,6 +147,9 @@ impl Compiler {
             eog: eog.into(),
             end: end_token(tokenizer),
             vocab: n_vocab,
+            numbers: Arc::new(NumberTokens::new(n_vocab, |id| {
+                tokenizer.token_bytes(id).unwrap_or_default().to_vec()
+            })),
             cache: Mutex::default(),
         })
     }
@@ -178,6 +185,7 @@ impl Compiler {
             eog: self.eog.clone(),
             end: self.end,
             vocab: self.vocab,
+            numbers: matches!(spec, Spec::JsonSchema(_)).then(|| self.numbers.clone()),
         });
         self.remember(key, grammar.clone());
         Ok(grammar)

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use llguidance::Matcher;
 
 use crate::constraint::compile::{ConstraintError, Grammar};
+use crate::constraint::numbers::NumberGuard;
 
 /// A job's copy of a [`Grammar`], advanced token by token.
 pub struct Constraint {
@@ -16,6 +17,8 @@ pub struct Constraint {
     bits: Vec<u32>,
     /// Tokens committed so far (for the error's position).
     committed: usize,
+    /// A JSON Schema's numbers, kept readable.
+    numbers: Option<NumberGuard>,
 }
 
 impl Constraint {
@@ -27,12 +30,14 @@ impl Constraint {
             end: grammar.end,
             bits: vec![0; grammar.vocab.div_ceil(32)],
             committed: 0,
+            numbers: grammar.numbers.clone().map(NumberGuard::new),
         }
     }
 
     /// The tokens the next step may choose, as bits over the model's
-    /// logits: what the grammar allows next and, where it may end (or has
-    /// ended), every end-of-generation token.
+    /// logits: what the grammar allows next (for a JSON Schema, less the
+    /// tokens that would write a number past a double's range: `numbers.rs`)
+    /// and, where it may end (or has ended), every end-of-generation token.
     pub fn mask(&mut self) -> Result<&[u32], ConstraintError> {
         let allowed = self
             .matcher
@@ -42,6 +47,9 @@ impl Constraint {
         let n = self.bits.len().min(words.len());
         self.bits[..n].copy_from_slice(&words[..n]);
         self.bits[n..].fill(0);
+        if let Some(g) = &self.numbers {
+            g.narrow(&mut self.bits);
+        }
         if allowed.is_allowed(self.end) {
             for &id in self.eog.iter() {
                 self.bits[id as usize / 32] |= 1 << (id % 32);
@@ -67,6 +75,9 @@ impl Constraint {
         self.matcher
             .consume_token(id)
             .map_err(|e| self.failed(e.to_string()))?;
+        if let Some(g) = self.numbers.as_mut() {
+            g.follow(id);
+        }
         self.committed += 1;
         Ok(())
     }

@@ -15,6 +15,7 @@
 mod compile;
 mod formats;
 mod matcher;
+mod numbers;
 mod vocab;
 
 #[cfg(test)]

@@ -232,3 +232,29 @@ fn formats_allow_only_strings_a_validator_accepts() {
         }
     }
 }
+
+/// A JSON Schema's numbers stay finite as doubles (`numbers.rs`): at most
+/// two exponent digits and 200 integer digits; a regex says its own text.
+#[test]
+fn json_numbers_stay_within_a_double() {
+    let digits = |ids: &[u32]| {
+        ids.iter()
+            .any(|&id| (b'0' as u32..=b'9' as u32).contains(&id))
+    };
+    let schema = json!({"type": "array", "items": {"type": "number"}});
+    let g = compiler().compile(&Spec::JsonSchema(schema)).unwrap();
+    let mut c = Constraint::new(&g);
+    write(&mut c, "[1e9");
+    assert!(digits(&allowed_ids(&mut c)), "a second exponent digit");
+    write(&mut c, "9");
+    let ids = allowed_ids(&mut c);
+    assert!(!digits(&ids), "a third exponent digit: {ids:?}");
+    assert!(ids.contains(&(b',' as u32)) && ids.contains(&(b']' as u32)));
+    write(&mut c, &format!(", -{}", "9".repeat(200)));
+    assert!(!digits(&allowed_ids(&mut c)), "a 201st integer digit");
+    write(&mut c, ".5, 3]");
+    let g = compiler()
+        .compile(&Spec::Regex("1e[0-9]{3}".into()))
+        .unwrap();
+    write(&mut Constraint::new(&g), "1e999");
+}
