@@ -37,6 +37,7 @@ use super::openai::models::{model_id, served_names};
 use super::openai::reply::collect;
 use super::openai::stream::sse_named;
 use super::openai::tools::format::ToolFormat;
+use super::openai::tools::refused_as_tools;
 use super::{execute, AppState};
 use crate::engine::Outcome;
 
@@ -73,7 +74,10 @@ pub async fn messages(
         .map_err(AnthropicError::from)
         .and_then(|req| request::map_messages(req, &id, &names, ToolFormat::of(&state.tokenizer)))
         .map_err(|e| refused(&state, e))?;
-    let (valid, events) = execute::admit(&state, Ok(mapped.execute), None, &headers).await?;
+    let with_tools = mapped.execute.tools.is_some();
+    let (valid, events) = execute::admit(&state, Ok(mapped.execute), None, &headers)
+        .await
+        .map_err(|e| if with_tools { refused_as_tools(e) } else { e })?;
     let ctx = MessageCtx {
         id,
         model: model_id(&state.model.model_ref),

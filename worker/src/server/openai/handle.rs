@@ -15,6 +15,7 @@ use crate::server::openai::models::{model_id, served_names, unix_seconds};
 use crate::server::openai::reply::{self, Collected, ReplyCtx};
 use crate::server::openai::request::Mapped;
 use crate::server::openai::stream;
+use crate::server::openai::tools::refused_as_tools;
 use crate::server::openai::types::Usage;
 use crate::server::state::AppState;
 
@@ -125,8 +126,11 @@ async fn admit(
     mapped: Mapped,
 ) -> Result<(ReplyCtx, Vec<UnboundedReceiver<JobEvent>>), OpenAiError> {
     let n = mapped.shape.choices;
+    let with_tools = mapped.execute.tools.is_some();
     let (valid, events) =
-        execute::admit_choices(state, Ok(mapped.execute), mapped.prompt_ids, headers, n).await?;
+        execute::admit_choices(state, Ok(mapped.execute), mapped.prompt_ids, headers, n)
+            .await
+            .map_err(|e| if with_tools { refused_as_tools(e) } else { e })?;
     let ctx = ReplyCtx {
         id,
         created: unix_seconds(std::time::Duration::ZERO),

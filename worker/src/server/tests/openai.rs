@@ -409,6 +409,14 @@ async fn tool_choice_none_leaves_the_text_and_bad_tools_are_refused() {
             json!({"tool_choice": {"type": "function", "function": {"name": "other"}}}),
             "tool_choice",
         ),
+        // Parameters the grammar of the calls cannot enforce: the client
+        // sent tools, not a grammar.
+        (
+            json!({"tool_choice": "required", "tools": [{"type": "function", "function": {
+                "name": "f", "parameters": {"type": "object", "properties": {
+                    "a": {"type": "array", "uniqueItems": true}}}}}]}),
+            "tools",
+        ),
     ] {
         let resp = h.post("/v1/chat/completions", with_tools(extra)).await;
         assert_eq!(resp.status(), 400);

@@ -35,6 +35,17 @@ use crate::server::validation::ExecuteRequest;
 use self::format::ToolFormat;
 use self::parse::ToolReply;
 use self::spec::{Choice, ToolSpec};
+use crate::server::error::ApiError;
+
+/// A refusal of the calls' grammar, as the client sees it: it sent `tools`,
+/// not a grammar (no front door with tools takes one), so the refusal names
+/// `tools`, whose `parameters` could not be enforced.
+pub fn refused_as_tools(mut e: ApiError) -> ApiError {
+    if let Some(why) = e.error.message.strip_prefix("grammar: ") {
+        e.error.message = format!("tools: a tool's parameters {why}");
+    }
+    e
+}
 
 /// Gives the job `spec`'s definitions (for the chat template) and, for
 /// `tool_choice` `required` or a named function, the grammar of the calls
