@@ -269,8 +269,6 @@ impl DeviceSampler {
     pub fn bytes_for(vocab: usize) -> u64 {
         use crate::backend::cuda::device::align_up;
         4 * align_up(vocab as u64 * 4)
-            // Its share of the backend's mask table (`SampleTables`).
-            + align_up(mask_row_bytes(vocab) as u64)
             + align_up(bias_bytes(vocab))
             + align_up(SAMPLE_OUT_WORDS as u64 * 4)
             + align_up(ARGMAX_BYTES)
