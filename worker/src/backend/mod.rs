@@ -177,7 +177,8 @@ pub fn sample_on_host(
 }
 
 /// `logits` with `bias` added, then every token `mask` does not allow at
-/// -inf: what the GPU's `sample_bias` and `sample_mask` leave. A bias list
+/// -inf: what the GPU's `sample_mask_rows` and `sample_bias` leave (it masks
+/// first, then adds: the same values, a finite delta leaves -inf). A bias list
 /// whose ids are not ascending and distinct, or out of the vocabulary, is a
 /// caller's bug on every backend (the GPU adds them in parallel).
 pub fn adjust(
