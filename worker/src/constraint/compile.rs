@@ -147,9 +147,7 @@ impl Compiler {
             eog: eog.into(),
             end: end_token(tokenizer),
             vocab: n_vocab,
-            numbers: Arc::new(NumberTokens::new(n_vocab, |id| {
-                tokenizer.token_bytes(id).unwrap_or_default().to_vec()
-            })),
+            numbers: Arc::new(NumberTokens::new(env)),
             cache: Mutex::default(),
         })
     }

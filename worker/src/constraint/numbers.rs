@@ -13,6 +13,8 @@
 
 use std::sync::Arc;
 
+use llguidance::toktrie::TokEnv;
+
 /// Most digits of a number's integer part.
 pub const MAX_INT_DIGITS: u16 = 200;
 /// Most digits of a number's exponent (`e-99` to `e99`).
@@ -75,50 +77,34 @@ fn within(n: u16, most: u16) -> Option<u16> {
     (n <= most).then_some(n)
 }
 
-/// Every token's bytes (one buffer) and which tokens can start or extend a
-/// number (their first byte a digit, `-`, `+`, `.`, `e` or `E`); one per
-/// compiler, shared by its JSON Schema grammars.
+/// Which tokens can start or extend a number (their first byte a digit,
+/// `-`, `+`, `.`, `e` or `E`), over the compiler's token environment, whose
+/// trie holds every token's bytes; one per compiler, shared by its JSON
+/// Schema grammars.
 pub struct NumberTokens {
-    bytes: Vec<u8>,
-    /// Token `id`'s bytes are `bytes[ends[id - 1]..ends[id]]`.
-    ends: Vec<u32>,
+    env: TokEnv,
     /// Bit `id % 32` of word `id / 32`: token `id` is numeric.
     numeric: Vec<u32>,
 }
 
 impl NumberTokens {
-    /// From each token's bytes (`word(id)`, for `n_vocab` ids).
-    pub fn new(n_vocab: usize, word: impl Fn(u32) -> Vec<u8>) -> Self {
-        let (mut bytes, mut ends) = (Vec::new(), Vec::with_capacity(n_vocab));
+    pub fn new(env: TokEnv) -> Self {
+        let trie = env.tok_trie();
+        let n_vocab = trie.vocab_size();
         let mut numeric = vec![0u32; n_vocab.div_ceil(32)];
         for id in 0..n_vocab as u32 {
-            let w = word(id);
             if matches!(
-                w.first(),
+                trie.token(id).first(),
                 Some(b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
             ) {
                 numeric[id as usize / 32] |= 1 << (id % 32);
             }
-            bytes.extend_from_slice(&w);
-            ends.push(bytes.len() as u32);
         }
-        NumberTokens {
-            bytes,
-            ends,
-            numeric,
-        }
+        NumberTokens { env, numeric }
     }
 
     fn word(&self, id: u32) -> &[u8] {
-        let Some(&end) = self.ends.get(id as usize) else {
-            return &[];
-        };
-        let start = if id == 0 {
-            0
-        } else {
-            self.ends[id as usize - 1]
-        };
-        &self.bytes[start as usize..end as usize]
+        self.env.tok_trie().token(id)
     }
 }
 
@@ -204,10 +190,12 @@ mod tests {
 
     #[test]
     fn tokens_past_the_limits_are_masked_where_a_number_is_written() {
+        use llguidance::toktrie::{ApproximateTokEnv, TokRxInfo, TokTrie};
         let vocab = ["1", "23", "e", "e9", "\"", ", ", "999", "-"];
-        let tokens = Arc::new(NumberTokens::new(vocab.len(), |id| {
-            vocab[id as usize].as_bytes().to_vec()
-        }));
+        let words: Vec<Vec<u8>> = vocab.iter().map(|w| w.as_bytes().to_vec()).collect();
+        let info = TokRxInfo::new(vocab.len() as u32, 0);
+        let env: TokEnv = Arc::new(ApproximateTokEnv::new(TokTrie::from(&info, &words)));
+        let tokens = Arc::new(NumberTokens::new(env));
         let mut g = NumberGuard::new(tokens);
         let allowed = |g: &NumberGuard| {
             let mut bits = vec![u32::MAX >> (32 - vocab.len())];
