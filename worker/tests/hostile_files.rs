@@ -9,7 +9,7 @@ mod hostile;
 
 use std::io::{BufRead, BufReader};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -157,18 +157,8 @@ enum Exit {
 /// Starts the worker on `model` and waits (at most 60 s) for it to exit or
 /// become ready; a ready worker is sent SIGTERM and must exit 0.
 fn run_binary(model: &std::path::Path) -> Exit {
-    let mut child = Command::new(binary())
-        .args([
-            "--worker-id",
-            WORKER_ID,
-            "--gpu-device",
-            "0",
-            "--backend",
-            "cpu",
-        ])
-        .arg("--model")
-        .arg(model)
-        .args(["--port", &free_port().to_string(), "--log-format", "json"])
+    let mut child = cpu_worker(model, free_port())
+        .args(["--log-format", "json"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

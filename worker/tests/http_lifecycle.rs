@@ -85,18 +85,7 @@ async fn nothing_listens_before_the_model_is_loaded() {
     };
     let _turn = model_turn();
     let port = free_port();
-    let mut child = std::process::Command::new(binary())
-        .args([
-            "--worker-id",
-            WORKER_ID,
-            "--gpu-device",
-            "0",
-            "--backend",
-            "cpu",
-        ])
-        .arg("--model")
-        .arg(&model)
-        .args(["--port", &port.to_string()])
+    let mut child = cpu_worker(&model, port)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();

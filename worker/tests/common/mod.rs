@@ -88,6 +88,24 @@ pub fn binary() -> &'static str {
     env!("CARGO_BIN_EXE_worker-orcd")
 }
 
+/// The worker's command on the CPU backend for `model`, listening on `port`
+/// once ready; callers add flags and how its output is taken.
+pub fn cpu_worker(model: &std::path::Path, port: u16) -> Command {
+    let mut cmd = Command::new(binary());
+    cmd.args([
+        "--worker-id",
+        WORKER_ID,
+        "--gpu-device",
+        "0",
+        "--backend",
+        "cpu",
+    ])
+    .arg("--model")
+    .arg(model)
+    .args(["--port", &port.to_string()]);
+    cmd
+}
+
 /// Collects a child's stderr lines on a thread.
 fn collect_lines(child: &mut Child) -> Arc<Mutex<Vec<String>>> {
     let lines = Arc::new(Mutex::new(Vec::new()));
@@ -131,21 +149,8 @@ impl Worker {
     ) -> Worker {
         let turn = model_turn();
         let port = free_port();
-        let mut cmd = Command::new(binary());
-        cmd.args([
-            "--worker-id",
-            WORKER_ID,
-            "--gpu-device",
-            "0",
-            "--backend",
-            "cpu",
-        ])
-        .arg("--model")
-        .arg(model)
-        .args(["--port", &port.to_string()])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+        let mut cmd = cpu_worker(model, port);
+        cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::piped());
         for (k, v) in env {
             cmd.env(k, v);
         }
