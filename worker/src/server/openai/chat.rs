@@ -69,10 +69,7 @@ fn content_and_calls(ctx: &ReplyCtx, c: &Collected) -> (Option<String>, Vec<Pars
 
 /// The whole answer of a non-streaming request: a choice for each job.
 pub fn completion(ctx: &ReplyCtx, choices: &[Collected]) -> ChatCompletion {
-    let summaries: Vec<GenerationSummary> = choices
-        .iter()
-        .map(|c| c.summary.clone().expect("a collected job has its summary"))
-        .collect();
+    let summaries = Collected::summaries(choices);
     ChatCompletion {
         id: ctx.id.clone(),
         object: "chat.completion".into(),

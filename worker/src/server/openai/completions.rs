@@ -13,7 +13,6 @@ use super::handle::{answer, open, Body};
 use super::reply::{finish_reason, Collected, ReplyCtx, SYSTEM_FINGERPRINT};
 use super::request;
 use super::types::{Completion, CompletionChoice, CompletionLogprobs, CompletionRequest, Usage};
-use crate::engine::generate::GenerationSummary;
 use crate::engine::job::{JobEvent, TokenOut};
 use crate::server::AppState;
 
@@ -78,10 +77,7 @@ fn text_completion(ctx: &ReplyCtx, choices: Vec<CompletionChoice>) -> Completion
 
 /// The whole answer of a non-streaming request: a choice for each job.
 pub fn completion(ctx: &ReplyCtx, choices: &[Collected]) -> Completion {
-    let summaries: Vec<GenerationSummary> = choices
-        .iter()
-        .map(|c| c.summary.clone().expect("a collected job has its summary"))
-        .collect();
+    let summaries = Collected::summaries(choices);
     let choices = choices
         .iter()
         .zip(&summaries)

@@ -146,6 +146,14 @@ pub struct Collected {
 }
 
 impl Collected {
+    /// Each collected choice's summary (a collected job always has one).
+    pub fn summaries(choices: &[Collected]) -> Vec<GenerationSummary> {
+        choices
+            .iter()
+            .map(|c| c.summary.clone().expect("a collected job has its summary"))
+            .collect()
+    }
+
     pub fn text(&self) -> String {
         self.tokens.iter().map(|t| t.text.as_str()).collect()
     }
