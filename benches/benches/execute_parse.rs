@@ -13,14 +13,14 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use worker_orcd::gguf::GgufFile;
 use worker_orcd::server::validation::{
-    check_fields, validate, ExecuteRequest, Limits, MAX_PROMPT_CHARS,
+    check_fields, validate, ExecuteRequest, Limits, DEFAULT_MAX_PROMPT_CHARS,
 };
 use worker_orcd::tokenizer::Tokenizer;
 
 fn largest_valid_body() -> Vec<u8> {
     // Plain prose, cut to exactly the character limit.
     let prose = "The quick brown fox jumps over the lazy dog while the engineers measure everything twice. ";
-    let prompt: String = prose.chars().cycle().take(MAX_PROMPT_CHARS).collect();
+    let prompt: String = prose.chars().cycle().take(DEFAULT_MAX_PROMPT_CHARS).collect();
     serde_json::to_vec(&serde_json::json!({
         "job_id": "bench-execute-parse-0001",
         "prompt": prompt,
@@ -40,12 +40,7 @@ fn largest_valid_body() -> Vec<u8> {
 fn bench_execute_parse(c: &mut Criterion) {
     let file = GgufFile::open(&worker_benches::reference_model()).expect("reference model opens");
     let tokenizer = Tokenizer::from_gguf(&file.metadata).expect("tokenizer builds");
-    let limits = Limits {
-        max_tokens_in: 8192,
-        max_tokens_out: 2048,
-        vocab_size: tokenizer.vocab_size(),
-        context_length: 8192,
-    };
+    let limits = Limits::new(8192, tokenizer.vocab_size(), 8192);
     let body = largest_valid_body();
     // The body must be valid, or the benchmark would time the refusal path.
     let req: ExecuteRequest = serde_json::from_slice(&body).unwrap();

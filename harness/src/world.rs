@@ -98,9 +98,11 @@ impl TestWorld {
         }
     }
 
-    /// Replaces `{model}`, `{scratch}`, `{busy_port}` and `{gpu_count}`.
+    /// Replaces `{model}`, `{scratch}`, `{busy_port}`, `{gpu_count}` and
+    /// `{chars:N}` ([`prose`]).
     pub fn expand(&mut self, s: &str) -> Result<String> {
-        let mut out = s
+        let mut out = expand_prose(s)?
+
             .replace("{model}", &self.cfg.model.display().to_string())
             .replace("{gpu_count}", &self.cfg.gpu_count.to_string());
         if out.contains("{scratch}") {
@@ -199,6 +201,37 @@ pub fn read_json(path: &Path) -> Result<Value> {
     Ok(serde_json::from_str(&text)?)
 }
 
+/// Filler text of long words (about 8 characters a token on the reference
+/// model), so that a prompt of many characters stays well inside its context.
+const PROSE: &str = "international understanding requires considerable patience \
+    between communities whose administrative responsibilities overlap considerably ";
+
+/// `n` characters of [`PROSE`], repeated and cut.
+pub fn prose(n: usize) -> String {
+    PROSE.chars().cycle().take(n).collect()
+}
+
+/// Replaces each `{chars:N}` with [`prose`]`(N)`.
+fn expand_prose(s: &str) -> Result<String> {
+    const OPEN: &str = "{chars:";
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find(OPEN) {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at + OPEN.len()..];
+        let end = tail
+            .find('}')
+            .with_context(|| format!("unclosed {OPEN} in {s}"))?;
+        let n: usize = tail[..end]
+            .parse()
+            .with_context(|| format!("{OPEN}{}}} is not a count", &tail[..end]))?;
+        out.push_str(&prose(n));
+        rest = &tail[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -207,5 +240,17 @@ mod tests {
         assert_eq!(u.len(), 36);
         assert_eq!(&u[14..15], "4");
         assert!("89ab".contains(&u[19..20]));
+    }
+
+    #[test]
+    fn chars_placeholders_become_prose_of_that_length() {
+        let out = super::expand_prose(r#"{"a": "{chars:5}", "b": "{chars:300}!"}"#).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["a"], "inter");
+        let b = v["b"].as_str().unwrap();
+        assert_eq!(b.chars().count(), 301);
+        assert!(b.ends_with('!'));
+        assert!(super::expand_prose("{chars:x}").is_err());
+        assert!(super::expand_prose("{chars:3").is_err());
     }
 }

@@ -39,7 +39,7 @@ use crate::engine::runner::EngineParts;
 use crate::engine::{Engine, EngineConfig, EngineStatus};
 use crate::load::{load_model, LoadError, LoadOptions, LoadProgress, LoadedModel};
 use crate::narrate;
-use crate::server::{AppInner, AppState, Constraints, Limits, ModelFacts, Shutdown};
+use crate::server::{AppInner, AppState, Caps, Constraints, Limits, ModelFacts, Shutdown};
 use crate::telemetry::logging::{self, LogContext};
 use crate::telemetry::metrics::{Experts, InfoLabels, Metrics};
 use crate::tokenizer::Tokenizer;
@@ -76,6 +76,35 @@ fn start_failed(f: StartFailure<'_>) -> ExitCode {
     // The record is the one report: a line of text on a terminal, JSON
     // otherwise (issue 48: every start-up error printed once).
     ExitCode::FAILURE
+}
+
+/// The requests' limits for the loaded model's `context` (the effective
+/// one); a `--max-tokens-out` that leaves no room for a prompt is refused
+/// before the worker is ready.
+fn limits(
+    cfg: &ServeConfig,
+    vocab_size: usize,
+    context: usize,
+) -> Result<Limits, StartFailure<'static>> {
+    if let Some(n) = cfg.max_tokens_out.filter(|&n| n >= context) {
+        return Err(StartFailure {
+            code: "INVALID_CONFIG",
+            message: format!(
+                "--max-tokens-out {n} leaves no room for a prompt in the {context}-token context \
+                 (at most {}; a longer context needs --ctx-size)",
+                context - 1
+            ),
+            flag: Some("--max-tokens-out"),
+            model_path: cfg.model.display().to_string(),
+            vram: None,
+        });
+    }
+    let max_tokens_in = cfg.max_tokens_in.unwrap_or(context).min(context);
+    Ok(Limits {
+        execute: Caps::execute(cfg.max_prompt_chars, cfg.max_tokens_out),
+        v1: Caps::v1(cfg.max_prompt_chars, cfg.max_tokens_out),
+        ..Limits::new(max_tokens_in, vocab_size, context)
+    })
 }
 
 /// Runs the worker until it is shut down; `fallbacks` stand in for required
@@ -139,6 +168,7 @@ pub fn run(args: ServeArgs, fallbacks: &Fallbacks) -> ExitCode {
         ctx_size = cfg.ctx_size,
         max_tokens_in = cfg.max_tokens_in,
         max_tokens_out = cfg.max_tokens_out,
+        max_prompt_chars = cfg.max_prompt_chars,
         inference_timeout_sec = cfg.inference_timeout.as_secs(),
         parity_log = cfg.parity_log.is_some(),
     );
@@ -189,14 +219,9 @@ pub fn run(args: ServeArgs, fallbacks: &Fallbacks) -> ExitCode {
         }
     }
 
-    let limits = Limits {
-        max_tokens_in: cfg
-            .max_tokens_in
-            .unwrap_or(info.context_length)
-            .min(info.context_length),
-        max_tokens_out: cfg.max_tokens_out,
-        vocab_size: info.vocab_size,
-        context_length: info.context_length,
+    let limits = match limits(&cfg, info.vocab_size, info.context_length) {
+        Ok(limits) => limits,
+        Err(f) => return start_failed(f),
     };
     let status = Arc::new(EngineStatus::new(vram_bytes, false));
     let engine = match Engine::start(

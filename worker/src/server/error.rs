@@ -41,13 +41,10 @@ impl ApiError {
     }
 
     /// 413: the body is over [`MAX_BODY_BYTES`](super::MAX_BODY_BYTES).
-    pub fn too_large() -> Self {
+    pub fn too_large(limit: usize) -> Self {
         ApiError::with_status(
             StatusCode::PAYLOAD_TOO_LARGE,
-            JobError::invalid(format!(
-                "the request body is larger than {} bytes",
-                super::body_limits::MAX_BODY_BYTES
-            )),
+            JobError::invalid(format!("the request body is larger than {limit} bytes")),
         )
     }
 
@@ -66,9 +63,12 @@ impl ApiError {
                 StatusCode::BAD_REQUEST,
                 format!("invalid request body: {}", rejection.body_text()),
             ),
-            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                return ApiError::too_large()
-            }
+            // guard::limit_body refuses a body over the limit before any
+            // extractor reads it; this is the extractors' own limit, the same.
+            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the request body is larger than the worker accepts".to_string(),
+            ),
             other => (
                 StatusCode::BAD_REQUEST,
                 format!("unreadable request body: {}", other.body_text()),

@@ -236,9 +236,9 @@ async fn body_deadline(timeout: Duration, req: Request, next: Next) -> Response 
 }
 
 /// 408 when the body missed its deadline ([`BodyTimeout`]),
-/// 413 when it was already too large, else 400 (malformed framing, such as
-/// a bad chunk size).
-fn body_error(e: axum::Error, oversized: bool) -> Response {
+/// 413 when it was already over `most` bytes (`oversized`), else 400
+/// (malformed framing, such as a bad chunk size).
+fn body_error(e: axum::Error, oversized: bool, most: usize) -> Response {
     let source = e.into_inner();
     // The timeout may come wrapped in layers of body errors.
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
@@ -250,7 +250,7 @@ fn body_error(e: axum::Error, oversized: bool) -> Response {
         cause = c.source();
     }
     if oversized {
-        return ApiError::too_large().into_response();
+        return ApiError::too_large(most).into_response();
     }
     ApiError::invalid(format!("the request body could not be read: {source}")).into_response()
 }
@@ -265,8 +265,8 @@ fn closing(mut resp: Response) -> Response {
     resp
 }
 
-/// Reads the whole body before the handler runs, refusing bodies over
-/// [`MAX_BODY_BYTES`](super::MAX_BODY_BYTES) with 413. An oversized body is
+/// Reads the whole body before the handler runs, refusing bodies over the
+/// limits' [`body_bytes`](super::Limits::body_bytes) with 413. An oversized body is
 /// still read (and dropped), up to [`MAX_DRAINED_BYTES`](super::MAX_DRAINED_BYTES),
 /// so the client finishes sending and sees the answer instead of a reset.
 /// A refused `/execute` counts as `invalid` in `worker_requests_total`.
@@ -275,7 +275,8 @@ pub async fn limit_body(
     req: Request,
     next: Next,
 ) -> Response {
-    let limit = super::body_limits::MAX_BODY_BYTES as u64;
+    let most = state.limits.body_bytes();
+    let limit = most as u64;
     let (parts, body) = req.into_parts();
     let declared = parts
         .headers
@@ -285,7 +286,7 @@ pub async fn limit_body(
     let mut oversized = declared.is_some_and(|n| n > limit);
     // Far too large to drain: answer at once and close the connection.
     if declared.is_some_and(|n| n > super::body_limits::MAX_DRAINED_BYTES) {
-        return closing(ApiError::too_large().into_response());
+        return closing(ApiError::too_large(most).into_response());
     }
     let mut kept = Vec::with_capacity(declared.filter(|_| !oversized).unwrap_or(0) as usize);
     let mut seen = 0u64;
@@ -293,7 +294,7 @@ pub async fn limit_body(
     while let Some(chunk) = stream.next().await {
         let chunk = match chunk {
             Ok(chunk) => chunk,
-            Err(e) => return closing(body_error(e, oversized)),
+            Err(e) => return closing(body_error(e, oversized, most)),
         };
         seen += chunk.len() as u64;
         oversized |= seen > limit;
@@ -312,12 +313,12 @@ pub async fn limit_body(
             state.engine.ledger().refused(Outcome::Invalid);
         }
         if path == "/v1/messages" {
-            return AnthropicError::from(ApiError::too_large()).into_response();
+            return AnthropicError::from(ApiError::too_large(most)).into_response();
         }
         if openai {
-            return OpenAiError::from(ApiError::too_large()).into_response();
+            return OpenAiError::from(ApiError::too_large(most)).into_response();
         }
-        return ApiError::too_large().into_response();
+        return ApiError::too_large(most).into_response();
     }
     next.run(Request::from_parts(parts, Body::from(kept))).await
 }

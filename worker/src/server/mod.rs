@@ -45,4 +45,4 @@ pub use body_limits::{MAX_BODY_BYTES, MAX_DRAINED_BYTES};
 pub use lifecycle::{serve, serve_with, ServeOutcome};
 pub use router::app;
 pub use state::{AppInner, AppState, Constraints, ModelFacts, Shutdown};
-pub use validation::Limits;
+pub use validation::{Caps, Door, Limits};

@@ -1,11 +1,11 @@
 //! The worker's router: every route of the API, the answers to an unknown
-//! route or a wrong method, and the body limit around them.
+//! route or a wrong method, and the body limit around them (the limits'
+//! `body_bytes`, enforced by `guard::limit_body`).
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::server::body_limits::MAX_BODY_BYTES;
 use crate::server::state::AppState;
 use crate::server::{anthropic, control, error, execute, guard, info, openai, openapi, tokenize};
 
@@ -25,7 +25,7 @@ pub fn app(state: AppState) -> Router {
         .merge(anthropic::routes())
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(DefaultBodyLimit::max(state.limits.body_bytes()))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             guard::limit_body,

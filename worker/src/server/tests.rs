@@ -45,12 +45,7 @@ impl Default for Opts {
             queue_depth: 4,
             timeout: Duration::from_secs(60),
             grace: Duration::from_millis(200),
-            limits: Limits {
-                max_tokens_in: 1024,
-                max_tokens_out: 2048,
-                vocab_size: BYTE_VOCAB_SIZE,
-                context_length: 4096,
-            },
+            limits: Limits::new(1024, BYTE_VOCAB_SIZE, 4096),
             parity: None,
             tokenizer: None,
         }

@@ -7,7 +7,6 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use super::error::{ApiError, ApiJson};
-use super::validation::MAX_PROMPT_CHARS;
 use super::AppState;
 
 /// Most ids one `/detokenize` call takes.
@@ -57,10 +56,11 @@ pub async fn tokenize(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<TokenizeRequest>,
 ) -> Result<Json<TokenizeResponse>, ApiError> {
+    // The longest text that `/execute` takes.
     let chars = req.content.chars().count();
-    if chars > MAX_PROMPT_CHARS {
+    if let Some(most) = state.limits.execute.prompt_chars.filter(|&most| chars > most) {
         return Err(ApiError::invalid(format!(
-            "content: must be at most {MAX_PROMPT_CHARS} characters (got {chars})"
+            "content: must be at most {most} characters (got {chars})"
         )));
     }
     let tokenizer = state.tokenizer.clone();

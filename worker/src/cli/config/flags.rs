@@ -7,12 +7,10 @@ use serde::Deserialize;
 
 use crate::backend::BackendKind;
 use crate::load::TokenizerChoice;
-use crate::server::validation::MAX_TOKENS_LIMIT;
 use crate::telemetry::logging::LogFormat;
 
 pub const DEFAULT_HOST: &str = "127.0.0.1";
 pub const DEFAULT_BACKEND: BackendKind = BackendKind::Cuda;
-pub const DEFAULT_MAX_TOKENS_OUT: usize = MAX_TOKENS_LIMIT;
 pub const DEFAULT_INFERENCE_TIMEOUT_SEC: u64 = 300;
 pub const DEFAULT_QUEUE_DEPTH: usize = 8;
 pub const MAX_QUEUE_DEPTH: usize = 4096;
@@ -79,9 +77,14 @@ pub struct Options {
     /// Longest prompt in tokens [default: the model's context length].
     #[arg(long, value_name = "N")]
     pub max_tokens_in: Option<usize>,
-    /// Most tokens one job may generate, at most 2048 [default: 2048].
+    /// Most tokens one job may generate, below the context length [default: 2048 on
+    /// /execute; the context on /v1 routes].
     #[arg(long, value_name = "N")]
     pub max_tokens_out: Option<usize>,
+    /// Longest prompt (or messages' text) in characters [default: 32768 on /execute;
+    /// the context on /v1 routes].
+    #[arg(long, value_name = "N")]
+    pub max_prompt_chars: Option<usize>,
     /// A running job ends with INFERENCE_TIMEOUT after this many seconds [default: 300].
     #[arg(long, value_name = "SECONDS")]
     pub inference_timeout_sec: Option<u64>,
@@ -160,6 +163,7 @@ pub struct FileConfig {
     pub callback_url: Option<String>,
     pub max_tokens_in: Option<usize>,
     pub max_tokens_out: Option<usize>,
+    pub max_prompt_chars: Option<usize>,
     pub inference_timeout_sec: Option<u64>,
     pub kv_cache_size_mb: Option<u64>,
     pub queue_depth: Option<usize>,

@@ -12,13 +12,13 @@ use crate::cli::config::checks::{
 };
 use crate::cli::config::{
     invalid, ConfigError, Fallbacks, FileConfig, ServeArgs, DEFAULT_BACKEND, DEFAULT_HOST,
-    DEFAULT_INFERENCE_TIMEOUT_SEC, DEFAULT_MAX_TOKENS_OUT, DEFAULT_QUEUE_DEPTH,
+    DEFAULT_INFERENCE_TIMEOUT_SEC, DEFAULT_QUEUE_DEPTH,
     DEFAULT_RESIDENCY_CHECK_SEC, DEFAULT_SHUTDOWN_GRACE_SEC, DEFAULT_UPLOAD_CHUNK_BYTES,
     MAX_PARALLEL, MAX_QUEUE_DEPTH, MIN_CTX_SIZE, MIN_PORT,
 };
 use crate::cli::config::{OnOff, Options, DEFAULT_PREFIX_CACHE_SHARE};
 use crate::load::TokenizerChoice;
-use crate::server::validation::MAX_TOKENS_LIMIT;
+use crate::server::validation::DEFAULT_MAX_TOKENS_OUT;
 use crate::telemetry::logging::LogFormat;
 
 /// The checked configuration the worker runs with.
@@ -33,7 +33,11 @@ pub struct ServeConfig {
     pub callback_url: Option<String>,
     /// `None`: the model's context length.
     pub max_tokens_in: Option<usize>,
-    pub max_tokens_out: usize,
+    /// `--max-tokens-out`, checked against the context once the model is
+    /// loaded; `None`: `/execute`'s default, the context on `/v1`.
+    pub max_tokens_out: Option<usize>,
+    /// `--max-prompt-chars`; `None`: `/execute`'s default, the context on `/v1`.
+    pub max_prompt_chars: Option<usize>,
     /// `None`: the model's context length.
     pub ctx_size: Option<usize>,
     pub inference_timeout: Duration,
@@ -167,6 +171,7 @@ pub fn resolve_with(args: ServeArgs, fallbacks: &Fallbacks) -> Result<ServeConfi
         callback_url,
         max_tokens_in: jobs.max_tokens_in,
         max_tokens_out: jobs.max_tokens_out,
+        max_prompt_chars: jobs.max_prompt_chars,
         ctx_size: jobs.ctx_size,
         inference_timeout: jobs.inference_timeout,
         kv_cache_size_mb: jobs.kv_cache_size_mb,
@@ -256,7 +261,8 @@ fn front(args: &ServeArgs, file: &FileConfig, fallbacks: &Fallbacks) -> Result<F
 /// What bounds the jobs: token caps, context, time, KV memory, slots.
 struct JobLimits {
     max_tokens_in: Option<usize>,
-    max_tokens_out: usize,
+    max_tokens_out: Option<usize>,
+    max_prompt_chars: Option<usize>,
     ctx_size: Option<usize>,
     inference_timeout: Duration,
     kv_cache_size_mb: Option<u64>,
@@ -270,15 +276,14 @@ fn job_limits(args: &ServeArgs, file: &FileConfig) -> Result<JobLimits, ConfigEr
     if max_tokens_in == Some(0) {
         return Err(invalid("--max-tokens-in", "must be at least 1"));
     }
-    let max_tokens_out = opts
-        .max_tokens_out
-        .or(file.max_tokens_out)
-        .unwrap_or(DEFAULT_MAX_TOKENS_OUT);
-    if !(1..=MAX_TOKENS_LIMIT).contains(&max_tokens_out) {
-        return Err(invalid(
-            "--max-tokens-out",
-            format!("{max_tokens_out} is outside 1-{MAX_TOKENS_LIMIT}"),
-        ));
+    // The context bounds --max-tokens-out too, checked once it is known.
+    let max_tokens_out = opts.max_tokens_out.or(file.max_tokens_out);
+    if max_tokens_out == Some(0) {
+        return Err(invalid("--max-tokens-out", "must be at least 1"));
+    }
+    let max_prompt_chars = opts.max_prompt_chars.or(file.max_prompt_chars);
+    if max_prompt_chars == Some(0) {
+        return Err(invalid("--max-prompt-chars", "must be at least 1"));
     }
     let ctx_size = args.ctx_size.or(file.ctx_size);
     if ctx_size.is_some_and(|n| n < MIN_CTX_SIZE) {
@@ -308,6 +313,7 @@ fn job_limits(args: &ServeArgs, file: &FileConfig) -> Result<JobLimits, ConfigEr
     Ok(JobLimits {
         max_tokens_in,
         max_tokens_out,
+        max_prompt_chars,
         ctx_size,
         inference_timeout: Duration::from_secs(timeout_s),
         kv_cache_size_mb,
@@ -337,7 +343,8 @@ impl ServeConfig {
     /// and no more than the longest prompt plus the longest output
     /// (`None`: the model's own context length).
     pub fn max_context(&self) -> Option<usize> {
-        let by_caps = self.max_tokens_in.map(|n| n + self.max_tokens_out);
+        let out = self.max_tokens_out.unwrap_or(DEFAULT_MAX_TOKENS_OUT);
+        let by_caps = self.max_tokens_in.map(|n| n.saturating_add(out));
         match (self.ctx_size, by_caps) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

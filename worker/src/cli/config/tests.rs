@@ -70,7 +70,8 @@ fn defaults() {
     let c = resolve(args(&f)).unwrap();
     assert_eq!(c.backend, BackendKind::Cuda);
     assert_eq!(c.host.to_string(), "127.0.0.1");
-    assert_eq!(c.max_tokens_out, 2048);
+    assert_eq!(c.max_tokens_out, None);
+    assert_eq!(c.max_prompt_chars, None);
     assert_eq!(c.max_tokens_in, None);
     assert_eq!(c.inference_timeout, Duration::from_secs(300));
     assert_eq!(c.queue_depth, DEFAULT_QUEUE_DEPTH);
@@ -115,8 +116,8 @@ fn bad_values_name_their_flag() {
             "--max-tokens-out",
         ),
         (
-            with(&f, |a| a.options.max_tokens_out = Some(2049)),
-            "--max-tokens-out",
+            with(&f, |a| a.options.max_prompt_chars = Some(0)),
+            "--max-prompt-chars",
         ),
         (
             with(&f, |a| a.options.max_tokens_in = Some(0)),
@@ -165,7 +166,7 @@ fn yaml_file_under_flags() {
     .unwrap();
     let from_file = resolve(only_file(&path)).unwrap();
     assert_eq!(from_file.port, other_port);
-    assert_eq!(from_file.max_tokens_out, 5);
+    assert_eq!(from_file.max_tokens_out, Some(5));
     assert_eq!(from_file.backend, BackendKind::Cpu);
     let overridden = resolve(ServeArgs {
         port: Some(f.port),
@@ -173,7 +174,7 @@ fn yaml_file_under_flags() {
     })
     .unwrap();
     assert_eq!(overridden.port as u32, f.port);
-    assert_eq!(overridden.max_tokens_out, 5);
+    assert_eq!(overridden.max_tokens_out, Some(5));
 
     std::fs::write(&path, "port: 8080\nbogus-key: 1\n").unwrap();
     let err = resolve(with(&f, |a| a.options.config = Some(path.clone()))).unwrap_err();

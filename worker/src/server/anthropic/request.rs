@@ -15,7 +15,7 @@ use super::types::{Content, MessagesRequest};
 use crate::server::openai::request::joined_text;
 use crate::server::openai::tools::format::ToolFormat;
 use crate::server::openai::tools::parse::ToolReply;
-use crate::server::validation::{ExecuteRequest, MessageIn};
+use crate::server::validation::{Door, ExecuteRequest, MessageIn};
 
 /// Fields accepted and ignored because they do not change the answer (where
 /// or how fast to run, who asks, and prompt caching: the worker reuses
@@ -101,6 +101,7 @@ pub fn map_messages(
         top_k: req.top_k,
         seed: req.seed.map(i128::from),
         stop: req.stop_sequences,
+        door: Door::V1,
         ..ExecuteRequest::default()
     };
     let tools = spec.and_then(|t| crate::server::openai::tools::apply(&t, format, &mut execute));

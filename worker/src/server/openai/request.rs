@@ -13,7 +13,7 @@ use super::types::{
     ChatCompletionRequest, ChatMessageIn, CompletionRequest, MessageContent, PromptField,
     ResponseFormat, SamplingFields, StopField,
 };
-use crate::server::validation::{ExecuteRequest, MessageIn, MAX_LOGPROBS};
+use crate::server::validation::{Door, ExecuteRequest, MessageIn, MAX_LOGPROBS};
 
 /// `max_tokens` of `/v1/completions` when none is given (OpenAI's default).
 pub const COMPLETIONS_DEFAULT_MAX_TOKENS: i64 = 16;
@@ -132,6 +132,7 @@ fn map_sampling(
         seed,
         ignore_eos: s.ignore_eos.unwrap_or(false),
         json_schema: s.response_format.and_then(ResponseFormat::schema),
+        door: Door::V1,
         ..ExecuteRequest::default()
     };
     Ok((execute, shape))

@@ -104,10 +104,8 @@ async fn messages_are_templated() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_json_errors() {
     let limits = Limits {
-        max_tokens_in: 16,
-        max_tokens_out: 5,
-        vocab_size: BYTE_VOCAB_SIZE,
-        context_length: 4096,
+        execute: Caps::execute(None, Some(5)),
+        ..Limits::new(16, BYTE_VOCAB_SIZE, 4096)
     };
     let h = start(
         ScriptedBackend::spelling("ok"),

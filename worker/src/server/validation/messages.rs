@@ -7,11 +7,21 @@ use serde_json::Value;
 
 use crate::tokenizer::{ChatMessage, FunctionCall, Tokenizer, ToolCall};
 
-/// Longest `prompt`, and longest total text of `messages` (contents, call
-/// names and arguments), in characters.
-pub const MAX_PROMPT_CHARS: usize = 32_768;
-/// Most entries in `messages`.
+/// `/execute`'s longest `prompt`, and longest total text of `messages`
+/// (contents, call names and arguments), in characters, unless
+/// `--max-prompt-chars` says otherwise (M0-W-1300's number).
+pub const DEFAULT_MAX_PROMPT_CHARS: usize = 32_768;
+/// `/execute`'s most entries in `messages`.
 pub const MAX_MESSAGES: usize = 256;
+
+/// How much `messages` may hold.
+#[derive(Clone, Copy, Debug)]
+pub struct MessageBounds {
+    /// Total characters (`None`: the context alone bounds them).
+    pub chars: Option<usize>,
+    /// Entries.
+    pub count: usize,
+}
 /// Roles accepted in `messages`.
 pub const CHAT_ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
 
@@ -132,6 +142,7 @@ fn chat_message(m: MessageIn) -> ChatMessage {
 /// the error names a broken rule of the `messages` field.
 pub fn render_messages(
     messages: Vec<MessageIn>,
+    bounds: MessageBounds,
     tokenizer: &Tokenizer,
     reasoning_effort: Option<&str>,
     tools: Option<&[Value]>,
@@ -139,9 +150,9 @@ pub fn render_messages(
     if messages.is_empty() {
         return Err(vec!["must not be empty".into()]);
     }
-    if messages.len() > MAX_MESSAGES {
-        let n = messages.len();
-        return Err(vec![format!("at most {MAX_MESSAGES} messages (got {n})")]);
+    if messages.len() > bounds.count {
+        let (most, n) = (bounds.count, messages.len());
+        return Err(vec![format!("at most {most} messages (got {n})")]);
     }
     let mut chars = 0usize;
     let mut errs: Vec<String> = messages
@@ -149,9 +160,9 @@ pub fn render_messages(
         .enumerate()
         .filter_map(|(i, m)| check_message(i, m, &mut chars))
         .collect();
-    if chars > MAX_PROMPT_CHARS {
+    if let Some(most) = bounds.chars.filter(|&most| chars > most) {
         errs.push(format!(
-            "contents total at most {MAX_PROMPT_CHARS} characters (got {chars})"
+            "contents total at most {most} characters (got {chars})"
         ));
     }
     if !errs.is_empty() {

@@ -1,12 +1,7 @@
 use super::*;
 use crate::engine::testing::{byte_tokenizer, BYTE_VOCAB_SIZE};
 
-const LIMITS: Limits = Limits {
-    max_tokens_in: 64,
-    max_tokens_out: 2048,
-    vocab_size: BYTE_VOCAB_SIZE,
-    context_length: 128,
-};
+const LIMITS: Limits = Limits::new(64, BYTE_VOCAB_SIZE, 128);
 
 fn base() -> serde_json::Value {
     serde_json::json!({"job_id": "j1", "prompt": "hello"})
@@ -49,9 +44,9 @@ fn defaults_are_filled_in() {
         max_tokens_in: 8192,
         ..LIMITS
     };
-    assert_eq!(run(base(), &big).unwrap().max_tokens, MAX_TOKENS_LIMIT);
+    assert_eq!(run(base(), &big).unwrap().max_tokens, DEFAULT_MAX_TOKENS_OUT);
     let capped = Limits {
-        max_tokens_out: 5,
+        execute: Caps::execute(None, Some(5)),
         ..big
     };
     assert_eq!(run(base(), &capped).unwrap().max_tokens, 5);
@@ -116,7 +111,7 @@ fn reasoning_effort_is_for_messages_and_three_values() {
 /// One row per rule: (field to set, value, the field the error must name).
 #[test]
 fn each_rule_names_its_field() {
-    let long_prompt = "x".repeat(MAX_PROMPT_CHARS + 1);
+    let long_prompt = "x".repeat(DEFAULT_MAX_PROMPT_CHARS + 1);
     let rows: Vec<(serde_json::Value, &str)> = vec![
         (serde_json::json!({"prompt": "hi"}), "job_id"),
         (with("job_id", "".into()), "job_id"),
@@ -177,7 +172,7 @@ fn each_rule_names_its_field() {
 #[test]
 fn max_tokens_out_caps_max_tokens() {
     let limits = Limits {
-        max_tokens_out: 5,
+        execute: Caps::execute(None, Some(5)),
         ..LIMITS
     };
     assert!(run(with("max_tokens", 5.into()), &limits).is_ok());
@@ -296,9 +291,80 @@ fn tool_calls_and_results_in_messages() {
     }
     // Arguments count towards the messages' length limit.
     let mut long = call;
-    long["function"]["arguments"] = "x".repeat(MAX_PROMPT_CHARS).into();
+    long["function"]["arguments"] = "x".repeat(DEFAULT_MAX_PROMPT_CHARS).into();
     let body = serde_json::json!({"job_id": "j", "messages": [
         {"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [long]}]});
     let err = run(body, &limits).unwrap_err();
     assert!(err.to_string().contains("contents total at most"), "{err}");
+}
+
+/// Issue 45: the `/v1` routes are bounded by the context only, unless the
+/// operator set a cap; `/execute` keeps M0-W-1300's numbers as defaults.
+#[test]
+fn v1_routes_are_bounded_by_the_context_and_the_flags_set() {
+    let long = Limits::new(40_000, BYTE_VOCAB_SIZE, 40_000);
+    let body = |max_tokens: usize| {
+        let mut b = with("prompt", "x".repeat(DEFAULT_MAX_PROMPT_CHARS + 1).into());
+        b["max_tokens"] = max_tokens.into();
+        b
+    };
+    let run_v1 = |body: serde_json::Value, limits: &Limits| {
+        let mut req: ExecuteRequest = serde_json::from_value(body).expect("parses");
+        req.door = Door::V1;
+        validate(req, limits, &byte_tokenizer(), || 7)
+    };
+    // /execute: the prompt and max_tokens over its defaults, each named.
+    let err = run(body(DEFAULT_MAX_TOKENS_OUT + 1), &long).unwrap_err();
+    assert_eq!(err.fields(), vec!["prompt", "max_tokens"], "{err}");
+    // /v1: both fit the context, so both are taken; the default fills it.
+    let room = 40_000 - (DEFAULT_MAX_PROMPT_CHARS + 1);
+    let v = run_v1(body(room), &long).unwrap();
+    assert_eq!(v.max_tokens, room);
+    let mut no_max = body(1);
+    no_max.as_object_mut().unwrap().remove("max_tokens");
+    assert_eq!(run_v1(no_max, &long).unwrap().max_tokens, room);
+    let err = run_v1(body(room + 1), &long).unwrap_err();
+    assert!(err.to_string().contains("exceeds the context length (40000)"), "{err}");
+    let err = run_v1(body(40_000), &long).unwrap_err();
+    assert!(err.to_string().contains("between 1 and 39999"), "{err}");
+
+    // The flags: /execute takes what they allow; /v1 is held to them too.
+    let flags = Limits {
+        execute: Caps::execute(Some(DEFAULT_MAX_PROMPT_CHARS + 1), Some(3000)),
+        v1: Caps::v1(Some(DEFAULT_MAX_PROMPT_CHARS + 1), Some(3000)),
+        ..long
+    };
+    assert_eq!(run(body(3000), &flags).unwrap().max_tokens, 3000);
+    for door in [Door::Execute, Door::V1] {
+        let mut req: ExecuteRequest = serde_json::from_value(body(3001)).unwrap();
+        req.door = door;
+        let err = validate(req, &flags, &byte_tokenizer(), || 7).unwrap_err();
+        assert!(err.to_string().contains("between 1 and 3000"), "{door:?}: {err}");
+        let mut req: ExecuteRequest =
+            serde_json::from_value(with("prompt", "x".repeat(32_770).into())).unwrap();
+        req.door = door;
+        let err = validate(req, &flags, &byte_tokenizer(), || 7).unwrap_err();
+        assert!(err.to_string().contains("at most 32769 characters"), "{door:?}: {err}");
+    }
+
+    // Messages: /execute's count and characters; /v1's context.
+    let many: Vec<_> = (0..MAX_MESSAGES + 1)
+        .map(|i| serde_json::json!({"role": "user", "content": format!("m{i}")}))
+        .collect();
+    let body = serde_json::json!({"job_id": "j", "messages": many});
+    let err = run(body.clone(), &long).unwrap_err();
+    assert!(err.to_string().contains("at most 256 messages"), "{err}");
+    let mut req: ExecuteRequest = serde_json::from_value(body).unwrap();
+    req.door = Door::V1;
+    let v = validate(req, &long, &byte_tokenizer(), || 7).unwrap();
+    let text = byte_tokenizer().decode(&v.prompt_tokens).unwrap();
+    assert!(text.contains("m256"), "{text}");
+}
+
+/// The body limit: M0's 1 MiB, more where the context needs it.
+#[test]
+fn the_body_limit_grows_with_the_context() {
+    assert_eq!(Limits::new(8192, 1, 8192).body_bytes(), crate::server::MAX_BODY_BYTES);
+    assert_eq!(Limits::new(1, 1, 131_072).body_bytes(), 4 << 20);
+    assert_eq!(Limits::new(1, 1, 10_000_000).body_bytes(), 32 << 20);
 }

@@ -16,7 +16,7 @@ use crate::server::openai::error::OpenAiError;
 use crate::server::openai::request::{joined_text, Mapped, ReplyShape};
 use crate::server::openai::tools::format::ToolFormat;
 use crate::server::openai::types::ResponseFormat;
-use crate::server::validation::{ExecuteRequest, MessageIn};
+use crate::server::validation::{Door, ExecuteRequest, MessageIn};
 
 /// What the answer repeats of the request.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -132,6 +132,7 @@ pub fn map_responses(
         seed: req.seed.map(i128::from),
         reasoning_effort: reasoning.effort,
         json_schema: text.format.and_then(|f| ResponseFormat::from(f).schema()),
+        door: Door::V1,
         ..ExecuteRequest::default()
     };
     let shape = ReplyShape {
