@@ -20,7 +20,11 @@ use worker_orcd::tokenizer::Tokenizer;
 fn largest_valid_body() -> Vec<u8> {
     // Plain prose, cut to exactly the character limit.
     let prose = "The quick brown fox jumps over the lazy dog while the engineers measure everything twice. ";
-    let prompt: String = prose.chars().cycle().take(DEFAULT_MAX_PROMPT_CHARS).collect();
+    let prompt: String = prose
+        .chars()
+        .cycle()
+        .take(DEFAULT_MAX_PROMPT_CHARS)
+        .collect();
     serde_json::to_vec(&serde_json::json!({
         "job_id": "bench-execute-parse-0001",
         "prompt": prompt,

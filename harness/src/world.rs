@@ -102,7 +102,6 @@ impl TestWorld {
     /// `{chars:N}` ([`prose`]).
     pub fn expand(&mut self, s: &str) -> Result<String> {
         let mut out = expand_prose(s)?
-
             .replace("{model}", &self.cfg.model.display().to_string())
             .replace("{gpu_count}", &self.cfg.gpu_count.to_string());
         if out.contains("{scratch}") {

@@ -58,7 +58,12 @@ pub async fn tokenize(
 ) -> Result<Json<TokenizeResponse>, ApiError> {
     // The longest text that `/execute` takes.
     let chars = req.content.chars().count();
-    if let Some(most) = state.limits.execute.prompt_chars.filter(|&most| chars > most) {
+    if let Some(most) = state
+        .limits
+        .execute
+        .prompt_chars
+        .filter(|&most| chars > most)
+    {
         return Err(ApiError::invalid(format!(
             "content: must be at most {most} characters (got {chars})"
         )));

@@ -44,7 +44,10 @@ fn defaults_are_filled_in() {
         max_tokens_in: 8192,
         ..LIMITS
     };
-    assert_eq!(run(base(), &big).unwrap().max_tokens, DEFAULT_MAX_TOKENS_OUT);
+    assert_eq!(
+        run(base(), &big).unwrap().max_tokens,
+        DEFAULT_MAX_TOKENS_OUT
+    );
     let capped = Limits {
         execute: Caps::execute(None, Some(5)),
         ..big
@@ -324,7 +327,11 @@ fn v1_routes_are_bounded_by_the_context_and_the_flags_set() {
     no_max.as_object_mut().unwrap().remove("max_tokens");
     assert_eq!(run_v1(no_max, &long).unwrap().max_tokens, room);
     let err = run_v1(body(room + 1), &long).unwrap_err();
-    assert!(err.to_string().contains("exceeds the context length (40000)"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("exceeds the context length (40000)"),
+        "{err}"
+    );
     let err = run_v1(body(40_000), &long).unwrap_err();
     assert!(err.to_string().contains("between 1 and 39999"), "{err}");
 
@@ -339,12 +346,18 @@ fn v1_routes_are_bounded_by_the_context_and_the_flags_set() {
         let mut req: ExecuteRequest = serde_json::from_value(body(3001)).unwrap();
         req.door = door;
         let err = validate(req, &flags, &byte_tokenizer(), || 7).unwrap_err();
-        assert!(err.to_string().contains("between 1 and 3000"), "{door:?}: {err}");
+        assert!(
+            err.to_string().contains("between 1 and 3000"),
+            "{door:?}: {err}"
+        );
         let mut req: ExecuteRequest =
             serde_json::from_value(with("prompt", "x".repeat(32_770).into())).unwrap();
         req.door = door;
         let err = validate(req, &flags, &byte_tokenizer(), || 7).unwrap_err();
-        assert!(err.to_string().contains("at most 32769 characters"), "{door:?}: {err}");
+        assert!(
+            err.to_string().contains("at most 32769 characters"),
+            "{door:?}: {err}"
+        );
     }
 
     // Messages: /execute's count and characters; /v1's context.
@@ -364,7 +377,10 @@ fn v1_routes_are_bounded_by_the_context_and_the_flags_set() {
 /// The body limit: M0's 1 MiB, more where the context needs it.
 #[test]
 fn the_body_limit_grows_with_the_context() {
-    assert_eq!(Limits::new(8192, 1, 8192).body_bytes(), crate::server::MAX_BODY_BYTES);
+    assert_eq!(
+        Limits::new(8192, 1, 8192).body_bytes(),
+        crate::server::MAX_BODY_BYTES
+    );
     assert_eq!(Limits::new(1, 1, 131_072).body_bytes(), 4 << 20);
     assert_eq!(Limits::new(1, 1, 10_000_000).body_bytes(), 32 << 20);
 }
