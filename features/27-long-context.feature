@@ -17,7 +17,7 @@ Feature: Long context
     Then the reply is 400 "INVALID_REQUEST" naming "max_tokens"
     When the async-openai client runs this chat completion whole and streamed:
       """
-      {"messages": [{"role": "user", "content": "{chars:40000}"}], "max_tokens": 4, "temperature": 0}
+      {"messages": [{"role": "user", "content": "{chars:40000}Name three colours."}], "max_tokens": 4, "temperature": 0}
       """
     Then both answers are the same 4 tokens, finished with "length"
     When the async-openai client runs this chat completion whole and streamed:

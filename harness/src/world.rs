@@ -99,9 +99,9 @@ impl TestWorld {
     }
 
     /// Replaces `{model}`, `{scratch}`, `{busy_port}`, `{gpu_count}` and
-    /// `{chars:N}` ([`prose`]).
+    /// `{chars:N}` ([`filler`]).
     pub fn expand(&mut self, s: &str) -> Result<String> {
-        let mut out = expand_prose(s)?
+        let mut out = expand_chars(s)?
             .replace("{model}", &self.cfg.model.display().to_string())
             .replace("{gpu_count}", &self.cfg.gpu_count.to_string());
         if out.contains("{scratch}") {
@@ -200,18 +200,16 @@ pub fn read_json(path: &Path) -> Result<Value> {
     Ok(serde_json::from_str(&text)?)
 }
 
-/// Filler text of long words (about 8 characters a token on the reference
-/// model), so that a prompt of many characters stays well inside its context.
-const PROSE: &str = "international understanding requires considerable patience \
-    between communities whose administrative responsibilities overlap considerably ";
-
-/// `n` characters of [`PROSE`], repeated and cut.
-pub fn prose(n: usize) -> String {
-    PROSE.chars().cycle().take(n).collect()
+/// `n` dashes: a prompt long in characters and short in tokens (about 64
+/// characters a token on the reference model, so that a 40,000-character
+/// prompt costs the CPU backend some 650 tokens to read; a run of spaces is
+/// as short, but the model answers it with nothing).
+pub fn filler(n: usize) -> String {
+    "-".repeat(n)
 }
 
-/// Replaces each `{chars:N}` with [`prose`]`(N)`.
-fn expand_prose(s: &str) -> Result<String> {
+/// Replaces each `{chars:N}` with [`filler`]`(N)`.
+fn expand_chars(s: &str) -> Result<String> {
     const OPEN: &str = "{chars:";
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
@@ -224,7 +222,7 @@ fn expand_prose(s: &str) -> Result<String> {
         let n: usize = tail[..end]
             .parse()
             .with_context(|| format!("{OPEN}{}}} is not a count", &tail[..end]))?;
-        out.push_str(&prose(n));
+        out.push_str(&filler(n));
         rest = &tail[end + 1..];
     }
     out.push_str(rest);
@@ -242,14 +240,14 @@ mod tests {
     }
 
     #[test]
-    fn chars_placeholders_become_prose_of_that_length() {
-        let out = super::expand_prose(r#"{"a": "{chars:5}", "b": "{chars:300}!"}"#).unwrap();
+    fn chars_placeholders_become_filler_of_that_length() {
+        let out = super::expand_chars(r#"{"a": "{chars:5}", "b": "{chars:300}!"}"#).unwrap();
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-        assert_eq!(v["a"], "inter");
+        assert_eq!(v["a"], "-----");
         let b = v["b"].as_str().unwrap();
         assert_eq!(b.chars().count(), 301);
-        assert!(b.ends_with('!'));
-        assert!(super::expand_prose("{chars:x}").is_err());
-        assert!(super::expand_prose("{chars:3").is_err());
+        assert!(b.ends_with("--!"));
+        assert!(super::expand_chars("{chars:x}").is_err());
+        assert!(super::expand_chars("{chars:3").is_err());
     }
 }
