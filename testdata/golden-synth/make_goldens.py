@@ -43,6 +43,11 @@ FILES = [
     ("gpt2", "Q4_K"),
     ("tiny-phi3-128k", "Q8_0"),
     ("tiny-llama3.1", "Q8_0"),
+    # Issue 46: Qwen3 dense (per-head Q/K norms, heads of 128 over 256 wide),
+    # and Qwen3-0.6B's real shapes.
+    ("tiny-qwen3", "Q8_0"),
+    ("tiny-qwen3", "Q4_K"),
+    ("qwen3-0.6b", "Q8_0"),
     ("gpt-oss", "Q8_0"),
     # gpt-oss-20b's real shapes (a 12 GB file): made on the GPU machine with
     # llama.cpp's CUDA build (--gpu), the worker compared on the GPU there.
@@ -71,6 +76,7 @@ TOKENIZER_SOURCES = {
     "phi3": ".models/gemma-3-270m-q4_k_m.gguf",
     "gpt2": ".models/smollm2-135m-instruct-q4_1.gguf",
     "llama": ".models/smollm2-135m-instruct-q4_1.gguf",
+    "qwen3": ".models/smollm2-135m-instruct-q4_1.gguf",
     # o200k_harmony from the tiktoken-rs crate (harness/src/synth/harmony.rs): no file.
     "gpt-oss": None,
 }

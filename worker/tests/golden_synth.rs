@@ -104,6 +104,20 @@ fn tiny_gpt2_agrees_with_llama_cpp() {
     ]);
 }
 
+/// Qwen3 dense (issue 46): RMSNorm on each head of Q and K before RoPE,
+/// heads of 128 over a 256-wide model (`attention.key_length`), tied head.
+#[test]
+fn tiny_qwen3_agrees_with_llama_cpp() {
+    run(&["tiny-qwen3-Q8_0.json", "tiny-qwen3-Q4_K.json"]);
+}
+
+/// Qwen3-0.6B's real shapes (28 layers, 16/8 heads of 128 over 1024 wide; a
+/// 0.6 GB file, a few seconds on the CPU).
+#[test]
+fn qwen3_0_6b_agrees_with_llama_cpp() {
+    run(&["qwen3-0.6b-Q8_0.json"]);
+}
+
 /// RoPE frequency factors: Phi-3 128k's LongRoPE (the long table, served
 /// past the 1024 trained positions, and `rope.scaling.attn_factor`) and
 /// Llama 3.1's `rope_freqs`.

@@ -72,18 +72,27 @@ pub fn metadata(o: &Options, reference: &Gguf) -> Result<Vec<Kv>> {
     let head_dim = p.head_dim();
     let string_kv = |k: &str, v: &str| kv(&format!("{a}.{k}"), STRING, string_raw(v));
     match p.arch {
-        Arch::Llama | Arch::Qwen2 => kvs.extend([
-            u32_kv("context_length", context)?,
-            u32_kv("embedding_length", p.n_embd)?,
-            u32_kv("block_count", p.n_layer)?,
-            u32_kv("feed_forward_length", p.n_ff)?,
-            u32_kv("attention.head_count", p.n_head)?,
-            u32_kv("attention.head_count_kv", p.n_head_kv)?,
-            f32_kv("rope.freq_base", p.rope_base),
-            u32_kv("rope.dimension_count", head_dim)?,
-            f32_kv("attention.layer_norm_rms_epsilon", p.norm_eps),
-            u32_kv("vocab_size", p.vocab)?,
-        ]),
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
+            kvs.extend([
+                u32_kv("context_length", context)?,
+                u32_kv("embedding_length", p.n_embd)?,
+                u32_kv("block_count", p.n_layer)?,
+                u32_kv("feed_forward_length", p.n_ff)?,
+                u32_kv("attention.head_count", p.n_head)?,
+                u32_kv("attention.head_count_kv", p.n_head_kv)?,
+                f32_kv("rope.freq_base", p.rope_base),
+                u32_kv("rope.dimension_count", head_dim)?,
+                f32_kv("attention.layer_norm_rms_epsilon", p.norm_eps),
+                u32_kv("vocab_size", p.vocab)?,
+            ]);
+            // Qwen3's config.json has head_dim, which the converter writes.
+            if p.arch == Arch::Qwen3 {
+                kvs.extend([
+                    u32_kv("attention.key_length", head_dim)?,
+                    u32_kv("attention.value_length", head_dim)?,
+                ]);
+            }
+        }
         // Phi3MiniModel.set_gguf_parameters, in its order (no vocab_size).
         Arch::Phi3 => kvs.extend([
             u32_kv("context_length", context)?,

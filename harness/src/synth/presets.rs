@@ -13,6 +13,10 @@ pub enum Arch {
     Llama,
     /// Llama with Q/K/V biases and NEOX RoPE (the worker decides the RoPE style).
     Qwen2,
+    /// Qwen3 dense: llama's block with RMSNorm on each head of Q and K
+    /// (`attn_q_norm`, `attn_k_norm`), no biases, `attention.key_length`
+    /// heads (128, wider than `n_embd / n_head` on the small sizes).
+    Qwen3,
     /// Fused `attn_qkv` (Q|K|V rows) and `ffn_up` (gate|up rows), RMSNorm,
     /// NEOX RoPE, `attention.sliding_window` (which llama.cpp ignores for phi3).
     Phi3,
@@ -31,6 +35,7 @@ impl Arch {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
             Arch::Phi3 => "phi3",
             Arch::Gpt2 => "gpt2",
             Arch::GptOss => "gpt-oss",
@@ -161,6 +166,28 @@ pub const PRESETS: &[Preset] = &[
         moe: None,
     },
     // Phi-3-mini's layout and vocabulary size, small.
+    // tiny-qwen2's size with Qwen3's layout: heads of 128, twice
+    // n_embd / n_head as on Qwen3-0.6B, normed per head.
+    Preset {
+        name: "tiny-qwen3",
+        arch: Arch::Qwen3,
+        n_embd: 256,
+        n_layer: 2,
+        n_head: 4,
+        n_head_kv: 2,
+        n_ff: 512,
+        vocab: 151_936,
+        context: 2048,
+        rope_base: 1_000_000.0,
+        norm_eps: 1e-6,
+        tied: true,
+        default_format: Format::Q8_0,
+        vocab_source: Vocab::Reference,
+        sliding_window: 0,
+        rope_scaling: RopeScaling::None,
+        head_dim: 128,
+        moe: None,
+    },
     Preset {
         name: "tiny-phi3",
         arch: Arch::Phi3,
@@ -244,6 +271,48 @@ pub const PRESETS: &[Preset] = &[
         head_dim: 0,
         moe: None,
     },
+    // Qwen/Qwen3-0.6B: heads of 128 over a 1024-wide model, tied head.
+    Preset {
+        name: "qwen3-0.6b",
+        arch: Arch::Qwen3,
+        n_embd: 1024,
+        n_layer: 28,
+        n_head: 16,
+        n_head_kv: 8,
+        n_ff: 3072,
+        vocab: 151_936,
+        context: 40_960,
+        rope_base: 1_000_000.0,
+        norm_eps: 1e-6,
+        tied: true,
+        default_format: Format::Q8_0,
+        vocab_source: Vocab::Reference,
+        sliding_window: 0,
+        rope_scaling: RopeScaling::None,
+        head_dim: 128,
+        moe: None,
+    },
+    // Qwen/Qwen3-8B.
+    Preset {
+        name: "qwen3-8b",
+        arch: Arch::Qwen3,
+        n_embd: 4096,
+        n_layer: 36,
+        n_head: 32,
+        n_head_kv: 8,
+        n_ff: 12_288,
+        vocab: 151_936,
+        context: 40_960,
+        rope_base: 1_000_000.0,
+        norm_eps: 1e-6,
+        tied: false,
+        default_format: Format::Q4K,
+        vocab_source: Vocab::Reference,
+        sliding_window: 0,
+        rope_scaling: RopeScaling::None,
+        head_dim: 128,
+        moe: None,
+    },
     // meta-llama/Meta-Llama-3-8B.
     Preset {
         name: "llama-3-8b",
@@ -262,6 +331,28 @@ pub const PRESETS: &[Preset] = &[
         vocab_source: Vocab::Reference,
         sliding_window: 0,
         rope_scaling: RopeScaling::None,
+        head_dim: 0,
+        moe: None,
+    },
+    // meta-llama/Llama-3.1-8B: llama-3-8b's shape with the 131,072-token
+    // context and Llama 3.1's RoPE (issue 45's long-context shape).
+    Preset {
+        name: "llama-3.1-8b",
+        arch: Arch::Llama,
+        n_embd: 4096,
+        n_layer: 32,
+        n_head: 32,
+        n_head_kv: 8,
+        n_ff: 14336,
+        vocab: 128_256,
+        context: 131_072,
+        rope_base: 500_000.0,
+        norm_eps: 1e-5,
+        tied: false,
+        default_format: Format::Q4_1,
+        vocab_source: Vocab::Reference,
+        sliding_window: 0,
+        rope_scaling: RopeScaling::Llama3,
         head_dim: 0,
         moe: None,
     },

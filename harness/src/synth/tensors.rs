@@ -99,11 +99,20 @@ pub fn tensors(p: &Preset, format: Format) -> Vec<TensorSpec> {
         };
         norm(&mut t, "attn_norm");
         match p.arch {
-            Arch::Llama | Arch::Qwen2 => {
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
                 for (m, rows) in [("q", q_dim), ("k", kv_dim), ("v", kv_dim)] {
                     t.push(matrix(n(&format!("attn_{m}.weight")), rows, p.n_embd));
                     if p.arch == Arch::Qwen2 {
                         t.push(vector(n(&format!("attn_{m}.bias")), rows, Init::Bias));
+                    }
+                }
+                if p.arch == Arch::Qwen3 {
+                    for m in ["q", "k"] {
+                        t.push(vector(
+                            n(&format!("attn_{m}_norm.weight")),
+                            head_dim,
+                            Init::Norm,
+                        ));
                     }
                 }
             }
@@ -115,7 +124,7 @@ pub fn tensors(p: &Preset, format: Format) -> Vec<TensorSpec> {
         linear(&mut t, "attn_output", p.n_embd, q_dim);
         norm(&mut t, "ffn_norm");
         match p.arch {
-            Arch::Llama | Arch::Qwen2 => {
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
                 t.push(matrix(n("ffn_gate.weight"), p.n_ff, p.n_embd));
                 t.push(matrix(n("ffn_up.weight"), p.n_ff, p.n_embd));
             }

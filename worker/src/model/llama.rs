@@ -1,14 +1,16 @@
-//! The llama family (`llama`, `qwen2`): GGUF tensor names, shapes, and the
-//! forward pass, following llama.cpp's `build_llama` / `build_qwen2` graphs.
+//! The llama family (`llama`, `qwen2`, `qwen3`): GGUF tensor names, shapes,
+//! and the forward pass, following llama.cpp's `build_llama`, `build_qwen2`
+//! and `build_qwen3` graphs.
 //!
-//! Per layer: RMSNorm, Q/K/V projections (+ biases on qwen2), RoPE in the
-//! architecture's style, causal grouped-query attention over the KV cache,
-//! output projection, residual; RMSNorm, SwiGLU feed-forward, residual.
-//! Then `output_norm` and the LM head (`output`, or the tied `token_embd`).
+//! Per layer: RMSNorm, Q/K/V projections (+ biases on qwen2), RMSNorm of
+//! each head of Q and K on qwen3, RoPE in the architecture's style, causal
+//! grouped-query attention over the KV cache, output projection, residual;
+//! RMSNorm, SwiGLU feed-forward, residual. Then `output_norm` and the LM head
+//! (`output`, or the tied `token_embd`).
 
 use crate::gguf::GgufFile;
 use crate::model::config::ModelConfig;
-use crate::model::ops::{GraphError, Ops, QkPrep};
+use crate::model::ops::{GraphError, HeadNorms, Ops, QkPrep};
 use crate::model::parts::{
     self, Binder, GatedFfn, Glu, GluBufs, LayerTensors, Pass, Qkv, Stream, Trunk, GATED_FFN, QKV,
 };
@@ -18,6 +20,8 @@ pub struct LayerWeights<W> {
     pub attn_norm: W,
     /// Q, K and V, with qwen2's biases.
     pub qkv: Qkv<W>,
+    /// qwen3's `[head_dim]` norms of each Q head and each K head.
+    pub qk_norm: Option<(W, W)>,
     pub wo: W,
     pub ffn_norm: W,
     pub ffn: GatedFfn<W>,
@@ -39,6 +43,9 @@ const LAYER: [LayerTensors; 4] = [
     LayerTensors::weights(&GATED_FFN),
 ];
 
+/// qwen3's per-head norms.
+const QK_NORM: [&str; 2] = ["attn_q_norm", "attn_k_norm"];
+
 impl<W> LlamaWeights<W> {
     /// Every tensor name this architecture reads, for checks that nothing is
     /// left unused (M0-W-1213).
@@ -46,6 +53,9 @@ impl<W> LlamaWeights<W> {
         let mut names = parts::tensor_names(cfg, file, &[], &LAYER);
         if cfg.architecture.has_qkv_bias() {
             names.extend(parts::layer_names(cfg, &[LayerTensors::biases(&QKV)]));
+        }
+        if cfg.architecture.has_qk_norm() {
+            names.extend(parts::layer_names(cfg, &[LayerTensors::weights(&QK_NORM)]));
         }
         names.extend(parts::rope_factor_names(file));
         names
@@ -55,12 +65,20 @@ impl<W> LlamaWeights<W> {
     /// RoPE factors to the host.
     pub fn load<E: From<GraphError>>(b: &mut Binder<'_, '_, W, E>) -> Result<Self, E> {
         let cfg = b.cfg;
-        let (d, qd) = (cfg.n_embd, cfg.q_dim());
+        let (d, qd, hd) = (cfg.n_embd, cfg.q_dim(), cfg.head_dim);
         let bias = cfg.architecture.has_qkv_bias();
+        let qk_norm = cfg.architecture.has_qk_norm();
         let trunk = b.trunk(&LAYER, |b, blk| {
             Ok(LayerWeights {
                 attn_norm: b.get(&blk.weight("attn_norm"), 1, d)?,
                 qkv: Qkv::bind(b, blk, bias)?,
+                qk_norm: match qk_norm {
+                    true => Some((
+                        b.get(&blk.weight("attn_q_norm"), 1, hd)?,
+                        b.get(&blk.weight("attn_k_norm"), 1, hd)?,
+                    )),
+                    false => None,
+                },
                 wo: b.get(&blk.weight("attn_output"), d, qd)?,
                 ffn_norm: b.get(&blk.weight("ffn_norm"), 1, d)?,
                 ffn: GatedFfn::bind(b, blk)?,
@@ -97,7 +115,11 @@ pub fn forward<O: Ops>(
         let shape = parts::attention_shape(cfg, il, start_pos, n);
         let rope = parts::rope_pair(cfg, il, start_pos, w.rope_factors.as_deref());
         let prep = QkPrep {
-            norms: None,
+            norms: l.qk_norm.as_ref().map(|(q, k)| HeadNorms {
+                q,
+                k,
+                eps: cfg.norm_eps,
+            }),
             rope: Some(rope),
         };
         ops.project_attend(&s.h, qkv, prep, cache, shape, &mut a.attn)?;

@@ -42,7 +42,9 @@ impl<W> Weights<W> {
     /// left unused (M0-W-1213).
     pub fn tensor_names(cfg: &ModelConfig, file: &GgufFile) -> Vec<String> {
         match cfg.architecture {
-            Architecture::Llama | Architecture::Qwen2 => LlamaWeights::<W>::tensor_names(cfg, file),
+            Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 => {
+                LlamaWeights::<W>::tensor_names(cfg, file)
+            }
             Architecture::Gemma3 => Gemma3Weights::<W>::tensor_names(cfg, file),
             Architecture::Phi3 => Phi3Weights::<W>::tensor_names(cfg, file),
             Architecture::Gpt2 => Gpt2Weights::<W>::tensor_names(cfg, file),
@@ -69,7 +71,9 @@ impl<W> Weights<W> {
     ) -> Result<Self, E> {
         let b = &mut Binder { cfg, file, upload };
         Ok(match cfg.architecture {
-            Architecture::Llama | Architecture::Qwen2 => Weights::Llama(LlamaWeights::load(b)?),
+            Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 => {
+                Weights::Llama(LlamaWeights::load(b)?)
+            }
             Architecture::Gemma3 => Weights::Gemma3(Gemma3Weights::load(b)?),
             Architecture::Phi3 => Weights::Phi3(Phi3Weights::load(b)?),
             Architecture::Gpt2 => Weights::Gpt2(Gpt2Weights::load(b)?),
@@ -121,6 +125,8 @@ pub fn step_buffers(cfg: &ModelConfig, n: usize) -> Vec<usize> {
     let mut v = match cfg.architecture {
         // x, h, q, k, v, attn, proj, gate, up, act
         Architecture::Llama | Architecture::Qwen2 => vec![d, d, qd, kvd, kvd, qd, d, ff, ff, ff],
+        // x, h, q_raw, q, k_raw, k, v, attn, proj, gate, up, act
+        Architecture::Qwen3 => vec![d, d, qd, qd, kvd, kvd, kvd, qd, d, ff, ff, ff],
         // x, h, q_raw, q, k_raw, k, v, attn, proj, normed, gate, up, act
         Architecture::Gemma3 => vec![d, d, qd, qd, kvd, kvd, kvd, qd, d, d, ff, ff, ff],
         // x, h, qkv, q, k, v, attn, proj, gate_up, gate, up, act

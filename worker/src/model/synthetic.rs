@@ -23,12 +23,13 @@ pub fn synthetic_llama(arch: &str, seed: u64, context: u32) -> Vec<u8> {
 }
 
 /// The architectures [`synthetic_model`] writes.
-pub const SYNTHETIC_ARCHS: [&str; 5] = ["llama", "qwen2", "gemma3", "phi3", "gpt2"];
+pub const SYNTHETIC_ARCHS: [&str; 6] = ["llama", "qwen2", "qwen3", "gemma3", "phi3", "gpt2"];
 
 /// A small random model of `arch` (one of [`SYNTHETIC_ARCHS`]) with every
 /// weight format, written with `GgufWriter`, laid out as llama.cpp's
 /// converter lays out that family: `qwen2` adds Q/K/V biases and a tied LM
-/// head; `gemma3` has heads wider than `d / n_head`, per-head Q/K norms,
+/// head; `qwen3` has heads wider than `d / n_head`, per-head Q/K norms and a
+/// tied LM head; `gemma3` has heads wider than `d / n_head`, per-head Q/K norms,
 /// post-norms and an 8-position window on its first layer; `phi3` fuses QKV
 /// and gate/up and windows every layer at 16 positions; `gpt2` has learned
 /// positions, LayerNorms and biases everywhere.
@@ -45,7 +46,11 @@ pub fn synthetic_model_with(arch: &str, seed: u64, context: u32, rope_factors: b
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let (d, n_layer, n_head, ff, vocab) = (256usize, 2usize, 4usize, 512usize, 384usize);
     let n_kv = if arch == "gpt2" { n_head } else { 2 };
-    let hd = if arch == "gemma3" { 128 } else { d / n_head };
+    let hd = if matches!(arch, "gemma3" | "qwen3") {
+        128
+    } else {
+        d / n_head
+    };
     let (qd, kvd) = (n_head * hd, n_kv * hd);
     let mut w = GgufWriter::new();
     let s = |v: &str| MetaValue::String(v.to_string());
@@ -71,6 +76,11 @@ pub fn synthetic_model_with(arch: &str, seed: u64, context: u32, rope_factors: b
             w.metadata(&key("attention.value_length"), u(hd));
             w.metadata(&key("attention.sliding_window"), u(8));
             w.metadata(&key("attention.sliding_window_pattern"), u(2));
+            w.metadata(&key("rope.freq_base"), MetaValue::F32(1_000_000.0));
+        }
+        "qwen3" => {
+            w.metadata(&key("attention.key_length"), u(hd));
+            w.metadata(&key("attention.value_length"), u(hd));
             w.metadata(&key("rope.freq_base"), MetaValue::F32(1_000_000.0));
         }
         "phi3" => {
@@ -114,7 +124,7 @@ pub fn synthetic_model_with(arch: &str, seed: u64, context: u32, rope_factors: b
     // The embedding table: every row with a distinct random pattern.
     let emb: Vec<f32> = random_vec(&mut rng, vocab * d, 1.0);
     let emb_ty = match arch {
-        "qwen2" | "gemma3" => GgmlType::Q8_0,
+        "qwen2" | "qwen3" | "gemma3" => GgmlType::Q8_0,
         _ => GgmlType::Q6K,
     };
     w.tensor(
@@ -172,9 +182,11 @@ pub fn synthetic_model_with(arch: &str, seed: u64, context: u32, rope_factors: b
             vector(&mut w, &n("attn_k.bias"), kvd, 0.0, &mut rng);
             vector(&mut w, &n("attn_v.bias"), kvd, 0.0, &mut rng);
         }
-        if arch == "gemma3" {
+        if matches!(arch, "gemma3" | "qwen3") {
             vector(&mut w, &n("attn_q_norm.weight"), hd, 1.0, &mut rng);
             vector(&mut w, &n("attn_k_norm.weight"), hd, 1.0, &mut rng);
+        }
+        if arch == "gemma3" {
             vector(&mut w, &n("post_attention_norm.weight"), d, 1.0, &mut rng);
             vector(&mut w, &n("post_ffw_norm.weight"), d, 1.0, &mut rng);
         }

@@ -60,7 +60,7 @@ fn a_written_file_parses_with_its_tensors_in_place() {
             Some(u64::from(f.file_type()))
         );
         // The converter writes vocab_size for llama, not for phi3 or gpt2.
-        let vocab_key = matches!(o.preset.arch, Arch::Llama | Arch::Qwen2);
+        let vocab_key = matches!(o.preset.arch, Arch::Llama | Arch::Qwen2 | Arch::Qwen3);
         assert_eq!(
             g.u64_value(&format!("{arch}.vocab_size")),
             Some(o.preset.vocab).filter(|_| vocab_key)

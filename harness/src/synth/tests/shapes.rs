@@ -5,11 +5,11 @@ use super::*;
 /// shapes: written out independently of `tensors`.
 fn llama_cpp_wants(p: &Preset) -> Vec<(String, Vec<u64>)> {
     let (e, v, ff) = (p.n_embd, p.vocab, p.n_ff);
-    // gpt-oss: key_length, 64.
-    let hd = if p.arch == Arch::GptOss {
-        64
-    } else {
-        e / p.n_head
+    // gpt-oss: key_length, 64; qwen3: key_length, 128.
+    let hd = match p.arch {
+        Arch::GptOss => 64,
+        Arch::Qwen3 => 128,
+        _ => e / p.n_head,
     };
     let (q, kv) = (p.n_head * hd, p.n_head_kv * hd);
     let mut w: Vec<(String, Vec<u64>)> = vec![
@@ -41,7 +41,7 @@ fn llama_cpp_wants(p: &Preset) -> Vec<(String, Vec<u64>)> {
             t("ffn_down.weight", &[ff, e]);
         }
         match p.arch {
-            Arch::Llama | Arch::Qwen2 => {
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
                 t("attn_q.weight", &[e, q]);
                 t("attn_k.weight", &[e, kv]);
                 t("attn_v.weight", &[e, kv]);
@@ -51,6 +51,11 @@ fn llama_cpp_wants(p: &Preset) -> Vec<(String, Vec<u64>)> {
                     t("attn_q.bias", &[q]);
                     t("attn_k.bias", &[kv]);
                     t("attn_v.bias", &[kv]);
+                }
+                // qwen3.cpp: attn_q_norm and attn_k_norm {n_embd_head_k}.
+                if p.arch == Arch::Qwen3 {
+                    t("attn_q_norm.weight", &[hd]);
+                    t("attn_k_norm.weight", &[hd]);
                 }
             }
             // phi3.cpp: create_tensor_qkv (fused), ffn_up {n_embd, 2*n_ff}.

@@ -8,6 +8,9 @@ use crate::model::config::ConfigError;
 pub enum Architecture {
     Llama,
     Qwen2,
+    /// Qwen3 dense: llama's block with RMSNorm on each head of Q and K
+    /// before RoPE, no QKV biases, heads from `attention.key_length`.
+    Qwen3,
     Gemma3,
     Phi3,
     Gpt2,
@@ -21,6 +24,7 @@ impl Architecture {
         match name {
             "llama" => Ok(Architecture::Llama),
             "qwen2" => Ok(Architecture::Qwen2),
+            "qwen3" => Ok(Architecture::Qwen3),
             "gemma3" => Ok(Architecture::Gemma3),
             "phi3" => Ok(Architecture::Phi3),
             "gpt2" => Ok(Architecture::Gpt2),
@@ -33,6 +37,7 @@ impl Architecture {
         match self {
             Architecture::Llama => "llama",
             Architecture::Qwen2 => "qwen2",
+            Architecture::Qwen3 => "qwen3",
             Architecture::Gemma3 => "gemma3",
             Architecture::Phi3 => "phi3",
             Architecture::Gpt2 => "gpt2",
@@ -42,7 +47,7 @@ impl Architecture {
 
     /// The rotary layout llama.cpp assigns to the architecture
     /// (`llama_model_rope_type`): `llama` GGUF files store Q/K rows permuted
-    /// for adjacent pairs; `qwen2`, `gemma3` and `phi3` (like gpt-oss) rotate
+    /// for adjacent pairs; `qwen2`, `qwen3`, `gemma3` and `phi3` (like gpt-oss) rotate
     /// halves (NEOX). `gpt2` has no RoPE (learned positions).
     /// Position 0 is unaffected by either, so a wrong choice only shows from
     /// the second token on.
@@ -50,6 +55,7 @@ impl Architecture {
         match self {
             Architecture::Llama | Architecture::Gpt2 => RopeStyle::Normal,
             Architecture::Qwen2
+            | Architecture::Qwen3
             | Architecture::Gemma3
             | Architecture::Phi3
             | Architecture::GptOss => RopeStyle::Neox,
@@ -59,6 +65,12 @@ impl Architecture {
     /// Qwen2 adds biases to Q, K and V; their large values are real.
     pub fn has_qkv_bias(self) -> bool {
         matches!(self, Architecture::Qwen2)
+    }
+
+    /// Qwen3 norms each head of Q and K (`attn_q_norm`, `attn_k_norm`)
+    /// before RoPE; in the llama family only it (Gemma 3 has its own graph).
+    pub fn has_qk_norm(self) -> bool {
+        matches!(self, Architecture::Qwen3)
     }
 
     /// GPT-2 normalises with LayerNorm (a weight and a bias, its own

@@ -69,7 +69,8 @@ impl Yarn {
     }
 }
 
-/// YaRN's keys, for the architectures that take it (llama, qwen2).
+/// YaRN's keys, for the architectures that take it (llama, qwen2, qwen3,
+/// gpt-oss).
 pub(super) fn yarn(
     md: &Metadata,
     arch_name: &str,
@@ -79,7 +80,7 @@ pub(super) fn yarn(
     let key = |k: &str| format!("{arch_name}.rope.scaling.{k}");
     if !matches!(
         arch,
-        Architecture::Llama | Architecture::Qwen2 | Architecture::GptOss
+        Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 | Architecture::GptOss
     ) {
         return Err(ConfigError::Invalid(format!(
             "YaRN RoPE scaling is not supported for {arch_name}"
