@@ -18,12 +18,7 @@ fuzz_target!(
         return;
     };
     let tok = common::reference_tokenizer();
-    let limits = Limits {
-        max_tokens_in: 2048,
-        max_tokens_out: 2048,
-        vocab_size: tok.vocab_size(),
-        context_length: 8192,
-    };
+    let limits = Limits::new(2048, tok.vocab_size(), 8192);
     if let Ok(valid) = validate(req, &limits, tok, || 7) {
         assert!(
             valid.prompt_tokens.len() <= limits.max_tokens_in,

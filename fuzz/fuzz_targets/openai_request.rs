@@ -52,12 +52,7 @@ fuzz_target!(
     let Some((execute, prompt_ids)) = mapped else {
         return;
     };
-    let limits = Limits {
-        max_tokens_in: 2048,
-        max_tokens_out: 2048,
-        vocab_size: tok.vocab_size(),
-        context_length: 8192,
-    };
+    let limits = Limits::new(2048, tok.vocab_size(), 8192);
     if let Ok(valid) = validate_with_ids(execute, prompt_ids, &limits, tok, || 7) {
         assert!(
             valid.prompt_tokens.len() <= limits.max_tokens_in,
