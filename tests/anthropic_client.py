@@ -133,7 +133,7 @@ def test_errors(client, model):
     expect(anthropic.NotFoundError,
            lambda: client.messages.create(model="claude-sonnet-4-5", max_tokens=8, messages=ASK), "errors: another model")
     e = expect(anthropic.BadRequestError,
-               lambda: client.messages.create(model=model, max_tokens=100000, messages=ASK),
+               lambda: client.messages.create(model=model, max_tokens=9000, messages=ASK),
                "errors: max_tokens beyond the context")
     check("max_tokens" in e.body["error"]["message"], "errors: max_tokens named")
 
