@@ -118,6 +118,20 @@ fn qwen3_0_6b_agrees_with_llama_cpp() {
     run(&["qwen3-0.6b-Q8_0.json"]);
 }
 
+/// Qwen3-MoE (issue 46): Qwen3's attention, then 4 of 16 SwiGLU experts
+/// chosen by an unbiased F32 router, weighted by a softmax over the chosen.
+#[test]
+fn tiny_qwen3moe_agrees_with_llama_cpp() {
+    run(&["tiny-qwen3moe-Q8_0.json"]);
+}
+
+/// Llama with an explicit head size (issue 46): Mistral Nemo's layout, heads
+/// of 128 over a model whose width is not 128 times the heads.
+#[test]
+fn tiny_mistral_agrees_with_llama_cpp() {
+    run(&["tiny-mistral-Q8_0.json"]);
+}
+
 /// RoPE frequency factors: Phi-3 128k's LongRoPE (the long table, served
 /// past the 1024 trained positions, and `rope.scaling.attn_factor`) and
 /// Llama 3.1's `rope_freqs`.

@@ -72,7 +72,7 @@ pub fn metadata(o: &Options, reference: &Gguf) -> Result<Vec<Kv>> {
     let head_dim = p.head_dim();
     let string_kv = |k: &str, v: &str| kv(&format!("{a}.{k}"), STRING, string_raw(v));
     match p.arch {
-        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe => {
             kvs.extend([
                 u32_kv("context_length", context)?,
                 u32_kv("embedding_length", p.n_embd)?,
@@ -85,11 +85,21 @@ pub fn metadata(o: &Options, reference: &Gguf) -> Result<Vec<Kv>> {
                 f32_kv("attention.layer_norm_rms_epsilon", p.norm_eps),
                 u32_kv("vocab_size", p.vocab)?,
             ]);
-            // Qwen3's config.json has head_dim, which the converter writes.
-            if p.arch == Arch::Qwen3 {
+            // Where config.json has head_dim (Qwen3, Mistral Nemo), the
+            // converter writes it.
+            if p.head_dim != 0 {
                 kvs.extend([
                     u32_kv("attention.key_length", head_dim)?,
                     u32_kv("attention.value_length", head_dim)?,
+                ]);
+            }
+            // Qwen2MoeModel.set_gguf_parameters: the experts' count, how many
+            // a token, and their width (moe_intermediate_size).
+            if let Some(moe) = p.moe {
+                kvs.extend([
+                    u32_kv("expert_count", moe.experts)?,
+                    u32_kv("expert_used_count", moe.used)?,
+                    u32_kv("expert_feed_forward_length", moe.n_ff)?,
                 ]);
             }
         }

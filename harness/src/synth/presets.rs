@@ -17,6 +17,10 @@ pub enum Arch {
     /// (`attn_q_norm`, `attn_k_norm`), no biases, `attention.key_length`
     /// heads (128, wider than `n_embd / n_head` on the small sizes).
     Qwen3,
+    /// Qwen3-MoE: Qwen3's attention, then an F32 router (`ffn_gate_inp`, no
+    /// bias) over experts whose gate, up and down matrices are 3-D tensors
+    /// (`ffn_*_exps`, no biases) in place of the dense feed-forward.
+    Qwen3Moe,
     /// Fused `attn_qkv` (Q|K|V rows) and `ffn_up` (gate|up rows), RMSNorm,
     /// NEOX RoPE, `attention.sliding_window` (which llama.cpp ignores for phi3).
     Phi3,
@@ -36,6 +40,7 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Qwen3Moe => "qwen3moe",
             Arch::Phi3 => "phi3",
             Arch::Gpt2 => "gpt2",
             Arch::GptOss => "gpt-oss",
@@ -115,9 +120,10 @@ pub struct Preset {
     /// `attention.sliding_window` (phi3 only; 0: no key).
     pub sliding_window: u32,
     pub rope_scaling: RopeScaling,
-    /// Values per attention head (0: `n_embd / n_head`; gpt-oss's 64 is not).
+    /// Values per attention head (0: `n_embd / n_head`; gpt-oss's 64, Qwen3's
+    /// and Mistral Nemo's 128 are not), written as `attention.key_length`.
     pub head_dim: u64,
-    /// Experts in place of the dense feed-forward (gpt-oss).
+    /// Experts in place of the dense feed-forward (gpt-oss, qwen3moe).
     pub moe: Option<Moe>,
 }
 
@@ -143,6 +149,29 @@ pub const PRESETS: &[Preset] = &[
         sliding_window: 0,
         rope_scaling: RopeScaling::None,
         head_dim: 0,
+        moe: None,
+    },
+    // tiny-llama with Mistral Nemo's explicit head size: 4 heads of 128
+    // over 256 wide (`attention.key_length`), as Mistral-Nemo's 32 of 128
+    // over 5120.
+    Preset {
+        name: "tiny-mistral",
+        arch: Arch::Llama,
+        n_embd: 256,
+        n_layer: 2,
+        n_head: 4,
+        n_head_kv: 2,
+        n_ff: 512,
+        vocab: 49152,
+        context: 2048,
+        rope_base: 1_000_000.0,
+        norm_eps: 1e-5,
+        tied: false,
+        default_format: Format::Q8_0,
+        vocab_source: Vocab::Reference,
+        sliding_window: 0,
+        rope_scaling: RopeScaling::None,
+        head_dim: 128,
         moe: None,
     },
     Preset {
@@ -187,6 +216,31 @@ pub const PRESETS: &[Preset] = &[
         rope_scaling: RopeScaling::None,
         head_dim: 128,
         moe: None,
+    },
+    // tiny-qwen3 with Qwen3-MoE's feed-forward: 4 of 16 experts of 256.
+    Preset {
+        name: "tiny-qwen3moe",
+        arch: Arch::Qwen3Moe,
+        n_embd: 256,
+        n_layer: 2,
+        n_head: 4,
+        n_head_kv: 2,
+        n_ff: 512,
+        vocab: 151_936,
+        context: 2048,
+        rope_base: 1_000_000.0,
+        norm_eps: 1e-6,
+        tied: true,
+        default_format: Format::Q8_0,
+        vocab_source: Vocab::Reference,
+        sliding_window: 0,
+        rope_scaling: RopeScaling::None,
+        head_dim: 128,
+        moe: Some(Moe {
+            experts: 16,
+            used: 4,
+            n_ff: 256,
+        }),
     },
     Preset {
         name: "tiny-phi3",
@@ -305,6 +359,54 @@ pub const PRESETS: &[Preset] = &[
         context: 40_960,
         rope_base: 1_000_000.0,
         norm_eps: 1e-6,
+        tied: false,
+        default_format: Format::Q4K,
+        vocab_source: Vocab::Reference,
+        sliding_window: 0,
+        rope_scaling: RopeScaling::None,
+        head_dim: 128,
+        moe: None,
+    },
+    // Qwen/Qwen3-30B-A3B: 30.5 B parameters (3.3 B active), 8 of 128
+    // experts of 768 a token.
+    Preset {
+        name: "qwen3-30b-a3b",
+        arch: Arch::Qwen3Moe,
+        n_embd: 2048,
+        n_layer: 48,
+        n_head: 32,
+        n_head_kv: 4,
+        n_ff: 6144,
+        vocab: 151_936,
+        context: 40_960,
+        rope_base: 1_000_000.0,
+        norm_eps: 1e-6,
+        tied: false,
+        default_format: Format::Q4K,
+        vocab_source: Vocab::Reference,
+        sliding_window: 0,
+        rope_scaling: RopeScaling::None,
+        head_dim: 128,
+        moe: Some(Moe {
+            experts: 128,
+            used: 8,
+            n_ff: 768,
+        }),
+    },
+    // mistralai/Mistral-Nemo-Instruct-2407: 12.2 B parameters, heads of 128
+    // over 5120 wide (32 of them make 4096), a 1,024,000-token context.
+    Preset {
+        name: "mistral-nemo-12b",
+        arch: Arch::Llama,
+        n_embd: 5120,
+        n_layer: 40,
+        n_head: 32,
+        n_head_kv: 8,
+        n_ff: 14_336,
+        vocab: 131_072,
+        context: 1_024_000,
+        rope_base: 1_000_000.0,
+        norm_eps: 1e-5,
         tied: false,
         default_format: Format::Q4K,
         vocab_source: Vocab::Reference,

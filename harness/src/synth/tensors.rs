@@ -99,14 +99,14 @@ pub fn tensors(p: &Preset, format: Format) -> Vec<TensorSpec> {
         };
         norm(&mut t, "attn_norm");
         match p.arch {
-            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe => {
                 for (m, rows) in [("q", q_dim), ("k", kv_dim), ("v", kv_dim)] {
                     t.push(matrix(n(&format!("attn_{m}.weight")), rows, p.n_embd));
                     if p.arch == Arch::Qwen2 {
                         t.push(vector(n(&format!("attn_{m}.bias")), rows, Init::Bias));
                     }
                 }
-                if p.arch == Arch::Qwen3 {
+                if matches!(p.arch, Arch::Qwen3 | Arch::Qwen3Moe) {
                     for m in ["q", "k"] {
                         t.push(vector(
                             n(&format!("attn_{m}_norm.weight")),
@@ -128,6 +128,11 @@ pub fn tensors(p: &Preset, format: Format) -> Vec<TensorSpec> {
                 t.push(matrix(n("ffn_gate.weight"), p.n_ff, p.n_embd));
                 t.push(matrix(n("ffn_up.weight"), p.n_ff, p.n_embd));
             }
+            Arch::Qwen3Moe => {
+                let moe = p.moe.expect("qwen3moe presets have experts");
+                t.extend(qwen3moe_experts(p, moe, i, format));
+                continue;
+            }
             // Gate rows, then up rows (llama.cpp's LLM_FFN_SWIGLU split).
             Arch::Phi3 => t.push(matrix(n("ffn_up.weight"), 2 * p.n_ff, p.n_embd)),
             Arch::Gpt2 => linear(&mut t, "ffn_up", p.n_ff, p.n_embd),
@@ -141,6 +146,36 @@ pub fn tensors(p: &Preset, format: Format) -> Vec<TensorSpec> {
     }
     if !p.tied {
         t.push(matrix("output.weight".into(), p.vocab, p.n_embd));
+    }
+    t
+}
+
+/// Layer `i`'s experts of a qwen3moe preset, as llama.cpp's `qwen3moe`
+/// loads them: the router (`ffn_gate_inp`, F32 as llama-quantize leaves
+/// it, no bias), then the experts' gate, up and down matrices, `[cols, rows,
+/// experts]` in `format` (or its fallback for their row length), no biases.
+fn qwen3moe_experts(p: &Preset, moe: Moe, i: u64, format: Format) -> Vec<TensorSpec> {
+    let n = |s: &str| format!("blk.{i}.{s}");
+    let std = |cols: u64| Init::Matrix {
+        std: 1.0 / (cols as f32).sqrt(),
+    };
+    let mut t = vec![TensorSpec {
+        name: n("ffn_gate_inp.weight"),
+        dims: vec![p.n_embd, moe.experts],
+        format: Format::F32,
+        init: std(p.n_embd),
+    }];
+    for (m, rows, cols) in [
+        ("ffn_gate_exps", moe.n_ff, p.n_embd),
+        ("ffn_up_exps", moe.n_ff, p.n_embd),
+        ("ffn_down_exps", p.n_embd, moe.n_ff),
+    ] {
+        t.push(TensorSpec {
+            name: n(&format!("{m}.weight")),
+            dims: vec![cols, rows, moe.experts],
+            format: format.for_row(cols),
+            init: std(cols),
+        });
     }
     t
 }

@@ -11,7 +11,7 @@
 
 use crate::gguf::GgufFile;
 use crate::model::config::{ModelConfig, MoeConfig};
-use crate::model::ops::{GraphError, MoeWeights, Ops};
+use crate::model::ops::{ExpertAct, GraphError, MoeWeights, Ops};
 use crate::model::parts::{self, Binder, LayerTensors, Pass, Qkv, Stream, Trunk, QKV};
 
 /// One transformer block's weights.
@@ -115,13 +115,14 @@ impl<W> GptOssLayer<W> {
     fn experts(&self, moe: MoeConfig) -> MoeWeights<'_, W> {
         MoeWeights {
             gate: &self.gate,
-            gate_bias: &self.gate_bias,
+            gate_bias: Some(&self.gate_bias),
             up: &self.up,
-            up_bias: &self.up_bias,
+            up_bias: Some(&self.up_bias),
             down: &self.down,
-            down_bias: &self.down_bias,
+            down_bias: Some(&self.down_bias),
             experts: moe.count,
             used: moe.used,
+            act: ExpertAct::SwiGluOai,
         }
     }
 }

@@ -1,16 +1,18 @@
-//! The llama family (`llama`, `qwen2`, `qwen3`): GGUF tensor names, shapes,
-//! and the forward pass, following llama.cpp's `build_llama`, `build_qwen2`
-//! and `build_qwen3` graphs.
+//! The llama family (`llama`, `qwen2`, `qwen3`, `qwen3moe`): GGUF tensor
+//! names, shapes, and the forward pass, following llama.cpp's `build_llama`,
+//! `build_qwen2`, `build_qwen3` and `build_qwen3moe` graphs.
 //!
 //! Per layer: RMSNorm, Q/K/V projections (+ biases on qwen2), RMSNorm of
-//! each head of Q and K on qwen3, RoPE in the architecture's style, causal
-//! grouped-query attention over the KV cache, output projection, residual;
-//! RMSNorm, SwiGLU feed-forward, residual. Then `output_norm` and the LM head
-//! (`output`, or the tied `token_embd`).
+//! each head of Q and K on qwen3 and qwen3moe, RoPE in the architecture's
+//! style, causal grouped-query attention over the KV cache, output
+//! projection, residual; RMSNorm, a SwiGLU feed-forward (on qwen3moe a
+//! mixture of SwiGLU experts: `Ops::moe` over an unbiased router's logits),
+//! residual. Then `output_norm` and the LM head (`output`, or the tied
+//! `token_embd`).
 
 use crate::gguf::GgufFile;
-use crate::model::config::ModelConfig;
-use crate::model::ops::{GraphError, HeadNorms, Ops, QkPrep};
+use crate::model::config::{ModelConfig, MoeConfig};
+use crate::model::ops::{ExpertAct, GraphError, HeadNorms, MoeWeights, Ops, QkPrep};
 use crate::model::parts::{
     self, Binder, GatedFfn, Glu, GluBufs, LayerTensors, Pass, Qkv, Stream, Trunk, GATED_FFN, QKV,
 };
@@ -24,7 +26,23 @@ pub struct LayerWeights<W> {
     pub qk_norm: Option<(W, W)>,
     pub wo: W,
     pub ffn_norm: W,
-    pub ffn: GatedFfn<W>,
+    pub ffn: Ffn<W>,
+}
+
+/// A layer's feed-forward: dense, or qwen3moe's experts.
+pub enum Ffn<W> {
+    Dense(GatedFfn<W>),
+    Experts(Experts<W>),
+}
+
+/// qwen3moe's router (`[experts, n_embd]`, no bias) and its experts'
+/// stacked matrices (gate and up `[experts * n_ff, n_embd]`, down
+/// `[experts * n_embd, n_ff]`), no biases.
+pub struct Experts<W> {
+    pub router: W,
+    pub gate: W,
+    pub up: W,
+    pub down: W,
 }
 
 /// All weights of a llama-family model, as handles of a backend's weight type.
@@ -34,23 +52,41 @@ pub struct LlamaWeights<W> {
     pub rope_factors: Option<Vec<f32>>,
 }
 
-/// Tensors every layer has whatever the architecture: two norms, four
-/// attention and three feed-forward matrices.
-const LAYER: [LayerTensors; 4] = [
+/// Tensors every layer has whatever the architecture: two norms and four
+/// attention matrices.
+const LAYER: [LayerTensors; 3] = [
     LayerTensors::weights(&["attn_norm"]),
     LayerTensors::weights(&QKV),
     LayerTensors::weights(&["attn_output", "ffn_norm"]),
-    LayerTensors::weights(&GATED_FFN),
 ];
 
 /// qwen3's per-head norms.
 const QK_NORM: [&str; 2] = ["attn_q_norm", "attn_k_norm"];
+
+/// qwen3moe's router and experts, in place of [`GATED_FFN`].
+const EXPERTS: [&str; 4] = [
+    "ffn_gate_inp",
+    "ffn_gate_exps",
+    "ffn_up_exps",
+    "ffn_down_exps",
+];
+
+/// The experts' shape of a qwen3moe file.
+fn moe_config(cfg: &ModelConfig) -> Result<MoeConfig, GraphError> {
+    cfg.moe
+        .ok_or_else(|| GraphError::Unsupported("qwen3moe without expert keys".into()))
+}
 
 impl<W> LlamaWeights<W> {
     /// Every tensor name this architecture reads, for checks that nothing is
     /// left unused (M0-W-1213).
     pub fn tensor_names(cfg: &ModelConfig, file: &GgufFile) -> Vec<String> {
         let mut names = parts::tensor_names(cfg, file, &[], &LAYER);
+        let ffn: &'static [&'static str] = match cfg.architecture.has_experts() {
+            true => &EXPERTS,
+            false => &GATED_FFN,
+        };
+        names.extend(parts::layer_names(cfg, &[LayerTensors::weights(ffn)]));
         if cfg.architecture.has_qkv_bias() {
             names.extend(parts::layer_names(cfg, &[LayerTensors::biases(&QKV)]));
         }
@@ -68,6 +104,9 @@ impl<W> LlamaWeights<W> {
         let (d, qd, hd) = (cfg.n_embd, cfg.q_dim(), cfg.head_dim);
         let bias = cfg.architecture.has_qkv_bias();
         let qk_norm = cfg.architecture.has_qk_norm();
+        if cfg.architecture.has_experts() {
+            moe_config(cfg)?;
+        }
         let trunk = b.trunk(&LAYER, |b, blk| {
             Ok(LayerWeights {
                 attn_norm: b.get(&blk.weight("attn_norm"), 1, d)?,
@@ -81,7 +120,10 @@ impl<W> LlamaWeights<W> {
                 },
                 wo: b.get(&blk.weight("attn_output"), d, qd)?,
                 ffn_norm: b.get(&blk.weight("ffn_norm"), 1, d)?,
-                ffn: GatedFfn::bind(b, blk)?,
+                ffn: match cfg.moe {
+                    Some(moe) => Ffn::Experts(Experts::bind(b, blk, moe)?),
+                    None => Ffn::Dense(GatedFfn::bind(b, blk)?),
+                },
             })
         })?;
         let rope_factors = parts::rope_factors(cfg, b.file)?;
@@ -89,6 +131,78 @@ impl<W> LlamaWeights<W> {
             trunk,
             rope_factors,
         })
+    }
+}
+
+impl<W> Experts<W> {
+    /// Layer `blk`'s router and experts.
+    fn bind<E: From<GraphError>>(
+        b: &mut Binder<'_, '_, W, E>,
+        blk: parts::Blk,
+        moe: MoeConfig,
+    ) -> Result<Self, E> {
+        let (d, x, ff) = (b.cfg.n_embd, moe.count, moe.n_ff);
+        let w = |s: &str| blk.weight(s);
+        Ok(Experts {
+            router: b.get(&w("ffn_gate_inp"), x, d)?,
+            gate: b.experts(&w("ffn_gate_exps"), x, ff, d)?,
+            up: b.experts(&w("ffn_up_exps"), x, ff, d)?,
+            down: b.experts(&w("ffn_down_exps"), x, d, ff)?,
+        })
+    }
+
+    /// The experts as [`Ops::moe`] takes them.
+    fn weights(&self, moe: MoeConfig) -> MoeWeights<'_, W> {
+        MoeWeights {
+            gate: &self.gate,
+            gate_bias: None,
+            up: &self.up,
+            up_bias: None,
+            down: &self.down,
+            down_bias: None,
+            experts: moe.count,
+            used: moe.used,
+            act: ExpertAct::SwiGlu,
+        }
+    }
+}
+
+/// The feed-forward's buffers: the dense one's, or the router's logits.
+enum FfnBufs<B> {
+    Dense(GluBufs<B>),
+    Experts { logits: B, moe: MoeConfig },
+}
+
+impl<B> FfnBufs<B> {
+    fn new<O: Ops<Buf = B>>(ops: &mut O, cfg: &ModelConfig, n: usize) -> Result<Self, O::Error> {
+        Ok(match cfg.moe {
+            Some(moe) => FfnBufs::Experts {
+                logits: ops.buf(n, moe.count)?,
+                moe,
+            },
+            None => FfnBufs::Dense(GluBufs::new(ops, n, cfg.n_ff)?),
+        })
+    }
+}
+
+/// Layer `il`'s feed-forward of `h` into `out`.
+fn feed_forward<O: Ops>(
+    ops: &mut O,
+    rec: &mut parts::Recorder<'_>,
+    il: usize,
+    h: &O::Buf,
+    ffn: &Ffn<O::Weight>,
+    bufs: &mut FfnBufs<O::Buf>,
+    out: &mut O::Buf,
+) -> Result<(), O::Error> {
+    match (ffn, bufs) {
+        (Ffn::Dense(w), FfnBufs::Dense(f)) => parts::gated_ffn(ops, h, w, Glu::SwiGlu, f, out),
+        (Ffn::Experts(w), FfnBufs::Experts { logits, moe }) => {
+            ops.matmul(h, &w.router, None, logits)?;
+            rec.record(ops, &format!("ffn_moe_logits-{il}"), logits)?;
+            ops.moe(h, logits, w.weights(*moe), out)
+        }
+        _ => Err(GraphError::Unsupported("a layer's feed-forward of another kind".into()).into()),
     }
 }
 
@@ -104,7 +218,7 @@ pub fn forward<O: Ops>(
     let x = parts::embed(ops, cfg, &w.trunk.token_embd, &mut pass)?;
     let mut s = Stream::new(ops, x)?;
     let mut a = parts::AttnBufs::new(ops, cfg, n)?;
-    let mut f = GluBufs::new(ops, n, cfg.n_ff)?;
+    let mut f = FfnBufs::new(ops, cfg, n)?;
     let layers = &w.trunk.layers;
 
     // Each residual add is done with the norm after it (`add_rms_norm`);
@@ -126,7 +240,7 @@ pub fn forward<O: Ops>(
         ops.matmul(&a.attn, &l.wo, None, &mut a.proj)?;
         ops.add_rms_norm(&mut s.x, &a.proj, &l.ffn_norm, cfg.norm_eps, &mut s.h)?;
 
-        parts::gated_ffn(ops, &s.h, &l.ffn, Glu::SwiGlu, &mut f, &mut a.proj)?;
+        feed_forward(ops, &mut pass.rec, il, &s.h, &l.ffn, &mut f, &mut a.proj)?;
         let next = layers.get(il + 1).map(|l| &l.attn_norm);
         parts::end_layer(ops, cfg, &mut pass.rec, il, &mut s, &a.proj, next)?;
     }

@@ -29,7 +29,7 @@ use phi3::Phi3Weights;
 /// A model's weights, as handles of a backend's weight type, in the layout
 /// of its architecture family: what a backend holds and runs.
 pub enum Weights<W> {
-    /// `llama` and `qwen2`.
+    /// `llama`, `qwen2`, `qwen3` and `qwen3moe`.
     Llama(LlamaWeights<W>),
     Gemma3(Gemma3Weights<W>),
     Phi3(Phi3Weights<W>),
@@ -42,9 +42,10 @@ impl<W> Weights<W> {
     /// left unused (M0-W-1213).
     pub fn tensor_names(cfg: &ModelConfig, file: &GgufFile) -> Vec<String> {
         match cfg.architecture {
-            Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 => {
-                LlamaWeights::<W>::tensor_names(cfg, file)
-            }
+            Architecture::Llama
+            | Architecture::Qwen2
+            | Architecture::Qwen3
+            | Architecture::Qwen3Moe => LlamaWeights::<W>::tensor_names(cfg, file),
             Architecture::Gemma3 => Gemma3Weights::<W>::tensor_names(cfg, file),
             Architecture::Phi3 => Phi3Weights::<W>::tensor_names(cfg, file),
             Architecture::Gpt2 => Gpt2Weights::<W>::tensor_names(cfg, file),
@@ -71,9 +72,10 @@ impl<W> Weights<W> {
     ) -> Result<Self, E> {
         let b = &mut Binder { cfg, file, upload };
         Ok(match cfg.architecture {
-            Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 => {
-                Weights::Llama(LlamaWeights::load(b)?)
-            }
+            Architecture::Llama
+            | Architecture::Qwen2
+            | Architecture::Qwen3
+            | Architecture::Qwen3Moe => Weights::Llama(LlamaWeights::load(b)?),
             Architecture::Gemma3 => Weights::Gemma3(Gemma3Weights::load(b)?),
             Architecture::Phi3 => Weights::Phi3(Phi3Weights::load(b)?),
             Architecture::Gpt2 => Weights::Gpt2(Gpt2Weights::load(b)?),
@@ -135,20 +137,23 @@ pub fn step_buffers(cfg: &ModelConfig, n: usize) -> Vec<usize> {
         }
         // x, h, qkv, q, k, v, attn, proj, up, act
         Architecture::Gpt2 => vec![d, d, qd + 2 * kvd, qd, kvd, kvd, qd, d, ff, ff],
-        // x, h, q, k, v, attn, proj, then `moe`'s router logits, chosen
-        // experts and their weights, and each chosen expert's gate, up,
-        // act and down output.
-        Architecture::GptOss => {
-            let (x, used, eff) = cfg.moe.map_or((0, 0, 0), |m| (m.count, m.used, m.n_ff));
-            vec![d, d, qd, kvd, kvd, qd, d, x, used, used]
-                .into_iter()
-                .chain([used * eff, used * eff, used * eff, used * d])
-                .collect()
-        }
+        // x, h, q, k, v, attn, proj, then `moe`'s and its router's.
+        Architecture::GptOss => [vec![d, d, qd, kvd, kvd, qd, d], experts(cfg)].concat(),
+        // x, h, q_raw, q, k_raw, k, v, attn, proj, then `moe`'s as gpt-oss.
+        Architecture::Qwen3Moe => [vec![d, d, qd, qd, kvd, kvd, kvd, qd, d], experts(cfg)].concat(),
     };
     // lm_head: the last row, its norm, the logits.
     v.extend([d, d, cfg.vocab_size]);
     v.iter().map(|&len| len * n).collect()
+}
+
+/// The buffers of `moe` and its router for one row: the router's logits,
+/// the chosen experts and their weights, and each chosen expert's gate, up,
+/// act and down output.
+fn experts(cfg: &ModelConfig) -> Vec<usize> {
+    let (x, used, eff) = cfg.moe.map_or((0, 0, 0), |m| (m.count, m.used, m.n_ff));
+    let d = cfg.n_embd;
+    vec![x, used, used, used * eff, used * eff, used * eff, used * d]
 }
 
 /// What the rest of the worker needs to know about the loaded model.

@@ -209,20 +209,32 @@ pub fn project_attend_in_steps<O: Ops + ?Sized>(
     ops.attend(q.out, k.out, v.out, prep, cache, shape, out)
 }
 
-/// A mixture-of-experts feed-forward's experts (gpt-oss): their gate, up
-/// (`[experts * n_embd... ]`: `[experts * n_ff, n_embd]`, expert `e`'s rows
-/// `e * n_ff..`) and down (`[experts * n_embd, n_ff]`) matrices, each bias
-/// `[experts, rows]`; `used` experts a token. The router's product is the
-/// graph's own (`ffn_moe_logits`, as llama.cpp names it).
+/// A mixture-of-experts feed-forward's experts: their gate, up
+/// (`[experts * n_ff, n_embd]`, expert `e`'s rows `e * n_ff..`) and down
+/// (`[experts * n_embd, n_ff]`) matrices, each with a bias `[experts, rows]`
+/// where the family has them (gpt-oss; Qwen3-MoE has none); `used` experts a
+/// token, `act` between gate and up. The router's product is the graph's
+/// own (`ffn_moe_logits`, as llama.cpp names it).
 pub struct MoeWeights<'a, W> {
     pub gate: &'a W,
-    pub gate_bias: &'a W,
+    pub gate_bias: Option<&'a W>,
     pub up: &'a W,
-    pub up_bias: &'a W,
+    pub up_bias: Option<&'a W>,
     pub down: &'a W,
-    pub down_bias: &'a W,
+    pub down_bias: Option<&'a W>,
     pub experts: usize,
     pub used: usize,
+    pub act: ExpertAct,
+}
+
+/// The gated activation of a mixture's experts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpertAct {
+    /// `silu(g) * u` (Qwen3-MoE, llama.cpp's `LLM_FFN_SILU`).
+    SwiGlu,
+    /// gpt-oss's clamped SwiGLU: `min(g, 7) * sigmoid(1.702 min(g, 7)) *
+    /// (clamp(u, -7, 7) + 1)` (llama.cpp's `swiglu_oai`).
+    SwiGluOai,
 }
 
 pub trait Ops {
@@ -346,11 +358,12 @@ pub trait Ops {
 
     /// A mixture-of-experts feed-forward, row by row of `x` (`[n, n_embd]`
     /// into `out`, the same shape), as llama.cpp's `build_moe_ffn` runs
-    /// gpt-oss: of the router's `logits` (`[n, experts]`), the `used`
-    /// highest (the lower expert first on a tie), a softmax over those as
-    /// the experts' weights; each chosen expert's `down(swiglu_oai(gate x +
-    /// b, up x + b)) + b`, where `swiglu_oai(g, u) = min(g, 7) *
-    /// sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1)`, weighted and summed.
+    /// gpt-oss and Qwen3-MoE: of the router's `logits` (`[n, experts]`), the
+    /// `used` highest (the lower expert first on a tie), a softmax over those
+    /// as the experts' weights (gpt-oss's softmax of the chosen; Qwen3-MoE's
+    /// softmax of all, renormalised over the chosen, is the same function);
+    /// each chosen expert's `down(act(gate x + b, up x + b)) + b` (biases
+    /// where `w` has them, `act` [`ExpertAct`]), weighted and summed.
     fn moe(
         &mut self,
         x: &Self::Buf,

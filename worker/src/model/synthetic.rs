@@ -3,6 +3,8 @@
 //! a function of the seed alone. The tokenizer metadata is a bare token list
 //! (no merges), so these files exercise backends, not tokenizers.
 
+use std::cell::RefCell;
+
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -23,13 +25,19 @@ pub fn synthetic_llama(arch: &str, seed: u64, context: u32) -> Vec<u8> {
 }
 
 /// The architectures [`synthetic_model`] writes.
-pub const SYNTHETIC_ARCHS: [&str; 6] = ["llama", "qwen2", "qwen3", "gemma3", "phi3", "gpt2"];
+pub const SYNTHETIC_ARCHS: [&str; 7] = [
+    "llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "gpt2",
+];
+
+/// `qwen3moe`'s experts: how many, how many a token, each one's width.
+const MOE: (usize, usize, usize) = (8, 3, 256);
 
 /// A small random model of `arch` (one of [`SYNTHETIC_ARCHS`]) with every
 /// weight format, written with `GgufWriter`, laid out as llama.cpp's
 /// converter lays out that family: `qwen2` adds Q/K/V biases and a tied LM
 /// head; `qwen3` has heads wider than `d / n_head`, per-head Q/K norms and a
-/// tied LM head; `gemma3` has heads wider than `d / n_head`, per-head Q/K norms,
+/// tied LM head; `qwen3moe` is `qwen3` with 3 of 8 experts (an F32 router,
+/// stacked expert matrices) in place of the feed-forward; `gemma3` has heads wider than `d / n_head`, per-head Q/K norms,
 /// post-norms and an 8-position window on its first layer; `phi3` fuses QKV
 /// and gate/up and windows every layer at 16 positions; `gpt2` has learned
 /// positions, LayerNorms and biases everywhere.
@@ -46,7 +54,8 @@ pub fn synthetic_model_with(arch: &str, seed: u64, context: u32, rope_factors: b
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let (d, n_layer, n_head, ff, vocab) = (256usize, 2usize, 4usize, 512usize, 384usize);
     let n_kv = if arch == "gpt2" { n_head } else { 2 };
-    let hd = if matches!(arch, "gemma3" | "qwen3") {
+    let qwen3 = matches!(arch, "qwen3" | "qwen3moe");
+    let hd = if arch == "gemma3" || qwen3 {
         128
     } else {
         d / n_head
@@ -78,10 +87,16 @@ pub fn synthetic_model_with(arch: &str, seed: u64, context: u32, rope_factors: b
             w.metadata(&key("attention.sliding_window_pattern"), u(2));
             w.metadata(&key("rope.freq_base"), MetaValue::F32(1_000_000.0));
         }
-        "qwen3" => {
+        "qwen3" | "qwen3moe" => {
             w.metadata(&key("attention.key_length"), u(hd));
             w.metadata(&key("attention.value_length"), u(hd));
             w.metadata(&key("rope.freq_base"), MetaValue::F32(1_000_000.0));
+            if arch == "qwen3moe" {
+                let (count, used, eff) = MOE;
+                w.metadata(&key("expert_count"), u(count));
+                w.metadata(&key("expert_used_count"), u(used));
+                w.metadata(&key("expert_feed_forward_length"), u(eff));
+            }
         }
         "phi3" => {
             w.metadata(&key("attention.sliding_window"), u(16));
@@ -98,17 +113,17 @@ pub fn synthetic_model_with(arch: &str, seed: u64, context: u32, rope_factors: b
         .collect();
     w.metadata("tokenizer.ggml.tokens", MetaValue::Array(tokens));
 
-    let mut types = GgmlType::ALL.iter().copied().cycle();
-    let mut matrix =
+    // Each matrix takes the next format, whether 2-D or a stack of experts.
+    let types = RefCell::new(GgmlType::ALL.iter().copied().cycle());
+    let stacked = |w: &mut GgufWriter, name: &str, dims: &[u64], rng: &mut ChaCha8Rng| {
+        let ty = types.borrow_mut().next().unwrap();
+        let len = dims.iter().product::<u64>() as usize;
+        let v = random_vec(rng, len, 1.5 / (dims[0] as f32).sqrt());
+        w.tensor(name, dims, ty, quantize(ty, &v).unwrap());
+    };
+    let matrix =
         |w: &mut GgufWriter, name: &str, rows: usize, cols: usize, rng: &mut ChaCha8Rng| {
-            let ty = types.next().unwrap();
-            let v = random_vec(rng, rows * cols, 1.5 / (cols as f32).sqrt());
-            w.tensor(
-                name,
-                &[cols as u64, rows as u64],
-                ty,
-                quantize(ty, &v).unwrap(),
-            );
+            stacked(w, name, &[cols as u64, rows as u64], rng)
         };
     let vector = |w: &mut GgufWriter, name: &str, len: usize, base: f32, rng: &mut ChaCha8Rng| {
         let v: Vec<f32> = (0..len)
@@ -124,7 +139,7 @@ pub fn synthetic_model_with(arch: &str, seed: u64, context: u32, rope_factors: b
     // The embedding table: every row with a distinct random pattern.
     let emb: Vec<f32> = random_vec(&mut rng, vocab * d, 1.0);
     let emb_ty = match arch {
-        "qwen2" | "qwen3" | "gemma3" => GgmlType::Q8_0,
+        "qwen2" | "qwen3" | "qwen3moe" | "gemma3" => GgmlType::Q8_0,
         _ => GgmlType::Q6K,
     };
     w.tensor(
@@ -182,7 +197,7 @@ pub fn synthetic_model_with(arch: &str, seed: u64, context: u32, rope_factors: b
             vector(&mut w, &n("attn_k.bias"), kvd, 0.0, &mut rng);
             vector(&mut w, &n("attn_v.bias"), kvd, 0.0, &mut rng);
         }
-        if matches!(arch, "gemma3" | "qwen3") {
+        if arch == "gemma3" || qwen3 {
             vector(&mut w, &n("attn_q_norm.weight"), hd, 1.0, &mut rng);
             vector(&mut w, &n("attn_k_norm.weight"), hd, 1.0, &mut rng);
         }
@@ -192,6 +207,29 @@ pub fn synthetic_model_with(arch: &str, seed: u64, context: u32, rope_factors: b
         }
         matrix(&mut w, &n("attn_output.weight"), d, qd, &mut rng);
         vector(&mut w, &n("ffn_norm.weight"), d, 1.0, &mut rng);
+        if arch == "qwen3moe" {
+            let (count, _, eff) = MOE;
+            let router = random_vec(&mut rng, count * d, 1.0 / (d as f32).sqrt());
+            let f32_ty = GgmlType::F32;
+            let dims = [d as u64, count as u64];
+            w.tensor(
+                &n("ffn_gate_inp.weight"),
+                &dims,
+                f32_ty,
+                quantize(f32_ty, &router).unwrap(),
+            );
+            // Each stacked as llama.cpp writes them: `[cols, rows, experts]`.
+            for (name, rows, cols) in [("gate", eff, d), ("up", eff, d), ("down", d, eff)] {
+                let dims = [cols as u64, rows as u64, count as u64];
+                stacked(
+                    &mut w,
+                    &n(&format!("ffn_{name}_exps.weight")),
+                    &dims,
+                    &mut rng,
+                );
+            }
+            continue;
+        }
         matrix(&mut w, &n("ffn_gate.weight"), ff, d, &mut rng);
         matrix(&mut w, &n("ffn_up.weight"), ff, d, &mut rng);
         matrix(&mut w, &n("ffn_down.weight"), d, ff, &mut rng);

@@ -32,6 +32,7 @@ fn a_written_file_parses_with_its_tensors_in_place() {
         ("tiny-llama", Format::F16),
         ("tiny-gpt2", Format::Q4K),
         ("tiny-phi3", Format::F16),
+        ("tiny-qwen3moe", Format::Q4K),
     ] {
         let o = options(name, f, 1, 2);
         let bytes = written(&o);
@@ -60,7 +61,10 @@ fn a_written_file_parses_with_its_tensors_in_place() {
             Some(u64::from(f.file_type()))
         );
         // The converter writes vocab_size for llama, not for phi3 or gpt2.
-        let vocab_key = matches!(o.preset.arch, Arch::Llama | Arch::Qwen2 | Arch::Qwen3);
+        let vocab_key = matches!(
+            o.preset.arch,
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe
+        );
         assert_eq!(
             g.u64_value(&format!("{arch}.vocab_size")),
             Some(o.preset.vocab).filter(|_| vocab_key)

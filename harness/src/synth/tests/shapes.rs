@@ -8,7 +8,9 @@ fn llama_cpp_wants(p: &Preset) -> Vec<(String, Vec<u64>)> {
     // gpt-oss: key_length, 64; qwen3: key_length, 128.
     let hd = match p.arch {
         Arch::GptOss => 64,
-        Arch::Qwen3 => 128,
+        Arch::Qwen3 | Arch::Qwen3Moe => 128,
+        // Mistral Nemo's shape: llama with an explicit head size.
+        Arch::Llama if p.name.contains("mistral") => 128,
         _ => e / p.n_head,
     };
     let (q, kv) = (p.n_head * hd, p.n_head_kv * hd);
@@ -38,6 +40,8 @@ fn llama_cpp_wants(p: &Preset) -> Vec<(String, Vec<u64>)> {
         t("attn_output.weight", &[q, e]);
         if p.arch != Arch::GptOss {
             t("ffn_norm.weight", &[e]);
+        }
+        if !matches!(p.arch, Arch::GptOss | Arch::Qwen3Moe) {
             t("ffn_down.weight", &[ff, e]);
         }
         match p.arch {
@@ -57,6 +61,21 @@ fn llama_cpp_wants(p: &Preset) -> Vec<(String, Vec<u64>)> {
                     t("attn_q_norm.weight", &[hd]);
                     t("attn_k_norm.weight", &[hd]);
                 }
+            }
+            // qwen3moe.cpp: qwen3's attention, the router and the experts,
+            // {cols, rows, n_expert}, no biases.
+            Arch::Qwen3Moe => {
+                let m = p.moe.expect("qwen3moe has experts");
+                let (x, fx) = (m.experts, m.n_ff);
+                t("attn_q.weight", &[e, q]);
+                t("attn_k.weight", &[e, kv]);
+                t("attn_v.weight", &[e, kv]);
+                t("attn_q_norm.weight", &[hd]);
+                t("attn_k_norm.weight", &[hd]);
+                t("ffn_gate_inp.weight", &[e, x]);
+                t("ffn_gate_exps.weight", &[e, fx, x]);
+                t("ffn_up_exps.weight", &[e, fx, x]);
+                t("ffn_down_exps.weight", &[fx, e, x]);
             }
             // phi3.cpp: create_tensor_qkv (fused), ffn_up {n_embd, 2*n_ff}.
             Arch::Phi3 => {
@@ -115,14 +134,15 @@ fn every_preset_has_exactly_the_tensors_llama_cpp_loads() {
         for x in &t {
             let biased = x.name.ends_with(".bias");
             // gpt-oss: the router and the experts' (2-D) biases stay F32, the
-            // experts are MXFP4 in every format.
+            // experts are MXFP4 in every format; qwen3moe's router stays F32,
+            // its experts take the format.
             if x.dims.len() == 1
                 || x.name == "position_embd.weight"
                 || x.name.contains("ffn_gate_inp")
                 || biased
             {
                 assert_eq!(x.format, Format::F32, "{}: {} stays F32", p.name, x.name);
-            } else if x.name.contains("_exps.") {
+            } else if x.name.contains("_exps.") && p.arch == Arch::GptOss {
                 assert_eq!(x.format, Format::Mxfp4, "{}: {}", p.name, x.name);
             } else {
                 assert_eq!(x.format, p.default_format.for_row(x.dims[0]));

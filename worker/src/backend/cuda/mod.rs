@@ -270,6 +270,32 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// Issue 45: a context that one sequence's KV cache cannot fill in the
+    /// memory left beside the weights is refused at start (before `ready`,
+    /// as `INSUFFICIENT_VRAM` naming the bytes), not at the first long
+    /// prompt. A `--kv-cache-size-mb` budget is the operator's own bound.
+    fn check_context_fits(&self) -> Result<(), BackendError> {
+        if self.kv_limit_bytes.is_some() {
+            return Ok(());
+        }
+        let ctx = self.cfg.context_length;
+        let needed = self.kv_bytes(ctx);
+        let room = kv_pool::KvPool::room(&self.dev)?;
+        if needed > room {
+            tracing::error!(
+                context = ctx,
+                kv_bytes = needed,
+                free_bytes = room,
+                "the context's KV cache does not fit the GPU beside the weights; lower --ctx-size"
+            );
+            return Err(BackendError::OutOfMemory {
+                needed,
+                available: room,
+            });
+        }
+        Ok(())
+    }
+
     /// The paged pool for `slots` sequences, taken last at start-up: the
     /// `--kv-cache-size-mb` budget, or else a full context for every slot
     /// (whole blocks each); either way no more than the device has free
@@ -388,6 +414,7 @@ impl Backend for CudaBackend {
         // The cache's entries are blocks of the old pool: they go first.
         self.prefix = None;
         self.kv_pool = None;
+        self.check_context_fits()?;
         if n > 1 {
             self.kv_pool = Some(self.make_kv_pool(n, 0)?);
         }

@@ -69,7 +69,7 @@ pub struct ModelConfig {
     /// The RoPE base of windowed layers (`rope.freq_base_swa`; llama.cpp's
     /// default 10 000 where the file has none).
     pub rope_freq_base_swa: f32,
-    /// Experts in place of a dense feed-forward (gpt-oss).
+    /// Experts in place of a dense feed-forward (gpt-oss, qwen3moe).
     pub moe: Option<MoeConfig>,
 }
 
@@ -207,8 +207,8 @@ impl TryFrom<&Metadata> for ModelConfig {
             return Err(ConfigError::Invalid("a zero dimension".into()));
         }
         let sliding = sliding_window(md, architecture, n_layer)?;
-        let moe = match architecture {
-            Architecture::GptOss => {
+        let moe = match architecture.has_experts() {
+            true => {
                 let count = usize_key("expert_count", MAX_EXPERTS)?;
                 let used = usize_key("expert_used_count", MAX_EXPERTS)?;
                 let n_ff = usize_key("expert_feed_forward_length", lim.feed_forward_length)?;
@@ -219,7 +219,7 @@ impl TryFrom<&Metadata> for ModelConfig {
                 }
                 Some(MoeConfig { count, used, n_ff })
             }
-            _ => None,
+            false => None,
         };
         // Gemma 3's windowed layers have a base of their own (llama.cpp's
         // default 10 000 where the file names none); phi3's share the one base.

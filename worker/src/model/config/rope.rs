@@ -70,7 +70,7 @@ impl Yarn {
 }
 
 /// YaRN's keys, for the architectures that take it (llama, qwen2, qwen3,
-/// gpt-oss).
+/// qwen3moe, gpt-oss).
 pub(super) fn yarn(
     md: &Metadata,
     arch_name: &str,
@@ -80,7 +80,11 @@ pub(super) fn yarn(
     let key = |k: &str| format!("{arch_name}.rope.scaling.{k}");
     if !matches!(
         arch,
-        Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 | Architecture::GptOss
+        Architecture::Llama
+            | Architecture::Qwen2
+            | Architecture::Qwen3
+            | Architecture::Qwen3Moe
+            | Architecture::GptOss
     ) {
         return Err(ConfigError::Invalid(format!(
             "YaRN RoPE scaling is not supported for {arch_name}"

@@ -1,11 +1,11 @@
-//! The mixture-of-experts feed-forward on the CPU (gpt-oss): each row's
-//! chosen experts, their clamped SwiGLU and the weighted sum, one stored row
-//! at a time.
+//! The mixture-of-experts feed-forward on the CPU (gpt-oss, Qwen3-MoE):
+//! each row's chosen experts, their gated activation and the weighted sum,
+//! one stored row at a time.
 
 use rayon::prelude::*;
 
 use crate::backend::BackendError;
-use crate::model::ops::MoeWeights;
+use crate::model::ops::{ExpertAct, MoeWeights};
 use crate::quant;
 
 use super::arith::shape_error;
@@ -19,6 +19,22 @@ fn swiglu_oai(g: f32, u: f32) -> f32 {
     let g = g.min(LIMIT);
     let u = u.clamp(-LIMIT, LIMIT);
     g / (1.0 + (-ALPHA * g).exp()) * (u + 1.0)
+}
+
+/// The experts' activation of one gate and up value.
+fn activation(act: ExpertAct, g: f32, u: f32) -> f32 {
+    match act {
+        ExpertAct::SwiGlu => g / (1.0 + (-g).exp()) * u,
+        ExpertAct::SwiGluOai => swiglu_oai(g, u),
+    }
+}
+
+/// Row `r` of a stored bias (zeros where the family has none), decoded to f32.
+fn bias_row(w: Option<&CpuWeight>, r: usize, len: usize) -> Result<Vec<f32>, BackendError> {
+    match w {
+        Some(w) => stored_row(w, r),
+        None => Ok(vec![0.0; len]),
+    }
 }
 
 /// Row `r` of a stored matrix, decoded to f32.
@@ -87,12 +103,13 @@ pub(super) fn moe(
             let weight = (p as f64 / sum) as f32;
             let gate = stored_products(w.gate, e * n_ff, n_ff, xr)?;
             let up = stored_products(w.up, e * n_ff, n_ff, xr)?;
-            let (gb, ub) = (stored_row(w.gate_bias, e)?, stored_row(w.up_bias, e)?);
+            let gb = bias_row(w.gate_bias, e, n_ff)?;
+            let ub = bias_row(w.up_bias, e, n_ff)?;
             let act: Vec<f32> = (0..n_ff)
-                .map(|j| swiglu_oai(gate[j] + gb[j], up[j] + ub[j]))
+                .map(|j| activation(w.act, gate[j] + gb[j], up[j] + ub[j]))
                 .collect();
             let down = stored_products(w.down, e * n_embd, n_embd, &act)?;
-            let db = stored_row(w.down_bias, e)?;
+            let db = bias_row(w.down_bias, e, n_embd)?;
             for ((a, d), b) in acc.iter_mut().zip(&down).zip(&db) {
                 *a += (d + b) * weight;
             }

@@ -1,8 +1,9 @@
-//! A mixture-of-experts feed-forward on `CudaOps` (gpt-oss's `Ops::moe`):
+//! A mixture-of-experts feed-forward on `CudaOps` (`Ops::moe` of gpt-oss and
+//! Qwen3-MoE):
 //! from the router's logits, the choice of experts and their weights on the
 //! device (`moe_route`), the chosen experts' gate and up products (`mv8e_*`,
 //! or `mv1e_*` in formats without it: only their rows of the stacked expert
-//! matrices are read), the clamped SwiGLU, their down products and the
+//! matrices are read), the gated activation, their down products and the
 //! weighted sum. A decode step sends nothing to the host, so it runs inside
 //! its CUDA graph; a prompt's (row, expert) pairs are sorted by expert on
 //! the host for `gemm_moe_*`.
@@ -20,7 +21,7 @@ use crate::backend::cuda::kernels::{Gemm, Kernel};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::{GTC_BK, GTC_BT};
 use crate::backend::BackendError;
-use crate::model::ops::{MoeWeights, Ops};
+use crate::model::ops::{ExpertAct, MoeWeights, Ops};
 use crate::quant::GgmlType;
 
 /// The parts of one call's scratch, `rows` rows of x: each `(rows, cols)`.
@@ -77,8 +78,8 @@ fn check_moe(
     {
         return Err(bad("expert matrices"));
     }
-    let f32_rows = |b: &CudaWeight, rows: usize, cols: usize| {
-        b.ty == GgmlType::F32 && b.rows == rows && b.cols == cols
+    let f32_rows = |b: Option<&CudaWeight>, rows: usize, cols: usize| {
+        b.is_none_or(|b| b.ty == GgmlType::F32 && b.rows == rows && b.cols == cols)
     };
     if !f32_rows(w.gate_bias, experts, n_ff)
         || !f32_rows(w.up_bias, experts, n_ff)
@@ -86,16 +87,24 @@ fn check_moe(
     {
         return Err(bad("biases (f32, one row per expert)"));
     }
-    check_weights(
-        "moe",
-        &[w.gate, w.gate_bias, w.up, w.up_bias, w.down, w.down_bias],
-    )?;
+    let biases = [w.gate_bias, w.up_bias, w.down_bias];
+    let mut weights = vec![w.gate, w.up, w.down];
+    weights.extend(biases.into_iter().flatten());
+    check_weights("moe", &weights)?;
     check_bufs("moe", &[x, logits, out])?;
     Ok(MoeShape {
         experts,
         used,
         n_ff,
     })
+}
+
+/// The experts' activation kernel.
+fn glu(act: ExpertAct) -> Glu {
+    match act {
+        ExpertAct::SwiGlu => Glu::Silu,
+        ExpertAct::SwiGluOai => Glu::SiluOai,
+    }
 }
 
 /// A view of `rows` rows of `cols` at `ptr` (inside a block the caller holds).
@@ -212,7 +221,7 @@ impl CudaOps {
 
     /// A few rows: each (row, chosen expert) pair's products by `mv8e_*`
     /// where the experts' format has it (x split once for gate and up, the
-    /// SwiGLU's output split by `swiglu_oai` for down), else `mv1e_*`.
+    /// activation's output split by its kernel for down), else `mv1e_*`.
     fn experts_rows(
         &mut self,
         x: &CudaBuf,
@@ -231,7 +240,7 @@ impl CudaOps {
         let ids_r = DevPtr::<i32>::new(ids.ptr());
         let slots = rows * used;
         let product = |m: &CudaWeight,
-                       bias: &CudaWeight,
+                       bias: Option<&CudaWeight>,
                        x: DevPtr<f32>,
                        x_div: usize,
                        out: DevPtrMut<f32>| {
@@ -242,7 +251,7 @@ impl CudaOps {
                 slots,
                 x,
                 x_div,
-                bias: Some(bias.vector()),
+                bias: bias.map(|b| b.vector()),
                 out,
                 second: None,
             }
@@ -270,7 +279,7 @@ impl CudaOps {
             None
         };
         let glu = GluArgs {
-            act: Glu::SiluOai,
+            act: glu(w.act),
             gate: gate.input(),
             up: up.input(),
             len: slots * s.n_ff,
@@ -371,7 +380,7 @@ impl CudaOps {
             },
         )?;
         let product = |mat: &CudaWeight,
-                       bias: &CudaWeight,
+                       bias: Option<&CudaWeight>,
                        xh: DevPtrMut<f16>,
                        out: DevPtrMut<f32>| ExpertGemmArgs {
             w: mat.stored(),
@@ -380,13 +389,13 @@ impl CudaOps {
             n_tiles: groups.tiles.len(),
             xh: xh.as_const(),
             m,
-            bias: Some(bias.vector()),
+            bias: bias.map(|b| b.vector()),
             out,
         };
         k.launch(st, &product(w.gate, w.gate_bias, xhi, gate.output()))?;
         k.launch(st, &product(w.up, w.up_bias, xhi, up.output()))?;
         let glu = GluArgs {
-            act: Glu::SiluOai,
+            act: glu(w.act),
             gate: gate.input(),
             up: up.input(),
             len: m * ff,

@@ -213,3 +213,34 @@ fn warm_up_leaves_no_trace_a_job_can_see() {
         );
     }
 }
+
+/// Issue 45: a context whose KV cache cannot fit beside the weights is
+/// refused when the slots are set (at start, before `ready`), naming the
+/// bytes one full context needs; under `--kv-cache-size-mb` the budget
+/// decides instead, and a context that fits loads.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn a_context_larger_than_the_free_memory_is_refused_at_start() {
+    let _gpu = shared_gpu();
+    // 2 layers x K and V x 2 heads of 64 in f16: 1,024 bytes a position,
+    // so 2^28 positions want 256 GiB.
+    let huge = 1u32 << 28;
+    let file = Arc::new(GgufFile::from_bytes(synthetic_model("llama", 5, huge)).unwrap());
+    let cfg = ModelConfig::try_from(&file.metadata).unwrap();
+    assert_eq!(cfg.context_length, huge as usize);
+    let opts = CudaLoadOptions::default();
+    let mut b = CudaBackend::load(cfg, &file, &opts, &mut |_| {}).unwrap();
+    for slots in [1, 4] {
+        match b.set_max_sequences(slots) {
+            Err(BackendError::OutOfMemory { needed, available }) => {
+                assert_eq!(needed, 1024 * u64::from(huge), "{slots} slots");
+                assert!(available < needed);
+            }
+            other => panic!("{slots} slots: expected OutOfMemory, got {:?}", other.err()),
+        }
+    }
+    let limited = backend(&file, Some(64), 2);
+    drop(limited);
+    let small = Arc::new(GgufFile::from_bytes(synthetic_model("llama", 5, 4096)).unwrap());
+    drop(backend(&small, None, 4));
+}

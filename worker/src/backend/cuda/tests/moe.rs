@@ -1,6 +1,7 @@
-//! gpt-oss's mixture-of-experts feed-forward (`Ops::moe`) on both backends:
-//! the router's choice, the chosen experts' products, the clamped SwiGLU and
-//! the weighted sum, for one row (decode) and many (prefill).
+//! The mixture-of-experts feed-forward (`Ops::moe`) on both backends, in
+//! gpt-oss's form (biases, the clamped SwiGLU) and Qwen3-MoE's (no biases,
+//! SwiGLU): the router's choice, the chosen experts' products, the
+//! activation and the weighted sum, for one row (decode) and many (prefill).
 
 use super::matmul::restore_matmul_choice;
 use super::*;
@@ -10,9 +11,10 @@ use crate::backend::cuda::kernels::{
 };
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
 use crate::backend::cuda::source::MOE_MAX_EXPERTS;
-use crate::model::ops::MoeWeights;
+use crate::model::ops::{ExpertAct, MoeWeights};
 
-/// One layer's router, experts and biases on both backends.
+/// One layer's router, experts and biases on both backends; `act` and
+/// whether the biases are passed make the family (gpt-oss or Qwen3-MoE).
 struct Experts {
     router: TestWeight,
     router_bias: TestWeight,
@@ -22,6 +24,7 @@ struct Experts {
     up_bias: TestWeight,
     down: TestWeight,
     down_bias: TestWeight,
+    act: ExpertAct,
 }
 
 impl Experts {
@@ -31,6 +34,7 @@ impl Experts {
         rng: &mut ChaCha8Rng,
         router_ty: GgmlType,
         ty: GgmlType,
+        act: ExpertAct,
         experts: usize,
         d: usize,
         ff: usize,
@@ -49,39 +53,52 @@ impl Experts {
             up_bias: w(GgmlType::F32, experts, ff, 0.5),
             down: w(ty, experts * d, ff, 0.05),
             down_bias: w(GgmlType::F32, experts, d, 0.1),
+            act,
         }
     }
 
-    fn cpu(&self, experts: usize, used: usize) -> MoeWeights<'_, CpuWeight> {
+    /// The biases where the family has them (gpt-oss's clamped SwiGLU).
+    fn biased(&self) -> bool {
+        self.act == ExpertAct::SwiGluOai
+    }
+
+    fn cpu<'a>(&'a self, experts: usize, used: usize) -> MoeWeights<'a, CpuWeight> {
+        let on = self.biased();
+        let bias = |b: &'a TestWeight| on.then_some(&b.cpu);
         MoeWeights {
             gate: &self.gate.cpu,
-            gate_bias: &self.gate_bias.cpu,
+            gate_bias: bias(&self.gate_bias),
             up: &self.up.cpu,
-            up_bias: &self.up_bias.cpu,
+            up_bias: bias(&self.up_bias),
             down: &self.down.cpu,
-            down_bias: &self.down_bias.cpu,
+            down_bias: bias(&self.down_bias),
             experts,
             used,
+            act: self.act,
         }
     }
 
-    fn gpu(&self, experts: usize, used: usize) -> MoeWeights<'_, CudaWeight> {
+    fn gpu<'a>(&'a self, experts: usize, used: usize) -> MoeWeights<'a, CudaWeight> {
+        let on = self.biased();
+        let bias = |b: &'a TestWeight| on.then_some(&b.gpu);
         MoeWeights {
             gate: &self.gate.gpu,
-            gate_bias: &self.gate_bias.gpu,
+            gate_bias: bias(&self.gate_bias),
             up: &self.up.gpu,
-            up_bias: &self.up_bias.gpu,
+            up_bias: bias(&self.up_bias),
             down: &self.down.gpu,
-            down_bias: &self.down_bias.gpu,
+            down_bias: bias(&self.down_bias),
             experts,
             used,
+            act: self.act,
         }
     }
 }
 
 /// GPU vs CPU `moe` for 1, 3 and 70 rows of x: gpt-oss's small preset's
 /// layout (experts in MXFP4, the router in F32), gpt-oss-20b's width with
-/// fewer experts, and another expert format; the few rows' products on the
+/// fewer experts, and another expert format; Qwen3-MoE's (no biases,
+/// SwiGLU, 8 of 32 experts in Q4_K and Q6_K); the few rows' products on the
 /// integer units (`mv8e_*`) and, with them off, on `mv1e_*`; deterministic
 /// over runs.
 #[test]
@@ -91,15 +108,18 @@ fn moe_matches_cpu_for_decode_and_prefill_rows() {
     let mut ops = gpu_ops();
     let mut rng = ChaCha8Rng::seed_from_u64(31);
     let (f32_, mxfp4, q8) = (GgmlType::F32, GgmlType::Mxfp4, GgmlType::Q8_0);
-    // (router format, expert format, experts, used, n_embd, n_ff)
+    let (oai, silu) = (ExpertAct::SwiGluOai, ExpertAct::SwiGlu);
+    // (router format, expert format, activation, experts, used, n_embd, n_ff)
     let cases = [
-        (f32_, mxfp4, 4, 2, 256, 256),
-        (f32_, mxfp4, 8, 4, 2880, 512),
-        (q8, q8, 6, 3, 128, 96),
+        (f32_, mxfp4, oai, 4, 2, 256, 256),
+        (f32_, mxfp4, oai, 8, 4, 2880, 512),
+        (q8, q8, oai, 6, 3, 128, 96),
+        (f32_, GgmlType::Q4K, silu, 32, 8, 512, 256),
+        (f32_, GgmlType::Q6K, silu, 32, 8, 256, 256),
     ];
     let mut worst = 0f64;
-    for (router_ty, ty, experts, used, d, ff) in cases {
-        let w = Experts::random(&mut ops, &mut rng, router_ty, ty, experts, d, ff);
+    for (router_ty, ty, act, experts, used, d, ff) in cases {
+        let w = Experts::random(&mut ops, &mut rng, router_ty, ty, act, experts, d, ff);
         let runs = [(1, true), (1, false), (3, true), (3, false), (70, true)];
         for (n, mv8) in runs {
             dev().kernels.set_mv8(mv8);
@@ -125,7 +145,7 @@ fn moe_matches_cpu_for_decode_and_prefill_rows() {
             let e = rel_err(&got, &want.data);
             assert!(
                 e <= 1e-3,
-                "moe {used} of {experts} {ty} experts, {d}x{ff}, {n} rows, mv8 {mv8}: relative error {e:e}"
+                "moe {act:?} {used} of {experts} {ty} experts, {d}x{ff}, {n} rows, mv8 {mv8}: relative error {e:e}"
             );
             worst = worst.max(e);
             assert_deterministic("moe", || {
