@@ -53,13 +53,14 @@ pub mod harmony;
 mod hf;
 mod spm;
 mod stream;
+pub mod think;
 mod vocab;
 
 #[cfg(test)]
 mod tests;
 
 pub use builtin_templates::{builtin_template, builtin_template_names, BUILTIN_TEMPLATES};
-pub use chat::ChatTemplate;
+pub use chat::{is_reserved_variable, ChatTemplate, TemplateInputs};
 pub use chat_message::{ChatMessage, FunctionCall, ToolCall};
 pub use chat_tools::{hermes_call, hermes_preamble, PROBE_TOOL};
 pub use codec::{Tokenizer, TokenizerKind};

@@ -183,6 +183,7 @@ pub fn map_chat(
         .collect::<Result<Vec<_>, _>>()?;
     execute.messages = Some(messages);
     execute.reasoning_effort = req.reasoning_effort;
+    execute.chat_template_kwargs = req.chat_template_kwargs;
     let reply = tools
         .as_ref()
         .and_then(|t| super::tools::apply(t, format, &mut execute));
@@ -346,7 +347,8 @@ mod tests {
             "logprobs": true, "top_logprobs": 3, "stream": true,
             "stream_options": {"include_usage": true, "continuous_usage_stats": true},
             "user": "u-1", "frequency_penalty": 0.25, "presence_penalty": -1,
-            "logit_bias": {"42": 5}, "ignore_eos": false
+            "logit_bias": {"42": 5}, "ignore_eos": false,
+            "chat_template_kwargs": {"enable_thinking": false}
         }))
         .unwrap();
         let e = &m.execute;
@@ -373,6 +375,10 @@ mod tests {
         assert_eq!(e.stop, Some(vec!["\n".to_string()]));
         assert_eq!(e.logprobs, Some(MAX_LOGPROBS as i64));
         assert!(!e.ignore_eos);
+        assert_eq!(
+            e.chat_template_kwargs,
+            Some(json!({"enable_thinking": false}))
+        );
         assert!(e.prompt.is_none());
         let want = ReplyShape {
             stream: true,
