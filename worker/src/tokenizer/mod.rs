@@ -35,7 +35,8 @@
 //!
 //! [`StreamDecoder`] turns generated ids into text without ever splitting a UTF-8
 //! character; [`ChatTemplate`] renders `tokenizer.chat_template` as Hugging Face
-//! transformers does.
+//! transformers does. Which generated tokens are reasoning: [`harmony`]
+//! (gpt-oss's channels) and [`think`] (Qwen3's `<think>` blocks).
 //!
 //! The [`Tokenizer`] type itself is in `codec.rs`; the vocabulary's keys and
 //! token attributes in `vocab.rs`.

@@ -231,6 +231,7 @@ fn message(i: usize, m: ChatMessageIn) -> Result<MessageIn, OpenAiError> {
         content,
         tool_calls: m.tool_calls,
         tool_call_id: m.tool_call_id,
+        reasoning_content: m.reasoning_content,
     })
 }
 
@@ -340,7 +341,9 @@ mod tests {
         let m = chat(json!({
             "model": "smol", "messages": [
                 {"role": "developer", "content": "Be brief."},
-                {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]}
+                {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]},
+                {"role": "assistant", "content": "Hello.", "reasoning_content": "Greet back."},
+                {"role": "user", "content": "Bye"}
             ],
             "max_completion_tokens": 7, "temperature": 0.5, "top_p": 0.9, "seed": 18446744073709551615u64,
             "stop": "\n", "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1, "n": 1,
@@ -359,6 +362,7 @@ mod tests {
             ("system", Some("Be brief."))
         );
         assert_eq!(msgs[1].content.as_deref(), Some("Hi there"));
+        assert_eq!(msgs[2].reasoning_content.as_deref(), Some("Greet back."));
         assert_eq!(e.max_tokens, Some(7));
         assert_eq!(
             (e.temperature, e.top_p, e.min_p),

@@ -147,6 +147,10 @@ pub struct ChatMessageIn {
     /// A `tool` message: the id of the call whose result it holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// An assistant message's reasoning, as a reply gave it (llama-server
+    /// and vLLM take it back): the template's `message.reasoning_content`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 /// `POST /v1/chat/completions`.

@@ -42,6 +42,10 @@ pub struct MessageIn {
     /// A `tool` message: the id of the call it answers (required there).
     #[serde(default)]
     pub tool_call_id: Option<String>,
+    /// An assistant message's reasoning (a reply's `reasoning_content`, sent
+    /// back), for templates that read it (Qwen3's).
+    #[serde(default)]
+    pub reasoning_content: Option<String>,
 }
 
 impl MessageIn {
@@ -84,6 +88,14 @@ fn check_message(i: usize, m: &MessageIn, chars: &mut usize) -> Option<String> {
         ));
     }
     *chars += m.content.as_deref().map_or(0, |c| c.chars().count());
+    if let Some(reasoning) = &m.reasoning_content {
+        if m.role != "assistant" {
+            return Some(format!(
+                "message {i} has reasoning_content; only assistant messages do"
+            ));
+        }
+        *chars += reasoning.chars().count();
+    }
     let calls = m.tool_calls.as_deref().unwrap_or_default();
     if !calls.is_empty() && m.role != "assistant" {
         return Some(format!(
@@ -136,6 +148,7 @@ fn chat_message(m: MessageIn) -> ChatMessage {
         content: m.content,
         tool_calls,
         tool_call_id: m.tool_call_id,
+        reasoning_content: m.reasoning_content,
     }
 }
 

@@ -147,6 +147,22 @@ fn chat_template_kwargs_reach_the_template_of_messages() {
     assert_eq!(e.fields(), ["chat_template_kwargs"]);
 }
 
+/// An assistant message may hold its reasoning (`reasoning_content`, as a
+/// reply gave it); another message may not.
+#[test]
+fn reasoning_content_is_for_assistant_messages() {
+    let turn = |role: &str| {
+        serde_json::json!({"job_id": "j", "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": role, "content": "Hello.", "reasoning_content": "Greet back."},
+            {"role": "user", "content": "bye"}]})
+    };
+    assert!(run(turn("assistant"), &LIMITS).is_ok());
+    let e = run(turn("user"), &LIMITS).unwrap_err();
+    assert_eq!(e.fields(), ["messages"]);
+    assert!(e.to_string().contains("reasoning_content"), "{e}");
+}
+
 /// One row per rule: (field to set, value, the field the error must name).
 #[test]
 fn each_rule_names_its_field() {

@@ -66,7 +66,22 @@ fn earlier_reasoning_is_dropped_later_reasoning_kept() {
     );
     assert!(!out.contains("Two and two"), "{out}");
 
-    let mut call = ChatMessage::new("assistant", "<think>\nAsk the tool.\n</think>\n\n");
+    let out = template().render(
+        &tool_round("<think>\nAsk the tool.\n</think>\n\n", None),
+        true,
+    );
+    assert!(out.unwrap().ends_with(TOOL_ROUND));
+}
+
+/// A tool round as the template writes it, its reasoning kept.
+const TOOL_ROUND: &str = "<|im_start|>assistant\n<think>\nAsk the tool.\n</think>\n\n<tool_call>\n\
+    {\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 2}}\n</tool_call><|im_end|>\n\
+    <|im_start|>user\n<tool_response>\n4\n</tool_response><|im_end|>\n<|im_start|>assistant\n";
+
+/// The question, the assistant's call (`content`, `reasoning_content`), its result.
+fn tool_round(content: &str, reasoning: Option<&str>) -> Vec<ChatMessage> {
+    let mut call = ChatMessage::new("assistant", content);
+    call.reasoning_content = reasoning.map(str::to_string);
     call.tool_calls = Some(vec![ToolCall {
         id: "call_1".into(),
         kind: "function".into(),
@@ -76,12 +91,15 @@ fn earlier_reasoning_is_dropped_later_reasoning_kept() {
     result.tool_call_id = Some("call_1".into());
     let mut messages = question();
     messages.extend([call, result]);
-    let out = template().render(&messages, true).unwrap();
-    let turn = "<|im_start|>assistant\n<think>\nAsk the tool.\n</think>\n\n<tool_call>\n\
-                {\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 2}}\n</tool_call><|im_end|>\n\
-                <|im_start|>user\n<tool_response>\n4\n</tool_response><|im_end|>\n\
-                <|im_start|>assistant\n";
-    assert!(out.ends_with(turn), "{out}");
+    messages
+}
+
+/// A reply's reasoning sent back apart (`reasoning_content`, as the chat
+/// route answers it) renders as the same reasoning inside `content` does.
+#[test]
+fn reasoning_content_sent_back_fills_the_think_block() {
+    let out = template().render(&tool_round("", Some("Ask the tool.")), true);
+    assert!(out.unwrap().ends_with(TOOL_ROUND));
 }
 
 /// Tools go into the system message as the template writes them, and its
