@@ -60,6 +60,9 @@ Feature: HTTP interface
       | unknown role      | role               | {"job_id": "a", "messages": [{"role": "wizard", "content": "hi"}]} |
       | reasoning_effort max | reasoning_effort | {"job_id": "a", "messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "max"} |
       | reasoning_effort with a prompt | reasoning_effort | {"job_id": "a", "prompt": "hi", "reasoning_effort": "low"} |
+      | chat_template_kwargs not an object | chat_template_kwargs | {"job_id": "a", "messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": "enable_thinking"} |
+      | chat_template_kwargs hiding messages | chat_template_kwargs | {"job_id": "a", "messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"messages": []}} |
+      | chat_template_kwargs with a prompt | chat_template_kwargs | {"job_id": "a", "prompt": "hi", "chat_template_kwargs": {"enable_thinking": false}} |
       | over max-tokens-in | prompt            | {"job_id": "a", "prompt": "word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word"} |
 
   @M0-W-1310 @any

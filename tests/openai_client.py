@@ -248,6 +248,10 @@ def test_errors(client, model):
     e = expect(openai.BadRequestError, lambda: client.chat.completions.create(
         model=model, messages=msgs, reasoning_effort="max"), "errors: reasoning_effort max")
     check(e.param == "reasoning_effort", "errors: reasoning_effort names its param")
+    e = expect(openai.BadRequestError, lambda: client.chat.completions.create(
+        model=model, messages=msgs, extra_body={"chat_template_kwargs": {"messages": []}}),
+        "errors: chat_template_kwargs setting the template's own messages")
+    check(e.param == "chat_template_kwargs", "errors: chat_template_kwargs names its param")
 
 
 WEATHER = {"type": "object", "properties": {
@@ -346,6 +350,12 @@ def test_reasoning_effort(client, model):
                                            reasoning_effort=effort)
         check(r.choices[0].message.content == plain.choices[0].message.content,
               f"reasoning_effort {effort}: the same greedy answer")
+    # chat_template_kwargs (vLLM's and llama-server's extension) are the template's variables: Qwen3's
+    # enable_thinking; SmolLM2's template reads none of them, so the greedy answer is the same.
+    r = client.chat.completions.create(model=model, messages=msgs, max_tokens=8, temperature=0,
+                                       extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    check(r.choices[0].message.content == plain.choices[0].message.content,
+          "chat_template_kwargs: the same greedy answer")
 
 
 def test_responses(client, model):

@@ -46,9 +46,10 @@ pub struct TokenOut {
     pub text: String,
     /// Present when the job asked for log-probabilities.
     pub logprobs: Option<Vec<TokenAlternative>>,
-    /// The harmony channel the token belongs to (gpt-oss: `analysis`,
-    /// `final`, `commentary`); `None` for structure tokens and for models
-    /// without the format.
+    /// The channel the token belongs to: gpt-oss's harmony channel
+    /// (`analysis`, `final`, `commentary`), or `analysis` for a token of a
+    /// think block (Qwen3 and its kind); `None` for structure tokens and
+    /// markers, a think model's answer and models without either format.
     pub channel: Option<std::sync::Arc<str>>,
 }
 

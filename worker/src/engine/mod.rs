@@ -9,6 +9,7 @@
 //! exactly one terminal event. The engine never waits on the HTTP side, and
 //! the HTTP side never waits on the engine except to hand over a job.
 
+mod channels;
 pub mod error;
 pub mod generate;
 pub mod job;

@@ -15,6 +15,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, BackendError, BackendKind};
+use crate::engine::channels::Channels;
 use crate::engine::error::{ErrorCode, JobError, Phase};
 use crate::engine::generate::{
     AbortReason, GeneratedToken, GenerationError, GenerationObserver, GenerationRequest,
@@ -27,7 +28,6 @@ use crate::engine::queue::{CancelResult, JobQueue, PushError};
 use crate::engine::status::{EngineStatus, Problem};
 use crate::narrate;
 use crate::telemetry::metrics::Metrics;
-use crate::tokenizer::harmony::ChannelTracker;
 use crate::tokenizer::Tokenizer;
 
 /// How the engine runs.
@@ -120,8 +120,9 @@ impl Engine {
         parts.status.set_prefix_cache(parts.backend.prefix_stats());
         let post_load_vram = parts.backend.memory_use().total();
         parts.status.set_vram_bytes_used(post_load_vram);
-        // Looked up once here (a pass over the vocabulary), not in a job.
+        // Looked up once here (passes over the vocabulary), not in a job.
         parts.tokenizer.harmony();
+        parts.tokenizer.think();
         let worker = EngineThread {
             config,
             queue,
@@ -391,8 +392,8 @@ impl EngineThread {
             started,
             deadline: started + self.config.inference_timeout,
             tokenizer: self.tokenizer.clone(),
-            // gpt-oss: each token event names its harmony channel.
-            channels: self.tokenizer.harmony().map(ChannelTracker::new),
+            // gpt-oss, Qwen3: each token event names its channel.
+            channels: Channels::of(&self.tokenizer, &request.prompt_tokens),
             metrics: self.metrics.clone(),
             parity: self.parity.clone(),
             job_id: Arc::from(id.as_str()),
@@ -539,7 +540,7 @@ pub(super) struct Observer {
     started: Instant,
     deadline: Instant,
     tokenizer: Arc<Tokenizer>,
-    channels: Option<ChannelTracker>,
+    channels: Option<Channels>,
     metrics: Arc<Metrics>,
     parity: Option<ParitySender>,
     pub(super) job_id: Arc<str>,
@@ -574,12 +575,10 @@ impl GenerationObserver for Observer {
                 })
                 .collect()
         });
-        // The token's own text: the released text may be held back (UTF-8,
-        // a possible stop) and come with a later token.
-        let channel = self.channels.as_mut().and_then(|c| {
-            let own = self.tokenizer.decode(&[token.id]).unwrap_or_default();
-            c.next(token.id, &own)
-        });
+        let channel = self
+            .channels
+            .as_mut()
+            .and_then(|c| c.next(&self.tokenizer, token.id));
         let event = JobEvent::Token(TokenOut {
             index: token.index,
             id: token.id,

@@ -85,6 +85,29 @@ pub fn harmony_byte_tokenizer() -> Arc<Tokenizer> {
     Arc::new(Tokenizer::from_spec(spec).expect("byte vocabulary is valid"))
 }
 
+/// Ids of `<think>` and `</think>` in [`think_byte_tokenizer`].
+pub const THINK_OPEN_ID: u32 = 259;
+pub const THINK_CLOSE_ID: u32 = 260;
+
+/// Qwen3's chat template, as its models ship it.
+pub const QWEN3_TEMPLATE: &str = include_str!("../tokenizer/testdata/qwen3.jinja");
+
+/// [`byte_tokenizer`] with Qwen3's chat template and its `<think>` and
+/// `</think>` after its own tokens, user-defined tokens as in Qwen3's GGUF
+/// files.
+pub fn think_byte_tokenizer() -> Arc<Tokenizer> {
+    let mut spec = byte_vocab_spec(Some(QWEN3_TEMPLATE));
+    for t in [
+        crate::tokenizer::think::OPEN,
+        crate::tokenizer::think::CLOSE,
+    ] {
+        spec.tokens.push(t.to_string());
+        spec.token_types
+            .push(crate::tokenizer::token_type::USER_DEFINED);
+    }
+    Arc::new(Tokenizer::from_spec(spec).expect("byte vocabulary is valid"))
+}
+
 /// A byte-level tokenizer with a ChatML template: every byte is one token.
 pub fn byte_tokenizer() -> Arc<Tokenizer> {
     Arc::new(

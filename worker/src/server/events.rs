@@ -65,7 +65,10 @@ pub struct TokenEvent {
     pub logprobs: Option<Vec<LogprobEntry>>,
     /// gpt-oss (harmony): the channel of the message the token is text of,
     /// `analysis` (reasoning), `final` (the answer) or `commentary` (tool
-    /// calls); absent for structure tokens and for other models.
+    /// calls); absent for structure tokens. Qwen3 and other models that
+    /// reason between `<think>` and `</think>` tokens: `analysis` for the
+    /// tokens of a think block, absent for the markers and the answer.
+    /// Absent for every other model.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub channel: Option<String>,
 }

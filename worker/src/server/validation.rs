@@ -16,7 +16,7 @@ use crate::constraint::{Compiler, Grammar, Spec};
 use crate::engine::generate::GenerationRequest;
 use crate::sampling::{LogitBias, SamplingParams};
 use crate::telemetry::logging::sha256_hex;
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{TemplateInputs, Tokenizer};
 
 mod bias;
 mod limits;
@@ -27,8 +27,8 @@ use messages::MessageBounds;
 pub use limits::{Caps, Door, Limits, BODY_BYTES_PER_TOKEN, DEFAULT_MAX_TOKENS_OUT};
 
 pub use messages::{
-    render_messages, FunctionCallIn, MessageIn, ToolCallIn, CHAT_ROLES, DEFAULT_MAX_PROMPT_CHARS,
-    MAX_MESSAGES,
+    render_messages, template_vars, FunctionCallIn, MessageIn, ToolCallIn, CHAT_ROLES,
+    DEFAULT_MAX_PROMPT_CHARS, MAX_MESSAGES,
 };
 
 /// Longest `job_id`, in characters.
@@ -91,6 +91,12 @@ pub struct ExecuteRequest {
     /// template of `messages` (harmony's system message); templates that do
     /// not read it render as without it.
     pub reasoning_effort: Option<String>,
+    /// Issue 46: variables for the chat template of `messages`, an object
+    /// (vLLM's and llama-server's `chat_template_kwargs`: Qwen3's
+    /// `{"enable_thinking": false}`); a key may not be one of the
+    /// template's own variables (`messages`, `tools`, ...).
+    #[schema(value_type = Option<Object>)]
+    pub chat_template_kwargs: Option<serde_json::Value>,
     /// Issue #43: a JSON Schema the output is a JSON value of.
     #[schema(value_type = Option<Object>)]
     pub json_schema: Option<serde_json::Value>,
@@ -313,6 +319,17 @@ pub fn check_fields(
             );
         }
     }
+    let kwargs = req.chat_template_kwargs.take();
+    if kwargs.is_some() && req.prompt.is_some() {
+        errs.add(
+            "chat_template_kwargs",
+            "applies to messages only (the chat template reads it)",
+        );
+    }
+    let vars = template_vars(kwargs, effort).unwrap_or_else(|why| {
+        errs.add("chat_template_kwargs", why);
+        serde_json::Map::new()
+    });
     // The text to tokenize, and the field to blame for its length.
     let input: Option<(&'static str, String)> = match (req.prompt, req.messages) {
         (Some(_), Some(_)) | (None, None) => {
@@ -339,7 +356,11 @@ pub fn check_fields(
                 chars: caps.prompt_chars,
                 count: caps.messages.unwrap_or(limits.context_length),
             };
-            match render_messages(messages, bounds, tokenizer, effort, req.tools.as_deref()) {
+            let inputs = TemplateInputs {
+                tools: req.tools.as_deref(),
+                vars: Some(&vars),
+            };
+            match render_messages(messages, bounds, tokenizer, inputs) {
                 Ok(text) => Some(("messages", text)),
                 Err(broken) => {
                     for why in broken {

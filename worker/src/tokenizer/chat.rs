@@ -5,9 +5,11 @@
 //! and dict methods (`.strip()`, `.startswith()`, `.items()`...) through
 //! minijinja-contrib's `pycompat`, and the variables `messages`,
 //! `add_generation_prompt`, `bos_token`, `eos_token`, `tools` (the request's
-//! tool definitions, or none) and `documents` (none), as transformers passes them.
-//! Tool calls and results in the conversation, and templates that ignore
-//! `tools`: `chat_tools.rs`.
+//! tool definitions, or none) and `documents` (none), as transformers passes them,
+//! beside the request's own ([`TemplateInputs::vars`]: `chat_template_kwargs`,
+//! as transformers' `apply_chat_template(**kwargs)` passes them, e.g. Qwen3's
+//! `enable_thinking`). Tool calls and results in the conversation, and
+//! templates that ignore `tools`: `chat_tools.rs`.
 
 use std::sync::OnceLock;
 
@@ -20,6 +22,43 @@ use super::chat_tools;
 use super::TokenizerError;
 
 const TEMPLATE_NAME: &str = "chat_template";
+
+/// The variables the worker gives every rendering.
+pub const WORKER_VARIABLES: [&str; 6] = [
+    "messages",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+    "tools",
+    "documents",
+];
+
+/// What a request gives the template besides its conversation.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TemplateInputs<'a> {
+    /// OpenAI-shaped tool definitions: the template's `tools`.
+    pub tools: Option<&'a [serde_json::Value]>,
+    /// The request's own variables (its `chat_template_kwargs`, and
+    /// `reasoning_effort`: gpt-oss's template writes `low`, `medium` or
+    /// `high` into its system message). The worker's variables win over
+    /// them; see [`is_reserved_variable`].
+    pub vars: Option<&'a serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Whether a request's variable `name` would hide one the template needs
+/// from the worker: one of [`WORKER_VARIABLES`], or a function every
+/// template may call (minijinja's `range`, `namespace`, `dict`..., the
+/// worker's `raise_exception`, `strftime_now`).
+pub fn is_reserved_variable(name: &str) -> bool {
+    WORKER_VARIABLES.contains(&name)
+        || WORKER_FUNCTIONS.contains(&name)
+        || Environment::new()
+            .globals()
+            .any(|(global, _)| global == name)
+}
+
+/// The functions the worker adds to minijinja's own.
+const WORKER_FUNCTIONS: [&str; 2] = ["raise_exception", "strftime_now"];
 
 /// Bounds on one rendering (issue #15): a template comes from the model file
 /// and messages from clients, so neither may loop, recurse or grow without
@@ -94,8 +133,9 @@ impl ChatTemplate {
         });
         env.set_unknown_method_callback(python_methods);
         env.set_formatter(python_formatter);
-        env.add_function("raise_exception", raise_exception);
-        env.add_function("strftime_now", strftime_now);
+        let [raise, strftime] = WORKER_FUNCTIONS;
+        env.add_function(raise, raise_exception);
+        env.add_function(strftime, strftime_now);
         env.add_filter("tojson", tojson);
         env.add_template_owned(TEMPLATE_NAME, python_line_continuations(source))
             .map_err(template_error)?;
@@ -114,30 +154,34 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
-        self.render_with(messages, add_generation_prompt, None, None)
+        self.render_with(messages, add_generation_prompt, TemplateInputs::default())
     }
 
-    /// [`ChatTemplate::render`] with `reasoning_effort` (`low`, `medium`,
-    /// `high`) defined for the template where given: gpt-oss's harmony
-    /// template writes it into the system message (`Reasoning: high`); left
-    /// undefined, that template says `medium`. `tools` (OpenAI-shaped
-    /// definitions) are the template's `tools`; a template that does not
-    /// write them, given tools or a tool exchange, renders the conversation
-    /// rewritten the Hermes way instead (`chat_tools::hermes_messages`).
+    /// [`ChatTemplate::render`] with the request's tools and variables
+    /// ([`TemplateInputs`]). A template that does not write tools, given
+    /// tools or a tool exchange, renders the conversation rewritten the
+    /// Hermes way instead (`chat_tools::hermes_messages`).
     pub fn render_with(
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
-        reasoning_effort: Option<&str>,
-        tools: Option<&[serde_json::Value]>,
+        inputs: TemplateInputs<'_>,
     ) -> Result<String, TokenizerError> {
-        let tools = tools.filter(|t| !t.is_empty());
+        let tools = inputs.tools.filter(|t| !t.is_empty());
         let tool_exchange = tools.is_some() || messages.iter().any(ChatMessage::is_tool_exchange);
         if tool_exchange && self.tool_probe().is_none() {
             let rewritten = chat_tools::hermes_messages(messages, tools);
-            return self.render_raw(&rewritten, add_generation_prompt, reasoning_effort, None);
+            let inputs = TemplateInputs {
+                tools: None,
+                ..inputs
+            };
+            return self.render_raw(&rewritten, add_generation_prompt, inputs);
         }
-        self.render_raw(messages, add_generation_prompt, reasoning_effort, tools)
+        self.render_raw(
+            messages,
+            add_generation_prompt,
+            TemplateInputs { tools, ..inputs },
+        )
     }
 
     /// The probe conversation (`chat_tools::probe`: a system and a user
@@ -149,7 +193,11 @@ impl ChatTemplate {
         self.tool_probe
             .get_or_init(|| {
                 let (messages, tools) = chat_tools::probe();
-                self.render_raw(&messages, true, None, Some(&tools))
+                let inputs = TemplateInputs {
+                    tools: Some(&tools),
+                    vars: None,
+                };
+                self.render_raw(&messages, true, inputs)
                     .ok()
                     .filter(|text| text.contains(chat_tools::PROBE_TOOL))
             })
@@ -160,25 +208,22 @@ impl ChatTemplate {
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
-        reasoning_effort: Option<&str>,
-        tools: Option<&[serde_json::Value]>,
+        inputs: TemplateInputs<'_>,
     ) -> Result<String, TokenizerError> {
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(template_error)?;
         let mut out = Bounded(Vec::new());
-        let base = minijinja::context! {
+        // The keys before `..` win over the request's.
+        let ctx = minijinja::context! {
             messages => Value::from_serialize(messages),
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
-            tools => tools.map_or(Value::from(()), Value::from_serialize),
+            tools => inputs.tools.map_or(Value::from(()), Value::from_serialize),
             documents => Value::from(()),
-        };
-        let ctx = match reasoning_effort {
-            Some(effort) => minijinja::context! { reasoning_effort => effort, ..base },
-            None => base,
+            ..inputs.vars.map_or(Value::from(()), Value::from_serialize)
         };
         tmpl.render_captured_to(ctx, &mut out).map_err(|e| {
             // minijinja reports a failed write without its reason.

@@ -17,6 +17,11 @@ pub struct ChatMessage {
     /// A `tool` message: the call it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// An assistant message's reasoning, as a reply's `reasoning_content`
+    /// gave it: Qwen3's template writes it back into the turn's think block
+    /// (for the turns after the last question; earlier ones drop it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 impl ChatMessage {
@@ -26,6 +31,7 @@ impl ChatMessage {
             content: Some(content.into()),
             tool_calls: None,
             tool_call_id: None,
+            reasoning_content: None,
         }
     }
 

@@ -9,7 +9,7 @@ use crate::tokenizer::fragments::FragmentCache;
 use crate::tokenizer::vocab::{
     self, parse_byte_token, ATTR_BYTE, ATTR_CONTROL, ATTR_NORMAL, ATTR_UNKNOWN, ATTR_USER_DEFINED,
 };
-use crate::tokenizer::{harmony, spm, ChatTemplate, TokenizerError, VocabSpec};
+use crate::tokenizer::{harmony, spm, think, ChatTemplate, TokenizerError, VocabSpec};
 
 /// Which tokenizer implementation a [`Tokenizer`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -69,6 +69,8 @@ pub struct Tokenizer {
     chat_template_error: Option<String>,
     /// The harmony structure tokens (gpt-oss), looked up on first use.
     harmony: std::sync::OnceLock<Option<harmony::HarmonyIds>>,
+    /// The think block's markers (Qwen3 and its kind), looked up on first use.
+    think: std::sync::OnceLock<Option<think::ThinkIds>>,
     /// Long fragments encoded lately (a resent system prompt, a chat's history).
     fragments: FragmentCache,
 }
@@ -270,6 +272,7 @@ impl Tokenizer {
             chat_template: None,
             chat_template_error: None,
             harmony: std::sync::OnceLock::new(),
+            think: std::sync::OnceLock::new(),
             fragments: FragmentCache::default(),
         };
         tokenizer.adopt_chat_template(chat_template);
@@ -420,7 +423,6 @@ impl Tokenizer {
             .is_some_and(|a| a & ATTR_CONTROL != 0)
     }
 
-    /// The model's chat template, when it has one that compiles.
     /// The vocabulary's harmony structure tokens, when it has them (gpt-oss).
     pub fn harmony(&self) -> Option<harmony::HarmonyIds> {
         *self
@@ -428,6 +430,13 @@ impl Tokenizer {
             .get_or_init(|| harmony::HarmonyIds::of(&self.tokens))
     }
 
+    /// The vocabulary's `<think>` and `</think>` tokens, when it has both
+    /// (Qwen3 and its kind: see `think.rs`).
+    pub fn think(&self) -> Option<think::ThinkIds> {
+        *self.think.get_or_init(|| think::ThinkIds::of(&self.tokens))
+    }
+
+    /// The model's chat template, when it has one that compiles.
     pub fn chat_template(&self) -> Option<&ChatTemplate> {
         self.chat_template.as_ref()
     }

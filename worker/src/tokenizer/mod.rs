@@ -35,7 +35,8 @@
 //!
 //! [`StreamDecoder`] turns generated ids into text without ever splitting a UTF-8
 //! character; [`ChatTemplate`] renders `tokenizer.chat_template` as Hugging Face
-//! transformers does.
+//! transformers does. Which generated tokens are reasoning: [`harmony`]
+//! (gpt-oss's channels) and [`think`] (Qwen3's `<think>` blocks).
 //!
 //! The [`Tokenizer`] type itself is in `codec.rs`; the vocabulary's keys and
 //! token attributes in `vocab.rs`.
@@ -53,13 +54,14 @@ pub mod harmony;
 mod hf;
 mod spm;
 mod stream;
+pub mod think;
 mod vocab;
 
 #[cfg(test)]
 mod tests;
 
 pub use builtin_templates::{builtin_template, builtin_template_names, BUILTIN_TEMPLATES};
-pub use chat::ChatTemplate;
+pub use chat::{is_reserved_variable, ChatTemplate, TemplateInputs};
 pub use chat_message::{ChatMessage, FunctionCall, ToolCall};
 pub use chat_tools::{hermes_call, hermes_preamble, PROBE_TOOL};
 pub use codec::{Tokenizer, TokenizerKind};

@@ -384,7 +384,12 @@ fn reasoning_effort_reaches_the_harmony_template() {
     let src = include_str!("../../../harness/src/synth/gpt-oss.jinja");
     let t = ChatTemplate::new(src, "<|startoftext|>", "<|return|>").unwrap();
     let msgs = [ChatMessage::new("user", "hi")];
-    let high = t.render_with(&msgs, true, Some("high"), None).unwrap();
+    let vars = serde_json::json!({"reasoning_effort": "high"});
+    let inputs = TemplateInputs {
+        tools: None,
+        vars: vars.as_object(),
+    };
+    let high = t.render_with(&msgs, true, inputs).unwrap();
     assert!(high.contains("Reasoning: high"), "{high}");
     assert!(high.ends_with("<|start|>assistant"), "{high}");
     let default = t.render(&msgs, true).unwrap();
@@ -511,6 +516,7 @@ mod golden;
 mod golden_gemma3;
 mod golden_gpt_oss;
 mod hf_json;
+mod qwen3;
 
 mod metadata {
     use super::*;

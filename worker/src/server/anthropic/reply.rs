@@ -154,6 +154,32 @@ pub(crate) mod tests {
         );
     }
 
+    /// A think block (Qwen3) is left out of the text, as gpt-oss's
+    /// analysis channel is: extended thinking is not served.
+    #[test]
+    fn a_think_block_is_left_out_of_the_text() {
+        use crate::engine::testing::{think_byte_tokenizer, THINK_CLOSE_ID, THINK_OPEN_ID};
+        let marker = |index: usize, id: u32, text: &str| TokenOut {
+            id,
+            ..token(index, text)
+        };
+        let mut reasoning = token(1, "Hm");
+        reasoning.channel = Some(crate::tokenizer::think::CHANNEL.into());
+        let c = Collected {
+            tokens: vec![
+                marker(0, THINK_OPEN_ID, "<think>"),
+                reasoning,
+                marker(2, THINK_CLOSE_ID, "</think>"),
+                token(3, "\n\nHi"),
+            ],
+            summary: Some(summary(StopReason::Eos)),
+        };
+        let mut think = ctx(false);
+        think.tokenizer = think_byte_tokenizer();
+        let m = serde_json::to_value(think.whole(&c)).unwrap();
+        assert_eq!(m["content"], json!([{"type": "text", "text": "Hi"}]));
+    }
+
     /// With tools, a call in the output is a tool_use block after the
     /// text, and the stop reason is `tool_use`; without them it is text.
     #[test]

@@ -146,6 +146,7 @@ pub fn assistant(place: &str, blocks: Vec<ContentBlockIn>) -> Result<MessageIn, 
         content: (!text.is_empty() || calls.is_empty()).then_some(text),
         tool_calls: (!calls.is_empty()).then_some(calls),
         tool_call_id: None,
+        ..MessageIn::default()
     })
 }
 
@@ -225,6 +226,7 @@ fn result_in(place: &str, b: ContentBlockIn) -> Result<MessageIn, AnthropicError
         content: Some(content),
         tool_calls: None,
         tool_call_id: Some(id),
+        ..MessageIn::default()
     })
 }
 

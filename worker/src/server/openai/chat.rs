@@ -10,11 +10,11 @@ use axum::response::Response;
 
 use super::error::{OpenAiError, Refusals};
 use super::handle::{answer, open, Body};
-use super::reply::{finish_reason, Collected, Part, ReplyCtx, SYSTEM_FINGERPRINT};
+use super::reply::{finish_reason, Collected, ReplyCtx, SYSTEM_FINGERPRINT};
 use super::request;
 
 use super::tools::format::ToolFormat;
-use super::tools::parse::{CallParser, ParsedCall, Released};
+use super::tools::parse::{ParsedCall, Released};
 use super::tools::release::Release;
 use super::tools::types::{FunctionDelta, FunctionOut, ToolCallDelta, ToolCallOut};
 use super::types::{
@@ -55,16 +55,16 @@ pub async fn chat_completions(
     answer(ctx, events, lines, usage_line, completion).await
 }
 
-/// A reply's content and calls: with tools, read by the parser from every
-/// token (harmony's analysis text is left out, as the parser leaves it);
-/// content is null when the reply is calls and white space only.
-fn content_and_calls(ctx: &ReplyCtx, c: &Collected) -> (Option<String>, Vec<ParsedCall>) {
-    let Some(tools) = &ctx.tools else {
-        return (Some(c.text_of(ctx, Part::Content)), Vec::new());
-    };
-    let out = Release::whole(ctx.tokenizer.clone(), Some(tools.clone()), &c.tokens);
+/// A reply's content, calls and reasoning, read as its stream reads them
+/// (`Release`); content is null when the reply is calls and white space only.
+fn content_and_calls(ctx: &ReplyCtx, c: &Collected) -> (Option<String>, Vec<ParsedCall>, String) {
+    let out = Release::whole(ctx.tokenizer.clone(), ctx.tools.clone(), &c.tokens);
     let only_calls = !out.calls.is_empty() && out.content.trim().is_empty();
-    ((!only_calls).then_some(out.content), out.calls)
+    (
+        (!only_calls).then_some(out.content),
+        out.calls,
+        out.reasoning,
+    )
 }
 
 /// The whole answer of a non-streaming request: a choice for each job.
@@ -97,7 +97,7 @@ fn chat_choice(
     let logprobs = ctx.shape.logprobs.then(|| ChatLogprobs {
         content: c.tokens.iter().map(|t| ctx.logprob_entry(t)).collect(),
     });
-    let (content, calls) = content_and_calls(ctx, c);
+    let (content, calls, reasoning) = content_and_calls(ctx, c);
     let finish = if calls.is_empty() {
         finish_reason(summary)
     } else {
@@ -110,7 +110,7 @@ fn chat_choice(
             role: "assistant".into(),
             content,
             tool_calls,
-            reasoning_content: Some(c.text_of(ctx, Part::Reasoning)).filter(|r| !r.is_empty()),
+            reasoning_content: Some(reasoning).filter(|r| !r.is_empty()),
         },
         logprobs,
         finish_reason: finish.into(),
@@ -159,46 +159,14 @@ fn json(c: &ChatCompletionChunk) -> String {
     serde_json::to_string(c).expect("chunks serialize")
 }
 
-/// The `data:` lines one job event becomes: the role first, one chunk per
-/// token that releases text or carries log-probabilities, then the finish
-/// reason (the usage, `[DONE]` and errors are the stream's: see
-/// `stream::sse_choices`).
-pub fn chunk_lines(ctx: &ReplyCtx, event: &JobEvent) -> Vec<String> {
-    match event {
-        JobEvent::Started(_) => {
-            let delta = ChatDelta {
-                role: Some("assistant".into()),
-                content: Some(String::new()),
-                ..ChatDelta::default()
-            };
-            vec![json(&chunk(ctx, vec![choice(ctx, delta, None, None)], 0))]
-        }
-        JobEvent::Token(t) if t.text.is_empty() && !ctx.shape.logprobs => Vec::new(),
-        JobEvent::Token(t) => {
-            let logprobs = ctx.shape.logprobs.then(|| ChatLogprobs {
-                content: vec![ctx.logprob_entry(t)],
-            });
-            let text = Some(t.text.clone());
-            let (content, reasoning_content) = match ctx.part(t) {
-                Part::Content => (text, None),
-                Part::Reasoning => (None, text),
-                Part::Neither if ctx.shape.logprobs => (None, None),
-                Part::Neither => return Vec::new(),
-            };
-            let delta = ChatDelta {
-                content,
-                reasoning_content,
-                ..ChatDelta::default()
-            };
-            vec![json(&chunk(
-                ctx,
-                vec![choice(ctx, delta, logprobs, None)],
-                t.index + 1,
-            ))]
-        }
-        JobEvent::End(summary) => vec![end_line(ctx, summary, finish_reason(summary))],
-        JobEvent::Error(_) => Vec::new(),
-    }
+/// The first chunk of a choice: its role.
+fn role_line(ctx: &ReplyCtx) -> String {
+    let delta = ChatDelta {
+        role: Some("assistant".into()),
+        content: Some(String::new()),
+        ..ChatDelta::default()
+    };
+    json(&chunk(ctx, vec![choice(ctx, delta, None, None)], 0))
 }
 
 /// A choice's last chunk: its `finish_reason`.
@@ -215,43 +183,44 @@ pub fn usage_line(ctx: &ReplyCtx, usage: Usage) -> String {
     json(&c)
 }
 
-/// A chat stream: [`chunk_lines`] without tools; with them, the tokens go
-/// through the call parser, and what it releases is sent: content as it
-/// becomes known not to be a call, each call as its first delta (`id`,
-/// `type`, `function.name`, empty `function.arguments`) then its
-/// arguments, and `finish_reason` `tool_calls` when there were calls.
+/// A chat stream's `data:` lines, one job event at a time: the role
+/// first; then what each token releases (`Release`): its reasoning as
+/// `reasoning_content` and its content, in one chunk with the token's
+/// log-probabilities (a chunk of log-probabilities alone for a token that
+/// releases nothing); with tools, content as it becomes known not to be a
+/// call, and each call as its first delta (`id`, `type`, `function.name`,
+/// empty `function.arguments`) then its arguments; last the finish reason,
+/// `tool_calls` when there were calls. The usage, `[DONE]` and errors are
+/// the stream's (`stream::sse_choices`).
 pub struct ChatStream {
     ctx: ReplyCtx,
-    parser: Option<CallParser>,
+    release: Release,
     calls: u32,
 }
 
 impl ChatStream {
     pub fn new(ctx: ReplyCtx) -> Self {
-        let parser = ctx.tools.clone().map(CallParser::new);
+        let release = Release::new(ctx.tokenizer.clone(), ctx.tools.clone());
         ChatStream {
             ctx,
-            parser,
+            release,
             calls: 0,
         }
     }
 
     pub fn lines(&mut self, event: &JobEvent) -> Vec<String> {
-        let Some(parser) = self.parser.as_mut() else {
-            return chunk_lines(&self.ctx, event);
-        };
         match event {
+            JobEvent::Started(_) => vec![role_line(&self.ctx)],
             JobEvent::Token(t) => {
-                let released = parser.push(&t.text, t.channel.as_deref());
-                let reasoning = (self.ctx.part(t) == Part::Reasoning).then(|| t.text.clone());
+                let released = self.release.token(t);
                 let logprobs = self.ctx.shape.logprobs.then(|| ChatLogprobs {
                     content: vec![self.ctx.logprob_entry(t)],
                 });
-                self.released_lines(released, reasoning, logprobs, t.index + 1)
+                self.released_lines(released, logprobs, t.index + 1)
             }
             JobEvent::End(summary) => {
-                let released = parser.finish();
-                let mut lines = self.released_lines(released, None, None, summary.tokens_out);
+                let released = self.release.finish();
+                let mut lines = self.released_lines(released, None, summary.tokens_out);
                 let finish = if self.calls > 0 {
                     "tool_calls"
                 } else {
@@ -260,20 +229,20 @@ impl ChatStream {
                 lines.push(end_line(&self.ctx, summary, finish));
                 lines
             }
-            _ => chunk_lines(&self.ctx, event),
+            JobEvent::Error(_) => Vec::new(),
         }
     }
 
     fn released_lines(
         &mut self,
         released: Released,
-        reasoning: Option<String>,
         logprobs: Option<ChatLogprobs>,
         tokens: usize,
     ) -> Vec<String> {
         let ctx = &self.ctx;
         let mut lines = Vec::new();
         let content = Some(released.content).filter(|c| !c.is_empty());
+        let reasoning = Some(released.reasoning).filter(|r| !r.is_empty());
         if content.is_some() || reasoning.is_some() || logprobs.is_some() {
             let delta = ChatDelta {
                 content,
@@ -350,6 +319,11 @@ mod tests {
             .collect()
     }
 
+    /// The chunks of one token, the first of a choice's stream.
+    fn token_lines(c: &ReplyCtx, t: crate::engine::job::TokenOut) -> Vec<Value> {
+        parse(ChatStream::new(c.clone()).lines(&JobEvent::Token(t)))
+    }
+
     /// A one-choice stream of `events`, framed as the route frames it
     /// (`stream::sse_choices`).
     fn streamed(c: &ReplyCtx, events: &[JobEvent]) -> Vec<Value> {
@@ -388,9 +362,10 @@ mod tests {
         let m = &completion(&c, std::slice::from_ref(&collected)).choices[0].message;
         assert_eq!(m.content.as_deref(), Some("Yes"));
         assert_eq!(m.reasoning_content.as_deref(), Some("Hm"));
+        let mut stream = ChatStream::new(c.clone());
         let deltas: Vec<Value> = tokens
             .into_iter()
-            .flat_map(|t| parse(chunk_lines(&c, &JobEvent::Token(t))))
+            .flat_map(|t| parse(stream.lines(&JobEvent::Token(t))))
             .map(|v| v["choices"][0]["delta"].clone())
             .collect();
         assert_eq!(
@@ -407,6 +382,76 @@ mod tests {
             Some("analysisHmassistantYes")
         );
         assert_eq!(plain.choices[0].message.reasoning_content, None);
+    }
+
+    /// Qwen3: a think block's text is `reasoning_content` (without the
+    /// white space at its ends), the markers neither, the rest `content`
+    /// (without the white space after the block); the whole answer and the
+    /// stream agree. With tools, a call written in the reasoning is not one.
+    #[test]
+    fn think_blocks_split_reasoning_from_content() {
+        use crate::engine::testing::{think_byte_tokenizer, THINK_CLOSE_ID, THINK_OPEN_ID};
+        let tok = |i: usize, id: u32, text: &str, inside: bool| crate::engine::job::TokenOut {
+            index: i,
+            id,
+            text: text.into(),
+            logprobs: None,
+            channel: inside.then(|| crate::tokenizer::think::CHANNEL.into()),
+        };
+        let answer = |last: &str| {
+            vec![
+                tok(0, THINK_OPEN_ID, "<think>", false),
+                tok(1, 1, "\nCall <tool_call> now?", true),
+                tok(2, 1, "\n", true),
+                tok(3, THINK_CLOSE_ID, "</think>", false),
+                tok(4, 1, "\n\n", false),
+                tok(5, 1, last, false),
+            ]
+        };
+        let mut c = ctx(false, 0, false);
+        c.tokenizer = think_byte_tokenizer();
+        let collected = Collected {
+            tokens: answer("Yes"),
+            summary: Some(summary(StopReason::Eos)),
+        };
+        let m = &completion(&c, std::slice::from_ref(&collected)).choices[0].message;
+        assert_eq!(m.content.as_deref(), Some("Yes"));
+        assert_eq!(
+            m.reasoning_content.as_deref(),
+            Some("Call <tool_call> now?")
+        );
+        let mut stream = ChatStream::new(c.clone());
+        let deltas: Vec<Value> = answer("Yes")
+            .into_iter()
+            .flat_map(|t| parse(stream.lines(&JobEvent::Token(t))))
+            .map(|v| v["choices"][0]["delta"].clone())
+            .collect();
+        assert_eq!(
+            deltas,
+            [
+                json!({"reasoning_content": "Call <tool_call> now?"}),
+                json!({"content": "Yes"})
+            ]
+        );
+
+        let mut c = tool_ctx(ToolFormat::Hermes);
+        c.tokenizer = think_byte_tokenizer();
+        let call = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+        let collected = Collected {
+            tokens: answer(call),
+            summary: Some(summary(StopReason::Eos)),
+        };
+        let choice = &completion(&c, std::slice::from_ref(&collected)).choices[0];
+        assert_eq!(choice.finish_reason, "tool_calls");
+        let m = &choice.message;
+        assert_eq!(
+            (m.content.as_deref(), m.tool_calls.as_ref().map(Vec::len)),
+            (None, Some(1))
+        );
+        assert_eq!(
+            m.reasoning_content.as_deref(),
+            Some("Call <tool_call> now?")
+        );
     }
 
     #[test]
@@ -477,10 +522,7 @@ mod tests {
     #[test]
     fn without_include_usage_chunks_have_no_usage_key() {
         let c = ctx(true, 2, false);
-        let lines = parse(chunk_lines(
-            &c,
-            &JobEvent::Token(token(0, b'a', &[(b'a', -0.2), (b'b', -1.9)])),
-        ));
+        let lines = token_lines(&c, token(0, b'a', &[(b'a', -0.2), (b'b', -1.9)]));
         assert!(lines[0].get("usage").is_none());
         let lp = &lines[0]["choices"][0]["logprobs"]["content"][0];
         assert_eq!(lp["token"], "a");
@@ -495,7 +537,7 @@ mod tests {
     fn continuous_usage_counts_the_tokens_so_far() {
         let mut c = ctx(false, 0, true);
         c.shape.continuous_usage = true;
-        let lines = parse(chunk_lines(&c, &JobEvent::Token(token(1, b'a', &[]))));
+        let lines = token_lines(&c, token(1, b'a', &[]));
         assert_eq!(lines[0]["usage"]["prompt_tokens"], 5);
         assert_eq!(lines[0]["usage"]["completion_tokens"], 2);
     }

@@ -13,13 +13,15 @@
 //! OpenAI's `{"error": {...}}` with `/execute`'s statuses ([`error`]).
 //! What every handler shares (reading the body, admitting the job, the
 //! answer whole or streamed) is in `handle.rs`, the routes in `routes.rs`;
-//! tool calls (definitions, formats, parsing, grammars) in `tools/`.
+//! tool calls (definitions, formats, parsing, grammars) in `tools/`; an
+//! answer's reasoning apart from its content in `reasoning.rs`.
 
 pub mod chat;
 pub mod completions;
 pub mod error;
 mod handle;
 pub mod models;
+pub mod reasoning;
 pub mod reply;
 pub mod request;
 pub mod responses;

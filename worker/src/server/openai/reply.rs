@@ -38,24 +38,7 @@ pub struct ReplyCtx {
     pub choice: u32,
 }
 
-/// Where a token's text goes in a chat answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Part {
-    Content,
-    Reasoning,
-    /// A harmony structure token or header: in neither.
-    Neither,
-}
-
 impl ReplyCtx {
-    /// A gpt-oss (harmony) answer puts the final and commentary channels in
-    /// `content`, the analysis channel in `reasoning_content` and the
-    /// structure tokens nowhere, as llama-server and vLLM do; any other
-    /// model's text is all `content`.
-    pub fn part(&self, token: &TokenOut) -> Part {
-        part_of(&self.tokenizer, token)
-    }
-
     pub fn usage(&self, summary: &GenerationSummary) -> Usage {
         self.usage_of(std::slice::from_ref(summary))
     }
@@ -125,19 +108,6 @@ pub fn finish_reason(summary: &GenerationSummary) -> &'static str {
     }
 }
 
-/// Where a token's text goes: see [`ReplyCtx::part`] (the Anthropic route
-/// shows only [`Part::Content`]).
-pub fn part_of(tokenizer: &Tokenizer, token: &TokenOut) -> Part {
-    if tokenizer.harmony().is_none() {
-        return Part::Content;
-    }
-    match token.channel.as_deref() {
-        Some("analysis") => Part::Reasoning,
-        Some(_) => Part::Content,
-        None => Part::Neither,
-    }
-}
-
 /// A job that ran to its end.
 #[derive(Clone, Debug, Default)]
 pub struct Collected {
@@ -156,15 +126,6 @@ impl Collected {
 
     pub fn text(&self) -> String {
         self.tokens.iter().map(|t| t.text.as_str()).collect()
-    }
-
-    /// The text of the tokens that go to `part` (see [`ReplyCtx::part`]).
-    pub fn text_of(&self, ctx: &ReplyCtx, part: Part) -> String {
-        self.tokens
-            .iter()
-            .filter(|t| ctx.part(t) == part)
-            .map(|t| t.text.as_str())
-            .collect()
     }
 }
 

@@ -183,6 +183,7 @@ pub fn map_chat(
         .collect::<Result<Vec<_>, _>>()?;
     execute.messages = Some(messages);
     execute.reasoning_effort = req.reasoning_effort;
+    execute.chat_template_kwargs = req.chat_template_kwargs;
     let reply = tools
         .as_ref()
         .and_then(|t| super::tools::apply(t, format, &mut execute));
@@ -230,6 +231,7 @@ fn message(i: usize, m: ChatMessageIn) -> Result<MessageIn, OpenAiError> {
         content,
         tool_calls: m.tool_calls,
         tool_call_id: m.tool_call_id,
+        reasoning_content: m.reasoning_content,
     })
 }
 
@@ -339,14 +341,17 @@ mod tests {
         let m = chat(json!({
             "model": "smol", "messages": [
                 {"role": "developer", "content": "Be brief."},
-                {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]}
+                {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]},
+                {"role": "assistant", "content": "Hello.", "reasoning_content": "Greet back."},
+                {"role": "user", "content": "Bye"}
             ],
             "max_completion_tokens": 7, "temperature": 0.5, "top_p": 0.9, "seed": 18446744073709551615u64,
             "stop": "\n", "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1, "n": 1,
             "logprobs": true, "top_logprobs": 3, "stream": true,
             "stream_options": {"include_usage": true, "continuous_usage_stats": true},
             "user": "u-1", "frequency_penalty": 0.25, "presence_penalty": -1,
-            "logit_bias": {"42": 5}, "ignore_eos": false
+            "logit_bias": {"42": 5}, "ignore_eos": false,
+            "chat_template_kwargs": {"enable_thinking": false}
         }))
         .unwrap();
         let e = &m.execute;
@@ -357,6 +362,7 @@ mod tests {
             ("system", Some("Be brief."))
         );
         assert_eq!(msgs[1].content.as_deref(), Some("Hi there"));
+        assert_eq!(msgs[2].reasoning_content.as_deref(), Some("Greet back."));
         assert_eq!(e.max_tokens, Some(7));
         assert_eq!(
             (e.temperature, e.top_p, e.min_p),
@@ -373,6 +379,10 @@ mod tests {
         assert_eq!(e.stop, Some(vec!["\n".to_string()]));
         assert_eq!(e.logprobs, Some(MAX_LOGPROBS as i64));
         assert!(!e.ignore_eos);
+        assert_eq!(
+            e.chat_template_kwargs,
+            Some(json!({"enable_thinking": false}))
+        );
         assert!(e.prompt.is_none());
         let want = ReplyShape {
             stream: true,

@@ -147,6 +147,10 @@ pub struct ChatMessageIn {
     /// A `tool` message: the id of the call whose result it holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// An assistant message's reasoning, as a reply gave it (llama-server
+    /// and vLLM take it back): the template's `message.reasoning_content`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 /// `POST /v1/chat/completions`.
@@ -166,6 +170,12 @@ pub struct ChatCompletionRequest {
     /// `low`, `medium` or `high`, for the chat template (gpt-oss's harmony
     /// system message); other templates ignore it.
     pub reasoning_effort: Option<String>,
+    /// Extension (vLLM, llama-server): variables for the model's chat
+    /// template, an object of any JSON values (Qwen3:
+    /// `{"enable_thinking": false}`); a key may not be one of the
+    /// template's own variables (`messages`, `tools`, ...).
+    #[schema(value_type = Option<Object>)]
+    pub chat_template_kwargs: Option<Value>,
     /// Functions the model may call, described to it by its chat template.
     #[schema(value_type = Option<Vec<ToolDef>>)]
     pub tools: Option<Value>,
@@ -275,8 +285,10 @@ pub struct AssistantMessage {
     /// The calls the model made (`finish_reason` is then `tool_calls`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallOut>>,
-    /// gpt-oss: the analysis channel (the model's reasoning), as llama-server
-    /// and vLLM name it; `content` is then the final channel alone.
+    /// The model's reasoning, as llama-server and vLLM name it: gpt-oss's
+    /// analysis channel (`content` is then the final channel alone), or
+    /// the text of a think block (Qwen3 and its kind; `content` is then
+    /// what follows the block).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
 }
@@ -311,7 +323,7 @@ pub struct ChatDelta {
     pub role: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
-    /// gpt-oss: text of the analysis channel (see [`AssistantMessage`]).
+    /// Reasoning text (see [`AssistantMessage`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

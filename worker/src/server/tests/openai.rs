@@ -442,3 +442,87 @@ async fn tool_choice_none_leaves_the_text_and_bad_tools_are_refused() {
     );
     h.shutdown().await;
 }
+
+/// Qwen3 (issue 46): `chat_template_kwargs` reach its template
+/// (`enable_thinking` false closes an empty think block in the prompt); a
+/// think block in the answer is `reasoning_content`, whole and streamed, and
+/// the `analysis` channel of `/execute`'s token events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qwen3_think_blocks_are_reasoning_content() {
+    use crate::engine::testing::{think_byte_tokenizer, THINK_CLOSE_ID, THINK_OPEN_ID};
+    let bytes = |s: &str| s.bytes().map(u32::from).collect::<Vec<_>>();
+    let script: Vec<u32> = [
+        vec![THINK_OPEN_ID],
+        bytes("\nHm\n"),
+        vec![THINK_CLOSE_ID],
+        bytes("\n\nYes"),
+    ]
+    .concat();
+    let vocab = BYTE_VOCAB_SIZE + 2;
+    let opts = Opts {
+        tokenizer: Some(think_byte_tokenizer()),
+        limits: Limits {
+            vocab_size: vocab,
+            ..Opts::default().limits
+        },
+        ..Opts::default()
+    };
+    let h = start(ScriptedBackend::new(script, vocab), opts).await;
+    let body = chat(json!({"chat_template_kwargs": {"enable_thinking": false}}));
+    let v: Value = h
+        .post("/v1/chat/completions", body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let closed = [
+        &bytes("assistant\n")[..],
+        &[THINK_OPEN_ID],
+        &bytes("\n\n"),
+        &[THINK_CLOSE_ID],
+        &bytes("\n\n"),
+    ]
+    .concat();
+    assert!(h.probe.prompts.lock().unwrap()[0].ends_with(&closed));
+    let message = &v["choices"][0]["message"];
+    assert_eq!(
+        (&message["content"], &message["reasoning_content"]),
+        (&json!("Yes"), &json!("Hm"))
+    );
+
+    let lines = data_lines(
+        h.post("/v1/chat/completions", chat(json!({"stream": true})))
+            .await,
+    )
+    .await;
+    let part = |key: &str| -> String {
+        lines
+            .iter()
+            .filter_map(|l| l["choices"][0]["delta"][key].as_str())
+            .collect()
+    };
+    assert_eq!(
+        (part("reasoning_content"), part("content")),
+        ("Hm".into(), "Yes".into())
+    );
+
+    let bad = chat(json!({"chat_template_kwargs": {"tools": []}}));
+    let resp = h.post("/v1/chat/completions", bad).await;
+    assert_eq!(resp.status(), 400);
+    let e: Value = resp.json().await.unwrap();
+    assert_eq!(e["error"]["param"], "chat_template_kwargs", "{e}");
+
+    let frames = h
+        .run(json!({"job_id": "t", "prompt": "Q", "max_tokens": 4}))
+        .await;
+    let channels: Vec<Option<&str>> = frames
+        .iter()
+        .filter(|f| f.event == "token")
+        .map(|f| f.data["channel"].as_str())
+        .collect();
+    assert_eq!(
+        channels,
+        [None, Some("analysis"), Some("analysis"), Some("analysis")]
+    );
+    h.shutdown().await;
+}

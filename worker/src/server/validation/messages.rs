@@ -3,9 +3,11 @@
 //! conversation rendered by the model's chat template.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use crate::tokenizer::{ChatMessage, FunctionCall, Tokenizer, ToolCall};
+use crate::tokenizer::{
+    is_reserved_variable, ChatMessage, FunctionCall, TemplateInputs, Tokenizer, ToolCall,
+};
 
 /// `/execute`'s longest `prompt`, and longest total text of `messages`
 /// (contents, call names and arguments), in characters, unless
@@ -40,6 +42,10 @@ pub struct MessageIn {
     /// A `tool` message: the id of the call it answers (required there).
     #[serde(default)]
     pub tool_call_id: Option<String>,
+    /// An assistant message's reasoning (a reply's `reasoning_content`, sent
+    /// back), for templates that read it (Qwen3's).
+    #[serde(default)]
+    pub reasoning_content: Option<String>,
 }
 
 impl MessageIn {
@@ -82,6 +88,14 @@ fn check_message(i: usize, m: &MessageIn, chars: &mut usize) -> Option<String> {
         ));
     }
     *chars += m.content.as_deref().map_or(0, |c| c.chars().count());
+    if let Some(reasoning) = &m.reasoning_content {
+        if m.role != "assistant" {
+            return Some(format!(
+                "message {i} has reasoning_content; only assistant messages do"
+            ));
+        }
+        *chars += reasoning.chars().count();
+    }
     let calls = m.tool_calls.as_deref().unwrap_or_default();
     if !calls.is_empty() && m.role != "assistant" {
         return Some(format!(
@@ -134,18 +148,61 @@ fn chat_message(m: MessageIn) -> ChatMessage {
         content: m.content,
         tool_calls,
         tool_call_id: m.tool_call_id,
+        reasoning_content: m.reasoning_content,
     }
 }
 
-/// Checks `messages` and renders them, with `tools` (OpenAI-shaped
-/// definitions) when given, by the model's chat template; each message of
-/// the error names a broken rule of the `messages` field.
+/// The request's own variables for the chat template: the keys of
+/// `chat_template_kwargs` (an object of any JSON values, as vLLM and
+/// llama-server take it; no key may hide a variable or function the
+/// template gets from the worker), and `reasoning_effort` when given (over
+/// a key of that name). The error says what is wrong with the kwargs.
+pub fn template_vars(
+    kwargs: Option<Value>,
+    reasoning_effort: Option<&str>,
+) -> Result<Map<String, Value>, String> {
+    let mut vars = match kwargs {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(map)) => map,
+        Some(other) => {
+            return Err(format!(
+                "must be an object of the chat template's variables (got {})",
+                json_kind(&other)
+            ))
+        }
+    };
+    if let Some(key) = vars.keys().find(|k| is_reserved_variable(k)) {
+        return Err(format!(
+            "{key:?} is a variable or function the worker gives the chat template; it cannot be set"
+        ));
+    }
+    if let Some(effort) = reasoning_effort {
+        vars.insert("reasoning_effort".into(), Value::from(effort));
+    }
+    Ok(vars)
+}
+
+/// A JSON value's kind, for messages.
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Checks `messages` and renders them by the model's chat template, with
+/// the request's tools (OpenAI-shaped definitions) and variables
+/// ([`template_vars`]); each message of the error names a broken rule of
+/// the `messages` field.
 pub fn render_messages(
     messages: Vec<MessageIn>,
     bounds: MessageBounds,
     tokenizer: &Tokenizer,
-    reasoning_effort: Option<&str>,
-    tools: Option<&[Value]>,
+    inputs: TemplateInputs<'_>,
 ) -> Result<String, Vec<String>> {
     if messages.is_empty() {
         return Err(vec!["must not be empty".into()]);
@@ -181,7 +238,7 @@ pub fn render_messages(
         return Err(vec![why]);
     };
     let messages: Vec<ChatMessage> = messages.into_iter().map(chat_message).collect();
-    match template.render_with(&messages, true, reasoning_effort, tools) {
+    match template.render_with(&messages, true, inputs) {
         Ok(text) => Ok(tokenizer.without_added_specials(&text).to_string()),
         Err(e) => Err(vec![format!("the chat template failed: {e}")]),
     }

@@ -111,6 +111,58 @@ fn reasoning_effort_is_for_messages_and_three_values() {
     }
 }
 
+/// `chat_template_kwargs` are variables of the template of `messages`:
+/// Qwen3's `enable_thinking` false writes an empty think block into the
+/// prompt. Not an object, a key that would hide the worker's own variables,
+/// or with a `prompt`: refused naming the field (and the key).
+#[test]
+fn chat_template_kwargs_reach_the_template_of_messages() {
+    let tok = crate::engine::testing::think_byte_tokenizer();
+    let messages = serde_json::json!([{"role": "user", "content": "hi"}]);
+    let render = |kwargs: serde_json::Value| {
+        let body = serde_json::json!({"job_id": "j", "messages": messages, "chat_template_kwargs": kwargs});
+        let req: ExecuteRequest = serde_json::from_value(body).unwrap();
+        validate(req, &LIMITS, &tok, || 7)
+    };
+    let text = |v: ValidExecuteRequest| tok.decode(&v.prompt_tokens).unwrap();
+    let off = text(render(serde_json::json!({"enable_thinking": false})).unwrap());
+    assert!(
+        off.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+        "{off}"
+    );
+    let on = text(render(serde_json::json!({"enable_thinking": true, "other": [1]})).unwrap());
+    assert!(on.ends_with("<|im_start|>assistant\n"), "{on}");
+    assert_eq!(text(render(serde_json::Value::Null).unwrap()), on);
+    for (kwargs, says) in [
+        (serde_json::json!(["enable_thinking"]), "must be an object"),
+        (serde_json::json!({"messages": []}), "\"messages\""),
+        (serde_json::json!({"namespace": 1}), "\"namespace\""),
+    ] {
+        let e = render(kwargs.clone()).unwrap_err();
+        assert_eq!(e.fields(), ["chat_template_kwargs"], "{kwargs}: {e}");
+        assert!(e.to_string().contains(says), "{kwargs}: {e}");
+    }
+    let body = serde_json::json!({"job_id": "j", "prompt": "hi", "chat_template_kwargs": {}});
+    let e = run(body, &LIMITS).unwrap_err();
+    assert_eq!(e.fields(), ["chat_template_kwargs"]);
+}
+
+/// An assistant message may hold its reasoning (`reasoning_content`, as a
+/// reply gave it); another message may not.
+#[test]
+fn reasoning_content_is_for_assistant_messages() {
+    let turn = |role: &str| {
+        serde_json::json!({"job_id": "j", "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": role, "content": "Hello.", "reasoning_content": "Greet back."},
+            {"role": "user", "content": "bye"}]})
+    };
+    assert!(run(turn("assistant"), &LIMITS).is_ok());
+    let e = run(turn("user"), &LIMITS).unwrap_err();
+    assert_eq!(e.fields(), ["messages"]);
+    assert!(e.to_string().contains("reasoning_content"), "{e}");
+}
+
 /// One row per rule: (field to set, value, the field the error must name).
 #[test]
 fn each_rule_names_its_field() {

@@ -41,9 +41,16 @@ fn round_trip() -> Vec<ChatMessage> {
     ]
 }
 
+fn with_tools(tools: &[Value]) -> TemplateInputs<'_> {
+    TemplateInputs {
+        tools: Some(tools),
+        vars: None,
+    }
+}
+
 fn render(source: &str, messages: &[ChatMessage], tools: &[Value]) -> String {
     let t = ChatTemplate::new(source, "<|begin_of_text|>", "<|eot_id|>").unwrap();
-    t.render_with(messages, true, None, Some(tools)).unwrap()
+    t.render_with(messages, true, with_tools(tools)).unwrap()
 }
 
 #[test]
@@ -140,7 +147,7 @@ fn a_template_that_ignores_tools_gets_them_the_hermes_way() {
     assert!(out.contains("22 C, sunny\n</tool_response>\n<tool_response>\nrain later\n</tool_response><|im_end|>"), "{out}");
     // Without tools, a history of calls still renders (as text).
     let t = ChatTemplate::new(SMOL, "", "").unwrap();
-    let out = t.render_with(&round_trip(), true, None, None).unwrap();
+    let out = t.render(&round_trip(), true).unwrap();
     assert!(
         out.contains("<tool_call>") && !out.contains("# Tools"),
         "{out}"
@@ -152,6 +159,6 @@ fn no_tools_renders_as_before() {
     let msgs = [ChatMessage::new("user", "hi")];
     let t = ChatTemplate::new(QWEN, "", "").unwrap();
     let plain = t.render(&msgs, true).unwrap();
-    assert_eq!(t.render_with(&msgs, true, None, Some(&[])).unwrap(), plain);
+    assert_eq!(t.render_with(&msgs, true, with_tools(&[])).unwrap(), plain);
     assert!(!plain.contains("# Tools"));
 }

@@ -108,6 +108,7 @@ pub fn add_call(
             content: None,
             tool_calls: Some(vec![call]),
             tool_call_id: None,
+            ..MessageIn::default()
         }),
     }
     Ok(())
@@ -137,6 +138,7 @@ pub fn output_message(i: usize, item: InputItem) -> Result<MessageIn, OpenAiErro
         content: Some(content),
         tool_calls: None,
         tool_call_id: Some(id),
+        ..MessageIn::default()
     })
 }
 

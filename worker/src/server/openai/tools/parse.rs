@@ -41,12 +41,16 @@ pub struct ParsedCall {
 pub struct Released {
     pub content: String,
     pub calls: Vec<ParsedCall>,
+    /// The reasoning (`reasoning_content`): never the parser's, which reads
+    /// content only; `Release` adds it.
+    pub reasoning: String,
 }
 
 impl Released {
     pub fn extend(&mut self, other: Released) {
         self.content.push_str(&other.content);
         self.calls.extend(other.calls);
+        self.reasoning.push_str(&other.reasoning);
     }
 }
 

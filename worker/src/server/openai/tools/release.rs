@@ -1,29 +1,33 @@
 //! What a reply's tokens release for its answer, one by one ([`Release`])
-//! or all at once ([`Release::whole`]): without tools, the text of each
-//! token that goes to the answer's content (a gpt-oss model's analysis
-//! channel and structure tokens do not); with them, what the
-//! [`CallParser`] releases: content that can no longer turn into a call,
-//! and the calls completed. A stream and a whole answer read the same way,
-//! so they agree.
+//! or all at once ([`Release::whole`]): the reasoning and the content
+//! (`reasoning.rs`: a gpt-oss model's analysis channel, a think block's
+//! text; structure tokens and markers go to neither); with tools, the
+//! content goes through the [`CallParser`], which releases content that can
+//! no longer turn into a call, and the calls completed. A stream and a whole
+//! answer read the same way, so they agree.
 
 use std::sync::Arc;
 
 use super::parse::{CallParser, Released, ToolReply};
 use crate::engine::job::TokenOut;
-use crate::server::openai::reply::{part_of, Part};
+use crate::server::openai::reasoning::{part_of, Part, Split};
 use crate::tokenizer::Tokenizer;
 
 /// Reads one answer's tokens.
 pub struct Release {
-    tokenizer: Arc<Tokenizer>,
+    split: Split,
     parser: Option<CallParser>,
+    /// gpt-oss: the parser reads every token with its harmony channel (a
+    /// call is a message to `functions.NAME`, its header the structure).
+    harmony: bool,
 }
 
 impl Release {
     /// A reader for a model's answer; `tools` when calls are to be read.
     pub fn new(tokenizer: Arc<Tokenizer>, tools: Option<ToolReply>) -> Self {
         Release {
-            tokenizer,
+            harmony: tokenizer.harmony().is_some(),
+            split: Split::new(tokenizer),
             parser: tools.map(CallParser::new),
         }
     }
@@ -31,12 +35,26 @@ impl Release {
     /// What one generated token releases.
     pub fn token(&mut self, t: &TokenOut) -> Released {
         match &mut self.parser {
-            Some(parser) => parser.push(&t.text, t.channel.as_deref()),
-            None if part_of(&self.tokenizer, t) == Part::Content => Released {
-                content: t.text.clone(),
-                calls: Vec::new(),
-            },
-            None => Released::default(),
+            Some(parser) if self.harmony => {
+                let mut out = parser.push(&t.text, t.channel.as_deref());
+                if part_of(self.split.tokenizer(), t) == Part::Reasoning {
+                    out.reasoning = t.text.clone();
+                }
+                out
+            }
+            parser => {
+                let parts = self.split.token(t);
+                let mut out = match parser {
+                    Some(parser) if !parts.content.is_empty() => parser.push(&parts.content, None),
+                    Some(_) => Released::default(),
+                    None => Released {
+                        content: parts.content,
+                        ..Released::default()
+                    },
+                };
+                out.reasoning = parts.reasoning;
+                out
+            }
         }
     }
 
@@ -48,7 +66,7 @@ impl Release {
             .unwrap_or_default()
     }
 
-    /// A whole answer's content and calls.
+    /// A whole answer's content, calls and reasoning.
     pub fn whole(
         tokenizer: Arc<Tokenizer>,
         tools: Option<ToolReply>,
