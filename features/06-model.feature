@@ -69,6 +69,13 @@ Feature: Reading and placing the model
       | model             | outcome |
       | synthetic-gpt-oss | serves  |
 
+    # Issue 46: Qwen3 dense and MoE, and Mistral Nemo's explicit head size.
+    Examples:
+      | model                   | outcome |
+      | synthetic-tiny-qwen3    | serves  |
+      | synthetic-tiny-qwen3moe | serves  |
+      | synthetic-tiny-mistral  | serves  |
+
   @M0-W-1220 @cuda
   Scenario: Weight buffers are 256-byte aligned and freed on drop
     Then the worker's unit tests named "m0_w_1220" pass
@@ -116,3 +123,10 @@ Feature: Reading and placing the model
     Examples:
       | model                 |
       | synthetic-gpt-oss-20b |
+
+    @cuda
+    Examples:
+      | model                   |
+      | synthetic-tiny-qwen3    |
+      | synthetic-tiny-qwen3moe |
+      | synthetic-tiny-mistral  |
