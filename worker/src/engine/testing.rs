@@ -108,6 +108,23 @@ pub fn think_byte_tokenizer() -> Arc<Tokenizer> {
     Arc::new(Tokenizer::from_spec(spec).expect("byte vocabulary is valid"))
 }
 
+/// A token of a think model's answer as the engine sends it: its id, its
+/// released text, and whether the engine put it in a think block.
+pub fn think_token(
+    index: usize,
+    id: u32,
+    text: &str,
+    inside: bool,
+) -> crate::engine::job::TokenOut {
+    crate::engine::job::TokenOut {
+        index,
+        id,
+        text: text.into(),
+        logprobs: None,
+        channel: inside.then(|| crate::tokenizer::think::CHANNEL.into()),
+    }
+}
+
 /// A byte-level tokenizer with a ChatML template: every byte is one token.
 pub fn byte_tokenizer() -> Arc<Tokenizer> {
     Arc::new(

@@ -71,20 +71,16 @@ const EXPERTS: [&str; 4] = [
     "ffn_down_exps",
 ];
 
-/// The experts' shape of a qwen3moe file.
-fn moe_config(cfg: &ModelConfig) -> Result<MoeConfig, GraphError> {
-    cfg.moe
-        .ok_or_else(|| GraphError::Unsupported("qwen3moe without expert keys".into()))
-}
-
 impl<W> LlamaWeights<W> {
     /// Every tensor name this architecture reads, for checks that nothing is
     /// left unused (M0-W-1213).
     pub fn tensor_names(cfg: &ModelConfig, file: &GgufFile) -> Vec<String> {
         let mut names = parts::tensor_names(cfg, file, &[], &LAYER);
-        let ffn: &'static [&'static str] = match cfg.architecture.has_experts() {
-            true => &EXPERTS,
-            false => &GATED_FFN,
+        // The config reads expert keys exactly for the architectures that have
+        // them: `cfg.moe` decides here as it does in `load`.
+        let ffn: &'static [&'static str] = match cfg.moe {
+            Some(_) => &EXPERTS,
+            None => &GATED_FFN,
         };
         names.extend(parts::layer_names(cfg, &[LayerTensors::weights(ffn)]));
         if cfg.architecture.has_qkv_bias() {
@@ -104,9 +100,6 @@ impl<W> LlamaWeights<W> {
         let (d, qd, hd) = (cfg.n_embd, cfg.q_dim(), cfg.head_dim);
         let bias = cfg.architecture.has_qkv_bias();
         let qk_norm = cfg.architecture.has_qk_norm();
-        if cfg.architecture.has_experts() {
-            moe_config(cfg)?;
-        }
         let trunk = b.trunk(&LAYER, |b, blk| {
             Ok(LayerWeights {
                 attn_norm: b.get(&blk.weight("attn_norm"), 1, d)?,

@@ -37,8 +37,9 @@ const MOE: (usize, usize, usize) = (8, 3, 256);
 /// converter lays out that family: `qwen2` adds Q/K/V biases and a tied LM
 /// head; `qwen3` has heads wider than `d / n_head`, per-head Q/K norms and a
 /// tied LM head; `qwen3moe` is `qwen3` with 3 of 8 experts (an F32 router,
-/// stacked expert matrices) in place of the feed-forward; `gemma3` has heads wider than `d / n_head`, per-head Q/K norms,
-/// post-norms and an 8-position window on its first layer; `phi3` fuses QKV
+/// stacked expert matrices) in place of the feed-forward; `gemma3` has heads
+/// wider than `d / n_head`, per-head Q/K norms, post-norms and an 8-position
+/// window on its first layer; `phi3` fuses QKV
 /// and gate/up and windows every layer at 16 positions; `gpt2` has learned
 /// positions, LayerNorms and biases everywhere.
 pub fn synthetic_model(arch: &str, seed: u64, context: u32) -> Vec<u8> {

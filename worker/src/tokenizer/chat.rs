@@ -50,11 +50,18 @@ pub struct TemplateInputs<'a> {
 /// template may call (minijinja's `range`, `namespace`, `dict`..., the
 /// worker's `raise_exception`, `strftime_now`).
 pub fn is_reserved_variable(name: &str) -> bool {
+    // minijinja's own globals, listed once (an environment per check would
+    // register every built-in again for each key of each request).
+    static BUILT_IN: OnceLock<Vec<String>> = OnceLock::new();
+    let built_in = BUILT_IN.get_or_init(|| {
+        Environment::new()
+            .globals()
+            .map(|(global, _)| global.to_string())
+            .collect()
+    });
     WORKER_VARIABLES.contains(&name)
         || WORKER_FUNCTIONS.contains(&name)
-        || Environment::new()
-            .globals()
-            .any(|(global, _)| global == name)
+        || built_in.iter().any(|global| global == name)
 }
 
 /// The functions the worker adds to minijinja's own.

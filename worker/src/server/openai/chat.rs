@@ -319,6 +319,16 @@ mod tests {
             .collect()
     }
 
+    /// The `delta` of each chunk that `tokens`, streamed, become.
+    fn deltas(c: &ReplyCtx, tokens: Vec<crate::engine::job::TokenOut>) -> Vec<Value> {
+        let mut stream = ChatStream::new(c.clone());
+        tokens
+            .into_iter()
+            .flat_map(|t| parse(stream.lines(&JobEvent::Token(t))))
+            .map(|v| v["choices"][0]["delta"].clone())
+            .collect()
+    }
+
     /// The chunks of one token, the first of a choice's stream.
     fn token_lines(c: &ReplyCtx, t: crate::engine::job::TokenOut) -> Vec<Value> {
         parse(ChatStream::new(c.clone()).lines(&JobEvent::Token(t)))
@@ -362,14 +372,8 @@ mod tests {
         let m = &completion(&c, std::slice::from_ref(&collected)).choices[0].message;
         assert_eq!(m.content.as_deref(), Some("Yes"));
         assert_eq!(m.reasoning_content.as_deref(), Some("Hm"));
-        let mut stream = ChatStream::new(c.clone());
-        let deltas: Vec<Value> = tokens
-            .into_iter()
-            .flat_map(|t| parse(stream.lines(&JobEvent::Token(t))))
-            .map(|v| v["choices"][0]["delta"].clone())
-            .collect();
         assert_eq!(
-            deltas,
+            deltas(&c, tokens),
             [
                 json!({"reasoning_content": "Hm"}),
                 json!({"content": "Yes"})
@@ -390,14 +394,8 @@ mod tests {
     /// stream agree. With tools, a call written in the reasoning is not one.
     #[test]
     fn think_blocks_split_reasoning_from_content() {
+        use crate::engine::testing::think_token as tok;
         use crate::engine::testing::{think_byte_tokenizer, THINK_CLOSE_ID, THINK_OPEN_ID};
-        let tok = |i: usize, id: u32, text: &str, inside: bool| crate::engine::job::TokenOut {
-            index: i,
-            id,
-            text: text.into(),
-            logprobs: None,
-            channel: inside.then(|| crate::tokenizer::think::CHANNEL.into()),
-        };
         let answer = |last: &str| {
             vec![
                 tok(0, THINK_OPEN_ID, "<think>", false),
@@ -420,14 +418,8 @@ mod tests {
             m.reasoning_content.as_deref(),
             Some("Call <tool_call> now?")
         );
-        let mut stream = ChatStream::new(c.clone());
-        let deltas: Vec<Value> = answer("Yes")
-            .into_iter()
-            .flat_map(|t| parse(stream.lines(&JobEvent::Token(t))))
-            .map(|v| v["choices"][0]["delta"].clone())
-            .collect();
         assert_eq!(
-            deltas,
+            deltas(&c, answer("Yes")),
             [
                 json!({"reasoning_content": "Call <tool_call> now?"}),
                 json!({"content": "Yes"})

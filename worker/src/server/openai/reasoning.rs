@@ -153,21 +153,9 @@ fn trim_start_if<'a>(trim: &mut bool, text: &'a str) -> &'a str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::testing::think_token as tok;
     use crate::engine::testing::{byte_tokenizer, harmony_byte_tokenizer, think_byte_tokenizer};
     use crate::engine::testing::{THINK_CLOSE_ID, THINK_OPEN_ID};
-    use crate::tokenizer::think::CHANNEL;
-
-    /// A token of a think model's answer: its id, its released text, and
-    /// whether the engine put it in a think block.
-    fn tok(index: usize, id: u32, text: &str, inside: bool) -> TokenOut {
-        TokenOut {
-            index,
-            id,
-            text: text.into(),
-            logprobs: None,
-            channel: inside.then(|| CHANNEL.into()),
-        }
-    }
 
     /// `(id, text, inside)` through a [`Split`] of the think tokenizer: each
     /// token's parts, and the whole answer's.

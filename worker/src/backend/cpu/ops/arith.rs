@@ -20,6 +20,12 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     quant::vec_dot(GgmlType::F32, bytes, b)
 }
 
+/// SiLU, `x * sigmoid(x)`, written as the kernels write it: the gate of
+/// SwiGLU, dense (`Ops::swiglu`) and in experts (`Ops::moe`).
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
 /// GPT-2's tanh-approximated GELU in f32 (M0-W-1433), written as the
 /// kernel writes it: `tanh` of a large or infinite argument is exactly +-1
 /// (Rust's `tanh` is not a ratio of exponentials that would give inf/inf), so

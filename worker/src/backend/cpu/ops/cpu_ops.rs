@@ -3,7 +3,7 @@
 
 use rayon::prelude::*;
 
-use crate::backend::cpu::ops::arith::{dot_f32, gelu, shape_error};
+use crate::backend::cpu::ops::arith::{dot_f32, gelu, shape_error, silu};
 use crate::backend::cpu::ops::{attention, moe, CpuBuf, CpuCache, CpuWeight};
 use crate::backend::BackendError;
 use crate::model::config::RopeStyle;
@@ -274,7 +274,7 @@ impl Ops for CpuOps {
     }
 
     fn swiglu(&mut self, gate: &CpuBuf, up: &CpuBuf, out: &mut CpuBuf) -> Result<(), BackendError> {
-        gated("swiglu", gate, up, out, |g| g / (1.0 + (-g).exp()))
+        gated("swiglu", gate, up, out, silu)
     }
 
     fn geglu(&mut self, gate: &CpuBuf, up: &CpuBuf, out: &mut CpuBuf) -> Result<(), BackendError> {

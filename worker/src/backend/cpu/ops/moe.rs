@@ -8,7 +8,7 @@ use crate::backend::BackendError;
 use crate::model::ops::{ExpertAct, MoeWeights};
 use crate::quant;
 
-use super::arith::shape_error;
+use super::arith::{shape_error, silu};
 use super::{CpuBuf, CpuWeight};
 
 /// gpt-oss's clamped SwiGLU (llama.cpp's `ggml_swiglu_oai`, alpha 1.702,
@@ -24,7 +24,7 @@ fn swiglu_oai(g: f32, u: f32) -> f32 {
 /// The experts' activation of one gate and up value.
 fn activation(act: ExpertAct, g: f32, u: f32) -> f32 {
     match act {
-        ExpertAct::SwiGlu => g / (1.0 + (-g).exp()) * u,
+        ExpertAct::SwiGlu => silu(g) * u,
         ExpertAct::SwiGluOai => swiglu_oai(g, u),
     }
 }
