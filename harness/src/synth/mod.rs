@@ -39,6 +39,7 @@
 pub mod blocks;
 pub mod harmony;
 pub mod metadata;
+mod preset_table;
 pub mod presets;
 pub mod tensors;
 pub mod vocab;
@@ -52,9 +53,8 @@ use anyhow::{anyhow, bail, Context, Result};
 
 pub use blocks::{FactorTable, Format, Init};
 pub use metadata::{general_name, metadata};
-pub use presets::{
-    preset, Arch, Moe, Options, Preset, RopeScaling, Vocab, PRESETS, SPM_REFERENCE_FILE,
-};
+pub use preset_table::{preset, PRESETS};
+pub use presets::{Arch, Moe, Options, Preset, RopeScaling, Vocab, SPM_REFERENCE_FILE};
 pub use tensors::{layout, tensors, TensorSpec, ALIGNMENT};
 pub use vocab::{spm_selection, spm_tokenizer_kvs, tokenizer_kvs, tokenizer_source};
 
