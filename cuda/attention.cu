@@ -1,11 +1,13 @@
-// attention.cu: the f16 KV cache and causal grouped-query attention, one
+// attention.cu: the KV store and causal grouped-query attention, one
 // block per query row and head (short contexts; head sizes without a
-// tensor-core path). The cache layout is in attention.cuh.
+// tensor-core path). The cache layout is in attention.cuh and common.cuh.
 #include "attention.cuh"
 
 // Writes rows t of k and v ([n, n_head_kv * head_dim] f32) to positions
-// start_pos + t of the layer's cache planes, rounded to f16. Positions past
-// the capacity are dropped (the host refuses them before launching).
+// start_pos + t of the layer's cache planes, as kv_put stores them (a
+// quantized cache: the thread of each block's first value stores the
+// block). Positions past the capacity are dropped (the host refuses them
+// before launching).
 // start_pos is read from pos_ptr when that is not null (graph replay).
 extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __restrict__ v, int n, int n_head_kv,
                                     int head_dim, int start_pos, const int* __restrict__ pos_ptr, int capacity,
@@ -17,19 +19,18 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
     if (idx >= (i64)n * kv_dim) return;
     const int t = (int)(idx / kv_dim), j = (int)(idx % kv_dim);
     const int h = j / head_dim, d = j % head_dim;
-    if (start_pos + t >= capacity) return;
-    const i64 dst = ((i64)h * capacity + start_pos + t) * head_dim + d;
-    k_cache[dst] = f32_to_f16(k[idx]);
-    v_cache[dst] = f32_to_f16(v[idx]);
+    if (start_pos + t >= capacity || d % KV_BLOCK != 0) return;
+    kv_put(k_cache, n_head_kv, capacity, head_dim, h, start_pos + t, d, k + idx);
+    kv_put(v_cache, n_head_kv, capacity, head_dim, h, start_pos + t, d, v + idx);
 }
 
-// Dot product of q (shared, f32) with one cached f16 row of head_dim values.
-__device__ __forceinline__ float dot_q_k(const float* __restrict__ q, const u16* __restrict__ k, int head_dim) {
+// Dot product of q (shared, f32) with cached row pos of head_dim values.
+__device__ __forceinline__ float dot_q_k(const float* __restrict__ q, const KvHead& k, int pos, int head_dim) {
     float s = 0.0f;
     if ((head_dim & 7) == 0) {
 #pragma unroll 8
         for (int d = 0; d < head_dim; d += 8) {
-            const uint4 w = *(const uint4*)(k + d);
+            const uint4 w = kv_load8(k, pos, d);
             const u32 ws[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
             for (int i = 0; i < 4; i++) {
@@ -38,7 +39,7 @@ __device__ __forceinline__ float dot_q_k(const float* __restrict__ q, const u16*
             }
         }
     } else {
-        for (int d = 0; d < head_dim; d++) s = fmaf(q[d], f16_to_f32(k[d]), s);
+        for (int d = 0; d < head_dim; d++) s = fmaf(q[d], kv_load1(k, pos, d), s);
     }
     return s;
 }
@@ -80,8 +81,8 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
     const int first = first_visible(start_pos + t, swa);
     const float* qrow = q + ((i64)t * n_head + h) * head_dim;
     for (int d = tid; d < head_dim; d += ATT_THREADS) qs[d] = qrow[d];
-    const u16* kh = k_cache + (i64)kvh * capacity * head_dim;
-    const u16* vh = v_cache + (i64)kvh * capacity * head_dim;
+    const KvHead kh = kv_head(k_cache, n_head_kv, capacity, head_dim, kvh);
+    const KvHead vh = kv_head(v_cache, n_head_kv, capacity, head_dim, kvh);
     __syncthreads();
 
     // Lane `lane` accumulates dims 2 * (lane + 32 k) and the one after (head_dim is even).
@@ -91,7 +92,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
     for (int k = 0; k < 2 * ATT_PAIRS_PER_LANE; k++) o[k] = 0.0f;
     for (int base = first; base < n_ctx; base += ATT_THREADS) {
         const int cnt = min(ATT_THREADS, n_ctx - base);
-        const float sc = tid < cnt ? dot_q_k(qs, kh + (i64)(base + tid) * head_dim, head_dim) * scale : NEG_INF;
+        const float sc = tid < cnt ? dot_q_k(qs, kh, base + tid, head_dim) * scale : NEG_INF;
         const float m_new = fmaxf(m, block_max(sc, red));
         const float alpha = expf(m - m_new);  // 0 on the first chunk (m = -inf) without a sink
         const float e = tid < cnt ? expf(sc - m_new) : 0.0f;
@@ -102,13 +103,12 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
         // Unrolled so that several keys' loads are in flight at once.
 #pragma unroll 8
         for (int j = warp; j < cnt; j += ATT_WARPS) {
-            const u32* vr = (const u32*)(vh + (i64)(base + j) * head_dim);
             const float pj = p[j];
 #pragma unroll
             for (int k = 0; k < ATT_PAIRS_PER_LANE; k++) {
                 const int d2 = lane + 32 * k;
                 if (2 * d2 < head_dim) {
-                    const u32 w = vr[d2];
+                    const u32 w = kv_load2(vh, base + j, 2 * d2);
                     o[2 * k] = fmaf(pj, f16_to_f32((u16)(w & 0xFFFFu)), o[2 * k]);
                     o[2 * k + 1] = fmaf(pj, f16_to_f32((u16)(w >> 16)), o[2 * k + 1]);
                 }

@@ -4,9 +4,10 @@
 // cores). They are three modules so that they compile in parallel, and the
 // last two for the model's head size only (-DONE_HEAD_PAIRS).
 //
-// Cache layout, per layer and per K or V: [n_head_kv][capacity][head_dim]
-// f16; position p of KV head h is at (h * capacity + p) * head_dim. Strides
-// use the capacity, never the filled length.
+// Cache layout, per layer and per K or V: each KV head's part, its rows
+// 0..capacity-1 of head_dim values (common.cuh: f16, or a block format's
+// levels and scales, -DKV_TYPE). Strides use the capacity, never the filled
+// length; kernels read rows through kv_head / kv_load*.
 #pragma once
 #include "common.cuh"
 

@@ -77,20 +77,20 @@ __device__ __forceinline__ void attention_split_impl(const float* __restrict__ q
 #pragma unroll
         for (int k = 0; k < PPL; k++) o[g][k] = make_float2(0.0f, 0.0f);
     }
-    const u32* kh = (const u32*)(k_cache + (i64)kvh * capacity * head_dim);
-    const u32* vh = (const u32*)(v_cache + (i64)kvh * capacity * head_dim);
+    const KvHead kh = kv_head(k_cache, n_head_kv, capacity, head_dim, kvh);
+    const KvHead vh = kv_head(v_cache, n_head_kv, capacity, head_dim, kvh);
     for (int base = warp; base < cnt; base += ATS_WARPS * ATS_KEYS) {
         u32 kr[ATS_KEYS][PPL], vr[ATS_KEYS][PPL];
 #pragma unroll
         for (int u = 0; u < ATS_KEYS; u++) {
             const int j = base + u * ATS_WARPS;
-            const i64 row = (i64)(j0 + min(j, cnt - 1)) * npairs;
+            const int row = j0 + min(j, cnt - 1);
 #pragma unroll
             for (int k = 0; k < PPL; k++) {
                 const int pr = lane + 32 * k;
                 const bool in = j < cnt && pr < npairs;
-                kr[u][k] = in ? kh[row + pr] : 0u;
-                vr[u][k] = in ? vh[row + pr] : 0u;
+                kr[u][k] = in ? kv_load2(kh, row, 2 * pr) : 0u;
+                vr[u][k] = in ? kv_load2(vh, row, 2 * pr) : 0u;
             }
         }
         // Every score of the batch, then their butterfly sums side by side
@@ -271,8 +271,8 @@ __device__ __forceinline__ void attention_split_tc_impl(const float* __restrict_
 #pragma unroll
     for (int i = 0; i < 8 * NC; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     float m = NEG_INF, l = 0.0f;  // head gid's, this lane's keys in l
-    const u16* kh = k_cache + (i64)kvh * capacity * D;
-    const u16* vh = v_cache + (i64)kvh * capacity * D;
+    const KvHead kh = kv_head(k_cache, n_head_kv, capacity, D, kvh);
+    const KvHead vh = kv_head(v_cache, n_head_kv, capacity, D, kvh);
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
     for (int t0 = 16 * warp; t0 < cnt; t0 += 16 * ATS_WARPS) {
         // Every load of the tile first: K rows t0 + 8h + gid (dims 32c + 8 tig
@@ -280,17 +280,16 @@ __device__ __forceinline__ void attention_split_tc_impl(const float* __restrict_
         uint4 kr[2][D / 32], vr[4][NC];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const int j = t0 + 8 * h + gid;
-            const uint4* row = (const uint4*)(kh + (i64)(j0 + min(j, cnt - 1)) * D);
+            const int j = t0 + 8 * h + gid, row = j0 + min(j, cnt - 1);
 #pragma unroll
-            for (int c = 0; c < D / 32; c++) kr[h][c] = j < cnt ? row[4 * c + tig] : zero;
+            for (int c = 0; c < D / 32; c++) kr[h][c] = j < cnt ? kv_load8(kh, row, 32 * c + 8 * tig) : zero;
         }
 #pragma unroll
         for (int r = 0; r < 4; r++) {
-            const int j = t0 + 2 * tig + (r & 1) + 8 * (r >> 1);
-            const uint4* row = (const uint4*)(vh + (i64)(j0 + min(j, cnt - 1)) * D);
+            const int j = t0 + 2 * tig + (r & 1) + 8 * (r >> 1), row = j0 + min(j, cnt - 1);
 #pragma unroll
-            for (int c = 0; c < NC; c++) vr[r][c] = j < cnt ? row[8 * c + gid] : zero;  // 0: no NaN from stale rows
+            for (int c = 0; c < NC; c++)
+                vr[r][c] = j < cnt ? kv_load8(vh, row, 64 * c + 8 * gid) : zero;  // 0: no NaN from stale rows
         }
         // Scores of keys t0 + 8h + 2 tig + {0, 1}: high part in [0..1], low in [2..3].
         float sc[2][4];
@@ -430,7 +429,7 @@ __device__ __forceinline__ int rows_nsplit(int pos, int capacity, int swa) {
         const int nsplit = rows_nsplit(sq.pos, sq.capacity, swa);                                                \
         if ((int)blockIdx.y >= nsplit || nsplit > max_splits) return;                                            \
         const u16* k_cache = row_k_plane(sq, layer, n_head_kv, head_dim);                                        \
-        const u16* v_cache = k_cache + (i64)n_head_kv * sq.capacity * head_dim;                                  \
+        const u16* v_cache = kv_next_plane(k_cache, n_head_kv, sq.capacity, head_dim);                           \
         const float* qr = q + (i64)blockIdx.z * n_head * head_dim;                                               \
         float* pr = part + (i64)blockIdx.z * n_head * max_splits * (head_dim + 2);                               \
         CALL;                                                                                                    \

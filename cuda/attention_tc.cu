@@ -11,7 +11,8 @@
 // are products on the tensor cores (m16n8k16, f16 in, f32 accumulation): q
 // (scaled by scale * log2 e) and the weights p are each split into an f16
 // high part and the f16 rounding of the rest, and both are multiplied (K and
-// V are f16 in the cache: exact), which keeps about f32 accuracy. Every sum
+// V are f16 values as the cache gives them: exact), which keeps about f32
+// accuracy. Every sum
 // has a fixed order; a row's result does not depend on the rows beside it.
 #if !defined(ATC_THREADS) || !defined(ATC_BQ) || !defined(ATC_BK)
 #error "ATC_THREADS, ATC_BQ and ATC_BK come from the worker as -D options"
@@ -41,8 +42,8 @@ __device__ __forceinline__ void attention_tc_impl(const float* __restrict__ q, i
     const int rows = min(ATC_BQ, n - q0);
     // Keys 0..n_ctx-1 exist; the block's last row sees up to start_pos + q0 + rows - 1.
     const int n_ctx = min(start_pos + q0 + rows, capacity);
-    const u16* kh = k_cache + (i64)kvh * capacity * D;
-    const u16* vh = v_cache + (i64)kvh * capacity * D;
+    const KvHead kh = kv_head(k_cache, n_head_kv, capacity, D, kvh);
+    const KvHead vh = kv_head(v_cache, n_head_kv, capacity, D, kvh);
 
     // q rows (zeros past n), scaled so that exp2 gives the softmax weights.
     const float qscale = scale * 1.4426950408889634f;
@@ -81,8 +82,8 @@ __device__ __forceinline__ void attention_tc_impl(const float* __restrict__ q, i
             const int r = i / (D / 8), d = 8 * (i % (D / 8));
             uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;
             if (k0 + r < n_ctx) {
-                kv = *(const uint4*)(kh + (i64)(k0 + r) * D + d);
-                vv = *(const uint4*)(vh + (i64)(k0 + r) * D + d);
+                kv = kv_load8(kh, k0 + r, d);
+                vv = kv_load8(vh, k0 + r, d);
             }
             *(uint4*)(ks + r * S + d) = kv;
             *(uint4*)(vs + r * S + d) = vv;

@@ -285,10 +285,170 @@ __device__ __forceinline__ void rope_apply(double x0, double x1, double cs, doub
     *y1 = (float)(x0 * sn + x1 * cs);
 }
 
+// ---- The KV cache's storage (backend::KvType, -DKV_TYPE) -------------------
+//
+// A cache is, layer after layer, a K plane then a V plane; a plane holds
+// each KV head's rows one after another, and a head's part holds its
+// `capacity` rows (positions) of head_dim values. KV_TYPE 0: the values as
+// f16, a plane [n_head_kv][capacity][head_dim]. KV_TYPE 1 (q8_0) and 2
+// (q4_0): ggml's block formats of those names (32 values a block sharing an
+// f16 scale; q8_0 a signed byte a level, q4_0 a nibble of level + 8), a
+// head's part being its levels [capacity][head_dim * KV_BITS / 8] then its
+// scales [capacity][head_dim / 32], padded to 16 bytes: a prefix copy is
+// one 2-D copy of each. q4_0 keeps value 2i in the low nibble of byte i and
+// 2i + 1 in the high. Readers get f16 values (level times scale, rounded),
+// so the attention kernels' arithmetic is the f16 cache's. A quantized
+// head_dim is a multiple of 32 (the host checks): rows of levels are whole
+// 16-byte units, and every head's part starts 16-byte aligned.
+#ifndef KV_TYPE
+#define KV_TYPE 0
+#endif
+#if KV_TYPE == 0
+#define KV_BLOCK 1
+#define KV_LEVEL_BYTES(hd) ((hd) * 2)
+#define KV_SCALE_BYTES(hd) 0
+#elif KV_TYPE == 1
+#define KV_BLOCK 32
+#define KV_LEVEL_BYTES(hd) (hd)
+#define KV_SCALE_BYTES(hd) ((hd) / 16)
+#elif KV_TYPE == 2
+#define KV_BLOCK 32
+#define KV_LEVEL_BYTES(hd) ((hd) / 2)
+#define KV_SCALE_BYTES(hd) ((hd) / 16)
+#else
+#error "KV_TYPE is 0 (f16), 1 (q8_0) or 2 (q4_0)"
+#endif
+
+// Bytes of one head's part of a plane (backend::KvType::head_bytes).
+__device__ __forceinline__ i64 kv_head_bytes(int capacity, int head_dim) {
+    return (i64)capacity * KV_LEVEL_BYTES(head_dim) + ((i64)capacity * KV_SCALE_BYTES(head_dim) + 15) / 16 * 16;
+}
+
+// Bytes of one plane.
+__device__ __forceinline__ i64 kv_plane_bytes(int n_head_kv, int capacity, int head_dim) {
+    return n_head_kv * kv_head_bytes(capacity, head_dim);
+}
+
+// One KV head's rows of one plane, for reading.
+struct KvHead {
+    const u8* levels;
+    const u16* scales;  // quantized types only
+    int head_dim;
+};
+
+__device__ __forceinline__ KvHead kv_head(const u16* plane, int n_head_kv, int capacity, int head_dim, int kvh) {
+    const u8* base = (const u8*)plane + kvh * kv_head_bytes(capacity, head_dim);
+    return KvHead{base, (const u16*)(base + (i64)capacity * KV_LEVEL_BYTES(head_dim)), head_dim};
+}
+
+#if KV_TYPE != 0
+// The f16 value of `level` times a block's scale.
+__device__ __forceinline__ float kv_value_of(int level, float scale) { return f16_to_f32(f32_to_f16(level * scale)); }
+__device__ __forceinline__ float kv_scale(const KvHead& h, int pos, int d) {
+    return f16_to_f32(h.scales[(i64)pos * (h.head_dim / 32) + d / 32]);
+}
+// Level j (0..3) of a word of q8_0 levels or (0..7) of q4_0 nibbles.
+__device__ __forceinline__ int kv_level(u32 w, int j) {
+#if KV_TYPE == 1
+    return (int)(signed char)((w >> (8 * j)) & 0xFFu);
+#else
+    return (int)((w >> (4 * j)) & 0xFu) - 8;
+#endif
+}
+#endif
+
+// Values d, d + 1 of row pos as f16x2 (d even; d in the low half).
+__device__ __forceinline__ u32 kv_load2(const KvHead& h, int pos, int d) {
+#if KV_TYPE == 0
+    return *(const u32*)((const u16*)h.levels + (i64)pos * h.head_dim + d);
+#else
+    const float s = kv_scale(h, pos, d);
+#if KV_TYPE == 1
+    const u32 w = *(const u16*)(h.levels + (i64)pos * h.head_dim + d);
+#else
+    const u32 w = h.levels[(i64)pos * (h.head_dim / 2) + d / 2];
+#endif
+    return pack_f16(kv_value_of(kv_level(w, 0), s), kv_value_of(kv_level(w, 1), s));
+#endif
+}
+
+// Values d..d+7 of row pos as four f16x2 words (d a multiple of 8).
+__device__ __forceinline__ uint4 kv_load8(const KvHead& h, int pos, int d) {
+#if KV_TYPE == 0
+    return *(const uint4*)((const u16*)h.levels + (i64)pos * h.head_dim + d);
+#else
+    const float s = kv_scale(h, pos, d);
+#if KV_TYPE == 1
+    const u32* p = (const u32*)(h.levels + (i64)pos * h.head_dim + d);
+    const u32 w[2] = {p[0], p[1]};
+    u32 r[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const u32 wi = w[i >> 1];
+        const int j = 2 * (i & 1);
+        r[i] = pack_f16(kv_value_of(kv_level(wi, j), s), kv_value_of(kv_level(wi, j + 1), s));
+    }
+#else
+    const u32 w = *(const u32*)(h.levels + (i64)pos * (h.head_dim / 2) + d / 2);
+    u32 r[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) r[i] = pack_f16(kv_value_of(kv_level(w, 2 * i), s), kv_value_of(kv_level(w, 2 * i + 1), s));
+#endif
+    return make_uint4(r[0], r[1], r[2], r[3]);
+#endif
+}
+
+// Value d of row pos (any head_dim for f16).
+__device__ __forceinline__ float kv_load1(const KvHead& h, int pos, int d) {
+#if KV_TYPE == 0
+    return f16_to_f32(((const u16*)h.levels)[(i64)pos * h.head_dim + d]);
+#else
+    const u32 w2 = kv_load2(h, pos, d & ~1);
+    return f16_to_f32((u16)((d & 1) ? w2 >> 16 : w2 & 0xFFFFu));
+#endif
+}
+
+// Stores values d0..d0 + KV_BLOCK - 1 of head kvh's row pos of a plane
+// (x: those values; d0 a multiple of KV_BLOCK): rounded to f16, or one
+// block quantized as ggml's quantize_row_q8_0_ref / q4_0_ref does it.
+__device__ __forceinline__ void kv_put(u16* plane, int n_head_kv, int capacity, int head_dim, int kvh, int pos,
+                                       int d0, const float* __restrict__ x) {
+    u8* base = (u8*)plane + kvh * kv_head_bytes(capacity, head_dim);
+#if KV_TYPE == 0
+    ((u16*)base)[(i64)pos * head_dim + d0] = f32_to_f16(x[0]);
+#else
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; j++) {
+        const float a = fabsf(x[j]);
+        if (amax < a) {
+            amax = a;
+            max = x[j];
+        }
+    }
+    u16* scales = (u16*)(base + (i64)capacity * KV_LEVEL_BYTES(head_dim));
+#if KV_TYPE == 1
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    u8* lv = base + (i64)pos * head_dim + d0;
+    for (int j = 0; j < 32; j++) lv[j] = (u8)(signed char)roundf(x[j] * id);
+#else
+    const float d = max / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    u8* lv = base + (i64)pos * (head_dim / 2) + d0 / 2;
+    for (int j = 0; j < 16; j++) {
+        const int a = min(15, (int)(signed char)(x[2 * j] * id + 8.5f));
+        const int b = min(15, (int)(signed char)(x[2 * j + 1] * id + 8.5f));
+        lv[j] = (u8)(a | (b << 4));
+    }
+#endif
+    scales[(i64)pos * (head_dim / 32) + d0 / 32] = f32_to_f16(d);
+#endif
+}
+
 // One sequence of a batched decode step (rows mode: row r of q, k, v is the
 // next token of sequence seqs[r]); the host's RowSeq, the same fields in this
 // order. cache: the sequence's KV cache, layer after layer, each a K plane
-// then a V plane of [n_head_kv][capacity][head_dim] f16 (attention.cuh);
+// then a V plane (above);
 // logits: where the row's logits go (the sequence's sampler); pos: the row's
 // position (the sequence's length before the step).
 struct RowSeq {
@@ -298,7 +458,16 @@ struct RowSeq {
     int capacity;
 };
 
-// Layer `layer`'s K plane of a RowSeq's cache (its V plane follows it).
+// Layer `layer`'s K plane of a RowSeq's cache (its V plane follows it:
+// kv_next_plane).
 __device__ __forceinline__ u16* row_k_plane(const RowSeq& s, int layer, int n_head_kv, int head_dim) {
-    return s.cache + 2 * (i64)layer * n_head_kv * s.capacity * head_dim;
+    return (u16*)((u8*)s.cache + 2 * layer * kv_plane_bytes(n_head_kv, s.capacity, head_dim));
+}
+
+// The V plane after a K plane.
+__device__ __forceinline__ u16* kv_next_plane(u16* k_plane, int n_head_kv, int capacity, int head_dim) {
+    return (u16*)((u8*)k_plane + kv_plane_bytes(n_head_kv, capacity, head_dim));
+}
+__device__ __forceinline__ const u16* kv_next_plane(const u16* k_plane, int n_head_kv, int capacity, int head_dim) {
+    return (const u16*)((const u8*)k_plane + kv_plane_bytes(n_head_kv, capacity, head_dim));
 }

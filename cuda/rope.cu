@@ -52,9 +52,8 @@ extern "C" __global__ void rope(float* __restrict__ x, float* __restrict__ x2, i
 // n_head_kv heads of k. A head is normalised when its weight (qw, kw) is not
 // null, as rms_norm normalises a head-wide group (blocks as wide, so the
 // same bits), then rotated as rope rotates it (n_rot 0: not at all), in
-// place; a K head is then stored in the layer's cache planes
-// ([n_head_kv][capacity][head_dim] f16, attention.cuh) beside V's head of
-// the same row, as kv_store stores them. One head of one row at position pos
+// place; a K head is then stored in the layer's cache planes (common.cuh)
+// beside V's head of the same row, as kv_store stores them. One head of one row at position pos
 // (q, k, v: the row's heads).
 __device__ __forceinline__ void qk_rope_store_head(float* __restrict__ q, float* __restrict__ k,
                                                    const float* __restrict__ v, int h, int n_head, int n_head_kv,
@@ -83,10 +82,9 @@ __device__ __forceinline__ void qk_rope_store_head(float* __restrict__ q, float*
     if (!is_k || pos >= capacity) return;
     __syncthreads();
     const float* vh = v + (i64)kh * head_dim;
-    const i64 dst = ((i64)kh * capacity + pos) * head_dim;
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        k_cache[dst + d] = f32_to_f16(head[d]);
-        v_cache[dst + d] = f32_to_f16(vh[d]);
+    for (int d = threadIdx.x * KV_BLOCK; d < head_dim; d += blockDim.x * KV_BLOCK) {
+        kv_put(k_cache, n_head_kv, capacity, head_dim, kh, pos, d, head + d);
+        kv_put(v_cache, n_head_kv, capacity, head_dim, kh, pos, d, vh + d);
     }
 }
 
@@ -123,7 +121,7 @@ extern "C" __global__ void qk_rope_store_rows(float* __restrict__ q, float* __re
     const int r = blockIdx.x;
     const RowSeq s = seqs[r];
     u16* k_cache = row_k_plane(s, layer, n_head_kv, head_dim);
-    u16* v_cache = k_cache + (i64)n_head_kv * s.capacity * head_dim;
+    u16* v_cache = kv_next_plane(k_cache, n_head_kv, s.capacity, head_dim);
     qk_rope_store_head(q + (i64)r * n_head * head_dim, k + (i64)r * n_head_kv * head_dim,
                        v + (i64)r * n_head_kv * head_dim, blockIdx.y, n_head, n_head_kv, head_dim, qw, kw, eps,
                        n_rot, inv_freq_table, freq_base, freq_scale, mscale, style, s.pos, s.capacity, k_cache,

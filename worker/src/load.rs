@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::cuda::{CudaBackend, CudaLoadOptions};
-use crate::backend::{Backend, BackendError, BackendKind};
+use crate::backend::{Backend, BackendError, BackendKind, KvType};
 use crate::gguf::{file_type_name, GgufError, GgufFile};
 use crate::model::config::{ConfigError, ModelConfig};
 use crate::model::ModelInfo;
@@ -70,6 +70,8 @@ pub struct LoadOptions {
     pub gpu_device: usize,
     /// Upper bound on one sequence's KV cache; `None`: computed from the context.
     pub kv_cache_size_mb: Option<u64>,
+    /// The KV cache's type (`--kv-type`).
+    pub kv_type: KvType,
     /// Host-to-device copy chunk (M0-W-1222).
     pub upload_chunk_bytes: usize,
     /// Caps the model's context length (`--max-tokens-in` plus output).
@@ -90,6 +92,7 @@ impl Default for LoadOptions {
             backend: BackendKind::Cpu,
             gpu_device: 0,
             kv_cache_size_mb: None,
+            kv_type: KvType::F16,
             upload_chunk_bytes: 1 << 20,
             max_context: None,
             chat_template: None,
@@ -298,12 +301,15 @@ fn construct_backend(
     bound: &mut dyn FnMut(u64),
 ) -> Result<Box<dyn Backend>, BackendError> {
     Ok(match opts.backend {
-        BackendKind::Cpu => Box::new(CpuBackend::load(config.clone(), file.clone(), bound)?),
+        BackendKind::Cpu => Box::new(
+            CpuBackend::load(config.clone(), file.clone(), bound)?.with_kv_type(opts.kv_type)?,
+        ),
         BackendKind::Cuda => {
             let cuda_opts = CudaLoadOptions {
                 gpu_device: opts.gpu_device,
                 kv_cache_size_mb: opts.kv_cache_size_mb,
                 upload_chunk_bytes: opts.upload_chunk_bytes,
+                kv_type: opts.kv_type,
                 ..Default::default()
             };
             Box::new(CudaBackend::load(config.clone(), file, &cuda_opts, bound)?)

@@ -18,7 +18,7 @@
 use std::path::PathBuf;
 
 use serde::Deserialize;
-use worker_orcd::backend::Logits;
+use worker_orcd::backend::{KvType, Logits};
 use worker_orcd::engine::generate;
 use worker_orcd::engine::generate::{
     AbortReason, GeneratedToken, GenerationObserver, GenerationRequest,
@@ -213,6 +213,68 @@ fn teacher_forced(set: &GoldenSet) {
         "mean log-prob difference {mean:.4} > {}",
         set.mean_diff
     );
+}
+
+/// Log-probabilities of llama.cpp's listed candidates at the 8 teacher-forced
+/// positions of every case, on `model`.
+fn listed_logprobs(model: &mut LoadedModel, cases: &[Case]) -> Vec<f64> {
+    let vocab = model.info.vocab_size;
+    let mut out = Vec::new();
+    for case in cases {
+        let mut tokens = case.prompt_token_ids.clone();
+        tokens.extend_from_slice(&case.generated_token_ids[..7]);
+        let seq = model.backend.open(tokens.len()).unwrap();
+        let mut logits = Vec::new();
+        model
+            .backend
+            .forward(seq, &tokens, Logits::All, &mut logits, None)
+            .unwrap();
+        model.backend.close(seq);
+        let first = case.prompt_token_ids.len() - 1;
+        for (i, pos) in case.top10_logprobs_first8.iter().enumerate() {
+            let ours = log_softmax(&logits[(first + i) * vocab..(first + i + 1) * vocab]);
+            out.extend(pos.top_logprobs.iter().map(|c| ours[c.id as usize]));
+        }
+    }
+    out
+}
+
+/// Issue 45: a quantized KV cache (`--kv-type`) against the f16 one on the
+/// reference model's golden prompts, over the same listed log-probabilities
+/// as `teacher_forced` (320 of them). Measured: q8_0 mean 0.052 nats (max
+/// 0.22), q4_0 mean 0.76 (max 5.6). The issue's 0.02 for q8_0 is beyond the
+/// format on this small model: llama.cpp 0c1e57098's own q8_0 cache (CPU,
+/// `-fa on -ctk q8_0 -ctv q8_0`) is 0.112 nats (max 0.50) from its f16
+/// cache over the same tokens, q4_0 0.477 (max 3.0). The bounds guard
+/// against regressions.
+#[test]
+fn quantized_kv_caches_stay_near_the_f16_cache() {
+    let path = workspace().join(SMOLLM2.model);
+    if load(&SMOLLM2).is_none() {
+        return;
+    }
+    let cases = golden(&SMOLLM2).cases;
+    let with = |kv_type| {
+        let opts = LoadOptions {
+            kv_type,
+            ..LoadOptions::default()
+        };
+        let mut model = load_model(&path, &opts, &mut |_| {}).expect("the model loads");
+        assert_eq!(model.backend.kv_layout().kv_type, kv_type);
+        listed_logprobs(&mut model, &cases)
+    };
+    let f16 = with(KvType::F16);
+    for (kv_type, bound) in [(KvType::Q8_0, 0.07), (KvType::Q4_0, 0.9)] {
+        let q = with(kv_type);
+        let diffs: Vec<f64> = q.iter().zip(&f16).map(|(a, b)| (a - b).abs()).collect();
+        let mean = diffs.iter().sum::<f64>() / diffs.len() as f64;
+        let max = diffs.iter().cloned().fold(0.0, f64::max);
+        eprintln!(
+            "KV {kv_type} against f16 over {} listed tokens: mean {mean:.4} nats, max {max:.4}",
+            diffs.len()
+        );
+        assert!(mean <= bound, "KV {kv_type}: mean {mean:.4} nats > {bound}");
+    }
 }
 
 struct Collect(Vec<u32>);

@@ -12,10 +12,12 @@ mod contract;
 pub mod cpu;
 pub mod cuda;
 mod error;
+mod kv_type;
 pub mod prefix;
 mod seqs;
 
 pub use error::BackendError;
+pub use kv_type::KvType;
 pub use prefix::PrefixStats;
 pub use seqs::{SeqId, Slots};
 // The forward pass's vocabulary is the model graph's; backends speak it.
@@ -97,6 +99,15 @@ pub struct KvBlocks {
     pub block_bytes: u64,
     pub total: usize,
     pub used: usize,
+}
+
+/// How a backend's KV cache stores one position (`/health`'s `kv_cache`):
+/// its type and the bytes a token takes in every layer's K and V.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct KvLayout {
+    #[serde(rename = "type")]
+    pub kv_type: KvType,
+    pub bytes_per_token: u64,
 }
 
 /// What [`Backend::sample`] is asked to do with the last forward pass's
@@ -432,6 +443,9 @@ pub trait Backend: Send {
 
     /// Bytes held on the device now.
     fn memory_use(&self) -> MemoryUse;
+
+    /// The KV cache's type and the bytes one position takes in it.
+    fn kv_layout(&self) -> KvLayout;
 
     /// Whether a sequence of `capacity` positions fits now beside the open
     /// ones (its KV cache within the backend's budget); the engine lets a

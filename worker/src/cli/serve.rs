@@ -184,6 +184,7 @@ pub fn run(args: ServeArgs, fallbacks: &Fallbacks) -> ExitCode {
         config: model_config,
     } = model;
     let device = backend.device().clone();
+    let kv = backend.kv_layout();
     let vram_bytes = backend.memory_use().total();
     let metrics = Arc::new(Metrics::new(
         InfoLabels {
@@ -277,6 +278,7 @@ pub fn run(args: ServeArgs, fallbacks: &Fallbacks) -> ExitCode {
             model_ref: model_file_name(&cfg.model),
             info,
             device,
+            kv,
         },
         limits,
         metrics,
@@ -332,6 +334,7 @@ fn load(cfg: &ServeConfig) -> Result<LoadedModel, ExitCode> {
         backend: cfg.backend,
         gpu_device: cfg.gpu_device,
         kv_cache_size_mb: cfg.kv_cache_size_mb,
+        kv_type: cfg.kv_type,
         upload_chunk_bytes: cfg.upload_chunk_bytes,
         max_context: cfg.max_context(),
         chat_template: cfg.chat_template.clone(),

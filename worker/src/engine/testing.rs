@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::backend::{
-    sample_rows_on_host, Backend, BackendError, BackendKind, Checkpoints, DeviceInfo, Logits,
-    MemoryUse, SampleRequest, SampledToken, SeqId, Slots, DEFAULT_PREFILL_CHUNK,
+    sample_rows_on_host, Backend, BackendError, BackendKind, Checkpoints, DeviceInfo, KvLayout,
+    KvType, Logits, MemoryUse, SampleRequest, SampledToken, SeqId, Slots, DEFAULT_PREFILL_CHUNK,
 };
 use crate::sampling::Selector;
 use crate::tokenizer::{Tokenizer, VocabSpec};
@@ -407,6 +407,13 @@ impl Backend for ScriptedBackend {
 
     fn memory_use(&self) -> MemoryUse {
         self.memory
+    }
+
+    fn kv_layout(&self) -> KvLayout {
+        KvLayout {
+            kv_type: KvType::F16,
+            bytes_per_token: 0,
+        }
     }
 
     fn check_residency(&self) -> Result<bool, BackendError> {

@@ -11,7 +11,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
-use crate::backend::{BackendKind, PrefixStats};
+use crate::backend::{BackendKind, KvLayout, PrefixStats};
 use crate::telemetry::metrics::{Snapshot, CONTENT_TYPE};
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
@@ -49,6 +49,26 @@ pub struct Health {
     /// far; absent when it is off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefix_cache: Option<PrefixCacheHealth>,
+    pub kv_cache: KvCacheHealth,
+}
+
+/// The KV cache: its type (`--kv-type`: f16, q8_0 or q4_0) and the bytes one
+/// token takes in it, every layer's K and V (the CPU backend holds the
+/// type's values as f32).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct KvCacheHealth {
+    #[serde(rename = "type")]
+    pub kv_type: String,
+    pub bytes_per_token: u64,
+}
+
+impl From<KvLayout> for KvCacheHealth {
+    fn from(k: KvLayout) -> Self {
+        KvCacheHealth {
+            kv_type: k.kv_type.as_str().into(),
+            bytes_per_token: k.bytes_per_token,
+        }
+    }
 }
 
 /// `/health`'s view of the prefix cache.
@@ -118,6 +138,7 @@ pub fn health_snapshot(state: &AppState) -> Health {
         slots_free: state.engine.slots().saturating_sub(state.engine.running()),
         shutting_down: state.shutdown.is_triggered(),
         prefix_cache: status.prefix_cache().map(PrefixCacheHealth::from),
+        kv_cache: state.model.kv.into(),
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
-use crate::backend::DeviceInfo;
+use crate::backend::{DeviceInfo, KvLayout};
 use crate::constraint::Compiler;
 use crate::engine::EngineHandle;
 use crate::model::ModelInfo;
@@ -24,6 +24,8 @@ pub struct ModelFacts {
     pub model_ref: String,
     pub info: ModelInfo,
     pub device: DeviceInfo,
+    /// The KV cache's type and bytes a token (`/health`'s `kv_cache`).
+    pub kv: KvLayout,
 }
 
 /// Triggers and awaits the worker's shutdown (from `/shutdown` or a signal).

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::backend::{Backend, BackendError, MemoryUse};
+use crate::backend::{Backend, BackendError, KvLayout, KvType, MemoryUse};
 use crate::constraint::Compiler;
 use crate::engine::parity::{ParitySender, ParityWriter};
 use crate::engine::runner::EngineParts;
@@ -107,6 +107,10 @@ async fn start(backend: ScriptedBackend, opts: Opts) -> Harness {
                 tensor_bytes: 0,
             },
             device,
+            kv: KvLayout {
+                kv_type: KvType::F16,
+                bytes_per_token: 0,
+            },
         },
         limits: opts.limits,
         metrics,

@@ -16,8 +16,9 @@ async fn health(w: &TestWorld) -> anyhow::Result<Value> {
     w.client()?.health().await
 }
 
+/// Field `name` of /health; `a.b` is field `b` of object `a`.
 fn field<'a>(h: &'a Value, name: &str) -> anyhow::Result<&'a Value> {
-    h.get(name)
+    h.pointer(&format!("/{}", name.replace('.', "/")))
         .ok_or_else(|| anyhow!("/health has no {name}: {h}"))
 }
 
@@ -61,8 +62,8 @@ async fn unchanged(w: &mut TestWorld, on_cuda: OnCuda, name: String) -> StepResu
     check!(
         field(&before, &name)? == field(&now, &name)?,
         "/health {name} was {} and is now {}",
-        before[&name],
-        now[&name]
+        field(&before, &name)?,
+        field(&now, &name)?
     );
     Ok(())
 }
@@ -71,11 +72,25 @@ async fn unchanged(w: &mut TestWorld, on_cuda: OnCuda, name: String) -> StepResu
 #[then(expr = "\\/health field {string} is {json}")]
 async fn is_value(w: &mut TestWorld, name: String, want: Json) -> StepResult {
     let h = health(w).await?;
+    let got = field(&h, &name)?;
+    check!(*got == want.0, "/health {name} is {got}, want {}", want.0);
+    Ok(())
+}
+
+/// A number field against the remembered /health's (`I remember /health`).
+#[then(expr = "{on_cuda}\\/health field {string} is at most {float} times the remembered one")]
+async fn at_most_times(w: &mut TestWorld, on_cuda: OnCuda, name: String, share: f64) -> StepResult {
+    if on_cuda.0 && w.cfg.backend != "cuda" {
+        return Ok(());
+    }
+    let before = field(w.probes.remembered()?, &name)?.as_f64();
+    let now = field(&health(w).await?, &name)?.as_f64();
+    let (Some(before), Some(now)) = (before, now) else {
+        return Err(anyhow!("/health {name} is not a number").into());
+    };
     check!(
-        *field(&h, &name)? == want.0,
-        "/health {name} is {}, want {}",
-        h[&name],
-        want.0
+        now <= share * before,
+        "/health {name} is {now}, more than {share} times {before}"
     );
     Ok(())
 }

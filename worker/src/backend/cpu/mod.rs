@@ -14,8 +14,8 @@ pub use ops::{dot_f32, CpuBuf, CpuCache, CpuOps, CpuWeight};
 use crate::backend::prefix::{PrefixCache, Trail};
 use crate::backend::{
     check_capacity, check_prefix_share, sample_rows_on_host, Backend, BackendError, BackendKind,
-    Checkpoints, DeviceInfo, Logits, MemoryUse, PrefixStats, SampleRequest, SampledToken, SeqId,
-    Slots,
+    Checkpoints, DeviceInfo, KvLayout, KvType, Logits, MemoryUse, PrefixStats, SampleRequest,
+    SampledToken, SeqId, Slots,
 };
 use crate::gguf::GgufFile;
 use crate::model::ModelConfig;
@@ -33,6 +33,8 @@ pub struct CpuBackend {
     prefix: Option<PrefixCache<CpuCache>>,
     /// Its share of `max_sequences` full contexts' KV.
     prefix_share: Option<f64>,
+    /// The values the KV cache stores (`--kv-type`), widened to f32.
+    kv_type: KvType,
 }
 
 /// One sequence: its KV cache, position and last logits.
@@ -78,7 +80,16 @@ impl CpuBackend {
             selector: Selector::default(),
             prefix: None,
             prefix_share: None,
+            kv_type: KvType::F16,
         })
+    }
+
+    /// Caches of `kv_type` from now on (at load, before any sequence opens):
+    /// the values it stores, kept widened to f32.
+    pub fn with_kv_type(mut self, kv_type: KvType) -> Result<Self, BackendError> {
+        kv_type.check_head_dim(self.cfg.head_dim)?;
+        self.kv_type = kv_type;
+        Ok(self)
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -108,7 +119,7 @@ impl Backend for CpuBackend {
 
     fn open(&mut self, capacity: usize) -> Result<SeqId, BackendError> {
         check_capacity(capacity, self.cfg.context_length)?;
-        let cache = CpuCache::new(self.cfg.n_layer, capacity, self.cfg.kv_dim());
+        let cache = CpuCache::of_type(self.kv_type, self.cfg.n_layer, capacity, self.cfg.kv_dim());
         let (id, seq) = self.seqs.open()?;
         *seq = CpuSeq {
             cache: Some(cache),
@@ -232,6 +243,14 @@ impl Backend for CpuBackend {
     /// Host memory is not device memory: the CPU backend reports zero (M0-W-1011).
     fn memory_use(&self) -> MemoryUse {
         MemoryUse::default()
+    }
+
+    /// The values of the type, held as f32.
+    fn kv_layout(&self) -> KvLayout {
+        KvLayout {
+            kv_type: self.kv_type,
+            bytes_per_token: self.kv_bytes(1),
+        }
     }
 
     fn check_residency(&self) -> Result<bool, BackendError> {

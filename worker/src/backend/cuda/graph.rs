@@ -407,7 +407,15 @@ impl RowsGraphs {
         let rows = real.next_multiple_of(ROWS_GRAPH_STEP);
         if self.pad.is_none() {
             self.dev.bind()?;
-            let cache = CudaCache::new(&self.dev, cfg.n_layer, cfg.n_head_kv, cfg.head_dim, 1)?;
+            let cache = CudaCache::new_in(
+                &self.dev,
+                None,
+                self.dev.kernels.kv_type(),
+                cfg.n_layer,
+                cfg.n_head_kv,
+                cfg.head_dim,
+                1,
+            )?;
             let logits = self
                 .dev
                 .alloc(Purpose::Scratch, (cfg.vocab_size * 4) as u64)?;

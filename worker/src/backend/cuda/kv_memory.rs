@@ -91,7 +91,8 @@ impl CudaBackend {
     /// Bytes a KV cache of `capacity` positions takes for this model.
     pub(super) fn kv_bytes(&self, capacity: usize) -> u64 {
         let cfg = &self.cfg;
-        CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, capacity)
+        let kv_type = self.dev.kernels.kv_type();
+        CudaCache::bytes_of(kv_type, cfg.n_layer, cfg.n_head_kv, cfg.head_dim, capacity)
     }
 
     /// KV cache bytes of the open sequences.

@@ -37,6 +37,7 @@ impl CudaBackend {
                 "the upload chunk size must be positive".into(),
             ));
         }
+        opts.kv_type.check_head_dim(cfg.head_dim)?;
         // Only the kernels of the model's matrix formats are compiled.
         let names = Weights::<CudaWeight>::tensor_names(&cfg, file);
         let (mut formats, mut layer_formats, mut expert_formats) =
@@ -61,6 +62,7 @@ impl CudaBackend {
             expert_formats: &expert_formats,
             head_dim: cfg.head_dim,
             group: cfg.n_head / cfg.n_head_kv.max(1),
+            kv_type: opts.kv_type,
         };
         let dev = CudaDevice::with_cap(opts.gpu_device, opts.vram_cap_bytes, Some(set))?;
         dev.bind()?;
@@ -74,7 +76,8 @@ impl CudaBackend {
             weight_bytes += align_up(device_block_bytes(info));
         }
         let kv_limit_bytes = opts.kv_cache_size_mb.map(|mb| mb << 20);
-        let per_pos = CudaCache::bytes_for(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, 1);
+        let per_pos =
+            CudaCache::bytes_of(opts.kv_type, cfg.n_layer, cfg.n_head_kv, cfg.head_dim, 1);
         let mut min_kv = per_pos * cfg.context_length.min(MIN_KV_POSITIONS) as u64;
         if let Some(limit) = kv_limit_bytes {
             min_kv = min_kv.min(limit);

@@ -64,8 +64,8 @@ pub use upload::UploadStats;
 use crate::backend::prefix::{PrefixCache, Trail};
 use crate::backend::{
     check_capacity, check_prefix_share, decode_one_by_one, Backend, BackendError, Checkpoints,
-    DeviceInfo, KvBlocks, Logits, MemoryUse, PrefixStats, SampleRequest, SampledToken, SeqId,
-    Slots,
+    DeviceInfo, KvBlocks, KvLayout, KvType, Logits, MemoryUse, PrefixStats, SampleRequest,
+    SampledToken, SeqId, Slots,
 };
 use crate::gguf::GgufFile;
 use crate::model::ModelConfig;
@@ -97,6 +97,8 @@ pub struct CudaLoadOptions {
     pub upload_chunk_bytes: usize,
     /// Test-only cap on device memory; `None`: `WORKER_ORCD_VRAM_CAP_BYTES` if set.
     pub vram_cap_bytes: Option<u64>,
+    /// The KV cache's type (`--kv-type`).
+    pub kv_type: KvType,
 }
 
 impl Default for CudaLoadOptions {
@@ -106,6 +108,7 @@ impl Default for CudaLoadOptions {
             kv_cache_size_mb: None,
             upload_chunk_bytes: 1 << 20,
             vram_cap_bytes: None,
+            kv_type: KvType::F16,
         }
     }
 }
@@ -378,6 +381,7 @@ impl Backend for CudaBackend {
         let cache = CudaCache::new_in(
             &self.dev,
             self.kv_pool.as_ref(),
+            self.dev.kernels.kv_type(),
             cfg.n_layer,
             cfg.n_head_kv,
             cfg.head_dim,
@@ -561,6 +565,15 @@ impl Backend for CudaBackend {
 
     fn memory_use(&self) -> MemoryUse {
         self.dev.memory_use()
+    }
+
+    fn kv_layout(&self) -> KvLayout {
+        let (cfg, kv_type) = (&self.cfg, self.dev.kernels.kv_type());
+        KvLayout {
+            kv_type,
+            bytes_per_token: (cfg.n_layer * 2 * cfg.n_head_kv * kv_type.row_bytes(cfg.head_dim))
+                as u64,
+        }
     }
 
     /// A prompt of a whole prefill chunk (the products from cuBLAS and the

@@ -95,11 +95,11 @@ impl CudaBackend {
             |evicted| {
                 drop(evicted);
                 let (l, h, d) = (cfg.n_layer, cfg.n_head_kv, cfg.head_dim);
-                let c = PREFILL_CHUNK_GPU;
-                if !pool.has_room(CudaCache::bytes_for(l, h, d, c)) {
+                let (c, t) = (PREFILL_CHUNK_GPU, cache.kv_type);
+                if !pool.has_room(CudaCache::bytes_of(t, l, h, d, c)) {
                     return Ok(None);
                 }
-                let mut part = CudaCache::new_in(dev, Some(pool), l, h, d, c)?;
+                let mut part = CudaCache::new_in(dev, Some(pool), t, l, h, d, c)?;
                 part.copy_positions(dev, cache, start, 0, tokens.len())?;
                 Ok(Some(part))
             },

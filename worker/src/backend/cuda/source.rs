@@ -17,6 +17,7 @@
 //! format a model uses, in parallel: a model in two formats compiles a sixth
 //! of their code, which is most of the first start on a new machine.
 
+use crate::backend::KvType;
 use crate::quant::GgmlType;
 
 /// Defines each constant and lists it in [`SHARED_CONSTANTS`], so that no
@@ -239,6 +240,17 @@ impl Module {
         matches!(self, Module::AttentionSplit | Module::AttentionTc)
     }
 
+    /// Whether the module's kernels read or write the KV cache (built per
+    /// KV type, `-DKV_TYPE`). `matvec.cu`'s `mv8q_*`, which stores f16 K
+    /// and V as it computes them, is not: a quantized cache takes the
+    /// separate store (`Kernels::set_qkv_rope`).
+    pub fn touches_kv(self) -> bool {
+        matches!(
+            self,
+            Module::Rope | Module::Attention | Module::AttentionSplit | Module::AttentionTc
+        )
+    }
+
     /// Into how many units a model's build of the module is cut
     /// (`-DONE_PART`, `Kernel::part`): the modules that took longest to
     /// compile, since a first start waits for its slowest unit.
@@ -297,6 +309,15 @@ pub fn f16_tiles(t: GgmlType) -> bool {
     integer_gemm(t) || t == GgmlType::Mxfp4
 }
 
+/// `-DKV_TYPE`'s value for a quantized cache type (common.cuh).
+fn kv_type_id(t: KvType) -> u8 {
+    match t {
+        KvType::F16 => 0,
+        KvType::Q8_0 => 1,
+        KvType::Q4_0 => 2,
+    }
+}
+
 /// Formats with an `mmq_*` kernel (short prompts on the integer tensor
 /// cores): those stored as int8 already.
 pub fn has_mmq(t: GgmlType) -> bool {
@@ -316,6 +337,8 @@ pub struct KernelSet<'a> {
     pub expert_formats: &'a [GgmlType],
     pub head_dim: usize,
     pub group: usize,
+    /// The KV cache's type (`-DKV_TYPE` of the modules that read or write it).
+    pub kv_type: KvType,
 }
 
 /// Whether decode attention over a split context runs on tensor cores
@@ -345,6 +368,9 @@ pub struct Unit {
     pub format: Option<GgmlType>,
     pub head_pairs: Option<u8>,
     pub part: Option<u8>,
+    /// A quantized KV cache's type, for a module in [`Module::touches_kv`]
+    /// (`None`: f16).
+    pub kv: Option<KvType>,
 }
 
 impl Unit {
@@ -355,6 +381,7 @@ impl Unit {
             format: None,
             head_pairs: None,
             part: None,
+            kv: None,
         }
     }
 
@@ -371,6 +398,7 @@ impl Unit {
         for module in Module::ALL {
             let one = Unit {
                 head_pairs: module.per_head_size().then(|| head_pairs(set.head_dim)),
+                kv: Unit::kv_of(module, set.kv_type),
                 ..Unit::whole(module)
             };
             let formats: Vec<Unit> = if module.per_format() {
@@ -413,8 +441,15 @@ impl Unit {
         wanted
     }
 
-    /// The `-D` options that select the unit's format (dequant.cuh) or
-    /// head-size class (attention.cuh).
+    /// The KV type `module` is built for in a model whose cache is of
+    /// `kv_type`: `None` for f16 (the default build) or a module that does
+    /// not touch the cache.
+    pub fn kv_of(module: Module, kv_type: KvType) -> Option<KvType> {
+        (module.touches_kv() && kv_type != KvType::F16).then_some(kv_type)
+    }
+
+    /// The `-D` options that select the unit's format (dequant.cuh),
+    /// head-size class (attention.cuh) or KV type (common.cuh).
     pub fn defines(self) -> Vec<String> {
         let mut v = Vec::new();
         if let Some(f) = self.format {
@@ -429,6 +464,9 @@ impl Unit {
         }
         if let Some(p) = self.part {
             v.push(format!("-DONE_PART={p}"));
+        }
+        if let Some(t) = self.kv {
+            v.push(format!("-DKV_TYPE={}", kv_type_id(t)));
         }
         v
     }
@@ -447,6 +485,9 @@ impl Unit {
         if let Some(p) = self.part {
             label += &format!(" [part {p}]");
         }
+        if let Some(t) = self.kv {
+            label += &format!(" [kv {t}]");
+        }
         label
     }
 
@@ -463,6 +504,9 @@ impl Unit {
         if let Some(p) = self.part {
             stem += &format!("-p{p}");
         }
+        if let Some(t) = self.kv {
+            stem += &format!("-k{t}");
+        }
         stem
     }
 
@@ -478,6 +522,8 @@ impl Unit {
                 unit.head_pairs = Some(u8::try_from(h.parse::<usize>().ok()? / 64).ok()?);
             } else if let Some(n) = p.strip_prefix('p') {
                 unit.part = Some(n.parse().ok()?);
+            } else if let Some(t) = p.strip_prefix('k') {
+                unit.kv = Some(t.parse().ok()?);
             } else {
                 unit.format = Some(GgmlType::from_name(p)?);
             }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::backend::BackendKind;
+use crate::backend::{BackendKind, KvType};
 use crate::load::TokenizerChoice;
 use crate::telemetry::logging::LogFormat;
 
@@ -91,6 +91,10 @@ pub struct Options {
     /// Upper bound in MiB of the KV caches of the running jobs together [default: computed].
     #[arg(long, value_name = "MIB")]
     pub kv_cache_size_mb: Option<u64>,
+    /// How the KV cache stores K and V: f16, or llama.cpp's block formats q8_0
+    /// (about half the memory) and q4_0 (about a quarter) [default: f16].
+    #[arg(long, value_name = "TYPE")]
+    pub kv_type: Option<KvType>,
     /// Jobs that may wait behind the running ones [default: 8].
     #[arg(long, value_name = "N")]
     pub queue_depth: Option<usize>,
@@ -166,6 +170,7 @@ pub struct FileConfig {
     pub max_prompt_chars: Option<usize>,
     pub inference_timeout_sec: Option<u64>,
     pub kv_cache_size_mb: Option<u64>,
+    pub kv_type: Option<KvType>,
     pub queue_depth: Option<usize>,
     pub parallel: Option<usize>,
     pub ctx_size: Option<usize>,

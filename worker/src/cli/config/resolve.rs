@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::backend::BackendKind;
+use crate::backend::{BackendKind, KvType};
 use crate::cli::config::checks::{
     chat_template_source, check_model_path, check_parity_path, check_port_free,
     check_tokenizer_json, http_options,
@@ -42,6 +42,7 @@ pub struct ServeConfig {
     pub ctx_size: Option<usize>,
     pub inference_timeout: Duration,
     pub kv_cache_size_mb: Option<u64>,
+    pub kv_type: KvType,
     pub queue_depth: usize,
     /// Jobs that run at once (1: one at a time).
     pub parallel: usize,
@@ -175,6 +176,7 @@ pub fn resolve_with(args: ServeArgs, fallbacks: &Fallbacks) -> Result<ServeConfi
         ctx_size: jobs.ctx_size,
         inference_timeout: jobs.inference_timeout,
         kv_cache_size_mb: jobs.kv_cache_size_mb,
+        kv_type: opts.kv_type.or(file.kv_type).unwrap_or_default(),
         queue_depth,
         parallel: jobs.parallel,
         prefix_cache: jobs.prefix_cache,

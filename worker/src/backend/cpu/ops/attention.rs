@@ -1,10 +1,11 @@
-//! Attention on the CPU: the KV cache rounded to f16 as llama.cpp's is,
+//! Attention on the CPU: the KV cache's values as its type stores them (f16
+//! by default, as llama.cpp's),
 //! each query head's softmax over the positions it sees, with a sink logit
 //! per head where the model has them (gpt-oss).
 
 use rayon::prelude::*;
 
-use crate::backend::BackendError;
+use crate::backend::{BackendError, KvType};
 use crate::model::ops::AttentionShape;
 
 use super::arith::{dot_f32, shape_error};
@@ -17,6 +18,12 @@ fn round_f16_into(src: &[f32], dst: &mut [f32]) {
     for (d, &v) in dst.iter_mut().zip(src) {
         *d = half::f16::from_f32(v).to_f32();
     }
+}
+
+/// Stores `src`'s rows in `dst` as the cache's type gives them back.
+fn store(kv_type: KvType, src: &[f32], dst: &mut [f32], head_dim: usize) {
+    dst.copy_from_slice(src);
+    kv_type.round_trip(dst, head_dim);
 }
 
 /// Attention as [`Ops::attention`] computes it, with a sink logit per head
@@ -51,11 +58,26 @@ pub(super) fn attention(
             cache.capacity
         )));
     }
-    // The cache holds f16 values, as llama.cpp's (and our CUDA backend's)
-    // f16 KV cache does; they are kept widened to f32 here.
+    // The cache holds f16 values (as llama.cpp's and our CUDA backend's f16
+    // KV cache does) or a quantized type's, kept widened to f32 here.
+    if hd % 32 != 0 && cache.kv_type != KvType::F16 {
+        return Err(shape_error(
+            "attention: a quantized KV cache needs heads of whole blocks",
+        ));
+    }
     let (kc, vc) = (&mut cache.k[s.layer], &mut cache.v[s.layer]);
-    round_f16_into(&k.data, &mut kc[s.start_pos * kvd..end * kvd]);
-    round_f16_into(&v.data, &mut vc[s.start_pos * kvd..end * kvd]);
+    store(
+        cache.kv_type,
+        &k.data,
+        &mut kc[s.start_pos * kvd..end * kvd],
+        hd,
+    );
+    store(
+        cache.kv_type,
+        &v.data,
+        &mut vc[s.start_pos * kvd..end * kvd],
+        hd,
+    );
     let (kc, vc) = (&cache.k[s.layer], &cache.v[s.layer]);
 
     let group = s.n_head / s.n_head_kv;

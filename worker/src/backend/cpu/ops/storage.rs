@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::backend::BackendError;
+use crate::backend::{BackendError, KvType};
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::quant::{self, GgmlType};
 
@@ -118,19 +118,27 @@ impl CpuBuf {
     }
 }
 
-/// One sequence's K and V for every layer, f32, `[capacity, kv_dim]` each.
+/// One sequence's K and V for every layer, `[capacity, kv_dim]` each: the
+/// values of `kv_type` (`KvType::round_trip`), kept widened to f32.
 pub struct CpuCache {
     pub capacity: usize,
     pub kv_dim: usize,
+    pub kv_type: KvType,
     pub k: Vec<Vec<f32>>,
     pub v: Vec<Vec<f32>>,
 }
 
 impl CpuCache {
+    /// An f16 cache.
     pub fn new(n_layer: usize, capacity: usize, kv_dim: usize) -> Self {
+        Self::of_type(KvType::F16, n_layer, capacity, kv_dim)
+    }
+
+    pub fn of_type(kv_type: KvType, n_layer: usize, capacity: usize, kv_dim: usize) -> Self {
         CpuCache {
             capacity,
             kv_dim,
+            kv_type,
             k: (0..n_layer).map(|_| vec![0.0; capacity * kv_dim]).collect(),
             v: (0..n_layer).map(|_| vec![0.0; capacity * kv_dim]).collect(),
         }
@@ -147,6 +155,7 @@ impl CpuCache {
         CpuCache {
             capacity: n,
             kv_dim: self.kv_dim,
+            kv_type: self.kv_type,
             k: self.k.iter().map(|l| l[range.clone()].to_vec()).collect(),
             v: self.v.iter().map(|l| l[range.clone()].to_vec()).collect(),
         }

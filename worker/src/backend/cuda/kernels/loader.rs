@@ -30,7 +30,7 @@ use super::matvec::{qkv_rope_max_blocks, MV1_MIN_ROWS, MV8_EXPERTS_ENV};
 use crate::backend::cuda::fault::driver_error;
 use crate::backend::cuda::nvrtc::{compile_unit, KernelCache};
 use crate::backend::cuda::source::{head_pairs, KernelSet, Unit};
-use crate::backend::BackendError;
+use crate::backend::{BackendError, KvType};
 use crate::quant::GgmlType;
 
 /// Sets the context's per-thread stack to what the largest of its kernels
@@ -51,6 +51,8 @@ pub struct Kernels {
     pub(super) funcs: HashMap<Kernel, CudaFunction>,
     /// The weight formats compiled (`None`: every format).
     pub(super) formats: Option<Vec<GgmlType>>,
+    /// The KV cache type the attention kernels were built for.
+    pub(super) kv_type: KvType,
     pub(super) mv_warp_min_rows: AtomicUsize,
     pub(super) mv1_min_rows: AtomicUsize,
     pub(super) tc_min_blocks: AtomicUsize,
@@ -195,6 +197,7 @@ impl Kernels {
         }
         let formats = set.map(|s| s.formats);
         let pairs = set.map(|s| head_pairs(s.head_dim));
+        let kv_type = set.map_or(KvType::F16, |s| s.kv_type);
         let mut funcs = HashMap::new();
         let mut stack_bytes = 0usize;
         for k in Kernel::all() {
@@ -208,6 +211,7 @@ impl Kernels {
                 },
                 head_pairs: if module.per_head_size() { pairs } else { None },
                 part: if formats.is_some() { k.part() } else { None },
+                kv: Unit::kv_of(module, kv_type),
             };
             // A kernel of a format or head size the model does not use was
             // not compiled.
@@ -258,6 +262,7 @@ impl Kernels {
         Ok(Kernels {
             funcs,
             formats: formats.map(Unit::formats_compiled),
+            kv_type,
             mv_warp_min_rows: AtomicUsize::new(MV_WARP_MIN_ROWS),
             mv1_min_rows: AtomicUsize::new(MV1_MIN_ROWS),
             tc_min_blocks: AtomicUsize::new(TC_MIN_BLOCKS_PER_SM * sm_count),
@@ -276,6 +281,11 @@ impl Kernels {
             ),
             mv8_experts: std::env::var(MV8_EXPERTS_ENV).map_or(true, |v| v != "0"),
         })
+    }
+
+    /// The KV cache type the attention kernels read and write.
+    pub fn kv_type(&self) -> KvType {
+        self.kv_type
     }
 
     /// Whether kernel `k` was compiled and loaded for this model.

@@ -35,7 +35,7 @@ use crate::backend::cuda::source::{
     integer_gemm, ATC_HEAD_DIMS, ATS_MAX_SPLITS, GEMM_BM, GEMM_BN, GF_BLOCKS_PER_SM, GF_MAX_TOKENS,
     GF_WARPS, MV8_MAX_TOKENS, MV_MAX_TOKENS,
 };
-use crate::backend::BackendError;
+use crate::backend::{BackendError, KvType};
 use crate::quant::GgmlType;
 
 impl Kernels {
@@ -228,7 +228,9 @@ impl Kernels {
 
     /// Whether Q, K and V of one row of x (`q`, `k`, `v`) take one
     /// `mv8q_*` launch: each on `mv8_*` alone, of one format and width, the
-    /// kernel compiled, and no more blocks than [`QKV_ROPE_ENV`](super::matvec::QKV_ROPE_ENV) allows.
+    /// kernel compiled, no more blocks than [`QKV_ROPE_ENV`](super::matvec::QKV_ROPE_ENV) allows,
+    /// and an f16 KV cache (it stores values one at a time; a quantized
+    /// cache's blocks are stored by `qk_rope_store`).
     /// (With the RoPE's angle taken after the products, each block's life
     /// grew and a launch of more than a wave lost speed; the angle is now
     /// taken while the weights load.)
@@ -239,7 +241,8 @@ impl Kernels {
         };
         let per_block = mv8_rows_per_block(q.w.cols);
         let blocks: usize = [q, k, v].iter().map(|a| a.w.rows.div_ceil(per_block)).sum();
-        same(q)
+        self.kv_type == KvType::F16
+            && same(q)
             && same(k)
             && same(v)
             && blocks <= self.qkv_rope_max_blocks.load(Ordering::Relaxed)

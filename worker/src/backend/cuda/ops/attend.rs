@@ -13,11 +13,12 @@ use crate::backend::cuda::kernels::{
 };
 use crate::backend::cuda::ptr::DevPtr;
 use crate::backend::cuda::source::ATT_MAX_HEAD_DIM;
-use crate::backend::BackendError;
+use crate::backend::{BackendError, KvType};
 use crate::model::ops::{AttentionShape, Product, QkPrep};
 
 /// Refuses an attention call whose buffers, cache or positions do not fit
-/// its shape (before anything is launched).
+/// its shape, or whose cache is not of the kernels' `kv_type` (before
+/// anything is launched).
 pub(super) fn check_attention(
     q: &CudaBuf,
     k: &CudaBuf,
@@ -25,6 +26,7 @@ pub(super) fn check_attention(
     cache: &CudaCache,
     s: &AttentionShape,
     out: &CudaBuf,
+    kv_type: KvType,
 ) -> Result<(), BackendError> {
     let (hd, kvd) = (s.head_dim, s.n_head_kv * s.head_dim);
     let rows_ok = [q.rows, k.rows, v.rows, out.rows]
@@ -44,6 +46,7 @@ pub(super) fn check_attention(
             || out.cols != q.cols
             || cache.n_head_kv != s.n_head_kv
             || cache.head_dim != hd
+            || cache.kv_type != kv_type
             || s.layer >= cache.n_layer,
         || format!("attention: {s:?}"),
     )?;
@@ -55,7 +58,8 @@ pub(super) fn check_attention(
             cache.capacity
         )));
     }
-    let cache_bytes = CudaCache::bytes_for(
+    let cache_bytes = CudaCache::bytes_of(
+        cache.kv_type,
         cache.n_layer,
         cache.n_head_kv,
         cache.head_dim,
@@ -115,7 +119,7 @@ impl CudaOps {
         sinks: Option<DevPtr<f32>>,
         out: &mut CudaBuf,
     ) -> Result<(), BackendError> {
-        check_attention(q, k, v, cache, &s, out)?;
+        check_attention(q, k, v, cache, &s, out, self.dev.kernels.kv_type())?;
         let (k_cache, v_cache) = cache.planes_mut(s.layer);
         self.dev.bind()?;
         let store = KvStoreArgs {
@@ -145,7 +149,7 @@ impl CudaOps {
         s: &AttentionShape,
         out: &CudaBuf,
     ) -> Result<Option<QkRopeStoreArgs>, BackendError> {
-        check_attention(q, k, v, cache, s, out)?;
+        check_attention(q, k, v, cache, s, out, self.dev.kernels.kv_type())?;
         let norms = head_norms(prep, s.head_dim)?;
         let rope = match prep.rope {
             Some((pq, pk)) => match (self.rope_args(q, pq)?, self.rope_args(k, pk)?) {
@@ -203,7 +207,15 @@ impl CudaOps {
         {
             return Ok(None);
         }
-        check_attention(q.out, k.out, v.out, cache, s, out)?;
+        check_attention(
+            q.out,
+            k.out,
+            v.out,
+            cache,
+            s,
+            out,
+            self.dev.kernels.kv_type(),
+        )?;
         let rope = match (self.rope_args(q.out, pq)?, self.rope_args(k.out, pk)?) {
             (Some(a), Some(b)) if a.rotates_like(&b) && a.pairs == RopePairs::Adjacent => a,
             _ => return Ok(None),

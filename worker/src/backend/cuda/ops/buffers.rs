@@ -13,7 +13,7 @@ use crate::backend::cuda::device::{driver_error, CudaDevice, DevBuf, Purpose};
 use crate::backend::cuda::kernels::Stored;
 use crate::backend::cuda::kv_pool::{BlockLease, KvPool};
 use crate::backend::cuda::ptr::{DevPtr, DevPtrMut};
-use crate::backend::BackendError;
+use crate::backend::{BackendError, KvType};
 use crate::quant::GgmlType;
 
 /// Bytes every weight matrix's device block holds past its data: the Q8_0
@@ -148,22 +148,35 @@ impl CacheMem {
     }
 }
 
-/// One sequence's KV cache: f16, `[n_layer][2][n_head_kv][capacity][head_dim]`.
+/// One sequence's KV cache: `[n_layer][2][n_head_kv]` parts of `capacity`
+/// rows of `head_dim` values, in `kv_type`'s layout (cuda/common.cuh).
 pub struct CudaCache {
     pub(super) mem: CacheMem,
     pub n_layer: usize,
     pub n_head_kv: usize,
     pub head_dim: usize,
     pub capacity: usize,
+    pub kv_type: KvType,
 }
 
 impl CudaCache {
-    /// Bytes a cache of these dimensions takes.
+    /// Bytes an f16 cache of these dimensions takes.
     pub fn bytes_for(n_layer: usize, n_head_kv: usize, head_dim: usize, capacity: usize) -> u64 {
-        (n_layer * 2 * n_head_kv * capacity * head_dim * 2) as u64
+        Self::bytes_of(KvType::F16, n_layer, n_head_kv, head_dim, capacity)
     }
 
-    /// Allocates a zeroed cache of its own.
+    /// Bytes a cache of `kv_type` and these dimensions takes.
+    pub fn bytes_of(
+        kv_type: KvType,
+        n_layer: usize,
+        n_head_kv: usize,
+        head_dim: usize,
+        capacity: usize,
+    ) -> u64 {
+        (n_layer * 2 * n_head_kv) as u64 * kv_type.head_bytes(capacity, head_dim)
+    }
+
+    /// Allocates a zeroed f16 cache of its own.
     pub fn new(
         dev: &Arc<CudaDevice>,
         n_layer: usize,
@@ -171,20 +184,30 @@ impl CudaCache {
         head_dim: usize,
         capacity: usize,
     ) -> Result<Self, BackendError> {
-        Self::new_in(dev, None, n_layer, n_head_kv, head_dim, capacity)
+        Self::new_in(
+            dev,
+            None,
+            KvType::F16,
+            n_layer,
+            n_head_kv,
+            head_dim,
+            capacity,
+        )
     }
 
-    /// A zeroed cache on blocks of `pool` (an error when too few are free),
-    /// or of its own without one.
+    /// A zeroed cache of `kv_type` on blocks of `pool` (an error when too
+    /// few are free), or of its own without one.
     pub fn new_in(
         dev: &Arc<CudaDevice>,
         pool: Option<&KvPool>,
+        kv_type: KvType,
         n_layer: usize,
         n_head_kv: usize,
         head_dim: usize,
         capacity: usize,
     ) -> Result<Self, BackendError> {
-        let bytes = Self::bytes_for(n_layer, n_head_kv, head_dim, capacity);
+        kv_type.check_head_dim(head_dim)?;
+        let bytes = Self::bytes_of(kv_type, n_layer, n_head_kv, head_dim, capacity);
         let mem = match pool {
             Some(pool) => CacheMem::Blocks(pool.lease(bytes)?),
             None => CacheMem::Block(dev.alloc(Purpose::KvCache, bytes)?),
@@ -198,11 +221,17 @@ impl CudaCache {
             n_head_kv,
             head_dim,
             capacity,
+            kv_type,
         })
     }
 
     pub(super) fn plane_bytes(&self) -> u64 {
-        (self.n_head_kv * self.capacity * self.head_dim * 2) as u64
+        self.n_head_kv as u64 * self.head_bytes()
+    }
+
+    /// Bytes of one KV head's part of a plane.
+    fn head_bytes(&self) -> u64 {
+        self.kv_type.head_bytes(self.capacity, self.head_dim)
     }
 
     /// Device addresses of layer `layer`'s K and V planes.
@@ -223,8 +252,9 @@ impl CudaCache {
     }
 
     /// Copies positions `from..from + n` of `src` to positions `to..to + n`
-    /// of this cache, in every layer's K and V planes (one 2-D copy: a row
-    /// per layer, K or V, and head), queued on `dev`'s stream. The prefix
+    /// of this cache, in every layer's K and V planes (a 2-D copy of levels
+    /// and one of scales: a row per layer, K or V, and head), queued on
+    /// `dev`'s stream. The prefix
     /// cache's copies of a chunk out of a sequence and into another.
     pub fn copy_positions(
         &mut self,
@@ -234,8 +264,8 @@ impl CudaCache {
         to: usize,
         n: usize,
     ) -> Result<(), BackendError> {
-        let same_shape = (src.n_layer, src.n_head_kv, src.head_dim)
-            == (self.n_layer, self.n_head_kv, self.head_dim);
+        let same_shape = (src.n_layer, src.n_head_kv, src.head_dim, src.kv_type)
+            == (self.n_layer, self.n_head_kv, self.head_dim, self.kv_type);
         shape_check(
             !same_shape || from + n > src.capacity || to + n > self.capacity,
             || {
@@ -245,31 +275,46 @@ impl CudaCache {
                 )
             },
         )?;
-        let row = |cap: usize| cap * self.head_dim * 2;
-        let copy = sys::CUDA_MEMCPY2D {
-            srcXInBytes: from * self.head_dim * 2,
-            srcY: 0,
-            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-            srcHost: std::ptr::null(),
-            srcDevice: src.mem.ptr(),
-            srcArray: std::ptr::null_mut(),
-            srcPitch: row(src.capacity),
-            dstXInBytes: to * self.head_dim * 2,
-            dstY: 0,
-            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-            dstHost: std::ptr::null_mut(),
-            dstDevice: self.mem.ptr(),
-            dstArray: std::ptr::null_mut(),
-            dstPitch: row(self.capacity),
-            WidthInBytes: n * self.head_dim * 2,
-            Height: self.n_layer * 2 * self.n_head_kv,
-        };
+        // A head's part is its levels, then its scales (quantized types):
+        // each is a 2-D copy with a row per layer, K or V, and head.
+        let (levels, scales) = (
+            self.kv_type.level_bytes(self.head_dim),
+            self.kv_type.scale_bytes(self.head_dim),
+        );
         dev.bind()?;
-        // SAFETY: both ranges were checked above to lie inside their caches,
-        // whose memory stays mapped until they drop (which waits for the stream).
-        unsafe { sys::cuMemcpy2DAsync_v2(&copy, dev.cu_stream()) }
-            .result()
-            .map_err(|e| driver_error("copying KV positions", e))
+        for (row, src_at, dst_at) in [
+            (levels, 0, 0),
+            (scales, src.capacity * levels, self.capacity * levels),
+        ] {
+            if row == 0 {
+                continue;
+            }
+            let copy = sys::CUDA_MEMCPY2D {
+                srcXInBytes: src_at + from * row,
+                srcY: 0,
+                srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+                srcHost: std::ptr::null(),
+                srcDevice: src.mem.ptr(),
+                srcArray: std::ptr::null_mut(),
+                srcPitch: src.head_bytes() as usize,
+                dstXInBytes: dst_at + to * row,
+                dstY: 0,
+                dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+                dstHost: std::ptr::null_mut(),
+                dstDevice: self.mem.ptr(),
+                dstArray: std::ptr::null_mut(),
+                dstPitch: self.head_bytes() as usize,
+                WidthInBytes: n * row,
+                Height: self.n_layer * 2 * self.n_head_kv,
+            };
+            // SAFETY: both ranges were checked above to lie inside their
+            // caches, whose memory stays mapped until they drop (which waits
+            // for the stream).
+            unsafe { sys::cuMemcpy2DAsync_v2(&copy, dev.cu_stream()) }
+                .result()
+                .map_err(|e| driver_error("copying KV positions", e))?;
+        }
+        Ok(())
     }
 
     /// Copies position `pos` of layer `layer`, KV head `head`, to the host
@@ -281,6 +326,9 @@ impl CudaCache {
         head: usize,
         pos: usize,
     ) -> Result<(Vec<u16>, Vec<u16>), BackendError> {
+        shape_check(self.kv_type != KvType::F16, || {
+            format!("read_entry of a {} cache", self.kv_type)
+        })?;
         let (kp, vp) = self.planes(layer);
         let off = ((head * self.capacity + pos) * self.head_dim * 2) as u64;
         let mut k = vec![0u16; self.head_dim];

@@ -329,6 +329,7 @@ impl CudaOps {
         out: &CudaBuf,
     ) -> Result<(), BackendError> {
         self.check_rows("attention", &[q, k, v, out])?;
+        let kv_type = self.dev.kernels.kv_type();
         self.each_row(cache, |_, i, pos, c| {
             let (qi, ki, vi, oi) = (
                 row_view(q, i),
@@ -336,7 +337,7 @@ impl CudaOps {
                 row_view(v, i),
                 row_view(out, i),
             );
-            check_attention(&qi, &ki, &vi, c, &shape_at(s, pos), &oi)
+            check_attention(&qi, &ki, &vi, c, &shape_at(s, pos), &oi, kv_type)
         })
     }
 

@@ -154,25 +154,62 @@ fn rope_matches_cpu_in_both_styles() {
 #[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
 fn attention_matches_cpu_over_prefill_and_decode() {
     let _gpu = shared_gpu();
-    let mut ops = gpu_ops();
+    attention_against_cpu(&dev(), KvType::F16, &ATTENTION_CASES);
+}
+
+/// Issue 45: the same with a q8_0 and a q4_0 cache (heads of whole blocks),
+/// each on a context built for it and the head size as `CudaBackend::load`
+/// builds one: kv_put's blocks and every kernel's reads of them give the
+/// CPU's values.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --run-ignored all on the GPU machine)"]
+fn attention_over_a_quantized_cache_matches_cpu() {
+    let _gpu = shared_gpu();
+    for kv_type in [KvType::Q8_0, KvType::Q4_0] {
+        for hd in [64, 128, 256] {
+            let set = KernelSet {
+                formats: &[],
+                layer_formats: &[],
+                expert_formats: &[],
+                head_dim: hd,
+                group: 4,
+                kv_type,
+            };
+            let dev = CudaDevice::with_cap(0, None, Some(set)).expect("GPU 0 initialises");
+            let cases: Vec<AttentionCase> = ATTENTION_CASES
+                .iter()
+                .copied()
+                .filter(|c| c.2 == hd)
+                .collect();
+            attention_against_cpu(&dev, kv_type, &cases);
+        }
+    }
+}
+
+/// (n_head, n_head_kv, head_dim, capacity, steps as token counts, sliding window)
+type AttentionCase = (usize, usize, usize, usize, &'static [usize], Option<usize>);
+
+const ATTENTION_CASES: [AttentionCase; 10] = [
+    (9, 3, 64, 200, &[64, 1, 1, 5, 1], None),
+    (9, 3, 64, 1100, &[300, 1, 700, 1], None),
+    (4, 4, 128, 40, &[1, 1, 17, 1], None),
+    (8, 2, 128, 700, &[130, 2, 1, 520, 1], None),
+    (8, 2, 256, 20, &[9, 1], None),
+    (6, 1, 80, 33, &[32, 1], None),
+    (2, 1, 36, 150, &[140, 1, 2], None),
+    // Windows narrower than a prefill pass, wider, and as wide as the cache.
+    (4, 1, 256, 700, &[300, 1, 250, 1, 1], Some(128)),
+    (8, 2, 128, 700, &[130, 2, 1, 520, 1], Some(200)),
+    (9, 3, 64, 150, &[100, 1, 40, 1], Some(150)),
+];
+
+/// Runs each case's attention calls on `dev` (its kernels built for caches
+/// of `kv_type`) and on the CPU with a cache of that type, comparing every
+/// output.
+fn attention_against_cpu(dev: &Arc<CudaDevice>, kv_type: KvType, cases: &[AttentionCase]) {
+    let mut ops = CudaOps::new(dev.clone());
     let mut rng = ChaCha8Rng::seed_from_u64(6);
     let mut worst = 0f64;
-    // (n_head, n_head_kv, head_dim, capacity, steps as token counts,
-    // sliding window)
-    type Case = (usize, usize, usize, usize, &'static [usize], Option<usize>);
-    let cases: [Case; 10] = [
-        (9, 3, 64, 200, &[64, 1, 1, 5, 1], None),
-        (9, 3, 64, 1100, &[300, 1, 700, 1], None),
-        (4, 4, 128, 40, &[1, 1, 17, 1], None),
-        (8, 2, 128, 700, &[130, 2, 1, 520, 1], None),
-        (8, 2, 256, 20, &[9, 1], None),
-        (6, 1, 80, 33, &[32, 1], None),
-        (2, 1, 36, 150, &[140, 1, 2], None),
-        // Windows narrower than a prefill pass, wider, and as wide as the cache.
-        (4, 1, 256, 700, &[300, 1, 250, 1, 1], Some(128)),
-        (8, 2, 128, 700, &[130, 2, 1, 520, 1], Some(200)),
-        (9, 3, 64, 150, &[100, 1, 40, 1], Some(150)),
-    ];
     // Each case with prefill on attention_tc (heads of 64 and 128) and
     // decode on one block per head, then with every decode step's
     // attention split over the context (attention_split + combine), then
@@ -182,14 +219,14 @@ fn attention_matches_cpu_over_prefill_and_decode() {
         (0, kernels::ATC_MIN_ROWS),
         (usize::MAX, usize::MAX),
     ];
-    for ((n_head, n_kv, hd, capacity, steps, window), (split_from, tc_from)) in
-        cases.into_iter().flat_map(|c| configs.map(|k| (c, k)))
+    for (&(n_head, n_kv, hd, capacity, steps, window), (split_from, tc_from)) in
+        cases.iter().flat_map(|c| configs.map(|k| (c, k)))
     {
         if quick() && capacity > 1000 {
             continue;
         }
-        dev().kernels.set_split_min_context(split_from);
-        dev().kernels.set_attention_tc_min_rows(tc_from);
+        dev.kernels.set_split_min_context(split_from);
+        dev.kernels.set_attention_tc_min_rows(tc_from);
         let n_layer = 2;
         // Layer 1 with a sink logit per head (gpt-oss): some above every
         // score, some below, some near.
@@ -197,8 +234,9 @@ fn attention_matches_cpu_over_prefill_and_decode() {
             .map(|_| rng.random_range(-3.0f32..6.0))
             .collect();
         let sinks = test_weight(&mut ops, GgmlType::F32, 1, n_head, &sinks);
-        let mut cpu_cache = CpuCache::new(n_layer, capacity, n_kv * hd);
-        let mut gpu_cache = CudaCache::new(&dev(), n_layer, n_kv, hd, capacity).unwrap();
+        let mut cpu_cache = CpuCache::of_type(kv_type, n_layer, capacity, n_kv * hd);
+        let mut gpu_cache =
+            CudaCache::new_in(dev, None, kv_type, n_layer, n_kv, hd, capacity).unwrap();
         let mut pos = 0;
         for &n in steps {
             for layer in 0..n_layer {
@@ -255,16 +293,19 @@ fn attention_matches_cpu_over_prefill_and_decode() {
                 let e = rel_err(&g, &cpu_out.data);
                 assert!(
                     e <= 1e-2,
-                    "attention {n_head}/{n_kv}x{hd} pos {pos} n {n} window {window:?} sinks {with_sinks} split from {split_from} tc from {tc_from}: {e:e}"
+                    "attention {n_head}/{n_kv}x{hd} {kv_type} pos {pos} n {n} window {window:?} sinks {with_sinks} split from {split_from} tc from {tc_from}: {e:e}"
                 );
                 worst = worst.max(e);
                 assert_deterministic("attention", || {
                     run(&mut ops, &mut gpu_cache, &mut out);
                     host(&mut ops, &out)
                 });
+                if kv_type != KvType::F16 {
+                    continue;
+                }
                 // The current positions' K/V are in the cache, rounded to f16.
                 let last = pos + n - 1;
-                let (kc, _) = gpu_cache.read_entry(&dev(), layer, n_kv - 1, last).unwrap();
+                let (kc, _) = gpu_cache.read_entry(dev, layer, n_kv - 1, last).unwrap();
                 let want: Vec<u16> = kv[(n - 1) * n_kv * hd + (n_kv - 1) * hd..][..hd]
                     .iter()
                     .map(|&x| half::f16::from_f32(x).to_bits())
@@ -291,13 +332,10 @@ fn attention_matches_cpu_over_prefill_and_decode() {
             .attention(&q, &k, &k, &mut gpu_cache, s, &mut out)
             .is_err());
     }
-    dev()
-        .kernels
+    dev.kernels
         .set_split_min_context(kernels::SPLIT_MIN_CONTEXT);
-    dev()
-        .kernels
-        .set_attention_tc_min_rows(kernels::ATC_MIN_ROWS);
-    eprintln!("attention (f16 KV; layer 1 with sinks): max relative error {worst:.2e}");
+    dev.kernels.set_attention_tc_min_rows(kernels::ATC_MIN_ROWS);
+    eprintln!("attention ({kv_type} KV; layer 1 with sinks): max relative error {worst:.2e}");
 }
 
 /// `attend` normalises and turns Q and K and stores K and V in one

@@ -83,6 +83,7 @@ fn per_format_units_hold_only_their_format() {
             expert_formats: formats,
             head_dim: 64,
             group: 8,
+            kv_type: KvType::F16,
         })
     };
     let units = Unit::for_model(set(&[GgmlType::Q4K, GgmlType::Q4K]));
@@ -189,6 +190,7 @@ fn head_size_units_hold_only_their_head_size() {
             expert_formats: &[],
             head_dim,
             group: 8,
+            kv_type: KvType::F16,
         };
         let units: Vec<Unit> = Unit::for_model(Some(set))
             .into_iter()
@@ -245,6 +247,7 @@ fn attention_split_compiles_the_models_group_only() {
             expert_formats: &[],
             head_dim,
             group,
+            kv_type: KvType::F16,
         };
         let got: Vec<u8> = Unit::for_model(Some(set))
             .into_iter()
@@ -279,6 +282,7 @@ fn mmq_compiles_only_for_layers_in_its_format() {
             expert_formats: &[],
             head_dim: 64,
             group: 3,
+            kv_type: KvType::F16,
         };
         Unit::for_model(Some(set))
             .into_iter()
@@ -593,6 +597,7 @@ fn units_are_found_again_by_their_stem() {
         expert_formats: &GgmlType::ALL,
         head_dim: 80,
         group: 8,
+        kv_type: KvType::F16,
     };
     let units: Vec<Unit> = Unit::for_model(None)
         .into_iter()
@@ -610,5 +615,42 @@ fn units_are_found_again_by_their_stem() {
         "matvec-q8_0-p",
     ] {
         assert_eq!(Unit::from_stem(bad), None, "{bad:?}");
+    }
+}
+
+/// Issue 45: the modules that read or write the KV cache compile for a
+/// q8_0 and a q4_0 cache (`-DKV_TYPE`, cuda/common.cuh), for heads of 64,
+/// 128 (the tensor-core kernels) and 256 (the scalar split kernel); the
+/// others are built once, as for an f16 cache, and named so.
+#[test]
+fn quantized_kv_units_compile() {
+    if !nvrtc_available() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must be able to load libnvrtc"
+        );
+        eprintln!("skipping: libnvrtc cannot be loaded");
+        return;
+    }
+    for (kv_type, head_dim) in [(KvType::Q8_0, 128), (KvType::Q4_0, 64), (KvType::Q8_0, 256)] {
+        let set = KernelSet {
+            formats: &[GgmlType::Q8_0],
+            layer_formats: &[GgmlType::Q8_0],
+            expert_formats: &[],
+            head_dim,
+            group: 8,
+            kv_type,
+        };
+        let units = Unit::for_model(Some(set));
+        for u in &units {
+            assert_eq!(u.kv.is_some(), u.module.touches_kv(), "{}", u.label());
+            assert_eq!(Unit::from_stem(&u.stem()), Some(*u), "{}", u.stem());
+        }
+        for u in units.into_iter().filter(|u| u.kv.is_some()) {
+            assert!(u.stem().ends_with(&format!("-k{kv_type}")), "{}", u.stem());
+            let cubin =
+                compile_unit(u, (9, 0)).unwrap_or_else(|e| panic!("{} for sm_90: {e}", u.label()));
+            assert!(cubin.starts_with(b"\x7fELF"), "{}", u.label());
+        }
     }
 }

@@ -134,6 +134,7 @@ fn a_context_for_some_formats_runs_them_and_refuses_others() {
         expert_formats: &[],
         head_dim: 64,
         group: 1,
+        kv_type: KvType::F16,
     };
     let dev = CudaDevice::with_cap(0, None, Some(set)).expect("GPU 0 initialises");
     let mut ops = CudaOps::new(dev);
