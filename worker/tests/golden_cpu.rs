@@ -151,17 +151,7 @@ fn teacher_forced(set: &GoldenSet) {
     let (mut top1_ok, mut top1_all) = (0, 0);
     let mut failures = Vec::new();
     for case in golden(set).cases {
-        let forced = &case.generated_token_ids[..8];
-        let mut tokens = case.prompt_token_ids.clone();
-        tokens.extend_from_slice(&forced[..7]);
-        let seq = model.backend.open(tokens.len()).unwrap();
-        let mut logits = Vec::new();
-        model
-            .backend
-            .forward(seq, &tokens, Logits::All, &mut logits, None)
-            .unwrap();
-        model.backend.close(seq);
-        assert_eq!(logits.len(), tokens.len() * vocab);
+        let logits = forced_logits(&mut model, &case);
 
         let first = case.prompt_token_ids.len() - 1;
         for (i, pos) in case.top10_logprobs_first8.iter().enumerate() {
@@ -215,21 +205,29 @@ fn teacher_forced(set: &GoldenSet) {
     );
 }
 
+/// The logits at every position of `case`'s prompt and its first 7
+/// generated tokens (teacher forcing), on `model`.
+fn forced_logits(model: &mut LoadedModel, case: &Case) -> Vec<f32> {
+    let mut tokens = case.prompt_token_ids.clone();
+    tokens.extend_from_slice(&case.generated_token_ids[..7]);
+    let seq = model.backend.open(tokens.len()).unwrap();
+    let mut logits = Vec::new();
+    model
+        .backend
+        .forward(seq, &tokens, Logits::All, &mut logits, None)
+        .unwrap();
+    model.backend.close(seq);
+    assert_eq!(logits.len(), tokens.len() * model.info.vocab_size);
+    logits
+}
+
 /// Log-probabilities of llama.cpp's listed candidates at the 8 teacher-forced
 /// positions of every case, on `model`.
 fn listed_logprobs(model: &mut LoadedModel, cases: &[Case]) -> Vec<f64> {
     let vocab = model.info.vocab_size;
     let mut out = Vec::new();
     for case in cases {
-        let mut tokens = case.prompt_token_ids.clone();
-        tokens.extend_from_slice(&case.generated_token_ids[..7]);
-        let seq = model.backend.open(tokens.len()).unwrap();
-        let mut logits = Vec::new();
-        model
-            .backend
-            .forward(seq, &tokens, Logits::All, &mut logits, None)
-            .unwrap();
-        model.backend.close(seq);
+        let logits = forced_logits(model, case);
         let first = case.prompt_token_ids.len() - 1;
         for (i, pos) in case.top10_logprobs_first8.iter().enumerate() {
             let ours = log_softmax(&logits[(first + i) * vocab..(first + i + 1) * vocab]);
@@ -356,15 +354,7 @@ fn gemma3_matches_an_f64_reference() {
         .iter()
         .zip(reference["cases"].as_array().unwrap())
     {
-        let mut tokens = case.prompt_token_ids.clone();
-        tokens.extend_from_slice(&case.generated_token_ids[..7]);
-        let seq = model.backend.open(tokens.len()).unwrap();
-        let mut logits = Vec::new();
-        model
-            .backend
-            .forward(seq, &tokens, Logits::All, &mut logits, None)
-            .unwrap();
-        model.backend.close(seq);
+        let logits = forced_logits(&mut model, case);
         let first = case.prompt_token_ids.len() - 1;
         for (i, pos) in exact["positions"].as_array().unwrap().iter().enumerate() {
             let ours = log_softmax(&logits[(first + i) * vocab..(first + i + 1) * vocab]);
