@@ -12,8 +12,8 @@
 // (scaled by scale * log2 e) and the weights p are each split into an f16
 // high part and the f16 rounding of the rest, and both are multiplied (K and
 // V are f16 values as the cache gives them: exact), which keeps about f32
-// accuracy. Every sum
-// has a fixed order; a row's result does not depend on the rows beside it.
+// accuracy. Every sum has a fixed order; a row's result does not depend on
+// the rows beside it.
 #if !defined(ATC_THREADS) || !defined(ATC_BQ) || !defined(ATC_BK)
 #error "ATC_THREADS, ATC_BQ and ATC_BK come from the worker as -D options"
 #endif

@@ -293,8 +293,8 @@ __device__ __forceinline__ void rope_apply(double x0, double x1, double cs, doub
 // f16, a plane [n_head_kv][capacity][head_dim]. KV_TYPE 1 (q8_0) and 2
 // (q4_0): ggml's block formats of those names (32 values a block sharing an
 // f16 scale; q8_0 a signed byte a level, q4_0 a nibble of level + 8), a
-// head's part being its levels [capacity][head_dim * KV_BITS / 8] then its
-// scales [capacity][head_dim / 32], padded to 16 bytes: a prefix copy is
+// head's part being its levels [capacity][KV_LEVEL_BYTES(head_dim)] then its
+// f16 scales [capacity][head_dim / 32], padded to 16 bytes: a prefix copy is
 // one 2-D copy of each. q4_0 keeps value 2i in the low nibble of byte i and
 // 2i + 1 in the high. Readers get f16 values (level times scale, rounded),
 // so the attention kernels' arithmetic is the f16 cache's. A quantized
@@ -413,7 +413,9 @@ __device__ __forceinline__ float kv_load1(const KvHead& h, int pos, int d) {
 // block quantized as ggml's quantize_row_q8_0_ref / q4_0_ref does it.
 __device__ __forceinline__ void kv_put(u16* plane, int n_head_kv, int capacity, int head_dim, int kvh, int pos,
                                        int d0, const float* __restrict__ x) {
-    u8* base = (u8*)plane + kvh * kv_head_bytes(capacity, head_dim);
+    // kv_head's layout; the plane is writable, so are its parts.
+    const KvHead h = kv_head(plane, n_head_kv, capacity, head_dim, kvh);
+    u8* base = (u8*)h.levels;
 #if KV_TYPE == 0
     ((u16*)base)[(i64)pos * head_dim + d0] = f32_to_f16(x[0]);
 #else
@@ -425,7 +427,7 @@ __device__ __forceinline__ void kv_put(u16* plane, int n_head_kv, int capacity, 
             max = x[j];
         }
     }
-    u16* scales = (u16*)(base + (i64)capacity * KV_LEVEL_BYTES(head_dim));
+    u16* scales = (u16*)h.scales;
 #if KV_TYPE == 1
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;

@@ -79,9 +79,15 @@ impl KvType {
             + (cap * self.scale_bytes(head_dim) as u64).div_ceil(16) * 16
     }
 
-    /// A quantized cache takes rows of whole blocks of 32 values.
+    /// Whether heads of `head_dim` dims fit the type: a quantized cache
+    /// takes rows of whole blocks of 32 values.
+    pub fn fits(self, head_dim: usize) -> bool {
+        self == KvType::F16 || head_dim.is_multiple_of(32)
+    }
+
+    /// [`KvType::fits`], or the error that stops a load.
     pub fn check_head_dim(self, head_dim: usize) -> Result<(), BackendError> {
-        if self != KvType::F16 && !head_dim.is_multiple_of(32) {
+        if !self.fits(head_dim) {
             return Err(BackendError::ModelLoadFailed(format!(
                 "--kv-type {self} needs heads of a multiple of 32 dims; this model's have {head_dim}"
             )));

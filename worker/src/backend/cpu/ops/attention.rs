@@ -1,7 +1,7 @@
 //! Attention on the CPU: the KV cache's values as its type stores them (f16
-//! by default, as llama.cpp's),
-//! each query head's softmax over the positions it sees, with a sink logit
-//! per head where the model has them (gpt-oss).
+//! by default, as llama.cpp's), each query head's softmax over the
+//! positions it sees, with a sink logit per head where the model has them
+//! (gpt-oss).
 
 use rayon::prelude::*;
 
@@ -60,7 +60,7 @@ pub(super) fn attention(
     }
     // The cache holds f16 values (as llama.cpp's and our CUDA backend's f16
     // KV cache does) or a quantized type's, kept widened to f32 here.
-    if hd % 32 != 0 && cache.kv_type != KvType::F16 {
+    if !cache.kv_type.fits(hd) {
         return Err(shape_error(
             "attention: a quantized KV cache needs heads of whole blocks",
         ));

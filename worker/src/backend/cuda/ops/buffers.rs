@@ -254,8 +254,8 @@ impl CudaCache {
     /// Copies positions `from..from + n` of `src` to positions `to..to + n`
     /// of this cache, in every layer's K and V planes (a 2-D copy of levels
     /// and one of scales: a row per layer, K or V, and head), queued on
-    /// `dev`'s stream. The prefix
-    /// cache's copies of a chunk out of a sequence and into another.
+    /// `dev`'s stream. The prefix cache's copies of a chunk out of a
+    /// sequence and into another.
     pub fn copy_positions(
         &mut self,
         dev: &CudaDevice,
